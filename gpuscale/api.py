@@ -1,0 +1,165 @@
+"""The Python API: ``gpuscale.session(...)`` for notebooks, ``gpuscale.run(...)`` one-shot.
+
+>>> import gpuscale
+>>> with gpuscale.session(backend="cpu") as s:          # doctest: +SKIP
+...     r = s.run("svd", rows=100_000, cols=50)
+...     print(r.median_s, r.valid, s.dashboard_link)
+
+Keywords are the same names as the CLI flags (``config.KEYWORDS`` maps both onto settings);
+the CLI only parses flags and calls these functions.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import dask
+
+from . import backends, cluster, config, machine, results, runner, workloads
+from .errors import UserError
+
+
+def plan(*, profile: str | None = None, collection: str | None = None, check: bool = True,
+         **settings: Any):
+    """Resolve settings, select the family and plan the cluster, starting nothing.
+
+    Returns ``(resolved, selection, spec)``.
+    """
+    resolved = config.resolve(profile, config.keywords_to_nested(settings))
+    selection = backends.select(resolved.settings.backend, collection, check=check)
+    spec = cluster.plan(resolved.settings, selection.family, collection)
+    return resolved, selection, spec
+
+
+class Session:
+    """A cluster built for one backend family, with that family's dask.config in scope.
+
+    Use as a context manager: the cluster is started on entry and closed on exit, error or
+    Ctrl-C; inside the block ``array.backend`` / ``dataframe.backend`` are the family's.
+    """
+
+    def __init__(self, backend: str | None = None, protocol: str | None = None, *,
+                 profile: str | None = None, collection: str | None = None, **settings: Any):
+        self.resolved, self.selection, self.spec = plan(
+            profile=profile, collection=collection, backend=backend, protocol=protocol, **settings)
+        self.collection = collection
+        self.client = None
+        self.cluster = None
+        self.startup_s: float | None = None
+        self._stack: contextlib.ExitStack | None = None
+
+    @property
+    def settings(self) -> config.Settings:
+        return self.resolved.settings
+
+    @property
+    def family(self) -> backends.Family:
+        return self.selection.family
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def __enter__(self) -> "Session":
+        stack = contextlib.ExitStack()
+        try:
+            t0 = time.perf_counter()
+            self.client, self.cluster = stack.enter_context(cluster.connect(self.spec))
+            self.startup_s = time.perf_counter() - t0
+            stack.enter_context(dask.config.set(self.family.dask_config()))
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+        return self
+
+    def __exit__(self, *exc) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            stack.close()
+        self.client = self.cluster = None
+
+    close = __exit__
+
+    @property
+    def dashboard_link(self) -> str | None:
+        return getattr(self.client, "dashboard_link", None) if self.client else None
+
+    def _require_open(self) -> None:
+        if self.client is None:
+            raise UserError("this session is not open", "use it as `with gpuscale.session(...) as s:`")
+
+    # -- work -------------------------------------------------------------------------
+    def run(self, workload: str, *, repeat: int | None = None, warmup: int | None = None,
+            memory_check: bool | None = None, results_dir: str | None = None, write: bool = True,
+            **params: Any) -> results.Result:
+        """Run a workload on this session's cluster: timed, validated and recorded."""
+        self._require_open()
+        cls = workloads.get(workload)
+        p = cls.parse(params)
+        self.family.check(self.selection.requested, cls.collection)
+        run_cfg = self.settings.run
+        out_dir = results_dir or self.settings.results_dir
+        if write:
+            results.check_writable(out_dir)
+        ctx = workloads.Context(self.family, self.spec, self.client)
+        outcome = runner.execute(
+            cls(), p, ctx, warmup=run_cfg.warmup if warmup is None else warmup,
+            repeat=run_cfg.repeat if repeat is None else repeat,
+            memory_check=run_cfg.memory_check if memory_check is None else memory_check)
+        result = results.Result.build(
+            workload=cls.name, params=p.model_dump(mode="json"), data=cls().describe_data(p),
+            backend=self.selection.requested, family=self.family.name,
+            backend_reason=self.selection.reason, protocol=self.spec.protocol,
+            knobs=self.family.knobs.as_dict(cls.collection), choices=ctx.choices,
+            cluster=self.cluster_info(), settings_sources=self.resolved.sources,
+            times_s=outcome.times_s, warmup_s=outcome.warmup_s, startup_s=self.startup_s,
+            generate_s=outcome.generate_s, validate_s=outcome.validate_s,
+            valid=outcome.validation.valid, validation=outcome.validation.to_dict(),
+            info={**outcome.info, "unsettled_repeats": outcome.settle_warnings},
+            memory={"estimate_bytes": outcome.estimate_bytes, "capacity_bytes": outcome.capacity_bytes},
+            versions=machine.versions(), hardware=machine.hardware(),
+            dashboard_link=self.dashboard_link)
+        if write:
+            results.write(result, out_dir)
+        return result
+
+    def cluster_info(self) -> dict[str, Any]:
+        """The planned spec plus what the running cluster actually has."""
+        info = self.spec.model_dump(mode="json")
+        if self.client is not None:
+            workers = self.client.scheduler_info(n_workers=-1)["workers"]
+            info["running"] = {"workers": len(workers),
+                               "threads": sum(w.get("nthreads", 0) for w in workers.values()),
+                               "scheduler": self.client.scheduler.address}
+        return info
+
+    def _repr_html_(self) -> str:
+        from .report import session_html
+        return session_html(self)
+
+
+def session(backend: str | None = None, protocol: str | None = None, **kw: Any) -> Session:
+    """A :class:`Session` (use it in a ``with`` block)."""
+    return Session(backend, protocol, **kw)
+
+
+def run(workload: str, *, backend: str | None = None, protocol: str | None = None,
+        profile: str | None = None, repeat: int | None = None, warmup: int | None = None,
+        memory_check: bool | None = None, results_dir: str | None = None, write: bool = True,
+        cluster_settings: dict | None = None, **params: Any) -> results.Result:
+    """One-shot: check everything, build the cluster for this workload, run it, close it.
+
+    Workload parameters are keywords (``rows=...``); cluster settings go in
+    ``cluster_settings`` (``{"workers": 2}``), using the names of ``config.KEYWORDS``.
+    """
+    cls = workloads.get(workload)
+    cls.parse(params)  # bad parameters fail before anything starts
+    extra = dict(cluster_settings or {})
+    backend = backend or extra.pop("backend", None)
+    protocol = protocol or extra.pop("protocol", None)
+    s = Session(backend, protocol, profile=profile, collection=cls.collection,
+                results_dir=results_dir, **extra)
+    if write:
+        results.check_writable(results_dir or s.settings.results_dir)
+    with s:
+        return s.run(workload, repeat=repeat, warmup=warmup, memory_check=memory_check,
+                     results_dir=results_dir, write=write, **params)

@@ -1,0 +1,224 @@
+"""Backend families: the one registry that says what a ``--backend`` name means.
+
+A *family* bundles the chunk libraries (NumPy + pandas, or CuPy + cuDF), the cluster kind
+that runs them, and the **knobs** that make them fast (chunk and partition sizes, shuffle
+method, groupby split_out budget, tree fan-in, RMM pool, threads per worker, device
+synchronize). Nothing outside this package branches on backend names: code asks the
+selected family for its knobs.
+
+Built-in families: ``cpu`` (names cpu, numpy, pandas) and ``gpu`` (names gpu, cupy, cudf).
+Installed packages add families through the ``gpuscale.backends`` entry-point group; an
+entry point names a :class:`Family` instance.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from dask.utils import Dispatch
+
+from ..errors import UserError, missing_module
+
+COLLECTIONS = ("array", "dataframe")
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """What makes a family fast. Each value is recorded with every run."""
+
+    threads_per_worker: Mapping[str, int | None]
+    """Threads per worker by collection kind ("array", "dataframe", "session")."""
+    chunk_bytes: int
+    """Target bytes of one array chunk (row block)."""
+    partition_bytes: int
+    """Target bytes of one DataFrame partition."""
+    shuffle_method: str | None
+    """Shuffle used when a groupby result must be split ("tasks" keeps cuDF on the device;
+    None leaves Dask's default)."""
+    split_out_budget_bytes: int
+    """A groupby result estimated under this stays in one partition (tree reduction)."""
+    split_every: int | None
+    """Fan-in of tree reductions; None = all partials in one combine."""
+    rmm_pool_size: float | None = None
+    """RMM pool per worker as a fraction of device memory (None: no pool)."""
+    pre_import: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Libraries each worker imports at start, by collection kind."""
+
+    def as_dict(self, collection: str | None = None) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        key = collection or "session"
+        d["threads_per_worker"] = self.threads_per_worker.get(key)
+        d["pre_import"] = list(self.pre_import.get(key, ()))
+        return d
+
+
+@dataclass(frozen=True)
+class Family:
+    """A backend family. Subclass to change how it probes, synchronizes or sizes memory."""
+
+    name: str
+    description: str
+    names: tuple[str, ...]
+    array_backend: str
+    dataframe_backend: str
+    array_module: str
+    dataframe_module: str
+    cluster_kind: str
+    knobs: Knobs
+    requires: Mapping[str, str] = field(default_factory=dict)
+    """module -> install command, needed for any use."""
+    requires_dataframe: Mapping[str, str] = field(default_factory=dict)
+    """module -> install command, needed for DataFrame work only."""
+    auto_priority: int = 0
+    """``--backend auto`` takes the available family with the highest priority."""
+
+    # -- availability -----------------------------------------------------------------
+    def missing(self, collection: str | None = None) -> tuple[str, str] | None:
+        """The first required module that is not importable, with its install command."""
+        needs = dict(self.requires)
+        if collection == "dataframe":
+            needs.update(self.requires_dataframe)
+        for module, install in needs.items():
+            if importlib.util.find_spec(module.split(".")[0]) is None:
+                return module, install
+        return None
+
+    def probe(self) -> tuple[bool, str]:
+        """Whether this family can run here, and why (used by ``auto``); imports nothing big."""
+        miss = self.missing()
+        if miss:
+            return False, f"{miss[0]} is not installed"
+        return True, f"{self.name} libraries are importable"
+
+    def check(self, requested: str, collection: str | None = None) -> None:
+        """Raise a one-line UserError if this family cannot run ``collection`` work here."""
+        miss = self.missing(collection)
+        if miss:
+            raise missing_module(miss[0], f"backend '{requested}'", miss[1])
+        ok, why = self.probe()
+        if not ok:
+            raise UserError(f"backend '{requested}' cannot run here: {why}",
+                            "use --backend cpu (or auto)")
+
+    # -- behaviour ----------------------------------------------------------------------
+    def synchronize(self, client) -> None:
+        """Block until every worker's queued device work is done (no-op on the CPU)."""
+
+    def worker_memory(self, client) -> dict[str, int]:
+        """Memory per worker that holds this family's chunks (host memory limit on CPU)."""
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        return {addr: int(w.get("memory_limit") or 0) for addr, w in info.items()}
+
+    def dask_config(self) -> dict[str, str]:
+        """The dask.config values this family sets (scoped to a session or run)."""
+        return {"array.backend": self.array_backend, "dataframe.backend": self.dataframe_backend}
+
+    def worker_layout(self, collection: str | None, cores: int, gpus: int) -> tuple[int, int | None]:
+        """(workers, threads per worker) when the user did not say."""
+        tpw = self.knobs.threads_per_worker.get(collection or "session")
+        if tpw is None:
+            return 0, None  # 0: let the cluster class choose
+        tpw = max(1, min(tpw, cores))
+        return max(1, cores // tpw), tpw
+
+
+# --------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------
+_FAMILIES: dict[str, Family] = {}
+_LOADED = False
+
+
+def register(family: Family) -> Family:
+    """Add a family (built-in, plugin or test). Its names must not clash with another's."""
+    for other in _FAMILIES.values():
+        clash = set(other.names) & set(family.names)
+        if other.name != family.name and clash:
+            raise ValueError(f"backend name(s) {sorted(clash)} already belong to family {other.name}")
+    _FAMILIES[family.name] = family
+    return family
+
+
+def unregister(name: str) -> None:
+    _FAMILIES.pop(name, None)
+
+
+def _load() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    from . import cpu, gpu  # noqa: F401  (register the built-ins)
+    for ep in importlib.metadata.entry_points(group="gpuscale.backends"):
+        register(ep.load())
+
+
+def families() -> list[Family]:
+    _load()
+    return sorted(_FAMILIES.values(), key=lambda f: -f.auto_priority)
+
+
+def names() -> list[str]:
+    return ["auto"] + [n for f in families() for n in f.names]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The family a backend name selected, and why."""
+
+    requested: str
+    family: Family
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return self.family.name
+
+
+def select(backend: str, collection: str | None = None, *, check: bool = True) -> Selection:
+    """Resolve a backend name (or ``auto``) to a family; with ``check``, fail early if it
+    cannot run here."""
+    fams = families()
+    if backend == "auto":
+        reasons = []
+        for fam in fams:
+            ok, why = fam.probe()
+            if ok and fam.missing(collection) is None:
+                return Selection("auto", fam, f"auto chose {fam.name}: {why}"
+                                 + (f" ({'; '.join(reasons)})" if reasons else ""))
+            reasons.append(f"not {fam.name}: {why}")
+        raise UserError("auto found no usable backend family: " + "; ".join(reasons),
+                        "install the CPU stack with: pip install gpuscale")
+    for fam in fams:
+        if backend in fam.names:
+            if check:
+                fam.check(backend, collection)
+            return Selection(backend, fam, f"{backend} selects the {fam.name} family")
+    raise UserError(f"unknown backend '{backend}'", f"use one of: {', '.join(names())}")
+
+
+# --------------------------------------------------------------------------------------
+# Host copies, for validation (dispatch on the chunk type: no backend names)
+# --------------------------------------------------------------------------------------
+to_host = Dispatch("to_host")
+
+
+@to_host.register(object)
+def _to_host_identity(x):
+    return x
+
+
+def family_of(collection) -> Family:
+    """The family whose chunk library made this Dask collection's partitions (by its meta)."""
+    meta = getattr(collection, "_meta", collection)
+    top = type(meta).__module__.split(".")[0]
+    for fam in families():
+        if top in (fam.array_module, fam.dataframe_module):
+            return fam
+    raise UserError(f"no backend family handles {type(meta).__module__}.{type(meta).__name__} chunks",
+                    f"convert the collection to one of: "
+                    + ", ".join(f"{f.array_module}/{f.dataframe_module}" for f in families()))

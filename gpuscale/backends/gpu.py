@@ -1,0 +1,85 @@
+"""The GPU family: CuPy arrays and cuDF frames on a ``dask_cuda.LocalCUDACluster``.
+
+Nothing here imports a GPU library at module level; the functions that run on workers
+import CuPy when they run.
+"""
+from __future__ import annotations
+
+from . import Family, Knobs, register, to_host
+
+GiB = 2**30
+GPU_INSTALL = "pip install 'gpuscale[gpu]'  (CuPy, cuDF, dask-cuda for CUDA 13)"
+
+
+def _device_synchronize() -> None:
+    import cupy
+    cupy.cuda.runtime.deviceSynchronize()
+
+
+def _device_total_memory() -> int:
+    import cupy
+    return int(cupy.cuda.runtime.memGetInfo()[1])
+
+
+class GpuFamily(Family):
+    def probe(self) -> tuple[bool, str]:
+        miss = self.missing()
+        if miss:
+            return False, f"{miss[0]} is not installed"
+        from .. import machine
+        n = len(machine.gpus())
+        if n == 0:
+            return False, "no CUDA GPU is visible (NVML reports none)"
+        return True, f"{n} CUDA GPU(s) visible and CuPy + dask-cuda installed"
+
+    def synchronize(self, client) -> None:
+        client.run(_device_synchronize)
+
+    def worker_memory(self, client) -> dict[str, int]:
+        return client.run(_device_total_memory)
+
+
+FAMILY = register(GpuFamily(
+    name="gpu",
+    description="CuPy arrays + cuDF DataFrames on dask_cuda.LocalCUDACluster, one worker per GPU",
+    names=("gpu", "cupy", "cudf"),
+    array_backend="cupy",
+    dataframe_backend="cudf",
+    array_module="cupy",
+    dataframe_module="cudf",
+    cluster_kind="cuda",
+    requires={"cupy": GPU_INSTALL, "dask_cuda": GPU_INSTALL, "pynvml": GPU_INSTALL},
+    requires_dataframe={"cudf": GPU_INSTALL, "dask_cudf": GPU_INSTALL},
+    knobs=Knobs(
+        threads_per_worker={"array": 1, "dataframe": 1, "session": 1},
+        # Big blocks: a GPU runs one task at a time, and large GEMMs / groupbys amortize launches.
+        chunk_bytes=1 * GiB,
+        partition_bytes=1 * GiB,
+        # The task-based shuffle keeps cuDF partitions on the device; P2P goes through host memory.
+        shuffle_method="tasks",
+        split_out_budget_bytes=1 * GiB,
+        split_every=None,  # one combine step: partials are few and the device is fast
+        rmm_pool_size=0.8,
+        pre_import={"array": ("cupy",), "dataframe": ("cupy", "cudf", "dask_cudf"),
+                    "session": ("cupy",)},
+    ),
+    auto_priority=10,
+))
+
+
+@to_host.register_lazy("cupy")
+def _register_cupy():
+    import cupy
+
+    @to_host.register(cupy.ndarray)
+    def _cupy_to_host(x):
+        return cupy.asnumpy(x)
+
+
+@to_host.register_lazy("cudf")
+def _register_cudf():
+    import cudf
+
+    @to_host.register((cudf.DataFrame, cudf.Series, cudf.Index))
+    def _cudf_to_host(x):
+        return x.to_pandas()

@@ -1,0 +1,252 @@
+"""Command line: parse flags, call :mod:`gpuscale.api`, render with :mod:`gpuscale.report`.
+
+Flags map one-to-one onto API keywords (``config.KEYWORDS``); no click object reaches
+library code. Every error from bad input is one line on stderr, exit code 2:
+``gpuscale: error: <problem>; <fix>``.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import typing
+from typing import Any
+
+import click
+
+from . import __version__
+from .errors import UserError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+    return Console(stderr=stderr)
+
+
+def _fail(message: str, code: int = 2) -> typing.NoReturn:
+    click.echo(f"gpuscale: error: {message}", err=True)
+    sys.exit(code)
+
+
+class Group(click.Group):
+    """A group whose commands end bad input with one line (also under ``dask gpuscale``)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except UserError as e:
+            _fail(str(e))
+        except KeyboardInterrupt:
+            _fail("interrupted; the cluster was closed", 130)
+
+
+def cluster_options(f):
+    """Flags that select the backend and shape the cluster (shared by run / cluster show)."""
+    opts = [
+        click.option("--backend", help="auto | cpu | gpu | numpy | pandas | cupy | cudf"),
+        click.option("--protocol", help="tcp | ucx"),
+        click.option("--profile", help="a profile name from clusters/ or a YAML path"),
+        click.option("--scheduler", help="address of a running scheduler to use instead of a new cluster"),
+        click.option("--workers", help="number of workers (GPU: at most one per GPU)"),
+        click.option("--threads-per-worker", help="threads per worker"),
+        click.option("--memory-limit", help="host memory per worker: auto, bytes, '8GB' or a fraction"),
+        click.option("--gpus", help="GPUs to use, e.g. 0,1 (default: all visible)"),
+        click.option("--nvlink/--no-nvlink", default=None, help="force UCX NVLink on/off (default: UCX chooses)"),
+        click.option("--infiniband/--no-infiniband", default=None, help="force UCX InfiniBand on/off"),
+        click.option("--rmm-pool-size", help="RMM pool per GPU worker: bytes, '40GB', a fraction, or none"),
+        click.option("--dashboard-address", help="dashboard bind address (default 127.0.0.1:0)"),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+CLUSTER_KEYS = ("backend", "protocol", "scheduler", "workers", "threads_per_worker", "memory_limit",
+                "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address")
+
+
+def _split(kwargs: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    profile = kwargs.pop("profile", None)
+    settings = {k: kwargs.pop(k) for k in CLUSTER_KEYS if k in kwargs}
+    if settings.get("rmm_pool_size") in ("none", "null"):
+        settings["rmm_pool_size"] = None  # means "not given" here; a profile sets null for no pool
+    return profile, settings
+
+
+@click.group(cls=Group, context_settings=CONTEXT)
+@click.version_option(__version__, prog_name="gpuscale")
+def cli():
+    """Run the same Dask array / DataFrame work on CPUs or GPUs by changing one flag."""
+
+
+# ---------------------------------------------------------------------------------------
+# run WORKLOAD
+# ---------------------------------------------------------------------------------------
+class RunGroup(Group):
+    """``gpuscale run NAME``: one sub-command per registered workload, built from its Params."""
+
+    def list_commands(self, ctx):
+        from . import workloads
+        return workloads.names()
+
+    def get_command(self, ctx, name):
+        from . import workloads
+        if name not in workloads.names():
+            raise UserError(f"unknown workload '{name}'", f"use one of: {', '.join(workloads.names())}")
+        return _workload_command(workloads.get(name))
+
+    def resolve_command(self, ctx, args):
+        cmd_name = args[0] if args else None
+        if cmd_name and cmd_name.startswith("-"):
+            raise click.UsageError("give the workload first: gpuscale run WORKLOAD [OPTIONS]")
+        return super().resolve_command(ctx, args)
+
+
+@cli.group(cls=RunGroup, context_settings=CONTEXT)
+def run():
+    """Run a workload, validate it and record the result."""
+
+
+def _workload_command(cls) -> click.Command:
+    params = []
+    for fname, field in cls.Params.model_fields.items():
+        flag = "--" + fname.replace("_", "-")
+        ann = field.annotation
+        if ann is bool:
+            params.append(click.Option([f"{flag}/--no-{fname.replace('_', '-')}", fname], default=None,
+                                       help=f"{field.description} (default: {field.default})"))
+        else:
+            params.append(click.Option([flag, fname], default=None,
+                                       help=f"{field.description} (default: {field.default})"))
+
+    @cluster_options
+    @click.option("--repeat", help="timed repeats (default 3)")
+    @click.option("--warmup", help="untimed warm-up runs (default 1)")
+    @click.option("--results-dir", help="where to write the result record (default ./gpuscale-results)")
+    @click.option("--no-memory-check", "no_memory_check", is_flag=True,
+                  help="run even if the size looks too big for the cluster's memory")
+    @click.option("--json", "as_json", is_flag=True, help="print exactly one JSON object on stdout")
+    def command(as_json, no_memory_check, repeat, warmup, results_dir, **kwargs):
+        from . import api, report
+        profile, settings = _split(kwargs)
+        wl_params = {k: v for k, v in kwargs.items() if v is not None}
+        r = api.run(cls.name, profile=profile, repeat=_int(repeat, "--repeat"),
+                    warmup=_int(warmup, "--warmup", minimum=0),
+                    memory_check=False if no_memory_check else None, results_dir=results_dir,
+                    cluster_settings=settings, **wl_params)
+        if as_json:
+            click.echo(json.dumps(r.to_dict(), default=str))
+        else:
+            _console().print(report.result_table(r))
+        if not r.valid:
+            click.echo(f"gpuscale: {cls.name} result FAILED validation (see the checks above / in "
+                       f"{r.path})", err=True)
+            sys.exit(1)
+
+    return click.Command(cls.name, callback=command, params=params + command.__click_params__[::-1],
+                         help=f"{cls.description}.", context_settings=CONTEXT)
+
+
+def _int(value, flag: str, minimum: int = 1) -> int | None:
+    if value is None:
+        return None
+    try:
+        v = int(value)
+    except ValueError:
+        raise UserError(f"{flag} must be a whole number, got {value!r}", f"e.g. {flag} 3") from None
+    if v < minimum:
+        raise UserError(f"{flag} must be >= {minimum}, got {v}", f"e.g. {flag} {max(minimum, 3)}")
+    return v
+
+
+# ---------------------------------------------------------------------------------------
+# cluster show
+# ---------------------------------------------------------------------------------------
+@cli.group(cls=Group, context_settings=CONTEXT)
+def cluster():
+    """Inspect cluster specs."""
+
+
+@cluster.command("show", context_settings=CONTEXT)
+@cluster_options
+@click.option("--for", "collection", type=click.Choice(["array", "dataframe"]), default=None,
+              help="shape the cluster for array or DataFrame work (as `run` does per workload)")
+@click.option("--json", "as_json", is_flag=True, help="print the spec as JSON")
+def cluster_show(as_json, collection, **kwargs):
+    """Print the fully resolved cluster spec, starting nothing."""
+    from . import api, report
+    profile, settings = _split(kwargs)
+    resolved, selection, spec = api.plan(profile=profile, collection=collection, check=False, **settings)
+    if as_json:
+        click.echo(json.dumps({"spec": spec.model_dump(mode="json"), "backend": selection.requested,
+                               "family": selection.family.name, "reason": selection.reason,
+                               "settings": resolved.settings.model_dump(mode="json", by_alias=True),
+                               "sources": resolved.sources, "profile": resolved.profile}, default=str))
+    else:
+        _console().print(report.spec_table(spec, resolved, selection))
+
+
+# ---------------------------------------------------------------------------------------
+# info, workloads
+# ---------------------------------------------------------------------------------------
+def gather_info() -> dict[str, Any]:
+    from . import backends, machine
+    fams = []
+    for fam in backends.families():
+        ok, why = fam.probe()
+        fams.append({"name": fam.name, "names": list(fam.names), "usable": ok, "why": why,
+                     "description": fam.description})
+    from .cluster import protocols
+    return {"hardware": machine.hardware(), "stacks": machine.stacks(), "backends": fams,
+            "protocols": {n: protocols.get(n).available() for n in protocols.names()},
+            "versions": machine.versions()}
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True)
+def info(as_json):
+    """CPU, memory, GPUs and NVLink, optional stacks, backends and versions."""
+    data = gather_info()
+    if as_json:
+        click.echo(json.dumps(data, default=str))
+    else:
+        from . import report
+        _console().print(report.info_table(data))
+
+
+@cli.command("workloads", context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True)
+def workloads_cmd(as_json):
+    """The registered workloads with their parameters and defaults."""
+    from . import workloads
+    items = [workloads.describe(workloads.get(n)) for n in workloads.names()]
+    if as_json:
+        click.echo(json.dumps(items, default=str))
+    else:
+        from . import report
+        _console().print(report.workloads_table(items))
+
+
+# ---------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: click usage errors become one line, exit 2."""
+    try:
+        rv = cli.main(args=argv, prog_name="gpuscale", standalone_mode=False)
+    except UserError as e:
+        _fail(str(e))
+    except click.exceptions.NoSuchOption as e:
+        hint = f" (did you mean {', '.join(e.possibilities)}?)" if e.possibilities else ""
+        cmd = e.ctx.command_path if e.ctx else "gpuscale"
+        _fail(f"no such option {e.option_name}{hint}; see `{cmd} --help`")
+    except click.exceptions.UsageError as e:
+        cmd = e.ctx.command_path if e.ctx else "gpuscale"
+        _fail(f"{e.format_message()}; see `{cmd} --help`")
+    except click.exceptions.ClickException as e:
+        _fail(e.format_message())
+    except click.exceptions.Abort:
+        _fail("interrupted; the cluster was closed", 130)
+    except KeyboardInterrupt:
+        _fail("interrupted; the cluster was closed", 130)
+    sys.exit(rv if isinstance(rv, int) else 0)
+

@@ -1,0 +1,82 @@
+"""Cluster building: a printable spec first, then a thin start over it.
+
+:func:`plan` turns resolved settings + the selected backend family into a
+:class:`ClusterSpec` (class, workers, threads, memory, protocol, transports, RMM) without
+starting anything; ``gpuscale cluster show`` prints it. :func:`connect` starts (or connects
+to) the cluster the spec describes and always closes what it started, on success, error and
+Ctrl-C. One small module per kind: ``local`` (LocalCluster), ``cuda`` (LocalCUDACluster),
+``existing`` (a running scheduler).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+from typing import Any, Iterator
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import UserError
+from . import protocols
+
+KINDS = {"local": "gpuscale.cluster.local", "cuda": "gpuscale.cluster.cuda",
+         "existing": "gpuscale.cluster.existing"}
+
+
+class ClusterSpec(BaseModel):
+    """Everything needed to start the cluster, resolved to concrete values."""
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    cls: str
+    family: str
+    protocol: str
+    scheduler: str | None = None
+    workers: int | None = None
+    threads_per_worker: int | None = None
+    memory_limit: Any = None
+    memory_limit_bytes: int | None = None
+    gpus: list[int] | None = None
+    transports: dict[str, Any] = Field(default_factory=dict)
+    rmm: dict[str, Any] | None = None
+    pre_import: list[str] = Field(default_factory=list)
+    dashboard_address: str | None = None
+    connect_timeout: float | None = None
+    notes: list[str] = Field(default_factory=list)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """The exact keyword arguments given to the cluster class."""
+
+
+def _kind(name: str):
+    return importlib.import_module(KINDS[name])
+
+
+def plan(settings, family, collection: str | None = None) -> ClusterSpec:
+    """The cluster these settings describe for this family (nothing is started)."""
+    proto = protocols.get(settings.protocol)
+    kind = "existing" if settings.scheduler else family.cluster_kind
+    return _kind(kind).plan(settings, family, collection, proto)
+
+
+@contextlib.contextmanager
+def connect(spec: ClusterSpec) -> Iterator[tuple[Any, Any]]:
+    """Start (or join) the cluster and yield ``(client, cluster)``; ``cluster`` is None for an
+    existing scheduler. Whatever was started is closed on exit, error or Ctrl-C."""
+    protocols.get(spec.protocol).check()
+    mod = _kind(spec.kind)
+    cluster = None
+    client = None
+    try:
+        cluster, client = mod.start(spec)
+        yield client, cluster
+    finally:
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+        if cluster is not None:
+            with contextlib.suppress(Exception):
+                cluster.close()
+
+
+def start_error(spec: ClusterSpec, exc: BaseException) -> UserError:
+    return UserError(f"could not start {spec.cls} ({type(exc).__name__}: {exc})",
+                     "check `gpuscale cluster show` and `gpuscale info`, or use --backend cpu")

@@ -1,0 +1,84 @@
+"""``dask_cuda.LocalCUDACluster``: the GPU family's cluster, one worker per GPU.
+
+CuPy is routed through RMM (``rmm_allocator_external_lib_list``) whenever a pool is set, so
+CuPy and cuDF share one pool instead of CuPy starving beside it.
+"""
+from __future__ import annotations
+
+from .. import machine
+from ..errors import UserError
+from . import ClusterSpec, start_error
+from .local import memory_bytes
+
+
+def plan(settings, family, collection, proto) -> ClusterSpec:
+    c = settings.cluster
+    visible = [g["index"] for g in machine.gpus()]
+    notes: list[str] = []
+    if c.gpus is not None:
+        gpus = list(c.gpus)
+        unknown = [g for g in gpus if visible and g not in visible]
+        if unknown:
+            raise UserError(f"GPU(s) {unknown} are not visible here (visible: {visible})",
+                            "pick visible GPUs with --gpus, e.g. --gpus " + ",".join(map(str, visible)))
+    else:
+        gpus = visible
+        if not gpus:
+            notes.append("no GPU is visible here: this spec cannot start on this machine")
+    if c.workers is not None:
+        if gpus and c.workers > len(gpus):
+            raise UserError(f"--workers {c.workers} exceeds the {len(gpus)} GPU(s) selected",
+                            "a GPU cluster runs one worker per GPU: lower --workers or add --gpus")
+        gpus = gpus[:c.workers]
+    threads = c.threads_per_worker or family.knobs.threads_per_worker.get(collection or "session") or 1
+
+    pool = c.rmm.pool_size
+    pool_source = "set by you"
+    if pool == "auto":
+        pool, pool_source = family.knobs.rmm_pool_size, f"{family.name} family default (fraction of device memory)"
+    rmm = None
+    kwargs = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)) or None, "n_workers": len(gpus) or None,
+              "threads_per_worker": threads, "memory_limit": c.memory_limit,
+              "dashboard_address": c.dashboard_address, **proto.transport_kwargs(c.ucx)}
+    if pool is not None:
+        rmm = {"pool_size": pool, "maximum_pool_size": c.rmm.maximum_pool_size,
+               "external_libs": list(c.rmm.external_libs), "source": pool_source}
+        kwargs["rmm_pool_size"] = pool
+        if c.rmm.maximum_pool_size is not None:
+            kwargs["rmm_maximum_pool_size"] = c.rmm.maximum_pool_size
+        if c.rmm.external_libs:
+            kwargs["rmm_allocator_external_lib_list"] = list(c.rmm.external_libs)
+    pre = list(family.knobs.pre_import.get(collection or "session", ()))
+    if pre:
+        kwargs["pre_import"] = pre
+
+    if c.ucx.nvlink:
+        if proto.name != "ucx":
+            raise UserError("NVLink was requested over TCP", "use --protocol ucx with NVLink")
+        if len(gpus) < 2:
+            notes.append("warning: NVLink requested but only one GPU is used; it carries nothing here")
+        elif not machine.nvlink_connected(gpus):
+            notes.append(f"warning: NVLink requested but GPUs {gpus} are not all NVLink-connected")
+    return ClusterSpec(
+        kind="cuda", cls="dask_cuda.LocalCUDACluster", family=family.name, protocol=proto.name,
+        workers=len(gpus), threads_per_worker=threads, memory_limit=c.memory_limit,
+        memory_limit_bytes=memory_bytes(c.memory_limit, 1, max(1, len(gpus))),
+        gpus=gpus, transports={k: v for k, v in kwargs.items() if k.startswith("enable_")}
+        or {"selection": "automatic (UCX chooses)" if proto.name == "ucx" else "tcp"},
+        rmm=rmm, pre_import=pre, dashboard_address=c.dashboard_address, notes=notes, kwargs=kwargs)
+
+
+def start(spec: ClusterSpec):
+    from distributed import Client
+    if not spec.gpus:
+        raise UserError("no GPU is visible to start a LocalCUDACluster", "use --backend cpu (or auto)")
+    from dask_cuda import LocalCUDACluster
+    try:
+        cluster = LocalCUDACluster(**spec.kwargs)
+    except Exception as e:  # noqa: BLE001 - reported as one line
+        raise start_error(spec, e) from None
+    try:
+        return cluster, Client(cluster)
+    except BaseException:
+        cluster.close()
+        raise

@@ -1,0 +1,338 @@
+"""Configuration: package defaults, profiles, env vars and flags, merged and validated.
+
+The defaults live in ``gpuscale.yaml`` beside this module and are merged into
+``dask.config`` under ``gpuscale`` when the package is imported, so ``dask.config.get
+("gpuscale.protocol")`` and ``DASK_GPUSCALE__PROTOCOL=ucx`` work as for any Dask setting.
+
+:func:`resolve` builds the settings for one run, with this precedence (highest first)::
+
+    flag / keyword  >  dask.config.set(...)  >  env var  >  profile  >  user YAML  >  defaults
+
+and remembers which layer every value came from (``Resolved.sources``). Validation is one
+pydantic model (:class:`Settings`); ``tests/test_config.py`` keeps it in sync with the YAML.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import pathlib
+from typing import Any, Union
+
+import dask.config
+import yaml
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError,
+                      field_validator)
+
+from .errors import UserError
+
+HERE = pathlib.Path(__file__).resolve().parent
+DEFAULTS_FILE = HERE / "gpuscale.yaml"
+PROFILE_VERSION = 1
+
+with DEFAULTS_FILE.open() as _f:
+    DEFAULTS: dict = yaml.safe_load(_f)
+dask.config.update_defaults(DEFAULTS)
+
+
+def _hyphen(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def normalize(d: Any) -> Any:
+    """Keys in hyphen form at every level (env vars arrive with underscores)."""
+    if isinstance(d, dict):
+        return {_hyphen(str(k)).lower(): normalize(v) for k, v in d.items()}
+    return d
+
+
+# --------------------------------------------------------------------------------------
+# Schema
+# --------------------------------------------------------------------------------------
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=_hyphen, populate_by_name=True,
+                              frozen=True)
+
+
+Size = Union[PositiveInt, float, str, None]
+
+
+class UcxSettings(_Section):
+    nvlink: bool | None = None
+    infiniband: bool | None = None
+    rdmacm: bool | None = None
+
+
+class RmmSettings(_Section):
+    pool_size: Size = "auto"
+    maximum_pool_size: Size = None
+    external_libs: list[str] = Field(default_factory=lambda: ["cupy"])
+
+
+class ClusterSettings(_Section):
+    workers: PositiveInt | None = None
+    threads_per_worker: PositiveInt | None = None
+    memory_limit: Size = "auto"
+    gpus: tuple[NonNegativeInt, ...] | None = None
+    dashboard_address: str | None = "127.0.0.1:0"
+    connect_timeout: float = Field(10.0, gt=0)
+    ucx: UcxSettings = UcxSettings()
+    rmm: RmmSettings = RmmSettings()
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _parse_gpus(cls, v):
+        if isinstance(v, str):
+            try:
+                return tuple(int(p) for p in v.replace(" ", "").split(",") if p != "")
+            except ValueError:
+                raise ValueError("must be GPU indices like '0,1'") from None
+        if isinstance(v, int) and not isinstance(v, bool):
+            return (v,)
+        return v
+
+
+class RunSettings(_Section):
+    warmup: NonNegativeInt = 1
+    repeat: PositiveInt = 3
+    memory_check: bool = True
+
+
+class Settings(_Section):
+    backend: str = "auto"
+    protocol: str = "tcp"
+    scheduler: str | None = None
+    results_dir: str = "gpuscale-results"
+    cluster: ClusterSettings = ClusterSettings()
+    run: RunSettings = RunSettings()
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, v):
+        from . import backends
+        if v not in backends.names():
+            raise ValueError(f"unknown backend; choose one of: {', '.join(backends.names())}")
+        return v
+
+    @field_validator("protocol")
+    @classmethod
+    def _known_protocol(cls, v):
+        from .cluster import protocols
+        if v not in protocols.names():
+            raise ValueError(f"unknown protocol; choose one of: {', '.join(protocols.names())}")
+        return v
+
+
+# --------------------------------------------------------------------------------------
+# Keyword names shared by the CLI flags and the Python API (one table, no second mapping)
+# --------------------------------------------------------------------------------------
+KEYWORDS: dict[str, str] = {
+    "backend": "backend",
+    "protocol": "protocol",
+    "scheduler": "scheduler",
+    "results_dir": "results-dir",
+    "workers": "cluster.workers",
+    "threads_per_worker": "cluster.threads-per-worker",
+    "memory_limit": "cluster.memory-limit",
+    "gpus": "cluster.gpus",
+    "dashboard_address": "cluster.dashboard-address",
+    "nvlink": "cluster.ucx.nvlink",
+    "infiniband": "cluster.ucx.infiniband",
+    "rmm_pool_size": "cluster.rmm.pool-size",
+    "warmup": "run.warmup",
+    "repeat": "run.repeat",
+    "memory_check": "run.memory-check",
+}
+
+
+def keywords_to_nested(kwargs: dict[str, Any]) -> dict:
+    """``{"workers": 2}`` -> ``{"cluster": {"workers": 2}}``; None means "not given"."""
+    out: dict = {}
+    for key, value in kwargs.items():
+        if value is None:
+            continue
+        if key not in KEYWORDS:
+            raise UserError(f"unknown setting '{key}'",
+                            f"use one of: {', '.join(sorted(KEYWORDS))}")
+        _set_path(out, KEYWORDS[key].split("."), value)
+    return out
+
+
+def _set_path(d: dict, path: list[str], value: Any) -> None:
+    for p in path[:-1]:
+        d = d.setdefault(p, {})
+    d[path[-1]] = value
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Profiles
+# --------------------------------------------------------------------------------------
+def profile_dirs() -> list[pathlib.Path]:
+    """Where named profiles live: the packaged copy, then a source checkout's clusters/."""
+    return [p for p in (HERE / "clusters", HERE.parent / "clusters") if p.is_dir()]
+
+
+def profile_names() -> list[str]:
+    names = set()
+    for d in profile_dirs():
+        names.update(p.stem for p in d.glob("*.yaml"))
+    return sorted(names)
+
+
+def _profile_path(name_or_path: str) -> pathlib.Path:
+    p = pathlib.Path(name_or_path).expanduser()
+    if p.suffix in (".yaml", ".yml") or os.sep in name_or_path:
+        if not p.is_file():
+            raise UserError(f"profile file '{name_or_path}' does not exist",
+                            "give an existing YAML file or one of the names: "
+                            + ", ".join(profile_names()))
+        return p
+    for d in profile_dirs():
+        if (d / f"{name_or_path}.yaml").is_file():
+            return d / f"{name_or_path}.yaml"
+    raise UserError(f"unknown profile '{name_or_path}'",
+                    f"use one of: {', '.join(profile_names())} (or a path to a YAML file)")
+
+
+def load_profile(name_or_path: str) -> tuple[str, dict]:
+    """Read a profile: ``version: 1`` plus a ``gpuscale:`` mapping. Returns (label, settings)."""
+    path = _profile_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UserError(f"profile {path} is not valid YAML{where}",
+                        "fix the YAML syntax (indentation, colons, quotes)") from None
+    if not isinstance(data, dict) or not isinstance(data.get("gpuscale"), dict):
+        raise UserError(f"profile {path} has no 'gpuscale:' mapping",
+                        "put the settings under a top-level 'gpuscale:' key")
+    unknown = set(data) - {"gpuscale", "version", "description"}
+    if unknown:
+        raise UserError(f"profile {path} has unknown top-level key(s): {', '.join(sorted(unknown))}",
+                        "valid top-level keys: version, description, gpuscale")
+    version = data.get("version", PROFILE_VERSION)
+    if version != PROFILE_VERSION:
+        raise UserError(f"profile {path} has version {version!r}; this gpuscale reads version "
+                        f"{PROFILE_VERSION}", f"set 'version: {PROFILE_VERSION}'")
+    return str(path), normalize(data["gpuscale"])
+
+
+# --------------------------------------------------------------------------------------
+# Resolution
+# --------------------------------------------------------------------------------------
+class Resolved(BaseModel):
+    """Validated settings plus the layer every value came from."""
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    settings: Settings
+    sources: dict[str, str]
+    profile: str | None = None
+
+
+def _user_yaml() -> dict:
+    merged: dict = {}
+    for d in dask.config.collect_yaml(dask.config.paths):
+        merged = dask.config.merge(merged, normalize(d.get("gpuscale", {}) or {}))
+    return merged
+
+
+def _env_layer() -> dict:
+    return normalize(dask.config.collect_env(os.environ).get("gpuscale", {}) or {})
+
+
+def _set_layer(baseline: dict) -> dict:
+    """Values a notebook put in with ``dask.config.set``: what differs from the files + env."""
+    current = normalize(dask.config.get("gpuscale", default={}) or {})
+    flat_cur, flat_base = _flatten(current), _flatten(baseline)
+    out: dict = {}
+    for k, v in flat_cur.items():
+        if k not in flat_base or flat_base[k] != v:
+            _set_path(out, k.split("."), v)
+    return out
+
+
+def resolve(profile: str | None = None, overrides: dict | None = None) -> Resolved:
+    """Merge every layer, validate, and say where each value came from."""
+    defaults = normalize(copy.deepcopy(DEFAULTS["gpuscale"]))
+    user = _user_yaml()
+    env = _env_layer()
+    set_layer = _set_layer(dask.config.merge(defaults, user, env))
+    flags = normalize(overrides or {})
+    # A profile may also be named by env var or dask.config (gpuscale.profile is not a setting
+    # of its own: it selects a layer), and a flag names it above all.
+    profile = profile or os.environ.get("GPUSCALE_PROFILE")
+    label, prof = (None, {})
+    if profile:
+        label, prof = load_profile(profile)
+
+    layers = [("default", defaults), ("user-yaml", user), ("profile", prof), ("env", env),
+              ("dask.config", set_layer), ("flag", flags)]
+    merged: dict = {}
+    sources: dict[str, str] = {}
+    for name, layer in layers:
+        merged = dask.config.merge(merged, layer)
+        for key in _flatten(layer):
+            sources[key] = name
+    try:
+        settings = Settings.model_validate(merged)
+    except ValidationError as e:
+        raise _validation_error(e, sources, label) from None
+    return Resolved(settings=settings, sources=sources, profile=label)
+
+
+def _validation_error(e: ValidationError, sources: dict[str, str], profile: str | None) -> UserError:
+    err = e.errors()[0]
+    loc = [str(p) for p in err["loc"] if not isinstance(p, int)]
+    key = ".".join(loc)
+    origin = sources.get(key, "")
+    where = {"profile": f" (from profile {profile})", "env": " (from an environment variable "
+             f"DASK_GPUSCALE__{key.upper().replace('.', '__').replace('-', '_')})",
+             "flag": " (from a flag)", "user-yaml": " (from your Dask YAML config)",
+             "dask.config": " (from dask.config.set)"}.get(origin, "")
+    if err["type"] == "extra_forbidden":
+        section = _section_model(loc[:-1])
+        valid = ", ".join(_hyphen(f) for f in section.model_fields)
+        return UserError(f"unknown key 'gpuscale.{key}'{where}", f"valid keys here: {valid}")
+    msg = err["msg"].removeprefix("Value error, ")
+    return UserError(f"invalid value {err.get('input')!r} for gpuscale.{key}{where}: {msg}",
+                     "fix that setting (see `gpuscale cluster show` for the resolved values)")
+
+
+def _section_model(path: list[str]) -> type[BaseModel]:
+    model: type[BaseModel] = Settings
+    for p in path:
+        field = model.model_fields.get(p.replace("-", "_"))
+        if field is None or not isinstance(field.annotation, type) or not issubclass(
+                field.annotation, BaseModel):
+            break
+        model = field.annotation
+    return model
+
+
+def schema_keys(model: type[BaseModel] = Settings, prefix: str = "") -> set[str]:
+    """Every dotted key the schema knows (used by the test that keeps YAML and schema in sync)."""
+    keys = set()
+    for name, field in model.model_fields.items():
+        key = prefix + _hyphen(name)
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys |= schema_keys(ann, key + ".")
+        else:
+            keys.add(key)
+    return keys
+
+
+def default_keys() -> set[str]:
+    return set(_flatten(normalize(DEFAULTS["gpuscale"])))
+

@@ -1,0 +1,148 @@
+"""What this machine is: CPU, memory, GPUs and their NVLink topology, library versions.
+
+GPU facts come from NVML (``pynvml``, as distributed's own ``diagnostics.nvml`` uses), so
+nothing here creates a CUDA context or imports CuPy. Versions come from
+``distributed.versions.get_versions`` plus package metadata for the optional stacks.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+import os
+import platform
+
+import psutil
+
+# Optional stacks: import name -> distribution names to look for (first found wins).
+STACKS: dict[str, tuple[str, ...]] = {
+    "cupy": ("cupy-cuda13x", "cupy-cuda12x", "cupy"),
+    "cudf": ("cudf-cu13", "cudf-cu12", "cudf"),
+    "dask_cudf": ("dask-cudf-cu13", "dask-cudf-cu12", "dask-cudf"),
+    "dask_cuda": ("dask-cuda",),
+    "distributed_ucxx": ("distributed-ucxx-cu13", "distributed-ucxx-cu12", "distributed-ucxx"),
+    "ucxx": ("ucxx-cu13", "ucxx-cu12", "ucxx"),
+    "rmm": ("rmm-cu13", "rmm-cu12", "rmm"),
+    "pynvml": ("nvidia-ml-py", "pynvml"),
+    "numba": ("numba",),
+}
+CORE = ("dask", "distributed", "numpy", "pandas", "pyarrow")
+
+
+def _dist_version(names: tuple[str, ...]) -> str | None:
+    for n in names:
+        try:
+            return importlib.metadata.version(n)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def stacks() -> dict[str, dict]:
+    """Which optional stacks are importable here, with versions (nothing is imported)."""
+    out = {}
+    for module, dists in STACKS.items():
+        found = importlib.util.find_spec(module) is not None
+        out[module] = {"importable": found, "version": _dist_version(dists) if found else None}
+    return out
+
+
+def versions() -> dict[str, str | None]:
+    from distributed.versions import get_versions
+
+    from . import __version__
+    v = dict(get_versions()["packages"])
+    for name in CORE:
+        v.setdefault(name, _dist_version((name,)))
+    for module, info in stacks().items():
+        v[module.replace("_", "-")] = info["version"]
+    v["gpuscale"] = __version__
+    return v
+
+
+def cpu() -> dict:
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        usable = os.cpu_count() or 1
+    return {"model": model, "cores": os.cpu_count() or 1, "usable_cores": usable,
+            "memory_bytes": int(psutil.virtual_memory().total),
+            "platform": platform.platform()}
+
+
+def usable_cores() -> int:
+    return cpu()["usable_cores"]
+
+
+@functools.lru_cache(maxsize=1)
+def _nvml():
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:
+        return None
+
+
+def _visible(index: int, uuid: str) -> bool:
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is None:
+        return True
+    items = [p.strip() for p in cvd.split(",") if p.strip()]
+    return str(index) in items or any(uuid.startswith(p) for p in items if p.startswith("GPU-"))
+
+
+def gpus() -> list[dict]:
+    """Visible GPUs: index, name, memory, UUID and the indices of NVLink peers."""
+    nv = _nvml()
+    if nv is None:
+        return []
+    try:
+        count = nv.nvmlDeviceGetCount()
+    except Exception:
+        return []
+    handles, out = [], []
+    for i in range(count):
+        h = nv.nvmlDeviceGetHandleByIndex(i)
+        uuid = nv.nvmlDeviceGetUUID(h)
+        uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+        if not _visible(i, uuid):
+            continue
+        name = nv.nvmlDeviceGetName(h)
+        handles.append((i, h))
+        out.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
+                    "memory_bytes": int(nv.nvmlDeviceGetMemoryInfo(h).total), "uuid": uuid,
+                    "nvlink_peers": []})
+    for a, (i, hi) in zip(out, handles):
+        for j, hj in handles:
+            if i == j:
+                continue
+            try:
+                status = nv.nvmlDeviceGetP2PStatus(hi, hj, nv.NVML_P2P_CAPS_INDEX_NVLINK)
+            except Exception:
+                continue
+            if status == nv.NVML_P2P_STATUS_OK:
+                a["nvlink_peers"].append(j)
+    return out
+
+
+def nvlink_connected(indices: list[int] | None = None) -> bool:
+    """True when every pair of the given GPUs (default: all visible) is NVLink-connected."""
+    gs = {g["index"]: g for g in gpus()}
+    idx = list(indices) if indices is not None else list(gs)
+    if len(idx) < 2:
+        return False
+    return all(j in gs.get(i, {}).get("nvlink_peers", []) for i in idx for j in idx if i != j)
+
+
+def hardware() -> dict:
+    return {"cpu": cpu(), "gpus": gpus()}

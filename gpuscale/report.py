@@ -1,0 +1,128 @@
+"""Rendering: rich tables for the terminal, HTML for notebooks. No computation here."""
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from dask.utils import format_bytes
+from rich.table import Table
+
+
+def _fmt_s(x: float | None) -> str:
+    return "-" if x is None else (f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.3f} s")
+
+
+def result_table(r) -> Table:
+    t = Table(title=f"gpuscale {r.workload} on {r.family} ({r.backend}), {r.protocol}",
+              show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    valid = "[green]valid[/green]" if r.valid else "[red bold]INVALID[/red bold]"
+    t.add_row("result", f"{valid}  ({r.validation.get('method', '')})")
+    t.add_row("median / min", f"{_fmt_s(r.median_s)} / {_fmt_s(r.min_s)}  over {len(r.times_s)} repeat(s)")
+    t.add_row("times", ", ".join(_fmt_s(x) for x in r.times_s))
+    t.add_row("warm-up", ", ".join(_fmt_s(x) for x in r.warmup_s) or "-")
+    t.add_row("start-up / generate / validate",
+              f"{_fmt_s(r.startup_s)} / {_fmt_s(r.generate_s)} / {_fmt_s(r.validate_s)}")
+    t.add_row("params", ", ".join(f"{k}={v}" for k, v in r.params.items()))
+    t.add_row("backend", r.backend_reason)
+    running = r.cluster.get("running", {})
+    t.add_row("cluster", f"{r.cluster.get('cls')}: {running.get('workers', r.cluster.get('workers'))} "
+              f"worker(s), {running.get('threads', '?')} thread(s)")
+    for name, c in r.choices.items():
+        rule = f"  [dim]({c['source']}: {c['rule']})[/dim]" if c.get("rule") else f"  [dim]({c['source']})[/dim]"
+        t.add_row(f"  {name}", f"{c['value']}{rule}")
+    route = r.info.get("route")
+    if route:
+        t.add_row("  svd route", f"{route['name']}: {route['reason']}")
+    for c in r.validation.get("checks", []):
+        mark = "[green]ok[/green]" if c["ok"] else "[red]FAIL[/red]"
+        val = "" if c.get("value") is None else f" {c['value']:.3g}" if isinstance(c["value"], float) else f" {c['value']}"
+        lim = "" if c.get("limit") is None else f" (limit {c['limit']})"
+        t.add_row(f"  check", f"{mark} {c['name']}{val}{lim}")
+    if r.path:
+        t.add_row("record", r.path)
+    return t
+
+
+def result_html(r) -> str:
+    rows = [("workload", r.workload), ("backend", f"{r.backend} → {r.family}"), ("protocol", r.protocol),
+            ("valid", "✅" if r.valid else "❌ INVALID"), ("median", _fmt_s(r.median_s)),
+            ("times", ", ".join(_fmt_s(x) for x in r.times_s)),
+            ("params", ", ".join(f"{k}={v}" for k, v in r.params.items())),
+            ("choices", "; ".join(f"{k}={v['value']} ({v['source']})" for k, v in r.choices.items())),
+            ("record", r.path or "(not written)")]
+    body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
+                   f"{html.escape(str(v))}</td></tr>" for k, v in rows)
+    return f"<table><caption>gpuscale result</caption>{body}</table>"
+
+
+def session_html(s) -> str:
+    link = s.dashboard_link
+    workers = "-"
+    if s.client is not None:
+        workers = str(len(s.client.scheduler_info(n_workers=-1)["workers"]))
+    dash = f"<a href='{html.escape(link)}' target='_blank'>{html.escape(link)}</a>" if link else "(closed)"
+    rows = [("backend", f"{s.selection.requested} → {s.family.name}"), ("cluster", s.spec.cls),
+            ("protocol", s.spec.protocol), ("workers", workers), ("dashboard", None)]
+    body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>"
+                   f"{html.escape(str(v)) if v is not None else dash}</td></tr>" for k, v in rows)
+    return f"<table><caption>gpuscale session</caption>{body}</table>"
+
+
+def spec_table(spec, resolved, selection) -> Table:
+    t = Table(title=f"cluster spec ({selection.reason})", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    d = spec.model_dump(mode="json")
+    for key in ("cls", "family", "protocol", "scheduler", "workers", "threads_per_worker", "memory_limit",
+                "gpus", "transports", "rmm", "pre_import", "dashboard_address"):
+        v = d.get(key)
+        if key == "memory_limit" and d.get("memory_limit_bytes"):
+            v = f"{v} ({format_bytes(d['memory_limit_bytes'])} per worker)"
+        if v is not None and v != [] and v != {}:
+            t.add_row(key, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
+    for note in spec.notes:
+        t.add_row("note", note)
+    if resolved.profile:
+        t.add_row("profile", resolved.profile)
+    changed = {k: v for k, v in resolved.sources.items() if v != "default"}
+    if changed:
+        t.add_row("from", ", ".join(f"{k}: {v}" for k, v in sorted(changed.items())))
+    return t
+
+
+def info_table(info: dict[str, Any]) -> Table:
+    t = Table(title="gpuscale info", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    cpu = info["hardware"]["cpu"]
+    t.add_row("CPU", f"{cpu['model']}, {cpu['usable_cores']} usable of {cpu['cores']} cores")
+    t.add_row("memory", format_bytes(cpu["memory_bytes"]))
+    gpus = info["hardware"]["gpus"]
+    if not gpus:
+        t.add_row("GPUs", "none visible")
+    for g in gpus:
+        peers = ", ".join(map(str, g["nvlink_peers"])) or "none"
+        t.add_row(f"GPU {g['index']}", f"{g['name']}, {format_bytes(g['memory_bytes'])}, NVLink peers: {peers}")
+    for mod, st in info["stacks"].items():
+        t.add_row(mod, (st["version"] or "installed") if st["importable"] else "[dim]not installed[/dim]")
+    for fam in info["backends"]:
+        t.add_row(f"backend {fam['name']}", ("[green]usable[/green]: " if fam["usable"] else "[dim]unusable[/dim]: ")
+                  + fam["why"])
+    for name, v in info["versions"].items():
+        if name in ("dask", "distributed", "numpy", "pandas", "gpuscale", "python"):
+            t.add_row(name, str(v))
+    return t
+
+
+def workloads_table(items: list[dict]) -> Table:
+    t = Table(title="gpuscale workloads", title_justify="left")
+    t.add_column("workload", style="bold")
+    t.add_column("kind")
+    t.add_column("parameters (default)")
+    for w in items:
+        params = "\n".join(f"--{k} ({v['default']}): {v['help']}" for k, v in w["params"].items())
+        t.add_row(f"{w['name']}\n[dim]{w['description']}[/dim]", w["collection"], params)
+    return t

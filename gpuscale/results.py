@@ -1,0 +1,116 @@
+"""Result records: one versioned JSON file per run, written atomically, never overwritten.
+
+A record holds what ran (workload, parameters, backend and the family it selected, every
+tuned choice with its source and rule, protocol, the resolved cluster spec), what it took
+(every timing, median, min, start-up and generation), whether it was right (the
+validation with each check), and where (versions and hardware), plus a timestamp.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import pathlib
+import statistics
+import tempfile
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import UserError
+
+SCHEMA = "gpuscale.result"
+SCHEMA_VERSION = 1
+
+
+class Result(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    schema_name: str = Field(SCHEMA, alias="schema")
+    schema_version: int = SCHEMA_VERSION
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
+    timestamp: str = Field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat())
+    workload: str
+    params: dict[str, Any]
+    data: dict[str, Any] = Field(default_factory=dict)
+    backend: str
+    family: str
+    backend_reason: str
+    protocol: str
+    knobs: dict[str, Any]
+    choices: dict[str, dict[str, Any]]
+    cluster: dict[str, Any]
+    settings_sources: dict[str, str] = Field(default_factory=dict)
+    times_s: list[float]
+    warmup_s: list[float]
+    median_s: float
+    min_s: float
+    startup_s: float | None = None
+    generate_s: float
+    validate_s: float
+    valid: bool
+    validation: dict[str, Any]
+    info: dict[str, Any] = Field(default_factory=dict)
+    memory: dict[str, int] = Field(default_factory=dict)
+    versions: dict[str, Any]
+    hardware: dict[str, Any]
+    dashboard_link: str | None = None
+    path: str | None = None
+
+    @classmethod
+    def build(cls, **kw) -> "Result":
+        times = kw["times_s"]
+        kw.setdefault("median_s", statistics.median(times))
+        kw.setdefault("min_s", min(times))
+        return cls(**kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=str)
+
+    def _repr_html_(self) -> str:
+        from .report import result_html
+        return result_html(self)
+
+
+def check_writable(results_dir: str | os.PathLike) -> pathlib.Path:
+    """Fail before any work starts if records cannot be written there."""
+    d = pathlib.Path(results_dir).expanduser()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=d, prefix=".gpuscale-probe-"):
+            pass
+    except OSError as e:
+        raise UserError(f"results dir '{d}' is not writable ({e.strerror or e})",
+                        "pass --results-dir to a writable folder") from None
+    return d
+
+
+def write(result: Result, results_dir: str | os.PathLike) -> pathlib.Path:
+    """Write ``result`` as JSON under ``results_dir``: atomically, and never over a file."""
+    d = check_writable(results_dir)
+    stamp = result.timestamp.replace(":", "").replace("-", "").split(".")[0]
+    name = f"{stamp}-{result.workload}-{result.family}-{result.protocol}-{result.id}.json"
+    final = d / name
+    result.path = str(final)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(result.to_json())
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, final)  # fails if the name exists: never overwrite
+    finally:
+        os.unlink(tmp)
+    return final
+
+
+def load(path: str | os.PathLike) -> Result:
+    data = json.loads(pathlib.Path(path).read_text())
+    if data.get("schema") != SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
+        raise UserError(f"{path} is not a gpuscale result record of schema version {SCHEMA_VERSION}",
+                        "give a file written by `gpuscale run` of this version")
+    return Result.model_validate(data)

@@ -1,0 +1,183 @@
+"""Workloads describe; routes compute.
+
+A workload is a small class: a pydantic ``Params`` model (defaults and range checks), cross-
+field ``check``s, ``plan`` (the tuned choices, recorded with where they came from),
+``estimate_bytes`` (for the memory check), ``generate`` (data on the active backend),
+``compute`` (calls a route in :mod:`gpuscale.linalg` / :mod:`gpuscale.dataframe`) and
+``validate`` (against an independent reference). It imports no GPU library at top level.
+
+Built-ins are registered here; installed packages add workloads through the
+``gpuscale.workloads`` entry-point group (an entry point names a :class:`Workload` subclass).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..errors import UserError
+
+
+class Params(BaseModel):
+    """Base for workload parameters: unknown names are errors, values are checked."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclasses.dataclass
+class Check:
+    name: str
+    ok: bool
+    value: float | int | str | None = None
+    limit: float | int | str | None = None
+    detail: str = ""
+
+
+@dataclasses.dataclass
+class Validation:
+    """The outcome of checking a result against an independent reference."""
+    method: str
+    checks: list[Check]
+
+    @property
+    def valid(self) -> bool:
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    def to_dict(self) -> dict:
+        return {"valid": self.valid, "method": self.method,
+                "checks": [dataclasses.asdict(c) for c in self.checks]}
+
+
+@dataclasses.dataclass
+class Output:
+    """What one timed run produced: Dask collections to persist, plus what it learned."""
+    collections: dict[str, Any]
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Context:
+    """What a workload may know about where it runs."""
+    family: Any                       # backends.Family
+    spec: Any                         # cluster.ClusterSpec
+    client: Any = None                # distributed.Client (None while only planning)
+    choices: dict[str, dict] = dataclasses.field(default_factory=dict)
+
+    @property
+    def knobs(self):
+        return self.family.knobs
+
+    @property
+    def total_threads(self) -> int:
+        if self.client is not None:
+            info = self.client.scheduler_info(n_workers=-1)["workers"]
+            return max(1, sum(w.get("nthreads", 1) for w in info.values()))
+        return max(1, (self.spec.workers or 1) * (self.spec.threads_per_worker or 1))
+
+    def choose(self, name: str, value: Any, source: str, rule: str | None = None) -> Any:
+        """Record a tuned choice (value, where it came from, and the rule if one chose it)."""
+        self.choices[name] = {"value": value, "source": source, "rule": rule}
+        return value
+
+
+class Workload:
+    """Base class. Subclasses set the class attributes and implement the methods."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    collection: ClassVar[str]          # "array" or "dataframe"
+    Params: ClassVar[type[Params]]
+
+    def check(self, p) -> None:
+        """Cross-parameter checks that need no cluster; raise UserError."""
+
+    def plan(self, p, ctx: Context) -> None:
+        """Record tuned choices with ``ctx.choose`` (may need ctx.client for cluster facts)."""
+
+    def estimate_bytes(self, p, ctx: Context) -> int:
+        return 0
+
+    def generate(self, p, ctx: Context) -> Any:
+        raise NotImplementedError
+
+    def compute(self, data, p, ctx: Context) -> Output:
+        raise NotImplementedError
+
+    def validate(self, out: Output, data, p, ctx: Context) -> Validation:
+        raise NotImplementedError
+
+    def describe_data(self, p) -> dict:
+        return {}
+
+    # -- parameters ---------------------------------------------------------------------
+    @classmethod
+    def parse(cls, params: dict[str, Any]):
+        """Validate parameters into ``Params``; one-line errors naming the flag and the fix."""
+        clean = {k.replace("-", "_"): v for k, v in params.items() if v is not None}
+        try:
+            p = cls.Params(**clean)
+        except ValidationError as e:
+            err = e.errors()[0]
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            flag = "--" + field.replace("_", "-")
+            if err["type"] == "extra_forbidden":
+                raise UserError(f"workload '{cls.name}' has no parameter {flag}",
+                                f"its parameters: {', '.join(parameter_flags(cls))}") from None
+            msg = err["msg"].removeprefix("Value error, ")
+            raise UserError(f"{cls.name} {flag}: {msg} (got {err.get('input')!r})",
+                            f"see `gpuscale workloads` for {cls.name}'s parameters") from None
+        cls().check(p)
+        return p
+
+
+def parameter_flags(cls) -> list[str]:
+    return ["--" + f.replace("_", "-") for f in cls.Params.model_fields]
+
+
+def describe(cls) -> dict:
+    """Name, description and parameters (with defaults) of a workload, for listings."""
+    params = {}
+    for fname, field in cls.Params.model_fields.items():
+        ann = field.annotation
+        params[fname.replace("_", "-")] = {
+            "default": field.default, "type": getattr(ann, "__name__", str(ann)).replace("typing.", ""),
+            "help": field.description or ""}
+    return {"name": cls.name, "collection": cls.collection, "description": cls.description,
+            "params": params}
+
+
+# ---------------------------------------------------------------------------------------
+_REGISTRY: dict[str, type[Workload]] = {}
+_LOADED = False
+BUILTINS = ("gpuscale.workloads.svd", "gpuscale.workloads.groupby")
+
+
+def register(cls: type[Workload]) -> type[Workload]:
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _load() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    for mod in BUILTINS:
+        importlib.import_module(mod)
+    for ep in importlib.metadata.entry_points(group="gpuscale.workloads"):
+        register(ep.load())
+
+
+def names() -> list[str]:
+    _load()
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> type[Workload]:
+    _load()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UserError(f"unknown workload '{name}'", f"use one of: {', '.join(names())}") from None
