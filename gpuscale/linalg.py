@@ -32,6 +32,8 @@ from typing import Any
 import dask
 import dask.array as da
 import numpy as np
+from dask.base import tokenize
+from dask.highlevelgraph import HighLevelGraph
 
 from .errors import UserError
 
@@ -83,12 +85,12 @@ def _acc(b):
 
 def _gram_block(b):
     b = _acc(b)
-    return (b.T @ b)[None, :, :]
+    return b.T @ b
 
 
 def _gram_of_product_block(b, m):
     c = _acc(b) @ m
-    return (c.T @ c)[None, :, :]
+    return c.T @ c
 
 
 def _matmul_block(b, m):
@@ -154,16 +156,43 @@ def _prepare(x, notes: list[str]):
     return x
 
 
+def _sum_list(parts):
+    total = parts[0].copy()
+    for p in parts[1:]:
+        total += p
+    return total
+
+
 def _block_sum(x, fn, *args, split_every=None):
-    """sum over row blocks of fn(block, *args), each an n x n matrix; a tree reduction."""
+    """sum over row blocks of fn(block, *args), each an n x n matrix, as a tree reduction.
+
+    The graph is built by hand (a few dict entries): dask's generic reduction and blockwise
+    machinery cost milliseconds of client time per call, which matters when the whole GPU
+    computation takes 0.1 s.
+    """
     n = x.shape[1]
-    blockwise_args: list = [x, "kc"]
-    for a, index in zip(args, ("de", "fg")):  # whole (one-chunk) matrices given to every block
-        blockwise_args += [a, index[: a.ndim]]
-    meta = x._meta.astype(np.float64).reshape((0, 0, 0))
-    parts = da.blockwise(fn, "kab", *blockwise_args, new_axes={"a": n, "b": n},
-                         adjust_chunks={"k": 1}, concatenate=True, dtype=np.float64, meta=meta)
-    return parts.sum(axis=0, split_every=split_every or max(2, parts.numblocks[0]))
+    token = tokenize(x, fn, *args, split_every)
+    name = f"{fn.__name__.strip('_')}-sum-{token}"
+    arg_keys = [a.__dask_keys__()[0][0] if a.ndim == 2 else a.__dask_keys__()[0] for a in args]
+    dsk: dict = {}
+    level = []
+    for k, row in enumerate(x.__dask_keys__()):
+        key = (f"{name}-part", k)
+        dsk[key] = (fn, row[0], *arg_keys)
+        level.append(key)
+    fan = max(2, split_every or len(level))
+    depth = 0
+    while len(level) > 1:
+        nxt = []
+        for i in range(0, len(level), fan):
+            key = (f"{name}-tree{depth}", i // fan)
+            dsk[key] = (_sum_list, level[i:i + fan])
+            nxt.append(key)
+        level, depth = nxt, depth + 1
+    dsk[(name, 0, 0)] = (_sum_list, level)
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[x, *args])
+    meta = x._meta.astype(np.float64).reshape((0, 0))
+    return da.Array(graph, name, chunks=((n,), (n,)), meta=meta)
 
 
 def gram(x, split_every=None):
@@ -172,11 +201,41 @@ def gram(x, split_every=None):
 
 
 def _single(a, fn, shape, dtype=np.float64, **kw):
-    """Apply fn to a one-chunk array, giving a one-chunk array of ``shape``."""
-    a = a.rechunk(a.shape)
-    meta = a._meta.astype(dtype).reshape((0,) * len(shape))
-    return da.map_blocks(fn, a, chunks=tuple((d,) for d in shape), dtype=dtype, meta=meta,
-                         drop_axis=list(range(len(shape), a.ndim)) or None, **kw)
+    """fn applied to a one-chunk array, giving a one-chunk array of ``shape`` (one task)."""
+    if a.npartitions != 1:
+        a = a.rechunk(a.shape)
+    return _one_task(fn, [a], shape, dtype)
+
+
+def _one_task(fn, inputs, shape, dtype=np.float64, meta=None):
+    """A one-chunk Dask array holding fn(*blocks) of one-chunk inputs (graph built by hand)."""
+    name = f"{fn.__name__.strip('_')}-{tokenize(fn, *inputs)}"
+    key = (name,) + (0,) * len(shape)
+    dsk = {key: (fn, *[_only_key(i) for i in inputs])}
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=inputs)
+    if meta is None:
+        meta = inputs[0]._meta.astype(dtype).reshape((0,) * len(shape))
+    return da.Array(graph, name, chunks=tuple((d,) for d in shape), meta=meta)
+
+
+def _only_key(a):
+    keys = a.__dask_keys__()
+    while isinstance(keys, list):
+        keys = keys[0]
+    return keys
+
+
+def _fetch(a):
+    """The value of a one-chunk persisted array: gathered from its future on a distributed
+    cluster (no new graph), computed otherwise."""
+    try:
+        from distributed import futures_of
+        futures = futures_of(a)
+    except ImportError:
+        futures = []
+    if futures:
+        return futures[0].result()
+    return a.compute()
 
 
 def _host_scalar(fn, a) -> float:
@@ -207,7 +266,7 @@ def _gram_uv_packed(g):
 
 def _project(x, m, dtype):
     """X @ m block by block (m is n x n): U from V and s, or from R^-1 Ur."""
-    return da.blockwise(_matmul_block, "ij", x, "ik", m, "kj", dtype=dtype,
+    return da.blockwise(_matmul_block, "ij", x, "ij", m, "kl", dtype=dtype,
                         meta=x._meta.astype(dtype), concatenate=True)
 
 
@@ -217,7 +276,7 @@ def _cholqr2_parts(x, g, split_every):
     r1_inv = _single(r1, np.linalg.inv, (n, n))
     g2 = _block_sum(x, _gram_of_product_block, r1_inv, split_every=split_every)
     r2 = _single(g2, _chol_upper, (n, n))
-    r = da.map_blocks(np.matmul, r2.rechunk(r2.shape), r1.rechunk(r1.shape), dtype=np.float64)
+    r = _one_task(np.matmul, [r2, r1], (n, n))
     return r
 
 
@@ -226,7 +285,7 @@ def _cholqr2_route(r, x, compute_uv, dtype):
     if compute_uv:
         packed = _single(r, _svd_packed, (2 * n + 1, n))
         ur, s, vt = packed[:n], packed[n], packed[n + 1:]
-        m = da.map_blocks(_inv_times, r.rechunk(r.shape), ur.rechunk(ur.shape), dtype=np.float64)
+        m = _one_task(_inv_times, [r, ur.rechunk(ur.shape)], (n, n))
         u = _project(x, m, dtype)
         return s.astype(dtype), u, vt.astype(dtype)
     return _single(r, _svdvals, (n,)).astype(dtype), None, None
@@ -299,17 +358,22 @@ def svd(x, compute_uv: bool = False, route: str = "auto", *, tol: float | None =
         s, u, vt = _cholqr2_route(r, x, compute_uv, dtype)
         return SVDResult(s, u, vt, Route("cholqr2", "asked for", None, limits), notes)
 
-    # auto: one pass for the Gram matrix, its spectrum gives the condition number.
-    g = g.persist()
-    w = _single(g, _eigvalsh_desc, (x.shape[1],)).persist()
-    cond = _host_scalar(_condition_from_eigenvalues, w)
+    # auto: one pass for the Gram matrix; its spectrum gives the condition number. G, its
+    # eigenvalues, the Gram route's s and the estimate are computed in one graph, and only the
+    # estimate (one float) comes back before deciding.
+    n = x.shape[1]
+    w = _single(g, _eigvalsh_desc, (n,))
+    s_gram = _single(w, _sqrt_clip, (n,)).astype(dtype)
+    cond_arr = _one_task(_condition_from_eigenvalues, [w], (1,), meta=np.empty((0,)))
+    g, w, s_gram, cond_arr = dask.persist(g, w, s_gram, cond_arr)
+    cond = float(np.asarray(_fetch(cond_arr))[0])
     predicted = GRAM_ERROR_FACTOR * eps * cond
     nums = {**limits, "condition_estimate": cond, "gram_predicted_error": predicted}
     if predicted <= tol:
         if compute_uv:
             s, u, vt = _gram_route(x, g, True, dtype)
         else:
-            s, u, vt = _single(w, _sqrt_clip, (x.shape[1],)).astype(dtype), None, None
+            s, u, vt = s_gram, None, None
         why = (f"condition estimate {cond:.3g} from the Gram spectrum: predicted error "
                f"{predicted:.2g} x s_max <= tol {tol:g}, one pass suffices")
         return SVDResult(s, u, vt, Route("gram", why, cond, nums), notes)

@@ -17,6 +17,7 @@ import warnings
 from typing import Any
 
 import dask
+from dask.core import flatten
 from dask.utils import format_bytes
 from distributed import futures_of, span, wait
 
@@ -47,12 +48,17 @@ def _task_count(dask_scheduler=None) -> int:
     return len(dask_scheduler.tasks)
 
 
-def _settle(client, baseline: int) -> bool:
-    """Wait until the scheduler holds no more tasks than it did with only the data in memory."""
+def task_count(client) -> int:
+    """Tasks the scheduler holds now (the baseline that ``settle`` waits to return to)."""
+    return client.run_on_scheduler(_task_count)
+
+
+def settle(client, baseline: int) -> bool:
+    """Wait until the scheduler holds no more tasks than ``baseline`` (the data alone)."""
     gc.collect()
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     delay = 0.002
-    while client.run_on_scheduler(_task_count) > baseline:
+    while task_count(client) > baseline:
         if time.monotonic() > deadline:
             return False
         time.sleep(delay)
@@ -60,12 +66,19 @@ def _settle(client, baseline: int) -> bool:
     return True
 
 
-def _persist(client, obj):
+def _persisted(c) -> bool:
+    """True when every output key of a collection is already a future (nothing to submit)."""
+    return {f.key for f in futures_of(c)} >= set(flatten(c.__dask_keys__()))
+
+
+def persist(client, obj):
+    """Persist a collection, or every collection in a dict (other values pass through).
+    Collections that a route already persisted are not submitted again."""
     if isinstance(obj, dict):
-        keys = [k for k, v in obj.items() if dask.is_dask_collection(v)]
-        done = client.persist([obj[k] for k in keys])
+        keys = [k for k, v in obj.items() if dask.is_dask_collection(v) and not _persisted(v)]
+        done = client.persist([obj[k] for k in keys]) if keys else []
         return {**obj, **dict(zip(keys, done))}
-    return client.persist(obj)
+    return obj if _persisted(obj) else client.persist(obj)
 
 
 def _futures(obj) -> list:
@@ -74,11 +87,28 @@ def _futures(obj) -> list:
     return futures_of(obj)
 
 
-def check_memory(workload: Workload, p, ctx: Context) -> tuple[int, int]:
-    """Refuse sizes that cannot fit: (estimate, capacity) in bytes."""
+def timed(client, family, build):
+    """Time ``build()`` (returns a collection or a dict of them) until every result is in
+    memory and every device has finished: (seconds, persisted result)."""
+    t0 = time.perf_counter()
+    out = persist(client, build())
+    wait(_futures(out))
+    family.synchronize(client)
+    return time.perf_counter() - t0, out
+
+
+def check_memory(workload: Workload, p, ctx: Context, enforce: bool) -> tuple[int, int]:
+    """Estimate the peak against the workers' memory (device memory on GPUs); refuse sizes
+    that cannot fit unless told not to. Returns (estimate, capacity) in bytes."""
     estimate = int(workload.estimate_bytes(p, ctx))
     per_worker = ctx.family.worker_memory(ctx.client)
     capacity = int(sum(per_worker.values()))
+    if enforce and capacity and estimate > capacity * MEMORY_HEADROOM:
+        raise UserError(f"{workload.name} at these sizes needs about {format_bytes(estimate)}, but the "
+                        f"cluster's {len(per_worker)} worker(s) hold {format_bytes(capacity)} "
+                        f"({int(MEMORY_HEADROOM * 100)}% usable)",
+                        "use smaller sizes, more memory (--memory-limit, --workers, --gpus), "
+                        "or --no-memory-check to try anyway")
     return estimate, capacity
 
 
@@ -97,43 +127,33 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int,
     client = ctx.client
     fam = ctx.family
     workload.plan(p, ctx)
-    estimate, capacity = check_memory(workload, p, ctx)
-    if memory_check and capacity and estimate > capacity * MEMORY_HEADROOM:
-        raise UserError(f"{workload.name} at these sizes needs about {format_bytes(estimate)}, but the "
-                        f"cluster's {len(fam.worker_memory(client))} worker(s) hold "
-                        f"{format_bytes(capacity)} ({int(MEMORY_HEADROOM * 100)}% usable)",
-                        "use smaller sizes, more memory (--memory-limit, --workers, --gpus), "
-                        "or --no-memory-check to try anyway")
+    estimate, capacity = check_memory(workload, p, ctx, memory_check)
 
     with span("gpuscale", workload.name, "generate"):
-        t0 = time.perf_counter()
-        data = _persist(client, workload.generate(p, ctx))
-        wait(_futures(data))
-        fam.synchronize(client)
-        generate_s = time.perf_counter() - t0
-    baseline = client.run_on_scheduler(_task_count)
+        generate_s, data = timed(client, fam, lambda: workload.generate(p, ctx))
+    baseline = task_count(client)
 
     times: list[float] = []
     warm: list[float] = []
     out: Output | None = None
     unsettled = 0
+    info: dict[str, Any] = {}
+
+    def build():
+        result = workload.compute(data, p, ctx)
+        info.update(result.info)
+        return result.collections
+
     with _progress(warmup + repeat, workload.name) as bar:
         task = bar.add_task(f"{workload.name} ({fam.name})", total=warmup + repeat) if bar else None
-        result = collections = None
         for i in range(warmup + repeat):
-            # release every reference to the previous result before timing the next one
-            out = result = collections = None
-            if not _settle(client, baseline):
+            out = None  # release the previous result before timing the next one
+            if not settle(client, baseline):
                 unsettled += 1
-            phase = "warmup" if i < warmup else "compute"
-            with span("gpuscale", workload.name, phase):
-                t0 = time.perf_counter()
-                result = workload.compute(data, p, ctx)
-                collections = _persist(client, result.collections)
-                wait(_futures(collections))
-                fam.synchronize(client)
-                elapsed = time.perf_counter() - t0
-            out = Output(collections, result.info)
+            with span("gpuscale", workload.name, "warmup" if i < warmup else "compute"):
+                elapsed, collections = timed(client, fam, build)
+            out = Output(collections, dict(info))
+            collections = None
             (warm if i < warmup else times).append(elapsed)
             if bar:
                 bar.advance(task)
