@@ -74,7 +74,7 @@ def _split(kwargs: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     return profile, settings
 
 
-@click.group(cls=Group, context_settings=CONTEXT)
+@click.group("gpuscale", cls=Group, context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="gpuscale")
 def cli():
     """Run the same Dask array / DataFrame work on CPUs or GPUs by changing one flag."""
