@@ -17,10 +17,18 @@ from .errors import UserError
 
 AGGREGATIONS = ("sum", "mean", "min", "max", "count", "size", "std", "var", "first", "last")
 BYTES_PER_VALUE = 8
+# Aggregations the per-worker route decomposes: partial aggregations, and how partials combine.
+DECOMPOSE = {"sum": (("sum",), "sum"), "count": (("count",), "sum"), "min": (("min",), "min"),
+             "max": (("max",), "max"), "mean": (("sum", "count"), None)}
+# Per-worker concatenation pays when a partition's partial result would still hold at least
+# this fraction of its rows (high cardinality): aggregating each partition first then does the
+# work twice. Below it, per-partition aggregation shrinks the data and the tree wins.
+CONCAT_MIN_GROUP_FRACTION = 0.05
 
 
 @dataclasses.dataclass
 class GroupbyPlan:
+    strategy: str            # "per-worker" | "tree" | "shuffle"
     split_out: int
     split_every: int
     shuffle_method: str | None
@@ -60,12 +68,17 @@ def _normalize_agg(df, by: list[str], agg) -> dict[str, list[str]]:
     return spec
 
 
-def plan_groupby(df, by, agg, *, groups: int | None = None, split_out: int | str = "auto",
-                 family=None) -> GroupbyPlan:
-    """Choose tree reduction or shuffle for ``df.groupby(by).agg(agg)``.
+def plan_groupby(df, by, agg, *, groups: int | None = None, rows: int | None = None,
+                 split_out: int | str = "auto", family=None) -> GroupbyPlan:
+    """Choose how to run ``df.groupby(by).agg(agg)``.
 
-    ``groups`` is the number of distinct keys if known; otherwise it is estimated with
-    ``nunique_approx`` (one pass over the key columns).
+    * the result is estimated at ``groups`` x (key + aggregate columns) x 8 B; over the family's
+      per-partition budget it is split over ``split_out`` partitions by the family's shuffle;
+    * under it, one output partition: if each input partition would still hold many groups
+      (groups >= 5% of its rows) every worker concatenates its own partitions and aggregates
+      once ("per-worker"), else each partition is aggregated and partials are combined in a tree.
+
+    ``groups`` (distinct keys) and ``rows`` are estimated in one pass when not given.
     """
     by = [by] if isinstance(by, str) else list(by)
     missing = [c for c in by if c not in df.columns]
@@ -75,46 +88,137 @@ def plan_groupby(df, by, agg, *, groups: int | None = None, split_out: int | str
     spec = _normalize_agg(df, by, agg)
     fam = family or backends.family_of(df)
     knobs = fam.knobs
-    if groups is None:
-        groups = int(df[by[0] if len(by) == 1 else by].nunique_approx().compute())
-        source = "estimated with nunique_approx"
-    else:
-        source = "given"
+    source = "given"
+    if groups is None or rows is None:
+        import dask
+        key = df[by[0] if len(by) == 1 else by]
+        est_groups, est_rows = dask.compute(key.nunique_approx(), df.shape[0])
+        source = "estimated with nunique_approx" if groups is None else source
+        groups = int(est_groups) if groups is None else groups
+        rows = int(est_rows) if rows is None else rows
     width = len(by) + sum(len(a) for a in spec.values())
     result_bytes = groups * width * BYTES_PER_VALUE
     budget = knobs.split_out_budget_bytes
     nparts = df.npartitions
     split_every = knobs.split_every or max(2, nparts)
+    size = (f"estimated result {groups:,} groups x {width * BYTES_PER_VALUE} B = "
+            f"{result_bytes / 1e6:.3g} MB")
     if split_out != "auto":
         n = int(split_out)
         if n < 1:
             raise UserError(f"split_out must be >= 1, got {n}", "use 1 for a tree reduction")
-        return GroupbyPlan(n, split_every, knobs.shuffle_method if n > 1 else None, groups, source,
-                           result_bytes, budget, f"split_out={n} set by you")
-    if result_bytes <= budget:
-        why = (f"split_out=1: estimated result {groups:,} groups x {width * BYTES_PER_VALUE} B = "
-               f"{result_bytes / 1e6:.3g} MB, under the {fam.name} per-partition budget of "
-               f"{budget / 1e6:.4g} MB: tree reduction (fan-in {split_every}), no shuffle")
-        return GroupbyPlan(1, split_every, None, groups, source, result_bytes, budget, why)
-    n = min(max(2, math.ceil(result_bytes / budget)), max(2, nparts))
-    why = (f"split_out={n}: estimated result {groups:,} groups x {width * BYTES_PER_VALUE} B = "
-           f"{result_bytes / 1e6:.3g} MB exceeds the {fam.name} budget of {budget / 1e6:.4g} MB: "
-           f"{knobs.shuffle_method or 'Dask default'} shuffle")
-    return GroupbyPlan(n, split_every, knobs.shuffle_method, groups, source, result_bytes, budget, why)
+        return GroupbyPlan("shuffle" if n > 1 else "tree", n, split_every,
+                           knobs.shuffle_method if n > 1 else None, groups, source, result_bytes,
+                           budget, f"split_out={n} set by you")
+    if result_bytes > budget:
+        n = min(max(2, math.ceil(result_bytes / budget)), max(2, nparts))
+        why = (f"split_out={n}: {size} exceeds the {fam.name} budget of {budget / 1e6:.4g} MB: "
+               f"{knobs.shuffle_method or 'Dask default'} shuffle")
+        return GroupbyPlan("shuffle", n, split_every, knobs.shuffle_method, groups, source,
+                           result_bytes, budget, why)
+    per_part = max(1, rows // max(1, nparts))
+    fraction = min(groups, per_part) / per_part
+    decomposable = all(a in DECOMPOSE for aggs in spec.values() for a in aggs)
+    if nparts > 1 and fraction >= CONCAT_MIN_GROUP_FRACTION and decomposable:
+        why = (f"split_out=1 ({size}, under the {fam.name} budget of {budget / 1e6:.4g} MB); "
+               f"per-worker: a partition of ~{per_part:,} rows would keep ~{fraction:.0%} of them "
+               f"as groups, so each worker concatenates its partitions and aggregates once")
+        return GroupbyPlan("per-worker", 1, split_every, None, groups, source, result_bytes, budget, why)
+    why = (f"split_out=1: {size}, under the {fam.name} per-partition budget of "
+           f"{budget / 1e6:.4g} MB: tree reduction (fan-in {split_every}), no shuffle")
+    return GroupbyPlan("tree", 1, split_every, None, groups, source, result_bytes, budget, why)
 
 
-def groupby_agg(df, by, agg, *, groups: int | None = None, split_out: int | str = "auto",
-                plan: GroupbyPlan | None = None, family=None) -> GroupbyResult:
+def groupby_agg(df, by, agg, *, groups: int | None = None, rows: int | None = None,
+                split_out: int | str = "auto", plan: GroupbyPlan | None = None,
+                family=None) -> GroupbyResult:
     """``df.groupby(by).agg(agg)`` with the tuned plan; lazy. Works in any Client context.
 
-    ``agg`` is a dict ``{column: "mean" | [aggs]}`` (or one aggregation for every column).
+    ``agg`` is a dict ``{column: "mean" | [aggs]}`` (or one aggregation for every column). The
+    result has the same index and ``(column, aggregation)`` columns as Dask's / pandas' own.
     """
     by_list = [by] if isinstance(by, str) else list(by)
-    plan = plan or plan_groupby(df, by_list, agg, groups=groups, split_out=split_out, family=family)
+    plan = plan or plan_groupby(df, by_list, agg, groups=groups, rows=rows, split_out=split_out,
+                                family=family)
     spec = _normalize_agg(df, by_list, agg)
+    if plan.strategy == "per-worker":
+        return GroupbyResult(_per_worker_agg(df, by_list, spec), plan)
     kwargs: dict[str, Any] = {"split_out": plan.split_out, "split_every": plan.split_every}
     if plan.shuffle_method:
         kwargs["shuffle_method"] = plan.shuffle_method
     key = by_list[0] if len(by_list) == 1 else by_list
     result = df.groupby(key).agg(spec, **kwargs)
     return GroupbyResult(result, plan)
+
+
+# ---------------------------------------------------------------------------------------
+# per-worker route: concatenate each worker's partitions, aggregate once, combine once
+# ---------------------------------------------------------------------------------------
+def _flat(col, agg) -> str:
+    return f"{col}\x1f{agg}"
+
+
+def _partial(parts, by, spec):
+    from dask.dataframe.dispatch import concat
+    frame = concat(list(parts)) if len(parts) > 1 else parts[0]
+    partial_spec = {c: sorted({p for a in aggs for p in DECOMPOSE[a][0]}) for c, aggs in spec.items()}
+    g = frame.groupby(by[0] if len(by) == 1 else by, sort=False).agg(partial_spec)
+    g.columns = [_flat(c, a) for c, a in g.columns]
+    return g
+
+
+def _combine(partials, by, spec):
+    from dask.dataframe.dispatch import concat
+    frame = concat(list(partials)) if len(partials) > 1 else partials[0]
+    how = {}
+    for c, aggs in spec.items():
+        for a in aggs:
+            for p in DECOMPOSE[a][0]:
+                how[_flat(c, p)] = DECOMPOSE[p][1] if a == "mean" else DECOMPOSE[a][1]
+    level = list(range(len(by))) if len(by) > 1 else 0
+    g = frame.groupby(level=level, sort=True).agg(how)
+    out = {}
+    for c, aggs in spec.items():
+        for a in aggs:
+            if a == "mean":
+                out[(c, a)] = g[_flat(c, "sum")] / g[_flat(c, "count")]
+            else:
+                out[(c, a)] = g[_flat(c, a)]
+    result = g[[]].copy() if hasattr(g, "copy") else g[[]]
+    for i, (name, col) in enumerate(out.items()):
+        result[f"{i}"] = col
+    import pandas as pd
+    result.columns = pd.MultiIndex.from_tuples(list(out))
+    return result
+
+
+def _worker_groups(df) -> list[list[int]]:
+    """Partition numbers grouped by the worker that holds them (persisted data on a
+    distributed cluster), else in contiguous runs."""
+    n = df.npartitions
+    try:
+        from distributed import default_client, futures_of
+        client = default_client()
+        futures = futures_of(df)
+        if futures and len(futures) == n:
+            who = client.who_has(futures)
+            groups: dict[str, list[int]] = {}
+            for i, f in enumerate(futures):
+                w = (who.get(f.key) or ("?",))[0]
+                groups.setdefault(w, []).append(i)
+            return list(groups.values())
+        nworkers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+    except (ValueError, ImportError):
+        nworkers = 1
+    size = math.ceil(n / min(n, nworkers))
+    return [list(range(i, min(n, i + size))) for i in range(0, n, size)]
+
+
+def _per_worker_agg(df, by, spec):
+    import dask
+    import dask.dataframe as dd
+    parts = df.to_delayed()
+    partials = [dask.delayed(_partial)([parts[i] for i in idx], by, spec) for idx in _worker_groups(df)]
+    final = dask.delayed(_combine)(partials, by, spec)
+    meta = _combine([_partial([df._meta], by, spec)], by, spec)
+    return dd.from_delayed([final], meta=meta, verify_meta=False)

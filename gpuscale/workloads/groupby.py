@@ -101,10 +101,11 @@ class Groupby(Workload):
         return dd.from_map(make_partition, args, meta=meta, enforce_metadata=False)
 
     def compute(self, data, p, ctx: Context) -> Output:
-        res = routes.groupby_agg(data, "key", AGG, groups=p.keys, split_out=p.split_out,
+        res = routes.groupby_agg(data, "key", AGG, groups=p.keys, rows=p.rows, split_out=p.split_out,
                                  family=ctx.family)
-        ctx.choose("split_out", res.plan.split_out, "flag" if p.split_out != "auto" else "rule",
+        ctx.choose("groupby_strategy", res.plan.strategy, "flag" if p.split_out != "auto" else "rule",
                    res.plan.reason)
+        ctx.choose("split_out", res.plan.split_out, "flag" if p.split_out != "auto" else "rule")
         ctx.choose("shuffle_method", res.plan.shuffle_method, "rule" if res.plan.split_out > 1 else "family",
                    "no shuffle: tree reduction" if res.plan.split_out == 1 else None)
         ctx.choose("split_every", res.plan.split_every, "family")
