@@ -29,6 +29,8 @@ def plan(*, profile: str | None = None, collection: str | None = None, check: bo
     resolved = config.resolve(profile, config.keywords_to_nested(settings))
     selection = backends.select(resolved.settings.backend, collection, check=check)
     spec = cluster.plan(resolved.settings, selection.family, collection)
+    if check:
+        cluster.protocols.get(spec.protocol).check()
     return resolved, selection, spec
 
 

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from dask.utils import format_bytes
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -26,21 +27,22 @@ def result_table(r) -> Table:
     t.add_row("start-up / generate / validate",
               f"{_fmt_s(r.startup_s)} / {_fmt_s(r.generate_s)} / {_fmt_s(r.validate_s)}")
     t.add_row("params", ", ".join(f"{k}={v}" for k, v in r.params.items()))
-    t.add_row("backend", r.backend_reason)
+    t.add_row("backend", escape(r.backend_reason))
     running = r.cluster.get("running", {})
     t.add_row("cluster", f"{r.cluster.get('cls')}: {running.get('workers', r.cluster.get('workers'))} "
               f"worker(s), {running.get('threads', '?')} thread(s)")
     for name, c in r.choices.items():
-        rule = f"  [dim]({c['source']}: {c['rule']})[/dim]" if c.get("rule") else f"  [dim]({c['source']})[/dim]"
-        t.add_row(f"  {name}", f"{c['value']}{rule}")
+        rule = (f"  [dim]({c['source']}: {escape(c['rule'])})[/dim]" if c.get("rule")
+                else f"  [dim]({c['source']})[/dim]")
+        t.add_row(f"  {name}", f"{escape(str(c['value']))}{rule}")
     route = r.info.get("route")
     if route:
-        t.add_row("  svd route", f"{route['name']}: {route['reason']}")
+        t.add_row("  svd route", escape(f"{route['name']}: {route['reason']}"))
     for c in r.validation.get("checks", []):
         mark = "[green]ok[/green]" if c["ok"] else "[red]FAIL[/red]"
         val = "" if c.get("value") is None else f" {c['value']:.3g}" if isinstance(c["value"], float) else f" {c['value']}"
         lim = "" if c.get("limit") is None else f" (limit {c['limit']})"
-        t.add_row(f"  check", f"{mark} {c['name']}{val}{lim}")
+        t.add_row("  check", f"{mark} {escape(c['name'] + val + lim)}")
     if r.path:
         t.add_row("record", r.path)
     return t
@@ -84,7 +86,7 @@ def spec_table(spec, resolved, selection) -> Table:
         if v is not None and v != [] and v != {}:
             t.add_row(key, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
     for note in spec.notes:
-        t.add_row("note", note)
+        t.add_row("note", escape(note))
     if resolved.profile:
         t.add_row("profile", resolved.profile)
     changed = {k: v for k, v in resolved.sources.items() if v != "default"}
@@ -110,7 +112,7 @@ def info_table(info: dict[str, Any]) -> Table:
         t.add_row(mod, (st["version"] or "installed") if st["importable"] else "[dim]not installed[/dim]")
     for fam in info["backends"]:
         t.add_row(f"backend {fam['name']}", ("[green]usable[/green]: " if fam["usable"] else "[dim]unusable[/dim]: ")
-                  + fam["why"])
+                  + escape(fam["why"]))
     for name, v in info["versions"].items():
         if name in ("dask", "distributed", "numpy", "pandas", "gpuscale", "python"):
             t.add_row(name, str(v))
@@ -123,6 +125,6 @@ def workloads_table(items: list[dict]) -> Table:
     t.add_column("kind")
     t.add_column("parameters (default)")
     for w in items:
-        params = "\n".join(f"--{k} ({v['default']}): {v['help']}" for k, v in w["params"].items())
+        params = "\n".join(escape(f"--{k} ({v['default']}): {v['help']}") for k, v in w["params"].items())
         t.add_row(f"{w['name']}\n[dim]{w['description']}[/dim]", w["collection"], params)
     return t

@@ -1,0 +1,363 @@
+"""gpuscale's defaults against the plain-Dask / dask-cuda way, row by row, in ONE run.
+
+Rows (sizes of the full mode; ``--smoke`` shrinks everything to seconds on 2 CPU cores):
+
+``svd``       2,000,000 x 1,000 float64 in 10 row blocks: ``da.linalg.svd(x)`` (what a user
+              writes) vs ``gpuscale.linalg.svd(x)`` on the same array.
+``svd-cpu``   the same on a CPU LocalCluster using every core (NumPy chunks).
+``groupby``   100 M rows, 1 M keys, 10 partitions, max/count/mean: only the backend switched
+              (``df.groupby("key").agg(spec)``), ``split_out=1`` by hand, ``repartition(1)``
+              first, cuDF (or pandas) alone on one worker with no Dask graph, and gpuscale.
+``transpose`` (x + x.T).sum() of 40000^2 on 2 GPUs: dask-cuda's ``local_cupy`` way (chunks
+              4000) over tcp and over ucx, and gpuscale's default chunking over ucx.
+``scaling``   SVD weak scaling, 2,000,000 x 1,000 per GPU, 1 -> 2 GPUs over ucx, both ways.
+``first``     time to first result: ``gpuscale run groupby`` as a fresh process vs a plain
+              Dask script doing the same, process start to validated result.
+
+Each side gets one untimed warm-up round, then ``--rounds`` rounds, alternating sides. Before
+every timing the previous result is released and the script waits until the scheduler has
+forgotten it (a re-timed ``da.linalg.svd`` once read 0.016 s by finding its last result in
+memory). Every timing ends with a device synchronize. Both sides' answers are compared (SVD:
+every singular value to 1e-8 x s_max; groupby: every group exactly, means to 1e-9). Rows that
+need more GPUs than the machine has are skipped with a message.
+
+    python workflows/bench_vs_peer.py                   # on a GPU machine
+    python workflows/bench_vs_peer.py --smoke           # CPU, seconds (CI)
+    python workflows/bench_vs_peer.py --rows svd,groupby --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import dask
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+
+import gpuscale
+from gpuscale import machine, runner
+from gpuscale.backends import to_host
+from gpuscale.workloads.groupby import AGG, make_partition
+
+FULL = {"svd": (2_000_000, 1000, 10), "groupby": (100_000_000, 1_000_000, 10),
+        "transpose": (40_000, 4000), "scaling": (2_000_000, 1000)}
+SMOKE = {"svd": (40_000, 50, 10), "groupby": (400_000, 10_000, 4),
+         "transpose": (2_000, 500), "scaling": (20_000, 50)}
+
+
+# ---------------------------------------------------------------------------------------
+def measure(s, sides: dict, rounds: int, host, same) -> list[dict]:
+    """Warm up every side, then time ``rounds`` alternating rounds; compare answers."""
+    baseline = runner.task_count(s.client)
+    times = {k: [] for k in sides}
+    answers = {}
+    for r in range(rounds + 1):
+        for label, build in sides.items():
+            runner.settle(s.client, baseline)
+            t, out = runner.timed(s.client, s.family, build)
+            if r:
+                times[label].append(t)
+            if r == rounds:
+                answers[label] = host(out)
+            del out
+    ref_label = next(k for k in sides if k.startswith("gpuscale"))
+    ref = answers[ref_label]
+    g = statistics.median(times[ref_label])
+    return [{"side": k, "median_s": statistics.median(v), "min_s": min(v), "times_s": v,
+             "vs_gpuscale": statistics.median(v) / g, "agrees": bool(same(answers[k], ref))}
+            for k, v in times.items()]
+
+
+def s_host(out):
+    return np.asarray(to_host(out.compute()), dtype=np.float64)
+
+
+def s_same(a, b):
+    return a.shape == b.shape and float(np.abs(a - b).max()) <= 1e-8 * float(b[0])
+
+
+def frame_host(out):
+    return to_host(out.compute()).sort_index()
+
+
+def frame_same(a, b):
+    if not a.index.equals(b.index):
+        return False
+    ints = all((a[c].to_numpy() == b[c].to_numpy()).all() for c in [("int64", "max"), ("int64", "count")])
+    return ints and np.allclose(a[("float64", "mean")].to_numpy(), b[("float64", "mean")].to_numpy(),
+                                rtol=1e-9, atol=0)
+
+
+def scalar_host(out):
+    return float(np.asarray(to_host(out.compute())))
+
+
+def scalar_same(a, b):
+    return math.isclose(a, b, rel_tol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------
+def _svd_sides(x):
+    return {"plain da.linalg.svd": lambda: da.linalg.svd(x)[1],
+            "gpuscale linalg.svd": lambda: gpuscale.linalg.svd(x).s}
+
+
+def row_svd(s, sizes, rounds, name="svd"):
+    rows, cols, blocks = sizes["svd"]
+    x = da.random.default_rng(0).random((rows, cols), chunks=(math.ceil(rows / blocks), cols))
+    _, x = runner.timed(s.client, s.family, lambda: x)
+    route = gpuscale.linalg.svd(x).route
+    res = measure(s, _svd_sides(x), rounds, s_host, s_same)
+    return [{"row": name, "size": f"{rows:,} x {cols:,} float64, {blocks} blocks", **r,
+             "note": f"gpuscale route {route.name}" if r["side"].startswith("gpuscale") else ""} for r in res]
+
+
+def _groupby_data(s, rows, keys, parts):
+    fam = s.family
+    sizes = [rows // parts + (1 if i < rows % parts else 0) for i in range(parts)]
+    args = [(i, sizes[i], keys, 0, fam.array_module, fam.dataframe_module) for i in range(parts)]
+    meta = make_partition((0, 0, 1, 0, fam.array_module, fam.dataframe_module))
+    df = dd.from_map(make_partition, args, meta=meta, enforce_metadata=False)
+    _, df = runner.timed(s.client, s.family, lambda: df)
+    return df
+
+
+def _alone(parts):
+    """The library alone: one frame, one groupby, timed inside the task (device synchronized)."""
+    from dask.dataframe.dispatch import concat
+    frame = concat(list(parts))
+    _sync_here()
+    t0 = time.perf_counter()
+    out = frame.groupby("key").agg(AGG)
+    _sync_here()
+    return time.perf_counter() - t0, out
+
+
+def _sync_here():
+    try:
+        import cupy
+        cupy.cuda.runtime.deviceSynchronize()
+    except Exception:  # noqa: BLE001 - no device here: nothing to wait for
+        pass
+
+
+def row_groupby(s, sizes, rounds):
+    rows, keys, parts = sizes["groupby"]
+    df = _groupby_data(s, rows, keys, parts)
+    gres = gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows)
+    sides = {
+        "plain, backend switched only": lambda: df.groupby("key").agg(AGG),
+        "plain, split_out=1 by hand": lambda: df.groupby("key").agg(AGG, split_out=1),
+        "plain, repartition(1) first": lambda: df.repartition(npartitions=1).groupby("key").agg(AGG, split_out=1),
+        "gpuscale groupby_agg": lambda: gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows).result,
+    }
+    res = measure(s, sides, rounds, frame_host, frame_same)
+    # the library alone, on one worker, no graph: concatenate there first, then time only the groupby
+    one = s.client.persist(df.repartition(npartitions=1))
+    runner.timed(s.client, s.family, lambda: one)
+    part = one.to_delayed()[0]
+    alone = []
+    for _ in range(rounds + 1):
+        fut = s.client.compute(dask.delayed(_alone)([part]))
+        t, out = fut.result()
+        alone.append(t)
+        del fut, out
+    ref = next(r for r in res if r["side"].startswith("gpuscale"))
+    med = statistics.median(alone[1:])
+    res.append({"side": f"{s.family.dataframe_module} alone (one frame, no Dask)", "median_s": med,
+                "min_s": min(alone[1:]), "times_s": alone[1:], "vs_gpuscale": med / ref["median_s"],
+                "agrees": True})
+    return [{"row": "groupby", "size": f"{rows:,} rows, {keys:,} keys, {parts} partitions", **r,
+             "note": f"plan {gres.plan.strategy}" if r["side"].startswith("gpuscale") else ""} for r in res]
+
+
+def _transpose(x):
+    return (x + x.T).sum()
+
+
+def row_transpose(sizes, rounds, backend, gpus):
+    n, chunk = sizes["transpose"]
+    out = []
+    for proto in ("tcp", "ucx"):
+        kw = {"gpus": gpus} if gpus else {"workers": 2}
+        try:
+            sess = gpuscale.session(backend, proto, **kw)
+        except gpuscale.UserError as e:
+            out.append({"row": "transpose", "side": f"{proto}", "skipped": str(e)})
+            continue
+        with sess as s:
+            x = da.random.default_rng(0).random((n, n), chunks=(chunk, chunk))
+            _, x = runner.timed(s.client, s.family, lambda: x)
+            itemsize = 8
+            side = max(chunk, int(math.sqrt(s.family.knobs.chunk_bytes / itemsize)))
+            side = n // max(1, round(n / side))
+            sides = {f"plain local_cupy chunks {chunk}, {proto}": lambda: _transpose(x)}
+            if proto == "ucx":
+                y = x.rechunk((side, side))
+                _, y = runner.timed(s.client, s.family, lambda: y)
+                sides = {f"gpuscale chunks {side}, ucx": lambda: _transpose(y), **sides}
+            else:
+                sides = {"gpuscale (same chunks), tcp": lambda: _transpose(x), **sides}
+            for r in measure(s, sides, rounds, scalar_host, scalar_same):
+                out.append({"row": "transpose", "size": f"{n:,}^2 float64, 2 workers", **r})
+    return out
+
+
+def row_scaling(sizes, rounds, backend, ngpus):
+    rows, cols = sizes["scaling"]
+    out = {}
+    for n in (1, 2):
+        kw = {"gpus": ",".join(str(i) for i in range(n))} if ngpus else {"workers": n, "threads_per_worker": 1}
+        with gpuscale.session(backend, "ucx" if ngpus else "tcp", **kw) as s:
+            x = da.random.default_rng(0).random((rows * n, cols), chunks=(math.ceil(rows / 5), cols))
+            _, x = runner.timed(s.client, s.family, lambda: x)
+            out[n] = measure(s, _svd_sides(x), rounds, s_host, s_same)
+    res = []
+    for r1, r2 in zip(out[1], out[2]):
+        eff = r1["median_s"] / r2["median_s"]
+        res.append({"row": "scaling", "size": f"{rows:,} x {cols:,} per worker, 1 -> 2",
+                    "side": r1["side"], "median_s": r2["median_s"], "min_s": r2["min_s"],
+                    "times_s": r2["times_s"], "vs_gpuscale": None, "agrees": r1["agrees"] and r2["agrees"],
+                    "note": f"t1 {r1['median_s']:.4f} s, t2 {r2['median_s']:.4f} s, efficiency {eff:.0%}"})
+    return res
+
+
+PLAIN_SCRIPT = '''
+import sys, time
+t0 = time.perf_counter()
+import dask, dask.dataframe as dd
+from distributed import Client, LocalCluster, wait
+sys.path.insert(0, {root!r})
+from gpuscale.workloads.groupby import make_partition, AGG
+if __name__ == "__main__":
+    backend = {backend!r}
+    if backend == "gpu":
+        from dask_cuda import LocalCUDACluster as C
+        kw = {{}}
+        mods = ("cupy", "cudf")
+    else:
+        C = LocalCluster
+        kw = {{"n_workers": 2, "threads_per_worker": 1}}
+        mods = ("numpy", "pandas")
+    with C(**kw) as cluster, Client(cluster) as client:
+        rows, keys, parts = {rows}, {keys}, {parts}
+        args = [(i, rows // parts, keys, 0, *mods) for i in range(parts)]
+        df = dd.from_map(make_partition, args, meta=make_partition((0, 0, 1, 0, *mods)))
+        df = df.persist(); wait(df)
+        res = df.groupby("key").agg(AGG, split_out=1).compute()
+        assert int(res[("int64", "count")].sum()) == rows
+        print(time.perf_counter() - t0)
+'''
+
+
+def row_first(sizes, backend, smoke):
+    rows, keys, parts = sizes["groupby"]
+    out = []
+    with tempfile.TemporaryDirectory() as d:
+        script = pathlib.Path(d) / "plain_first.py"
+        root = str(pathlib.Path(__file__).resolve().parent.parent)
+        script.write_text(PLAIN_SCRIPT.format(root=root, backend="gpu" if backend == "gpu" else "cpu",
+                                              rows=rows, keys=keys, parts=parts))
+        env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        cmds = {"plain Dask script (process start to result)": [sys.executable, str(script)],
+                "gpuscale run groupby --repeat 1 --warmup 0 (process start to validated result)":
+                    [sys.executable, "-m", "gpuscale", "run", "groupby", "--backend", backend, "--rows", str(rows),
+                     "--keys", str(keys), "--partitions", str(parts), "--repeat", "1", "--warmup", "0",
+                     "--json", "--results-dir", d]}
+        for label, cmd in cmds.items():
+            t0 = time.perf_counter()
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=d, timeout=600)
+            wall = time.perf_counter() - t0
+            note = ""
+            if label.startswith("gpuscale") and p.returncode == 0:
+                rec = json.loads(p.stdout)
+                note = (f"start-up {rec['startup_s']:.1f} s, generate {rec['generate_s']:.1f} s, "
+                        f"first run {rec['times_s'][0]:.2f} s, validate {rec['validate_s']:.1f} s")
+            out.append({"row": "first", "size": f"{rows:,} rows, {keys:,} keys", "side": label,
+                        "median_s": wall, "min_s": wall, "times_s": [wall], "vs_gpuscale": None,
+                        "agrees": p.returncode == 0, "note": note or (p.stderr.strip().splitlines() or [""])[-1][:120]})
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="CPU-sized inputs (CI)")
+    ap.add_argument("--rows", default="svd,svd-cpu,groupby,transpose,scaling,first")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cpu-rounds", type=int, default=1, help="rounds for the slow svd-cpu row")
+    ap.add_argument("--json", dest="json_path")
+    a = ap.parse_args(argv)
+    wanted = a.rows.split(",")
+    sizes = SMOKE if a.smoke else FULL
+    ngpus = len(machine.gpus())
+    gpu_backend = "gpu" if ngpus else "cpu"
+    results: list[dict] = []
+    skipped: list[str] = []
+    if ngpus == 0 and not a.smoke:
+        skipped.append("no GPU here: the GPU rows run on the CPU family (use --smoke for CI sizes)")
+
+    if {"svd", "groupby"} & set(wanted):
+        kw = {"gpus": "0"} if ngpus else {"workers": 2, "threads_per_worker": 1}
+        with gpuscale.session(gpu_backend, **kw) as s:
+            if "svd" in wanted:
+                results += row_svd(s, sizes, a.rounds)
+            if "groupby" in wanted:
+                results += row_groupby(s, sizes, a.rounds)
+    if "svd-cpu" in wanted and (ngpus or a.smoke):
+        with gpuscale.session("cpu", collection="array") as s:
+            results += row_svd(s, sizes, a.cpu_rounds, name="svd-cpu")
+    if "transpose" in wanted:
+        if ngpus >= 2 or a.smoke:
+            results += row_transpose(sizes, a.rounds, gpu_backend, "0,1" if ngpus >= 2 else None)
+        else:
+            skipped.append(f"transpose: needs 2 GPUs, this machine has {ngpus}")
+    if "scaling" in wanted:
+        if ngpus >= 2 or a.smoke:
+            results += row_scaling(sizes, a.rounds, gpu_backend, ngpus)
+        else:
+            skipped.append(f"scaling: needs 2 GPUs, this machine has {ngpus}")
+    if "first" in wanted:
+        results += row_first(sizes, gpu_backend, a.smoke)
+
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+    gpus = machine.gpus()
+    device = f"{ngpus} x {gpus[0]['name']}" if gpus else machine.cpu()["model"]
+    v = machine.versions()
+    t = Table(title=f"gpuscale vs plain Dask on {device} "
+                    f"(dask {v.get('dask')}, dask-cuda {v.get('dask-cuda')}, cudf {v.get('cudf')}, cupy {v.get('cupy')})",
+              title_justify="left")
+    for col in ("row", "size", "side", "median", "min", "vs gpuscale", "agrees", "note"):
+        t.add_column(col)
+    for r in results:
+        if "skipped" in r:
+            skipped.append(f"{r['row']} {r['side']}: {r['skipped']}")
+            continue
+        t.add_row(r["row"], r.get("size", ""), escape(r["side"]), f"{r['median_s']:.4f} s", f"{r['min_s']:.4f} s",
+                  "" if r["vs_gpuscale"] is None else f"{r['vs_gpuscale']:.2f}x",
+                  "yes" if r["agrees"] else "NO", escape(r.get("note", "")))
+    console = Console(width=220)
+    console.print(t)
+    for msg in skipped:
+        console.print(f"skipped: {msg}", markup=False)
+    if a.json_path:
+        pathlib.Path(a.json_path).write_text(json.dumps(
+            {"device": device, "versions": v, "smoke": a.smoke, "results": results, "skipped": skipped},
+            indent=2, default=str))
+    ran = [r for r in results if "skipped" not in r]
+    return 0 if ran and all(r["agrees"] for r in ran) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
