@@ -98,6 +98,7 @@ class RunSettings(_Section):
 
 
 class Settings(_Section):
+    profile: str | None = None
     backend: str = "auto"
     protocol: str = "tcp"
     scheduler: str | None = None
@@ -269,12 +270,14 @@ def resolve(profile: str | None = None, overrides: dict | None = None) -> Resolv
     env = _env_layer()
     set_layer = _set_layer(dask.config.merge(defaults, user, env))
     flags = normalize(overrides or {})
-    # A profile may also be named by env var or dask.config (gpuscale.profile is not a setting
-    # of its own: it selects a layer), and a flag names it above all.
-    profile = profile or os.environ.get("GPUSCALE_PROFILE")
+    # gpuscale.profile selects a layer: named by a flag, else by dask.config / env
+    # (DASK_GPUSCALE__PROFILE) / user YAML, like any other setting.
+    profile = profile or dask.config.merge(user, env, set_layer).get("profile")
     label, prof = (None, {})
     if profile:
         label, prof = load_profile(profile)
+        prof.pop("profile", None)
+        flags = {**flags, "profile": profile}
 
     layers = [("default", defaults), ("user-yaml", user), ("profile", prof), ("env", env),
               ("dask.config", set_layer), ("flag", flags)]
