@@ -200,7 +200,7 @@ def gram(x, split_every=None):
     return _block_sum(x, _gram_block, split_every=split_every)
 
 
-def _single(a, fn, shape, dtype=np.float64, **kw):
+def _single(a, fn, shape, dtype=np.float64):
     """fn applied to a one-chunk array, giving a one-chunk array of ``shape`` (one task)."""
     if a.npartitions != 1:
         a = a.rechunk(a.shape)
@@ -236,13 +236,6 @@ def _fetch(a):
     if futures:
         return futures[0].result()
     return a.compute()
-
-
-def _host_scalar(fn, a) -> float:
-    """Run fn on the single block of ``a`` where it lives and bring back one float."""
-    block = a.rechunk(a.shape).to_delayed().ravel()[0]
-    (value,) = dask.compute(dask.delayed(fn)(block))
-    return float(value[0])
 
 
 def _gram_route(x, g, compute_uv, dtype):
@@ -378,9 +371,11 @@ def svd(x, compute_uv: bool = False, route: str = "auto", *, tol: float | None =
                f"{predicted:.2g} x s_max <= tol {tol:g}, one pass suffices")
         return SVDResult(s, u, vt, Route("gram", why, cond, nums), notes)
     if cond <= cholqr2_max_cond:
-        r = _cholqr2_parts(x, g, split_every).persist()
+        r = _cholqr2_parts(x, g, split_every)
+        ok = _one_task(_all_finite, [r], (1,), meta=np.empty((0,)))
+        r, ok = dask.persist(r, ok)
         try:
-            finite = _host_scalar(_all_finite, r) > 0
+            finite = bool(np.asarray(_fetch(ok))[0])
         except Exception:  # noqa: BLE001 - NumPy raises LinAlgError where CuPy gives NaN
             finite = False
         if finite:

@@ -112,7 +112,7 @@ def check_memory(workload: Workload, p, ctx: Context, enforce: bool) -> tuple[in
     return estimate, capacity
 
 
-def _progress(total: int, label: str):
+def _progress():
     """A rich progress bar on stderr for interactive terminals; silent otherwise."""
     if not sys.stderr.isatty():
         return contextlib.nullcontext(None)
@@ -144,7 +144,7 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int,
         info.update(result.info)
         return result.collections
 
-    with _progress(warmup + repeat, workload.name) as bar:
+    with _progress() as bar:
         task = bar.add_task(f"{workload.name} ({fam.name})", total=warmup + repeat) if bar else None
         for i in range(warmup + repeat):
             out = None  # release the previous result before timing the next one
