@@ -102,6 +102,11 @@ class Session:
         out_dir = results_dir or self.settings.results_dir
         if write:
             results.check_writable(out_dir)
+        sources = dict(self.resolved.sources)
+        for key, value in (("run.repeat", repeat), ("run.warmup", warmup),
+                           ("run.memory-check", memory_check), ("results-dir", results_dir)):
+            if value is not None:
+                sources[key] = "keyword"
         ctx = workloads.Context(self.family, self.spec, self.client)
         outcome = runner.execute(
             cls(), p, ctx, warmup=run_cfg.warmup if warmup is None else warmup,
@@ -112,7 +117,7 @@ class Session:
             backend=self.selection.requested, family=self.family.name,
             backend_reason=self.selection.reason, protocol=self.spec.protocol,
             knobs=self.family.knobs.as_dict(cls.collection), choices=ctx.choices,
-            cluster=self.cluster_info(), settings_sources=self.resolved.sources,
+            cluster=self.cluster_info(), settings_sources=sources,
             times_s=outcome.times_s, warmup_s=outcome.warmup_s, startup_s=self.startup_s,
             generate_s=outcome.generate_s, validate_s=outcome.validate_s,
             valid=outcome.validation.valid, validation=outcome.validation.to_dict(),
@@ -158,10 +163,12 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
     extra = dict(cluster_settings or {})
     backend = backend or extra.pop("backend", None)
     protocol = protocol or extra.pop("protocol", None)
+    for key, value in (("repeat", repeat), ("warmup", warmup), ("memory_check", memory_check)):
+        if value is not None:
+            extra[key] = value
     s = Session(backend, protocol, profile=profile, collection=cls.collection,
                 results_dir=results_dir, **extra)
     if write:
-        results.check_writable(results_dir or s.settings.results_dir)
+        results.check_writable(s.settings.results_dir)
     with s:
-        return s.run(workload, repeat=repeat, warmup=warmup, memory_check=memory_check,
-                     results_dir=results_dir, write=write, **params)
+        return s.run(workload, write=write, **params)

@@ -69,8 +69,6 @@ CLUSTER_KEYS = ("backend", "protocol", "scheduler", "workers", "threads_per_work
 def _split(kwargs: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     profile = kwargs.pop("profile", None)
     settings = {k: kwargs.pop(k) for k in CLUSTER_KEYS if k in kwargs}
-    if settings.get("rmm_pool_size") in ("none", "null"):
-        settings["rmm_pool_size"] = None  # means "not given" here; a profile sets null for no pool
     return profile, settings
 
 
@@ -131,10 +129,10 @@ def _workload_command(cls) -> click.Command:
         from . import api, report
         profile, settings = _split(kwargs)
         wl_params = {k: v for k, v in kwargs.items() if v is not None}
-        r = api.run(cls.name, profile=profile, repeat=_int(repeat, "--repeat"),
-                    warmup=_int(warmup, "--warmup", minimum=0),
-                    memory_check=False if no_memory_check else None, results_dir=results_dir,
-                    cluster_settings=settings, **wl_params)
+        settings.update(repeat=_int(repeat, "--repeat"), warmup=_int(warmup, "--warmup", minimum=0),
+                        memory_check=False if no_memory_check else None)
+        r = api.run(cls.name, profile=profile, results_dir=results_dir, cluster_settings=settings,
+                    **wl_params)
         if as_json:
             click.echo(json.dumps(r.to_dict(), default=str))
         else:

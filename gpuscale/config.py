@@ -67,6 +67,20 @@ class RmmSettings(_Section):
     maximum_pool_size: Size = None
     external_libs: list[str] = Field(default_factory=lambda: ["cupy"])
 
+    @field_validator("pool_size", "maximum_pool_size", mode="before")
+    @classmethod
+    def _none_words(cls, v):
+        """"none" / "null" (from a flag or env var) mean no pool; numeric strings are numbers."""
+        if isinstance(v, str):
+            if v.strip().lower() in ("none", "null", "off", "0"):
+                return None
+            try:
+                f = float(v)
+            except ValueError:
+                return v
+            return int(f) if f.is_integer() and f > 1 else f
+        return v
+
 
 class ClusterSettings(_Section):
     workers: PositiveInt | None = None
@@ -252,13 +266,19 @@ def _env_layer() -> dict:
     return normalize(dask.config.collect_env(os.environ).get("gpuscale", {}) or {})
 
 
-def _set_layer(baseline: dict) -> dict:
-    """Values a notebook put in with ``dask.config.set``: what differs from the files + env."""
-    current = normalize(dask.config.get("gpuscale", default={}) or {})
-    flat_cur, flat_base = _flatten(current), _flatten(baseline)
+# The environment as dask.config saw it when gpuscale was imported (set at the end of module).
+_IMPORT_ENV: dict = {}
+
+
+def _set_layer(*baselines: dict) -> dict:
+    """Values a notebook put in with ``dask.config.set``: those that differ from what the
+    files plus the environment give, with the environment read at import (what dask.config
+    holds unless refreshed) and now."""
+    current = _flatten(normalize(dask.config.get("gpuscale", default={}) or {}))
+    bases = [_flatten(b) for b in baselines]
     out: dict = {}
-    for k, v in flat_cur.items():
-        if k not in flat_base or flat_base[k] != v:
+    for k, v in current.items():
+        if all(k not in b or b[k] != v for b in bases):
             _set_path(out, k.split("."), v)
     return out
 
@@ -267,17 +287,19 @@ def resolve(profile: str | None = None, overrides: dict | None = None) -> Resolv
     """Merge every layer, validate, and say where each value came from."""
     defaults = normalize(copy.deepcopy(DEFAULTS["gpuscale"]))
     user = _user_yaml()
-    env = _env_layer()
-    set_layer = _set_layer(dask.config.merge(defaults, user, env))
+    env = _env_layer()  # read now: a variable set after import counts as env, like a restart
+    set_layer = _set_layer(dask.config.merge(defaults, user, _IMPORT_ENV),
+                           dask.config.merge(defaults, user, env))
     flags = normalize(overrides or {})
     # gpuscale.profile selects a layer: named by a flag, else by dask.config / env
-    # (DASK_GPUSCALE__PROFILE) / user YAML, like any other setting.
+    # (DASK_GPUSCALE__PROFILE) / user YAML, like any other setting, and recorded as such.
+    if profile:
+        flags = {**flags, "profile": profile}
     profile = profile or dask.config.merge(user, env, set_layer).get("profile")
     label, prof = (None, {})
     if profile:
         label, prof = load_profile(profile)
         prof.pop("profile", None)
-        flags = {**flags, "profile": profile}
 
     layers = [("default", defaults), ("user-yaml", user), ("profile", prof), ("env", env),
               ("dask.config", set_layer), ("flag", flags)]
@@ -339,3 +361,5 @@ def schema_keys(model: type[BaseModel] = Settings, prefix: str = "") -> set[str]
 def default_keys() -> set[str]:
     return set(_flatten(normalize(DEFAULTS["gpuscale"])))
 
+
+_IMPORT_ENV = _env_layer()

@@ -147,8 +147,8 @@ def _prepare(x, notes: list[str]):
         raise UserError(f"svd is for tall-skinny arrays: {m} rows < {n} columns",
                         "pass the transpose (x.T), whose singular values are the same")
     if x.dtype.kind != "f":
-        x = x.astype(np.float64)
         notes.append(f"converted {x.dtype} input to float64")
+        x = x.astype(np.float64)
     if x.numblocks[1] > 1:
         notes.append(f"rechunked {x.numblocks[1]} column blocks into one (row blocks kept): "
                      "every route needs whole rows in a block")

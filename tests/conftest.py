@@ -1,0 +1,125 @@
+"""Shared fixtures for gpuscale's tests.
+
+* Every test runs with its working directory in its own ``tmp_path`` (so a record written to
+  the default ``./gpuscale-results`` lands there) and with no ``DASK_GPUSCALE__*`` /
+  ``GPUSCALE_PROFILE`` variables from the outer environment.
+* ``cpu_session``: one real 2-worker CPU ``LocalCluster`` per test module.
+* ``cli``: run the real command line in a subprocess.
+* Tests marked ``gpu`` are skipped unless a usable GPU (CuPy + dask-cuda + a visible device)
+  is present; ``pytest -m gpu`` runs only them.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import subprocess
+import sys
+
+import dask.config
+import pytest
+
+import gpuscale
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+ENV_PREFIXES = ("DASK_GPUSCALE__",)
+ENV_NAMES = ("GPUSCALE_PROFILE",)
+
+
+def _ours(name: str) -> bool:
+    return name.startswith(ENV_PREFIXES) or name in ENV_NAMES
+
+
+@contextlib.contextmanager
+def clean_gpuscale_env():
+    """Remove gpuscale's env vars for the duration. dask.config read them when it was imported,
+    so when any were present the config is re-read without them (and again afterwards)."""
+    with pytest.MonkeyPatch.context() as mp:
+        present = [k for k in os.environ if _ours(k)]
+        for k in present:
+            mp.delenv(k)
+        if present:
+            dask.config.refresh()
+        yield mp
+    if present:
+        dask.config.refresh()
+
+
+# ---------------------------------------------------------------------------------------
+# GPU marker
+# ---------------------------------------------------------------------------------------
+def gpu_probe() -> tuple[bool, str]:
+    try:
+        return gpuscale.backends.select("gpu", check=False).family.probe()
+    except Exception as e:  # noqa: BLE001 - a broken GPU stack means "no usable GPU"
+        return False, f"{type(e).__name__}: {e}"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU with CuPy / cuDF / dask-cuda")
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [it for it in items if it.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    ok, why = gpu_probe()
+    if ok:
+        return
+    skip = pytest.mark.skip(reason=f"no usable GPU: {why}")
+    for it in gpu_items:
+        it.add_marker(skip)
+
+
+# ---------------------------------------------------------------------------------------
+# Isolation
+# ---------------------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path):
+    """Own cwd (default results dir under tmp_path) and no gpuscale env vars."""
+    with clean_gpuscale_env() as mp:
+        mp.chdir(tmp_path)
+        yield
+
+
+@pytest.fixture
+def results_dir(tmp_path) -> pathlib.Path:
+    return tmp_path / "results"
+
+
+# ---------------------------------------------------------------------------------------
+# A real CPU cluster shared by a module's API-level tests
+# ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cpu_session():
+    with clean_gpuscale_env():
+        with gpuscale.session(backend="cpu", workers=2, threads_per_worker=1) as s:
+            yield s
+
+
+# ---------------------------------------------------------------------------------------
+# The real command line
+# ---------------------------------------------------------------------------------------
+def _clean_environ(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not _ours(k)}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """``cli("run", "svd", ...)`` runs ``python -m gpuscale ...`` in tmp_path; returns the
+    CompletedProcess (text). ``module="dask"`` runs ``python -m dask ...`` instead."""
+
+    def run(*args: str, env: dict[str, str] | None = None, cwd=None, timeout: float = 120,
+            module: str = "gpuscale") -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", module, *map(str, args)],
+                              cwd=str(cwd or tmp_path), env=_clean_environ(env),
+                              capture_output=True, text=True, timeout=timeout)
+
+    return run
+
+
+def files_under(path: pathlib.Path) -> list[pathlib.Path]:
+    return sorted(p for p in path.rglob("*") if p.is_file()) if path.exists() else []

@@ -1,0 +1,160 @@
+"""Backend families: name resolution, auto, availability errors, knobs, family_of, registry."""
+from __future__ import annotations
+
+import dataclasses
+
+import dask.array as da
+import dask.bag as db
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuscale import UserError, backends
+from conftest import gpu_probe
+
+GPU_USABLE = gpu_probe()[0]
+no_gpu_here = pytest.mark.skipif(GPU_USABLE, reason="checks the no-GPU behaviour")
+
+
+@pytest.mark.parametrize("name", ["cpu", "numpy", "pandas"])
+@pytest.mark.parametrize("collection", [None, "array", "dataframe"])
+def test_cpu_names_select_cpu_family(name, collection):
+    sel = backends.select(name, collection)
+    assert sel.family.name == "cpu" and sel.name == "cpu"
+    assert sel.requested == name
+    assert name in sel.reason
+
+
+@no_gpu_here
+def test_auto_picks_cpu_and_says_why_not_gpu():
+    sel = backends.select("auto")
+    assert sel.family.name == "cpu"
+    assert sel.requested == "auto"
+    assert "auto chose cpu" in sel.reason
+    assert "not gpu:" in sel.reason  # why the GPU family was passed over
+    gpu_ok, gpu_why = backends.select("gpu", check=False).family.probe()
+    assert gpu_ok is False and gpu_why in sel.reason
+
+
+@no_gpu_here
+@pytest.mark.parametrize("name, collection", [("cupy", "array"), ("cudf", "dataframe"),
+                                              ("gpu", None), ("gpu", "dataframe")])
+def test_gpu_names_fail_early_with_install_hint(name, collection):
+    with pytest.raises(UserError) as e:
+        backends.select(name, collection)
+    msg = str(e.value)
+    assert f"backend '{name}'" in msg
+    assert "pip install" in msg
+    assert "\n" not in msg
+
+
+def test_gpu_names_select_gpu_family_without_check():
+    for name in ("gpu", "cupy", "cudf"):
+        sel = backends.select(name, check=False)
+        assert sel.family.name == "gpu"
+
+
+def test_unknown_backend_lists_names():
+    with pytest.raises(UserError, match="unknown backend 'tpu'") as e:
+        backends.select("tpu")
+    for n in ("auto", "cpu", "numpy", "pandas", "gpu", "cupy", "cudf"):
+        assert n in str(e.value)
+    assert backends.names()[0] == "auto"
+
+
+def test_knobs_differ_between_families():
+    cpu = backends.select("cpu").family
+    gpu = backends.select("gpu", check=False).family
+    assert gpu.knobs.shuffle_method == "tasks"      # keeps cuDF on the device
+    assert cpu.knobs.shuffle_method is None          # Dask's default
+    assert gpu.knobs.chunk_bytes > cpu.knobs.chunk_bytes
+    assert gpu.knobs.split_every is None and cpu.knobs.split_every == 8
+    assert gpu.knobs.rmm_pool_size == 0.8 and cpu.knobs.rmm_pool_size is None
+    assert cpu.knobs.threads_per_worker["dataframe"] == 1
+    assert cpu.knobs.threads_per_worker["array"] > 1
+    assert gpu.knobs.as_dict("array")["pre_import"] == ["cupy"]
+    assert cpu.knobs.as_dict("array")["pre_import"] == []
+    assert cpu.knobs.as_dict("dataframe")["threads_per_worker"] == 1
+    assert cpu.dask_config() == {"array.backend": "numpy", "dataframe.backend": "pandas"}
+    assert gpu.dask_config() == {"array.backend": "cupy", "dataframe.backend": "cudf"}
+    assert (cpu.cluster_kind, gpu.cluster_kind) == ("local", "cuda")
+
+
+def test_cpu_worker_layout_by_collection():
+    cpu = backends.select("cpu").family
+    # array: a few threads per worker, capped by the cores; dataframe: one thread per process
+    assert cpu.worker_layout("array", 8, 0) == (2, 4)
+    assert cpu.worker_layout("array", 2, 0) == (1, 2)
+    assert cpu.worker_layout("dataframe", 2, 0) == (2, 1)
+    assert cpu.worker_layout(None, 2, 0) == (0, None)  # session: the cluster class decides
+
+
+def test_family_of_collections():
+    x = da.ones((10, 3), chunks=5)
+    df = dd.from_pandas(pd.DataFrame({"a": range(4)}), npartitions=2)
+    assert backends.family_of(x).name == "cpu"
+    assert backends.family_of(df).name == "cpu"
+    assert backends.family_of(df["a"]).name == "cpu"
+    assert backends.family_of(np.ones(3)).name == "cpu"
+    with pytest.raises(UserError, match="no backend family handles"):
+        backends.family_of(db.from_sequence([1, 2]))
+    with pytest.raises(UserError, match="no backend family handles builtins.list"):
+        backends.family_of([1, 2])
+
+
+def test_to_host_is_identity_for_numpy_and_pandas():
+    a = np.arange(3)
+    f = pd.DataFrame({"a": [1]})
+    assert backends.to_host(a) is a
+    assert backends.to_host(f) is f
+
+
+@pytest.fixture
+def cpu_family():
+    return backends.select("cpu").family
+
+
+def test_register_clashing_name_raises(cpu_family):
+    before = backends.names()
+    clash = dataclasses.replace(cpu_family, name="test-clash", names=("test-clash", "numpy"))
+    with pytest.raises(ValueError, match=r"\['numpy'\].*family cpu"):
+        backends.register(clash)
+    assert backends.names() == before
+    with pytest.raises(UserError):
+        backends.select("test-clash")
+
+
+def test_register_select_unregister_test_family(cpu_family):
+    fam = dataclasses.replace(cpu_family, name="test-fam", names=("test-fam", "test-alias"),
+                              auto_priority=-5)
+    backends.register(fam)
+    try:
+        assert "test-alias" in backends.names()
+        sel = backends.select("test-alias")
+        assert sel.family is fam
+        # a lower priority never changes what auto picks
+        assert backends.select("auto").family.name != "test-fam"
+    finally:
+        backends.unregister("test-fam")
+    assert "test-alias" not in backends.names()
+    with pytest.raises(UserError, match="unknown backend 'test-alias'"):
+        backends.select("test-alias")
+
+
+def test_missing_module_family_is_not_usable(cpu_family):
+    fam = dataclasses.replace(cpu_family, name="test-missing", names=("test-missing",),
+                              requires={"gpuscale_no_such_module": "pip install no-such-thing"},
+                              auto_priority=100)
+    backends.register(fam)
+    try:
+        ok, why = fam.probe()
+        assert not ok and "gpuscale_no_such_module" in why
+        with pytest.raises(UserError, match="pip install no-such-thing"):
+            backends.select("test-missing")
+        # auto skips it despite its higher priority, and says so
+        sel = backends.select("auto")
+        assert sel.family.name != "test-missing"
+        assert "not test-missing" in sel.reason
+    finally:
+        backends.unregister("test-missing")

@@ -1,0 +1,212 @@
+"""Bad input ends with exit code 2, exactly one line ``gpuscale: error: ...`` on stderr, no
+traceback, and no result file; through the real CLI (and a few through the API)."""
+from __future__ import annotations
+
+import pytest
+
+import gpuscale
+from gpuscale import UserError
+from conftest import files_under, gpu_probe
+
+GPU_USABLE = gpu_probe()[0]
+SMALL_SVD = ("run", "svd", "--rows", "1000", "--cols", "10", "--repeat", "1", "--warmup", "0")
+
+
+def ucx_importable() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("distributed_ucxx") is not None
+
+
+def assert_refused(p, tmp_path, *needles):
+    """Exit 2, one 'gpuscale: error:' line naming every needle, no traceback, nothing written."""
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("gpuscale: error: "), p.stderr
+    assert "Traceback" not in p.stderr and "Traceback" not in p.stdout
+    assert p.stdout == ""
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    written = [f for f in files_under(tmp_path) if f.suffix == ".json" or "gpuscale-results" in f.parts
+               or f.parent.name == "res"]
+    assert written == [], written
+    return lines[0]
+
+
+@pytest.fixture
+def refused(cli, tmp_path):
+    """Run the CLI with --results-dir tmp_path/res (unless given) and check the refusal."""
+
+    def run(*args, needles=(), env=None, timeout=120):
+        if "--results-dir" not in args and args[:1] == ("run",) and len(args) > 1:
+            args = (*args, "--results-dir", tmp_path / "res")
+        p = cli(*args, env=env, timeout=timeout)
+        return assert_refused(p, tmp_path, *needles)
+
+    return run
+
+
+# ---------------------------------------------------------------------------------------
+# Names
+# ---------------------------------------------------------------------------------------
+def test_unknown_workload(refused):
+    refused("run", "nosuch", needles=("unknown workload 'nosuch'", "svd", "groupby"))
+
+
+def test_unknown_backend(refused):
+    refused(*SMALL_SVD, "--backend", "tpu", needles=("gpuscale.backend", "tpu", "cpu", "cupy"))
+
+
+def test_unknown_protocol(refused):
+    refused(*SMALL_SVD, "--protocol", "udp", needles=("gpuscale.protocol", "udp", "tcp, ucx"))
+
+
+def test_unknown_profile(refused):
+    refused(*SMALL_SVD, "--profile", "nosuch", needles=("unknown profile 'nosuch'", "gpu-ucx"))
+
+
+def test_unknown_flag(refused):
+    refused(*SMALL_SVD, "--bogus", needles=("--bogus", "--help"))
+
+
+def test_workload_before_options(refused):
+    refused("run", "--rows", "5", needles=("--rows", "gpuscale run --help"))
+
+
+# ---------------------------------------------------------------------------------------
+# Missing optional stacks (this machine has no GPU stack / UCX)
+# ---------------------------------------------------------------------------------------
+@pytest.mark.skipif(GPU_USABLE, reason="needs a machine without a usable GPU")
+def test_backend_cupy_without_gpu(refused):
+    refused(*SMALL_SVD, "--backend", "cupy", needles=("backend 'cupy'", "pip install"))
+
+
+@pytest.mark.skipif(GPU_USABLE, reason="needs a machine without a usable GPU")
+def test_backend_cudf_without_gpu(refused):
+    refused("run", "groupby", "--rows", "1000", "--keys", "10", "--backend", "cudf",
+            needles=("backend 'cudf'", "pip install"))
+
+
+@pytest.mark.skipif(ucx_importable(), reason="distributed-ucxx is installed here")
+def test_protocol_ucx_without_ucxx(refused):
+    refused(*SMALL_SVD, "--backend", "cpu", "--protocol", "ucx",
+            needles=("protocol 'ucx'", "distributed_ucxx", "pip install"))
+
+
+# ---------------------------------------------------------------------------------------
+# Profiles and environment
+# ---------------------------------------------------------------------------------------
+def test_malformed_yaml_profile(refused, tmp_path):
+    p = tmp_path / "broken.yaml"
+    p.write_text("version: 1\ngpuscale:\n  backend: cpu\n   protocol: [tcp\n")
+    refused(*SMALL_SVD, "--profile", p, needles=("not valid YAML", "line"))
+
+
+def test_profile_with_unknown_key(refused, tmp_path):
+    p = tmp_path / "unknown.yaml"
+    p.write_text("version: 1\ngpuscale:\n  backend: cpu\n  bogus-key: 3\n")
+    refused(*SMALL_SVD, "--profile", p,
+            needles=("gpuscale.bogus-key", "backend, protocol", "cluster", "run"))
+
+
+def test_profile_with_unknown_nested_key(refused, tmp_path):
+    p = tmp_path / "nested.yaml"
+    p.write_text("version: 1\ngpuscale:\n  cluster:\n    wrkers: 3\n")
+    refused(*SMALL_SVD, "--profile", p,
+            needles=("gpuscale.cluster.wrkers", "workers, threads-per-worker"))
+
+
+def test_bad_env_var_value(refused):
+    refused(*SMALL_SVD, env={"DASK_GPUSCALE__CLUSTER__WORKERS": "-1"},
+            needles=("DASK_GPUSCALE__CLUSTER__WORKERS", "-1"))
+
+
+def test_bad_env_var_value_in_cluster_show(refused):
+    refused("cluster", "show", env={"DASK_GPUSCALE__PROTOCOL": "udp"},
+            needles=("DASK_GPUSCALE__PROTOCOL", "udp"))
+
+
+# ---------------------------------------------------------------------------------------
+# Sizes and values
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args, needles", [
+    (("--rows", "-5"), ("--rows", "-5")),
+    (("--rows", "0"), ("--rows",)),
+    (("--cols", "0"), ("--cols",)),
+    (("--rows", "abc"), ("--rows", "abc")),
+    (("--cols", "50", "--rows", "10"), ("--cols 50 > --rows 10",)),
+    (("--chunk-rows", "100000", "--rows", "1000"), ("--chunk-rows 100000", "1000")),
+    (("--route", "qr"), ("--route",)),
+    (("--dtype", "int8"), ("--dtype",)),
+    (("--repeat", "0"), ("--repeat", ">= 1")),
+    (("--repeat", "x"), ("--repeat", "whole number")),
+    (("--warmup", "-1"), ("--warmup", ">= 0")),
+    (("--gpus", "abc"), ("gpuscale.cluster.gpus", "abc")),
+    (("--workers", "0"), ("gpuscale.cluster.workers",)),
+    (("--memory-limit", "lots"), ("invalid memory limit", "lots")),
+])
+def test_bad_svd_values(refused, args, needles):
+    refused("run", "svd", *args, needles=needles)
+
+
+def test_groupby_more_keys_than_rows(refused):
+    refused("run", "groupby", "--keys", "2000", "--rows", "1000", needles=("--keys 2000 > --rows 1000",))
+
+
+def test_groupby_bad_split_out(refused):
+    refused("run", "groupby", "--rows", "1000", "--keys", "10", "--split-out", "0",
+            needles=("--split-out",))
+
+
+def test_size_that_cannot_fit(refused):
+    line = refused("run", "svd", "--backend", "cpu", "--memory-limit", "100MB", "--workers", "1",
+                   "--rows", "5000000", "--cols", "100",
+                   needles=("GiB", "--no-memory-check", "MiB"))
+    assert "needs about" in line
+
+
+# ---------------------------------------------------------------------------------------
+# Where it runs and where it writes
+# ---------------------------------------------------------------------------------------
+def test_unreachable_scheduler_is_bounded(refused):
+    # a hang would hit the subprocess timeout; the default connect-timeout is 10 s
+    refused(*SMALL_SVD, "--backend", "cpu", "--scheduler", "tcp://127.0.0.1:1", timeout=60,
+            needles=("tcp://127.0.0.1:1", "no scheduler answered"))
+
+
+def test_results_dir_that_cannot_be_created(refused, tmp_path):
+    (tmp_path / "afile").write_text("not a folder")
+    refused(*SMALL_SVD, "--backend", "cpu", "--results-dir", tmp_path / "afile" / "sub",
+            needles=("afile/sub", "not writable", "--results-dir"))
+
+
+# ---------------------------------------------------------------------------------------
+# The Python API raises the same one-line UserError, before starting anything
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(rows=0), "--rows"),
+    (dict(backend="tpu"), "unknown backend"),
+    (dict(protocol="udp"), "unknown protocol"),
+    (dict(profile="nosuch"), "unknown profile"),
+    (dict(cluster_settings={"wrkers": 2}), "unknown setting 'wrkers'"),
+    (dict(cluster_settings={"gpus": "abc"}), "GPU indices"),
+    (dict(repeat=1, warmup=0, rows=1000, cols=10, backend="cpu", scheduler=None,
+          cluster_settings={"workers": -1}), "gpuscale.cluster.workers"),
+])
+def test_api_refusals(tmp_path, kwargs, match):
+    with pytest.raises(UserError, match=match) as e:
+        gpuscale.run("svd", results_dir=str(tmp_path / "res"), **kwargs)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "res").exists()
+
+
+@pytest.mark.skipif(GPU_USABLE, reason="needs a machine without a usable GPU")
+def test_api_gpu_session_without_gpu():
+    with pytest.raises(UserError, match="pip install"):
+        gpuscale.session(backend="gpu")
+
+
+def test_api_memory_check(cpu_session, tmp_path):
+    with pytest.raises(UserError, match="--no-memory-check"):
+        cpu_session.run("svd", rows=50_000_000, cols=100, results_dir=str(tmp_path / "res"))
+    assert files_under(tmp_path / "res") == []

@@ -1,0 +1,156 @@
+"""The command-line contract, through real subprocesses."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+import gpuscale
+from conftest import files_under
+
+
+def only_json(stdout: str):
+    """The whole of stdout is exactly one JSON value."""
+    return json.loads(stdout)
+
+
+def test_run_svd_json(cli, results_dir):
+    p = cli("run", "svd", "--rows", "20000", "--cols", "20", "--repeat", "2", "--warmup", "0",
+            "--json", "--results-dir", results_dir)
+    assert p.returncode == 0, p.stderr
+    d = only_json(p.stdout)
+    assert isinstance(d, dict)
+    assert d["workload"] == "svd"
+    assert d["backend"] == "auto" and d["family"] in ("cpu", "gpu")
+    assert d["protocol"] == "tcp"
+    assert d["params"]["rows"] == 20000 and d["params"]["cols"] == 20
+    assert isinstance(d["times_s"], list) and len(d["times_s"]) == 2
+    assert d["warmup_s"] == []
+    assert d["median_s"] > 0
+    assert d["valid"] is True
+    files = files_under(results_dir)
+    assert [str(f) for f in files] == [d["path"]]
+    assert json.loads(files[0].read_text())["id"] == d["id"]
+    assert "Traceback" not in p.stderr
+
+
+def test_record_attributes_run_flags_to_flag(cli, results_dir):
+    p = cli("run", "svd", "--rows", "2000", "--cols", "10", "--repeat", "2", "--warmup", "0",
+            "--json", "--results-dir", results_dir)
+    assert p.returncode == 0, p.stderr
+    sources = only_json(p.stdout)["settings_sources"]
+    assert sources["results-dir"] == "flag"
+    assert (sources["run.repeat"], sources["run.warmup"]) == ("flag", "flag")
+
+
+def test_run_groupby_json(cli, results_dir):
+    p = cli("run", "groupby", "--rows", "200000", "--keys", "1000", "--split-out", "2",
+            "--repeat", "1", "--warmup", "0", "--backend", "pandas", "--json",
+            "--results-dir", results_dir)
+    assert p.returncode == 0, p.stderr
+    d = only_json(p.stdout)
+    assert d["workload"] == "groupby" and d["backend"] == "pandas" and d["family"] == "cpu"
+    assert d["params"] == {"rows": 200000, "keys": 1000, "partitions": None, "split_out": 2, "seed": 0}
+    assert len(d["times_s"]) == 1 and d["valid"] is True
+    assert d["choices"]["split_out"]["value"] == 2
+    # dataframe work: one thread per worker process (the cpu family's knob)
+    assert d["cluster"]["threads_per_worker"] == 1
+    assert len(files_under(results_dir)) == 1
+
+
+def test_run_svd_with_no_flags_is_the_readme_job(cli, tmp_path):
+    """`gpuscale run svd` alone: auto backend, default sizes, validated, record in ./gpuscale-results."""
+    p = cli("run", "svd", cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "valid" in p.stdout and "INVALID" not in p.stdout
+    assert "auto chose" in p.stdout  # it says which backend and why
+    records = files_under(tmp_path / "gpuscale-results")
+    assert len(records) == 1 and records[0].suffix == ".json"
+    d = json.loads(records[0].read_text())
+    assert d["valid"] is True and d["backend"] == "auto"
+    assert d["params"]["rows"] == 200_000 and d["params"]["cols"] == 100
+    assert (len(d["times_s"]), len(d["warmup_s"])) == (3, 1)
+
+
+def test_workloads_json(cli):
+    p = cli("workloads", "--json")
+    assert p.returncode == 0, p.stderr
+    items = {w["name"]: w for w in only_json(p.stdout)}
+    assert {"svd", "groupby"} <= set(items)
+    assert items["svd"]["collection"] == "array" and items["groupby"]["collection"] == "dataframe"
+    for name in ("svd", "groupby"):
+        assert "rows" in items[name]["params"]
+        assert items[name]["params"]["rows"]["default"] > 0
+    assert {"cols", "chunk-rows", "dtype", "compute-uv", "route", "condition", "seed"} <= set(items["svd"]["params"])
+    assert {"keys", "partitions", "split-out", "seed"} <= set(items["groupby"]["params"])
+
+
+def test_workloads_table(cli):
+    p = cli("workloads")
+    assert p.returncode == 0, p.stderr
+    assert "svd" in p.stdout and "groupby" in p.stdout and "--rows" in p.stdout
+
+
+def test_info_json(cli):
+    p = cli("info", "--json")
+    assert p.returncode == 0, p.stderr
+    d = only_json(p.stdout)
+    cpu = d["hardware"]["cpu"]
+    assert cpu["cores"] >= 1 and cpu["usable_cores"] >= 1 and cpu["memory_bytes"] > 0
+    assert isinstance(d["hardware"]["gpus"], list)
+    assert {"cupy", "cudf", "dask_cuda", "distributed_ucxx", "rmm"} <= set(d["stacks"])
+    assert d["protocols"]["tcp"] is True
+    assert {b["name"] for b in d["backends"]} >= {"cpu", "gpu"}
+    assert d["versions"]["gpuscale"] == gpuscale.__version__
+
+
+def test_info_json_without_gpu_stack(cli):
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("CuPy is importable here")
+    except ImportError:
+        pass
+    d = only_json(cli("info", "--json").stdout)
+    assert d["stacks"]["cupy"] == {"importable": False, "version": None}
+    gpu = next(b for b in d["backends"] if b["name"] == "gpu")
+    assert gpu["usable"] is False and "cupy" in gpu["why"]
+
+
+def test_info_table(cli):
+    p = cli("info")
+    assert p.returncode == 0, p.stderr
+    assert "CPU" in p.stdout and "backend cpu" in p.stdout
+
+
+def test_dask_cli_entry_point(cli):
+    p = cli("gpuscale", "workloads", "--json", module="dask")
+    assert p.returncode == 0, p.stderr
+    assert {"svd", "groupby"} <= {w["name"] for w in only_json(p.stdout)}
+
+
+def test_dask_cli_bad_input_is_one_line(cli):
+    p = cli("gpuscale", "run", "nosuch", module="dask")
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [p.stderr.strip()]
+    assert p.stderr.startswith("gpuscale: error: unknown workload 'nosuch'")
+
+
+def test_version_and_help(cli):
+    p = cli("--version")
+    assert p.returncode == 0 and gpuscale.__version__ in p.stdout
+    p = cli("run", "svd", "--help")
+    assert p.returncode == 0
+    for flag in ("--rows", "--cols", "--route", "--backend", "--protocol", "--profile", "--json",
+                 "--results-dir", "--no-memory-check", "--repeat", "--warmup"):
+        assert flag in p.stdout, flag
+    p = cli("run", "--help")
+    assert p.returncode == 0 and "svd" in p.stdout and "groupby" in p.stdout
+
+
+def test_failed_cli_runs_leave_cwd_clean(cli, tmp_path):
+    """Sanity for the bad-input tests: a refused run writes nothing anywhere under cwd."""
+    p = cli("run", "svd", "--rows", "0")
+    assert p.returncode == 2
+    assert files_under(tmp_path) == []
+    assert not pathlib.Path(tmp_path / "gpuscale-results").exists()

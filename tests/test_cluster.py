@@ -1,0 +1,190 @@
+"""Cluster specs (``gpuscale cluster show``, starting nothing) and real cluster lifecycles."""
+from __future__ import annotations
+
+import json
+import os
+
+import dask.config
+import pytest
+from distributed import LocalCluster
+from distributed.core import Status
+
+import gpuscale
+from gpuscale import UserError, api, backends
+
+CORES = len(os.sched_getaffinity(0))
+
+
+def show(cli, *args, env=None) -> dict:
+    p = cli("cluster", "show", *args, "--json", env=env)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+# ---------------------------------------------------------------------------------------
+# gpuscale cluster show (subprocess)
+# ---------------------------------------------------------------------------------------
+def test_show_default_fills_the_cores(cli, tmp_path):
+    d = show(cli)
+    spec = d["spec"]
+    assert spec["cls"] == "distributed.LocalCluster"
+    assert spec["family"] == d["family"] == "cpu"
+    assert spec["protocol"] == "tcp"
+    assert spec["workers"] * spec["threads_per_worker"] == CORES
+    assert spec["kwargs"]["n_workers"] == spec["workers"]
+    assert spec["kwargs"]["threads_per_worker"] == spec["threads_per_worker"]
+    assert d["settings"]["protocol"] == "tcp"
+    assert d["sources"]["protocol"] == "default"
+    assert list(tmp_path.iterdir()) == []  # starting nothing, writing nothing
+
+
+@pytest.mark.parametrize("collection", ["array", "dataframe"])
+def test_show_for_collection_uses_family_layout(cli, collection):
+    spec = show(cli, "--backend", "cpu", "--for", collection)["spec"]
+    workers, threads = backends.select("cpu").family.worker_layout(collection, CORES, 0)
+    assert (spec["workers"], spec["threads_per_worker"]) == (workers, threads)
+    assert spec["workers"] * spec["threads_per_worker"] <= CORES
+
+
+def test_show_gpu_ucx_profile_without_a_gpu(cli):
+    d = show(cli, "--profile", "gpu-ucx")
+    spec = d["spec"]
+    assert spec["cls"] == "dask_cuda.LocalCUDACluster"
+    assert spec["family"] == "gpu"
+    assert spec["protocol"] == "ucx"
+    assert spec["kwargs"]["protocol"] == "ucx"
+    assert spec["rmm"]["external_libs"] == ["cupy"]
+    assert spec["kwargs"]["rmm_allocator_external_lib_list"] == ["cupy"]
+    assert spec["rmm"]["pool_size"] == 0.8
+    # no transport switch forced: UCX chooses
+    assert not any(k.startswith("enable_") for k in spec["kwargs"])
+    assert d["profile"].endswith("gpu-ucx.yaml")
+    assert d["sources"]["protocol"] == d["sources"]["backend"] == "profile"
+
+
+def test_show_nvlink_profile_forces_the_switch(cli):
+    spec = show(cli, "--profile", "gpu-ucx-nvlink")["spec"]
+    assert spec["transports"] == {"enable_nvlink": True}
+    assert spec["kwargs"]["enable_nvlink"] is True
+
+
+def test_show_flags_reflected_with_flag_sources(cli):
+    d = show(cli, "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1",
+             "--memory-limit", "1GB")
+    spec = d["spec"]
+    assert (spec["workers"], spec["threads_per_worker"]) == (2, 1)
+    assert spec["memory_limit_bytes"] == 10**9
+    for key in ("backend", "cluster.workers", "cluster.threads-per-worker", "cluster.memory-limit"):
+        assert d["sources"][key] == "flag", key
+    assert d["sources"]["protocol"] == "default"
+
+
+def test_show_env_var_source(cli):
+    d = show(cli, "--backend", "cpu", env={"DASK_GPUSCALE__CLUSTER__WORKERS": "1"})
+    assert d["spec"]["workers"] == 1
+    assert d["sources"]["cluster.workers"] == "env"
+    # and a flag beats it
+    d = show(cli, "--backend", "cpu", "--workers", "2", env={"DASK_GPUSCALE__CLUSTER__WORKERS": "1"})
+    assert (d["spec"]["workers"], d["sources"]["cluster.workers"]) == (2, "flag")
+
+
+def test_show_human_readable(cli):
+    p = cli("cluster", "show", "--profile", "gpu-ucx")
+    assert p.returncode == 0, p.stderr
+    assert "dask_cuda.LocalCUDACluster" in p.stdout and "ucx" in p.stdout
+
+
+def test_show_rmm_pool_size_flag(cli):
+    spec = show(cli, "--backend", "gpu", "--rmm-pool-size", "0.5")["spec"]
+    assert float(spec["rmm"]["pool_size"]) == 0.5
+    assert float(spec["kwargs"]["rmm_pool_size"]) == 0.5
+
+
+def test_show_rmm_pool_size_none_disables_the_pool(cli):
+    spec = show(cli, "--backend", "gpu", "--rmm-pool-size", "none")["spec"]
+    assert spec["rmm"] is None
+    assert "rmm_pool_size" not in spec["kwargs"]
+
+
+# ---------------------------------------------------------------------------------------
+# Planning in process (starts nothing)
+# ---------------------------------------------------------------------------------------
+def test_plan_nvlink_over_tcp_is_refused():
+    with pytest.raises(UserError, match="NVLink was requested over TCP"):
+        api.plan(profile="gpu-tcp", nvlink=True, check=False)
+
+
+def test_plan_cpu_ignores_ucx_switches_with_a_note():
+    _, _, spec = api.plan(backend="cpu", nvlink=True)
+    assert spec.cls == "distributed.LocalCluster"
+    assert any("ignored here" in n for n in spec.notes)
+
+
+def test_plan_existing_scheduler():
+    _, _, spec = api.plan(backend="cpu", scheduler="127.0.0.1:8786")
+    assert spec.kind == "existing"
+    assert spec.scheduler == "tcp://127.0.0.1:8786"
+    assert spec.kwargs == {"address": "tcp://127.0.0.1:8786", "timeout": 10.0}
+    _, _, spec = api.plan(profile="scheduler", backend="cpu")
+    assert spec.scheduler == "tcp://127.0.0.1:8786" and spec.connect_timeout == 10
+
+
+def test_plan_gpu_workers_and_gpus_checks():
+    _, _, spec = api.plan(backend="gpu", check=False, gpus="0,1")
+    assert spec.gpus == [0, 1]
+    assert spec.kwargs["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert spec.workers == 2
+    _, _, spec = api.plan(backend="gpu", check=False, gpus="0,1", workers=1)
+    assert spec.gpus == [0] and spec.workers == 1
+    with pytest.raises(UserError, match="exceeds the 2 GPU"):
+        api.plan(backend="gpu", check=False, gpus="0,1", workers=3)
+
+
+def test_plan_bad_memory_limit():
+    with pytest.raises(UserError, match="invalid memory limit"):
+        api.plan(backend="cpu", memory_limit="lots")
+
+
+# ---------------------------------------------------------------------------------------
+# Real clusters
+# ---------------------------------------------------------------------------------------
+def test_session_starts_scopes_config_and_closes():
+    before = dask.config.get("array.backend", None)
+    with gpuscale.session(backend="numpy", workers=1, threads_per_worker=1) as s:
+        cl = s.cluster
+        assert cl.status == Status.running
+        assert s.dashboard_link
+        assert len(s.client.scheduler_info(n_workers=-1)["workers"]) == 1
+        assert dask.config.get("array.backend") == "numpy"
+        assert dask.config.get("dataframe.backend") == "pandas"
+        info = s.cluster_info()
+        assert info["running"]["workers"] == 1 and info["running"]["threads"] == 1
+    assert s.client is None and s.cluster is None
+    assert cl.status == Status.closed
+    assert dask.config.get("array.backend", None) == before
+    with pytest.raises(UserError, match="not open"):
+        s.run("svd", rows=100, cols=2)
+
+
+def test_session_closes_cluster_on_error():
+    holder = {}
+    with pytest.raises(RuntimeError, match="boom"):
+        with gpuscale.session(backend="cpu", workers=1, threads_per_worker=1) as s:
+            holder["cluster"] = s.cluster
+            raise RuntimeError("boom")
+    assert holder["cluster"].status == Status.closed
+
+
+def test_run_on_existing_scheduler_leaves_it_running(tmp_path):
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
+                      dashboard_address=":0") as lc:
+        addr = lc.scheduler_address
+        r = gpuscale.run("svd", backend="cpu", cluster_settings={"scheduler": addr}, rows=20_000,
+                         cols=20, repeat=1, warmup=0, results_dir=str(tmp_path / "res"))
+        assert r.valid
+        assert r.cluster["kind"] == "existing"
+        assert r.cluster["scheduler"] == addr
+        assert r.cluster["running"] == {"workers": 1, "threads": 2, "scheduler": addr}
+        # gpuscale closed its client only: the user's cluster and its worker are still there
+        assert lc.status == Status.running
+        assert len(lc.scheduler_info["workers"]) == 1

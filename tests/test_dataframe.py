@@ -1,0 +1,155 @@
+"""gpuscale.dataframe.groupby_agg: results match pandas for every plan; the plan follows the
+family's budget; bad column / aggregation names are one-line UserErrors."""
+from __future__ import annotations
+
+import dataclasses
+
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuscale import UserError, backends
+from gpuscale import dataframe as gdf
+
+SPEC = {"x": ["max", "mean"], "y": ["count", "sum", "min"]}
+
+
+@pytest.fixture(scope="module")
+def frame():
+    rng = np.random.default_rng(0)
+    n = 2000
+    pdf = pd.DataFrame({"key": rng.integers(0, 50, n), "k2": rng.integers(0, 4, n),
+                        "x": rng.random(n), "y": rng.integers(0, 100, n),
+                        "s": rng.choice(["a", "b", "c"], n)})
+    pdf.loc[::13, "x"] = np.nan
+    return pdf
+
+
+@pytest.fixture
+def ddf(frame):
+    return dd.from_pandas(frame, npartitions=4)
+
+
+def check_matches_pandas(res, pdf, by, spec):
+    got = res.result.compute().sort_index()
+    ref = pdf.groupby(by).agg(spec).sort_index()
+    pd.testing.assert_frame_equal(got, ref, check_dtype=False, check_exact=False, rtol=1e-12)
+
+
+@pytest.mark.parametrize("split_out, strategy", [(1, "tree"), (3, "shuffle")])
+def test_explicit_split_out_matches_pandas(frame, ddf, split_out, strategy):
+    res = gdf.groupby_agg(ddf, "key", SPEC, split_out=split_out)
+    assert res.plan.split_out == split_out
+    assert res.plan.strategy == strategy
+    assert res.result.npartitions == split_out
+    assert "set by you" in res.plan.reason
+    check_matches_pandas(res, frame, "key", SPEC)
+
+
+def test_auto_plan_under_budget_is_one_partition(frame, ddf):
+    res = gdf.groupby_agg(ddf, "key", SPEC)
+    p = res.plan
+    assert p.split_out == 1 and res.result.npartitions == 1
+    assert p.strategy in ("tree", "per-worker")
+    assert p.result_bytes <= p.budget_bytes == backends.select("cpu").family.knobs.split_out_budget_bytes
+    assert p.groups_source.startswith("estimated")
+    assert 40 <= p.groups <= 60  # nunique_approx of 50 keys
+    assert "split_out=1" in p.reason
+    check_matches_pandas(res, frame, "key", SPEC)
+
+
+def test_tree_plan_when_groups_are_few_per_partition(frame, ddf):
+    # 4 groups in partitions of ~500 rows: aggregating each partition first shrinks the data
+    res = gdf.groupby_agg(ddf, "k2", SPEC)
+    assert res.plan.strategy == "tree" and res.plan.split_out == 1
+    check_matches_pandas(res, frame, "k2", SPEC)
+
+
+def test_per_worker_plan_when_groups_are_many(frame, ddf):
+    # 50 groups per ~500-row partition (10%): each worker concatenates, aggregates once
+    res = gdf.groupby_agg(ddf, "key", SPEC, groups=50, rows=len(frame))
+    assert res.plan.strategy == "per-worker"
+    assert res.plan.groups_source == "given"
+    check_matches_pandas(res, frame, "key", SPEC)
+
+
+def test_multi_column_keys(frame, ddf):
+    for split_out in (1, 2, "auto"):
+        res = gdf.groupby_agg(ddf, ["key", "k2"], SPEC, split_out=split_out)
+        check_matches_pandas(res, frame, ["key", "k2"], SPEC)
+
+
+def test_non_decomposable_aggregations_use_the_tree(frame, ddf):
+    spec = {"x": ["std", "var"], "y": ["first", "last"]}
+    res = gdf.groupby_agg(ddf, "key", spec, groups=50, rows=len(frame))
+    assert res.plan.strategy == "tree"
+    check_matches_pandas(res, frame, "key", spec)
+
+
+@pytest.fixture
+def tiny_budget_family():
+    cpu = backends.select("cpu").family
+    fam = dataclasses.replace(cpu, name="test-tiny", names=("test-tiny",),
+                              knobs=dataclasses.replace(cpu.knobs, split_out_budget_bytes=256))
+    backends.register(fam)
+    yield fam
+    backends.unregister("test-tiny")
+
+
+def test_small_budget_splits_the_result(frame, ddf, tiny_budget_family):
+    p = gdf.plan_groupby(ddf, "key", SPEC, family=tiny_budget_family)
+    assert p.strategy == "shuffle" and p.split_out > 1
+    assert p.result_bytes > p.budget_bytes == 256
+    assert "test-tiny budget" in p.reason
+    # the same frame with the real cpu family stays in one partition
+    assert gdf.plan_groupby(ddf, "key", SPEC, family=backends.select("cpu").family).split_out == 1
+    res = gdf.groupby_agg(ddf, "key", SPEC, family=tiny_budget_family)
+    assert res.result.npartitions == p.split_out
+    check_matches_pandas(res, frame, "key", SPEC)
+
+
+def test_split_out_must_be_positive(ddf):
+    with pytest.raises(UserError, match="split_out must be >= 1"):
+        gdf.plan_groupby(ddf, "key", SPEC, split_out=0)
+
+
+def test_unknown_groupby_column_lists_columns(ddf):
+    with pytest.raises(UserError, match=r"\['nokey'\].*choose from: key, k2, x, y, s"):
+        gdf.groupby_agg(ddf, "nokey", SPEC)
+
+
+def test_unknown_aggregated_column_lists_columns(ddf):
+    with pytest.raises(UserError, match=r"\['z'\].*choose from: key, k2, x, y, s"):
+        gdf.groupby_agg(ddf, "key", {"z": "sum"})
+
+
+def test_unknown_aggregation_lists_aggregations(ddf):
+    with pytest.raises(UserError, match=r"unknown aggregation\(s\) \['median'\]") as e:
+        gdf.groupby_agg(ddf, "key", {"x": ["max", "median"]})
+    for a in gdf.AGGREGATIONS:
+        assert a in str(e.value)
+
+
+def test_mean_of_string_column(ddf, frame):
+    with pytest.raises(UserError, match="column 's'.*not numeric.*count/min/max"):
+        gdf.groupby_agg(ddf, "key", {"s": "mean"})
+    # what the message suggests works
+    res = gdf.groupby_agg(ddf, "key", {"s": ["count", "max"]})
+    check_matches_pandas(res, frame, "key", {"s": ["count", "max"]})
+
+
+# ---------------------------------------------------------------------------------------
+# On a distributed cluster: the per-worker plan groups persisted partitions by worker
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("split_out", ["auto", 1, 3])
+def test_on_distributed_cluster(cpu_session, frame, split_out):
+    ddf = cpu_session.client.persist(dd.from_pandas(frame, npartitions=6))
+    res = gdf.groupby_agg(ddf, "key", SPEC, split_out=split_out)
+    if split_out == "auto":
+        assert res.plan.strategy == "per-worker"
+        # one partial per worker holding data, covering every partition once
+        groups = gdf._worker_groups(ddf)
+        assert sorted(i for g in groups for i in g) == list(range(6))
+        assert len(groups) <= 2
+    check_matches_pandas(res, frame, "key", SPEC)

@@ -1,0 +1,110 @@
+"""GPU tests: skipped (by conftest) unless CuPy + dask-cuda + a visible GPU are present.
+Run only these on a GPU machine with ``pytest -m gpu``."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+import gpuscale
+from gpuscale import linalg, machine
+
+pytestmark = pytest.mark.gpu
+
+needs_ucx = pytest.mark.skipif(importlib.util.find_spec("distributed_ucxx") is None,
+                               reason="distributed-ucxx is not installed")
+
+
+def assert_gpu_record(r, workers: int = 1):
+    assert r.family == "gpu"
+    assert r.valid, r.validation
+    assert r.cluster["cls"] == "dask_cuda.LocalCUDACluster"
+    assert r.cluster["rmm"]["external_libs"] == ["cupy"]
+    assert r.cluster["kwargs"]["rmm_allocator_external_lib_list"] == ["cupy"]
+    assert r.cluster["running"]["workers"] == workers
+    assert "cupy" in r.knobs["pre_import"]
+    assert r.path and pathlib.Path(r.path).is_file()
+    d = json.loads(pathlib.Path(r.path).read_text())
+    assert d["family"] == "gpu" and d["hardware"]["gpus"]
+
+
+def test_svd_cupy_over_tcp(tmp_path):
+    r = gpuscale.run("svd", backend="cupy", protocol="tcp", cluster_settings={"gpus": "0"},
+                     rows=200_000, cols=50, repeat=1, warmup=0, results_dir=str(tmp_path))
+    assert_gpu_record(r)
+    assert r.backend == "cupy" and r.protocol == "tcp"
+    assert r.cluster["gpus"] == [0]
+    assert r.validation["method"]
+
+
+def test_svd_cupy_known_spectrum_and_uv(tmp_path):
+    r = gpuscale.run("svd", backend="cupy", protocol="tcp", cluster_settings={"gpus": "0"},
+                     rows=100_000, cols=40, condition=1e7, compute_uv=True, repeat=1, warmup=0,
+                     results_dir=str(tmp_path))
+    assert_gpu_record(r)
+    assert r.info["route"]["name"] == "cholqr2"
+
+
+def test_groupby_cudf(tmp_path):
+    r = gpuscale.run("groupby", backend="cudf", protocol="tcp", cluster_settings={"gpus": "0"},
+                     rows=1_000_000, keys=1_000, repeat=1, warmup=0, results_dir=str(tmp_path))
+    assert_gpu_record(r)
+    assert r.backend == "cudf"
+    assert r.knobs["shuffle_method"] == "tasks"
+
+
+def test_groupby_cudf_split_out_uses_the_task_shuffle(tmp_path):
+    r = gpuscale.run("groupby", backend="cudf", cluster_settings={"gpus": "0"}, rows=1_000_000,
+                     keys=10_000, split_out=2, repeat=1, warmup=0, results_dir=str(tmp_path))
+    assert_gpu_record(r)
+    assert r.choices["shuffle_method"]["value"] == "tasks"
+
+
+def test_linalg_svd_on_cupy_chunks():
+    cupy = pytest.importorskip("cupy")
+    xm = np.random.default_rng(0).standard_normal((20_000, 30))
+    x = da.from_array(cupy.asarray(xm), chunks=(5_000, 30))
+    ref = np.linalg.svd(xm, compute_uv=False)
+    for route in ("auto", "gram", "cholqr2", "tsqr"):
+        res = linalg.svd(x, route=route, compute_uv=True)
+        assert type(res.s._meta).__module__.startswith("cupy"), route
+        assert type(res.u._meta).__module__.startswith("cupy"), route
+        s, u, vt = (cupy.asnumpy(a) for a in dask.compute(res.s, res.u, res.vt))
+        assert np.abs(s - ref).max() / ref[0] <= 1e-10, route
+        assert np.linalg.norm((u * s) @ vt - xm) / np.linalg.norm(xm) <= 1e-10, route
+
+
+def test_cli_run_svd_on_gpu(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "gpuscale", "run", "svd", "--backend", "gpu",
+                        "--gpus", "0", "--rows", "200000", "--cols", "50", "--repeat", "1",
+                        "--warmup", "0", "--json", "--results-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["family"] == "gpu" and d["valid"] is True
+
+
+@needs_ucx
+def test_groupby_over_ucx(tmp_path):
+    r = gpuscale.run("groupby", backend="gpu", protocol="ucx", cluster_settings={"gpus": "0"},
+                     rows=1_000_000, keys=1_000, repeat=1, warmup=0, results_dir=str(tmp_path))
+    assert_gpu_record(r)
+    assert r.protocol == "ucx"
+    assert r.cluster["running"]["scheduler"].startswith("ucx")
+
+
+@needs_ucx
+@pytest.mark.skipif(len(machine.gpus()) < 2, reason="needs at least 2 GPUs")
+def test_svd_two_gpus_over_ucx(tmp_path):
+    r = gpuscale.run("svd", backend="gpu", protocol="ucx", cluster_settings={"gpus": "0,1"},
+                     rows=400_000, cols=50, repeat=1, warmup=0, results_dir=str(tmp_path))
+    assert_gpu_record(r, workers=2)
+    assert r.cluster["gpus"] == [0, 1]
+    assert r.cluster["running"]["workers"] == 2

@@ -1,0 +1,90 @@
+"""README and CI stay in step with each other and with the code."""
+from __future__ import annotations
+
+import pathlib
+import re
+import shlex
+
+import pytest
+
+from gpuscale import cli as cli_mod
+from gpuscale import config, workloads
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+CI = REPO / ".ci" / "run"
+INSTALL_AND_RUN = "pip install . && gpuscale run svd"
+TEST_COMMAND = 'pip install ".[test]" && pytest'
+
+
+def bash_blocks(text: str) -> list[str]:
+    return re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+
+
+def test_readme_has_the_install_and_test_commands():
+    assert INSTALL_AND_RUN in README
+    assert TEST_COMMAND in README
+    lines = [ln.split("#")[0].strip() for b in bash_blocks(README) for ln in b.splitlines()]
+    assert INSTALL_AND_RUN in lines and TEST_COMMAND in lines  # as commands in bash blocks
+
+
+def _executed(line: str) -> str | None:
+    """A command the script runs (not a comment or an echo), with pip's -q/--quiet dropped."""
+    line = line.strip()
+    if not line or line.startswith("#") or line.startswith("echo "):
+        return None
+    words = [w for w in shlex.split(line) if w not in ("-q", "--quiet")]
+    return shlex.join(words)
+
+
+def test_ci_runs_both_readme_commands():
+    if not CI.exists():
+        pytest.skip(".ci/run does not exist yet")
+    text = CI.read_text()
+    executed = {c for c in map(_executed, text.splitlines()) if c}
+    for command in (INSTALL_AND_RUN, TEST_COMMAND):
+        assert shlex.join(shlex.split(command)) in executed, command
+    # and in this order: install + main job first, tests after
+    lines = [c for c in map(_executed, text.splitlines()) if c]
+    assert lines.index(shlex.join(shlex.split(INSTALL_AND_RUN))) < lines.index(
+        shlex.join(shlex.split(TEST_COMMAND)))
+
+
+def test_readme_default_job_matches_the_defaults():
+    p = workloads.get("svd").parse({})
+    assert "200,000 x 100" in README
+    assert (p.rows, p.cols) == (200_000, 100)
+    assert config.DEFAULTS["gpuscale"]["backend"] == "auto"
+    assert "./gpuscale-results/" in README
+    assert config.DEFAULTS["gpuscale"]["results-dir"] == "gpuscale-results"
+
+
+@pytest.mark.parametrize("name", ["svd", "groupby"])
+def test_readme_lists_every_workload_parameter(name):
+    m = re.search(rf"`{name}` \(`([^`]*)`\)", README)
+    assert m, f"README has no parameter list for {name}"
+    documented = {w for w in m.group(1).split() if w.startswith("--")}
+    assert documented == set(workloads.parameter_flags(workloads.get(name)))
+
+
+def test_readme_cluster_and_run_flags_exist():
+    m = re.search(r"Cluster flags:(.*?)Run flags:(.*?)\n\n", README, flags=re.S)
+    assert m
+    flags = set()
+    for part in re.findall(r"`([^`]*)`", m.group(1) + m.group(2)):
+        first = part.split()[0]
+        flags.update(f for f in first.split("/") if f.startswith("--"))
+    assert {"--backend", "--protocol", "--profile", "--scheduler", "--repeat", "--json"} <= flags
+    cmd = cli_mod.run.get_command(None, "svd")
+    options = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+    assert flags <= options, flags - options
+    show = cli_mod.cluster.get_command(None, "show")
+    show_options = {o for p in show.params for o in (*p.opts, *p.secondary_opts)}
+    run_only = {"--repeat", "--warmup", "--results-dir", "--no-memory-check"}
+    assert flags - run_only <= show_options, (flags - run_only) - show_options
+
+
+def test_readme_profiles_exist():
+    for name in ("cpu", "gpu-tcp", "gpu-ucx", "gpu-ucx-nvlink", "scheduler"):
+        assert f"`{name}`" in README
+        assert name in config.profile_names()

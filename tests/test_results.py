@@ -1,0 +1,115 @@
+"""Result records: content, versioned schema, atomic writes, never overwritten, loadable."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import dask
+import distributed
+import pytest
+
+from gpuscale import UserError, results
+
+
+@pytest.fixture(scope="module")
+def record(cpu_session, tmp_path_factory):
+    d = tmp_path_factory.mktemp("records")
+    r = cpu_session.run("svd", rows=20_000, cols=20, repeat=2, warmup=1, results_dir=str(d))
+    return r, d
+
+
+def test_one_file_per_run_named_by_workload_family_protocol(record):
+    r, d = record
+    files = sorted(p.name for p in d.iterdir())
+    assert files == [pathlib.Path(r.path).name]  # no probe or temp file left behind
+    name = files[0]
+    assert name.endswith(f"-svd-cpu-tcp-{r.id}.json")
+
+
+def test_record_content(record):
+    r, _ = record
+    d = json.loads(pathlib.Path(r.path).read_text())
+    assert d["schema"] == "gpuscale.result" and d["schema_version"] == 1
+    assert d["workload"] == "svd" and d["backend"] == "cpu" and d["family"] == "cpu"
+    assert d["protocol"] == "tcp"
+    assert d["params"]["rows"] == 20_000 and d["params"]["cols"] == 20
+    assert d["backend_reason"]
+    assert d["valid"] is True and d["validation"]["valid"] is True
+    assert d["validation"]["checks"] and all(c["ok"] for c in d["validation"]["checks"])
+    # every timing, warm-up separately
+    assert len(d["times_s"]) == 2 and len(d["warmup_s"]) == 1
+    assert d["median_s"] == pytest.approx(sum(d["times_s"]) / 2)
+    assert d["min_s"] == min(d["times_s"])
+    for k in ("startup_s", "generate_s", "validate_s"):
+        assert d[k] > 0
+    # tuned choices with source and rule
+    chunk = d["choices"]["chunk_rows"]
+    assert set(chunk) == {"value", "source", "rule"}
+    assert chunk["source"] == "rule" and "chunk budget" in chunk["rule"]
+    assert d["knobs"]["chunk_bytes"] > 0
+    # the cluster as planned and as it ran
+    assert d["cluster"]["cls"] == "distributed.LocalCluster"
+    assert d["cluster"]["running"]["workers"] == 2
+    assert d["settings_sources"]["cluster.workers"] == "flag"
+    # where
+    assert d["versions"]["dask"] == dask.__version__
+    assert d["versions"]["distributed"] == distributed.__version__
+    assert d["versions"]["gpuscale"]
+    assert d["hardware"]["cpu"]["cores"] == os.cpu_count()
+    assert d["hardware"]["gpus"] == []
+    assert d["memory"]["estimate_bytes"] > 0 and d["memory"]["capacity_bytes"] > 0
+    assert d["timestamp"] and d["path"] == r.path
+
+
+def test_load_round_trip(record):
+    r, _ = record
+    loaded = results.load(r.path)
+    assert loaded.to_dict() == r.to_dict()
+
+
+def test_load_rejects_other_json(tmp_path):
+    p = tmp_path / "other.json"
+    p.write_text(json.dumps({"schema": "something-else", "schema_version": 1}))
+    with pytest.raises(UserError, match="not a gpuscale result record"):
+        results.load(p)
+    p.write_text(json.dumps({"schema": "gpuscale.result", "schema_version": 2}))
+    with pytest.raises(UserError, match="schema version 1"):
+        results.load(p)
+
+
+def test_never_overwritten(record, tmp_path):
+    r, _ = record
+    copy = results.Result.model_validate(r.to_dict())
+    out = tmp_path / "w"
+    first = results.write(copy, out)
+    before = first.read_bytes()
+    with pytest.raises(FileExistsError):
+        results.write(copy, out)  # same id and timestamp: same name
+    assert first.read_bytes() == before
+    assert [p.name for p in out.iterdir()] == [first.name]  # no temp file left either
+
+
+def test_two_runs_two_records(cpu_session, tmp_path):
+    paths = {cpu_session.run("svd", rows=2_000, cols=10, repeat=1, warmup=0,
+                             results_dir=str(tmp_path)).path for _ in range(2)}
+    assert len(paths) == 2 and all(pathlib.Path(p).is_file() for p in paths)
+
+
+def test_write_false_writes_nothing(cpu_session, tmp_path):
+    r = cpu_session.run("svd", rows=2_000, cols=10, repeat=1, warmup=0, write=False,
+                        results_dir=str(tmp_path / "none"))
+    assert r.path is None
+    assert not (tmp_path / "none").exists()
+
+
+def test_unwritable_results_dir_fails_before_work(cpu_session, tmp_path):
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(UserError, match="not writable"):
+        cpu_session.run("svd", rows=2_000, cols=10, results_dir=str(tmp_path / "afile" / "sub"))
+
+
+def test_html_repr(record):
+    r, _ = record
+    html = r._repr_html_()
+    assert "gpuscale result" in html and r.path in html
