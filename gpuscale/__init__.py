@@ -11,10 +11,13 @@ def __getattr__(name):  # lazy: importing gpuscale starts nothing and imports no
     if name in ("session", "run", "Session"):
         from . import api
         return getattr(api, name)
+    if name == "workload":
+        from .workloads.decorator import workload
+        return workload
     if name in ("linalg", "dataframe", "workloads", "backends", "cluster", "results"):
         import importlib
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'gpuscale' has no attribute {name!r}")
 
 
-__all__ = ["session", "run", "Session", "UserError", "linalg", "dataframe", "__version__"]
+__all__ = ["session", "run", "Session", "UserError", "workload", "linalg", "dataframe", "__version__"]

@@ -91,20 +91,30 @@ def test_cli_run_svd_on_gpu(tmp_path):
     assert d["family"] == "gpu" and d["valid"] is True
 
 
+def run_cli_json(tmp_path, *args):
+    """One `gpuscale run ... --json` in its own process (UCX is set up once per process, so
+    each UCX cluster gets a fresh one, as it does for a user)."""
+    p = subprocess.run([sys.executable, "-m", "gpuscale", "run", *args, "--repeat", "1", "--warmup", "0",
+                        "--json", "--results-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout)
+
+
 @needs_ucx
 def test_groupby_over_ucx(tmp_path):
-    r = gpuscale.run("groupby", backend="gpu", protocol="ucx", cluster_settings={"gpus": "0"},
-                     rows=1_000_000, keys=1_000, repeat=1, warmup=0, results_dir=str(tmp_path))
-    assert_gpu_record(r)
-    assert r.protocol == "ucx"
-    assert r.cluster["running"]["scheduler"].startswith("ucx")
+    d = run_cli_json(tmp_path, "groupby", "--backend", "gpu", "--protocol", "ucx", "--gpus", "0",
+                     "--rows", "1000000", "--keys", "1000")
+    assert d["valid"] is True and d["family"] == "gpu" and d["protocol"] == "ucx"
+    assert d["cluster"]["running"]["scheduler"].startswith("ucx")
+    assert d["cluster"]["rmm"]["external_libs"] == ["cupy"]
 
 
 @needs_ucx
 @pytest.mark.skipif(len(machine.gpus()) < 2, reason="needs at least 2 GPUs")
 def test_svd_two_gpus_over_ucx(tmp_path):
-    r = gpuscale.run("svd", backend="gpu", protocol="ucx", cluster_settings={"gpus": "0,1"},
-                     rows=400_000, cols=50, repeat=1, warmup=0, results_dir=str(tmp_path))
-    assert_gpu_record(r, workers=2)
-    assert r.cluster["gpus"] == [0, 1]
-    assert r.cluster["running"]["workers"] == 2
+    d = run_cli_json(tmp_path, "svd", "--backend", "gpu", "--protocol", "ucx", "--gpus", "0,1",
+                     "--rows", "400000", "--cols", "50")
+    assert d["valid"] is True and d["family"] == "gpu"
+    assert d["cluster"]["gpus"] == [0, 1]
+    assert d["cluster"]["running"]["workers"] == 2

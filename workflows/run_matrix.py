@@ -66,7 +66,8 @@ def run_case(case: str, logs: pathlib.Path, i: int, timeout: float, results_dir:
         return row
     info = rec.get("info", {})
     plan = info.get("route", {}).get("name") or (
-        f"split_out={info['plan']['split_out']}" if "plan" in info else "")
+        f"{info['plan'].get('strategy', '')} split_out={info['plan']['split_out']}".strip()
+        if "plan" in info else "")
     row.update(valid=rec["valid"], median_s=rec["median_s"], min_s=rec["min_s"],
                warmup_s=rec["warmup_s"], startup_s=rec.get("startup_s"), generate_s=rec["generate_s"],
                plan=plan, workers=rec["cluster"].get("running", {}).get("workers"),

@@ -7,13 +7,16 @@ field ``check``s, ``plan`` (the tuned choices, recorded with where they came fro
 ``validate`` (against an independent reference). It imports no GPU library at top level.
 
 Built-ins are registered here; installed packages add workloads through the
-``gpuscale.workloads`` entry-point group (an entry point names a :class:`Workload` subclass).
+``gpuscale.workloads`` entry-point group (an entry point names a :class:`Workload` subclass),
+and notebooks with the ``@gpuscale.workload`` decorator (:mod:`.decorator`).
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib
 import importlib.metadata
+import types
+import warnings
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -151,7 +154,12 @@ def describe(cls) -> dict:
 # ---------------------------------------------------------------------------------------
 _REGISTRY: dict[str, type[Workload]] = {}
 _LOADED = False
-BUILTINS = ("gpuscale.workloads.svd", "gpuscale.workloads.groupby")
+_BUILTINS_LOADED = False
+BUILTINS = ("gpuscale.workloads.svd", "gpuscale.workloads.groupby",
+            "gpuscale.workloads.transpose_sum", "gpuscale.workloads.matmul", "gpuscale.workloads.fft",
+            "gpuscale.workloads.reduction", "gpuscale.workloads.slicing", "gpuscale.workloads.map_overlap",
+            "gpuscale.workloads.stencil", "gpuscale.workloads.lombscargle",
+            "gpuscale.workloads.merge", "gpuscale.workloads.shuffle")
 
 
 def register(cls: type[Workload]) -> type[Workload]:
@@ -159,15 +167,33 @@ def register(cls: type[Workload]) -> type[Workload]:
     return cls
 
 
+def _load_builtins() -> None:
+    global _BUILTINS_LOADED
+    if _BUILTINS_LOADED:
+        return
+    _BUILTINS_LOADED = True
+    for mod in BUILTINS:
+        importlib.import_module(mod)
+
+
 def _load() -> None:
+    """Built-ins, then the ``gpuscale.workloads`` entry points: each names a Workload class
+    (``@gpuscale.workload`` returns one) or a module whose import registers its workloads.
+    A plugin that fails to load is skipped with a warning naming it."""
     global _LOADED
     if _LOADED:
         return
     _LOADED = True
-    for mod in BUILTINS:
-        importlib.import_module(mod)
+    _load_builtins()
     for ep in importlib.metadata.entry_points(group="gpuscale.workloads"):
-        register(ep.load())
+        try:
+            obj = ep.load()
+            if isinstance(obj, type) and issubclass(obj, Workload):
+                register(obj)
+            elif not isinstance(obj, types.ModuleType):
+                raise TypeError(f"it names a {type(obj).__name__}, not a Workload class or a module")
+        except Exception as e:  # noqa: BLE001  (one broken plugin must not hide the others)
+            warnings.warn(f"gpuscale: skipped workload plugin '{ep.name}' ({ep.value}): {e}", stacklevel=2)
 
 
 def names() -> list[str]:
@@ -181,3 +207,10 @@ def get(name: str) -> type[Workload]:
         return _REGISTRY[name]
     except KeyError:
         raise UserError(f"unknown workload '{name}'", f"use one of: {', '.join(names())}") from None
+
+
+def __getattr__(name):  # ``gpuscale.workloads.workload``: the decorator, imported on first use
+    if name in ("workload", "unregister"):
+        from . import decorator
+        return getattr(decorator, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

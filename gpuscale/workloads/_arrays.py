@@ -1,0 +1,165 @@
+"""Shared pieces of the array workloads: chunk rules, generated data, host references, checks.
+
+Validation never reuses the computation under test: references are NumPy on host copies
+(small sizes) or identities evaluated by a different route (large sizes), in float64.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from typing import Literal
+
+import dask
+import dask.array as da
+import numpy as np
+from pydantic import Field
+
+from ..backends import to_host
+from . import Check, Context
+
+MiB = 2**20
+FULL_CHECK_ELEMENTS = 4_000_000
+"""Arrays up to this many elements are checked whole against NumPy on the host."""
+SAMPLES = 2_000
+"""Elements / lanes / tiles sampled by the large-size checks."""
+
+Dtype = Literal["float64", "float32"]
+
+
+def dtype_field():
+    return Field("float64", description="element type")
+
+
+def seed_field():
+    return Field(0, description="random seed")
+
+
+def array_module(ctx: Context):
+    """The family's array module (``numpy``, ``cupy``, ...), imported by name."""
+    return importlib.import_module(ctx.family.array_module)
+
+
+def plan_square_chunk(ctx: Context, given: int | None, rows: int, cols: int, itemsize: int,
+                      name: str = "chunk", minimum: int = 1) -> int:
+    """Side of square chunks: the flag, else min(family chunk budget, enough blocks for
+    every thread), at least ``minimum``."""
+    if given is not None:
+        return ctx.choose(name, given, "flag")
+    by_bytes = max(1, math.isqrt(ctx.knobs.chunk_bytes // itemsize))
+    per_side = max(1, math.ceil(math.sqrt(ctx.total_threads)))
+    by_threads = max(1, math.ceil(max(rows, cols) / per_side))
+    side = max(min(by_bytes, by_threads), minimum)
+    return ctx.choose(name, side, "rule",
+                      f"min(sqrt({ctx.family.name} chunk budget {ctx.knobs.chunk_bytes / MiB:.0f} MiB / "
+                      f"{itemsize} B) = {by_bytes}, {max(rows, cols)} / ceil(sqrt({ctx.total_threads} "
+                      f"threads)) = {by_threads})" + (f", at least {minimum}" if minimum > 1 else ""))
+
+
+def plan_lanes(ctx: Context, given: int | None, lanes: int, lane_bytes: int, name: str) -> int:
+    """Lanes (rows of work) per chunk when each lane is one unsplittable unit."""
+    if given is not None:
+        return ctx.choose(name, given, "flag")
+    by_bytes = max(1, ctx.knobs.chunk_bytes // max(1, lane_bytes))
+    by_threads = max(1, math.ceil(lanes / ctx.total_threads))
+    n = min(by_bytes, by_threads, lanes)
+    return ctx.choose(name, n, "rule",
+                      f"min({ctx.family.name} chunk budget {ctx.knobs.chunk_bytes / MiB:.0f} MiB / "
+                      f"{lane_bytes} B per lane = {by_bytes}, {lanes} lanes / {ctx.total_threads} "
+                      f"threads = {by_threads})")
+
+
+def uniform(seed: int, shape, chunks, dtype: str):
+    """Uniform [0, 1) data on the active backend (``array.backend`` picks NumPy or CuPy)."""
+    return da.random.default_rng(seed).random(shape, chunks=chunks, dtype=dtype)
+
+
+def host(x) -> np.ndarray:
+    """A NumPy copy of a Dask array (or a chunk / scalar) from any backend."""
+    if dask.is_dask_collection(x):
+        x = x.compute()
+    return np.asarray(to_host(x))
+
+
+def like(block, meta):
+    """Move a host block to the array type of ``meta`` (NumPy or CuPy), by NEP 35."""
+    return np.asarray(block, like=meta) if type(meta) is not np.ndarray else block
+
+
+def to_backend(a: np.ndarray, meta, chunks=None):
+    """A host NumPy array as a Dask array whose chunks have ``meta``'s type."""
+    x = da.from_array(a, chunks=chunks or a.shape)
+    return x.map_blocks(like, meta, dtype=a.dtype, meta=meta)
+
+
+def max_error(got, ref, scale: float | None = None) -> float:
+    """max |got - ref| / scale (scale defaults to max |ref|; absolute when that is 0)."""
+    got = np.asarray(got, dtype=np.complex128 if np.iscomplexobj(got) or np.iscomplexobj(ref) else np.float64)
+    ref = np.asarray(ref, dtype=got.dtype)
+    if got.shape != ref.shape:
+        return math.inf
+    if got.size == 0:
+        return 0.0
+    if not np.isfinite(got).all():
+        return math.inf
+    s = float(np.abs(ref).max()) if scale is None else float(scale)
+    err = float(np.abs(got - ref).max())
+    return err / s if s > 0 else err
+
+
+def close(name: str, got, ref, tol: float, detail: str = "max |got - ref| / max |ref|",
+          scale: float | None = None) -> Check:
+    err = max_error(got, ref, scale)
+    return Check(name, err <= tol, err, tol, detail)
+
+
+def shape_check(x, shape) -> Check:
+    return Check("shape", tuple(x.shape) == tuple(shape), str(tuple(x.shape)), str(tuple(shape)))
+
+
+def mean_filter_reference(x: np.ndarray, size: int, rows=None, cols=None) -> np.ndarray:
+    """The ``size`` x ``size`` mean of ``x`` (mirrored at the image's edges, the edge pixel
+    repeated: NumPy's "symmetric", ndimage's "reflect"), in float64, on the host, by summing
+    shifted windows.
+
+    ``rows`` / ``cols`` (start, stop) restrict the output to a tile; ``x`` may then be a
+    :class:`dask.array.Array` (only the tile plus its halo is fetched) or a NumPy array.
+    """
+    n, m = x.shape
+    r = size // 2
+    i0, i1 = rows or (0, n)
+    j0, j1 = cols or (0, m)
+    a0, a1, b0, b1 = max(0, i0 - r), min(n, i1 + r), max(0, j0 - r), min(m, j1 + r)
+    window = np.asarray(host(x[a0:a1, b0:b1]), dtype=np.float64)
+    pad = ((r - (i0 - a0), r - (a1 - i1)), (r - (j0 - b0), r - (b1 - j1)))
+    padded = _symmetric_pad(window, pad)
+    out = np.zeros((i1 - i0, j1 - j0))
+    for di in range(size):
+        for dj in range(size):
+            out += padded[di:di + out.shape[0], dj:dj + out.shape[1]]
+    return out / (size * size)
+
+
+def _symmetric_pad(a: np.ndarray, pad) -> np.ndarray:
+    """``np.pad(mode="symmetric")`` that also works when a pad is wider than the array."""
+    for axis, (before, after) in enumerate(pad):
+        while before > 0 or after > 0:
+            n = a.shape[axis]
+            b, c = min(before, n), min(after, n)
+            a = np.pad(a, [(b, c) if k == axis else (0, 0) for k in range(a.ndim)], mode="symmetric")
+            before, after = before - b, after - c
+    return a
+
+
+def boundary_tiles(shape, chunks, size: int, rng: np.random.Generator, count: int = 4):
+    """Tiles (row range, col range) of about ``size`` pixels a side that straddle chunk
+    boundaries, plus the image's first and last corner: where halo bugs show."""
+    n, m = shape
+    tiles = [((0, min(n, size)), (0, min(m, size))), ((max(0, n - size), n), (max(0, m - size), m))]
+    row_edges = np.cumsum(chunks[0])[:-1]
+    col_edges = np.cumsum(chunks[1])[:-1]
+    for _ in range(count):
+        ci = int(rng.choice(row_edges)) if len(row_edges) else int(rng.integers(0, n))
+        cj = int(rng.choice(col_edges)) if len(col_edges) else int(rng.integers(0, m))
+        i0, j0 = max(0, ci - size // 2), max(0, cj - size // 2)
+        tiles.append(((i0, min(n, i0 + size)), (j0, min(m, j0 + size))))
+    return tiles

@@ -1,0 +1,103 @@
+"""``map_overlap``: mean smoothing of a 2-D random image with a ``size`` x ``size`` window,
+applied chunk by chunk with halos of ``size // 2`` pixels (``dask.array.map_overlap``,
+mirrored at the image's edges). Each chunk runs ``uniform_filter`` from ``scipy.ndimage``
+(NumPy chunks) or ``cupyx.scipy.ndimage`` (CuPy chunks).
+
+Data: ``n`` x ``n`` uniform [0, 1) pixels in square chunks.
+
+Validation against a float64 mean filter on the host that sums shifted windows (not ndimage);
+tolerance by dtype on max |error|, ``TOL`` (pixels are in [0, 1)):
+
+* small (n^2 <= ``FULL_CHECK_ELEMENTS``): every pixel;
+* large: tiles that straddle chunk boundaries (where a halo bug shows) and the two corners
+  (where the mirroring shows), each recomputed from its pixels plus the halo.
+"""
+from __future__ import annotations
+
+import numpy as np
+from pydantic import Field, PositiveInt, field_validator
+
+from ..errors import UserError
+from ..kernels.filters import uniform_filter
+from . import Context, Output, Params, Validation, Workload, _arrays, register
+from ._arrays import (Dtype, boundary_tiles, close, dtype_field, host,
+                      mean_filter_reference, plan_square_chunk, seed_field, shape_check, uniform)
+
+TOL = {"float64": 1e-10, "float32": 1e-5}
+TILE = 64
+BOUNDARY = "reflect"  # dask's "reflect" repeats the edge pixel (NumPy's "symmetric")
+
+
+class MapOverlapParams(Params):
+    n: PositiveInt = Field(8_000, description="rows = columns of the image")
+    size: PositiveInt = Field(5, description="odd window width; the halo is size // 2 pixels")
+    chunk: PositiveInt | None = Field(None, description="chunk side, at least the halo (default: "
+                                      "from the backend's chunk size and the cluster's threads)")
+    dtype: Dtype = dtype_field()
+    seed: int = seed_field()
+
+    @field_validator("size")
+    @classmethod
+    def _odd(cls, v: int) -> int:
+        if v % 2 == 0:
+            raise ValueError(f"the window width must be odd (a centre pixel plus a halo each side), "
+                             f"e.g. {v + 1}")
+        return v
+
+
+def check_halo(workload: str, halo: int, chunk: int | None, n: int) -> None:
+    if halo > n:
+        raise UserError(f"{workload}: the halo ({halo} pixels) is wider than the image ({n})",
+                        "use a smaller --size or a larger --n")
+    if chunk is not None and halo > chunk:
+        raise UserError(f"{workload}: the halo ({halo} pixels) is wider than a chunk (--chunk {chunk})",
+                        f"use --chunk >= {halo} or a smaller --size")
+
+
+@register
+class MapOverlap(Workload):
+    name = "map_overlap"
+    description = "mean smoothing of an image across chunks with halos (ndimage.uniform_filter)"
+    collection = "array"
+    Params = MapOverlapParams
+
+    def check(self, p) -> None:
+        check_halo(self.name, p.size // 2, p.chunk, p.n)
+
+    def plan(self, p, ctx: Context) -> None:
+        halo = p.size // 2
+        plan_square_chunk(ctx, p.chunk, p.n, p.n, np.dtype(p.dtype).itemsize, minimum=halo)
+        ctx.choose("halo", halo, "rule", f"--size {p.size} // 2")
+
+    def estimate_bytes(self, p, ctx: Context) -> int:
+        return 3 * p.n * p.n * np.dtype(p.dtype).itemsize
+
+    def describe_data(self, p) -> dict:
+        return {"shape": [p.n, p.n], "dtype": p.dtype, "source": "generated, uniform [0, 1)"}
+
+    def generate(self, p, ctx: Context):
+        c = ctx.choices["chunk"]["value"]
+        return uniform(p.seed, (p.n, p.n), (c, c), p.dtype)
+
+    def compute(self, x, p, ctx: Context) -> Output:
+        y = x.map_overlap(uniform_filter, depth=p.size // 2, boundary=BOUNDARY, dtype=x.dtype, size=p.size)
+        return Output({"result": y})
+
+    def validate(self, out: Output, x, p, ctx: Context) -> Validation:
+        return validate_smoothing(out.collections["result"], x, p.size, TOL[p.dtype], p.seed)
+
+
+def validate_smoothing(y, x, size: int, tol: float, seed: int) -> Validation:
+    """Smoothed ``y`` against the host mean filter of ``x``: whole at small sizes, else tiles."""
+    checks = [shape_check(y, x.shape)]
+    detail = "max |got - ref| (pixels in [0, 1))"
+    if x.size <= _arrays.FULL_CHECK_ELEMENTS:
+        ref = mean_filter_reference(host(x), size)
+        checks.append(close("every pixel vs host mean filter", host(y), ref, tol, detail, scale=1.0))
+        return Validation("full reference (host float64 mean filter, shifted-window sums)", checks)
+    tiles = boundary_tiles(x.shape, x.chunks, TILE, np.random.default_rng(seed + 9))
+    for (i0, i1), (j0, j1) in tiles:
+        ref = mean_filter_reference(x, size, (i0, i1), (j0, j1))
+        checks.append(close(f"tile [{i0}:{i1}, {j0}:{j1}]", host(y[i0:i1, j0:j1]), ref, tol, detail, scale=1.0))
+    return Validation("tiles across chunk boundaries and at the corners vs host float64 mean filter",
+                      checks)
