@@ -220,5 +220,5 @@ def family_of(collection) -> Family:
         if top in (fam.array_module, fam.dataframe_module):
             return fam
     raise UserError(f"no backend family handles {type(meta).__module__}.{type(meta).__name__} chunks",
-                    f"convert the collection to one of: "
+                    "convert the collection to one of: "
                     + ", ".join(f"{f.array_module}/{f.dataframe_module}" for f in families()))

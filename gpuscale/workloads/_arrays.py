@@ -163,3 +163,26 @@ def boundary_tiles(shape, chunks, size: int, rng: np.random.Generator, count: in
         i0, j0 = max(0, ci - size // 2), max(0, cj - size // 2)
         tiles.append(((i0, min(n, i0 + size)), (j0, min(m, j0 + size))))
     return tiles
+
+
+class UniformMatrix:
+    """Mixin for workloads on one generated uniform [0, 1) matrix in square chunks (the
+    "chunk" choice): its shape (``--n`` x ``--n``, or ``--rows`` x ``--cols``), the memory
+    estimate (``COPIES`` copies of the input at peak), the data description and generation."""
+
+    COPIES = 3
+
+    @staticmethod
+    def shape(p) -> tuple[int, int]:
+        return (p.n, p.n) if hasattr(p, "n") else (p.rows, p.cols)
+
+    def estimate_bytes(self, p, ctx: Context) -> int:
+        rows, cols = self.shape(p)
+        return self.COPIES * rows * cols * np.dtype(p.dtype).itemsize
+
+    def describe_data(self, p) -> dict:
+        return {"shape": list(self.shape(p)), "dtype": p.dtype, "source": "generated, uniform [0, 1)"}
+
+    def generate(self, p, ctx: Context):
+        c = ctx.choices["chunk"]["value"]
+        return uniform(p.seed, self.shape(p), (c, c), p.dtype)

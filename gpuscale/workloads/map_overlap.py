@@ -20,8 +20,8 @@ from pydantic import Field, PositiveInt, field_validator
 from ..errors import UserError
 from ..kernels.filters import uniform_filter
 from . import Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import (Dtype, boundary_tiles, close, dtype_field, host,
-                      mean_filter_reference, plan_square_chunk, seed_field, shape_check, uniform)
+from ._arrays import (UniformMatrix, Dtype, boundary_tiles, close, dtype_field, host,
+                      mean_filter_reference, plan_square_chunk, seed_field, shape_check)
 
 TOL = {"float64": 1e-10, "float32": 1e-5}
 TILE = 64
@@ -55,7 +55,7 @@ def check_halo(workload: str, halo: int, chunk: int | None, n: int) -> None:
 
 
 @register
-class MapOverlap(Workload):
+class MapOverlap(UniformMatrix, Workload):
     name = "map_overlap"
     description = "mean smoothing of an image across chunks with halos (ndimage.uniform_filter)"
     collection = "array"
@@ -68,16 +68,6 @@ class MapOverlap(Workload):
         halo = p.size // 2
         plan_square_chunk(ctx, p.chunk, p.n, p.n, np.dtype(p.dtype).itemsize, minimum=halo)
         ctx.choose("halo", halo, "rule", f"--size {p.size} // 2")
-
-    def estimate_bytes(self, p, ctx: Context) -> int:
-        return 3 * p.n * p.n * np.dtype(p.dtype).itemsize
-
-    def describe_data(self, p) -> dict:
-        return {"shape": [p.n, p.n], "dtype": p.dtype, "source": "generated, uniform [0, 1)"}
-
-    def generate(self, p, ctx: Context):
-        c = ctx.choices["chunk"]["value"]
-        return uniform(p.seed, (p.n, p.n), (c, c), p.dtype)
 
     def compute(self, x, p, ctx: Context) -> Output:
         y = x.map_overlap(uniform_filter, depth=p.size // 2, boundary=BOUNDARY, dtype=x.dtype, size=p.size)

@@ -18,8 +18,8 @@ import numpy as np
 from pydantic import Field, PositiveInt, field_validator
 
 from . import Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import (Dtype, close, dtype_field, host, plan_square_chunk,
-                      seed_field, uniform)
+from ._arrays import (UniformMatrix, Dtype, close, dtype_field, host, plan_square_chunk,
+                      seed_field)
 
 TOL = {"float64": 1e-10, "float32": 1e-4}
 
@@ -73,26 +73,17 @@ def from_moments(op, count, total, squares):
 
 
 @register
-class Reduction(Workload):
+class Reduction(UniformMatrix, Workload):
     name = "reduction"
     description = "sum / mean / std of a 2-D array (all of it, or along an axis)"
     collection = "array"
+    COPIES = 2
     Params = ReductionParams
 
     def plan(self, p, ctx: Context) -> None:
         plan_square_chunk(ctx, p.chunk, p.rows, p.cols, np.dtype(p.dtype).itemsize)
         ctx.choose("split_every", ctx.knobs.split_every, "family",
                    "None: Dask's default fan-in" if ctx.knobs.split_every is None else None)
-
-    def estimate_bytes(self, p, ctx: Context) -> int:
-        return 2 * p.rows * p.cols * np.dtype(p.dtype).itemsize
-
-    def describe_data(self, p) -> dict:
-        return {"shape": [p.rows, p.cols], "dtype": p.dtype, "source": "generated, uniform [0, 1)"}
-
-    def generate(self, p, ctx: Context):
-        c = ctx.choices["chunk"]["value"]
-        return uniform(p.seed, (p.rows, p.cols), (c, c), p.dtype)
 
     def compute(self, x, p, ctx: Context) -> Output:
         fn = getattr(x, p.op)

@@ -21,8 +21,8 @@ from pydantic import Field, PositiveInt
 
 from ..errors import UserError
 from . import Check, Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import (SAMPLES, Dtype, dtype_field, host, plan_square_chunk,
-                      seed_field, shape_check, uniform)
+from ._arrays import (UniformMatrix, SAMPLES, Dtype, dtype_field, host, plan_square_chunk,
+                      seed_field, shape_check)
 
 
 class SliceParams(Params):
@@ -47,10 +47,11 @@ def _exact(name: str, got, ref) -> Check:
 
 
 @register
-class Slice(Workload):
+class Slice(UniformMatrix, Workload):
     name = "slice"
     description = "strided copy x[::step, ::col-step] into new chunks"
     collection = "array"
+    COPIES = 2
     Params = SliceParams
 
     def check(self, p) -> None:
@@ -63,16 +64,6 @@ class Slice(Workload):
 
     def plan(self, p, ctx: Context) -> None:
         plan_square_chunk(ctx, p.chunk, p.rows, p.cols, np.dtype(p.dtype).itemsize)
-
-    def estimate_bytes(self, p, ctx: Context) -> int:
-        return 2 * p.rows * p.cols * np.dtype(p.dtype).itemsize
-
-    def describe_data(self, p) -> dict:
-        return {"shape": [p.rows, p.cols], "dtype": p.dtype, "source": "generated, uniform [0, 1)"}
-
-    def generate(self, p, ctx: Context):
-        c = ctx.choices["chunk"]["value"]
-        return uniform(p.seed, (p.rows, p.cols), (c, c), p.dtype)
 
     def compute(self, x, p, ctx: Context) -> Output:
         return Output({"result": x[::p.step, ::p.col_step].map_blocks(_copy, dtype=x.dtype)})

@@ -18,7 +18,7 @@ from pydantic import Field, PositiveInt
 
 from ..kernels import stencil as kernels
 from . import Context, Output, Params, Validation, Workload, register
-from ._arrays import Dtype, array_module, dtype_field, plan_square_chunk, seed_field, uniform
+from ._arrays import UniformMatrix, Dtype, array_module, dtype_field, plan_square_chunk, seed_field
 from .map_overlap import BOUNDARY, check_halo, validate_smoothing
 
 TOL = {"float64": 1e-12, "float32": 1e-5}
@@ -34,7 +34,7 @@ class StencilParams(Params):
 
 
 @register
-class Stencil(Workload):
+class Stencil(UniformMatrix, Workload):
     name = "stencil"
     description = "3x3 mean smoothing with a Numba kernel (njit on CPU, cuda.jit on GPU) across chunk halos"
     collection = "array"
@@ -50,16 +50,6 @@ class Stencil(Workload):
         ctx.choose("halo", self.HALO, "rule", "3x3 window: one pixel each side")
         ctx.choose("kernel", kernels.kernel_for(array_module(ctx).ndarray), "rule",
                    "by chunk type: numba.njit for NumPy, numba.cuda.jit for CuPy")
-
-    def estimate_bytes(self, p, ctx: Context) -> int:
-        return 3 * p.n * p.n * np.dtype(p.dtype).itemsize
-
-    def describe_data(self, p) -> dict:
-        return {"shape": [p.n, p.n], "dtype": p.dtype, "source": "generated, uniform [0, 1)"}
-
-    def generate(self, p, ctx: Context):
-        c = ctx.choices["chunk"]["value"]
-        return uniform(p.seed, (p.n, p.n), (c, c), p.dtype)
 
     def compute(self, x, p, ctx: Context) -> Output:
         y = x.map_overlap(kernels.smooth_block, depth=self.HALO, boundary=BOUNDARY, dtype=x.dtype)

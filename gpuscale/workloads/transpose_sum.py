@@ -15,8 +15,8 @@ import numpy as np
 from pydantic import Field, PositiveInt
 
 from . import Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import (Dtype, close, dtype_field, host, plan_square_chunk,
-                      seed_field, uniform)
+from ._arrays import (UniformMatrix, Dtype, close, dtype_field, host, plan_square_chunk,
+                      seed_field)
 
 TOL = {"float64": 1e-10, "float32": 1e-4}
 
@@ -39,7 +39,7 @@ def _block_sum(b):
 
 
 @register
-class TransposeSum(Workload):
+class TransposeSum(UniformMatrix, Workload):
     name = "transpose_sum"
     description = "(x + x.T).sum() of a square matrix: an all-to-all transpose plus a reduction"
     collection = "array"
@@ -47,16 +47,6 @@ class TransposeSum(Workload):
 
     def plan(self, p, ctx: Context) -> None:
         plan_square_chunk(ctx, p.chunk, p.n, p.n, np.dtype(p.dtype).itemsize)
-
-    def estimate_bytes(self, p, ctx: Context) -> int:
-        return 3 * p.n * p.n * np.dtype(p.dtype).itemsize
-
-    def describe_data(self, p) -> dict:
-        return {"shape": [p.n, p.n], "dtype": p.dtype, "source": "generated, uniform [0, 1)"}
-
-    def generate(self, p, ctx: Context):
-        c = ctx.choices["chunk"]["value"]
-        return uniform(p.seed, (p.n, p.n), (c, c), p.dtype)
 
     def compute(self, x, p, ctx: Context) -> Output:
         return Output({"result": (x + x.T).sum()})
