@@ -1,0 +1,36 @@
+"""The workflow scripts run for real at CPU sizes: both sides ran and agreed."""
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def run_script(tmp_path, script, *args, timeout=300):
+    out = tmp_path / "out.json"
+    p = subprocess.run([sys.executable, str(ROOT / "workflows" / script), *args, "--json", str(out)],
+                       capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+def test_bench_vs_peer_smoke(tmp_path):
+    d = run_script(tmp_path, "bench_vs_peer.py", "--smoke", "--rounds", "1")
+    ran = [r for r in d["results"] if "skipped" not in r]
+    rows = {r["row"] for r in ran}
+    assert {"svd", "svd-cpu", "groupby", "transpose", "scaling", "first"} <= rows
+    assert all(r["agrees"] for r in ran)
+    for row in ("svd", "groupby"):
+        sides = [r["side"] for r in ran if r["row"] == row]
+        assert any(s.startswith("gpuscale") for s in sides) and any(s.startswith("plain") for s in sides)
+    assert all(r["median_s"] > 0 for r in ran)
+
+
+def test_compare_plain_dask_small(tmp_path):
+    d = run_script(tmp_path, "compare_plain_dask.py", "--rounds", "1")
+    cases = {(r["case"], r["side"].split(",")[0].split(" ")[0]) for r in d["rows"]}
+    assert {("svd", "gpuscale"), ("svd", "plain"), ("groupby", "gpuscale"), ("groupby", "plain")} <= cases
+    assert all(r["agrees"] for r in d["rows"])
