@@ -123,3 +123,17 @@ def cli(tmp_path):
 
 def files_under(path: pathlib.Path) -> list[pathlib.Path]:
     return sorted(p for p in path.rglob("*") if p.is_file()) if path.exists() else []
+
+
+def produce(session, name, **params):
+    """Plan, generate and compute one workload by hand, data and output persisted as the
+    runner does: (workload, params, context, data, Output)."""
+    from gpuscale import runner, workloads
+    from gpuscale.workloads import Output
+    cls = workloads.get(name)
+    wl, p = cls(), cls.parse(params)
+    ctx = workloads.Context(session.family, session.spec, session.client)
+    wl.plan(p, ctx)
+    data = runner.persist(session.client, wl.generate(p, ctx))
+    out = wl.compute(data, p, ctx)
+    return wl, p, ctx, data, Output(runner.persist(session.client, out.collections), out.info)

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 import gpuscale
-from gpuscale import UserError, runner, workloads
+from gpuscale import UserError, workloads
 from gpuscale.workloads import Output, _arrays, _frames
 from gpuscale.workloads import lombscargle as lombscargle_mod
 from gpuscale.workloads.map_overlap import validate_smoothing
 
-from conftest import files_under
+from conftest import files_under, produce
 
 QUICK = dict(repeat=1, warmup=0)
 NEW = ("transpose_sum", "matmul", "fft", "reduction", "slice", "map_overlap", "stencil",
@@ -48,17 +48,6 @@ def large_path(monkeypatch):
     monkeypatch.setattr(_arrays, "FULL_CHECK_ELEMENTS", 0)
     monkeypatch.setattr(_frames, "FULL_CHECK_ROWS", 0)
     monkeypatch.setattr(lombscargle_mod, "FULL_CHECK_WORK", 100_000)
-
-
-def produce(session, name, **params):
-    """Plan, generate (persisted, as the runner does) and compute one workload by hand."""
-    cls = workloads.get(name)
-    wl, p = cls(), cls.parse(params)
-    ctx = workloads.Context(session.family, session.spec, session.client)
-    wl.plan(p, ctx)
-    data = runner.persist(session.client, wl.generate(p, ctx))
-    out = wl.compute(data, p, ctx)
-    return wl, p, ctx, data, Output(runner.persist(session.client, out.collections), out.info)
 
 
 # ---------------------------------------------------------------------------------------

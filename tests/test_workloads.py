@@ -10,8 +10,10 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from gpuscale import UserError, runner, workloads
+from gpuscale import UserError, workloads
 from gpuscale.workloads import Output
+
+from conftest import produce
 
 SVD = dict(rows=20_000, cols=20)
 GROUPBY = dict(rows=200_000, keys=1_000)
@@ -115,17 +117,6 @@ def test_groupby_sampled_validation_path(cpu_session, monkeypatch, results_dir):
 # ---------------------------------------------------------------------------------------
 # Validation catches wrong answers
 # ---------------------------------------------------------------------------------------
-def produce(session, name, **params):
-    """Plan, generate (persisted, as the runner does) and compute one workload by hand."""
-    cls = workloads.get(name)
-    wl, p = cls(), cls.parse(params)
-    ctx = workloads.Context(session.family, session.spec, session.client)
-    wl.plan(p, ctx)
-    data = runner.persist(session.client, wl.generate(p, ctx))
-    out = wl.compute(data, p, ctx)
-    return wl, p, ctx, data, out
-
-
 @pytest.mark.parametrize("params, index", [
     ({}, 0), ({}, -1), ({}, 7),                        # full numpy reference
     ({"condition": 1e3}, -1), ({"condition": 1e3}, 5),  # known spectrum

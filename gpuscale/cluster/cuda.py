@@ -53,8 +53,8 @@ def plan(settings, family, collection, proto) -> ClusterSpec:
         kwargs["pre_import"] = pre
 
     if c.ucx.nvlink:
-        if proto.name != "ucx":
-            raise UserError("NVLink was requested over TCP", "use --protocol ucx with NVLink")
+        if not proto.switches_transports:
+            raise UserError(f"NVLink was requested over {proto.name.upper()}", "use --protocol ucx with NVLink")
         if len(gpus) < 2:
             notes.append("warning: NVLink requested but only one GPU is used; it carries nothing here")
         elif not machine.nvlink_connected(gpus):
@@ -64,7 +64,7 @@ def plan(settings, family, collection, proto) -> ClusterSpec:
         workers=len(gpus), threads_per_worker=threads, memory_limit=c.memory_limit,
         memory_limit_bytes=memory_bytes(c.memory_limit, 1, max(1, len(gpus))),
         gpus=gpus, transports={k: v for k, v in kwargs.items() if k.startswith("enable_")}
-        or {"selection": "automatic (UCX chooses)" if proto.name == "ucx" else "tcp"},
+        or {"selection": proto.transport_label()},
         rmm=rmm, pre_import=pre, dashboard_address=c.dashboard_address, notes=notes, kwargs=kwargs)
 
 

@@ -50,8 +50,8 @@ def plan(settings, family, collection, proto) -> ClusterSpec:
     kwargs = {"n_workers": workers, "threads_per_worker": threads, "processes": True,
               "memory_limit": c.memory_limit, "protocol": proto.name,
               "dashboard_address": c.dashboard_address}
-    if proto.name == "tcp":
-        kwargs["host"] = "127.0.0.1"
+    if proto.bind_host:
+        kwargs["host"] = proto.bind_host
     return ClusterSpec(
         kind="local", cls="distributed.LocalCluster", family=family.name, protocol=proto.name,
         workers=workers, threads_per_worker=threads, memory_limit=c.memory_limit,

@@ -21,6 +21,14 @@ class Protocol:
     description: str
     module: str | None = None
     install: str = ""
+    bind_host: str | None = None
+    """Host a local cluster binds to (None: the transport's own choice)."""
+    switches_transports: bool = False
+    """Whether NVLink / InfiniBand switches mean anything over this protocol."""
+
+    def transport_label(self) -> str:
+        """How the transports are chosen, for the cluster spec."""
+        return self.name
 
     def check(self) -> None:
         if self.module and importlib.util.find_spec(self.module) is None:
@@ -36,6 +44,11 @@ class Protocol:
 
 @dataclass(frozen=True)
 class UcxProtocol(Protocol):
+    switches_transports: bool = True
+
+    def transport_label(self) -> str:
+        return "automatic (UCX chooses)"
+
     def transport_kwargs(self, ucx) -> dict:
         kw = {"protocol": self.name}
         # Only what was asked for: None lets UCX choose (the fast default on NVLink machines).
@@ -54,7 +67,7 @@ def register(p: Protocol) -> Protocol:
     return p
 
 
-register(Protocol("tcp", "TCP sockets (distributed's default)"))
+register(Protocol("tcp", "TCP sockets (distributed's default)", bind_host="127.0.0.1"))
 register(UcxProtocol("ucx", "UCX through distributed-ucxx: NVLink / InfiniBand / shared memory",
                      module="distributed_ucxx", install=UCX_INSTALL))
 
