@@ -8,9 +8,17 @@ Rows (sizes of the full mode; ``--smoke`` shrinks everything to seconds on 2 CPU
 ``groupby``   100 M rows, 1 M keys, 10 partitions, max/count/mean: only the backend switched
               (``df.groupby("key").agg(spec)``), ``split_out=1`` by hand, ``repartition(1)``
               first, cuDF (or pandas) alone on one worker with no Dask graph, and gpuscale.
-``transpose`` (x + x.T).sum() of 40000^2 on 2 GPUs: dask-cuda's ``local_cupy`` way (chunks
-              4000) over tcp and over ucx, and gpuscale's default chunking over ucx.
-``scaling``   SVD weak scaling, 2,000,000 x 1,000 per GPU, 1 -> 2 GPUs over ucx, both ways.
+``transpose`` (x + x.T).sum() of 40000^2 on 2 GPUs, and again on 4 GPUs where there are 4:
+              dask-cuda's ``local_cupy`` way (chunks 4000) over tcp and over ucx, and
+              gpuscale's default chunking (the ``transpose_sum`` workload's rule) over ucx.
+``scaling``   SVD weak scaling, 2,000,000 x 1,000 per GPU, on 1, 2 and 4 GPUs (as many as the
+              machine has), over ucx and over tcp: ``da.linalg.svd`` on a LocalCUDACluster vs
+              gpuscale; efficiency t1 / tN per side and protocol.
+``groupby-multi`` groupby-agg, 400 M rows, 4 M keys, 40 partitions on 4 GPUs (a shuffle between
+              GPUs): only the backend switched vs gpuscale's plan vs gpuscale's shuffle plan
+              forced; gpuscale's answer is also validated independently by the ``groupby``
+              workload on the same data (every count against ``value_counts``, sampled groups
+              recomputed with pandas).
 ``first``     time to first result: ``gpuscale run groupby`` as a fresh process vs a plain
               Dask script doing the same, process start to validated result.
 
@@ -24,6 +32,10 @@ need more GPUs than the machine has are skipped with a message.
     python workflows/bench_vs_peer.py                   # on a GPU machine
     python workflows/bench_vs_peer.py --smoke           # CPU, seconds (CI)
     python workflows/bench_vs_peer.py --rows svd,groupby --json out.json
+    python workflows/bench_vs_peer.py --rows scaling,transpose,groupby-multi --max-gpus 4
+
+On the CPU (``--smoke``) the multi-GPU rows run on 1, 2 and 4 single-threaded LocalCluster
+workers, so the 4-worker logic is exercised in CI; a GPU machine only changes the count.
 """
 from __future__ import annotations
 
@@ -49,9 +61,13 @@ from gpuscale.backends import to_host
 from gpuscale.workloads.groupby import AGG, make_partition
 
 FULL = {"svd": (2_000_000, 1000, 10), "groupby": (100_000_000, 1_000_000, 10),
-        "transpose": (40_000, 4000), "scaling": (2_000_000, 1000)}
+        "transpose": (40_000, 4000), "scaling": (2_000_000, 1000),
+        "groupby-multi": (400_000_000, 4_000_000, 40)}
 SMOKE = {"svd": (40_000, 50, 10), "groupby": (400_000, 10_000, 4),
-         "transpose": (2_000, 500), "scaling": (20_000, 50)}
+         "transpose": (2_000, 500), "scaling": (20_000, 50),
+         "groupby-multi": (400_000, 40_000, 8)}
+COUNTS = (1, 2, 4)
+"""Worker (GPU) counts of the multi-worker rows; those over the machine's GPUs are skipped."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -184,51 +200,116 @@ def _transpose(x):
     return (x + x.T).sum()
 
 
-def row_transpose(sizes, rounds, backend, gpus):
+def _workers(n: int, ngpus: int) -> dict:
+    """Session keywords for ``n`` workers: GPUs 0..n-1, or n single-threaded CPU workers."""
+    return {"gpus": ",".join(str(i) for i in range(n))} if ngpus else {"workers": n, "threads_per_worker": 1}
+
+
+def _open(backend, proto, n, ngpus, collection="array"):
+    """A session, or the reason there is none (e.g. ucx not installed on the CPU machine)."""
+    try:
+        return gpuscale.session(backend, proto, collection=collection, **_workers(n, ngpus)), None
+    except gpuscale.UserError as e:
+        return None, str(e)
+
+
+def _gpuscale_square_chunk(s, n: int, itemsize: int) -> int:
+    """The ``transpose_sum`` workload's own chunk rule on this cluster (not a copy of it)."""
+    from gpuscale.workloads import Context
+    from gpuscale.workloads._arrays import plan_square_chunk
+    return plan_square_chunk(Context(s.family, s.spec, s.client), None, n, n, itemsize)
+
+
+def row_transpose(sizes, rounds, backend, n_workers, ngpus):
     n, chunk = sizes["transpose"]
     out = []
     for proto in ("tcp", "ucx"):
-        kw = {"gpus": gpus} if gpus else {"workers": 2}
-        try:
-            sess = gpuscale.session(backend, proto, **kw)
-        except gpuscale.UserError as e:
-            out.append({"row": "transpose", "side": f"{proto}", "skipped": str(e)})
+        sess, why = _open(backend, proto, n_workers, ngpus)
+        if sess is None:
+            out.append({"row": "transpose", "side": f"{proto}, {n_workers} workers", "skipped": why})
             continue
         with sess as s:
             x = da.random.default_rng(0).random((n, n), chunks=(chunk, chunk))
             _, x = runner.timed(s.client, s.family, lambda: x)
-            itemsize = 8
-            side = max(chunk, int(math.sqrt(s.family.knobs.chunk_bytes / itemsize)))
-            side = n // max(1, round(n / side))
             sides = {f"plain local_cupy chunks {chunk}, {proto}": lambda: _transpose(x)}
             if proto == "ucx":
+                side = _gpuscale_square_chunk(s, n, x.dtype.itemsize)
                 y = x.rechunk((side, side))
                 _, y = runner.timed(s.client, s.family, lambda: y)
                 sides = {f"gpuscale chunks {side}, ucx": lambda: _transpose(y), **sides}
             else:
                 sides = {"gpuscale (same chunks), tcp": lambda: _transpose(x), **sides}
             for r in measure(s, sides, rounds, scalar_host, scalar_same):
-                out.append({"row": "transpose", "size": f"{n:,}^2 float64, 2 workers", **r})
+                out.append({"row": "transpose", "size": f"{n:,}^2 float64, {n_workers} workers", **r})
     return out
 
 
-def row_scaling(sizes, rounds, backend, ngpus):
+def row_scaling(sizes, rounds, backend, counts, ngpus):
+    """Weak scaling: the same rows per worker on each count, both sides, each protocol."""
     rows, cols = sizes["scaling"]
-    out = {}
-    for n in (1, 2):
-        kw = {"gpus": ",".join(str(i) for i in range(n))} if ngpus else {"workers": n, "threads_per_worker": 1}
-        with gpuscale.session(backend, "ucx" if ngpus else "tcp", **kw) as s:
-            x = da.random.default_rng(0).random((rows * n, cols), chunks=(math.ceil(rows / 5), cols))
-            _, x = runner.timed(s.client, s.family, lambda: x)
-            out[n] = measure(s, _svd_sides(x), rounds, s_host, s_same)
     res = []
-    for r1, r2 in zip(out[1], out[2]):
-        eff = r1["median_s"] / r2["median_s"]
-        res.append({"row": "scaling", "size": f"{rows:,} x {cols:,} per worker, 1 -> 2",
-                    "side": r1["side"], "median_s": r2["median_s"], "min_s": r2["min_s"],
-                    "times_s": r2["times_s"], "vs_gpuscale": None, "agrees": r1["agrees"] and r2["agrees"],
-                    "note": f"t1 {r1['median_s']:.4f} s, t2 {r2['median_s']:.4f} s, efficiency {eff:.0%}"})
+    for proto in ("ucx", "tcp"):
+        by_count: dict[int, list[dict]] = {}
+        for n in counts:
+            sess, why = _open(backend, proto, n, ngpus)
+            if sess is None:
+                res.append({"row": "scaling", "side": f"{proto}, {n} workers", "skipped": why})
+                break
+            with sess as s:
+                x = da.random.default_rng(0).random((rows * n, cols), chunks=(math.ceil(rows / 5), cols))
+                _, x = runner.timed(s.client, s.family, lambda: x)
+                by_count[n] = measure(s, _svd_sides(x), rounds, s_host, s_same)
+        if len(by_count) < 2:
+            continue
+        first, last = min(by_count), max(by_count)
+        for i, r1 in enumerate(by_count[first]):
+            per = {n: by_count[n][i] for n in by_count}
+            eff = {n: r1["median_s"] / per[n]["median_s"] for n in per if n != first}
+            rN = per[last]
+            res.append({"row": "scaling", "size": f"{rows:,} x {cols:,} per worker, {first} -> {last}",
+                        "side": f"{r1['side']}, {proto}", "median_s": rN["median_s"], "min_s": rN["min_s"],
+                        "times_s": rN["times_s"], "vs_gpuscale": None,
+                        "agrees": all(p["agrees"] for p in per.values()),
+                        "efficiency": {str(n): e for n, e in eff.items()},
+                        "t_by_workers": {str(n): p["median_s"] for n, p in per.items()},
+                        "note": ", ".join(f"t{n} {p['median_s']:.4f} s" for n, p in per.items()) + "; "
+                                + ", ".join(f"eff {first}->{n} {e:.0%}" for n, e in eff.items())})
     return res
+
+
+def row_groupby_multi(sizes, rounds, backend, n_workers, ngpus):
+    """A groupby whose partials must cross workers: naive switch vs gpuscale (its plan and the
+    shuffle plan), answers compared, and gpuscale's validated by the workload on the same data."""
+    rows, keys, parts = sizes["groupby-multi"]
+    size = f"{rows:,} rows, {keys:,} keys, {parts} partitions, {n_workers} workers"
+    sess, why = _open(backend, "ucx", n_workers, ngpus, "dataframe")
+    proto = "ucx"
+    if sess is None:
+        sess, proto = gpuscale.session(backend, "tcp", collection="dataframe", **_workers(n_workers, ngpus)), "tcp"
+    with sess as s:
+        df = _groupby_data(s, rows, keys, parts)
+        gres = gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows)
+        forced = gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows, split_out=n_workers)
+        sides = {
+            "plain, backend switched only": lambda: df.groupby("key").agg(AGG),
+            f"gpuscale groupby_agg ({gres.plan.strategy})":
+                lambda: gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows).result,
+            f"gpuscale shuffle plan forced (split_out={n_workers}, {forced.plan.shuffle_method})":
+                lambda: gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows,
+                                                       split_out=n_workers).result,
+        }
+        res = measure(s, sides, rounds, frame_host, frame_same)
+        del df
+        rec = s.run("groupby", rows=rows, keys=keys, partitions=parts, repeat=1, warmup=0, write=False)
+        checks = "; ".join(f"{c['name']}: {'ok' if c['ok'] else 'FAIL'}" for c in rec.validation["checks"])
+    out = []
+    for r in res:
+        note = ""
+        if r["side"].startswith("gpuscale groupby_agg"):
+            note = f"{proto}; plan: {gres.plan.reason}; independent check ({rec.validation['method']}): {checks}"
+            r["agrees"] = r["agrees"] and rec.valid
+        out.append({"row": "groupby-multi", "size": size, **r, "note": note})
+    return out
 
 
 PLAIN_SCRIPT = '''
@@ -289,10 +370,63 @@ def row_first(sizes, backend, smoke):
 
 
 # ---------------------------------------------------------------------------------------
+def _med(results, row, prefix, size_has=""):
+    for r in results:
+        if r.get("row") == row and "skipped" not in r and r["side"].startswith(prefix) and size_has in r.get("size", ""):
+            return r["median_s"]
+    return None
+
+
+def targets(results) -> list[dict]:
+    """The issues' targets, read off this run's rows (absent rows give no line). Absolute-time
+    targets are H200 figures; the ratios hold on any GPU."""
+    out = []
+
+    def add(what, value, ok, target):
+        if value is not None:
+            out.append({"target": what, "value": value, "ok": bool(ok), "limit": target})
+
+    g = _med(results, "svd", "gpuscale")
+    p = _med(results, "svd", "plain")
+    add("svd: gpuscale time (H200 target)", g, g is not None and g <= 0.15, "<= 0.15 s")
+    add("svd: plain / gpuscale", p and g and p / g, p and g and p / g >= 6, ">= 6x")
+    g, p = _med(results, "svd-cpu", "gpuscale"), _med(results, "svd-cpu", "plain")
+    add("svd-cpu: plain / gpuscale", p and g and p / g, p and g and p / g >= 4, ">= 4x")
+    g = _med(results, "groupby", "gpuscale")
+    naive = _med(results, "groupby", "plain, backend switched")
+    alone = next((r["median_s"] for r in results if r.get("row") == "groupby" and "alone" in r.get("side", "")), None)
+    add("groupby: gpuscale time (H200 target)", g, g is not None and g <= 0.06, "<= 0.06 s")
+    add("groupby: naive switch / gpuscale", naive and g and naive / g, naive and g and naive / g >= 40, ">= 40x")
+    add("groupby: gpuscale / library alone", alone and g and g / alone, alone and g and g / alone <= 3, "<= 3x")
+    for n in (2, 4):
+        tag = f", {n} workers"
+        tcp = _med(results, "transpose", "plain local_cupy", tag)
+        ucx = None
+        for r in results:
+            if r.get("row") == "transpose" and "skipped" not in r and r["size"].endswith(tag) \
+                    and r["side"].startswith("plain") and r["side"].endswith("ucx"):
+                ucx = r["median_s"]
+        gs = _med(results, "transpose", "gpuscale chunks", tag)
+        add(f"transpose {n} workers: tcp / ucx (same chunks)", tcp and ucx and tcp / ucx,
+            tcp and ucx and tcp / ucx >= 8, ">= 8x")
+        add(f"transpose {n} workers: gpuscale / local_cupy ucx", gs and ucx and gs / ucx,
+            gs and ucx and gs / ucx <= 0.7, "<= 0.7x")
+    for r in results:
+        if r.get("row") == "scaling" and "skipped" not in r and r["side"].startswith("gpuscale"):
+            for n, e in r["efficiency"].items():
+                add(f"scaling {r['side']}: efficiency 1 -> {n}", e, e >= 0.9, ">= 90%")
+    for r in results:
+        if r.get("row") == "groupby-multi" and r["side"].startswith("gpuscale groupby_agg"):
+            add("groupby-multi: gpuscale valid and agrees", 1.0 if r["agrees"] else 0.0, r["agrees"], "valid")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="CPU-sized inputs (CI)")
-    ap.add_argument("--rows", default="svd,svd-cpu,groupby,transpose,scaling,first")
+    ap.add_argument("--rows", default="svd,svd-cpu,groupby,transpose,scaling,groupby-multi,first")
+    ap.add_argument("--max-gpus", type=int, default=None,
+                    help="use at most this many GPUs (default: all; on the CPU: 4 workers)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cpu-rounds", type=int, default=1, help="rounds for the slow svd-cpu row")
     ap.add_argument("--json", dest="json_path")
@@ -300,6 +434,10 @@ def main(argv=None) -> int:
     wanted = a.rows.split(",")
     sizes = SMOKE if a.smoke else FULL
     ngpus = len(machine.gpus())
+    if a.max_gpus is not None:
+        ngpus = min(ngpus, a.max_gpus)
+    have = ngpus if ngpus else ((a.max_gpus or max(COUNTS)) if a.smoke else 0)
+    counts = [n for n in COUNTS if n <= have]
     gpu_backend = "gpu" if ngpus else "cpu"
     results: list[dict] = []
     skipped: list[str] = []
@@ -316,16 +454,20 @@ def main(argv=None) -> int:
     if "svd-cpu" in wanted and (ngpus or a.smoke):
         with gpuscale.session("cpu", collection="array") as s:
             results += row_svd(s, sizes, a.cpu_rounds, name="svd-cpu")
+    def need(row, n):
+        if have >= n:
+            return True
+        skipped.append(f"{row}: needs {n} GPUs, this machine has {ngpus}")
+        return False
+
     if "transpose" in wanted:
-        if ngpus >= 2 or a.smoke:
-            results += row_transpose(sizes, a.rounds, gpu_backend, "0,1" if ngpus >= 2 else None)
-        else:
-            skipped.append(f"transpose: needs 2 GPUs, this machine has {ngpus}")
-    if "scaling" in wanted:
-        if ngpus >= 2 or a.smoke:
-            results += row_scaling(sizes, a.rounds, gpu_backend, ngpus)
-        else:
-            skipped.append(f"scaling: needs 2 GPUs, this machine has {ngpus}")
+        for n in (2, 4):
+            if need(f"transpose on {n}", n):
+                results += row_transpose(sizes, a.rounds, gpu_backend, n, ngpus)
+    if "scaling" in wanted and need("scaling", 2):
+        results += row_scaling(sizes, a.rounds, gpu_backend, counts, ngpus)
+    if "groupby-multi" in wanted and need("groupby-multi", 4):
+        results += row_groupby_multi(sizes, a.rounds, gpu_backend, 4, ngpus)
     if "first" in wanted:
         results += row_first(sizes, gpu_backend, a.smoke)
 
@@ -349,11 +491,24 @@ def main(argv=None) -> int:
                   "yes" if r["agrees"] else "NO", escape(r.get("note", "")))
     console = Console(width=220)
     console.print(t)
+    goals = targets(results)
+    if goals:
+        tt = Table(title="targets (absolute times: H200 figures; ratios: any GPU; CPU smoke runs only check plumbing)",
+                   title_justify="left")
+        for col in ("target", "measured", "limit", "met"):
+            tt.add_column(col)
+        for g in goals:
+            v = g["value"]
+            shown = (f"{v:.4f} s" if "time" in g["target"] else f"{v:.0%}" if "efficiency" in g["target"]
+                     else ("valid" if v else "INVALID") if g["limit"] == "valid" else f"{v:.2f}x")
+            tt.add_row(escape(g["target"]), shown, escape(g["limit"]), "yes" if g["ok"] else "NO")
+        console.print(tt)
     for msg in skipped:
         console.print(f"skipped: {msg}", markup=False)
     if a.json_path:
         pathlib.Path(a.json_path).write_text(json.dumps(
-            {"device": device, "versions": v, "smoke": a.smoke, "results": results, "skipped": skipped},
+            {"device": device, "versions": v, "smoke": a.smoke, "results": results, "skipped": skipped,
+             "targets": goals},
             indent=2, default=str))
     ran = [r for r in results if "skipped" not in r]
     return 0 if ran and all(r["agrees"] for r in ran) else 1
