@@ -84,12 +84,17 @@ def test_workloads_json(cli):
         assert items[name]["params"]["rows"]["default"] > 0
     assert {"cols", "chunk-rows", "dtype", "compute-uv", "route", "condition", "seed"} <= set(items["svd"]["params"])
     assert {"keys", "partitions", "split-out", "seed"} <= set(items["groupby"]["params"])
+    # fixed sets of values are listed as choices (the CLI accepts exactly these)
+    assert items["svd"]["params"]["route"]["choices"] == ["auto", "gram", "cholqr2", "tsqr"]
+    assert items["svd"]["params"]["rows"]["choices"] is None
+    assert items["groupby"]["params"]["split-out"]["choices"] == ["auto"]
 
 
 def test_workloads_table(cli):
     p = cli("workloads")
     assert p.returncode == 0, p.stderr
     assert "svd" in p.stdout and "groupby" in p.stdout and "--rows" in p.stdout
+    assert "auto|gram|cholqr2|tsqr" in p.stdout.replace("\n", "").replace(" ", "").replace("│", "")
 
 
 def test_info_json(cli):

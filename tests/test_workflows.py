@@ -34,3 +34,21 @@ def test_compare_plain_dask_small(tmp_path):
     cases = {(r["case"], r["side"].split(",")[0].split(" ")[0]) for r in d["rows"]}
     assert {("svd", "gpuscale"), ("svd", "plain"), ("groupby", "gpuscale"), ("groupby", "plain")} <= cases
     assert all(r["agrees"] for r in d["rows"])
+
+
+def test_run_matrix_cases_and_speedup_pairs(tmp_path):
+    """Real `gpuscale run` subprocesses tabulated; cases differing only in --backend are paired."""
+    import importlib.util
+    d = run_script(tmp_path, "run_matrix.py", "transpose_sum --n 300 --backend cpu --repeat 1 --workers 1",
+                   "--logs", str(tmp_path / "logs"), "--results-dir", str(tmp_path / "res"))
+    (row,) = d["rows"]
+    assert row["valid"] and row["rc"] == 0 and row["median_s"] > 0 and row["workers"] == 1
+    assert (tmp_path / "logs" / "case00.out").read_text().strip().startswith("{")
+    assert d["speedups"] == []  # one backend only: nothing to pair
+    spec = importlib.util.spec_from_file_location("run_matrix", ROOT / "workflows" / "run_matrix.py")
+    rm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rm)
+    gpu_row = {**row, "case": row["case"].replace("--backend cpu", "--backend cupy"), "median_s": row["median_s"] / 4}
+    (pair,) = rm.speedups([row, gpu_row])
+    assert pair["case"] == "transpose_sum --n 300 --repeat 1 --workers 1"
+    assert abs(pair["speedup"] - 4.0) < 1e-9 and pair["valid"]

@@ -4,11 +4,13 @@
 #
 #   bash workflows/gpu_acceptance.sh matrix OUTDIR    # gpuscale run over tcp/ucx, 1 and 2 GPUs
 #   bash workflows/gpu_acceptance.sh tests OUTDIR     # pytest -m gpu + compare_plain_dask (large)
-#   bash workflows/gpu_acceptance.sh bench OUTDIR     # bench_vs_peer.py, every row this machine can run
-#   bash workflows/gpu_acceptance.sh library OUTDIR   # every workload on --backend gpu and cpu
+#   bash workflows/gpu_acceptance.sh bench OUTDIR [bench_vs_peer.py args]   # default: every row this machine can run
+#   bash workflows/gpu_acceptance.sh library OUTDIR   # every workload at GPU sizes, --backend gpu and cpu: speedup table
+#   bash workflows/gpu_acceptance.sh trace OUTDIR     # svd --trace over tcp and ucx on 2 GPUs, then trace compare
 set -uo pipefail
-stage=${1:?stage: matrix | tests | bench | library}
+stage=${1:?stage: matrix | tests | bench | library | trace}
 out=${2:?output folder}
+shift 2
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 GPUSCALE_RESULTS=/tmp/gpuscale-results
 py=${PYTHON:-python3}
@@ -30,16 +32,30 @@ case "$stage" in
       2>"$out/compare.err"
     exit $(( rc || $? )) ;;
   bench)
-    $py workflows/bench_vs_peer.py --rounds 3 --json "$out/bench.json" 2>"$out/bench.err"
+    $py workflows/bench_vs_peer.py --rounds 3 --json "$out/bench.json" "$@" 2>"$out/bench.err"
     rc=$?; tail -5 "$out/bench.err"; exit $rc ;;
   library)
-    cases=()
-    for w in $($py -c "from gpuscale import workloads; print(' '.join(n for n in workloads.names() if n not in ('svd', 'groupby')))"); do
-      cases+=("$w --backend gpu" "$w --backend cpu")
-    done
-    $py workflows/run_matrix.py "${cases[@]}" --logs /tmp/library-logs --json "$out/library.json" --timeout 240
+    $py workflows/run_matrix.py --preset library-large --logs /tmp/library-logs --json "$out/library.json" \
+      --timeout 240
     rc=$?
     tar czf "$out/library-logs.tgz" -C /tmp library-logs 2>/dev/null
+    exit $rc ;;
+  trace)
+    # svd (the case: little data moves, the Gram route) and transpose_sum (all-to-all
+    # blocks: the bandwidth picture), each over tcp and ucx on GPUs 0,1, then trace compare.
+    rc=0
+    for w in "svd --rows 2000000 --cols 1000" "transpose_sum --n 40000 --chunk 4000"; do
+      name=${w%% *}
+      for proto in tcp ucx; do
+        rm -rf "/tmp/trace-$name-$proto"
+        $py -m gpuscale run $w --backend cupy --gpus 0,1 --repeat 3 --protocol $proto \
+          --trace "/tmp/trace-$name-$proto" >"$out/run-$name-$proto.txt" 2>&1 || rc=1
+      done
+      $py -m gpuscale trace compare "/tmp/trace-$name-tcp" "/tmp/trace-$name-ucx" || rc=1
+      $py -m gpuscale trace compare "/tmp/trace-$name-tcp" "/tmp/trace-$name-ucx" --json \
+        >"$out/compare-$name.json" 2>/dev/null
+    done
+    tar czf "$out/traces.tgz" -C /tmp $(cd /tmp && ls -d trace-*) 2>/dev/null
     exit $rc ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

@@ -7,6 +7,10 @@ min time, warm-up and start-up, the SVD route or groupby plan, and the process's
 
     python workflows/run_matrix.py --preset gpu-1 --logs /tmp/matrix
     python workflows/run_matrix.py "svd --backend cpu --rows 100000" "groupby --backend cpu"
+    python workflows/run_matrix.py --preset library-large     # CPU (all cores) vs GPU per workload
+
+Cases that differ only in ``--backend`` (cpu vs gpu / a family's names) are also paired in a
+speedup table: CPU median / GPU median, both validated, in the same run.
 """
 from __future__ import annotations
 
@@ -34,6 +38,22 @@ PRESETS = {
         "svd --backend gpu --condition 1e10 --rows 400000 --cols 200",
         "svd --backend gpu --compute-uv --rows 400000 --cols 200",
     ],
+    # Every library workload at a size where a GPU has work to do, on the GPU and on every CPU
+    # core of the same machine (LocalCluster). Sizes fit one 78 GiB H100 and run in seconds on
+    # 16 cores; repeats are few because the CPU side is the slow one.
+    "library-large": [f"{case} --backend {b} --repeat 2" for case in (
+        "transpose_sum --n 20000",
+        "matmul --n 8000",
+        "fft --rows 8192 --cols 16384 --axis 0",
+        "reduction --rows 40000 --cols 10000 --op std",
+        "slice --rows 40000 --cols 10000 --step 3",
+        "map_overlap --n 16000 --size 9",
+        "stencil --n 16000 --dtype float32",
+        "lombscargle --samples 20000 --freqs 200000",
+        "merge --rows 20000000 --match-fraction 0.3",
+        "shuffle --rows 20000000 --method set_index",
+        "shuffle --rows 20000000 --method sort_values",
+    ) for b in ("gpu", "cpu")],
     "gpu-2": [
         f"svd --backend cupy --gpus 0,1 {BIG_SVD}",
         f"svd --backend cupy --gpus 0,1 --protocol ucx {BIG_SVD}",
@@ -76,6 +96,35 @@ def run_case(case: str, logs: pathlib.Path, i: int, timeout: float, results_dir:
     return row
 
 
+CPU_NAMES = {"cpu", "numpy", "pandas"}
+GPU_NAMES = {"gpu", "cupy", "cudf"}
+
+
+def speedups(rows: list[dict]) -> list[dict]:
+    """Pair cases that differ only in ``--backend`` (a CPU name vs a GPU name)."""
+    def split(case):
+        args = shlex.split(case)
+        if "--backend" not in args:
+            return None, case
+        i = args.index("--backend")
+        backend = args[i + 1] if i + 1 < len(args) else ""
+        return backend, shlex.join(args[:i] + args[i + 2:])
+
+    by_case: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        backend, rest = split(r["case"])
+        side = "cpu" if backend in CPU_NAMES else "gpu" if backend in GPU_NAMES else None
+        if side and "median_s" in r:
+            by_case.setdefault(rest, {})[side] = r
+    out = []
+    for rest, sides in by_case.items():
+        if {"cpu", "gpu"} <= set(sides):
+            c, g = sides["cpu"], sides["gpu"]
+            out.append({"case": rest, "cpu_s": c["median_s"], "gpu_s": g["median_s"],
+                        "speedup": c["median_s"] / g["median_s"], "valid": bool(c["valid"] and g["valid"])})
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cases", nargs="*", help="argument strings for `gpuscale run`")
@@ -109,10 +158,19 @@ def main(argv=None) -> int:
                   f"{r['startup_s']:.1f} s" if r["startup_s"] is not None else "-", r["plan"],
                   str(r["workers"]), f"{r['wall_s']:.1f} s")
     Console(width=200).print(t)
+    pairs = speedups(rows)
+    if pairs:
+        st = Table(title="CPU vs GPU, same machine, same run (median CPU / median GPU)", title_justify="left")
+        for col in ("case", "cpu median", "gpu median", "speedup", "both valid"):
+            st.add_column(col)
+        for p in pairs:
+            st.add_row(p["case"], f"{p['cpu_s']:.4f} s", f"{p['gpu_s']:.4f} s", f"{p['speedup']:.1f}x",
+                       "yes" if p["valid"] else "NO")
+        Console(width=200).print(st)
     if rows and "device" in rows[0]:
         Console().print(f"device: {rows[0]['device']}")
     if a.json_path:
-        pathlib.Path(a.json_path).write_text(json.dumps(rows, indent=2, default=str))
+        pathlib.Path(a.json_path).write_text(json.dumps({"rows": rows, "speedups": pairs}, indent=2, default=str))
     return 0 if all(r.get("valid") for r in rows) else 1
 
 

@@ -16,6 +16,7 @@ import dataclasses
 import importlib
 import importlib.metadata
 import types
+import typing
 import warnings
 from typing import Any, ClassVar
 
@@ -139,14 +140,23 @@ def parameter_flags(cls) -> list[str]:
     return ["--" + f.replace("_", "-") for f in cls.Params.model_fields]
 
 
+def choices(annotation) -> list | None:
+    """The allowed values of a ``Literal`` parameter (also inside Optional / Union), else None."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return list(typing.get_args(annotation))
+    found = [c for a in typing.get_args(annotation) for c in (choices(a) or [])]
+    return found or None
+
+
 def describe(cls) -> dict:
-    """Name, description and parameters (with defaults) of a workload, for listings."""
+    """Name, description and parameters (with defaults and, for fixed sets, the choices) of a
+    workload, for listings."""
     params = {}
     for fname, field in cls.Params.model_fields.items():
         ann = field.annotation
         params[fname.replace("_", "-")] = {
             "default": field.default, "type": getattr(ann, "__name__", str(ann)).replace("typing.", ""),
-            "help": field.description or ""}
+            "choices": choices(ann), "help": field.description or ""}
     return {"name": cls.name, "collection": cls.collection, "description": cls.description,
             "params": params}
 
