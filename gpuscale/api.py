@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from typing import Any, Callable
 
 import dask
 
@@ -152,12 +152,21 @@ def session(backend: str | None = None, protocol: str | None = None, **kw: Any) 
 def run(workload: str, *, backend: str | None = None, protocol: str | None = None,
         profile: str | None = None, repeat: int | None = None, warmup: int | None = None,
         memory_check: bool | None = None, results_dir: str | None = None, write: bool = True,
-        cluster_settings: dict | None = None, **params: Any) -> results.Result:
+        cluster_settings: dict | None = None,
+        on_ready: Callable[[Session], Any] | None = None,
+        hold: Callable[[Session, results.Result], Any] | None = None,
+        **params: Any) -> results.Result:
     """One-shot: check everything, build the cluster for this workload, run it, close it.
 
     Workload parameters are keywords (``rows=...``); cluster settings go in
     ``cluster_settings`` (``{"workers": 2}``), using the names of ``config.KEYWORDS``.
+    ``on_ready(session)`` is called once the cluster is up, before any work (the CLI's
+    ``--dashboard`` prints ``session.dashboard_link`` there); ``hold(session, result)`` is
+    called after the record is written, with the cluster still running, and the cluster closes
+    when it returns (``--dashboard`` shows the result, then waits in :func:`gpuscale.serve.hold`
+    until Ctrl-C, SIGTERM or ``gpuscale cluster down``).
     """
+
     cls = workloads.get(workload)
     cls.parse(params)  # bad parameters fail before anything starts
     extra = dict(cluster_settings or {})
@@ -171,4 +180,9 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
     if write:
         results.check_writable(s.settings.results_dir)
     with s:
-        return s.run(workload, write=write, **params)
+        if on_ready is not None:
+            on_ready(s)
+        result = s.run(workload, write=write, **params)
+        if hold is not None:
+            hold(s, result)
+        return result

@@ -124,19 +124,31 @@ def _workload_command(cls) -> click.Command:
     @click.option("--results-dir", help="where to write the result record (default ./gpuscale-results)")
     @click.option("--no-memory-check", "no_memory_check", is_flag=True,
                   help="run even if the size looks too big for the cluster's memory")
+    @click.option("--dashboard", "dashboard", is_flag=True,
+                  help="print the dashboard link (stderr) before the work and keep the cluster up "
+                       "after it until Ctrl-C")
     @click.option("--json", "as_json", is_flag=True, help="print exactly one JSON object on stdout")
     def command(as_json, no_memory_check, repeat, warmup, results_dir, **kwargs):
         from . import api, report
+        shown = []  # --dashboard shows the result before holding the cluster
+
+        def show(r):
+            shown.append(r)
+            if as_json:
+                click.echo(json.dumps(r.to_dict(), default=str))
+            else:
+                _console().print(report.result_table(r))
+            sys.stdout.flush()
+
+        hooks = _dashboard_hooks(show) if kwargs.pop("dashboard", False) else {}
         profile, settings = _split(kwargs)
         wl_params = {k: v for k, v in kwargs.items() if v is not None}
         settings.update(repeat=_int(repeat, "--repeat"), warmup=_int(warmup, "--warmup", minimum=0),
                         memory_check=False if no_memory_check else None)
         r = api.run(cls.name, profile=profile, results_dir=results_dir, cluster_settings=settings,
-                    **wl_params)
-        if as_json:
-            click.echo(json.dumps(r.to_dict(), default=str))
-        else:
-            _console().print(report.result_table(r))
+                    **hooks, **wl_params)
+        if not shown:
+            show(r)
         if not r.valid:
             click.echo(f"gpuscale: {cls.name} result FAILED validation (see the checks above / in "
                        f"{r.path})", err=True)
@@ -144,6 +156,38 @@ def _workload_command(cls) -> click.Command:
 
     return click.Command(cls.name, callback=command, params=params + command.__click_params__[::-1],
                          help=f"{cls.description}.", context_settings=CONTEXT)
+
+
+STOPPED_BY = {"interrupt": "stopped by Ctrl-C", "terminate": "stopped by SIGTERM",
+              "scheduler stopped": "the scheduler was stopped (cluster down)", "timeout": "timed out"}
+
+
+def _dashboard_hooks(show) -> dict[str, Any]:
+    """``api.run`` callbacks for ``run --dashboard``: the link on stderr before the work; after
+    it, the result shown and the cluster held (:func:`gpuscale.serve.hold`) until Ctrl-C,
+    SIGTERM or ``cluster down``. stdout keeps only what ``show`` prints."""
+    from . import serve
+
+    def on_ready(s):
+        link = s.dashboard_link
+        click.echo(f"gpuscale: dashboard: {link}" if link else
+                   "gpuscale: this cluster has no dashboard (--dashboard-address is unset)", err=True)
+
+    def hold(s, r):
+        if s.spec.kind == "existing":
+            how = "Ctrl-C leaves it (the running cluster stays)"
+        else:
+            how = f"Ctrl-C or `gpuscale cluster down {s.client.scheduler.address}` closes it"
+
+        def announce():  # inside the hold: a Ctrl-C from here on is the normal stop
+            show(r)
+            click.echo(f"gpuscale: the cluster stays up for the dashboard at {s.dashboard_link}; "
+                       f"{how}", err=True)
+
+        why = serve.hold(s, before=announce)
+        click.echo(f"gpuscale: {STOPPED_BY.get(why, why)}; closing the cluster", err=True)
+
+    return {"on_ready": on_ready, "hold": hold}
 
 
 def _int(value, flag: str, minimum: int = 1) -> int | None:
@@ -163,7 +207,7 @@ def _int(value, flag: str, minimum: int = 1) -> int | None:
 # ---------------------------------------------------------------------------------------
 @cli.group(cls=Group, context_settings=CONTEXT)
 def cluster():
-    """Inspect cluster specs."""
+    """Inspect cluster specs; start a cluster in the foreground and stop it."""
 
 
 @cluster.command("show", context_settings=CONTEXT)
@@ -185,6 +229,73 @@ def cluster_show(as_json, collection, **kwargs):
         _console().print(report.spec_table(spec, resolved, selection))
 
 
+@cluster.command("up", context_settings=CONTEXT)
+@cluster_options
+@click.option("--for", "collection", type=click.Choice(["array", "dataframe"]), default=None,
+              help="shape the cluster for array or DataFrame work (as `run` does per workload)")
+@click.option("--scheduler-file", metavar="PATH",
+              help="also write Dask's scheduler file here (removed on exit); "
+                   "Client(scheduler_file=PATH) and `cluster down --scheduler-file` read it")
+@click.option("--json", "as_json", is_flag=True,
+              help="print scheduler address, dashboard link etc. as one JSON object on the first "
+                   "line of stdout (messages go to stderr)")
+def cluster_up(as_json, scheduler_file, collection, **kwargs):
+    """Start the cluster `cluster show` describes and keep it up in the foreground until
+    Ctrl-C, SIGTERM or `gpuscale cluster down ADDRESS`; everything started is closed on exit."""
+    from . import serve
+    profile, settings = _split(kwargs)
+    with serve.sigterm_as_interrupt():
+        with serve.up(profile=profile, collection=collection, scheduler_file=scheduler_file,
+                      **settings) as served:
+            d = served.describe()
+            lines = [f"gpuscale cluster up: {d['cls']}, {d['workers']} worker(s), {d['threads']} "
+                     f"thread(s), {d['protocol']} ({d['family']} family)",
+                     f"  scheduler       {d['scheduler']}",
+                     f"  dashboard       {d['dashboard'] or '(none: --dashboard-address is unset)'}"]
+            if d["scheduler_file"]:
+                lines.append(f"  scheduler file  {d['scheduler_file']}")
+            lines += [f"  use it          gpuscale run WORKLOAD --scheduler {d['scheduler']}  |  "
+                      f"gpuscale.session(scheduler={d['scheduler']!r})",
+                      f"  stop it         Ctrl-C, or gpuscale cluster down {d['scheduler']}"]
+
+            def announce():  # inside the hold: a Ctrl-C from here on is the normal stop
+                if as_json:
+                    click.echo(json.dumps(d, default=str))
+                for line in lines:
+                    click.echo(line, err=as_json)
+                sys.stdout.flush()
+
+            why = serve.hold(served.session, before=announce)
+            click.echo(f"gpuscale: {STOPPED_BY.get(why, why)}; closing the cluster", err=True)
+    click.echo("gpuscale: cluster closed", err=True)
+
+
+@cluster.command("down", context_settings=CONTEXT)
+@click.argument("address", required=False)
+@click.option("--scheduler-file", metavar="PATH", help="read the address from this scheduler file")
+@click.option("--timeout", help="seconds to wait for the scheduler to answer (default 3)")
+def cluster_down(address, scheduler_file, timeout):
+    """Stop the scheduler at ADDRESS and its workers (e.g. one `cluster up` started, which
+    then exits 0)."""
+    from . import serve
+    if (address is None) == (scheduler_file is None):
+        raise UserError("give the scheduler ADDRESS or --scheduler-file PATH (exactly one)",
+                        "e.g. gpuscale cluster down tcp://127.0.0.1:8786")
+    t = serve.DOWN_TIMEOUT_S
+    if timeout is not None:
+        try:
+            t = float(timeout)
+        except ValueError:
+            t = -1.0
+        if not t > 0:
+            raise UserError(f"--timeout must be a positive number of seconds, got {timeout!r}",
+                            "e.g. --timeout 5")
+    if scheduler_file is not None:
+        address = serve.address_from_file(scheduler_file)
+    d = serve.down(address, timeout_s=t)
+    click.echo(f"gpuscale: stopped the scheduler at {d['scheduler']} and its {d['workers']} worker(s)")
+
+
 # ---------------------------------------------------------------------------------------
 # info, workloads
 # ---------------------------------------------------------------------------------------
@@ -198,7 +309,7 @@ def gather_info() -> dict[str, Any]:
     from .cluster import protocols
     return {"hardware": machine.hardware(), "stacks": machine.stacks(), "backends": fams,
             "protocols": {n: protocols.get(n).available() for n in protocols.names()},
-            "versions": machine.versions()}
+            "versions": machine.versions(), "gpu_dashboard": machine.gpu_dashboard()}
 
 
 @cli.command(context_settings=CONTEXT)

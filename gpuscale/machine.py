@@ -146,3 +146,48 @@ def nvlink_connected(indices: list[int] | None = None) -> bool:
 
 def hardware() -> dict:
     return {"cpu": cpu(), "gpus": gpus()}
+
+
+def gpu_dashboard() -> dict:
+    """Whether GPU workers here can feed the dashboard's GPU plots.
+
+    Dask draws them (the GPU pages, ``/individual-gpu-memory`` and
+    ``/individual-gpu-utilization``, and GPU columns of the worker tables) from
+    ``distributed.diagnostics.nvml``, which needs ``pynvml``, the NVML library of the driver,
+    at least one device, and the dask config ``distributed.diagnostics.nvml`` left on.
+    Returns ``{"available", "state", "devices", "message"}``; the message names the fix.
+    """
+    import dask.config
+    if not dask.config.get("distributed.diagnostics.nvml", True):
+        return {"available": False, "state": "disabled-by-config", "devices": None,
+                "message": "no GPU plots: dask config distributed.diagnostics.nvml is false; set it to true "
+                           "(DASK_DISTRIBUTED__DIAGNOSTICS__NVML=True) for GPU plots"}
+    if importlib.util.find_spec("pynvml") is None:
+        return {"available": False, "state": "pynvml-missing", "devices": None,
+                "message": "no GPU plots: pynvml is not installed, so no GPU can be seen here "
+                           "(on a GPU machine: pip install nvidia-ml-py, part of gpuscale[gpu])"}
+    try:
+        from distributed.diagnostics import nvml
+        count = nvml.device_get_count()
+        state = nvml.NVML_STATE
+    except Exception as e:  # noqa: BLE001 - any NVML failure means no plots
+        return {"available": False, "state": "error", "devices": None,
+                "message": f"no GPU plots: NVML failed ({type(e).__name__}: {e})"}
+    if state == nvml.NVMLState.DISABLED_CONFIG:  # the config changed after NVML was first asked
+        return {"available": False, "state": "disabled-by-config", "devices": None,
+                "message": "no GPU plots: dask config distributed.diagnostics.nvml was false when NVML was "
+                           "first used in this process; set it to true for GPU plots"}
+    if state == nvml.NVMLState.DISABLED_LIBRARY_NOT_FOUND:
+        return {"available": False, "state": "no-nvml-library", "devices": 0,
+                "message": "no GPU plots, no GPU: pynvml is installed but the NVIDIA driver's NVML library was "
+                           "not found (no NVIDIA driver here)"}
+    if state == nvml.NVMLState.DISABLED_WSL_INSUFFICIENT_DRIVER:
+        return {"available": False, "state": "wsl-driver", "devices": None,
+                "message": f"no GPU plots: the WSL NVIDIA driver is older than "
+                           f"{nvml.MINIMUM_WSL_VERSION}; update the Windows driver"}
+    if not count:
+        return {"available": False, "state": "no-device", "devices": 0,
+                "message": "no GPU plots, no GPU: NVML sees no device (check CUDA_VISIBLE_DEVICES and nvidia-smi)"}
+    return {"available": True, "state": "on", "devices": int(count),
+            "message": f"GPU plots on: {count} GPU(s) through distributed.diagnostics.nvml (dashboard pages "
+                       "/individual-gpu-memory, /individual-gpu-utilization)"}

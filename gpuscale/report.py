@@ -108,6 +108,10 @@ def info_table(info: dict[str, Any]) -> Table:
     for g in gpus:
         peers = ", ".join(map(str, g["nvlink_peers"])) or "none"
         t.add_row(f"GPU {g['index']}", f"{g['name']}, {format_bytes(g['memory_bytes'])}, NVLink peers: {peers}")
+    gd = info.get("gpu_dashboard")
+    if gd:
+        t.add_row("GPU dashboard", escape(gd["message"]) if gd["available"]
+                  else f"[dim]{escape(gd['message'])}[/dim]")
     for mod, st in info["stacks"].items():
         t.add_row(mod, (st["version"] or "installed") if st["importable"] else "[dim]not installed[/dim]")
     for fam in info["backends"]:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 from typing import Any, Iterator
 
+import dask.config
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import UserError
@@ -69,12 +71,31 @@ def connect(spec: ClusterSpec) -> Iterator[tuple[Any, Any]]:
         cluster, client = mod.start(spec)
         yield client, cluster
     finally:
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.close()
-        if cluster is not None:
-            with contextlib.suppress(Exception):
-                cluster.close()
+        # A scheduler stopped from outside (`gpuscale cluster down`) answers nothing: close
+        # without waiting the whole connect timeout (30 s) for it at each step.
+        status = getattr(getattr(cluster, "scheduler", None), "status", None)
+        gone = getattr(status, "name", None) in ("closing", "closed", "failed")
+        with contextlib.ExitStack() as quick:
+            if gone:
+                quick.enter_context(dask.config.set({"distributed.comm.timeouts.connect": "1s"}))
+                quick.enter_context(_quiet("distributed.client"))  # its cancelled reconnect
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.close()
+            if cluster is not None:
+                with contextlib.suppress(Exception):
+                    cluster.close()
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    log = logging.getLogger(name)
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def start_error(spec: ClusterSpec, exc: BaseException) -> UserError:

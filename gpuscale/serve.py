@@ -1,0 +1,225 @@
+"""Clusters that outlive one run, for watching the Dask dashboard.
+
+``gpuscale cluster up`` starts the cluster a profile / flags describe (the same
+:class:`~gpuscale.cluster.ClusterSpec` as ``cluster show``) and keeps it in the foreground;
+``gpuscale cluster down ADDRESS`` stops it from anywhere; ``gpuscale run ... --dashboard``
+keeps its cluster up after the run. All three are plain functions here, free of click:
+
+>>> with serve.up(backend="cpu", workers=2) as served:       # doctest: +SKIP
+...     print(served.describe())     # scheduler address, dashboard link, workers, ...
+...     serve.hold(served.session)   # until Ctrl-C, SIGTERM or `gpuscale cluster down ADDRESS`
+>>> serve.down("tcp://127.0.0.1:40000")                         # doctest: +SKIP
+
+The keep-alive is :func:`hold`: it blocks the calling thread until Ctrl-C (SIGINT), SIGTERM
+or the scheduler stopping (someone called ``Client.shutdown()``, e.g. ``cluster down``) and
+returns which one it was; the caller's ``with`` block then closes what it started.
+``api.run(..., on_ready=..., hold=...)`` takes callbacks so the CLI can print the dashboard
+link before the work and call :func:`hold` after it without the library knowing about click.
+Other processes connect with ``gpuscale.session(scheduler=ADDRESS)``, ``gpuscale run ...
+--scheduler ADDRESS`` or ``distributed.Client(scheduler_file=PATH)``.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import signal
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+from .errors import UserError
+
+DOWN_TIMEOUT_S = 3.0
+"""How long ``cluster down`` waits for a scheduler to answer before saying there is none."""
+
+
+class _Terminated(BaseException):
+    """Raised in the main thread by the SIGTERM handler :func:`hold` installs."""
+
+
+# ---------------------------------------------------------------------------------------
+# keep-alive
+# ---------------------------------------------------------------------------------------
+def scheduler_stopped(session) -> bool:
+    """True once the session's scheduler has stopped (or its client lost it for good)."""
+    cluster = getattr(session, "cluster", None)
+    scheduler = getattr(cluster, "scheduler", None)   # in-process scheduler of a local cluster
+    status = getattr(scheduler, "status", None)
+    if status is not None and getattr(status, "name", str(status)) in ("closing", "closed", "failed"):
+        return True
+    client = getattr(session, "client", None)
+    if client is None:
+        return True
+    return str(getattr(client, "status", "running")) not in ("running", "newly-created")
+
+
+def hold(session, *, before: Callable[[], Any] | None = None, poll_s: float = 0.2,
+         timeout_s: float | None = None) -> str:
+    """Block until Ctrl-C, SIGTERM or the scheduler stopping; return ``"interrupt"``,
+    ``"terminate"``, ``"scheduler stopped"`` (or ``"timeout"`` after ``timeout_s``).
+
+    ``before()`` runs first, inside the hold (say, printing how to stop it): a Ctrl-C that
+    arrives while it runs already counts as the stop. SIGTERM is caught only while holding,
+    and only in the main thread (elsewhere signals cannot be handled; Ctrl-C / the scheduler
+    stopping still end the hold there).
+    """
+    previous = None
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        def _on_term(signum, frame):
+            raise _Terminated()
+        previous = signal.signal(signal.SIGTERM, _on_term)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    try:
+        if before is not None:
+            before()
+        while not scheduler_stopped(session):
+            if deadline is not None and time.monotonic() >= deadline:
+                return "timeout"
+            time.sleep(poll_s)
+        return "scheduler stopped"
+    except KeyboardInterrupt:
+        return "interrupt"
+    except _Terminated:
+        return "terminate"
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+# ---------------------------------------------------------------------------------------
+# cluster up
+# ---------------------------------------------------------------------------------------
+def check_scheduler_file(path: str | os.PathLike) -> pathlib.Path:
+    """The scheduler file's path, refused (before anything starts) if it cannot be written."""
+    p = pathlib.Path(path).expanduser().resolve()
+    if p.is_dir():
+        raise UserError(f"--scheduler-file {path} is a folder", "give a file path, e.g. scheduler.json")
+    parent = p.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise UserError(f"--scheduler-file {path}: folder {parent} does not exist or is not writable",
+                        "create the folder or choose another path")
+    return p
+
+
+def write_scheduler_file(client, path: pathlib.Path) -> None:
+    """Dask's scheduler file (``scheduler_info()`` as JSON, like ``dask scheduler
+    --scheduler-file``), written atomically; ``Client(scheduler_file=path)`` reads it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(client.scheduler_info(n_workers=-1), indent=2, default=str))
+    os.replace(tmp, path)
+
+
+class Served:
+    """A cluster ``up`` started: its open session and the scheduler file written (if any)."""
+
+    def __init__(self, session, scheduler_file: pathlib.Path | None = None):
+        self.session = session
+        self.scheduler_file = scheduler_file
+
+    @property
+    def address(self) -> str:
+        return self.session.client.scheduler.address
+
+    def describe(self) -> dict[str, Any]:
+        """What ``cluster up`` prints: addresses, link and the live worker / thread counts."""
+        s = self.session
+        workers = s.client.scheduler_info(n_workers=-1).get("workers", {})
+        return {"scheduler": self.address, "dashboard": s.dashboard_link,
+                "scheduler_file": str(self.scheduler_file) if self.scheduler_file else None,
+                "cls": s.spec.cls, "family": s.family.name, "protocol": s.spec.protocol,
+                "workers": len(workers), "threads": sum(w.get("nthreads", 0) for w in workers.values()),
+                "pid": os.getpid()}
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt in the main thread for the block (so a cluster being
+    started is closed, not orphaned); the previous handler comes back after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _on_term(signum, frame):
+        raise KeyboardInterrupt()
+
+    previous = signal.signal(signal.SIGTERM, _on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def up(*, profile: str | None = None, collection: str | None = None,
+       scheduler_file: str | os.PathLike | None = None, start_timeout_s: float = 60,
+       **settings: Any) -> Iterator[Served]:
+    """Start the cluster these settings describe (the spec ``cluster show`` prints) and yield a
+    :class:`Served` once every planned worker has joined; on exit remove the scheduler file
+    (if written) and close everything that was started."""
+    from . import api
+    s = api.Session(profile=profile, collection=collection, **settings)
+    if s.spec.kind == "existing":
+        raise UserError(f"`cluster up` starts a cluster, but a running scheduler was named "
+                        f"({s.spec.scheduler}, from {s.resolved.sources.get('scheduler', 'settings')})",
+                        "drop --scheduler (or use a profile without 'scheduler:'); to use a running "
+                        "cluster pass --scheduler to `gpuscale run` instead")
+    path = check_scheduler_file(scheduler_file) if scheduler_file else None
+    with s:
+        if s.spec.workers:
+            s.client.wait_for_workers(s.spec.workers, timeout=start_timeout_s)
+        written = False
+        try:
+            if path is not None:
+                write_scheduler_file(s.client, path)
+                written = True
+            yield Served(s, path)
+        finally:
+            if written:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
+
+# ---------------------------------------------------------------------------------------
+# cluster down
+# ---------------------------------------------------------------------------------------
+def address_from_file(path: str | os.PathLike) -> str:
+    p = pathlib.Path(path).expanduser()
+    try:
+        address = json.loads(p.read_text())["address"]
+    except FileNotFoundError:
+        raise UserError(f"scheduler file {path} does not exist",
+                        "give the --scheduler-file that `gpuscale cluster up` wrote (is it still running?)") from None
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UserError(f"scheduler file {path} is not a Dask scheduler file (no 'address')",
+                        "give the file `gpuscale cluster up --scheduler-file` or `dask scheduler` wrote") from None
+    return str(address)
+
+
+def down(address: str, *, timeout_s: float = DOWN_TIMEOUT_S) -> dict[str, Any]:
+    """Stop the scheduler at ``address`` and its workers (``Client.shutdown()``).
+
+    Returns ``{"scheduler": address, "workers": n}`` (workers it had). Raises
+    :class:`UserError` when nothing answers within ``timeout_s``.
+    """
+    from distributed import Client
+    if "://" not in address:
+        address = f"tcp://{address}"
+    try:
+        client = Client(address, timeout=timeout_s, set_as_default=False)
+    except (OSError, TimeoutError):
+        raise UserError(f"no scheduler answered at {address} within {timeout_s:g} s",
+                        "check the address `gpuscale cluster up` printed (is that cluster still "
+                        "running?) or raise --timeout") from None
+    except ValueError as e:
+        raise UserError(f"cannot connect to {address!r} ({e})",
+                        "give a scheduler address like tcp://127.0.0.1:8786") from None
+    try:
+        workers = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+        client.shutdown()
+    finally:
+        with contextlib.suppress(Exception):
+            client.close()
+    return {"scheduler": address, "workers": workers}
