@@ -20,7 +20,8 @@ Rows (sizes of the full mode; ``--smoke`` shrinks everything to seconds on 2 CPU
               workload on the same data (every count against ``value_counts``, sampled groups
               recomputed with pandas).
 ``first``     time to first result: ``gpuscale run groupby`` as a fresh process vs a plain
-              Dask script doing the same, process start to validated result.
+              Dask script doing the same, process start to validated result; and
+              ``gpuscale run groupby --scheduler`` against a running ``gpuscale cluster up``.
 
 Each side gets one untimed warm-up round, then ``--rounds`` rounds, alternating sides. Before
 every timing the previous result is released and the script waits until the scheduler has
@@ -354,6 +355,17 @@ def row_first(sizes, backend, smoke):
                     [sys.executable, "-m", "gpuscale", "run", "groupby", "--backend", backend, "--rows", str(rows),
                      "--keys", str(keys), "--partitions", str(parts), "--repeat", "1", "--warmup", "0",
                      "--json", "--results-dir", d]}
+        up = subprocess.Popen([sys.executable, "-m", "gpuscale", "cluster", "up", "--backend", backend,
+                               "--for", "dataframe", "--json"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, env=env, cwd=d)
+        try:
+            address = json.loads(up.stdout.readline())["scheduler"]
+        except (ValueError, KeyError):
+            address = None
+        if address:
+            cmds["gpuscale run groupby --scheduler (a running `gpuscale cluster up`; process start to "
+                 "validated result)"] = [*cmds[next(k for k in cmds if k.startswith("gpuscale"))],
+                                         "--scheduler", address]
         for label, cmd in cmds.items():
             t0 = time.perf_counter()
             p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=d, timeout=600)
@@ -366,6 +378,15 @@ def row_first(sizes, backend, smoke):
             out.append({"row": "first", "size": f"{rows:,} rows, {keys:,} keys", "side": label,
                         "median_s": wall, "min_s": wall, "times_s": [wall], "vs_gpuscale": None,
                         "agrees": p.returncode == 0, "note": note or (p.stderr.strip().splitlines() or [""])[-1][:120]})
+        if address:
+            subprocess.run([sys.executable, "-m", "gpuscale", "cluster", "down", address], env=env, cwd=d,
+                           capture_output=True, timeout=60)
+        try:
+            up.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            up.kill()
+        if not address:
+            out.append({"row": "first", "side": "gpuscale run --scheduler", "skipped": "cluster up gave no address"})
     return out
 
 
@@ -415,6 +436,12 @@ def targets(results) -> list[dict]:
         if r.get("row") == "scaling" and "skipped" not in r and r["side"].startswith("gpuscale"):
             for n, e in r["efficiency"].items():
                 add(f"scaling {r['side']}: efficiency 1 -> {n}", e, e >= 0.9, ">= 90%")
+    plain = _med(results, "first", "plain Dask script")
+    fresh = _med(results, "first", "gpuscale run groupby --repeat")
+    warm = _med(results, "first", "gpuscale run groupby --scheduler")
+    add("first result: fresh gpuscale / plain script", fresh and plain and fresh / plain,
+        fresh and plain and fresh / plain <= 1.0, "<= 1.00x")
+    add("first result: gpuscale against a running cluster (time)", warm, warm is not None and warm <= 2.0, "<= 2 s")
     for r in results:
         if r.get("row") == "groupby-multi" and r["side"].startswith("gpuscale groupby_agg"):
             add("groupby-multi: gpuscale valid and agrees", 1.0 if r["agrees"] else 0.0, r["agrees"], "valid")
