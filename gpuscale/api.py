@@ -66,6 +66,7 @@ class Session:
             t0 = time.perf_counter()
             self.client, self.cluster = stack.enter_context(cluster.connect(self.spec))
             self.startup_s = time.perf_counter() - t0
+            self._dashboard_link = _ask_dashboard_link(self.client)
             stack.enter_context(dask.config.set(self.family.dask_config()))
         except BaseException:
             stack.close()
@@ -83,7 +84,9 @@ class Session:
 
     @property
     def dashboard_link(self) -> str | None:
-        return getattr(self.client, "dashboard_link", None) if self.client else None
+        """The dashboard's URL, read when the session opened (so it needs no scheduler round
+        trip, and still answers once a running scheduler has gone away); None when closed."""
+        return getattr(self, "_dashboard_link", None) if self.client else None
 
     def _require_open(self) -> None:
         if self.client is None:
@@ -142,6 +145,13 @@ class Session:
     def _repr_html_(self) -> str:
         from .report import session_html
         return session_html(self)
+
+
+def _ask_dashboard_link(client) -> str | None:
+    try:
+        return getattr(client, "dashboard_link", None)
+    except Exception:  # noqa: BLE001 - no dashboard link is not an error
+        return None
 
 
 def session(backend: str | None = None, protocol: str | None = None, **kw: Any) -> Session:

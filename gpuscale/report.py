@@ -61,13 +61,25 @@ def result_html(r) -> str:
 
 
 def session_html(s) -> str:
+    """A session in a notebook: the dashboard as a link, and the worker / thread counts asked
+    of the scheduler at render time (never raising: a lost scheduler shows as unreachable)."""
     link = s.dashboard_link
-    workers = "-"
+    workers = threads = "-"
+    scheduler = "-"
     if s.client is not None:
-        workers = str(len(s.client.scheduler_info(n_workers=-1)["workers"]))
+        scheduler = getattr(s.client.scheduler, "address", "-")
+        if str(s.client.status) != "running":
+            workers = f"? (client {s.client.status})"
+        else:
+            try:
+                ws = s.client.scheduler_info(n_workers=-1)["workers"]
+                workers, threads = str(len(ws)), str(sum(w.get("nthreads", 0) for w in ws.values()))
+            except Exception as e:  # noqa: BLE001 - a repr must not raise
+                workers = f"? (scheduler unreachable: {type(e).__name__})"
     dash = f"<a href='{html.escape(link)}' target='_blank'>{html.escape(link)}</a>" if link else "(closed)"
     rows = [("backend", f"{s.selection.requested} → {s.family.name}"), ("cluster", s.spec.cls),
-            ("protocol", s.spec.protocol), ("workers", workers), ("dashboard", None)]
+            ("protocol", s.spec.protocol), ("scheduler", scheduler), ("workers", workers),
+            ("threads", threads), ("dashboard", None)]
     body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>"
                    f"{html.escape(str(v)) if v is not None else dash}</td></tr>" for k, v in rows)
     return f"<table><caption>gpuscale session</caption>{body}</table>"

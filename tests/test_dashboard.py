@@ -384,7 +384,8 @@ def test_repr_html_links_the_dashboard_and_counts_workers_live():
         html = s._repr_html_()
         link = s.dashboard_link
         assert f"<a href='{link}' target='_blank'>{link}</a>" in html
-        assert workers_cell(html) == "2"
+        assert workers_cell(html) == "2" and cell(html, "threads") == "2"
+        assert cell(html, "scheduler") == s.client.scheduler.address
         s.cluster.scale(1)  # the count is asked for at render time
         deadline = time.monotonic() + 30
         while len(s.client.scheduler_info()["workers"]) != 1 and time.monotonic() < deadline:
@@ -392,6 +393,24 @@ def test_repr_html_links_the_dashboard_and_counts_workers_live():
         assert workers_cell(s._repr_html_()) == "1"
     html = s._repr_html_()
     assert "(closed)" in html and workers_cell(html) == "-"
+
+
+def cell(html: str, name: str) -> str:
+    return re.search(rf"<th[^>]*>{name}</th><td[^>]*>([^<]*)</td>", html).group(1)
+
+
+def test_repr_html_of_a_session_whose_scheduler_went_away():
+    from distributed import LocalCluster
+    with clean_gpuscale_env(), LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                            protocol="tcp", host="127.0.0.1",
+                                            dashboard_address="127.0.0.1:0") as lc:
+        with gpuscale.session(backend="cpu", scheduler=lc.scheduler_address) as s:
+            assert cell(s._repr_html_(), "workers") == "1"
+            lc.close()
+            t0 = time.monotonic()
+            html = s._repr_html_()   # renders, promptly, instead of raising or hanging
+            assert time.monotonic() - t0 < 15
+            assert cell(html, "workers").startswith("?"), html
 
 
 # ---------------------------------------------------------------------------------------
