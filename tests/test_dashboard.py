@@ -438,10 +438,19 @@ def test_info_says_whether_gpu_plots_can_show(cli):
 def test_gpu_workers_report_gpu_metrics(cli):
     gd = json.loads(cli("info", "--json").stdout)["gpu_dashboard"]
     assert gd["available"] and gd["devices"] >= 1, gd
-    with clean_gpuscale_env(), gpuscale.session(backend="gpu", workers=1) as s:
-        assert urllib.parse.urlsplit(s.dashboard_link).hostname == "127.0.0.1"
+    with clean_gpuscale_env(), gpuscale.session(backend="gpu", workers=1, rmm_pool_size="none") as s:
+        link = urllib.parse.urlsplit(s.dashboard_link)
+        assert link.hostname == "127.0.0.1"
+        assert [ip for ip, port in listening(os.getpid()) if port == link.port] == ["127.0.0.1"]
         w = next(iter(s.client.scheduler_info()["workers"].values()))
-        assert "gpu" in w["metrics"], w["metrics"].keys()   # what the GPU plots draw
+        # what the dashboard's GPU plots draw (distributed.dashboard.components.nvml)
+        assert {"gpu_utilization", "gpu_memory_used", "gpu-memory-total"} <= set(w["metrics"]), w["metrics"]
+        assert w["metrics"]["gpu-memory-total"] > 0
+        from distributed.dashboard.components.nvml import GPUCurrentLoad
+        plot = GPUCurrentLoad(s.cluster.scheduler)  # the plot, fed from the in-process scheduler
+        plot.update()
+        assert list(plot.source.data["worker"]) == list(s.client.scheduler_info()["workers"])
+        assert plot.memory_figure.x_range.end == w["metrics"]["gpu-memory-total"]
         base = s.dashboard_link.rsplit("/", 1)[0]
         assert http_status(base + "/individual-gpu-memory") == 200
 
