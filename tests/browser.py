@@ -122,7 +122,8 @@ def render_performance_report(path: str | os.PathLike, *, screenshot: str | os.P
             r.abort()
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, headless=True, args=["--no-sandbox"])
+        browser = p.chromium.launch(executable_path=exe, headless=True,
+                                    args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
