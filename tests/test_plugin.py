@@ -61,7 +61,7 @@ def test_decorated_functions_run_validated_and_recorded(cpu_session, registered,
     assert issubclass(twice_sum, Workload) and workloads.get("nb_twice_sum") is twice_sum
     d = workloads.describe(twice_sum)
     assert d["description"] == "(x + x.T).sum(), from a notebook"
-    assert d["params"]["n"] == {"default": 200, "type": "int", "help": ""}
+    assert d["params"]["n"] == {"default": 200, "type": "int", "choices": None, "help": ""}
 
     r = cpu_session.run("nb_twice_sum", n=120, **QUICK, results_dir=str(results_dir))
     assert r.valid, r.validation
@@ -218,7 +218,7 @@ def test_entry_point_plugin_listed(plugin_python, tmp_path):
     assert {"plugin_scale", "svd", "stencil", "lombscargle"} <= set(items)
     w = items["plugin_scale"]
     assert w["description"] == "y = factor * x of a random vector (an example plugin)"
-    assert w["params"]["n"] == {"default": 100_000, "type": "int", "help": "length of the vector"}
+    assert w["params"]["n"] == {"default": 100_000, "type": "int", "choices": None, "help": "length of the vector"}
     assert w["params"]["factor"]["help"] == "scale factor, >= 0"
     # installed in the temporary venv only: this interpreter does not know it
     assert "plugin_scale" not in workloads.names()
