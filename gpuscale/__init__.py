@@ -14,7 +14,7 @@ def __getattr__(name):  # lazy: importing gpuscale starts nothing and imports no
     if name == "workload":
         from .workloads.decorator import workload
         return workload
-    if name in ("linalg", "dataframe", "workloads", "backends", "cluster", "results"):
+    if name in ("linalg", "dataframe", "workloads", "backends", "cluster", "results", "trace"):
         import importlib
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'gpuscale' has no attribute {name!r}")

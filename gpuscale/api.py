@@ -95,8 +95,11 @@ class Session:
     # -- work -------------------------------------------------------------------------
     def run(self, workload: str, *, repeat: int | None = None, warmup: int | None = None,
             memory_check: bool | None = None, results_dir: str | None = None, write: bool = True,
-            **params: Any) -> results.Result:
-        """Run a workload on this session's cluster: timed, validated and recorded."""
+            trace: str | None = None, **params: Any) -> results.Result:
+        """Run a workload on this session's cluster: timed, validated and recorded.
+
+        ``trace``: a new or empty folder to capture the run's trace into (:mod:`gpuscale.trace`);
+        the record's ``trace`` field points to it."""
         self._require_open()
         cls = workloads.get(workload)
         p = cls.parse(params)
@@ -105,32 +108,56 @@ class Session:
         out_dir = results_dir or self.settings.results_dir
         if write:
             results.check_writable(out_dir)
+        if trace is not None:
+            from .trace import check_dir
+            check_dir(trace)
         sources = dict(self.resolved.sources)
         for key, value in (("run.repeat", repeat), ("run.warmup", warmup),
                            ("run.memory-check", memory_check), ("results-dir", results_dir)):
             if value is not None:
                 sources[key] = "keyword"
         ctx = workloads.Context(self.family, self.spec, self.client)
-        outcome = runner.execute(
-            cls(), p, ctx, warmup=run_cfg.warmup if warmup is None else warmup,
-            repeat=run_cfg.repeat if repeat is None else repeat,
-            memory_check=run_cfg.memory_check if memory_check is None else memory_check)
-        result = results.Result.build(
-            workload=cls.name, params=p.model_dump(mode="json"), data=cls().describe_data(p),
-            backend=self.selection.requested, family=self.family.name,
-            backend_reason=self.selection.reason, protocol=self.spec.protocol,
-            knobs=self.family.knobs.as_dict(cls.collection), choices=ctx.choices,
-            cluster=self.cluster_info(), settings_sources=sources,
-            times_s=outcome.times_s, warmup_s=outcome.warmup_s, startup_s=self.startup_s,
-            generate_s=outcome.generate_s, validate_s=outcome.validate_s,
-            valid=outcome.validation.valid, validation=outcome.validation.to_dict(),
-            info={**outcome.info, "unsettled_repeats": outcome.settle_warnings},
-            memory={"estimate_bytes": outcome.estimate_bytes, "capacity_bytes": outcome.capacity_bytes},
-            versions=machine.versions(), hardware=machine.hardware(),
-            dashboard_link=self.dashboard_link)
+        with contextlib.ExitStack() as stack:  # the trace folder is written on leaving
+            tracer = stack.enter_context(self._capture(trace, cls.name)) if trace is not None else None
+            outcome = runner.execute(
+                cls(), p, ctx, warmup=run_cfg.warmup if warmup is None else warmup,
+                repeat=run_cfg.repeat if repeat is None else repeat,
+                memory_check=run_cfg.memory_check if memory_check is None else memory_check, tracer=tracer)
+            if tracer is not None:
+                tracer.stop()  # the window ends with the run; the record is built outside it
+            result = results.Result.build(
+                workload=cls.name, params=p.model_dump(mode="json"), data=cls().describe_data(p),
+                backend=self.selection.requested, family=self.family.name,
+                backend_reason=self.selection.reason, protocol=self.spec.protocol,
+                knobs=self.family.knobs.as_dict(cls.collection), choices=ctx.choices,
+                cluster=self.cluster_info(), settings_sources=sources,
+                times_s=outcome.times_s, warmup_s=outcome.warmup_s, startup_s=self.startup_s,
+                generate_s=outcome.generate_s, validate_s=outcome.validate_s,
+                valid=outcome.validation.valid, validation=outcome.validation.to_dict(),
+                info={**outcome.info, "unsettled_repeats": outcome.settle_warnings},
+                memory={"estimate_bytes": outcome.estimate_bytes, "capacity_bytes": outcome.capacity_bytes},
+                versions=machine.versions(), hardware=machine.hardware(),
+                dashboard_link=self.dashboard_link, trace=str(tracer.path) if tracer is not None else None)
+            if tracer is not None:
+                tracer.annotate(result_id=result.id)
         if write:
             results.write(result, out_dir)
         return result
+
+    @contextlib.contextmanager
+    def trace(self, directory: str, *, phase: str = "user"):
+        """Capture a trace of any code run in the block into ``directory`` (the same folder as
+        ``run(..., trace=DIR)``, see :mod:`gpuscale.trace`); one phase named ``phase`` spans the
+        block. Yields the :class:`~gpuscale.trace.Capture`: ``.phase(name)`` marks more phases,
+        ``.summary`` holds the summary after the block. An error in the block writes nothing."""
+        self._require_open()
+        with self._capture(directory) as tracer, tracer.phase(phase):
+            yield tracer
+
+    def _capture(self, directory: str, workload: str | None = None):
+        from .trace import capture
+        return capture(self.client, directory, workload=workload, backend=self.selection.requested,
+                       family=self.family.name, protocol=self.spec.protocol, nvtx=self.family.nvtx_phases)
 
     def cluster_info(self) -> dict[str, Any]:
         """The planned spec plus what the running cluster actually has."""
@@ -162,14 +189,15 @@ def session(backend: str | None = None, protocol: str | None = None, **kw: Any) 
 def run(workload: str, *, backend: str | None = None, protocol: str | None = None,
         profile: str | None = None, repeat: int | None = None, warmup: int | None = None,
         memory_check: bool | None = None, results_dir: str | None = None, write: bool = True,
-        cluster_settings: dict | None = None,
+        cluster_settings: dict | None = None, trace: str | None = None,
         on_ready: Callable[[Session], Any] | None = None,
         hold: Callable[[Session, results.Result], Any] | None = None,
         **params: Any) -> results.Result:
     """One-shot: check everything, build the cluster for this workload, run it, close it.
 
     Workload parameters are keywords (``rows=...``); cluster settings go in
-    ``cluster_settings`` (``{"workers": 2}``), using the names of ``config.KEYWORDS``.
+    ``cluster_settings`` (``{"workers": 2}``), using the names of ``config.KEYWORDS``;
+    ``trace``: a new or empty folder to capture the run's trace into.
     ``on_ready(session)`` is called once the cluster is up, before any work (the CLI's
     ``--dashboard`` prints ``session.dashboard_link`` there); ``hold(session, result)`` is
     called after the record is written, with the cluster still running, and the cluster closes
@@ -189,10 +217,13 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
                 results_dir=results_dir, **extra)
     if write:
         results.check_writable(s.settings.results_dir)
+    if trace is not None:
+        from .trace import check_dir
+        check_dir(trace)  # before the cluster starts
     with s:
         if on_ready is not None:
             on_ready(s)
-        result = s.run(workload, write=write, **params)
+        result = s.run(workload, write=write, trace=trace, **params)
         if hold is not None:
             hold(s, result)
         return result

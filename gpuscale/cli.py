@@ -122,6 +122,8 @@ def _workload_command(cls) -> click.Command:
     @click.option("--repeat", help="timed repeats (default 3)")
     @click.option("--warmup", help="untimed warm-up runs (default 1)")
     @click.option("--results-dir", help="where to write the result record (default ./gpuscale-results)")
+    @click.option("--trace", "trace_dir", metavar="DIR",
+                  help="capture a trace of the run into this new or empty folder (see `gpuscale trace`)")
     @click.option("--no-memory-check", "no_memory_check", is_flag=True,
                   help="run even if the size looks too big for the cluster's memory")
     @click.option("--dashboard", "dashboard", is_flag=True,
@@ -130,6 +132,7 @@ def _workload_command(cls) -> click.Command:
     @click.option("--json", "as_json", is_flag=True, help="print exactly one JSON object on stdout")
     def command(as_json, no_memory_check, repeat, warmup, results_dir, **kwargs):
         from . import api, report
+        trace_dir = kwargs.pop("trace_dir", None)
         shown = []  # --dashboard shows the result before holding the cluster
 
         def show(r):
@@ -146,7 +149,7 @@ def _workload_command(cls) -> click.Command:
         settings.update(repeat=_int(repeat, "--repeat"), warmup=_int(warmup, "--warmup", minimum=0),
                         memory_check=False if no_memory_check else None)
         r = api.run(cls.name, profile=profile, results_dir=results_dir, cluster_settings=settings,
-                    **hooks, **wl_params)
+                    trace=trace_dir, **hooks, **wl_params)
         if not shown:
             show(r)
         if not r.valid:
@@ -335,6 +338,41 @@ def workloads_cmd(as_json):
     else:
         from . import report
         _console().print(report.workloads_table(items))
+
+
+# ---------------------------------------------------------------------------------------
+# trace summarize / compare
+# ---------------------------------------------------------------------------------------
+@cli.group("trace", cls=Group, context_settings=CONTEXT)
+def trace_group():
+    """Read trace folders written by `run --trace DIR` or Session.trace(DIR)."""
+
+
+@trace_group.command("summarize", context_settings=CONTEXT)
+@click.argument("directory", metavar="DIR")
+@click.option("--json", "as_json", is_flag=True, help="print the summary as one JSON object")
+def trace_summarize(directory, as_json):
+    """Where the time went: wall split, top task groups, bytes moved, bandwidth, memory peaks."""
+    from . import report, trace
+    s = trace.load(directory)
+    if as_json:
+        click.echo(json.dumps(s.model_dump(mode="json", by_alias=True), default=str))
+    else:
+        _console().print(report.trace_summary_table(s, directory))
+
+
+@trace_group.command("compare", context_settings=CONTEXT)
+@click.argument("dir_a", metavar="DIR_A")
+@click.argument("dir_b", metavar="DIR_B")
+@click.option("--json", "as_json", is_flag=True, help="print the comparison as one JSON object")
+def trace_compare(dir_a, dir_b, as_json):
+    """Two traces side by side (e.g. tcp vs ucx), with ratios B / A."""
+    from . import report, trace
+    c = trace.compare(dir_a, dir_b)
+    if as_json:
+        click.echo(json.dumps(c, default=str))
+    else:
+        _console().print(report.trace_compare_table(c))
 
 
 # ---------------------------------------------------------------------------------------

@@ -56,6 +56,8 @@ class Result(BaseModel):
     versions: dict[str, Any]
     hardware: dict[str, Any]
     dashboard_link: str | None = None
+    trace: str | None = None
+    """The trace folder of this run (``--trace DIR``), if one was captured."""
     path: str | None = None
 
     @classmethod

@@ -122,14 +122,22 @@ def _progress():
                     TimeElapsedColumn(), console=Console(stderr=True), transient=True)
 
 
+@contextlib.contextmanager
+def _no_phase(name: str, **args):
+    yield
+
+
 def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int,
-            memory_check: bool = True) -> Outcome:
+            memory_check: bool = True, tracer=None) -> Outcome:
+    """``tracer``: a :class:`gpuscale.trace.Capture` whose ``phase`` marks generate / warmup /
+    compute / validate (besides the ``span`` that groups their tasks on the dashboard)."""
     client = ctx.client
+    phase = tracer.phase if tracer is not None else _no_phase
     fam = ctx.family
     workload.plan(p, ctx)
     estimate, capacity = check_memory(workload, p, ctx, memory_check)
 
-    with span("gpuscale", workload.name, "generate"):
+    with span("gpuscale", workload.name, "generate"), phase("generate"):
         generate_s, data = timed(client, fam, lambda: workload.generate(p, ctx))
     baseline = task_count(client)
 
@@ -150,7 +158,8 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int,
             out = None  # release the previous result before timing the next one
             if not settle(client, baseline):
                 unsettled += 1
-            with span("gpuscale", workload.name, "warmup" if i < warmup else "compute"):
+            name = "warmup" if i < warmup else "compute"
+            with span("gpuscale", workload.name, name), phase(name, repeat=i if i < warmup else i - warmup):
                 elapsed, collections = timed(client, fam, build)
             out = Output(collections, dict(info))
             collections = None
@@ -158,7 +167,7 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int,
             if bar:
                 bar.advance(task)
 
-    with span("gpuscale", workload.name, "validate"):
+    with span("gpuscale", workload.name, "validate"), phase("validate"):
         t0 = time.perf_counter()
         validation = workload.validate(out, data, p, ctx)
         validate_s = time.perf_counter() - t0

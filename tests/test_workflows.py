@@ -52,3 +52,18 @@ def test_run_matrix_cases_and_speedup_pairs(tmp_path):
     (pair,) = rm.speedups([row, gpu_row])
     assert pair["case"] == "transpose_sum --n 300 --repeat 1 --workers 1"
     assert abs(pair["speedup"] - 4.0) < 1e-9 and pair["valid"]
+
+
+def test_trace_overhead_smoke(tmp_path):
+    d = run_script(tmp_path, "trace_overhead.py", "--smoke", "--keep", str(tmp_path / "traces"))
+    sides = [r["side"] for r in d["rows"]]
+    assert sides.count("traced") == sides.count("untraced") == d["rounds"] >= 1
+    assert all(r["valid"] for r in d["rows"])
+    assert all(r["median_s"] > 0 and r["end_to_end_s"] > 0 for r in d["rows"])
+    assert d["compute_ratio"] == d["traced"]["median_s"] / d["untraced"]["median_s"] > 0
+    assert d["end_to_end_ratio"] > 0
+    for r in d["rows"]:
+        if r["side"] == "traced":
+            assert "summary.json" in r["trace_files"] and "trace.json" in r["trace_files"]
+        else:
+            assert r["trace"] is None

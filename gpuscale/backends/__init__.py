@@ -75,6 +75,8 @@ class Family:
     """module -> install command, needed for DataFrame work only."""
     auto_priority: int = 0
     """``--backend auto`` takes the available family with the highest priority."""
+    nvtx_phases: bool = False
+    """Traces mark gpuscale's phases with NVTX ranges (when the ``nvtx`` package is importable)."""
 
     # -- availability -----------------------------------------------------------------
     def missing(self, collection: str | None = None) -> tuple[str, str] | None:

@@ -64,6 +64,7 @@ FAMILY = register(GpuFamily(
                     "session": ("cupy",)},
     ),
     auto_priority=10,
+    nvtx_phases=True,
 ))
 
 
