@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any
 
-from . import backends
+from . import backends, locality
 from .errors import UserError
 
 AGGREGATIONS = ("sum", "mean", "min", "max", "count", "size", "std", "var", "first", "last")
@@ -195,22 +195,16 @@ def _combine(partials, by, spec):
     return result
 
 
-def _worker_groups(df) -> list[list[int]]:
+def _worker_groups(df, keys) -> list[list[int]]:
     """Partition numbers grouped by the worker that holds them (persisted data on a
-    distributed cluster), else in contiguous runs."""
+    distributed cluster, :mod:`gpuscale.locality`), else in contiguous runs, one per worker."""
+    groups = locality.blocks_by_worker(df, keys)
+    if groups:
+        return groups
     n = df.npartitions
     try:
-        from distributed import default_client, futures_of
-        client = default_client()
-        futures = futures_of(df)
-        if futures and len(futures) == n:
-            who = client.who_has(futures)
-            groups: dict[str, list[int]] = {}
-            for i, f in enumerate(futures):
-                w = (who.get(f.key) or ("?",))[0]
-                groups.setdefault(w, []).append(i)
-            return list(groups.values())
-        nworkers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+        from distributed import default_client
+        nworkers = max(1, len(default_client().scheduler_info(n_workers=-1)["workers"]))
     except (ValueError, ImportError):
         nworkers = 1
     size = math.ceil(n / min(n, nworkers))
@@ -242,7 +236,7 @@ def _per_worker_agg(df, by, spec):
         df = df.optimize()  # projections and fusion, as to_delayed / compute would do
     keys = df.__dask_keys__()
     dsk = dict(df.__dask_graph__())
-    groups = _worker_groups(df)
+    groups = _worker_groups(df, keys)
     name = f"gpuscale-groupby-{tokenize(keys, by, spec)}"
     partials = []
     for j, idx in enumerate(groups):

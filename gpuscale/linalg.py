@@ -35,6 +35,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
+from . import locality
 from .errors import UserError
 
 ROUTES = ("auto", "gram", "cholqr2", "tsqr")
@@ -164,7 +165,9 @@ def _sum_list(parts):
 
 
 def _block_sum(x, fn, *args, split_every=None):
-    """sum over row blocks of fn(block, *args), each an n x n matrix, as a tree reduction.
+    """sum over row blocks of fn(block, *args), each an n x n matrix, as a tree reduction;
+    for persisted blocks on several workers (and no ``split_every``) the first level sums
+    each worker's own blocks (:mod:`gpuscale.locality`).
 
     The graph is built by hand (a few dict entries): dask's generic reduction and blockwise
     machinery cost milliseconds of client time per call, which matters when the whole GPU
@@ -176,10 +179,21 @@ def _block_sum(x, fn, *args, split_every=None):
     arg_keys = [a.__dask_keys__()[0][0] if a.ndim == 2 else a.__dask_keys__()[0] for a in args]
     dsk: dict = {}
     level = []
-    for k, row in enumerate(x.__dask_keys__()):
+    row_keys = [row[0] for row in x.__dask_keys__()]
+    for k, row_key in enumerate(row_keys):
         key = (f"{name}-part", k)
-        dsk[key] = (fn, row[0], *arg_keys)
+        dsk[key] = (fn, row_key, *arg_keys)
         level.append(key)
+    groups = None if split_every else locality.blocks_by_worker(x, row_keys)
+    if groups and 1 < len(groups) < len(level):
+        # persisted blocks on several workers: sum each worker's blocks where they are, then
+        # one partial per worker crosses the network (not one matrix per block)
+        level_by_worker = []
+        for j, idx in enumerate(groups):
+            key = (f"{name}-worker", j)
+            dsk[key] = (_sum_list, [level[i] for i in idx])
+            level_by_worker.append(key)
+        level = level_by_worker
     fan = max(2, split_every or len(level))
     depth = 0
     while len(level) > 1:

@@ -149,7 +149,16 @@ def test_on_distributed_cluster(cpu_session, frame, split_out):
     if split_out == "auto":
         assert res.plan.strategy == "per-worker"
         # one partial per worker holding data, covering every partition once
-        groups = gdf._worker_groups(ddf)
+        from distributed import wait
+        wait(ddf)
+        keys = ddf.__dask_keys__()
+        groups = gdf._worker_groups(ddf, keys)
         assert sorted(i for g in groups for i in g) == list(range(6))
         assert len(groups) <= 2
+        from distributed import futures_of
+        who = cpu_session.client.who_has(ddf)
+        held = {f.key[1]: who[f.key][0] for f in futures_of(ddf)}  # partition -> worker
+        assert len(set(held.values())) == 2 and len(groups) == 2
+        for g in groups:  # each partial reads only partitions one worker holds
+            assert len({held[i] for i in g}) == 1
     check_matches_pandas(res, frame, "key", SPEC)
