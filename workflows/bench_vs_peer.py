@@ -89,9 +89,32 @@ def measure(s, sides: dict, rounds: int, host, same) -> list[dict]:
     ref_label = next(k for k in sides if k.startswith("gpuscale"))
     ref = answers[ref_label]
     g = statistics.median(times[ref_label])
-    return [{"side": k, "median_s": statistics.median(v), "min_s": min(v), "times_s": v,
-             "vs_gpuscale": statistics.median(v) / g, "agrees": bool(same(answers[k], ref))}
-            for k, v in times.items()]
+    rows = []
+    for k, v in times.items():
+        row = {"side": k, "median_s": statistics.median(v), "min_s": min(v), "times_s": v,
+               "vs_gpuscale": statistics.median(v) / g, "agrees": bool(same(answers[k], ref))}
+        if not row["agrees"]:
+            row["disagreement"] = differ(answers[k], ref)
+        rows.append(row)
+    return rows
+
+
+def differ(a, b) -> str:
+    """What differs between two answers (for the table's note when they disagree)."""
+    if hasattr(a, "index") and hasattr(b, "index"):
+        parts = [f"{len(a)} vs {len(b)} groups"]
+        if a.index.has_duplicates:
+            parts.append(f"{int(a.index.duplicated().sum())} duplicated keys")
+        common = a.index.intersection(b.index)
+        parts.append(f"{len(a.index.difference(b.index))} keys only here, {len(b.index.difference(a.index))} only in gpuscale's")
+        if len(common) and not a.index.has_duplicates:
+            for col in a.columns:
+                x, y = a.loc[common, col].to_numpy(dtype=float), b.loc[common, col].to_numpy(dtype=float)
+                bad = int((~np.isclose(x, y, rtol=1e-9, atol=0)).sum())
+                if bad:
+                    parts.append(f"{col}: {bad} groups differ")
+        return "; ".join(parts)
+    return f"{a!r:.60} vs {b!r:.60}"
 
 
 def s_host(out):
@@ -515,7 +538,8 @@ def main(argv=None) -> int:
             continue
         t.add_row(r["row"], r.get("size", ""), escape(r["side"]), f"{r['median_s']:.4f} s", f"{r['min_s']:.4f} s",
                   "" if r["vs_gpuscale"] is None else f"{r['vs_gpuscale']:.2f}x",
-                  "yes" if r["agrees"] else "NO", escape(r.get("note", "")))
+                  "yes" if r["agrees"] else "NO",
+                  escape(r.get("note", "") or (f"disagrees: {r['disagreement']}" if r.get("disagreement") else "")))
     console = Console(width=220)
     console.print(t)
     goals = targets(results)
