@@ -8,6 +8,8 @@ Rows (sizes of the full mode; ``--smoke`` shrinks everything to seconds on 2 CPU
 ``groupby``   100 M rows, 1 M keys, 10 partitions, max/count/mean: only the backend switched
               (``df.groupby("key").agg(spec)``), ``split_out=1`` by hand, ``repartition(1)``
               first, cuDF (or pandas) alone on one worker with no Dask graph, and gpuscale.
+``p2p``       one 1 GiB block from worker 0 to worker 1 over tcp and over ucx: the transport's
+              own bandwidth, with no graph around it.
 ``transpose`` (x + x.T).sum() of 40000^2 on 2 GPUs, and again on 4 GPUs where there are 4:
               dask-cuda's ``local_cupy`` way (chunks 4000) over tcp and over ucx, and
               gpuscale's default chunking (the ``transpose_sum`` workload's rule) over ucx.
@@ -55,6 +57,7 @@ import dask
 import dask.array as da
 import dask.dataframe as dd
 import numpy as np
+from distributed import wait
 
 import gpuscale
 from gpuscale import machine, runner
@@ -63,10 +66,10 @@ from gpuscale.workloads.groupby import AGG, make_partition
 
 FULL = {"svd": (2_000_000, 1000, 10), "groupby": (100_000_000, 1_000_000, 10),
         "transpose": (40_000, 4000), "scaling": (2_000_000, 1000),
-        "groupby-multi": (400_000_000, 4_000_000, 40)}
+        "groupby-multi": (400_000_000, 4_000_000, 40), "p2p": 2**30}
 SMOKE = {"svd": (40_000, 50, 10), "groupby": (400_000, 10_000, 4),
          "transpose": (2_000, 500), "scaling": (20_000, 50),
-         "groupby-multi": (400_000, 40_000, 8)}
+         "groupby-multi": (400_000, 40_000, 8), "p2p": 2**22}
 COUNTS = (1, 2, 4)
 """Worker (GPU) counts of the multi-worker rows; those over the machine's GPUs are skipped."""
 
@@ -268,6 +271,51 @@ def row_transpose(sizes, rounds, backend, n_workers, ngpus):
     return out
 
 
+def _make_block(module: str, nbytes: int, seed: int):
+    import importlib
+    xp = importlib.import_module(module)
+    a = xp.full(nbytes // 8, float(seed))
+    _sync_here()
+    return a
+
+
+def _first_element(a) -> float:
+    return float(a[:1].sum())
+
+
+def row_p2p(sizes, rounds, backend, ngpus):
+    """One block sent from worker 0 to worker 1, timed from the request to the dependent
+    task's answer: the transport's point-to-point bandwidth (the tcp vs ucx question without
+    a scheduler-heavy graph around it)."""
+    nbytes = sizes["p2p"]
+    out = []
+    for proto in ("tcp", "ucx"):
+        sess, why = _open(backend, proto, 2, ngpus)
+        if sess is None:
+            out.append({"row": "p2p", "side": proto, "skipped": why})
+            continue
+        with sess as s:
+            w0, w1 = sorted(s.client.scheduler_info(n_workers=-1)["workers"])[:2]
+            times = []
+            for r in range(rounds + 2):  # two untimed rounds: connections and IPC handles
+                f = s.client.submit(_make_block, s.family.array_module, nbytes, r, workers=[w0], pure=False)
+                wait(f)
+                t0 = time.perf_counter()
+                got = s.client.submit(_first_element, f, workers=[w1], allow_other_workers=False).result()
+                dt = time.perf_counter() - t0
+                assert got == float(r)
+                if r >= 2:
+                    times.append(dt)
+                del f
+            med = statistics.median(times)
+            out.append({"row": "p2p", "size": f"{nbytes / 2**30:.2f} GiB, worker 0 -> worker 1",
+                        "side": f"{s.family.array_module} block over {proto}", "median_s": med,
+                        "min_s": min(times), "times_s": times, "vs_gpuscale": None, "agrees": True,
+                        "bandwidth_GiBps": nbytes / med / 2**30,
+                        "note": f"{nbytes / med / 2**30:.2f} GiB/s"})
+    return out
+
+
 def row_scaling(sizes, rounds, backend, counts, ngpus):
     """Weak scaling: the same rows per worker on each count, both sides, each protocol."""
     rows, cols = sizes["scaling"]
@@ -459,6 +507,10 @@ def targets(results) -> list[dict]:
         if r.get("row") == "scaling" and "skipped" not in r and r["side"].startswith("gpuscale"):
             for n, e in r["efficiency"].items():
                 add(f"scaling {r['side']}: efficiency 1 -> {n}", e, e >= 0.9, ">= 90%")
+    bw = {r["side"].rsplit(" ", 1)[-1]: r["bandwidth_GiBps"] for r in results
+          if r.get("row") == "p2p" and "skipped" not in r}
+    if {"tcp", "ucx"} <= set(bw):
+        add("p2p: ucx / tcp bandwidth, one block", bw["ucx"] / bw["tcp"], bw["ucx"] / bw["tcp"] >= 8, ">= 8x")
     plain = _med(results, "first", "plain Dask script")
     fresh = _med(results, "first", "gpuscale run groupby --repeat")
     warm = _med(results, "first", "gpuscale run groupby --scheduler")
@@ -474,7 +526,7 @@ def targets(results) -> list[dict]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="CPU-sized inputs (CI)")
-    ap.add_argument("--rows", default="svd,svd-cpu,groupby,transpose,scaling,groupby-multi,first")
+    ap.add_argument("--rows", default="svd,svd-cpu,groupby,p2p,transpose,scaling,groupby-multi,first")
     ap.add_argument("--max-gpus", type=int, default=None,
                     help="use at most this many GPUs (default: all; on the CPU: 4 workers)")
     ap.add_argument("--rounds", type=int, default=3)
@@ -510,6 +562,8 @@ def main(argv=None) -> int:
         skipped.append(f"{row}: needs {n} GPUs, this machine has {ngpus}")
         return False
 
+    if "p2p" in wanted and need("p2p", 2):
+        results += row_p2p(sizes, a.rounds, gpu_backend, ngpus)
     if "transpose" in wanted:
         for n in (2, 4):
             if need(f"transpose on {n}", n):
