@@ -39,7 +39,7 @@ the folders back (:func:`load`, :func:`compare`).
 """
 from __future__ import annotations
 
-from .capture import Capture, capture, check_dir
+from .collect import Capture, capture, check_dir
 from .summary import FILES, SCHEMA, SCHEMA_VERSION, Summary, compare, load
 
 __all__ = ["Capture", "capture", "check_dir", "Summary", "load", "compare", "SCHEMA",
