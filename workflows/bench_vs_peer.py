@@ -429,10 +429,13 @@ def row_first(sizes, backend, smoke):
         up = subprocess.Popen([sys.executable, "-m", "gpuscale", "cluster", "up", "--backend", backend,
                                "--for", "dataframe", "--json"], stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True, env=env, cwd=d)
-        try:
-            address = json.loads(up.stdout.readline())["scheduler"]
-        except (ValueError, KeyError):
-            address = None
+        address = None
+        for line in up.stdout:  # the JSON line; libraries may print before it
+            try:
+                address = json.loads(line)["scheduler"]
+                break
+            except (ValueError, KeyError, TypeError):
+                continue
         if address:
             cmds["gpuscale run groupby --scheduler (a running `gpuscale cluster up`; process start to "
                  "validated result)"] = [*cmds[next(k for k in cmds if k.startswith("gpuscale"))],
