@@ -197,10 +197,11 @@ def _combine(partials, by, spec):
 
 def _worker_groups(df, keys) -> list[list[int]]:
     """Partition numbers grouped by the worker that holds them (persisted data on a
-    distributed cluster, :mod:`gpuscale.locality`), else in contiguous runs, one per worker."""
+    distributed cluster, :mod:`gpuscale.locality`, evened out so no worker aggregates more than
+    its share), else in contiguous runs, one per worker."""
     groups = locality.blocks_by_worker(df, keys)
     if groups:
-        return groups
+        return locality.balance(groups)
     n = df.npartitions
     try:
         from distributed import default_client

@@ -41,3 +41,15 @@ def test_gram_of_persisted_blocks_sums_per_worker_and_is_right(cpu_session):
     g2 = gpuscale.linalg.gram(x, split_every=4)
     assert not any(str(k[0]).endswith("-worker") for k in dict(g2.__dask_graph__()) if isinstance(k, tuple))
     np.testing.assert_allclose(g2.compute(), a.T @ a, rtol=1e-12)
+
+
+def test_balance_keeps_local_blocks_and_evens_out():
+    lopsided = [list(range(0, 16)), list(range(16, 28)), list(range(28, 36)), list(range(36, 40))]
+    out = locality.balance(lopsided)
+    assert sorted(i for g in out for i in g) == list(range(40))
+    assert [len(g) for g in out] == [10, 10, 10, 10]
+    for before, after in zip(lopsided, out):  # each keeps as many of its own as its share allows
+        assert len(set(before) & set(after)) == min(len(before), 10)
+    even = [[0, 1], [2, 3]]
+    assert locality.balance(even) == even
+    assert locality.balance([[0, 1, 2]]) == [[0, 1, 2]]
