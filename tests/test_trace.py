@@ -348,3 +348,11 @@ def test_error_inside_a_capture_writes_nothing(cpu_session, tmp_path):
     assert list(tmp_path.iterdir()) == []  # no folder, no temporary sibling, no created parent
     assert not any(n.startswith("gpuscale-trace-") for n in cpu_session.client.run(
         lambda dask_worker: list(dask_worker.plugins)).popitem()[1])  # the sampler was removed
+
+
+def test_trace_folders_performance_report_shows_its_task_stream_in_chromium(runs, tmp_path):
+    """The report every trace folder carries is Dask's own, and renders with the run's tasks."""
+    from browser import assert_task_stream, render_performance_report
+    r = render_performance_report(runs["base"] / "transpose" / "performance-report.html",
+                                  screenshot=tmp_path / "trace-report.png")
+    assert_task_stream(r, min_rows=64, groups=("random", "sum-partial", "transfer-sum"))
