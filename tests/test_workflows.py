@@ -67,27 +67,3 @@ def test_trace_overhead_smoke(tmp_path):
             assert "summary.json" in r["trace_files"] and "trace.json" in r["trace_files"]
         else:
             assert r["trace"] is None
-
-
-def test_audit_overhead_smoke(tmp_path):
-    """Both sides ran on the same cluster, the audited side saw clean runs; the ratio is a number
-    (the benchmark measures it: no timed assertion here)."""
-    d = run_script(tmp_path, "audit_overhead.py", "--smoke")
-    assert [c["case"] for c in d["cases"]] == ["svd", "groupby"]
-    for c in d["cases"]:
-        sides = {r["audited"] for r in c["rows"]}
-        assert sides == {True, False} and all(r["valid"] for r in c["rows"])
-        assert all(r["audit_tasks"] > 0 for r in c["rows"] if r["audited"])
-        assert all(r["audit_tasks"] is None for r in c["rows"] if not r["audited"])
-        assert c["clean"] and c["compute_ratio"] > 0 and c["end_to_end_ratio"] > 0
-    assert 0 < d["hook"]["other_us"] < d["hook"]["memory_us"]
-
-
-def test_audit_user_script_on_cpu(tmp_path):
-    """The user script runs both ways; on the CPU backend NumPy is native, so both audit clean
-    (tests/test_audit.py flags from_array under a family that expects another chunk type)."""
-    d = run_script(tmp_path, "audit_user_script.py", "--backend", "cpu", "--rows", "20000", "--workers", "1")
-    assert d["ok"] and d["family"] == "cpu" and d["expected_flag"] is False
-    assert d["from_array"]["clean"] and d["to_backend"]["clean"]
-    assert any(r["prefix"] == "to_backend" for r in d["to_backend"]["prefixes"])
-    assert any("array" in r["prefix"].split("-") for r in d["from_array"]["prefixes"])
