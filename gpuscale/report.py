@@ -143,7 +143,9 @@ def workloads_table(items: list[dict]) -> Table:
     t.add_column("kind")
     t.add_column("parameters (default)")
     for w in items:
-        params = "\n".join(escape(f"--{k} ({v['default']}): {v['help']}") for k, v in w["params"].items())
+        params = "\n".join(escape(f"--{k} ({v['default']})"
+                                   + (f" {{{'|'.join(map(str, v['choices']))}}}" if v.get("choices") else "")
+                                   + f": {v['help']}") for k, v in w["params"].items())
         t.add_row(f"{w['name']}\n[dim]{w['description']}[/dim]", w["collection"], params)
     return t
 
