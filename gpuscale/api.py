@@ -16,7 +16,9 @@ from typing import Any, Callable
 
 import dask
 
+from . import audit as audit_mod
 from . import backends, cluster, config, machine, results, runner, workloads
+from . import explain as explain_mod
 from .errors import UserError
 
 
@@ -95,14 +97,32 @@ class Session:
     # -- work -------------------------------------------------------------------------
     def run(self, workload: str, *, repeat: int | None = None, warmup: int | None = None,
             memory_check: bool | None = None, results_dir: str | None = None, write: bool = True,
-            trace: str | None = None, **params: Any) -> results.Result:
+            trace: str | None = None, data: Any = None, validate: str | None = None,
+            output: str | None = None, overwrite: bool = False, strict_backend: bool | None = None,
+            audit: bool = True, **params: Any) -> results.Result:
         """Run a workload on this session's cluster: timed, validated and recorded.
 
+        The backend audit (:mod:`gpuscale.audit`) records the type of every task's output
+        during generate and the timed repeats (the record's ``audit``). ``strict_backend``
+        (default: the ``run.strict-backend`` setting): chunks of another family than this
+        session's raise a UserError naming the task prefixes, counts, bytes and fixes, after
+        the record (holding that audit) is written. ``audit=False`` skips the audit.
+
         ``trace``: a new or empty folder to capture the run's trace into (:mod:`gpuscale.trace`);
-        the record's ``trace`` field points to it."""
+        the record's ``trace`` field points to it.
+
+        ``data``: your own data instead of generated data (``svd``: a 2-D Dask array or a
+        ``.npy`` / Zarr path; ``groupby``: a Dask DataFrame or a Parquet / CSV path, with
+        ``by=`` and ``agg=``); it is moved to this session's backend, and the record describes
+        it. ``validate``: ``"off"``, ``"fast"`` or ``"full"`` (default: the workload's).
+        ``output``: write the result to this file (``.parquet`` / ``.csv``, ``.npy`` / ``.npz``)
+        once it validated, atomically; an existing file only with ``overwrite=True``."""
         self._require_open()
         cls = workloads.get(workload)
+        from . import inputs
+        inputs.check_params(cls, params, data)
         p = cls.parse(params)
+        user = inputs.check_run(cls, p, data=data, validate=validate, output=output, overwrite=overwrite)
         self.family.check(self.selection.requested, cls.collection)
         run_cfg = self.settings.run
         out_dir = results_dir or self.settings.results_dir
@@ -113,20 +133,31 @@ class Session:
             check_dir(trace)
         sources = dict(self.resolved.sources)
         for key, value in (("run.repeat", repeat), ("run.warmup", warmup),
-                           ("run.memory-check", memory_check), ("results-dir", results_dir)):
+                           ("run.memory-check", memory_check), ("results-dir", results_dir),
+                           ("run.strict-backend", strict_backend)):
             if value is not None:
                 sources[key] = "keyword"
-        ctx = workloads.Context(self.family, self.spec, self.client)
+        strict = run_cfg.strict_backend if strict_backend is None else bool(strict_backend)
+        if strict and not audit:
+            raise UserError("strict_backend needs the backend audit, but audit=False was given",
+                            "leave audit on (the default) or drop strict_backend")
+        ctx = workloads.Context(self.family, self.spec, self.client, data=user.source,
+                                validate=user.validate)
         with contextlib.ExitStack() as stack:  # the trace folder is written on leaving
             tracer = stack.enter_context(self._capture(trace, cls.name)) if trace is not None else None
             outcome = runner.execute(
                 cls(), p, ctx, warmup=run_cfg.warmup if warmup is None else warmup,
                 repeat=run_cfg.repeat if repeat is None else repeat,
-                memory_check=run_cfg.memory_check if memory_check is None else memory_check, tracer=tracer)
+                memory_check=run_cfg.memory_check if memory_check is None else memory_check, tracer=tracer,
+                audit=audit)
+            if outcome.audit is not None:
+                outcome.audit["strict"] = strict
             if tracer is not None:
                 tracer.stop()  # the window ends with the run; the record is built outside it
+                tracer.audit = outcome.audit  # summary.json's "audit" section
+            written = _write_output(cls(), p, outcome, user)
             result = results.Result.build(
-                workload=cls.name, params=p.model_dump(mode="json"), data=cls().describe_data(p),
+                workload=cls.name, params=cls().record_params(p, ctx), data=cls().record_data(p, ctx),
                 backend=self.selection.requested, family=self.family.name,
                 backend_reason=self.selection.reason, protocol=self.spec.protocol,
                 knobs=self.family.knobs.as_dict(cls.collection), choices=ctx.choices,
@@ -134,15 +165,48 @@ class Session:
                 times_s=outcome.times_s, warmup_s=outcome.warmup_s, startup_s=self.startup_s,
                 generate_s=outcome.generate_s, validate_s=outcome.validate_s,
                 valid=outcome.validation.valid, validation=outcome.validation.to_dict(),
-                info={**outcome.info, "unsettled_repeats": outcome.settle_warnings},
-                memory={"estimate_bytes": outcome.estimate_bytes, "capacity_bytes": outcome.capacity_bytes},
+                info={**outcome.info, "unsettled_repeats": outcome.settle_warnings, **written},
+                memory={"estimate_bytes": outcome.estimate_bytes, "capacity_bytes": outcome.capacity_bytes,
+                        **(outcome.memory or {})},
+                audit=outcome.audit, explained=explain_mod.explained(
+                    self.resolved, self.selection, self.spec, cls.collection, ctx.choices, ctx.decisions),
                 versions=machine.versions(), hardware=machine.hardware(),
                 dashboard_link=self.dashboard_link, trace=str(tracer.path) if tracer is not None else None)
             if tracer is not None:
                 tracer.annotate(result_id=result.id)
         if write:
             results.write(result, out_dir)
+        if strict and outcome.audit is not None and not outcome.audit["clean"]:
+            raise audit_mod.strict_error(outcome.audit, result.path)
         return result
+
+    def to_backend(self, obj: Any, backend: str | None = None, *, chunks=None,
+                   npartitions: int | None = None):
+        """Your Dask array or DataFrame with this session's chunk type (NumPy <-> CuPy,
+        pandas <-> cuDF), or ``backend``'s (e.g. ``"cpu"`` to bring GPU data back); returned
+        as it is when it has that type already. Lazy: converts block by block when computed.
+
+        In-memory data (a NumPy array, a pandas frame: what ``da.from_array`` /
+        ``dd.from_pandas`` would take) becomes a Dask collection whose every task builds its
+        block on the backend, so no task holds a host chunk (the backend audit's fix for
+        ``from_array`` / ``from_pandas``); ``chunks`` / ``npartitions`` default to the
+        family's chunk and partition budgets."""
+        from . import inputs
+        family = self.family if backend is None else backends.select(backend).family
+        if not dask.is_dask_collection(obj) and hasattr(obj, "shape"):
+            from .backends.convert import from_memory
+            return from_memory(obj, family, chunks=chunks, npartitions=npartitions)
+        return inputs.to_backend(obj, family)
+
+    @contextlib.contextmanager
+    def audit(self, *, phase: str = "user", strict: bool = False):
+        """Audit the tasks that code inside the block runs on this session's cluster (see
+        :mod:`gpuscale.audit`). Yields the :class:`~gpuscale.audit.Audit`; after the block its
+        ``summary`` holds the audit (``gpuscale.report.audit_table(summary)`` renders it).
+        ``strict=True``: chunks of another family raise a UserError on leaving the block."""
+        self._require_open()
+        with audit_mod.audit(self.client, self.family, phase=phase, strict=strict) as a:
+            yield a
 
     @contextlib.contextmanager
     def trace(self, directory: str, *, phase: str = "user"):
@@ -152,7 +216,9 @@ class Session:
         ``.summary`` holds the summary after the block. An error in the block writes nothing."""
         self._require_open()
         with self._capture(directory) as tracer, tracer.phase(phase):
-            yield tracer
+            with audit_mod.audit(self.client, self.family, phase=phase) as a:  # summary.json's "audit"
+                yield tracer
+            tracer.audit = a.summary
 
     def _capture(self, directory: str, workload: str | None = None):
         from .trace import capture
@@ -174,6 +240,19 @@ class Session:
         return session_html(self)
 
 
+def _write_output(workload, p, outcome, user) -> dict[str, Any]:
+    """Write ``--output`` from the last repeat's result once it validated (or validation was
+    off); what the record's ``info`` says about it."""
+    if user.output is None:
+        return {}
+    if outcome.validation.valid is False:
+        return {"output": {"path": str(user.output), "written": False,
+                           "why": "the result failed validation"}}
+    from . import outputs
+    value = workload.output_value(outcome.output, p, user.output.suffix.lower())
+    return {"output": {**outputs.write(value, user.output, user.overwrite), "written": True}}
+
+
 def _ask_dashboard_link(client) -> str | None:
     try:
         return getattr(client, "dashboard_link", None)
@@ -190,6 +269,8 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
         profile: str | None = None, repeat: int | None = None, warmup: int | None = None,
         memory_check: bool | None = None, results_dir: str | None = None, write: bool = True,
         cluster_settings: dict | None = None, trace: str | None = None,
+        data: Any = None, validate: str | None = None, output: str | None = None,
+        overwrite: bool = False, strict_backend: bool | None = None,
         on_ready: Callable[[Session], Any] | None = None,
         hold: Callable[[Session, results.Result], Any] | None = None,
         **params: Any) -> results.Result:
@@ -197,7 +278,9 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
 
     Workload parameters are keywords (``rows=...``); cluster settings go in
     ``cluster_settings`` (``{"workers": 2}``), using the names of ``config.KEYWORDS``;
-    ``trace``: a new or empty folder to capture the run's trace into.
+    ``trace``: a new or empty folder to capture the run's trace into; ``data``, ``validate``,
+    ``output``, ``overwrite``: as :meth:`Session.run` (checked before the cluster starts);
+    ``strict_backend``: foreign chunks seen by the backend audit are an error (exit 2).
     ``on_ready(session)`` is called once the cluster is up, before any work (the CLI's
     ``--dashboard`` prints ``session.dashboard_link`` there); ``hold(session, result)`` is
     called after the record is written, with the cluster still running, and the cluster closes
@@ -206,11 +289,15 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
     """
 
     cls = workloads.get(workload)
-    cls.parse(params)  # bad parameters fail before anything starts
+    from . import inputs
+    inputs.check_params(cls, params, data)
+    p = cls.parse(params)  # bad parameters fail before anything starts
+    inputs.check_run(cls, p, data=data, validate=validate, output=output, overwrite=overwrite)
     extra = dict(cluster_settings or {})
     backend = backend or extra.pop("backend", None)
     protocol = protocol or extra.pop("protocol", None)
-    for key, value in (("repeat", repeat), ("warmup", warmup), ("memory_check", memory_check)):
+    for key, value in (("repeat", repeat), ("warmup", warmup), ("memory_check", memory_check),
+                       ("strict_backend", strict_backend)):
         if value is not None:
             extra[key] = value
     s = Session(backend, protocol, profile=profile, collection=cls.collection,
@@ -223,7 +310,20 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
     with s:
         if on_ready is not None:
             on_ready(s)
-        result = s.run(workload, write=write, trace=trace, **params)
+        result = s.run(workload, write=write, trace=trace, data=data, validate=validate,
+                       output=output, overwrite=overwrite, **params)
         if hold is not None:
             hold(s, result)
         return result
+
+
+def explain(workload: str, *, backend: str | None = None, protocol: str | None = None,
+            profile: str | None = None, cluster_settings: dict | None = None,
+            **params: Any) -> dict[str, Any]:
+    """The plan of ``run(workload, ...)`` with the same arguments, starting nothing: the
+    cluster spec (as ``gpuscale cluster show``), every knob with its value, source and rule,
+    the workload's choices, the memory headroom and the audit settings (a plain dict; see
+    :func:`gpuscale.explain.plan`). ``repeat`` / ``warmup`` / ``memory_check`` /
+    ``strict_backend`` go in ``cluster_settings`` like the other settings."""
+    return explain_mod.plan(workload, backend=backend, protocol=protocol, profile=profile,
+                            cluster_settings=cluster_settings, **params)

@@ -117,6 +117,7 @@ def _workload_command(cls) -> click.Command:
         else:
             params.append(click.Option([flag, fname], default=None,
                                        help=f"{field.description} (default: {field.default})"))
+    params += _data_options(cls)
 
     @cluster_options
     @click.option("--repeat", help="timed repeats (default 3)")
@@ -126,6 +127,9 @@ def _workload_command(cls) -> click.Command:
                   help="capture a trace of the run into this new or empty folder (see `gpuscale trace`)")
     @click.option("--no-memory-check", "no_memory_check", is_flag=True,
                   help="run even if the size looks too big for the cluster's memory")
+    @click.option("--strict-backend", "strict_backend", is_flag=True,
+                  help="fail (exit 2) when the backend audit sees chunks of another family than the "
+                       "backend's (NumPy / pandas under a GPU backend, CuPy / cuDF under a CPU one)")
     @click.option("--dashboard", "dashboard", is_flag=True,
                   help="print the dashboard link (stderr) before the work and keep the cluster up "
                        "after it until Ctrl-C")
@@ -133,6 +137,7 @@ def _workload_command(cls) -> click.Command:
     def command(as_json, no_memory_check, repeat, warmup, results_dir, **kwargs):
         from . import api, report
         trace_dir = kwargs.pop("trace_dir", None)
+        data_kw = _pop_data_options(kwargs)
         shown = []  # --dashboard shows the result before holding the cluster
 
         def show(r):
@@ -144,21 +149,53 @@ def _workload_command(cls) -> click.Command:
             sys.stdout.flush()
 
         hooks = _dashboard_hooks(show) if kwargs.pop("dashboard", False) else {}
+        strict = kwargs.pop("strict_backend", False)
         profile, settings = _split(kwargs)
         wl_params = {k: v for k, v in kwargs.items() if v is not None}
         settings.update(repeat=_int(repeat, "--repeat"), warmup=_int(warmup, "--warmup", minimum=0),
-                        memory_check=False if no_memory_check else None)
+                        memory_check=False if no_memory_check else None,
+                        strict_backend=True if strict else None)
         r = api.run(cls.name, profile=profile, results_dir=results_dir, cluster_settings=settings,
-                    trace=trace_dir, **hooks, **wl_params)
+                    trace=trace_dir, **data_kw, **hooks, **wl_params)
         if not shown:
             show(r)
-        if not r.valid:
-            click.echo(f"gpuscale: {cls.name} result FAILED validation (see the checks above / in "
-                       f"{r.path})", err=True)
+        if r.valid is False:
+            unwritten = " --output was not written;" if data_kw.get("output") else ""
+            click.echo(f"gpuscale: {cls.name} result FAILED validation;{unwritten} see the checks above / in "
+                       f"{r.path}", err=True)
             sys.exit(1)
 
     return click.Command(cls.name, callback=command, params=params + command.__click_params__[::-1],
                          help=f"{cls.description}.", context_settings=CONTEXT)
+
+
+def _data_options(cls) -> list[click.Option]:
+    """``--input``, ``--output``, ``--overwrite``, ``--validate`` for workloads that run on the
+    user's own data (``input_formats``); none for the others."""
+    formats = getattr(cls, "input_formats", ())
+    if not formats:
+        return []
+    from .inputs import FORMAT_NAMES
+    reads = " / ".join(FORMAT_NAMES[f] for f in formats)
+    writes = " / ".join(getattr(cls, "output_formats", ()))
+    return [
+        click.Option(["--input", "input_path"], metavar="PATH", default=None,
+                     help=f"run on your own data: a {reads} file (or folder) instead of generated data"),
+        click.Option(["--output", "output_path"], metavar="PATH", default=None,
+                     help=f"write the result to PATH ({writes}) once it validated; never over an "
+                          "existing file unless --overwrite"),
+        click.Option(["--overwrite", "overwrite"], is_flag=True, default=False,
+                     help="let --output replace an existing file"),
+        click.Option(["--validate", "validate"], metavar="off|fast|full", default=None,
+                     help="validation: off, fast (identities + a sample; the default on --input) or full "
+                          "(recompute everything with NumPy / pandas on the host, where it fits)"),
+    ]
+
+
+def _pop_data_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    out = {"data": kwargs.pop("input_path", None), "output": kwargs.pop("output_path", None),
+           "overwrite": bool(kwargs.pop("overwrite", False)), "validate": kwargs.pop("validate", None)}
+    return {k: v for k, v in out.items() if v not in (None, False)}
 
 
 STOPPED_BY = {"interrupt": "stopped by Ctrl-C", "terminate": "stopped by SIGTERM",
@@ -373,6 +410,81 @@ def trace_compare(dir_a, dir_b, as_json):
         click.echo(json.dumps(c, default=str))
     else:
         _console().print(report.trace_compare_table(c))
+
+
+# ---------------------------------------------------------------------------------------
+# audit report, explain
+# ---------------------------------------------------------------------------------------
+@cli.group("audit", cls=Group, context_settings=CONTEXT)
+def audit_group():
+    """Read the backend audit of a run: which chunk library every task's output was."""
+
+
+@audit_group.command("report", context_settings=CONTEXT)
+@click.argument("path", metavar="DIR_OR_RECORD")
+@click.option("--json", "as_json", is_flag=True, help="print the audit as one JSON object")
+def audit_report(path, as_json):
+    """The audit of a result record (JSON) or a trace folder (its summary.json) as a table:
+    task outputs by prefix with their type and bytes, chunks of another family than the
+    backend's with their likely fix, and family changes (host <-> device)."""
+    from . import audit, report
+    a, label = audit.load(path)
+    if as_json:
+        click.echo(json.dumps({**a, "source": label}, default=str))
+    else:
+        _console().print(report.audit_table(a, label))
+
+
+class ExplainGroup(RunGroup):
+    """``gpuscale explain NAME``: the run command's flags, planning instead of running."""
+
+    def get_command(self, ctx, name):
+        from . import workloads
+        if name not in workloads.names():
+            raise UserError(f"unknown workload '{name}'", f"use one of: {', '.join(workloads.names())}")
+        cls = workloads.get(name)
+        run_cmd = _workload_command(cls)
+        return click.Command(cls.name, callback=_explain_callback(cls), params=run_cmd.params,
+                             help=f"What `gpuscale run {cls.name}` with these flags would do, "
+                                  "starting nothing.", context_settings=CONTEXT)
+
+    def resolve_command(self, ctx, args):
+        if args and args[0].startswith("-"):
+            raise click.UsageError("give the workload first: gpuscale explain WORKLOAD [OPTIONS]")
+        return click.Group.resolve_command(self, ctx, args)
+
+
+# run flags that do not change the plan (named in a note when given)
+NOT_PLANNED = {"results_dir": "--results-dir", "trace_dir": "--trace", "dashboard": "--dashboard",
+               "input_path": "--input", "output_path": "--output", "overwrite": "--overwrite",
+               "validate": "--validate"}
+
+
+def _explain_callback(cls):
+    def explain(as_json=False, no_memory_check=False, repeat=None, warmup=None, strict_backend=False,
+                **kwargs):
+        from . import api, report
+        unused = [flag for key, flag in NOT_PLANNED.items() if kwargs.pop(key, None) not in (None, False)]
+        profile, settings = _split(kwargs)
+        wl_params = {k: v for k, v in kwargs.items() if v is not None}
+        settings.update(repeat=_int(repeat, "--repeat"), warmup=_int(warmup, "--warmup", minimum=0),
+                        memory_check=False if no_memory_check else None,
+                        strict_backend=True if strict_backend else None)
+        d = api.explain(cls.name, profile=profile, cluster_settings=settings, **wl_params)
+        if unused:
+            d["notes"].append(f"not used by explain: {', '.join(unused)} (the plan is for generated "
+                              "data and does not depend on where results go)")
+        if as_json:
+            click.echo(json.dumps(d, default=str))
+        else:
+            _console().print(report.explain_table(d))
+    return explain
+
+
+@cli.group("explain", cls=ExplainGroup, context_settings=CONTEXT)
+def explain_group():
+    """Print the plan of `gpuscale run WORKLOAD [same flags]` without starting any work: the
+    cluster spec, every tuned knob with its value, source and rule, and the memory headroom."""
 
 
 # ---------------------------------------------------------------------------------------

@@ -109,6 +109,7 @@ class RunSettings(_Section):
     warmup: NonNegativeInt = 1
     repeat: PositiveInt = 3
     memory_check: bool = True
+    strict_backend: bool = False
 
 
 class Settings(_Section):
@@ -156,6 +157,7 @@ KEYWORDS: dict[str, str] = {
     "warmup": "run.warmup",
     "repeat": "run.repeat",
     "memory_check": "run.memory-check",
+    "strict_backend": "run.strict-backend",
 }
 
 

@@ -12,6 +12,8 @@ import dataclasses
 import math
 from typing import Any
 
+import pandas as pd
+
 from . import backends, locality
 from .errors import UserError
 
@@ -48,22 +50,52 @@ class GroupbyResult:
     plan: GroupbyPlan
 
 
-def _normalize_agg(df, by: list[str], agg) -> dict[str, list[str]]:
+def count_groups(df, by: list[str]):
+    """(lazy number of distinct ``by`` keys, how it is counted): Dask's ``nunique_approx``
+    (HyperLogLog, one pass) on pandas partitions; on others (cuDF) an exact distinct count,
+    since Dask's HyperLogLog hashes with pandas only (it fails on cuDF Series)."""
+    key = df[by[0]] if len(by) == 1 else df[by]
+    if isinstance(df._meta, pd.DataFrame):
+        return key.nunique_approx(), "nunique_approx (HyperLogLog)"
+    if len(by) == 1:
+        return key.nunique(dropna=False), "an exact distinct count (nunique; HyperLogLog needs pandas)"
+    return key.drop_duplicates(split_out=1).shape[0], \
+        "an exact distinct count (drop_duplicates; HyperLogLog needs pandas)"
+
+
+def check_columns(df, by, agg, where: str = "the DataFrame") -> tuple[list[str], dict[str, list[str]]]:
+    """``(by, {column: [aggregations]})`` checked against a DataFrame's columns and dtypes (a
+    Dask DataFrame, or a pandas / cuDF frame such as its meta); one-line errors name the
+    columns there are (``where`` names the frame in them)."""
+    by = [by] if isinstance(by, str) else list(by)
+    if not by:
+        raise UserError("no group-by column given", "name at least one column to group by")
+    missing = [c for c in by if c not in df.columns]
+    if missing:
+        raise UserError(f"group-by column(s) {missing} are not in {where}",
+                        f"choose from: {', '.join(map(str, df.columns))}")
+    return by, _normalize_agg(df, by, agg, where)
+
+
+def _normalize_agg(df, by: list[str], agg, where: str = "the DataFrame") -> dict[str, list[str]]:
     if isinstance(agg, str):
         agg = {c: [agg] for c in df.columns if c not in by}
     spec = {c: ([a] if isinstance(a, str) else list(a)) for c, a in dict(agg).items()}
+    if not spec or not all(spec.values()):
+        raise UserError("no aggregation given", "name a column and its aggregations, e.g. {'price': ['mean']}")
     missing = [c for c in spec if c not in df.columns]
     if missing:
-        raise UserError(f"column(s) {missing} are not in the DataFrame",
+        raise UserError(f"column(s) {missing} are not in {where}",
                         f"choose from: {', '.join(map(str, df.columns))}")
+    meta = getattr(df, "_meta", df)
     for col, aggs in spec.items():
         bad = [a for a in aggs if a not in AGGREGATIONS]
         if bad:
             raise UserError(f"unknown aggregation(s) {bad} for column '{col}'",
                             f"use: {', '.join(AGGREGATIONS)}")
-        numeric = df._meta[col].dtype.kind in "biuf"
+        numeric = meta[col].dtype.kind in "biuf"
         if not numeric and any(a in ("sum", "mean", "std", "var") for a in aggs):
-            raise UserError(f"column '{col}' ({df._meta[col].dtype}) is not numeric and cannot "
+            raise UserError(f"column '{col}' ({meta[col].dtype}) is not numeric and cannot "
                             f"be aggregated with {aggs}", "use count/min/max/first/last for it")
     return spec
 
@@ -80,26 +112,35 @@ def plan_groupby(df, by, agg, *, groups: int | None = None, rows: int | None = N
 
     ``groups`` (distinct keys) and ``rows`` are estimated in one pass when not given.
     """
-    by = [by] if isinstance(by, str) else list(by)
-    missing = [c for c in by if c not in df.columns]
-    if missing:
-        raise UserError(f"group-by column(s) {missing} are not in the DataFrame",
-                        f"choose from: {', '.join(map(str, df.columns))}")
-    spec = _normalize_agg(df, by, agg)
+    by, spec = check_columns(df, by, agg)
     fam = family or backends.family_of(df)
     knobs = fam.knobs
     source = "given"
     if groups is None or rows is None:
         import dask
-        key = df[by[0] if len(by) == 1 else by]
-        est_groups, est_rows = dask.compute(key.nunique_approx(), df.shape[0])
-        source = "estimated with nunique_approx" if groups is None else source
+        est, how = count_groups(df, by)
+        est_groups, est_rows = dask.compute(est, df.shape[0])
+        source = f"estimated with {how}" if groups is None else source
         groups = int(est_groups) if groups is None else groups
         rows = int(est_rows) if rows is None else rows
     width = len(by) + sum(len(a) for a in spec.values())
+    decomposable = all(a in DECOMPOSE for aggs in spec.values() for a in aggs)
+    return decide_groupby(groups=groups, rows=rows, npartitions=df.npartitions, width=width,
+                          decomposable=decomposable, family=fam, split_out=split_out,
+                          groups_source=source)
+
+
+def decide_groupby(*, groups: int, rows: int, npartitions: int, width: int, decomposable: bool,
+                   family, split_out: int | str = "auto", groups_source: str = "given") -> GroupbyPlan:
+    """The plan of :func:`plan_groupby` from numbers alone (no frame, nothing computed):
+    ``width`` = key + aggregate columns, ``decomposable`` = every aggregation is one the
+    per-worker route splits (see ``DECOMPOSE``). ``gpuscale explain`` plans with it."""
+    fam = family
+    knobs = fam.knobs
+    source = groups_source
     result_bytes = groups * width * BYTES_PER_VALUE
     budget = knobs.split_out_budget_bytes
-    nparts = df.npartitions
+    nparts = npartitions
     split_every = knobs.split_every or max(2, nparts)
     size = (f"estimated result {groups:,} groups x {width * BYTES_PER_VALUE} B = "
             f"{result_bytes / 1e6:.3g} MB")
@@ -118,7 +159,6 @@ def plan_groupby(df, by, agg, *, groups: int | None = None, rows: int | None = N
                            result_bytes, budget, why)
     per_part = max(1, rows // max(1, nparts))
     fraction = min(groups, per_part) / per_part
-    decomposable = all(a in DECOMPOSE for aggs in spec.values() for a in aggs)
     if nparts > 1 and fraction >= CONCAT_MIN_GROUP_FRACTION and decomposable:
         why = (f"split_out=1 ({size}, under the {fam.name} budget of {budget / 1e6:.4g} MB); "
                f"per-worker: a partition of ~{per_part:,} rows would keep ~{fraction:.0%} of them "

@@ -35,6 +35,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
+from . import audit
 from . import locality
 from .errors import UserError
 
@@ -130,6 +131,12 @@ def _all_finite(a) -> np.ndarray:
     return np.array([bool(np.isfinite(a).all())])
 
 
+# Host values by design: one number each, fetched by the client to choose the route.
+audit.allow("condition_from_eigenvalues", "the condition estimate (one float64 on the host) that "
+            "the client reads to choose the SVD route")
+audit.allow("all_finite", "one bool on the host that the client reads to check CholeskyQR2 for breakdown")
+
+
 # ---------------------------------------------------------------------------------------
 def _eps(dtype) -> float:
     """Every route accumulates in float64, so float64's epsilon bounds its rounding."""
@@ -147,6 +154,11 @@ def _prepare(x, notes: list[str]):
     if n > m:
         raise UserError(f"svd is for tall-skinny arrays: {m} rows < {n} columns",
                         "pass the transpose (x.T), whose singular values are the same")
+    if x.dtype.kind not in "biuf":
+        what = "complex" if x.dtype.kind == "c" else str(x.dtype)
+        raise UserError(f"svd takes real numbers, got {what} ({x.dtype}) elements",
+                        "pass x.real, abs(x) or x.astype('float64') as you intend"
+                        if x.dtype.kind == "c" else "convert it with x.astype('float64')")
     if x.dtype.kind != "f":
         notes.append(f"converted {x.dtype} input to float64")
         x = x.astype(np.float64)

@@ -19,7 +19,8 @@ def result_table(r) -> Table:
               show_header=False, title_justify="left")
     t.add_column(style="bold")
     t.add_column()
-    valid = "[green]valid[/green]" if r.valid else "[red bold]INVALID[/red bold]"
+    valid = "[green]valid[/green]" if r.valid else "[yellow]not validated[/yellow]" if r.valid is None \
+        else "[red bold]INVALID[/red bold]"
     t.add_row("result", f"{valid}  ({r.validation.get('method', '')})")
     t.add_row("median / min", f"{_fmt_s(r.median_s)} / {_fmt_s(r.min_s)}  over {len(r.times_s)} repeat(s)")
     t.add_row("times", ", ".join(_fmt_s(x) for x in r.times_s))
@@ -27,6 +28,9 @@ def result_table(r) -> Table:
     t.add_row("start-up / generate / validate",
               f"{_fmt_s(r.startup_s)} / {_fmt_s(r.generate_s)} / {_fmt_s(r.validate_s)}")
     t.add_row("params", ", ".join(f"{k}={v}" for k, v in r.params.items()))
+    if r.data.get("format"):  # the user's own data (--input / data=)
+        what = r.data.get("shape") or f"{r.data.get('rows')} rows x {len(r.data.get('columns') or {})} columns"
+        t.add_row("data", escape(f"{r.data['source']} ({r.data['format']}, {what})"))
     t.add_row("backend", escape(r.backend_reason))
     running = r.cluster.get("running", {})
     t.add_row("cluster", f"{r.cluster.get('cls')}: {running.get('workers', r.cluster.get('workers'))} "
@@ -43,8 +47,14 @@ def result_table(r) -> Table:
         val = "" if c.get("value") is None else f" {c['value']:.3g}" if isinstance(c["value"], float) else f" {c['value']}"
         lim = "" if c.get("limit") is None else f" (limit {c['limit']})"
         t.add_row("  check", f"{mark} {escape(c['name'] + val + lim)}")
+    for label, text in audit_lines(getattr(r, "audit", None)):
+        t.add_row(label, text)
     if getattr(r, "trace", None):
         t.add_row("trace", f"{escape(r.trace)}  [dim](gpuscale trace summarize DIR)[/dim]")
+    out = r.info.get("output")
+    if out:
+        t.add_row("output", escape(f"{out['path']} ({out.get('holds', '')})" if out.get("written")
+                                   else f"{out['path']}: NOT written ({out.get('why')})"))
     if r.path:
         t.add_row("record", r.path)
     return t
@@ -52,10 +62,13 @@ def result_table(r) -> Table:
 
 def result_html(r) -> str:
     rows = [("workload", r.workload), ("backend", f"{r.backend} → {r.family}"), ("protocol", r.protocol),
-            ("valid", "✅" if r.valid else "❌ INVALID"), ("median", _fmt_s(r.median_s)),
+            ("valid", "✅" if r.valid else "not validated" if r.valid is None else "❌ INVALID"), ("median", _fmt_s(r.median_s)),
             ("times", ", ".join(_fmt_s(x) for x in r.times_s)),
             ("params", ", ".join(f"{k}={v}" for k, v in r.params.items())),
             ("choices", "; ".join(f"{k}={v['value']} ({v['source']})" for k, v in r.choices.items())),
+            ("backend audit", "-" if not getattr(r, "audit", None) else "clean" if r.audit["clean"] else
+             f"{r.audit['foreign_tasks']} task(s) of another family than {r.audit['expected']['family']}: "
+             + "; ".join(f"{f['prefix']}: {f['fix']}" for f in r.audit["foreign"])),
             ("record", r.path or "(not written)")]
     body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
                    f"{html.escape(str(v))}</td></tr>" for k, v in rows)
@@ -198,6 +211,13 @@ def trace_summary_rows(s) -> list[tuple[str, str]]:
     for p in s.phases:
         rows.append((f"  phase {'  ' * p.get('depth', 0)}{p['name']}",
                      f"at {_fmt_s(p['start_s'])}, {_fmt_s(p['duration_s'])}"))
+    a = getattr(s, "audit", None)
+    if a:
+        rows.append(("backend audit", (f"clean: {a['tasks']} task output(s), none of another family than "
+                                       f"{a['expected']['family']}") if a["clean"] else
+                     (f"{a['foreign_tasks']} task(s), {format_bytes(a['foreign_bytes'])} of another family than "
+                      f"{a['expected']['family']} in " + ", ".join(sorted({f['prefix'] for f in a['foreign']})))
+                     + " (gpuscale audit report DIR)"))
     for n in s.notes:
         rows.append(("note", n))
     return rows
@@ -256,3 +276,144 @@ def trace_index_html(summary: dict[str, Any]) -> str:
     title = f"gpuscale trace: {html.escape(s.workload or 'user code')}"
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head><body>"
             f"<h1>{title}</h1><ul>{links}</ul><table>{rows}</table></body></html>\n")
+
+
+# ---------------------------------------------------------------------------------------
+# Backend audit (gpuscale.audit) and explain (gpuscale.explain)
+# ---------------------------------------------------------------------------------------
+def audit_lines(a: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(label, rich text) rows that summarize an audit inside other tables (the run summary)."""
+    if not a:
+        return []
+    fam = a["expected"]["family"]
+    prefixes = {r["prefix"] for r in a["prefixes"]}
+    kinds = ", ".join(f"{k} {n}" for k, n in a["kinds"].items() if n)
+    if a["clean"]:
+        head = (f"[green]clean[/green]: {a['tasks']} task output(s) in {len(prefixes)} prefix(es), "
+                f"{format_bytes(a['bytes'])}, none of another family than {fam} ({escape(kinds)})")
+    else:
+        foreign = {(f["prefix"], f["type"]) for f in a["foreign"]}
+        head = (f"[red bold]{len(foreign)} prefix(es) produced chunks of another family than {fam}[/red bold]: "
+                f"{a['foreign_tasks']} task(s), {format_bytes(a['foreign_bytes'])}"
+                + (" [red](strict: error)[/red]" if a.get("strict") else ""))
+    rows = [("audit", head)]
+    for f in a["foreign"]:
+        rows.append(("  foreign", escape(f"{f['prefix']} ({f['phase']}): {f['tasks']} task(s), "
+                                         f"{format_bytes(f['bytes'])} of {f['type']}; fix: {f['fix']}")))
+    for f in a.get("allowed", []):
+        rows.append(("  allowed", escape(f"{f['prefix']} ({f['phase']}): {f['tasks']} task(s), "
+                                         f"{format_bytes(f['bytes'])} of {f['type']}: {f['allowed']}")))
+    if a["transfer_count"]:
+        directions: dict[str, list[int]] = {}
+        for c in a["transfers"]:
+            d = directions.setdefault(c["direction"], [0, 0])
+            d[0] += c["count"]
+            d[1] += c["bytes"]
+        rows.append(("  family changes", escape(", ".join(f"{d}: {n} ({format_bytes(b)})"
+                                                          for d, (n, b) in directions.items()))))
+    return rows
+
+
+def audit_table(a: dict[str, Any], source: str | None = None):
+    """``gpuscale audit report``: the summary, every (phase, prefix, type) row, and the family
+    changes."""
+    from rich.console import Group
+    head = Table(title=f"gpuscale backend audit{f': {escape(source)}' if source else ''}",
+                 show_header=False, title_justify="left")
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("expected", escape(f"{a['expected']['family']} family ({' / '.join(a['expected']['modules'])})"))
+    if a.get("scope"):
+        head.add_row("scope", escape(a["scope"]))
+    runs = a.get("runs") or {}
+    head.add_row("phases", escape(", ".join(f"{p} (x{runs.get(p, 1)})" for p in a["phases"])) or "-")
+    head.add_row("workers", str(a.get("workers", "-")))
+    for label, text in audit_lines(a):
+        head.add_row(label, text)
+    for n in a.get("notes", []):
+        head.add_row("note", escape(n))
+    rows = Table(title="task outputs by prefix", title_justify="left")
+    for col, just in (("phase", "left"), ("prefix", "left"), ("type", "left"), ("kind", "left"),
+                      ("family", "left"), ("tasks", "right"), ("bytes", "right"), ("", "left")):
+        rows.add_column(col, justify=just)
+    for r in a["prefixes"]:
+        mark = ("[red bold]FOREIGN[/red bold]" if r["foreign"] else "[yellow]allowed[/yellow]" if r.get("allowed")
+                else "ok" if r["chunk"] else "[dim]not a chunk[/dim]")
+        rows.add_row(r["phase"], escape(r["prefix"]), escape(r["type"]), r["kind"], r["family"] or "-",
+                     str(r["tasks"]), format_bytes(r["bytes"]), mark)
+    parts = [head, rows]
+    if a["transfers"]:
+        tr = Table(title="family changes (a task read a chunk of another family)", title_justify="left")
+        for col, just in (("phase", "left"), ("from prefix", "left"), ("from type", "left"),
+                          ("to prefix", "left"), ("to type", "left"), ("direction", "left"),
+                          ("count", "right"), ("bytes", "right")):
+            tr.add_column(col, justify=just)
+        for c in a["transfers"]:
+            tr.add_row(c["phase"], escape(c["from_prefix"]), escape(c["from_type"]), escape(c["to_prefix"]),
+                       escape(c["to_type"]), c["direction"], str(c["count"]), format_bytes(c["bytes"]))
+        parts.append(tr)
+    return Group(*parts)
+
+
+def _fmt_value(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, int) and v >= 2**20:
+        return f"{v} ({format_bytes(v)})"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={x}" for k, x in v.items()) or "{}"
+    if isinstance(v, list):
+        return ", ".join(map(str, v)) or "[]"
+    return str(v)
+
+
+def explain_table(d: dict[str, Any]):
+    """``gpuscale explain``: the plan, every knob with value / source / rule, the memory headroom."""
+    from rich.console import Group
+    spec = d["cluster"]
+    head = Table(title=f"gpuscale explain {escape(d['workload'])} on {d['family']} ({escape(d['backend'])}): "
+                       "nothing started", show_header=False, title_justify="left")
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("params", escape(", ".join(f"{k}={v}" for k, v in d["params"].items())))
+    head.add_row("backend", escape(d["reason"]))
+    head.add_row("cluster", escape(f"{spec['cls']}: {spec.get('workers')} worker(s) x "
+                                   f"{spec.get('threads_per_worker')} thread(s), {spec['protocol']}"))
+    run = d["run"]
+    head.add_row("run", escape(f"{run['warmup']} warm-up + {run['repeat']} timed repeat(s), memory check "
+                               f"{'on' if run['memory_check'] else 'off'}, strict backend "
+                               f"{'on' if run['strict_backend'] else 'off'}"))
+    head.add_row("audit", escape(f"{d['audit']['scope']}; foreign chunks: {d['audit']['on_foreign_chunks']}"))
+    knobs = Table(title="every knob: value, source, rule", title_justify="left")
+    knobs.add_column("knob", overflow="fold", ratio=2)
+    knobs.add_column("value", overflow="fold", ratio=2)
+    knobs.add_column("source", ratio=1)
+    knobs.add_column("rule", overflow="fold", ratio=5)
+    for scope, items in d["explained"].items():
+        for name, e in items.items():
+            knobs.add_row(escape(f"{scope}.{name}"), escape(_fmt_value(e["value"])), escape(str(e["source"])),
+                          escape(e.get("rule") or ""))
+    m = d["memory"]
+    mem = Table(title="memory headroom (estimated peak vs the planned workers)", show_header=False,
+                title_justify="left")
+    mem.add_column(style="bold")
+    mem.add_column()
+    mem.add_row("estimate", escape(f"{format_bytes(m['estimate_bytes'])}: " + " + ".join(
+        f"{k} {format_bytes(v)}" for k, v in m["parts"].items())))
+    if m["workers"]:
+        fits = "[green]fits[/green]" if m["fits"] else "[red bold]does NOT fit[/red bold]"
+        mem.add_row("per worker", f"{format_bytes(m['per_worker_bytes'])} of {format_bytes(m['usable_bytes'])} "
+                                  f"usable ({format_bytes(m['worker_limit_bytes'])} x 0.9, {m['workers']} "
+                                  f"worker(s)): {fits}")
+    mem.add_row("rule", escape(m["rule"]))
+    if not m["fits"]:
+        mem.add_row("override", escape(m["override"]))
+    parts = [head, knobs, mem]
+    if d.get("notes"):
+        notes = Table(show_header=False, box=None)
+        notes.add_column(style="bold")
+        notes.add_column()
+        for n in d["notes"]:
+            notes.add_row("note", escape(n))
+        parts.append(notes)
+    return Group(*parts)

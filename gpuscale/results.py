@@ -49,15 +49,24 @@ class Result(BaseModel):
     startup_s: float | None = None
     generate_s: float
     validate_s: float
-    valid: bool
+    valid: bool | None
+    """None when validation was switched off (``--validate off``)."""
     validation: dict[str, Any]
     info: dict[str, Any] = Field(default_factory=dict)
-    memory: dict[str, int] = Field(default_factory=dict)
+    memory: dict[str, Any] = Field(default_factory=dict)
+    """estimate_bytes / capacity_bytes, and the headroom check: the estimate by part, per
+    worker, against the smallest worker's limit (``runner.headroom``)."""
     versions: dict[str, Any]
     hardware: dict[str, Any]
     dashboard_link: str | None = None
     trace: str | None = None
     """The trace folder of this run (``--trace DIR``), if one was captured."""
+    audit: dict[str, Any] | None = None
+    """The backend audit (schema ``gpuscale.audit``, :mod:`gpuscale.audit`): task output types
+    by prefix, foreign chunks with their fixes, family changes; None in older records."""
+    explained: dict[str, dict[str, Any]] | None = None
+    """Every tuned knob by scope (cluster / family / workload): value, source and, when a rule
+    chose it, the rule with its numbers (:mod:`gpuscale.explain`); None in older records."""
     path: str | None = None
 
     @classmethod

@@ -21,6 +21,7 @@ from dask.core import flatten
 from dask.utils import format_bytes
 from distributed import futures_of, span, wait
 
+from .audit import Audit
 from .errors import UserError
 from .workloads import Context, Output, Validation, Workload
 
@@ -42,6 +43,12 @@ class Outcome:
     estimate_bytes: int
     capacity_bytes: int
     settle_warnings: int
+    audit: dict[str, Any] | None = None
+    """The backend audit of generate + warm-up + timed repeats (:mod:`gpuscale.audit`)."""
+    memory: dict[str, Any] | None = None
+    """The memory headroom check (:func:`headroom`)."""
+    output: Output | None = None
+    """The last repeat's result, persisted (what ``--output`` writes)."""
 
 
 def _task_count(dask_scheduler=None) -> int:
@@ -97,19 +104,44 @@ def timed(client, family, build):
     return time.perf_counter() - t0, out
 
 
-def check_memory(workload: Workload, p, ctx: Context, enforce: bool) -> tuple[int, int]:
-    """Estimate the peak against the workers' memory (device memory on GPUs); refuse sizes
-    that cannot fit unless told not to. Returns (estimate, capacity) in bytes."""
-    estimate = int(workload.estimate_bytes(p, ctx))
-    per_worker = ctx.family.worker_memory(ctx.client)
-    capacity = int(sum(per_worker.values()))
-    if enforce and capacity and estimate > capacity * MEMORY_HEADROOM:
-        raise UserError(f"{workload.name} at these sizes needs about {format_bytes(estimate)}, but the "
-                        f"cluster's {len(per_worker)} worker(s) hold {format_bytes(capacity)} "
-                        f"({int(MEMORY_HEADROOM * 100)}% usable)",
-                        "use smaller sizes, more memory (--memory-limit, --workers, --gpus), "
-                        "or --no-memory-check to try anyway")
-    return estimate, capacity
+def headroom(workload: Workload, p, ctx: Context, limits: list[int] | None) -> dict[str, Any]:
+    """The estimated peak (by part: inputs / intermediates / results where the workload knows
+    them) spread evenly over the workers, against the smallest worker's memory (``limits``:
+    bytes per worker, device memory on GPUs; None or 0 = unknown / unlimited) x
+    ``MEMORY_HEADROOM``. Used before a run (:func:`check_memory`) and by ``gpuscale explain``."""
+    parts = {k: int(v) for k, v in workload.estimate_memory(p, ctx).items()}
+    estimate = sum(parts.values())
+    limits = [int(x) for x in (limits or []) if x]
+    n = len(limits)
+    per_worker = -(-estimate // n) if n else None
+    smallest = min(limits) if limits else None
+    usable = int(smallest * MEMORY_HEADROOM) if smallest else None
+    return {"estimate_bytes": estimate, "parts": parts, "workers": n or None,
+            "per_worker_bytes": per_worker, "worker_limit_bytes": smallest, "usable_bytes": usable,
+            "capacity_bytes": sum(limits), "fits": usable is None or per_worker <= usable,
+            "rule": f"peak spread evenly over the workers, against the smallest worker's memory x "
+                    f"{MEMORY_HEADROOM:g}" + ("" if limits else " (unknown here: not checked)"),
+            "override": "--no-memory-check (memory_check=False)"}
+
+
+def memory_error(workload_name: str, h: dict[str, Any]) -> UserError:
+    parts = " + ".join(f"{k} {format_bytes(v)}" for k, v in h["parts"].items() if v)
+    return UserError(f"{workload_name} at these sizes needs about {format_bytes(h['estimate_bytes'])} "
+                     f"({parts}), {format_bytes(h['per_worker_bytes'])} per worker over "
+                     f"{h['workers']} worker(s), but the smallest worker holds "
+                     f"{format_bytes(h['worker_limit_bytes'])} ({int(MEMORY_HEADROOM * 100)}% usable)",
+                     "use smaller sizes, more memory (--memory-limit, --workers, --gpus), "
+                     "or --no-memory-check to try anyway")
+
+
+def check_memory(workload: Workload, p, ctx: Context, enforce: bool) -> dict[str, Any]:
+    """Estimate the peak per worker against the workers' memory (device memory on GPUs);
+    refuse sizes that cannot fit unless told not to. Returns the :func:`headroom` dict."""
+    h = headroom(workload, p, ctx, list(ctx.family.worker_memory(ctx.client).values()))
+    h["checked"] = bool(enforce)
+    if enforce and not h["fits"]:
+        raise memory_error(workload.name, h)
+    return h
 
 
 def _progress():
@@ -128,17 +160,41 @@ def _no_phase(name: str, **args):
 
 
 def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int,
-            memory_check: bool = True, tracer=None) -> Outcome:
+            memory_check: bool = True, tracer=None, audit: bool = True) -> Outcome:
     """``tracer``: a :class:`gpuscale.trace.Capture` whose ``phase`` marks generate / warmup /
-    compute / validate (besides the ``span`` that groups their tasks on the dashboard)."""
+    compute / validate (besides the ``span`` that groups their tasks on the dashboard).
+
+    ``audit``: run the backend audit (:mod:`gpuscale.audit`) over generate and over the
+    warm-up + timed repeats (phase ``compute``); validation is not audited (it builds host
+    references on purpose)."""
     client = ctx.client
     phase = tracer.phase if tracer is not None else _no_phase
     fam = ctx.family
     workload.plan(p, ctx)
-    estimate, capacity = check_memory(workload, p, ctx, memory_check)
+    memory = check_memory(workload, p, ctx, memory_check)
+    auditor = Audit(client, fam, scope=AUDIT_SCOPE).start() if audit else None
+    try:
+        outcome = _run(workload, p, ctx, warmup, repeat, phase, auditor)
+    except BaseException:
+        if auditor is not None:
+            auditor.stop()
+        raise
+    outcome.memory = memory
+    outcome.estimate_bytes, outcome.capacity_bytes = memory["estimate_bytes"], memory["capacity_bytes"]
+    return outcome
 
+
+AUDIT_SCOPE = ("generate (the data) and compute (warm-up + timed repeats); validation is not "
+               "audited: it builds host references on purpose")
+
+
+def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, auditor) -> Outcome:
+    client = ctx.client
+    fam = ctx.family
     with span("gpuscale", workload.name, "generate"), phase("generate"):
-        generate_s, data = timed(client, fam, lambda: workload.generate(p, ctx))
+        generate_s, data = timed(client, fam, lambda: workload.load(p, ctx))  # generated or the user's
+    if auditor is not None:
+        auditor.collect("generate")
     baseline = task_count(client)
 
     times: list[float] = []
@@ -166,10 +222,12 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int,
             (warm if i < warmup else times).append(elapsed)
             if bar:
                 bar.advance(task)
+    audit = auditor.finish("compute", runs={"generate": 1, "compute": warmup + repeat}) \
+        if auditor is not None else None
 
     with span("gpuscale", workload.name, "validate"), phase("validate"):
         t0 = time.perf_counter()
-        validation = workload.validate(out, data, p, ctx)
+        validation = Validation.off() if ctx.validate == "off" else workload.validate(out, data, p, ctx)
         validate_s = time.perf_counter() - t0
-    return Outcome(times, warm, generate_s, validate_s, validation, out.info, estimate, capacity,
-                   unsettled)
+    return Outcome(times, warm, generate_s, validate_s, validation, out.info, 0, 0,
+                   unsettled, audit=audit, output=out)

@@ -67,3 +67,51 @@ def test_trace_overhead_smoke(tmp_path):
             assert "summary.json" in r["trace_files"] and "trace.json" in r["trace_files"]
         else:
             assert r["trace"] is None
+
+
+def test_audit_overhead_smoke(tmp_path):
+    """Both sides ran on the same cluster, the audited side saw clean runs; the ratio is a number
+    (the benchmark measures it: no timed assertion here)."""
+    d = run_script(tmp_path, "audit_overhead.py", "--smoke")
+    assert [c["case"] for c in d["cases"]] == ["svd", "groupby"]
+    for c in d["cases"]:
+        sides = {r["audited"] for r in c["rows"]}
+        assert sides == {True, False} and all(r["valid"] for r in c["rows"])
+        assert all(r["audit_tasks"] > 0 for r in c["rows"] if r["audited"])
+        assert all(r["audit_tasks"] is None for r in c["rows"] if not r["audited"])
+        assert c["clean"] and c["compute_ratio"] > 0 and c["end_to_end_ratio"] > 0
+    assert 0 < d["hook"]["other_us"] < d["hook"]["memory_us"]
+
+
+def test_audit_user_script_on_cpu(tmp_path):
+    """The user script runs both ways; on the CPU backend NumPy is native, so both audit clean
+    (tests/test_audit.py flags from_array under a family that expects another chunk type)."""
+    d = run_script(tmp_path, "audit_user_script.py", "--backend", "cpu", "--rows", "20000", "--workers", "1")
+    assert d["ok"] and d["family"] == "cpu" and d["expected_flag"] is False
+    assert d["from_array"]["clean"] and d["to_backend"]["clean"]
+    assert any(r["prefix"] == "to_backend" for r in d["to_backend"]["prefixes"])
+    assert any("array" in r["prefix"].split("-") for r in d["from_array"]["prefixes"])
+
+
+def test_own_data_notebook_script_on_cpu(tmp_path):
+    """The notebook-style script: host data switched with s.to_backend, the routes checked against
+    NumPy / pandas inside s.trace, the runner on the user's data, a complete trace folder."""
+    d = run_script(tmp_path, "own_data.py", "--backend", "cpu", "--rows", "20000", "--cols", "20",
+                   "--keys", "500", "--workers", "1", "--trace", str(tmp_path / "trace"),
+                   "--results-dir", str(tmp_path / "records"))
+    assert d["ok"] and d["family"] == "cpu"
+    assert d["types"] == {"array chunks": "numpy.ndarray", "frame partitions": "pandas.DataFrame"}
+    assert [r["ok"] for r in d["rows"]] == [True] * 7
+    assert (tmp_path / "trace" / "summary.json").exists()
+    assert all(pathlib.Path(p).exists() for p in d["records"])
+
+
+def test_audit_workloads_on_cpu(tmp_path):
+    """Every built-in workload and the variants ran valid on one cluster, each with an audit that
+    saw its tasks (on the CPU family NumPy / pandas are native, so every run is clean)."""
+    d = run_script(tmp_path, "audit_workloads.py", "--backend", "cpu", "--small", "--workers", "2",
+                   "--repeat", "1", timeout=600)
+    from gpuscale import workloads
+    names = {r["case"].split()[0] for r in d["rows"]}
+    assert names == set(workloads.names()) and d["ok"] and d["family"] == "cpu"
+    assert all(r["valid"] and r["clean"] and r["tasks"] > 0 for r in d["rows"])

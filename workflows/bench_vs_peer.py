@@ -526,6 +526,11 @@ def targets(results) -> list[dict]:
     return out
 
 
+def describe_device(ngpus: int) -> str:
+    gpus = machine.gpus()
+    return f"{ngpus} x {gpus[0]['name']}" if gpus and ngpus else machine.cpu()["model"]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="CPU-sized inputs (CI)")
@@ -549,16 +554,34 @@ def main(argv=None) -> int:
     if ngpus == 0 and not a.smoke:
         skipped.append("no GPU here: the GPU rows run on the CPU family (use --smoke for CI sizes)")
 
+    def save(goals=None):
+        """The JSON so far, rewritten after every row: a run cut short keeps what it measured."""
+        if a.json_path:
+            tmp = pathlib.Path(a.json_path + ".part")
+            tmp.write_text(json.dumps(
+                {"device": describe_device(ngpus), "versions": machine.versions(), "smoke": a.smoke,
+                 "complete": goals is not None, "results": results, "skipped": skipped,
+                 "targets": goals or []}, indent=2, default=str))
+            tmp.replace(a.json_path)
+
+    def note(rows):
+        results.extend(rows)
+        for r in rows:
+            if "skipped" not in r:
+                print(f"[bench] {r['row']} {r['side']}: median {r['median_s']:.4f} s, "
+                      f"agrees {r['agrees']}", file=sys.stderr, flush=True)
+        save()
+
     if {"svd", "groupby"} & set(wanted):
         kw = {"gpus": "0"} if ngpus else {"workers": 2, "threads_per_worker": 1}
         with gpuscale.session(gpu_backend, **kw) as s:
             if "svd" in wanted:
-                results += row_svd(s, sizes, a.rounds)
+                note(row_svd(s, sizes, a.rounds))
             if "groupby" in wanted:
-                results += row_groupby(s, sizes, a.rounds)
+                note(row_groupby(s, sizes, a.rounds))
     if "svd-cpu" in wanted and (ngpus or a.smoke):
         with gpuscale.session("cpu", collection="array") as s:
-            results += row_svd(s, sizes, a.cpu_rounds, name="svd-cpu")
+            note(row_svd(s, sizes, a.cpu_rounds, name="svd-cpu"))
     def need(row, n):
         if have >= n:
             return True
@@ -566,23 +589,22 @@ def main(argv=None) -> int:
         return False
 
     if "p2p" in wanted and need("p2p", 2):
-        results += row_p2p(sizes, a.rounds, gpu_backend, ngpus)
+        note(row_p2p(sizes, a.rounds, gpu_backend, ngpus))
     if "transpose" in wanted:
         for n in (2, 4):
             if need(f"transpose on {n}", n):
-                results += row_transpose(sizes, a.rounds, gpu_backend, n, ngpus)
+                note(row_transpose(sizes, a.rounds, gpu_backend, n, ngpus))
     if "scaling" in wanted and need("scaling", 2):
-        results += row_scaling(sizes, a.rounds, gpu_backend, counts, ngpus)
+        note(row_scaling(sizes, a.rounds, gpu_backend, counts, ngpus))
     if "groupby-multi" in wanted and need("groupby-multi", 4):
-        results += row_groupby_multi(sizes, a.rounds, gpu_backend, 4, ngpus)
+        note(row_groupby_multi(sizes, a.rounds, gpu_backend, 4, ngpus))
     if "first" in wanted:
-        results += row_first(sizes, gpu_backend, a.smoke)
+        note(row_first(sizes, gpu_backend, a.smoke))
 
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
-    gpus = machine.gpus()
-    device = f"{ngpus} x {gpus[0]['name']}" if gpus else machine.cpu()["model"]
+    device = describe_device(ngpus)
     v = machine.versions()
     t = Table(title=f"gpuscale vs plain Dask on {device} "
                     f"(dask {v.get('dask')}, dask-cuda {v.get('dask-cuda')}, cudf {v.get('cudf')}, cupy {v.get('cupy')})",
@@ -613,11 +635,7 @@ def main(argv=None) -> int:
         console.print(tt)
     for msg in skipped:
         console.print(f"skipped: {msg}", markup=False)
-    if a.json_path:
-        pathlib.Path(a.json_path).write_text(json.dumps(
-            {"device": device, "versions": v, "smoke": a.smoke, "results": results, "skipped": skipped,
-             "targets": goals},
-            indent=2, default=str))
+    save(goals)
     ran = [r for r in results if "skipped" not in r]
     return 0 if ran and all(r["agrees"] for r in ran) else 1
 

@@ -44,14 +44,26 @@ class Validation:
     """The outcome of checking a result against an independent reference."""
     method: str
     checks: list[Check]
+    level: str | None = None
+    """``fast`` / ``full`` where the workload has levels (``--validate``), ``off`` when skipped."""
 
     @property
-    def valid(self) -> bool:
+    def valid(self) -> bool | None:
+        """True / False; None when validation was switched off (``--validate off``)."""
+        if self.level == "off":
+            return None
         return bool(self.checks) and all(c.ok for c in self.checks)
 
+    @classmethod
+    def off(cls) -> "Validation":
+        return cls("not validated (--validate off)", [], "off")
+
     def to_dict(self) -> dict:
-        return {"valid": self.valid, "method": self.method,
-                "checks": [dataclasses.asdict(c) for c in self.checks]}
+        d = {"valid": self.valid, "method": self.method,
+             "checks": [dataclasses.asdict(c) for c in self.checks]}
+        if self.level is not None:
+            d["level"] = self.level
+        return d
 
 
 @dataclasses.dataclass
@@ -68,6 +80,12 @@ class Context:
     spec: Any                         # cluster.ClusterSpec
     client: Any = None                # distributed.Client (None while only planning)
     choices: dict[str, dict] = dataclasses.field(default_factory=dict)
+    decisions: dict[str, dict] = dataclasses.field(default_factory=dict)
+    """Choices a route could only make at run time (from the data), by the same names as the
+    planned ``choices`` they settle (e.g. svd's ``route``: planned "auto", decided "gram")."""
+    data: Any = None                  # the user's data (inputs.Source), None for generated data
+    validate: str | None = None       # off | fast | full; None: the workload's default
+    data_description: dict | None = None  # the record's ``data`` for user data (set by from_data)
 
     @property
     def knobs(self):
@@ -85,14 +103,34 @@ class Context:
         self.choices[name] = {"value": value, "source": source, "rule": rule}
         return value
 
+    def decide(self, name: str, value: Any, source: str, rule: str | None = None) -> Any:
+        """Record what a planned choice became at run time (``gpuscale explain`` shows the
+        plan; the record's ``explained`` shows both)."""
+        self.decisions[name] = {"value": value, "source": source, "rule": rule}
+        return value
+
 
 class Workload:
-    """Base class. Subclasses set the class attributes and implement the methods."""
+    """Base class. Subclasses set the class attributes and implement the methods.
+
+    Workloads that also run on the user's own data (``--input PATH``, ``data=``) name the
+    formats they read in ``input_formats``, implement ``check_input`` (before any cluster) and
+    ``from_data`` (instead of ``generate``), and validate without a known answer; parameters
+    in ``generation_params`` only describe generated data, those in ``input_params`` only
+    user data (each is left out of the other's record). ``output_formats`` are the
+    ``--output`` suffixes and ``output_value`` what is written; ``validation_levels``: the
+    workload honours ``--validate fast|full`` (``off`` works for every workload).
+    """
 
     name: ClassVar[str]
     description: ClassVar[str]
     collection: ClassVar[str]          # "array" or "dataframe"
     Params: ClassVar[type[Params]]
+    input_formats: ClassVar[tuple[str, ...]] = ()
+    output_formats: ClassVar[tuple[str, ...]] = ()
+    generation_params: ClassVar[tuple[str, ...]] = ()
+    input_params: ClassVar[tuple[str, ...]] = ()
+    validation_levels: ClassVar[bool] = False
 
     def check(self, p) -> None:
         """Cross-parameter checks that need no cluster; raise UserError."""
@@ -102,6 +140,12 @@ class Workload:
 
     def estimate_bytes(self, p, ctx: Context) -> int:
         return 0
+
+    def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
+        """Peak memory by part (``inputs`` / ``intermediates`` / ``results`` where the
+        workload knows them); the parts add up to the peak. Default: ``estimate_bytes`` as
+        one ``peak`` part."""
+        return {"peak": int(self.estimate_bytes(p, ctx))}
 
     def generate(self, p, ctx: Context) -> Any:
         raise NotImplementedError
@@ -114,6 +158,35 @@ class Workload:
 
     def describe_data(self, p) -> dict:
         return {}
+
+    # -- the user's own data ------------------------------------------------------------
+    def check_input(self, p, source) -> None:
+        """Check the parameters against the user's data (an :class:`gpuscale.inputs.Source`:
+        shape / dtype or columns, known without a cluster); raise UserError."""
+
+    def from_data(self, source, p, ctx: Context) -> Any:
+        """The user's data, opened or converted onto ``ctx.family``, in the form ``compute``
+        takes (like ``generate``'s); sets ``ctx.data_description`` for the record."""
+        raise UserError(f"workload '{self.name}' runs on generated data only")
+
+    def output_value(self, out: Output, p, suffix: str) -> Any:
+        """What ``--output`` writes: a host pandas frame, or a dict of host NumPy arrays."""
+        raise UserError(f"workload '{self.name}' writes no --output")
+
+    def load(self, p, ctx: Context) -> Any:
+        """The data to time the work on: the user's (``ctx.data``) or generated."""
+        return self.generate(p, ctx) if ctx.data is None else self.from_data(ctx.data, p, ctx)
+
+    def record_params(self, p, ctx: Context) -> dict:
+        """The record's ``params``: without those that only describe the other kind of data."""
+        drop = set(self.generation_params if ctx.data is not None else self.input_params)
+        return {k: v for k, v in p.model_dump(mode="json").items() if k not in drop}
+
+    def record_data(self, p, ctx: Context) -> dict:
+        """The record's ``data``: the user's data as described, else the generation's."""
+        if ctx.data is None:
+            return self.describe_data(p)
+        return ctx.data_description or ctx.data.describe()
 
     # -- parameters ---------------------------------------------------------------------
     @classmethod

@@ -180,6 +180,12 @@ class UniformMatrix:
         rows, cols = self.shape(p)
         return self.COPIES * rows * cols * np.dtype(p.dtype).itemsize
 
+    def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
+        """The input (one copy), then ``COPIES - 1`` copies' worth of intermediates and results."""
+        rows, cols = self.shape(p)
+        one = rows * cols * np.dtype(p.dtype).itemsize
+        return {"inputs": one, "intermediates + results": (self.COPIES - 1) * one}
+
     def describe_data(self, p) -> dict:
         return {"shape": list(self.shape(p)), "dtype": p.dtype, "source": "generated, uniform [0, 1)"}
 

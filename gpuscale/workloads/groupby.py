@@ -12,21 +12,32 @@ Validation against pandas on the same data:
 * large: counts sum to the row count (``len`` of the frame, counted separately); the number
   of groups equals an exact ``nunique`` of the key column; a random sample of
   ``SAMPLE_GROUPS`` groups is recomputed with pandas from their rows and must match.
+
+On your own data (``--input`` Parquet / CSV with ``--by`` and ``--agg``, or ``data=`` a Dask
+DataFrame) ``--validate fast`` (the default there) counts every group's rows separately
+(``value_counts`` / ``groupby().size()``): the counts must sum to the rows with a key, the
+groups must be the result's, any ``count`` must not exceed them; and a seeded sample of
+``SAMPLE_GROUPS`` groups is recomputed with pandas from their rows, every aggregation
+compared. ``--validate full`` recomputes the whole result with pandas on the host (when the
+frame fits in host memory). ``--validate off`` skips validation.
 """
 from __future__ import annotations
 
 import importlib
 import math
-from typing import Literal, Union
+from typing import Literal, Optional, Union
 
+import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
-from pydantic import Field, PositiveInt
+
+from pydantic import Field, PositiveInt, field_validator
 
 from .. import dataframe as routes
 from ..backends import to_host
 from ..errors import UserError
+from ..inputs import AGG_EXAMPLE, parse_agg, parse_by
 from . import Check, Context, Output, Params, Validation, Workload, register
 
 AGG = {"int64": ["max", "count"], "float64": ["mean"]}
@@ -44,6 +55,24 @@ class GroupbyParams(Params):
     split_out: Union[Literal["auto"], PositiveInt] = Field(
         "auto", description="result partitions (auto: 1 when the result fits the budget)")
     seed: int = Field(0, description="random seed")
+    by: Optional[list[str]] = Field(None, description="with --input: column(s) to group by, e.g. "
+                                    "--by store or --by store,day")
+    agg: Optional[dict[str, list[str]]] = Field(
+        None, description="with --input: aggregations per column, e.g. --agg 'price:mean,max;qty:sum'")
+
+    @field_validator("by", mode="before")
+    @classmethod
+    def _by(cls, v):
+        return parse_by(v) if isinstance(v, str) else v
+
+    @field_validator("agg", mode="before")
+    @classmethod
+    def _agg(cls, v):
+        if isinstance(v, str):
+            return parse_agg(v)
+        if isinstance(v, dict):
+            return {c: [a] if isinstance(a, str) else list(a) for c, a in v.items()}
+        return v
 
 
 def make_partition(args):
@@ -65,6 +94,11 @@ class Groupby(Workload):
     description = "groupby-aggregate (max, count, mean) with the plan chosen from the result size"
     collection = "dataframe"
     Params = GroupbyParams
+    input_formats = ("parquet", "csv")
+    output_formats = (".parquet", ".csv")
+    generation_params = ("rows", "keys", "partitions")
+    input_params = ("by", "agg")
+    validation_levels = True
 
     def check(self, p) -> None:
         if p.keys > p.rows:
@@ -75,6 +109,8 @@ class Groupby(Workload):
                             "use at most one partition per row")
 
     def plan(self, p, ctx: Context) -> None:
+        if ctx.data is not None:
+            return self._plan_input(p, ctx)
         if p.partitions is not None:
             ctx.choose("partitions", p.partitions, "flag")
         else:
@@ -84,9 +120,22 @@ class Groupby(Workload):
                        f"max({p.rows:,} rows x {ROW_BYTES} B / {ctx.family.name} partition budget "
                        f"{ctx.knobs.partition_bytes / 2**20:.0f} MiB = {by_bytes}, "
                        f"{ctx.total_threads} threads)")
+        # generated data: keys and rows are known, so the whole plan is made here (and
+        # `gpuscale explain` shows it); compute() makes the same plan and records it again
+        _record_plan(ctx, p, routes.decide_groupby(
+            groups=p.keys, rows=p.rows, npartitions=ctx.choices["partitions"]["value"],
+            width=1 + sum(len(a) for a in AGG.values()), decomposable=True, family=ctx.family,
+            split_out=p.split_out))
 
     def estimate_bytes(self, p, ctx: Context) -> int:
-        return int(p.rows * ROW_BYTES * 3)
+        return sum(self.estimate_memory(p, ctx).values())
+
+    def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
+        if ctx.data is not None:  # the input's size in memory when known (files), else unknown
+            data = ctx.data.nbytes or 0
+            return {"inputs": data, "intermediates": data, "results": data}
+        data = p.rows * ROW_BYTES
+        return {"inputs": data, "intermediates": data, "results": data}  # = estimate_bytes
 
     def describe_data(self, p) -> dict:
         return {"rows": p.rows, "columns": {"key": "int64", "int64": "int64", "float64": "float64"},
@@ -101,24 +150,29 @@ class Groupby(Workload):
         return dd.from_map(make_partition, args, meta=meta, enforce_metadata=False)
 
     def compute(self, data, p, ctx: Context) -> Output:
-        res = routes.groupby_agg(data, "key", AGG, groups=p.keys, rows=p.rows, split_out=p.split_out,
-                                 family=ctx.family)
-        ctx.choose("groupby_strategy", res.plan.strategy, "flag" if p.split_out != "auto" else "rule",
-                   res.plan.reason)
-        ctx.choose("split_out", res.plan.split_out, "flag" if p.split_out != "auto" else "rule")
-        ctx.choose("shuffle_method", res.plan.shuffle_method, "rule" if res.plan.split_out > 1 else "family",
-                   "no shuffle: tree reduction" if res.plan.split_out == 1 else None)
-        ctx.choose("split_every", res.plan.split_every, "family")
+        if isinstance(data, dict):  # the user's frame, with its rows and estimated groups
+            res = routes.groupby_agg(data["df"], p.by, p.agg, groups=data["groups"], rows=data["rows"],
+                                     split_out=p.split_out, family=ctx.family)
+        else:
+            res = routes.groupby_agg(data, "key", AGG, groups=p.keys, rows=p.rows, split_out=p.split_out,
+                                     family=ctx.family)
+        _record_plan(ctx, p, res.plan)
         return Output({"result": res.result}, {"plan": res.plan.to_dict()})
 
     def validate(self, out: Output, data, p, ctx: Context) -> Validation:
+        if isinstance(data, dict):
+            return _validate_user(out, data["df"], p, ctx.validate or "fast")
         got = _host_frame(out.collections["result"].compute())
         checks: list[Check] = []
-        if p.rows <= FULL_CHECK_ROWS:
+        level = ctx.validate
+        if level == "full" or (level is None and p.rows <= FULL_CHECK_ROWS):
+            if level == "full":
+                from ..inputs import host_fits
+                host_fits(self.host_bytes(p), "a pandas copy of the frame")
             frame = _host_frame(data.compute())
             ref = frame.groupby("key").agg(AGG)
             checks += _compare(got, ref, "all groups")
-            return Validation("full reference (pandas on the same data)", checks)
+            return Validation("full reference (pandas on the same data)", checks, level)
         total = int(got[("int64", "count")].sum())
         rows = int(len(data))
         checks.append(Check("counts sum to rows", total == rows == p.rows, total, p.rows))
@@ -132,7 +186,186 @@ class Groupby(Workload):
         subset = _host_frame(data[data["key"].isin(list(map(int, sample)))].compute())
         ref = subset.groupby("key").agg(AGG)
         checks += _compare(got.loc[ref.index], ref, f"{len(sample)} sampled groups")
-        return Validation("all counts (value_counts) + sampled groups recomputed with pandas", checks)
+        return Validation("all counts (value_counts) + sampled groups recomputed with pandas", checks, level)
+
+    # -- the user's own data ------------------------------------------------------------
+    def host_bytes(self, p) -> int:
+        """Host memory ``--validate full`` needs on generated data (the frame, its groupby)."""
+        return 3 * p.rows * ROW_BYTES
+
+    def check_input(self, p, source) -> None:
+        if not p.by or not p.agg:
+            missing = " and ".join(f for f, v in (("--by", p.by), ("--agg", p.agg)) if not v)
+            cols = ", ".join(map(str, source.meta.columns))
+            raise UserError(f"groupby on your own data needs {missing} (columns: {cols})",
+                            f"e.g. --by COLUMN {AGG_EXAMPLE} (API: by=..., agg={{column: [aggs]}})")
+        routes.check_columns(source.meta, p.by, p.agg, where=source.label)
+
+    def _plan_input(self, p, ctx: Context) -> None:
+        src = ctx.data
+        if src.format == "csv":
+            ctx.choose("csv_blocksize", ctx.knobs.partition_bytes, "family",
+                       f"{ctx.family.name} partition budget {ctx.knobs.partition_bytes / 2**20:.0f} MiB "
+                       "per CSV block")
+
+    def from_data(self, source, p, ctx: Context):
+        import dask
+        from distributed import wait
+
+        from .. import inputs
+        notes: list[str] = []
+        df = inputs.open_source(source, ctx.family, partition_bytes=ctx.knobs.partition_bytes)
+        if source.format == "dask" and source.chunk_type and \
+                source.chunk_type.split(".")[0] != ctx.family.dataframe_module:
+            notes.append(f"moved {source.chunk_type} partitions to {ctx.family.dataframe_module} "
+                         f"(the session's {ctx.family.name} family)")
+        routes.check_columns(df, p.by, p.agg, where=source.label)
+        df = ctx.client.persist(df)  # read once: the estimate and every repeat use it
+        try:
+            wait(df)
+            count, how = routes.count_groups(df, p.by)
+            rows, groups = dask.compute(df.shape[0], count)
+        except Exception as e:  # noqa: BLE001 - a file that fails to parse is the user's to fix
+            if source.path is None:
+                raise
+            raise inputs.unreadable(source.path, source.format, e) from None
+        rows, groups = int(rows), max(1, min(int(rows), int(round(float(groups)))))
+        ctx.choose("partitions", df.npartitions, "data",
+                   "your DataFrame's partitions" if source.path is None else
+                   f"Dask's {inputs.FORMAT_NAMES[source.format]} reader")
+        ctx.choose("groups", groups, "estimated", f"{how} of the group-by key(s), one pass over the data")
+        if ctx.validate == "full":
+            nbytes = source.nbytes or int(df.memory_usage(deep=True).sum().compute())
+            inputs.host_fits(3 * nbytes, source.label)
+        desc = source.describe()
+        desc.update(rows=rows, partitions=df.npartitions, columns=source.columns)
+        if notes:
+            desc["notes"] = notes
+        ctx.data_description = desc
+        return {"df": df, "groups": groups, "rows": rows}
+
+    def output_value(self, out: Output, p, suffix: str):
+        return _host_frame(out.collections["result"].compute())
+
+
+def _record_plan(ctx: Context, p, plan) -> None:
+    """The groupby plan's choices, each with its source and rule."""
+    given = p.split_out != "auto"
+    ctx.choose("groupby_strategy", plan.strategy, "flag" if given else "rule", plan.reason)
+    ctx.choose("split_out", plan.split_out, "flag" if given else "rule", None if given else plan.reason)
+    ctx.choose("shuffle_method", plan.shuffle_method, "rule" if plan.split_out > 1 else "family",
+               f"no shuffle: split_out=1 ({plan.strategy})" if plan.split_out == 1 else
+               f"{ctx.family.name} family's shuffle for split_out={plan.split_out}")
+    ctx.choose("split_every", plan.split_every, "family",
+               f"{ctx.family.name} fan-in {ctx.knobs.split_every}" if ctx.knobs.split_every else
+               f"{ctx.family.name}: all partials in one combine (max(2, {ctx.choices['partitions']['value']} "
+               "partitions))")
+
+
+SAMPLE_RTOL = {"float64": 1e-9, "float32": 1e-3}
+VAR_RTOL = {"float64": 1e-7, "float32": 1e-2}
+
+
+def _validate_user(out: Output, df, p, level: str) -> Validation:
+    """Validation without a known answer (see the module docstring)."""
+    by, spec = p.by, p.agg
+    key = by[0] if len(by) == 1 else by
+    got = _host_frame(out.collections["result"].compute())
+    if level == "full":
+        frame = _host_frame(df.compute())
+        checks = _compare_frame(got, frame, key, spec, "all groups")
+        return Validation("full reference (pandas on the whole frame)", checks, "full")
+    checks: list[Check] = []
+    # an independent count of every group's rows
+    sizes = df[key].value_counts(split_out=1, sort=False) if len(by) == 1 else df.groupby(by).size(split_out=1)
+    keyed = df[by].dropna().shape[0]
+    sizes, keyed, rows = dask.compute(sizes, keyed, df.shape[0])
+    sizes = to_host(sizes).sort_index()
+    total, keyed, rows = int(sizes.sum()), int(keyed), int(rows)
+    checks.append(Check("group counts sum to the rows", total == keyed, total, keyed,
+                        f"{rows - keyed} of {rows} rows have a missing key (not grouped)" if keyed != rows
+                        else "independent count (value_counts / groupby().size())"))
+    same = _same_index(sizes.index, got.index)
+    checks.append(Check("same groups as the independent count", same, len(got), len(sizes)))
+    if same:
+        for col, aggs in spec.items():
+            for a in aggs:
+                g = got[(col, a)].to_numpy()
+                if a == "size":
+                    bad = int((g != sizes.to_numpy()).sum())
+                    checks.append(Check(f"{col} size = group count", bad == 0, bad, 0, "mismatching groups"))
+                elif a == "count":
+                    bad = int((g > sizes.to_numpy()).sum())
+                    checks.append(Check(f"{col} count <= group count", bad == 0, bad, 0, "groups over"))
+    n = min(SAMPLE_GROUPS, len(got))
+    pos = np.sort(np.random.default_rng(p.seed + 11).choice(len(got), size=n, replace=False)) if n else []
+    picked = got.iloc[pos]
+    mask = None
+    for i, col in enumerate(by):
+        values = picked.index.get_level_values(i) if len(by) > 1 else picked.index
+        m = df[col].isin(list(pd.unique(np.asarray(values, dtype=object))))
+        mask = m if mask is None else mask & m
+    subset = _host_frame(df[mask].compute()) if n else _host_frame(df._meta)
+    subset = subset.reset_index(drop=True)
+    checks += _compare_frame(picked, subset, key, spec, f"{n} sampled groups", only=picked.index)
+    return Validation(f"all group counts (independent count) + {n} sampled groups recomputed with pandas",
+                      checks, "fast")
+
+
+def _compare_frame(got: pd.DataFrame, frame: pd.DataFrame, key, spec, what: str, only=None) -> list[Check]:
+    """``got`` against pandas' ``frame.groupby(key).agg(spec)`` (restricted to ``only``), every
+    aggregation: exact for counts, min, max, first, last and integer sums; floats relative to
+    the group's scale (sum / mean of |x|, mean of x^2 for var and std)."""
+    ref = frame.groupby(key).agg(spec)
+    if only is not None:
+        ref = ref[ref.index.isin(only)]
+    ref = ref.sort_index()
+    got = got.sort_index()
+    same = _same_index(got.index, ref.index)
+    checks = [Check(f"same groups ({what})", same, len(got), len(ref))]
+    if not same:
+        return checks
+    groupers = [frame[k] for k in ([key] if isinstance(key, str) else key)]
+    for col, aggs in spec.items():
+        x = frame[col]
+        kind = x.dtype.kind
+        dt = "float32" if x.dtype == np.float32 else "float64"
+        for a in aggs:
+            g = np.asarray(got[(col, a)].to_numpy(), dtype=object if kind not in "biuf" else None)
+            r = np.asarray(ref[(col, a)].to_numpy(), dtype=object if kind not in "biuf" else None)
+            exact = a in ("count", "size", "min", "max", "first", "last") or (a == "sum" and kind in "biu")
+            if exact:
+                both_nan = pd.isna(pd.Series(g)).to_numpy() & pd.isna(pd.Series(r)).to_numpy()
+                bad = int(((g != r) & ~both_nan).sum())
+                checks.append(Check(f"{col} {a} exact", bad == 0, bad, 0, "mismatching groups"))
+                continue
+            g, r = g.astype(np.float64), r.astype(np.float64)
+            xf = x.astype(np.float64)
+            if a in ("sum", "mean"):
+                scale = xf.abs().groupby(groupers).agg(a)
+                tol = SAMPLE_RTOL[dt]
+            else:  # var, std: compare variances against 2 mean(x^2)
+                scale = (xf ** 2).groupby(groupers).mean() * 2
+                tol = VAR_RTOL[dt]
+                if a == "std":
+                    g, r = g ** 2, r ** 2
+            scale = scale.reindex(ref.index).to_numpy(dtype=np.float64)
+            diff = np.abs(g - r)
+            diff[np.isnan(g) & np.isnan(r)] = 0.0
+            err = float(np.nanmax(diff / np.maximum(scale, 1e-300), initial=0.0)) if len(r) else 0.0
+            err = err if not np.isnan(diff).any() else float("inf")
+            checks.append(Check(f"{col} {a}", err <= tol, err, tol, "max |got - pandas| / group scale"))
+    return checks
+
+
+def _same_index(a: pd.Index, b: pd.Index) -> bool:
+    if len(a) != len(b):
+        return False
+    if a.equals(b):
+        return True
+    fa = a.to_frame(index=False).astype(object).to_numpy()
+    fb = b.to_frame(index=False).astype(object).to_numpy()
+    return bool((fa == fb).all())
 
 
 def _host_frame(df) -> pd.DataFrame:

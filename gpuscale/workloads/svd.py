@@ -13,9 +13,16 @@ Validation (tolerances relative to s_max, by dtype; see ``TOL``):
 * small inputs (rows x cols <= ``FULL_CHECK_ELEMENTS``): every singular value against
   ``numpy.linalg.svd`` of the same matrix on the host;
 * with ``--compute-uv``: residuals ||X v_i - s_i u_i|| for the first and last triplets.
+
+On your own data (``--input x.npy`` / Zarr, ``data=`` a Dask array) nothing is known in
+advance: ``--validate fast`` (the default there) checks the identities above and, with U and
+V, the residuals of a seeded sample of triplets; ``--validate full`` also recomputes every
+singular value with ``numpy.linalg.svd`` on the host (and every triplet's residual) when that
+fits in host memory. ``--validate off`` skips validation.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Literal
 
@@ -26,6 +33,7 @@ from pydantic import Field, PositiveInt
 
 from .. import linalg
 from ..backends import to_host
+from ..backends.convert import from_memory
 from ..errors import UserError
 from . import Check, Context, Output, Params, Validation, Workload, register
 
@@ -56,6 +64,10 @@ class SVD(Workload):
     description = "tall-skinny parallel SVD (Gram / CholeskyQR2 / TSQR routes, chosen by accuracy)"
     collection = "array"
     Params = SVDParams
+    input_formats = ("npy", "zarr")
+    output_formats = (".npy", ".npz")
+    generation_params = ("rows", "cols", "chunk_rows", "dtype", "condition")
+    validation_levels = True
 
     def check(self, p) -> None:
         if p.cols > p.rows:
@@ -69,17 +81,25 @@ class SVD(Workload):
                             "least as tall as they are wide", f"use --chunk-rows >= {p.cols}")
 
     def plan(self, p, ctx: Context) -> None:
-        itemsize = np.dtype(p.dtype).itemsize
-        if p.chunk_rows is not None:
+        src = ctx.data
+        if src is not None and src.format == "dask":
+            rows = src.obj.chunks[0]
+            ctx.choose("chunk_rows", "input", "data",
+                       f"your array's own row blocks: {len(rows)} block(s) of {_span(rows)} rows")
+        elif src is not None:
+            m, n = src.shape
+            rows = _chunk_rule(m, n, np.dtype(src.dtype).itemsize, ctx)
+            stored = src.stored_chunks[0] if src.stored_chunks else None
+            if stored:  # whole stored chunks per block: each is read once
+                rows = min(m, max(stored, rows // stored * stored))
+            ctx.choose("chunk_rows", rows, "rule", _chunk_why(m, n, np.dtype(src.dtype).itemsize, ctx)
+                       + (f", rounded to the store's {stored}-row chunks" if stored else ""))
+        elif p.chunk_rows is not None:
             ctx.choose("chunk_rows", p.chunk_rows, "flag")
         else:
-            by_bytes = max(1, ctx.knobs.chunk_bytes // (p.cols * itemsize))
-            by_threads = math.ceil(p.rows / ctx.total_threads)
-            rows = max(min(by_bytes, by_threads), min(p.cols, p.rows))
-            ctx.choose("chunk_rows", rows, "rule",
-                       f"min({ctx.family.name} chunk budget {ctx.knobs.chunk_bytes / 2**20:.0f} MiB / "
-                       f"{p.cols * itemsize} B per row = {by_bytes}, rows / {ctx.total_threads} "
-                       f"threads = {by_threads}), at least --cols {p.cols}")
+            itemsize = np.dtype(p.dtype).itemsize
+            rows = _chunk_rule(p.rows, p.cols, itemsize, ctx)
+            ctx.choose("chunk_rows", rows, "rule", _chunk_why(p.rows, p.cols, itemsize, ctx))
         ctx.choose("route", p.route, "flag" if p.route != "auto" else "default",
                    "auto: Gram if its predicted error holds the tolerance, else CholeskyQR2, "
                    "else TSQR" if p.route == "auto" else None)
@@ -87,7 +107,15 @@ class SVD(Workload):
                    "None: one combine step" if ctx.knobs.split_every is None else None)
 
     def estimate_bytes(self, p, ctx: Context) -> int:
-        data = p.rows * p.cols * np.dtype(p.dtype).itemsize
+        if ctx.data is not None:
+            src = ctx.data
+            if src.nbytes is None:
+                return 0  # unknown row count: not estimated
+            # kept as given when float, converted to float64 otherwise
+            data = src.nbytes * (1 if np.dtype(src.dtype).kind == "f" else
+                                 max(1, 8 // np.dtype(src.dtype).itemsize))
+        else:
+            data = p.rows * p.cols * np.dtype(p.dtype).itemsize
         factor = 2.0
         if p.route == "tsqr" or p.compute_uv:
             factor += 1.0
@@ -98,6 +126,61 @@ class SVD(Workload):
     def describe_data(self, p) -> dict:
         return {"shape": [p.rows, p.cols], "dtype": p.dtype,
                 "source": "generated" + (f", condition {p.condition:g}" if p.condition else ", uniform")}
+
+    def host_bytes(self, p) -> int:
+        """Host memory ``--validate full`` needs on generated data (X and its SVD workspace)."""
+        return 3 * p.rows * p.cols * 8
+
+    def check_input(self, p, source) -> None:
+        shape = source.shape
+        where = source.label
+        if len(shape) != 2:
+            raise UserError(f"svd needs a 2-D array, but {where} is {len(shape)}-D with shape {tuple(shape)}",
+                            "give a (rows, columns) matrix, e.g. save x.reshape(-1, 1) for one column")
+        m, n = shape
+        kind = np.dtype(source.dtype).kind
+        if kind not in "biuf":
+            raise UserError(f"svd takes real numbers, but {where} holds {source.dtype}",
+                            "save it as float64 (x.astype('float64')), or x.real / abs(x) for complex data")
+        if isinstance(m, float) and math.isnan(m):
+            return  # rows unknown until the chunk sizes are computed (when the data loads)
+        if m == 0 or n == 0:
+            raise UserError(f"{where} is empty (shape {tuple(shape)})", "give a matrix with rows and columns")
+        if n > m:
+            raise UserError(f"svd is for tall-skinny arrays: {where} has {m} rows < {n} columns",
+                            "save the transpose (x.T), whose singular values are the same")
+
+    def from_data(self, source, p, ctx: Context):
+        from .. import inputs
+        notes: list[str] = []
+        rows = ctx.choices["chunk_rows"]["value"]
+        x = inputs.open_source(source, ctx.family, chunk_rows=rows if rows != "input" else None)
+        if source.format == "dask" and backends_name(source.obj) != ctx.family.name:
+            notes.append(f"moved {source.chunk_type} chunks to {ctx.family.array_module} "
+                         f"(the session's {ctx.family.name} family)")
+        if any(math.isnan(c) for c in x.chunks[0]):
+            x = x.compute_chunk_sizes()
+            notes.append("computed the unknown row-block sizes (one pass over the data)")
+            self.check_input(p, dataclasses.replace(source, shape=tuple(x.shape)))
+        if x.numblocks[1] > 1:
+            notes.append(f"joined {x.numblocks[1]} column blocks into one (row blocks kept): every SVD "
+                         "route needs whole rows in a block")
+            x = x.rechunk({1: -1})
+        desc = source.describe()
+        desc.update(shape=list(x.shape), bytes=int(x.nbytes),
+                    chunks={"row_blocks": len(x.chunks[0]), "rows_per_block": _span(x.chunks[0])})
+        if notes:
+            desc["notes"] = notes
+        ctx.data_description = desc
+        return {"x": x, "s_true": None}
+
+    def output_value(self, out: Output, p, suffix: str):
+        cols = out.collections
+        value = {"s": np.asarray(to_host(cols["s"].compute()))}
+        if suffix == ".npz" and "vt" in cols:
+            u, vt = dask.compute(cols["u"], cols["vt"])
+            value.update(u=np.asarray(to_host(u)), vt=np.asarray(to_host(vt)))
+        return value
 
     def generate(self, p, ctx: Context):
         chunk = ctx.choices["chunk_rows"]["value"]
@@ -110,8 +193,8 @@ class SVD(Workload):
         s_true = np.logspace(0, -math.log10(p.condition), p.cols)
         v, _ = np.linalg.qr(np.random.default_rng(p.seed + 1).standard_normal((p.cols, p.cols)))
         core = (s_true[:, None] * v.T)  # diag(s) V^T, host; moved to the backend below
-        core_b = da.from_array(core, chunks=core.shape).map_blocks(
-            _like, q._meta, dtype=np.float64, meta=q._meta)
+        # one task that builds the block on the backend (no host chunk: the backend audit)
+        core_b = from_memory(core, ctx.family, chunks=core.shape)
         x = da.blockwise(np.matmul, "ij", q, "ik", core_b, "kj", dtype=np.float64,
                          concatenate=True, meta=q._meta).astype(p.dtype).rechunk((chunk, p.cols))
         return {"x": x, "s_true": s_true}
@@ -119,55 +202,101 @@ class SVD(Workload):
     def compute(self, data, p, ctx: Context) -> Output:
         res = linalg.svd(data["x"], compute_uv=p.compute_uv, route=p.route,
                          split_every=ctx.knobs.split_every)
+        ctx.decide("route", res.route.name, "rule" if p.route == "auto" else "flag", res.route.reason)
         return Output(res.collections(), {"route": res.route.to_dict(), "notes": res.notes})
 
     def validate(self, out: Output, data, p, ctx: Context) -> Validation:
-        tol = TOL[p.dtype]
         x = data["x"]
+        user = ctx.data is not None
+        level = ctx.validate or ("fast" if user else None)  # None: by size (generated data)
+        dtype = "float32" if x.dtype == np.float32 else "float64"
+        tol = TOL[dtype]
+        rows, cols = x.shape
         s = np.asarray(to_host(out.collections["s"].compute()), dtype=np.float64)
         checks: list[Check] = []
         smax = float(s[0]) if s.size else 0.0
         checks.append(Check("s finite and >= 0", bool(np.isfinite(s).all() and (s >= 0).all())))
         checks.append(Check("s descending", bool((np.diff(s) <= 1e-12 * max(smax, 1)).all())))
-        z = np.random.default_rng(p.seed + 7).standard_normal(p.cols)
+        z = np.random.default_rng(p.seed + 7).standard_normal(cols)
         zb = da.from_array(z, chunks=z.shape).map_blocks(_like, x._meta, dtype=np.float64, meta=x._meta)
         fro2, xz = dask.compute((x.astype(np.float64) ** 2).sum(), (x.astype(np.float64) @ zb))
         fro2 = float(to_host(fro2))
         xz = np.asarray(to_host(xz))
         rel = abs(float((s ** 2).sum()) - fro2) / fro2 if fro2 else abs(float((s ** 2).sum()))
         checks.append(Check("sum s^2 = ||X||_F^2", rel <= tol["frobenius"], rel, tol["frobenius"],
-                            "relative difference"))
+                            "relative difference (||X||_F^2 by a separate sum of squares)"))
         lower = float(np.linalg.norm(xz) / np.linalg.norm(z))
         checks.append(Check("||Xz||/||z|| <= s_max <= ||X||_F",
                             lower <= smax * (1 + tol["frobenius"]) and smax <= math.sqrt(fro2) * (1 + tol["frobenius"]),
                             smax, f"[{lower:.6g}, {math.sqrt(fro2):.6g}]"))
         values_tol = tol["values"]
         method = "identities"
-        if data["s_true"] is not None:
+        host_x = None
+        if not user and data["s_true"] is not None:
             err = float(np.abs(s - data["s_true"]).max() / data["s_true"][0])
             checks.append(Check("every s_i vs known spectrum", err <= values_tol, err, values_tol,
                                 "max |s_i - s_true_i| / s_max"))
             method = "known spectrum + identities"
-        elif p.rows * p.cols <= FULL_CHECK_ELEMENTS:
-            ref = np.linalg.svd(np.asarray(to_host(x.compute()), dtype=np.float64), compute_uv=False)
-            err = float(np.abs(s - ref).max() / ref[0])
+        elif level == "full" or (level is None and rows * cols <= FULL_CHECK_ELEMENTS):
+            if level == "full":
+                from ..inputs import host_fits
+                host_fits(3 * rows * cols * 8, "a host copy of X and its SVD")
+            host_x = np.asarray(to_host(x.compute()), dtype=np.float64)
+            ref = np.linalg.svd(host_x, compute_uv=False)
+            err = float(np.abs(s - ref).max() / ref[0]) if ref.size and ref[0] else float(np.abs(s).max())
             checks.append(Check("every s_i vs numpy.linalg.svd", err <= values_tol, err, values_tol,
                                 "max |s_i - s_ref_i| / s_max"))
             method = "full reference (numpy.linalg.svd) + identities"
-        if p.compute_uv:
-            # residuals of a few triplets, on host copies of just those columns
-            idx = sorted({0, 1, p.cols - 1})
-            vt = np.asarray(to_host(out.collections["vt"].compute()), dtype=np.float64)[idx]
-            vb = da.from_array(np.ascontiguousarray(vt.T), chunks=(p.cols, len(idx))).map_blocks(
-                _like, x._meta, dtype=np.float64, meta=x._meta)
-            xv, u = dask.compute(x.astype(np.float64) @ vb, out.collections["u"][:, idx])
-            xv = np.asarray(to_host(xv), dtype=np.float64)
-            u = np.asarray(to_host(u), dtype=np.float64)
-            worst = float(np.linalg.norm(xv - u * s[idx][None, :], axis=0).max()) / smax
+        if "vt" in out.collections:
+            vt_all = np.asarray(to_host(out.collections["vt"].compute()), dtype=np.float64)
+            if host_x is not None and level == "full":
+                idx = list(range(cols))  # every triplet, on the host copy
+                xv = host_x @ vt_all.T
+                u = np.asarray(to_host(out.collections["u"].compute()), dtype=np.float64)
+                what = "every triplet"
+            else:
+                # residuals of a few triplets (first, second, last and a seeded sample), on the
+                # cluster, with host copies of just those columns
+                pick = np.random.default_rng(p.seed + 13).choice(cols, size=min(cols, 3), replace=False)
+                idx = sorted({0, min(1, cols - 1), cols - 1, *map(int, pick)})
+                vb = da.from_array(np.ascontiguousarray(vt_all[idx].T), chunks=(cols, len(idx))).map_blocks(
+                    _like, x._meta, dtype=np.float64, meta=x._meta)
+                xv, u = dask.compute(x.astype(np.float64) @ vb, out.collections["u"][:, idx])
+                xv = np.asarray(to_host(xv), dtype=np.float64)
+                u = np.asarray(to_host(u), dtype=np.float64)
+                what = f"triplets {idx}"
+            worst = float(np.linalg.norm(xv - u * s[idx][None, :], axis=0).max()) / (smax or 1.0)
             checks.append(Check("triplet residuals ||Xv_i - s_i u_i||", worst <= tol["residual"], worst,
-                                tol["residual"], f"triplets {idx}, relative to s_max"))
+                                tol["residual"], f"{what}, relative to s_max"))
             method += " + triplet residuals"
-        return Validation(method, checks)
+        return Validation(method, checks, level)
+
+
+def _chunk_rule(rows: int, cols: int, itemsize: int, ctx: Context) -> int:
+    """Rows per block: the family's chunk budget, at least one block per thread, >= cols."""
+    by_bytes = max(1, ctx.knobs.chunk_bytes // (cols * itemsize))
+    by_threads = math.ceil(rows / ctx.total_threads)
+    return max(min(by_bytes, by_threads), min(cols, rows))
+
+
+def _chunk_why(rows: int, cols: int, itemsize: int, ctx: Context) -> str:
+    by_bytes = max(1, ctx.knobs.chunk_bytes // (cols * itemsize))
+    return (f"min({ctx.family.name} chunk budget {ctx.knobs.chunk_bytes / 2**20:.0f} MiB / "
+            f"{cols * itemsize} B per row = {by_bytes}, rows / {ctx.total_threads} "
+            f"threads = {math.ceil(rows / ctx.total_threads)}), at least --cols {cols}")
+
+
+def _span(sizes) -> str | list:
+    lo, hi = min(sizes), max(sizes)
+    return f"{lo}" if lo == hi else f"{lo}..{hi}"
+
+
+def backends_name(collection) -> str | None:
+    from .. import backends
+    try:
+        return backends.family_of(collection).name
+    except UserError:
+        return None
 
 
 def _like(block, meta):

@@ -1,0 +1,426 @@
+"""Backend audit: which chunk library each task's output really was, on the workers.
+
+One ``--backend`` flag is worth little if part of the work silently runs on the other
+family's libraries (``da.from_array(numpy_array)`` stays NumPy under ``array.backend="cupy"``).
+The audit records, for every task that finishes on a worker, the type of its output, grouped
+by task prefix, with bytes; and every *family change* between a task and the dependencies it
+read (a NumPy chunk consumed by a task that produced CuPy: a host -> device copy).
+
+How it hooks in
+    :class:`AuditPlugin` is a ``distributed`` WorkerPlugin. Its ``transition`` hook runs on
+    the worker's event loop for each state change; on a change to ``memory`` after the task
+    ran there (or was scattered to it) it reads the worker's own bookkeeping of the task:
+    ``TaskState.type`` and ``TaskState.nbytes``, which the worker sets when it stores the
+    output, and the same two of each dependency. It never touches ``worker.data``, so a
+    spilled value is never read back. Copies fetched from other workers are not counted
+    (they are not new outputs). The per-task cost is a few dict lookups (a type's
+    classification is cached); ``workflows/audit_overhead.py`` measures it.
+
+What it can see
+    Task outputs. Intermediates inside one fused task (``from_array`` fused with the ``sum``
+    after it, say) are not outputs: the audit sees the fused task's prefix (``array-sum``)
+    and its output type. Tuples and other containers are recorded as ``other`` (their
+    elements show up in the ``getitem`` tasks that read them).
+
+Classification
+    A *chunk* is an output whose type has a ``shape`` and is not a NumPy scalar (array
+    chunks, DataFrame partitions, Series, Index). Its *kind* is the top-level module when it
+    is one of numpy / cupy / pandas / cudf, else ``other``; its *family* is the registered
+    backend family whose ``array_module`` / ``dataframe_module`` is that module (the expected
+    family first). A chunk is *foreign* when it belongs to a family other than the expected
+    one: NumPy / pandas chunks under the GPU family, CuPy / cuDF chunks under the CPU family.
+    Scalars, tuples, dicts and unknown libraries are never foreign.
+
+:class:`Audit` (and :func:`audit`) registers the plugin under a name of its own (so audits
+may nest), collects per phase through ``client.run`` (each collect resets the workers'
+counts), and :func:`summarize` turns what came back into the ``audit`` dict that result
+records, trace summaries and ``gpuscale audit report`` share (schema ``gpuscale.audit``
+version 1). :func:`strict_error` is the one-line error of ``--strict-backend``.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import pathlib
+import uuid
+from typing import Any, Iterator
+
+from dask.utils import format_bytes
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from .errors import UserError
+
+SCHEMA = "gpuscale.audit"
+SCHEMA_VERSION = 1
+KINDS = ("numpy", "cupy", "pandas", "cudf")
+"""Chunk libraries named in the tables; any other is ``other``."""
+MEMORY = {"numpy": "host", "pandas": "host", "cupy": "device", "cudf": "device"}
+"""Where a kind's chunks live (names family changes host -> device and back)."""
+COUNTED_STARTS = frozenset({"executing", "long-running", "resumed", "released"})
+"""Transitions to memory that are new outputs on this worker: a task ran here (or its
+result was scattered here: released -> memory); ``flight`` (a copy fetched from another
+worker) is not counted."""
+
+
+# ---------------------------------------------------------------------------------------
+# Worker side
+# ---------------------------------------------------------------------------------------
+def classify(typ, owners: dict[str, str]) -> tuple[str, str | None, str, bool]:
+    """(type name, family or None, kind, is a chunk) of an output type."""
+    if typ is None:
+        return "unknown", None, "other", False
+    top = (getattr(typ, "__module__", None) or "").partition(".")[0]
+    name = f"{top}.{getattr(typ, '__qualname__', getattr(typ, '__name__', '?'))}" if top else str(typ)
+    chunk = hasattr(typ, "shape") and not _numpy_scalar(typ)
+    kind = top if chunk and top in KINDS else "other"
+    return name, (owners.get(top) if chunk else None), kind, chunk
+
+
+def _numpy_scalar(typ) -> bool:
+    import numpy
+    try:
+        return issubclass(typ, numpy.generic)
+    except TypeError:
+        return False
+
+
+class AuditPlugin(WorkerPlugin):
+    """Counts task outputs by (prefix, type) and family changes between a task and its
+    dependencies, from the worker's TaskState bookkeeping (see the module docstring)."""
+
+    def __init__(self, owners: dict[str, str]):
+        self.owners = dict(owners)
+        """top-level module -> family name (the expected family's modules first)."""
+
+    def setup(self, worker):
+        self._tasks = worker.state.tasks
+        self._types: dict = {}
+        self.reset()
+
+    def reset(self) -> None:
+        self.outputs: dict[tuple[str, str], list[int]] = {}
+        self.changes: dict[tuple[str, str, str, str], list[int]] = {}
+
+    def _info(self, typ):
+        info = self._types.get(typ)
+        if info is None:
+            info = self._types[typ] = classify(typ, self.owners)
+        return info
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if finish != "memory" or start not in COUNTED_STARTS:
+            return
+        ts = self._tasks.get(key)
+        if ts is None:
+            return
+        info = self._types.get(ts.type) or self._info(ts.type)
+        nbytes = ts.nbytes or 0
+        k = (ts.prefix, info[0])
+        row = self.outputs.get(k)
+        if row is None:
+            self.outputs[k] = [1, nbytes]
+        else:
+            row[0] += 1
+            row[1] += nbytes
+        family = info[1]
+        if family is None:
+            return
+        for dep in ts.dependencies:
+            d = self._types.get(dep.type) or self._info(dep.type)
+            if d[1] is not None and d[1] != family:
+                ck = (dep.prefix, d[0], ts.prefix, info[0])
+                c = self.changes.get(ck)
+                if c is None:
+                    self.changes[ck] = [1, dep.nbytes or 0]
+                else:
+                    c[0] += 1
+                    c[1] += dep.nbytes or 0
+
+    def report(self, reset: bool = True) -> dict[str, Any]:
+        types = {}
+        for name, fam, kind, chunk in self._types.values():
+            types[name] = [fam, kind, chunk]
+        out = {"outputs": [[p, t, n, b] for (p, t), (n, b) in self.outputs.items()],
+               "changes": [[dp, dt, p, t, n, b] for (dp, dt, p, t), (n, b) in self.changes.items()],
+               "types": types}
+        if reset:
+            self.reset()
+        return out
+
+
+def _collect(name: str, dask_worker=None) -> dict[str, Any] | None:
+    plugin = dask_worker.plugins.get(name)
+    return plugin.report() if plugin is not None else None
+
+
+# ---------------------------------------------------------------------------------------
+# Client side
+# ---------------------------------------------------------------------------------------
+def owners(expected) -> dict[str, str]:
+    """top-level module -> family name for every registered family, ``expected``'s first."""
+    from . import backends
+    own = {m: expected.name for m in (expected.array_module, expected.dataframe_module)}
+    for fam in backends.families():
+        for m in (fam.array_module, fam.dataframe_module):
+            own.setdefault(m, fam.name)
+    return own
+
+
+class Audit:
+    """Audit the tasks ``client``'s workers run against the ``family`` expected to run them.
+
+    ``start()`` registers the worker plugin; ``collect(phase)`` takes (and resets) what the
+    workers counted since the last collect under that phase name; ``stop()`` unregisters it.
+    ``summary`` (after :meth:`finish`) is the audit dict (:func:`summarize`).
+    """
+
+    def __init__(self, client, family, *, scope: str | None = None):
+        self.client = client
+        self.family = family
+        self.scope = scope
+        self.name = f"gpuscale-audit-{uuid.uuid4().hex[:8]}"
+        self.raw: dict[str, list[dict]] = {}
+        self.notes: list[str] = []
+        self.summary: dict[str, Any] | None = None
+        self._started = False
+
+    def start(self) -> "Audit":
+        self.client.register_plugin(AuditPlugin(owners(self.family)), name=self.name)
+        self._started = True
+        return self
+
+    def collect(self, phase: str) -> None:
+        got = self.client.run(_collect, self.name, on_error="return")
+        bucket = self.raw.setdefault(phase, [])
+        for addr, value in got.items():
+            if isinstance(value, BaseException):
+                self.notes.append(f"worker {addr} did not report its {phase} counts "
+                                  f"({type(value).__name__}: {value})")
+            elif value is None:
+                self.notes.append(f"worker {addr} had no audit plugin during {phase} "
+                                  "(it joined after the audit started?)")
+            else:
+                bucket.append(value)
+
+    def stop(self) -> None:
+        if self._started:
+            self._started = False
+            with contextlib.suppress(Exception):
+                self.client.unregister_worker_plugin(self.name)
+
+    def finish(self, phase: str | None = None, runs: dict[str, int] | None = None) -> dict[str, Any]:
+        """Collect the last phase (if named), stop, and build the summary (``runs``: how many
+        times each phase ran, e.g. warm-up + repeats for ``compute``)."""
+        try:
+            if phase is not None:
+                self.collect(phase)
+        finally:
+            self.stop()
+        self.summary = summarize(self.raw, self.family, scope=self.scope, notes=self.notes, runs=runs)
+        return self.summary
+
+
+@contextlib.contextmanager
+def audit(client, family, *, phase: str = "user", scope: str | None = None,
+          strict: bool = False) -> Iterator[Audit]:
+    """Audit everything ``client``'s cluster runs inside the block as one phase. After the
+    block ``.summary`` holds the audit; with ``strict`` foreign chunks raise
+    :func:`strict_error` on leaving. An error inside the block stops the audit and
+    propagates (no summary)."""
+    a = Audit(client, family, scope=scope or f"code inside the audit block (phase '{phase}')").start()
+    try:
+        yield a
+    except BaseException:
+        a.stop()
+        raise
+    a.finish(phase)
+    if strict and not a.summary["clean"]:
+        raise strict_error(a.summary)
+
+
+# ---------------------------------------------------------------------------------------
+# Outputs of another family by design
+# ---------------------------------------------------------------------------------------
+ALLOWED: dict[str, str] = {}
+"""task prefix -> why its output may be of another family (shown as ``allowed``, never
+foreign): e.g. a one-float host value the client reads to choose a route."""
+
+
+def allow(prefix: str, why: str) -> None:
+    """Declare that tasks of ``prefix`` produce another family's chunks on purpose (small
+    values the client reads, say); the audit lists them as ``allowed`` with ``why``."""
+    ALLOWED[prefix] = why
+
+
+# ---------------------------------------------------------------------------------------
+# Fix hints
+# ---------------------------------------------------------------------------------------
+FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("array", "from_array", "from-array"),
+     "from_array produced {type}: pass the data through s.to_backend (x = s.to_backend(a) "
+     "instead of da.from_array(a))"),
+    (("frompandas", "from_pandas", "from-pandas"),
+     "from_pandas produced {type}: pass the frame through s.to_backend (ddf = s.to_backend(df) "
+     "instead of dd.from_pandas(df))"),
+    (("readparquet", "read_parquet", "read-parquet", "readcsv", "read_csv", "read-csv",
+      "readjson", "read_json", "fromarrow", "from_arrow"),
+     "{prefix} read the data into {type}: read it inside the session (where dataframe.backend "
+     "is the {expected} family's) or convert the collection with s.to_backend(ddf)"),
+    (("ndarray", "dataframe", "series"),
+     "{prefix} holds scattered {type} data: convert it with s.to_backend before scattering, or "
+     "build it on the workers"),
+)
+
+
+def fix_hint(prefix: str, type_name: str, expected, family: str | None) -> str:
+    """The likely fix for a prefix that produced foreign ``type_name`` chunks."""
+    parts = set(prefix.split("-")) | {prefix}
+    modules = f"{expected.array_module} / {expected.dataframe_module}"
+    for names, text in FIXES:
+        if parts & set(names):
+            return text.format(prefix=prefix, type=type_name, expected=expected.name, modules=modules)
+    return (f"{prefix} returned {type_name} ({family} family) under the {expected.name} family: "
+            f"build its chunks with {modules}, or convert its input with s.to_backend "
+            "(NumPy / pandas data and Dask collections)")
+
+
+# ---------------------------------------------------------------------------------------
+# The summary
+# ---------------------------------------------------------------------------------------
+def _direction(from_kind: str, to_kind: str, from_family: str, to_family: str) -> str:
+    a, b = MEMORY.get(from_kind), MEMORY.get(to_kind)
+    if a and b and a != b:
+        return f"{a} -> {b}"
+    return f"{from_family} -> {to_family}"
+
+
+def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
+              notes: list[str] | None = None, runs: dict[str, int] | None = None) -> dict[str, Any]:
+    """The audit dict from what the workers reported, per phase (see ``Audit.collect``)."""
+    types: dict[str, list] = {}
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    changes: dict[tuple, dict[str, Any]] = {}
+    workers = 0
+    for phase, reports in raw.items():
+        workers = max(workers, len(reports))
+        for rep in reports:
+            types.update(rep["types"])
+            for prefix, tname, n, b in rep["outputs"]:
+                r = rows.setdefault((phase, prefix, tname),
+                                    {"phase": phase, "prefix": prefix, "type": tname, "tasks": 0, "bytes": 0})
+                r["tasks"] += n
+                r["bytes"] += b
+            for dp, dt, p, t, n, b in rep["changes"]:
+                c = changes.setdefault((phase, dp, dt, p, t), {"phase": phase, "from_prefix": dp, "from_type": dt,
+                                                               "to_prefix": p, "to_type": t, "count": 0, "bytes": 0})
+                c["count"] += n
+                c["bytes"] += b
+    kinds = {k: 0 for k in (*KINDS, "other")}
+    foreign = []
+    allowed = []
+    out_rows = []
+    for r in sorted(rows.values(), key=lambda r: (r["phase"], -r["bytes"], r["prefix"])):
+        fam, kind, chunk = types.get(r["type"], [None, "other", False])
+        other = bool(chunk and fam is not None and fam != family.name)
+        r.update(kind=kind, family=fam, chunk=bool(chunk), foreign=other and r["prefix"] not in ALLOWED)
+        kinds[kind] = kinds.get(kind, 0) + r["tasks"]
+        if other and not r["foreign"]:
+            r["allowed"] = ALLOWED[r["prefix"]]
+            allowed.append({k: r[k] for k in ("phase", "prefix", "type", "tasks", "bytes", "allowed")})
+        if r["foreign"]:
+            r["fix"] = fix_hint(r["prefix"], r["type"], family, fam)
+            foreign.append({k: r[k] for k in ("phase", "prefix", "type", "kind", "family", "tasks",
+                                              "bytes", "fix")})
+        out_rows.append(r)
+    transfers = []
+    for c in sorted(changes.values(), key=lambda c: (c["phase"], -c["bytes"])):
+        ff, fk, _ = types.get(c["from_type"], [None, "other", False])
+        tf, tk, _ = types.get(c["to_type"], [None, "other", False])
+        c["direction"] = _direction(fk, tk, str(ff), str(tf))
+        transfers.append(c)
+    foreign_tasks = sum(f["tasks"] for f in foreign)
+    return {
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+        "expected": {"family": family.name, "modules": sorted({family.array_module, family.dataframe_module})},
+        "scope": scope, "phases": list(raw), "runs": {ph: (runs or {}).get(ph, 1) for ph in raw},
+        "workers": workers,
+        "tasks": sum(r["tasks"] for r in out_rows), "bytes": sum(r["bytes"] for r in out_rows),
+        "kinds": kinds,
+        "clean": foreign_tasks == 0,
+        "foreign_tasks": foreign_tasks, "foreign_bytes": sum(f["bytes"] for f in foreign),
+        "foreign": foreign,
+        "allowed": allowed,
+        "transfer_count": sum(c["count"] for c in transfers),
+        "transfer_bytes": sum(c["bytes"] for c in transfers),
+        "transfers": transfers,
+        "prefixes": out_rows,
+        "notes": list(notes or []),
+    }
+
+
+def describe_foreign(summary: dict[str, Any], limit: int = 3) -> str:
+    """One line: which prefixes produced foreign chunks, with counts, bytes and the fix."""
+    fam = summary["expected"]["family"]
+    items = summary["foreign"]
+    where = "host" if all(MEMORY.get(f["kind"]) == "host" for f in items) else \
+        "device" if all(MEMORY.get(f["kind"]) == "device" for f in items) else "foreign"
+    merged: dict[tuple[str, str], dict] = {}
+    for f in items:
+        m = merged.setdefault((f["prefix"], f["type"]), {**f, "tasks": 0, "bytes": 0, "phases": []})
+        m["tasks"] += f["tasks"]
+        m["bytes"] += f["bytes"]
+        m["phases"].append(f["phase"])
+    parts = [f"{m['prefix']} ({m['tasks']} task(s), {format_bytes(m['bytes'])} of {m['type']}, "
+             f"in {'+'.join(m['phases'])}): {m['fix']}"
+             for m in sorted(merged.values(), key=lambda m: -m["bytes"])[:limit]]
+    more = f"; and {len(merged) - limit} more prefix(es)" if len(merged) > limit else ""
+    return (f"backend audit: under the {fam} family {len(merged)} task prefix(es) produced {where} "
+            f"chunks ({summary['foreign_tasks']} task(s), {format_bytes(summary['foreign_bytes'])}): "
+            + "; ".join(parts) + more)
+
+
+def strict_error(summary: dict[str, Any], record: str | None = None) -> UserError:
+    """The ``--strict-backend`` failure: one line naming prefixes, counts, bytes and fixes."""
+    where = f" (the result record, with this audit, was written to {record})" if record else ""
+    return UserError(describe_foreign(summary) + where,
+                     "fix those tasks as suggested, or run without --strict-backend "
+                     "(strict_backend=False) to only report them")
+
+
+# ---------------------------------------------------------------------------------------
+# Reading an audit back (gpuscale audit report)
+# ---------------------------------------------------------------------------------------
+def load(path: str) -> tuple[dict[str, Any], str]:
+    """The audit of a result record (JSON file) or a trace folder (its summary.json):
+    (audit dict, description of where it came from)."""
+    p = pathlib.Path(path).expanduser()
+    if p.is_dir():
+        f = p / "summary.json"
+        if not f.is_file():
+            raise UserError(f"'{path}' is a folder without a summary.json, so not a trace folder",
+                            "give a result record (.json) or a folder written by `run --trace DIR`")
+        what = "trace folder"
+    elif p.is_file():
+        f, what = p, "result record"
+    else:
+        raise UserError(f"'{path}' does not exist",
+                        "give a result record (.json) or a trace folder written by `run --trace DIR`")
+    try:
+        data = json.loads(f.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"'{f}' is not a JSON file ({type(e).__name__})",
+                        "give a result record (.json) or a trace folder written by `run --trace DIR`") from None
+    if not isinstance(data, dict) or data.get("schema") not in ("gpuscale.result", "gpuscale.trace"):
+        raise UserError(f"'{f}' is neither a gpuscale result record nor a trace summary",
+                        "give a file written by `gpuscale run` or a folder written by `run --trace DIR`")
+    aud = data.get("audit")
+    if not isinstance(aud, dict) or aud.get("schema") != SCHEMA:
+        raise UserError(f"the {what} '{f}' holds no backend audit (written before audits existed?)",
+                        "run the workload again with this gpuscale version")
+    if aud.get("schema_version") != SCHEMA_VERSION:
+        raise UserError(f"the audit in '{f}' has schema version {aud.get('schema_version')!r}; this "
+                        f"gpuscale reads version {SCHEMA_VERSION}", "read it with the gpuscale that wrote it")
+    label = f"{what} {f}"
+    if data.get("workload"):
+        label += f" ({data['workload']} on {data.get('family')}, {data.get('backend')})"
+    return aud, label

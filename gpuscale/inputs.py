@@ -1,0 +1,497 @@
+"""Users' own data: files and collections in, described for the record, on the right backend.
+
+* :func:`inspect` looks at a path (Parquet, CSV, ``.npy``, Zarr; a file or a folder) or at a
+  Dask collection the user has, without a cluster: format, shape or columns and dtypes, size.
+  Every problem (missing file, unknown type, unreadable file, Zarr not installed) is a
+  one-line :class:`~gpuscale.errors.UserError` naming the fix.
+* :func:`open_source` opens it as a Dask collection on a backend family with Dask's own
+  readers (``dd.read_parquet`` / ``dd.read_csv`` under the family's ``dataframe.backend``, so
+  the GPU family reads straight into cuDF; ``da.from_zarr``; ``.npy`` memory-mapped block by
+  block on the workers), arrays moved to the family's chunk type.
+* :func:`to_backend` moves a collection the user already has between families (Dask's own
+  ``to_backend``), :func:`parse_agg` / :func:`parse_by` read ``--agg`` / ``--by``, and
+  :func:`check_run` does every check of a run on user data that needs no cluster.
+
+No GPU library is imported here: the GPU family's readers and converters import theirs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import pathlib
+from typing import Any
+
+import numpy as np
+
+from .errors import UserError, missing_module
+
+ARRAY_FORMATS = ("npy", "zarr")
+FRAME_FORMATS = ("parquet", "csv")
+SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".parq": "parquet", ".csv": "csv",
+            ".npy": "npy", ".zarr": "zarr"}
+CSV_COMPRESSED = (".gz", ".bz2", ".xz", ".zst")  # x.csv.gz: read whole (not splittable)
+ZARR_MARKERS = ("zarr.json", ".zarray", ".zgroup")
+FORMAT_NAMES = {"parquet": "Parquet", "csv": "CSV", "npy": ".npy", "zarr": "Zarr"}
+ZARR_INSTALL = "pip install zarr  (or pip install 'gpuscale[zarr]')"
+VALIDATE_LEVELS = ("off", "fast", "full")
+FULL_FIT_FRACTION = 0.5
+"""``--validate full`` recomputes on the client when its working set fits this fraction of the
+host's available memory."""
+
+
+@dataclasses.dataclass
+class Source:
+    """The user's data, as far as it can be known without a cluster."""
+
+    collection: str                  # "array" | "dataframe"
+    format: str                      # parquet | csv | npy | zarr | dask
+    path: str | None = None          # absolute path of a file source
+    obj: Any = None                  # the user's Dask collection (format "dask")
+    shape: tuple | None = None       # arrays: the shape; frames: (rows or None, columns)
+    dtype: str | None = None         # arrays
+    meta: Any = None                 # frames: an empty frame with the columns and dtypes
+    nbytes: int | None = None        # size in memory, when known without reading the data
+    file_bytes: int | None = None
+    stored_chunks: tuple | None = None  # zarr: the store's chunk shape
+    chunk_type: str | None = None    # a collection's chunk / partition type
+
+    @property
+    def columns(self) -> dict[str, str] | None:
+        if self.meta is None:
+            return None
+        return {str(c): str(t) for c, t in self.meta.dtypes.items()}
+
+    @property
+    def label(self) -> str:
+        return self.path if self.path else "the DataFrame" if self.collection == "dataframe" else "the array"
+
+    def describe(self) -> dict[str, Any]:
+        """The record's ``data``: where the data came from and what it is (not how to make it)."""
+        d: dict[str, Any] = {"source": self.path or "user collection", "format": self.format}
+        if self.collection == "array":
+            d.update(shape=list(self.shape) if self.shape else None, dtype=self.dtype)
+        else:
+            d.update(rows=self.shape[0] if self.shape else None, columns=self.columns)
+        if self.nbytes is not None:
+            d["bytes"] = int(self.nbytes)
+        if self.file_bytes is not None:
+            d["file_bytes"] = int(self.file_bytes)
+        if self.stored_chunks is not None:
+            d["stored_chunks"] = list(self.stored_chunks)
+        if self.chunk_type:
+            d["chunk_type"] = self.chunk_type
+        return d
+
+
+# ---------------------------------------------------------------------------------------
+# What is it?
+# ---------------------------------------------------------------------------------------
+def _type_name(obj) -> str:
+    top = type(obj).__module__.split(".")[0]
+    return type(obj).__name__ if top == "builtins" else f"{top}.{type(obj).__name__}"
+
+
+def _supported(formats=None) -> str:
+    names = {"parquet": ".parquet (file or folder)", "csv": ".csv (file or folder)",
+             "npy": ".npy", "zarr": ".zarr"}
+    return ", ".join(names[f] for f in (formats or names))
+
+
+def detect_format(path: pathlib.Path) -> str:
+    """The format of an existing path, by suffix, else (for a folder) by what it holds."""
+    name = path.name.lower()
+    for suffix, fmt in SUFFIXES.items():
+        if name.endswith(suffix):
+            return fmt
+    if any(name.endswith(".csv" + c) for c in CSV_COMPRESSED):
+        return "csv"
+    if path.is_dir():
+        if any((path / m).exists() for m in ZARR_MARKERS):
+            return "zarr"
+        files = [p for p in path.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
+        if (path / "_metadata").exists() or any(p.suffix.lower() in (".parquet", ".pq", ".parq")
+                                                for p in files):
+            return "parquet"
+        if any(p.suffix.lower() == ".csv" for p in files):
+            return "csv"
+        raise UserError(f"cannot tell what the folder {path} holds (no Parquet, CSV or Zarr files in it)",
+                        f"give one of: {_supported()}")
+    raise UserError(f"unsupported input file type '{path.suffix or path.name}' ({path})",
+                    f"give one of: {_supported()}")
+
+
+def inspect(data, formats: tuple[str, ...] | None = None) -> Source:
+    """Describe ``data`` (a path, or a Dask array / DataFrame) without a cluster."""
+    if isinstance(data, (str, os.PathLike)):
+        return inspect_path(data, formats)
+    return inspect_collection(data)
+
+
+def inspect_collection(obj) -> Source:
+    import dask.array as da
+    import dask.dataframe as dd
+    if isinstance(obj, da.Array):
+        shape = tuple(obj.shape)
+        known = all(not (isinstance(n, float) and np.isnan(n)) for n in shape)
+        return Source("array", "dask", obj=obj, shape=shape, dtype=str(obj.dtype),
+                      nbytes=int(obj.nbytes) if known else None, chunk_type=_type_name(obj._meta))
+    if isinstance(obj, dd.DataFrame):
+        return Source("dataframe", "dask", obj=obj, shape=(None, len(obj.columns)), meta=obj._meta,
+                      chunk_type=_type_name(obj._meta))
+    if isinstance(obj, dd.Series):
+        raise UserError("got a Dask Series", "pass a DataFrame (series.to_frame())")
+    kind = _type_name(obj)
+    if hasattr(obj, "shape") and hasattr(obj, "dtype") and not hasattr(obj, "columns"):
+        raise UserError(f"got an in-memory {kind}, not a Dask array",
+                        "wrap it with dask.array.from_array(x, chunks=(rows_per_block, -1))")
+    if hasattr(obj, "columns"):
+        raise UserError(f"got an in-memory {kind}, not a Dask DataFrame",
+                        "wrap it with dask.dataframe.from_pandas(df, npartitions=N)")
+    raise UserError(f"cannot use a {kind} as data",
+                    f"give a Dask array or DataFrame, or a path to one of: {_supported()}")
+
+
+def inspect_path(path, formats: tuple[str, ...] | None = None) -> Source:
+    p = pathlib.Path(path).expanduser()
+    if not p.exists():
+        where = p.parent if str(p.parent) not in ("", ".") else pathlib.Path.cwd()
+        raise UserError(f"input {path} does not exist",
+                        f"check the path (relative paths start in {where.resolve()})")
+    fmt = detect_format(p)
+    if formats is not None and fmt not in formats:
+        raise UserError(f"{path} is {FORMAT_NAMES[fmt]}, which this workload does not read",
+                        f"give one of: {_supported(formats)}")
+    p = p.resolve()
+    if fmt == "npy":
+        return _inspect_npy(p)
+    if fmt == "zarr":
+        return _inspect_zarr(p)
+    return _inspect_frame(p, fmt)
+
+
+def unreadable(path, fmt: str, e: BaseException) -> UserError:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return UserError(f"cannot read {path} as {FORMAT_NAMES[fmt]}: {type(e).__name__}: {first[:300]}",
+                     f"check that it is a valid {FORMAT_NAMES[fmt]} file")
+
+
+def _inspect_npy(p: pathlib.Path) -> Source:
+    if p.is_dir():
+        raise UserError(f"{p} is a folder, not a .npy file", "give the .npy file itself")
+    with open(p, "rb") as f:
+        if f.read(6) != b"\x93NUMPY":
+            raise UserError(f"{p} is not a .npy file (it has no NumPy header)",
+                            "give a file written by numpy.save")
+    try:
+        a = np.load(p, mmap_mode="r", allow_pickle=False)
+    except Exception as e:  # noqa: BLE001 - any failure to parse the header is the user's file
+        raise unreadable(p, "npy", e) from None
+    if not isinstance(a, np.ndarray):
+        raise UserError(f"{p} holds several arrays (an .npz archive), not one .npy array",
+                        "save one array with numpy.save(path, x)")
+    shape, dtype = tuple(int(n) for n in a.shape), a.dtype
+    del a
+    return Source("array", "npy", path=str(p), shape=shape, dtype=str(dtype),
+                  nbytes=int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
+                  file_bytes=p.stat().st_size, chunk_type="numpy.ndarray")
+
+
+def _import_zarr():
+    try:
+        import zarr
+    except ImportError:
+        raise missing_module("zarr", "reading Zarr input", ZARR_INSTALL) from None
+    return zarr
+
+
+def _inspect_zarr(p: pathlib.Path) -> Source:
+    zarr = _import_zarr()
+    try:
+        node = zarr.open(str(p), mode="r")
+    except Exception as e:  # noqa: BLE001
+        raise unreadable(p, "zarr", e) from None
+    if not hasattr(node, "dtype"):
+        names = [n for n, a in node.arrays()] if hasattr(node, "arrays") else []
+        raise UserError(f"{p} is a Zarr group, not an array",
+                        f"give the array inside it: {', '.join(f'{p}/{n}' for n in names[:5])}"
+                        if names else "give the path of a Zarr array")
+    shape = tuple(int(n) for n in node.shape)
+    dtype = np.dtype(node.dtype)
+    return Source("array", "zarr", path=str(p), shape=shape, dtype=str(dtype),
+                  nbytes=int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
+                  stored_chunks=tuple(int(c) for c in node.chunks), chunk_type="numpy.ndarray")
+
+
+def _frame_reader(p: pathlib.Path, fmt: str, blocksize=None):
+    """Dask's reader call for a frame source under the active ``dataframe.backend``."""
+    import dask.dataframe as dd
+    if fmt == "parquet":
+        return dd.read_parquet(str(p))
+    target = str(p / "*.csv") if p.is_dir() else str(p)
+    if p.suffix.lower() in CSV_COMPRESSED:
+        return dd.read_csv(target, blocksize=None)
+    return dd.read_csv(target, **({"blocksize": blocksize} if blocksize else {}))
+
+
+def _inspect_frame(p: pathlib.Path, fmt: str) -> Source:
+    import dask
+    try:
+        with dask.config.set({"dataframe.backend": "pandas"}):
+            df = _frame_reader(p, fmt)  # lazy: reads the footer / a sample for the meta
+            meta = df._meta
+    except Exception as e:  # noqa: BLE001 - a file Dask cannot parse is the user's to fix
+        raise unreadable(p, fmt, e) from None
+    rows = nbytes = None
+    if fmt == "parquet":
+        rows, nbytes = _parquet_size(p)
+    size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
+    if fmt == "csv":
+        nbytes = 2 * size  # parsed numbers take about as much as their text; strings more
+    return Source("dataframe", fmt, path=str(p), shape=(rows, len(meta.columns)), meta=meta,
+                  nbytes=nbytes, file_bytes=size, chunk_type="pandas.DataFrame")
+
+
+def _parquet_size(p: pathlib.Path) -> tuple[int | None, int | None]:
+    """Rows and uncompressed bytes from the Parquet footers (no data read)."""
+    try:
+        import pyarrow.dataset as pads
+        rows = nbytes = 0
+        for frag in pads.dataset(str(p), format="parquet").get_fragments():
+            md = frag.metadata
+            rows += md.num_rows
+            nbytes += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+        return rows, nbytes
+    except Exception:  # noqa: BLE001 - sizes are a nicety for the record and the memory check
+        return None, None
+
+
+# ---------------------------------------------------------------------------------------
+# Open on a family
+# ---------------------------------------------------------------------------------------
+def read_rows(fmt: str, path: str, start: int, stop: int, module: str):
+    """Rows ``start:stop`` of a ``.npy`` (memory-mapped) or Zarr array, as ``module``'s array
+    type (runs on a worker: the block goes straight to the device on the GPU family)."""
+    if fmt == "npy":
+        block = np.array(np.load(path, mmap_mode="r")[start:stop])
+    else:
+        import zarr
+        block = zarr.open_array(path, mode="r")[start:stop]
+    if module != "numpy":
+        block = importlib.import_module(module).asarray(block)
+    return block
+
+
+def open_source(src: Source, family, *, chunk_rows: int | None = None,
+                partition_bytes: int | None = None):
+    """A Dask collection of ``src`` with ``family``'s chunk type (lazy)."""
+    import dask
+    if src.format == "dask":
+        return to_backend(src.obj, family)
+    p = pathlib.Path(src.path)
+    if src.collection == "dataframe":
+        with dask.config.set({"dataframe.backend": family.dataframe_backend}):
+            try:
+                return _frame_reader(p, src.format, partition_bytes if src.format == "csv" else None)
+            except UserError:
+                raise
+            except Exception as e:  # noqa: BLE001
+                raise unreadable(p, src.format, e) from None
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+    if src.format == "zarr":
+        _import_zarr()
+    m = src.shape[0]
+    rows = max(1, min(chunk_rows or m, m))
+    module = family.array_module
+    stat = p.stat()
+    name = f"read-{src.format}-{tokenize(str(p), stat.st_mtime_ns, stat.st_size, rows, module)}"
+    row_chunks = tuple(min(rows, m - i) for i in range(0, m, rows)) or (0,)
+    rest = tuple((d,) for d in src.shape[1:])
+    tail = (0,) * len(rest)
+    dsk = {(name, i, *tail): (read_rows, src.format, str(p), start, start + n, module)
+           for i, (start, n) in enumerate(zip(np.cumsum((0,) + row_chunks[:-1]).tolist(), row_chunks))}
+    meta = np.empty((0,) * len(src.shape), dtype=src.dtype)
+    if module != "numpy":
+        meta = importlib.import_module(module).asarray(meta)
+    return da.Array(HighLevelGraph.from_collections(name, dsk, dependencies=()), name,
+                    (row_chunks, *rest), dtype=src.dtype, meta=meta)
+
+
+def to_backend(obj, family):
+    """``obj`` (a Dask array or DataFrame) with ``family``'s chunk type: itself when it has it
+    already, else Dask's ``to_backend`` (``map_blocks`` / ``map_partitions`` of the chunk
+    library's converter: CuPy / cuDF from NumPy / pandas and back)."""
+    import dask.array as da
+    import dask.dataframe as dd
+    from . import backends
+    if isinstance(obj, da.Array):
+        target = family.array_backend
+    elif isinstance(obj, (dd.DataFrame, dd.Series)):
+        target = family.dataframe_backend
+    else:
+        inspect_collection(obj)  # raises the one-line error for what it is
+        raise UserError(f"cannot convert a {_type_name(obj)}", "give a Dask array or DataFrame")
+    try:
+        if backends.family_of(obj).name == family.name:
+            return obj
+    except UserError:
+        pass  # chunks of a library no family claims: let Dask try
+    family.check(family.names[0], "dataframe" if target == family.dataframe_backend else "array")
+    out = obj.to_backend(target)
+    if target == "pandas" and isinstance(out, (dd.DataFrame, dd.Series)) and _default_str() is not None:
+        strings = _na_strings(out._meta)
+        if strings:  # cuDF -> pandas gives "string" (pd.NA) columns; pandas' own default is "str"
+            out = out.astype(dict.fromkeys(strings, _default_str())) if isinstance(out, dd.DataFrame) \
+                else out.astype(_default_str())
+    return out
+
+
+def _default_str():
+    """pandas' default string dtype when it is the NaN-missing ``str`` (pandas >= 3), else None."""
+    import pandas as pd
+    dt = pd.Series(["a"]).dtype
+    return dt if isinstance(dt, pd.StringDtype) and dt.na_value is not pd.NA else None
+
+
+def _na_strings(meta) -> list:
+    """The columns (or [the Series' name]) of ``meta`` with the pd.NA-missing ``string`` dtype."""
+    import pandas as pd
+    dtypes = meta.dtypes.items() if isinstance(meta, pd.DataFrame) else [(meta.name, meta.dtype)]
+    return [c for c, dt in dtypes if isinstance(dt, pd.StringDtype) and dt.na_value is pd.NA]
+
+
+# ---------------------------------------------------------------------------------------
+# --by / --agg
+# ---------------------------------------------------------------------------------------
+AGG_EXAMPLE = "--agg 'price:mean,max;qty:sum'"
+
+
+def parse_agg(text: str) -> dict[str, list[str]]:
+    """``'price:mean,max;qty:sum'`` -> ``{'price': ['mean', 'max'], 'qty': ['sum']}``."""
+    from .dataframe import AGGREGATIONS
+    spec: dict[str, list[str]] = {}
+    items = [i.strip() for i in str(text).split(";")]
+    if not any(items):
+        raise ValueError(f"empty aggregation spec; write COLUMN:AGG[,AGG][;COLUMN:AGG...], e.g. {AGG_EXAMPLE}")
+    for item in items:
+        if not item:
+            continue
+        col, sep, aggs = item.rpartition(":")
+        col = col.strip()
+        if not sep or not col:
+            raise ValueError(f"'{item}' is not COLUMN:AGG[,AGG]; e.g. {AGG_EXAMPLE}")
+        names = [a.strip() for a in aggs.split(",")]
+        if not all(names):
+            raise ValueError(f"'{item}' has an empty aggregation; e.g. {AGG_EXAMPLE}")
+        bad = [a for a in names if a not in AGGREGATIONS]
+        if bad:
+            raise ValueError(f"unknown aggregation(s) {bad} in '{item}'; use: {', '.join(AGGREGATIONS)}")
+        if col in spec:
+            raise ValueError(f"column '{col}' appears twice; list all its aggregations once, "
+                             f"e.g. {col}:{','.join(spec[col] + names)}")
+        spec[col] = names
+    return spec
+
+
+def parse_by(text: str) -> list[str]:
+    """``'a,b'`` -> ``['a', 'b']``."""
+    cols = [c.strip() for c in str(text).split(",")]
+    if not all(cols):
+        raise ValueError("empty column name; write --by COLUMN or --by COL1,COL2")
+    if len(set(cols)) != len(cols):
+        raise ValueError("a column appears twice")
+    return cols
+
+
+# ---------------------------------------------------------------------------------------
+# A run on user data: everything that can be checked before a cluster starts
+# ---------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Plan:
+    source: Source | None
+    validate: str | None
+    output: pathlib.Path | None
+    overwrite: bool
+
+
+def host_fits(nbytes: int, what: str) -> None:
+    """``--validate full`` needs ``nbytes`` on the client: refuse it when that will not fit."""
+    import psutil
+    avail = int(psutil.virtual_memory().available)
+    if nbytes > FULL_FIT_FRACTION * avail:
+        from dask.utils import format_bytes
+        raise UserError(f"--validate full needs about {format_bytes(nbytes)} of host memory for {what}, "
+                        f"more than {int(FULL_FIT_FRACTION * 100)}% of the {format_bytes(avail)} available",
+                        "use --validate fast (identities and a sample, computed on the cluster)")
+
+
+def check_params(cls, params: dict[str, Any], data) -> None:
+    """Before parsing: parameters that only describe generated data are refused on the user's
+    (so ``--rows`` with ``--input`` names the real problem, not a clash with ``--cols``)."""
+    if data is None:
+        return
+    given = [k.replace("-", "_") for k, v in params.items() if v is not None]
+    generation = [k for k in given if k in getattr(cls, "generation_params", ())]
+    if generation:
+        flags = ", ".join("--" + f.replace("_", "-") for f in generation)
+        raise UserError(f"{flags} {'describes' if len(generation) == 1 else 'describe'} generated data, "
+                        "but an input was given",
+                        f"leave {flags} out: the input's own shape and chunks are used")
+
+
+def check_run(cls, p, *, data=None, validate: str | None = None, output=None,
+              overwrite: bool = False) -> Plan:
+    """Check a run of workload ``cls`` with parameters ``p`` on ``data`` (a path, a Dask
+    collection, or None for generated data), the validation level and ``output``."""
+    from . import outputs
+    name = cls.name
+    if validate is not None and validate not in VALIDATE_LEVELS:
+        raise UserError(f"--validate must be one of {', '.join(VALIDATE_LEVELS)}, got {validate!r}",
+                        "e.g. --validate fast")
+    if validate in ("fast", "full") and not getattr(cls, "validation_levels", False):
+        raise UserError(f"workload '{name}' has one validation; --validate {validate} does not apply",
+                        "leave --validate out, or use --validate off to skip it")
+    user_only = [f for f in getattr(cls, "input_params", ()) if getattr(p, f, None) is not None]
+    source = None
+    if data is None:
+        if user_only:
+            flags = ", ".join("--" + f.replace("_", "-") for f in user_only)
+            raise UserError(f"{flags} {'describes' if len(user_only) == 1 else 'describe'} your own data, "
+                            "but no input was given",
+                            f"add --input PATH (or data=...), or leave {flags} out for generated data")
+        if validate == "full" and hasattr(cls, "host_bytes"):
+            host_fits(cls().host_bytes(p), "a host copy of the generated data")
+    else:
+        formats = tuple(getattr(cls, "input_formats", ()))
+        if not formats:
+            from .workloads import names
+            takers = [n for n in names() if getattr(_get(n), "input_formats", ())]
+            raise UserError(f"workload '{name}' runs on generated data only",
+                            f"--input / data= work with: {', '.join(takers)}")
+        generation = [f for f in getattr(cls, "generation_params", ()) if f in p.model_fields_set]
+        if generation:
+            flags = ", ".join("--" + f.replace("_", "-") for f in generation)
+            raise UserError(f"{flags} {'describes' if len(generation) == 1 else 'describe'} generated data, "
+                            "but an input was given",
+                            f"leave {flags} out: the input's own shape and chunks are used")
+        source = inspect(data, formats)
+        if source.collection != cls.collection:
+            want = "an array (.npy, Zarr, a Dask array)" if cls.collection == "array" else \
+                "a DataFrame (Parquet, CSV, a Dask DataFrame)"
+            raise UserError(f"{name} works on {want}, got a {source.collection}",
+                            f"give {name} {want}")
+        cls().check_input(p, source)
+        if validate == "full" and source.nbytes:
+            host_fits(3 * source.nbytes, source.label)
+    out = outputs.check(output, overwrite, getattr(cls, "output_formats", ()), name) \
+        if output is not None else None
+    if out is not None and source is not None and source.path and out == pathlib.Path(source.path):
+        raise UserError(f"--output {output} is the input file", "write the result to another path")
+    return Plan(source, validate, out, overwrite)
+
+
+def _get(name):
+    from .workloads import get
+    return get(name)

@@ -1,0 +1,170 @@
+"""What the backend audit costs: each workload with and without the audit (``Session.run(...,
+audit=False)``), in one process and on one cluster per workload, alternating which side goes
+first in every round.
+
+Per workload, two ratios (audited / not audited, medians over the rounds):
+
+* ``compute``: the runner's median timed repeat (``Result.median_s``): the per-task cost of the
+  audit's worker plugin (its ``transition`` hook) inside the timed work; the issue's target is
+  under 3% (ratio < 1.03) on svd and groupby;
+* ``end to end``: the whole ``Session.run`` call, which for the audited side also includes
+  registering the plugin and two ``client.run`` collections (outside the timed repeats).
+
+Also, with no cluster: the hook's own cost per call (``hook``), timed on the worker-side
+plugin with real ``TaskState`` objects (a task to memory with two dependencies, and any other
+transition): deterministic where the ratios above carry the machine's noise.
+
+``transpose_sum-small-chunks`` (many tiny tasks) is a stress case for the per-task cost, shown
+but not part of the target (run it with ``--workloads svd,groupby,transpose_sum-small-chunks``).
+
+    python workflows/audit_overhead.py --smoke                  # CPU, seconds
+    python workflows/audit_overhead.py --backend cpu --rounds 7 --json out.json
+    python workflows/audit_overhead.py --backend gpu --rounds 5 --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import gpuscale
+
+SIZES = {
+    "smoke": {"svd": ("svd", {"rows": 100_000, "cols": 50}),
+              "groupby": ("groupby", {"rows": 200_000, "keys": 1_000}),
+              "transpose_sum-small-chunks": ("transpose_sum", {"n": 1_000, "chunk": 50})},
+    "cpu": {"svd": ("svd", {"rows": 1_000_000, "cols": 100}),
+            "groupby": ("groupby", {"rows": 4_000_000, "keys": 100_000}),
+            "transpose_sum-small-chunks": ("transpose_sum", {"n": 4_000, "chunk": 100})},
+    "gpu": {"svd": ("svd", {"rows": 2_000_000, "cols": 1000}),
+            "groupby": ("groupby", {"rows": 100_000_000, "keys": 1_000_000}),
+            "transpose_sum-small-chunks": ("transpose_sum", {"n": 20_000, "chunk": 500})},
+}
+TARGET = 1.03
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", default="auto")
+    ap.add_argument("--protocol", default=None)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--workloads", default="svd,groupby",
+                    help=f"comma-separated, of: {', '.join(SIZES['cpu'])}")
+    ap.add_argument("--size", choices=sorted(SIZES), default=None,
+                    help="sizes (default: smoke with --smoke, else the family's: cpu or gpu)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (each runs both sides)")
+    ap.add_argument("--repeat", type=int, default=3, help="timed repeats per run")
+    ap.add_argument("--smoke", action="store_true", help="CPU, small sizes, 2 rounds: a quick check")
+    ap.add_argument("--json", dest="json_path", default=None, help="also write the numbers as JSON here")
+    a = ap.parse_args(argv)
+    if a.smoke:
+        a.backend = "cpu" if a.backend == "auto" else a.backend
+        a.workers = a.workers or 2
+        a.rounds = min(a.rounds, 2)
+        a.repeat = min(a.repeat, 2)
+        a.size = a.size or "smoke"
+    names = [w.strip() for w in a.workloads.split(",") if w.strip()]
+    unknown = [w for w in names if w not in SIZES["cpu"]]
+    if unknown:
+        ap.error(f"unknown workload(s) {unknown}; choose from {', '.join(SIZES['cpu'])}")
+    cases = [measure(a, name) for name in names]
+    return report(a, cases, hook_cost())
+
+
+def hook_cost(calls: int = 200_000) -> dict:
+    """Microseconds per call of AuditPlugin.transition: a task to memory (two dependencies of
+    the same family) and any other transition (returns at once)."""
+    import types
+
+    import numpy as np
+    from distributed.worker_state_machine import TaskState
+
+    from gpuscale.audit import AuditPlugin
+    deps = []
+    for i in range(2):
+        d = TaskState(key=("dep-0", i))
+        d.type, d.nbytes = np.ndarray, 1000
+        deps.append(d)
+    tasks = {}
+    for i in range(1000):
+        t = TaskState(key=("add-0", i))
+        t.type, t.nbytes, t.dependencies = np.ndarray, 1000, set(deps)
+        tasks[t.key] = t
+    plugin = AuditPlugin({"numpy": "cpu", "pandas": "cpu", "cupy": "gpu", "cudf": "gpu"})
+    plugin.setup(types.SimpleNamespace(state=types.SimpleNamespace(tasks=tasks)))
+    keys = list(tasks)
+    rounds = max(1, calls // len(keys))
+    out = {}
+    for name, start, finish in (("memory_us", "executing", "memory"), ("other_us", "ready", "executing")):
+        t0 = time.perf_counter()
+        for _ in range(rounds):
+            for k in keys:
+                plugin.transition(k, start, finish)
+        out[name] = (time.perf_counter() - t0) / (rounds * len(keys)) * 1e6
+    return out
+
+
+def measure(a, case: str) -> dict:
+    workload = SIZES["cpu"][case][0]
+    collection = gpuscale.workloads.get(workload).collection
+    rows: list[dict] = []
+    with gpuscale.session(a.backend, a.protocol, workers=a.workers, collection=collection,
+                          threads_per_worker=1 if a.smoke else None) as s:
+        size = a.size or (s.family.name if s.family.name in SIZES else "cpu")
+        params = SIZES[size][case][1]
+        for rnd in range(a.rounds):
+            order = (False, True) if rnd % 2 == 0 else (True, False)
+            for audited in order:
+                t0 = time.perf_counter()
+                r = s.run(workload, repeat=a.repeat, warmup=1, write=False, audit=audited, **params)
+                e2e = time.perf_counter() - t0
+                rows.append({"round": rnd, "audited": audited, "median_s": r.median_s, "end_to_end_s": e2e,
+                             "valid": r.valid, "audit_tasks": r.audit["tasks"] if r.audit else None,
+                             "audit_clean": r.audit["clean"] if r.audit else None})
+        family = s.family.name
+        workers = len(s.client.scheduler_info(n_workers=-1)["workers"])
+
+    def med(audited, key):
+        return statistics.median(x[key] for x in rows if x["audited"] is audited)
+
+    out = {"case": case, "workload": workload, "params": params, "family": family, "workers": workers,
+           "rows": rows,
+           "plain": {"median_s": med(False, "median_s"), "end_to_end_s": med(False, "end_to_end_s")},
+           "audited": {"median_s": med(True, "median_s"), "end_to_end_s": med(True, "end_to_end_s")},
+           "tasks_per_run": statistics.median(x["audit_tasks"] for x in rows if x["audited"]) / (1 + a.repeat + 1)}
+    out["compute_ratio"] = out["audited"]["median_s"] / out["plain"]["median_s"]
+    out["end_to_end_ratio"] = out["audited"]["end_to_end_s"] / out["plain"]["end_to_end_s"]
+    out["clean"] = all(x["audit_clean"] for x in rows if x["audited"])
+    return out
+
+
+def report(a, cases: list[dict], hook: dict) -> int:
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=f"backend audit overhead: medians of {a.rounds} alternating round(s), {a.repeat} timed "
+                    f"repeat(s) each (target: compute ratio < {TARGET} on svd and groupby)", title_justify="left")
+    for col in ("case", "params", "family", "tasks / run", "compute plain", "compute audited", "ratio",
+                "end to end plain", "end to end audited", "ratio", "audit"):
+        t.add_column(col)
+    for c in cases:
+        t.add_row(c["case"], ", ".join(f"{k}={v}" for k, v in c["params"].items()), c["family"],
+                  f"{c['tasks_per_run']:.0f}",
+                  f"{c['plain']['median_s'] * 1e3:.1f} ms", f"{c['audited']['median_s'] * 1e3:.1f} ms",
+                  f"{c['compute_ratio']:.3f}x",
+                  f"{c['plain']['end_to_end_s']:.3f} s", f"{c['audited']['end_to_end_s']:.3f} s",
+                  f"{c['end_to_end_ratio']:.3f}x", "clean" if c["clean"] else "FOREIGN CHUNKS")
+    Console(width=200).print(t)
+    Console(width=200).print(f"hook: {hook['memory_us']:.2f} us per task that reaches memory (two dependencies), "
+                             f"{hook['other_us']:.3f} us per other transition (a task makes about five)")
+    out = {"backend": a.backend, "rounds": a.rounds, "repeat": a.repeat, "target_ratio": TARGET, "cases": cases,
+           "hook": hook}
+    if a.json_path:
+        with open(a.json_path, "w") as f:
+            json.dump(out, f, indent=2, default=str)
+    return 0 if all(x["valid"] is not False for c in cases for x in c["rows"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
