@@ -87,7 +87,7 @@ class Source:
 # ---------------------------------------------------------------------------------------
 # What is it?
 # ---------------------------------------------------------------------------------------
-def _type_name(obj) -> str:
+def type_name(obj) -> str:
     top = type(obj).__module__.split(".")[0]
     return type(obj).__name__ if top == "builtins" else f"{top}.{type(obj).__name__}"
 
@@ -135,13 +135,13 @@ def inspect_collection(obj) -> Source:
         shape = tuple(obj.shape)
         known = all(not (isinstance(n, float) and np.isnan(n)) for n in shape)
         return Source("array", "dask", obj=obj, shape=shape, dtype=str(obj.dtype),
-                      nbytes=int(obj.nbytes) if known else None, chunk_type=_type_name(obj._meta))
+                      nbytes=int(obj.nbytes) if known else None, chunk_type=type_name(obj._meta))
     if isinstance(obj, dd.DataFrame):
         return Source("dataframe", "dask", obj=obj, shape=(None, len(obj.columns)), meta=obj._meta,
-                      chunk_type=_type_name(obj._meta))
+                      chunk_type=type_name(obj._meta))
     if isinstance(obj, dd.Series):
         raise UserError("got a Dask Series", "pass a DataFrame (series.to_frame())")
-    kind = _type_name(obj)
+    kind = type_name(obj)
     if hasattr(obj, "shape") and hasattr(obj, "dtype") and not hasattr(obj, "columns"):
         raise UserError(f"got an in-memory {kind}, not a Dask array",
                         "wrap it with dask.array.from_array(x, chunks=(rows_per_block, -1))")
@@ -332,7 +332,7 @@ def to_backend(obj, family):
         target = family.dataframe_backend
     else:
         inspect_collection(obj)  # raises the one-line error for what it is
-        raise UserError(f"cannot convert a {_type_name(obj)}", "give a Dask array or DataFrame")
+        raise UserError(f"cannot convert a {type_name(obj)}", "give a Dask array or DataFrame")
     try:
         if backends.family_of(obj).name == family.name:
             return obj
@@ -340,7 +340,8 @@ def to_backend(obj, family):
         pass  # chunks of a library no family claims: let Dask try
     family.check(family.names[0], "dataframe" if target == family.dataframe_backend else "array")
     out = obj.to_backend(target)
-    if target == "pandas" and isinstance(out, (dd.DataFrame, dd.Series)) and _default_str() is not None:
+    to_pandas = family.dataframe_module == "pandas" and isinstance(out, (dd.DataFrame, dd.Series))
+    if to_pandas and _default_str() is not None:
         strings = _na_strings(out._meta)
         if strings:  # cuDF -> pandas gives "string" (pd.NA) columns; pandas' own default is "str"
             out = out.astype(dict.fromkeys(strings, _default_str())) if isinstance(out, dd.DataFrame) \

@@ -119,8 +119,9 @@ def gpus() -> list[dict]:
             continue
         name = nv.nvmlDeviceGetName(h)
         handles.append((i, h))
+        mem = nv.nvmlDeviceGetMemoryInfo(h)
         out.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
-                    "memory_bytes": int(nv.nvmlDeviceGetMemoryInfo(h).total), "uuid": uuid,
+                    "memory_bytes": int(mem.total), "free_bytes": int(mem.free), "uuid": uuid,
                     "nvlink_peers": []})
     for a, (i, hi) in zip(out, handles):
         for j, hj in handles:

@@ -188,3 +188,23 @@ def test_run_on_existing_scheduler_leaves_it_running(tmp_path):
         # gpuscale closed its client only: the user's cluster and its worker are still there
         assert lc.status == Status.running
         assert len(lc.scheduler_info["workers"]) == 1
+
+
+def test_a_gpu_held_by_another_process_is_refused_before_the_workers_start():
+    """The pool check reads each selected GPU's free memory (nvml) against the RMM pool it asks:
+    a GPU that another cluster holds would make the workers fail or hang allocating it."""
+    from gpuscale import api
+    from gpuscale.cluster import cuda
+    gib = 2**30
+    _, _, spec = api.plan(backend="gpu", gpus="0,1", check=False)
+    assert spec.rmm["pool_size"] == 0.8
+    free = [{"index": 0, "memory_bytes": 80 * gib, "free_bytes": 79 * gib},
+            {"index": 1, "memory_bytes": 80 * gib, "free_bytes": 15 * gib}]
+    with pytest.raises(UserError) as e:
+        cuda.check_free_memory(spec, free)
+    assert "GPU 1 has 15.00 GiB free of 80.00 GiB" in str(e.value) and "64.00 GiB" in str(e.value)
+    assert "--rmm-pool-size" in e.value.fix
+    cuda.check_free_memory(spec, free[:1] + [{**free[1], "free_bytes": 70 * gib}])  # fits: no error
+    _, _, small = api.plan(backend="gpu", gpus="0,1", rmm_pool_size="8GB", check=False)
+    cuda.check_free_memory(small, free)
+    assert cuda.pool_bytes("8GB", 80 * gib) == 8 * 10**9 and cuda.pool_bytes(None, 1) is None

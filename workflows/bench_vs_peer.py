@@ -426,21 +426,9 @@ def row_first(sizes, backend, smoke):
                     [sys.executable, "-m", "gpuscale", "run", "groupby", "--backend", backend, "--rows", str(rows),
                      "--keys", str(keys), "--partitions", str(parts), "--repeat", "1", "--warmup", "0",
                      "--json", "--results-dir", d]}
-        up = subprocess.Popen([sys.executable, "-m", "gpuscale", "cluster", "up", "--backend", backend,
-                               "--for", "dataframe", "--json"], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True, env=env, cwd=d)
-        address = None
-        for line in up.stdout:  # the JSON line; libraries may print before it
-            try:
-                address = json.loads(line)["scheduler"]
-                break
-            except (ValueError, KeyError, TypeError):
-                continue
-        if address:
-            cmds["gpuscale run groupby --scheduler (a running `gpuscale cluster up`; process start to "
-                 "validated result)"] = [*cmds[next(k for k in cmds if k.startswith("gpuscale"))],
-                                         "--scheduler", address]
-        for label, cmd in cmds.items():
+        gpuscale_cmd = cmds[next(k for k in cmds if k.startswith("gpuscale"))]
+
+        def timed_run(label, cmd):
             t0 = time.perf_counter()
             p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=d, timeout=600)
             wall = time.perf_counter() - t0
@@ -452,6 +440,24 @@ def row_first(sizes, backend, smoke):
             out.append({"row": "first", "size": f"{rows:,} rows, {keys:,} keys", "side": label,
                         "median_s": wall, "min_s": wall, "times_s": [wall], "vs_gpuscale": None,
                         "agrees": p.returncode == 0, "note": note or (p.stderr.strip().splitlines() or [""])[-1][:120]})
+
+        # the fresh processes first: a running cluster holds its GPUs' memory (the RMM pool),
+        # which a second cluster on the same GPUs cannot have
+        for label, cmd in cmds.items():
+            timed_run(label, cmd)
+        up = subprocess.Popen([sys.executable, "-m", "gpuscale", "cluster", "up", "--backend", backend,
+                               "--for", "dataframe", "--json"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, env=env, cwd=d)
+        address = None
+        for line in up.stdout:  # the JSON line; libraries may print before it
+            try:
+                address = json.loads(line)["scheduler"]
+                break
+            except (ValueError, KeyError, TypeError):
+                continue
+        if address:
+            timed_run("gpuscale run groupby --scheduler (a running `gpuscale cluster up`; process start to "
+                      "validated result)", [*gpuscale_cmd, "--scheduler", address])
         if address:
             subprocess.run([sys.executable, "-m", "gpuscale", "cluster", "down", address], env=env, cwd=d,
                            capture_output=True, timeout=60)

@@ -29,14 +29,14 @@ import pandas as pd
 import gpuscale
 from gpuscale import dataframe as gdf
 from gpuscale import linalg
+from gpuscale.inputs import type_name
 
 
 def chunk_type(collection) -> str:
     """The type of one computed block / partition (what the workers hold)."""
     import dask
     first = collection.to_delayed().ravel()[0] if hasattr(collection, "blocks") else collection.to_delayed()[0]
-    obj = dask.compute(first)[0]
-    return f"{type(obj).__module__.split('.')[0]}.{type(obj).__name__}"
+    return type_name(dask.compute(first)[0])
 
 
 def main(argv=None) -> int:

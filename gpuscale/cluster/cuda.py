@@ -68,10 +68,42 @@ def plan(settings, family, collection, proto) -> ClusterSpec:
         rmm=rmm, pre_import=pre, dashboard_address=c.dashboard_address, notes=notes, kwargs=kwargs)
 
 
+def pool_bytes(pool, total_bytes: int) -> int | None:
+    """What an RMM pool setting asks of one GPU, in bytes: a fraction (<= 1) of its memory, a
+    size (``"8GB"``) or bytes; None when there is no pool."""
+    if pool is None:
+        return None
+    if isinstance(pool, str):
+        from dask.utils import parse_bytes
+        pool = parse_bytes(pool)
+    pool = float(pool)
+    return int(pool * total_bytes) if pool <= 1 else int(pool)
+
+
+def check_free_memory(spec: ClusterSpec, gpus: list[dict]) -> None:
+    """Refuse to start when a selected GPU has less free memory than the RMM pool asks (another
+    process holds it, e.g. a running cluster): the workers would fail or hang allocating it."""
+    if not spec.rmm:
+        return
+    from dask.utils import format_bytes
+    for g in gpus:
+        if g["index"] not in spec.gpus or g.get("free_bytes") is None:
+            continue
+        want = pool_bytes(spec.rmm["pool_size"], g["memory_bytes"])
+        if want is not None and want > g["free_bytes"]:
+            raise UserError(
+                f"GPU {g['index']} has {format_bytes(g['free_bytes'])} free of {format_bytes(g['memory_bytes'])} "
+                f"(another process holds the rest), but the RMM pool asks {format_bytes(want)} "
+                f"(pool size {spec.rmm['pool_size']!r}, {spec.rmm['source']})",
+                "free that GPU (nvidia-smi lists who holds it), pick others with --gpus, use the running "
+                "cluster with --scheduler, or set a smaller pool with --rmm-pool-size")
+
+
 def start(spec: ClusterSpec):
     from distributed import Client
     if not spec.gpus:
         raise UserError("no GPU is visible to start a LocalCUDACluster", "use --backend cpu (or auto)")
+    check_free_memory(spec, machine.gpus())
     from dask_cuda import LocalCUDACluster
     try:
         cluster = LocalCUDACluster(**spec.kwargs)

@@ -238,7 +238,8 @@ class Groupby(Workload):
             nbytes = source.nbytes or int(df.memory_usage(deep=True).sum().compute())
             inputs.host_fits(3 * nbytes, source.label)
         desc = source.describe()
-        desc.update(rows=rows, partitions=df.npartitions, columns=source.columns)
+        desc.update(rows=rows, partitions=df.npartitions, columns=source.columns,
+                    chunk_type=inputs.type_name(df._meta))  # what the workers hold, as read
         if notes:
             desc["notes"] = notes
         ctx.data_description = desc

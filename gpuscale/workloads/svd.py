@@ -167,7 +167,7 @@ class SVD(Workload):
                          "route needs whole rows in a block")
             x = x.rechunk({1: -1})
         desc = source.describe()
-        desc.update(shape=list(x.shape), bytes=int(x.nbytes),
+        desc.update(shape=list(x.shape), bytes=int(x.nbytes), chunk_type=inputs.type_name(x._meta),
                     chunks={"row_blocks": len(x.chunks[0]), "rows_per_block": _span(x.chunks[0])})
         if notes:
             desc["notes"] = notes
