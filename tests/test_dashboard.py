@@ -269,6 +269,33 @@ def test_up_stops_on_ctrl_c_and_sigterm(spawn, tmp_path, how):
     assert not answers("127.0.0.1", port)
 
 
+def test_sigterm_while_the_cluster_starts_closes_it_in_one_line(spawn, tmp_path):
+    """SIGTERM at several points of the start-up window (measured first: process start to the
+    JSON line): every time the process ends with exit 130 (or 0 once up), one gpuscale line and
+    no traceback (distributed's exit hook once printed an AssertionError for workers still in
+    Status.init), and no worker process is left behind."""
+    t0 = time.monotonic()
+    up, _ = start_up(spawn, tmp_path)
+    window = time.monotonic() - t0
+    os.kill(up.pid, signal.SIGTERM)
+    assert up.wait(timeout=30) == 0
+    codes = []
+    for frac in (0.5, 0.6, 0.7, 0.8, 0.9):
+        p = spawn("cluster", "up", *CPU2, "--json")
+        time.sleep(frac * window)
+        kids = p.descendants()
+        os.kill(p.pid, signal.SIGTERM)
+        rc = p.wait(timeout=60)
+        err = p.text("err")
+        assert "Traceback" not in err, err
+        assert rc in (0, 130), (rc, err)
+        if rc == 130:
+            assert "gpuscale: error: interrupted; the cluster was closed" in err
+        assert wait_gone(kids) == []
+        codes.append(rc)
+    assert 130 in codes  # at least one SIGTERM landed while the cluster was starting
+
+
 def test_down_on_a_dead_address_is_one_line_and_quick(cli):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))

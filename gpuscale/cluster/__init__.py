@@ -101,3 +101,24 @@ def _quiet(name: str) -> Iterator[None]:
 def start_error(spec: ClusterSpec, exc: BaseException) -> UserError:
     return UserError(f"could not start {spec.cls} ({type(exc).__name__}: {exc})",
                      "check `gpuscale cluster show` and `gpuscale info`, or use --backend cpu")
+
+
+def construct(spec: ClusterSpec, factory):
+    """``factory()`` (a cluster class called with the spec's kwargs), made safe to interrupt:
+    when it raises, or Ctrl-C / SIGTERM lands while the workers are still starting, the
+    half-built cluster is closed here and marked closed, so distributed's exit hook does not
+    try again on workers still in ``Status.init`` (it prints an AssertionError traceback).
+    An ordinary exception becomes the one-line :func:`start_error`."""
+    from distributed.core import Status
+    from distributed.deploy.spec import SpecCluster
+    before = set(SpecCluster._instances)
+    try:
+        return factory()
+    except BaseException as e:
+        for half in set(SpecCluster._instances) - before:
+            with contextlib.suppress(BaseException):
+                half.close(timeout=10)
+            half.status = Status.closed
+        if isinstance(e, Exception):
+            raise start_error(spec, e) from None
+        raise

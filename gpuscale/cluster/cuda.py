@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import machine
 from ..errors import UserError
-from . import ClusterSpec, start_error
+from . import ClusterSpec, construct
 from .local import memory_bytes
 
 
@@ -105,10 +105,7 @@ def start(spec: ClusterSpec):
         raise UserError("no GPU is visible to start a LocalCUDACluster", "use --backend cpu (or auto)")
     check_free_memory(spec, machine.gpus())
     from dask_cuda import LocalCUDACluster
-    try:
-        cluster = LocalCUDACluster(**spec.kwargs)
-    except Exception as e:  # noqa: BLE001 - reported as one line
-        raise start_error(spec, e) from None
+    cluster = construct(spec, lambda: LocalCUDACluster(**spec.kwargs))
     try:
         return cluster, Client(cluster)
     except BaseException:

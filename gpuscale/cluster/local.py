@@ -7,7 +7,7 @@ from distributed.deploy.utils import nprocesses_nthreads
 
 from .. import machine
 from ..errors import UserError
-from . import ClusterSpec, start_error
+from . import ClusterSpec, construct
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +61,7 @@ def plan(settings, family, collection, proto) -> ClusterSpec:
 
 def start(spec: ClusterSpec):
     from distributed import Client, LocalCluster
-    try:
-        cluster = LocalCluster(**spec.kwargs)
-    except Exception as e:  # noqa: BLE001 - reported as one line
-        raise start_error(spec, e) from None
+    cluster = construct(spec, lambda: LocalCluster(**spec.kwargs))
     try:
         return cluster, Client(cluster)
     except BaseException:
