@@ -29,6 +29,16 @@ def _fail(message: str, code: int = 2) -> typing.NoReturn:
     sys.exit(code)
 
 
+def _interrupted() -> typing.NoReturn:
+    """Ctrl-C / SIGTERM: one line, exit 130. Workers cut off mid-start leave asyncio tasks
+    whose failure ("Nanny failed to start") would be logged with a traceback as the process
+    exits; the process is ending on purpose, so those loggers are quieted first."""
+    import logging
+    for name in ("asyncio", "distributed", "tornado"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    _fail("interrupted; the cluster was closed", 130)
+
+
 class Group(click.Group):
     """A group whose commands end bad input with one line (also under ``dask gpuscale``)."""
 
@@ -38,7 +48,7 @@ class Group(click.Group):
         except UserError as e:
             _fail(str(e))
         except KeyboardInterrupt:
-            _fail("interrupted; the cluster was closed", 130)
+            _interrupted()
 
 
 def cluster_options(f):
@@ -503,9 +513,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail(f"{e.format_message()}; see `{cmd} --help`")
     except click.exceptions.ClickException as e:
         _fail(e.format_message())
-    except click.exceptions.Abort:
-        _fail("interrupted; the cluster was closed", 130)
-    except KeyboardInterrupt:
-        _fail("interrupted; the cluster was closed", 130)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        _interrupted()
     sys.exit(rv if isinstance(rv, int) else 0)
 
