@@ -114,7 +114,6 @@ def plan_groupby(df, by, agg, *, groups: int | None = None, rows: int | None = N
     """
     by, spec = check_columns(df, by, agg)
     fam = family or backends.family_of(df)
-    knobs = fam.knobs
     source = "given"
     if groups is None or rows is None:
         import dask
