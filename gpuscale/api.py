@@ -66,6 +66,7 @@ class Session:
         stack = contextlib.ExitStack()
         try:
             t0 = time.perf_counter()
+            self.family.import_in_background(self.collection)  # overlaps the cluster's start
             self.client, self.cluster = stack.enter_context(cluster.connect(self.spec))
             self.startup_s = time.perf_counter() - t0
             self._dashboard_link = _ask_dashboard_link(self.client)

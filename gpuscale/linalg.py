@@ -186,17 +186,20 @@ def _block_sum(x, fn, *args, split_every=None):
     computation takes 0.1 s.
     """
     n = x.shape[1]
-    token = tokenize(x, fn, *args, split_every)
+    row_keys = [row[0] for row in x.__dask_keys__()]
+    groups = None if split_every else locality.blocks_by_worker(x, row_keys)
+    # the names change with what is in memory and where (locality.memory_state): a graph of
+    # another shape never reuses these keys
+    token = tokenize(x, fn, *args, split_every, groups,
+                     [locality.memory_state(c) for c in (x, *args)])
     name = f"{fn.__name__.strip('_')}-sum-{token}"
     arg_keys = [a.__dask_keys__()[0][0] if a.ndim == 2 else a.__dask_keys__()[0] for a in args]
     dsk: dict = {}
     level = []
-    row_keys = [row[0] for row in x.__dask_keys__()]
     for k, row_key in enumerate(row_keys):
         key = (f"{name}-part", k)
         dsk[key] = (fn, row_key, *arg_keys)
         level.append(key)
-    groups = None if split_every else locality.blocks_by_worker(x, row_keys)
     if groups and 1 < len(groups) < len(level):
         # persisted blocks on several workers: sum each worker's blocks where they are, then
         # one partial per worker crosses the network (not one matrix per block)
@@ -235,7 +238,7 @@ def _single(a, fn, shape, dtype=np.float64):
 
 def _one_task(fn, inputs, shape, dtype=np.float64, meta=None):
     """A one-chunk Dask array holding fn(*blocks) of one-chunk inputs (graph built by hand)."""
-    name = f"{fn.__name__.strip('_')}-{tokenize(fn, *inputs)}"
+    name = f"{fn.__name__.strip('_')}-{tokenize(fn, *inputs, [locality.memory_state(i) for i in inputs])}"
     key = (name,) + (0,) * len(shape)
     dsk = {key: (fn, *[_only_key(i) for i in inputs])}
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=inputs)

@@ -7,6 +7,8 @@ there is no placement to read, and the caller falls back to its plain tree.
 """
 from __future__ import annotations
 
+from dask.core import flatten
+
 
 def blocks_by_worker(collection, keys: list) -> list[list[int]] | None:
     """Indices into ``keys`` grouped by the worker holding each key, in key order, or None
@@ -37,6 +39,50 @@ def blocks_by_worker(collection, keys: list) -> list[list[int]] | None:
             return None
         groups.setdefault(sorted(holders)[0], []).append(i)
     return list(groups.values())
+
+
+def in_memory(collection) -> tuple[dict, list] | None:
+    """(a graph holding only the futures, their keys in block order) for a collection whose
+    every block is in memory on a cluster; None otherwise (lazy, partly computed, no cluster).
+
+    A persisted Dask DataFrame's keys are aliases of its futures' keys (dask-expr renames
+    them), and every alias in a submitted graph is a task the scheduler runs on a worker before
+    anything that depends on it. Routes that read the futures' keys directly skip that round:
+    measured on one worker, a one-task graph over 10 aliased partitions took 30 ms to come back
+    against 12 ms for the same task over the futures."""
+    try:
+        from dask._task_spec import Alias
+        from distributed import Future
+    except ImportError:
+        return None
+    graph = collection.__dask_graph__()
+    keys = list(flatten(collection.__dask_keys__()))
+    targets = []
+    for key in keys:
+        node = graph.get(key)
+        for _ in range(8):  # alias chains are short; a cycle is not followed
+            if not isinstance(node, Alias):
+                break
+            key, node = node.target, graph.get(node.target)
+        if not isinstance(node, Future):
+            return None
+        targets.append(key)
+    return {k: graph[k] for k in targets}, targets
+
+
+def memory_state(collection) -> list[str]:
+    """The keys of ``collection`` that are futures (in memory on a cluster), sorted; empty for a
+    lazy collection. Routes put it in their task names: Dask names a persisted collection like
+    its lazy self, and a scheduler that still knows a released key keeps that key's old task
+    when a new graph reuses the name. Measured on a GPU: an SVD over a persisted array reused
+    the Gram keys of an earlier SVD over the lazy array, whose task (fused with the lazy
+    host-to-device conversion) ran again, host data and all, on every repeat: 1.5 s instead of
+    0.04 s."""
+    try:
+        from distributed import futures_of
+    except ImportError:
+        return []
+    return sorted(str(f.key) for f in futures_of(collection))
 
 
 def balance(groups: list[list[int]]) -> list[list[int]]:

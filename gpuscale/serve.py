@@ -115,9 +115,10 @@ def write_scheduler_file(client, path: pathlib.Path) -> None:
 class Served:
     """A cluster ``up`` started: its open session and the scheduler file written (if any)."""
 
-    def __init__(self, session, scheduler_file: pathlib.Path | None = None):
+    def __init__(self, session, scheduler_file: pathlib.Path | None = None, warm_up_s: float | None = None):
         self.session = session
         self.scheduler_file = scheduler_file
+        self.warm_up_s = warm_up_s
 
     @property
     def address(self) -> str:
@@ -131,7 +132,7 @@ class Served:
                 "scheduler_file": str(self.scheduler_file) if self.scheduler_file else None,
                 "cls": s.spec.cls, "family": s.family.name, "protocol": s.spec.protocol,
                 "workers": len(workers), "threads": sum(w.get("nthreads", 0) for w in workers.values()),
-                "pid": os.getpid()}
+                "warm_up_s": self.warm_up_s, "pid": os.getpid()}
 
 
 @contextlib.contextmanager
@@ -153,12 +154,38 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def deferred_stop() -> Iterator[None]:
+    """Ctrl-C / SIGTERM arriving inside the block take effect when it ends (as
+    KeyboardInterrupt), not in the middle of it: for short steps on a running cluster (the
+    warm-up) that, cut off inside a ``client.run``, leave workers logging tracebacks about a
+    scheduler that went away under them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+
+    def _note(signum, frame):
+        got.append(signum)
+
+    previous = {sig: signal.signal(sig, _note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    if got:
+        raise KeyboardInterrupt()
+
+
+@contextlib.contextmanager
 def up(*, profile: str | None = None, collection: str | None = None,
        scheduler_file: str | os.PathLike | None = None, start_timeout_s: float = 60,
-       **settings: Any) -> Iterator[Served]:
+       warm_up: bool = True, **settings: Any) -> Iterator[Served]:
     """Start the cluster these settings describe (the spec ``cluster show`` prints) and yield a
-    :class:`Served` once every planned worker has joined; on exit remove the scheduler file
-    (if written) and close everything that was started."""
+    :class:`Served` once every planned worker has joined and warmed up (``warm_up``:
+    :meth:`gpuscale.backends.Family.warm_up`, so a later run's first task does not pay the
+    workers' imports and first kernels); on exit remove the scheduler file (if written) and
+    close everything that was started."""
     from . import api
     s = api.Session(profile=profile, collection=collection, **settings)
     if s.spec.kind == "existing":
@@ -170,12 +197,15 @@ def up(*, profile: str | None = None, collection: str | None = None,
     with s:
         if s.spec.workers:
             s.client.wait_for_workers(s.spec.workers, timeout=start_timeout_s)
+        # kept up for later runs: their first task should not pay the workers' first-use costs
+        with deferred_stop():
+            warm = s.family.warm_up(s.client) if warm_up else None
         written = False
         try:
             if path is not None:
                 write_scheduler_file(s.client, path)
                 written = True
-            yield Served(s, path)
+            yield Served(s, path, warm)
         finally:
             if written:
                 with contextlib.suppress(OSError):

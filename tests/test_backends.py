@@ -158,3 +158,23 @@ def test_missing_module_family_is_not_usable(cpu_family):
         assert "not test-missing" in sel.reason
     finally:
         backends.unregister("test-missing")
+
+
+def test_import_in_background_imports_the_pre_import_list(tmp_path):
+    """A session starts importing its family's worker libraries (cuDF: 2 s) in a thread while
+    its cluster starts; already-imported and missing modules are skipped."""
+    import subprocess
+    import sys
+    code = """
+import dataclasses, sys
+from gpuscale import backends
+cpu = backends.select("cpu").family
+knobs = dataclasses.replace(cpu.knobs, pre_import={"dataframe": ("xml.dom.minidom", "json", "no_such_mod_x")})
+fam = dataclasses.replace(cpu, knobs=knobs)
+assert "xml.dom.minidom" not in sys.modules
+t = fam.import_in_background("dataframe")
+t.join(30)
+print("xml.dom.minidom" in sys.modules, fam.import_in_background("dataframe"), cpu.import_in_background("dataframe"))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "None", "None"], out

@@ -201,6 +201,15 @@ def test_up_serves_other_processes_until_down(spawn, cli, tmp_path):
     assert addr.startswith("tcp://127.0.0.1:")
     assert (d["cls"], d["family"], d["workers"], d["threads"]) == ("distributed.LocalCluster", "cpu", 2, 2)
     assert d["pid"] == up.pid
+    # kept up for later runs: every worker already imported the workloads and their libraries
+    assert d["warm_up_s"] > 0
+    from distributed import Client
+    with Client(addr, set_as_default=False) as c:
+        loaded = c.run(lambda: [m in __import__("sys").modules
+                                for m in ("gpuscale.workloads.groupby", "gpuscale.workloads.svd", "pandas")])
+        on_scheduler = c.run_on_scheduler(lambda: "dask.dataframe" in __import__("sys").modules)
+    assert len(loaded) == 2 and all(v == [True, True, True] for v in loaded.values()), loaded
+    assert on_scheduler  # the scheduler can unpack a DataFrame graph without importing first
     # the scheduler file is Dask's own format, with the same address
     assert json.loads(sched_file.read_text())["address"] == addr
     # scheduler and dashboard listen on loopback only

@@ -72,6 +72,17 @@ def test_per_worker_plan_when_groups_are_many(frame, ddf):
     assert res.plan.strategy == "per-worker"
     assert res.plan.groups_source == "given"
     check_matches_pandas(res, frame, "key", SPEC)
+    # no cluster: one worker, one task aggregating everything (no partials), sorted by key,
+    # with pandas' own columns and dtypes
+    graph = dict(res.result.__dask_graph__())
+    ours = [k for k in graph if str(k[0] if isinstance(k, tuple) else k).startswith("gpuscale-groupby")]
+    funcs = {v[0] if isinstance(v, tuple) else getattr(v, "func", None) for k, v in graph.items() if k in ours}
+    assert gdf._whole in funcs
+    assert not any("partial" in str(k) for k in ours)
+    got = res.result.compute()
+    assert got.index.is_monotonic_increasing
+    ref = frame.groupby("key").agg(SPEC)
+    pd.testing.assert_frame_equal(got, ref, check_exact=False, rtol=1e-12)
 
 
 def test_multi_column_keys(frame, ddf):
@@ -165,4 +176,9 @@ def test_on_distributed_cluster(cpu_session, frame, split_out):
         for g, w in zip(groups, owners):
             mine = sum(1 for h in held.values() if h == w)
             assert sum(1 for i in g if held[i] == w) == min(mine, 3)
+        # partials on two workers, combined: the same columns and dtypes as pandas (and as
+        # the one-worker task)
+        ref = frame.groupby("key").agg(SPEC)
+        got = res.result.compute().sort_index()
+        pd.testing.assert_frame_equal(got, ref, check_exact=False, rtol=1e-12)
     check_matches_pandas(res, frame, "key", SPEC)

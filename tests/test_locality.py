@@ -53,3 +53,62 @@ def test_balance_keeps_local_blocks_and_evens_out():
     even = [[0, 1], [2, 3]]
     assert locality.balance(even) == even
     assert locality.balance([[0, 1, 2]]) == [[0, 1, 2]]
+
+
+def test_routes_name_their_tasks_apart_for_a_lazy_collection_and_its_persisted_self(cpu_session):
+    """Dask names a persisted collection like its lazy self; a route's keys over the two must
+    differ, or a scheduler that still knows the old keys keeps their old tasks (found on a GPU:
+    an SVD over the persisted array re-ran the lazy host-to-device conversion every repeat)."""
+    import pandas as pd
+    import dask.dataframe as dd
+    from gpuscale import dataframe as gdf
+    from gpuscale.backends.convert import from_memory
+    client = cpu_session.client
+    x = from_memory(np.random.default_rng(3).standard_normal((3000, 8)), cpu_session.family, chunks=(700, 8))
+    xp = client.persist(x)
+    wait(xp)
+    assert x.name == xp.name  # the hazard: Dask gives both the same name
+    assert gpuscale.linalg.gram(x).name != gpuscale.linalg.gram(xp).name
+    assert gpuscale.linalg.gram(xp).name == gpuscale.linalg.gram(xp).name  # still deterministic
+    lazy_s = gpuscale.linalg.svd(x, route="gram").s
+    held_s = gpuscale.linalg.svd(xp, route="gram").s
+    assert lazy_s.name != held_s.name
+    np.testing.assert_allclose(lazy_s.compute(), held_s.compute(), rtol=1e-12)
+
+    frame = pd.DataFrame({"k": np.arange(4000) % 1000, "v": np.arange(4000.0)})
+    df = dd.from_pandas(frame, npartitions=4)
+    dp = client.persist(df)
+    wait(dp)
+    lazy_g = gdf.groupby_agg(df, "k", {"v": "sum"}, groups=1000, rows=4000)
+    held_g = gdf.groupby_agg(dp, "k", {"v": "sum"}, groups=1000, rows=4000)
+    assert lazy_g.plan.strategy == held_g.plan.strategy == "per-worker"
+    assert lazy_g.result._name != held_g.result._name
+
+
+def test_in_memory_reads_a_persisted_frame_through_its_futures(cpu_session):
+    """A persisted DataFrame's keys are aliases of its futures' keys; the per-worker groupby
+    reads the futures directly, so the scheduler runs no alias tasks before it."""
+    import pandas as pd
+    import dask.dataframe as dd
+    from dask._task_spec import Alias
+    from distributed import futures_of, get_task_stream
+    from gpuscale import dataframe as gdf
+    client = cpu_session.client
+    frame = pd.DataFrame({"k": np.arange(6000) % 1500, "v": np.arange(6000.0)})
+    df = dd.from_pandas(frame, npartitions=6)
+    assert locality.in_memory(df) is None  # lazy
+    dp = client.persist(df)
+    wait(dp)
+    assert any(isinstance(v, Alias) for v in dict(dp.__dask_graph__()).values())  # what is avoided
+    dsk, keys = locality.in_memory(dp)
+    assert keys == sorted(f.key for f in futures_of(dp))
+    res = gdf.groupby_agg(dp, "k", {"v": ["sum", "max"]}, groups=1500, rows=6000)
+    assert res.plan.strategy == "per-worker"
+    graph = dict(res.result.__dask_graph__())
+    assert not set(dp.__dask_keys__()) & set(graph)  # the aliases are not in the route's graph
+    with get_task_stream(client) as ts:
+        got = res.result.compute()
+    ran = {t["key"][0] if isinstance(t["key"], tuple) else t["key"] for t in ts.data}
+    assert all(str(name).startswith("gpuscale-groupby") for name in ran), ran
+    ref = frame.groupby("k").agg({"v": ["sum", "max"]})
+    pd.testing.assert_frame_equal(got.sort_index(), ref, check_exact=False, rtol=1e-12)

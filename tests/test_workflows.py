@@ -115,3 +115,15 @@ def test_audit_workloads_on_cpu(tmp_path):
     names = {r["case"].split()[0] for r in d["rows"]}
     assert names == set(workloads.names()) and d["ok"] and d["family"] == "cpu"
     assert all(r["valid"] and r["clean"] and r["tasks"] > 0 for r in d["rows"])
+
+
+def test_groupby_profile_on_cpu(tmp_path):
+    """Where a one-worker groupby's time goes: every part is measured (round trips, client,
+    the steps inside the task) and the route's end-to-end time is among them."""
+    d = run_script(tmp_path, "groupby_profile.py", "--backend", "cpu", "--rows", "200000", "--keys", "5000",
+                   "--rounds", "2")
+    secs = d["seconds"]
+    assert d["family"] == "cpu" and d["rows"] == 200_000
+    assert "end to end: gpuscale groupby_agg (as shipped)" in secs
+    assert "in the task: one worker's task (concat + one call, sorted)" in secs
+    assert all(v >= 0 for v in secs.values()) and secs["in the task: concat"] > 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import pathlib
+import subprocess
+import sys
 
 import dask
 import dask.array as da
@@ -234,6 +236,22 @@ def test_builtin_workloads_registered():
     assert {"svd", "groupby"} <= set(workloads.names())
     with pytest.raises(UserError, match="unknown workload 'nosuch'.*svd"):
         workloads.get("nosuch")
+    # the name -> module map that lets `get` import one module is what the modules register
+    for name, module in workloads.BUILTINS.items():
+        cls = workloads.get(name)
+        assert cls.name == name and cls.__module__ == f"gpuscale.workloads.{module}"
+    assert set(workloads.BUILTINS) <= set(workloads.names())
+
+
+def test_run_imports_only_the_workload_it_runs(tmp_path):
+    """`gpuscale run groupby` resolves its command without importing the other workloads
+    (dask.array and every kernel module: a second of a run against a running cluster)."""
+    code = ("import sys; from gpuscale import workloads; workloads.get('groupby'); "
+            "print(sorted(m for m in sys.modules if m.startswith('gpuscale.workloads.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = eval(out)  # noqa: S307 - our own print of a list of module names
+    assert "gpuscale.workloads.groupby" in loaded
+    assert not {"gpuscale.workloads.svd", "gpuscale.workloads.stencil", "gpuscale.workloads.fft"} & set(loaded), loaded
 
 
 @pytest.mark.parametrize("name, params, match", [

@@ -238,11 +238,13 @@ def describe(cls) -> dict:
 _REGISTRY: dict[str, type[Workload]] = {}
 _LOADED = False
 _BUILTINS_LOADED = False
-BUILTINS = ("gpuscale.workloads.svd", "gpuscale.workloads.groupby",
-            "gpuscale.workloads.transpose_sum", "gpuscale.workloads.matmul", "gpuscale.workloads.fft",
-            "gpuscale.workloads.reduction", "gpuscale.workloads.slicing", "gpuscale.workloads.map_overlap",
-            "gpuscale.workloads.stencil", "gpuscale.workloads.lombscargle",
-            "gpuscale.workloads.merge", "gpuscale.workloads.shuffle")
+BUILTINS = {"svd": "svd", "groupby": "groupby", "transpose_sum": "transpose_sum", "matmul": "matmul",
+            "fft": "fft", "reduction": "reduction", "slice": "slicing", "map_overlap": "map_overlap",
+            "stencil": "stencil", "lombscargle": "lombscargle", "merge": "merge", "shuffle": "shuffle"}
+"""Built-in workload name -> its module under ``gpuscale.workloads``. ``get(name)`` imports only
+that module: ``gpuscale run groupby`` does not pay for importing every workload's libraries
+(dask.array, SciPy-style kernels, ...), a second of a run against a running cluster.
+tests/test_workloads.py keeps this map equal to what the modules register."""
 
 
 def register(cls: type[Workload]) -> type[Workload]:
@@ -255,8 +257,8 @@ def _load_builtins() -> None:
     if _BUILTINS_LOADED:
         return
     _BUILTINS_LOADED = True
-    for mod in BUILTINS:
-        importlib.import_module(mod)
+    for mod in BUILTINS.values():
+        importlib.import_module(f"{__name__}.{mod}")
 
 
 def _load() -> None:
@@ -285,7 +287,10 @@ def names() -> list[str]:
 
 
 def get(name: str) -> type[Workload]:
-    _load()
+    if name not in _REGISTRY and name in BUILTINS:
+        importlib.import_module(f"{__name__}.{BUILTINS[name]}")
+    if name not in _REGISTRY:
+        _load()
     try:
         return _REGISTRY[name]
     except KeyError:
