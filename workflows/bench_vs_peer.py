@@ -371,7 +371,7 @@ def row_groupby_multi(sizes, rounds, backend, n_workers, ngpus):
                                                        split_out=n_workers).result,
         }
         res = measure(s, sides, rounds, frame_host, frame_same)
-        del df
+        sides = df = None  # release the data before the workload makes its own
         rec = s.run("groupby", rows=rows, keys=keys, partitions=parts, repeat=1, warmup=0, write=False)
         checks = "; ".join(f"{c['name']}: {'ok' if c['ok'] else 'FAIL'}" for c in rec.validation["checks"])
     out = []

@@ -73,11 +73,20 @@ def _plain_combine(partials):
     return out
 
 
+def _plain_whole(parts):
+    import dask.dataframe as dd
+    return dd.dispatch.concat(list(parts)).groupby("key", sort=True).agg(AGG)
+
+
 def plain_groupby_concat(df, nworkers):
-    """Concatenate runs of partitions, aggregate each once, combine: by hand with dask.delayed."""
+    """Concatenate runs of partitions, aggregate each once, combine: by hand with dask.delayed
+    (on one worker: concatenate everything and aggregate once, one task)."""
     import dask
     import dask.dataframe as dd
     parts = df.to_delayed()
+    if nworkers == 1:
+        return dd.from_delayed([dask.delayed(_plain_whole)(parts)], verify_meta=False,
+                               meta=_plain_whole([df._meta]))
     size = -(-len(parts) // nworkers)
     partials = [dask.delayed(_plain_partial)(parts[i:i + size]) for i in range(0, len(parts), size)]
     return dd.from_delayed([dask.delayed(_plain_combine)(partials)], verify_meta=False,
