@@ -184,7 +184,7 @@ def _warm_worker(array_module: str, dataframe_module: str) -> None:
     lib.concat([frame, frame]).sort_values("v").merge(frame, on="k", how="inner")
 
 
-def _warm_scheduler(modules: list[str], dask_scheduler=None) -> None:
+def _warm_scheduler(modules: list[str]) -> None:
     """Runs in the scheduler (:meth:`Family.warm_up`): unpacking the first graph of each
     collection kind would otherwise import these while the run waits (dask.dataframe: 0.6 s on
     a CPU; cuDF, for a graph whose meta is a cuDF frame: 2 s)."""
