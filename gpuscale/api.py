@@ -45,13 +45,29 @@ class Session:
 
     def __init__(self, backend: str | None = None, protocol: str | None = None, *,
                  profile: str | None = None, collection: str | None = None, **settings: Any):
-        self.resolved, self.selection, self.spec = plan(
+        resolved, selection, spec = plan(
             profile=profile, collection=collection, backend=backend, protocol=protocol, **settings)
+        self._init(resolved, selection, spec, collection)
+
+    def _init(self, resolved, selection, spec, collection: str | None) -> None:
+        self.resolved, self.selection, self.spec = resolved, selection, spec
         self.collection = collection
         self.client = None
         self.cluster = None
         self.startup_s: float | None = None
+        self.placement = None
+        """Where :meth:`run` runs the runner and why (a :class:`gpuscale.serve.Placement`,
+        recorded as ``explained.cluster.runner``); None: in this process, not asked."""
         self._stack: contextlib.ExitStack | None = None
+
+    @classmethod
+    def planned(cls, resolved, selection, spec, collection: str | None = None) -> "Session":
+        """A session over a plan made elsewhere (:func:`plan`'s three values): a runner sent
+        into the cluster (:func:`gpuscale.serve.run_in_cluster`) keeps the settings, family
+        and sources its client resolved."""
+        s = cls.__new__(cls)
+        s._init(resolved, selection, spec, collection)
+        return s
 
     @property
     def settings(self) -> config.Settings:
@@ -118,6 +134,25 @@ class Session:
         it. ``validate``: ``"off"``, ``"fast"`` or ``"full"`` (default: the workload's).
         ``output``: write the result to this file (``.parquet`` / ``.csv``, ``.npy`` / ``.npz``)
         once it validated, atomically; an existing file only with ``overwrite=True``."""
+        out_dir = results_dir or self.settings.results_dir
+        if write:
+            results.check_writable(out_dir)
+        result = self.record(workload, repeat=repeat, warmup=warmup, memory_check=memory_check,
+                             results_dir=results_dir, trace=trace, data=data, validate=validate,
+                             output=output, overwrite=overwrite, strict_backend=strict_backend,
+                             audit=audit, **params)
+        return finish(result, out_dir if write else None)
+
+    def record(self, workload: str, *, repeat: int | None = None, warmup: int | None = None,
+               memory_check: bool | None = None, results_dir: str | None = None,
+               trace: str | None = None, data: Any = None, validate: str | None = None,
+               output: str | None = None, overwrite: bool = False, strict_backend: bool | None = None,
+               audit: bool = True, cancelled: Callable[[], bool] | None = None,
+               **params: Any) -> results.Result:
+        """:meth:`run` up to its record, which is neither written nor judged by
+        ``strict_backend`` (:func:`finish` does both): a runner in the cluster returns it to the
+        client that asked. ``cancelled()`` is asked between repeats (see
+        :func:`gpuscale.runner.execute`)."""
         self._require_open()
         cls = workloads.get(workload)
         from . import inputs
@@ -126,9 +161,6 @@ class Session:
         user = inputs.check_run(cls, p, data=data, validate=validate, output=output, overwrite=overwrite)
         self.family.check(self.selection.requested, cls.collection)
         run_cfg = self.settings.run
-        out_dir = results_dir or self.settings.results_dir
-        if write:
-            results.check_writable(out_dir)
         if trace is not None:
             from .trace import check_dir
             check_dir(trace)
@@ -150,7 +182,7 @@ class Session:
                 cls(), p, ctx, warmup=run_cfg.warmup if warmup is None else warmup,
                 repeat=run_cfg.repeat if repeat is None else repeat,
                 memory_check=run_cfg.memory_check if memory_check is None else memory_check, tracer=tracer,
-                audit=audit)
+                audit=audit, cancelled=cancelled)
             if outcome.audit is not None:
                 outcome.audit["strict"] = strict
             if tracer is not None:
@@ -173,12 +205,11 @@ class Session:
                     self.resolved, self.selection, self.spec, cls.collection, ctx.choices, ctx.decisions),
                 versions=machine.versions(), hardware=machine.hardware(),
                 dashboard_link=self.dashboard_link, trace=str(tracer.path) if tracer is not None else None)
+            if self.placement is not None:
+                result.explained["cluster"]["runner"] = self.placement.entry()
+                result.info["runner"] = self.placement.describe()
             if tracer is not None:
                 tracer.annotate(result_id=result.id)
-        if write:
-            results.write(result, out_dir)
-        if strict and outcome.audit is not None and not outcome.audit["clean"]:
-            raise audit_mod.strict_error(outcome.audit, result.path)
         return result
 
     def to_backend(self, obj: Any, backend: str | None = None, *, chunks=None,
@@ -241,6 +272,18 @@ class Session:
         return session_html(self)
 
 
+def finish(result: results.Result, out_dir: str | None) -> results.Result:
+    """Write the record under ``out_dir`` (None: not written), then fail the run (a UserError,
+    exit 2) if its audit was strict and saw chunks of another family: the record holding that
+    audit is written first."""
+    if out_dir is not None:
+        results.write(result, out_dir)
+    audit = result.audit
+    if audit is not None and audit.get("strict") and not audit["clean"]:
+        raise audit_mod.strict_error(audit, result.path)
+    return result
+
+
 def _write_output(workload, p, outcome, user) -> dict[str, Any]:
     """Write ``--output`` from the last repeat's result once it validated (or validation was
     off); what the record's ``info`` says about it."""
@@ -271,7 +314,7 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
         memory_check: bool | None = None, results_dir: str | None = None, write: bool = True,
         cluster_settings: dict | None = None, trace: str | None = None,
         data: Any = None, validate: str | None = None, output: str | None = None,
-        overwrite: bool = False, strict_backend: bool | None = None,
+        overwrite: bool = False, strict_backend: bool | None = None, in_cluster: bool | str | None = None,
         on_ready: Callable[[Session], Any] | None = None,
         hold: Callable[[Session, results.Result], Any] | None = None,
         **params: Any) -> results.Result:
@@ -282,6 +325,10 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
     ``trace``: a new or empty folder to capture the run's trace into; ``data``, ``validate``,
     ``output``, ``overwrite``: as :meth:`Session.run` (checked before the cluster starts);
     ``strict_backend``: foreign chunks seen by the backend audit are an error (exit 2).
+    ``in_cluster`` (default: the ``run.in-cluster`` setting, ``"auto"``): against a running
+    scheduler, run the runner in a task on one of its workers and write the record it returns
+    here (:func:`gpuscale.serve.placement` says when; the record's ``explained.cluster.runner``
+    says where it ran and why).
     ``on_ready(session)`` is called once the cluster is up, before any work (the CLI's
     ``--dashboard`` prints ``session.dashboard_link`` there); ``hold(session, result)`` is
     called after the record is written, with the cluster still running, and the cluster closes
@@ -298,7 +345,7 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
     backend = backend or extra.pop("backend", None)
     protocol = protocol or extra.pop("protocol", None)
     for key, value in (("repeat", repeat), ("warmup", warmup), ("memory_check", memory_check),
-                       ("strict_backend", strict_backend)):
+                       ("strict_backend", strict_backend), ("in_cluster", in_cluster)):
         if value is not None:
             extra[key] = value
     s = Session(backend, protocol, profile=profile, collection=cls.collection,
@@ -308,6 +355,19 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
     if trace is not None:
         from .trace import check_dir
         check_dir(trace)  # before the cluster starts
+    from . import serve
+    s.placement = serve.placement(s.resolved, s.spec, trace=trace, data=data, output=output,
+                                  hooks=on_ready is not None or hold is not None)
+    if s.placement.where == "cluster":
+        try:
+            result = serve.run_in_cluster(s, cls.name, s.placement, data=data, validate=validate, params=params)
+            return finish(result, s.settings.results_dir if write else None)
+        except serve.NotServed as e:
+            if s.settings.run.in_cluster is True:
+                raise UserError(f"--in-cluster: {e}", "install the same gpuscale on the workers, or drop "
+                                                      "--in-cluster") from None
+            s.placement = serve.Placement("client", s.placement.source,
+                                          f"auto: {e}, so the runner stays in this process")
     with s:
         if on_ready is not None:
             on_ready(s)
@@ -320,11 +380,14 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
 
 def explain(workload: str, *, backend: str | None = None, protocol: str | None = None,
             profile: str | None = None, cluster_settings: dict | None = None,
+            trace: str | None = None, output: str | None = None, dashboard: bool = False,
             **params: Any) -> dict[str, Any]:
     """The plan of ``run(workload, ...)`` with the same arguments, starting nothing: the
     cluster spec (as ``gpuscale cluster show``), every knob with its value, source and rule,
-    the workload's choices, the memory headroom and the audit settings (a plain dict; see
-    :func:`gpuscale.explain.plan`). ``repeat`` / ``warmup`` / ``memory_check`` /
-    ``strict_backend`` go in ``cluster_settings`` like the other settings."""
+    where the runner would run, the workload's choices, the memory headroom and the audit
+    settings (a plain dict; see :func:`gpuscale.explain.plan`). ``repeat`` / ``warmup`` /
+    ``memory_check`` / ``strict_backend`` / ``in_cluster`` go in ``cluster_settings`` like the
+    other settings; ``trace`` / ``output`` / ``dashboard`` only change where the runner runs."""
     return explain_mod.plan(workload, backend=backend, protocol=protocol, profile=profile,
-                            cluster_settings=cluster_settings, **params)
+                            cluster_settings=cluster_settings,
+                            placement_args={"trace": trace, "output": output, "hooks": dashboard}, **params)

@@ -36,7 +36,7 @@ def _interrupted() -> typing.NoReturn:
     import logging
     for name in ("asyncio", "distributed", "tornado"):
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
-    _fail("interrupted; the cluster was closed", 130)
+    _fail("interrupted; what this command started was stopped", 130)
 
 
 class Group(click.Group):
@@ -138,6 +138,9 @@ def _workload_command(cls) -> click.Command:
     @click.option("--strict-backend", "strict_backend", is_flag=True,
                   help="fail (exit 2) when the backend audit sees chunks of another family than the "
                        "backend's (NumPy / pandas under a GPU backend, CuPy / cuDF under a CPU one)")
+    @click.option("--in-cluster/--no-in-cluster", "in_cluster", default=None,
+                  help="with --scheduler: run the runner on a worker of that cluster, which has its "
+                       "libraries loaded (default: auto, when the run writes no file but its record)")
     @click.option("--dashboard", "dashboard", is_flag=True,
                   help="print the dashboard link (stderr) before the work and keep the cluster up "
                        "after it until Ctrl-C")
@@ -158,11 +161,12 @@ def _workload_command(cls) -> click.Command:
 
         hooks = _dashboard_hooks(show) if kwargs.pop("dashboard", False) else {}
         strict = kwargs.pop("strict_backend", False)
+        in_cluster = kwargs.pop("in_cluster", None)
         profile, settings = _split(kwargs)
         wl_params = {k: v for k, v in kwargs.items() if v is not None}
         settings.update(repeat=_int(repeat, "--repeat"), warmup=_int(warmup, "--warmup", minimum=0),
                         memory_check=False if no_memory_check else None,
-                        strict_backend=True if strict else None)
+                        strict_backend=True if strict else None, in_cluster=in_cluster)
         r = api.run(cls.name, profile=profile, results_dir=results_dir, cluster_settings=settings,
                     trace=trace_dir, **data_kw, **hooks, **wl_params)
         if not shown:
@@ -465,22 +469,22 @@ class ExplainGroup(RunGroup):
 
 
 # run flags that do not change the plan (named in a note when given)
-NOT_PLANNED = {"results_dir": "--results-dir", "trace_dir": "--trace", "dashboard": "--dashboard",
-               "input_path": "--input", "output_path": "--output", "overwrite": "--overwrite",
+NOT_PLANNED = {"results_dir": "--results-dir", "input_path": "--input", "overwrite": "--overwrite",
                "validate": "--validate"}
 
 
 def _explain_callback(cls):
     def explain(as_json=False, no_memory_check=False, repeat=None, warmup=None, strict_backend=False,
-                **kwargs):
+                in_cluster=None, trace_dir=None, output_path=None, dashboard=False, **kwargs):
         from . import api, report
         unused = [flag for key, flag in NOT_PLANNED.items() if kwargs.pop(key, None) not in (None, False)]
         profile, settings = _split(kwargs)
         wl_params = {k: v for k, v in kwargs.items() if v is not None}
         settings.update(repeat=_int(repeat, "--repeat"), warmup=_int(warmup, "--warmup", minimum=0),
                         memory_check=False if no_memory_check else None,
-                        strict_backend=True if strict_backend else None)
-        d = api.explain(cls.name, profile=profile, cluster_settings=settings, **wl_params)
+                        strict_backend=True if strict_backend else None, in_cluster=in_cluster)
+        d = api.explain(cls.name, profile=profile, cluster_settings=settings, trace=trace_dir,
+                        output=output_path, dashboard=dashboard, **wl_params)
         if unused:
             d["notes"].append(f"not used by explain: {', '.join(unused)} (the plan is for generated "
                               "data and does not depend on where results go)")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import os
 import pathlib
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 import dask.config
 import yaml
@@ -110,6 +110,18 @@ class RunSettings(_Section):
     repeat: PositiveInt = 3
     memory_check: bool = True
     strict_backend: bool = False
+    in_cluster: Union[bool, Literal["auto"]] = "auto"
+    """With a running scheduler: run the runner on one of its workers (``serve.placement``)."""
+
+    @field_validator("in_cluster", mode="before")
+    @classmethod
+    def _auto_or_bool(cls, v):
+        if isinstance(v, bool) or v == "auto":
+            return v
+        words = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+        if isinstance(v, str) and v.strip().lower() in words:
+            return words[v.strip().lower()]
+        raise ValueError("must be auto, true or false")
 
 
 class Settings(_Section):
@@ -158,6 +170,7 @@ KEYWORDS: dict[str, str] = {
     "repeat": "run.repeat",
     "memory_check": "run.memory-check",
     "strict_backend": "run.strict-backend",
+    "in_cluster": "run.in-cluster",
 }
 
 

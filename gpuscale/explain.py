@@ -178,11 +178,11 @@ def planned_worker_memory(spec) -> list[int]:
 
 def plan(workload: str, *, backend: str | None = None, protocol: str | None = None,
          profile: str | None = None, cluster_settings: dict | None = None,
-         **params: Any) -> dict[str, Any]:
+         placement_args: dict[str, Any] | None = None, **params: Any) -> dict[str, Any]:
     """What ``gpuscale run`` with the same arguments would do, starting nothing: settings and
     their sources, family, cluster spec, the workload's choices, every knob explained, the
     memory headroom and the audit settings, as a plain dict."""
-    from . import api, runner, workloads
+    from . import api, runner, serve, workloads
     from .errors import UserError
     cls = workloads.get(workload)
     p = cls.parse(params)
@@ -217,6 +217,13 @@ def plan(workload: str, *, backend: str | None = None, protocol: str | None = No
         notes.append(f"the running cluster at {spec.scheduler} is not asked: thread-based rules assumed "
                      f"{ctx.total_threads} thread(s) and memory is not checked; a run uses what it has")
     strict = getattr(run_cfg, "strict_backend", False)
+    knobs = explained(resolved, selection, spec, cls.collection, ctx.choices)
+    try:
+        knobs["cluster"]["runner"] = serve.placement(resolved, spec, **(placement_args or {})).entry()
+    except UserError as e:
+        knobs["cluster"]["runner"] = {"value": None, "source": resolved.sources.get("run.in-cluster", "default"),
+                                      "rule": str(e)}
+        notes.append(f"the run would stop before starting work: {e}")
     return {
         "workload": cls.name, "collection": cls.collection,
         "params": wl.record_params(p, ctx) if hasattr(wl, "record_params") else p.model_dump(mode="json"),
@@ -226,7 +233,7 @@ def plan(workload: str, *, backend: str | None = None, protocol: str | None = No
         "run": {"warmup": run_cfg.warmup, "repeat": run_cfg.repeat, "memory_check": run_cfg.memory_check,
                 "strict_backend": strict},
         "choices": ctx.choices,
-        "explained": explained(resolved, selection, spec, cls.collection, ctx.choices),
+        "explained": knobs,
         "memory": memory,
         "audit": {"scope": runner.AUDIT_SCOPE, "expected_family": fam.name,
                   "strict_backend": strict,

@@ -47,7 +47,8 @@ def stacks() -> dict[str, dict]:
     return out
 
 
-def versions() -> dict[str, str | None]:
+@functools.lru_cache(maxsize=1)
+def _versions() -> tuple[tuple[str, str | None], ...]:
     from distributed.versions import get_versions
 
     from . import __version__
@@ -57,7 +58,13 @@ def versions() -> dict[str, str | None]:
     for module, info in stacks().items():
         v[module.replace("_", "-")] = info["version"]
     v["gpuscale"] = __version__
-    return v
+    return tuple(v.items())
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of the stack this process runs (read once per process: a runner in a cluster
+    kept up for later runs pays it on its first record only)."""
+    return dict(_versions())
 
 
 def cpu() -> dict:

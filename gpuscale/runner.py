@@ -14,7 +14,7 @@ import gc
 import sys
 import time
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import dask
 from dask.core import flatten
@@ -26,10 +26,15 @@ from .errors import UserError
 from .workloads import Context, Output, Validation, Workload
 
 SETTLE_TIMEOUT_S = 30.0
+GC_AFTER_S = 0.05
 
 # dask-expr DataFrames ignore span annotations (with a warning); arrays keep them.
 warnings.filterwarnings("ignore", message="Dask annotations .* detected", category=UserWarning)
 MEMORY_HEADROOM = 0.9
+
+
+class Cancelled(Exception):
+    """The run was called off between two steps (``execute``'s ``cancelled()`` said so)."""
 
 
 @dataclasses.dataclass
@@ -61,13 +66,20 @@ def task_count(client) -> int:
 
 
 def settle(client, baseline: int) -> bool:
-    """Wait until the scheduler holds no more tasks than ``baseline`` (the data alone)."""
-    gc.collect()
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    """Wait until the scheduler holds no more tasks than ``baseline`` (the data alone). A
+    result held only by a reference cycle is freed by a garbage collection, run once the
+    scheduler has not settled within ``GC_AFTER_S`` (a full collection takes 0.1-0.2 s in a
+    busy process: the first repeat, with nothing to release, does not pay it)."""
+    start = time.monotonic()
+    collected = False
     delay = 0.002
     while task_count(client) > baseline:
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now - start > SETTLE_TIMEOUT_S:
             return False
+        if not collected and now - start > GC_AFTER_S:
+            gc.collect()
+            collected = True
         time.sleep(delay)
         delay = min(delay * 2, 0.1)
     return True
@@ -160,9 +172,13 @@ def _no_phase(name: str, **args):
 
 
 def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int,
-            memory_check: bool = True, tracer=None, audit: bool = True) -> Outcome:
+            memory_check: bool = True, tracer=None, audit: bool = True,
+            cancelled: Callable[[], bool] | None = None) -> Outcome:
     """``tracer``: a :class:`gpuscale.trace.Capture` whose ``phase`` marks generate / warmup /
     compute / validate (besides the ``span`` that groups their tasks on the dashboard).
+
+    ``cancelled``: asked before each repeat and before validation; when it answers True the
+    run stops there with :class:`Cancelled` (a runner in the cluster whose client has gone).
 
     ``audit``: run the backend audit (:mod:`gpuscale.audit`) over generate and over the
     warm-up + timed repeats (phase ``compute``); validation is not audited (it builds host
@@ -174,7 +190,7 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int,
     memory = check_memory(workload, p, ctx, memory_check)
     auditor = Audit(client, fam, scope=AUDIT_SCOPE).start() if audit else None
     try:
-        outcome = _run(workload, p, ctx, warmup, repeat, phase, auditor)
+        outcome = _run(workload, p, ctx, warmup, repeat, phase, auditor, cancelled or _never)
     except BaseException:
         if auditor is not None:
             auditor.stop()
@@ -188,7 +204,17 @@ AUDIT_SCOPE = ("generate (the data) and compute (warm-up + timed repeats); valid
                "audited: it builds host references on purpose")
 
 
-def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, auditor) -> Outcome:
+def _never() -> bool:
+    return False
+
+
+def _go_on(cancelled: Callable[[], bool], before: str) -> None:
+    if cancelled():
+        raise Cancelled(f"the run was called off before {before}")
+
+
+def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, auditor,
+         cancelled: Callable[[], bool]) -> Outcome:
     client = ctx.client
     fam = ctx.family
     with span("gpuscale", workload.name, "generate"), phase("generate"):
@@ -212,6 +238,7 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, a
         task = bar.add_task(f"{workload.name} ({fam.name})", total=warmup + repeat) if bar else None
         for i in range(warmup + repeat):
             out = None  # release the previous result before timing the next one
+            _go_on(cancelled, f"run {i + 1} of {warmup + repeat}")
             if not settle(client, baseline):
                 unsettled += 1
             name = "warmup" if i < warmup else "compute"
@@ -225,6 +252,7 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, a
     audit = auditor.finish("compute", runs={"generate": 1, "compute": warmup + repeat}) \
         if auditor is not None else None
 
+    _go_on(cancelled, "validation")
     with span("gpuscale", workload.name, "validate"), phase("validate"):
         t0 = time.perf_counter()
         validation = Validation.off() if ctx.validate == "off" else workload.validate(out, data, p, ctx)

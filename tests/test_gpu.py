@@ -118,3 +118,42 @@ def test_svd_two_gpus_over_ucx(tmp_path):
     assert d["valid"] is True and d["family"] == "gpu"
     assert d["cluster"]["gpus"] == [0, 1]
     assert d["cluster"]["running"]["workers"] == 2
+
+
+def test_gpu_run_against_cluster_up_runs_in_the_cluster(tmp_path):
+    """`gpuscale run W --scheduler ADDRESS` against a GPU cluster kept up: the runner runs on
+    the GPU worker (chunks on the device, audit clean) and this process imports no chunk
+    library at all (no cuDF, CuPy, pandas: the 2 s of imports a first result paid)."""
+    from test_in_cluster import run_probe
+
+    from gpuscale import serve
+    with serve.up(backend="gpu", collection="dataframe", gpus="0") as served:
+        addr = served.address
+        for workload, size in (("groupby", ("--rows", "10000000", "--keys", "100000")),
+                               ("svd", ("--rows", "400000", "--cols", "50"))):
+            rec, imported = run_probe(tmp_path, "run", workload, "--backend", "gpu", "--scheduler", addr, *size,
+                                      "--repeat", "2", "--warmup", "0", "--json", "--results-dir", tmp_path / "res")
+            assert rec["valid"] is True and rec["family"] == "gpu", rec["validation"]
+            assert rec["info"]["runner"]["where"] == "cluster", rec["info"]["runner"]
+            assert rec["audit"]["clean"] is True, rec["audit"]["foreign"]
+            kinds = rec["audit"]["kinds"]
+            assert kinds.get("cudf" if workload == "groupby" else "cupy", 0) > 0 and not kinds.get("pandas"), kinds
+            assert not any(imported.values()), imported
+
+
+def test_groupby_route_dtypes_same_on_one_and_several_workers():
+    """One worker runs cuDF's own aggregation (``_whole``), several run partial + combine:
+    the result's columns and dtypes must not depend on the worker count."""
+    cudf = pytest.importorskip("cudf")
+    from gpuscale import dataframe as routes
+    rs = np.random.default_rng(0)
+    frame = cudf.DataFrame({"key": rs.integers(0, 50, 10_000), "int64": rs.integers(0, 100, 10_000),
+                            "float64": rs.random(10_000)})
+    spec = {"int64": ["max", "count", "sum", "min"], "float64": ["mean", "sum", "max"]}
+    one = routes._whole([frame], ["key"], spec)
+    halves = [frame.iloc[:5_000], frame.iloc[5_000:]]
+    several = routes._combine([routes._partial([h], ["key"], spec) for h in halves], ["key"], spec)
+    assert list(one.columns) == list(several.columns)
+    assert dict(one.dtypes) == dict(several.dtypes), (dict(one.dtypes), dict(several.dtypes))
+    ref = frame.to_pandas().groupby("key").agg(spec)
+    assert dict(one.dtypes) == dict(ref.dtypes), (dict(one.dtypes), dict(ref.dtypes))

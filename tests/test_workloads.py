@@ -7,8 +7,8 @@ import pathlib
 import subprocess
 import sys
 
-import dask
 import dask.array as da
+import dask.dataframe as dd
 import numpy as np
 import pytest
 
@@ -149,7 +149,7 @@ def _perturbed_frame(out, column, k, change):
     bad = got.copy()
     j = bad.columns.get_loc(column)
     bad.iloc[k, j] = change(bad.iloc[k, j])
-    return Output({"result": dask.delayed(bad)}, out.info)
+    return Output({"result": dd.from_pandas(bad, npartitions=1, sort=False)}, out.info)
 
 
 @pytest.mark.parametrize("column, change, failing", [
@@ -179,7 +179,8 @@ def test_groupby_sampled_validation_catches_a_wrong_count(cpu_session, monkeypat
 def test_groupby_validation_catches_a_missing_group(cpu_session):
     wl, p, ctx, data, out = produce(cpu_session, "groupby", **GROUPBY)
     got = out.collections["result"].compute().sort_index()
-    v = wl.validate(Output({"result": dask.delayed(got.iloc[1:])}, out.info), data, p, ctx)
+    v = wl.validate(Output({"result": dd.from_pandas(got.iloc[1:], npartitions=1, sort=False)}, out.info),
+                    data, p, ctx)
     assert v.valid is False
 
 

@@ -27,11 +27,9 @@ import math
 from typing import Literal
 
 import dask
-import dask.array as da
 import numpy as np
 from pydantic import Field, PositiveInt
 
-from .. import linalg
 from ..backends import to_host
 from ..backends.convert import from_memory
 from ..errors import UserError
@@ -183,6 +181,7 @@ class SVD(Workload):
         return value
 
     def generate(self, p, ctx: Context):
+        import dask.array as da  # here, not at the top: the CLI builds this workload's command
         chunk = ctx.choices["chunk_rows"]["value"]
         rng = da.random.default_rng(p.seed)
         if p.condition is None:
@@ -200,12 +199,14 @@ class SVD(Workload):
         return {"x": x, "s_true": s_true}
 
     def compute(self, data, p, ctx: Context) -> Output:
+        from .. import linalg
         res = linalg.svd(data["x"], compute_uv=p.compute_uv, route=p.route,
                          split_every=ctx.knobs.split_every)
         ctx.decide("route", res.route.name, "rule" if p.route == "auto" else "flag", res.route.reason)
         return Output(res.collections(), {"route": res.route.to_dict(), "notes": res.notes})
 
     def validate(self, out: Output, data, p, ctx: Context) -> Validation:
+        import dask.array as da
         x = data["x"]
         user = ctx.data is not None
         level = ctx.validate or ("fast" if user else None)  # None: by size (generated data)
