@@ -282,13 +282,7 @@ def _per_worker_agg(df, by, spec):
     through their futures' own keys (:func:`gpuscale.locality.in_memory`)."""
     import dask.dataframe as dd
     from dask.base import tokenize
-    held = locality.in_memory(df)
-    if held:
-        dsk, keys = held
-    else:
-        df = df.optimize()  # projections and fusion, as to_delayed / compute would do
-        keys = df.__dask_keys__()
-        dsk = dict(df.__dask_graph__())
+    dsk, keys = locality.graph_and_keys(df)
     groups = _worker_groups(df, keys)
     name = f"gpuscale-groupby-{tokenize(keys, by, spec, groups, locality.memory_state(df))}"
     one = len(groups) == 1

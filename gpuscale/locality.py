@@ -71,6 +71,17 @@ def in_memory(collection) -> tuple[dict, list] | None:
     return {k: futures[k] for k in targets}, targets
 
 
+def graph_and_keys(collection) -> tuple[dict, list]:
+    """(graph, keys in block order) for building tasks on a collection's blocks by hand: the
+    futures' own keys when every block is in memory (:func:`in_memory`), else the optimized
+    graph's (projections and fusion, as ``compute`` would do)."""
+    held = in_memory(collection)
+    if held:
+        return held
+    c = collection.optimize()
+    return dict(c.__dask_graph__()), list(c.__dask_keys__())
+
+
 def memory_state(collection) -> list[str]:
     """The keys of ``collection`` that are futures (in memory on a cluster), sorted; empty for a
     lazy collection. Routes put it in their task names: Dask names a persisted collection like

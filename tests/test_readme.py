@@ -82,7 +82,8 @@ def test_readme_cluster_and_run_flags_exist():
     assert flags <= options, flags - options
     show = cli_mod.cluster.get_command(None, "show")
     show_options = {o for p in show.params for o in (*p.opts, *p.secondary_opts)}
-    run_only = {"--repeat", "--warmup", "--results-dir", "--trace", "--no-memory-check", "--strict-backend"}
+    run_only = {"--repeat", "--warmup", "--results-dir", "--trace", "--no-memory-check", "--strict-backend",
+                "--in-cluster", "--no-in-cluster"}
     assert flags - run_only <= show_options, (flags - run_only) - show_options
 
 

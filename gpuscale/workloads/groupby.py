@@ -253,24 +253,14 @@ class Groupby(Workload):
         return _host_frame(out.collections["result"].compute())
 
 
-def _blocks(collection) -> tuple[dict, list]:
-    """(graph, keys in block order): the futures' own keys when in memory, else the optimized
-    graph's."""
-    held = locality.in_memory(collection)
-    if held:
-        return held
-    c = collection.optimize()
-    return dict(c.__dask_graph__()), list(c.__dask_keys__())
-
-
 def _sampled_check(data, result, sample: list[int]):
     """(rows, groups in the result, keys counted, the result's counts summed, every count equal
     to its key's, the result's rows of the sampled keys, the data's rows of them), in one
     compute: ``_facts`` per data partition, ``_verdict`` once."""
     from dask.base import tokenize
     from dask.delayed import Delayed
-    dsk, dkeys = _blocks(data)
-    rdsk, rkeys = _blocks(result)
+    dsk, dkeys = locality.graph_and_keys(data)
+    rdsk, rkeys = locality.graph_and_keys(result)
     dsk.update(rdsk)
     name = f"gpuscale-groupby-check-{tokenize(dkeys, rkeys, sample, locality.memory_state(data))}"
     facts = []
