@@ -270,7 +270,6 @@ class Placement:
     source: str
     rule: str
     worker: str | None = None
-    timings: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def entry(self) -> dict[str, Any]:
         """The record's ``explained.cluster.runner`` (value, source, rule)."""
@@ -278,8 +277,8 @@ class Placement:
         return {"value": value, "source": self.source, "rule": self.rule}
 
     def describe(self) -> dict[str, Any]:
-        """The record's ``info.runner``."""
-        return {"where": self.where, "worker": self.worker, **self.timings}
+        """The record's ``info.runner`` (the runner in the cluster adds its timings)."""
+        return {"where": self.where, "worker": self.worker}
 
 
 IN_CLUSTER_WHY = ("the runner goes to a worker of the running cluster, which has imported the chunk "
