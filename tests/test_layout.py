@@ -1,0 +1,154 @@
+"""The package's structure: no import circle among gpuscale's modules.
+
+Every ``import`` / ``from ... import`` statement counts, the ones inside functions too (a
+function-level import only delays a circle to the first call), and so does
+``importlib.import_module("gpuscale....")`` with a literal name. ``from pkg import name`` is an
+edge to ``pkg.name`` when that is a module, else to ``pkg``. Importing ``a.b`` also runs
+``a/__init__``; those implicit edges to ancestor packages are not counted (every module would
+otherwise sit in a circle with the lazy top-level facade), so a package ``__init__`` must not
+import what imports it back: keep shared classes in a submodule (``backends/family.py``,
+``workloads/base.py``) and let ``__init__`` re-export them.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+PKG = pathlib.Path(__file__).resolve().parents[1] / "gpuscale"
+
+
+def modules(root: pathlib.Path = PKG) -> dict[str, pathlib.Path]:
+    """Dotted module name -> file, for every .py under ``root``."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _resolve(name: str, known: dict[str, pathlib.Path]) -> str | None:
+    """The longest known module that ``name`` is or lies in (None: not gpuscale's)."""
+    parts = name.split(".")
+    while parts:
+        cand = ".".join(parts)
+        if cand in known:
+            return cand
+        parts.pop()
+    return None
+
+
+def edges(known: dict[str, pathlib.Path]) -> dict[str, dict[str, int]]:
+    """module -> {imported module: first line}, gpuscale's own modules only."""
+    graph: dict[str, dict[str, int]] = {}
+    for mod, path in known.items():
+        is_pkg = path.name == "__init__.py"
+        here = mod if is_pkg else mod.rpartition(".")[0]
+        out: dict[str, int] = {}
+
+        def add(target: str | None, line: int) -> None:
+            if target and target != mod:
+                out.setdefault(target, line)
+
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    add(_resolve(a.name, known), node.lineno)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = here.split(".")
+                    base = base[:len(base) - (node.level - 1)]
+                    pkg = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    pkg = node.module or ""
+                for a in node.names:
+                    sub = f"{pkg}.{a.name}"
+                    add(sub if sub in known else _resolve(pkg, known), node.lineno)
+            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
+                  == "import_module" and node.args and isinstance(node.args[0], ast.Constant)
+                  and isinstance(node.args[0].value, str)):
+                name = node.args[0].value
+                if name.startswith("."):
+                    level = len(name) - len(name.lstrip("."))
+                    base = here.split(".")
+                    name = ".".join(base[:len(base) - (level - 1)] + [name.lstrip(".")])
+                add(_resolve(name, known), node.lineno)
+        graph[mod] = out
+    return graph
+
+
+def circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _describe(comp: list[str], graph) -> str:
+    inside = set(comp)
+    ties = [f"{a} -> {b} (line {graph[a][b]})" for a in comp for b in sorted(graph[a]) if b in inside]
+    return "circle: " + ", ".join(comp) + "\n    " + "\n    ".join(ties)
+
+
+def test_no_import_circle():
+    known = modules()
+    graph = edges(known)
+    found = circles(graph)
+    assert not found, "import circles among gpuscale's modules:\n" + "\n".join(_describe(c, graph) for c in found)
+
+
+def test_the_walk_sees_function_level_imports_and_circles(tmp_path):
+    """The checker itself: a circle closed only by an import inside a function is found."""
+    pkg = tmp_path / "gpuscale"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n")
+    (pkg / "b.py").write_text("def f():\n    from .sub import c\n    return c\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "c.py").write_text("import importlib\n\ndef g():\n    return importlib.import_module('gpuscale.a')\n")
+    graph = edges(modules(pkg))
+    assert graph["gpuscale.b"] == {"gpuscale.sub.c": 2}
+    assert circles(graph) == [["gpuscale.a", "gpuscale.b", "gpuscale.sub.c"]]
+    (pkg / "sub" / "c.py").write_text("def g():\n    return 1\n")
+    assert circles(edges(modules(pkg))) == []
+
+
+if __name__ == "__main__":  # pragma: no cover - print today's circles
+    g = edges(modules())
+    for c in circles(g):
+        print(_describe(c, g))
+    pytest.main([__file__])
