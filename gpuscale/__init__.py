@@ -1,23 +1,37 @@
-"""gpuscale: the same Dask array / DataFrame work on CPUs or GPUs, by changing one flag."""
+"""gpuscale: the same Dask array / DataFrame work on CPUs or GPUs, by changing one flag.
+
+The folders follow the data: ``config`` (settings and where each came from) ->
+``backends/`` (families: chunk libraries, knobs, conversions) -> ``cluster/`` (the spec and the
+choices behind it, then the start) -> ``workloads/`` (describe the work) -> ``routes/`` (compute:
+plain functions on your collections) -> ``runs/`` (sessions, the runner, a runner in a running
+cluster, clusters kept up) -> ``records/`` (results, what was explained, tables); ``data/``
+reads your inputs and writes outputs, ``audit`` and ``trace/`` watch any of it.
+"""
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from ._version import __version__
 from . import config  # noqa: E402,F401  (merges gpuscale.yaml into dask.config first)
 from .errors import UserError  # noqa: E402
 
+_LAZY = {"session": "gpuscale.api", "run": "gpuscale.api", "Session": "gpuscale.api",
+         "explain": "gpuscale.api", "workload": "gpuscale.workloads.decorator"}
+"""Top-level names, from the module that holds them (imported on first use: importing gpuscale
+starts nothing and imports no GPU library)."""
+_MODULES = {"linalg": "gpuscale.routes.linalg", "dataframe": "gpuscale.routes.dataframe",
+            "workloads": "gpuscale.workloads", "backends": "gpuscale.backends", "cluster": "gpuscale.cluster",
+            "results": "gpuscale.records.results", "report": "gpuscale.records.report",
+            "trace": "gpuscale.trace", "audit": "gpuscale.audit"}
+"""Modules reachable as ``gpuscale.NAME`` (``gpuscale.linalg.svd(x)``)."""
 
-def __getattr__(name):  # lazy: importing gpuscale starts nothing and imports no GPU library
-    if name in ("session", "run", "Session"):
-        from . import api
-        return getattr(api, name)
-    if name == "workload":
-        from .workloads.decorator import workload
-        return workload
-    if name in ("linalg", "dataframe", "workloads", "backends", "cluster", "results", "trace"):
-        import importlib
-        return importlib.import_module(f".{name}", __name__)
+
+def __getattr__(name):
+    import importlib
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _MODULES:
+        return importlib.import_module(_MODULES[name])
     raise AttributeError(f"module 'gpuscale' has no attribute {name!r}")
 
 
-__all__ = ["session", "run", "Session", "UserError", "workload", "linalg", "dataframe", "__version__"]
+__all__ = ["session", "run", "Session", "explain", "UserError", "workload", "linalg", "dataframe",
+           "__version__"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from . import __version__
+from ._version import __version__
 from .errors import UserError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -146,7 +146,8 @@ def _workload_command(cls) -> click.Command:
                        "after it until Ctrl-C")
     @click.option("--json", "as_json", is_flag=True, help="print exactly one JSON object on stdout")
     def command(as_json, no_memory_check, repeat, warmup, results_dir, **kwargs):
-        from . import api, report
+        from . import api
+        from .records import report
         trace_dir = kwargs.pop("trace_dir", None)
         data_kw = _pop_data_options(kwargs)
         shown = []  # --dashboard shows the result before holding the cluster
@@ -187,7 +188,7 @@ def _data_options(cls) -> list[click.Option]:
     formats = getattr(cls, "input_formats", ())
     if not formats:
         return []
-    from .inputs import FORMAT_NAMES
+    from .data.inputs import FORMAT_NAMES
     reads = " / ".join(FORMAT_NAMES[f] for f in formats)
     writes = " / ".join(getattr(cls, "output_formats", ()))
     return [
@@ -218,7 +219,7 @@ def _dashboard_hooks(show) -> dict[str, Any]:
     """``api.run`` callbacks for ``run --dashboard``: the link on stderr before the work; after
     it, the result shown and the cluster held (:func:`gpuscale.serve.hold`) until Ctrl-C,
     SIGTERM or ``cluster down``. stdout keeps only what ``show`` prints."""
-    from . import serve
+    from .runs import serve
 
     def on_ready(s):
         link = s.dashboard_link
@@ -269,9 +270,10 @@ def cluster():
 @click.option("--json", "as_json", is_flag=True, help="print the spec as JSON")
 def cluster_show(as_json, collection, **kwargs):
     """Print the fully resolved cluster spec, starting nothing."""
-    from . import api, report
+    from . import api
+    from .records import report
     profile, settings = _split(kwargs)
-    resolved, selection, spec = api.plan(profile=profile, collection=collection, check=False, **settings)
+    resolved, selection, spec = api.configure(profile=profile, collection=collection, check=False, **settings)
     if as_json:
         click.echo(json.dumps({"spec": spec.model_dump(mode="json"), "backend": selection.requested,
                                "family": selection.family.name, "reason": selection.reason,
@@ -294,7 +296,7 @@ def cluster_show(as_json, collection, **kwargs):
 def cluster_up(as_json, scheduler_file, collection, **kwargs):
     """Start the cluster `cluster show` describes and keep it up in the foreground until
     Ctrl-C, SIGTERM or `gpuscale cluster down ADDRESS`; everything started is closed on exit."""
-    from . import serve
+    from .runs import serve
     profile, settings = _split(kwargs)
     with serve.sigterm_as_interrupt():
         with serve.up(profile=profile, collection=collection, scheduler_file=scheduler_file,
@@ -331,7 +333,7 @@ def cluster_up(as_json, scheduler_file, collection, **kwargs):
 def cluster_down(address, scheduler_file, timeout):
     """Stop the scheduler at ADDRESS and its workers (e.g. one `cluster up` started, which
     then exits 0)."""
-    from . import serve
+    from .runs import serve
     if (address is None) == (scheduler_file is None):
         raise UserError("give the scheduler ADDRESS or --scheduler-file PATH (exactly one)",
                         "e.g. gpuscale cluster down tcp://127.0.0.1:8786")
@@ -374,7 +376,7 @@ def info(as_json):
     if as_json:
         click.echo(json.dumps(data, default=str))
     else:
-        from . import report
+        from .records import report
         _console().print(report.info_table(data))
 
 
@@ -387,7 +389,7 @@ def workloads_cmd(as_json):
     if as_json:
         click.echo(json.dumps(items, default=str))
     else:
-        from . import report
+        from .records import report
         _console().print(report.workloads_table(items))
 
 
@@ -404,12 +406,13 @@ def trace_group():
 @click.option("--json", "as_json", is_flag=True, help="print the summary as one JSON object")
 def trace_summarize(directory, as_json):
     """Where the time went: wall split, top task groups, bytes moved, bandwidth, memory peaks."""
-    from . import report, trace
+    from . import trace
+    from .trace import render
     s = trace.load(directory)
     if as_json:
         click.echo(json.dumps(s.model_dump(mode="json", by_alias=True), default=str))
     else:
-        _console().print(report.trace_summary_table(s, directory))
+        _console().print(render.summary_table(s, directory))
 
 
 @trace_group.command("compare", context_settings=CONTEXT)
@@ -418,12 +421,13 @@ def trace_summarize(directory, as_json):
 @click.option("--json", "as_json", is_flag=True, help="print the comparison as one JSON object")
 def trace_compare(dir_a, dir_b, as_json):
     """Two traces side by side (e.g. tcp vs ucx), with ratios B / A."""
-    from . import report, trace
+    from . import trace
+    from .trace import render
     c = trace.compare(dir_a, dir_b)
     if as_json:
         click.echo(json.dumps(c, default=str))
     else:
-        _console().print(report.trace_compare_table(c))
+        _console().print(render.compare_table(c))
 
 
 # ---------------------------------------------------------------------------------------
@@ -441,7 +445,8 @@ def audit_report(path, as_json):
     """The audit of a result record (JSON) or a trace folder (its summary.json) as a table:
     task outputs by prefix with their type and bytes, chunks of another family than the
     backend's with their likely fix, and family changes (host <-> device)."""
-    from . import audit, report
+    from . import audit
+    from .records import report
     a, label = audit.load(path)
     if as_json:
         click.echo(json.dumps({**a, "source": label}, default=str))
@@ -476,7 +481,8 @@ NOT_PLANNED = {"results_dir": "--results-dir", "input_path": "--input", "overwri
 def _explain_callback(cls):
     def explain(as_json=False, no_memory_check=False, repeat=None, warmup=None, strict_backend=False,
                 in_cluster=None, trace_dir=None, output_path=None, dashboard=False, **kwargs):
-        from . import api, report
+        from . import api
+        from .records import report
         unused = [flag for key, flag in NOT_PLANNED.items() if kwargs.pop(key, None) not in (None, False)]
         profile, settings = _split(kwargs)
         wl_params = {k: v for k, v in kwargs.items() if v is not None}

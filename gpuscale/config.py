@@ -111,7 +111,7 @@ class RunSettings(_Section):
     memory_check: bool = True
     strict_backend: bool = False
     in_cluster: Union[bool, Literal["auto"]] = "auto"
-    """With a running scheduler: run the runner on one of its workers (``serve.placement``)."""
+    """With a running scheduler: run the runner on one of its workers (``runs.remote.placement``)."""
 
     @field_validator("in_cluster", mode="before")
     @classmethod
@@ -185,6 +185,12 @@ def keywords_to_nested(kwargs: dict[str, Any]) -> dict:
                             f"use one of: {', '.join(sorted(KEYWORDS))}")
         _set_path(out, KEYWORDS[key].split("."), value)
     return out
+
+
+def merge_keywords(settings: dict[str, Any] | None = None, **given: Any) -> dict[str, Any]:
+    """One flat keyword dict for :func:`keywords_to_nested`: ``settings`` (the API's
+    ``cluster_settings``) with the keywords given explicitly (not None) on top."""
+    return {**(settings or {}), **{k: v for k, v in given.items() if v is not None}}
 
 
 def _set_path(d: dict, path: list[str], value: Any) -> None:

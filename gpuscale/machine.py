@@ -51,7 +51,7 @@ def stacks() -> dict[str, dict]:
 def _versions() -> tuple[tuple[str, str | None], ...]:
     from distributed.versions import get_versions
 
-    from . import __version__
+    from ._version import __version__
     v = dict(get_versions()["packages"])
     for name in CORE:
         v.setdefault(name, _dist_version((name,)))

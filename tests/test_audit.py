@@ -20,7 +20,8 @@ import pytest
 from distributed import wait
 
 import gpuscale
-from gpuscale import UserError, audit, report, results
+from gpuscale import UserError, audit
+from gpuscale.records import report, results
 
 import auditfam
 from auditfam import CHUNK_BYTES, NCHUNKS

@@ -111,38 +111,38 @@ def test_show_rmm_pool_size_none_disables_the_pool(cli):
 # ---------------------------------------------------------------------------------------
 def test_plan_nvlink_over_tcp_is_refused():
     with pytest.raises(UserError, match="NVLink was requested over TCP"):
-        api.plan(profile="gpu-tcp", nvlink=True, check=False)
+        api.configure(profile="gpu-tcp", nvlink=True, check=False)
 
 
 def test_plan_cpu_ignores_ucx_switches_with_a_note():
-    _, _, spec = api.plan(backend="cpu", nvlink=True)
+    _, _, spec = api.configure(backend="cpu", nvlink=True)
     assert spec.cls == "distributed.LocalCluster"
     assert any("ignored here" in n for n in spec.notes)
 
 
 def test_plan_existing_scheduler():
-    _, _, spec = api.plan(backend="cpu", scheduler="127.0.0.1:8786")
+    _, _, spec = api.configure(backend="cpu", scheduler="127.0.0.1:8786")
     assert spec.kind == "existing"
     assert spec.scheduler == "tcp://127.0.0.1:8786"
     assert spec.kwargs == {"address": "tcp://127.0.0.1:8786", "timeout": 10.0}
-    _, _, spec = api.plan(profile="scheduler", backend="cpu")
+    _, _, spec = api.configure(profile="scheduler", backend="cpu")
     assert spec.scheduler == "tcp://127.0.0.1:8786" and spec.connect_timeout == 10
 
 
 def test_plan_gpu_workers_and_gpus_checks():
-    _, _, spec = api.plan(backend="gpu", check=False, gpus="0,1")
+    _, _, spec = api.configure(backend="gpu", check=False, gpus="0,1")
     assert spec.gpus == [0, 1]
     assert spec.kwargs["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert spec.workers == 2
-    _, _, spec = api.plan(backend="gpu", check=False, gpus="0,1", workers=1)
+    _, _, spec = api.configure(backend="gpu", check=False, gpus="0,1", workers=1)
     assert spec.gpus == [0] and spec.workers == 1
     with pytest.raises(UserError, match="exceeds the 2 GPU"):
-        api.plan(backend="gpu", check=False, gpus="0,1", workers=3)
+        api.configure(backend="gpu", check=False, gpus="0,1", workers=3)
 
 
 def test_plan_bad_memory_limit():
     with pytest.raises(UserError, match="invalid memory limit"):
-        api.plan(backend="cpu", memory_limit="lots")
+        api.configure(backend="cpu", memory_limit="lots")
 
 
 # ---------------------------------------------------------------------------------------
@@ -196,7 +196,7 @@ def test_a_gpu_held_by_another_process_is_refused_before_the_workers_start():
     from gpuscale import api
     from gpuscale.cluster import cuda
     gib = 2**30
-    _, _, spec = api.plan(backend="gpu", gpus="0,1", check=False)
+    _, _, spec = api.configure(backend="gpu", gpus="0,1", check=False)
     assert spec.rmm["pool_size"] == 0.8
     free = [{"index": 0, "memory_bytes": 80 * gib, "free_bytes": 79 * gib},
             {"index": 1, "memory_bytes": 80 * gib, "free_bytes": 15 * gib}]
@@ -205,6 +205,6 @@ def test_a_gpu_held_by_another_process_is_refused_before_the_workers_start():
     assert "GPU 1 has 15.00 GiB free of 80.00 GiB" in str(e.value) and "64.00 GiB" in str(e.value)
     assert "--rmm-pool-size" in e.value.fix
     cuda.check_free_memory(spec, free[:1] + [{**free[1], "free_bytes": 70 * gib}])  # fits: no error
-    _, _, small = api.plan(backend="gpu", gpus="0,1", rmm_pool_size="8GB", check=False)
+    _, _, small = api.configure(backend="gpu", gpus="0,1", rmm_pool_size="8GB", check=False)
     cuda.check_free_memory(small, free)
     assert cuda.pool_bytes("8GB", 80 * gib) == 8 * 10**9 and cuda.pool_bytes(None, 1) is None

@@ -406,10 +406,10 @@ def test_dashboard_binds_to_loopback_on_cpu(cpu_session):
 @pytest.mark.parametrize("profile, backend", [(None, "cpu"), (None, "gpu"), ("gpu-ucx", None),
                                               ("gpu-tcp", None), ("cpu", None)])
 def test_planned_clusters_bind_the_dashboard_to_loopback(profile, backend):
-    _, _, spec = api.plan(profile=profile, backend=backend, check=False)
+    _, _, spec = api.configure(profile=profile, backend=backend, check=False)
     assert spec.cls in ("distributed.LocalCluster", "dask_cuda.LocalCUDACluster")
     assert spec.dashboard_address == spec.kwargs["dashboard_address"] == "127.0.0.1:0"
-    _, _, spec = api.plan(profile=profile, backend=backend, check=False, dashboard_address="0.0.0.0:8787")
+    _, _, spec = api.configure(profile=profile, backend=backend, check=False, dashboard_address="0.0.0.0:8787")
     assert spec.kwargs["dashboard_address"] == "0.0.0.0:8787"
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from gpuscale import UserError, backends
-from gpuscale import dataframe as gdf
+from gpuscale.routes import dataframe as gdf
 
 SPEC = {"x": ["max", "mean"], "y": ["count", "sum", "min"]}
 

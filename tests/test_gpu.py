@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import gpuscale
-from gpuscale import linalg, machine
+from gpuscale.routes import linalg
+from gpuscale import machine
 
 pytestmark = pytest.mark.gpu
 
@@ -126,7 +127,7 @@ def test_gpu_run_against_cluster_up_runs_in_the_cluster(tmp_path):
     library at all (no cuDF, CuPy, pandas: the 2 s of imports a first result paid)."""
     from test_in_cluster import run_probe
 
-    from gpuscale import serve
+    from gpuscale.runs import serve
     with serve.up(backend="gpu", collection="dataframe", gpus="0") as served:
         addr = served.address
         for workload, size in (("groupby", ("--rows", "10000000", "--keys", "100000")),
@@ -145,7 +146,7 @@ def test_groupby_route_dtypes_same_on_one_and_several_workers():
     """One worker runs cuDF's own aggregation (``_whole``), several run partial + combine:
     the result's columns and dtypes must not depend on the worker count."""
     cudf = pytest.importorskip("cudf")
-    from gpuscale import dataframe as routes
+    from gpuscale.routes import dataframe as routes
     rs = np.random.default_rng(0)
     frame = cudf.DataFrame({"key": rs.integers(0, 50, 10_000), "int64": rs.integers(0, 100, 10_000),
                             "float64": rs.random(10_000)})

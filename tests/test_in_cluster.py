@@ -16,7 +16,8 @@ import pytest
 from distributed import Client, LocalCluster
 
 import gpuscale
-from gpuscale import UserError, api, serve
+from gpuscale import UserError, api
+from gpuscale.runs import remote
 
 from conftest import _clean_environ, files_under
 
@@ -79,8 +80,8 @@ def test_placement_rules(cluster, tmp_path):
     addr, _, _ = cluster
 
     def where(in_cluster="auto", scheduler=addr, **files):
-        resolved, _, spec = api.plan(backend="cpu", scheduler=scheduler, in_cluster=in_cluster)
-        return serve.placement(resolved, spec, **files)
+        resolved, _, spec = api.configure(backend="cpu", scheduler=scheduler, in_cluster=in_cluster)
+        return remote.placement(resolved, spec, **files)
 
     assert where().where == "cluster"
     local = where(scheduler=None)

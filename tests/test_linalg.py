@@ -6,7 +6,8 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from gpuscale import UserError, linalg
+from gpuscale import UserError
+from gpuscale.routes import linalg
 
 ROUTES = ("gram", "cholqr2", "tsqr")
 

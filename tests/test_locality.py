@@ -6,7 +6,7 @@ from distributed import wait
 import numpy as np
 
 import gpuscale
-from gpuscale import locality
+from gpuscale.routes import locality
 
 
 def test_blocks_by_worker_follows_placement(cpu_session):
@@ -61,7 +61,7 @@ def test_routes_name_their_tasks_apart_for_a_lazy_collection_and_its_persisted_s
     an SVD over the persisted array re-ran the lazy host-to-device conversion every repeat)."""
     import pandas as pd
     import dask.dataframe as dd
-    from gpuscale import dataframe as gdf
+    from gpuscale.routes import dataframe as gdf
     from gpuscale.backends.convert import from_memory
     client = cpu_session.client
     x = from_memory(np.random.default_rng(3).standard_normal((3000, 8)), cpu_session.family, chunks=(700, 8))
@@ -92,7 +92,7 @@ def test_in_memory_reads_a_persisted_frame_through_its_futures(cpu_session):
     import dask.dataframe as dd
     from dask._task_spec import Alias
     from distributed import futures_of, get_task_stream
-    from gpuscale import dataframe as gdf
+    from gpuscale.routes import dataframe as gdf
     client = cpu_session.client
     frame = pd.DataFrame({"k": np.arange(6000) % 1500, "v": np.arange(6000.0)})
     df = dd.from_pandas(frame, npartitions=6)

@@ -9,7 +9,8 @@ import dask
 import distributed
 import pytest
 
-from gpuscale import UserError, results
+from gpuscale import UserError
+from gpuscale.records import results
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from dask.utils import format_bytes
 
 import gpuscale
 from gpuscale import UserError, trace
-from gpuscale.report import _fmt_s
+from gpuscale.records.report import _fmt_s
 from conftest import files_under
 
 SPAN_TOLERANCE = 0.05

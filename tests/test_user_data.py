@@ -15,7 +15,9 @@ import pandas as pd
 import pytest
 
 import gpuscale
-from gpuscale import UserError, dataframe, inputs, linalg, outputs, workloads
+from gpuscale import UserError, workloads
+from gpuscale.routes import dataframe, linalg
+from gpuscale.data import inputs, outputs
 from gpuscale.workloads import Output
 from conftest import files_under, gpu_probe
 
@@ -300,7 +302,7 @@ def test_user_data_errors_through_the_api(cpu_session, sales, matrix):
 # ---------------------------------------------------------------------------------------
 def _validate(session, name, data, p, output_fn, level=None):
     """Load and compute as the runner does, then validate a result changed by ``output_fn``."""
-    from gpuscale import runner
+    from gpuscale.runs import runner
     cls = workloads.get(name)
     wl = cls()
     p = cls.parse(p)

@@ -20,7 +20,7 @@ import numpy as np
 from distributed import wait
 
 import gpuscale
-from gpuscale import report
+from gpuscale.records import report
 
 
 def work(x):

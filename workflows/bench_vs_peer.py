@@ -60,7 +60,8 @@ import numpy as np
 from distributed import wait
 
 import gpuscale
-from gpuscale import machine, runner
+from gpuscale import machine
+from gpuscale.runs import runner
 from gpuscale.backends import to_host
 from gpuscale.workloads.groupby import AGG, make_partition
 

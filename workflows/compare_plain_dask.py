@@ -29,7 +29,8 @@ import dask.array as da
 import numpy as np
 
 import gpuscale
-from gpuscale import runner, workloads
+from gpuscale.runs import runner
+from gpuscale import workloads
 from gpuscale.backends import to_host
 from gpuscale.workloads.groupby import AGG
 

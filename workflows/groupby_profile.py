@@ -29,8 +29,8 @@ import dask.dataframe as dd
 from distributed import futures_of, wait
 
 import gpuscale
-from gpuscale import dataframe as gdf
-from gpuscale import runner
+from gpuscale.routes import dataframe as gdf
+from gpuscale.runs import runner
 from gpuscale.workloads.groupby import AGG, make_partition
 
 
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
         rows["empty task, submit -> result"] = _median(lambda: client.submit(_noop, pure=False).result(), a.rounds * 4)
         rows["client.run (the device synchronize's round trip)"] = _median(lambda: fam.synchronize(client), a.rounds * 4)
         keys = df.__dask_keys__()
-        from gpuscale import locality
+        from gpuscale.routes import locality
         rows["where the blocks live (who_has)"] = _median(lambda: locality.blocks_by_worker(df, keys), a.rounds * 4)
         # client side of the route
         rows["client: groupby_agg(...) builds the graph"] = _median(

@@ -25,10 +25,20 @@ from typing import Any
 
 import dask
 from dask.base import tokenize
+from dask.utils import Dispatch
 
-from . import Family, to_host
+from .family import Family
 
 PREFIX = "to_backend"
+
+to_host = Dispatch("to_host")
+"""A host (NumPy / pandas) copy of a chunk, by its type: the families register their chunk
+types (no backend names); anything else is returned as it is."""
+
+
+@to_host.register(object)
+def _to_host_identity(x):
+    return x
 
 
 def convert_array(block, module: str):

@@ -1,11 +1,11 @@
 """The CPU family: NumPy arrays and pandas frames on a ``distributed.LocalCluster``."""
 from __future__ import annotations
 
-from . import Family, Knobs, register
+from .family import Family, Knobs
 
 MiB = 2**20
 
-FAMILY = register(Family(
+FAMILY = Family(
     name="cpu",
     description="NumPy arrays + pandas DataFrames on distributed.LocalCluster",
     names=("cpu", "numpy", "pandas"),
@@ -25,4 +25,4 @@ FAMILY = register(Family(
         split_every=8,
     ),
     auto_priority=0,
-))
+)

@@ -5,7 +5,8 @@ import CuPy when they run.
 """
 from __future__ import annotations
 
-from . import Family, Knobs, register, to_host
+from .convert import to_host
+from .family import Family, Knobs
 
 GiB = 2**30
 GPU_INSTALL = "pip install 'gpuscale[gpu]'  (CuPy, cuDF, dask-cuda for CUDA 13)"
@@ -39,7 +40,7 @@ class GpuFamily(Family):
         return client.run(_device_total_memory)
 
 
-FAMILY = register(GpuFamily(
+FAMILY = GpuFamily(
     name="gpu",
     description="CuPy arrays + cuDF DataFrames on dask_cuda.LocalCUDACluster, one worker per GPU",
     names=("gpu", "cupy", "cudf"),
@@ -65,7 +66,7 @@ FAMILY = register(GpuFamily(
     ),
     auto_priority=10,
     nvtx_phases=True,
-))
+)
 
 
 @to_host.register_lazy("cupy")

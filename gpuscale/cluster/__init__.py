@@ -1,8 +1,10 @@
 """Cluster building: a printable spec first, then a thin start over it.
 
-:func:`plan` turns resolved settings + the selected backend family into a
+:func:`build_spec` turns resolved settings + the selected backend family into a
 :class:`ClusterSpec` (class, workers, threads, memory, protocol, transports, RMM) without
-starting anything; ``gpuscale cluster show`` prints it. :func:`connect` starts (or connects
+starting anything; ``gpuscale cluster show`` prints it. Each kind records why it chose what it
+chose (``ClusterSpec.choices``: value, source and rule with its numbers), which ``explain`` and
+every record lay out. :func:`connect` starts (or connects
 to) the cluster the spec describes and always closes what it started, on success, error and
 Ctrl-C. One small module per kind: ``local`` (LocalCluster), ``cuda`` (LocalCUDACluster),
 ``existing`` (a running scheduler).
@@ -17,6 +19,7 @@ from typing import Any, Iterator
 import dask.config
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..choices import choice
 from ..errors import UserError
 from . import protocols
 
@@ -46,17 +49,38 @@ class ClusterSpec(BaseModel):
     notes: list[str] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """The exact keyword arguments given to the cluster class."""
+    choices: dict[str, dict[str, Any]] = Field(default_factory=dict, exclude=True)
+    """Each cluster knob as the kind chose it (:func:`gpuscale.choices.choice`: value, source,
+    rule): protocol, transports, GPUs, workers, threads per worker, memory limit, RMM pool.
+    Not part of the printed spec (``cluster show`` / the record's ``cluster``); the record's
+    ``explained.cluster`` holds it."""
 
 
 def _kind(name: str):
     return importlib.import_module(KINDS[name])
 
 
-def plan(settings, family, collection: str | None = None) -> ClusterSpec:
-    """The cluster these settings describe for this family (nothing is started)."""
+def build_spec(resolved, family, collection: str | None = None) -> ClusterSpec:
+    """The cluster the resolved settings (``config.Resolved``: values and their sources)
+    describe for this family, with the choices behind it (nothing is started)."""
+    settings = resolved.settings
     proto = protocols.get(settings.protocol)
     kind = "existing" if settings.scheduler else family.cluster_kind
-    return _kind(kind).plan(settings, family, collection, proto)
+    return _kind(kind).spec(resolved, family, collection, proto)
+
+
+def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> dict[str, Any]:
+    """The RMM pool choice: ``pool`` as the cluster kind set it (None: no pool) and the rule
+    it gave, else why there is none."""
+    setting = resolved.settings.cluster.rmm.pool_size
+    source = resolved.sources.get("cluster.rmm.pool-size", "default")
+    if pool is not None:
+        return choice(pool, "family" if setting == "auto" else source, rule)
+    if setting == "auto":
+        return choice(None, "family", f"the {family.name} family uses no RMM pool")
+    if setting is None:
+        return choice(None, source, "no pool (set by you)")
+    return choice(None, source, f"{setting!r} was set, but the {family.name} family's cluster has no RMM pool")
 
 
 @contextlib.contextmanager
@@ -122,3 +146,18 @@ def construct(spec: ClusterSpec, factory):
         if isinstance(e, Exception):
             raise start_error(spec, e) from None
         raise
+
+
+def planned_worker_memory(spec: ClusterSpec) -> list[int]:
+    """Memory per planned worker that holds the chunks, as ``Family.worker_memory`` reports
+    it once running: device memory per GPU for a GPU cluster, the host memory limit
+    otherwise; [] when unknown (a running scheduler's)."""
+    from .. import machine
+    if spec.scheduler is not None:
+        return []
+    if spec.gpus is not None:
+        sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
+        return [sizes[g] for g in spec.gpus if g in sizes]
+    if spec.memory_limit_bytes and spec.workers:
+        return [int(spec.memory_limit_bytes)] * int(spec.workers)
+    return []

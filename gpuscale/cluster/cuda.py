@@ -5,13 +5,17 @@ CuPy and cuDF share one pool instead of CuPy starving beside it.
 """
 from __future__ import annotations
 
+from dask.utils import format_bytes
+
 from .. import machine
+from ..choices import choice
 from ..errors import UserError
-from . import ClusterSpec, construct
-from .local import memory_bytes
+from . import ClusterSpec, construct, rmm_choice
+from .local import memory_bytes, memory_choice
 
 
-def plan(settings, family, collection, proto) -> ClusterSpec:
+def spec(resolved, family, collection, proto) -> ClusterSpec:
+    settings, src = resolved.settings, resolved.sources
     c = settings.cluster
     visible = [g["index"] for g in machine.gpus()]
     notes: list[str] = []
@@ -30,10 +34,12 @@ def plan(settings, family, collection, proto) -> ClusterSpec:
             raise UserError(f"--workers {c.workers} exceeds the {len(gpus)} GPU(s) selected",
                             "a GPU cluster runs one worker per GPU: lower --workers or add --gpus")
         gpus = gpus[:c.workers]
-    threads = c.threads_per_worker or family.knobs.threads_per_worker.get(collection or "session") or 1
+    family_threads = family.knobs.threads_per_worker.get(collection or "session")
+    threads = c.threads_per_worker or family_threads or 1
 
     pool = c.rmm.pool_size
     pool_source = "set by you"
+    pool_rule = None
     if pool == "auto":
         pool, pool_source = family.knobs.rmm_pool_size, f"{family.name} family default (fraction of device memory)"
     rmm = None
@@ -48,6 +54,11 @@ def plan(settings, family, collection, proto) -> ClusterSpec:
             kwargs["rmm_maximum_pool_size"] = c.rmm.maximum_pool_size
         if c.rmm.external_libs:
             kwargs["rmm_allocator_external_lib_list"] = list(c.rmm.external_libs)
+        pool_rule = pool_source
+        sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
+        known = [sizes[g] for g in gpus if g in sizes]
+        if isinstance(pool, float) and pool <= 1 and known:
+            pool_rule += f": {pool:g} x {format_bytes(min(known))} = {format_bytes(int(pool * min(known)))} per GPU"
     pre = list(family.knobs.pre_import.get(collection or "session", ()))
     if pre:
         kwargs["pre_import"] = pre
@@ -59,13 +70,30 @@ def plan(settings, family, collection, proto) -> ClusterSpec:
             notes.append("warning: NVLink requested but only one GPU is used; it carries nothing here")
         elif not machine.nvlink_connected(gpus):
             notes.append(f"warning: NVLink requested but GPUs {gpus} are not all NVLink-connected")
+    transports = {k: v for k, v in kwargs.items() if k.startswith("enable_")}
+    limit = memory_bytes(c.memory_limit, 1, max(1, len(gpus)))
+    choices = {
+        "protocol": choice(proto.name, src.get("protocol", "default")),
+        "transports": proto.transports_choice(c.ucx, transports, src),
+        "gpus": choice(list(gpus), src.get("cluster.gpus", "default"), None) if c.gpus is not None
+        else choice(list(gpus), "rule", f"every visible GPU ({len(gpus)})"),
+        "workers": choice(len(gpus), src.get("cluster.workers", "flag"), None) if c.workers is not None
+        else choice(len(gpus), "rule", f"one worker per selected GPU: {len(gpus)} GPU(s) {list(gpus)}"),
+        "threads_per_worker": choice(threads, src.get("cluster.threads-per-worker", "flag"), None)
+        if c.threads_per_worker is not None else
+        choice(threads, "family", f"{family.name} family for {collection or 'session'} work: "
+                                  f"{family_threads} thread(s) per worker") if family_threads is not None
+        else choice(threads, "rule", None),
+        "memory_limit": memory_choice(resolved, limit, "auto: this machine's {host} of host memory split "
+                                      f"over {max(1, len(gpus))} worker(s) = {{value}} each"),
+        "rmm_pool_size": rmm_choice(resolved, family, pool, pool_rule),
+    }
     return ClusterSpec(
         kind="cuda", cls="dask_cuda.LocalCUDACluster", family=family.name, protocol=proto.name,
         workers=len(gpus), threads_per_worker=threads, memory_limit=c.memory_limit,
-        memory_limit_bytes=memory_bytes(c.memory_limit, 1, max(1, len(gpus))),
-        gpus=gpus, transports={k: v for k, v in kwargs.items() if k.startswith("enable_")}
-        or {"selection": proto.transport_label()},
-        rmm=rmm, pre_import=pre, dashboard_address=c.dashboard_address, notes=notes, kwargs=kwargs)
+        memory_limit_bytes=limit, gpus=gpus, transports=transports or {"selection": proto.transport_label()},
+        rmm=rmm, pre_import=pre, dashboard_address=c.dashboard_address, notes=notes, kwargs=kwargs,
+        choices=choices)
 
 
 def pool_bytes(pool, total_bytes: int) -> int | None:

@@ -4,13 +4,23 @@
 registers the "ucx" comm backend with distributed; with plain ``protocol="ucx"`` UCX picks
 its transports itself (NVLink, InfiniBand, shared memory), and the explicit switches are
 passed only where the user asked for them.
+
+Both built-ins are registered here; installed packages add protocols through the
+``gpuscale.protocols`` entry-point group (an entry point names a :class:`Protocol` instance),
+as families and workloads arrive through theirs.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
+from typing import Any
 
+from ..choices import choice
 from ..errors import UserError, missing_module
+
+SWITCHES = ("nvlink", "infiniband", "rdmacm")
+"""The UCX transport switches of ``cluster.ucx`` (None: UCX chooses)."""
 
 UCX_INSTALL = "pip install 'gpuscale[ucx]'  (distributed-ucxx-cu13)"
 
@@ -41,6 +51,24 @@ class Protocol:
         """Keyword arguments for LocalCUDACluster that pick this protocol's transports."""
         return {"protocol": self.name}
 
+    def transports_choice(self, ucx, transports: dict[str, Any], sources: dict[str, str]) -> dict[str, Any]:
+        """The spec's transports (``transports``; empty: this protocol's own selection) as a
+        recorded choice: the switches the user set where this protocol honours them, else the
+        protocol's selection, noting switches it ignores."""
+        switches = set_switches(ucx)
+        if switches and self.switches_transports:
+            return choice(transports or switches, sources.get(f"cluster.ucx.{next(iter(switches))}", "flag"),
+                          "switches you set: " + ", ".join(f"{k}={v}" for k, v in switches.items()))
+        label = self.transport_label()
+        return choice(transports or {"selection": label}, "rule",
+                      f"{self.description}: transports {label}"
+                      + ("; UCX switches apply to GPU clusters only (ignored)" if switches else ""))
+
+
+def set_switches(ucx) -> dict[str, bool]:
+    """The UCX switches set (True / False) in the ``cluster.ucx`` settings, in their order."""
+    return {k: getattr(ucx, k) for k in SWITCHES if getattr(ucx, k) is not None}
+
 
 @dataclass(frozen=True)
 class UcxProtocol(Protocol):
@@ -50,16 +78,12 @@ class UcxProtocol(Protocol):
         return "automatic (UCX chooses)"
 
     def transport_kwargs(self, ucx) -> dict:
-        kw = {"protocol": self.name}
         # Only what was asked for: None lets UCX choose (the fast default on NVLink machines).
-        for key in ("nvlink", "infiniband", "rdmacm"):
-            value = getattr(ucx, key)
-            if value is not None:
-                kw[f"enable_{key}"] = value
-        return kw
+        return {"protocol": self.name, **{f"enable_{k}": v for k, v in set_switches(ucx).items()}}
 
 
 _PROTOCOLS: dict[str, Protocol] = {}
+_LOADED = False
 
 
 def register(p: Protocol) -> Protocol:
@@ -72,12 +96,35 @@ register(UcxProtocol("ucx", "UCX through distributed-ucxx: NVLink / InfiniBand /
                      module="distributed_ucxx", install=UCX_INSTALL))
 
 
+def _load() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    for ep in importlib.metadata.entry_points(group="gpuscale.protocols"):
+        obj = ep.load()
+        if not isinstance(obj, Protocol):
+            raise TypeError(f"gpuscale.protocols entry point '{ep.name}' ({ep.value}) names a "
+                            f"{type(obj).__name__}, not a gpuscale Protocol")
+        register(obj)
+
+
 def names() -> list[str]:
+    _load()
     return list(_PROTOCOLS)
 
 
 def get(name: str) -> Protocol:
+    _load()
     try:
         return _PROTOCOLS[name]
     except KeyError:
         raise UserError(f"unknown protocol '{name}'", f"use one of: {', '.join(names())}") from None
+
+
+def of_address(address: str) -> Protocol:
+    """The protocol of a running scheduler's address (``tcp://...``): the registered one of
+    that scheme, else a bare :class:`Protocol` named by it (that cluster chose its transport)."""
+    scheme = address.split("://", 1)[0]
+    _load()
+    return _PROTOCOLS.get(scheme) or Protocol(scheme, scheme)

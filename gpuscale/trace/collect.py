@@ -349,8 +349,7 @@ class Capture:
         self._made = []
 
     def _write(self) -> None:
-        from .. import report as render
-        from . import events, summary
+        from . import events, render, summary
         col = self._collected
         window = (self.t0, self.t1)
         tasks, workers = col["scheduler"]["tasks"], col["scheduler"]["workers"]
@@ -392,7 +391,7 @@ class Capture:
                                                                    sorted(col["workers"].items()) if w["clock"]}})
         if self.audit is not None:
             s.audit = self.audit
-        _write_text(tmp / "index.html", render.trace_index_html(s.model_dump(mode="json", by_alias=True)))
+        _write_text(tmp / "index.html", render.index_html(s))
         _write_text(tmp / "summary.json", s.to_json())  # last: its presence marks a whole folder
         try:
             os.rename(tmp, self.path)  # replaces an empty folder; fails on a non-empty one

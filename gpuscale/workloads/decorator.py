@@ -91,7 +91,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from ..errors import UserError
-from . import Check, Context, Output, Params, Validation, Workload
+from . import registry
+from .base import Check, Context, Output, Params, Validation, Workload
 
 HOOKS = ("check", "plan", "estimate_bytes", "generate", "compute", "validate", "describe_data")
 RESERVED = frozenset({
@@ -143,21 +144,19 @@ def workload(name: str, *, params: type[BaseModel] | dict[str, Any] | None = Non
 
 def unregister(name: str) -> None:
     """Remove a workload from the registry (a notebook's or a test's own)."""
-    from . import _REGISTRY
-    _REGISTRY.pop(name, None)
+    registry.unregister(name)
     _DECORATED.discard(name)
 
 
 # ---------------------------------------------------------------------------------------
 def _register(cls: type[Workload], replace: bool) -> type[Workload]:
-    from . import _REGISTRY, _load_builtins, register
-    _load_builtins()
-    old = _REGISTRY.get(cls.name)
+    registry.load_builtins()
+    old = registry.registered(cls.name)
     if old is not None and cls.name not in _DECORATED and not replace:
         raise UserError(f"workload '{cls.name}' already exists ({old.__module__}.{old.__name__})",
                         "choose another name, or pass replace=True to shadow it")
     _DECORATED.add(cls.name)
-    return register(cls)
+    return registry.register(cls)
 
 
 def _first_line(obj) -> str | None:

@@ -31,10 +31,10 @@ import dask
 import numpy as np
 from pydantic import Field, PositiveInt, field_validator
 
-from .. import locality
+from ..routes import locality
 from ..backends import to_host
 from ..errors import UserError
-from ..inputs import AGG_EXAMPLE, parse_agg, parse_by
+from ..data.inputs import AGG_EXAMPLE, parse_agg, parse_by
 from . import Check, Context, Output, Params, Validation, Workload, register
 
 if TYPE_CHECKING:  # pandas and dask.dataframe are imported where used: the CLI builds this
@@ -109,7 +109,7 @@ class Groupby(Workload):
                             "use at most one partition per row")
 
     def plan(self, p, ctx: Context) -> None:
-        from .. import dataframe as routes
+        from ..routes import dataframe as routes
         if ctx.data is not None:
             return self._plan_input(p, ctx)
         if p.partitions is not None:
@@ -152,7 +152,7 @@ class Groupby(Workload):
         return dd.from_map(make_partition, args, meta=meta, enforce_metadata=False)
 
     def compute(self, data, p, ctx: Context) -> Output:
-        from .. import dataframe as routes
+        from ..routes import dataframe as routes
         if isinstance(data, dict):  # the user's frame, with its rows and estimated groups
             res = routes.groupby_agg(data["df"], p.by, p.agg, groups=data["groups"], rows=data["rows"],
                                      split_out=p.split_out, family=ctx.family)
@@ -170,7 +170,7 @@ class Groupby(Workload):
             got = _host_frame(out.collections["result"].compute())
             checks: list[Check] = []
             if level == "full":
-                from ..inputs import host_fits
+                from ..data.inputs import host_fits
                 host_fits(self.host_bytes(p), "a pandas copy of the frame")
             frame = _host_frame(data.compute())
             ref = frame.groupby("key").agg(AGG)
@@ -196,7 +196,7 @@ class Groupby(Workload):
         return 3 * p.rows * ROW_BYTES
 
     def check_input(self, p, source) -> None:
-        from .. import dataframe as routes
+        from ..routes import dataframe as routes
         if not p.by or not p.agg:
             missing = " and ".join(f for f, v in (("--by", p.by), ("--agg", p.agg)) if not v)
             cols = ", ".join(map(str, source.meta.columns))
@@ -215,8 +215,8 @@ class Groupby(Workload):
         import dask
         from distributed import wait
 
-        from .. import dataframe as routes
-        from .. import inputs
+        from ..routes import dataframe as routes
+        from ..data import inputs
         notes: list[str] = []
         df = inputs.open_source(source, ctx.family, partition_bytes=ctx.knobs.partition_bytes)
         if source.format == "dask" and source.chunk_type and \

@@ -149,7 +149,7 @@ class SVD(Workload):
                             "save the transpose (x.T), whose singular values are the same")
 
     def from_data(self, source, p, ctx: Context):
-        from .. import inputs
+        from ..data import inputs
         notes: list[str] = []
         rows = ctx.choices["chunk_rows"]["value"]
         x = inputs.open_source(source, ctx.family, chunk_rows=rows if rows != "input" else None)
@@ -199,7 +199,7 @@ class SVD(Workload):
         return {"x": x, "s_true": s_true}
 
     def compute(self, data, p, ctx: Context) -> Output:
-        from .. import linalg
+        from ..routes import linalg
         res = linalg.svd(data["x"], compute_uv=p.compute_uv, route=p.route,
                          split_every=ctx.knobs.split_every)
         ctx.decide("route", res.route.name, "rule" if p.route == "auto" else "flag", res.route.reason)
@@ -240,7 +240,7 @@ class SVD(Workload):
             method = "known spectrum + identities"
         elif level == "full" or (level is None and rows * cols <= FULL_CHECK_ELEMENTS):
             if level == "full":
-                from ..inputs import host_fits
+                from ..data.inputs import host_fits
                 host_fits(3 * rows * cols * 8, "a host copy of X and its SVD")
             host_x = np.asarray(to_host(x.compute()), dtype=np.float64)
             ref = np.linalg.svd(host_x, compute_uv=False)

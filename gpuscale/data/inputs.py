@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import UserError, missing_module
+from ..errors import UserError, missing_module
 
 ARRAY_FORMATS = ("npy", "zarr")
 FRAME_FORMATS = ("parquet", "csv")
@@ -325,7 +325,7 @@ def to_backend(obj, family):
     library's converter: CuPy / cuDF from NumPy / pandas and back)."""
     import dask.array as da
     import dask.dataframe as dd
-    from . import backends
+    from .. import backends
     if isinstance(obj, da.Array):
         target = family.array_backend
     elif isinstance(obj, (dd.DataFrame, dd.Series)):
@@ -371,7 +371,7 @@ AGG_EXAMPLE = "--agg 'price:mean,max;qty:sum'"
 
 def parse_agg(text: str) -> dict[str, list[str]]:
     """``'price:mean,max;qty:sum'`` -> ``{'price': ['mean', 'max'], 'qty': ['sum']}``."""
-    from .dataframe import AGGREGATIONS
+    from ..routes.dataframe import AGGREGATIONS
     spec: dict[str, list[str]] = {}
     items = [i.strip() for i in str(text).split(";")]
     if not any(items):
@@ -467,7 +467,7 @@ def check_run(cls, p, *, data=None, validate: str | None = None, output=None,
     else:
         formats = tuple(getattr(cls, "input_formats", ()))
         if not formats:
-            from .workloads import names
+            from ..workloads import names
             takers = [n for n in names() if getattr(_get(n), "input_formats", ())]
             raise UserError(f"workload '{name}' runs on generated data only",
                             f"--input / data= work with: {', '.join(takers)}")
@@ -494,5 +494,5 @@ def check_run(cls, p, *, data=None, validate: str | None = None, output=None,
 
 
 def _get(name):
-    from .workloads import get
+    from ..workloads import get
     return get(name)

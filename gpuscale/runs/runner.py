@@ -21,9 +21,9 @@ from dask.core import flatten
 from dask.utils import format_bytes
 from distributed import futures_of, span, wait
 
-from .audit import Audit
-from .errors import UserError
-from .workloads import Context, Output, Validation, Workload
+from ..audit import Audit
+from ..errors import UserError
+from ..workloads import Context, Output, Validation, Workload
 
 SETTLE_TIMEOUT_S = 30.0
 GC_AFTER_S = 0.05

@@ -16,7 +16,7 @@ import pathlib
 import tempfile
 from typing import Any
 
-from .errors import UserError
+from ..errors import UserError
 
 WRITERS = {".parquet": "Parquet", ".csv": "CSV", ".npy": ".npy", ".npz": ".npz"}
 

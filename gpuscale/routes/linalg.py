@@ -35,9 +35,9 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from . import audit
+from .. import audit
 from . import locality
-from .errors import UserError
+from ..errors import UserError
 
 ROUTES = ("auto", "gram", "cholqr2", "tsqr")
 

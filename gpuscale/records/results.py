@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import UserError
+from ..errors import UserError
 
 SCHEMA = "gpuscale.result"
 SCHEMA_VERSION = 1

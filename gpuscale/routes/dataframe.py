@@ -14,8 +14,9 @@ from typing import Any
 
 import pandas as pd
 
-from . import backends, locality
-from .errors import UserError
+from .. import backends
+from . import locality
+from ..errors import UserError
 
 AGGREGATIONS = ("sum", "mean", "min", "max", "count", "size", "std", "var", "first", "last")
 BYTES_PER_VALUE = 8

@@ -1,0 +1,184 @@
+"""A backend family: its chunk libraries, the cluster kind that runs them, and the knobs
+that make them fast (:class:`Knobs`); subclass :class:`Family` to change how it probes,
+synchronizes or sizes memory."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..errors import UserError, missing_module
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """What makes a family fast. Each value is recorded with every run."""
+
+    threads_per_worker: Mapping[str, int | None]
+    """Threads per worker by collection kind ("array", "dataframe", "session")."""
+    chunk_bytes: int
+    """Target bytes of one array chunk (row block)."""
+    partition_bytes: int
+    """Target bytes of one DataFrame partition."""
+    shuffle_method: str | None
+    """Shuffle used when a groupby result must be split ("tasks" keeps cuDF on the device;
+    None leaves Dask's default)."""
+    split_out_budget_bytes: int
+    """A groupby result estimated under this stays in one partition (tree reduction)."""
+    split_every: int | None
+    """Fan-in of tree reductions; None = all partials in one combine."""
+    rmm_pool_size: float | None = None
+    """RMM pool per worker as a fraction of device memory (None: no pool)."""
+    pre_import: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Libraries each worker imports at start, by collection kind."""
+
+    def as_dict(self, collection: str | None = None) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        key = collection or "session"
+        d["threads_per_worker"] = self.threads_per_worker.get(key)
+        d["pre_import"] = list(self.pre_import.get(key, ()))
+        return d
+
+
+@dataclass(frozen=True)
+class Family:
+    """A backend family. Subclass to change how it probes, synchronizes or sizes memory."""
+
+    name: str
+    description: str
+    names: tuple[str, ...]
+    array_backend: str
+    dataframe_backend: str
+    array_module: str
+    dataframe_module: str
+    cluster_kind: str
+    knobs: Knobs
+    requires: Mapping[str, str] = field(default_factory=dict)
+    """module -> install command, needed for any use."""
+    requires_dataframe: Mapping[str, str] = field(default_factory=dict)
+    """module -> install command, needed for DataFrame work only."""
+    auto_priority: int = 0
+    """``--backend auto`` takes the available family with the highest priority."""
+    nvtx_phases: bool = False
+    """Traces mark gpuscale's phases with NVTX ranges (when the ``nvtx`` package is importable)."""
+
+    # -- availability -----------------------------------------------------------------
+    def missing(self, collection: str | None = None) -> tuple[str, str] | None:
+        """The first required module that is not importable, with its install command."""
+        needs = dict(self.requires)
+        if collection == "dataframe":
+            needs.update(self.requires_dataframe)
+        for module, install in needs.items():
+            if importlib.util.find_spec(module.split(".")[0]) is None:
+                return module, install
+        return None
+
+    def probe(self) -> tuple[bool, str]:
+        """Whether this family can run here, and why (used by ``auto``); imports nothing big."""
+        miss = self.missing()
+        if miss:
+            return False, f"{miss[0]} is not installed"
+        return True, f"{self.name} libraries are importable"
+
+    def check(self, requested: str, collection: str | None = None) -> None:
+        """Raise a one-line UserError if this family cannot run ``collection`` work here."""
+        miss = self.missing(collection)
+        if miss:
+            raise missing_module(miss[0], f"backend '{requested}'", miss[1])
+        ok, why = self.probe()
+        if not ok:
+            raise UserError(f"backend '{requested}' cannot run here: {why}",
+                            "use --backend cpu (or auto)")
+
+    # -- behaviour ----------------------------------------------------------------------
+    def synchronize(self, client) -> None:
+        """Block until every worker's queued device work is done (no-op on the CPU)."""
+
+    def worker_memory(self, client) -> dict[str, int]:
+        """Memory per worker that holds this family's chunks (host memory limit on CPU)."""
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        return {addr: int(w.get("memory_limit") or 0) for addr, w in info.items()}
+
+    def warm_up(self, client) -> float:
+        """Pay every worker's first-use costs now, for a cluster kept up for later runs
+        (``gpuscale cluster up``): imports of this family's chunk libraries and of gpuscale's
+        workloads, and a first small operation through each library (on a GPU: the CUDA
+        context, the first kernels, the memory pool's first allocations); on the scheduler, the
+        Dask collection modules it needs to unpack a graph. Seconds taken."""
+        t0 = time.perf_counter()
+        client.run(_warm_worker, self.array_module, self.dataframe_module)
+        modules = {self.array_module, self.dataframe_module, *(m for ms in self.knobs.pre_import.values() for m in ms)}
+        client.run_on_scheduler(_warm_scheduler, sorted(modules))
+        self.synchronize(client)
+        return time.perf_counter() - t0
+
+    def import_in_background(self, collection: str | None) -> threading.Thread | None:
+        """Start importing the libraries this family's workers pre-import for ``collection``
+        (``knobs.pre_import``) in a daemon thread of this process, and return it (None: nothing
+        to import). A session calls it before starting its cluster: the client needs the same
+        libraries to build collections (cuDF takes 2 s to import) and would otherwise import
+        them after the cluster is up, while here the import overlaps the workers' start.
+        Errors are left to the real import, which reports them."""
+        todo = [m for m in self.knobs.pre_import.get(collection or "session", ())
+                if m not in sys.modules and importlib.util.find_spec(m.split(".")[0]) is not None]
+        if not todo:
+            return None
+
+        def _import():
+            for m in todo:
+                try:
+                    importlib.import_module(m)
+                except Exception:  # noqa: BLE001 - reported by the import that needs it
+                    return
+
+        t = threading.Thread(target=_import, name="gpuscale-import", daemon=True)
+        t.start()
+        return t
+
+    def dask_config(self) -> dict[str, str]:
+        """The dask.config values this family sets (scoped to a session or run)."""
+        return {"array.backend": self.array_backend, "dataframe.backend": self.dataframe_backend}
+
+    def worker_layout(self, collection: str | None, cores: int, gpus: int) -> tuple[int, int | None]:
+        """(workers, threads per worker) when the user did not say."""
+        tpw = self.knobs.threads_per_worker.get(collection or "session")
+        if tpw is None:
+            return 0, None  # 0: let the cluster class choose
+        tpw = max(1, min(tpw, cores))
+        return max(1, cores // tpw), tpw
+
+
+def _warm_worker(array_module: str, dataframe_module: str) -> None:
+    """Runs on each worker (:meth:`Family.warm_up`): what the first task would otherwise pay.
+    The frame library is optional (array-only installs)."""
+    importlib.import_module("gpuscale.workloads").names()  # every workload module (and plugin)
+    importlib.import_module("gpuscale.machine").versions()  # what a runner here records (read once)
+    xp = importlib.import_module(array_module)
+    rs = xp.random.RandomState(0)
+    keys = rs.randint(0, 10, size=1000, dtype="int64")
+    values = rs.random_sample(1000)
+    float(values @ values) + float(keys.sum())  # float(): waits for the device
+    if importlib.util.find_spec(dataframe_module.split(".")[0]) is None:
+        return
+    lib = importlib.import_module(dataframe_module)
+    frame = lib.DataFrame({"k": keys, "v": values})
+    frame.groupby("k", sort=True).agg({"v": ["max", "count", "mean", "sum"]})
+    lib.concat([frame, frame]).sort_values("v").merge(frame, on="k", how="inner")
+    # what validation runs (the first kernels of each cost milliseconds on a GPU)
+    counts = frame["k"].value_counts(sort=False)
+    counts.groupby(level=0).sum().sort_index()
+    frame[frame["k"].isin([1, 2])].sort_index()
+
+
+def _warm_scheduler(modules: list[str]) -> None:
+    """Runs in the scheduler (:meth:`Family.warm_up`): unpacking the first graph of each
+    collection kind would otherwise import these while the run waits (dask.dataframe: 0.6 s on
+    a CPU; cuDF, for a graph whose meta is a cuDF frame: 2 s)."""
+    for module in ("dask.array", "dask.dataframe", "gpuscale.workloads", *modules):
+        if importlib.util.find_spec(module.split(".")[0]) is not None:
+            importlib.import_module(module)

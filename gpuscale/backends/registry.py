@@ -1,0 +1,99 @@
+"""The registry of backend families: what a ``--backend`` name means.
+
+The built-ins (:mod:`.cpu`, :mod:`.gpu`) and the families of installed packages (the
+``gpuscale.backends`` entry-point group; an entry point names a :class:`~.family.Family`
+instance) are registered on first use; :func:`select` resolves a name (or ``auto``) to one.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass
+
+from ..errors import UserError
+from .family import Family
+
+
+_FAMILIES: dict[str, Family] = {}
+_LOADED = False
+
+
+def register(family: Family) -> Family:
+    """Add a family (built-in, plugin or test). Its names must not clash with another's."""
+    for other in _FAMILIES.values():
+        clash = set(other.names) & set(family.names)
+        if other.name != family.name and clash:
+            raise ValueError(f"backend name(s) {sorted(clash)} already belong to family {other.name}")
+    _FAMILIES[family.name] = family
+    return family
+
+
+def unregister(name: str) -> None:
+    _FAMILIES.pop(name, None)
+
+
+def _load() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    from . import cpu, gpu
+    register(cpu.FAMILY)
+    register(gpu.FAMILY)
+    for ep in importlib.metadata.entry_points(group="gpuscale.backends"):
+        register(ep.load())
+
+
+def families() -> list[Family]:
+    _load()
+    return sorted(_FAMILIES.values(), key=lambda f: -f.auto_priority)
+
+
+def names() -> list[str]:
+    return ["auto"] + [n for f in families() for n in f.names]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The family a backend name selected, and why."""
+
+    requested: str
+    family: Family
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return self.family.name
+
+
+def select(backend: str, collection: str | None = None, *, check: bool = True) -> Selection:
+    """Resolve a backend name (or ``auto``) to a family; with ``check``, fail early if it
+    cannot run here."""
+    fams = families()
+    if backend == "auto":
+        reasons = []
+        for fam in fams:
+            ok, why = fam.probe()
+            if ok and fam.missing(collection) is None:
+                return Selection("auto", fam, f"auto chose {fam.name}: {why}"
+                                 + (f" ({'; '.join(reasons)})" if reasons else ""))
+            reasons.append(f"not {fam.name}: {why}")
+        raise UserError("auto found no usable backend family: " + "; ".join(reasons),
+                        "install the CPU stack with: pip install gpuscale")
+    for fam in fams:
+        if backend in fam.names:
+            if check:
+                fam.check(backend, collection)
+            return Selection(backend, fam, f"{backend} selects the {fam.name} family")
+    raise UserError(f"unknown backend '{backend}'", f"use one of: {', '.join(names())}")
+
+
+def family_of(collection) -> Family:
+    """The family whose chunk library made this Dask collection's partitions (by its meta)."""
+    meta = getattr(collection, "_meta", collection)
+    top = type(meta).__module__.split(".")[0]
+    for fam in families():
+        if top in (fam.array_module, fam.dataframe_module):
+            return fam
+    raise UserError(f"no backend family handles {type(meta).__module__}.{type(meta).__name__} chunks",
+                    "convert the collection to one of: "
+                    + ", ".join(f"{f.array_module}/{f.dataframe_module}" for f in families()))

@@ -1,0 +1,69 @@
+"""Every tuned choice explained: the record's ``explained`` section, laid out from what each
+layer recorded (nothing is decided here).
+
+:func:`explained` lays the knobs of one run out by scope, each as ``{"value", "source",
+"rule"}`` (:func:`gpuscale.choices.choice`, whose docstring lists the sources):
+
+``cluster``
+    backend (the settings' value and its source) and family (``backends.select``'s reason),
+    then what the cluster layer chose (``ClusterSpec.choices``): protocol and transports, GPUs,
+    workers, threads per worker, memory limit, the RMM pool; a run adds where its runner ran
+    (``runs.remote.Placement``).
+``family``
+    the backend family's knobs (chunk and partition budgets, shuffle method, split_out
+    budget, tree fan-in, pre-imports).
+``workload``
+    the workload's own choices (``Context.choose``: chunk / partition sizes, split_out,
+    shuffle method, SVD route, ...). A choice a route settles at run time (``Context.decide``,
+    e.g. svd's ``route``: planned ``auto``, decided ``gram`` from the condition estimate)
+    shows the decision, with ``planned`` / ``planned_rule`` keeping the plan.
+
+``gpuscale explain`` (:func:`gpuscale.runs.preview.preview`) shows the same section for a run
+that has not happened, so the two can be compared key by key.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..choices import choice
+
+FAMILY_KNOBS = {
+    "chunk_bytes": "target bytes of one array chunk (row block)",
+    "partition_bytes": "target bytes of one DataFrame partition",
+    "shuffle_method": "shuffle used when a result is split over partitions (None: Dask's default)",
+    "split_out_budget_bytes": "a groupby result estimated under this stays in one partition",
+    "split_every": "fan-in of tree reductions (None: all partials in one combine)",
+    "pre_import": "libraries each worker imports at start",
+}
+
+
+def cluster_knobs(resolved, selection, spec) -> dict[str, dict[str, Any]]:
+    """The cluster's knobs: the backend as set, the family as selected, then the spec's own
+    choices."""
+    source = resolved.sources.get("backend", "default")
+    return {"backend": choice(selection.requested, source),
+            "family": choice(selection.family.name, "rule" if selection.requested == "auto" else source,
+                             selection.reason),
+            **{k: dict(v) for k, v in spec.choices.items()}}
+
+
+def family_knobs(family, collection: str | None) -> dict[str, dict[str, Any]]:
+    d = family.knobs.as_dict(collection)
+    return {k: choice(d[k], "family", f"{family.name} family default: {why}")
+            for k, why in FAMILY_KNOBS.items() if k in d}
+
+
+def workload_knobs(choices: dict[str, dict], decisions: dict[str, dict] | None = None) -> dict[str, dict[str, Any]]:
+    out = {k: dict(v) for k, v in choices.items()}
+    for k, d in (decisions or {}).items():
+        planned = choices.get(k, {})
+        out[k] = {**d, "planned": planned.get("value"), "planned_rule": planned.get("rule")}
+    return out
+
+
+def explained(resolved, selection, spec, collection: str | None, choices: dict[str, dict],
+              decisions: dict[str, dict] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every knob of a run by scope: ``{"cluster": ..., "family": ..., "workload": ...}``."""
+    return {"cluster": cluster_knobs(resolved, selection, spec),
+            "family": family_knobs(selection.family, collection),
+            "workload": workload_knobs(choices, decisions)}

@@ -1,0 +1,75 @@
+"""One-shot runs: check everything, build the cluster for one workload, run it, close it
+(``gpuscale run`` and ``gpuscale.run(...)``)."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .. import config, workloads
+from ..data import inputs
+from ..errors import UserError
+from ..records import results
+from . import remote
+from .session import Session, finish
+
+
+def run(workload: str, *, backend: str | None = None, protocol: str | None = None,
+        profile: str | None = None, repeat: int | None = None, warmup: int | None = None,
+        memory_check: bool | None = None, results_dir: str | None = None, write: bool = True,
+        cluster_settings: dict | None = None, trace: str | None = None,
+        data: Any = None, validate: str | None = None, output: str | None = None,
+        overwrite: bool = False, strict_backend: bool | None = None, in_cluster: bool | str | None = None,
+        on_ready: Callable[[Session], Any] | None = None,
+        hold: Callable[[Session, results.Result], Any] | None = None,
+        **params: Any) -> results.Result:
+    """One-shot: check everything, build the cluster for this workload, run it, close it.
+
+    Workload parameters are keywords (``rows=...``); cluster settings go in
+    ``cluster_settings`` (``{"workers": 2}``), using the names of ``config.KEYWORDS``;
+    ``trace``: a new or empty folder to capture the run's trace into; ``data``, ``validate``,
+    ``output``, ``overwrite``: as :meth:`Session.run` (checked before the cluster starts);
+    ``strict_backend``: foreign chunks seen by the backend audit are an error (exit 2).
+    ``in_cluster`` (default: the ``run.in-cluster`` setting, ``"auto"``): against a running
+    scheduler, run the runner in a task on one of its workers and write the record it returns
+    here (:func:`gpuscale.runs.remote.placement` says when; the record's ``explained.cluster.runner``
+    says where it ran and why).
+    ``on_ready(session)`` is called once the cluster is up, before any work (the CLI's
+    ``--dashboard`` prints ``session.dashboard_link`` there); ``hold(session, result)`` is
+    called after the record is written, with the cluster still running, and the cluster closes
+    when it returns (``--dashboard`` shows the result, then waits in :func:`gpuscale.runs.serve.hold`
+    until Ctrl-C, SIGTERM or ``gpuscale cluster down``).
+    """
+
+    cls = workloads.get(workload)
+    inputs.check_params(cls, params, data)
+    p = cls.parse(params)  # bad parameters fail before anything starts
+    inputs.check_run(cls, p, data=data, validate=validate, output=output, overwrite=overwrite)
+    settings = config.merge_keywords(cluster_settings, backend=backend, protocol=protocol,
+                                     results_dir=results_dir, repeat=repeat, warmup=warmup,
+                                     memory_check=memory_check, strict_backend=strict_backend,
+                                     in_cluster=in_cluster)
+    s = Session(profile=profile, collection=cls.collection, **settings)
+    if write:
+        results.check_writable(s.settings.results_dir)
+    if trace is not None:
+        from ..trace import check_dir
+        check_dir(trace)  # before the cluster starts
+    s.placement = remote.placement(s.resolved, s.spec, trace=trace, data=data, output=output,
+                                   hooks=on_ready is not None or hold is not None)
+    if s.placement.where == "cluster":
+        try:
+            result = remote.run_in_cluster(s, cls.name, s.placement, data=data, validate=validate, params=params)
+            return finish(result, s.settings.results_dir if write else None)
+        except remote.NotServed as e:
+            if s.settings.run.in_cluster is True:
+                raise UserError(f"--in-cluster: {e}", "install the same gpuscale on the workers, or drop "
+                                                      "--in-cluster") from None
+            s.placement = remote.Placement("client", s.placement.source,
+                                           f"auto: {e}, so the runner stays in this process")
+    with s:
+        if on_ready is not None:
+            on_ready(s)
+        result = s.run(workload, write=write, trace=trace, data=data, validate=validate,
+                       output=output, overwrite=overwrite, **params)
+        if hold is not None:
+            hold(s, result)
+        return result

@@ -1,0 +1,155 @@
+"""The runner in a running cluster: where ``gpuscale run`` runs its runner, and running it there.
+
+:func:`placement` decides from the ``run.in-cluster`` setting (auto / true / false) whether the
+runner (generate, repeats, validation, the record) runs in this process or in a task on a
+worker of the running cluster the run joins (:class:`Placement`, recorded as the record's
+``explained.cluster.runner``); :func:`run_in_cluster` sends it there and returns the record it
+built, for this process to write.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+import uuid
+from typing import Any
+
+from .._version import __version__
+from ..errors import UserError
+from .session import Session
+
+@dataclasses.dataclass
+class Placement:
+    """Where ``gpuscale run`` runs its runner (generate, repeats, validation, the record): in
+    this process (``"client"``) or in a task on a worker of the running cluster
+    (``"cluster"``), with the setting's source and the rule that decided."""
+
+    where: str
+    source: str
+    rule: str
+    worker: str | None = None
+
+    def entry(self) -> dict[str, Any]:
+        """The record's ``explained.cluster.runner`` (value, source, rule)."""
+        value = f"cluster (worker {self.worker})" if self.worker else self.where
+        return {"value": value, "source": self.source, "rule": self.rule}
+
+    def describe(self) -> dict[str, Any]:
+        """The record's ``info.runner`` (the runner in the cluster adds its timings)."""
+        return {"where": self.where, "worker": self.worker}
+
+
+IN_CLUSTER_WHY = ("the runner goes to a worker of the running cluster, which has imported the chunk "
+                  "libraries and holds the device context already, so this process imports neither; "
+                  "the record comes back here and is written here")
+
+
+def placement(resolved, spec, *, trace: Any = None, data: Any = None, output: Any = None,
+              hooks: bool = False) -> Placement:
+    """Where ``api.run`` runs the runner, from the ``run.in-cluster`` setting (auto / true /
+    false): auto takes the cluster when the run joins a running scheduler and writes no files
+    of its own but the record (no ``--trace``, ``--output``, ``--dashboard``; ``data`` a path,
+    not a collection of this process). ``true`` with any of those is a UserError naming it."""
+    setting = resolved.settings.run.in_cluster
+    source = resolved.sources.get("run.in-cluster", "default")
+    if setting is False:
+        return Placement("client", source, "run.in-cluster is false: the runner stays in this process")
+    if spec.kind != "existing":
+        if setting is True:
+            raise UserError("--in-cluster runs the runner on a running cluster's worker, but no scheduler "
+                            "was named", "add --scheduler ADDRESS (e.g. from `gpuscale cluster up`) or drop "
+                                         "--in-cluster")
+        return Placement("client", source, "auto: this run starts its own cluster, whose workers are as "
+                                           "new as this process; the runner stays here")
+    blockers = [why for why, present in (
+        ("--trace writes its folder from this process", trace is not None),
+        ("--output writes the result file from this process", output is not None),
+        ("--dashboard holds the cluster from this process", hooks),
+        ("data= is a collection in this process", data is not None and not isinstance(data, (str, os.PathLike))),
+    ) if present]
+    if blockers:
+        if setting is True:
+            raise UserError(f"--in-cluster cannot run this: {'; '.join(blockers)}",
+                            "drop --in-cluster (the runner then stays in this process)")
+        return Placement("client", source, f"auto: {'; '.join(blockers)}, so the runner stays here")
+    return Placement("cluster", source, ("auto: a running scheduler was named; " if setting == "auto" else
+                                         "run.in-cluster is true: ") + IN_CLUSTER_WHY)
+
+
+class NotServed(Exception):
+    """The cluster's workers cannot run this gpuscale's runner (not installed, another
+    version); ``api.run`` runs it in this process instead (or fails, when it was asked for)."""
+
+
+def run_in_cluster(session, workload: str, where: Placement, *, data: Any = None,
+                   validate: str | None = None, params: dict[str, Any]):
+    """Run ``session.record(workload, ...)`` in a task on a worker of the running cluster the
+    session names and return the record it built (not written: the caller writes it). The task
+    secedes from the worker's thread pool and opens its own client, so the runner's tasks run
+    beside it; it stops between repeats once this process's client has gone (Ctrl-C).
+
+    Raises :class:`NotServed` when the workers cannot import this version of gpuscale."""
+    from ..cluster import existing
+    t0 = time.perf_counter()
+    _, client = existing.start(session.spec)
+    try:
+        connect_s = time.perf_counter() - t0
+        if isinstance(data, (str, os.PathLike)):
+            data = os.path.abspath(os.fspath(data))  # the worker's working folder is not ours
+        request = {"version": __version__, "resolved": session.resolved, "selection": session.selection,
+                   "spec": session.spec, "collection": session.collection, "workload": workload,
+                   "placement": where, "client": client.id, "data": data, "validate": validate,
+                   "params": params}
+        t1 = time.perf_counter()
+        future = client.submit(_runner, request, pure=False, key=f"gpuscale-runner-{workload}-{uuid.uuid4().hex[:8]}")
+        try:
+            result = future.result()
+        except ImportError as e:
+            if (getattr(e, "name", None) or "").split(".")[0] == "gpuscale":
+                raise NotServed(f"the workers cannot import gpuscale ({e})") from None
+            raise
+        except RuntimeError as e:  # the scheduler unpickles the task first
+            if "deserialization of the task graph" in str(e):
+                cause = e.__cause__ or e.__context__
+                raise NotServed(f"the scheduler cannot read this gpuscale's runner task "
+                                f"({type(cause).__name__}: {cause}; another gpuscale version there?)") from None
+            raise
+        round_trip_s = time.perf_counter() - t1
+    finally:
+        with contextlib.suppress(Exception):
+            client.close()
+    runner = result.info.setdefault("runner", {})
+    runner.update(client_connect_s=connect_s, round_trip_s=round_trip_s,
+                  dispatch_s=max(0.0, round_trip_s - runner.get("runner_s", 0.0)))
+    result.startup_s = connect_s + (result.startup_s or 0.0)
+    return result
+
+
+def _runner(request: dict[str, Any]):
+    """The task ``run_in_cluster`` submits (runs on a worker)."""
+    from distributed import get_worker, secede
+
+    if request["version"] != __version__:
+        raise NotServed(f"the workers have gpuscale {__version__}, this process {request['version']}")
+    t0 = time.perf_counter()
+    secede()  # the runner's own tasks need this worker's thread(s)
+    worker = get_worker()
+    address = worker.scheduler.address  # as this worker reaches the scheduler
+    spec = request["spec"]
+    spec = spec.model_copy(update={"scheduler": address, "kwargs": {**spec.kwargs, "address": address}})
+    s = Session.planned(request["resolved"], request["selection"], spec, request["collection"])
+    s.placement = dataclasses.replace(request["placement"], worker=worker.address)
+    client_id = request["client"]
+    with s:
+        def cancelled() -> bool:
+            return not s.client.run_on_scheduler(_has_client, client_id)
+
+        result = s.record(request["workload"], data=request["data"], validate=request["validate"],
+                          cancelled=cancelled, **request["params"])
+    result.info["runner"].update(pid=os.getpid(), runner_s=time.perf_counter() - t0)
+    return result
+
+
+def _has_client(client_id: str, dask_scheduler=None) -> bool:
+    return client_id in dask_scheduler.clients

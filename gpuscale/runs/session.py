@@ -1,0 +1,315 @@
+"""Sessions: a cluster built for one backend family, with that family's dask.config in scope.
+
+:func:`configure` resolves the settings (each with its source), selects the family and
+builds the cluster spec (with its choices), starting nothing; :class:`Session` starts that
+cluster and runs workloads on it (:meth:`Session.run`: the runner, the record, the audit),
+and :func:`finish` writes a record. ``gpuscale.session(...)`` is :func:`session`.
+
+>>> import gpuscale
+>>> with gpuscale.session(backend="cpu") as s:          # doctest: +SKIP
+...     r = s.run("svd", rows=100_000, cols=50)
+...     print(r.median_s, r.valid, s.dashboard_link)
+
+Keywords are the same names as the CLI flags (``config.KEYWORDS`` maps both onto settings).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Callable
+
+import dask
+
+from .. import audit as audit_mod
+from .. import backends, cluster, config, machine, workloads
+from ..data import inputs
+from ..errors import UserError
+from ..records import results
+from ..records.explained import explained
+from . import runner
+
+
+def configure(*, profile: str | None = None, collection: str | None = None, check: bool = True,
+              **settings: Any):
+    """Resolve settings, select the family and build the cluster spec, starting nothing;
+    with ``check``, fail now when the family or the protocol cannot run here.
+
+    Returns ``(resolved, selection, spec)``.
+    """
+    resolved = config.resolve(profile, config.keywords_to_nested(settings))
+    selection = backends.select(resolved.settings.backend, collection, check=check)
+    spec = cluster.build_spec(resolved, selection.family, collection)
+    if check:
+        cluster.protocols.get(spec.protocol).check()
+    return resolved, selection, spec
+
+
+class Session:
+    """A cluster built for one backend family, with that family's dask.config in scope.
+
+    Use as a context manager: the cluster is started on entry and closed on exit, error or
+    Ctrl-C; inside the block ``array.backend`` / ``dataframe.backend`` are the family's.
+    """
+
+    def __init__(self, backend: str | None = None, protocol: str | None = None, *,
+                 profile: str | None = None, collection: str | None = None, **settings: Any):
+        resolved, selection, spec = configure(
+            profile=profile, collection=collection, backend=backend, protocol=protocol, **settings)
+        self._init(resolved, selection, spec, collection)
+
+    def _init(self, resolved, selection, spec, collection: str | None) -> None:
+        self.resolved, self.selection, self.spec = resolved, selection, spec
+        self.collection = collection
+        self.client = None
+        self.cluster = None
+        self.startup_s: float | None = None
+        self.placement = None
+        """Where :meth:`run` runs the runner and why (a :class:`gpuscale.runs.remote.Placement`,
+        recorded as ``explained.cluster.runner``); None: in this process, not asked."""
+        self._stack: contextlib.ExitStack | None = None
+
+    @classmethod
+    def planned(cls, resolved, selection, spec, collection: str | None = None) -> "Session":
+        """A session over a configuration made elsewhere (:func:`configure`'s three values): a
+        runner sent into the cluster (:func:`gpuscale.runs.remote.run_in_cluster`) keeps the
+        settings, family and sources its client resolved."""
+        s = cls.__new__(cls)
+        s._init(resolved, selection, spec, collection)
+        return s
+
+    @property
+    def settings(self) -> config.Settings:
+        return self.resolved.settings
+
+    @property
+    def family(self) -> backends.Family:
+        return self.selection.family
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def __enter__(self) -> "Session":
+        stack = contextlib.ExitStack()
+        try:
+            t0 = time.perf_counter()
+            self.family.import_in_background(self.collection)  # overlaps the cluster's start
+            self.client, self.cluster = stack.enter_context(cluster.connect(self.spec))
+            self.startup_s = time.perf_counter() - t0
+            self._dashboard_link = _ask_dashboard_link(self.client)
+            stack.enter_context(dask.config.set(self.family.dask_config()))
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+        return self
+
+    def __exit__(self, *exc) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            stack.close()
+        self.client = self.cluster = None
+
+    close = __exit__
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """The dashboard's URL, read when the session opened (so it needs no scheduler round
+        trip, and still answers once a running scheduler has gone away); None when closed."""
+        return getattr(self, "_dashboard_link", None) if self.client else None
+
+    def _require_open(self) -> None:
+        if self.client is None:
+            raise UserError("this session is not open", "use it as `with gpuscale.session(...) as s:`")
+
+    # -- work -------------------------------------------------------------------------
+    def run(self, workload: str, *, repeat: int | None = None, warmup: int | None = None,
+            memory_check: bool | None = None, results_dir: str | None = None, write: bool = True,
+            trace: str | None = None, data: Any = None, validate: str | None = None,
+            output: str | None = None, overwrite: bool = False, strict_backend: bool | None = None,
+            audit: bool = True, **params: Any) -> results.Result:
+        """Run a workload on this session's cluster: timed, validated and recorded.
+
+        The backend audit (:mod:`gpuscale.audit`) records the type of every task's output
+        during generate and the timed repeats (the record's ``audit``). ``strict_backend``
+        (default: the ``run.strict-backend`` setting): chunks of another family than this
+        session's raise a UserError naming the task prefixes, counts, bytes and fixes, after
+        the record (holding that audit) is written. ``audit=False`` skips the audit.
+
+        ``trace``: a new or empty folder to capture the run's trace into (:mod:`gpuscale.trace`);
+        the record's ``trace`` field points to it.
+
+        ``data``: your own data instead of generated data (``svd``: a 2-D Dask array or a
+        ``.npy`` / Zarr path; ``groupby``: a Dask DataFrame or a Parquet / CSV path, with
+        ``by=`` and ``agg=``); it is moved to this session's backend, and the record describes
+        it. ``validate``: ``"off"``, ``"fast"`` or ``"full"`` (default: the workload's).
+        ``output``: write the result to this file (``.parquet`` / ``.csv``, ``.npy`` / ``.npz``)
+        once it validated, atomically; an existing file only with ``overwrite=True``."""
+        out_dir = results_dir or self.settings.results_dir
+        if write:
+            results.check_writable(out_dir)
+        result = self.record(workload, repeat=repeat, warmup=warmup, memory_check=memory_check,
+                             results_dir=results_dir, trace=trace, data=data, validate=validate,
+                             output=output, overwrite=overwrite, strict_backend=strict_backend,
+                             audit=audit, **params)
+        return finish(result, out_dir if write else None)
+
+    def record(self, workload: str, *, repeat: int | None = None, warmup: int | None = None,
+               memory_check: bool | None = None, results_dir: str | None = None,
+               trace: str | None = None, data: Any = None, validate: str | None = None,
+               output: str | None = None, overwrite: bool = False, strict_backend: bool | None = None,
+               audit: bool = True, cancelled: Callable[[], bool] | None = None,
+               **params: Any) -> results.Result:
+        """:meth:`run` up to its record, which is neither written nor judged by
+        ``strict_backend`` (:func:`finish` does both): a runner in the cluster returns it to the
+        client that asked. ``cancelled()`` is asked between repeats (see
+        :func:`gpuscale.runner.execute`)."""
+        self._require_open()
+        cls = workloads.get(workload)
+        inputs.check_params(cls, params, data)
+        p = cls.parse(params)
+        user = inputs.check_run(cls, p, data=data, validate=validate, output=output, overwrite=overwrite)
+        self.family.check(self.selection.requested, cls.collection)
+        run_cfg = self.settings.run
+        if trace is not None:
+            from ..trace import check_dir
+            check_dir(trace)
+        sources = dict(self.resolved.sources)
+        for key, value in (("run.repeat", repeat), ("run.warmup", warmup),
+                           ("run.memory-check", memory_check), ("results-dir", results_dir),
+                           ("run.strict-backend", strict_backend)):
+            if value is not None:
+                sources[key] = "keyword"
+        strict = run_cfg.strict_backend if strict_backend is None else bool(strict_backend)
+        if strict and not audit:
+            raise UserError("strict_backend needs the backend audit, but audit=False was given",
+                            "leave audit on (the default) or drop strict_backend")
+        ctx = workloads.Context(self.family, self.spec, self.client, data=user.source,
+                                validate=user.validate)
+        with contextlib.ExitStack() as stack:  # the trace folder is written on leaving
+            tracer = stack.enter_context(self._capture(trace, cls.name)) if trace is not None else None
+            outcome = runner.execute(
+                cls(), p, ctx, warmup=run_cfg.warmup if warmup is None else warmup,
+                repeat=run_cfg.repeat if repeat is None else repeat,
+                memory_check=run_cfg.memory_check if memory_check is None else memory_check, tracer=tracer,
+                audit=audit, cancelled=cancelled)
+            if outcome.audit is not None:
+                outcome.audit["strict"] = strict
+            if tracer is not None:
+                tracer.stop()  # the window ends with the run; the record is built outside it
+                tracer.audit = outcome.audit  # summary.json's "audit" section
+            written = _write_output(cls(), p, outcome, user)
+            result = results.Result.build(
+                workload=cls.name, params=cls().record_params(p, ctx), data=cls().record_data(p, ctx),
+                backend=self.selection.requested, family=self.family.name,
+                backend_reason=self.selection.reason, protocol=self.spec.protocol,
+                knobs=self.family.knobs.as_dict(cls.collection), choices=ctx.choices,
+                cluster=self.cluster_info(), settings_sources=sources,
+                times_s=outcome.times_s, warmup_s=outcome.warmup_s, startup_s=self.startup_s,
+                generate_s=outcome.generate_s, validate_s=outcome.validate_s,
+                valid=outcome.validation.valid, validation=outcome.validation.to_dict(),
+                info={**outcome.info, "unsettled_repeats": outcome.settle_warnings, **written},
+                memory={"estimate_bytes": outcome.estimate_bytes, "capacity_bytes": outcome.capacity_bytes,
+                        **(outcome.memory or {})},
+                audit=outcome.audit, explained=explained(
+                    self.resolved, self.selection, self.spec, cls.collection, ctx.choices, ctx.decisions),
+                versions=machine.versions(), hardware=machine.hardware(),
+                dashboard_link=self.dashboard_link, trace=str(tracer.path) if tracer is not None else None)
+            if self.placement is not None:
+                result.explained["cluster"]["runner"] = self.placement.entry()
+                result.info["runner"] = self.placement.describe()
+            if tracer is not None:
+                tracer.annotate(result_id=result.id)
+        return result
+
+    def to_backend(self, obj: Any, backend: str | None = None, *, chunks=None,
+                   npartitions: int | None = None):
+        """Your Dask array or DataFrame with this session's chunk type (NumPy <-> CuPy,
+        pandas <-> cuDF), or ``backend``'s (e.g. ``"cpu"`` to bring GPU data back); returned
+        as it is when it has that type already. Lazy: converts block by block when computed.
+
+        In-memory data (a NumPy array, a pandas frame: what ``da.from_array`` /
+        ``dd.from_pandas`` would take) becomes a Dask collection whose every task builds its
+        block on the backend, so no task holds a host chunk (the backend audit's fix for
+        ``from_array`` / ``from_pandas``); ``chunks`` / ``npartitions`` default to the
+        family's chunk and partition budgets."""
+        family = self.family if backend is None else backends.select(backend).family
+        if not dask.is_dask_collection(obj) and hasattr(obj, "shape"):
+            from ..backends.convert import from_memory
+            return from_memory(obj, family, chunks=chunks, npartitions=npartitions)
+        return inputs.to_backend(obj, family)
+
+    @contextlib.contextmanager
+    def audit(self, *, phase: str = "user", strict: bool = False):
+        """Audit the tasks that code inside the block runs on this session's cluster (see
+        :mod:`gpuscale.audit`). Yields the :class:`~gpuscale.audit.Audit`; after the block its
+        ``summary`` holds the audit (``gpuscale.report.audit_table(summary)`` renders it).
+        ``strict=True``: chunks of another family raise a UserError on leaving the block."""
+        self._require_open()
+        with audit_mod.audit(self.client, self.family, phase=phase, strict=strict) as a:
+            yield a
+
+    @contextlib.contextmanager
+    def trace(self, directory: str, *, phase: str = "user"):
+        """Capture a trace of any code run in the block into ``directory`` (the same folder as
+        ``run(..., trace=DIR)``, see :mod:`gpuscale.trace`); one phase named ``phase`` spans the
+        block. Yields the :class:`~gpuscale.trace.Capture`: ``.phase(name)`` marks more phases,
+        ``.summary`` holds the summary after the block. An error in the block writes nothing."""
+        self._require_open()
+        with self._capture(directory) as tracer, tracer.phase(phase):
+            with audit_mod.audit(self.client, self.family, phase=phase) as a:  # summary.json's "audit"
+                yield tracer
+            tracer.audit = a.summary
+
+    def _capture(self, directory: str, workload: str | None = None):
+        from ..trace import capture
+        return capture(self.client, directory, workload=workload, backend=self.selection.requested,
+                       family=self.family.name, protocol=self.spec.protocol, nvtx=self.family.nvtx_phases)
+
+    def cluster_info(self) -> dict[str, Any]:
+        """The planned spec plus what the running cluster actually has."""
+        info = self.spec.model_dump(mode="json")
+        if self.client is not None:
+            workers = self.client.scheduler_info(n_workers=-1)["workers"]
+            info["running"] = {"workers": len(workers),
+                               "threads": sum(w.get("nthreads", 0) for w in workers.values()),
+                               "scheduler": self.client.scheduler.address}
+        return info
+
+    def _repr_html_(self) -> str:
+        from ..records.report import session_html
+        return session_html(self)
+
+
+def finish(result: results.Result, out_dir: str | None) -> results.Result:
+    """Write the record under ``out_dir`` (None: not written), then fail the run (a UserError,
+    exit 2) if its audit was strict and saw chunks of another family: the record holding that
+    audit is written first."""
+    if out_dir is not None:
+        results.write(result, out_dir)
+    audit = result.audit
+    if audit is not None and audit.get("strict") and not audit["clean"]:
+        raise audit_mod.strict_error(audit, result.path)
+    return result
+
+
+def _write_output(workload, p, outcome, user) -> dict[str, Any]:
+    """Write ``--output`` from the last repeat's result once it validated (or validation was
+    off); what the record's ``info`` says about it."""
+    if user.output is None:
+        return {}
+    if outcome.validation.valid is False:
+        return {"output": {"path": str(user.output), "written": False,
+                           "why": "the result failed validation"}}
+    from ..data import outputs
+    value = workload.output_value(outcome.output, p, user.output.suffix.lower())
+    return {"output": {**outputs.write(value, user.output, user.overwrite), "written": True}}
+
+
+def _ask_dashboard_link(client) -> str | None:
+    try:
+        return getattr(client, "dashboard_link", None)
+    except Exception:  # noqa: BLE001 - no dashboard link is not an error
+        return None
+
+
+def session(backend: str | None = None, protocol: str | None = None, **kw: Any) -> Session:
+    """A :class:`Session` (use it in a ``with`` block)."""
+    return Session(backend, protocol, **kw)

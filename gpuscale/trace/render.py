@@ -1,0 +1,123 @@
+"""Traces rendered for people: the summary as rows (a rich table for ``gpuscale trace
+summarize``, the folder's index.html), the comparison of two traces as a table."""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from dask.utils import format_bytes
+from rich.markup import escape
+from rich.table import Table
+
+from ..records.report import _fmt_s
+from .summary import Summary
+
+
+def _fmt_bytes(x) -> str:
+    if x is None:
+        return "-"
+    return f"{int(x)} B" if int(x) < 1024 else f"{format_bytes(int(x))} ({int(x)} B)"
+
+
+def _fmt_bw(x) -> str:
+    return "-" if x is None else f"{format_bytes(int(x))}/s"
+
+
+def _share(x: float, wall: float) -> str:
+    return f"{x / wall * 100:.1f}%" if wall else "-"
+
+
+def summary_rows(s: Summary) -> list[tuple[str, str]]:
+    """(label, text) rows of a trace summary (``gpuscale.trace.Summary``), shared by the table
+    and index.html."""
+    what = s.workload or "user code"
+    rows = [("run", f"{what} on {s.family or s.backend or '?'} ({s.backend or '-'}), {s.protocol or '-'}, "
+                    f"{s.workers} worker(s), {s.threads} thread(s)"),
+            ("result record id", s.result_id or "-"),
+            ("wall", _fmt_s(s.wall_s)),
+            ("  compute", f"{_fmt_s(s.compute_s)} ({_share(s.compute_s, s.wall_s)})"),
+            ("  transfer", f"{_fmt_s(s.transfer_s)} ({_share(s.transfer_s, s.wall_s)})"),
+            ("  idle + overhead", f"{_fmt_s(s.idle_s)} ({_share(s.idle_s, s.wall_s)})"),
+            ("task thread time", f"{_fmt_s(s.task_thread_s)} in {s.tasks} task(s), "
+                                 f"utilization {s.utilization * 100:.1f}%"),
+            ("bytes moved", f"{_fmt_bytes(s.bytes_moved)} in {s.transfers} transfer(s), "
+                            f"bandwidth {_fmt_bw(s.bandwidth_bytes_per_s)}, "
+                            f"in flight {s.transfer_share * 100:.1f}% of wall")]
+    if s.p2p_bytes_sent:
+        rows.append(("P2P bytes sent", _fmt_bytes(s.p2p_bytes_sent)))
+    for g in s.top_task_groups:
+        rows.append((f"  group {g['name']}", f"{_fmt_s(g['seconds'])} ({g['share'] * 100:.1f}%), {g['tasks']} task(s)"))
+    for p in s.pairs:
+        rows.append((f"  {p.get('source_name') or p['source']} -> {p.get('destination_name') or p['destination']}",
+                     f"{_fmt_bytes(p['bytes'])}, {p['transfers']} transfer(s), {_fmt_bw(p['bandwidth_bytes_per_s'])}"))
+    for addr, m in s.memory.items():
+        text = f"host peak {_fmt_bytes(m.get('host_peak_bytes'))}"
+        if "gpu_peak_bytes" in m:
+            text += f", GPU peak {_fmt_bytes(m['gpu_peak_bytes'])}"
+        rows.append((f"  memory {m.get('name', addr)}", text))
+    for p in s.phases:
+        rows.append((f"  phase {'  ' * p.get('depth', 0)}{p['name']}",
+                     f"at {_fmt_s(p['start_s'])}, {_fmt_s(p['duration_s'])}"))
+    a = getattr(s, "audit", None)
+    if a:
+        rows.append(("backend audit", (f"clean: {a['tasks']} task output(s), none of another family than "
+                                       f"{a['expected']['family']}") if a["clean"] else
+                     (f"{a['foreign_tasks']} task(s), {format_bytes(a['foreign_bytes'])} of another family than "
+                      f"{a['expected']['family']} in " + ", ".join(sorted({f['prefix'] for f in a['foreign']})))
+                     + " (gpuscale audit report DIR)"))
+    for n in s.notes:
+        rows.append(("note", n))
+    return rows
+
+
+def summary_table(s: Summary, path: str | None = None) -> Table:
+    t = Table(title=f"gpuscale trace{f' {escape(path)}' if path else ''}", show_header=False,
+              title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    for k, v in summary_rows(s):
+        t.add_row(escape(k), escape(v))
+    return t
+
+
+def _cmp_value(x, unit: str) -> str:
+    if x is None:
+        return "-"
+    if unit == "s":
+        return _fmt_s(x)
+    if unit == "bytes":
+        return _fmt_bytes(x)
+    if unit == "bytes/s":
+        return _fmt_bw(x)
+    if unit == "ratio":
+        return f"{x * 100:.1f}%"
+    return str(x)
+
+
+def compare_table(c: dict[str, Any]) -> Table:
+    t = Table(title="gpuscale trace compare (ratio = B / A)", title_justify="left")
+    t.add_column("", style="bold")
+    t.add_column(f"A: {escape(c['a'])}")
+    t.add_column(f"B: {escape(c['b'])}")
+    t.add_column("B / A")
+    for key, (va, vb) in c["about"].items():
+        t.add_row(key, escape(str(va if va is not None else "-")), escape(str(vb if vb is not None else "-")), "")
+    for r in c["rows"]:
+        t.add_row(r["label"], _cmp_value(r["a"], r["unit"]), _cmp_value(r["b"], r["unit"]),
+                  "-" if r["ratio"] is None else f"{r['ratio']:.3f}x")
+    return t
+
+
+def index_html(s: Summary) -> str:
+    """index.html of a trace folder: links to every file and the summary's rows (static)."""
+    titles = {"performance_report": "Dask performance report",
+              "trace": "task stream as a Chrome / Perfetto trace (open in ui.perfetto.dev or chrome://tracing)",
+              "comm": "communication matrix (bytes and bandwidth per worker pair)",
+              "summary": "summary (schema gpuscale.trace, version 1)"}
+    links = "".join(f"<li><a href='{html.escape(f)}'>{html.escape(f)}</a>: {html.escape(titles.get(k, k))}</li>"
+                    for k, f in s.files.items() if k != "index")
+    rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+                   for k, v in summary_rows(s))
+    title = f"gpuscale trace: {html.escape(s.workload or 'user code')}"
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head><body>"
+            f"<h1>{title}</h1><ul>{links}</ul><table>{rows}</table></body></html>\n")

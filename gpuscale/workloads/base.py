@@ -1,0 +1,222 @@
+"""What a workload is: its parameters (:class:`Params`), the :class:`Context` it plans and runs
+in (choices recorded with their sources), the :class:`Workload` hooks, and the
+:class:`Validation` / :class:`Output` it returns."""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..choices import choice
+from ..errors import UserError
+
+
+class Params(BaseModel):
+    """Base for workload parameters: unknown names are errors, values are checked."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclasses.dataclass
+class Check:
+    name: str
+    ok: bool
+    value: float | int | str | None = None
+    limit: float | int | str | None = None
+    detail: str = ""
+
+
+@dataclasses.dataclass
+class Validation:
+    """The outcome of checking a result against an independent reference."""
+    method: str
+    checks: list[Check]
+    level: str | None = None
+    """``fast`` / ``full`` where the workload has levels (``--validate``), ``off`` when skipped."""
+
+    @property
+    def valid(self) -> bool | None:
+        """True / False; None when validation was switched off (``--validate off``)."""
+        if self.level == "off":
+            return None
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    @classmethod
+    def off(cls) -> "Validation":
+        return cls("not validated (--validate off)", [], "off")
+
+    def to_dict(self) -> dict:
+        d = {"valid": self.valid, "method": self.method,
+             "checks": [dataclasses.asdict(c) for c in self.checks]}
+        if self.level is not None:
+            d["level"] = self.level
+        return d
+
+
+@dataclasses.dataclass
+class Output:
+    """What one timed run produced: Dask collections to persist, plus what it learned."""
+    collections: dict[str, Any]
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Context:
+    """What a workload may know about where it runs."""
+    family: Any                       # backends.Family
+    spec: Any                         # cluster.ClusterSpec
+    client: Any = None                # distributed.Client (None while only planning)
+    choices: dict[str, dict] = dataclasses.field(default_factory=dict)
+    decisions: dict[str, dict] = dataclasses.field(default_factory=dict)
+    """Choices a route could only make at run time (from the data), by the same names as the
+    planned ``choices`` they settle (e.g. svd's ``route``: planned "auto", decided "gram")."""
+    data: Any = None                  # the user's data (inputs.Source), None for generated data
+    validate: str | None = None       # off | fast | full; None: the workload's default
+    data_description: dict | None = None  # the record's ``data`` for user data (set by from_data)
+
+    @property
+    def knobs(self):
+        return self.family.knobs
+
+    @property
+    def total_threads(self) -> int:
+        if self.client is not None:
+            info = self.client.scheduler_info(n_workers=-1)["workers"]
+            return max(1, sum(w.get("nthreads", 1) for w in info.values()))
+        return max(1, (self.spec.workers or 1) * (self.spec.threads_per_worker or 1))
+
+    def choose(self, name: str, value: Any, source: str, rule: str | None = None) -> Any:
+        """Record a tuned choice (value, where it came from, and the rule if one chose it)."""
+        self.choices[name] = choice(value, source, rule)
+        return value
+
+    def decide(self, name: str, value: Any, source: str, rule: str | None = None) -> Any:
+        """Record what a planned choice became at run time (``gpuscale explain`` shows the
+        plan; the record's ``explained`` shows both)."""
+        self.decisions[name] = choice(value, source, rule)
+        return value
+
+
+class Workload:
+    """Base class. Subclasses set the class attributes and implement the methods.
+
+    Workloads that also run on the user's own data (``--input PATH``, ``data=``) name the
+    formats they read in ``input_formats``, implement ``check_input`` (before any cluster) and
+    ``from_data`` (instead of ``generate``), and validate without a known answer; parameters
+    in ``generation_params`` only describe generated data, those in ``input_params`` only
+    user data (each is left out of the other's record). ``output_formats`` are the
+    ``--output`` suffixes and ``output_value`` what is written; ``validation_levels``: the
+    workload honours ``--validate fast|full`` (``off`` works for every workload).
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    collection: ClassVar[str]          # "array" or "dataframe"
+    Params: ClassVar[type[Params]]
+    input_formats: ClassVar[tuple[str, ...]] = ()
+    output_formats: ClassVar[tuple[str, ...]] = ()
+    generation_params: ClassVar[tuple[str, ...]] = ()
+    input_params: ClassVar[tuple[str, ...]] = ()
+    validation_levels: ClassVar[bool] = False
+
+    def check(self, p) -> None:
+        """Cross-parameter checks that need no cluster; raise UserError."""
+
+    def plan(self, p, ctx: Context) -> None:
+        """Record tuned choices with ``ctx.choose`` (may need ctx.client for cluster facts)."""
+
+    def estimate_bytes(self, p, ctx: Context) -> int:
+        return 0
+
+    def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
+        """Peak memory by part (``inputs`` / ``intermediates`` / ``results`` where the
+        workload knows them); the parts add up to the peak. Default: ``estimate_bytes`` as
+        one ``peak`` part."""
+        return {"peak": int(self.estimate_bytes(p, ctx))}
+
+    def generate(self, p, ctx: Context) -> Any:
+        raise NotImplementedError
+
+    def compute(self, data, p, ctx: Context) -> Output:
+        raise NotImplementedError
+
+    def validate(self, out: Output, data, p, ctx: Context) -> Validation:
+        raise NotImplementedError
+
+    def describe_data(self, p) -> dict:
+        return {}
+
+    # -- the user's own data ------------------------------------------------------------
+    def check_input(self, p, source) -> None:
+        """Check the parameters against the user's data (an :class:`gpuscale.inputs.Source`:
+        shape / dtype or columns, known without a cluster); raise UserError."""
+
+    def from_data(self, source, p, ctx: Context) -> Any:
+        """The user's data, opened or converted onto ``ctx.family``, in the form ``compute``
+        takes (like ``generate``'s); sets ``ctx.data_description`` for the record."""
+        raise UserError(f"workload '{self.name}' runs on generated data only")
+
+    def output_value(self, out: Output, p, suffix: str) -> Any:
+        """What ``--output`` writes: a host pandas frame, or a dict of host NumPy arrays."""
+        raise UserError(f"workload '{self.name}' writes no --output")
+
+    def load(self, p, ctx: Context) -> Any:
+        """The data to time the work on: the user's (``ctx.data``) or generated."""
+        return self.generate(p, ctx) if ctx.data is None else self.from_data(ctx.data, p, ctx)
+
+    def record_params(self, p, ctx: Context) -> dict:
+        """The record's ``params``: without those that only describe the other kind of data."""
+        drop = set(self.generation_params if ctx.data is not None else self.input_params)
+        return {k: v for k, v in p.model_dump(mode="json").items() if k not in drop}
+
+    def record_data(self, p, ctx: Context) -> dict:
+        """The record's ``data``: the user's data as described, else the generation's."""
+        if ctx.data is None:
+            return self.describe_data(p)
+        return ctx.data_description or ctx.data.describe()
+
+    # -- parameters ---------------------------------------------------------------------
+    @classmethod
+    def parse(cls, params: dict[str, Any]):
+        """Validate parameters into ``Params``; one-line errors naming the flag and the fix."""
+        clean = {k.replace("-", "_"): v for k, v in params.items() if v is not None}
+        try:
+            p = cls.Params(**clean)
+        except ValidationError as e:
+            err = e.errors()[0]
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            flag = "--" + field.replace("_", "-")
+            if err["type"] == "extra_forbidden":
+                raise UserError(f"workload '{cls.name}' has no parameter {flag}",
+                                f"its parameters: {', '.join(parameter_flags(cls))}") from None
+            msg = err["msg"].removeprefix("Value error, ")
+            raise UserError(f"{cls.name} {flag}: {msg} (got {err.get('input')!r})",
+                            f"see `gpuscale workloads` for {cls.name}'s parameters") from None
+        cls().check(p)
+        return p
+
+
+def parameter_flags(cls) -> list[str]:
+    return ["--" + f.replace("_", "-") for f in cls.Params.model_fields]
+
+
+def choices(annotation) -> list | None:
+    """The allowed values of a ``Literal`` parameter (also inside Optional / Union), else None."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return list(typing.get_args(annotation))
+    found = [c for a in typing.get_args(annotation) for c in (choices(a) or [])]
+    return found or None
+
+
+def describe(cls) -> dict:
+    """Name, description and parameters (with defaults and, for fixed sets, the choices) of a
+    workload, for listings."""
+    params = {}
+    for fname, field in cls.Params.model_fields.items():
+        ann = field.annotation
+        params[fname.replace("_", "-")] = {
+            "default": field.default, "type": getattr(ann, "__name__", str(ann)).replace("typing.", ""),
+            "choices": choices(ann), "help": field.description or ""}
+    return {"name": cls.name, "collection": cls.collection, "description": cls.description,
+            "params": params}
