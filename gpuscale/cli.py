@@ -1,4 +1,4 @@
-"""Command line: parse flags, call :mod:`gpuscale.api`, render with :mod:`gpuscale.report`.
+"""Command line: parse flags, call :mod:`gpuscale.api`, render with :mod:`gpuscale.records.report` and :mod:`gpuscale.trace.render`.
 
 Flags map one-to-one onto API keywords (``config.KEYWORDS``); no click object reaches
 library code. Every error from bad input is one line on stderr, exit code 2:
@@ -22,6 +22,21 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 def _console(stderr: bool = False):
     from rich.console import Console
     return Console(stderr=stderr)
+
+
+def _emit(data: Any, as_json: bool, render: typing.Callable[[], Any]) -> None:
+    """What a command shows: ``data`` as exactly one JSON object on stdout (``--json``), else
+    ``render()`` (a rich renderable, from :mod:`gpuscale.records.report` or
+    :mod:`gpuscale.trace.render`) on the console."""
+    if as_json:
+        click.echo(json.dumps(data, default=str))
+    else:
+        _console().print(render())
+
+
+def json_option(what: str = "the result"):
+    """``--json``: print ``what`` as exactly one JSON object on stdout (see :func:`_emit`)."""
+    return click.option("--json", "as_json", is_flag=True, help=f"print {what} as one JSON object")
 
 
 def _fail(message: str, code: int = 2) -> typing.NoReturn:
@@ -154,10 +169,7 @@ def _workload_command(cls) -> click.Command:
 
         def show(r):
             shown.append(r)
-            if as_json:
-                click.echo(json.dumps(r.to_dict(), default=str))
-            else:
-                _console().print(report.result_table(r))
+            _emit(r.to_dict(), as_json, lambda: report.result_table(r))
             sys.stdout.flush()
 
         hooks = _dashboard_hooks(show) if kwargs.pop("dashboard", False) else {}
@@ -169,7 +181,7 @@ def _workload_command(cls) -> click.Command:
                         memory_check=False if no_memory_check else None,
                         strict_backend=True if strict else None, in_cluster=in_cluster)
         r = api.run(cls.name, profile=profile, results_dir=results_dir, cluster_settings=settings,
-                    trace=trace_dir, **data_kw, **hooks, **wl_params)
+                    trace=trace_dir, progress=report.progress_bar, **data_kw, **hooks, **wl_params)
         if not shown:
             show(r)
         if r.valid is False:
@@ -217,7 +229,7 @@ STOPPED_BY = {"interrupt": "stopped by Ctrl-C", "terminate": "stopped by SIGTERM
 
 def _dashboard_hooks(show) -> dict[str, Any]:
     """``api.run`` callbacks for ``run --dashboard``: the link on stderr before the work; after
-    it, the result shown and the cluster held (:func:`gpuscale.serve.hold`) until Ctrl-C,
+    it, the result shown and the cluster held (:func:`gpuscale.runs.serve.hold`) until Ctrl-C,
     SIGTERM or ``cluster down``. stdout keeps only what ``show`` prints."""
     from .runs import serve
 
@@ -267,20 +279,18 @@ def cluster():
 @cluster_options
 @click.option("--for", "collection", type=click.Choice(["array", "dataframe"]), default=None,
               help="shape the cluster for array or DataFrame work (as `run` does per workload)")
-@click.option("--json", "as_json", is_flag=True, help="print the spec as JSON")
+@json_option("the spec")
 def cluster_show(as_json, collection, **kwargs):
     """Print the fully resolved cluster spec, starting nothing."""
     from . import api
     from .records import report
     profile, settings = _split(kwargs)
     resolved, selection, spec = api.configure(profile=profile, collection=collection, check=False, **settings)
-    if as_json:
-        click.echo(json.dumps({"spec": spec.model_dump(mode="json"), "backend": selection.requested,
-                               "family": selection.family.name, "reason": selection.reason,
-                               "settings": resolved.settings.model_dump(mode="json", by_alias=True),
-                               "sources": resolved.sources, "profile": resolved.profile}, default=str))
-    else:
-        _console().print(report.spec_table(spec, resolved, selection))
+    _emit({"spec": spec.model_dump(mode="json"), "backend": selection.requested,
+           "family": selection.family.name, "reason": selection.reason,
+           "settings": resolved.settings.model_dump(mode="json", by_alias=True),
+           "sources": resolved.sources, "profile": resolved.profile},
+          as_json, lambda: report.spec_table(spec, resolved, selection))
 
 
 @cluster.command("up", context_settings=CONTEXT)
@@ -369,28 +379,22 @@ def gather_info() -> dict[str, Any]:
 
 
 @cli.command(context_settings=CONTEXT)
-@click.option("--json", "as_json", is_flag=True)
+@json_option("what was found")
 def info(as_json):
     """CPU, memory, GPUs and NVLink, optional stacks, backends and versions."""
+    from .records import report
     data = gather_info()
-    if as_json:
-        click.echo(json.dumps(data, default=str))
-    else:
-        from .records import report
-        _console().print(report.info_table(data))
+    _emit(data, as_json, lambda: report.info_table(data))
 
 
 @cli.command("workloads", context_settings=CONTEXT)
-@click.option("--json", "as_json", is_flag=True)
+@json_option("the workloads")
 def workloads_cmd(as_json):
     """The registered workloads with their parameters and defaults."""
     from . import workloads
+    from .records import report
     items = [workloads.describe(workloads.get(n)) for n in workloads.names()]
-    if as_json:
-        click.echo(json.dumps(items, default=str))
-    else:
-        from .records import report
-        _console().print(report.workloads_table(items))
+    _emit(items, as_json, lambda: report.workloads_table(items))
 
 
 # ---------------------------------------------------------------------------------------
@@ -403,31 +407,23 @@ def trace_group():
 
 @trace_group.command("summarize", context_settings=CONTEXT)
 @click.argument("directory", metavar="DIR")
-@click.option("--json", "as_json", is_flag=True, help="print the summary as one JSON object")
+@json_option("the summary")
 def trace_summarize(directory, as_json):
     """Where the time went: wall split, top task groups, bytes moved, bandwidth, memory peaks."""
-    from . import trace
-    from .trace import render
-    s = trace.load(directory)
-    if as_json:
-        click.echo(json.dumps(s.model_dump(mode="json", by_alias=True), default=str))
-    else:
-        _console().print(render.summary_table(s, directory))
+    from .trace import load, render
+    s = load(directory)
+    _emit(s.model_dump(mode="json", by_alias=True), as_json, lambda: render.summary_table(s, directory))
 
 
 @trace_group.command("compare", context_settings=CONTEXT)
 @click.argument("dir_a", metavar="DIR_A")
 @click.argument("dir_b", metavar="DIR_B")
-@click.option("--json", "as_json", is_flag=True, help="print the comparison as one JSON object")
+@json_option("the comparison")
 def trace_compare(dir_a, dir_b, as_json):
     """Two traces side by side (e.g. tcp vs ucx), with ratios B / A."""
-    from . import trace
-    from .trace import render
-    c = trace.compare(dir_a, dir_b)
-    if as_json:
-        click.echo(json.dumps(c, default=str))
-    else:
-        _console().print(render.compare_table(c))
+    from .trace import compare, render
+    c = compare(dir_a, dir_b)
+    _emit(c, as_json, lambda: render.compare_table(c))
 
 
 # ---------------------------------------------------------------------------------------
@@ -440,7 +436,7 @@ def audit_group():
 
 @audit_group.command("report", context_settings=CONTEXT)
 @click.argument("path", metavar="DIR_OR_RECORD")
-@click.option("--json", "as_json", is_flag=True, help="print the audit as one JSON object")
+@json_option("the audit")
 def audit_report(path, as_json):
     """The audit of a result record (JSON) or a trace folder (its summary.json) as a table:
     task outputs by prefix with their type and bytes, chunks of another family than the
@@ -448,10 +444,7 @@ def audit_report(path, as_json):
     from . import audit
     from .records import report
     a, label = audit.load(path)
-    if as_json:
-        click.echo(json.dumps({**a, "source": label}, default=str))
-    else:
-        _console().print(report.audit_table(a, label))
+    _emit({**a, "source": label}, as_json, lambda: report.audit_table(a, label))
 
 
 class ExplainGroup(RunGroup):
@@ -494,10 +487,7 @@ def _explain_callback(cls):
         if unused:
             d["notes"].append(f"not used by explain: {', '.join(unused)} (the plan is for generated "
                               "data and does not depend on where results go)")
-        if as_json:
-            click.echo(json.dumps(d, default=str))
-        else:
-            _console().print(report.explain_table(d))
+        _emit(d, as_json, lambda: report.explain_table(d))
     return explain
 
 

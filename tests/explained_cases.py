@@ -8,12 +8,13 @@ compares today's output with it. Regenerate only for an intended change of outpu
     python tests/explained_cases.py  > tests/data/explained.json
 
 Facts of the machine are masked (:func:`normalize`) so the file holds on any host with the
-same core count: sizes (``12.3 GiB``, byte counts of memory limits), the CPU model, the
-Python / library versions. The core count stays: the thread layout is what is compared.
+same core count: sizes (``12.3 GiB``, byte counts of memory limits) and the checkout's path
+(``<repo>``, in profile paths). The core count stays: the thread layout is what is compared.
 """
 from __future__ import annotations
 
 import json
+import pathlib
 import re
 import sys
 from typing import Any
@@ -57,6 +58,7 @@ RUNS: list[dict[str, Any]] = [
 ]
 """Keyword sets for :func:`gpuscale.api.run` (repeat 1, no warm-up, no record written)."""
 
+REPO = str(pathlib.Path(__file__).resolve().parents[1])
 _SIZE = re.compile(r"\d+(?:\.\d+)? ?(?:[kMGTP]i?B|bytes)\b")
 _MACHINE_KEYS = {"memory_limit_bytes", "capacity_bytes", "worker_limit_bytes", "per_worker_bytes",
                  "free_bytes", "headroom_bytes", "worker_bytes", "usable_bytes"}
@@ -75,7 +77,7 @@ def normalize(obj: Any, key: str | None = None) -> Any:
     if isinstance(obj, list):
         return [normalize(v, key) for v in obj]
     if isinstance(obj, str):
-        return _SIZE.sub("<size>", obj)
+        return _SIZE.sub("<size>", obj.replace(REPO, "<repo>"))
     if isinstance(obj, int) and not isinstance(obj, bool) and key in _MACHINE_KEYS:
         return "<size>"
     return obj
@@ -102,6 +104,6 @@ def collect() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, REPO)
     json.dump(collect(), sys.stdout, indent=1, sort_keys=True, default=str)
     sys.stdout.write("\n")

@@ -109,12 +109,12 @@ def tiny_budget_family():
 
 
 def test_small_budget_splits_the_result(frame, ddf, tiny_budget_family):
-    p = gdf.plan_groupby(ddf, "key", SPEC, family=tiny_budget_family)
+    p = gdf.choose_groupby(ddf, "key", SPEC, family=tiny_budget_family)
     assert p.strategy == "shuffle" and p.split_out > 1
     assert p.result_bytes > p.budget_bytes == 256
     assert "test-tiny budget" in p.reason
     # the same frame with the real cpu family stays in one partition
-    assert gdf.plan_groupby(ddf, "key", SPEC, family=backends.select("cpu").family).split_out == 1
+    assert gdf.choose_groupby(ddf, "key", SPEC, family=backends.select("cpu").family).split_out == 1
     res = gdf.groupby_agg(ddf, "key", SPEC, family=tiny_budget_family)
     assert res.result.npartitions == p.split_out
     check_matches_pandas(res, frame, "key", SPEC)
@@ -122,7 +122,7 @@ def test_small_budget_splits_the_result(frame, ddf, tiny_budget_family):
 
 def test_split_out_must_be_positive(ddf):
     with pytest.raises(UserError, match="split_out must be >= 1"):
-        gdf.plan_groupby(ddf, "key", SPEC, split_out=0)
+        gdf.choose_groupby(ddf, "key", SPEC, split_out=0)
 
 
 def test_unknown_groupby_column_lists_columns(ddf):

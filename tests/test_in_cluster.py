@@ -67,7 +67,7 @@ def test_no_in_cluster_keeps_the_runner_here(cluster):
 
 def test_workers_of_another_gpuscale_version(cluster, monkeypatch):
     addr, _, _ = cluster
-    monkeypatch.setattr(gpuscale, "__version__", "0.0.0+other")  # what this process sends
+    monkeypatch.setattr(remote, "__version__", "0.0.0+other")  # what this process sends
     r = gpuscale.run("groupby", backend="cpu", cluster_settings={"scheduler": addr}, write=False, **SMALL)
     assert r.valid and r.info["runner"]["where"] == "client"
     rule = r.explained["cluster"]["runner"]["rule"]

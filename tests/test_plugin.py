@@ -246,3 +246,25 @@ def test_entry_point_plugin_bad_parameter_is_one_line(plugin_python, tmp_path):
         "gpuscale: error: plugin_scale --factor: Input should be greater than or equal to 0 "
         "(got '-1'); see `gpuscale workloads` for plugin_scale's parameters"]
     assert files_under(tmp_path) == []
+
+
+def test_entry_point_protocol_carries_a_run(plugin_python, tmp_path):
+    """A transport registered through the ``gpuscale.protocols`` entry point: the cluster is
+    started over it, the record says so, and its rule names the plugin's description."""
+    p = _gpuscale(plugin_python, "run", "transpose_sum", "--backend", "cpu", "--protocol", "ws",
+                  "--workers", "1", "--repeat", "1", "--warmup", "0", "--n", "400",
+                  "--results-dir", "res", "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["valid"] is True and d["protocol"] == "ws"
+    assert d["cluster"]["running"]["scheduler"].startswith("ws://")
+    transports = d["explained"]["cluster"]["transports"]
+    assert transports["rule"] == "WebSockets (distributed's ws comm, from the example plugin): transports ws"
+    # installed in the temporary venv only: this interpreter refuses it in one line
+    from gpuscale.cluster import protocols
+    assert "ws" not in protocols.names()
+    q = subprocess.run([sys.executable, "-m", "gpuscale", "cluster", "show", "--protocol", "ws"],
+                       cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert q.returncode == 2 and q.stderr.strip().splitlines() == [
+        "gpuscale: error: invalid value 'ws' for gpuscale.protocol (from a flag): unknown protocol; "
+        "choose one of: tcp, ucx; fix that setting (see `gpuscale cluster show` for the resolved values)"]

@@ -86,8 +86,8 @@ def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> d
 @contextlib.contextmanager
 def connect(spec: ClusterSpec) -> Iterator[tuple[Any, Any]]:
     """Start (or join) the cluster and yield ``(client, cluster)``; ``cluster`` is None for an
-    existing scheduler. Whatever was started is closed on exit, error or Ctrl-C."""
-    protocols.get(spec.protocol).check()
+    existing scheduler. Whatever was started is closed on exit, error or Ctrl-C. The spec's
+    transport was checked when it was configured (``runs.session.configure``)."""
     mod = _kind(spec.kind)
     cluster = None
     client = None

@@ -1,13 +1,31 @@
 """Rendering: rich tables for the terminal, HTML for notebooks. No computation here."""
 from __future__ import annotations
 
+import contextlib
 import html
 import json
-from typing import Any
+import sys
+from typing import Any, Callable, Iterator
 
 from dask.utils import format_bytes
 from rich.markup import escape
 from rich.table import Table
+
+
+@contextlib.contextmanager
+def progress_bar(description: str, total: int) -> Iterator[Callable[[], None]]:
+    """The runner's repeats as a rich progress bar on stderr, for interactive terminals
+    (silent otherwise); yields the function that advances it by one
+    (:data:`gpuscale.runs.runner.Progress`)."""
+    if not sys.stderr.isatty():
+        yield lambda: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda: bar.advance(task)
 
 
 def _fmt_s(x: float | None) -> str:

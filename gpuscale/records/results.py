@@ -66,7 +66,7 @@ class Result(BaseModel):
     by prefix, foreign chunks with their fixes, family changes; None in older records."""
     explained: dict[str, dict[str, Any]] | None = None
     """Every tuned knob by scope (cluster / family / workload): value, source and, when a rule
-    chose it, the rule with its numbers (:mod:`gpuscale.explain`); None in older records."""
+    chose it, the rule with its numbers (:mod:`gpuscale.records.explained`); None in older records."""
     path: str | None = None
 
     @classmethod

@@ -30,7 +30,9 @@ CONCAT_MIN_GROUP_FRACTION = 0.05
 
 
 @dataclasses.dataclass
-class GroupbyPlan:
+class GroupbyDecision:
+    """How a groupby runs (strategy, result partitions, fan-in, shuffle) and why; the result's
+    ``plan`` (recorded as the run's ``info.plan``)."""
     strategy: str            # "per-worker" | "tree" | "shuffle"
     split_out: int
     split_every: int
@@ -48,7 +50,7 @@ class GroupbyPlan:
 @dataclasses.dataclass
 class GroupbyResult:
     result: Any  # a Dask DataFrame
-    plan: GroupbyPlan
+    plan: GroupbyDecision
 
 
 def count_groups(df, by: list[str]):
@@ -101,8 +103,8 @@ def _normalize_agg(df, by: list[str], agg, where: str = "the DataFrame") -> dict
     return spec
 
 
-def plan_groupby(df, by, agg, *, groups: int | None = None, rows: int | None = None,
-                 split_out: int | str = "auto", family=None) -> GroupbyPlan:
+def choose_groupby(df, by, agg, *, groups: int | None = None, rows: int | None = None,
+                 split_out: int | str = "auto", family=None) -> GroupbyDecision:
     """Choose how to run ``df.groupby(by).agg(agg)``.
 
     * the result is estimated at ``groups`` x (key + aggregate columns) x 8 B; over the family's
@@ -131,8 +133,8 @@ def plan_groupby(df, by, agg, *, groups: int | None = None, rows: int | None = N
 
 
 def decide_groupby(*, groups: int, rows: int, npartitions: int, width: int, decomposable: bool,
-                   family, split_out: int | str = "auto", groups_source: str = "given") -> GroupbyPlan:
-    """The plan of :func:`plan_groupby` from numbers alone (no frame, nothing computed):
+                   family, split_out: int | str = "auto", groups_source: str = "given") -> GroupbyDecision:
+    """The plan of :func:`choose_groupby` from numbers alone (no frame, nothing computed):
     ``width`` = key + aggregate columns, ``decomposable`` = every aggregation is one the
     per-worker route splits (see ``DECOMPOSE``). ``gpuscale explain`` plans with it."""
     fam = family
@@ -148,14 +150,14 @@ def decide_groupby(*, groups: int, rows: int, npartitions: int, width: int, deco
         n = int(split_out)
         if n < 1:
             raise UserError(f"split_out must be >= 1, got {n}", "use 1 for a tree reduction")
-        return GroupbyPlan("shuffle" if n > 1 else "tree", n, split_every,
+        return GroupbyDecision("shuffle" if n > 1 else "tree", n, split_every,
                            knobs.shuffle_method if n > 1 else None, groups, source, result_bytes,
                            budget, f"split_out={n} set by you")
     if result_bytes > budget:
         n = min(max(2, math.ceil(result_bytes / budget)), max(2, nparts))
         why = (f"split_out={n}: {size} exceeds the {fam.name} budget of {budget / 1e6:.4g} MB: "
                f"{knobs.shuffle_method or 'Dask default'} shuffle")
-        return GroupbyPlan("shuffle", n, split_every, knobs.shuffle_method, groups, source,
+        return GroupbyDecision("shuffle", n, split_every, knobs.shuffle_method, groups, source,
                            result_bytes, budget, why)
     per_part = max(1, rows // max(1, nparts))
     fraction = min(groups, per_part) / per_part
@@ -163,14 +165,14 @@ def decide_groupby(*, groups: int, rows: int, npartitions: int, width: int, deco
         why = (f"split_out=1 ({size}, under the {fam.name} budget of {budget / 1e6:.4g} MB); "
                f"per-worker: a partition of ~{per_part:,} rows would keep ~{fraction:.0%} of them "
                f"as groups, so each worker concatenates its partitions and aggregates once")
-        return GroupbyPlan("per-worker", 1, split_every, None, groups, source, result_bytes, budget, why)
+        return GroupbyDecision("per-worker", 1, split_every, None, groups, source, result_bytes, budget, why)
     why = (f"split_out=1: {size}, under the {fam.name} per-partition budget of "
            f"{budget / 1e6:.4g} MB: tree reduction (fan-in {split_every}), no shuffle")
-    return GroupbyPlan("tree", 1, split_every, None, groups, source, result_bytes, budget, why)
+    return GroupbyDecision("tree", 1, split_every, None, groups, source, result_bytes, budget, why)
 
 
 def groupby_agg(df, by, agg, *, groups: int | None = None, rows: int | None = None,
-                split_out: int | str = "auto", plan: GroupbyPlan | None = None,
+                split_out: int | str = "auto", plan: GroupbyDecision | None = None,
                 family=None) -> GroupbyResult:
     """``df.groupby(by).agg(agg)`` with the tuned plan; lazy. Works in any Client context.
 
@@ -178,7 +180,7 @@ def groupby_agg(df, by, agg, *, groups: int | None = None, rows: int | None = No
     result has the same index and ``(column, aggregation)`` columns as Dask's / pandas' own.
     """
     by_list = [by] if isinstance(by, str) else list(by)
-    plan = plan or plan_groupby(df, by_list, agg, groups=groups, rows=rows, split_out=split_out,
+    plan = plan or choose_groupby(df, by_list, agg, groups=groups, rows=rows, split_out=split_out,
                                 family=family)
     spec = _normalize_agg(df, by_list, agg)
     if plan.strategy == "per-worker":
@@ -237,7 +239,7 @@ def _combine(partials, by, spec):
 
 def _worker_groups(df, keys) -> list[list[int]]:
     """Partition numbers grouped by the worker that holds them (persisted data on a
-    distributed cluster, :mod:`gpuscale.locality`, evened out so no worker aggregates more than
+    distributed cluster, :mod:`gpuscale.routes.locality`, evened out so no worker aggregates more than
     its share), else in contiguous runs, one per worker."""
     groups = locality.blocks_by_worker(df, keys)
     if groups:
@@ -280,7 +282,7 @@ def _per_worker_agg(df, by, spec):
     one worker, one task (:func:`_whole`). The graph is a few dict entries built by hand:
     dask.delayed's argument unpacking and the meta computation cost tens of milliseconds of
     client time per call, more than a GPU's whole aggregation. Persisted partitions are read
-    through their futures' own keys (:func:`gpuscale.locality.in_memory`)."""
+    through their futures' own keys (:func:`gpuscale.routes.locality.in_memory`)."""
     import dask.dataframe as dd
     from dask.base import tokenize
     dsk, keys = locality.graph_and_keys(df)

@@ -179,7 +179,7 @@ def _sum_list(parts):
 def _block_sum(x, fn, *args, split_every=None):
     """sum over row blocks of fn(block, *args), each an n x n matrix, as a tree reduction;
     for persisted blocks on several workers (and no ``split_every``) the first level sums
-    each worker's own blocks (:mod:`gpuscale.locality`).
+    each worker's own blocks (:mod:`gpuscale.routes.locality`).
 
     The graph is built by hand (a few dict entries): dask's generic reduction and blockwise
     machinery cost milliseconds of client time per call, which matters when the whole GPU

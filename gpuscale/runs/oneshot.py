@@ -8,7 +8,7 @@ from .. import config, workloads
 from ..data import inputs
 from ..errors import UserError
 from ..records import results
-from . import remote
+from . import remote, runner
 from .session import Session, finish
 
 
@@ -20,7 +20,7 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
         overwrite: bool = False, strict_backend: bool | None = None, in_cluster: bool | str | None = None,
         on_ready: Callable[[Session], Any] | None = None,
         hold: Callable[[Session, results.Result], Any] | None = None,
-        **params: Any) -> results.Result:
+        progress: runner.Progress | None = None, **params: Any) -> results.Result:
     """One-shot: check everything, build the cluster for this workload, run it, close it.
 
     Workload parameters are keywords (``rows=...``); cluster settings go in
@@ -36,7 +36,8 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
     ``--dashboard`` prints ``session.dashboard_link`` there); ``hold(session, result)`` is
     called after the record is written, with the cluster still running, and the cluster closes
     when it returns (``--dashboard`` shows the result, then waits in :func:`gpuscale.runs.serve.hold`
-    until Ctrl-C, SIGTERM or ``gpuscale cluster down``).
+    until Ctrl-C, SIGTERM or ``gpuscale cluster down``). ``progress``: how to show the repeats
+    of a runner in this process (:data:`gpuscale.runs.runner.Progress`).
     """
 
     cls = workloads.get(workload)
@@ -69,7 +70,7 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
         if on_ready is not None:
             on_ready(s)
         result = s.run(workload, write=write, trace=trace, data=data, validate=validate,
-                       output=output, overwrite=overwrite, **params)
+                       output=output, overwrite=overwrite, progress=progress, **params)
         if hold is not None:
             hold(s, result)
         return result

@@ -11,10 +11,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import sys
 import time
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager, Iterator
 
 import dask
 from dask.core import flatten
@@ -156,14 +155,15 @@ def check_memory(workload: Workload, p, ctx: Context, enforce: bool) -> dict[str
     return h
 
 
-def _progress():
-    """A rich progress bar on stderr for interactive terminals; silent otherwise."""
-    if not sys.stderr.isatty():
-        return contextlib.nullcontext(None)
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+Progress = Callable[[str, int], ContextManager[Callable[[], None]]]
+"""How a caller watches the repeats: ``progress(description, total)`` is a context manager
+around them that yields the function called after each one (the CLI hands in
+:func:`gpuscale.records.report.progress_bar`; None shows nothing)."""
+
+
+@contextlib.contextmanager
+def _silent(description: str, total: int) -> Iterator[Callable[[], None]]:
+    yield lambda: None
 
 
 @contextlib.contextmanager
@@ -173,7 +173,7 @@ def _no_phase(name: str, **args):
 
 def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int,
             memory_check: bool = True, tracer=None, audit: bool = True,
-            cancelled: Callable[[], bool] | None = None) -> Outcome:
+            cancelled: Callable[[], bool] | None = None, progress: Progress | None = None) -> Outcome:
     """``tracer``: a :class:`gpuscale.trace.Capture` whose ``phase`` marks generate / warmup /
     compute / validate (besides the ``span`` that groups their tasks on the dashboard).
 
@@ -182,7 +182,9 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int,
 
     ``audit``: run the backend audit (:mod:`gpuscale.audit`) over generate and over the
     warm-up + timed repeats (phase ``compute``); validation is not audited (it builds host
-    references on purpose)."""
+    references on purpose).
+
+    ``progress``: see :data:`Progress`."""
     client = ctx.client
     phase = tracer.phase if tracer is not None else _no_phase
     fam = ctx.family
@@ -190,7 +192,7 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int,
     memory = check_memory(workload, p, ctx, memory_check)
     auditor = Audit(client, fam, scope=AUDIT_SCOPE).start() if audit else None
     try:
-        outcome = _run(workload, p, ctx, warmup, repeat, phase, auditor, cancelled or _never)
+        outcome = _run(workload, p, ctx, warmup, repeat, phase, auditor, cancelled or _never, progress or _silent)
     except BaseException:
         if auditor is not None:
             auditor.stop()
@@ -214,7 +216,7 @@ def _go_on(cancelled: Callable[[], bool], before: str) -> None:
 
 
 def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, auditor,
-         cancelled: Callable[[], bool]) -> Outcome:
+         cancelled: Callable[[], bool], progress: Progress) -> Outcome:
     client = ctx.client
     fam = ctx.family
     with span("gpuscale", workload.name, "generate"), phase("generate"):
@@ -234,8 +236,7 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, a
         info.update(result.info)
         return result.collections
 
-    with _progress() as bar:
-        task = bar.add_task(f"{workload.name} ({fam.name})", total=warmup + repeat) if bar else None
+    with progress(f"{workload.name} ({fam.name})", warmup + repeat) as advance:
         for i in range(warmup + repeat):
             out = None  # release the previous result before timing the next one
             _go_on(cancelled, f"run {i + 1} of {warmup + repeat}")
@@ -247,8 +248,7 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, a
             out = Output(collections, dict(info))
             collections = None
             (warm if i < warmup else times).append(elapsed)
-            if bar:
-                bar.advance(task)
+            advance()
     audit = auditor.finish("compute", runs={"generate": 1, "compute": warmup + repeat}) \
         if auditor is not None else None
 

@@ -124,7 +124,7 @@ class Session:
             memory_check: bool | None = None, results_dir: str | None = None, write: bool = True,
             trace: str | None = None, data: Any = None, validate: str | None = None,
             output: str | None = None, overwrite: bool = False, strict_backend: bool | None = None,
-            audit: bool = True, **params: Any) -> results.Result:
+            audit: bool = True, progress: runner.Progress | None = None, **params: Any) -> results.Result:
         """Run a workload on this session's cluster: timed, validated and recorded.
 
         The backend audit (:mod:`gpuscale.audit`) records the type of every task's output
@@ -141,14 +141,16 @@ class Session:
         ``by=`` and ``agg=``); it is moved to this session's backend, and the record describes
         it. ``validate``: ``"off"``, ``"fast"`` or ``"full"`` (default: the workload's).
         ``output``: write the result to this file (``.parquet`` / ``.csv``, ``.npy`` / ``.npz``)
-        once it validated, atomically; an existing file only with ``overwrite=True``."""
+        once it validated, atomically; an existing file only with ``overwrite=True``.
+        ``progress``: how to show the repeats (:data:`gpuscale.runs.runner.Progress`; the CLI
+        hands in a progress bar; None shows nothing)."""
         out_dir = results_dir or self.settings.results_dir
         if write:
             results.check_writable(out_dir)
         result = self.record(workload, repeat=repeat, warmup=warmup, memory_check=memory_check,
                              results_dir=results_dir, trace=trace, data=data, validate=validate,
                              output=output, overwrite=overwrite, strict_backend=strict_backend,
-                             audit=audit, **params)
+                             audit=audit, progress=progress, **params)
         return finish(result, out_dir if write else None)
 
     def record(self, workload: str, *, repeat: int | None = None, warmup: int | None = None,
@@ -156,11 +158,11 @@ class Session:
                trace: str | None = None, data: Any = None, validate: str | None = None,
                output: str | None = None, overwrite: bool = False, strict_backend: bool | None = None,
                audit: bool = True, cancelled: Callable[[], bool] | None = None,
-               **params: Any) -> results.Result:
+               progress: runner.Progress | None = None, **params: Any) -> results.Result:
         """:meth:`run` up to its record, which is neither written nor judged by
         ``strict_backend`` (:func:`finish` does both): a runner in the cluster returns it to the
         client that asked. ``cancelled()`` is asked between repeats (see
-        :func:`gpuscale.runner.execute`)."""
+        :func:`gpuscale.runs.runner.execute`)."""
         self._require_open()
         cls = workloads.get(workload)
         inputs.check_params(cls, params, data)
@@ -189,7 +191,7 @@ class Session:
                 cls(), p, ctx, warmup=run_cfg.warmup if warmup is None else warmup,
                 repeat=run_cfg.repeat if repeat is None else repeat,
                 memory_check=run_cfg.memory_check if memory_check is None else memory_check, tracer=tracer,
-                audit=audit, cancelled=cancelled)
+                audit=audit, cancelled=cancelled, progress=progress)
             if outcome.audit is not None:
                 outcome.audit["strict"] = strict
             if tracer is not None:

@@ -149,7 +149,7 @@ class Workload:
 
     # -- the user's own data ------------------------------------------------------------
     def check_input(self, p, source) -> None:
-        """Check the parameters against the user's data (an :class:`gpuscale.inputs.Source`:
+        """Check the parameters against the user's data (an :class:`gpuscale.data.inputs.Source`:
         shape / dtype or columns, known without a cluster); raise UserError."""
 
     def from_data(self, source, p, ctx: Context) -> Any:

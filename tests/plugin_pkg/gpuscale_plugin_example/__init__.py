@@ -6,6 +6,7 @@ import dask.array as da
 from pydantic import Field
 
 import gpuscale
+from gpuscale.cluster.protocols import Protocol
 from gpuscale.workloads import Check
 
 
@@ -31,3 +32,8 @@ def scale(x, p, ctx):
     """y = factor * x of a random vector (an example plugin)."""
     return x * p.factor
 
+
+
+# A transport through the ``gpuscale.protocols`` entry point: distributed's own WebSocket comm,
+# which gpuscale does not register itself.
+ws = Protocol("ws", "WebSockets (distributed's ws comm, from the example plugin)", bind_host="127.0.0.1")
