@@ -25,11 +25,13 @@ What it can see
 Classification
     A *chunk* is an output whose type has a ``shape`` and is not a NumPy scalar (array
     chunks, DataFrame partitions, Series, Index). Its *kind* is the top-level module when it
-    is one of numpy / cupy / pandas / cudf, else ``other``; its *family* is the registered
-    backend family whose ``array_module`` / ``dataframe_module`` is that module (the expected
-    family first). A chunk is *foreign* when it belongs to a family other than the expected
-    one: NumPy / pandas chunks under the GPU family, CuPy / cuDF chunks under the CPU family.
-    Scalars, tuples, dicts and unknown libraries are never foreign.
+    is one of the registered families' chunk libraries (numpy / cupy / pandas / cudf for the
+    built-ins: :func:`gpuscale.backends.chunk_libraries`), else ``other``; its *family* is the
+    registered backend family whose ``array_module`` / ``dataframe_module`` is that module
+    (the expected family first). Where a kind's chunks live (host or device memory) is its
+    family's ``memory``. A chunk is *foreign* when it belongs to a family other than the
+    expected one: NumPy / pandas chunks under the GPU family, CuPy / cuDF chunks under the CPU
+    family. Scalars, tuples, dicts and unknown libraries are never foreign.
 
 :class:`Audit` (and :func:`audit`) registers the plugin under a name of its own (so audits
 may nest), collects per phase through ``client.run`` (each collect resets the workers'
@@ -52,27 +54,34 @@ from .errors import UserError
 
 SCHEMA = "gpuscale.audit"
 SCHEMA_VERSION = 1
-KINDS = ("numpy", "cupy", "pandas", "cudf")
-"""Chunk libraries named in the tables; any other is ``other``."""
-MEMORY = {"numpy": "host", "pandas": "host", "cupy": "device", "cudf": "device"}
-"""Where a kind's chunks live (names family changes host -> device and back)."""
 COUNTED_STARTS = frozenset({"executing", "long-running", "resumed", "released"})
 """Transitions to memory that are new outputs on this worker: a task ran here (or its
 result was scattered here: released -> memory); ``flight`` (a copy fetched from another
 worker) is not counted."""
 
 
+def chunk_libraries() -> dict[str, str]:
+    """The chunk libraries named in the tables (any other is ``other``), each with where its
+    chunks live ("host" / "device"): the registered families' modules and their ``memory``
+    (numpy, cupy, pandas, cudf for the built-ins, in that order)."""
+    from . import backends
+    return backends.chunk_libraries()
+
+
 # ---------------------------------------------------------------------------------------
 # Worker side
 # ---------------------------------------------------------------------------------------
-def classify(typ, owners: dict[str, str]) -> tuple[str, str | None, str, bool]:
-    """(type name, family or None, kind, is a chunk) of an output type."""
+def classify(typ, owners: dict[str, str], kinds=None) -> tuple[str, str | None, str, bool]:
+    """(type name, family or None, kind, is a chunk) of an output type. ``kinds``: the chunk
+    libraries named as kinds (default: :func:`chunk_libraries`)."""
     if typ is None:
         return "unknown", None, "other", False
     top = (getattr(typ, "__module__", None) or "").partition(".")[0]
     name = f"{top}.{getattr(typ, '__qualname__', getattr(typ, '__name__', '?'))}" if top else str(typ)
     chunk = hasattr(typ, "shape") and not _numpy_scalar(typ)
-    kind = top if chunk and top in KINDS else "other"
+    if kinds is None:
+        kinds = chunk_libraries()
+    kind = top if chunk and top in kinds else "other"
     return name, (owners.get(top) if chunk else None), kind, chunk
 
 
@@ -88,9 +97,11 @@ class AuditPlugin(WorkerPlugin):
     """Counts task outputs by (prefix, type) and family changes between a task and its
     dependencies, from the worker's TaskState bookkeeping (see the module docstring)."""
 
-    def __init__(self, owners: dict[str, str]):
+    def __init__(self, owners: dict[str, str], kinds=None):
         self.owners = dict(owners)
         """top-level module -> family name (the expected family's modules first)."""
+        self.kinds = tuple(kinds) if kinds is not None else None
+        """The chunk libraries named as kinds (the client's :func:`chunk_libraries`)."""
 
     def setup(self, worker):
         self._tasks = worker.state.tasks
@@ -104,7 +115,7 @@ class AuditPlugin(WorkerPlugin):
     def _info(self, typ):
         info = self._types.get(typ)
         if info is None:
-            info = self._types[typ] = classify(typ, self.owners)
+            info = self._types[typ] = classify(typ, self.owners, self.kinds)
         return info
 
     def transition(self, key, start, finish, *args, **kwargs):
@@ -182,10 +193,11 @@ class Audit:
         self.raw: dict[str, list[dict]] = {}
         self.notes: list[str] = []
         self.summary: dict[str, Any] | None = None
+        self.libraries = chunk_libraries()
         self._started = False
 
     def start(self) -> "Audit":
-        self.client.register_plugin(AuditPlugin(owners(self.family)), name=self.name)
+        self.client.register_plugin(AuditPlugin(owners(self.family), self.libraries), name=self.name)
         self._started = True
         return self
 
@@ -216,7 +228,8 @@ class Audit:
                 self.collect(phase)
         finally:
             self.stop()
-        self.summary = summarize(self.raw, self.family, scope=self.scope, notes=self.notes, runs=runs)
+        self.summary = summarize(self.raw, self.family, scope=self.scope, notes=self.notes, runs=runs,
+                                 libraries=self.libraries)
         return self.summary
 
 
@@ -287,16 +300,22 @@ def fix_hint(prefix: str, type_name: str, expected, family: str | None) -> str:
 # ---------------------------------------------------------------------------------------
 # The summary
 # ---------------------------------------------------------------------------------------
-def _direction(from_kind: str, to_kind: str, from_family: str, to_family: str) -> str:
-    a, b = MEMORY.get(from_kind), MEMORY.get(to_kind)
+def _direction(from_kind: str, to_kind: str, from_family: str, to_family: str,
+               memory: dict[str, str]) -> str:
+    a, b = memory.get(from_kind), memory.get(to_kind)
     if a and b and a != b:
         return f"{a} -> {b}"
     return f"{from_family} -> {to_family}"
 
 
 def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
-              notes: list[str] | None = None, runs: dict[str, int] | None = None) -> dict[str, Any]:
-    """The audit dict from what the workers reported, per phase (see ``Audit.collect``)."""
+              notes: list[str] | None = None, runs: dict[str, int] | None = None,
+              libraries: dict[str, str] | None = None) -> dict[str, Any]:
+    """The audit dict from what the workers reported, per phase (see ``Audit.collect``).
+    ``libraries``: the chunk libraries named as kinds, with their memory (default:
+    :func:`chunk_libraries`)."""
+    if libraries is None:
+        libraries = chunk_libraries()
     types: dict[str, list] = {}
     rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     changes: dict[tuple, dict[str, Any]] = {}
@@ -315,7 +334,7 @@ def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
                                                                "to_prefix": p, "to_type": t, "count": 0, "bytes": 0})
                 c["count"] += n
                 c["bytes"] += b
-    kinds = {k: 0 for k in (*KINDS, "other")}
+    kinds = {k: 0 for k in (*libraries, "other")}
     foreign = []
     allowed = []
     out_rows = []
@@ -336,7 +355,7 @@ def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
     for c in sorted(changes.values(), key=lambda c: (c["phase"], -c["bytes"])):
         ff, fk, _ = types.get(c["from_type"], [None, "other", False])
         tf, tk, _ = types.get(c["to_type"], [None, "other", False])
-        c["direction"] = _direction(fk, tk, str(ff), str(tf))
+        c["direction"] = _direction(fk, tk, str(ff), str(tf), libraries)
         transfers.append(c)
     foreign_tasks = sum(f["tasks"] for f in foreign)
     return {
@@ -362,8 +381,9 @@ def describe_foreign(summary: dict[str, Any], limit: int = 3) -> str:
     """One line: which prefixes produced foreign chunks, with counts, bytes and the fix."""
     fam = summary["expected"]["family"]
     items = summary["foreign"]
-    where = "host" if all(MEMORY.get(f["kind"]) == "host" for f in items) else \
-        "device" if all(MEMORY.get(f["kind"]) == "device" for f in items) else "foreign"
+    memory = chunk_libraries()
+    where = "host" if all(memory.get(f["kind"]) == "host" for f in items) else \
+        "device" if all(memory.get(f["kind"]) == "device" for f in items) else "foreign"
     merged: dict[tuple[str, str], dict] = {}
     for f in items:
         m = merged.setdefault((f["prefix"], f["type"]), {**f, "tasks": 0, "bytes": 0, "phases": []})

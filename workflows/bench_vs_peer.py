@@ -63,6 +63,7 @@ import gpuscale
 from gpuscale import machine
 from gpuscale.runs import runner
 from gpuscale.backends import to_host
+from gpuscale.workloads import _frames
 from gpuscale.workloads.groupby import AGG, make_partition
 
 FULL = {"svd": (2_000_000, 1000, 10), "groupby": (100_000_000, 1_000_000, 10),
@@ -167,9 +168,8 @@ def row_svd(s, sizes, rounds, name="svd"):
 
 def _groupby_data(s, rows, keys, parts):
     fam = s.family
-    sizes = [rows // parts + (1 if i < rows % parts else 0) for i in range(parts)]
-    args = [(i, sizes[i], keys, 0, fam.array_module, fam.dataframe_module) for i in range(parts)]
-    meta = make_partition((0, 0, 1, 0, fam.array_module, fam.dataframe_module))
+    args = _frames.partition_args(rows, parts, fam.array_module, fam.dataframe_module, keys, 0)
+    meta = make_partition((0, 0, 0, fam.array_module, fam.dataframe_module, keys, 0))
     df = dd.from_map(make_partition, args, meta=meta, enforce_metadata=False)
     _, df = runner.timed(s.client, s.family, lambda: df)
     return df
@@ -404,8 +404,8 @@ if __name__ == "__main__":
         mods = ("numpy", "pandas")
     with C(**kw) as cluster, Client(cluster) as client:
         rows, keys, parts = {rows}, {keys}, {parts}
-        args = [(i, rows // parts, keys, 0, *mods) for i in range(parts)]
-        df = dd.from_map(make_partition, args, meta=make_partition((0, 0, 1, 0, *mods)))
+        args = [(i, i * (rows // parts), rows // parts, *mods, keys, 0) for i in range(parts)]
+        df = dd.from_map(make_partition, args, meta=make_partition((0, 0, 0, *mods, keys, 0)))
         df = df.persist(); wait(df)
         res = df.groupby("key").agg(AGG, split_out=1).compute()
         assert int(res[("int64", "count")].sum()) == rows

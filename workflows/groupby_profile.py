@@ -31,6 +31,7 @@ from distributed import futures_of, wait
 import gpuscale
 from gpuscale.routes import dataframe as gdf
 from gpuscale.runs import runner
+from gpuscale.workloads import _frames
 from gpuscale.workloads.groupby import AGG, make_partition
 
 
@@ -103,9 +104,8 @@ def main(argv=None) -> int:
     with gpuscale.session(a.backend, **opts) as s:
         fam, client = s.family, s.client
         n = a.partitions
-        sizes = [a.rows // n + (1 if i < a.rows % n else 0) for i in range(n)]
-        args = [(i, sizes[i], a.keys, 0, fam.array_module, fam.dataframe_module) for i in range(n)]
-        meta = make_partition((0, 0, 1, 0, fam.array_module, fam.dataframe_module))
+        args = _frames.partition_args(a.rows, n, fam.array_module, fam.dataframe_module, a.keys, 0)
+        meta = make_partition((0, 0, 0, fam.array_module, fam.dataframe_module, a.keys, 0))
         df = client.persist(dd.from_map(make_partition, args, meta=meta, enforce_metadata=False))
         wait(df)
         spec = gdf._normalize_agg(df, ["key"], AGG)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from .convert import to_host
 from .family import Family, Knobs
-from .registry import Selection, families, family_of, names, register, select, unregister
+from .registry import (Selection, chunk_libraries, families, family_of, names, register, select,
+                       unregister)
 
-__all__ = ["Family", "Knobs", "Selection", "families", "family_of", "names", "register", "select",
-           "unregister", "to_host"]
+__all__ = ["Family", "Knobs", "Selection", "chunk_libraries", "families", "family_of", "names",
+           "register", "select", "unregister", "to_host"]

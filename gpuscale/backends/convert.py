@@ -1,20 +1,25 @@
-"""In-memory data onto a family's chunk libraries, as a Dask collection
-(``Session.to_backend(numpy_array)`` / :func:`from_memory`).
+"""Data between families: the one place that puts data on a family's chunk libraries.
 
-* A NumPy (or CuPy) array becomes a Dask array of the family's array type. Every task
-  converts its own block (the block's data travels inside the task), so no task outputs a
-  chunk of the other family: the backend audit (:mod:`gpuscale.audit`) sees only
-  ``to_backend`` tasks of the right type. This is the fix for ``da.from_array(numpy_array)``
-  under the GPU family, whose tasks hold NumPy chunks.
-* A pandas (or cuDF) frame or series becomes a Dask DataFrame / Series the same way (the fix
-  for ``dd.from_pandas(df)``).
+* :func:`convert_array` / :func:`convert_frame`: one block (one partition) as a chunk
+  library's type; they run on workers (readers of the user's files, :func:`from_memory`'s
+  tasks). :func:`empty_array` is the empty block of a family: a Dask array's ``meta``.
+* :func:`from_memory`: in-memory data on a family, as a Dask collection
+  (``Session.to_backend(numpy_array)``).
 
-Dask collections that exist already are converted by :func:`gpuscale.inputs.to_backend`
-(Dask's own ``to_backend``); the tasks that made them still produce what they produce.
+  - A NumPy (or CuPy) array becomes a Dask array of the family's array type. Every task
+    converts its own block (the block's data travels inside the task), so no task outputs a
+    chunk of the other family: the backend audit (:mod:`gpuscale.audit`) sees only
+    ``to_backend`` tasks of the right type. This is the fix for ``da.from_array(numpy_array)``
+    under the GPU family, whose tasks hold NumPy chunks.
+  - A pandas (or cuDF) frame or series becomes a Dask DataFrame / Series the same way (the
+    fix for ``dd.from_pandas(df)``).
 
-Conversions go through the host (:func:`gpuscale.backends.to_host`) and then the family's
-module (``<array_module>.asarray``, ``<dataframe_module>.from_pandas``), so a family
-registered by a plugin needs nothing more. Nothing here imports a GPU library at module level.
+* :func:`to_backend`: a Dask collection that exists already, on a family (Dask's own
+  ``to_backend``); the tasks that made it still produce what they produce.
+
+Conversions go through the host (:func:`to_host`) and then the family's module
+(``<array_module>.asarray``, ``<dataframe_module>.from_pandas``), so a family registered by a
+plugin needs nothing more. Nothing here imports a GPU library at module level.
 """
 from __future__ import annotations
 
@@ -42,7 +47,9 @@ def _to_host_identity(x):
 
 
 def convert_array(block, module: str):
-    """A block as ``module``'s array type (runs on workers)."""
+    """A block as ``module``'s array type (runs on workers): itself when it has it, else
+    ``<module>.asarray`` of its host copy (a host block read from a file goes straight to the
+    device on the GPU family)."""
     if type(block).__module__.partition(".")[0] == module:
         return block
     return importlib.import_module(module).asarray(to_host(block))
@@ -56,6 +63,13 @@ def convert_frame(part, module: str):
     if type(host).__module__.partition(".")[0] == module:
         return host
     return importlib.import_module(module).from_pandas(host)
+
+
+def empty_array(family: Family, ndim: int, dtype):
+    """An empty ``ndim``-D block of ``dtype`` on ``family``'s array library: the ``meta`` of a
+    Dask array whose chunks the family's tasks build."""
+    import numpy as np
+    return convert_array(np.empty((0,) * ndim, dtype=dtype), family.array_module)
 
 
 def _convert_frame_args(args):
@@ -75,7 +89,7 @@ def from_memory(obj: Any, family: Family, *, chunks=None, npartitions: int | Non
     ``npartitions`` (frames; default: from the family's ``partition_bytes``)."""
     if dask.is_dask_collection(obj):
         raise TypeError("from_memory takes in-memory data; convert Dask collections with "
-                        "gpuscale.inputs.to_backend (Session.to_backend)")
+                        "gpuscale.backends.convert.to_backend (Session.to_backend)")
     if _is_frame(obj):
         return _frame(obj, family, npartitions)
     if hasattr(obj, "shape") and hasattr(obj, "dtype"):
@@ -97,7 +111,7 @@ def _array(a, family: Family, chunks):
     for idx in itertools.product(*(range(len(c)) for c in chunks)):
         sl = tuple(slice(starts[d][i], starts[d][i] + chunks[d][i]) for d, i in enumerate(idx))
         dsk[(name, *idx)] = (convert_array, a[sl], module)
-    meta = convert_array(a[tuple(slice(0, 0) for _ in range(a.ndim))], module)
+    meta = empty_array(family, a.ndim, a.dtype)
     return da.Array(HighLevelGraph.from_collections(name, dsk, dependencies=()), name, chunks,
                     dtype=a.dtype, meta=meta)
 
@@ -114,3 +128,50 @@ def _frame(df, family: Family, npartitions: int | None):
     parts = [(df.iloc[bounds[i]:bounds[i + 1]], module) for i in range(npartitions)]
     meta = convert_frame(df.iloc[:0], module)
     return dd.from_map(_convert_frame_args, parts, meta=meta, label=PREFIX, enforce_metadata=False)
+
+
+def collection_kind(obj) -> str | None:
+    """"array" for a Dask array, "dataframe" for a Dask DataFrame or Series, else None."""
+    import dask.array as da
+    import dask.dataframe as dd
+    if isinstance(obj, da.Array):
+        return "array"
+    if isinstance(obj, (dd.DataFrame, dd.Series)):
+        return "dataframe"
+    return None
+
+
+def to_backend(obj, family: Family):
+    """``obj`` (a Dask array, DataFrame or Series) with ``family``'s chunk type: itself when it
+    has it already, else Dask's ``to_backend`` (``map_blocks`` / ``map_partitions`` of the chunk
+    library's converter: CuPy / cuDF from NumPy / pandas and back)."""
+    import dask.dataframe as dd
+    collection = collection_kind(obj)
+    if collection is None:
+        raise TypeError(f"to_backend converts Dask arrays, DataFrames and Series, not {type(obj).__name__}")
+    target, module = (family.array_backend, family.array_module) if collection == "array" else \
+        (family.dataframe_backend, family.dataframe_module)
+    if type(obj._meta).__module__.partition(".")[0] == module.partition(".")[0]:
+        return obj  # on the family already
+    family.check(family.names[0], collection)
+    out = obj.to_backend(target)
+    if collection == "dataframe" and family.dataframe_module == "pandas" and _default_str() is not None:
+        strings = _na_strings(out._meta)
+        if strings:  # cuDF -> pandas gives "string" (pd.NA) columns; pandas' own default is "str"
+            out = out.astype(dict.fromkeys(strings, _default_str())) if isinstance(out, dd.DataFrame) \
+                else out.astype(_default_str())
+    return out
+
+
+def _default_str():
+    """pandas' default string dtype when it is the NaN-missing ``str`` (pandas >= 3), else None."""
+    import pandas as pd
+    dt = pd.Series(["a"]).dtype
+    return dt if isinstance(dt, pd.StringDtype) and dt.na_value is not pd.NA else None
+
+
+def _na_strings(meta) -> list:
+    """The columns (or [the Series' name]) of ``meta`` with the pd.NA-missing ``string`` dtype."""
+    import pandas as pd
+    dtypes = meta.dtypes.items() if isinstance(meta, pd.DataFrame) else [(meta.name, meta.dtype)]
+    return [c for c, dt in dtypes if isinstance(dt, pd.StringDtype) and dt.na_value is pd.NA]

@@ -1,6 +1,6 @@
-"""A backend family: its chunk libraries, the cluster kind that runs them, and the knobs
-that make them fast (:class:`Knobs`); subclass :class:`Family` to change how it probes,
-synchronizes or sizes memory."""
+"""A backend family: its chunk libraries and where their chunks live, the cluster kind that
+runs them, and the knobs that make them fast (:class:`Knobs`); subclass :class:`Family` to
+change how it probes, synchronizes or sizes memory."""
 from __future__ import annotations
 
 import dataclasses
@@ -66,6 +66,10 @@ class Family:
     """``--backend auto`` takes the available family with the highest priority."""
     nvtx_phases: bool = False
     """Traces mark gpuscale's phases with NVTX ranges (when the ``nvtx`` package is importable)."""
+    memory: str = "host"
+    """Where this family's chunks live: ``"host"`` (NumPy, pandas) or ``"device"`` (CuPy, cuDF).
+    The backend audit names a change between families of different memory by it
+    (``host -> device``)."""
 
     # -- availability -----------------------------------------------------------------
     def missing(self, collection: str | None = None) -> tuple[str, str] | None:

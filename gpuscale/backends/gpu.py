@@ -66,6 +66,7 @@ FAMILY = GpuFamily(
     ),
     auto_priority=10,
     nvtx_phases=True,
+    memory="device",
 )
 
 

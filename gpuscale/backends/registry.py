@@ -52,6 +52,20 @@ def names() -> list[str]:
     return ["auto"] + [n for f in families() for n in f.names]
 
 
+def chunk_libraries() -> dict[str, str]:
+    """Every registered family's chunk libraries, top-level module -> where its chunks live
+    (the family's ``memory``: "host" / "device"): the array modules, then the frame modules,
+    families in the order they were registered (the built-ins first, so the built-ins give
+    numpy, cupy, pandas, cudf). The backend audit names its chunk kinds and its directions
+    (``host -> device``) by it."""
+    _load()
+    fams = list(_FAMILIES.values())
+    out: dict[str, str] = {}
+    for module, fam in [(f.array_module, f) for f in fams] + [(f.dataframe_module, f) for f in fams]:
+        out.setdefault(module.partition(".")[0], fam.memory)
+    return out
+
+
 @dataclass(frozen=True)
 class Selection:
     """The family a backend name selected, and why."""

@@ -7,27 +7,26 @@
 * :func:`open_source` opens it as a Dask collection on a backend family with Dask's own
   readers (``dd.read_parquet`` / ``dd.read_csv`` under the family's ``dataframe.backend``, so
   the GPU family reads straight into cuDF; ``da.from_zarr``; ``.npy`` memory-mapped block by
-  block on the workers), arrays moved to the family's chunk type.
-* :func:`to_backend` moves a collection the user already has between families (Dask's own
-  ``to_backend``), :func:`parse_agg` / :func:`parse_by` read ``--agg`` / ``--by``, and
-  :func:`check_run` does every check of a run on user data that needs no cluster.
+  block on the workers), arrays moved to the family's chunk type and a collection the user
+  already has moved between families by :mod:`gpuscale.backends.convert` (the one place that
+  converts data).
+* :func:`parse_agg` / :func:`parse_by` read ``--agg`` / ``--by``, and :func:`check_run` does
+  every check of a run on user data that needs no cluster.
 
 No GPU library is imported here: the GPU family's readers and converters import theirs.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 import pathlib
 from typing import Any
 
 import numpy as np
 
+from ..backends import convert
 from ..errors import UserError, missing_module
 
-ARRAY_FORMATS = ("npy", "zarr")
-FRAME_FORMATS = ("parquet", "csv")
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".parq": "parquet", ".csv": "csv",
             ".npy": "npy", ".zarr": "zarr"}
 CSV_COMPRESSED = (".gz", ".bz2", ".xz", ".zst")  # x.csv.gz: read whole (not splittable)
@@ -277,9 +276,7 @@ def read_rows(fmt: str, path: str, start: int, stop: int, module: str):
     else:
         import zarr
         block = zarr.open_array(path, mode="r")[start:stop]
-    if module != "numpy":
-        block = importlib.import_module(module).asarray(block)
-    return block
+    return convert.convert_array(block, module)
 
 
 def open_source(src: Source, family, *, chunk_rows: int | None = None,
@@ -287,7 +284,7 @@ def open_source(src: Source, family, *, chunk_rows: int | None = None,
     """A Dask collection of ``src`` with ``family``'s chunk type (lazy)."""
     import dask
     if src.format == "dask":
-        return to_backend(src.obj, family)
+        return convert.to_backend(src.obj, family)
     p = pathlib.Path(src.path)
     if src.collection == "dataframe":
         with dask.config.set({"dataframe.backend": family.dataframe_backend}):
@@ -312,55 +309,9 @@ def open_source(src: Source, family, *, chunk_rows: int | None = None,
     tail = (0,) * len(rest)
     dsk = {(name, i, *tail): (read_rows, src.format, str(p), start, start + n, module)
            for i, (start, n) in enumerate(zip(np.cumsum((0,) + row_chunks[:-1]).tolist(), row_chunks))}
-    meta = np.empty((0,) * len(src.shape), dtype=src.dtype)
-    if module != "numpy":
-        meta = importlib.import_module(module).asarray(meta)
     return da.Array(HighLevelGraph.from_collections(name, dsk, dependencies=()), name,
-                    (row_chunks, *rest), dtype=src.dtype, meta=meta)
-
-
-def to_backend(obj, family):
-    """``obj`` (a Dask array or DataFrame) with ``family``'s chunk type: itself when it has it
-    already, else Dask's ``to_backend`` (``map_blocks`` / ``map_partitions`` of the chunk
-    library's converter: CuPy / cuDF from NumPy / pandas and back)."""
-    import dask.array as da
-    import dask.dataframe as dd
-    from .. import backends
-    if isinstance(obj, da.Array):
-        target = family.array_backend
-    elif isinstance(obj, (dd.DataFrame, dd.Series)):
-        target = family.dataframe_backend
-    else:
-        inspect_collection(obj)  # raises the one-line error for what it is
-        raise UserError(f"cannot convert a {type_name(obj)}", "give a Dask array or DataFrame")
-    try:
-        if backends.family_of(obj).name == family.name:
-            return obj
-    except UserError:
-        pass  # chunks of a library no family claims: let Dask try
-    family.check(family.names[0], "dataframe" if target == family.dataframe_backend else "array")
-    out = obj.to_backend(target)
-    to_pandas = family.dataframe_module == "pandas" and isinstance(out, (dd.DataFrame, dd.Series))
-    if to_pandas and _default_str() is not None:
-        strings = _na_strings(out._meta)
-        if strings:  # cuDF -> pandas gives "string" (pd.NA) columns; pandas' own default is "str"
-            out = out.astype(dict.fromkeys(strings, _default_str())) if isinstance(out, dd.DataFrame) \
-                else out.astype(_default_str())
-    return out
-
-
-def _default_str():
-    """pandas' default string dtype when it is the NaN-missing ``str`` (pandas >= 3), else None."""
-    import pandas as pd
-    dt = pd.Series(["a"]).dtype
-    return dt if isinstance(dt, pd.StringDtype) and dt.na_value is not pd.NA else None
-
-
-def _na_strings(meta) -> list:
-    """The columns (or [the Series' name]) of ``meta`` with the pd.NA-missing ``string`` dtype."""
-    import pandas as pd
-    dtypes = meta.dtypes.items() if isinstance(meta, pd.DataFrame) else [(meta.name, meta.dtype)]
-    return [c for c, dt in dtypes if isinstance(dt, pd.StringDtype) and dt.na_value is pd.NA]
+                    (row_chunks, *rest), dtype=src.dtype,
+                    meta=convert.empty_array(family, len(src.shape), src.dtype))
 
 
 # ---------------------------------------------------------------------------------------

@@ -35,7 +35,6 @@ import numpy as np
 from dask.utils import Dispatch
 
 AUTO_ORDER = ("cupy", "numba", "vectorized")
-IMPLS = ("vectorized", "numba", "numba-cuda", "cupy")
 THREADS = 256
 
 cuda = None  # numba.cuda, bound on first use (a module global, so the simulator can swap it)

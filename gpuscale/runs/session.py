@@ -232,11 +232,14 @@ class Session:
         block on the backend, so no task holds a host chunk (the backend audit's fix for
         ``from_array`` / ``from_pandas``); ``chunks`` / ``npartitions`` default to the
         family's chunk and partition budgets."""
+        from ..backends import convert
         family = self.family if backend is None else backends.select(backend).family
         if not dask.is_dask_collection(obj) and hasattr(obj, "shape"):
-            from ..backends.convert import from_memory
-            return from_memory(obj, family, chunks=chunks, npartitions=npartitions)
-        return inputs.to_backend(obj, family)
+            return convert.from_memory(obj, family, chunks=chunks, npartitions=npartitions)
+        if convert.collection_kind(obj) is None:
+            inputs.inspect_collection(obj)  # raises the one-line error for what it is
+            raise UserError(f"cannot convert a {inputs.type_name(obj)}", "give a Dask array or DataFrame")
+        return convert.to_backend(obj, family)
 
     @contextlib.contextmanager
     def audit(self, *, phase: str = "user", strict: bool = False):

@@ -80,17 +80,6 @@ def host(x) -> np.ndarray:
     return np.asarray(to_host(x))
 
 
-def like(block, meta):
-    """Move a host block to the array type of ``meta`` (NumPy or CuPy), by NEP 35."""
-    return np.asarray(block, like=meta) if type(meta) is not np.ndarray else block
-
-
-def to_backend(a: np.ndarray, meta, chunks=None):
-    """A host NumPy array as a Dask array whose chunks have ``meta``'s type."""
-    x = da.from_array(a, chunks=chunks or a.shape)
-    return x.map_blocks(like, meta, dtype=a.dtype, meta=meta)
-
-
 def max_error(got, ref, scale: float | None = None) -> float:
     """max |got - ref| / scale (scale defaults to max |ref|; absolute when that is 0)."""
     got = np.asarray(got, dtype=np.complex128 if np.iscomplexobj(got) or np.iscomplexobj(ref) else np.float64)

@@ -1,13 +1,19 @@
-"""Shared pieces of the DataFrame workloads: partition counts, generated frames, host copies."""
+"""Shared pieces of the DataFrame workloads: partition counts, generated frames, host copies.
+
+pandas and dask.dataframe are imported where used: a workload's command is built (and its
+runner may be sent to a cluster) without them.
+"""
 from __future__ import annotations
 
+import itertools
 import math
-
-import dask.dataframe as dd
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ..backends import to_host
 from . import Context
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FULL_CHECK_ROWS = 2_000_000
 """Frames up to this many rows are checked whole against pandas on the host."""
@@ -29,18 +35,25 @@ def sizes(rows: int, parts: int) -> list[int]:
     return [rows // parts + (1 if i < rows % parts else 0) for i in range(parts)]
 
 
+def partition_args(rows: int, parts: int, array_module: str, frame_module: str, *extra) -> list[tuple]:
+    """Each partition's ``(index, start, size, array_module, frame_module, *extra)``."""
+    n = sizes(rows, parts)
+    starts = [0, *itertools.accumulate(n[:-1])]
+    return [(i, starts[i], n[i], array_module, frame_module, *extra) for i in range(parts)]
+
+
 def from_partitions(make, rows: int, parts: int, ctx: Context, *extra):
     """A Dask DataFrame of ``parts`` partitions, each built on a worker by
     ``make((index, start, size, array_module, frame_module, *extra))``."""
+    import dask.dataframe as dd
     fam = ctx.family
-    n = sizes(rows, parts)
-    starts = [sum(n[:i]) for i in range(parts)]
-    args = [(i, starts[i], n[i], fam.array_module, fam.dataframe_module, *extra) for i in range(parts)]
+    args = partition_args(rows, parts, fam.array_module, fam.dataframe_module, *extra)
     meta = make((0, 0, 0, fam.array_module, fam.dataframe_module, *extra))
     return dd.from_map(make, args, meta=meta, enforce_metadata=False)
 
 
 def host_frame(df) -> pd.DataFrame:
     """A pandas copy of a (computed) pandas or cuDF frame."""
+    import pandas as pd
     df = to_host(df)
     return df if isinstance(df, pd.DataFrame) else pd.DataFrame(df)

@@ -20,9 +20,9 @@ import dask.array as da
 import numpy as np
 from pydantic import Field, PositiveInt, field_validator
 
+from ..backends.convert import from_memory
 from . import Check, Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import (Dtype, close, dtype_field, host, plan_lanes, seed_field, shape_check,
-                      to_backend, uniform)
+from ._arrays import Dtype, close, dtype_field, host, plan_lanes, seed_field, shape_check, uniform
 
 TOL = {"float64": 1e-10, "float32": 1e-4}
 SAMPLE_LANES = 4
@@ -105,8 +105,8 @@ class FFT(Workload):
         # every coefficient at once: X v = x (F v) along the axis (F is symmetric), for a
         # random v; a wrong coefficient X[l, k] moves lane l's value by its error times v_k
         v = np.random.default_rng(p.seed + 6).standard_normal(n)
-        vb = to_backend(v.astype(np.complex128), x._meta)
-        fvb = to_backend(np.fft.fft(v), x._meta)
+        vb = from_memory(v.astype(np.complex128), ctx.family, chunks=v.shape)
+        fvb = from_memory(np.fft.fft(v), ctx.family, chunks=v.shape)
         if p.axis == 1:
             xv, ref_xv = dask.compute(X.astype(np.complex128) @ vb, x64 @ fvb)
         else:

@@ -24,7 +24,6 @@ frame fits in host memory). ``--validate off`` skips validation.
 from __future__ import annotations
 
 import importlib
-import math
 from typing import TYPE_CHECKING, Literal, Optional, Union
 
 import dask
@@ -36,6 +35,7 @@ from ..backends import to_host
 from ..errors import UserError
 from ..data.inputs import AGG_EXAMPLE, parse_agg, parse_by
 from . import Check, Context, Output, Params, Validation, Workload, register
+from ._frames import from_partitions, host_frame, plan_partitions
 
 if TYPE_CHECKING:  # pandas and dask.dataframe are imported where used: the CLI builds this
     import pandas as pd  # workload's command (and may send its runner to a cluster) without them
@@ -76,8 +76,9 @@ class GroupbyParams(Params):
 
 
 def make_partition(args):
-    """One partition, built on the chunk libraries named in ``args`` (runs on a worker)."""
-    i, n, keys, seed, array_module, frame_module = args
+    """One partition, built on the chunk libraries named in ``args`` (runs on a worker; see
+    :func:`gpuscale.workloads._frames.from_partitions`)."""
+    i, _start, n, array_module, frame_module, keys, seed = args
     xp = importlib.import_module(array_module)
     lib = importlib.import_module(frame_module)
     rs = xp.random.RandomState(seed * 1_000_003 + i)
@@ -112,15 +113,7 @@ class Groupby(Workload):
         from ..routes import dataframe as routes
         if ctx.data is not None:
             return self._plan_input(p, ctx)
-        if p.partitions is not None:
-            ctx.choose("partitions", p.partitions, "flag")
-        else:
-            by_bytes = math.ceil(p.rows * ROW_BYTES / ctx.knobs.partition_bytes)
-            n = min(p.rows, max(by_bytes, ctx.total_threads))
-            ctx.choose("partitions", n, "rule",
-                       f"max({p.rows:,} rows x {ROW_BYTES} B / {ctx.family.name} partition budget "
-                       f"{ctx.knobs.partition_bytes / 2**20:.0f} MiB = {by_bytes}, "
-                       f"{ctx.total_threads} threads)")
+        plan_partitions(ctx, p.partitions, p.rows, ROW_BYTES)
         # generated data: keys and rows are known, so the whole plan is made here (and
         # `gpuscale explain` shows it); compute() makes the same plan and records it again
         _record_plan(ctx, p, routes.decide_groupby(
@@ -143,13 +136,7 @@ class Groupby(Workload):
                 "source": f"generated, {p.keys:,} keys"}
 
     def generate(self, p, ctx: Context):
-        import dask.dataframe as dd
-        n = ctx.choices["partitions"]["value"]
-        sizes = [p.rows // n + (1 if i < p.rows % n else 0) for i in range(n)]
-        fam = ctx.family
-        args = [(i, sizes[i], p.keys, p.seed, fam.array_module, fam.dataframe_module) for i in range(n)]
-        meta = make_partition((0, 0, 1, 0, fam.array_module, fam.dataframe_module))
-        return dd.from_map(make_partition, args, meta=meta, enforce_metadata=False)
+        return from_partitions(make_partition, p.rows, ctx.choices["partitions"]["value"], ctx, p.keys, p.seed)
 
     def compute(self, data, p, ctx: Context) -> Output:
         from ..routes import dataframe as routes
@@ -416,9 +403,7 @@ def _same_index(a: pd.Index, b: pd.Index) -> bool:
 
 
 def _host_frame(df) -> pd.DataFrame:
-    import pandas as pd
-    df = to_host(df)
-    return df.sort_index() if isinstance(df, pd.DataFrame) else pd.DataFrame(df).sort_index()
+    return host_frame(df).sort_index()
 
 
 def _compare(got: pd.DataFrame, ref: pd.DataFrame, what: str) -> list[Check]:

@@ -17,9 +17,10 @@ import dask
 import numpy as np
 from pydantic import Field, PositiveInt
 
+from ..backends.convert import from_memory
 from . import Context, Output, Params, Validation, Workload, _arrays, register
 from ._arrays import (Dtype, close, dtype_field, host, plan_square_chunk,
-                      seed_field, shape_check, to_backend, uniform)
+                      seed_field, shape_check, uniform)
 
 TOL = {"float64": 1e-10, "float32": 1e-4}
 SAMPLE_ROWS = 8
@@ -63,8 +64,8 @@ class Matmul(Workload):
         checks = [shape_check(c, (p.n, p.n))]
         rng = np.random.default_rng(p.seed + 7)
         z = rng.standard_normal(p.n)
-        zb = to_backend(z, x._meta, chunks=(x.chunks[1],))
-        azb = to_backend(np.abs(z), x._meta, chunks=(x.chunks[1],))
+        zb = from_memory(z, ctx.family, chunks=(x.chunks[1],))
+        azb = from_memory(np.abs(z), ctx.family, chunks=(x.chunks[1],))
         rows = np.sort(rng.choice(p.n, size=min(p.n, SAMPLE_ROWS), replace=False))
         x64, y64 = x.astype(np.float64), y.astype(np.float64)
         cz, xyz, bound, c_rows, ref_rows = dask.compute(

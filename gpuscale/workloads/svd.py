@@ -206,7 +206,6 @@ class SVD(Workload):
         return Output(res.collections(), {"route": res.route.to_dict(), "notes": res.notes})
 
     def validate(self, out: Output, data, p, ctx: Context) -> Validation:
-        import dask.array as da
         x = data["x"]
         user = ctx.data is not None
         level = ctx.validate or ("fast" if user else None)  # None: by size (generated data)
@@ -219,7 +218,7 @@ class SVD(Workload):
         checks.append(Check("s finite and >= 0", bool(np.isfinite(s).all() and (s >= 0).all())))
         checks.append(Check("s descending", bool((np.diff(s) <= 1e-12 * max(smax, 1)).all())))
         z = np.random.default_rng(p.seed + 7).standard_normal(cols)
-        zb = da.from_array(z, chunks=z.shape).map_blocks(_like, x._meta, dtype=np.float64, meta=x._meta)
+        zb = from_memory(z, ctx.family, chunks=z.shape)
         fro2, xz = dask.compute((x.astype(np.float64) ** 2).sum(), (x.astype(np.float64) @ zb))
         fro2 = float(to_host(fro2))
         xz = np.asarray(to_host(xz))
@@ -260,8 +259,7 @@ class SVD(Workload):
                 # cluster, with host copies of just those columns
                 pick = np.random.default_rng(p.seed + 13).choice(cols, size=min(cols, 3), replace=False)
                 idx = sorted({0, min(1, cols - 1), cols - 1, *map(int, pick)})
-                vb = da.from_array(np.ascontiguousarray(vt_all[idx].T), chunks=(cols, len(idx))).map_blocks(
-                    _like, x._meta, dtype=np.float64, meta=x._meta)
+                vb = from_memory(np.ascontiguousarray(vt_all[idx].T), ctx.family, chunks=(cols, len(idx)))
                 xv, u = dask.compute(x.astype(np.float64) @ vb, out.collections["u"][:, idx])
                 xv = np.asarray(to_host(xv), dtype=np.float64)
                 u = np.asarray(to_host(u), dtype=np.float64)
@@ -298,8 +296,3 @@ def backends_name(collection) -> str | None:
         return backends.family_of(collection).name
     except UserError:
         return None
-
-
-def _like(block, meta):
-    """Move a host block to the array type of ``meta`` (NumPy or CuPy), by NEP 35."""
-    return np.asarray(block, like=meta) if type(meta) is not np.ndarray else block
