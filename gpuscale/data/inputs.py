@@ -361,7 +361,9 @@ def parse_by(text: str) -> list[str]:
 # A run on user data: everything that can be checked before a cluster starts
 # ---------------------------------------------------------------------------------------
 @dataclasses.dataclass
-class Plan:
+class RunInputs:
+    """What a run on the user's data takes, checked: the source (None: generated data), the
+    validation level, the ``--output`` path and whether it may be replaced."""
     source: Source | None
     validate: str | None
     output: pathlib.Path | None
@@ -394,9 +396,11 @@ def check_params(cls, params: dict[str, Any], data) -> None:
 
 
 def check_run(cls, p, *, data=None, validate: str | None = None, output=None,
-              overwrite: bool = False) -> Plan:
+              overwrite: bool = False) -> RunInputs:
     """Check a run of workload ``cls`` with parameters ``p`` on ``data`` (a path, a Dask
-    collection, or None for generated data), the validation level and ``output``."""
+    collection, or None for generated data), the validation level and ``output``. ``cls``
+    must read data (``input_formats``) when ``data`` is given (the caller, which knows the
+    workloads, says which do)."""
     from . import outputs
     name = cls.name
     if validate is not None and validate not in VALIDATE_LEVELS:
@@ -416,12 +420,7 @@ def check_run(cls, p, *, data=None, validate: str | None = None, output=None,
         if validate == "full" and hasattr(cls, "host_bytes"):
             host_fits(cls().host_bytes(p), "a host copy of the generated data")
     else:
-        formats = tuple(getattr(cls, "input_formats", ()))
-        if not formats:
-            from ..workloads import names
-            takers = [n for n in names() if getattr(_get(n), "input_formats", ())]
-            raise UserError(f"workload '{name}' runs on generated data only",
-                            f"--input / data= work with: {', '.join(takers)}")
+        formats = tuple(cls.input_formats)
         generation = [f for f in getattr(cls, "generation_params", ()) if f in p.model_fields_set]
         if generation:
             flags = ", ".join("--" + f.replace("_", "-") for f in generation)
@@ -441,9 +440,4 @@ def check_run(cls, p, *, data=None, validate: str | None = None, output=None,
         if output is not None else None
     if out is not None and source is not None and source.path and out == pathlib.Path(source.path):
         raise UserError(f"--output {output} is the input file", "write the result to another path")
-    return Plan(source, validate, out, overwrite)
-
-
-def _get(name):
-    from ..workloads import get
-    return get(name)
+    return RunInputs(source, validate, out, overwrite)

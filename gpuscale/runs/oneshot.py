@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .. import config, workloads
-from ..data import inputs
 from ..errors import UserError
 from ..records import results
 from . import remote, runner
-from .session import Session, finish
+from .session import Session, check_run, finish
 
 
 def run(workload: str, *, backend: str | None = None, protocol: str | None = None,
@@ -41,9 +40,7 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
     """
 
     cls = workloads.get(workload)
-    inputs.check_params(cls, params, data)
-    p = cls.parse(params)  # bad parameters fail before anything starts
-    inputs.check_run(cls, p, data=data, validate=validate, output=output, overwrite=overwrite)
+    check_run(cls, params, data=data, validate=validate, output=output, overwrite=overwrite)
     settings = config.merge_keywords(cluster_settings, backend=backend, protocol=protocol,
                                      results_dir=results_dir, repeat=repeat, warmup=warmup,
                                      memory_check=memory_check, strict_backend=strict_backend,

@@ -44,6 +44,19 @@ def configure(*, profile: str | None = None, collection: str | None = None, chec
     return resolved, selection, spec
 
 
+def check_run(cls, params: dict[str, Any], *, data: Any = None, validate: str | None = None,
+              output: Any = None, overwrite: bool = False):
+    """Everything about a run of workload ``cls`` that needs no cluster: its parameters, then
+    the user's data, validation level and ``--output`` (:func:`gpuscale.data.inputs.check_run`).
+    Returns ``(params, inputs.RunInputs)``."""
+    inputs.check_params(cls, params, data)
+    p = cls.parse(params)  # bad parameters fail before anything starts
+    if data is not None and not cls.input_formats:
+        raise UserError(f"workload '{cls.name}' runs on generated data only",
+                        f"--input / data= work with: {', '.join(workloads.readers())}")
+    return p, inputs.check_run(cls, p, data=data, validate=validate, output=output, overwrite=overwrite)
+
+
 class Session:
     """A cluster built for one backend family, with that family's dask.config in scope.
 
@@ -165,9 +178,7 @@ class Session:
         :func:`gpuscale.runs.runner.execute`)."""
         self._require_open()
         cls = workloads.get(workload)
-        inputs.check_params(cls, params, data)
-        p = cls.parse(params)
-        user = inputs.check_run(cls, p, data=data, validate=validate, output=output, overwrite=overwrite)
+        p, user = check_run(cls, params, data=data, validate=validate, output=output, overwrite=overwrite)
         self.family.check(self.selection.requested, cls.collection)
         run_cfg = self.settings.run
         if trace is not None:

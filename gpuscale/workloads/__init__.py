@@ -14,10 +14,10 @@ and notebooks with the ``@gpuscale.workload`` decorator (:mod:`.decorator`).
 from __future__ import annotations
 
 from .base import Check, Context, Output, Params, Validation, Workload, choices, describe, parameter_flags
-from .registry import BUILTINS, get, names, register
+from .registry import BUILTINS, get, names, readers, register
 
 __all__ = ["Check", "Context", "Output", "Params", "Validation", "Workload", "choices", "describe",
-           "parameter_flags", "BUILTINS", "get", "names", "register"]
+           "parameter_flags", "BUILTINS", "get", "names", "readers", "register"]
 
 
 def __getattr__(name):  # ``gpuscale.workloads.workload``: the decorator, imported on first use

@@ -81,3 +81,8 @@ def get(name: str) -> type[Workload]:
         return _REGISTRY[name]
     except KeyError:
         raise UserError(f"unknown workload '{name}'", f"use one of: {', '.join(names())}") from None
+
+
+def readers() -> list[str]:
+    """The workloads that run on the user's own data (``input_formats``)."""
+    return [n for n in names() if get(n).input_formats]
