@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from ._version import __version__
 from . import config  # noqa: E402,F401  (merges gpuscale.yaml into dask.config first)
-from .errors import UserError  # noqa: E402
+from .errors import UserError, install_excepthook  # noqa: E402
+
+install_excepthook()  # an uncaught UserError in a script is one line, as on the command line
 
 _LAZY = {"session": "gpuscale.api", "run": "gpuscale.api", "Session": "gpuscale.api",
          "explain": "gpuscale.api", "workload": "gpuscale.workloads.decorator"}

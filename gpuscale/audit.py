@@ -54,6 +54,8 @@ from .errors import UserError
 
 SCHEMA = "gpuscale.audit"
 SCHEMA_VERSION = 1
+NOTHING_SEEN = ("0 tasks seen: no task ran on the cluster while the audit watched (a lazy collection "
+                "is audited where it is computed or persisted inside the block), so nothing is called clean")
 COUNTED_STARTS = frozenset({"executing", "long-running", "resumed", "released"})
 """Transitions to memory that are new outputs on this worker: a task ran here (or its
 result was scattered here: released -> memory); ``flight`` (a copy fetched from another
@@ -243,12 +245,30 @@ def audit(client, family, *, phase: str = "user", scope: str | None = None,
     a = Audit(client, family, scope=scope or f"code inside the audit block (phase '{phase}')").start()
     try:
         yield a
+        wait_for_pending(client)  # x.persist() returns at once: its tasks belong to this block
     except BaseException:
         a.stop()
         raise
     a.finish(phase)
-    if strict and not a.summary["clean"]:
+    if strict and a.summary["foreign_tasks"]:
         raise strict_error(a.summary)
+
+
+def wait_for_pending(client) -> None:
+    """Wait until every task this client has asked for so far (futures still pending, e.g.
+    from ``persist()``) has finished, so an audit sees the work its block started."""
+    from distributed import Future, wait
+    pending = [Future(key, client) for key, state in list(client.futures.items()) if state.status == "pending"]
+    if pending:
+        wait(pending)
+
+
+def verdict(summary: dict[str, Any]) -> str:
+    """``"clean"`` (tasks seen, none of another family), ``"foreign"`` or ``"nothing seen"``
+    (no task ran on the cluster while the audit watched: nothing to call clean)."""
+    if summary["foreign_tasks"]:
+        return "foreign"
+    return "clean" if summary["tasks"] else "nothing seen"
 
 
 # ---------------------------------------------------------------------------------------
@@ -365,7 +385,7 @@ def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
         "workers": workers,
         "tasks": sum(r["tasks"] for r in out_rows), "bytes": sum(r["bytes"] for r in out_rows),
         "kinds": kinds,
-        "clean": foreign_tasks == 0,
+        "clean": foreign_tasks == 0 and bool(out_rows),
         "foreign_tasks": foreign_tasks, "foreign_bytes": sum(f["bytes"] for f in foreign),
         "foreign": foreign,
         "allowed": allowed,
@@ -373,7 +393,7 @@ def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
         "transfer_bytes": sum(c["bytes"] for c in transfers),
         "transfers": transfers,
         "prefixes": out_rows,
-        "notes": list(notes or []),
+        "notes": list(notes or []) + ([] if out_rows else [NOTHING_SEEN]),
     }
 
 

@@ -1,14 +1,19 @@
 """README and CI stay in step with each other and with the code."""
 from __future__ import annotations
 
+import json
 import pathlib
 import re
 import shlex
+import subprocess
+import sys
 
 import pytest
 
 from gpuscale import cli as cli_mod
 from gpuscale import config, workloads
+
+from conftest import _clean_environ
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -91,3 +96,35 @@ def test_readme_profiles_exist():
     for name in ("cpu", "gpu-tcp", "gpu-ucx", "gpu-ucx-nvlink", "scheduler"):
         assert f"`{name}`" in README
         assert name in config.profile_names()
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def _sales_and_x(folder: pathlib.Path) -> None:
+    """The files README's own-data block names: sales.parquet (store, price, qty), x.npy."""
+    import numpy as np
+    import pandas as pd
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"store": rng.integers(0, 20, 5_000), "price": rng.random(5_000),
+                  "qty": rng.integers(1, 10, 5_000)}).to_parquet(folder / "sales.parquet")
+    np.save(folder / "x.npy", rng.random((20_000, 10)))
+
+
+@pytest.mark.parametrize("index", range(len(python_blocks(README))))
+def test_readme_python_blocks_run_as_written(index, tmp_path):
+    """Each Python block of README, saved as a script and run as written (CPU here: "auto"
+    picks it), beside the files it says are yours."""
+    block = python_blocks(README)[index]
+    _sales_and_x(tmp_path)
+    script = tmp_path / f"readme_block_{index}.py"
+    script.write_text(block)
+    p = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=_clean_environ(),
+                       capture_output=True, text=True, timeout=280)
+    assert p.returncode == 0, f"README block {index} failed:\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}"
+    assert "Traceback" not in p.stderr
+    records = sorted((tmp_path / "gpuscale-results").glob("*.json"))
+    if "s.run(" in block or "gpuscale.run(" in block:
+        assert records, "the block's runs wrote no record"
+        assert all(json.loads(r.read_text())["valid"] is not False for r in records)

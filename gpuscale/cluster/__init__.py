@@ -11,9 +11,12 @@ Ctrl-C. One small module per kind: ``local`` (LocalCluster), ``cuda`` (LocalCUDA
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib
 import logging
+import pathlib
+import sys
 from typing import Any, Iterator
 
 import dask.config
@@ -127,6 +130,65 @@ def start_error(spec: ClusterSpec, exc: BaseException) -> UserError:
                      "check `gpuscale cluster show` and `gpuscale info`, or use --backend cpu")
 
 
+MAIN_GUARD = 'if __name__ == "__main__":'
+
+
+def unguarded_main_call() -> str | None:
+    """``file:line`` of the user's script where it is starting a cluster outside
+    ``if __name__ == "__main__":``, when worker processes will re-run that script; else None.
+
+    Worker processes are spawned (distributed's ``multiprocessing-method``, "spawn" by
+    default), and a spawned process first imports the parent's main module the way
+    :mod:`multiprocessing` does: by its module name (not one named ``*.__main__``) or by its
+    file path. Module-level code outside the guard then runs again in every worker and starts
+    a cluster there: the worker fails to start (a hang with GPUs). This finds the outermost
+    frame of the main module's own code and asks whether its line lies inside the guard's
+    body. Notebooks, the REPL and ``python -c`` have no main file: None."""
+    method = dask.config.get("distributed.worker.multiprocessing-method", "spawn")
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if method == "fork" or path is None:
+        return None
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None and (name == "__main__" or name.endswith(".__main__")):
+        return None  # multiprocessing does not re-run a package's __main__
+    frame, line = sys._getframe(), None
+    while frame is not None:
+        if frame.f_globals is main.__dict__ and frame.f_code.co_name == "<module>":
+            line = frame.f_lineno
+        frame = frame.f_back
+    if line is None:
+        return None
+    try:
+        tree = ast.parse(pathlib.Path(path).read_text(), path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_main_guard(node.test) and \
+                node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno):
+            return None
+    return f"{path}:{line}"
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"`` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return any(isinstance(a, ast.Name) and a.id == "__name__" for a in sides) and \
+        any(isinstance(a, ast.Constant) and a.value == "__main__" for a in sides)
+
+
+def check_main_guard() -> None:
+    """Refuse, before any worker process starts, a script that starts a cluster outside the
+    ``__main__`` guard (see :func:`unguarded_main_call`)."""
+    where = unguarded_main_call()
+    if where:
+        raise UserError(f"{where} starts a cluster outside `{MAIN_GUARD}`, so every worker process would "
+                        "run this script again as it starts",
+                        f"put the code that starts it under `{MAIN_GUARD}` (or run it in a notebook)")
+
+
 def construct(spec: ClusterSpec, factory):
     """``factory()`` (a cluster class called with the spec's kwargs), made safe to interrupt:
     when it raises, or Ctrl-C / SIGTERM lands while the workers are still starting, the
@@ -135,6 +197,7 @@ def construct(spec: ClusterSpec, factory):
     An ordinary exception becomes the one-line :func:`start_error`."""
     from distributed.core import Status
     from distributed.deploy.spec import SpecCluster
+    check_main_guard()
     before = set(SpecCluster._instances)
     try:
         return factory()

@@ -11,6 +11,8 @@ from dask.utils import format_bytes
 from rich.markup import escape
 from rich.table import Table
 
+from ..audit import verdict
+
 
 @contextlib.contextmanager
 def progress_bar(description: str, total: int) -> Iterator[Callable[[], None]]:
@@ -84,7 +86,7 @@ def result_html(r) -> str:
             ("times", ", ".join(_fmt_s(x) for x in r.times_s)),
             ("params", ", ".join(f"{k}={v}" for k, v in r.params.items())),
             ("choices", "; ".join(f"{k}={v['value']} ({v['source']})" for k, v in r.choices.items())),
-            ("backend audit", "-" if not getattr(r, "audit", None) else "clean" if r.audit["clean"] else
+            ("backend audit", "-" if not getattr(r, "audit", None) else verdict(r.audit) if not r.audit["foreign_tasks"] else
              f"{r.audit['foreign_tasks']} task(s) of another family than {r.audit['expected']['family']}: "
              + "; ".join(f"{f['prefix']}: {f['fix']}" for f in r.audit["foreign"])),
             ("record", r.path or "(not written)")]
@@ -191,9 +193,11 @@ def audit_lines(a: dict[str, Any] | None) -> list[tuple[str, str]]:
     fam = a["expected"]["family"]
     prefixes = {r["prefix"] for r in a["prefixes"]}
     kinds = ", ".join(f"{k} {n}" for k, n in a["kinds"].items() if n)
-    if a["clean"]:
+    if verdict(a) == "clean":
         head = (f"[green]clean[/green]: {a['tasks']} task output(s) in {len(prefixes)} prefix(es), "
                 f"{format_bytes(a['bytes'])}, none of another family than {fam} ({escape(kinds)})")
+    elif verdict(a) == "nothing seen":
+        head = "[yellow]nothing seen[/yellow]: 0 task outputs, so nothing to call clean"
     else:
         foreign = {(f["prefix"], f["type"]) for f in a["foreign"]}
         head = (f"[red bold]{len(foreign)} prefix(es) produced chunks of another family than {fam}[/red bold]: "

@@ -301,7 +301,7 @@ def finish(result: results.Result, out_dir: str | None) -> results.Result:
     if out_dir is not None:
         results.write(result, out_dir)
     audit = result.audit
-    if audit is not None and audit.get("strict") and not audit["clean"]:
+    if audit is not None and audit.get("strict") and audit["foreign_tasks"]:
         raise audit_mod.strict_error(audit, result.path)
     return result
 

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..records.report import _fmt_s
+from ..audit import verdict
 from .summary import Summary
 
 
@@ -61,7 +62,8 @@ def summary_rows(s: Summary) -> list[tuple[str, str]]:
     a = getattr(s, "audit", None)
     if a:
         rows.append(("backend audit", (f"clean: {a['tasks']} task output(s), none of another family than "
-                                       f"{a['expected']['family']}") if a["clean"] else
+                                       f"{a['expected']['family']}") if verdict(a) == "clean" else
+                     "nothing seen: 0 task outputs" if verdict(a) == "nothing seen" else
                      (f"{a['foreign_tasks']} task(s), {format_bytes(a['foreign_bytes'])} of another family than "
                       f"{a['expected']['family']} in " + ", ".join(sorted({f['prefix'] for f in a['foreign']})))
                      + " (gpuscale audit report DIR)"))
