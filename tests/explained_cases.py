@@ -8,8 +8,8 @@ compares today's output with it. Regenerate only for an intended change of outpu
     python tests/explained_cases.py  > tests/data/explained.json
 
 Facts of the machine are masked (:func:`normalize`) so the file holds on any host with the
-same core count: sizes (``12.3 GiB``, byte counts of memory limits) and the checkout's path
-(``<repo>``, in profile paths). The core count stays: the thread layout is what is compared.
+same core count: sizes (``12.3 GiB``, byte counts of memory limits) and where the packaged
+profiles are (``<profiles>/gpu-tcp.yaml``: the checkout's clusters/ or an installed copy). The core count stays: the thread layout is what is compared.
 """
 from __future__ import annotations
 
@@ -59,6 +59,8 @@ RUNS: list[dict[str, Any]] = [
 """Keyword sets for :func:`gpuscale.api.run` (repeat 1, no warm-up, no record written)."""
 
 REPO = str(pathlib.Path(__file__).resolve().parents[1])
+_PROFILE = re.compile(r"[^\s'\"]*/clusters/([\w.-]+\.ya?ml)")
+"""A packaged profile's path: the source checkout's clusters/ or the installed package's copy."""
 _SIZE = re.compile(r"\d+(?:\.\d+)? ?(?:[kMGTP]i?B|bytes)\b")
 _MACHINE_KEYS = {"memory_limit_bytes", "capacity_bytes", "worker_limit_bytes", "per_worker_bytes",
                  "free_bytes", "headroom_bytes", "worker_bytes", "usable_bytes"}
@@ -77,7 +79,7 @@ def normalize(obj: Any, key: str | None = None) -> Any:
     if isinstance(obj, list):
         return [normalize(v, key) for v in obj]
     if isinstance(obj, str):
-        return _SIZE.sub("<size>", obj.replace(REPO, "<repo>"))
+        return _SIZE.sub("<size>", _PROFILE.sub(r"<profiles>/\1", obj.replace(REPO, "<repo>")))
     if isinstance(obj, int) and not isinstance(obj, bool) and key in _MACHINE_KEYS:
         return "<size>"
     return obj
