@@ -171,14 +171,17 @@ def test_convert_readers_generators_and_delayed_parts(device, tmp_path):
             fm = dd.from_map(lambda i: pd.DataFrame({"i": [i, i]}), [1, 2, 3],
                              meta=pd.DataFrame({"i": pd.Series(dtype="int64")}))
             fd = dd.from_delayed([dask.delayed(pd.DataFrame)({"j": [j]}) for j in range(3)], meta={"j": "int64"})
-            for coll in (csv, ts, fm, fd):
+            # dispatched on dataframe.backend: pandas here (the GPU family's is cuDF: nothing to convert)
+            fdict = dd.from_dict({"a": np.arange(10)}, npartitions=2)
+            for coll in (csv, ts, fm, fd, fdict):
                 assert type(coll._meta) is auditfam.TagFrame
                 assert {type(p.compute()) for p in coll.to_delayed()} == {auditfam.TagFrame}
             assert int(csv.v.sum().compute()) == int(PDF.v.sum())
             assert int(fm.i.sum().compute()) == 12 and int(fd.j.sum().compute()) == 3
     assert a.summary["clean"], a.summary["foreign"]
     assert [c["function"] for c in a.summary["conversions"]] == [
-        "dask.dataframe.read_csv", "dask.datasets.timeseries", "dask.dataframe.from_map", "dask.dataframe.from_delayed"]
+        "dask.dataframe.read_csv", "dask.datasets.timeseries", "dask.dataframe.from_map", "dask.dataframe.from_delayed",
+        "dask.dataframe.from_dict"]
 
 
 # ---------------------------------------------------------------------------------------
