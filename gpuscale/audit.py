@@ -38,12 +38,24 @@ may nest), collects per phase through ``client.run`` (each collect resets the wo
 counts), and :func:`summarize` turns what came back into the ``audit`` dict that result
 records, trace summaries and ``gpuscale audit report`` share (schema ``gpuscale.audit``
 version 1). :func:`strict_error` is the one-line error of ``--strict-backend``.
+
+Conversions made for you
+    Inside a session, collections Dask builds from host objects are converted to the family on
+    the workers (``session.host-collections: convert``, :mod:`gpuscale.backends.host_collections`).
+    Their tasks then output the family's chunks, so the prefix rows alone cannot tell "converted
+    for you" from "ran on the backend from the start". The session records each conversion when
+    the collection is made (function, the user's file:line, partitions); each block converted on
+    a worker is counted by the plugin (:meth:`AuditPlugin.note_conversion`, called by the
+    conversion itself), and the summary's ``conversions`` lists every conversion made during the
+    audit or whose blocks were converted during it, with the partitions and host bytes converted
+    (an added key: every other key is as before).
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import pathlib
+import threading
 import uuid
 from typing import Any, Iterator
 
@@ -108,11 +120,22 @@ class AuditPlugin(WorkerPlugin):
     def setup(self, worker):
         self._tasks = worker.state.tasks
         self._types: dict = {}
+        self._conversion_lock = threading.RLock()
         self.reset()
 
     def reset(self) -> None:
         self.outputs: dict[tuple[str, str], list[int]] = {}
         self.changes: dict[tuple[str, str, str, str], list[int]] = {}
+        with getattr(self, "_conversion_lock", contextlib.nullcontext()):
+            self.conversions: dict[str, list[int]] = {}
+
+    def note_conversion(self, conversion: str, nbytes: int) -> None:
+        """A block of the session's conversion ``conversion`` was converted on this worker, from
+        ``nbytes`` of host data (called from the task, on a worker thread)."""
+        with self._conversion_lock:
+            row = self.conversions.setdefault(conversion, [0, 0])
+            row[0] += 1
+            row[1] += int(nbytes)
 
     def _info(self, typ):
         info = self._types.get(typ)
@@ -156,8 +179,10 @@ class AuditPlugin(WorkerPlugin):
         out = {"outputs": [[p, t, n, b] for (p, t), (n, b) in self.outputs.items()],
                "changes": [[dp, dt, p, t, n, b] for (dp, dt, p, t), (n, b) in self.changes.items()],
                "types": types}
-        if reset:
-            self.reset()
+        with getattr(self, "_conversion_lock", contextlib.nullcontext()):
+            out["conversions"] = [[c, n, b] for c, (n, b) in getattr(self, "conversions", {}).items()]
+            if reset:
+                self.reset()
         return out
 
 
@@ -197,11 +222,25 @@ class Audit:
         self.summary: dict[str, Any] | None = None
         self.libraries = chunk_libraries()
         self._started = False
+        from .backends import host_collections
+        self._host = host_collections.current()
+        """The session block's host-collection scope (its conversions), if this audit runs in one."""
+        self._host_first = len(self._host.conversions) if self._host is not None else 0
 
     def start(self) -> "Audit":
         self.client.register_plugin(AuditPlugin(owners(self.family), self.libraries), name=self.name)
         self._started = True
         return self
+
+    def conversions(self) -> list[dict[str, Any]]:
+        """The session's conversions (``as_dict``) that this audit may name: those made since it
+        was created and any earlier one (``summarize`` keeps the earlier ones whose blocks the
+        workers converted during the audit)."""
+        if self._host is None:
+            return []
+        with self._host.lock:
+            made = list(self._host.conversions)
+        return [dict(c.as_dict(), made_in_audit=i >= self._host_first) for i, c in enumerate(made)]
 
     def collect(self, phase: str) -> None:
         got = self.client.run(_collect, self.name, on_error="return")
@@ -231,7 +270,7 @@ class Audit:
         finally:
             self.stop()
         self.summary = summarize(self.raw, self.family, scope=self.scope, notes=self.notes, runs=runs,
-                                 libraries=self.libraries)
+                                 libraries=self.libraries, conversions=self.conversions())
         return self.summary
 
 
@@ -330,10 +369,12 @@ def _direction(from_kind: str, to_kind: str, from_family: str, to_family: str,
 
 def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
               notes: list[str] | None = None, runs: dict[str, int] | None = None,
-              libraries: dict[str, str] | None = None) -> dict[str, Any]:
+              libraries: dict[str, str] | None = None,
+              conversions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The audit dict from what the workers reported, per phase (see ``Audit.collect``).
     ``libraries``: the chunk libraries named as kinds, with their memory (default:
-    :func:`chunk_libraries`)."""
+    :func:`chunk_libraries`). ``conversions``: the session's recorded conversions
+    (:meth:`Audit.conversions`), named in ``conversions`` with what the workers converted."""
     if libraries is None:
         libraries = chunk_libraries()
     types: dict[str, list] = {}
@@ -394,7 +435,42 @@ def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
         "transfers": transfers,
         "prefixes": out_rows,
         "notes": list(notes or []) + ([] if out_rows else [NOTHING_SEEN]),
+        "conversions": _conversions(raw, conversions or []),
     }
+
+
+def _conversions(raw: dict[str, list[dict]], recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``conversions`` list: every recorded conversion made during the audit
+    (``made_in_audit``) or with blocks converted during it, in the order they were made, with
+    the blocks the workers converted during it (``converted_blocks``: a block computed twice
+    counts twice), their host ``bytes`` and the phases; blocks of a conversion the session did not record (another session's) are listed
+    with ``function`` None."""
+    done: dict[str, list] = {}
+    for phase, reports in raw.items():
+        for rep in reports:
+            for conv, n, b in rep.get("conversions", ()):
+                row = done.setdefault(conv, [0, 0, []])
+                row[0] += n
+                row[1] += b
+                if phase not in row[2]:
+                    row[2].append(phase)
+    out = []
+    known = set()
+    for c in recorded:
+        known.add(c["id"])
+        n, b, phases = done.get(c["id"], (0, 0, []))
+        if not c.get("made_in_audit") and not n:
+            continue
+        out.append({"function": c["function"], "where": c["where"], "file": c["file"], "line": c["line"],
+                    "collection": c["collection"], "from_type": c["from_type"], "to_module": c["to_module"],
+                    "partitions": c["partitions"], "converted_blocks": n, "bytes": b, "phases": phases,
+                    "made_in_audit": bool(c.get("made_in_audit")), "id": c["id"]})
+    for conv, (n, b, phases) in done.items():
+        if conv not in known:
+            out.append({"function": None, "where": None, "file": None, "line": None, "collection": None,
+                        "from_type": None, "to_module": None, "partitions": None, "converted_blocks": n,
+                        "bytes": b, "phases": phases, "made_in_audit": False, "id": conv})
+    return out
 
 
 def describe_foreign(summary: dict[str, Any], limit: int = 3) -> str:

@@ -12,6 +12,16 @@
   (``Session.to_backend`` / ``from_memory``: TagArray chunks), then adds it to TagArray data,
   so the wrong way also makes a family change (NumPy -> TagArray) in every ``add`` task.
 
+* :func:`device_family` is the ``auditdevice`` family: the "device" family of CI (no GPU), for
+  ``session.host-collections`` (gpuscale/backends/host_collections.py). Its arrays are TagArray
+  and its frames :class:`TagFrame` / :class:`TagSeries` (pandas data whose types live in
+  ``auditfam``), its memory is "device", and ``array.backend`` is ``auditfam``, a Dask array
+  backend registered here the way CuPy's is (``da.ones`` / ``zeros`` / ``empty`` / ``full`` /
+  ``arange`` make TagArray blocks), with Dask's array dispatches (concatenate, tensordot, einsum)
+  registered for TagArray as CuPy registers its own: what the GPU family has, on a CPU. Its
+  frames have no Dask backend (``dataframe.backend`` stays pandas): every DataFrame Dask builds
+  in its session is pandas until the session converts it.
+
 Workers import this module by name to unpickle TagArray: the tests directory is on
 ``sys.path`` (pytest's rootdir insertion, or ``tests/audit_cli.py`` run as a script), and
 spawned worker processes inherit the parent's ``sys.path``.
@@ -22,6 +32,7 @@ import dataclasses
 
 import dask.array as da
 import numpy as np
+import pandas as pd
 from distributed.protocol import dask_deserialize, dask_serialize
 from distributed.protocol.numpy import deserialize_numpy_ndarray, serialize_numpy_ndarray
 from pydantic import Field, PositiveInt
@@ -33,7 +44,24 @@ NCHUNKS = ROWS // CHUNK
 
 
 class TagArray(np.ndarray):
-    """NumPy data that belongs to the audittest family (its type's module is ``auditfam``)."""
+    """NumPy data that belongs to the audittest family (its type's module is ``auditfam``).
+
+    NumPy functions of TagArrays return TagArrays (as CuPy's return CuPy arrays): ufuncs keep a
+    subclass by themselves, and ``__array_function__`` tags what ``np.stack``, ``np.linalg.qr``
+    and the like return as plain ndarrays."""
+
+    def __array_function__(self, func, types, args, kwargs):
+        return _tag_all(super().__array_function__(func, types, args, kwargs))
+
+
+def _tag_all(out):
+    if type(out) is np.ndarray:
+        return out.view(TagArray)
+    if isinstance(out, tuple) and hasattr(out, "_fields"):  # QRResult, SVDResult...
+        return type(out)(*map(_tag_all, out))
+    if type(out) in (tuple, list):
+        return type(out)(map(_tag_all, out))
+    return out
 
 
 TagArray.__module__ = "auditfam"  # also when this file is imported as tests.auditfam
@@ -54,6 +82,139 @@ def _serialize(x):
 @dask_deserialize.register(TagArray)
 def _deserialize(header, frames):
     return deserialize_numpy_ndarray(header, frames).view(TagArray)
+
+
+# ---------------------------------------------------------------------------------------
+# The device family's frames, array backend and dispatches
+# ---------------------------------------------------------------------------------------
+class TagSeries(pd.Series):
+    """pandas data that belongs to the auditdevice family (its type's module is ``auditfam``)."""
+
+    @property
+    def _constructor(self):
+        return TagSeries
+
+    @property
+    def _constructor_expanddim(self):
+        return TagFrame
+
+
+class TagFrame(pd.DataFrame):
+    """pandas data that belongs to the auditdevice family (its type's module is ``auditfam``)."""
+
+    @property
+    def _constructor(self):
+        return TagFrame
+
+    @property
+    def _constructor_sliced(self):
+        return TagSeries
+
+
+TagSeries.__module__ = TagFrame.__module__ = "auditfam"
+
+
+def from_pandas(obj):
+    """A pandas frame or series as the device family's (what convert_frame calls)."""
+    if isinstance(obj, pd.DataFrame):
+        return TagFrame(obj)
+    if isinstance(obj, pd.Series):
+        return TagSeries(obj)
+    return obj  # an Index stays pandas
+
+
+def _untag(x):
+    return np.asarray(x) if isinstance(x, np.ndarray) else x
+
+
+def _register_dispatches() -> None:
+    from dask.array.dispatch import concatenate_lookup, einsum_lookup, tensordot_lookup
+    from gpuscale.backends.convert import to_host
+
+    concatenate_lookup.register(TagArray)(
+        lambda seq, axis=0, **kw: asarray(np.concatenate([_untag(a) for a in seq], axis=axis, **kw)))
+    tensordot_lookup.register(TagArray)(lambda a, b, axes=2: asarray(np.tensordot(_untag(a), _untag(b), axes)))
+    einsum_lookup.register(TagArray)(lambda *a, **kw: asarray(np.einsum(*map(_untag, a), **kw)))
+    to_host.register(TagArray)(np.asarray)
+    to_host.register(TagFrame)(pd.DataFrame)
+    to_host.register(TagSeries)(pd.Series)
+
+
+_register_dispatches()
+
+
+def _backend_entrypoint():
+    import dask
+    from dask.array.backends import ArrayBackendEntrypoint
+
+    def numpy_then_tag(attr, *args, **kwargs):
+        kwargs.pop("meta", None)
+        with dask.config.set({"array.backend": "numpy"}):
+            x = getattr(da, attr)(*args, **kwargs)
+        return x.map_blocks(asarray, dtype=x.dtype, meta=asarray(np.empty((0,) * x.ndim, dtype=x.dtype)))
+
+    class AuditfamBackend(ArrayBackendEntrypoint):
+        """``array.backend = "auditfam"``: Dask's creation functions make TagArray blocks."""
+
+        @classmethod
+        def to_backend_dispatch(cls):
+            return asarray
+
+        @classmethod
+        def to_backend(cls, data, **kwargs):
+            return data if isinstance(data._meta, TagArray) else data.map_blocks(asarray, **kwargs)
+
+        @property
+        def RandomState(self):
+            return np.random.RandomState
+
+        @property
+        def default_bit_generator(self):
+            return np.random.PCG64
+
+        @staticmethod
+        def ones(*args, **kwargs):
+            return numpy_then_tag("ones", *args, **kwargs)
+
+        @staticmethod
+        def zeros(*args, **kwargs):
+            return numpy_then_tag("zeros", *args, **kwargs)
+
+        @staticmethod
+        def empty(*args, **kwargs):
+            return numpy_then_tag("empty", *args, **kwargs)
+
+        @staticmethod
+        def full(*args, **kwargs):
+            return numpy_then_tag("full", *args, **kwargs)
+
+        @staticmethod
+        def arange(*args, **kwargs):
+            kwargs.pop("like", None)
+            return numpy_then_tag("arange", *args, **kwargs)
+
+    return AuditfamBackend()
+
+
+def device_family():
+    """The ``auditdevice`` family: TagArray and TagFrame chunks, in "device" memory."""
+    return dataclasses.replace(family(), name="auditdevice", names=("auditdevice",), dataframe_module="auditfam",
+                               array_backend="auditfam", memory="device",
+                               description="test-only: NumPy / pandas data in auditfam.TagArray / TagFrame "
+                                           "chunks, standing in for CuPy / cuDF")
+
+
+def register_device() -> None:
+    """Register the auditdevice family and the ``auditfam`` Dask array backend (idempotent)."""
+    from dask.array.backends import array_creation_dispatch
+    from gpuscale import backends
+    array_creation_dispatch.register_backend("auditfam", _backend_entrypoint())
+    backends.register(device_family())
+
+
+def unregister_device() -> None:
+    from gpuscale import backends
+    backends.unregister("auditdevice")
 
 
 def family():

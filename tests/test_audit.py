@@ -197,7 +197,8 @@ def test_svd_generate_builds_its_core_on_the_backend():
 # ---------------------------------------------------------------------------------------
 def test_session_audit_flags_user_from_array_and_to_backend_fixes_it(audittest):
     a = np.arange(8000, dtype=np.float64).reshape(800, 10)
-    with gpuscale.session(backend="audittest", **TWO_WORKERS) as s:
+    # host_collections off: the session leaves da.from_array's NumPy chunks as Dask builds them
+    with gpuscale.session(backend="audittest", host_collections="off", **TWO_WORKERS) as s:
         with s.audit() as bad:
             x = da.from_array(a, chunks=(200, 10)).persist()
             wait(x)
@@ -238,7 +239,7 @@ def test_session_to_backend_frames(audittest):
 def test_trace_summary_carries_the_audit(audittest, tmp_path, cli):
     pytest.importorskip("gpuscale.trace")
     a = np.ones((400, 10))
-    with gpuscale.session(backend="audittest", **TWO_WORKERS) as s:
+    with gpuscale.session(backend="audittest", host_collections="off", **TWO_WORKERS) as s:
         with s.trace(str(tmp_path / "tr")) as t:
             wait(da.from_array(a, chunks=(100, 10)).persist())
         r = s.run("audit_mixed", **QUICK, write=False, trace=str(tmp_path / "tr-run"))

@@ -41,7 +41,9 @@ def main(argv=None) -> int:
     chunks = (max(1, a.rows // 8), a.cols)
     from rich.console import Console
     console = Console(width=200)
-    with gpuscale.session(backend=a.backend, workers=a.workers) as s:
+    # host_collections off: the session leaves from_array's NumPy chunks as Dask builds them (its
+    # default, convert, would convert them on the workers: workflows/host_collections_cost.py)
+    with gpuscale.session(backend=a.backend, workers=a.workers, host_collections="off") as s:
         with s.audit(phase="from_array") as bad:            # the mistake
             x = da.from_array(data, chunks=chunks)
             wait(s.client.persist(list(work(x))))

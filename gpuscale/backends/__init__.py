@@ -9,7 +9,8 @@ package branches on backend names: code asks the selected family for its knobs.
 Built-in families: ``cpu`` (names cpu, numpy, pandas, :mod:`.cpu`) and ``gpu`` (names gpu,
 cupy, cudf, :mod:`.gpu`). Installed packages add families through the ``gpuscale.backends``
 entry-point group (:mod:`.registry`); an entry point names a :class:`Family` instance.
-Data moves between families in :mod:`.convert` only.
+Data moves between families in :mod:`.convert` only; :mod:`.host_collections` decides what a
+session does with the collections Dask builds from host objects (``session.host-collections``).
 """
 from __future__ import annotations
 

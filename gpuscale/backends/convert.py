@@ -16,6 +16,10 @@
 
 * :func:`to_backend`: a Dask collection that exists already, on a family (Dask's own
   ``to_backend``); the tasks that made it still produce what they produce.
+* :func:`on_workers`: a collection Dask built from host objects inside a session, put on the
+  family block by block (:mod:`.host_collections`): one more blockwise step after the tasks that
+  made it, which Dask fuses with them, so no task outputs the host chunk. Each converted block
+  is counted on its worker for the backend audit (``conversions``: partitions and bytes).
 
 Conversions go through the host (:func:`to_host`) and then the family's module
 (``<array_module>.asarray``, ``<dataframe_module>.from_pandas``), so a family registered by a
@@ -175,3 +179,127 @@ def _na_strings(meta) -> list:
     import pandas as pd
     dtypes = meta.dtypes.items() if isinstance(meta, pd.DataFrame) else [(meta.name, meta.dtype)]
     return [c for c, dt in dtypes if isinstance(dt, pd.StringDtype) and dt.na_value is pd.NA]
+
+
+# ---------------------------------------------------------------------------------------
+# A session's conversion of collections built from host objects (host_collections)
+# ---------------------------------------------------------------------------------------
+def on_workers(obj, family: Family, conversion: str):
+    """``obj`` (a Dask array, DataFrame or Series whose chunks are NumPy / pandas, as a creation
+    function returned it) with ``family``'s chunk type, converted on the workers block by block,
+    inside the tasks that make the blocks: no task outputs the host chunk.
+
+    Appending a ``map_blocks`` / ``map_partitions`` step is not enough: ``distributed`` computes
+    DataFrame expressions without blockwise fusion, and Dask never fuses ``from_pandas`` /
+    ``from_array`` / ``from_delayed`` data, so the host partitions would be task outputs of
+    their own. Instead the collection's (small: one or a few tasks per block) creation graph is
+    rewritten: each output block's task, together with the tasks only it depends on (the
+    ``timeseries`` task under its string conversion, the delayed call under ``from_delayed``),
+    is fused into one task (Dask's ``Task.fuse``) whose result :func:`convert_array` /
+    :func:`convert_frame` convert before it returns, counting the block under ``conversion``
+    (an id) for the workers' backend audits (:func:`_noted`). Tasks several blocks share (a Zarr
+    array's handle) stay as they are. Divisions, chunks and dtypes stay; the keys are new
+    (``to_backend-...``). Lazy: nothing runs until it is computed; the graph is small and holds
+    what the creation graph held (``from_pandas`` partitions: the data itself)."""
+    from dask._task_spec import Task, convert_legacy_graph
+    from dask.core import flatten
+
+    kind = collection_kind(obj)
+    module = family.array_module if kind == "array" else family.dataframe_module
+    graph = convert_legacy_graph(dict(obj.__dask_graph__()))
+    keys = list(flatten(obj.__dask_keys__()))
+    original = obj.name if kind == "array" else obj._name
+    token = tokenize(original, module, conversion)
+    name = f"{PREFIX}-{token}"
+    func = _convert_block_noted if kind == "array" else _convert_part_noted
+    owned = _owned(graph, keys)
+    fused = {n for group in owned.values() for n in group}
+    dsk = {k: v for k, v in graph.items() if k not in fused}
+    new_keys = []
+    for k in keys:
+        group = [graph[n] for n in owned[k]]
+        inner = group[0] if len(group) == 1 else Task.fuse(*group, key=k)
+        key = (name, *k[1:])
+        dsk[key] = Task(key, func, inner, module, conversion, _data_producer=inner.data_producer)
+        new_keys.append(key)
+    if kind == "array":
+        import dask.array as da
+        from dask.highlevelgraph import HighLevelGraph
+        return da.Array(HighLevelGraph.from_collections(name, dsk, dependencies=()), name, obj.chunks,
+                        dtype=obj.dtype, meta=empty_array(family, obj.ndim, obj.dtype))
+    import dask.dataframe as dd
+    return dd.from_graph(_Graph(dsk, token), convert_frame(obj._meta, module), obj.divisions, new_keys, PREFIX)
+
+
+class _Graph(dict):
+    """A graph whose Dask token is given (the converted collection's: its source's name, the
+    target module and the conversion), so naming the new collection does not hash the data
+    embedded in it again (``from_pandas`` partitions)."""
+
+    def __init__(self, dsk, token: str):
+        super().__init__(dsk)
+        self.token = token
+
+    def __dask_tokenize__(self):
+        return ("gpuscale-on-workers", self.token)
+
+
+def _owned(graph: dict, keys: list) -> dict:
+    """Output key -> the keys of ``graph`` that only it depends on, itself first (never another
+    output key): what is fused into its task."""
+    from dask.core import reverse_dict
+
+    deps = {k: set(v.dependencies) & graph.keys() for k, v in graph.items()}
+    dependents = reverse_dict(deps)
+    outputs = set(keys)
+    taken: set = set()
+    groups: dict = {}
+    for k in keys:
+        group, order = {k}, [k]
+        stack, pending = list(deps[k]), set()
+        while stack:
+            d = stack.pop()
+            if d in group or d in outputs or d in taken:
+                continue
+            if dependents[d] <= group:
+                group.add(d)
+                order.append(d)
+                stack.extend(deps[d])
+                stack.extend(pending)
+                pending.clear()
+            else:
+                pending.add(d)
+        taken |= group
+        groups[k] = order
+    return groups
+
+
+def _convert_block_noted(block, module: str, conversion: str):
+    out = convert_array(block, module)
+    if out is not block:
+        _noted(conversion, block)
+    return out
+
+
+def _convert_part_noted(part, module: str, conversion: str):
+    out = convert_frame(part, module)
+    if out is not part:
+        _noted(conversion, part)
+    return out
+
+
+def _noted(conversion: str, block) -> None:
+    """Tell the backend audits on this worker (plugins with a ``note_conversion`` method:
+    :class:`gpuscale.audit.AuditPlugin`) that a block of ``conversion`` was converted here, with
+    its host bytes. Nothing outside a ``distributed`` worker."""
+    try:
+        from distributed import get_worker
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return
+    plugins = [p for p in list(worker.plugins.values()) if hasattr(p, "note_conversion")]
+    if plugins:
+        from dask.sizeof import sizeof
+        nbytes = int(sizeof(block))
+        for p in plugins:
+            p.note_conversion(conversion, nbytes)

@@ -15,6 +15,13 @@ from typing import Any, Mapping
 from ..errors import UserError, missing_module
 
 
+HOST_CHUNKS: Mapping[str, str] = {"array": "numpy", "dataframe": "pandas"}
+"""The chunk library of the collections Dask builds from host objects, by collection kind:
+``da.from_array(numpy_array)``, ``dd.from_pandas``, ``dask.datasets.timeseries``, readers and
+``from_map`` / ``from_delayed`` whose parts are pandas (see
+:mod:`gpuscale.backends.host_collections`)."""
+
+
 @dataclass(frozen=True)
 class Knobs:
     """What makes a family fast. Each value is recorded with every run."""
@@ -143,6 +150,19 @@ class Family:
         t = threading.Thread(target=_import, name="gpuscale-import", daemon=True)
         t.start()
         return t
+
+    def chunk_module(self, collection: str) -> str:
+        """This family's chunk library for ``collection`` ("array" or "dataframe")."""
+        return self.array_module if collection == "array" else self.dataframe_module
+
+    def host_native(self, collection: str | None = None) -> bool:
+        """Whether the collections Dask builds from host objects (:data:`HOST_CHUNKS`: NumPy
+        arrays, pandas frames) are this family's already, for ``collection`` (None: both kinds).
+        A session of such a family has nothing to convert (the CPU family: NumPy and pandas are
+        its own libraries); any other (CuPy / cuDF) converts them, warns or refuses them, as
+        ``session.host-collections`` says."""
+        kinds = (collection,) if collection else tuple(HOST_CHUNKS)
+        return all(self.chunk_module(k).partition(".")[0] == HOST_CHUNKS[k] for k in kinds)
 
     def dask_config(self) -> dict[str, str]:
         """The dask.config values this family sets (scoped to a session or run)."""

@@ -210,6 +210,11 @@ def audit_lines(a: dict[str, Any] | None) -> list[tuple[str, str]]:
     for f in a.get("allowed", []):
         rows.append(("  allowed", escape(f"{f['prefix']} ({f['phase']}): {f['tasks']} task(s), "
                                          f"{format_bytes(f['bytes'])} of {f['type']}: {f['allowed']}")))
+    for c in a.get("conversions", []):  # collections built from host objects, converted by the session
+        rows.append(("  converted", escape(f"{c['function'] or 'a collection'} at {c['where'] or '?'}: "
+                                           f"{c['converted_blocks']} block(s) of {c['partitions'] or '?'}, "
+                                           f"{format_bytes(c['bytes'])} of {c['from_type'] or 'host data'} "
+                                           f"-> {c['to_module'] or '?'} on the workers (for you)")))
     if a["transfer_count"]:
         directions: dict[str, list[int]] = {}
         for c in a["transfers"]:

@@ -22,6 +22,7 @@ import dask
 
 from .. import audit as audit_mod
 from .. import backends, cluster, config, machine, workloads
+from ..backends import host_collections
 from ..data import inputs
 from ..errors import UserError
 from ..records import results
@@ -108,6 +109,7 @@ class Session:
             self.startup_s = time.perf_counter() - t0
             self._dashboard_link = _ask_dashboard_link(self.client)
             stack.enter_context(dask.config.set(self.family.dask_config()))
+            stack.enter_context(host_collections.scope(self.family, self.settings.session.host_collections))
         except BaseException:
             stack.close()
             raise

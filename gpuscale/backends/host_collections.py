@@ -1,0 +1,355 @@
+"""Collections Dask builds from host objects, inside a session: put on the session's family.
+
+Inside ``with gpuscale.session(backend="gpu")`` Dask's creation functions that dispatch on
+``array.backend`` / ``dataframe.backend`` (``da.ones``, ``da.random``, ``dd.read_parquet``,
+``dd.read_csv``, ``dd.from_dict``) already make CuPy / cuDF chunks. Others build their chunks
+from what they are given or with host-only code, whatever the backend says: ``dd.from_pandas``,
+``da.from_array(numpy_array)``, ``da.from_zarr``, ``dask.datasets.timeseries``, ``dd.from_map``
+/ ``dd.from_delayed`` whose parts come back as pandas, ``dd.read_fwf`` / ``read_table`` /
+``read_sql_*``. Their chunks are NumPy / pandas (:data:`~.family.HOST_CHUNKS`), and the work on
+them silently runs on the host. The setting ``session.host-collections`` (keyword
+``host_collections``, env ``DASK_GPUSCALE__SESSION__HOST_COLLECTIONS``, profiles) says what a
+session does with them:
+
+``convert`` (default)
+    the collection the function returns gets one more blockwise step that converts each block
+    on the workers (:func:`gpuscale.backends.convert.on_workers`: ``convert_array`` /
+    ``convert_frame``, through the host, to the family's library). Dask fuses it with the tasks
+    that make the blocks, so no task outputs a host chunk and nothing passes through the
+    client. The conversion is recorded (function, the user's file:line, partitions) and the
+    backend audit's ``conversions`` names it with the partitions and bytes the workers
+    converted: "converted for you", not "ran on the backend from the start".
+``warn``
+    the collection stays as Dask built it; a :class:`HostCollectionWarning` names the user's
+    file:line and the fix, once per call site per session.
+``strict``
+    a one-line :class:`~gpuscale.errors.UserError` raised at that call, naming file:line and
+    the fix.
+``off``
+    nothing happens (Dask's own behaviour).
+
+The family decides whether there is anything to do (:meth:`~.family.Family.host_native`): under
+the CPU family NumPy and pandas are its own libraries, :func:`scope` installs nothing and every
+mode is a no-op.
+
+The mechanism, and why this one
+    Dask has no hook that runs when a collection is made. What it supports was studied first:
+
+    * ``array.backend`` / ``dataframe.backend`` and the backend entry points
+      (``dask.backends.CreationDispatch``) route only the creation functions registered with
+      them (``ones``, ``random``, ``from_dict``, ``read_parquet``, ``read_csv``, ``read_json``,
+      ``read_orc``, ``read_hdf``); gpuscale sets them already. ``from_pandas``, ``from_array``,
+      ``from_map``, ``from_delayed``, ``timeseries`` are not dispatched.
+    * ``to_backend`` (a collection method, ``DaskBackendEntrypoint.to_backend``) converts a
+      collection that exists, blockwise: that is what the conversion is (here through
+      ``convert``, so plugin families need nothing more, and each block is counted).
+    * dask-expr's optimizer (``simplify`` / ``tune`` / ``lower`` / ``fuse``) is class-based:
+      rewrites are methods of the expression classes, with no registry for an outside pass;
+      legacy arrays have the ``array_optimize`` config hook. Both run at compute time, on the
+      whole graph, where the user's call site is gone, and a config hook is process-global.
+    * ``dask.dataframe.get_collection_type`` (a public Dispatch) is asked for every new
+      DataFrame collection, but also for the intermediate collections a creation function
+      builds (``from_map`` makes ``FromMap`` and then wraps it in ``ArrowStringConversion``),
+      so it cannot tell the finished collection, and legacy ``dask.array`` has no equivalent.
+
+    So the public creation functions are wrapped, at their attribute in ``dask.array``,
+    ``dask.dataframe`` and ``dask.datasets`` (:data:`FUNCTIONS`), for as long as a session of a
+    non-host family is open: the wrapper calls Dask's function unchanged, then applies the
+    policy to the collection it returned (decided by its ``meta``: what Dask knows without
+    computing). The wrappers are installed when the first such session enters (importing
+    ``dask.array``, ``dask.dataframe`` and ``dask.datasets`` where installed) and Dask's
+    functions put back when the last one leaves (a count under a lock). What a wrapper does is
+    read from a :class:`contextvars.ContextVar` that :func:`scope` sets for the session's block,
+    so two sessions in two threads of one process each see their own family and mode, and code
+    in other threads (or after the block) calls straight through to Dask.
+
+Limits (documented in the README)
+    * Names bound before the session (``from dask.dataframe import from_pandas`` at the top of
+      a notebook) hold Dask's function itself and bypass the wrapper; ``dd.from_pandas`` /
+      ``da.from_array`` / ``dask.datasets.timeseries`` (attribute lookups) are caught. The
+      backend audit still names such chunks.
+    * Threads started inside the block do not inherit its context (Python's default): their
+      collections are left as Dask builds them.
+    * Collections built while gpuscale itself runs code (a workload inside ``s.run``, a route,
+      ``s.to_backend``) are left as that code built them: the run's audit reports its chunks.
+    * Dask-internal calls of these functions (``from_zarr`` calling ``from_array``) are not
+      wrapped; the outer call is.
+    * The decision is by ``meta``: a ``from_map`` / ``from_delayed`` given a cuDF ``meta``
+      whose parts are pandas is not caught (its audit shows them).
+    * ``dd.from_map`` without ``meta=`` infers it by running the function once as a task of its
+      own (``delayed(make_meta)(...).compute()``, on the session's cluster) before the
+      collection exists: that task's pandas output is listed by the audit. Give ``meta=``.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import importlib
+import itertools
+import sys
+import threading
+import uuid
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator
+
+from ..errors import UserError
+from . import convert
+from .family import HOST_CHUNKS, Family
+
+MODES = ("convert", "warn", "strict", "off")
+
+FUNCTIONS: dict[str, tuple[str, ...]] = {
+    "dask.array": ("from_array", "asarray", "asanyarray", "from_zarr", "from_delayed", "from_npy_stack",
+                   "from_tiledb"),
+    "dask.dataframe": ("from_pandas", "from_dict", "from_array", "from_dask_array", "from_map", "from_delayed",
+                       "read_csv", "read_table", "read_fwf", "read_json", "read_hdf", "read_orc", "read_parquet",
+                       "read_sql", "read_sql_table", "read_sql_query"),
+    "dask.datasets": ("timeseries",),
+}
+"""The creation functions wrapped in a session (module -> attribute names). Those that dispatch
+on the backend (``read_parquet``, ``read_csv``, ``from_dict``...) return the family's chunks
+under the GPU family and pass through; under a family without a Dask backend of its own they
+return pandas, which is converted like the rest."""
+
+IN_MEMORY = frozenset({"from_pandas", "from_dict", "from_array", "asarray", "asanyarray"})
+"""Functions whose input is the host object itself: the fix is ``s.to_backend(obj)`` (each task
+builds its block on the backend); for the others it is ``s.to_backend(collection)``."""
+
+LIBRARY_MODULES = ("dask", "distributed", "toolz", "tlz", "cytoolz")
+"""Modules (and their submodules; ``dask`` also covers ``dask_cudf``, ``dask_cuda``) skipped when
+looking for the user's call site."""
+
+
+class HostCollectionWarning(UserWarning):
+    """A collection built from host objects stays on the host inside a session
+    (``session.host-collections: warn``)."""
+
+
+@dataclass
+class Conversion:
+    """One collection a session converted (``convert``) or reported (``warn``)."""
+
+    id: str
+    function: str
+    """The Dask function the user called (``dask.dataframe.from_pandas``)."""
+    file: str
+    line: int
+    collection: str
+    """"array" or "dataframe"."""
+    from_type: str
+    """Its chunk type as Dask built it (``pandas.DataFrame``)."""
+    to_module: str
+    """The family's chunk library it was converted to (``cudf``)."""
+    partitions: int
+    """Blocks (array) or partitions (frame) of the collection."""
+    action: str = "convert"
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "where": self.where}
+
+
+@dataclass
+class Scope:
+    """What one session's block does with host collections (see :func:`scope`)."""
+
+    family: Family
+    mode: str
+    conversions: list[Conversion] = field(default_factory=list)
+    """Every conversion made in the block, in order (the backend audit names those it saw)."""
+    warned: set[tuple[str, int]] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def apply(self, out, function: str, args: tuple, kwargs: dict, caller) -> Any:
+        """The policy for ``out``, what ``function`` returned when called from frame ``caller``."""
+        collection = convert.collection_kind(out)
+        if collection is None or any(out is a for a in itertools.chain(args, kwargs.values())):
+            return out  # not a collection, or one it was given (da.asarray(x) of a Dask array)
+        meta = out._meta
+        module = type(meta).__module__.partition(".")[0]
+        if module != HOST_CHUNKS[collection] or self.family.host_native(collection):
+            return out
+        site = call_site(caller)
+        if site is None:
+            return out  # built by gpuscale's own code (a workload, a route): left as built
+        file, line = site
+        conv = Conversion(id=uuid.uuid4().hex[:12], function=function, file=file, line=line,
+                          collection=collection, from_type=f"{module}.{type(meta).__name__}",
+                          to_module=self.family.chunk_module(collection), partitions=_blocks(out),
+                          action=self.mode)
+        if self.mode == "strict":
+            raise UserError(f"{conv.where}: {_what(conv)} inside a session of the {self.family.name} family "
+                            "(session.host-collections is strict)", _fix(conv))
+        if self.mode == "warn":
+            with self.lock:
+                first = (file, line) not in self.warned
+                self.warned.add((file, line))
+            if first:
+                warnings.warn_explicit(f"{conv.where}: {_what(conv)}, which stays on the host inside a session "
+                                       f"of the {self.family.name} family; {_fix(conv)}",
+                                       HostCollectionWarning, file, line)
+            return out
+        with self.lock:
+            self.conversions.append(conv)
+        return convert.on_workers(out, self.family, conv.id)
+
+
+def _blocks(obj) -> int:
+    n = getattr(obj, "npartitions", None)
+    if n is None:  # a Dask array
+        n = 1
+        for c in obj.chunks:
+            n *= len(c)
+    return int(n)
+
+
+def _what(conv: Conversion) -> str:
+    kind = "a Dask array of" if conv.collection == "array" else "a Dask DataFrame of"
+    unit = "chunk(s)" if conv.collection == "array" else "partition(s)"
+    return f"{conv.function} built {kind} {conv.partitions} {conv.from_type} {unit}"
+
+
+def _fix(conv: Conversion) -> str:
+    name = conv.function.rpartition(".")[2]
+    build = (f"build it on the backend with s.to_backend(obj) instead of {name}(obj)" if name in IN_MEMORY
+             else "convert it on the workers with s.to_backend(collection)")
+    return f"{build}, or set session.host-collections to convert (host_collections='convert')"
+
+
+# ---------------------------------------------------------------------------------------
+# The user's call site
+# ---------------------------------------------------------------------------------------
+def _module_of(frame) -> str:
+    return frame.f_globals.get("__name__") or ""
+
+
+def _within(name: str, roots) -> bool:
+    return any(name == r or name.startswith(r + ".") or name.startswith(r + "_") for r in roots)
+
+
+def call_site(frame) -> tuple[str, int] | None:
+    """(file, line) of the user's code that made the call whose caller is ``frame``: the first
+    frame outward that is not in Dask, distributed or toolz (:data:`LIBRARY_MODULES`); None when
+    gpuscale's own code is on the stack (a workload run by ``s.run``, a route, ``to_backend``)."""
+    user = None
+    f = frame
+    while f is not None:
+        name = _module_of(f)
+        if name == "gpuscale" or name.startswith("gpuscale."):
+            return None
+        if user is None and not _within(name, LIBRARY_MODULES):
+            user = f
+        f = f.f_back
+    user = user or frame
+    return user.f_code.co_filename, user.f_lineno
+
+
+# ---------------------------------------------------------------------------------------
+# The scope and the wrappers
+# ---------------------------------------------------------------------------------------
+_SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("gpuscale_host_collections", default=None)
+_INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("gpuscale_host_collections_inside", default=False)
+_LOCK = threading.Lock()
+_USERS = 0
+_ORIGINALS: dict[tuple[str, str], Callable] = {}
+
+
+def current() -> Scope | None:
+    """The scope of the session block this code runs in (this thread / context), or None."""
+    return _SCOPE.get()
+
+
+@contextlib.contextmanager
+def scope(family: Family, mode: str) -> Iterator[Scope | None]:
+    """Apply ``mode`` (:data:`MODES`) to the host collections built in this block, for
+    ``family`` (``Session.__enter__`` enters it for the session's block). Yields the
+    :class:`Scope`, or None when there is nothing to do (``off``, or a family whose chunks are
+    NumPy and pandas): then an enclosing scope is off for the block too (a session's block
+    inside another's, or ``scope(family, "off")`` around code that wants Dask's own
+    behaviour)."""
+    if mode not in MODES:
+        raise UserError(f"unknown session.host-collections mode {mode!r}", f"use one of: {', '.join(MODES)}")
+    if mode == "off" or family.host_native():
+        token = _SCOPE.set(None)
+        try:
+            yield None
+        finally:
+            _reset(token)
+        return
+    s = Scope(family, mode)
+    _install()
+    token = _SCOPE.set(s)
+    try:
+        yield s
+    finally:
+        _reset(token)
+        _uninstall()
+
+
+def _reset(token) -> None:
+    try:
+        _SCOPE.reset(token)
+    except ValueError:  # left from another context (a session closed in another notebook cell)
+        _SCOPE.set(None)
+
+
+def _wrap(module: str, name: str, fn: Callable) -> Callable:
+    label = f"{module}.{name}"
+
+    @functools.wraps(fn)
+    def creation(*args, **kwargs):
+        s = _SCOPE.get()
+        if s is None or _INSIDE.get():
+            return fn(*args, **kwargs)
+        token = _INSIDE.set(True)
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            _INSIDE.reset(token)
+        return s.apply(out, label, args, kwargs, sys._getframe(1))
+
+    creation.__gpuscale_host_collections__ = fn
+    return creation
+
+
+def _install() -> None:
+    global _USERS
+    with _LOCK:
+        _USERS += 1
+        if _USERS > 1:
+            return
+        for module, names in FUNCTIONS.items():
+            try:
+                mod = importlib.import_module(module)
+            except ImportError:
+                continue
+            for name in names:
+                fn = getattr(mod, name, None)
+                if fn is None or hasattr(fn, "__gpuscale_host_collections__"):
+                    continue
+                _ORIGINALS[(module, name)] = fn
+                setattr(mod, name, _wrap(module, name, fn))
+
+
+def _uninstall() -> None:
+    global _USERS
+    with _LOCK:
+        _USERS -= 1
+        if _USERS > 0:
+            return
+        for (module, name), fn in _ORIGINALS.items():
+            mod = sys.modules.get(module)
+            if mod is not None and getattr(getattr(mod, name, None), "__gpuscale_host_collections__", None) is fn:
+                setattr(mod, name, fn)
+        _ORIGINALS.clear()
+
+
+def installed() -> bool:
+    """Whether the wrappers are in place (some session of a non-host family is open)."""
+    with _LOCK:
+        return _USERS > 0

@@ -1,0 +1,165 @@
+"""Notebook snippets (tests/snippets.py) with plain Dask and inside sessions: same answers, and
+every chunk the session's tasks made is its family's.
+
+* plain Dask on the CPU (no session; the local threaded scheduler) gives the reference answers;
+* a CPU session: same answers, a clean backend audit, and no conversion (NumPy and pandas are
+  the CPU family's own libraries: ``session.host-collections`` is a no-op there);
+* a session of the test-only device family (tests/auditfam.py: TagArray / TagFrame chunks, the
+  "device" family of CI): same answers, a clean audit, and the collections built from host
+  objects named in the audit's ``conversions``;
+* ``pytest -m gpu``: the same snippets in a GPU session (every chunk CuPy / cuDF, answers equal
+  to plain Dask on the CPU).
+
+Each family's run prints a table (snippet, rows, chunk types, conversions, equal?).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import dask
+import pytest
+
+import auditfam
+import gpuscale
+import snippets
+from snippets import SNIPPETS, same
+
+SESSION = {"workers": 2, "threads_per_worker": 1}
+
+
+def _folder(base, name: str, run: str) -> str:
+    d = os.path.join(str(base), run, name)
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """Every snippet's answer with plain Dask on the CPU: no session, no client."""
+    base = tmp_path_factory.mktemp("plain")
+    out = {}
+    with dask.config.set(scheduler="threads"):
+        for s in SNIPPETS:
+            out[s.name] = s.run(_folder(base, s.name, "plain"))
+    return out
+
+
+def run_in_session(s, plain, base, label: str) -> list[dict]:
+    """Run every snippet in session ``s`` under its audit; one row per snippet."""
+    rows = []
+    for sn in SNIPPETS:
+        t0 = time.perf_counter()
+        with s.audit(phase=sn.name) as a:
+            got = sn.run(_folder(base, sn.name, label))
+        ok, why = same(got, plain[sn.name])
+        summary = a.summary
+        # chunks of the chunk libraries (a Zarr array's handle, also an output with a shape, is not one)
+        chunks = sorted({r["type"] for r in summary["prefixes"] if r["chunk"] and r["kind"] != "other"})
+        values = [f"{f['prefix']}: {f['type']}" for f in summary["foreign"] if f["prefix"] in sn.host_values]
+        chunks = [t for t in chunks if not any(v.endswith(": " + t) for v in values)
+                  or any(r["type"] == t and r["chunk"] and r["prefix"] not in sn.host_values
+                         for r in summary["prefixes"])]
+        rows.append({"snippet": sn.name, "rows": sn.rows, "chunks": chunks,
+                     "clean": not [f for f in summary["foreign"] if f["prefix"] not in sn.host_values],
+                     "host_values": values,
+                     "foreign": [f"{f['prefix']}: {f['type']}" for f in summary["foreign"]
+                                 if f["prefix"] not in sn.host_values],
+                     "conversions": summary["conversions"], "equal": ok, "why": why,
+                     "seconds": time.perf_counter() - t0})
+    return rows
+
+
+def table(rows: list[dict], family: str, tolerated=lambda type_name: False) -> str:
+    head = f"{'snippet':26} {'rows':>9}  {'chunk type':42} {'conv':>4}  equal?"
+    lines = [f"notebook snippets in a {family} session (vs plain Dask on the CPU)", head, "-" * len(head)]
+    for r in rows:
+        chunk = ", ".join(r["chunks"]) or "-"
+        flag = "yes" if r["equal"] else f"NO ({r['why']})"
+        foreign = [f for f in r["foreign"] if not tolerated(f.rpartition(": ")[2])]
+        if foreign:
+            flag += f"; FOREIGN {foreign}"
+        if len(foreign) < len(r["foreign"]):
+            flag += f" (tolerated: {', '.join(f for f in r['foreign'] if f not in foreign)})"
+        if r["host_values"]:
+            flag += f" (host values of arguments: {', '.join(r['host_values'])})"
+        lines.append(f"{r['snippet']:26} {r['rows']:>9,}  {chunk:42} {len(r['conversions']):>4}  {flag}")
+    return "\n".join(lines)
+
+
+def check(rows: list[dict], family_modules: set[str], tolerated=lambda type_name: False) -> list[str]:
+    """What is wrong: answers that differ, chunks of another family (``tolerated(type)``: types
+    a stand-in family cannot avoid)."""
+    bad = []
+    for r in rows:
+        if not r["equal"]:
+            bad.append(f"{r['snippet']}: answer differs from plain Dask ({r['why']})")
+        foreign = [f for f in r["foreign"] if not tolerated(f.rpartition(": ")[2])]
+        if foreign:
+            bad.append(f"{r['snippet']}: chunks of another family: {foreign}")
+        others = [t for t in r["chunks"] if t.partition(".")[0] not in family_modules and not tolerated(t)]
+        if others:
+            bad.append(f"{r['snippet']}: chunk types {others} are not the family's")
+    return bad
+
+
+@pytest.fixture
+def device():
+    auditfam.register_device()
+    yield auditfam.device_family()
+    auditfam.unregister_device()
+
+
+def test_snippets_are_many_and_cited():
+    assert len(SNIPPETS) >= 10
+    for s in SNIPPETS:
+        assert s.repo in (snippets.EXAMPLES, snippets.TUTORIAL) and len(s.commit) == 40 and s.path.endswith(".ipynb")
+
+
+def test_snippets_in_a_cpu_session(plain, tmp_path, capsys):
+    with gpuscale.session(backend="cpu", **SESSION) as s:
+        rows = run_in_session(s, plain, tmp_path, "cpu")
+    with capsys.disabled():
+        print("\n" + table(rows, "cpu"))
+    assert not check(rows, {"numpy", "pandas"}), check(rows, {"numpy", "pandas"})
+    assert all(r["conversions"] == [] for r in rows)  # the CPU family converts nothing
+
+
+def test_snippets_in_a_device_session(plain, device, tmp_path, capsys):
+    # A TagFrame's index is a pandas Index (pandas cannot tag its Index types): tasks that output
+    # a frame's index (len(ddf) reads it) give pandas Index chunks. cuDF frames' indexes are cuDF.
+    def index(t):
+        return t.startswith("pandas.") and t.endswith("Index")
+
+    with gpuscale.session(backend="auditdevice", **SESSION) as s:
+        rows = run_in_session(s, plain, tmp_path, "device")
+    with capsys.disabled():
+        print("\n" + table(rows, "auditdevice", index))
+    problems = check(rows, {"auditfam"}, tolerated=index)
+    assert not problems, problems
+    by = {r["snippet"]: r for r in rows}
+    # what each snippet built from host objects was converted on the workers, and named
+    for name, function in (("text_from_pandas", "dask.dataframe.from_pandas"),
+                           ("filter_groupby_std", "dask.datasets.timeseries"),
+                           ("from_delayed_messy", "dask.dataframe.from_delayed"),
+                           ("read_csv_groupby", "dask.dataframe.read_csv"),
+                           ("from_zarr_mean", "dask.array.from_zarr"),
+                           ("transpose_slice_mean", "dask.array.from_array"),
+                           ("from_delayed_concatenate", "dask.array.from_delayed")):
+        convs = by[name]["conversions"]
+        assert convs and all(c["function"] == function or c["function"] == "dask.datasets.timeseries"
+                             for c in convs), (name, convs)
+        assert all(c["where"].startswith(snippets.__file__) and c["converted_blocks"] > 0 and c["bytes"] > 0
+                   for c in convs if c["function"] == function), (name, convs)
+    # da.ones comes from Dask's array backend (array.backend: the family's): nothing to convert
+    assert by["ones_sum"]["conversions"] == []
+
+
+@pytest.mark.gpu
+def test_snippets_in_a_gpu_session(plain, tmp_path, capsys):
+    with gpuscale.session(backend="gpu", gpus="0") as s:
+        rows = run_in_session(s, plain, tmp_path, "gpu")
+    with capsys.disabled():
+        print("\n" + table(rows, "gpu"))
+    problems = check(rows, {"cupy", "cudf"})
+    assert not problems, problems
