@@ -50,8 +50,15 @@ def run_in_session(s, plain, base, label: str) -> list[dict]:
     rows = []
     for sn in SNIPPETS:
         t0 = time.perf_counter()
-        with s.audit(phase=sn.name) as a:
-            got = sn.run(_folder(base, sn.name, label))
+        try:
+            with s.audit(phase=sn.name) as a:
+                got = sn.run(_folder(base, sn.name, label))
+        except Exception as e:  # noqa: BLE001 - a snippet that fails is a row of the table
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            rows.append({"snippet": sn.name, "rows": sn.rows, "chunks": [], "clean": False, "host_values": [],
+                         "foreign": [], "conversions": [], "equal": False,
+                         "why": f"failed: {type(e).__name__}: {first}", "seconds": time.perf_counter() - t0})
+            continue
         ok, why = same(got, plain[sn.name])
         summary = a.summary
         # chunks of the chunk libraries (a Zarr array's handle, also an output with a shape, is not one)
@@ -87,11 +94,17 @@ def table(rows: list[dict], family: str, tolerated=lambda type_name: False) -> s
     return "\n".join(lines)
 
 
-def check(rows: list[dict], family_modules: set[str], tolerated=lambda type_name: False) -> list[str]:
+def check(rows: list[dict], family_modules: set[str], tolerated=lambda type_name: False,
+          known: dict[str, str] | None = None) -> list[str]:
     """What is wrong: answers that differ, chunks of another family (``tolerated(type)``: types
-    a stand-in family cannot avoid)."""
+    a stand-in family cannot avoid). ``known``: snippets that fail on this family for a reason
+    outside gpuscale (the library's own limits), by name: they must fail with that reason."""
     bad = []
     for r in rows:
+        if r["snippet"] in (known or {}):
+            if r["equal"] or known[r["snippet"]] not in r["why"]:
+                bad.append(f"{r['snippet']}: expected to fail with {known[r['snippet']]!r}, got {r['why']!r}")
+            continue
         if not r["equal"]:
             bad.append(f"{r['snippet']}: answer differs from plain Dask ({r['why']})")
         foreign = [f for f in r["foreign"] if not tolerated(f.rpartition(": ")[2])]
@@ -155,11 +168,21 @@ def test_snippets_in_a_device_session(plain, device, tmp_path, capsys):
     assert by["ones_sum"]["conversions"] == []
 
 
+GPU_KNOWN = {
+    # Dask's `.loc["2000-01-02"]` turns a partial date string into a time range only for a
+    # pandas DatetimeIndex: on cuDF partitions it compares the string with the Timestamp
+    # divisions (seen on an H200 with dask 2026.7.1 / cudf 26.10).
+    "persist_loc_day": "TypeError: '<' not supported between instances of 'str' and 'Timestamp'",
+}
+"""Snippets that fail in a GPU session for a reason of the chunk library (dask-cudf / cuDF), with
+the message they fail with: the table shows them, and a change of behaviour fails the test."""
+
+
 @pytest.mark.gpu
 def test_snippets_in_a_gpu_session(plain, tmp_path, capsys):
     with gpuscale.session(backend="gpu", gpus="0") as s:
         rows = run_in_session(s, plain, tmp_path, "gpu")
     with capsys.disabled():
         print("\n" + table(rows, "gpu"))
-    problems = check(rows, {"cupy", "cudf"})
+    problems = check(rows, {"cupy", "cudf"}, known=GPU_KNOWN)
     assert not problems, problems

@@ -575,7 +575,10 @@ def test_cli_zarr_not_installed(cli, files, tmp_path):
 def gpu_session():
     from conftest import clean_gpuscale_env
     with clean_gpuscale_env():
-        with gpuscale.session(backend="gpu", gpus="0") as s:
+        # host_collections off: these tests hand s.run collections of host chunks (as made
+        # outside a session) and check that the run moves them; the session's own conversion of
+        # Dask's host collections is tested in tests/test_host_collections.py / test_snippets.py
+        with gpuscale.session(backend="gpu", gpus="0", host_collections="off") as s:
             yield s
 
 
