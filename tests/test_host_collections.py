@@ -9,6 +9,7 @@ the wrappers undone on exit, and two sessions in two threads of one process.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import os
@@ -259,7 +260,19 @@ def test_nested_scopes_and_gpuscale_own_code(device):
         assert not host_collection_warnings(record) and type(y._meta) is auditfam.TagFrame
 
 
-def test_two_sessions_in_two_threads(device):
+@pytest.fixture
+def dask_config_restored():
+    """dask.config as it was, put back after the test: two Clients that open and close
+    interleaved in two threads leave ``scheduler: dask.distributed`` behind (each restores what
+    it saw when it opened: distributed's default-client bookkeeping, not gpuscale's), and every
+    later test in this process would then look for a Client that is gone."""
+    saved = copy.deepcopy(dask.config.config)
+    yield
+    dask.config.config.clear()
+    dask.config.config.update(saved)
+
+
+def test_two_sessions_in_two_threads(device, dask_config_restored):
     """A convert session and a warn session open at once in two threads, and a thread with no
     session: each sees its own mode (a contextvar), none sees the other's."""
     barrier = threading.Barrier(3, timeout=120)
