@@ -102,9 +102,9 @@ def time_vs_size(frame: pd.DataFrame) -> Figure | None:
 
 
 def spread(frame: pd.DataFrame, records: list) -> Figure | None:
-    by_path = {str(pathlib.Path(r.path).resolve()): r for r in records if r.path}
+    by_name = {pathlib.Path(r.path).name: r for r in records if r.path}
     ran = _ran(frame)
-    cases = [(row, by_path.get(str(pathlib.Path(row["record"]).resolve())))
+    cases = [(row, by_name.get(pathlib.Path(row["record"]).name))
              for _, row in ran.iterrows() if row["record"]]
     cases = [(row, r) for row, r in cases if r is not None]
     if not cases:

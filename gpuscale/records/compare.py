@@ -1,13 +1,23 @@
 """Compare two sets of records (two bench folders, two records folders or two record files):
 per case, the ratio B / A with a confidence interval from the repeats, and a verdict.
 
-Method: Welch's t interval on log times. Run times are positive and their noise is roughly
-multiplicative, so each case's timed repeats are taken as log(t); the difference of the means
-of log(t_B) and log(t_A) gets a Welch (unequal variances) t interval with
-Welch-Satterthwaite degrees of freedom; exponentiated, that is the ratio of the geometric mean
-times, B / A, with its interval (default 95 %). Welch rather than a bootstrap because bench
-cases hold few repeats (3-10), where a bootstrap's interval is too narrow; it needs at least
-two repeats on each side (else the verdict is ``n/a``).
+Method: Welch's t interval on log times, widened by the spread between runs. Run times are
+positive and their noise is roughly multiplicative, so each case's timed repeats are taken as
+log(t); the difference of the means of log(t_B) and log(t_A) gets a Welch (unequal variances)
+t interval with Welch-Satterthwaite degrees of freedom; exponentiated, that is the ratio of the
+geometric mean times, B / A, with its interval (default 95 %). Welch rather than a bootstrap
+because bench cases hold few repeats (3-10), where a bootstrap's interval is too narrow; it
+needs at least two repeats on each side (else the verdict is ``n/a``).
+
+The repeats inside one run do not see how much a whole run moves (another cluster, another
+placement, a busy machine): two runs of the same code on 2 shared cores differ by 10-30 % on
+20 ms cases while their repeats agree within a few percent. With three or more paired cases
+that spread is estimated from the cases themselves, as the between-study variance of a
+random-effects meta-analysis (DerSimonian-Laird: how much more the cases' log ratios scatter
+than their repeats explain), and added to every case's variance (``between_run_sd`` in the
+answer; 0 when the cases scatter no more than their repeats say, and with fewer than three
+cases). A slowdown that moves every case alike does not scatter the cases, so it keeps the
+narrow interval and is flagged.
 
 Verdict, with a margin m (default 5 %: smaller differences are not worth a verdict, and two
 runs of the same code on one machine differ by a few percent between clusters, which the
@@ -36,7 +46,7 @@ from .table import size_label
 SLOWER_EXIT = 3
 """Exit status of ``gpuscale results compare --fail-if-slower PCT`` when a case is slower by
 more than PCT with confidence (1 is a failed validation of ``run``, 2 bad input)."""
-METHOD = "Welch t interval on log times"
+METHOD = "Welch t interval on log times + between-run spread (DerSimonian-Laird)"
 
 
 def parse_pct(text: str | float, what: str) -> float:
@@ -64,18 +74,43 @@ def _side(path: str | os.PathLike) -> dict[tuple, Any]:
     return out
 
 
-def interval(a: list[float], b: list[float], confidence: float = 0.95) -> tuple[float, float | None, float | None]:
-    """(ratio, lo, hi) of B / A: geometric means, Welch t interval on log times (None, None
-    with fewer than two repeats on a side)."""
+def log_diff(a: list[float], b: list[float]) -> tuple[float, float | None, float | None]:
+    """(mean log b - mean log a, its variance, Welch degrees of freedom); variance and degrees
+    None with fewer than two repeats on a side."""
     la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
     diff = statistics.fmean(lb) - statistics.fmean(la)
     if len(la) < 2 or len(lb) < 2:
-        return math.exp(diff), None, None
+        return diff, None, None
     va, vb = statistics.variance(la) / len(la), statistics.variance(lb) / len(lb)
-    se = math.sqrt(va + vb)
+    if va + vb == 0:
+        return diff, 0.0, float(len(la) + len(lb) - 2)
+    df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1))
+    return diff, va + vb, df
+
+
+def between_run_variance(diffs: list[tuple[float, float]]) -> float:
+    """DerSimonian-Laird: from (log ratio, its within-run variance) of k >= 3 cases, the
+    variance of the log ratio that the repeats do not explain (0 when there is none)."""
+    cases = [(y, v) for y, v in diffs if v is not None and v > 0]
+    if len(cases) < 3:
+        return 0.0
+    w = [1 / v for _, v in cases]
+    mean = sum(wi * y for wi, (y, _) in zip(w, cases)) / sum(w)
+    q = sum(wi * (y - mean) ** 2 for wi, (y, _) in zip(w, cases))
+    c = sum(w) - sum(wi * wi for wi in w) / sum(w)
+    return max(0.0, (q - (len(cases) - 1)) / c)
+
+
+def interval(a: list[float], b: list[float], confidence: float = 0.95,
+             between: float = 0.0) -> tuple[float, float | None, float | None]:
+    """(ratio, lo, hi) of B / A: geometric means, Welch t interval on log times with the
+    between-run variance ``between`` added (None, None with fewer than two repeats on a side)."""
+    diff, var, df = log_diff(a, b)
+    if var is None:
+        return math.exp(diff), None, None
+    se = math.sqrt(var + between)
     if se == 0:
         return math.exp(diff), math.exp(diff), math.exp(diff)
-    df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1))
     from scipy import stats
     t = float(stats.t.ppf((1 + confidence) / 2, df))
     return math.exp(diff), math.exp(diff - t * se), math.exp(diff + t * se)
@@ -110,9 +145,11 @@ def compare(a: str | os.PathLike, b: str | os.PathLike, *, confidence: float = 0
         pairs = [(k, sa[k], sb[k]) for k in sa if k in sb]
         only_a = [_label(k) for k in sa if k not in sb]
         only_b = [_label(k) for k in sb if k not in sa]
+    pairs = sorted(pairs, key=lambda p: (p[0][0], str(p[0][1:])))
+    between = between_run_variance([log_diff(ra.times_s, rb.times_s)[:2] for _, ra, rb in pairs])
     cases = []
-    for k, ra, rb in sorted(pairs, key=lambda p: (p[0][0], str(p[0][1:]))):
-        ratio, lo, hi = interval(ra.times_s, rb.times_s, confidence)
+    for k, ra, rb in pairs:
+        ratio, lo, hi = interval(ra.times_s, rb.times_s, confidence, between)
         v = verdict(lo, hi, margin)
         cases.append({"workload": ra.workload, "size": size_label({k2: v2 for k2, v2 in ra.params.items()
                                                                     if k2 != "seed"}),
@@ -123,7 +160,7 @@ def compare(a: str | os.PathLike, b: str | os.PathLike, *, confidence: float = 0
                       "slower_than_limit": fail_if_slower is not None and lo is not None and lo > 1 + fail_if_slower})
     counts = {v: sum(c["verdict"] == v for c in cases) for v in ("faster", "slower", "same", "n/a")}
     return {"a": str(a), "b": str(b), "method": METHOD, "confidence": confidence, "margin": margin,
-            "fail_if_slower": fail_if_slower, "cases": cases, "counts": counts, "only_a": only_a,
+            "fail_if_slower": fail_if_slower, "between_run_sd": math.sqrt(between), "cases": cases, "counts": counts, "only_a": only_a,
             "only_b": only_b, "failed": [c for c in cases if c["slower_than_limit"]]}
 
 

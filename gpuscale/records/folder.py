@@ -61,10 +61,11 @@ def write_ledger(out: str | os.PathLike, spec: dict[str, Any], cases: list[dict[
     return d / LEDGER
 
 
-def finished(case: dict[str, Any]) -> bool:
-    """A case that needs no new run: it ran to a record (valid or not) that is still there.
-    Failed cases (no record) run again."""
-    return case.get("status") == "ok" and bool(case.get("record")) and pathlib.Path(case["record"]).is_file()
+def finished(case: dict[str, Any], out: str | os.PathLike) -> bool:
+    """A case that needs no new run: it ran to a record (valid or not) that is still there
+    (``record``: its path relative to the bench folder, so the folder can move). Failed
+    cases (no record) run again."""
+    return case.get("status") == "ok" and bool(case.get("record")) and (pathlib.Path(out) / case["record"]).is_file()
 
 
 def redraw(out: str | os.PathLike) -> dict[str, Any]:
@@ -76,7 +77,7 @@ def redraw(out: str | os.PathLike) -> dict[str, Any]:
         raise UserError(f"'{d}' is not a folder", "give the --out folder of `gpuscale bench`")
     ledger = read_ledger(d)
     recs = results.find(d)
-    frame = table.build(recs, ledger["cases"] if ledger else None)
+    frame = table.build(recs, ledger["cases"] if ledger else None, base=d)
     if frame.empty:
         raise UserError(f"'{d}' holds no bench cases and no result records",
                         "run `gpuscale bench SPEC --out DIR` first")

@@ -4,7 +4,7 @@ Columns (:data:`COLUMNS`): ``case`` (the case id), ``workload``, ``size`` (the l
 case's size, e.g. ``n=400``), ``params`` (every parameter the record holds, as JSON),
 ``backend``, ``family``, ``protocol``, ``workers`` (as the cluster ran, else as asked),
 ``repeats``, ``median_s``, ``stdev_s``, ``iqr_s``, ``min_s``, ``estimate_bytes`` (the
-workload's memory estimate: the case's data size), ``valid``, ``record`` (path) and ``error``
+workload's memory estimate: the case's data size), ``valid``, ``record`` (path, relative to the bench folder) and ``error``
 (one line; empty when the case ran and validated).
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ def record_row(r, case: dict[str, Any] | None = None) -> dict[str, Any]:
     """One row from a record (and the ledger's case, when there is one)."""
     case = case or {}
     failed = [c["name"] for c in r.validation.get("checks", []) if not c.get("ok")]
-    error = case.get("error") or ("" if r.valid is not False else
+    error = case.get("error") or (None if r.valid is not False else
                                   "failed validation: " + (", ".join(failed) or "see the record"))
     return {"case": case.get("id", r.id), "workload": r.workload,
             "size": case.get("size") or size_label({k: v for k, v in r.params.items() if k != "seed"}),
@@ -50,20 +50,25 @@ def case_row(case: dict[str, Any]) -> dict[str, Any]:
             "family": case.get("family"), "protocol": case["protocol"], "workers": case.get("workers"),
             "repeats": 0, "median_s": None, "stdev_s": None, "iqr_s": None, "min_s": None,
             "estimate_bytes": None, "valid": None, "record": None,
-            "error": case.get("error") or ("not run yet" if case.get("status") is None else "")}
+            "error": case.get("error") or ("not run yet" if case.get("status") is None else None)}
 
 
-def build(records: list, cases: list[dict[str, Any]] | None = None) -> pd.DataFrame:
+def build(records: list, cases: list[dict[str, Any]] | None = None,
+          base: str | os.PathLike | None = None) -> pd.DataFrame:
     """The table: one row per ledger case (in the spec's order) or, without a ledger, one row
-    per record (oldest first)."""
-    by_path = {str(pathlib.Path(r.path).resolve()): r for r in records if r.path}
+    per record (oldest first). ``record`` holds paths relative to ``base`` (the bench
+    folder), as the ledger does; records are matched by file name (it holds the record's id)."""
+    by_name = {pathlib.Path(r.path).name: r for r in records if r.path}
     rows = []
     if cases is not None:
         for c in cases:
-            r = by_path.get(str(pathlib.Path(c["record"]).resolve())) if c.get("record") else None
-            rows.append(record_row(r, c) if r is not None else case_row(c))
+            r = by_name.get(pathlib.Path(c["record"]).name) if c.get("record") else None
+            rows.append({**record_row(r, c), "record": c["record"]} if r is not None else case_row(c))
     else:
         rows = [record_row(r) for r in sorted(records, key=lambda r: r.timestamp)]
+        if base is not None:
+            for row in rows:
+                row["record"] = os.path.relpath(row["record"], base)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame["workers"] = frame["workers"].astype("Int64")
     frame["estimate_bytes"] = frame["estimate_bytes"].astype("Int64")

@@ -197,7 +197,7 @@ def run(spec_path: str | os.PathLike, out: str | os.PathLike, *,
     for c in cases:
         prev = old.get(c["id"])
         ledger.append({**c, **{k: prev.get(k) for k in ("status", "record", "error", "median_s", "valid")}}
-                      if prev is not None and folder.finished(prev) else {**c, "status": None})
+                      if prev is not None and folder.finished(prev, out) else {**c, "status": None})
     spec_dict = spec.model_dump(mode="json")
     folder.write_ledger(out, spec_dict, ledger)
     groups: dict[tuple, list[dict[str, Any]]] = {}
@@ -206,9 +206,9 @@ def run(spec_path: str | os.PathLike, out: str | os.PathLike, *,
     counts = {"ran": 0, "skipped": 0, "failed": 0}
     with (progress or _silent)(f"bench {spec.name}", len(ledger)) as advance:
         for (backend, protocol, workers, collection), group in groups.items():
-            todo = [c for c in group if not folder.finished(c)]
+            todo = [c for c in group if not folder.finished(c, out)]
             for c in group:
-                if folder.finished(c):
+                if folder.finished(c, out):
                     counts["skipped"] += 1
                     advance({**c, "status": "skipped"})
             if not todo:
@@ -242,5 +242,5 @@ def _run_group(spec, out, ledger, spec_dict, todo, backend, protocol, workers, c
                 done(c, status="failed", error=_one_line(e), record=None)
                 continue
             failed = [x["name"] for x in r.validation.get("checks", []) if not x.get("ok")]
-            done(c, status="ok", record=r.path, median_s=r.median_s, valid=r.valid,
+            done(c, status="ok", record=os.path.relpath(r.path, out), median_s=r.median_s, valid=r.valid,
                  error=None if r.valid is not False else "failed validation: " + (", ".join(failed) or "see the record"))
