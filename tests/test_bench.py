@@ -127,7 +127,7 @@ def test_speedup_chart_pairs_host_and_device_families(sweeps):
     gpu["median_s"] = gpu["median_s"] / 10  # a device family 10x faster
     both = pd.concat([frame, gpu], ignore_index=True)
     rows = charts.speedup_rows(both)
-    assert len(rows) == 4 and rows["speedup"].round(6).eq(rows["speedup"].round(6)).all()
+    assert len(rows) == 4
     assert set(rows["host"]) == {"cpu"} and set(rows["device"]) == {"gpu"}
     fig = charts.speedup(both)
     ax = fig.get_axes()[0]
@@ -202,8 +202,12 @@ def test_failing_cases_are_recorded_and_the_sweep_goes_on(tmp_path):
 @pytest.mark.parametrize("text, words", [
     ("workloads: {svd: {sizes: [{rows: 100}]}}\nbogus: 1\n", ["unknown key 'bogus'", "allowed keys"]),
     ("workloads: {nosuch: {}}\n", ["workloads.nosuch", "unknown workload 'nosuch'", "use one of"]),
-    ("workloads: {svd: {sizes: [{rowz: 100}]}}\n", ["workloads.svd.sizes[0]", "--rowz", "its parameters"]),
-    ("workloads: {svd: {sizes: [{rows: -5}]}}\n", ["workloads.svd.sizes[0]", "--rows"]),
+    ("workloads: {svd: {sizes: [{rowz: 100}]}}\n", ["unknown parameter 'rowz' at workloads.svd.sizes[0]",
+                                                   "svd's parameters", "cols"]),
+    ("workloads: {svd: {params: {rowz: 100}}}\n", ["unknown parameter 'rowz' at workloads.svd.params"]),
+    ("workloads: {fft: {grid: {axes: [0, 1]}}}\n", ["unknown parameter 'axes' at workloads.fft.grid"]),
+    ("workloads: {svd: {sizes: [{rows: -5}]}}\n", ["workloads.svd (sizes[0]", "--rows"]),
+    ("workloads: {svd: {grid: {route: [gram, nosuch]}}}\n", ["workloads.svd (sizes[0]", "nosuch", "--route"]),
     ("workloads: {svd: {size: [{rows: 100}]}}\n", ["unknown key 'size' at workloads.svd", "sizes"]),
     ("workloads: {svd: {}}\nbackends: [tpu]\n", ["backends", "'tpu'", "cpu"]),
     ("workloads: {svd: {}}\nrepeat: 0\n", ["repeat", "greater than or equal to 1"]),
@@ -217,8 +221,7 @@ def test_bad_spec_is_one_line_exit_2(cli, tmp_path, text, words):
     p = cli("bench", spec, "--out", tmp_path / "out", timeout=60)
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gpuscale: error: bad.yaml") or \
-        lines[0].startswith(f"gpuscale: error: {spec}"), p.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"gpuscale: error: {spec}"), p.stderr
     for w in words:
         assert w in lines[0], (w, lines[0])
     assert not (tmp_path / "out").exists()  # nothing started, nothing written
@@ -251,6 +254,13 @@ def test_results_chart_redraws_from_the_records(sweeps, cli, tmp_path):
     assert set(d["charts"]) == {"time_vs_size", "spread"} and d["rows"] == 8
     assert (copy / "report.html").is_file() and (copy / "time_vs_size.png").stat().st_size > 10_000
     assert len(pd.read_parquet(copy / "table.parquet")) == 8
+    # a plain folder of records (no ledger): one row per record
+    plain = tmp_path / "plain"
+    shutil.copytree(sweeps["A"] / "records", plain)
+    d = folder.redraw(plain)
+    frame = pd.read_parquet(plain / "table.parquet")
+    assert d["rows"] == len(frame) == 8 and set(frame["size"]) >= {"n=200,dtype=float64"}
+    assert set(d["charts"]) == {"time_vs_size", "spread"} and (plain / "report.html").is_file()
 
 
 def test_compare_a_a_says_same(sweeps, cli):

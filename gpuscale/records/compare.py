@@ -41,7 +41,7 @@ from typing import Any
 
 from ..errors import UserError
 from . import results
-from .table import size_label
+from .table import shown_params, size_label
 
 SLOWER_EXIT = 3
 """Exit status of ``gpuscale results compare --fail-if-slower PCT`` when a case is slower by
@@ -151,8 +151,7 @@ def compare(a: str | os.PathLike, b: str | os.PathLike, *, confidence: float = 0
     for k, ra, rb in pairs:
         ratio, lo, hi = interval(ra.times_s, rb.times_s, confidence, between)
         v = verdict(lo, hi, margin)
-        cases.append({"workload": ra.workload, "size": size_label({k2: v2 for k2, v2 in ra.params.items()
-                                                                    if k2 != "seed"}),
+        cases.append({"workload": ra.workload, "size": size_label(shown_params(ra.params)),
                       "params": ra.params, "backend": ra.backend, "family": ra.family, "protocol": ra.protocol,
                       "workers": k[4], "a_median_s": ra.median_s, "b_median_s": rb.median_s,
                       "a_repeats": len(ra.times_s), "b_repeats": len(rb.times_s), "ratio": ratio, "lo": lo,
@@ -166,5 +165,4 @@ def compare(a: str | os.PathLike, b: str | os.PathLike, *, confidence: float = 0
 
 def _label(k: tuple) -> str:
     wl, params, family, protocol, workers = k
-    p = {x: y for x, y in json.loads(params).items() if x != "seed"}
-    return f"{wl} {size_label(p)} {family} {protocol} {workers}w"
+    return f"{wl} {size_label(shown_params(json.loads(params)))} {family} {protocol} {workers}w"

@@ -24,6 +24,11 @@ def size_label(size: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in size.items()) or "default"
 
 
+def shown_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A record's parameters as a label shows them: no seed, no unset (None) ones."""
+    return {k: v for k, v in params.items() if k != "seed" and v is not None}
+
+
 def _workers(r) -> int | None:
     return (r.cluster.get("running") or {}).get("workers") or r.cluster.get("workers")
 
@@ -35,7 +40,7 @@ def record_row(r, case: dict[str, Any] | None = None) -> dict[str, Any]:
     error = case.get("error") or (None if r.valid is not False else
                                   "failed validation: " + (", ".join(failed) or "see the record"))
     return {"case": case.get("id", r.id), "workload": r.workload,
-            "size": case.get("size") or size_label({k: v for k, v in r.params.items() if k != "seed"}),
+            "size": case.get("size") or size_label(shown_params(r.params)),
             "params": json.dumps(r.params, sort_keys=True, default=str), "backend": r.backend,
             "family": r.family, "protocol": r.protocol, "workers": _workers(r), "repeats": len(r.times_s),
             "median_s": r.median_s, "stdev_s": r.stdev_s, "iqr_s": r.iqr_s, "min_s": r.min_s,

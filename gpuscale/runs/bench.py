@@ -146,13 +146,22 @@ def load_spec(path: str | os.PathLike) -> tuple[Spec, list[dict[str, Any]]]:
             raise UserError(f"{p}: workloads.{name}: {e.problem}", e.fix) from None
         wspec = wspec or WorkloadSpec()
         grid_keys = list(wspec.grid)
+        known = set(cls.Params.model_fields)
+        sections = [("params", wspec.params), *((f"sizes[{i}]", s) for i, s in enumerate(wspec.sizes)),
+                    ("grid", wspec.grid)]
+        for section, keys in sections:
+            for k in keys:
+                if str(k).replace("-", "_") not in known:
+                    raise UserError(f"{p}: unknown parameter '{k}' at workloads.{name}.{section}",
+                                    f"{name}'s parameters: {', '.join(sorted(known))}")
         for si, size in enumerate(wspec.sizes):
             for combo in itertools.product(*(wspec.grid[k] for k in grid_keys)):
                 params = {**wspec.params, **size, **dict(zip(grid_keys, combo))}
                 try:
                     cls.parse(params)
                 except UserError as e:
-                    raise UserError(f"{p}: workloads.{name}.sizes[{si}] {params}: {e.problem}", e.fix) from None
+                    raise UserError(f"{p}: workloads.{name} (sizes[{si}] with params / grid: {params}): "
+                                    f"{e.problem}", e.fix) from None
                 label = size_label({**size, **dict(zip(grid_keys, combo))})
                 for backend, protocol, workers in itertools.product(spec.backends, spec.protocols, spec.workers):
                     case = {"workload": name, "size": label, "params": params, "backend": backend,
