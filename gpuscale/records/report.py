@@ -52,7 +52,8 @@ def sweep_progress(description: str, total: int) -> Iterator[Callable[[dict], No
     if not sys.stderr.isatty():
         def line(case):
             count[0] += 1
-            print(case_line(count[0], total, case), file=sys.stderr, flush=True)
+            sys.stderr.write(case_line(count[0], total, case) + "\n")
+            sys.stderr.flush()
         yield line
         return
     from rich.console import Console
