@@ -168,7 +168,7 @@ def test_a_moved_folder_still_resumes(sweeps, tmp_path):
     assert len(list((moved / "records").glob("*.json"))) == 8
 
 
-def test_failing_cases_are_recorded_and_the_sweep_goes_on(tmp_path):
+def test_failing_cases_are_recorded_and_the_sweep_goes_on(tmp_path, cli):
     spec = tmp_path / "fails.yaml"
     spec.write_text(
         "name: fails\nbackends: [cpu, gpu]\nworkers: [1]\nrepeat: 2\nwarmup: 0\n"
@@ -179,7 +179,10 @@ def test_failing_cases_are_recorded_and_the_sweep_goes_on(tmp_path):
     out = tmp_path / "out"
     if bench.session_mod.backends.select("gpu", check=False).family.probe()[0]:
         pytest.skip("this machine has a GPU: the gpu cluster would start")
-    d = bench.run(spec, out)
+    p = cli("bench", spec, "--out", out, "--json", timeout=240)
+    assert p.returncode == 1, p.stderr[-3000:]  # the sweep went on, and says some cases failed
+    d = json.loads(p.stdout)
+    assert d["with_error"] == 3 and (out / "report.html").is_file()
     by = {(c["backend"], c["size"]): c for c in d["cases"]}
     assert by[("cpu", "n=200")]["status"] == "ok" and by[("cpu", "n=200")]["valid"] is True
     big = by[("cpu", "n=200000")]
