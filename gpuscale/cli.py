@@ -498,6 +498,96 @@ def explain_group():
 
 
 # ---------------------------------------------------------------------------------------
+# bench SPEC, results list / chart / compare
+# ---------------------------------------------------------------------------------------
+@cli.command("bench", context_settings=CONTEXT)
+@click.argument("spec", metavar="SPEC.yaml")
+@click.option("--out", "out", metavar="DIR", default=None,
+              help="the bench folder: records, table, charts, report.html (default: bench-NAME, NAME from "
+                   "the spec); a re-run into it skips the finished cases")
+@json_option("the cases and what was written")
+def bench_cmd(spec, out, as_json):
+    """Run the sweep SPEC.yaml describes (workloads x sizes x backends x protocols x workers),
+    one cluster per backend / protocol / workers, every case validated; a failing case is
+    recorded and the sweep goes on. Exit 1 when a case failed or did not validate."""
+    from .records import report
+    from .runs import bench
+    spec_obj, _ = bench.load_spec(spec)  # a bad spec: one line, exit 2, before any cluster
+    d = bench.run(spec, out or f"bench-{spec_obj.name}", progress=report.sweep_progress)
+    bad = [c for c in d["cases"] if c.get("error")]
+    summary = {"out": str(out or f"bench-{spec_obj.name}"), "ran": d["ran"], "skipped": d["skipped"],
+               "failed": d["failed"], "with_error": len(bad), **d["outputs"], "cases": d["cases"]}
+    if as_json:
+        click.echo(json.dumps(summary, default=str))
+    else:
+        click.echo(f"gpuscale bench: {d['ran']} case(s) ran, {d['skipped']} skipped (finished before), "
+                   f"{len(bad)} with an error; report: {d['outputs']['report']}")
+    if bad:
+        sys.exit(1)
+
+
+@cli.group("results", cls=Group, context_settings=CONTEXT)
+def results_group():
+    """Read result records and bench folders: list, chart, compare."""
+
+
+@results_group.command("list", context_settings=CONTEXT)
+@click.argument("directory", metavar="[DIR]", required=False)
+@json_option("the records")
+def results_list(directory, as_json):
+    """The records under DIR (default: the results dir, ./gpuscale-results), newest first."""
+    from . import config
+    from .records import report, results
+    d = directory or config.resolve(None, {}).settings.results_dir
+    recs = results.find(d)
+    _emit([{"path": r.path, "timestamp": r.timestamp, "workload": r.workload, "backend": r.backend,
+            "family": r.family, "protocol": r.protocol, "median_s": r.median_s, "stdev_s": r.stdev_s,
+            "iqr_s": r.iqr_s, "repeats": len(r.times_s), "valid": r.valid} for r in recs],
+          as_json, lambda: report.records_table(recs, f"{len(recs)} record(s) in {d}, newest first"))
+
+
+@results_group.command("chart", context_settings=CONTEXT)
+@click.argument("directory", metavar="DIR")
+@json_option("the files written")
+def results_chart(directory, as_json):
+    """Redraw a bench folder's table, charts (PNG) and report.html from its records."""
+    from .records import folder
+    d = folder.redraw(directory)
+    _emit(d, as_json, lambda: f"{d['rows']} case(s); charts: {', '.join(d['charts'].values()) or 'none'}; "
+                              f"report: {d['report']}")
+
+
+@results_group.command("compare", context_settings=CONTEXT)
+@click.argument("a", metavar="A")
+@click.argument("b", metavar="B")
+@click.option("--fail-if-slower", "fail_if_slower", metavar="PCT", default=None,
+              help="exit 3 when a case of B is slower than A by more than PCT (e.g. 5%) with confidence")
+@click.option("--margin", metavar="PCT", default="5%",
+              help="differences within this are 'same' (default 5%)")
+@click.option("--confidence", default="0.95", help="confidence of the interval (default 0.95)")
+@json_option("the comparison")
+def results_compare(a, b, fail_if_slower, margin, confidence, as_json):
+    """B / A per case (two bench folders, results folders or records) with a Welch interval on
+    log times and a verdict: faster / slower / same. Exit 3 with --fail-if-slower PCT when some
+    case is slower by more than PCT with confidence."""
+    from .records import compare, report
+    try:
+        conf = float(confidence)
+    except ValueError:
+        raise UserError(f"--confidence must be a number, got {confidence!r}", "e.g. --confidence 0.95") from None
+    limit = compare.parse_pct(fail_if_slower, "--fail-if-slower") if fail_if_slower is not None else None
+    c = compare.compare(a, b, confidence=conf, margin=compare.parse_pct(margin, "--margin"),
+                        fail_if_slower=limit)
+    _emit(c, as_json, lambda: report.compare_table(c))
+    if c["failed"]:
+        names = "; ".join(f"{x['workload']} {x['size']} {x['backend']} x{x['ratio']:.3f} "
+                          f"(interval {x['lo']:.3f}..{x['hi']:.3f})" for x in c["failed"])
+        click.echo(f"gpuscale: {len(c['failed'])} case(s) slower than A by more than {fail_if_slower}: {names}",
+                   err=True)
+        sys.exit(compare.SLOWER_EXIT)
+
+
+# ---------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> None:
     """Entry point: click usage errors become one line, exit 2."""
     try:

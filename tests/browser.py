@@ -165,3 +165,39 @@ def assert_task_stream(r: Rendered, *, min_rows: int = 1, groups: tuple[str, ...
     # drawn, not just present in the data: coloured task rectangles fill part of the frame
     assert r.frame_pixels > 10_000, r
     assert r.colored_pixels > 0.02 * r.frame_pixels, r
+
+
+@dataclasses.dataclass
+class Page:
+    images: list[dict]     # every <img>: src, alt, natural width / height, complete
+    text: str              # the body's rendered text
+    page_errors: list[str]
+
+
+def render_page(path: str | os.PathLike, *, timeout_s: float = 30) -> Page:
+    """Load a local HTML file in headless Chromium (every http(s) request refused) and read
+    back its images (as the browser decoded them) and its text."""
+    exe = chromium()
+    sync_playwright = _playwright()
+    path = pathlib.Path(path).resolve()
+    errors: list[str] = []
+
+    def refuse(r):
+        errors.append(f"blocked request {r.request.url}")
+        r.abort()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, headless=True,
+                                    args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+            page.route(re.compile(r"^https?://"), refuse)
+            page.goto(path.as_uri(), wait_until="load", timeout=timeout_s * 1000)
+            images = page.evaluate("() => [...document.images].map(i => ({src: i.getAttribute('src'), "
+                                   "alt: i.alt, width: i.naturalWidth, height: i.naturalHeight, "
+                                   "complete: i.complete}))")
+            text = page.evaluate("() => document.body.innerText")
+        finally:
+            browser.close()
+    return Page(images=images, text=text, page_errors=errors)

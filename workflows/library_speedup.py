@@ -1,4 +1,8 @@
-"""CPU vs GPU per workload: the library-large cases (``run_matrix.py``'s preset), each run on
+"""Superseded by ``gpuscale bench workflows/library.yaml --out DIR`` (the same comparison as a
+resumable sweep, three sizes per workload, with records, a table, charts and report.html);
+kept for the JSON it writes.
+
+CPU vs GPU per workload: the library-large cases (``run_matrix.py``'s preset), each run on
 one GPU session and on one CPU session (a LocalCluster on every core), validated both ways,
 and a speedup table (CPU median / GPU median), like the seeds' pybench chart.
 

@@ -1,4 +1,8 @@
-"""Run a matrix of ``gpuscale run ... --json`` commands as real subprocesses and tabulate them.
+"""For sweeps on one cluster per backend, with records, a table, charts and resume, use
+``gpuscale bench SPEC.yaml --out DIR`` (``workflows/library.yaml`` is the library-large
+comparison); this script starts a fresh process per case (start-up included).
+
+Run a matrix of ``gpuscale run ... --json`` commands as real subprocesses and tabulate them.
 
 Each case is the argument string of one ``gpuscale run`` (as a user would type it). Every
 command's stdout / stderr is kept under ``--logs``; the table shows validity, median and

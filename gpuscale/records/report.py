@@ -30,6 +30,47 @@ def progress_bar(description: str, total: int) -> Iterator[Callable[[], None]]:
         yield lambda: bar.advance(task)
 
 
+def case_line(i: int, total: int, case: dict[str, Any]) -> str:
+    """One line per bench case: ``[3/12] ok  svd rows=20000 cpu tcp 2w  0.123 s``."""
+    status = case.get("status") or "?"
+    if status == "ok" and case.get("valid") is False:
+        status = "INVALID"
+    what = (f"{case['workload']} {case.get('size', '')} {case['backend']} {case['protocol']} "
+            f"{case['workers'] if case.get('workers') is not None else 'default'}w")
+    tail = _fmt_s(case["median_s"]) if case.get("median_s") is not None and status == "ok" else ""
+    if case.get("error"):
+        tail = (tail + "  " if tail else "") + case["error"]
+    return f"[{i}/{total}] {status:7s} {what}  {tail}".rstrip()
+
+
+@contextlib.contextmanager
+def sweep_progress(description: str, total: int) -> Iterator[Callable[[dict], None]]:
+    """A bench sweep's cases (:data:`gpuscale.runs.bench.CaseProgress`): on an interactive
+    terminal a rich progress bar on stderr whose description names the last case, else one
+    line per case on stderr (logs of long GPU runs keep every case)."""
+    count = [0]
+    if not sys.stderr.isatty():
+        def line(case):
+            count[0] += 1
+            sys.stderr.write(case_line(count[0], total, case) + "\n")
+            sys.stderr.flush()
+        yield line
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task(description, total=total)
+
+        def advance(case):
+            count[0] += 1
+            if case.get("status") != "skipped":
+                bar.console.print(escape(case_line(count[0], total, case)))
+            bar.update(task, advance=1, description=f"{description}: {case['workload']} {case.get('size', '')}")
+        yield advance
+
+
 def _fmt_s(x: float | None) -> str:
     return "-" if x is None else (f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.3f} s")
 
@@ -329,3 +370,70 @@ def explain_table(d: dict[str, Any]):
             notes.add_row("note", escape(n))
         parts.append(notes)
     return Group(*parts)
+
+
+# ---------------------------------------------------------------------------------------
+# Bench folders (gpuscale bench / gpuscale results)
+# ---------------------------------------------------------------------------------------
+def bench_html(title: str, frame, charts: dict[str, str]) -> str:
+    """report.html of a bench folder: the charts (``<img>`` of the PNGs beside it, by relative
+    name) and the tidy table."""
+    imgs = "".join(f"<figure><img src='{html.escape(src)}' alt='{html.escape(name)}' style='max-width:100%'>"
+                   f"<figcaption>{html.escape(name.replace('_', ' '))}</figcaption></figure>"
+                   for name, src in charts.items())
+    cols = ["workload", "size", "backend", "family", "protocol", "workers", "repeats", "median_s", "stdev_s",
+            "iqr_s", "valid", "error", "record"]
+    head = "".join(f"<th>{c}</th>" for c in cols)
+
+    def cell(c, v):
+        if v is None or (isinstance(v, float) and v != v) or str(v) in ("<NA>", "nan", "None"):
+            return "-"
+        if c.endswith("_s"):
+            return _fmt_s(float(v))
+        return str(v)
+
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell(c, row[c]))}</td>" for c in cols) + "</tr>"
+                   for _, row in frame.iterrows())
+    failed = int(frame["error"].fillna("").astype(bool).sum())
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            "<style>body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;font-size:12px}"
+            "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}</style></head><body>"
+            f"<h1>{html.escape(title)}</h1><p>{len(frame)} case(s), {failed} with an error</p>"
+            f"{imgs}<h2>cases</h2><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            "</body></html>")
+
+
+def records_table(recs: list, title: str) -> Table:
+    """``gpuscale results list``: one row per record, newest first."""
+    t = Table(title=title, title_justify="left")
+    for col in ("time", "workload", "backend", "protocol", "workers", "median", "stdev", "repeats", "valid",
+                "record"):
+        t.add_column(col)
+    for r in recs:
+        running = r.cluster.get("running") or {}
+        valid = "yes" if r.valid else "-" if r.valid is None else "[red]NO[/red]"
+        t.add_row(r.timestamp[:19], r.workload, f"{r.backend} ({r.family})", r.protocol,
+                  str(running.get("workers", r.cluster.get("workers", "?"))), _fmt_s(r.median_s),
+                  _fmt_s(r.stdev_s), str(len(r.times_s)), valid, escape(r.path or ""))
+    return t
+
+
+VERDICT_STYLE = {"faster": "green", "slower": "red bold", "same": "dim", "n/a": "yellow"}
+
+
+def compare_table(c: dict[str, Any]) -> Table:
+    """``gpuscale results compare``: ratio B / A per case with its interval and verdict."""
+    t = Table(title=f"B / A: {c['b']} vs {c['a']} ({c['method']})", title_justify="left")
+    for col in ("workload", "size", "backend", "protocol", "workers", "A median", "B median", "B / A",
+                f"{int(c['confidence'] * 100)}% interval", "verdict"):
+        t.add_column(col)
+    for p in c["cases"]:
+        ci = "-" if p["lo"] is None else f"{p['lo']:.3f} .. {p['hi']:.3f}"
+        style = VERDICT_STYLE.get(p["verdict"], "")
+        t.add_row(p["workload"], escape(p["size"]), p["backend"], p["protocol"], str(p["workers"]),
+                  _fmt_s(p["a_median_s"]), _fmt_s(p["b_median_s"]), f"{p['ratio']:.3f}", ci,
+                  f"[{style}]{p['verdict']}[/{style}]")
+    for side in ("only_a", "only_b"):
+        for label in c[side]:
+            t.add_row(escape(label), "", "", "", "", "", "", "", "", f"[yellow]only in {side[-1].upper()}[/yellow]")
+    return t

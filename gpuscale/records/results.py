@@ -46,6 +46,11 @@ class Result(BaseModel):
     warmup_s: list[float]
     median_s: float
     min_s: float
+    stdev_s: float | None = None
+    """Sample standard deviation of ``times_s`` (None with fewer than 2 repeats, or in older records)."""
+    iqr_s: float | None = None
+    """Interquartile range of ``times_s`` (Q3 - Q1, inclusive quartiles; None with fewer than 2
+    repeats, or in older records)."""
     startup_s: float | None = None
     generate_s: float
     validate_s: float
@@ -74,6 +79,8 @@ class Result(BaseModel):
         times = kw["times_s"]
         kw.setdefault("median_s", statistics.median(times))
         kw.setdefault("min_s", min(times))
+        kw.setdefault("stdev_s", spread(times)["stdev_s"])
+        kw.setdefault("iqr_s", spread(times)["iqr_s"])
         return cls(**kw)
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,6 +92,15 @@ class Result(BaseModel):
     def _repr_html_(self) -> str:
         from .report import result_html
         return result_html(self)
+
+
+def spread(times: list[float]) -> dict[str, float | None]:
+    """How far the repeats spread: sample standard deviation and interquartile range
+    (``statistics.quantiles(method="inclusive")``); None for both with fewer than 2 repeats."""
+    if len(times) < 2:
+        return {"stdev_s": None, "iqr_s": None}
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
+    return {"stdev_s": statistics.stdev(times), "iqr_s": q3 - q1}
 
 
 def check_writable(results_dir: str | os.PathLike) -> pathlib.Path:
@@ -117,6 +133,33 @@ def write(result: Result, results_dir: str | os.PathLike) -> pathlib.Path:
     finally:
         os.unlink(tmp)
     return final
+
+
+def is_record(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("schema") == SCHEMA and data.get("schema_version") == SCHEMA_VERSION
+
+
+def find(*paths: str | os.PathLike) -> list[Result]:
+    """Every record in these files or folders (folders searched recursively; JSON files that
+    are not records of this schema version are skipped), newest first (by timestamp)."""
+    found: dict[str, Result] = {}
+    for root in paths:
+        root = pathlib.Path(root).expanduser()
+        if not root.exists():
+            raise UserError(f"'{root}' does not exist", "give a results folder or a record file")
+        files = [root] if root.is_file() else sorted(root.rglob("*.json"))
+        for f in files:
+            if f.name.startswith(".tmp-"):
+                continue
+            try:
+                data = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            if is_record(data):
+                r = Result.model_validate(data)
+                r.path = str(f)
+                found[str(f.resolve())] = r
+    return sorted(found.values(), key=lambda r: r.timestamp, reverse=True)
 
 
 def load(path: str | os.PathLike) -> Result:

@@ -1,0 +1,140 @@
+"""Charts of a bench table (matplotlib, Agg: ``Figure`` objects, no pyplot state, no display).
+
+* :func:`speedup`: per workload and size, the host family's median over the device family's
+  (e.g. CPU / GPU), bars on a log scale labelled with the size; only when the table holds
+  both a host family and a device family (``Family.memory``).
+* :func:`time_vs_size`: median time against the data size (the workload's memory estimate),
+  log-log, one line per backend / protocol / workers, one panel per workload.
+* :func:`spread`: every timed repeat of every case (points) with its median (a bar), log scale.
+
+Each returns the Figure (its axes carry the labels); :func:`draw_all` writes the PNGs.
+"""
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from .. import backends
+
+CHARTS = {"speedup": "speedup.png", "time_vs_size": "time_vs_size.png", "spread": "spread.png"}
+
+
+def _memory_of(family: str) -> str | None:
+    for fam in backends.families():
+        if fam.name == family:
+            return fam.memory
+    return None
+
+
+def _ran(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[frame["median_s"].notna()]
+
+
+def speedup_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """(workload, size, protocol, host family, device family, host_s, device_s, speedup): the
+    fastest validated case of each side."""
+    ran = _ran(frame)
+    ran = ran[ran["valid"].fillna(False).astype(bool)].copy()
+    ran["memory"] = [_memory_of(f) for f in ran["family"]]
+    out = []
+    for (wl, size, proto), g in ran.groupby(["workload", "size", "protocol"], sort=False):
+        host, dev = g[g["memory"] == "host"], g[g["memory"] == "device"]
+        if host.empty or dev.empty:
+            continue
+        h, d = host.loc[host["median_s"].idxmin()], dev.loc[dev["median_s"].idxmin()]
+        out.append({"workload": wl, "size": size, "protocol": proto, "host": h["family"], "device": d["family"],
+                    "host_s": h["median_s"], "device_s": d["median_s"], "speedup": h["median_s"] / d["median_s"]})
+    return pd.DataFrame(out)
+
+
+def speedup(frame: pd.DataFrame) -> Figure | None:
+    rows = speedup_rows(frame)
+    if rows.empty:
+        return None
+    fig = Figure(figsize=(max(6, 0.6 * len(rows) + 2), 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    xs = range(len(rows))
+    bars = ax.bar(xs, rows["speedup"], color=["tab:green" if s >= 1 else "tab:red" for s in rows["speedup"]])
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="grey", lw=1)
+    ax.set_xticks(list(xs), [f"{w}\n{s}" for w, s in zip(rows["workload"], rows["size"])], rotation=60,
+                  ha="right", fontsize=7)
+    ax.bar_label(bars, labels=[f"{s:.2g}x" for s in rows["speedup"]], fontsize=7)
+    ax.set_xlabel("workload and size")
+    ax.set_ylabel(f"speedup ({rows['host'].iloc[0]} median / {rows['device'].iloc[0]} median)")
+    ax.set_title("speedup per workload (log scale; above 1: the device family is faster)")
+    return fig
+
+
+def _series(frame: pd.DataFrame) -> pd.Series:
+    return (frame["backend"] + " " + frame["protocol"] + " "
+            + frame["workers"].astype("string").fillna("?") + "w")
+
+
+def time_vs_size(frame: pd.DataFrame) -> Figure | None:
+    ran = _ran(frame)
+    ran = ran[ran["estimate_bytes"].notna()].copy()
+    if ran.empty:
+        return None
+    ran["series"] = _series(ran)
+    names = list(dict.fromkeys(ran["workload"]))
+    cols = min(3, len(names))
+    nrows = math.ceil(len(names) / cols)
+    fig = Figure(figsize=(4.5 * cols, 3.6 * nrows), layout="constrained")
+    for i, wl in enumerate(names):
+        ax = fig.add_subplot(nrows, cols, i + 1)
+        g = ran[ran["workload"] == wl]
+        for series, s in g.groupby("series", sort=False):
+            s = s.sort_values("estimate_bytes")
+            ax.plot(s["estimate_bytes"].astype(float), s["median_s"], marker="o", label=series)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(wl)
+        ax.set_xlabel("data size (bytes, the workload's estimate)")
+        ax.set_ylabel("median time (s)")
+        ax.legend(fontsize=7)
+    fig.suptitle("time vs size per backend (log-log)")
+    return fig
+
+
+def spread(frame: pd.DataFrame, records: list) -> Figure | None:
+    by_name = {pathlib.Path(r.path).name: r for r in records if r.path}
+    ran = _ran(frame)
+    cases = [(row, by_name.get(pathlib.Path(row["record"]).name))
+             for _, row in ran.iterrows() if row["record"]]
+    cases = [(row, r) for row, r in cases if r is not None]
+    if not cases:
+        return None
+    fig = Figure(figsize=(max(6, 0.45 * len(cases) + 2), 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    for i, (row, r) in enumerate(cases):
+        ax.scatter([i] * len(r.times_s), r.times_s, s=12, color="tab:blue", alpha=0.7)
+        ax.hlines(r.median_s, i - 0.3, i + 0.3, color="black")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(cases)), [f"{row['workload']} {row['size']}\n{row['backend']} {row['protocol']} "
+                                      f"{row['workers']}w" for row, _ in cases], rotation=60, ha="right",
+                  fontsize=7)
+    ax.set_xlabel("case")
+    ax.set_ylabel("time per repeat (s); bar: median")
+    ax.set_title("per-repeat spread")
+    return fig
+
+
+def draw_all(frame: pd.DataFrame, records: list, out: str | os.PathLike) -> dict[str, pathlib.Path]:
+    """Write the charts that apply to this table as PNGs under ``out``; stale ones (a chart
+    that no longer applies) are removed. Returns {name: path}."""
+    d = pathlib.Path(out)
+    figs = {"speedup": speedup(frame), "time_vs_size": time_vs_size(frame), "spread": spread(frame, records)}
+    drawn = {}
+    for name, fig in figs.items():
+        path = d / CHARTS[name]
+        if fig is None:
+            path.unlink(missing_ok=True)
+            continue
+        fig.savefig(path, dpi=110)
+        drawn[name] = path
+    return drawn

@@ -1,0 +1,255 @@
+"""A benchmark sweep described in YAML (``gpuscale bench SPEC.yaml --out DIR``).
+
+The spec (``workflows/library.yaml``, ``workflows/tiny.yaml``)::
+
+    name: tiny                     # names the report
+    backends: [cpu, gpu]           # each a --backend value
+    protocols: [tcp]               # each a --protocol value
+    workers: [null, 2]             # null: the family's default
+    repeat: 5                      # timed repeats per case (default 3)
+    warmup: 1                      # untimed runs per case (default 1)
+    memory_check: true             # refuse sizes that cannot fit (default true)
+    cluster: {threads_per_worker: 1}   # other cluster settings (config.KEYWORDS), every cluster
+    workloads:
+      transpose_sum:
+        sizes: [{n: 400}, {n: 800}]    # each a size: the parameters that set it
+        grid: {dtype: [float32, float64]}   # more parameters, every combination
+        params: {seed: 1}              # fixed parameters
+
+Cases are workloads x sizes x grid x backends x protocols x worker counts. One cluster (a
+:class:`gpuscale.runs.session.Session`) serves every case of one (backend, protocol,
+workers, collection): array and DataFrame workloads get the cluster ``gpuscale run`` would
+build for them, so a case times what ``gpuscale run`` times. Every case is validated; a case
+that fails (an error, or a cluster that does not start) is recorded in the ledger with its
+one-line reason and the sweep goes on. The ledger (:mod:`gpuscale.records.folder`) is
+rewritten after each case, so a re-run into the same folder skips every case that has a
+record and runs the others (failed ones included).
+
+:func:`load_spec` checks everything that needs no cluster (keys, workloads, their
+parameters, backend and protocol names, cluster settings) and fails with one line naming the
+key and the fix.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import os
+import pathlib
+from typing import Any, Callable, ContextManager, Iterator
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .. import config, workloads
+from ..errors import UserError
+from ..records import folder
+from ..records.table import size_label
+from . import session as session_mod
+
+
+class WorkloadSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sizes: list[dict[str, Any]] = Field(default_factory=lambda: [{}], min_length=1)
+    """Each a size: the parameters that set it (the charts' labels)."""
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    """More parameters: every combination of their values."""
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Fixed parameters, every case."""
+
+
+class Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = "bench"
+    workloads: dict[str, WorkloadSpec | None] = Field(min_length=1)
+    backends: list[str] = Field(default_factory=lambda: ["cpu"], min_length=1)
+    protocols: list[str] = Field(default_factory=lambda: ["tcp"], min_length=1)
+    workers: list[int | None] = Field(default_factory=lambda: [None], min_length=1)
+    repeat: int = Field(3, ge=1)
+    warmup: int = Field(1, ge=0)
+    memory_check: bool = True
+    cluster: dict[str, Any] = Field(default_factory=dict)
+    """Other cluster settings for every cluster, by their keyword names (``threads_per_worker``)."""
+
+
+NOT_IN_CLUSTER = ("backend", "protocol", "workers", "repeat", "warmup", "memory_check", "results_dir",
+                  "strict_backend", "in_cluster")
+"""Keywords that ``cluster:`` may not hold (the spec has its own keys for them, or the sweep
+decides them)."""
+
+
+def _where(loc) -> str:
+    return ".".join(str(x) for x in loc) or "(top level)"
+
+
+def _spec_error(path: str, e: ValidationError) -> UserError:
+    err = e.errors()[0]
+    loc = list(err["loc"])
+    if loc and loc[-1] in ("WorkloadSpec",):
+        loc = loc[:-1]
+    where = _where(loc)
+    if err["type"] == "extra_forbidden":
+        parent = Spec if len(loc) == 1 else WorkloadSpec
+        return UserError(f"{path}: unknown key '{loc[-1]}' at {where}",
+                         f"allowed keys there: {', '.join(parent.model_fields)}")
+    if err["type"] == "missing":
+        return UserError(f"{path}: the key '{where}' is missing", "e.g. workloads: {svd: {sizes: [{rows: 20000}]}}")
+    return UserError(f"{path}: {where}: {err['msg']} (got {err.get('input')!r})",
+                     "see the spec format in gpuscale/runs/bench.py or workflows/tiny.yaml")
+
+
+def _id(case: dict[str, Any]) -> str:
+    body = {k: case[k] for k in ("workload", "params", "backend", "protocol", "workers", "cluster", "repeat",
+                                 "warmup", "memory_check")}
+    return hashlib.sha1(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def load_spec(path: str | os.PathLike) -> tuple[Spec, list[dict[str, Any]]]:
+    """Read and check a spec; returns it and its cases (dicts: id, workload, size, params,
+    backend, family, protocol, workers, collection, ...). Starts nothing."""
+    import yaml
+    p = pathlib.Path(path)
+    if not p.is_file():
+        raise UserError(f"no spec file '{p}'", "give a YAML file, e.g. workflows/tiny.yaml")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{p}: not valid YAML{at} ({getattr(e, 'problem', None) or e})",
+                        "fix the YAML syntax") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{p}: the spec must be a mapping with a 'workloads' key",
+                        "e.g. workloads: {svd: {sizes: [{rows: 20000}]}}")
+    try:
+        spec = Spec.model_validate(raw)
+    except ValidationError as e:
+        raise _spec_error(str(p), e) from None
+    bad = sorted(set(spec.cluster) - (set(config.KEYWORDS) - set(NOT_IN_CLUSTER)))
+    if bad:
+        raise UserError(f"{p}: unknown key '{bad[0]}' at cluster",
+                        f"cluster settings: {', '.join(sorted(set(config.KEYWORDS) - set(NOT_IN_CLUSTER)))}"
+                        f"; backends / protocols / workers / repeat / warmup are top-level keys")
+    families = {}
+    for backend, protocol, workers in itertools.product(spec.backends, spec.protocols, spec.workers):
+        try:
+            _, selection, _ = session_mod.configure(check=False, backend=backend, protocol=protocol,
+                                                    workers=workers, **spec.cluster)
+        except UserError as e:
+            raise UserError(f"{p}: backends / protocols / workers / cluster: {e.problem}", e.fix) from None
+        families[backend] = selection.family.name
+    cases = []
+    for name, wspec in spec.workloads.items():
+        try:
+            cls = workloads.get(name)
+        except UserError as e:
+            raise UserError(f"{p}: workloads.{name}: {e.problem}", e.fix) from None
+        wspec = wspec or WorkloadSpec()
+        grid_keys = list(wspec.grid)
+        known = set(cls.Params.model_fields)
+        sections = [("params", wspec.params), *((f"sizes[{i}]", s) for i, s in enumerate(wspec.sizes)),
+                    ("grid", wspec.grid)]
+        for section, keys in sections:
+            for k in keys:
+                if str(k).replace("-", "_") not in known:
+                    raise UserError(f"{p}: unknown parameter '{k}' at workloads.{name}.{section}",
+                                    f"{name}'s parameters: {', '.join(sorted(known))}")
+        for si, size in enumerate(wspec.sizes):
+            for combo in itertools.product(*(wspec.grid[k] for k in grid_keys)):
+                params = {**wspec.params, **size, **dict(zip(grid_keys, combo))}
+                try:
+                    cls.parse(params)
+                except UserError as e:
+                    raise UserError(f"{p}: workloads.{name} (sizes[{si}] with params / grid: {params}): "
+                                    f"{e.problem}", e.fix) from None
+                label = size_label({**size, **dict(zip(grid_keys, combo))})
+                for backend, protocol, workers in itertools.product(spec.backends, spec.protocols, spec.workers):
+                    case = {"workload": name, "size": label, "params": params, "backend": backend,
+                            "family": families[backend], "protocol": protocol, "workers": workers,
+                            "collection": cls.collection, "cluster": spec.cluster, "repeat": spec.repeat,
+                            "warmup": spec.warmup, "memory_check": spec.memory_check}
+                    case["id"] = _id(case)
+                    cases.append(case)
+    return spec, cases
+
+
+CaseProgress = Callable[[str, int], ContextManager[Callable[[dict[str, Any]], None]]]
+"""How a caller watches the cases: ``progress(description, total)`` is a context manager
+around the sweep that yields the function called after each case with its ledger entry
+(status ``ok`` / ``failed`` / ``skipped``, error, record, median_s). Like the runner's
+:data:`gpuscale.runs.runner.Progress`, one level up; the CLI hands in
+:func:`gpuscale.records.report.sweep_progress`."""
+
+
+@contextlib.contextmanager
+def _silent(description: str, total: int) -> Iterator[Callable[[dict[str, Any]], None]]:
+    yield lambda case: None
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def run(spec_path: str | os.PathLike, out: str | os.PathLike, *,
+        progress: CaseProgress | None = None) -> dict[str, Any]:
+    """Run the sweep of ``spec_path`` into ``out`` (resuming what is there), then write the
+    table, charts and report.html. Returns ``{"cases": [...], "ran", "skipped", "failed",
+    "outputs": folder.redraw's answer}``."""
+    spec, cases = load_spec(spec_path)
+    out = pathlib.Path(out)
+    previous = folder.read_ledger(out) if out.exists() else None
+    old = {c["id"]: c for c in (previous or {}).get("cases", [])}
+    from ..records import results
+    results.check_writable(folder.records_dir(out))
+    ledger = []
+    for c in cases:
+        prev = old.get(c["id"])
+        ledger.append({**c, **{k: prev.get(k) for k in ("status", "record", "error", "median_s", "valid")}}
+                      if prev is not None and folder.finished(prev, out) else {**c, "status": None})
+    spec_dict = spec.model_dump(mode="json")
+    folder.write_ledger(out, spec_dict, ledger)
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for c in ledger:
+        groups.setdefault((c["backend"], c["protocol"], c["workers"], c["collection"]), []).append(c)
+    counts = {"ran": 0, "skipped": 0, "failed": 0}
+    with (progress or _silent)(f"bench {spec.name}", len(ledger)) as advance:
+        for (backend, protocol, workers, collection), group in groups.items():
+            todo = [c for c in group if not folder.finished(c, out)]
+            for c in group:
+                if folder.finished(c, out):
+                    counts["skipped"] += 1
+                    advance({**c, "status": "skipped"})
+            if not todo:
+                continue
+            _run_group(spec, out, ledger, spec_dict, todo, backend, protocol, workers, collection, advance, counts)
+    return {"cases": ledger, **counts, "outputs": folder.redraw(out)}
+
+
+def _run_group(spec, out, ledger, spec_dict, todo, backend, protocol, workers, collection, advance, counts):
+    def done(c, **what):
+        c.update(what)
+        counts["failed" if c["status"] == "failed" else "ran"] += 1
+        folder.write_ledger(out, spec_dict, ledger)
+        advance(c)
+
+    try:
+        s = session_mod.Session(backend=backend, protocol=protocol, workers=workers, collection=collection,
+                                **spec.cluster)
+        s.__enter__()
+    except Exception as e:  # noqa: BLE001 - the sweep goes on without this cluster
+        why = f"cluster did not start: {_one_line(e)}"
+        for c in todo:
+            done(c, status="failed", error=why, record=None)
+        return
+    with contextlib.closing(s):
+        for c in todo:
+            try:
+                r = s.run(c["workload"], repeat=spec.repeat, warmup=spec.warmup, memory_check=spec.memory_check,
+                          results_dir=str(folder.records_dir(out)), **c["params"])
+            except Exception as e:  # noqa: BLE001 - one failing case must not stop the sweep
+                done(c, status="failed", error=_one_line(e), record=None)
+                continue
+            failed = [x["name"] for x in r.validation.get("checks", []) if not x.get("ok")]
+            done(c, status="ok", record=os.path.relpath(r.path, out), median_s=r.median_s, valid=r.valid,
+                 error=None if r.valid is not False else "failed validation: " + (", ".join(failed) or "see the record"))
