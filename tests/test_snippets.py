@@ -173,7 +173,16 @@ GPU_KNOWN = {
     # pandas DatetimeIndex: on cuDF partitions it compares the string with the Timestamp
     # divisions (seen on an H200 with dask 2026.7.1 / cudf 26.10).
     "persist_loc_day": "TypeError: '<' not supported between instances of 'str' and 'Timestamp'",
+    # dask-cudf's to_parquet does not take engine='pyarrow' partitions of cuDF (same run)
+    "read_parquet_columns": "Implicit conversion to a host PyArrow object via __arrow_array__ is not allowed",
+    # the flights exercise's groupby mean over a from_map frame: Dask cannot build its meta on
+    # cuDF partitions (same run)
+    "flights_exercises": "RuntimeError: Failed to generate metadata",
 }
+# Not listed, so the GPU test fails on them until they are fixed (issue 18): read_csv_groupby
+# and from_delayed_messy give answers that differ from plain Dask. Both write the converted
+# (cuDF) timeseries with to_csv and read it back: cuDF's CSV writer writes floats with 9
+# significant digits ('0.636961687', seen on the H200), so the data read back is not the data.
 """Snippets that fail in a GPU session for a reason of the chunk library (dask-cudf / cuDF), with
 the message they fail with: the table shows them, and a change of behaviour fails the test."""
 
