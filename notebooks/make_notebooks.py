@@ -10,7 +10,7 @@ tests/test_ship.py runs the check, executes every notebook on the CPU and checks
 committed ones hold no outputs. ``notebooks/run_all.py`` executes them (``--backend gpu`` on
 a GPU machine). Every notebook starts with ``BACKEND`` (``GPUSCALE_NOTEBOOK_BACKEND`` when
 set), uses small sizes and writes only under a temporary folder that its last cell removes.
-04 (a benchmark sweep with its charts inline) waits for ``gpuscale bench``.
+04 runs a benchmark sweep (``gpuscale bench``) with its charts inline.
 """
 from __future__ import annotations
 
@@ -294,8 +294,77 @@ for folder in (r.trace, str(WORK / "trace-mine"), r_half.trace):
     ("code", "stack.close()  # closes the session\n" + CLEANUP),
 ]
 
+SWEEP = [
+    ("md", """\
+# A benchmark sweep: how much faster, where, and did it change
+
+`gpuscale bench SPEC.yaml --out DIR` runs a sweep described in YAML (workloads x sizes x
+backends x protocols x worker counts) with one cluster per backend, every case validated and
+recorded; DIR gets the records, a table (CSV and Parquet), PNG charts and `report.html`. A re-run
+into the same folder skips the cases that finished. This notebook writes a small spec, runs it
+(the CPU, plus `BACKEND` when it is another family), shows the table and the charts inline, then
+runs it again into a second folder and compares the two (`gpuscale results compare A B`)."""),
+    ("code", BACKEND_CELL),
+    ("code", _imports("04", third=("import pandas as pd", "import rich", "from IPython.display import Image, display"),
+                      own=("from gpuscale.records import compare, report", "from gpuscale.runs import bench"))),
+    ("md", """\
+## The spec
+
+Two workloads at two sizes each; `backends` lists the CPU and, on a GPU machine, the GPU, so
+the speedup chart has both sides."""),
+    ("code", '''\
+backends = ["cpu"] if BACKEND == "cpu" else ["cpu", BACKEND]
+spec = WORK / "sweep.yaml"
+spec.write_text(f"""\\
+name: notebook
+backends: {backends}
+protocols: [tcp]
+workers: [null]
+repeat: 3
+warmup: 1
+workloads:
+  transpose_sum:
+    sizes: [{{n: 500}}, {{n: 1000}}]
+  svd:
+    sizes: [{{rows: 20000, cols: 10}}, {{rows: 40000, cols: 10}}]
+""")
+print(spec.read_text())'''),
+    ("md", """\
+## Run it
+
+Each case is validated; a case that fails is recorded with its reason and the sweep goes on."""),
+    ("code", '''\
+done = bench.run(spec, WORK / "sweep-a")
+print(f"bench: {done['ran']} case(s) ran, {done['skipped']} skipped, {done['failed']} failed")
+table = pd.read_csv(WORK / "sweep-a" / "table.csv")
+print(f"{len(table)} case(s), each validated: valid {bool(table['valid'].all())}")
+table[["workload", "size", "backend", "workers", "median_s", "stdev_s", "valid"]]'''),
+    ("md", """\
+## The charts
+
+Time against size per backend (log-log), the spread of the repeats, and, when the sweep has a
+host and a device family, the speedup of the device per workload and size."""),
+    ("code", '''\
+for name, path in sorted(done["outputs"]["charts"].items()):
+    print(name)
+    display(Image(filename=str(path)))'''),
+    ("md", """\
+## Did it change? Two runs compared
+
+The same spec into a second folder, then every case's ratio B / A with a confidence interval
+from the repeats and a verdict (`--fail-if-slower 5%` on the command line makes CI fail on a
+slowdown)."""),
+    ("code", '''\
+again = bench.run(spec, WORK / "sweep-b")
+result = compare.compare(WORK / "sweep-a", WORK / "sweep-b")
+print(f"compared {len(result['cases'])} case(s): " + ", ".join(f"{v} {n}" for v, n in result["counts"].items()))
+rich.print(report.compare_table(result))'''),
+    ("code", CLEANUP),
+]
+
+
 NOTEBOOKS = {"01-quickstart": QUICKSTART, "02-your-own-data": YOUR_DATA,
-             "03-where-the-time-went": WHERE_THE_TIME_WENT}
+             "03-where-the-time-went": WHERE_THE_TIME_WENT, "04-benchmark-sweep": SWEEP}
 """Notebook name -> its cells, ("md" | "code", source)."""
 
 

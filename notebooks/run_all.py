@@ -30,6 +30,7 @@ EXPECT = {
     "02-your-own-data": ["family {backend}:", "singular values match NumPy: True", "groupby matches pandas: True",
                          "svd: valid True", "groupby: valid True"],
     "03-where-the-time-went": ["valid True | trace:", "phase load:", "phase fit:", "valid True | wall B / A:"],
+    "04-benchmark-sweep": [" 0 failed", "time_vs_size", "compared "],
 }
 """Notebook -> text its outputs must hold (``{backend}``: the family it ran on)."""
 

@@ -52,7 +52,7 @@ DOCKERFILES = sorted((REPO / "docker").glob("Dockerfile*"))
 INSTALLS = {"Dockerfile.cpu": ".", "Dockerfile.gpu": ".[gpu,ucx]"}
 """What each image installs with pip: README's commands (``pip install .`` and
 ``pip install ".[gpu,ucx]"``)."""
-NOTEBOOKS = ("01-quickstart", "02-your-own-data", "03-where-the-time-went")
+NOTEBOOKS = ("01-quickstart", "02-your-own-data", "03-where-the-time-went", "04-benchmark-sweep")
 
 
 def _load(name: str, path: pathlib.Path):
