@@ -17,6 +17,7 @@ env var ``GPUSCALE_REQUIRE_BROWSER`` is set (CI sets it): then a missing browser
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -102,12 +103,28 @@ def _colored(png: bytes) -> tuple[int, int]:
     return int(a.shape[0] * a.shape[1]), int((spread > 60).sum())
 
 
+@contextlib.contextmanager
+def _offline_page(exe: str, route, errors: list[str]):
+    """A page of headless Chromium (``exe``) whose every http(s) request goes to ``route`` and
+    whose script errors land in ``errors``; the browser closes with the block."""
+    sync_playwright = _playwright()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, headless=True,
+                                    args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+            page.route(re.compile(r"^https?://"), route)
+            yield page
+        finally:
+            browser.close()
+
+
 def render_performance_report(path: str | os.PathLike, *, screenshot: str | os.PathLike | None = None,
                               timeout_s: float = 30) -> Rendered:
     """Render a ``distributed.performance_report`` file in headless Chromium and read it back."""
     from bokeh.util.paths import bokehjs_path
     exe = chromium()
-    sync_playwright = _playwright()
     path = pathlib.Path(path).resolve()
     js_dir = pathlib.Path(bokehjs_path()) / "js"
     errors: list[str] = []
@@ -121,34 +138,26 @@ def render_performance_report(path: str | os.PathLike, *, screenshot: str | os.P
             errors.append(f"blocked request {r.request.url}")
             r.abort()
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, headless=True,
-                                    args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-            page.route(re.compile(r"^https?://"), route)
-            page.goto(path.as_uri())
-            page.wait_for_function(
-                "() => window.Bokeh && Bokeh.documents.length > 0 && Object.keys(Bokeh.index).length > 0"
-                " && (Bokeh.documents[0].is_idle ?? true)", timeout=timeout_s * 1000)
-            tab = page.get_by_text("Task Stream", exact=True)
-            tabs = [t for t in ("Summary", "Task Stream", "System", "Worker Profile (compute)",
-                                "Bandwidth (Workers)") if page.get_by_text(t, exact=True).count()]
-            if tab.count():
-                tab.first.click()
-            page.wait_for_timeout(300)   # one layout + paint after the tab switch
-            info = page.evaluate(_JS_TASK_STREAM)
-            stream = info["stream"] or {}
-            frame = colored = 0
-            if stream and stream["clip"]["width"] > 0 and stream["clip"]["height"] > 0:
-                frame, colored = _colored(page.screenshot(clip=stream["clip"]))
-            shot = None
-            if screenshot is not None:
-                shot = pathlib.Path(screenshot)
-                page.screenshot(path=str(shot))
-        finally:
-            browser.close()
+    with _offline_page(exe, route, errors) as page:
+        page.goto(path.as_uri())
+        page.wait_for_function(
+            "() => window.Bokeh && Bokeh.documents.length > 0 && Object.keys(Bokeh.index).length > 0"
+            " && (Bokeh.documents[0].is_idle ?? true)", timeout=timeout_s * 1000)
+        tab = page.get_by_text("Task Stream", exact=True)
+        tabs = [t for t in ("Summary", "Task Stream", "System", "Worker Profile (compute)",
+                            "Bandwidth (Workers)") if page.get_by_text(t, exact=True).count()]
+        if tab.count():
+            tab.first.click()
+        page.wait_for_timeout(300)   # one layout + paint after the tab switch
+        info = page.evaluate(_JS_TASK_STREAM)
+        stream = info["stream"] or {}
+        frame = colored = 0
+        if stream and stream["clip"]["width"] > 0 and stream["clip"]["height"] > 0:
+            frame, colored = _colored(page.screenshot(clip=stream["clip"]))
+        shot = None
+        if screenshot is not None:
+            shot = pathlib.Path(screenshot)
+            page.screenshot(path=str(shot))
     return Rendered(tabs=tabs, plots=info["plots"], task_stream_title=stream.get("title"),
                     task_stream_rows=int(stream.get("rows") or 0), task_groups=stream.get("names", []),
                     frame_pixels=frame, colored_pixels=colored, page_errors=errors, screenshot=shot)
@@ -178,7 +187,6 @@ def render_page(path: str | os.PathLike, *, timeout_s: float = 30) -> Page:
     """Load a local HTML file in headless Chromium (every http(s) request refused) and read
     back its images (as the browser decoded them) and its text."""
     exe = chromium()
-    sync_playwright = _playwright()
     path = pathlib.Path(path).resolve()
     errors: list[str] = []
 
@@ -186,18 +194,10 @@ def render_page(path: str | os.PathLike, *, timeout_s: float = 30) -> Page:
         errors.append(f"blocked request {r.request.url}")
         r.abort()
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, headless=True,
-                                    args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-            page.route(re.compile(r"^https?://"), refuse)
-            page.goto(path.as_uri(), wait_until="load", timeout=timeout_s * 1000)
-            images = page.evaluate("() => [...document.images].map(i => ({src: i.getAttribute('src'), "
-                                   "alt: i.alt, width: i.naturalWidth, height: i.naturalHeight, "
-                                   "complete: i.complete}))")
-            text = page.evaluate("() => document.body.innerText")
-        finally:
-            browser.close()
+    with _offline_page(exe, refuse, errors) as page:
+        page.goto(path.as_uri(), wait_until="load", timeout=timeout_s * 1000)
+        images = page.evaluate("() => [...document.images].map(i => ({src: i.getAttribute('src'), "
+                               "alt: i.alt, width: i.naturalWidth, height: i.naturalHeight, "
+                               "complete: i.complete}))")
+        text = page.evaluate("() => document.body.innerText")
     return Page(images=images, text=text, page_errors=errors)
