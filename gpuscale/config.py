@@ -193,15 +193,6 @@ KEYWORDS: dict[str, str] = {
     "host_collections": "session.host-collections",
 }
 
-UNLISTED: dict[str, Any] = {"session.host-collections": "convert"}
-"""Settings whose default lives in the schema only, not in ``gpuscale.yaml`` (which documents
-them in a comment): no layer lists them until one sets them, so ``Resolved.sources`` (and with
-it ``gpuscale explain``, ``cluster show`` and the records' ``settings_sources``) names them only
-when a profile, your Dask YAML, an environment variable, ``dask.config.set`` or a keyword set
-them. Added after the explain output was fixed (``tests/data/explained.json``), they leave it as
-it was."""
-
-
 def keywords_to_nested(kwargs: dict[str, Any]) -> dict:
     """``{"workers": 2}`` -> ``{"cluster": {"workers": 2}}``; None means "not given"."""
     out: dict = {}
@@ -408,7 +399,6 @@ def schema_keys(model: type[BaseModel] = Settings, prefix: str = "") -> set[str]
 
 
 def default_keys() -> set[str]:
-    """Every dotted key ``gpuscale.yaml`` lists (the schema's keys less :data:`UNLISTED`)."""
     return set(_flatten(normalize(DEFAULTS["gpuscale"])))
 
 

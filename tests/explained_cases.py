@@ -2,8 +2,10 @@
 
 ``tests/data/explained.json`` holds what ``gpuscale explain`` (the whole plan) and real CPU
 runs (the record's ``explained`` section) gave for :data:`EXPLAIN` and :data:`RUNS` before
-the cluster layer started recording its own choices (issue 17); ``tests/test_explained.py``
-compares today's output with it. Regenerate only for an intended change of output:
+the cluster layer started recording its own choices (issue 17), with one intended change
+since: each plan's ``settings_sources`` names the new setting ``session.host-collections``
+(default). ``tests/test_explained.py`` compares today's output with it. Regenerate only for
+an intended change of output:
 
     python tests/explained_cases.py  > tests/data/explained.json
 

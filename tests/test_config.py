@@ -43,11 +43,7 @@ def write_profile(path: pathlib.Path, body: dict | str) -> pathlib.Path:
 # Defaults and schema
 # ---------------------------------------------------------------------------------------
 def test_schema_in_sync_with_yaml():
-    # the YAML lists every key but the unlisted ones, whose defaults are the schema's
-    assert config.schema_keys() == config.default_keys() | set(config.UNLISTED)
-    assert not set(config.UNLISTED) & config.default_keys()
-    dumped = config._flatten(config.Settings().model_dump(by_alias=True))
-    assert {k: dumped[k] for k in config.UNLISTED} == config.UNLISTED
+    assert config.schema_keys() == config.default_keys()
     # and the YAML's values are the schema's defaults (one source of truth for both)
     defaults = config.Settings().model_dump(by_alias=True)
     assert config.Settings.model_validate(config.normalize(config.DEFAULTS["gpuscale"])).model_dump(

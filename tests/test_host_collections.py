@@ -61,7 +61,7 @@ def host_collection_warnings(record) -> list[warnings.WarningMessage]:
 def test_setting_default_env_keyword_profile_and_bad_values(tmp_path, monkeypatch):
     r = config.resolve()
     assert r.settings.session.host_collections == "convert"
-    assert "session.host-collections" not in r.sources  # listed only once set (config.UNLISTED)
+    assert r.sources["session.host-collections"] == "default"
     monkeypatch.setenv("DASK_GPUSCALE__SESSION__HOST_COLLECTIONS", "warn")
     r = config.resolve()
     assert (r.settings.session.host_collections, r.sources["session.host-collections"]) == ("warn", "env")
