@@ -121,6 +121,9 @@ class AuditPlugin(WorkerPlugin):
         self._tasks = worker.state.tasks
         self._types: dict = {}
         self._conversion_lock = threading.RLock()
+        self._host_copy_keys: dict = {}
+        """task key -> conversion, for tasks that output a host copy on purpose (noted by the
+        task before it ends; kept across resets until its output is counted)."""
         self.reset()
 
     def reset(self) -> None:
@@ -128,14 +131,19 @@ class AuditPlugin(WorkerPlugin):
         self.changes: dict[tuple[str, str, str, str], list[int]] = {}
         with getattr(self, "_conversion_lock", contextlib.nullcontext()):
             self.conversions: dict[str, list[int]] = {}
+            self.host_copies: dict[tuple[str, str, str], list[int]] = {}
 
-    def note_conversion(self, conversion: str, nbytes: int) -> None:
+    def note_conversion(self, conversion: str, nbytes: int, key=None) -> None:
         """A block of the session's conversion ``conversion`` was converted on this worker, from
-        ``nbytes`` of host data (called from the task, on a worker thread)."""
+        ``nbytes`` of data (called from the task, on a worker thread). ``key``: the running task
+        outputs a host copy on purpose (a writer's, :func:`gpuscale.backends.convert.host_copy`):
+        its output is counted as that conversion's, not as a chunk of another family."""
         with self._conversion_lock:
             row = self.conversions.setdefault(conversion, [0, 0])
             row[0] += 1
             row[1] += int(nbytes)
+            if key is not None:
+                self._host_copy_keys[key] = conversion
 
     def _info(self, typ):
         info = self._types.get(typ)
@@ -151,6 +159,15 @@ class AuditPlugin(WorkerPlugin):
             return
         info = self._types.get(ts.type) or self._info(ts.type)
         nbytes = ts.nbytes or 0
+        copy = None
+        if self._host_copy_keys:
+            with self._conversion_lock:
+                copy = self._host_copy_keys.pop(key, None)
+        if copy is not None:
+            row = self.host_copies.setdefault((ts.prefix, info[0], copy), [0, 0])
+            row[0] += 1
+            row[1] += nbytes
+            return
         k = (ts.prefix, info[0])
         row = self.outputs.get(k)
         if row is None:
@@ -181,6 +198,7 @@ class AuditPlugin(WorkerPlugin):
                "types": types}
         with getattr(self, "_conversion_lock", contextlib.nullcontext()):
             out["conversions"] = [[c, n, b] for c, (n, b) in getattr(self, "conversions", {}).items()]
+            out["host_copies"] = [[p, t, c, n, b] for (p, t, c), (n, b) in getattr(self, "host_copies", {}).items()]
             if reset:
                 self.reset()
         return out
@@ -390,6 +408,12 @@ def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
                                     {"phase": phase, "prefix": prefix, "type": tname, "tasks": 0, "bytes": 0})
                 r["tasks"] += n
                 r["bytes"] += b
+            for prefix, tname, conv, n, b in rep.get("host_copies", ()):
+                r = rows.setdefault((phase, prefix, tname, conv),
+                                    {"phase": phase, "prefix": prefix, "type": tname, "tasks": 0, "bytes": 0,
+                                     "host_copy": conv})
+                r["tasks"] += n
+                r["bytes"] += b
             for dp, dt, p, t, n, b in rep["changes"]:
                 c = changes.setdefault((phase, dp, dt, p, t), {"phase": phase, "from_prefix": dp, "from_type": dt,
                                                                "to_prefix": p, "to_type": t, "count": 0, "bytes": 0})
@@ -402,10 +426,11 @@ def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
     for r in sorted(rows.values(), key=lambda r: (r["phase"], -r["bytes"], r["prefix"])):
         fam, kind, chunk = types.get(r["type"], [None, "other", False])
         other = bool(chunk and fam is not None and fam != family.name)
-        r.update(kind=kind, family=fam, chunk=bool(chunk), foreign=other and r["prefix"] not in ALLOWED)
+        why = _host_copy_why(r.get("host_copy"), conversions or []) if "host_copy" in r else ALLOWED.get(r["prefix"])
+        r.update(kind=kind, family=fam, chunk=bool(chunk), foreign=other and why is None)
         kinds[kind] = kinds.get(kind, 0) + r["tasks"]
         if other and not r["foreign"]:
-            r["allowed"] = ALLOWED[r["prefix"]]
+            r["allowed"] = why
             allowed.append({k: r[k] for k in ("phase", "prefix", "type", "tasks", "bytes", "allowed")})
         if r["foreign"]:
             r["fix"] = fix_hint(r["prefix"], r["type"], family, fam)
@@ -439,6 +464,14 @@ def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
     }
 
 
+def _host_copy_why(conversion: str, recorded: list[dict[str, Any]]) -> str:
+    """Why tasks output host copies for ``conversion`` (a writer's, see ``AuditPlugin``)."""
+    for c in recorded:
+        if c["id"] == conversion:
+            return f"written through {c['to_module']} by {c['function']} at {c['where']}: {c.get('why') or ''}".rstrip(": ")
+    return f"host copies of conversion {conversion}, which another session recorded"
+
+
 def _conversions(raw: dict[str, list[dict]], recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ``conversions`` list: every recorded conversion made during the audit
     (``made_in_audit``) or with blocks converted during it, in the order they were made, with
@@ -464,12 +497,12 @@ def _conversions(raw: dict[str, list[dict]], recorded: list[dict[str, Any]]) -> 
         out.append({"function": c["function"], "where": c["where"], "file": c["file"], "line": c["line"],
                     "collection": c["collection"], "from_type": c["from_type"], "to_module": c["to_module"],
                     "partitions": c["partitions"], "converted_blocks": n, "bytes": b, "phases": phases,
-                    "made_in_audit": bool(c.get("made_in_audit")), "id": c["id"]})
+                    "made_in_audit": bool(c.get("made_in_audit")), "why": c.get("why", ""), "id": c["id"]})
     for conv, (n, b, phases) in done.items():
         if conv not in known:
             out.append({"function": None, "where": None, "file": None, "line": None, "collection": None,
                         "from_type": None, "to_module": None, "partitions": None, "converted_blocks": n,
-                        "bytes": b, "phases": phases, "made_in_audit": False, "id": conv})
+                        "bytes": b, "phases": phases, "made_in_audit": False, "why": "", "id": conv})
     return out
 
 

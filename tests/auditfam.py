@@ -36,6 +36,7 @@ import pandas as pd
 from distributed.protocol import dask_deserialize, dask_serialize
 from distributed.protocol.numpy import deserialize_numpy_ndarray, serialize_numpy_ndarray
 from pydantic import Field, PositiveInt
+from gpuscale.backends.family import LossyWriter
 
 ROWS, COLS, CHUNK = 400, 50, 100
 """audit_mixed's defaults: 4 chunks of 100 x 50 float64 = 40,000 B each."""
@@ -109,6 +110,12 @@ class TagFrame(pd.DataFrame):
     @property
     def _constructor_sliced(self):
         return TagSeries
+
+    def to_csv(self, *args, **kwargs):
+        """Like cuDF's CSV writer (rapidsai/cudf#6418): float64 with 9 significant digits. The
+        family declares the loss (``lossy_writers``); a session writes through pandas."""
+        kwargs.setdefault("float_format", "%.9g")
+        return super().to_csv(*args, **kwargs)
 
 
 TagSeries.__module__ = TagFrame.__module__ = "auditfam"
@@ -200,6 +207,9 @@ def device_family():
     """The ``auditdevice`` family: TagArray and TagFrame chunks, in "device" memory."""
     return dataclasses.replace(family(), name="auditdevice", names=("auditdevice",), dataframe_module="auditfam",
                                array_backend="auditfam", memory="device",
+                               lossy_writers={"to_csv": LossyWriter("TagFrame's CSV writer keeps 9 significant "
+                                                                    "digits of float64 values, like cuDF's",
+                                                                    ("float64",))},
                                description="test-only: NumPy / pandas data in auditfam.TagArray / TagFrame "
                                            "chunks, standing in for CuPy / cuDF")
 

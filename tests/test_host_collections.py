@@ -236,6 +236,59 @@ def test_off_leaves_dask_alone(device):
 
 
 # ---------------------------------------------------------------------------------------
+# Writers that lose data (the family's lossy_writers: TagFrame writes CSV like cuDF does)
+# ---------------------------------------------------------------------------------------
+FLOATS = pd.DataFrame({"k": np.arange(40) % 3, "x": np.linspace(0, 1, 40) / 3.0})
+
+
+def _written(folder) -> pd.DataFrame:
+    return pd.concat([pd.read_csv(folder / f) for f in sorted(os.listdir(folder))], ignore_index=True)
+
+
+def test_lossy_writer_each_mode(device, tmp_path):
+    """to_csv of a frame of the family whose float64 columns its CSV writer rounds: convert
+    writes through pandas on the workers (the files are plain Dask's), recorded and audited;
+    warn names the line and leaves the rounded files; strict raises at the line; off and a frame
+    without float64 columns are left to the family's writer."""
+    for d in ("convert", "warn", "off", "ints"):
+        (tmp_path / d).mkdir()
+    with gpuscale.session(backend="auditdevice", **ONE) as s:  # convert, the default
+        ddf = s.to_backend(FLOATS, npartitions=2)
+        assert type(ddf._meta) is auditfam.TagFrame
+        with s.audit(phase="write") as a:
+            ddf.to_csv(str(tmp_path / "convert" / "*.csv"), index=False); line = here()  # noqa: E702
+        (conv,) = a.summary["conversions"]
+        assert (conv["function"], conv["where"], conv["to_module"]) == ("dask.dataframe.to_csv", f"{HERE}:{line}",
+                                                                       "pandas")
+        assert conv["converted_blocks"] == 2 and conv["bytes"] > 0 and "9 significant digits" in conv["why"]
+        assert conv["why"].endswith("columns x")  # k is int64: kept whole by any writer
+        # the host copies (their task names are Dask's fusion's) are allowed, with the reason
+        assert a.summary["clean"] and [(r["type"], r["tasks"]) for r in a.summary["allowed"]] == [("pandas.DataFrame", 2)]
+        assert f"dask.dataframe.to_csv at {HERE}:{line}" in a.summary["allowed"][0]["allowed"]
+        with hc.scope(device, "warn"), warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            dd.to_csv(ddf, str(tmp_path / "warn" / "*.csv"), index=False); wline = here()  # noqa: E702
+        (w,) = host_collection_warnings(record)
+        assert (w.filename, w.lineno) == (HERE, wline)
+        assert "dask.dataframe.to_csv of 2 auditfam.TagFrame partition(s) loses data" in str(w.message)
+        assert "df.to_backend('pandas').to_csv(...)" in str(w.message) and "\n" not in str(w.message)
+        with hc.scope(device, "strict"):
+            with pytest.raises(UserError, match="session.host-collections is strict") as err:
+                sline = here() + 1
+                ddf.to_csv(str(tmp_path / "strict-*.csv"))
+        assert str(err.value).startswith(f"{HERE}:{sline}: dask.dataframe.to_csv") and not list(tmp_path.glob("strict-*"))
+        with hc.scope(device, "off"):
+            ddf.to_csv(str(tmp_path / "off" / "*.csv"), index=False)
+        with s.audit(phase="ints") as b:
+            ddf[["k"]].to_csv(str(tmp_path / "ints" / "*.csv"), index=False)
+        assert b.summary["conversions"] == [] and b.summary["allowed"] == []
+    assert _written(tmp_path / "convert").equals(FLOATS)  # every digit: what pandas wrote
+    for d in ("warn", "off"):  # the family's writer: 9 significant digits
+        got = _written(tmp_path / d)
+        assert not got.equals(FLOATS) and np.allclose(got.x, FLOATS.x, rtol=1e-8)
+
+
+# ---------------------------------------------------------------------------------------
 # Scoped to the block; two sessions in two threads
 # ---------------------------------------------------------------------------------------
 def test_nested_scopes_and_gpuscale_own_code(device):

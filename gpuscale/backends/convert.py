@@ -274,6 +274,24 @@ def _owned(graph: dict, keys: list) -> dict:
     return groups
 
 
+def host_copy(frame, family: Family, conversion: str):
+    """``frame`` (a Dask DataFrame or Series of ``family``'s chunk library) with host chunks
+    (:func:`to_host`), copied on the workers, partition by partition, for a writer whose
+    chunk-library version loses data (:attr:`~.family.Family.lossy_writers`). Each copied
+    partition is counted under ``conversion`` with its task's key, so the backend audit lists
+    these host outputs as allowed, with the conversion's reason, not as foreign chunks. The
+    family travels with each task: unpickling it imports the module that registers its chunk
+    types with :func:`to_host` (a worker may not have imported it otherwise)."""
+    return frame.map_partitions(_host_part_noted, family, conversion, meta=to_host(frame._meta), token="to_host")
+
+
+def _host_part_noted(part, family: Family, conversion: str):
+    out = to_host(part)
+    if out is not part:
+        _noted(conversion, part, host_copy=True)
+    return out
+
+
 def _convert_block_noted(block, module: str, conversion: str):
     out = convert_array(block, module)
     if out is not block:
@@ -288,10 +306,11 @@ def _convert_part_noted(part, module: str, conversion: str):
     return out
 
 
-def _noted(conversion: str, block) -> None:
+def _noted(conversion: str, block, host_copy: bool = False) -> None:
     """Tell the backend audits on this worker (plugins with a ``note_conversion`` method:
     :class:`gpuscale.audit.AuditPlugin`) that a block of ``conversion`` was converted here, with
-    its host bytes. Nothing outside a ``distributed`` worker."""
+    its bytes; ``host_copy``: the running task outputs the host copy (:func:`host_copy`), named
+    by its key. Nothing outside a ``distributed`` worker."""
     try:
         from distributed import get_worker
         worker = get_worker()
@@ -301,5 +320,6 @@ def _noted(conversion: str, block) -> None:
     if plugins:
         from dask.sizeof import sizeof
         nbytes = int(sizeof(block))
+        key = worker.get_current_task() if host_copy else None
         for p in plugins:
-            p.note_conversion(conversion, nbytes)
+            p.note_conversion(conversion, nbytes, key=key)

@@ -53,6 +53,22 @@ class Knobs:
 
 
 @dataclass(frozen=True)
+class LossyWriter:
+    """A writer of a family's chunk library that does not keep the data: what it loses, and
+    the column dtypes it loses it for (empty: every frame). Inside a session the writer's Dask
+    function writes through the host library instead, or warns, or refuses, as
+    ``session.host-collections`` says (:mod:`gpuscale.backends.host_collections`)."""
+
+    reason: str
+    dtypes: tuple[str, ...] = ()
+
+    def loses(self, meta) -> list[str]:
+        """The columns of ``meta`` (a frame or series of the chunk library) it loses."""
+        dtypes = meta.dtypes.items() if hasattr(meta, "columns") else [(meta.name, meta.dtype)]
+        return [str(c) for c, dt in dtypes if not self.dtypes or str(dt) in self.dtypes]
+
+
+@dataclass(frozen=True)
 class Family:
     """A backend family. Subclass to change how it probes, synchronizes or sizes memory."""
 
@@ -77,6 +93,9 @@ class Family:
     """Where this family's chunks live: ``"host"`` (NumPy, pandas) or ``"device"`` (CuPy, cuDF).
     The backend audit names a change between families of different memory by it
     (``host -> device``)."""
+    lossy_writers: Mapping[str, LossyWriter] = field(default_factory=dict)
+    """Dask DataFrame writers (``"to_csv"``) whose partitions, written by this family's chunk
+    library, lose data (:class:`LossyWriter`); a session writes them through the host library."""
 
     # -- availability -----------------------------------------------------------------
     def missing(self, collection: str | None = None) -> tuple[str, str] | None:
@@ -163,6 +182,15 @@ class Family:
         ``session.host-collections`` says."""
         kinds = (collection,) if collection else tuple(HOST_CHUNKS)
         return all(self.chunk_module(k).partition(".")[0] == HOST_CHUNKS[k] for k in kinds)
+
+    def lossy_writer(self, writer: str, meta) -> tuple[LossyWriter, list[str]] | None:
+        """The loss (and the columns it hits) when ``writer`` writes partitions like ``meta``
+        with this family's chunk library; None when the writer keeps them whole."""
+        lossy = self.lossy_writers.get(writer)
+        if lossy is None or type(meta).__module__.partition(".")[0] != self.dataframe_module.partition(".")[0]:
+            return None
+        columns = lossy.loses(meta)
+        return (lossy, columns) if columns else None
 
     def dask_config(self) -> dict[str, str]:
         """The dask.config values this family sets (scoped to a session or run)."""

@@ -63,6 +63,17 @@ The mechanism, and why this one
     so two sessions in two threads of one process each see their own family and mode, and code
     in other threads (or after the block) calls straight through to Dask.
 
+Writers that lose data
+    A family may declare writers of its chunk library that do not keep the data
+    (:attr:`~.family.Family.lossy_writers`: cuDF's CSV writer keeps 9 significant digits of
+    float64, rapidsai/cudf#6418). Dask's writer functions (:data:`WRITERS`; ``df.to_csv`` calls
+    ``dask.dataframe.io.csv.to_csv``) are wrapped the same way: given a frame of the family
+    whose columns the writer loses, ``convert`` writes it through the host library (each
+    partition copied to pandas on its worker, inside the task that writes it: the files are
+    those plain Dask on the CPU writes) and records the conversion (the audit lists the host
+    copies as ``allowed``, with the reason); ``warn`` warns at the user's line; ``strict``
+    refuses there.
+
 Limits (documented in the README)
     * Names bound before the session (``from dask.dataframe import from_pandas`` at the top of
       a notebook) hold Dask's function itself and bypass the wrapper; ``dd.from_pandas`` /
@@ -113,6 +124,15 @@ on the backend (``read_parquet``, ``read_csv``, ``from_dict``...) return the fam
 under the GPU family and pass through; under a family without a Dask backend of its own they
 return pandas, which is converted like the rest."""
 
+WRITERS: dict[str, tuple[str, ...]] = {
+    "dask.dataframe": ("to_csv",),
+    "dask.dataframe.io": ("to_csv",),
+    "dask.dataframe.io.csv": ("to_csv",),
+}
+"""Dask's DataFrame writers wrapped in a session (module -> attribute names), by the name a
+family's :attr:`~.family.Family.lossy_writers` uses. ``DataFrame.to_csv`` imports
+``dask.dataframe.io.csv.to_csv`` when called, so the method is caught with the function."""
+
 IN_MEMORY = frozenset({"from_pandas", "from_dict", "from_array", "asarray", "asanyarray"})
 """Functions whose input is the host object itself: the fix is ``s.to_backend(obj)`` (each task
 builds its block on the backend); for the others it is ``s.to_backend(collection)``."""
@@ -145,6 +165,8 @@ class Conversion:
     partitions: int
     """Blocks (array) or partitions (frame) of the collection."""
     action: str = "convert"
+    why: str = ""
+    """Why it was converted when Dask's chunks were the family's (a writer that loses data)."""
 
     @property
     def where(self) -> str:
@@ -197,6 +219,42 @@ class Scope:
         with self.lock:
             self.conversions.append(conv)
         return convert.on_workers(out, self.family, conv.id)
+
+
+    def write(self, df, writer: str, function: str, caller):
+        """The frame ``writer`` (``"to_csv"``, Dask's ``function``) should write, called from
+        frame ``caller``: ``df`` itself, or in ``convert`` mode its host copy when the family's
+        chunk library would lose some of its columns (:meth:`~.family.Family.lossy_writer`)."""
+        if convert.collection_kind(df) != "dataframe":
+            return df
+        hit = self.family.lossy_writer(writer, df._meta)
+        if hit is None:
+            return df
+        site = call_site(caller)
+        if site is None:
+            return df
+        lossy, columns = hit
+        file, line = site
+        meta = df._meta
+        conv = Conversion(id=uuid.uuid4().hex[:12], function=function, file=file, line=line, collection="dataframe",
+                          from_type=f"{type(meta).__module__.partition('.')[0]}.{type(meta).__name__}",
+                          to_module=HOST_CHUNKS["dataframe"], partitions=_blocks(df), action=self.mode,
+                          why=f"{lossy.reason}: columns {', '.join(columns)}")
+        what = f"{function} of {conv.partitions} {conv.from_type} partition(s) loses data ({conv.why})"
+        fix = (f"write through the host library with df.to_backend('{HOST_CHUNKS['dataframe']}').{writer}(...), "
+               "or write Parquet, or set session.host-collections to convert (host_collections='convert')")
+        if self.mode == "strict":
+            raise UserError(f"{conv.where}: {what} (session.host-collections is strict)", fix)
+        if self.mode == "warn":
+            with self.lock:
+                first = (file, line) not in self.warned
+                self.warned.add((file, line))
+            if first:
+                warnings.warn_explicit(f"{conv.where}: {what}; {fix}", HostCollectionWarning, file, line)
+            return df
+        with self.lock:
+            self.conversions.append(conv)
+        return convert.host_copy(df, self.family, conv.id)
 
 
 def _blocks(obj) -> int:
@@ -317,23 +375,44 @@ def _wrap(module: str, name: str, fn: Callable) -> Callable:
     return creation
 
 
+def _wrap_writer(name: str, fn: Callable) -> Callable:
+    label = f"dask.dataframe.{name}"
+
+    @functools.wraps(fn)
+    def writer(df, *args, **kwargs):
+        s = _SCOPE.get()
+        if s is None or _INSIDE.get():
+            return fn(df, *args, **kwargs)
+        df = s.write(df, name, label, sys._getframe(1))
+        token = _INSIDE.set(True)
+        try:
+            return fn(df, *args, **kwargs)
+        finally:
+            _INSIDE.reset(token)
+
+    writer.__gpuscale_host_collections__ = fn
+    return writer
+
+
 def _install() -> None:
     global _USERS
     with _LOCK:
         _USERS += 1
         if _USERS > 1:
             return
-        for module, names in FUNCTIONS.items():
-            try:
-                mod = importlib.import_module(module)
-            except ImportError:
-                continue
-            for name in names:
-                fn = getattr(mod, name, None)
-                if fn is None or hasattr(fn, "__gpuscale_host_collections__"):
+        for table, wrap in ((FUNCTIONS, lambda module, name, fn: _wrap(module, name, fn)),
+                            (WRITERS, lambda module, name, fn: _wrap_writer(name, fn))):
+            for module, names in table.items():
+                try:
+                    mod = importlib.import_module(module)
+                except ImportError:
                     continue
-                _ORIGINALS[(module, name)] = fn
-                setattr(mod, name, _wrap(module, name, fn))
+                for name in names:
+                    fn = getattr(mod, name, None)
+                    if fn is None or hasattr(fn, "__gpuscale_host_collections__"):
+                        continue
+                    _ORIGINALS[(module, name)] = fn
+                    setattr(mod, name, wrap(module, name, fn))
 
 
 def _uninstall() -> None:

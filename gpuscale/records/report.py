@@ -255,7 +255,8 @@ def audit_lines(a: dict[str, Any] | None) -> list[tuple[str, str]]:
         rows.append(("  converted", escape(f"{c['function'] or 'a collection'} at {c['where'] or '?'}: "
                                            f"{c['converted_blocks']} block(s) of {c['partitions'] or '?'}, "
                                            f"{format_bytes(c['bytes'])} of {c['from_type'] or 'host data'} "
-                                           f"-> {c['to_module'] or '?'} on the workers (for you)")))
+                                           f"-> {c['to_module'] or '?'} on the workers (for you)"
+                                           + (f": {c['why']}" if c.get("why") else ""))))
     if a["transfer_count"]:
         directions: dict[str, list[int]] = {}
         for c in a["transfers"]:
