@@ -1,0 +1,226 @@
+"""Issue 21's grid in ONE run: gpuscale's defaults on every shape, against plain Dask and the
+library alone, and the fixed cost of a run on a warm session.
+
+``groupby``  rows x keys (default: rows {10 M, 100 M, 400 M} x keys {10, 1 000, 1 M, rows / 2},
+             max/count/mean of ``key`` as the ``groupby`` workload makes it). Per cell, on the
+             same data, each side warmed once and timed ``--rounds`` times (medians):
+
+             * gpuscale default: the data in the partitions the ``groupby`` workload's rule
+               picks (no ``--partitions``), ``gpuscale.dataframe.groupby_agg`` as ``run groupby``
+               calls it (the plan it picks is printed);
+             * plain Dask on the same partitions, three ways: backend switched only
+               (``df.groupby("key").agg(spec)``), ``split_out=1`` by hand, ``repartition(1)``
+               first; the best of the three is the bar to beat;
+             * the library alone (cuDF / pandas): the data in one frame on the worker, one
+               ``groupby(...).agg(...)`` timed inside the task with the device synchronized;
+             * ``--explore``: gpuscale's route at other partition counts, to derive the rule.
+
+             Every answer is compared with gpuscale's (every group: counts and max exact, means
+             to 1e-9); a disagreement is printed in the table.
+``fixed``    every workload at its smallest size in workflows/library.yaml on the warm
+             session (``s.run``: timed repeats of the workload's compute, medians) against Dask's
+             own floor on the same cluster: ``client.submit(f, x).result()`` and a 10-chunk
+             ``da.ones(...).sum().compute()``; the ratio to the submit round trip.
+
+    python workflows/shape_grid.py --backend gpu --gpus 0 --json grid.json     # on the GPU machine
+    python workflows/shape_grid.py --smoke                                      # CPU, seconds
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import statistics
+import sys
+import time
+
+import dask
+import dask.array as da
+import yaml
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import bench_vs_peer as peer  # noqa: E402  (the measuring and checking helpers, one copy)
+
+import gpuscale  # noqa: E402
+from gpuscale.runs import runner  # noqa: E402
+from gpuscale.workloads import Context, get as get_workload  # noqa: E402
+from gpuscale.workloads.groupby import AGG, ROW_BYTES  # noqa: E402
+
+FULL_ROWS = (10_000_000, 100_000_000, 400_000_000)
+FULL_KEYS = (10, 1_000, 1_000_000, "half")
+SMOKE_ROWS = (200_000, 1_000_000)
+SMOKE_KEYS = (10, 1_000, "half")
+EXPLORE = (1, 2, 4, 8, 16, 32)
+
+
+def default_partitions(s, rows: int) -> int:
+    """The ``groupby`` workload's partition count on this session (its rule, no flag)."""
+    ctx = Context(s.family, s.spec, s.client)
+    cls = get_workload("groupby")
+    cls().plan(cls.Params(rows=rows, keys=10), ctx)
+    return int(ctx.choices["partitions"]["value"])
+
+
+def groupby_cell(s, rows: int, keys: int, rounds: int, explore: bool) -> list[dict]:
+    parts = default_partitions(s, rows)
+    df = peer._groupby_data(s, rows, keys, parts)
+    plan = gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows).plan
+    sides = {
+        "gpuscale default": lambda: gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows).result,
+        "plain, backend switched only": lambda: df.groupby("key").agg(AGG),
+        "plain, split_out=1": lambda: df.groupby("key").agg(AGG, split_out=1),
+        "plain, repartition(1)": lambda: df.repartition(npartitions=1).groupby("key").agg(AGG, split_out=1),
+    }
+    res = peer.measure(s, sides, rounds, peer.frame_host, peer.frame_same)
+    alone = _alone(s, df, rounds)
+    out = [{**r, "partitions": parts, "plan": plan.strategy if r["side"] == "gpuscale default" else ""} for r in res]
+    g = next(r for r in out if r["side"] == "gpuscale default")["median_s"]
+    out.append({"side": f"{s.family.dataframe_module} alone", "median_s": alone, "vs_gpuscale": alone / g,
+                "agrees": True, "partitions": 1, "plan": ""})
+    if explore:
+        for n in EXPLORE:
+            if n == parts or n > rows:
+                continue
+            d = peer._groupby_data(s, rows, keys, n)
+            pl = gpuscale.dataframe.groupby_agg(d, "key", AGG, groups=keys, rows=rows).plan
+            r = peer.measure(s, {"gpuscale route": lambda: gpuscale.dataframe.groupby_agg(
+                d, "key", AGG, groups=keys, rows=rows).result}, rounds, peer.frame_host, peer.frame_same)[0]
+            out.append({**r, "side": f"gpuscale route, {n} partitions", "vs_gpuscale": r["median_s"] / g,
+                        "partitions": n, "plan": pl.strategy})
+    return [{"rows": rows, "keys": keys, **r} for r in out]
+
+
+def _alone(s, df, rounds: int) -> float:
+    one = s.client.persist(df.repartition(npartitions=1))
+    runner.timed(s.client, s.family, lambda: one)
+    part = one.to_delayed()[0]
+    times = []
+    for _ in range(rounds + 1):
+        fut = s.client.compute(dask.delayed(peer._alone)([part]))
+        t, res = fut.result()
+        times.append(t)
+        del fut, res
+    return statistics.median(times[1:])
+
+
+def _echo(x):
+    return x
+
+
+def fixed_costs(s, rounds: int, smoke: bool) -> list[dict]:
+    spec = yaml.safe_load((pathlib.Path(__file__).parent / ("tiny.yaml" if smoke else "library.yaml")).read_text())
+    trips = []
+    for _ in range(rounds * 5 + 1):
+        t0 = time.perf_counter()
+        s.client.submit(_echo, len(trips), pure=False).result()
+        trips.append(time.perf_counter() - t0)
+    submit = statistics.median(trips[1:])
+    sums = []
+    for _ in range(rounds * 2 + 1):
+        t0 = time.perf_counter()
+        da.ones(1000, chunks=100).sum().compute()
+        sums.append(time.perf_counter() - t0)
+    rows = [{"workload": "client.submit(f, x).result()", "size": "", "median_s": submit, "vs_submit": 1.0},
+            {"workload": "da.ones(1000, chunks=100).sum()", "size": "10 chunks",
+             "median_s": statistics.median(sums[1:]), "vs_submit": statistics.median(sums[1:]) / submit}]
+    for name, w in spec["workloads"].items():
+        size = dict(w["sizes"][0])
+        params = {**(w.get("params") or {}), **size}
+        params = {k: v for k, v in params.items() if k != "partitions"}  # defaults only
+        for k, vals in (w.get("grid") or {}).items():
+            params[k] = vals[0]
+        try:
+            rec = s.run(name, repeat=max(3, rounds), warmup=1, write=False, audit=False, **params)
+            rows.append({"workload": name, "size": ", ".join(f"{k}={v}" for k, v in size.items()),
+                         "median_s": rec.median_s, "vs_submit": rec.median_s / submit,
+                         "valid": rec.valid})
+        except Exception as e:  # noqa: BLE001 - a row that fails is a row of the table
+            rows.append({"workload": name, "size": str(size), "median_s": math.nan, "vs_submit": math.nan,
+                         "error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"})
+    return rows
+
+
+def print_grid(rows: list[dict]) -> None:
+    print(f"\ngroupby grid ({len({(r['rows'], r['keys']) for r in rows})} cells): median seconds; "
+          "ratios are gpuscale default / other")
+    head = f"{'rows':>12} {'keys':>11} {'parts':>5} {'plan':10} {'gpuscale':>9} {'best plain':>10} {'way':24} " \
+           f"{'alone':>9} {'/alone':>7} {'/plain':>7}  ok"
+    print(head)
+    print("-" * len(head))
+    for cell in sorted({(r["rows"], r["keys"]) for r in rows}):
+        rs = [r for r in rows if (r["rows"], r["keys"]) == cell]
+        g = next(r for r in rs if r["side"] == "gpuscale default")
+        plain = min((r for r in rs if r["side"].startswith("plain")), key=lambda r: r["median_s"])
+        alone = next(r for r in rs if r["side"].endswith("alone"))
+        ok = all(r["agrees"] for r in rs)
+        bad = [f"{r['side']}: {r.get('disagreement', '')}" for r in rs if not r["agrees"]]
+        print(f"{cell[0]:>12,} {cell[1]:>11,} {g['partitions']:>5} {g['plan']:10} {g['median_s']:>9.4f} "
+              f"{plain['median_s']:>10.4f} {plain['side'][7:]:24} {alone['median_s']:>9.4f} "
+              f"{g['median_s'] / alone['median_s']:>7.2f} {g['median_s'] / plain['median_s']:>7.2f}  "
+              f"{'yes' if ok else 'NO ' + '; '.join(bad)}")
+        for r in rs:
+            if r["side"].startswith("gpuscale route,"):
+                print(f"{'':>25}{r['partitions']:>5} {r['plan']:10} {r['median_s']:>9.4f}  ({r['side']})")
+
+
+def print_fixed(rows: list[dict]) -> None:
+    print("\nfixed cost on a warm session: each workload at its smallest library size (median of its "
+          "timed repeats) vs Dask's submit round trip")
+    head = f"{'workload':34} {'size':34} {'median s':>9} {'x submit':>9}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['workload']:34} {r['size'][:34]:34} {r['median_s']:>9.4f} {r['vs_submit']:>9.1f}"
+              + (f"  {r['error']}" if r.get("error") else "") + ("" if r.get("valid", True) else "  INVALID"))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--gpus", default=None)
+    ap.add_argument("--smoke", action="store_true", help="CPU-sized grid (seconds)")
+    ap.add_argument("--rows", default=None, help="comma-separated row counts")
+    ap.add_argument("--keys", default=None, help="comma-separated key counts ('half': rows / 2)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--explore", action="store_true", help="also gpuscale's route at other partition counts")
+    ap.add_argument("--parts", default="groupby,fixed")
+    ap.add_argument("--max-bytes", type=float, default=None,
+                    help="skip cells whose data exceeds this many bytes (default: a quarter of the workers' memory)")
+    ap.add_argument("--json", dest="json_path")
+    a = ap.parse_args(argv)
+    rows_list = [int(x) for x in a.rows.split(",")] if a.rows else (SMOKE_ROWS if a.smoke else FULL_ROWS)
+    keys_list = [k if k == "half" else int(k) for k in (a.keys.split(",") if a.keys else
+                                                         (SMOKE_KEYS if a.smoke else FULL_KEYS))]
+    kw = {"backend": a.backend}
+    if a.gpus:
+        kw["gpus"] = a.gpus
+    out = {"grid": [], "fixed": []}
+    with gpuscale.session(**kw) as s:
+        mem = sum(s.family.worker_memory(s.client).values())
+        limit = a.max_bytes or mem / 4
+        print(f"{s.family.name} session: {len(s.client.scheduler_info(n_workers=-1)['workers'])} worker(s), "
+              f"{mem / 2**30:.0f} GiB; cells over {limit / 2**30:.1f} GiB of data skipped")
+        if "groupby" in a.parts:
+            for rows in rows_list:
+                for k in keys_list:
+                    keys = rows // 2 if k == "half" else k
+                    if rows * ROW_BYTES > limit:
+                        print(f"skip {rows:,} x {keys:,}: {rows * ROW_BYTES / 2**30:.1f} GiB")
+                        continue
+                    t0 = time.perf_counter()
+                    out["grid"] += groupby_cell(s, rows, keys, a.rounds, a.explore)
+                    print(f"cell {rows:,} rows x {keys:,} keys: {time.perf_counter() - t0:.1f} s", flush=True)
+                    if a.json_path:
+                        pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))
+            print_grid(out["grid"])
+        if "fixed" in a.parts:
+            out["fixed"] = fixed_costs(s, a.rounds, a.smoke)
+            print_fixed(out["fixed"])
+    if a.json_path:
+        pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
