@@ -39,6 +39,11 @@ class Knobs:
     """A groupby result estimated under this stays in one partition (tree reduction)."""
     split_every: int | None
     """Fan-in of tree reductions; None = all partials in one combine."""
+    groupby_concat_min_fraction: float = 0.05
+    """A decomposable groupby under the result budget runs "per-worker" (each worker concatenates
+    its partitions and aggregates once; one task on one worker) when a partition's groups are at
+    least this fraction of its rows; below it, partials combine in a tree. 0: always per-worker
+    (the GPU: one task at a time per device, and Dask's tree costs more than the work)."""
     rmm_pool_size: float | None = None
     """RMM pool per worker as a fraction of device memory (None: no pool)."""
     pre_import: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

@@ -58,8 +58,17 @@ FAMILY = GpuFamily(
         partition_bytes=1 * GiB,
         # The task-based shuffle keeps cuDF partitions on the device; P2P goes through host memory.
         shuffle_method="tasks",
-        split_out_budget_bytes=1 * GiB,
+        # One GPU runs one task at a time, so splitting a groupby result gives no parallelism:
+        # on an H200 (workflows/shape_grid.py), 100 M rows / 50 M keys took 0.33 s split over 3
+        # partitions by the task shuffle and 0.15 s in one (plain Dask, repartition(1)); 400 M
+        # rows / 200 M keys (a 6.4 GB result) 0.99 s against 0.51 s. Results up to 8 GiB stay in
+        # one partition.
+        split_out_budget_bytes=8 * GiB,
         split_every=None,  # one combine step: partials are few and the device is fast
+        # Dask's tree reduction costs ~65 ms more than the aggregation at 10 M rows on an H200
+        # (1 partition: 0.071 s; cuDF alone 0.005 s), per-worker's one task 0.026 s; at 100 M rows
+        # / 10 keys tree 0.09-0.11 s, cuDF alone 0.029 s (workflows/shape_grid.py --explore).
+        groupby_concat_min_fraction=0.0,
         rmm_pool_size=0.8,
         pre_import={"array": ("cupy",), "dataframe": ("cupy", "cudf", "dask_cudf"),
                     "session": ("cupy",)},

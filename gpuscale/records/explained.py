@@ -33,6 +33,8 @@ FAMILY_KNOBS = {
     "shuffle_method": "shuffle used when a result is split over partitions (None: Dask's default)",
     "split_out_budget_bytes": "a groupby result estimated under this stays in one partition",
     "split_every": "fan-in of tree reductions (None: all partials in one combine)",
+    "groupby_concat_min_fraction": "a groupby runs per-worker (concatenate, aggregate once) when a partition's "
+                                   "groups are at least this fraction of its rows (0: always)",
     "pre_import": "libraries each worker imports at start",
 }
 

@@ -23,10 +23,6 @@ BYTES_PER_VALUE = 8
 # Aggregations the per-worker route decomposes: partial aggregations, and how partials combine.
 DECOMPOSE = {"sum": (("sum",), "sum"), "count": (("count",), "sum"), "min": (("min",), "min"),
              "max": (("max",), "max"), "mean": (("sum", "count"), None)}
-# Per-worker concatenation pays when a partition's partial result would still hold at least
-# this fraction of its rows (high cardinality): aggregating each partition first then does the
-# work twice. Below it, per-partition aggregation shrinks the data and the tree wins.
-CONCAT_MIN_GROUP_FRACTION = 0.05
 
 
 @dataclasses.dataclass
@@ -110,8 +106,10 @@ def choose_groupby(df, by, agg, *, groups: int | None = None, rows: int | None =
     * the result is estimated at ``groups`` x (key + aggregate columns) x 8 B; over the family's
       per-partition budget it is split over ``split_out`` partitions by the family's shuffle;
     * under it, one output partition: if each input partition would still hold many groups
-      (groups >= 5% of its rows) every worker concatenates its own partitions and aggregates
-      once ("per-worker"), else each partition is aggregated and partials are combined in a tree.
+      (groups >= the family's ``groupby_concat_min_fraction`` of its rows: 5 % on the CPU, where
+      per-partition aggregation shrinks the data and threads share it; always on the GPU) every
+      worker concatenates its own partitions and aggregates once ("per-worker"), else each
+      partition is aggregated and partials are combined in a tree.
 
     ``groups`` (distinct keys) and ``rows`` are estimated in one pass when not given.
     """
@@ -161,10 +159,16 @@ def decide_groupby(*, groups: int, rows: int, npartitions: int, width: int, deco
                            result_bytes, budget, why)
     per_part = max(1, rows // max(1, nparts))
     fraction = min(groups, per_part) / per_part
-    if nparts > 1 and fraction >= CONCAT_MIN_GROUP_FRACTION and decomposable:
-        why = (f"split_out=1 ({size}, under the {fam.name} budget of {budget / 1e6:.4g} MB); "
-               f"per-worker: a partition of ~{per_part:,} rows would keep ~{fraction:.0%} of them "
-               f"as groups, so each worker concatenates its partitions and aggregates once")
+    least = knobs.groupby_concat_min_fraction
+    if (nparts > 1 or least == 0) and fraction >= least and decomposable:
+        if least == 0:
+            why = (f"split_out=1 ({size}, under the {fam.name} budget of {budget / 1e6:.4g} MB); "
+                   f"per-worker: the {fam.name} family aggregates each worker's partitions in one task "
+                   f"(groupby_concat_min_fraction 0: Dask's tree costs more than the work there)")
+        else:
+            why = (f"split_out=1 ({size}, under the {fam.name} budget of {budget / 1e6:.4g} MB); "
+                   f"per-worker: a partition of ~{per_part:,} rows would keep ~{fraction:.0%} of them "
+                   f"as groups (>= {least:.0%}), so each worker concatenates its partitions and aggregates once")
         return GroupbyDecision("per-worker", 1, split_every, None, groups, source, result_bytes, budget, why)
     why = (f"split_out=1: {size}, under the {fam.name} per-partition budget of "
            f"{budget / 1e6:.4g} MB: tree reduction (fan-in {split_every}), no shuffle")
