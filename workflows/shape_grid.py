@@ -104,6 +104,71 @@ def _alone(s, df, rounds: int) -> float:
     return statistics.median(times[1:])
 
 
+FRAME_ROWS_FULL = (10_000_000, 50_000_000)
+FRAME_ROWS_SMOKE = (200_000,)
+FRAME_CASES = (("merge", {}), ("shuffle", {"method": "sort_values"}), ("shuffle", {"method": "set_index"}))
+
+
+def _alone_frames(parts_a, parts_b, op: str):
+    """The library alone on one worker: one frame (two for merge), the operation timed inside
+    the task with the device synchronized."""
+    from dask.dataframe.dispatch import concat
+    a = concat(list(parts_a))
+    b = concat(list(parts_b)) if parts_b else None
+    peer._sync_here()
+    t0 = time.perf_counter()
+    if op == "merge":
+        out = a.merge(b, on="key", how="inner")
+    elif op == "sort_values":
+        out = a.sort_values("key")
+    else:  # Dask's set_index sorts: the library's equivalent
+        out = a.sort_values("key").set_index("key")
+    peer._sync_here()
+    return time.perf_counter() - t0, len(out)
+
+
+def frame_ops(s, rounds: int, smoke: bool) -> list[dict]:
+    """merge / sort_values / set_index: ``s.run`` (defaults) against the library alone on the
+    workload's own generated data (one frame on one worker); row counts compared."""
+    rows_out = []
+    for rows in (FRAME_ROWS_SMOKE if smoke else FRAME_ROWS_FULL):
+        for name, extra in FRAME_CASES:
+            params = {"rows": rows, **extra}
+            rec = s.run(name, repeat=rounds, warmup=1, write=False, audit=False, **params)
+            cls = get_workload(name)
+            p = cls.Params(**params)
+            ctx = Context(s.family, s.spec, s.client)
+            wl = cls()
+            wl.plan(p, ctx)
+            data = wl.generate(p, ctx)
+            frames = [data["left"], data["right"]] if isinstance(data, dict) else [data]
+            ones = [s.client.persist(f.repartition(npartitions=1)) for f in frames]
+            runner.timed(s.client, s.family, lambda: ones[0])
+            parts = [o.to_delayed()[0] for o in ones]
+            op = extra.get("method", "merge")
+            times, n = [], None
+            for _ in range(rounds + 1):
+                fut = s.client.compute(dask.delayed(_alone_frames)([parts[0]], [parts[1]] if len(parts) > 1 else None, op))
+                t, n = fut.result()
+                times.append(t)
+                del fut
+            alone = statistics.median(times[1:])
+            rows_out.append({"workload": name, "op": op, "rows": rows, "median_s": rec.median_s, "valid": rec.valid,
+                             "partitions": rec.choices.get("partitions", {}).get("value"),
+                             "alone_s": alone, "vs_alone": rec.median_s / alone, "alone_rows": n})
+    return rows_out
+
+
+def print_frames(rows: list[dict]) -> None:
+    print("\nmerge and shuffle: gpuscale run (defaults) vs the library alone (one frame, one call)")
+    head = f"{'op':12} {'rows':>12} {'gpuscale':>9} {'alone':>9} {'ratio':>6}  valid"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['op']:12} {r['rows']:>12,} {r['median_s']:>9.4f} {r['alone_s']:>9.4f} {r['vs_alone']:>6.2f}  "
+              f"{'yes' if r['valid'] else 'NO'}")
+
+
 def _echo(x):
     return x
 
@@ -184,7 +249,7 @@ def main(argv=None) -> int:
     ap.add_argument("--keys", default=None, help="comma-separated key counts ('half': rows / 2)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--explore", action="store_true", help="also gpuscale's route at other partition counts")
-    ap.add_argument("--parts", default="groupby,fixed")
+    ap.add_argument("--parts", default="groupby,frames,fixed")
     ap.add_argument("--max-bytes", type=float, default=None,
                     help="skip cells whose data exceeds this many bytes (default: a quarter of the workers' memory)")
     ap.add_argument("--json", dest="json_path")
@@ -195,7 +260,7 @@ def main(argv=None) -> int:
     kw = {"backend": a.backend}
     if a.gpus:
         kw["gpus"] = a.gpus
-    out = {"grid": [], "fixed": []}
+    out = {"grid": [], "frames": [], "fixed": []}
     with gpuscale.session(**kw) as s:
         mem = sum(s.family.worker_memory(s.client).values())
         limit = a.max_bytes or mem / 4
@@ -214,6 +279,11 @@ def main(argv=None) -> int:
                     if a.json_path:
                         pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))
             print_grid(out["grid"])
+        if "frames" in a.parts:
+            out["frames"] = frame_ops(s, a.rounds, a.smoke)
+            print_frames(out["frames"])
+            if a.json_path:
+                pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))
         if "fixed" in a.parts:
             out["fixed"] = fixed_costs(s, a.rounds, a.smoke)
             print_fixed(out["fixed"])
