@@ -114,3 +114,35 @@ def test_html_repr(record):
     r, _ = record
     html = r._repr_html_()
     assert "gpuscale result" in html and r.path in html
+
+
+def _sleepy(block, seconds):
+    import time
+    time.sleep(seconds)
+    return block
+
+
+def test_time_split_names_the_workers_compute(cpu_session, tmp_path):
+    """The record splits each timed repeat into compute on the workers (from the scheduler's
+    task stream), transfers and the rest: a workload whose 4 blocks each sleep 0.15 s on 2
+    single-threaded workers computes ~0.3 s of wall time per repeat."""
+    import dask.array as da
+    import gpuscale
+
+    @gpuscale.workload("sleepy_blocks", params={"seconds": 0.15}, validate=lambda result, x, p: True,
+                       generate=lambda p, ctx: da.ones(8, chunks=2), replace=True)
+    def sleepy_blocks(x, p, ctx):
+        return x.map_blocks(_sleepy, p.seconds, dtype=x.dtype)
+
+    from gpuscale.workloads import registry
+    try:
+        r = cpu_session.run("sleepy_blocks", repeat=2, warmup=0, results_dir=str(tmp_path))
+    finally:
+        registry.unregister("sleepy_blocks")
+    split = r.info["time_split"]
+    assert split["available"] and len(split["repeats"]) == 2, split
+    for rep, t in zip(split["repeats"], r.times_s):
+        assert rep["elapsed_s"] == t and rep["tasks"] == 4
+        assert 0.28 <= rep["compute_s"] <= t and 0.58 <= rep["busy_s"] <= 0.9  # 4 x 0.15 s on 2 threads
+        assert abs(rep["compute_s"] + rep["transfer_s"] + rep["other_s"] - t) < 1e-9
+    assert json.loads(pathlib.Path(r.path).read_text())["info"]["time_split"]["compute_s"] == split["compute_s"]

@@ -86,6 +86,11 @@ def result_table(r) -> Table:
     t.add_row("median / min", f"{_fmt_s(r.median_s)} / {_fmt_s(r.min_s)}  over {len(r.times_s)} repeat(s)")
     t.add_row("times", ", ".join(_fmt_s(x) for x in r.times_s))
     t.add_row("warm-up", ", ".join(_fmt_s(x) for x in r.warmup_s) or "-")
+    split = r.info.get("time_split") or {}
+    if split.get("available"):
+        t.add_row("median repeat", f"compute on workers {_fmt_s(split['compute_s'])}, transfers "
+                  f"{_fmt_s(split['transfer_s'])}, the rest {_fmt_s(split['other_s'])} [dim](graph, scheduling, "
+                  f"round trips, synchronize; {split['tasks']:.0f} task(s))[/dim]")
     t.add_row("start-up / generate / validate",
               f"{_fmt_s(r.startup_s)} / {_fmt_s(r.generate_s)} / {_fmt_s(r.validate_s)}")
     t.add_row("params", ", ".join(f"{k}={v}" for k, v in r.params.items()))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import statistics
 import time
 import warnings
 from typing import Any, Callable, ContextManager, Iterator
@@ -113,6 +114,60 @@ def timed(client, family, build):
     wait(_futures(out))
     family.synchronize(client)
     return time.perf_counter() - t0, out
+
+
+# ---------------------------------------------------------------------------------------
+# Where a repeat's time went: compute on the workers, transfers, the rest
+# ---------------------------------------------------------------------------------------
+def stream_index(client) -> int | None:
+    """The scheduler's task-stream cursor (tasks recorded so far), or None where distributed
+    has none (older than 2026.7) or the scheduler cannot be asked."""
+    try:
+        return int(client.sync(client.scheduler.get_task_stream_index))
+    except Exception:  # noqa: BLE001 - the split is extra: without a cursor the record says so
+        return None
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
+
+def time_split(client, cursors: list[int | None], end: int | None, elapsed: list[float]) -> dict[str, Any]:
+    """How each timed repeat's time splits, from the scheduler's task stream between the
+    repeat's cursors: ``compute_s`` (wall time in which some worker was computing one of its
+    tasks), ``transfer_s`` (in which some worker was fetching data and none computing), and
+    ``other_s``, the rest of the repeat: building and sending the graph, scheduling, round
+    trips, the device synchronize. Medians over the repeats, and each repeat's own."""
+    if end is None or any(c is None for c in cursors) or not cursors:
+        return {"available": False, "why": "this distributed has no task-stream cursor (get_task_stream_index)"}
+    try:
+        records = client.sync(client.scheduler.get_task_stream, start_index=cursors[0])
+    except Exception as e:  # noqa: BLE001
+        return {"available": False, "why": f"the task stream could not be read: {type(e).__name__}"}
+    bounds = [*cursors, end]
+    per = []
+    for i, t in enumerate(elapsed):
+        recs = records[bounds[i] - cursors[0]:bounds[i + 1] - cursors[0]]
+        comp = [(s["start"], s["stop"]) for r in recs for s in r.get("startstops", ()) if s.get("action") == "compute"]
+        xfer = [(s["start"], s["stop"]) for r in recs for s in r.get("startstops", ()) if s.get("action") == "transfer"]
+        c = min(_union(comp), t)
+        x = min(max(0.0, _union(comp + xfer) - _union(comp)), t - c)
+        per.append({"elapsed_s": t, "compute_s": c, "transfer_s": x, "other_s": max(0.0, t - c - x),
+                    "tasks": len(recs), "busy_s": sum(b - a for a, b in comp)})
+    med = {k: statistics.median(r[k] for r in per) for k in ("elapsed_s", "compute_s", "transfer_s", "other_s",
+                                                            "tasks", "busy_s")}
+    return {"available": True, **med, "repeats": per,
+            "how": "the scheduler's task stream between each repeat's cursors: compute = wall time with a "
+                   "task computing on some worker; transfer = fetching with none computing; other = the rest "
+                   "(graph, scheduling, round trips, device synchronize)"}
 
 
 def headroom(workload: Workload, p, ctx: Context, limits: list[int] | None) -> dict[str, Any]:
@@ -227,6 +282,7 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, a
 
     times: list[float] = []
     warm: list[float] = []
+    cursors: list[int | None] = []
     out: Output | None = None
     unsettled = 0
     info: dict[str, Any] = {}
@@ -243,12 +299,15 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, a
             if not settle(client, baseline):
                 unsettled += 1
             name = "warmup" if i < warmup else "compute"
+            if i >= warmup:
+                cursors.append(stream_index(client))
             with span("gpuscale", workload.name, name), phase(name, repeat=i if i < warmup else i - warmup):
                 elapsed, collections = timed(client, fam, build)
             out = Output(collections, dict(info))
             collections = None
             (warm if i < warmup else times).append(elapsed)
             advance()
+    out.info["time_split"] = time_split(client, cursors, stream_index(client), times)
     audit = auditor.finish("compute", runs={"generate": 1, "compute": warmup + repeat}) \
         if auditor is not None else None
 
