@@ -182,3 +182,30 @@ def test_on_distributed_cluster(cpu_session, frame, split_out):
         got = res.result.compute().sort_index()
         pd.testing.assert_frame_equal(got, ref, check_exact=False, rtol=1e-12)
     check_matches_pandas(res, frame, "key", SPEC)
+
+
+def test_merge_and_sort_routes_one_task_on_one_single_thread_worker(cpu_session):
+    """merge / sort_values / set_index: one task (the library's own call) when one worker with
+    one thread is the whole cluster, Dask's way otherwise (cpu_session: 2 workers); the rows
+    equal pandas' either way."""
+    import gpuscale
+    rng = np.random.default_rng(0)
+    left = pd.DataFrame({"key": rng.permutation(2_000), "x": np.arange(2_000)})
+    right = pd.DataFrame({"key": rng.integers(0, 3_000, 1_500), "y": rng.random(1_500)})
+    ref = left.merge(right, on="key").sort_values(["key", "y"]).reset_index(drop=True)
+    with gpuscale.session(backend="cpu", workers=1, threads_per_worker=1) as one:
+        for client_plan, session in (("one task", one), ("dask", cpu_session)):
+            with session.client.as_current():
+                dl = dd.from_pandas(left, npartitions=3)
+                dr = dd.from_pandas(right, npartitions=2)
+                m = gdf.merge(dl, dr, "key")
+                assert m.plan == client_plan, m.reason
+                got = m.result.compute().sort_values(["key", "y"]).reset_index(drop=True)
+                pd.testing.assert_frame_equal(got, ref, check_dtype=False)
+                s = gdf.sort(dl, "key")
+                assert s.plan == client_plan
+                assert s.result.compute()["key"].tolist() == sorted(left["key"])
+                i = gdf.sort(dl, "key", index=True)
+                out = i.result.compute()
+                assert i.plan == client_plan and out.index.is_monotonic_increasing and len(out) == len(left)
+                assert (out["x"].to_numpy() == left.set_index("key").loc[out.index, "x"].to_numpy()).all()

@@ -106,9 +106,11 @@ class Merge(Workload):
         return {"left": left, "right": right}
 
     def compute(self, data, p, ctx: Context) -> Output:
-        res = data["left"].merge(data["right"], on="key", how="inner",
-                                 shuffle_method=ctx.choices["shuffle_method"]["value"])
-        return Output({"result": res})
+        from ..routes import dataframe as gdf
+        route = gdf.merge(data["left"], data["right"], on="key", how="inner",
+                          shuffle_method=ctx.choices["shuffle_method"]["value"])
+        ctx.decide("join", route.plan, "rule", route.reason)
+        return Output({"result": route.result})
 
     def validate(self, out: Output, data, p, ctx: Context) -> Validation:
         res, left, right = out.collections["result"], data["left"], data["right"]

@@ -86,9 +86,10 @@ class Shuffle(Workload):
         return from_partitions(make_partition, p.rows, ctx.choices["partitions"]["value"], ctx, p.seed)
 
     def compute(self, df, p, ctx: Context) -> Output:
-        how = ctx.choices["shuffle_method"]["value"]
-        res = getattr(df, p.method)("key", shuffle_method=how)
-        return Output({"result": res})
+        from ..routes import dataframe as gdf
+        route = gdf.sort(df, "key", index=p.method == "set_index", shuffle_method=ctx.choices["shuffle_method"]["value"])
+        ctx.decide("sort", route.plan, "rule", route.reason)
+        return Output({"result": route.result})
 
     def validate(self, out: Output, df, p, ctx: Context) -> Validation:
         res = out.collections["result"]
