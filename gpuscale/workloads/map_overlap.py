@@ -70,8 +70,10 @@ class MapOverlap(UniformMatrix, Workload):
         ctx.choose("halo", halo, "rule", f"--size {p.size} // 2")
 
     def compute(self, x, p, ctx: Context) -> Output:
-        y = x.map_overlap(uniform_filter, depth=p.size // 2, boundary=BOUNDARY, dtype=x.dtype, size=p.size)
-        return Output({"result": y})
+        from ..routes import overlap
+        route = overlap.map_overlap(x, uniform_filter, p.size // 2, BOUNDARY, x.dtype, size=p.size)
+        ctx.decide("overlap", route.plan, "rule", route.reason)
+        return Output({"result": route.result})
 
     def validate(self, out: Output, x, p, ctx: Context) -> Validation:
         return validate_smoothing(out.collections["result"], x, p.size, TOL[p.dtype], p.seed)

@@ -52,8 +52,10 @@ class Stencil(UniformMatrix, Workload):
                    "by chunk type: numba.njit for NumPy, numba.cuda.jit for CuPy")
 
     def compute(self, x, p, ctx: Context) -> Output:
-        y = x.map_overlap(kernels.smooth_block, depth=self.HALO, boundary=BOUNDARY, dtype=x.dtype)
-        return Output({"result": y})
+        from ..routes import overlap
+        route = overlap.map_overlap(x, kernels.smooth_block, self.HALO, BOUNDARY, x.dtype)
+        ctx.decide("overlap", route.plan, "rule", route.reason)
+        return Output({"result": route.result})
 
     def validate(self, out: Output, x, p, ctx: Context) -> Validation:
         return validate_smoothing(out.collections["result"], x, SIZE, TOL[p.dtype], p.seed)

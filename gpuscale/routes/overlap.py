@@ -1,0 +1,54 @@
+"""``map_overlap`` with a route: one blockwise task per chunk when the array is one chunk.
+
+Dask's ``map_overlap`` pads every chunk with its neighbours' edges (and the array's boundary),
+applies the function and trims: for an array of one chunk there are no neighbours, only the
+boundary, yet the overlap machinery still builds its graph on the client (measured on an H200:
+a 4000 x 4000 smoothing took ~0.1 s per run whatever the size, against a 10 ms submit round
+trip; workflows/shape_grid.py --parts fixed). :func:`map_overlap` pads that one block on its
+worker with the same boundary rule (NumPy's / CuPy's ``pad``), applies the function and trims,
+in one ``map_blocks`` task; arrays of several chunks keep Dask's own.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+PAD_MODES = {"reflect": "symmetric", "periodic": "wrap", "nearest": "edge"}
+"""Dask's boundary names -> ``numpy.pad`` modes (Dask's "reflect" repeats the edge pixel:
+NumPy's "symmetric")."""
+
+
+@dataclasses.dataclass
+class OverlapRoute:
+    result: Any
+    plan: str
+    reason: str
+
+
+def _pad_apply_trim(block, func, depth: tuple[int, ...], mode: str | None, value, kwargs: dict):
+    import importlib
+    xp = importlib.import_module(type(block).__module__.partition(".")[0])
+    if not hasattr(xp, "pad"):
+        import numpy as xp
+    width = [(d, d) for d in depth]
+    padded = xp.pad(block, width, mode="constant", constant_values=value) if mode is None \
+        else xp.pad(block, width, mode=mode)
+    out = func(padded, **kwargs)
+    return out[tuple(slice(d, out.shape[i] - d) for i, d in enumerate(depth))]
+
+
+def map_overlap(x, func: Callable, depth: int, boundary, dtype=None, **kwargs) -> OverlapRoute:
+    """``x.map_overlap(func, depth=depth, boundary=boundary, dtype=dtype, **kwargs)``, lazy:
+    one padded task when ``x`` is one chunk and the boundary is Dask's "reflect", "periodic",
+    "nearest" or a number, else Dask's own."""
+    one_chunk = math.prod(len(c) for c in x.chunks) == 1
+    mode = PAD_MODES.get(boundary) if isinstance(boundary, str) else None
+    known = mode is not None or isinstance(boundary, (int, float)) and not isinstance(boundary, bool)
+    if one_chunk and known and depth > 0 and all(depth <= s for s in x.shape):
+        depths = (depth,) * x.ndim
+        y = x.map_blocks(_pad_apply_trim, func, depths, mode, None if mode else boundary, kwargs,
+                         dtype=dtype or x.dtype, meta=x._meta)
+        return OverlapRoute(y, "one chunk", f"one chunk: padded on its worker ({boundary}) and filtered in one task")
+    y = x.map_overlap(func, depth=depth, boundary=boundary, dtype=dtype or x.dtype, **kwargs)
+    return OverlapRoute(y, "dask", f"Dask's map_overlap ({'several chunks' if not one_chunk else 'boundary ' + repr(boundary)})")
