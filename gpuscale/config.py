@@ -89,6 +89,15 @@ class ClusterSettings(_Section):
     gpus: tuple[NonNegativeInt, ...] | None = None
     dashboard_address: str | None = "127.0.0.1:0"
     connect_timeout: float = Field(10.0, gt=0)
+    host: str | None = None
+    """Address a cluster this process starts binds its scheduler and workers to (None: the
+    protocol's, loopback for tcp); another host reaches it there."""
+    security: Literal["auto", "tls", "off"] = "auto"
+    """TLS (:mod:`gpuscale.cluster.security`): auto protects a cluster kept up for others
+    (``cluster up``) and leaves a run's own loopback cluster plain; tls / off force it."""
+    credentials: str | None = None
+    """A client's TLS credentials (the PEM file ``cluster up`` writes beside its scheduler
+    file); None: the one beside ``scheduler-file``."""
     ucx: UcxSettings = UcxSettings()
     rmm: RmmSettings = RmmSettings()
 
@@ -103,6 +112,13 @@ class ClusterSettings(_Section):
         if isinstance(v, int) and not isinstance(v, bool):
             return (v,)
         return v
+
+    @field_validator("security", mode="before")
+    @classmethod
+    def _security_word(cls, v):
+        if isinstance(v, bool):
+            return "tls" if v else "off"
+        return v.strip().lower() if isinstance(v, str) else v
 
 
 class RunSettings(_Section):
@@ -147,6 +163,7 @@ class Settings(_Section):
     backend: str = "auto"
     protocol: str = "tcp"
     scheduler: str | None = None
+    scheduler_file: str | None = None
     results_dir: str = "gpuscale-results"
     cluster: ClusterSettings = ClusterSettings()
     run: RunSettings = RunSettings()
@@ -176,6 +193,10 @@ KEYWORDS: dict[str, str] = {
     "backend": "backend",
     "protocol": "protocol",
     "scheduler": "scheduler",
+    "scheduler_file": "scheduler-file",
+    "host": "cluster.host",
+    "security": "cluster.security",
+    "credentials": "cluster.credentials",
     "results_dir": "results-dir",
     "workers": "cluster.workers",
     "threads_per_worker": "cluster.threads-per-worker",
