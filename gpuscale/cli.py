@@ -85,6 +85,10 @@ def cluster_options(f):
                                     "tcp: 127.0.0.1); other hosts reach it there"),
         click.option("--security", help="auto | tls | off: TLS between client, scheduler and workers "
                                         "(auto: on for `cluster up`, off for a run's own loopback cluster)"),
+        click.option("--deploy", help="local | ssh: start the cluster on this machine or over ssh on "
+                                      "--ssh-hosts (distributed's SSHCluster)"),
+        click.option("--ssh-hosts", metavar="H0,H1,...",
+                     help="with --deploy ssh: the scheduler's host, then one entry per worker process"),
         click.option("--credentials", metavar="PATH",
                      help="TLS credentials of a client (the *.tls.pem file `cluster up` writes beside its "
                           "scheduler file; default: the one beside --scheduler-file)"),
@@ -96,7 +100,7 @@ def cluster_options(f):
 
 CLUSTER_KEYS = ("backend", "protocol", "scheduler", "scheduler_file", "workers", "threads_per_worker",
                 "memory_limit", "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "host",
-                "security", "credentials")
+                "security", "credentials", "deploy", "ssh_hosts")
 
 
 def scheduler_file_option(f):
@@ -304,7 +308,7 @@ def cluster_show(as_json, collection, **kwargs):
     from .records import report
     profile, settings = _split(kwargs)
     resolved, selection, spec = api.configure(profile=profile, collection=collection, check=False, **settings)
-    _emit({"spec": spec.model_dump(mode="json"), "backend": selection.requested,
+    _emit({"spec": spec.model_dump(mode="json"), "commands": spec.commands, "backend": selection.requested,
            "family": selection.family.name, "reason": selection.reason,
            "settings": resolved.settings.model_dump(mode="json", by_alias=True),
            "sources": resolved.sources, "profile": resolved.profile},

@@ -82,6 +82,26 @@ class RmmSettings(_Section):
         return v
 
 
+class SshSettings(_Section):
+    """``cluster.deploy: ssh`` (:mod:`gpuscale.cluster.ssh`, distributed's SSHCluster)."""
+    hosts: tuple[str, ...] | None = None
+    """The scheduler's host first, then one entry per worker process (repeat a host for more)."""
+    username: str | None = None
+    port: PositiveInt = 22
+    client_keys: tuple[str, ...] | None = None
+    known_hosts: str | None = None
+    """asyncssh's known_hosts file (None: ~/.ssh/known_hosts)."""
+    remote_python: str | None = None
+    """The Python on the hosts (None: the same path as this one's)."""
+
+    @field_validator("hosts", "client_keys", mode="before")
+    @classmethod
+    def _comma_list(cls, v):
+        if isinstance(v, str):
+            return tuple(p.strip() for p in v.split(",") if p.strip())
+        return v
+
+
 class ClusterSettings(_Section):
     workers: PositiveInt | None = None
     threads_per_worker: PositiveInt | None = None
@@ -95,6 +115,10 @@ class ClusterSettings(_Section):
     security: Literal["auto", "tls", "off"] = "auto"
     """TLS (:mod:`gpuscale.cluster.security`): auto protects a cluster kept up for others
     (``cluster up``) and leaves a run's own loopback cluster plain; tls / off force it."""
+    deploy: Literal["local", "ssh"] = "local"
+    """Where a cluster this process starts runs: on this machine (the family's local cluster)
+    or on ``ssh.hosts`` through distributed's SSHCluster."""
+    ssh: SshSettings = SshSettings()
     credentials: str | None = None
     """A client's TLS credentials (the PEM file ``cluster up`` writes beside its scheduler
     file); None: the one beside ``scheduler-file``."""
@@ -197,6 +221,8 @@ KEYWORDS: dict[str, str] = {
     "host": "cluster.host",
     "security": "cluster.security",
     "credentials": "cluster.credentials",
+    "deploy": "cluster.deploy",
+    "ssh_hosts": "cluster.ssh.hosts",
     "results_dir": "results-dir",
     "workers": "cluster.workers",
     "threads_per_worker": "cluster.threads-per-worker",

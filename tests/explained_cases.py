@@ -5,7 +5,8 @@ runs (the record's ``explained`` section) gave for :data:`EXPLAIN` and :data:`RU
 the cluster layer started recording its own choices (issue 17), with two intended changes
 since: each plan's ``settings_sources`` names the new setting ``session.host-collections``
 (default); and (issue 20) the settings ``scheduler-file``, ``cluster.host``,
-``cluster.security``, ``cluster.credentials`` (default) in ``settings_sources``, the spec's
+``cluster.security``, ``cluster.credentials``, ``cluster.deploy``, ``cluster.ssh.*``
+(default) in ``settings_sources``, the spec's
 ``security`` / ``credentials`` fields and the cluster's ``security`` choice (plans and runs). ``tests/test_explained.py`` compares today's output with it. Regenerate only for
 an intended change of output:
 

@@ -66,6 +66,8 @@ class Hosts:
         self._veth: dict[str, tuple[str, str]] = {}
         try:
             _ip("link", "add", self.bridge, "type", "bridge")
+            # bridged frames skip iptables (br_netfilter and a FORWARD DROP policy would drop them)
+            _ip("link", "set", self.bridge, "type", "bridge", "nf_call_iptables", "0", check=False)
             _ip("addr", "add", f"{self.subnet}.254/24", "dev", self.bridge)
             _ip("link", "set", self.bridge, "up")
             for i, name in enumerate(names, start=1):

@@ -27,7 +27,7 @@ from ..errors import UserError
 from . import protocols
 
 KINDS = {"local": "gpuscale.cluster.local", "cuda": "gpuscale.cluster.cuda",
-         "existing": "gpuscale.cluster.existing"}
+         "existing": "gpuscale.cluster.existing", "ssh": "gpuscale.cluster.ssh"}
 
 
 class ClusterSpec(BaseModel):
@@ -56,6 +56,8 @@ class ClusterSpec(BaseModel):
     notes: list[str] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """The exact keyword arguments given to the cluster class."""
+    commands: list[str] = Field(default_factory=list, exclude=True)
+    """What a deploy target runs on other hosts (the ssh commands), for ``cluster show``."""
     choices: dict[str, dict[str, Any]] = Field(default_factory=dict, exclude=True)
     """Each cluster knob as the kind chose it (:func:`gpuscale.choices.choice`: value, source,
     rule): protocol, transports, GPUs, workers, threads per worker, memory limit, RMM pool.
@@ -74,11 +76,18 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
     from . import security
     settings = resolved.settings
     proto = protocols.get(settings.protocol)
-    kind = "existing" if settings.scheduler or settings.scheduler_file else family.cluster_kind
+    if settings.scheduler or settings.scheduler_file:
+        kind = "existing"
+    else:
+        kind = "ssh" if settings.cluster.deploy == "ssh" else family.cluster_kind
     spec = _kind(kind).spec(resolved, family, collection, proto)
-    if kind != "existing" and settings.cluster.host:
+    if kind in ("local", "cuda") and settings.cluster.host:
         spec = spec.model_copy(update={"kwargs": {**spec.kwargs, "host": settings.cluster.host}})
-    return security.apply(spec, resolved, proto, served=served)
+    spec = security.apply(spec, resolved, proto, served=served)
+    mod = _kind(kind)
+    if hasattr(mod, "commands"):  # a deploy target on other hosts: what it would run there
+        spec = spec.model_copy(update={"commands": mod.commands(spec)})
+    return spec
 
 
 def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> dict[str, Any]:
@@ -113,6 +122,9 @@ def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]
         # without waiting the whole connect timeout (30 s) for it at each step.
         status = getattr(getattr(cluster, "scheduler", None), "status", None)
         gone = getattr(status, "name", None) in ("closing", "closed", "failed")
+        # a scheduler on another host (ssh): its client has lost it
+        gone = gone or (cluster is not None and client is not None
+                        and str(getattr(client, "status", "running")) not in ("running", "newly-created"))
         with contextlib.ExitStack() as quick:
             if gone:
                 quick.enter_context(dask.config.set({"distributed.comm.timeouts.connect": "1s"}))

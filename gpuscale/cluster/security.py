@@ -62,7 +62,7 @@ def apply(spec, resolved, proto, *, served: bool = False):
         if served:
             rule += " (anyone who reaches the scheduler's port can run code on the workers)"
         value = "off"
-    elif setting == "tls" or served:
+    elif setting == "tls" or served or spec.kind == "ssh":
         if not encrypts:
             raise _ucx_refusal(proto.name, "this cluster is protected with TLS (cluster.security "
                                            f"{setting}{'' if setting == 'tls' else ' for cluster up'})")
@@ -72,12 +72,14 @@ def apply(spec, resolved, proto, *, served: bool = False):
             ("TLS with a temporary CA and certificate (distributed's Security.temporary)" +
              (", written for clients to one file readable by its owner only (mode 0600) beside the "
               "scheduler file" if served else ", held in memory by this process"))
+        if spec.kind == "ssh" and setting == "auto" and not served:
+            rule = "auto: a cluster on other hosts is protected: " + rule.split(": ", 1)[1]
     else:
         value = "off"
         rule = (f"auto: this process's own cluster, plain {proto.name} on "
                 f"{spec.kwargs.get('host') or 'its bind address'} for the life of the run")
     kwargs = dict(spec.kwargs)
-    if value == "tls":
+    if value == "tls" and spec.kind != "ssh":  # ssh: the scheduler's options (cluster.ssh.start)
         kwargs["protocol"] = "tls"
     return spec.model_copy(update={
         "security": value, "kwargs": kwargs,

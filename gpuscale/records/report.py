@@ -167,7 +167,8 @@ def spec_table(spec, resolved, selection) -> Table:
     t.add_column()
     d = spec.model_dump(mode="json")
     for key in ("cls", "family", "protocol", "scheduler", "workers", "threads_per_worker", "memory_limit",
-                "gpus", "transports", "rmm", "pre_import", "dashboard_address"):
+                "gpus", "transports", "rmm", "pre_import", "dashboard_address", "security",
+                "credentials"):
         v = d.get(key)
         if key == "memory_limit" and d.get("memory_limit_bytes"):
             v = f"{v} ({format_bytes(d['memory_limit_bytes'])} per worker)"
@@ -175,6 +176,8 @@ def spec_table(spec, resolved, selection) -> Table:
             t.add_row(key, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
     for note in spec.notes:
         t.add_row("note", escape(note))
+    for command in spec.commands:
+        t.add_row("runs", escape(command))
     if resolved.profile:
         t.add_row("profile", resolved.profile)
     changed = {k: v for k, v in resolved.sources.items() if v != "default"}

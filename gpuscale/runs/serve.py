@@ -273,6 +273,11 @@ def up(*, profile: str | None = None, collection: str | None = None,
     with contextlib.ExitStack() as stack:
         if path is not None:
             stack.enter_context(claim(path))
+        if creds is not None:  # before the start: hosts over ssh read them from the file
+            s.security = security.temporary()
+            pem = security.write(s.security, creds).read_bytes()
+            stack.callback(_remove_if, creds, lambda p: p.read_bytes() == pem)
+            s.spec = s.spec.model_copy(update={"credentials": str(creds)})
         stack.enter_context(s)
         if s.spec.workers:
             s.client.wait_for_workers(s.spec.workers, timeout=start_timeout_s)
@@ -280,9 +285,6 @@ def up(*, profile: str | None = None, collection: str | None = None,
         with deferred_stop():
             warm = s.family.warm_up(s.client) if warm_up else None
         address = s.client.scheduler.address
-        if creds is not None:
-            pem = security.write(s.cluster.security, creds).read_bytes()
-            stack.callback(_remove_if, creds, lambda p: p.read_bytes() == pem)
         if path is not None:
             write_scheduler_file(s.client, path)
             stack.callback(_remove_if, path, lambda p: address_from_file(p) == address)
