@@ -141,6 +141,18 @@ def test_session_with_the_scheduler_file(served):
         assert r.settings_sources["scheduler-file"] == "flag"
 
 
+def test_a_runner_on_a_dask_worker_connects_with_its_workers_credentials(served):
+    """`dask worker --tls-cert F --tls-key F` gives its Security the worker role only; the
+    runner sent to such a worker connects as a client with them (security.as_client)."""
+    from distributed import Client, Security
+    _, d, _ = served
+    creds = d["credentials"]
+    worker_side = Security(tls_ca_file=creds, tls_worker_cert=creds, tls_worker_key=creds, require_encryption=True)
+    assert worker_side.tls_client_cert is None
+    with Client(d["scheduler"], security=security.as_client(worker_side), set_as_default=False, timeout=10) as c:
+        assert c.submit(sum, [1, 2]).result() == 3
+
+
 def test_a_client_without_the_credentials_is_refused(served, cli):
     _, d, _ = served
     assert_one_error_line(cli("run", *SMALL_SVD, "--scheduler", d["scheduler"], timeout=60),
@@ -218,6 +230,13 @@ def test_a_second_up_with_the_same_file_refuses_and_leaves_the_files(served, cli
     assert_one_error_line(p, str(sched), f"pid {up.pid}", "cluster down --scheduler-file")
     assert {f: f.read_bytes() for f in before} == before
     assert up.p.poll() is None
+    # a scheduler file that no gpuscale holds but whose scheduler answers (`dask scheduler` wrote it)
+    other = sched.with_name("dask-scheduler.json")
+    other.write_text(json.dumps({"address": d["scheduler"]}))
+    p = cli("cluster", "up", "--backend", "cpu", "--workers", "1", "--scheduler-file", other, timeout=90)
+    assert_one_error_line(p, str(other), "names a scheduler that is running", "another --scheduler-file")
+    assert json.loads(other.read_text()) == {"address": d["scheduler"]}
+    other.unlink()
 
 
 def test_down_with_the_scheduler_file_removes_only_its_files(served, cli):

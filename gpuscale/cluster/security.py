@@ -148,6 +148,17 @@ def load(path: str | os.PathLike):
     return Security(tls_ca_file=p, tls_client_cert=p, tls_client_key=p, require_encryption=True)
 
 
+def as_client(sec):
+    """A worker's :class:`~distributed.Security` as a client's (the runner a run sends into the
+    cluster connects from its worker): ``dask worker --tls-cert F --tls-key F`` sets only the
+    worker role, so the client role takes the worker's certificate and key."""
+    if sec is None or sec.tls_client_cert or not sec.tls_worker_cert:
+        return sec
+    from distributed import Security
+    return Security(require_encryption=sec.require_encryption, tls_ca_file=sec.tls_ca_file,
+                    tls_client_cert=sec.tls_worker_cert, tls_client_key=sec.tls_worker_key)
+
+
 def temporary():
     """New credentials for a cluster this process starts (:meth:`distributed.Security.temporary`)."""
     from distributed import Security

@@ -148,12 +148,13 @@ def claim(path: pathlib.Path) -> Iterator[None]:
             break
         os.close(fd)
     try:
+        address = None
         if path.exists():
-            with contextlib.suppress(UserError):
+            with contextlib.suppress(UserError):  # not a scheduler file: it is replaced
                 address = address_from_file(path)
-                if _answers(address):
-                    raise UserError(f"scheduler file {path} names a scheduler that is running ({address})",
-                                    "stop that scheduler first or give this cluster another --scheduler-file")
+        if address is not None and _answers(address):
+            raise UserError(f"scheduler file {path} names a scheduler that is running ({address})",
+                            "stop that scheduler first or give this cluster another --scheduler-file")
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         yield
@@ -263,9 +264,10 @@ def up(*, profile: str | None = None, collection: str | None = None,
     from ..cluster import security
     s = Session(profile=profile, collection=collection, served=True, **settings)
     if s.spec.kind == "existing":
-        named = s.spec.scheduler if s.resolved.settings.scheduler else s.resolved.settings.scheduler_file
+        key = "scheduler" if s.resolved.settings.scheduler else "scheduler-file"
+        named = s.spec.scheduler if key == "scheduler" else s.resolved.settings.scheduler_file
         raise UserError(f"`cluster up` starts a cluster, but a running scheduler was named "
-                        f"({named}, from {s.resolved.sources.get('scheduler', 'settings')})",
+                        f"({named}, from {s.resolved.sources.get(key, 'settings')})",
                         "drop --scheduler (or use a profile without 'scheduler:'); to use a running "
                         "cluster pass --scheduler to `gpuscale run` instead")
     path = check_scheduler_file(scheduler_file) if scheduler_file else None
