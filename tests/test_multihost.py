@@ -136,3 +136,9 @@ def test_a_host_lost_mid_run_still_gives_a_valid_result(hosts, tmp_path):
     assert rec["cluster"]["workers_lost"] == [w1], rec["cluster"]
     assert h.ip["w1"] not in rec["cluster"]["hosts"] and set(rec["cluster"]["hosts"]) == {h.ip["sched"], h.ip["w2"]}
     assert time.monotonic() - lost_at < 240
+    # the run's summary says so too
+    from gpuscale.records import report, results
+    table = report.result_table(results.load(rec["path"]))
+    rows = dict(zip(*[list(c.cells) for c in table.columns]))
+    assert rows["  lost during the run"] == w1
+    assert h.ip["w2"] in rows["  hosts"] and "(TLS)" in rows["  hosts"]

@@ -96,6 +96,13 @@ def result_table(r) -> Table:
     running = r.cluster.get("running", {})
     t.add_row("cluster", f"{r.cluster.get('cls')}: {running.get('workers', r.cluster.get('workers'))} "
               f"worker(s), {running.get('threads', '?')} thread(s)")
+    hosts = r.cluster.get("hosts") or {}
+    if len(hosts) > 1 or r.cluster.get("tls"):
+        t.add_row("  hosts", escape(", ".join(f"{h} ({v['workers']} worker(s))" for h, v in hosts.items()))
+                  + ("  [dim](TLS)[/dim]" if r.cluster.get("tls") else ""))
+    for key, label in (("workers_lost", "lost during the run"), ("workers_joined", "joined during the run")):
+        if r.cluster.get(key):
+            t.add_row(f"  {label}", escape(", ".join(r.cluster[key])))
     for name, c in r.choices.items():
         rule = (f"  [dim]({c['source']}: {escape(c['rule'])})[/dim]" if c.get("rule")
                 else f"  [dim]({c['source']})[/dim]")
