@@ -81,14 +81,34 @@ def cluster_options(f):
         click.option("--infiniband/--no-infiniband", default=None, help="force UCX InfiniBand on/off"),
         click.option("--rmm-pool-size", help="RMM pool per GPU worker: bytes, '40GB', a fraction, or none"),
         click.option("--dashboard-address", help="dashboard bind address (default 127.0.0.1:0)"),
+        click.option("--host", help="bind address of a cluster started here (default: the protocol's; "
+                                    "tcp: 127.0.0.1); other hosts reach it there"),
+        click.option("--security", help="auto | tls | off: TLS between client, scheduler and workers "
+                                        "(auto: on for `cluster up`, off for a run's own loopback cluster)"),
+        click.option("--deploy", help="local | ssh: start the cluster on this machine or over ssh on "
+                                      "--ssh-hosts (distributed's SSHCluster)"),
+        click.option("--ssh-hosts", metavar="H0,H1,...",
+                     help="with --deploy ssh: the scheduler's host, then one entry per worker process"),
+        click.option("--credentials", metavar="PATH",
+                     help="TLS credentials of a client (the *.tls.pem file `cluster up` writes beside its "
+                          "scheduler file; default: the one beside --scheduler-file)"),
     ]
     for o in reversed(opts):
         f = o(f)
     return f
 
 
-CLUSTER_KEYS = ("backend", "protocol", "scheduler", "workers", "threads_per_worker", "memory_limit",
-                "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address")
+CLUSTER_KEYS = ("backend", "protocol", "scheduler", "scheduler_file", "workers", "threads_per_worker",
+                "memory_limit", "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "host",
+                "security", "credentials", "deploy", "ssh_hosts")
+
+
+def scheduler_file_option(f):
+    """``--scheduler-file PATH``: use the running cluster named by Dask's scheduler file (run,
+    explain, cluster show; ``cluster up`` has its own, the file it writes)."""
+    return click.option("--scheduler-file", metavar="PATH",
+                        help="use the running cluster whose Dask scheduler file this is (e.g. from "
+                             "`cluster up --scheduler-file`); its TLS credentials are read from beside it")(f)
 
 
 def _split(kwargs: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
@@ -143,6 +163,7 @@ def _workload_command(cls) -> click.Command:
     params += _data_options(cls)
 
     @cluster_options
+    @scheduler_file_option
     @click.option("--repeat", help="timed repeats (default 3)")
     @click.option("--warmup", help="untimed warm-up runs (default 1)")
     @click.option("--results-dir", help="where to write the result record (default ./gpuscale-results)")
@@ -277,6 +298,7 @@ def cluster():
 
 @cluster.command("show", context_settings=CONTEXT)
 @cluster_options
+@scheduler_file_option
 @click.option("--for", "collection", type=click.Choice(["array", "dataframe"]), default=None,
               help="shape the cluster for array or DataFrame work (as `run` does per workload)")
 @json_option("the spec")
@@ -286,7 +308,7 @@ def cluster_show(as_json, collection, **kwargs):
     from .records import report
     profile, settings = _split(kwargs)
     resolved, selection, spec = api.configure(profile=profile, collection=collection, check=False, **settings)
-    _emit({"spec": spec.model_dump(mode="json"), "backend": selection.requested,
+    _emit({"spec": spec.model_dump(mode="json"), "commands": spec.commands, "backend": selection.requested,
            "family": selection.family.name, "reason": selection.reason,
            "settings": resolved.settings.model_dump(mode="json", by_alias=True),
            "sources": resolved.sources, "profile": resolved.profile},
@@ -313,16 +335,25 @@ def cluster_up(as_json, scheduler_file, collection, **kwargs):
                       **settings) as served:
             d = served.describe()
             lines = [f"gpuscale cluster up: {d['cls']}, {d['workers']} worker(s), {d['threads']} "
-                     f"thread(s), {d['protocol']} ({d['family']} family)",
+                     f"thread(s), {d['protocol']}{' + TLS' if d['tls'] else ''} ({d['family']} family)",
                      f"  scheduler       {d['scheduler']}",
                      f"  dashboard       {d['dashboard'] or '(none: --dashboard-address is unset)'}",
                      f"  warmed up       {d['warm_up_s']:.1f} s (every worker imported its libraries and "
                      f"ran a first small task)"]
             if d["scheduler_file"]:
                 lines.append(f"  scheduler file  {d['scheduler_file']}")
-            lines += [f"  use it          gpuscale run WORKLOAD --scheduler {d['scheduler']}  |  "
-                      f"gpuscale.session(scheduler={d['scheduler']!r})",
-                      f"  stop it         Ctrl-C, or gpuscale cluster down {d['scheduler']}"]
+            if d["credentials"]:
+                lines.append(f"  credentials     {d['credentials']} (TLS; readable by you only)")
+            elif d["tls"]:
+                lines.append("  credentials     in this process only (TLS; give --scheduler-file to share them)")
+            if d["scheduler_file"]:
+                lines += [f"  use it          gpuscale run WORKLOAD --scheduler-file {d['scheduler_file']}  |  "
+                          f"gpuscale.session(scheduler_file={d['scheduler_file']!r})",
+                          f"  stop it         Ctrl-C, or gpuscale cluster down --scheduler-file {d['scheduler_file']}"]
+            else:
+                lines += [f"  use it          gpuscale run WORKLOAD --scheduler {d['scheduler']}  |  "
+                          f"gpuscale.session(scheduler={d['scheduler']!r})",
+                          f"  stop it         Ctrl-C, or gpuscale cluster down {d['scheduler']}"]
 
             def announce():  # inside the hold: a Ctrl-C from here on is the normal stop
                 if as_json:
@@ -339,8 +370,10 @@ def cluster_up(as_json, scheduler_file, collection, **kwargs):
 @cluster.command("down", context_settings=CONTEXT)
 @click.argument("address", required=False)
 @click.option("--scheduler-file", metavar="PATH", help="read the address from this scheduler file")
+@click.option("--credentials", metavar="PATH", help="TLS credentials for a tls:// ADDRESS (default: the "
+                                                    "file beside --scheduler-file)")
 @click.option("--timeout", help="seconds to wait for the scheduler to answer (default 3)")
-def cluster_down(address, scheduler_file, timeout):
+def cluster_down(address, scheduler_file, credentials, timeout):
     """Stop the scheduler at ADDRESS and its workers (e.g. one `cluster up` started, which
     then exits 0)."""
     from .runs import serve
@@ -358,7 +391,11 @@ def cluster_down(address, scheduler_file, timeout):
                             "e.g. --timeout 5")
     if scheduler_file is not None:
         address = serve.address_from_file(scheduler_file)
-    d = serve.down(address, timeout_s=t)
+        if credentials is None:
+            from .cluster import security
+            near = security.beside(scheduler_file)
+            credentials = near if near.exists() else None
+    d = serve.down(address, timeout_s=t, credentials=credentials)
     click.echo(f"gpuscale: stopped the scheduler at {d['scheduler']} and its {d['workers']} worker(s)")
 
 

@@ -82,6 +82,26 @@ class RmmSettings(_Section):
         return v
 
 
+class SshSettings(_Section):
+    """``cluster.deploy: ssh`` (:mod:`gpuscale.cluster.ssh`, distributed's SSHCluster)."""
+    hosts: tuple[str, ...] | None = None
+    """The scheduler's host first, then one entry per worker process (repeat a host for more)."""
+    username: str | None = None
+    port: PositiveInt = 22
+    client_keys: tuple[str, ...] | None = None
+    known_hosts: str | None = None
+    """asyncssh's known_hosts file (None: ~/.ssh/known_hosts)."""
+    remote_python: str | None = None
+    """The Python on the hosts (None: the same path as this one's)."""
+
+    @field_validator("hosts", "client_keys", mode="before")
+    @classmethod
+    def _comma_list(cls, v):
+        if isinstance(v, str):
+            return tuple(p.strip() for p in v.split(",") if p.strip())
+        return v
+
+
 class ClusterSettings(_Section):
     workers: PositiveInt | None = None
     threads_per_worker: PositiveInt | None = None
@@ -89,6 +109,19 @@ class ClusterSettings(_Section):
     gpus: tuple[NonNegativeInt, ...] | None = None
     dashboard_address: str | None = "127.0.0.1:0"
     connect_timeout: float = Field(10.0, gt=0)
+    host: str | None = None
+    """Address a cluster this process starts binds its scheduler and workers to (None: the
+    protocol's, loopback for tcp); another host reaches it there."""
+    security: Literal["auto", "tls", "off"] = "auto"
+    """TLS (:mod:`gpuscale.cluster.security`): auto protects a cluster kept up for others
+    (``cluster up``) and leaves a run's own loopback cluster plain; tls / off force it."""
+    deploy: Literal["local", "ssh"] = "local"
+    """Where a cluster this process starts runs: on this machine (the family's local cluster)
+    or on ``ssh.hosts`` through distributed's SSHCluster."""
+    ssh: SshSettings = SshSettings()
+    credentials: str | None = None
+    """A client's TLS credentials (the PEM file ``cluster up`` writes beside its scheduler
+    file); None: the one beside ``scheduler-file``."""
     ucx: UcxSettings = UcxSettings()
     rmm: RmmSettings = RmmSettings()
 
@@ -103,6 +136,13 @@ class ClusterSettings(_Section):
         if isinstance(v, int) and not isinstance(v, bool):
             return (v,)
         return v
+
+    @field_validator("security", mode="before")
+    @classmethod
+    def _security_word(cls, v):
+        if isinstance(v, bool):
+            return "tls" if v else "off"
+        return v.strip().lower() if isinstance(v, str) else v
 
 
 class RunSettings(_Section):
@@ -147,6 +187,7 @@ class Settings(_Section):
     backend: str = "auto"
     protocol: str = "tcp"
     scheduler: str | None = None
+    scheduler_file: str | None = None
     results_dir: str = "gpuscale-results"
     cluster: ClusterSettings = ClusterSettings()
     run: RunSettings = RunSettings()
@@ -176,6 +217,12 @@ KEYWORDS: dict[str, str] = {
     "backend": "backend",
     "protocol": "protocol",
     "scheduler": "scheduler",
+    "scheduler_file": "scheduler-file",
+    "host": "cluster.host",
+    "security": "cluster.security",
+    "credentials": "cluster.credentials",
+    "deploy": "cluster.deploy",
+    "ssh_hosts": "cluster.ssh.hosts",
     "results_dir": "results-dir",
     "workers": "cluster.workers",
     "threads_per_worker": "cluster.threads-per-worker",

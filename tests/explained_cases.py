@@ -2,9 +2,12 @@
 
 ``tests/data/explained.json`` holds what ``gpuscale explain`` (the whole plan) and real CPU
 runs (the record's ``explained`` section) gave for :data:`EXPLAIN` and :data:`RUNS` before
-the cluster layer started recording its own choices (issue 17), with one intended change
+the cluster layer started recording its own choices (issue 17), with two intended changes
 since: each plan's ``settings_sources`` names the new setting ``session.host-collections``
-(default). ``tests/test_explained.py`` compares today's output with it. Regenerate only for
+(default); and (issue 20) the settings ``scheduler-file``, ``cluster.host``,
+``cluster.security``, ``cluster.credentials``, ``cluster.deploy``, ``cluster.ssh.*``
+(default) in ``settings_sources``, the spec's
+``security`` / ``credentials`` fields and the cluster's ``security`` choice (plans and runs). ``tests/test_explained.py`` compares today's output with it. Regenerate only for
 an intended change of output:
 
     python tests/explained_cases.py  > tests/data/explained.json

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pathlib
 import queue
 import re
 import signal
@@ -197,13 +198,16 @@ def test_up_serves_other_processes_until_down(spawn, cli, tmp_path):
     sched_file = tmp_path / "scheduler.json"
     up, d = start_up(spawn, tmp_path, "--scheduler-file", sched_file)
     addr = d["scheduler"]
-    assert addr.startswith("tcp://127.0.0.1:")
+    assert addr.startswith("tls://127.0.0.1:")  # protected by default (tests/test_security.py)
+    creds = d["credentials"]
+    from gpuscale.cluster import security
+    tls = security.load(creds)
     assert (d["cls"], d["family"], d["workers"], d["threads"]) == ("distributed.LocalCluster", "cpu", 2, 2)
     assert d["pid"] == up.pid
     # kept up for later runs: every worker already imported the workloads and their libraries
     assert d["warm_up_s"] > 0
     from distributed import Client
-    with Client(addr, set_as_default=False) as c:
+    with Client(addr, set_as_default=False, security=tls) as c:
         loaded = c.run(lambda: [m in __import__("sys").modules
                                 for m in ("gpuscale.workloads.groupby", "gpuscale.workloads.svd", "pandas")])
         on_scheduler = c.run_on_scheduler(lambda: "dask.dataframe" in __import__("sys").modules)
@@ -221,7 +225,8 @@ def test_up_serves_other_processes_until_down(spawn, cli, tmp_path):
 
     # another process: gpuscale run --scheduler ADDRESS --json
     res = tmp_path / "res"
-    p = cli("run", *SMALL_SVD, "--backend", "cpu", "--scheduler", addr, "--json", "--results-dir", res)
+    p = cli("run", *SMALL_SVD, "--backend", "cpu", "--scheduler", addr, "--credentials", creds, "--json",
+            "--results-dir", res)
     assert p.returncode == 0, p.stderr
     rec = json.loads(p.stdout)
     assert rec["valid"] is True
@@ -231,14 +236,14 @@ def test_up_serves_other_processes_until_down(spawn, cli, tmp_path):
     assert [str(f) for f in files_under(res)] == [rec["path"]]
 
     # this process: gpuscale.session(scheduler=ADDRESS), and Dask's scheduler file
-    with gpuscale.session(backend="cpu", scheduler=addr) as s:
+    with gpuscale.session(backend="cpu", scheduler=addr, credentials=creds) as s:
         assert s.spec.kind == "existing" and s.cluster is None
         assert s.cluster_info()["running"] == {"workers": 2, "threads": 2, "scheduler": addr}
         r = s.run("svd", rows=10_000, cols=10, repeat=1, warmup=0, write=False)
         assert r.valid and r.cluster["scheduler"] == addr
         assert s.client.submit(sum, [1, 2, 3]).result() == 6
     from distributed import Client
-    with Client(scheduler_file=str(sched_file), set_as_default=False) as c:
+    with Client(scheduler_file=str(sched_file), set_as_default=False, security=tls) as c:
         assert c.scheduler.address == addr
     # both clients left: the cluster is still up with its 2 workers
     assert up.p.poll() is None
@@ -247,7 +252,7 @@ def test_up_serves_other_processes_until_down(spawn, cli, tmp_path):
 
     # cluster down ADDRESS: scheduler and workers stop, `up` exits 0
     t0 = time.monotonic()
-    p = cli("cluster", "down", addr, timeout=60)
+    p = cli("cluster", "down", addr, "--credentials", creds, timeout=60)
     assert p.returncode == 0, p.stderr
     assert f"stopped the scheduler at {addr} and its 2 worker(s)" in p.stdout
     assert up.wait(timeout=30) == 0, up.text("err")
@@ -255,7 +260,7 @@ def test_up_serves_other_processes_until_down(spawn, cli, tmp_path):
     assert "the scheduler was stopped (cluster down)" in up.text("err")
     assert "Traceback" not in up.text("err")
     assert wait_gone(workers) == []
-    assert not sched_file.exists()  # removed on exit
+    assert not sched_file.exists() and not pathlib.Path(creds).exists()  # removed on exit
     assert not answers("127.0.0.1", link.port) and not answers("127.0.0.1", int(addr.rsplit(":", 1)[1]))
 
 

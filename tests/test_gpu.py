@@ -128,11 +128,12 @@ def test_gpu_run_against_cluster_up_runs_in_the_cluster(tmp_path):
     from test_in_cluster import run_probe
 
     from gpuscale.runs import serve
-    with serve.up(backend="gpu", collection="dataframe", gpus="0") as served:
-        addr = served.address
+    sched = tmp_path / "scheduler.json"  # TLS by default: its credentials are written beside it
+    with serve.up(backend="gpu", collection="dataframe", gpus="0", scheduler_file=sched) as served:
+        assert served.address.startswith("tls://")
         for workload, size in (("groupby", ("--rows", "10000000", "--keys", "100000")),
                                ("svd", ("--rows", "400000", "--cols", "50"))):
-            rec, imported = run_probe(tmp_path, "run", workload, "--backend", "gpu", "--scheduler", addr, *size,
+            rec, imported = run_probe(tmp_path, "run", workload, "--backend", "gpu", "--scheduler-file", sched, *size,
                                       "--repeat", "2", "--warmup", "0", "--json", "--results-dir", tmp_path / "res")
             assert rec["valid"] is True and rec["family"] == "gpu", rec["validation"]
             assert rec["info"]["runner"]["where"] == "cluster", rec["info"]["runner"]

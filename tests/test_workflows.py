@@ -127,3 +127,12 @@ def test_groupby_profile_on_cpu(tmp_path):
     assert "end to end: gpuscale groupby_agg (as shipped)" in secs
     assert "in the task: one worker's task (concat + one call, sorted)" in secs
     assert all(v >= 0 for v in secs.values()) and secs["in the task: concat"] > 0
+
+
+def test_tls_overhead_smoke(tmp_path):
+    """Both sides ran (plain TCP and TLS clusters, alternating) and validated; the ratio is a
+    number (the script measures it: no timed assertion here)."""
+    d = run_script(tmp_path, "tls_overhead.py", "--smoke", "--rounds", "2")
+    assert d["valid"] is True and [r["workload"] for r in d["rows"]] == ["svd", "groupby"]
+    for r in d["rows"]:
+        assert len(r["plain_s"]) == len(r["tls_s"]) == 2 and r["ratio"] > 0

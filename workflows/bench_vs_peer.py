@@ -461,7 +461,7 @@ def row_first(sizes, backend, smoke):
         for label, cmd in cmds.items():
             timed_run(label, cmd)
         up = subprocess.Popen([sys.executable, "-m", "gpuscale", "cluster", "up", "--backend", backend,
-                               "--for", "dataframe", "--json"], stdout=subprocess.PIPE,
+                               "--for", "dataframe", "--json", "--scheduler-file", "scheduler.json"], stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True, env=env, cwd=d)
         address = None
         for line in up.stdout:  # the JSON line; libraries may print before it
@@ -473,11 +473,12 @@ def row_first(sizes, backend, smoke):
         if address:
             timed_run("gpuscale run groupby --scheduler, first call (a running `gpuscale cluster up`, runner "
                       "in the cluster, the default; process start to validated result)",
-                      [*gpuscale_cmd, "--scheduler", address], times=3)
+                      [*gpuscale_cmd, "--scheduler-file", "scheduler.json"], times=3)
             timed_run("gpuscale run groupby --scheduler --no-in-cluster (runner in this process; process "
-                      "start to validated result)", [*gpuscale_cmd, "--scheduler", address, "--no-in-cluster"])
+                      "start to validated result)", [*gpuscale_cmd, "--scheduler-file", "scheduler.json", "--no-in-cluster"])
         if address:
-            subprocess.run([sys.executable, "-m", "gpuscale", "cluster", "down", address], env=env, cwd=d,
+            subprocess.run([sys.executable, "-m", "gpuscale", "cluster", "down", "--scheduler-file", "scheduler.json"],
+                           env=env, cwd=d,
                            capture_output=True, timeout=60)
         try:
             up.wait(timeout=60)

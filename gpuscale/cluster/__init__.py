@@ -27,7 +27,7 @@ from ..errors import UserError
 from . import protocols
 
 KINDS = {"local": "gpuscale.cluster.local", "cuda": "gpuscale.cluster.cuda",
-         "existing": "gpuscale.cluster.existing"}
+         "existing": "gpuscale.cluster.existing", "ssh": "gpuscale.cluster.ssh"}
 
 
 class ClusterSpec(BaseModel):
@@ -49,9 +49,15 @@ class ClusterSpec(BaseModel):
     pre_import: list[str] = Field(default_factory=list)
     dashboard_address: str | None = None
     connect_timeout: float | None = None
+    security: str = "off"
+    """``tls`` or ``off`` (:mod:`gpuscale.cluster.security` decides)."""
+    credentials: str | None = None
+    """A running TLS scheduler's client credentials file (None: none, or made at start)."""
     notes: list[str] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """The exact keyword arguments given to the cluster class."""
+    commands: list[str] = Field(default_factory=list, exclude=True)
+    """What a deploy target runs on other hosts (the ssh commands), for ``cluster show``."""
     choices: dict[str, dict[str, Any]] = Field(default_factory=dict, exclude=True)
     """Each cluster knob as the kind chose it (:func:`gpuscale.choices.choice`: value, source,
     rule): protocol, transports, GPUs, workers, threads per worker, memory limit, RMM pool.
@@ -63,13 +69,25 @@ def _kind(name: str):
     return importlib.import_module(KINDS[name])
 
 
-def build_spec(resolved, family, collection: str | None = None) -> ClusterSpec:
+def build_spec(resolved, family, collection: str | None = None, *, served: bool = False) -> ClusterSpec:
     """The cluster the resolved settings (``config.Resolved``: values and their sources)
-    describe for this family, with the choices behind it (nothing is started)."""
+    describe for this family, with the choices behind it (nothing is started). ``served``: a
+    cluster kept up for other processes (``cluster up``), which :mod:`.security` protects."""
+    from . import security
     settings = resolved.settings
     proto = protocols.get(settings.protocol)
-    kind = "existing" if settings.scheduler else family.cluster_kind
-    return _kind(kind).spec(resolved, family, collection, proto)
+    if settings.scheduler or settings.scheduler_file:
+        kind = "existing"
+    else:
+        kind = "ssh" if settings.cluster.deploy == "ssh" else family.cluster_kind
+    spec = _kind(kind).spec(resolved, family, collection, proto)
+    if kind in ("local", "cuda") and settings.cluster.host:
+        spec = spec.model_copy(update={"kwargs": {**spec.kwargs, "host": settings.cluster.host}})
+    spec = security.apply(spec, resolved, proto, served=served)
+    mod = _kind(kind)
+    if hasattr(mod, "commands"):  # a deploy target on other hosts: what it would run there
+        spec = spec.model_copy(update={"commands": mod.commands(spec)})
+    return spec
 
 
 def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> dict[str, Any]:
@@ -87,21 +105,26 @@ def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> d
 
 
 @contextlib.contextmanager
-def connect(spec: ClusterSpec) -> Iterator[tuple[Any, Any]]:
+def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]]:
     """Start (or join) the cluster and yield ``(client, cluster)``; ``cluster`` is None for an
     existing scheduler. Whatever was started is closed on exit, error or Ctrl-C. The spec's
-    transport was checked when it was configured (``runs.session.configure``)."""
+    transport was checked when it was configured (``runs.session.configure``). ``security``:
+    a :class:`distributed.Security` to use instead of the spec's (a runner on a worker passes
+    its worker's)."""
     mod = _kind(spec.kind)
     cluster = None
     client = None
     try:
-        cluster, client = mod.start(spec)
+        cluster, client = mod.start(spec, security)
         yield client, cluster
     finally:
         # A scheduler stopped from outside (`gpuscale cluster down`) answers nothing: close
         # without waiting the whole connect timeout (30 s) for it at each step.
         status = getattr(getattr(cluster, "scheduler", None), "status", None)
         gone = getattr(status, "name", None) in ("closing", "closed", "failed")
+        # a scheduler on another host (ssh): its client has lost it
+        gone = gone or (cluster is not None and client is not None
+                        and str(getattr(client, "status", "running")) not in ("running", "newly-created"))
         with contextlib.ExitStack() as quick:
             if gone:
                 quick.enter_context(dask.config.set({"distributed.comm.timeouts.connect": "1s"}))

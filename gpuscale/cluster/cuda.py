@@ -127,13 +127,17 @@ def check_free_memory(spec: ClusterSpec, gpus: list[dict]) -> None:
                 "cluster with --scheduler, or set a smaller pool with --rmm-pool-size")
 
 
-def start(spec: ClusterSpec):
+def start(spec: ClusterSpec, security=None):
     from distributed import Client
+    from . import security as tls
     if not spec.gpus:
         raise UserError("no GPU is visible to start a LocalCUDACluster", "use --backend cpu (or auto)")
     check_free_memory(spec, machine.gpus())
     from dask_cuda import LocalCUDACluster
-    cluster = construct(spec, lambda: LocalCUDACluster(**spec.kwargs))
+    kwargs = dict(spec.kwargs)
+    if spec.security == "tls":
+        kwargs["security"] = security or tls.temporary()
+    cluster = construct(spec, lambda: LocalCUDACluster(**kwargs))
     try:
         return cluster, Client(cluster)
     except BaseException:

@@ -89,9 +89,13 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         choices=choices)
 
 
-def start(spec: ClusterSpec):
+def start(spec: ClusterSpec, security=None):
     from distributed import Client, LocalCluster
-    cluster = construct(spec, lambda: LocalCluster(**spec.kwargs))
+    from . import security as tls
+    kwargs = dict(spec.kwargs)
+    if spec.security == "tls":
+        kwargs["security"] = security or tls.temporary()
+    cluster = construct(spec, lambda: LocalCluster(**kwargs))
     try:
         return cluster, Client(cluster)
     except BaseException:

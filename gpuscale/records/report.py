@@ -101,6 +101,13 @@ def result_table(r) -> Table:
     running = r.cluster.get("running", {})
     t.add_row("cluster", f"{r.cluster.get('cls')}: {running.get('workers', r.cluster.get('workers'))} "
               f"worker(s), {running.get('threads', '?')} thread(s)")
+    hosts = r.cluster.get("hosts") or {}
+    if len(hosts) > 1 or r.cluster.get("tls"):
+        t.add_row("  hosts", escape(", ".join(f"{h} ({v['workers']} worker(s))" for h, v in hosts.items()))
+                  + ("  [dim](TLS)[/dim]" if r.cluster.get("tls") else ""))
+    for key, label in (("workers_lost", "lost during the run"), ("workers_joined", "joined during the run")):
+        if r.cluster.get(key):
+            t.add_row(f"  {label}", escape(", ".join(r.cluster[key])))
     for name, c in r.choices.items():
         rule = (f"  [dim]({c['source']}: {escape(c['rule'])})[/dim]" if c.get("rule")
                 else f"  [dim]({c['source']})[/dim]")
@@ -172,7 +179,8 @@ def spec_table(spec, resolved, selection) -> Table:
     t.add_column()
     d = spec.model_dump(mode="json")
     for key in ("cls", "family", "protocol", "scheduler", "workers", "threads_per_worker", "memory_limit",
-                "gpus", "transports", "rmm", "pre_import", "dashboard_address"):
+                "gpus", "transports", "rmm", "pre_import", "dashboard_address", "security",
+                "credentials"):
         v = d.get(key)
         if key == "memory_limit" and d.get("memory_limit_bytes"):
             v = f"{v} ({format_bytes(d['memory_limit_bytes'])} per worker)"
@@ -180,6 +188,8 @@ def spec_table(spec, resolved, selection) -> Table:
             t.add_row(key, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
     for note in spec.notes:
         t.add_row("note", escape(note))
+    for command in spec.commands:
+        t.add_row("runs", escape(command))
     if resolved.profile:
         t.add_row("profile", resolved.profile)
     changed = {k: v for k, v in resolved.sources.items() if v != "default"}

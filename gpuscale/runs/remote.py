@@ -139,6 +139,8 @@ def _runner(request: dict[str, Any]):
     spec = request["spec"]
     spec = spec.model_copy(update={"scheduler": address, "kwargs": {**spec.kwargs, "address": address}})
     s = Session.planned(request["resolved"], request["selection"], spec, request["collection"])
+    from ..cluster import security
+    s.security = security.as_client(worker.security)  # the client's credentials file may not be on this host
     s.placement = dataclasses.replace(request["placement"], worker=worker.address)
     client_id = request["client"]
     with s:

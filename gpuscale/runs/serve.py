@@ -105,6 +105,65 @@ def check_scheduler_file(path: str | os.PathLike) -> pathlib.Path:
     return p
 
 
+def _lock_path(path: pathlib.Path) -> pathlib.Path:
+    return path.with_name(f".{path.name}.lock")
+
+
+def _answers(address: str, timeout_s: float = 1.0) -> bool:
+    """Whether something listens at a scheduler address (a TCP connect, no Dask handshake)."""
+    import socket
+    from distributed.comm import parse_address, parse_host_port
+    try:
+        host, port = parse_host_port(parse_address(address)[1])
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+@contextlib.contextmanager
+def claim(path: pathlib.Path) -> Iterator[None]:
+    """Hold the scheduler file ``path`` for this process for the block: a lock (``flock`` on a
+    hidden ``.NAME.lock`` beside it, released by the kernel if this process dies) that a second
+    ``cluster up`` with the same file finds taken, and refuses in one line; a file left by a
+    cluster that is gone is taken over. Refused as well: a file whose scheduler still answers
+    (one that ``dask scheduler`` wrote, say)."""
+    import fcntl
+    lock = _lock_path(path)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise UserError(f"scheduler file {path} belongs to another `gpuscale cluster up` (pid {owner}), "
+                            "still running", "stop it first (`gpuscale cluster down --scheduler-file "
+                            f"{path}`) or give this cluster another --scheduler-file") from None
+        try:  # the file we locked may have been removed by its owner as we opened it: lock anew
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        address = None
+        if path.exists():
+            with contextlib.suppress(UserError):  # not a scheduler file: it is replaced
+                address = address_from_file(path)
+        if address is not None and _answers(address):
+            raise UserError(f"scheduler file {path} names a scheduler that is running ({address})",
+                            "stop that scheduler first or give this cluster another --scheduler-file")
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(fd)  # releases the lock
+
+
 def write_scheduler_file(client, path: pathlib.Path) -> None:
     """Dask's scheduler file (``scheduler_info()`` as JSON, like ``dask scheduler
     --scheduler-file``), written atomically; ``Client(scheduler_file=path)`` reads it."""
@@ -113,13 +172,22 @@ def write_scheduler_file(client, path: pathlib.Path) -> None:
     os.replace(tmp, path)
 
 
+def _remove_if(path: pathlib.Path, still_ours: Callable[[pathlib.Path], bool]) -> None:
+    """Remove ``path`` only while it is still what this process wrote (never another's)."""
+    with contextlib.suppress(OSError, UserError):
+        if still_ours(path):
+            path.unlink()
+
+
 class Served:
     """A cluster ``up`` started: its open session and the scheduler file written (if any)."""
 
-    def __init__(self, session, scheduler_file: pathlib.Path | None = None, warm_up_s: float | None = None):
+    def __init__(self, session, scheduler_file: pathlib.Path | None = None, warm_up_s: float | None = None,
+                 credentials: pathlib.Path | None = None):
         self.session = session
         self.scheduler_file = scheduler_file
         self.warm_up_s = warm_up_s
+        self.credentials = credentials
 
     @property
     def address(self) -> str:
@@ -133,6 +201,8 @@ class Served:
                 "scheduler_file": str(self.scheduler_file) if self.scheduler_file else None,
                 "cls": s.spec.cls, "family": s.family.name, "protocol": s.spec.protocol,
                 "workers": len(workers), "threads": sum(w.get("nthreads", 0) for w in workers.values()),
+                "tls": s.spec.security == "tls",
+                "credentials": str(self.credentials) if self.credentials else None,
                 "warm_up_s": self.warm_up_s, "pid": os.getpid()}
 
 
@@ -185,60 +255,74 @@ def up(*, profile: str | None = None, collection: str | None = None,
     """Start the cluster these settings describe (the spec ``cluster show`` prints) and yield a
     :class:`Served` once every planned worker has joined and warmed up (``warm_up``:
     :meth:`gpuscale.backends.Family.warm_up`, so a later run's first task does not pay the
-    workers' imports and first kernels); on exit remove the scheduler file (if written) and
-    close everything that was started."""
-    s = Session(profile=profile, collection=collection, **settings)
+    workers' imports and first kernels); on exit remove the scheduler file and the credentials
+    file (while they are still the ones written here) and close everything that was started.
+
+    Protected by default (:mod:`gpuscale.cluster.security`): TLS with temporary credentials,
+    written (mode 0600) beside the scheduler file for the clients of its owner; with no
+    scheduler file they stay in this process (``cluster.security off`` serves plain TCP)."""
+    from ..cluster import security
+    s = Session(profile=profile, collection=collection, served=True, **settings)
     if s.spec.kind == "existing":
+        key = "scheduler" if s.resolved.settings.scheduler else "scheduler-file"
+        named = s.spec.scheduler if key == "scheduler" else s.resolved.settings.scheduler_file
         raise UserError(f"`cluster up` starts a cluster, but a running scheduler was named "
-                        f"({s.spec.scheduler}, from {s.resolved.sources.get('scheduler', 'settings')})",
+                        f"({named}, from {s.resolved.sources.get(key, 'settings')})",
                         "drop --scheduler (or use a profile without 'scheduler:'); to use a running "
                         "cluster pass --scheduler to `gpuscale run` instead")
     path = check_scheduler_file(scheduler_file) if scheduler_file else None
-    with s:
+    creds = security.beside(path) if path is not None and s.spec.security == "tls" else None
+    with contextlib.ExitStack() as stack:
+        if path is not None:
+            stack.enter_context(claim(path))
+        if creds is not None:  # before the start: hosts over ssh read them from the file
+            s.security = security.temporary()
+            pem = security.write(s.security, creds).read_bytes()
+            stack.callback(_remove_if, creds, lambda p: p.read_bytes() == pem)
+            s.spec = s.spec.model_copy(update={"credentials": str(creds)})
+        stack.enter_context(s)
         if s.spec.workers:
             s.client.wait_for_workers(s.spec.workers, timeout=start_timeout_s)
         # kept up for later runs: their first task should not pay the workers' first-use costs
         with deferred_stop():
             warm = s.family.warm_up(s.client) if warm_up else None
-        written = False
-        try:
-            if path is not None:
-                write_scheduler_file(s.client, path)
-                written = True
-            yield Served(s, path, warm)
-        finally:
-            if written:
-                with contextlib.suppress(OSError):
-                    path.unlink()
+        address = s.client.scheduler.address
+        if path is not None:
+            write_scheduler_file(s.client, path)
+            stack.callback(_remove_if, path, lambda p: address_from_file(p) == address)
+        yield Served(s, path, warm, creds)
 
 
 # ---------------------------------------------------------------------------------------
 # cluster down
 # ---------------------------------------------------------------------------------------
 def address_from_file(path: str | os.PathLike) -> str:
-    p = pathlib.Path(path).expanduser()
-    try:
-        address = json.loads(p.read_text())["address"]
-    except FileNotFoundError:
-        raise UserError(f"scheduler file {path} does not exist",
-                        "give the --scheduler-file that `gpuscale cluster up` wrote (is it still running?)") from None
-    except (OSError, ValueError, KeyError, TypeError):
-        raise UserError(f"scheduler file {path} is not a Dask scheduler file (no 'address')",
-                        "give the file `gpuscale cluster up --scheduler-file` or `dask scheduler` wrote") from None
-    return str(address)
+    from ..cluster.existing import address_from_file as read
+    return read(path)
 
 
-def down(address: str, *, timeout_s: float = DOWN_TIMEOUT_S) -> dict[str, Any]:
-    """Stop the scheduler at ``address`` and its workers (``Client.shutdown()``).
+def down(address: str, *, timeout_s: float = DOWN_TIMEOUT_S,
+         credentials: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Stop the scheduler at ``address`` and its workers (``Client.shutdown()``); a ``tls://``
+    one with the ``credentials`` file (:mod:`gpuscale.cluster.security`).
 
     Returns ``{"scheduler": address, "workers": n}`` (workers it had). Raises
     :class:`UserError` when nothing answers within ``timeout_s``.
     """
     from distributed import Client
+    from ..cluster import security
     if "://" not in address:
         address = f"tcp://{address}"
+    kw = {}
+    if address.startswith("tls://"):
+        if credentials is None:
+            raise UserError(f"the scheduler at {address} accepts TLS clients only",
+                            "pass --credentials PATH (the *.tls.pem file beside its scheduler file) or "
+                            "--scheduler-file PATH")
+        security.check_readable(pathlib.Path(credentials).expanduser())
+        kw["security"] = security.load(credentials)
     try:
-        client = Client(address, timeout=timeout_s, set_as_default=False)
+        client = Client(address, timeout=timeout_s, set_as_default=False, **kw)
     except (OSError, TimeoutError):
         raise UserError(f"no scheduler answered at {address} within {timeout_s:g} s",
                         "check the address `gpuscale cluster up` printed (is that cluster still "

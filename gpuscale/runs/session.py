@@ -31,15 +31,16 @@ from . import runner
 
 
 def configure(*, profile: str | None = None, collection: str | None = None, check: bool = True,
-              **settings: Any):
+              served: bool = False, **settings: Any):
     """Resolve settings, select the family and build the cluster spec, starting nothing;
-    with ``check``, fail now when the family or the protocol cannot run here.
+    with ``check``, fail now when the family or the protocol cannot run here. ``served``: the
+    cluster is kept up for other processes (``cluster up``: protected by default).
 
     Returns ``(resolved, selection, spec)``.
     """
     resolved = config.resolve(profile, config.keywords_to_nested(settings))
     selection = backends.select(resolved.settings.backend, collection, check=check)
-    spec = cluster.build_spec(resolved, selection.family, collection)
+    spec = cluster.build_spec(resolved, selection.family, collection, served=served)
     if check:
         cluster.protocols.get(spec.protocol).check()
     return resolved, selection, spec
@@ -66,9 +67,11 @@ class Session:
     """
 
     def __init__(self, backend: str | None = None, protocol: str | None = None, *,
-                 profile: str | None = None, collection: str | None = None, **settings: Any):
+                 profile: str | None = None, collection: str | None = None, served: bool = False,
+                 **settings: Any):
         resolved, selection, spec = configure(
-            profile=profile, collection=collection, backend=backend, protocol=protocol, **settings)
+            profile=profile, collection=collection, backend=backend, protocol=protocol, served=served,
+            **settings)
         self._init(resolved, selection, spec, collection)
 
     def _init(self, resolved, selection, spec, collection: str | None) -> None:
@@ -77,6 +80,9 @@ class Session:
         self.client = None
         self.cluster = None
         self.startup_s: float | None = None
+        self.security = None
+        """A :class:`distributed.Security` to connect with instead of the spec's (a runner on a
+        worker uses its worker's); None: the spec's."""
         self.placement = None
         """Where :meth:`run` runs the runner and why (a :class:`gpuscale.runs.remote.Placement`,
         recorded as ``explained.cluster.runner``); None: in this process, not asked."""
@@ -105,7 +111,7 @@ class Session:
         try:
             t0 = time.perf_counter()
             self.family.import_in_background(self.collection)  # overlaps the cluster's start
-            self.client, self.cluster = stack.enter_context(cluster.connect(self.spec))
+            self.client, self.cluster = stack.enter_context(cluster.connect(self.spec, self.security))
             self.startup_s = time.perf_counter() - t0
             self._dashboard_link = _ask_dashboard_link(self.client)
             stack.enter_context(dask.config.set(self.family.dask_config()))
@@ -198,6 +204,7 @@ class Session:
                             "leave audit on (the default) or drop strict_backend")
         ctx = workloads.Context(self.family, self.spec, self.client, data=user.source,
                                 validate=user.validate)
+        at_start = set(self._workers())
         with contextlib.ExitStack() as stack:  # the trace folder is written on leaving
             tracer = stack.enter_context(self._capture(trace, cls.name)) if trace is not None else None
             outcome = runner.execute(
@@ -216,7 +223,7 @@ class Session:
                 backend=self.selection.requested, family=self.family.name,
                 backend_reason=self.selection.reason, protocol=self.spec.protocol,
                 knobs=self.family.knobs.as_dict(cls.collection), choices=ctx.choices,
-                cluster=self.cluster_info(), settings_sources=sources,
+                cluster=self.cluster_info(since=at_start), settings_sources=sources,
                 times_s=outcome.times_s, warmup_s=outcome.warmup_s, startup_s=self.startup_s,
                 generate_s=outcome.generate_s, validate_s=outcome.validate_s,
                 valid=outcome.validation.valid, validation=outcome.validation.to_dict(),
@@ -281,14 +288,31 @@ class Session:
         return capture(self.client, directory, workload=workload, backend=self.selection.requested,
                        family=self.family.name, protocol=self.spec.protocol, nvtx=self.family.nvtx_phases)
 
-    def cluster_info(self) -> dict[str, Any]:
-        """The planned spec plus what the running cluster actually has."""
+    def _workers(self) -> dict[str, dict[str, Any]]:
+        return self.client.scheduler_info(n_workers=-1)["workers"] if self.client is not None else {}
+
+    def cluster_info(self, since: set[str] | None = None) -> dict[str, Any]:
+        """The planned spec plus what the running cluster actually has: its workers and threads,
+        the hosts with their workers (``hosts``), whether TLS is on; with ``since`` (the worker
+        addresses at the start of a run) the workers lost and joined during it."""
         info = self.spec.model_dump(mode="json")
         if self.client is not None:
-            workers = self.client.scheduler_info(n_workers=-1)["workers"]
+            workers = self._workers()
             info["running"] = {"workers": len(workers),
                                "threads": sum(w.get("nthreads", 0) for w in workers.values()),
                                "scheduler": self.client.scheduler.address}
+            hosts: dict[str, dict[str, Any]] = {}
+            for addr, w in sorted(workers.items()):
+                h = hosts.setdefault(w.get("host") or addr.split("://")[-1].rsplit(":", 1)[0],
+                                     {"workers": 0, "threads": 0, "addresses": []})
+                h["workers"] += 1
+                h["threads"] += w.get("nthreads", 0)
+                h["addresses"].append(addr)
+            info["hosts"] = hosts
+            info["tls"] = self.client.scheduler.address.startswith("tls://")
+            if since is not None:
+                info["workers_lost"] = sorted(since - set(workers))
+                info["workers_joined"] = sorted(set(workers) - since)
         return info
 
     def _repr_html_(self) -> str:

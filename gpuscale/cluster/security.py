@@ -1,0 +1,190 @@
+"""Who may talk to a cluster: TLS through distributed's :class:`~distributed.Security`.
+
+One decision lives here, :func:`apply`: whether the cluster a spec describes speaks TLS
+(``cluster.security``: ``auto`` / ``tls`` / ``off``), recorded as the spec's ``security``
+choice with its source and rule, and where a client finds its credentials.
+
+* A cluster kept up for others (``gpuscale cluster up``, ``served``): ``auto`` means TLS. Its
+  credentials come from :meth:`distributed.Security.temporary` (a fresh self-signed CA
+  + key, one for every role) and are written by :func:`write` to one PEM file readable by its
+  owner only (mode 0600) beside the scheduler file (:func:`beside`): whoever can read that
+  file can use the cluster, nobody else can. Dask's own command lines read the same file
+  (``dask worker tls://... --tls-ca-file F --tls-cert F --tls-key F``).
+* A cluster for one run or one session of this process: ``auto`` means plain TCP on
+  loopback for the life of the run (``tls`` still gives it in-memory temporary credentials).
+* A running scheduler: its address says (``tls://``); the credentials are the
+  ``cluster.credentials`` setting, else the file beside ``scheduler-file``. A ``tls://``
+  scheduler without readable credentials is refused here, in one line naming the fix.
+
+UCX has no TLS: a protected cluster over UCX is refused unless ``cluster.security`` is
+``off``, set by you.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any
+
+from ..choices import choice
+from ..errors import UserError
+
+MODES = ("auto", "tls", "off")
+SUFFIX = ".tls.pem"
+
+
+def beside(scheduler_file: str | os.PathLike) -> pathlib.Path:
+    """The credentials file of the cluster whose scheduler file is ``scheduler_file``:
+    ``scheduler.json`` -> ``scheduler.tls.pem`` in the same folder."""
+    p = pathlib.Path(scheduler_file).expanduser()
+    return p.with_name(p.stem + SUFFIX)
+
+
+def _source(resolved) -> str:
+    return resolved.sources.get("cluster.security", "default")
+
+
+def _ucx_refusal(proto_name: str, why: str) -> UserError:
+    return UserError(f"{why}, but {proto_name.upper()} has no TLS: anyone who reaches its ports could run "
+                     "code as you", f"use --protocol tcp (TLS), or pass --security off to run {proto_name} "
+                     "unprotected on a network you trust")
+
+
+def apply(spec, resolved, proto, *, served: bool = False):
+    """``spec`` with its ``security`` / ``credentials`` fields, the ``security`` choice and,
+    for TLS on a cluster it starts, ``protocol="tls"`` among the class's keyword arguments."""
+    if spec.kind == "existing":
+        return _for_client(spec, resolved)
+    setting = resolved.settings.cluster.security
+    source = _source(resolved)
+    encrypts = proto.name == "tcp"
+    if setting == "off":
+        rule = "off, set by you: plain " + proto.name
+        if served:
+            rule += " (anyone who reaches the scheduler's port can run code on the workers)"
+        value = "off"
+    elif setting == "tls" or served or spec.kind == "ssh":
+        if not encrypts:
+            raise _ucx_refusal(proto.name, "this cluster is protected with TLS (cluster.security "
+                                           f"{setting}{'' if setting == 'tls' else ' for cluster up'})")
+        value = "tls"
+        rule = ("set by you: " if setting == "tls" else "auto: a cluster kept up for other processes is "
+                                                         "protected: ") + \
+            ("TLS with a temporary CA and certificate (distributed's Security.temporary)" +
+             (", written for clients to one file readable by its owner only (mode 0600) beside the "
+              "scheduler file" if served else ", held in memory by this process"))
+        if spec.kind == "ssh" and setting == "auto" and not served:
+            rule = "auto: a cluster on other hosts is protected: " + rule.split(": ", 1)[1]
+    else:
+        value = "off"
+        rule = (f"auto: this process's own cluster, plain {proto.name} on "
+                f"{spec.kwargs.get('host') or 'its bind address'} for the life of the run")
+    kwargs = dict(spec.kwargs)
+    if value == "tls" and spec.kind != "ssh":  # ssh: the scheduler's options (cluster.ssh.start)
+        kwargs["protocol"] = "tls"
+    return spec.model_copy(update={
+        "security": value, "kwargs": kwargs,
+        "choices": {**spec.choices, "security": choice(value, source if setting != "auto" else "rule", rule,
+                                                       setting=setting)}})
+
+
+def _for_client(spec, resolved):
+    """A running scheduler: TLS when its address is ``tls://``, with the credentials found."""
+    setting = resolved.settings.cluster.security
+    c = resolved.settings.cluster
+    address = spec.scheduler
+    scheme = address.split("://", 1)[0]
+    creds, creds_source = None, None
+    if c.credentials:
+        creds, creds_source = pathlib.Path(c.credentials).expanduser(), \
+            resolved.sources.get("cluster.credentials", "flag")
+    elif resolved.settings.scheduler_file:
+        near = beside(resolved.settings.scheduler_file)
+        if near.exists():
+            creds, creds_source = near, "beside the scheduler file"
+    if scheme != "tls":
+        if setting == "tls":
+            raise UserError(f"cluster.security is tls ({_source(resolved)}), but the scheduler address "
+                            f"{address} is not tls://", "give its tls:// address (or --scheduler-file), "
+                            "or drop --security tls")
+        return spec.model_copy(update={"security": "off", "choices": {**spec.choices, "security": choice(
+            "off", "scheduler address", f"the scheduler's address is {scheme}://: no TLS", setting=setting)}})
+    if setting == "off":
+        raise UserError(f"cluster.security is off ({_source(resolved)}), but the scheduler at {address} "
+                        "accepts TLS clients only", "drop --security off and give its credentials with "
+                        "--credentials PATH (or --scheduler-file)")
+    if creds is None:
+        where = (f" (none beside {resolved.settings.scheduler_file}: {beside(resolved.settings.scheduler_file)})"
+                 if resolved.settings.scheduler_file else "")
+        raise UserError(f"the scheduler at {address} accepts TLS clients only and no credentials were "
+                        f"given{where}", "pass --credentials PATH, the *.tls.pem file `gpuscale cluster up` "
+                        "wrote beside its scheduler file (or --scheduler-file PATH to find it there)")
+    check_readable(creds)
+    return spec.model_copy(update={"security": "tls", "credentials": str(creds), "choices": {
+        **spec.choices, "security": choice("tls", "scheduler address",
+                                           f"the scheduler's address is tls://: TLS with the credentials "
+                                           f"in {creds} ({creds_source})", setting=setting)}})
+
+
+def check_readable(path: pathlib.Path) -> None:
+    """Refuse credentials this user cannot read, in one line."""
+    if not path.is_file():
+        raise UserError(f"credentials file {path} does not exist",
+                        "give the *.tls.pem file `gpuscale cluster up` wrote beside its scheduler file")
+    try:
+        with open(path, "rb"):
+            pass
+    except PermissionError:
+        raise UserError(f"credentials file {path} is not readable by this user (uid {os.getuid()}): the "
+                        "cluster it protects accepts only its owner's clients",
+                        "run as the user who started the cluster, or ask them for a copy of your own "
+                        "(chmod 600)") from None
+
+
+def load(path: str | os.PathLike):
+    """A client's :class:`~distributed.Security` from a credentials file (CA, certificate and
+    key in one PEM file), encryption required."""
+    from distributed import Security
+    p = str(pathlib.Path(path).expanduser())
+    return Security(tls_ca_file=p, tls_client_cert=p, tls_client_key=p, require_encryption=True)
+
+
+def as_client(sec):
+    """A worker's :class:`~distributed.Security` as a client's (the runner a run sends into the
+    cluster connects from its worker): ``dask worker --tls-cert F --tls-key F`` sets only the
+    worker role, so the client role takes the worker's certificate and key."""
+    if sec is None or sec.tls_client_cert or not sec.tls_worker_cert:
+        return sec
+    from distributed import Security
+    return Security(require_encryption=sec.require_encryption, tls_ca_file=sec.tls_ca_file,
+                    tls_client_cert=sec.tls_worker_cert, tls_client_key=sec.tls_worker_key)
+
+
+def temporary():
+    """New credentials for a cluster this process starts (:meth:`distributed.Security.temporary`)."""
+    from distributed import Security
+    try:
+        return Security.temporary()
+    except ImportError:
+        from ..errors import missing_module
+        raise missing_module("cryptography", "TLS (cluster.security tls)", "pip install cryptography") from None
+
+
+def write(security, path: pathlib.Path) -> pathlib.Path:
+    """Write ``security``'s key and certificate (which is also its CA: Security.temporary's
+    self-signed one) to ``path``, created with mode 0600 (never readable by others, not even
+    for a moment), atomically."""
+    pem = security.tls_client_key.strip() + "\n" + security.tls_client_cert.strip() + "\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # whatever the umask
+        os.write(fd, pem.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return path
+
+
+def describe(spec) -> dict[str, Any]:
+    """What a record says about security."""
+    return {"tls": spec.security == "tls", "credentials": spec.credentials}

@@ -1,0 +1,150 @@
+"""Clusters over SSH: distributed's :func:`~distributed.deploy.ssh.SSHCluster` (``cluster.deploy:
+ssh``).
+
+The first host of ``cluster.ssh.hosts`` runs the scheduler, every other entry one worker
+process (repeat a host for more; Dask's convention): ``distributed.Nanny`` for the CPU family,
+``dask_cuda.CUDAWorker`` for the GPU family (one worker per GPU of that host, with the
+family's RMM pool). Nothing is launched by gpuscale itself: SSHCluster connects with asyncssh
+and starts ``python -m distributed.cli.dask_spec`` on each host, the commands ``cluster show``
+prints (:attr:`ClusterSpec.commands`).
+
+TLS (the default for ``cluster up``) reaches the remote processes through Dask's own
+configuration, ``distributed.comm.tls.*``, which SSHCluster hands to them: these hold the
+*path* of the credentials file, never key material (a command line is visible to every user of
+a host), so that file (written beside the scheduler file, mode 0600) must be readable at the
+same path on every host, as on a shared home or a shared filesystem.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+from ..choices import choice
+from ..errors import UserError, missing_module
+from . import ClusterSpec, construct, rmm_choice
+
+
+def _connect_options(ssh) -> dict:
+    opts: dict = {}
+    if ssh.username:
+        opts["username"] = ssh.username
+    if ssh.port != 22:
+        opts["port"] = ssh.port
+    if ssh.client_keys:
+        opts["client_keys"] = list(ssh.client_keys)
+    if ssh.known_hosts:
+        opts["known_hosts"] = ssh.known_hosts
+    return opts
+
+
+def spec(resolved, family, collection, proto) -> ClusterSpec:
+    settings, src = resolved.settings, resolved.sources
+    c, ssh = settings.cluster, settings.cluster.ssh
+    hosts = list(ssh.hosts or ())
+    if len(hosts) < 2:
+        raise UserError(f"cluster.deploy is ssh but cluster.ssh.hosts names {len(hosts)} host(s)",
+                        "list the scheduler's host first, then one entry per worker process, e.g. "
+                        "--ssh-hosts node1,node1,node2 (or in a profile, see clusters/ssh.yaml)")
+    gpu = family.cluster_kind == "cuda"
+    worker_class = "dask_cuda.CUDAWorker" if gpu else "distributed.Nanny"
+    threads = c.threads_per_worker or family.knobs.threads_per_worker.get(collection or "session")
+    worker_options: dict = {}
+    if threads:
+        worker_options["nthreads"] = threads
+    if c.memory_limit != "auto":
+        worker_options["memory_limit"] = c.memory_limit
+    rmm = None
+    pool = c.rmm.pool_size
+    if gpu:
+        if pool == "auto":
+            pool = family.knobs.rmm_pool_size
+        if pool is not None:
+            worker_options["rmm_pool_size"] = pool
+            rmm = {"pool_size": pool, "maximum_pool_size": c.rmm.maximum_pool_size,
+                   "external_libs": list(c.rmm.external_libs), "source": "set by you" if c.rmm.pool_size != "auto"
+                   else f"{family.name} family default (fraction of device memory)"}
+    # the scheduler listens on the address its host was named by, which the other hosts reach
+    scheduler_options = {"host": hosts[0], "port": 0, "dashboard_address": c.dashboard_address or ":0"}
+    kwargs = {"hosts": hosts, "connect_options": _connect_options(ssh), "worker_options": worker_options,
+              "scheduler_options": scheduler_options, "worker_class": worker_class,
+              "remote_python": ssh.remote_python or sys.executable}
+    n = len(hosts) - 1
+    per = "one worker per GPU of each host" if gpu else f"{n} worker process(es)"
+    choices = {
+        "protocol": choice(proto.name, src.get("protocol", "default")),
+        "transports": proto.transports_choice(c.ucx, {}, src),
+        "hosts": choice(hosts, src.get("cluster.ssh.hosts", "flag"),
+                        f"scheduler on {hosts[0]}; {per} on {', '.join(hosts[1:])} (one per entry after the first)"),
+        "workers": choice(None if gpu else n, "rule", f"{worker_class} on each entry after the first: {per}"),
+        "threads_per_worker": choice(threads, src.get("cluster.threads-per-worker", "family"),
+                                     None if threads else "Dask's default: the remote host's cores"),
+        "memory_limit": choice(c.memory_limit, src.get("cluster.memory-limit", "default"),
+                               "auto: Dask's default on each host" if c.memory_limit == "auto" else None),
+        "rmm_pool_size": rmm_choice(resolved, family, pool if gpu else None,
+                                    rmm["source"] if rmm else None),
+    }
+    return ClusterSpec(kind="ssh", cls="distributed.deploy.ssh.SSHCluster", family=family.name,
+                       protocol=proto.name, workers=None if gpu else n, threads_per_worker=threads,
+                       memory_limit=c.memory_limit, rmm=rmm, dashboard_address=c.dashboard_address,
+                       notes=[f"scheduler on {hosts[0]} over ssh; workers: {worker_class} on "
+                              f"{', '.join(hosts[1:])}"], kwargs=kwargs, choices=choices)
+
+
+def commands(spec: ClusterSpec) -> list[str]:
+    """The ssh commands SSHCluster runs for this spec (Dask adds the client's configuration to
+    each in ``DASK_INTERNAL_INHERIT_CONFIG``: with TLS, the credentials file's path)."""
+    kw = spec.kwargs
+    protocol = "tls" if spec.security == "tls" else None
+    opts = kw["connect_options"]
+    ssh = ["ssh"] + (["-p", str(opts["port"])] if "port" in opts else []) + \
+        [f"-i {k}" for k in opts.get("client_keys", [])]
+
+    def on(host, *argv):
+        target = f"{opts['username']}@{host}" if opts.get("username") else host
+        return " ".join([*ssh, target, *argv])
+
+    sched_opts = dict(kw["scheduler_options"], **({"protocol": protocol} if protocol else {}))
+    lines = [on(kw["hosts"][0], kw["remote_python"], "-m", "distributed.cli.dask_spec", "--spec",
+                shlex.quote(json.dumps({"cls": "distributed.Scheduler", "opts": sched_opts})))]
+    for host in kw["hosts"][1:]:
+        lines.append(on(host, kw["remote_python"], "-m", "distributed.cli.dask_spec", "SCHEDULER_ADDRESS",
+                        "--spec", shlex.quote(json.dumps({0: {"cls": kw["worker_class"],
+                                                              "opts": kw["worker_options"]}}))))
+    return lines
+
+
+def tls_config(credentials: str) -> dict:
+    """Dask's configuration that makes every process SSHCluster starts speak TLS with the
+    credentials file at this path (the same path on every host)."""
+    return {"distributed.comm.require-encryption": True, "distributed.comm.tls.ca-file": credentials,
+            **{f"distributed.comm.tls.{role}.{part}": credentials
+               for role in ("scheduler", "worker", "client") for part in ("cert", "key")}}
+
+
+def start(spec: ClusterSpec, security=None):
+    import dask.config
+    from distributed import Client
+    import importlib.util
+    from distributed.deploy.ssh import SSHCluster
+    if importlib.util.find_spec("asyncssh") is None:
+        raise missing_module("asyncssh", "cluster.deploy ssh (distributed's SSHCluster)",
+                             "pip install 'gpuscale[ssh]'") from None
+    from . import security as tls
+    kwargs = dict(spec.kwargs)
+    config: dict = {}
+    if spec.security == "tls":
+        if not spec.credentials:
+            raise UserError("an ssh cluster with TLS needs its credentials in a file every host reads",
+                            "give `cluster up` a --scheduler-file on a filesystem the hosts share (the "
+                            "credentials go beside it), or --security off on a network you trust")
+        config = tls_config(spec.credentials)
+        kwargs["scheduler_options"] = {**kwargs["scheduler_options"], "protocol": "tls"}
+        kwargs["security"] = security or tls.load(spec.credentials)
+    with dask.config.set(config):
+        cluster = construct(spec, lambda: SSHCluster(**kwargs))
+    try:
+        return cluster, Client(cluster)
+    except BaseException:
+        cluster.close()
+        raise
