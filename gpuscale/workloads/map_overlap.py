@@ -68,6 +68,7 @@ class MapOverlap(UniformMatrix, Workload):
         halo = p.size // 2
         plan_square_chunk(ctx, p.chunk, p.n, p.n, np.dtype(p.dtype).itemsize, minimum=halo)
         ctx.choose("halo", halo, "rule", f"--size {p.size} // 2")
+        ctx.choose("overlap", "auto", "rule", "one padded task when the array is one chunk, else Dask's map_overlap (gpuscale.routes.overlap)")
 
     def compute(self, x, p, ctx: Context) -> Output:
         from ..routes import overlap

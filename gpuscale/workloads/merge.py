@@ -89,6 +89,8 @@ class Merge(Workload):
                    "the left frame's partitions scaled by --right-rows / --rows")
         ctx.choose("shuffle_method", ctx.knobs.shuffle_method, "family",
                    "None: Dask's default" if ctx.knobs.shuffle_method is None else None)
+        ctx.choose("join", "auto", "rule", "one task (the library's own merge) when one worker with one thread is "
+                   "the whole cluster, else Dask's hash join (gpuscale.routes.dataframe.merge)")
 
     def estimate_bytes(self, p, ctx: Context) -> int:
         return int((p.rows + self.right_rows(p)) * ROW_BYTES * 4)

@@ -74,6 +74,8 @@ class Shuffle(Workload):
         plan_partitions(ctx, p.partitions, p.rows, ROW_BYTES)
         ctx.choose("shuffle_method", ctx.knobs.shuffle_method, "family",
                    "None: Dask's default" if ctx.knobs.shuffle_method is None else None)
+        ctx.choose("sort", "auto", "rule", "one task (the library's own sort) when one worker with one thread is "
+                   "the whole cluster, else Dask's (gpuscale.routes.dataframe.sort)")
 
     def estimate_bytes(self, p, ctx: Context) -> int:
         return int(p.rows * ROW_BYTES * 4)
