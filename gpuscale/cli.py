@@ -89,11 +89,12 @@ def cluster_options(f):
 
 CLUSTER_KEYS = ("backend", "protocol", "scheduler", "workers", "threads_per_worker", "memory_limit",
                 "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address")
+AUTO_REPEAT_KEYS = ("target_error", "max_repeats", "max_time")
 
 
 def _split(kwargs: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     profile = kwargs.pop("profile", None)
-    settings = {k: kwargs.pop(k) for k in CLUSTER_KEYS if k in kwargs}
+    settings = {k: kwargs.pop(k) for k in CLUSTER_KEYS + AUTO_REPEAT_KEYS if k in kwargs}
     return profile, settings
 
 
@@ -143,7 +144,13 @@ def _workload_command(cls) -> click.Command:
     params += _data_options(cls)
 
     @cluster_options
-    @click.option("--repeat", help="timed repeats (default 3)")
+    @click.option("--repeat", help="timed repeats: a number (default 3) or auto: repeat until the median's "
+                                   "relative error is <= --target-error, capped by --max-repeats / --max-time")
+    @click.option("--target-error", "target_error", metavar="PCT",
+                  help="--repeat auto: relative standard error of the median to reach (default 2%)")
+    @click.option("--max-repeats", "max_repeats", help="--repeat auto: at most this many timed repeats (default 50)")
+    @click.option("--max-time", "max_time", metavar="SECONDS",
+                  help="--repeat auto: at most this many seconds of timed repeats (default 60)")
     @click.option("--warmup", help="untimed warm-up runs (default 1)")
     @click.option("--results-dir", help="where to write the result record (default ./gpuscale-results)")
     @click.option("--trace", "trace_dir", metavar="DIR",
@@ -177,7 +184,7 @@ def _workload_command(cls) -> click.Command:
         in_cluster = kwargs.pop("in_cluster", None)
         profile, settings = _split(kwargs)
         wl_params = {k: v for k, v in kwargs.items() if v is not None}
-        settings.update(repeat=_int(repeat, "--repeat"), warmup=_int(warmup, "--warmup", minimum=0),
+        settings.update(repeat=_repeat(repeat), warmup=_int(warmup, "--warmup", minimum=0),
                         memory_check=False if no_memory_check else None,
                         strict_backend=True if strict else None, in_cluster=in_cluster)
         r = api.run(cls.name, profile=profile, results_dir=results_dir, cluster_settings=settings,
@@ -253,6 +260,17 @@ def _dashboard_hooks(show) -> dict[str, Any]:
         click.echo(f"gpuscale: {STOPPED_BY.get(why, why)}; closing the cluster", err=True)
 
     return {"on_ready": on_ready, "hold": hold}
+
+
+def _repeat(value) -> int | str | None:
+    """``--repeat``: a whole number >= 1, or ``auto``."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _int(value, "--repeat")
+    except UserError:
+        raise UserError(f"--repeat must be a whole number >= 1 or auto, got {value!r}",
+                        "e.g. --repeat 5 or --repeat auto") from None
 
 
 def _int(value, flag: str, minimum: int = 1) -> int | None:
@@ -479,7 +497,7 @@ def _explain_callback(cls):
         unused = [flag for key, flag in NOT_PLANNED.items() if kwargs.pop(key, None) not in (None, False)]
         profile, settings = _split(kwargs)
         wl_params = {k: v for k, v in kwargs.items() if v is not None}
-        settings.update(repeat=_int(repeat, "--repeat"), warmup=_int(warmup, "--warmup", minimum=0),
+        settings.update(repeat=_repeat(repeat), warmup=_int(warmup, "--warmup", minimum=0),
                         memory_check=False if no_memory_check else None,
                         strict_backend=True if strict_backend else None, in_cluster=in_cluster)
         d = api.explain(cls.name, profile=profile, cluster_settings=settings, trace=trace_dir,

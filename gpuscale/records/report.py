@@ -84,6 +84,8 @@ def result_table(r) -> Table:
         else "[red bold]INVALID[/red bold]"
     t.add_row("result", f"{valid}  ({r.validation.get('method', '')})")
     t.add_row("median / min", f"{_fmt_s(r.median_s)} / {_fmt_s(r.min_s)}  over {len(r.times_s)} repeat(s)")
+    if r.repeats and r.repeats.get("mode") == "auto":
+        t.add_row("repeat auto", escape(f"{r.repeats['taken']} taken, stopped: {r.repeats['why']}"))
     t.add_row("times", ", ".join(_fmt_s(x) for x in r.times_s))
     t.add_row("warm-up", ", ".join(_fmt_s(x) for x in r.warmup_s) or "-")
     t.add_row("start-up / generate / validate",
@@ -334,7 +336,11 @@ def explain_table(d: dict[str, Any]):
     head.add_row("cluster", escape(f"{spec['cls']}: {spec.get('workers')} worker(s) x "
                                    f"{spec.get('threads_per_worker')} thread(s), {spec['protocol']}"))
     run = d["run"]
-    head.add_row("run", escape(f"{run['warmup']} warm-up + {run['repeat']} timed repeat(s), memory check "
+    timed = (f"{run['repeat']} timed repeat(s)" if run["repeat"] != "auto" else
+             "timed repeats until the median's relative error <= {:g}% ({}..{} repeats, at most {:g} s)".format(
+                 run["auto_repeat"]["target_error"] * 100, run["auto_repeat"]["min_repeats"],
+                 run["auto_repeat"]["max_repeats"], run["auto_repeat"]["max_time"]))
+    head.add_row("run", escape(f"{run['warmup']} warm-up + {timed}, memory check "
                                f"{'on' if run['memory_check'] else 'off'}, strict backend "
                                f"{'on' if run['strict_backend'] else 'off'}"))
     head.add_row("audit", escape(f"{d['audit']['scope']}; foreign chunks: {d['audit']['on_foreign_chunks']}"))

@@ -51,6 +51,11 @@ class Result(BaseModel):
     iqr_s: float | None = None
     """Interquartile range of ``times_s`` (Q3 - Q1, inclusive quartiles; None with fewer than 2
     repeats, or in older records)."""
+    repeats: dict[str, Any] | None = None
+    """How many timed repeats were taken and why they stopped: ``mode`` (fixed / auto),
+    ``taken``, ``stopped`` (fixed / target / max-repeats / max-time), ``why`` (a sentence),
+    ``relative_error`` of the median, and for auto its target and caps
+    (:mod:`gpuscale.runs.repeats`); None in older records."""
     startup_s: float | None = None
     generate_s: float
     validate_s: float

@@ -27,7 +27,7 @@ from ..data import inputs
 from ..errors import UserError
 from ..records import results
 from ..records.explained import explained
-from . import runner
+from . import repeats, runner
 
 
 def configure(*, profile: str | None = None, collection: str | None = None, check: bool = True,
@@ -202,7 +202,7 @@ class Session:
             tracer = stack.enter_context(self._capture(trace, cls.name)) if trace is not None else None
             outcome = runner.execute(
                 cls(), p, ctx, warmup=run_cfg.warmup if warmup is None else warmup,
-                repeat=run_cfg.repeat if repeat is None else repeat,
+                repeat=repeats.policy(_repeat(run_cfg.repeat if repeat is None else repeat), run_cfg.auto_repeat),
                 memory_check=run_cfg.memory_check if memory_check is None else memory_check, tracer=tracer,
                 audit=audit, cancelled=cancelled, progress=progress)
             if outcome.audit is not None:
@@ -221,6 +221,7 @@ class Session:
                 generate_s=outcome.generate_s, validate_s=outcome.validate_s,
                 valid=outcome.validation.valid, validation=outcome.validation.to_dict(),
                 info={**outcome.info, "unsettled_repeats": outcome.settle_warnings, **written},
+                repeats=outcome.repeats,
                 memory={"estimate_bytes": outcome.estimate_bytes, "capacity_bytes": outcome.capacity_bytes,
                         **(outcome.memory or {})},
                 audit=outcome.audit, explained=explained(
@@ -294,6 +295,14 @@ class Session:
     def _repr_html_(self) -> str:
         from ..records.report import session_html
         return session_html(self)
+
+
+def _repeat(value: Any) -> int | str:
+    """A ``repeat`` keyword checked like the ``run.repeat`` setting (:func:`config.repeat_value`)."""
+    try:
+        return config.repeat_value(value)
+    except ValueError as e:
+        raise UserError(f"repeat {e}, got {value!r}", "e.g. repeat=5 or repeat='auto'") from None
 
 
 def finish(result: results.Result, out_dir: str | None) -> results.Result:
