@@ -66,21 +66,62 @@ class Group(click.Group):
             _interrupted()
 
 
+class Typed(click.ParamType):
+    """A flag's type (INTEGER, FLOAT, a choice, INTEGER|auto): ``--help`` shows it and values
+    are converted to it. A value that does not convert is passed on as given, so the check
+    that decides (the parameter model, or the settings schema) answers with its one-line error
+    naming the flag and the fix."""
+
+    KINDS = {"int": ("INTEGER", int), "float": ("FLOAT", float)}
+
+    def __init__(self, kind: str, values: list | None = None):
+        self.kind, self.values = kind, list(values or [])
+        self.name = {"choice": "choice", "int-or-choice": "integer"}.get(kind, kind)
+
+    def get_metavar(self, param, ctx=None) -> str:
+        if self.kind == "choice":
+            return "[" + "|".join(map(str, self.values)) + "]"
+        if self.kind == "int-or-choice":
+            return "|".join(["INTEGER", *map(str, self.values)])
+        return self.KINDS[self.kind][0]
+
+    def convert(self, value, param, ctx):
+        if not isinstance(value, str):
+            return value
+        if self.kind == "choice":
+            return value
+        if self.kind == "int-or-choice" and value in self.values:
+            return value
+        try:
+            return self.KINDS.get(self.kind, self.KINDS["int"])[1](value)
+        except ValueError:
+            return value
+
+    def shell_complete(self, ctx, param, incomplete):
+        from click.shell_completion import CompletionItem
+        return [CompletionItem(str(v)) for v in self.values if str(v).startswith(incomplete)]
+
+
+INT, FLOAT = Typed("int"), Typed("float")
+REPEAT = Typed("int-or-choice", ["auto"])
+
+
 def cluster_options(f):
     """Flags that select the backend and shape the cluster (shared by run / cluster show)."""
     opts = [
-        click.option("--backend", help="auto | cpu | gpu | numpy | pandas | cupy | cudf"),
-        click.option("--protocol", help="tcp | ucx"),
-        click.option("--profile", help="a profile name from clusters/ or a YAML path"),
-        click.option("--scheduler", help="address of a running scheduler to use instead of a new cluster"),
-        click.option("--workers", help="number of workers (GPU: at most one per GPU)"),
-        click.option("--threads-per-worker", help="threads per worker"),
-        click.option("--memory-limit", help="host memory per worker: auto, bytes, '8GB' or a fraction"),
-        click.option("--gpus", help="GPUs to use, e.g. 0,1 (default: all visible)"),
+        click.option("--backend", metavar="NAME", help="auto | cpu | gpu | numpy | pandas | cupy | cudf"),
+        click.option("--protocol", metavar="tcp|ucx", help="tcp | ucx"),
+        click.option("--profile", metavar="NAME|PATH", help="a profile name from clusters/ or a YAML path"),
+        click.option("--scheduler", metavar="ADDRESS",
+                     help="address of a running scheduler to use instead of a new cluster"),
+        click.option("--workers", type=INT, help="number of workers (GPU: at most one per GPU)"),
+        click.option("--threads-per-worker", type=INT, help="threads per worker"),
+        click.option("--memory-limit", metavar="SIZE", help="host memory per worker: auto, bytes, '8GB' or a fraction"),
+        click.option("--gpus", metavar="LIST", help="GPUs to use, e.g. 0,1 (default: all visible)"),
         click.option("--nvlink/--no-nvlink", default=None, help="force UCX NVLink on/off (default: UCX chooses)"),
         click.option("--infiniband/--no-infiniband", default=None, help="force UCX InfiniBand on/off"),
-        click.option("--rmm-pool-size", help="RMM pool per GPU worker: bytes, '40GB', a fraction, or none"),
-        click.option("--dashboard-address", help="dashboard bind address (default 127.0.0.1:0)"),
+        click.option("--rmm-pool-size", metavar="SIZE", help="RMM pool per GPU worker: bytes, '40GB', a fraction, or none"),
+        click.option("--dashboard-address", metavar="HOST:PORT", help="dashboard bind address (default 127.0.0.1:0)"),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -124,35 +165,53 @@ class RunGroup(Group):
             raise click.UsageError("give the workload first: gpuscale run WORKLOAD [OPTIONS]")
         return super().resolve_command(ctx, args)
 
+    def format_usage(self, ctx, formatter):
+        formatter.write_usage(ctx.command_path, "WORKLOAD [WORKLOAD PARAMETERS] [FLAGS]")
+
+    def format_commands(self, ctx, formatter):
+        """``--help``: the workloads (each with its own ``--help``: its parameters) and the
+        flags every workload takes."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            rows.append((name, cmd.get_short_help_str(limit=max(30, formatter.width - 24))))
+        with formatter.section(f"Workloads ({ctx.command_path} WORKLOAD --help: its parameters, typed)"):
+            formatter.write_dl(rows)
+        with formatter.section("Flags every workload takes"):
+            formatter.write_dl([r for r in (p.get_help_record(ctx) for p in run_params()) if r])
+
 
 @cli.group(cls=RunGroup, context_settings=CONTEXT)
 def run():
     """Run a workload, validate it and record the result."""
 
 
-def _workload_command(cls) -> click.Command:
-    params = []
-    for fname, field in cls.Params.model_fields.items():
-        flag = "--" + fname.replace("_", "-")
-        ann = field.annotation
-        if ann is bool:
-            params.append(click.Option([f"{flag}/--no-{fname.replace('_', '-')}", fname], default=None,
-                                       help=f"{field.description} (default: {field.default})"))
-        else:
-            params.append(click.Option([flag, fname], default=None,
-                                       help=f"{field.description} (default: {field.default})"))
-    params += _data_options(cls)
+def _param_option(fname: str, field) -> click.Option:
+    """One workload parameter as a flag typed from its annotation (:func:`workloads.value_kind`)."""
+    from .workloads import value_kind
+    flag = "--" + fname.replace("_", "-")
+    desc = field.description or ""
+    help_ = desc if "default" in desc.lower() or field.default is None else f"{desc} (default: {field.default})".strip()
+    kind, values = value_kind(field.annotation)
+    if kind == "bool":
+        return click.Option([f"{flag}/--no-{fname.replace('_', '-')}", fname], default=None, help=help_)
+    ptype = Typed(kind, values) if kind != "text" else click.STRING
+    return click.Option([flag, fname], type=ptype, default=None, help=help_)
 
+
+def run_params() -> list[click.Parameter]:
+    """The flags every workload's ``run`` (and ``explain``) command takes: the cluster flags
+    and the run flags (``gpuscale run --help`` lists them)."""
     @cluster_options
-    @click.option("--repeat", help="timed repeats: a number (default 3) or auto: repeat until the median's "
+    @click.option("--repeat", type=REPEAT, help="timed repeats: a number (default 3) or auto: repeat until the median's "
                                    "relative error is <= --target-error, capped by --max-repeats / --max-time")
     @click.option("--target-error", "target_error", metavar="PCT",
                   help="--repeat auto: relative standard error of the median to reach (default 2%)")
-    @click.option("--max-repeats", "max_repeats", help="--repeat auto: at most this many timed repeats (default 50)")
-    @click.option("--max-time", "max_time", metavar="SECONDS",
+    @click.option("--max-repeats", "max_repeats", type=INT, help="--repeat auto: at most this many timed repeats (default 50)")
+    @click.option("--max-time", "max_time", type=FLOAT,
                   help="--repeat auto: at most this many seconds of timed repeats (default 60)")
-    @click.option("--warmup", help="untimed warm-up runs (default 1)")
-    @click.option("--results-dir", help="where to write the result record (default ./gpuscale-results)")
+    @click.option("--warmup", type=INT, help="untimed warm-up runs (default 1)")
+    @click.option("--results-dir", metavar="DIR", help="where to write the result record (default ./gpuscale-results)")
     @click.option("--trace", "trace_dir", metavar="DIR",
                   help="capture a trace of the run into this new or empty folder (see `gpuscale trace`)")
     @click.option("--no-memory-check", "no_memory_check", is_flag=True,
@@ -167,6 +226,15 @@ def _workload_command(cls) -> click.Command:
                   help="print the dashboard link (stderr) before the work and keep the cluster up "
                        "after it until Ctrl-C")
     @click.option("--json", "as_json", is_flag=True, help="print exactly one JSON object on stdout")
+    def flags():
+        pass
+    return flags.__click_params__[::-1]
+
+
+def _workload_command(cls) -> click.Command:
+    params = [_param_option(fname, field) for fname, field in cls.Params.model_fields.items()]
+    params += _data_options(cls)
+
     def command(as_json, no_memory_check, repeat, warmup, results_dir, **kwargs):
         from . import api
         from .records import report
@@ -197,7 +265,7 @@ def _workload_command(cls) -> click.Command:
                        f"{r.path}", err=True)
             sys.exit(1)
 
-    return click.Command(cls.name, callback=command, params=params + command.__click_params__[::-1],
+    return click.Command(cls.name, callback=command, params=params + run_params(),
                          help=f"{cls.description}.", context_settings=CONTEXT)
 
 
@@ -218,7 +286,7 @@ def _data_options(cls) -> list[click.Option]:
                           "existing file unless --overwrite"),
         click.Option(["--overwrite", "overwrite"], is_flag=True, default=False,
                      help="let --output replace an existing file"),
-        click.Option(["--validate", "validate"], metavar="off|fast|full", default=None,
+        click.Option(["--validate", "validate"], type=Typed("choice", ["off", "fast", "full"]), default=None,
                      help="validation: off, fast (identities + a sample; the default on --input) or full "
                           "(recompute everything with NumPy / pandas on the host, where it fits)"),
     ]
