@@ -400,6 +400,8 @@ def cluster_up(as_json, scheduler_file, collection, **kwargs):
             d = served.describe()
             lines = [f"gpuscale cluster up: {d['cls']}, {d['workers']} worker(s), {d['threads']} "
                      f"thread(s), {d['protocol']} ({d['family']} family)",
+                     f"  layout          {d['workers']} worker(s) x {d['threads_per_worker']} thread(s): "
+                     f"{d['layout']} (the rule `gpuscale run` applies to the same flags)",
                      f"  scheduler       {d['scheduler']}",
                      f"  dashboard       {d['dashboard'] or '(none: --dashboard-address is unset)'}",
                      f"  warmed up       {d['warm_up_s']:.1f} s (every worker imported its libraries and "
@@ -628,7 +630,8 @@ def results_list(directory, as_json):
     recs = results.find(d)
     _emit([{"path": r.path, "timestamp": r.timestamp, "workload": r.workload, "backend": r.backend,
             "family": r.family, "protocol": r.protocol, "median_s": r.median_s, "stdev_s": r.stdev_s,
-            "iqr_s": r.iqr_s, "repeats": len(r.times_s), "valid": r.valid} for r in recs],
+            "iqr_s": r.iqr_s, "repeats": len(r.times_s), "valid": r.valid, "dashboard_link": r.dashboard_link,
+            "dashboard_link_live": r.dashboard_link_live} for r in recs],
           as_json, lambda: report.records_table(recs, f"{len(recs)} record(s) in {d}, newest first"))
 
 

@@ -75,6 +75,16 @@ def _fmt_s(x: float | None) -> str:
     return "-" if x is None else (f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.3f} s")
 
 
+def dashboard_text(r) -> str:
+    """A record's dashboard link as it stands now (``dashboard_link_live``): live, or where it
+    was during the run."""
+    if r.dashboard_link_live:
+        return f"{r.dashboard_link} (live)"
+    why = "its cluster has closed" if r.dashboard_link_live is False else \
+        "a running cluster's; it may still answer"
+    return f"{r.dashboard_link} (was, during the run: {why})"
+
+
 def result_table(r) -> Table:
     t = Table(title=f"gpuscale {r.workload} on {r.family} ({r.backend}), {r.protocol}",
               show_header=False, title_justify="left")
@@ -98,6 +108,8 @@ def result_table(r) -> Table:
     running = r.cluster.get("running", {})
     t.add_row("cluster", f"{r.cluster.get('cls')}: {running.get('workers', r.cluster.get('workers'))} "
               f"worker(s), {running.get('threads', '?')} thread(s)")
+    if r.dashboard_link:
+        t.add_row("dashboard", escape(dashboard_text(r)))
     for name, c in r.choices.items():
         rule = (f"  [dim]({c['source']}: {escape(c['rule'])})[/dim]" if c.get("rule")
                 else f"  [dim]({c['source']})[/dim]")
@@ -132,6 +144,7 @@ def result_html(r) -> str:
             ("backend audit", "-" if not getattr(r, "audit", None) else verdict(r.audit) if not r.audit["foreign_tasks"] else
              f"{r.audit['foreign_tasks']} task(s) of another family than {r.audit['expected']['family']}: "
              + "; ".join(f"{f['prefix']}: {f['fix']}" for f in r.audit["foreign"])),
+            *([("dashboard", dashboard_text(r))] if r.dashboard_link else []),
             ("record", r.path or "(not written)")]
     body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
                    f"{html.escape(str(v))}</td></tr>" for k, v in rows)

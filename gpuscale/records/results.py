@@ -69,6 +69,14 @@ class Result(BaseModel):
     versions: dict[str, Any]
     hardware: dict[str, Any]
     dashboard_link: str | None = None
+    """Where the run's dashboard was during the run (None: the cluster had none)."""
+    dashboard_link_live: bool | None = None
+    """Whether ``dashboard_link`` still led to that dashboard when this object was made: True
+    from a session whose cluster is still up; False once gpuscale closed the cluster it started
+    (what ``gpuscale run`` prints: the cluster closes before the result is shown, unless
+    ``--dashboard`` holds it) and in a record read back from its file; None in a file of a run
+    on a running cluster (``--scheduler``), which gpuscale did not close and cannot vouch for
+    (:func:`link_live_after_run`)."""
     trace: str | None = None
     """The trace folder of this run (``--trace DIR``), if one was captured."""
     audit: dict[str, Any] | None = None
@@ -108,6 +116,15 @@ def spread(times: list[float]) -> dict[str, float | None]:
     return {"stdev_s": statistics.stdev(times), "iqr_s": q3 - q1}
 
 
+def link_live_after_run(r: Result) -> bool | None:
+    """``dashboard_link_live`` of a record once its run is over: False when gpuscale started
+    (and so closed) the cluster, None for a running cluster it only connected to, None
+    without a link."""
+    if not r.dashboard_link:
+        return None
+    return None if (r.cluster or {}).get("kind") == "existing" else False
+
+
 def check_writable(results_dir: str | os.PathLike) -> pathlib.Path:
     """Fail before any work starts if records cannot be written there."""
     d = pathlib.Path(results_dir).expanduser()
@@ -130,8 +147,8 @@ def write(result: Result, results_dir: str | os.PathLike) -> pathlib.Path:
     result.path = str(final)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(result.to_json())
+        with os.fdopen(fd, "w") as f:  # the file is read after the run: its link is a past one
+            f.write(result.model_copy(update={"dashboard_link_live": link_live_after_run(result)}).to_json())
             f.flush()
             os.fsync(f.fileno())
         os.link(tmp, final)  # fails if the name exists: never overwrite
@@ -163,6 +180,7 @@ def find(*paths: str | os.PathLike) -> list[Result]:
             if is_record(data):
                 r = Result.model_validate(data)
                 r.path = str(f)
+                r.dashboard_link_live = link_live_after_run(r)
                 found[str(f.resolve())] = r
     return sorted(found.values(), key=lambda r: r.timestamp, reverse=True)
 
@@ -172,4 +190,6 @@ def load(path: str | os.PathLike) -> Result:
     if data.get("schema") != SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
         raise UserError(f"{path} is not a gpuscale result record of schema version {SCHEMA_VERSION}",
                         "give a file written by `gpuscale run` of this version")
-    return Result.model_validate(data)
+    r = Result.model_validate(data)
+    r.dashboard_link_live = link_live_after_run(r)
+    return r

@@ -126,13 +126,16 @@ class Served:
         return self.session.client.scheduler.address
 
     def describe(self) -> dict[str, Any]:
-        """What ``cluster up`` prints: addresses, link and the live worker / thread counts."""
+        """What ``cluster up`` prints: addresses, link, the live worker / thread counts and the
+        layout's rule (the one ``gpuscale run`` applies: :meth:`Family.worker_layout`)."""
         s = self.session
         workers = s.client.scheduler_info(n_workers=-1).get("workers", {})
         return {"scheduler": self.address, "dashboard": s.dashboard_link,
                 "scheduler_file": str(self.scheduler_file) if self.scheduler_file else None,
                 "cls": s.spec.cls, "family": s.family.name, "protocol": s.spec.protocol,
                 "workers": len(workers), "threads": sum(w.get("nthreads", 0) for w in workers.values()),
+                "threads_per_worker": s.spec.threads_per_worker,
+                "layout": (s.spec.choices.get("threads_per_worker") or {}).get("rule") or "set by you",
                 "warm_up_s": self.warm_up_s, "pid": os.getpid()}
 
 

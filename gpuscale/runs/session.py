@@ -211,12 +211,13 @@ class Session:
                 tracer.stop()  # the window ends with the run; the record is built outside it
                 tracer.audit = outcome.audit  # summary.json's "audit" section
             written = _write_output(cls(), p, outcome, user)
+            info = self.cluster_info()
             result = results.Result.build(
                 workload=cls.name, params=cls().record_params(p, ctx), data=cls().record_data(p, ctx),
                 backend=self.selection.requested, family=self.family.name,
                 backend_reason=self.selection.reason, protocol=self.spec.protocol,
-                knobs=self.family.knobs.as_dict(cls.collection), choices=ctx.choices,
-                cluster=self.cluster_info(), settings_sources=sources,
+                knobs=self._knobs(cls.collection, info), choices=ctx.choices,
+                cluster=info, settings_sources=sources,
                 times_s=outcome.times_s, warmup_s=outcome.warmup_s, startup_s=self.startup_s,
                 generate_s=outcome.generate_s, validate_s=outcome.validate_s,
                 valid=outcome.validation.valid, validation=outcome.validation.to_dict(),
@@ -227,7 +228,8 @@ class Session:
                 audit=outcome.audit, explained=explained(
                     self.resolved, self.selection, self.spec, cls.collection, ctx.choices, ctx.decisions),
                 versions=machine.versions(), hardware=machine.hardware(),
-                dashboard_link=self.dashboard_link, trace=str(tracer.path) if tracer is not None else None)
+                dashboard_link=self.dashboard_link, dashboard_link_live=True if self.dashboard_link else None,
+                trace=str(tracer.path) if tracer is not None else None)
             if self.placement is not None:
                 result.explained["cluster"]["runner"] = self.placement.entry()
                 result.info["runner"] = self.placement.describe()
@@ -281,6 +283,20 @@ class Session:
         from ..trace import capture
         return capture(self.client, directory, workload=workload, backend=self.selection.requested,
                        family=self.family.name, protocol=self.spec.protocol, nvtx=self.family.nvtx_phases)
+
+    def _knobs(self, collection: str | None, info: dict[str, Any]) -> dict[str, Any]:
+        """The family's knobs for ``collection`` as a record holds them, ``threads_per_worker``
+        being the cluster's (what ran: the family's value is capped by the cores, and flags,
+        a profile or a running cluster may set another); the family's own value stays beside
+        it as ``family_threads_per_worker``."""
+        knobs = self.family.knobs.as_dict(collection)
+        knobs["family_threads_per_worker"] = knobs["threads_per_worker"]
+        running = info.get("running") or {}
+        if running.get("workers"):
+            knobs["threads_per_worker"] = running["threads"] // running["workers"]
+        elif info.get("threads_per_worker") is not None:
+            knobs["threads_per_worker"] = info["threads_per_worker"]
+        return knobs
 
     def cluster_info(self) -> dict[str, Any]:
         """The planned spec plus what the running cluster actually has."""
