@@ -493,12 +493,27 @@ def trace_group():
     """Read trace folders written by `run --trace DIR` or Session.trace(DIR)."""
 
 
+def _latest(what: str, **need: bool):
+    """The latest run's record under the results dir (``results.latest``), named in one line on
+    stderr (stdout keeps only the result)."""
+    from . import config
+    from .records import results
+    d = config.resolve(None, {}).settings.results_dir
+    r = results.latest(d, **need)
+    click.echo(f"gpuscale: {what} of the latest run: {r.workload} on {r.family} at {r.timestamp[:19]} "
+               f"(record {r.path}{f', trace {r.trace}' if need.get('with_trace') else ''})", err=True)
+    return r
+
+
 @trace_group.command("summarize", context_settings=CONTEXT)
-@click.argument("directory", metavar="DIR")
+@click.argument("directory", metavar="[DIR]", required=False)
 @json_option("the summary")
 def trace_summarize(directory, as_json):
-    """Where the time went: wall split, top task groups, bytes moved, bandwidth, memory peaks."""
+    """Where the time went: wall split, top task groups, bytes moved, bandwidth, memory peaks.
+    Without DIR: the trace of the latest run that has one (records under the results dir)."""
     from .trace import load, render
+    if directory is None:
+        directory = _latest("the trace", with_trace=True).trace
     s = load(directory)
     _emit(s.model_dump(mode="json", by_alias=True), as_json, lambda: render.summary_table(s, directory))
 
@@ -523,14 +538,17 @@ def audit_group():
 
 
 @audit_group.command("report", context_settings=CONTEXT)
-@click.argument("path", metavar="DIR_OR_RECORD")
+@click.argument("path", metavar="[DIR_OR_RECORD]", required=False)
 @json_option("the audit")
 def audit_report(path, as_json):
     """The audit of a result record (JSON) or a trace folder (its summary.json) as a table:
     task outputs by prefix with their type and bytes, chunks of another family than the
-    backend's with their likely fix, and family changes (host <-> device)."""
+    backend's with their likely fix, and family changes (host <-> device). Without a path:
+    the latest run's record (under the results dir)."""
     from . import audit
     from .records import report
+    if path is None:
+        path = _latest("the backend audit", with_audit=True).path
     a, label = audit.load(path)
     _emit({**a, "source": label}, as_json, lambda: report.audit_table(a, label))
 

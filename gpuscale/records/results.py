@@ -185,6 +185,28 @@ def find(*paths: str | os.PathLike) -> list[Result]:
     return sorted(found.values(), key=lambda r: r.timestamp, reverse=True)
 
 
+def latest(results_dir: str | os.PathLike, *, with_trace: bool = False, with_audit: bool = False) -> Result:
+    """"The latest run": the newest record under ``results_dir`` (by timestamp), or the newest
+    whose trace folder is still there (``with_trace``) / that holds a backend audit
+    (``with_audit``); what ``trace summarize`` and ``audit report`` read when given no path."""
+    d = pathlib.Path(results_dir).expanduser()
+    if not d.is_dir():
+        raise UserError(f"no records: the results dir '{d}' does not exist",
+                        "run a workload first (gpuscale run WORKLOAD), or give a path")
+    recs = find(d)
+    if with_trace:
+        recs = [r for r in recs if r.trace and (pathlib.Path(r.trace).expanduser() / "summary.json").is_file()]
+    if with_audit:
+        recs = [r for r in recs if r.audit]
+    if not recs:
+        what = ("no record with a trace folder that is still there" if with_trace else
+                "no record with a backend audit" if with_audit else "no records")
+        fix = ("run a workload with --trace DIR, or give a trace folder" if with_trace else
+               "run a workload first (gpuscale run WORKLOAD), or give a path")
+        raise UserError(f"{what} under '{d}'", fix)
+    return recs[0]
+
+
 def load(path: str | os.PathLike) -> Result:
     data = json.loads(pathlib.Path(path).read_text())
     if data.get("schema") != SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
