@@ -108,3 +108,20 @@ def test_repeat_auto_explained_and_bad_values_one_line(cli, tmp_path):
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("gpuscale: error: ") and words in lines[0], p.stderr
         assert "; " in lines[0] and not (tmp_path / "res").exists()
+
+
+def test_bench_spec_takes_repeat_auto(cli, tmp_path):
+    spec = tmp_path / "auto.yaml"
+    spec.write_text("name: auto\nbackends: [cpu]\nworkers: [1]\nrepeat: auto\nwarmup: 0\n"
+                    "cluster: {threads_per_worker: 1, max_repeats: 4, target_error: 0.00001}\n"
+                    "workloads:\n  transpose_sum:\n    sizes: [{n: 200}]\n")
+    p = cli("bench", spec, "--out", tmp_path / "out", "--json", timeout=180)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["ran"] == 1 and not d["cases"][0].get("error")
+    rec = json.loads((tmp_path / "out" / d["cases"][0]["record"]).read_text())
+    assert (rec["repeats"]["mode"], rec["repeats"]["stopped"], len(rec["times_s"])) == ("auto", "max-repeats", 4)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("workloads: {svd: {}}\nrepeat: often\n")
+    p = cli("bench", bad, "--out", tmp_path / "out2")
+    assert p.returncode == 2 and "whole number >= 1 or auto" in p.stderr and len(p.stderr.strip().splitlines()) == 1
