@@ -66,21 +66,62 @@ class Group(click.Group):
             _interrupted()
 
 
+class Typed(click.ParamType):
+    """A flag's type (INTEGER, FLOAT, a choice, INTEGER|auto): ``--help`` shows it and values
+    are converted to it. A value that does not convert is passed on as given, so the check
+    that decides (the parameter model, or the settings schema) answers with its one-line error
+    naming the flag and the fix."""
+
+    KINDS = {"int": ("INTEGER", int), "float": ("FLOAT", float)}
+
+    def __init__(self, kind: str, values: list | None = None):
+        self.kind, self.values = kind, list(values or [])
+        self.name = {"choice": "choice", "int-or-choice": "integer"}.get(kind, kind)
+
+    def get_metavar(self, param, ctx=None) -> str:
+        if self.kind == "choice":
+            return "[" + "|".join(map(str, self.values)) + "]"
+        if self.kind == "int-or-choice":
+            return "|".join(["INTEGER", *map(str, self.values)])
+        return self.KINDS[self.kind][0]
+
+    def convert(self, value, param, ctx):
+        if not isinstance(value, str):
+            return value
+        if self.kind == "choice":
+            return value
+        if self.kind == "int-or-choice" and value in self.values:
+            return value
+        try:
+            return self.KINDS.get(self.kind, self.KINDS["int"])[1](value)
+        except ValueError:
+            return value
+
+    def shell_complete(self, ctx, param, incomplete):
+        from click.shell_completion import CompletionItem
+        return [CompletionItem(str(v)) for v in self.values if str(v).startswith(incomplete)]
+
+
+INT, FLOAT = Typed("int"), Typed("float")
+REPEAT = Typed("int-or-choice", ["auto"])
+
+
 def cluster_options(f):
     """Flags that select the backend and shape the cluster (shared by run / cluster show)."""
     opts = [
-        click.option("--backend", help="auto | cpu | gpu | numpy | pandas | cupy | cudf"),
-        click.option("--protocol", help="tcp | ucx"),
-        click.option("--profile", help="a profile name from clusters/ or a YAML path"),
-        click.option("--scheduler", help="address of a running scheduler to use instead of a new cluster"),
-        click.option("--workers", help="number of workers (GPU: at most one per GPU)"),
-        click.option("--threads-per-worker", help="threads per worker"),
-        click.option("--memory-limit", help="host memory per worker: auto, bytes, '8GB' or a fraction"),
-        click.option("--gpus", help="GPUs to use, e.g. 0,1 (default: all visible)"),
+        click.option("--backend", metavar="NAME", help="auto | cpu | gpu | numpy | pandas | cupy | cudf"),
+        click.option("--protocol", metavar="tcp|ucx", help="tcp | ucx"),
+        click.option("--profile", metavar="NAME|PATH", help="a profile name from clusters/ or a YAML path"),
+        click.option("--scheduler", metavar="ADDRESS",
+                     help="address of a running scheduler to use instead of a new cluster"),
+        click.option("--workers", type=INT, help="number of workers (GPU: at most one per GPU)"),
+        click.option("--threads-per-worker", type=INT, help="threads per worker"),
+        click.option("--memory-limit", metavar="SIZE", help="host memory per worker: auto, bytes, '8GB' or a fraction"),
+        click.option("--gpus", metavar="LIST", help="GPUs to use, e.g. 0,1 (default: all visible)"),
         click.option("--nvlink/--no-nvlink", default=None, help="force UCX NVLink on/off (default: UCX chooses)"),
         click.option("--infiniband/--no-infiniband", default=None, help="force UCX InfiniBand on/off"),
-        click.option("--rmm-pool-size", help="RMM pool per GPU worker: bytes, '40GB', a fraction, or none"),
-        click.option("--dashboard-address", help="dashboard bind address (default 127.0.0.1:0)"),
+        click.option("--rmm-pool-size", metavar="SIZE", help="RMM pool per GPU worker: bytes, '40GB', a fraction, or none"),
+        click.option("--dashboard-address", metavar="HOST:PORT", help="dashboard bind address (default 127.0.0.1:0)"),
         click.option("--host", help="bind address of a cluster started here (default: the protocol's; "
                                     "tcp: 127.0.0.1); other hosts reach it there"),
         click.option("--security", help="auto | tls | off: TLS between client, scheduler and workers "
@@ -101,6 +142,7 @@ def cluster_options(f):
 CLUSTER_KEYS = ("backend", "protocol", "scheduler", "scheduler_file", "workers", "threads_per_worker",
                 "memory_limit", "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "host",
                 "security", "credentials", "deploy", "ssh_hosts")
+AUTO_REPEAT_KEYS = ("target_error", "max_repeats", "max_time")
 
 
 def scheduler_file_option(f):
@@ -113,7 +155,7 @@ def scheduler_file_option(f):
 
 def _split(kwargs: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     profile = kwargs.pop("profile", None)
-    settings = {k: kwargs.pop(k) for k in CLUSTER_KEYS if k in kwargs}
+    settings = {k: kwargs.pop(k) for k in CLUSTER_KEYS + AUTO_REPEAT_KEYS if k in kwargs}
     return profile, settings
 
 
@@ -143,30 +185,54 @@ class RunGroup(Group):
             raise click.UsageError("give the workload first: gpuscale run WORKLOAD [OPTIONS]")
         return super().resolve_command(ctx, args)
 
+    def format_usage(self, ctx, formatter):
+        formatter.write_usage(ctx.command_path, "WORKLOAD [WORKLOAD PARAMETERS] [FLAGS]")
+
+    def format_commands(self, ctx, formatter):
+        """``--help``: the workloads (each with its own ``--help``: its parameters) and the
+        flags every workload takes."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            rows.append((name, cmd.get_short_help_str(limit=max(30, formatter.width - 24))))
+        with formatter.section(f"Workloads ({ctx.command_path} WORKLOAD --help: its parameters, typed)"):
+            formatter.write_dl(rows)
+        with formatter.section("Flags every workload takes"):
+            formatter.write_dl([r for r in (p.get_help_record(ctx) for p in run_params()) if r])
+
 
 @cli.group(cls=RunGroup, context_settings=CONTEXT)
 def run():
     """Run a workload, validate it and record the result."""
 
 
-def _workload_command(cls) -> click.Command:
-    params = []
-    for fname, field in cls.Params.model_fields.items():
-        flag = "--" + fname.replace("_", "-")
-        ann = field.annotation
-        if ann is bool:
-            params.append(click.Option([f"{flag}/--no-{fname.replace('_', '-')}", fname], default=None,
-                                       help=f"{field.description} (default: {field.default})"))
-        else:
-            params.append(click.Option([flag, fname], default=None,
-                                       help=f"{field.description} (default: {field.default})"))
-    params += _data_options(cls)
+def _param_option(fname: str, field) -> click.Option:
+    """One workload parameter as a flag typed from its annotation (:func:`workloads.value_kind`)."""
+    from .workloads import value_kind
+    flag = "--" + fname.replace("_", "-")
+    desc = field.description or ""
+    help_ = desc if "default" in desc.lower() or field.default is None else f"{desc} (default: {field.default})".strip()
+    kind, values = value_kind(field.annotation)
+    if kind == "bool":
+        return click.Option([f"{flag}/--no-{fname.replace('_', '-')}", fname], default=None, help=help_)
+    ptype = Typed(kind, values) if kind != "text" else click.STRING
+    return click.Option([flag, fname], type=ptype, default=None, help=help_)
 
+
+def run_params() -> list[click.Parameter]:
+    """The flags every workload's ``run`` (and ``explain``) command takes: the cluster flags
+    and the run flags (``gpuscale run --help`` lists them)."""
     @cluster_options
     @scheduler_file_option
-    @click.option("--repeat", help="timed repeats (default 3)")
-    @click.option("--warmup", help="untimed warm-up runs (default 1)")
-    @click.option("--results-dir", help="where to write the result record (default ./gpuscale-results)")
+    @click.option("--repeat", type=REPEAT, help="timed repeats: a number (default 3) or auto: repeat until the median's "
+                                   "relative error is <= --target-error, capped by --max-repeats / --max-time")
+    @click.option("--target-error", "target_error", metavar="PCT",
+                  help="--repeat auto: relative standard error of the median to reach (default 2%)")
+    @click.option("--max-repeats", "max_repeats", type=INT, help="--repeat auto: at most this many timed repeats (default 50)")
+    @click.option("--max-time", "max_time", type=FLOAT,
+                  help="--repeat auto: at most this many seconds of timed repeats (default 60)")
+    @click.option("--warmup", type=INT, help="untimed warm-up runs (default 1)")
+    @click.option("--results-dir", metavar="DIR", help="where to write the result record (default ./gpuscale-results)")
     @click.option("--trace", "trace_dir", metavar="DIR",
                   help="capture a trace of the run into this new or empty folder (see `gpuscale trace`)")
     @click.option("--no-memory-check", "no_memory_check", is_flag=True,
@@ -181,6 +247,15 @@ def _workload_command(cls) -> click.Command:
                   help="print the dashboard link (stderr) before the work and keep the cluster up "
                        "after it until Ctrl-C")
     @click.option("--json", "as_json", is_flag=True, help="print exactly one JSON object on stdout")
+    def flags():
+        pass
+    return flags.__click_params__[::-1]
+
+
+def _workload_command(cls) -> click.Command:
+    params = [_param_option(fname, field) for fname, field in cls.Params.model_fields.items()]
+    params += _data_options(cls)
+
     def command(as_json, no_memory_check, repeat, warmup, results_dir, **kwargs):
         from . import api
         from .records import report
@@ -198,7 +273,7 @@ def _workload_command(cls) -> click.Command:
         in_cluster = kwargs.pop("in_cluster", None)
         profile, settings = _split(kwargs)
         wl_params = {k: v for k, v in kwargs.items() if v is not None}
-        settings.update(repeat=_int(repeat, "--repeat"), warmup=_int(warmup, "--warmup", minimum=0),
+        settings.update(repeat=_repeat(repeat), warmup=_int(warmup, "--warmup", minimum=0),
                         memory_check=False if no_memory_check else None,
                         strict_backend=True if strict else None, in_cluster=in_cluster)
         r = api.run(cls.name, profile=profile, results_dir=results_dir, cluster_settings=settings,
@@ -211,7 +286,7 @@ def _workload_command(cls) -> click.Command:
                        f"{r.path}", err=True)
             sys.exit(1)
 
-    return click.Command(cls.name, callback=command, params=params + command.__click_params__[::-1],
+    return click.Command(cls.name, callback=command, params=params + run_params(),
                          help=f"{cls.description}.", context_settings=CONTEXT)
 
 
@@ -232,7 +307,7 @@ def _data_options(cls) -> list[click.Option]:
                           "existing file unless --overwrite"),
         click.Option(["--overwrite", "overwrite"], is_flag=True, default=False,
                      help="let --output replace an existing file"),
-        click.Option(["--validate", "validate"], metavar="off|fast|full", default=None,
+        click.Option(["--validate", "validate"], type=Typed("choice", ["off", "fast", "full"]), default=None,
                      help="validation: off, fast (identities + a sample; the default on --input) or full "
                           "(recompute everything with NumPy / pandas on the host, where it fits)"),
     ]
@@ -274,6 +349,17 @@ def _dashboard_hooks(show) -> dict[str, Any]:
         click.echo(f"gpuscale: {STOPPED_BY.get(why, why)}; closing the cluster", err=True)
 
     return {"on_ready": on_ready, "hold": hold}
+
+
+def _repeat(value) -> int | str | None:
+    """``--repeat``: a whole number >= 1, or ``auto``."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _int(value, "--repeat")
+    except UserError:
+        raise UserError(f"--repeat must be a whole number >= 1 or auto, got {value!r}",
+                        "e.g. --repeat 5 or --repeat auto") from None
 
 
 def _int(value, flag: str, minimum: int = 1) -> int | None:
@@ -336,6 +422,8 @@ def cluster_up(as_json, scheduler_file, collection, **kwargs):
             d = served.describe()
             lines = [f"gpuscale cluster up: {d['cls']}, {d['workers']} worker(s), {d['threads']} "
                      f"thread(s), {d['protocol']}{' + TLS' if d['tls'] else ''} ({d['family']} family)",
+                     f"  layout          {d['workers']} worker(s) x {d['threads_per_worker']} thread(s): "
+                     f"{d['layout']} (the rule `gpuscale run` applies to the same flags)",
                      f"  scheduler       {d['scheduler']}",
                      f"  dashboard       {d['dashboard'] or '(none: --dashboard-address is unset)'}",
                      f"  warmed up       {d['warm_up_s']:.1f} s (every worker imported its libraries and "
@@ -442,12 +530,27 @@ def trace_group():
     """Read trace folders written by `run --trace DIR` or Session.trace(DIR)."""
 
 
+def _latest(what: str, **need: bool):
+    """The latest run's record under the results dir (``results.latest``), named in one line on
+    stderr (stdout keeps only the result)."""
+    from . import config
+    from .records import results
+    d = config.resolve(None, {}).settings.results_dir
+    r = results.latest(d, **need)
+    click.echo(f"gpuscale: {what} of the latest run: {r.workload} on {r.family} at {r.timestamp[:19]} "
+               f"(record {r.path}{f', trace {r.trace}' if need.get('with_trace') else ''})", err=True)
+    return r
+
+
 @trace_group.command("summarize", context_settings=CONTEXT)
-@click.argument("directory", metavar="DIR")
+@click.argument("directory", metavar="[DIR]", required=False)
 @json_option("the summary")
 def trace_summarize(directory, as_json):
-    """Where the time went: wall split, top task groups, bytes moved, bandwidth, memory peaks."""
+    """Where the time went: wall split, top task groups, bytes moved, bandwidth, memory peaks.
+    Without DIR: the trace of the latest run that has one (records under the results dir)."""
     from .trace import load, render
+    if directory is None:
+        directory = _latest("the trace", with_trace=True).trace
     s = load(directory)
     _emit(s.model_dump(mode="json", by_alias=True), as_json, lambda: render.summary_table(s, directory))
 
@@ -472,14 +575,17 @@ def audit_group():
 
 
 @audit_group.command("report", context_settings=CONTEXT)
-@click.argument("path", metavar="DIR_OR_RECORD")
+@click.argument("path", metavar="[DIR_OR_RECORD]", required=False)
 @json_option("the audit")
 def audit_report(path, as_json):
     """The audit of a result record (JSON) or a trace folder (its summary.json) as a table:
     task outputs by prefix with their type and bytes, chunks of another family than the
-    backend's with their likely fix, and family changes (host <-> device)."""
+    backend's with their likely fix, and family changes (host <-> device). Without a path:
+    the latest run's record (under the results dir)."""
     from . import audit
     from .records import report
+    if path is None:
+        path = _latest("the backend audit", with_audit=True).path
     a, label = audit.load(path)
     _emit({**a, "source": label}, as_json, lambda: report.audit_table(a, label))
 
@@ -516,7 +622,7 @@ def _explain_callback(cls):
         unused = [flag for key, flag in NOT_PLANNED.items() if kwargs.pop(key, None) not in (None, False)]
         profile, settings = _split(kwargs)
         wl_params = {k: v for k, v in kwargs.items() if v is not None}
-        settings.update(repeat=_int(repeat, "--repeat"), warmup=_int(warmup, "--warmup", minimum=0),
+        settings.update(repeat=_repeat(repeat), warmup=_int(warmup, "--warmup", minimum=0),
                         memory_check=False if no_memory_check else None,
                         strict_backend=True if strict_backend else None, in_cluster=in_cluster)
         d = api.explain(cls.name, profile=profile, cluster_settings=settings, trace=trace_dir,
@@ -579,7 +685,8 @@ def results_list(directory, as_json):
     recs = results.find(d)
     _emit([{"path": r.path, "timestamp": r.timestamp, "workload": r.workload, "backend": r.backend,
             "family": r.family, "protocol": r.protocol, "median_s": r.median_s, "stdev_s": r.stdev_s,
-            "iqr_s": r.iqr_s, "repeats": len(r.times_s), "valid": r.valid} for r in recs],
+            "iqr_s": r.iqr_s, "repeats": len(r.times_s), "valid": r.valid, "dashboard_link": r.dashboard_link,
+            "dashboard_link_live": r.dashboard_link_live} for r in recs],
           as_json, lambda: report.records_table(recs, f"{len(recs)} record(s) in {d}, newest first"))
 
 

@@ -21,7 +21,7 @@ from typing import Any, Literal, Union
 import dask.config
 import yaml
 from pydantic import (BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError,
-                      field_validator)
+                      field_validator, model_validator)
 
 from .errors import UserError
 
@@ -145,13 +145,63 @@ class ClusterSettings(_Section):
         return v.strip().lower() if isinstance(v, str) else v
 
 
+def repeat_value(v: Any) -> int | str:
+    """A ``repeat`` (setting, flag, keyword or bench spec): a whole number >= 1 or ``"auto"``.
+    Checked here, not by a pydantic union (whose errors would name its members)."""
+    if isinstance(v, str):
+        w = v.strip().lower()
+        if w == "auto":
+            return w
+        try:
+            v = int(w)
+        except ValueError:
+            raise ValueError("must be a whole number >= 1 or auto") from None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError("must be a whole number >= 1 or auto")
+    return v
+
+
+class AutoRepeatSettings(_Section):
+    """``run.repeat: auto`` (:mod:`gpuscale.runs.repeats`): repeat until the median's relative
+    error is at most ``target_error``, with at least ``min_repeats`` and at most ``max_repeats``
+    repeats and ``max_time`` seconds of timed repeats."""
+    target_error: float = Field(0.02, gt=0, lt=1)
+    min_repeats: int = Field(3, ge=3)
+    max_repeats: PositiveInt = 50
+    max_time: float = Field(60.0, gt=0)
+
+    @field_validator("target_error", mode="before")
+    @classmethod
+    def _percent(cls, v):
+        """"2%" (a flag or env var) is 0.02."""
+        if isinstance(v, str) and v.strip().endswith("%"):
+            try:
+                return float(v.strip()[:-1]) / 100
+            except ValueError:
+                raise ValueError("must be a fraction like 0.02 or a percentage like 2%") from None
+        return v
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.max_repeats < self.min_repeats:
+            raise ValueError(f"max-repeats ({self.max_repeats}) must be >= min-repeats ({self.min_repeats})")
+        return self
+
+
 class RunSettings(_Section):
     warmup: NonNegativeInt = 1
-    repeat: PositiveInt = 3
+    repeat: Union[PositiveInt, Literal["auto"]] = 3
+    """Timed repeats: a whole number, or ``auto`` (see ``auto_repeat``)."""
+    auto_repeat: AutoRepeatSettings = AutoRepeatSettings()
     memory_check: bool = True
     strict_backend: bool = False
     in_cluster: Union[bool, Literal["auto"]] = "auto"
     """With a running scheduler: run the runner on one of its workers (``runs.remote.placement``)."""
+
+    @field_validator("repeat", mode="before")
+    @classmethod
+    def _auto_or_count(cls, v):
+        return repeat_value(v)
 
     @field_validator("in_cluster", mode="before")
     @classmethod
@@ -234,6 +284,10 @@ KEYWORDS: dict[str, str] = {
     "rmm_pool_size": "cluster.rmm.pool-size",
     "warmup": "run.warmup",
     "repeat": "run.repeat",
+    "target_error": "run.auto-repeat.target-error",
+    "min_repeats": "run.auto-repeat.min-repeats",
+    "max_repeats": "run.auto-repeat.max-repeats",
+    "max_time": "run.auto-repeat.max-time",
     "memory_check": "run.memory-check",
     "strict_backend": "run.strict-backend",
     "in_cluster": "run.in-cluster",

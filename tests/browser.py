@@ -7,10 +7,12 @@ included), the task-stream data source's row count and the number of coloured pi
 the task-stream plot's frame in a screenshot (the task rectangles; axes, grid and background
 are grey or white). The checks belong to the caller (see ``assert_task_stream``).
 
-Reports written with Bokeh's default CDN resources load BokehJS from cdn.bokeh.org; every
+Every network request is refused: the reports gpuscale writes inline BokehJS and must render
+offline. ``serve_cdn=True`` is for reports written with Bokeh's default CDN resources (Dask's
+own ``performance_report()``): then every
 ``https://cdn.bokeh.org/bokeh/release/<bundle>-<version>.js`` request is answered from the
-installed bokeh package's own copy of that bundle and every other network request is
-refused, so the test runs offline and what renders is exactly what the file says.
+installed bokeh package's own copy of that bundle and every other request is refused, so the
+test still runs offline and what renders is exactly what the file says.
 
 ``chromium()`` returns the browser path, or skips the test when it is absent, unless the
 env var ``GPUSCALE_REQUIRE_BROWSER`` is set (CI sets it): then a missing browser fails.
@@ -121,8 +123,9 @@ def _offline_page(exe: str, route, errors: list[str]):
 
 
 def render_performance_report(path: str | os.PathLike, *, screenshot: str | os.PathLike | None = None,
-                              timeout_s: float = 30) -> Rendered:
-    """Render a ``distributed.performance_report`` file in headless Chromium and read it back."""
+                              timeout_s: float = 30, serve_cdn: bool = False) -> Rendered:
+    """Render a ``distributed.performance_report`` file in headless Chromium and read it back
+    (network blocked; ``serve_cdn``: Bokeh's CDN answered from the installed bokeh)."""
     from bokeh.util.paths import bokehjs_path
     exe = chromium()
     path = pathlib.Path(path).resolve()
@@ -130,7 +133,7 @@ def render_performance_report(path: str | os.PathLike, *, screenshot: str | os.P
     errors: list[str] = []
 
     def route(r):
-        m = CDN.match(r.request.url)
+        m = CDN.match(r.request.url) if serve_cdn else None
         local = js_dir / f"{m.group(1)}{m.group(2) or ''}.js" if m else None
         if local is not None and local.is_file():
             r.fulfill(path=str(local), content_type="application/javascript")
@@ -181,6 +184,9 @@ class Page:
     images: list[dict]     # every <img>: src, alt, natural width / height, complete
     text: str              # the body's rendered text
     page_errors: list[str]
+    svgs: list[dict] = dataclasses.field(default_factory=list)
+    """every inline <svg>: id, width / height on the page, its <rect> count, and pixels /
+    coloured pixels of its screenshot (drawn, not just in the DOM)"""
 
 
 def render_page(path: str | os.PathLike, *, timeout_s: float = 30) -> Page:
@@ -200,4 +206,13 @@ def render_page(path: str | os.PathLike, *, timeout_s: float = 30) -> Page:
                                "alt: i.alt, width: i.naturalWidth, height: i.naturalHeight, "
                                "complete: i.complete}))")
         text = page.evaluate("() => document.body.innerText")
-    return Page(images=images, text=text, page_errors=errors)
+        svgs = page.evaluate("() => [...document.querySelectorAll('svg')].map(s => {const b = "
+                             "s.getBoundingClientRect(); return {id: s.id, x: b.x, y: b.y, width: b.width, "
+                             "height: b.height, rects: s.querySelectorAll('rect').length, "
+                             "texts: [...s.querySelectorAll('text')].map(t => t.textContent)};})")
+        for svg in svgs:
+            svg["pixels"] = svg["colored_pixels"] = 0
+            if svg["width"] > 0 and svg["height"] > 0:
+                clip = {k: svg[k] for k in ("x", "y", "width", "height")}
+                svg["pixels"], svg["colored_pixels"] = _colored(page.screenshot(clip=clip, full_page=True))
+    return Page(images=images, text=text, page_errors=errors, svgs=svgs)

@@ -289,7 +289,8 @@ def test_audit_report_bad_input(cli, tmp_path):
     for path, needle in cases:
         line = one_error_line(cli("audit", "report", path))
         assert needle in line, line
-    one_error_line(cli("audit", "report"))  # missing argument
+    line = one_error_line(cli("audit", "report"))  # no path, no records to pick the latest run from
+    assert "no records" in line, line
 
 
 # ---------------------------------------------------------------------------------------

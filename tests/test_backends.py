@@ -84,10 +84,20 @@ def test_knobs_differ_between_families():
 def test_cpu_worker_layout_by_collection():
     cpu = backends.select("cpu").family
     # array: a few threads per worker, capped by the cores; dataframe: one thread per process
-    assert cpu.worker_layout("array", 8, 0) == (2, 4)
-    assert cpu.worker_layout("array", 2, 0) == (1, 2)
-    assert cpu.worker_layout("dataframe", 2, 0) == (2, 1)
-    assert cpu.worker_layout(None, 2, 0) == (0, None)  # session: the cluster class decides
+    assert cpu.worker_layout("array", 8, 0)[:2] == (2, 4)
+    assert cpu.worker_layout("array", 2, 0)[:2] == (1, 2)
+    assert cpu.worker_layout("dataframe", 2, 0)[:2] == (2, 1)
+    # a cluster for any work (cluster up, session()) is laid out like array work: `cluster up`
+    # builds what `run svd` builds
+    assert cpu.worker_layout(None, 2, 0) == (1, 2, "cpu family for session work: 2 thread(s) per worker on 2 cores")
+    assert cpu.worker_layout(None, 8, 0)[:2] == cpu.worker_layout("array", 8, 0)[:2]
+    # what the user set wins, the rest fills the cores
+    assert cpu.worker_layout("array", 8, 0, workers=8) == (8, 1, "workers set by you, threads fill the cores")
+    assert cpu.worker_layout("dataframe", 8, 0, threads=2)[:2] == (4, 2)
+    # a family without a session value: distributed's default split
+    import dataclasses
+    bare = dataclasses.replace(cpu, knobs=dataclasses.replace(cpu.knobs, threads_per_worker={"array": 4}))
+    assert bare.worker_layout(None, 2, 0) == (2, 1, "distributed's default split of 2 cores")
 
 
 def test_family_of_collections():

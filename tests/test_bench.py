@@ -213,7 +213,7 @@ def test_failing_cases_are_recorded_and_the_sweep_goes_on(tmp_path, cli):
     ("workloads: {svd: {grid: {route: [gram, nosuch]}}}\n", ["workloads.svd (sizes[0]", "nosuch", "--route"]),
     ("workloads: {svd: {size: [{rows: 100}]}}\n", ["unknown key 'size' at workloads.svd", "sizes"]),
     ("workloads: {svd: {}}\nbackends: [tpu]\n", ["backends", "'tpu'", "cpu"]),
-    ("workloads: {svd: {}}\nrepeat: 0\n", ["repeat", "greater than or equal to 1"]),
+    ("workloads: {svd: {}}\nrepeat: 0\n", ["repeat", "whole number >= 1 or auto"]),
     ("workloads: {svd: {}}\ncluster: {workers: 2}\n", ["unknown key 'workers' at cluster", "top-level"]),
     ("backends: [cpu]\n", ["'workloads' is missing"]),
     ("workloads: [svd\n", ["not valid YAML"]),

@@ -507,13 +507,19 @@ def test_performance_report_renders_its_task_stream_in_chromium(cpu_session, tmp
     with performance_report(filename=str(report)):
         x = da.random.random((2000, 2000), chunks=500)
         assert float((x + x.T).sum().compute()) > 0
-    r = render_performance_report(report, screenshot=tmp_path / "report.png")
+    # Dask's default loads BokehJS from its CDN: answered here from the installed bokeh
+    r = render_performance_report(report, screenshot=tmp_path / "report.png", serve_cdn=True)
     assert_task_stream(r, min_rows=16, groups=("random_sample", "sum"))
+    # with the network blocked outright such a report draws nothing (what the offline checks
+    # of gpuscale's own reports would catch)
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    with pytest.raises(PlaywrightTimeout):
+        render_performance_report(report, timeout_s=5)
     # and the check tells an empty task stream apart (a report around no work)
     empty = tmp_path / "empty-report.html"
     with performance_report(filename=str(empty)):
         pass
-    e = render_performance_report(empty)
+    e = render_performance_report(empty, serve_cdn=True)
     assert e.task_stream_title == "Task Stream" and not e.page_errors
     assert e.task_stream_rows == 0 and e.colored_pixels < 0.001 * e.frame_pixels
     with pytest.raises(AssertionError):

@@ -244,7 +244,7 @@ def test_entry_point_plugin_bad_parameter_is_one_line(plugin_python, tmp_path):
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [
         "gpuscale: error: plugin_scale --factor: Input should be greater than or equal to 0 "
-        "(got '-1'); see `gpuscale workloads` for plugin_scale's parameters"]
+        "(got -1.0); see `gpuscale workloads` for plugin_scale's parameters"]
     assert files_under(tmp_path) == []
 
 

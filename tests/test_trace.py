@@ -18,7 +18,6 @@ the error of the task times (tens of milliseconds on a busy 2-core machine).
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import shutil
 
@@ -351,8 +350,31 @@ def test_error_inside_a_capture_writes_nothing(cpu_session, tmp_path):
 
 
 def test_trace_folders_performance_report_shows_its_task_stream_in_chromium(runs, tmp_path):
-    """The report every trace folder carries is Dask's own, and renders with the run's tasks."""
+    """The report every trace folder carries is Dask's own, with BokehJS inlined: it renders
+    the run's tasks with every network request blocked."""
     from browser import assert_task_stream, render_performance_report
-    r = render_performance_report(runs["base"] / "transpose" / "performance-report.html",
-                                  screenshot=tmp_path / "trace-report.png")
+    path = runs["base"] / "transpose" / "performance-report.html"
+    text = path.read_text()
+    assert "cdn.bokeh.org" not in text and "<script type=\"text/javascript\" src=" not in text
+    r = render_performance_report(path, screenshot=tmp_path / "trace-report.png")
     assert_task_stream(r, min_rows=64, groups=("random", "sum-partial", "transfer-sum"))
+    u = render_performance_report(runs["base"] / "user" / "performance-report.html")
+    assert_task_stream(u, min_rows=25, groups=("random",))
+
+
+def test_trace_index_draws_the_phase_timeline_offline(runs):
+    """index.html: the links, the summary rows and an inline SVG timeline with one bar per
+    phase, drawn (coloured pixels) in headless Chromium with the network blocked."""
+    from browser import render_page
+    for name in ("transpose", "user"):
+        d = runs["base"] / name
+        phases = summary_json(d)["phases"]
+        assert phases
+        p = render_page(d / "index.html")
+        assert not p.page_errors, p.page_errors
+        assert "performance-report.html" in p.text and "wall" in p.text
+        svg = next(s for s in p.svgs if s["id"] == "phase-timeline")
+        assert svg["rects"] == len(phases) + 1  # the background and one bar per phase
+        assert [t.lstrip("› ") for t in svg["texts"][:len(phases)]] == [x["name"] for x in phases]
+        assert "seconds from the start of the trace" in svg["texts"]
+        assert svg["width"] > 500 and svg["colored_pixels"] > 0.01 * svg["pixels"], svg

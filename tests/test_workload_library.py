@@ -277,7 +277,7 @@ BAD = [
      "map_overlap: the halo (4 pixels) is wider than a chunk (--chunk 3); use --chunk >= 4 or a smaller --size"),
     (["map_overlap", "--size", "4"], "map_overlap --size: the window width must be odd"),
     (["map_overlap", "--n", "5", "--size", "13"], "map_overlap: the halo (6 pixels) is wider than the image (5)"),
-    (["fft", "--axis", "2"], "fft --axis: axis 2 is out of range for a 2-D array; use 0 or 1 (or -2, -1) (got '2')"),
+    (["fft", "--axis", "2"], "fft --axis: axis 2 is out of range for a 2-D array; use 0 or 1 (or -2, -1) (got 2)"),
     (["fft", "--rows", "10", "--chunk", "11", "--axis", "1"], "fft --chunk 11 is more than the 10 lanes"),
     (["reduction", "--axis", "-3"], "reduction --axis: axis -3 is out of range for a 2-D array"),
     (["reduction", "--op", "max"], "reduction --op: Input should be 'sum', 'mean' or 'std' (got 'max')"),
@@ -314,7 +314,7 @@ def test_bad_input_through_the_real_command_line(cli, tmp_path):
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip().splitlines() == [
         "gpuscale: error: fft --axis: axis 5 is out of range for a 2-D array; use 0 or 1 (or -2, -1) "
-        "(got '5'); see `gpuscale workloads` for fft's parameters"]
+        "(got 5); see `gpuscale workloads` for fft's parameters"]
     assert files_under(tmp_path) == []
 
 

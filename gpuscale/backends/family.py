@@ -27,7 +27,8 @@ class Knobs:
     """What makes a family fast. Each value is recorded with every run."""
 
     threads_per_worker: Mapping[str, int | None]
-    """Threads per worker by collection kind ("array", "dataframe", "session")."""
+    """Threads per worker by collection kind ("array", "dataframe", "session": a cluster for any
+    work, e.g. ``cluster up`` without ``--for``); :meth:`Family.worker_layout` applies it."""
     chunk_bytes: int
     """Target bytes of one array chunk (row block)."""
     partition_bytes: int
@@ -201,13 +202,32 @@ class Family:
         """The dask.config values this family sets (scoped to a session or run)."""
         return {"array.backend": self.array_backend, "dataframe.backend": self.dataframe_backend}
 
-    def worker_layout(self, collection: str | None, cores: int, gpus: int) -> tuple[int, int | None]:
-        """(workers, threads per worker) when the user did not say."""
+    def worker_layout(self, collection: str | None, cores: int, gpus: int = 0, *,
+                      workers: int | None = None, threads: int | None = None) -> tuple[int, int, str]:
+        """(workers, threads per worker, why) of a cluster of processes on ``cores`` cores: the
+        one rule behind ``gpuscale run WORKLOAD`` (``collection``: the workload's), ``cluster up``
+        / ``cluster show`` / ``gpuscale.session()`` (``collection`` None, or ``--for``) and
+        ``explain``, so the same flags give the same layout everywhere.
+
+        ``workers`` / ``threads``: what the user set (None: not set). Unset, the family's
+        ``threads_per_worker`` for the collection decides and workers fill the cores; a
+        cluster for any work (collection None) takes the family's ``session`` value (the CPU
+        family's is the array layout's, so ``cluster up`` builds what ``run svd`` builds);
+        a family without one gets distributed's default split."""
+        if workers and threads:
+            return workers, threads, "set by you"
+        if workers:
+            return workers, max(1, cores // workers), "workers set by you, threads fill the cores"
+        if threads:
+            return max(1, cores // threads), threads, "threads set by you, workers fill the cores"
         tpw = self.knobs.threads_per_worker.get(collection or "session")
         if tpw is None:
-            return 0, None  # 0: let the cluster class choose
+            from distributed.deploy.utils import nprocesses_nthreads
+            n, t = nprocesses_nthreads(cores)
+            return n, t, f"distributed's default split of {cores} cores"
         tpw = max(1, min(tpw, cores))
-        return max(1, cores // tpw), tpw
+        return max(1, cores // tpw), tpw, (f"{self.name} family for {collection or 'session'} work: "
+                                           f"{tpw} thread(s) per worker on {cores} cores")
 
 
 def _warm_worker(array_module: str, dataframe_module: str) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import logging
 
 from dask.utils import format_bytes
-from distributed.deploy.utils import nprocesses_nthreads
 
 from .. import machine
 from ..choices import choice
@@ -37,21 +36,10 @@ def memory_choice(resolved, value: int | None, auto_rule: str) -> dict:
 
 
 def layout(settings, family, collection, cores: int) -> tuple[int, int, str]:
-    """(workers, threads per worker, why) on ``cores`` cores."""
+    """(workers, threads per worker, why) on ``cores`` cores: the family's rule
+    (:meth:`gpuscale.backends.family.Family.worker_layout`) with what the user set."""
     c = settings.cluster
-    if c.workers and c.threads_per_worker:
-        return c.workers, c.threads_per_worker, "set by you"
-    if c.workers:
-        return c.workers, max(1, cores // c.workers), "workers set by you, threads fill the cores"
-    if c.threads_per_worker:
-        return max(1, cores // c.threads_per_worker), c.threads_per_worker, \
-            "threads set by you, workers fill the cores"
-    workers, threads = family.worker_layout(collection, cores, 0)
-    if not workers:
-        workers, threads = nprocesses_nthreads(cores)
-        return workers, threads, f"distributed's default split of {cores} cores"
-    return workers, threads, (f"{family.name} family for {collection or 'session'} work: "
-                              f"{threads} thread(s) per worker on {cores} cores")
+    return family.worker_layout(collection, cores, 0, workers=c.workers, threads=c.threads_per_worker)
 
 
 def spec(resolved, family, collection, proto) -> ClusterSpec:

@@ -75,6 +75,16 @@ def _fmt_s(x: float | None) -> str:
     return "-" if x is None else (f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.3f} s")
 
 
+def dashboard_text(r) -> str:
+    """A record's dashboard link as it stands now (``dashboard_link_live``): live, or where it
+    was during the run."""
+    if r.dashboard_link_live:
+        return f"{r.dashboard_link} (live)"
+    why = "its cluster has closed" if r.dashboard_link_live is False else \
+        "a running cluster's; it may still answer"
+    return f"{r.dashboard_link} (was, during the run: {why})"
+
+
 def result_table(r) -> Table:
     t = Table(title=f"gpuscale {r.workload} on {r.family} ({r.backend}), {r.protocol}",
               show_header=False, title_justify="left")
@@ -84,6 +94,8 @@ def result_table(r) -> Table:
         else "[red bold]INVALID[/red bold]"
     t.add_row("result", f"{valid}  ({r.validation.get('method', '')})")
     t.add_row("median / min", f"{_fmt_s(r.median_s)} / {_fmt_s(r.min_s)}  over {len(r.times_s)} repeat(s)")
+    if r.repeats and r.repeats.get("mode") == "auto":
+        t.add_row("repeat auto", escape(f"{r.repeats['taken']} taken, stopped: {r.repeats['why']}"))
     t.add_row("times", ", ".join(_fmt_s(x) for x in r.times_s))
     t.add_row("warm-up", ", ".join(_fmt_s(x) for x in r.warmup_s) or "-")
     split = r.info.get("time_split") or {}
@@ -108,6 +120,8 @@ def result_table(r) -> Table:
     for key, label in (("workers_lost", "lost during the run"), ("workers_joined", "joined during the run")):
         if r.cluster.get(key):
             t.add_row(f"  {label}", escape(", ".join(r.cluster[key])))
+    if r.dashboard_link:
+        t.add_row("dashboard", escape(dashboard_text(r)))
     for name, c in r.choices.items():
         rule = (f"  [dim]({c['source']}: {escape(c['rule'])})[/dim]" if c.get("rule")
                 else f"  [dim]({c['source']})[/dim]")
@@ -142,6 +156,7 @@ def result_html(r) -> str:
             ("backend audit", "-" if not getattr(r, "audit", None) else verdict(r.audit) if not r.audit["foreign_tasks"] else
              f"{r.audit['foreign_tasks']} task(s) of another family than {r.audit['expected']['family']}: "
              + "; ".join(f"{f['prefix']}: {f['fix']}" for f in r.audit["foreign"])),
+            *([("dashboard", dashboard_text(r))] if r.dashboard_link else []),
             ("record", r.path or "(not written)")]
     body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
                    f"{html.escape(str(v))}</td></tr>" for k, v in rows)
@@ -349,7 +364,11 @@ def explain_table(d: dict[str, Any]):
     head.add_row("cluster", escape(f"{spec['cls']}: {spec.get('workers')} worker(s) x "
                                    f"{spec.get('threads_per_worker')} thread(s), {spec['protocol']}"))
     run = d["run"]
-    head.add_row("run", escape(f"{run['warmup']} warm-up + {run['repeat']} timed repeat(s), memory check "
+    timed = (f"{run['repeat']} timed repeat(s)" if run["repeat"] != "auto" else
+             "timed repeats until the median's relative error <= {:g}% ({}..{} repeats, at most {:g} s)".format(
+                 run["auto_repeat"]["target_error"] * 100, run["auto_repeat"]["min_repeats"],
+                 run["auto_repeat"]["max_repeats"], run["auto_repeat"]["max_time"]))
+    head.add_row("run", escape(f"{run['warmup']} warm-up + {timed}, memory check "
                                f"{'on' if run['memory_check'] else 'off'}, strict backend "
                                f"{'on' if run['strict_backend'] else 'off'}"))
     head.add_row("audit", escape(f"{d['audit']['scope']}; foreign chunks: {d['audit']['on_foreign_chunks']}"))

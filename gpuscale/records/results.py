@@ -51,6 +51,11 @@ class Result(BaseModel):
     iqr_s: float | None = None
     """Interquartile range of ``times_s`` (Q3 - Q1, inclusive quartiles; None with fewer than 2
     repeats, or in older records)."""
+    repeats: dict[str, Any] | None = None
+    """How many timed repeats were taken and why they stopped: ``mode`` (fixed / auto),
+    ``taken``, ``stopped`` (fixed / target / max-repeats / max-time), ``why`` (a sentence),
+    ``relative_error`` of the median, and for auto its target and caps
+    (:mod:`gpuscale.runs.repeats`); None in older records."""
     startup_s: float | None = None
     generate_s: float
     validate_s: float
@@ -64,6 +69,14 @@ class Result(BaseModel):
     versions: dict[str, Any]
     hardware: dict[str, Any]
     dashboard_link: str | None = None
+    """Where the run's dashboard was during the run (None: the cluster had none)."""
+    dashboard_link_live: bool | None = None
+    """Whether ``dashboard_link`` still led to that dashboard when this object was made: True
+    from a session whose cluster is still up; False once gpuscale closed the cluster it started
+    (what ``gpuscale run`` prints: the cluster closes before the result is shown, unless
+    ``--dashboard`` holds it) and in a record read back from its file; None in a file of a run
+    on a running cluster (``--scheduler``), which gpuscale did not close and cannot vouch for
+    (:func:`link_live_after_run`)."""
     trace: str | None = None
     """The trace folder of this run (``--trace DIR``), if one was captured."""
     audit: dict[str, Any] | None = None
@@ -103,6 +116,15 @@ def spread(times: list[float]) -> dict[str, float | None]:
     return {"stdev_s": statistics.stdev(times), "iqr_s": q3 - q1}
 
 
+def link_live_after_run(r: Result) -> bool | None:
+    """``dashboard_link_live`` of a record once its run is over: False when gpuscale started
+    (and so closed) the cluster, None for a running cluster it only connected to, None
+    without a link."""
+    if not r.dashboard_link:
+        return None
+    return None if (r.cluster or {}).get("kind") == "existing" else False
+
+
 def check_writable(results_dir: str | os.PathLike) -> pathlib.Path:
     """Fail before any work starts if records cannot be written there."""
     d = pathlib.Path(results_dir).expanduser()
@@ -125,8 +147,8 @@ def write(result: Result, results_dir: str | os.PathLike) -> pathlib.Path:
     result.path = str(final)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(result.to_json())
+        with os.fdopen(fd, "w") as f:  # the file is read after the run: its link is a past one
+            f.write(result.model_copy(update={"dashboard_link_live": link_live_after_run(result)}).to_json())
             f.flush()
             os.fsync(f.fileno())
         os.link(tmp, final)  # fails if the name exists: never overwrite
@@ -158,8 +180,31 @@ def find(*paths: str | os.PathLike) -> list[Result]:
             if is_record(data):
                 r = Result.model_validate(data)
                 r.path = str(f)
+                r.dashboard_link_live = link_live_after_run(r)
                 found[str(f.resolve())] = r
     return sorted(found.values(), key=lambda r: r.timestamp, reverse=True)
+
+
+def latest(results_dir: str | os.PathLike, *, with_trace: bool = False, with_audit: bool = False) -> Result:
+    """"The latest run": the newest record under ``results_dir`` (by timestamp), or the newest
+    whose trace folder is still there (``with_trace``) / that holds a backend audit
+    (``with_audit``); what ``trace summarize`` and ``audit report`` read when given no path."""
+    d = pathlib.Path(results_dir).expanduser()
+    if not d.is_dir():
+        raise UserError(f"no records: the results dir '{d}' does not exist",
+                        "run a workload first (gpuscale run WORKLOAD), or give a path")
+    recs = find(d)
+    if with_trace:
+        recs = [r for r in recs if r.trace and (pathlib.Path(r.trace).expanduser() / "summary.json").is_file()]
+    if with_audit:
+        recs = [r for r in recs if r.audit]
+    if not recs:
+        what = ("no record with a trace folder that is still there" if with_trace else
+                "no record with a backend audit" if with_audit else "no records")
+        fix = ("run a workload with --trace DIR, or give a trace folder" if with_trace else
+               "run a workload first (gpuscale run WORKLOAD), or give a path")
+        raise UserError(f"{what} under '{d}'", fix)
+    return recs[0]
 
 
 def load(path: str | os.PathLike) -> Result:
@@ -167,4 +212,6 @@ def load(path: str | os.PathLike) -> Result:
     if data.get("schema") != SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
         raise UserError(f"{path} is not a gpuscale result record of schema version {SCHEMA_VERSION}",
                         "give a file written by `gpuscale run` of this version")
-    return Result.model_validate(data)
+    r = Result.model_validate(data)
+    r.dashboard_link_live = link_live_after_run(r)
+    return r

@@ -6,7 +6,7 @@ The spec (``workflows/library.yaml``, ``workflows/tiny.yaml``)::
     backends: [cpu, gpu]           # each a --backend value
     protocols: [tcp]               # each a --protocol value
     workers: [null, 2]             # null: the family's default
-    repeat: 5                      # timed repeats per case (default 3)
+    repeat: 5                      # timed repeats per case (default 3), or auto (run.auto-repeat)
     warmup: 1                      # untimed runs per case (default 1)
     memory_check: true             # refuse sizes that cannot fit (default true)
     cluster: {threads_per_worker: 1}   # other cluster settings (config.KEYWORDS), every cluster
@@ -37,9 +37,9 @@ import itertools
 import json
 import os
 import pathlib
-from typing import Any, Callable, ContextManager, Iterator
+from typing import Any, Callable, ContextManager, Iterator, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
 from .. import config, workloads
 from ..errors import UserError
@@ -65,11 +65,16 @@ class Spec(BaseModel):
     backends: list[str] = Field(default_factory=lambda: ["cpu"], min_length=1)
     protocols: list[str] = Field(default_factory=lambda: ["tcp"], min_length=1)
     workers: list[int | None] = Field(default_factory=lambda: [None], min_length=1)
-    repeat: int = Field(3, ge=1)
+    repeat: Union[PositiveInt, Literal["auto"]] = 3
     warmup: int = Field(1, ge=0)
     memory_check: bool = True
     cluster: dict[str, Any] = Field(default_factory=dict)
     """Other cluster settings for every cluster, by their keyword names (``threads_per_worker``)."""
+
+    @field_validator("repeat", mode="before")
+    @classmethod
+    def _repeat(cls, v):
+        return config.repeat_value(v)
 
 
 NOT_IN_CLUSTER = ("backend", "protocol", "workers", "repeat", "warmup", "memory_check", "results_dir",

@@ -70,4 +70,6 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
                        output=output, overwrite=overwrite, progress=progress, **params)
         if hold is not None:
             hold(s, result)
-        return result
+    if s.spec.kind != "existing":  # the cluster it started is closed: its dashboard is gone
+        result.dashboard_link_live = results.link_live_after_run(result)
+    return result

@@ -24,6 +24,7 @@ from distributed import futures_of, span, wait
 from ..audit import Audit
 from ..errors import UserError
 from ..workloads import Context, Output, Validation, Workload
+from . import repeats as _repeats
 
 SETTLE_TIMEOUT_S = 30.0
 GC_AFTER_S = 0.05
@@ -54,6 +55,8 @@ class Outcome:
     """The memory headroom check (:func:`headroom`)."""
     output: Output | None = None
     """The last repeat's result, persisted (what ``--output`` writes)."""
+    repeats: dict[str, Any] | None = None
+    """How many timed repeats were taken and why they stopped (:meth:`repeats.Policy.describe`)."""
 
 
 def _task_count(dask_scheduler=None) -> int:
@@ -226,7 +229,7 @@ def _no_phase(name: str, **args):
     yield
 
 
-def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int,
+def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _repeats.Policy,
             memory_check: bool = True, tracer=None, audit: bool = True,
             cancelled: Callable[[], bool] | None = None, progress: Progress | None = None) -> Outcome:
     """``tracer``: a :class:`gpuscale.trace.Capture` whose ``phase`` marks generate / warmup /
@@ -239,7 +242,10 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int,
     warm-up + timed repeats (phase ``compute``); validation is not audited (it builds host
     references on purpose).
 
-    ``progress``: see :data:`Progress`."""
+    ``progress``: see :data:`Progress`.
+
+    ``repeat``: a whole number, or a :class:`gpuscale.runs.repeats.Policy` (``auto``: repeat
+    until the median's relative error reaches its target, capped)."""
     client = ctx.client
     phase = tracer.phase if tracer is not None else _no_phase
     fam = ctx.family
@@ -270,8 +276,9 @@ def _go_on(cancelled: Callable[[], bool], before: str) -> None:
         raise Cancelled(f"the run was called off before {before}")
 
 
-def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, auditor,
+def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int | _repeats.Policy, phase, auditor,
          cancelled: Callable[[], bool], progress: Progress) -> Outcome:
+    policy = repeat if isinstance(repeat, _repeats.Policy) else _repeats.policy(repeat)
     client = ctx.client
     fam = ctx.family
     with span("gpuscale", workload.name, "generate"), phase("generate"):
@@ -292,23 +299,33 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, a
         info.update(result.info)
         return result.collections
 
-    with progress(f"{workload.name} ({fam.name})", warmup + repeat) as advance:
-        for i in range(warmup + repeat):
-            out = None  # release the previous result before timing the next one
-            _go_on(cancelled, f"run {i + 1} of {warmup + repeat}")
-            if not settle(client, baseline):
-                unsettled += 1
-            name = "warmup" if i < warmup else "compute"
-            if i >= warmup:
-                cursors.append(stream_index(client))
-            with span("gpuscale", workload.name, name), phase(name, repeat=i if i < warmup else i - warmup):
-                elapsed, collections = timed(client, fam, build)
-            out = Output(collections, dict(info))
-            collections = None
-            (warm if i < warmup else times).append(elapsed)
+    def one(i: int, name: str, index: int, total: str) -> float:
+        nonlocal out, unsettled
+        out = None  # release the previous result before timing the next one
+        _go_on(cancelled, f"run {i + 1} of {total}")
+        if not settle(client, baseline):
+            unsettled += 1
+        if name == "compute":
+            cursors.append(stream_index(client))
+        with span("gpuscale", workload.name, name), phase(name, repeat=index):
+            elapsed, collections = timed(client, fam, build)
+        out = Output(collections, dict(info))
+        collections = None
+        return elapsed
+
+    most = warmup + policy.most
+    total = f"{most}" if not policy.auto else f"at most {most}"
+    label = f"{workload.name} ({fam.name}{', repeat auto' if policy.auto else ''})"
+    with progress(label, most) as advance:
+        for i in range(warmup):
+            warm.append(one(i, "warmup", i, total))
+            advance()
+        t0 = time.perf_counter()
+        while (stopped := policy.stop(times, time.perf_counter() - t0)) is None:
+            times.append(one(warmup + len(times), "compute", len(times), total))
             advance()
     out.info["time_split"] = time_split(client, cursors, stream_index(client), times)
-    audit = auditor.finish("compute", runs={"generate": 1, "compute": warmup + repeat}) \
+    audit = auditor.finish("compute", runs={"generate": 1, "compute": warmup + len(times)}) \
         if auditor is not None else None
 
     _go_on(cancelled, "validation")
@@ -317,4 +334,4 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, a
         validation = Validation.off() if ctx.validate == "off" else workload.validate(out, data, p, ctx)
         validate_s = time.perf_counter() - t0
     return Outcome(times, warm, generate_s, validate_s, validation, out.info, 0, 0,
-                   unsettled, audit=audit, output=out)
+                   unsettled, audit=audit, output=out, repeats=policy.describe(times, stopped))

@@ -194,7 +194,8 @@ class Served:
         return self.session.client.scheduler.address
 
     def describe(self) -> dict[str, Any]:
-        """What ``cluster up`` prints: addresses, link and the live worker / thread counts."""
+        """What ``cluster up`` prints: addresses, link, the live worker / thread counts and the
+        layout's rule (the one ``gpuscale run`` applies: :meth:`Family.worker_layout`)."""
         s = self.session
         workers = s.client.scheduler_info(n_workers=-1).get("workers", {})
         return {"scheduler": self.address, "dashboard": s.dashboard_link,
@@ -203,6 +204,8 @@ class Served:
                 "workers": len(workers), "threads": sum(w.get("nthreads", 0) for w in workers.values()),
                 "tls": s.spec.security == "tls",
                 "credentials": str(self.credentials) if self.credentials else None,
+                "threads_per_worker": s.spec.threads_per_worker,
+                "layout": (s.spec.choices.get("threads_per_worker") or {}).get("rule") or "set by you",
                 "warm_up_s": self.warm_up_s, "pid": os.getpid()}
 
 

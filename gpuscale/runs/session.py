@@ -27,7 +27,7 @@ from ..data import inputs
 from ..errors import UserError
 from ..records import results
 from ..records.explained import explained
-from . import runner
+from . import repeats, runner
 
 
 def configure(*, profile: str | None = None, collection: str | None = None, check: bool = True,
@@ -209,7 +209,7 @@ class Session:
             tracer = stack.enter_context(self._capture(trace, cls.name)) if trace is not None else None
             outcome = runner.execute(
                 cls(), p, ctx, warmup=run_cfg.warmup if warmup is None else warmup,
-                repeat=run_cfg.repeat if repeat is None else repeat,
+                repeat=repeats.policy(_repeat(run_cfg.repeat if repeat is None else repeat), run_cfg.auto_repeat),
                 memory_check=run_cfg.memory_check if memory_check is None else memory_check, tracer=tracer,
                 audit=audit, cancelled=cancelled, progress=progress)
             if outcome.audit is not None:
@@ -218,22 +218,25 @@ class Session:
                 tracer.stop()  # the window ends with the run; the record is built outside it
                 tracer.audit = outcome.audit  # summary.json's "audit" section
             written = _write_output(cls(), p, outcome, user)
+            info = self.cluster_info(since=at_start)
             result = results.Result.build(
                 workload=cls.name, params=cls().record_params(p, ctx), data=cls().record_data(p, ctx),
                 backend=self.selection.requested, family=self.family.name,
                 backend_reason=self.selection.reason, protocol=self.spec.protocol,
-                knobs=self.family.knobs.as_dict(cls.collection), choices=ctx.choices,
-                cluster=self.cluster_info(since=at_start), settings_sources=sources,
+                knobs=self._knobs(cls.collection, info), choices=ctx.choices,
+                cluster=info, settings_sources=sources,
                 times_s=outcome.times_s, warmup_s=outcome.warmup_s, startup_s=self.startup_s,
                 generate_s=outcome.generate_s, validate_s=outcome.validate_s,
                 valid=outcome.validation.valid, validation=outcome.validation.to_dict(),
                 info={**outcome.info, "unsettled_repeats": outcome.settle_warnings, **written},
+                repeats=outcome.repeats,
                 memory={"estimate_bytes": outcome.estimate_bytes, "capacity_bytes": outcome.capacity_bytes,
                         **(outcome.memory or {})},
                 audit=outcome.audit, explained=explained(
                     self.resolved, self.selection, self.spec, cls.collection, ctx.choices, ctx.decisions),
                 versions=machine.versions(), hardware=machine.hardware(),
-                dashboard_link=self.dashboard_link, trace=str(tracer.path) if tracer is not None else None)
+                dashboard_link=self.dashboard_link, dashboard_link_live=True if self.dashboard_link else None,
+                trace=str(tracer.path) if tracer is not None else None)
             if self.placement is not None:
                 result.explained["cluster"]["runner"] = self.placement.entry()
                 result.info["runner"] = self.placement.describe()
@@ -291,6 +294,20 @@ class Session:
     def _workers(self) -> dict[str, dict[str, Any]]:
         return self.client.scheduler_info(n_workers=-1)["workers"] if self.client is not None else {}
 
+    def _knobs(self, collection: str | None, info: dict[str, Any]) -> dict[str, Any]:
+        """The family's knobs for ``collection`` as a record holds them, ``threads_per_worker``
+        being the cluster's (what ran: the family's value is capped by the cores, and flags,
+        a profile or a running cluster may set another); the family's own value stays beside
+        it as ``family_threads_per_worker``."""
+        knobs = self.family.knobs.as_dict(collection)
+        knobs["family_threads_per_worker"] = knobs["threads_per_worker"]
+        running = info.get("running") or {}
+        if running.get("workers"):
+            knobs["threads_per_worker"] = running["threads"] // running["workers"]
+        elif info.get("threads_per_worker") is not None:
+            knobs["threads_per_worker"] = info["threads_per_worker"]
+        return knobs
+
     def cluster_info(self, since: set[str] | None = None) -> dict[str, Any]:
         """The planned spec plus what the running cluster actually has: its workers and threads,
         the hosts with their workers (``hosts``), whether TLS is on; with ``since`` (the worker
@@ -318,6 +335,14 @@ class Session:
     def _repr_html_(self) -> str:
         from ..records.report import session_html
         return session_html(self)
+
+
+def _repeat(value: Any) -> int | str:
+    """A ``repeat`` keyword checked like the ``run.repeat`` setting (:func:`config.repeat_value`)."""
+    try:
+        return config.repeat_value(value)
+    except ValueError as e:
+        raise UserError(f"repeat {e}, got {value!r}", "e.g. repeat=5 or repeat='auto'") from None
 
 
 def finish(result: results.Result, out_dir: str | None) -> results.Result:

@@ -191,11 +191,15 @@ class Capture:
     summary (:meth:`annotate` sets them later); ``nvtx=True`` pushes an NVTX range (domain
     ``gpuscale``) around every phase when the ``nvtx`` package is importable. After exit,
     ``summary`` holds the :class:`~gpuscale.trace.Summary` and ``path`` the folder.
+
+    ``report_mode`` is Bokeh's resources mode of the performance report: ``"inline"`` (the
+    default) puts BokehJS in the file, so it renders without internet (cluster nodes often have
+    none); ``"cdn"`` loads it from cdn.bokeh.org (a file ~1 MB smaller).
     """
 
     def __init__(self, client, directory: str | os.PathLike, *, workload: str | None = None,
                  backend: str | None = None, family: str | None = None, protocol: str | None = None,
-                 nvtx: bool = False, report: bool = True, report_mode: str | None = None,
+                 nvtx: bool = False, report: bool = True, report_mode: str = "inline",
                  sample_interval: float = 0.1, code: str | None = None):
         self.client = client
         self.path = check_dir(directory)

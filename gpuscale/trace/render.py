@@ -110,8 +110,51 @@ def compare_table(c: dict[str, Any]) -> Table:
     return t
 
 
+PHASE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+
+
+def phase_timeline_svg(s: Summary, width: int = 900) -> str:
+    """The phases of a trace as an inline SVG timeline (one bar per phase, one row per phase,
+    x = seconds from the window's start, nested phases indented): no script, no network, so
+    index.html shows it anywhere. Empty string when the trace has no phases."""
+    if not s.phases:
+        return ""
+    label_w, row_h, top, bottom = 200, 22, 10, 34
+    span = max([s.wall_s] + [p["start_s"] + p["duration_s"] for p in s.phases]) or 1.0
+    plot_w = width - label_w - 20
+    height = top + row_h * len(s.phases) + bottom
+
+    def x(t: float) -> float:
+        return label_w + max(0.0, t) / span * plot_w
+
+    parts = [f"<svg id='phase-timeline' xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+             f"role='img' aria-label='timeline of the phases'>",
+             f"<rect x='{label_w}' y='{top}' width='{plot_w}' height='{row_h * len(s.phases)}' fill='#f7f7f7'/>"]
+    for i, p in enumerate(s.phases):
+        y = top + i * row_h
+        w = max(1.0, p["duration_s"] / span * plot_w)
+        name = html.escape(p["name"])
+        color = PHASE_COLORS[i % len(PHASE_COLORS)]
+        parts.append(f"<text x='{label_w - 6}' y='{y + row_h * 0.7:.1f}' font-size='12' text-anchor='end' "
+                     f"font-family='sans-serif'>{'› ' * p.get('depth', 0)}{name}</text>")
+        parts.append(f"<rect class='phase' x='{x(p['start_s']):.1f}' y='{y + 3}' width='{w:.1f}' "
+                     f"height='{row_h - 6}' fill='{color}'><title>{name}: at {_fmt_s(p['start_s'])}, "
+                     f"{_fmt_s(p['duration_s'])}</title></rect>")
+    axis_y = top + row_h * len(s.phases)
+    parts.append(f"<line x1='{label_w}' y1='{axis_y}' x2='{label_w + plot_w}' y2='{axis_y}' stroke='#333'/>")
+    for k in range(6):
+        t = span * k / 5
+        parts.append(f"<line x1='{x(t):.1f}' y1='{axis_y}' x2='{x(t):.1f}' y2='{axis_y + 4}' stroke='#333'/>"
+                     f"<text x='{x(t):.1f}' y='{axis_y + 16}' font-size='11' text-anchor='middle' "
+                     f"font-family='sans-serif'>{_fmt_s(t)}</text>")
+    parts.append(f"<text x='{label_w + plot_w / 2:.1f}' y='{axis_y + 30}' font-size='12' text-anchor='middle' "
+                 f"font-family='sans-serif'>seconds from the start of the trace</text></svg>")
+    return "".join(parts)
+
+
 def index_html(s: Summary) -> str:
-    """index.html of a trace folder: links to every file and the summary's rows (static)."""
+    """index.html of a trace folder: links to every file, a timeline of the phases (inline
+    SVG) and the summary's rows; static and self-contained (works offline)."""
     titles = {"performance_report": "Dask performance report",
               "trace": "task stream as a Chrome / Perfetto trace (open in ui.perfetto.dev or chrome://tracing)",
               "comm": "communication matrix (bytes and bandwidth per worker pair)",
@@ -121,5 +164,7 @@ def index_html(s: Summary) -> str:
     rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
                    for k, v in summary_rows(s))
     title = f"gpuscale trace: {html.escape(s.workload or 'user code')}"
+    svg = phase_timeline_svg(s)
+    timeline = f"<h2>Phases</h2>{svg}" if svg else ""
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head><body>"
-            f"<h1>{title}</h1><ul>{links}</ul><table>{rows}</table></body></html>\n")
+            f"<h1>{title}</h1><ul>{links}</ul>{timeline}<table>{rows}</table></body></html>\n")

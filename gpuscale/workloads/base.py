@@ -209,6 +209,38 @@ def choices(annotation) -> list | None:
     return found or None
 
 
+def _plain(annotation) -> list:
+    """The member types of an annotation, Optional / Union / Annotated unwrapped (None dropped)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _plain(typing.get_args(annotation)[0])
+    if origin is typing.Union or type(annotation).__name__ == "UnionType":
+        return [m for a in typing.get_args(annotation) if a is not type(None) for m in _plain(a)]
+    return [annotation]
+
+
+def value_kind(annotation) -> tuple[str, list | None]:
+    """What a parameter's flag takes, from its annotation: ``("bool", None)``, ``("int", None)``,
+    ``("float", None)``, ``("choice", values)`` (a Literal), ``("int-or-choice", values)``
+    (``Literal["auto"] | int``) or ``("text", None)`` (anything else: lists, dicts, str).
+    The command line shows it (INTEGER, FLOAT, [a|b]) and converts to it; the model still
+    checks the value."""
+    members = _plain(annotation)
+    lits = [v for m in members if typing.get_origin(m) is typing.Literal for v in typing.get_args(m)]
+    others = [m for m in members if typing.get_origin(m) is not typing.Literal]
+    if members == [bool]:
+        return "bool", None
+    if lits and not others:
+        return "choice", lits
+    if lits and others == [int]:
+        return "int-or-choice", lits
+    if others == [int] and not lits:
+        return "int", None
+    if others and set(others) <= {int, float} and not lits:
+        return "float", None
+    return "text", None
+
+
 def describe(cls) -> dict:
     """Name, description and parameters (with defaults and, for fixed sets, the choices) of a
     workload, for listings."""

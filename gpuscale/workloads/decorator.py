@@ -100,7 +100,7 @@ RESERVED = frozenset({
     "backend", "protocol", "profile", "scheduler", "workers", "threads_per_worker", "memory_limit",
     "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "repeat", "warmup",
     "results_dir", "no_memory_check", "memory_check", "json", "as_json", "write", "cluster_settings",
-    "workload", "help", "h", "progress",
+    "workload", "help", "h", "progress", "target_error", "max_repeats", "max_time",
 })
 _DECORATED: set[str] = set()
 

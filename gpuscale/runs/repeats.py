@@ -1,0 +1,116 @@
+"""How many timed repeats a run takes: a fixed number, or ``auto`` (pyperf's idea).
+
+``run.repeat: auto`` keeps repeating until the median is known well enough: after each timed
+repeat the runner asks :meth:`Policy.stop`, which answers with the reason to stop or None.
+The estimate's relative error is the half-width of the distribution-free confidence interval
+of the median at one standard error's coverage (68.3 %: the order statistics ``x_(j)`` and
+``x_(n+1-j)`` with the largest ``j`` whose binomial coverage is at least that) over the median
+(:func:`relative_error`). Order statistics, not the standard deviation: timings on a shared
+machine have heavy tails (a stray slow repeat), which widen a stdev-based error without
+moving the median. Auto stops
+
+* ``target``: at least ``min-repeats`` repeats and a relative error <= ``target-error``;
+* ``max-repeats``: ``max-repeats`` repeats taken;
+* ``max-time``: the timed repeats (settle waits included) have run ``max-time`` seconds, or
+  one more repeat of the median's length would pass it.
+
+The settings live in ``run.auto-repeat`` (gpuscale.yaml, :class:`gpuscale.config.AutoRepeatSettings`);
+the record's ``repeats`` says what was asked, how many were taken and why they stopped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from typing import Any
+
+COVERAGE = 0.6827
+"""The interval's coverage: that of +-1 standard error of a normal estimate."""
+
+
+def median_interval(times: list[float]) -> tuple[float, float] | None:
+    """The distribution-free interval ``(x_(j), x_(n+1-j))`` holding the median with at least
+    :data:`COVERAGE` (the narrowest such ``j``); None with fewer than 3 repeats (2 give 50 %)."""
+    n = len(times)
+    xs = sorted(times)
+    best = None
+    for j in range(1, n // 2 + 1):  # 1-based order statistics x_(j) .. x_(n+1-j)
+        covered = sum(math.comb(n, i) for i in range(j, n - j + 1)) / 2 ** n
+        if covered < COVERAGE:
+            break
+        best = (xs[j - 1], xs[n - j])
+    return best
+
+
+def relative_error(times: list[float]) -> float | None:
+    """Half-width of :func:`median_interval` over the median; None with fewer than 3 repeats."""
+    ci = median_interval(times)
+    med = statistics.median(times) if times else 0
+    if ci is None or med <= 0:
+        return None
+    return (ci[1] - ci[0]) / 2 / med
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """``repeat``: a whole number (fixed) or ``"auto"`` with its settings."""
+    repeat: int | str
+    target_error: float
+    min_repeats: int
+    max_repeats: int
+    max_time_s: float
+
+    @property
+    def auto(self) -> bool:
+        return self.repeat == "auto"
+
+    @property
+    def most(self) -> int:
+        """The most timed repeats this policy can take (the progress bar's length)."""
+        return self.max_repeats if self.auto else int(self.repeat)
+
+    def stop(self, times: list[float], elapsed_s: float) -> str | None:
+        """Why to stop now (``fixed``, ``target``, ``max-repeats``, ``max-time``), or None to
+        take another repeat; ``elapsed_s``: seconds since the first timed repeat started."""
+        n = len(times)
+        if not self.auto:
+            return "fixed" if n >= int(self.repeat) else None
+        if n == 0:
+            return None
+        err = relative_error(times)
+        if n >= self.min_repeats and err is not None and err <= self.target_error:
+            return "target"
+        if n >= self.max_repeats:
+            return "max-repeats"
+        if elapsed_s >= self.max_time_s or elapsed_s + statistics.median(times) > self.max_time_s:
+            return "max-time"
+        return None
+
+    def describe(self, times: list[float], stopped: str) -> dict[str, Any]:
+        """The record's ``repeats``: what was asked, how many taken, why they stopped."""
+        err = relative_error(times)
+        d: dict[str, Any] = {"mode": "auto" if self.auto else "fixed", "taken": len(times),
+                             "stopped": stopped, "relative_error": err}
+        if not self.auto:
+            d["why"] = f"{self.repeat} repeat(s) asked"
+            return d
+        shown = "-" if err is None else f"{err * 100:.2f}%"
+        d.update(target_error=self.target_error, min_repeats=self.min_repeats, max_repeats=self.max_repeats,
+                 max_time_s=self.max_time_s)
+        d["why"] = {"target": f"relative error of the median {shown} <= target {self.target_error * 100:g}%",
+                    "max-repeats": f"max-repeats {self.max_repeats} reached; relative error {shown} > "
+                                   f"target {self.target_error * 100:g}%",
+                    "max-time": f"max-time {self.max_time_s:g} s reached (or the next repeat would pass "
+                                f"it); relative error {shown} > target {self.target_error * 100:g}%"}[stopped]
+        return d
+
+
+def policy(repeat: int | str, settings=None) -> Policy:
+    """The policy of ``repeat`` (a whole number or ``"auto"``) with ``settings``
+    (:class:`gpuscale.config.AutoRepeatSettings`; None: its defaults)."""
+    if settings is None:
+        from ..config import AutoRepeatSettings
+        settings = AutoRepeatSettings()
+    return Policy("auto" if repeat == "auto" else int(repeat), target_error=settings.target_error,
+                  min_repeats=settings.min_repeats, max_repeats=settings.max_repeats,
+                  max_time_s=settings.max_time)

@@ -1,0 +1,105 @@
+"""Flags typed from the parameter models (INTEGER, FLOAT, choices), and ``gpuscale run --help``
+listing the workloads and the shared flags; through the real command line."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from gpuscale import workloads
+
+WIDE = {"COLUMNS": "200"}
+SHARED = ("--backend", "--protocol", "--profile", "--scheduler", "--workers", "--threads-per-worker",
+          "--memory-limit", "--gpus", "--nvlink", "--infiniband", "--rmm-pool-size", "--dashboard-address",
+          "--repeat", "--target-error", "--max-repeats", "--max-time", "--warmup", "--results-dir", "--trace",
+          "--no-memory-check", "--strict-backend", "--in-cluster", "--dashboard", "--json")
+
+
+def options(help_text: str) -> dict[str, str]:
+    """``--flag`` -> what follows it on its help line (the metavar, or '' for a switch)."""
+    out = {}
+    for line in help_text.splitlines():
+        m = re.match(r"^\s{2}(--[a-z-]+)(?: / --[a-z-]+)?(?: (\S+))?", line)
+        if m:
+            out[m.group(1)] = m.group(2) or ""
+    return out
+
+
+def section(help_text: str, title: str) -> str:
+    start = help_text.index(title)
+    rest = help_text[start + len(title):]
+    end = re.search(r"\n\n\S", rest)
+    return rest[:end.start()] if end else rest
+
+
+def test_run_help_lists_the_workloads_and_the_shared_flags(cli):
+    p = cli("run", "--help", env=WIDE)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("Usage: gpuscale run WORKLOAD [WORKLOAD PARAMETERS] [FLAGS]")
+    listed = re.findall(r"^\s{2}([a-z_]+)\s{2,}", section(p.stdout, "Workloads ("), flags=re.M)
+    assert listed == workloads.names()
+    flags = options(section(p.stdout, "Flags every workload takes"))
+    assert list(flags) == list(SHARED)
+    assert (flags["--workers"], flags["--threads-per-worker"], flags["--warmup"]) == ("INTEGER",) * 3
+    assert (flags["--repeat"], flags["--max-repeats"], flags["--max-time"]) == ("INTEGER|auto", "INTEGER", "FLOAT")
+    assert "TEXT" not in p.stdout
+    e = cli("explain", "--help", env=WIDE)  # the same flags plan instead of run
+    assert e.returncode == 0 and list(options(section(e.stdout, "Flags every workload takes"))) == list(SHARED)
+
+
+def test_every_workload_parameter_flag_is_typed_from_its_model(cli):
+    expected = {"svd": {"--rows": "INTEGER", "--cols": "INTEGER", "--chunk-rows": "INTEGER",
+                        "--dtype": "[float64|float32]", "--route": "[auto|gram|cholqr2|tsqr]",
+                        "--condition": "FLOAT", "--seed": "INTEGER", "--compute-uv": "",
+                        "--validate": "[off|fast|full]"},
+                "groupby": {"--split-out": "INTEGER|auto", "--partitions": "INTEGER", "--by": "TEXT"},
+                "merge": {"--match-fraction": "FLOAT", "--right-rows": "INTEGER"},
+                "reduction": {"--op": "[sum|mean|std]", "--axis": "INTEGER"},
+                "lombscargle": {"--fmin": "FLOAT", "--impl": "[auto|vectorized|numba|numba-cuda|cupy]"}}
+    metavar = {"int": "INTEGER", "float": "FLOAT", "bool": "", "text": "TEXT"}
+    for name in workloads.names():
+        p = cli("run", name, "--help", env=WIDE)
+        assert p.returncode == 0, p.stderr
+        flags = options(p.stdout)
+        cls = workloads.get(name)
+        for fname, field in cls.Params.model_fields.items():
+            kind, values = workloads.value_kind(field.annotation)
+            want = {"choice": "[" + "|".join(map(str, values or [])) + "]",
+                    "int-or-choice": "|".join(["INTEGER", *map(str, values or [])])}.get(kind) or metavar[kind]
+            assert flags["--" + fname.replace("_", "-")] == want, (name, fname, flags)
+        for flag, want in expected.get(name, {}).items():
+            assert flags[flag] == want, (name, flag, flags)
+        assert flags["--workers"] == "INTEGER" and flags["--repeat"] == "INTEGER|auto"
+        assert "(default: None)" not in p.stdout
+
+
+def test_typed_values_reach_the_plan_converted(cli):
+    p = cli("explain", "groupby", "--backend", "cpu", "--rows", "1000", "--keys", "10", "--split-out", "2",
+            "--workers", "1", "--threads-per-worker", "1", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["params"]["rows"] == 1000 and d["choices"]["split_out"]["value"] == 2
+    assert (d["cluster"]["workers"], d["cluster"]["threads_per_worker"]) == (1, 1)
+    p = cli("explain", "svd", "--backend", "cpu", "--rows", "1000", "--cols", "10", "--condition", "1e3",
+            "--route", "gram", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["params"]["condition"] == 1000.0 and d["params"]["route"] == "gram"
+
+
+@pytest.mark.parametrize("args, words", [
+    (("svd", "--rows", "abc"), "svd --rows: Input should be a valid integer"),
+    (("svd", "--route", "qr"), "svd --route: Input should be 'auto', 'gram', 'cholqr2' or 'tsqr' (got 'qr')"),
+    (("svd", "--condition", "big"), "svd --condition: Input should be a valid number"),
+    (("groupby", "--split-out", "many"), "groupby --split-out"),
+    (("svd", "--workers", "two"), "gpuscale.cluster.workers (from a flag)"),
+    (("svd", "--max-time", "soon", "--repeat", "auto"), "gpuscale.run.auto-repeat.max-time (from a flag)"),
+    (("svd", "--validate", "sometimes", "--results-dir", "res"), "--validate"),
+])
+def test_bad_typed_values_are_one_line(cli, args, words):
+    p = cli("run" if "--validate" in args else "explain", *args)
+    assert p.returncode == 2, (args, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuscale: error: ") and "; " in lines[0], p.stderr
+    assert words in lines[0], lines[0]
