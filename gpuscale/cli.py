@@ -122,11 +122,11 @@ def cluster_options(f):
         click.option("--infiniband/--no-infiniband", default=None, help="force UCX InfiniBand on/off"),
         click.option("--rmm-pool-size", metavar="SIZE", help="RMM pool per GPU worker: bytes, '40GB', a fraction, or none"),
         click.option("--dashboard-address", metavar="HOST:PORT", help="dashboard bind address (default 127.0.0.1:0)"),
-        click.option("--host", help="bind address of a cluster started here (default: the protocol's; "
+        click.option("--host", metavar="ADDRESS", help="bind address of a cluster started here (default: the protocol's; "
                                     "tcp: 127.0.0.1); other hosts reach it there"),
-        click.option("--security", help="auto | tls | off: TLS between client, scheduler and workers "
+        click.option("--security", metavar="auto|tls|off", help="auto | tls | off: TLS between client, scheduler and workers "
                                         "(auto: on for `cluster up`, off for a run's own loopback cluster)"),
-        click.option("--deploy", help="local | ssh: start the cluster on this machine or over ssh on "
+        click.option("--deploy", metavar="local|ssh", help="local | ssh: start the cluster on this machine or over ssh on "
                                       "--ssh-hosts (distributed's SSHCluster)"),
         click.option("--ssh-hosts", metavar="H0,H1,...",
                      help="with --deploy ssh: the scheduler's host, then one entry per worker process"),
