@@ -105,9 +105,14 @@ class ClusterSettings(_Section):
         return v
 
 
+MAX_REPEAT = 100_000
+"""``run.repeat`` above this is refused before anything starts (a typo, not a measurement)."""
+MAX_WARMUP = 1_000
+
+
 class RunSettings(_Section):
-    warmup: NonNegativeInt = 1
-    repeat: PositiveInt = 3
+    warmup: NonNegativeInt = Field(1, le=MAX_WARMUP)
+    repeat: PositiveInt = Field(3, le=MAX_REPEAT)
     memory_check: bool = True
     strict_backend: bool = False
     in_cluster: Union[bool, Literal["auto"]] = "auto"

@@ -21,7 +21,7 @@ from dask.utils import format_bytes
 from distributed import futures_of, span, wait
 
 from ..audit import Audit
-from ..errors import UserError
+from ..errors import UserError, phase as named_phase
 from ..workloads import Context, Output, Validation, Workload
 
 SETTLE_TIMEOUT_S = 30.0
@@ -219,7 +219,8 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, a
          cancelled: Callable[[], bool], progress: Progress) -> Outcome:
     client = ctx.client
     fam = ctx.family
-    with span("gpuscale", workload.name, "generate"), phase("generate"):
+    with named_phase("generate (loading the data)"), span("gpuscale", workload.name, "generate"), \
+            phase("generate"):
         generate_s, data = timed(client, fam, lambda: workload.load(p, ctx))  # generated or the user's
     if auditor is not None:
         auditor.collect("generate")
@@ -243,7 +244,8 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, a
             if not settle(client, baseline):
                 unsettled += 1
             name = "warmup" if i < warmup else "compute"
-            with span("gpuscale", workload.name, name), phase(name, repeat=i if i < warmup else i - warmup):
+            step = f"warm-up {i + 1} of {warmup}" if i < warmup else f"timed repeat {i - warmup + 1} of {repeat}"
+            with named_phase(step), span("gpuscale", workload.name, name), phase(name, repeat=i if i < warmup else i - warmup):
                 elapsed, collections = timed(client, fam, build)
             out = Output(collections, dict(info))
             collections = None
@@ -253,7 +255,7 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, a
         if auditor is not None else None
 
     _go_on(cancelled, "validation")
-    with span("gpuscale", workload.name, "validate"), phase("validate"):
+    with named_phase("validation"), span("gpuscale", workload.name, "validate"), phase("validate"):
         t0 = time.perf_counter()
         validation = Validation.off() if ctx.validate == "off" else workload.validate(out, data, p, ctx)
         validate_s = time.perf_counter() - t0

@@ -29,6 +29,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
+from .. import errors
 from ..errors import UserError
 from .session import Session
 
@@ -136,22 +137,10 @@ class Served:
                 "warm_up_s": self.warm_up_s, "pid": os.getpid()}
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt in the main thread for the block (so a cluster being
-    started is closed, not orphaned); the previous handler comes back after it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def _on_term(signum, frame):
-        raise KeyboardInterrupt()
-
-    previous = signal.signal(signal.SIGTERM, _on_term)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+def sigterm_as_interrupt():
+    """SIGTERM raises :class:`gpuscale.errors.Terminated` (a KeyboardInterrupt) in the main
+    thread for the block (so a cluster being started is closed, not orphaned)."""
+    return errors.sigterm_raises()
 
 
 @contextlib.contextmanager
@@ -175,7 +164,7 @@ def deferred_stop() -> Iterator[None]:
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     if got:
-        raise KeyboardInterrupt()
+        raise errors.Terminated() if signal.SIGTERM in got else KeyboardInterrupt()
 
 
 @contextlib.contextmanager

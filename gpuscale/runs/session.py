@@ -24,7 +24,7 @@ from .. import audit as audit_mod
 from .. import backends, cluster, config, machine, workloads
 from ..backends import host_collections
 from ..data import inputs
-from ..errors import UserError
+from ..errors import UserError, phase
 from ..records import results
 from ..records.explained import explained
 from . import runner
@@ -105,7 +105,8 @@ class Session:
         try:
             t0 = time.perf_counter()
             self.family.import_in_background(self.collection)  # overlaps the cluster's start
-            self.client, self.cluster = stack.enter_context(cluster.connect(self.spec))
+            with phase("connecting to the cluster" if self.spec.kind == "existing" else "the cluster's start-up"):
+                self.client, self.cluster = stack.enter_context(cluster.connect(self.spec))
             self.startup_s = time.perf_counter() - t0
             self._dashboard_link = _ask_dashboard_link(self.client)
             stack.enter_context(dask.config.set(self.family.dask_config()))
@@ -210,7 +211,8 @@ class Session:
             if tracer is not None:
                 tracer.stop()  # the window ends with the run; the record is built outside it
                 tracer.audit = outcome.audit  # summary.json's "audit" section
-            written = _write_output(cls(), p, outcome, user)
+            with phase("writing --output"):
+                written = _write_output(cls(), p, outcome, user)
             result = results.Result.build(
                 workload=cls.name, params=cls().record_params(p, ctx), data=cls().record_data(p, ctx),
                 backend=self.selection.requested, family=self.family.name,
@@ -301,7 +303,8 @@ def finish(result: results.Result, out_dir: str | None) -> results.Result:
     exit 2) if its audit was strict and saw chunks of another family: the record holding that
     audit is written first."""
     if out_dir is not None:
-        results.write(result, out_dir)
+        with phase("writing the record"):
+            results.write(result, out_dir)
     audit = result.audit
     if audit is not None and audit.get("strict") and audit["foreign_tasks"]:
         raise audit_mod.strict_error(audit, result.path)
