@@ -398,9 +398,10 @@ def cluster_up(as_json, scheduler_file, collection, **kwargs):
 @click.argument("address", required=False)
 @click.option("--scheduler-file", metavar="PATH", help="read the address from this scheduler file")
 @click.option("--timeout", help="seconds to wait for the scheduler to answer (default 3)")
-def cluster_down(address, scheduler_file, timeout):
+@click.option("--force", is_flag=True, help="stop it even while runs are in flight (they end with exit 4)")
+def cluster_down(address, scheduler_file, timeout, force):
     """Stop the scheduler at ADDRESS and its workers (e.g. one `cluster up` started, which
-    then exits 0)."""
+    then exits 0); refused (exit 2) while other clients hold tasks there, unless --force."""
     from .runs import serve
     if (address is None) == (scheduler_file is None):
         raise UserError("give the scheduler ADDRESS or --scheduler-file PATH (exactly one)",
@@ -416,8 +417,11 @@ def cluster_down(address, scheduler_file, timeout):
                             "e.g. --timeout 5")
     if scheduler_file is not None:
         address = serve.address_from_file(scheduler_file)
-    d = serve.down(address, timeout_s=t)
-    click.echo(f"gpuscale: stopped the scheduler at {d['scheduler']} and its {d['workers']} worker(s)")
+    d = serve.down(address, timeout_s=t, force=force)
+    busy = d["in_flight"]
+    cut = (f" (--force: {len(busy['clients'])} client(s) holding {busy['tasks']} task(s) were cut off)"
+           if busy["clients"] or busy["processing"] else "")
+    click.echo(f"gpuscale: stopped the scheduler at {d['scheduler']} and its {d['workers']} worker(s){cut}")
 
 
 # ---------------------------------------------------------------------------------------

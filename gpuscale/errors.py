@@ -160,7 +160,9 @@ def quiet_exit_logs() -> None:
     ("Task exception was never retrieved", "Nanny failed to start") as it exits, so those
     loggers are quieted."""
     import logging
-    for name in NOISY_ON_EXIT:
+    names = [n for n in list(logging.root.manager.loggerDict)
+             if n.split(".")[0] in NOISY_ON_EXIT]  # children with levels of their own too
+    for name in {*NOISY_ON_EXIT, *names}:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 

@@ -41,7 +41,7 @@ def _memory_setting(limit):
     if isinstance(number, (int, float)):
         if number < 0 or number != number:
             raise UserError(f"memory limit {limit!r} is negative", MEMORY_LIMIT_FORMS)
-        if number == 0:
+        if number == 0:  # distributed's "no limit"
             return 0
         if number <= 1:
             return float(number)
@@ -55,6 +55,10 @@ def _memory_setting(limit):
         raise UserError(f"invalid memory limit {limit!r}", MEMORY_LIMIT_FORMS) from None
     if n < 0:
         raise UserError(f"memory limit {limit!r} is negative", MEMORY_LIMIT_FORMS)
+    host = machine.cpu()["memory_bytes"]
+    if n > host:  # distributed would quietly cap it at the machine's memory
+        raise UserError(f"memory limit {limit!r} is more than this machine's {format_bytes(host)}",
+                        MEMORY_LIMIT_FORMS)
     return limit
 
 

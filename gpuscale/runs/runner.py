@@ -188,9 +188,10 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int,
     client = ctx.client
     phase = tracer.phase if tracer is not None else _no_phase
     fam = ctx.family
-    workload.plan(p, ctx)
-    memory = check_memory(workload, p, ctx, memory_check)
-    auditor = Audit(client, fam, scope=AUDIT_SCOPE).start() if audit else None
+    with named_phase("the memory check and the audit's set-up"):
+        workload.plan(p, ctx)
+        memory = check_memory(workload, p, ctx, memory_check)
+        auditor = Audit(client, fam, scope=AUDIT_SCOPE).start() if audit else None
     try:
         outcome = _run(workload, p, ctx, warmup, repeat, phase, auditor, cancelled or _never, progress or _silent)
     except BaseException:
@@ -239,18 +240,19 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, a
 
     with progress(f"{workload.name} ({fam.name})", warmup + repeat) as advance:
         for i in range(warmup + repeat):
-            out = None  # release the previous result before timing the next one
-            _go_on(cancelled, f"run {i + 1} of {warmup + repeat}")
-            if not settle(client, baseline):
-                unsettled += 1
-            name = "warmup" if i < warmup else "compute"
             step = f"warm-up {i + 1} of {warmup}" if i < warmup else f"timed repeat {i - warmup + 1} of {repeat}"
-            with named_phase(step), span("gpuscale", workload.name, name), phase(name, repeat=i if i < warmup else i - warmup):
-                elapsed, collections = timed(client, fam, build)
-            out = Output(collections, dict(info))
-            collections = None
-            (warm if i < warmup else times).append(elapsed)
-            advance()
+            with named_phase(step):
+                out = None  # release the previous result before timing the next one
+                _go_on(cancelled, f"run {i + 1} of {warmup + repeat}")
+                if not settle(client, baseline):
+                    unsettled += 1
+                name = "warmup" if i < warmup else "compute"
+                with span("gpuscale", workload.name, name), phase(name, repeat=i if i < warmup else i - warmup):
+                    elapsed, collections = timed(client, fam, build)
+                out = Output(collections, dict(info))
+                collections = None
+                (warm if i < warmup else times).append(elapsed)
+                advance()
     audit = auditor.finish("compute", runs={"generate": 1, "compute": warmup + repeat}) \
         if auditor is not None else None
 

@@ -103,14 +103,14 @@ class Session:
     def __enter__(self) -> "Session":
         stack = contextlib.ExitStack()
         try:
-            t0 = time.perf_counter()
-            self.family.import_in_background(self.collection)  # overlaps the cluster's start
             with phase("connecting to the cluster" if self.spec.kind == "existing" else "the cluster's start-up"):
+                t0 = time.perf_counter()
+                self.family.import_in_background(self.collection)  # overlaps the cluster's start
                 self.client, self.cluster = stack.enter_context(cluster.connect(self.spec))
-            self.startup_s = time.perf_counter() - t0
-            self._dashboard_link = _ask_dashboard_link(self.client)
-            stack.enter_context(dask.config.set(self.family.dask_config()))
-            stack.enter_context(host_collections.scope(self.family, self.settings.session.host_collections))
+                self.startup_s = time.perf_counter() - t0
+                self._dashboard_link = _ask_dashboard_link(self.client)
+                stack.enter_context(dask.config.set(self.family.dask_config()))
+                stack.enter_context(host_collections.scope(self.family, self.settings.session.host_collections))
         except BaseException:
             stack.close()
             raise
