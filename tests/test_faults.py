@@ -484,3 +484,57 @@ def test_cluster_down_with_nothing_in_flight_needs_no_force(served, cli):
     p = cli("cluster", "down", addr)
     assert p.returncode == 0 and "cut off" not in p.stdout, p.stdout + p.stderr
     assert up.wait(timeout=60) == 0
+
+
+# ---------------------------------------------------------------------------------------
+# 6. bad data: NaN / inf counted during the load, header-only CSV, absent Zarr chunks, float16
+# ---------------------------------------------------------------------------------------
+SMALL_INPUT_RUN = ("--backend", "cpu", "--workers", "1", "--threads-per-worker", "1", "--repeat", "1",
+                   "--warmup", "0")
+
+
+def test_nan_and_inf_in_npy_input_are_counted_with_the_first_position(cli, tmp_path):
+    import numpy as np
+    a = np.random.default_rng(0).random((20000, 10))
+    a[1234, 5], a[1500, 2], a[19999, 0] = np.nan, np.inf, -np.inf
+    np.save(tmp_path / "nan.npy", a)
+    p = cli("run", "svd", "--input", tmp_path / "nan.npy", *SMALL_INPUT_RUN, "--results-dir", tmp_path / "res")
+    assert p.returncode == 2, p.stderr
+    assert_one_line(p.stderr.splitlines(), "holds 3 NaN / inf value(s)", "row 1234, column 5", "nan_to_num")
+    assert p.stdout == "" and files_under(tmp_path / "res") == []
+
+
+def test_a_header_only_csv_is_refused_before_anything_starts(cli, tmp_path):
+    (tmp_path / "h.csv").write_text("k,v\n")
+    t0 = time.monotonic()
+    p = cli("run", "groupby", "--input", tmp_path / "h.csv", "--by", "k", "--agg", "v:sum", *SMALL_INPUT_RUN,
+            "--results-dir", tmp_path / "res")
+    assert p.returncode == 2, p.stderr
+    assert_one_line(p.stderr.splitlines(), "has no rows", "only a header", "k, v")
+    assert time.monotonic() - t0 < 15 and not (tmp_path / "res").exists()
+
+
+def test_absent_zarr_chunks_are_reported_in_the_record(cli, tmp_path):
+    import numpy as np
+    zarr = pytest.importorskip("zarr")
+    z = zarr.open_array(str(tmp_path / "a.zarr"), mode="w", shape=(4000, 10), chunks=(1000, 10), dtype="f8",
+                        fill_value=0.0)
+    z[:2000] = np.random.default_rng(0).random((2000, 10))  # chunks 2 and 3 never written
+    p = cli("run", "svd", "--input", tmp_path / "a.zarr", *SMALL_INPUT_RUN, "--json",
+            "--results-dir", tmp_path / "res")
+    assert p.returncode == 0, p.stderr
+    absent = json.loads(p.stdout)["data"]["absent_chunks"]
+    assert absent["absent"] == 2 and absent["of"] == 4 and absent["read_as"] == 0.0
+    assert "fill value" in absent["note"]
+
+
+def test_float16_input_validates_with_a_tolerance_of_its_precision(cli, tmp_path):
+    import numpy as np
+    np.save(tmp_path / "h.npy", np.random.default_rng(0).random((20000, 10)).astype(np.float16))
+    p = cli("run", "svd", "--input", tmp_path / "h.npy", *SMALL_INPUT_RUN, "--validate", "full", "--json",
+            "--results-dir", tmp_path / "res")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["valid"] is True and d["data"]["dtype"] == "float16"
+    limits = {c["name"]: c["limit"] for c in d["validation"]["checks"]}
+    assert limits["every s_i vs numpy.linalg.svd"] == 5e-3

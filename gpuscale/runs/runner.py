@@ -223,6 +223,7 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, a
     with named_phase("generate (loading the data)"), span("gpuscale", workload.name, "generate"), \
             phase("generate"):
         generate_s, data = timed(client, fam, lambda: workload.load(p, ctx))  # generated or the user's
+        workload.check_loaded(data, p, ctx)
     if auditor is not None:
         auditor.collect("generate")
     baseline = task_count(client)
