@@ -538,3 +538,22 @@ def test_float16_input_validates_with_a_tolerance_of_its_precision(cli, tmp_path
     assert d["valid"] is True and d["data"]["dtype"] == "float16"
     limits = {c["name"]: c["limit"] for c in d["validation"]["checks"]}
     assert limits["every s_i vs numpy.linalg.svd"] == 5e-3
+
+
+def test_a_repeat_that_loses_a_worker_is_flagged_and_left_out_of_the_median(spawn, tmp_path):
+    import statistics
+    p = spawn("run", "svd", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1", "--rows", "20000",
+              "--cols", "10", "--warmup", "0", "--repeat", "300", "--json", "--results-dir", tmp_path / "res",
+              tty=True)
+    p.wait_for(r"svd \(cpu\).*\b[1-9]\d*/300")
+    workers = [pid for pid, cmd in p.cmdlines.items() if "multiprocessing" in cmd and "spawn_main" in cmd
+               and psutil.pid_exists(pid)]
+    assert workers, p.cmdlines
+    os.kill(workers[0], signal.SIGKILL)  # a worker lost mid-run: its nanny starts another
+    assert p.wait(timeout=180) == 0, p.stderr_lines()
+    d = json.loads(p.stdout())
+    flagged = d["info"]["disturbed_repeats"]
+    assert flagged["left_out_of_median"] is True and "worker(s) lost" in " ".join(flagged["repeats"].values())
+    left_out = {int(i) for i in flagged["repeats"]}
+    clean = [t for i, t in enumerate(d["times_s"]) if i not in left_out]
+    assert len(d["times_s"]) == 300 and d["median_s"] == statistics.median(clean)

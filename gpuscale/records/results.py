@@ -96,6 +96,27 @@ class Result(BaseModel):
         return result_html(self)
 
 
+def summary(times: list[float], disturbed: dict[int, str] | None = None) -> dict[str, float | None]:
+    """median / min / stdev / IQR of the timed repeats, leaving out the ``disturbed`` ones
+    (index -> why: the cluster changed under them) while at least one undisturbed repeat is
+    left; :func:`disturbed_info` says which were left out."""
+    clean = [t for i, t in enumerate(times) if i not in (disturbed or {})] or list(times)
+    return {"median_s": statistics.median(clean), "min_s": min(clean), **spread(clean)}
+
+
+def disturbed_info(times: list[float], disturbed: dict[int, str] | None) -> dict[str, Any]:
+    """The record's ``info.disturbed_repeats`` (empty dict when none were)."""
+    if not disturbed:
+        return {}
+    left_out = len(disturbed) < len(times)
+    return {"disturbed_repeats": {
+        "repeats": {str(i): why for i, why in sorted(disturbed.items())},
+        "left_out_of_median": left_out,
+        "note": (f"{len(disturbed)} of {len(times)} timed repeat(s) ran while the cluster changed "
+                 f"under them; " + ("median, min, stdev and IQR leave them out" if left_out else
+                                    "every repeat was disturbed, so the statistics keep them all"))}}
+
+
 def spread(times: list[float]) -> dict[str, float | None]:
     """How far the repeats spread: sample standard deviation and interquartile range
     (``statistics.quantiles(method="inclusive")``); None for both with fewer than 2 repeats."""

@@ -53,10 +53,29 @@ class Outcome:
     """The memory headroom check (:func:`headroom`)."""
     output: Output | None = None
     """The last repeat's result, persisted (what ``--output`` writes)."""
+    disturbed: dict[int, str] = dataclasses.field(default_factory=dict)
+    """Timed repeats (index into ``times_s``) the cluster changed under, and how
+    (:func:`worker_set`): left out of the median by the record."""
 
 
 def _task_count(dask_scheduler=None) -> int:
     return len(dask_scheduler.tasks)
+
+
+def _workers(dask_scheduler=None) -> list[str]:
+    return sorted(dask_scheduler.workers)
+
+
+def worker_set(client) -> frozenset[str]:
+    """The workers the scheduler has now: a repeat during which this changed (a worker lost
+    and restarted by its nanny, or one joining) was disturbed."""
+    return frozenset(client.run_on_scheduler(_workers))
+
+
+def _changed(before: frozenset[str], after: frozenset[str]) -> str:
+    lost, joined = len(before - after), len(after - before)
+    return ", ".join(x for x in (f"{lost} worker(s) lost" if lost else "",
+                                 f"{joined} worker(s) joined" if joined else "") if x)
 
 
 def task_count(client) -> int:
@@ -227,6 +246,8 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, a
     if auditor is not None:
         auditor.collect("generate")
     baseline = task_count(client)
+    workers_now = worker_set(client)
+    disturbed: dict[int, str] = {}
 
     times: list[float] = []
     warm: list[float] = []
@@ -253,6 +274,9 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, a
                 out = Output(collections, dict(info))
                 collections = None
                 (warm if i < warmup else times).append(elapsed)
+                workers_before, workers_now = workers_now, worker_set(client)
+                if workers_now != workers_before and i >= warmup:
+                    disturbed[i - warmup] = _changed(workers_before, workers_now)
                 advance()
     audit = auditor.finish("compute", runs={"generate": 1, "compute": warmup + repeat}) \
         if auditor is not None else None
@@ -263,4 +287,4 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int, phase, a
         validation = Validation.off() if ctx.validate == "off" else workload.validate(out, data, p, ctx)
         validate_s = time.perf_counter() - t0
     return Outcome(times, warm, generate_s, validate_s, validation, out.info, 0, 0,
-                   unsettled, audit=audit, output=out)
+                   unsettled, audit=audit, output=out, disturbed=disturbed)
