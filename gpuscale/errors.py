@@ -64,7 +64,8 @@ def missing_module(module: str, purpose: str, install: str) -> UserError:
 
 
 def install_excepthook() -> None:
-    """An uncaught :class:`UserError` in a script prints ``gpuscale: error: <message>`` on one
+    """An uncaught :class:`UserError` (or :class:`ClusterGone`, :class:`RecordNotWritten`,
+    whose record goes to stdout first) in a script prints ``gpuscale: error: <message>`` on one
     line instead of a traceback; every other exception goes to the hook there was before.
     Installed once; notebooks (IPython) do not use ``sys.excepthook`` and are unaffected."""
     previous = sys.excepthook
@@ -72,7 +73,10 @@ def install_excepthook() -> None:
         return
 
     def hook(kind, value, tb):
-        if isinstance(value, UserError):
+        if isinstance(value, RecordNotWritten):  # the measured result is not lost
+            sys.stdout.write(value.record_json + "\n")
+            sys.stdout.flush()
+        if isinstance(value, (UserError, ClusterGone, RecordNotWritten)):
             sys.stderr.write(f"gpuscale: error: {value}\n")
             sys.stderr.flush()
         else:

@@ -257,6 +257,7 @@ def test_signal_during_a_traced_run_removes_the_trace_temp_folder(spawn, tmp_pat
     assert gone(p.kids) == []
 
 
+@pytest.mark.slow
 def test_sigterm_while_writing_output_removes_its_temp_file(spawn, tmp_path):
     out = tmp_path / "out.csv"
     p = spawn("run", "groupby", "--backend", "cpu", "--workers", "1", "--threads-per-worker", "2",
@@ -433,6 +434,7 @@ def served(spawn):
     return up, json.loads(up.stdout().splitlines()[0])["scheduler"]
 
 
+@pytest.mark.slow
 def test_cluster_down_refuses_while_a_run_is_in_flight_then_force_ends_it(spawn, served, tmp_path, cli):
     up, addr = served
     run = spawn("run", "groupby", "--backend", "cpu", "--scheduler", addr, "--rows", "20000", "--keys", "100",
@@ -540,6 +542,7 @@ def test_float16_input_validates_with_a_tolerance_of_its_precision(cli, tmp_path
     assert limits["every s_i vs numpy.linalg.svd"] == 5e-3
 
 
+@pytest.mark.slow
 def test_a_repeat_that_loses_a_worker_is_flagged_and_left_out_of_the_median(spawn, tmp_path):
     import statistics
     p = spawn("run", "svd", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1", "--rows", "20000",
