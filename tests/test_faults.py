@@ -560,3 +560,19 @@ def test_a_repeat_that_loses_a_worker_is_flagged_and_left_out_of_the_median(spaw
     left_out = {int(i) for i in flagged["repeats"]}
     clean = [t for i, t in enumerate(d["times_s"]) if i not in left_out]
     assert len(d["times_s"]) == 300 and d["median_s"] == statistics.median(clean)
+
+
+def test_a_corrupt_zarr_chunk_is_one_line_naming_the_rows(cli, tmp_path):
+    import numpy as np
+    zarr = pytest.importorskip("zarr")
+    z = zarr.open_array(str(tmp_path / "c.zarr"), mode="w", shape=(4000, 10), chunks=(1000, 10), dtype="f8")
+    z[:] = np.random.default_rng(0).random((4000, 10))
+    store = tmp_path / "c.zarr"
+    chunk = store / "c" / "1" / "0" if (store / "c" / "1" / "0").is_file() else store / "1.0"  # v3 / v2 layout
+    chunk.write_bytes(os.urandom(100))  # rows 1000:2000 damaged
+    p = cli("run", "svd", "--input", store, *SMALL_INPUT_RUN, "--results-dir", tmp_path / "res")
+    assert p.returncode == 2, p.stderr
+    line = assert_one_line(p.stderr.splitlines(), "cannot be read", "damaged", str(store))
+    start, stop = map(int, re.search(r"rows (\d+):(\d+)", line).groups())
+    assert start <= 1000 and stop >= 2000, line
+    assert "Compute Failed" not in p.stderr and files_under(tmp_path / "res") == []

@@ -304,11 +304,18 @@ def _parquet_size(p: pathlib.Path) -> tuple[int | None, int | None]:
 def read_rows(fmt: str, path: str, start: int, stop: int, module: str):
     """Rows ``start:stop`` of a ``.npy`` (memory-mapped) or Zarr array, as ``module``'s array
     type (runs on a worker: the block goes straight to the device on the GPU family)."""
-    if fmt == "npy":
-        block = np.array(np.load(path, mmap_mode="r")[start:stop])
-    else:
-        import zarr
-        block = zarr.open_array(path, mode="r")[start:stop]
+    try:
+        if fmt == "npy":
+            block = np.array(np.load(path, mmap_mode="r")[start:stop])
+        else:
+            import zarr
+            block = zarr.open_array(path, mode="r")[start:stop]
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a damaged file or store is the user's to fix
+        raise UserError(f"{path}: rows {start}:{stop} cannot be read ({type(e).__name__}: {e})",
+                        f"the {FORMAT_NAMES.get(fmt, fmt)} data is damaged there (a corrupt or truncated "
+                        "chunk / file): write it again") from None
     return convert.convert_array(block, module)
 
 
