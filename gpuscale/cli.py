@@ -1,12 +1,15 @@
 """Command line: parse flags, call :mod:`gpuscale.api`, render with :mod:`gpuscale.records.report` and :mod:`gpuscale.trace.render`.
 
 Flags map one-to-one onto API keywords (``config.KEYWORDS``); no click object reaches
-library code. Every error from bad input is one line on stderr, exit code 2:
-``gpuscale: error: <problem>; <fix>``.
+library code. Every failure is one line on stderr, ``gpuscale: error: <problem>; <fix>``, with
+the exit code :mod:`gpuscale.errors` defines (2 bad input, 3 a check failed, 4 the cluster went
+away, 5 the record could not be written, 130 / 143 interrupted, 1 anything unexpected); no
+traceback unless ``gpuscale --debug`` (or ``GPUSCALE_DEBUG=1``).
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 import typing
 from typing import Any
@@ -14,6 +17,7 @@ from typing import Any
 import click
 
 from ._version import __version__
+from . import errors
 from .errors import UserError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -39,31 +43,71 @@ def json_option(what: str = "the result"):
     return click.option("--json", "as_json", is_flag=True, help=f"print {what} as one JSON object")
 
 
-def _fail(message: str, code: int = 2) -> typing.NoReturn:
-    click.echo(f"gpuscale: error: {message}", err=True)
+DEBUG_ENV = "GPUSCALE_DEBUG"
+_debug = {"on": os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on")}
+
+
+def _fail(message: str, code: int = errors.EXIT_BAD_INPUT) -> typing.NoReturn:
+    click.echo(f"gpuscale: error: {' '.join(str(message).split())}", err=True)
     sys.exit(code)
 
 
-def _interrupted() -> typing.NoReturn:
-    """Ctrl-C / SIGTERM: one line, exit 130. Workers cut off mid-start leave asyncio tasks
-    whose failure ("Nanny failed to start") would be logged with a traceback as the process
-    exits; the process is ending on purpose, so those loggers are quieted first."""
-    import logging
-    for name in ("asyncio", "distributed", "tornado"):
-        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
-    _fail("interrupted; what this command started was stopped", 130)
+def _quiet() -> None:
+    errors.quiet_exit_logs()
+
+
+def _interrupted(e: BaseException | None = None) -> typing.NoReturn:
+    """Ctrl-C / SIGTERM: one line naming the signal and, for a run, the phase it stopped;
+    exit 130 (SIGINT) or 143 (SIGTERM)."""
+    _quiet()
+    sig = errors.signal_name(e) if e is not None else "SIGINT"
+    code = errors.interrupt_exit_code(e) if e is not None else errors.EXIT_SIGINT
+    phase = errors.phase_of(e, "") if e is not None else ""
+    if phase:
+        _fail(f"interrupted ({sig}) during {phase}; nothing was written and what this command started "
+              "was stopped", code)
+    _fail(f"interrupted ({sig}); what this command started was stopped", code)
+
+
+def _unexpected(e: BaseException) -> typing.NoReturn:
+    """Anything that is not bad input: one line and exit 1; ``--debug`` shows the traceback."""
+    if _debug["on"]:
+        raise e
+    _quiet()
+    text = " ".join(str(e).split()) or "(no message)"
+    if len(text) > 300:
+        text = text[:300] + " ..."
+    _fail(f"unexpected {type(e).__name__}: {text}; rerun with `gpuscale --debug ...` for the traceback "
+          "and report it", errors.EXIT_INTERNAL)
+
+
+def _ended(e: BaseException) -> typing.NoReturn:
+    """How any exception out of a command ends the process (one place, used by every group)."""
+    if isinstance(e, UserError):
+        if _debug["on"]:
+            import traceback
+            traceback.print_exception(e)
+        _fail(str(e))
+    if isinstance(e, KeyboardInterrupt):
+        _interrupted(e)
+    if isinstance(e, (errors.ClusterGone, errors.RecordNotWritten)):
+        _quiet()
+        _fail(str(e), e.exit_code)
+    _unexpected(e)
 
 
 class Group(click.Group):
-    """A group whose commands end bad input with one line (also under ``dask gpuscale``)."""
+    """A group whose commands end every failure with one line (also under ``dask gpuscale``)."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except UserError as e:
-            _fail(str(e))
-        except KeyboardInterrupt:
-            _interrupted()
+        except (click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
+            raise
+        except Exception as e:  # noqa: BLE001 - one line, an exit code per kind
+            _ended(e)
+        except KeyboardInterrupt as e:
+            _ended(e)
 
 
 class Typed(click.ParamType):
@@ -159,8 +203,16 @@ def _split(kwargs: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     return profile, settings
 
 
+def _set_debug(ctx, param, value):
+    if value:
+        _debug["on"] = True
+    return value
+
+
 @click.group("gpuscale", cls=Group, context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="gpuscale")
+@click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
+              help=f"show the traceback of a failure (also {DEBUG_ENV}=1)")
 def cli():
     """Run the same Dask array / DataFrame work on CPUs or GPUs by changing one flag."""
 
@@ -276,15 +328,21 @@ def _workload_command(cls) -> click.Command:
         settings.update(repeat=_repeat(repeat), warmup=_int(warmup, "--warmup", minimum=0),
                         memory_check=False if no_memory_check else None,
                         strict_backend=True if strict else None, in_cluster=in_cluster)
-        r = api.run(cls.name, profile=profile, results_dir=results_dir, cluster_settings=settings,
-                    trace=trace_dir, progress=report.progress_bar, **data_kw, **hooks, **wl_params)
+        try:
+            with errors.phase("the run"):
+                r = api.run(cls.name, profile=profile, results_dir=results_dir, cluster_settings=settings,
+                            trace=trace_dir, progress=report.progress_bar, **data_kw, **hooks, **wl_params)
+        except errors.RecordNotWritten as e:  # the measured result goes to stdout, not lost
+            click.echo(e.record_json)
+            sys.stdout.flush()
+            raise
         if not shown:
             show(r)
         if r.valid is False:
             unwritten = " --output was not written;" if data_kw.get("output") else ""
             click.echo(f"gpuscale: {cls.name} result FAILED validation;{unwritten} see the checks above / in "
                        f"{r.path}", err=True)
-            sys.exit(1)
+            sys.exit(errors.EXIT_CHECK_FAILED)
 
     return click.Command(cls.name, callback=command, params=params + run_params(),
                          help=f"{cls.description}.", context_settings=CONTEXT)
@@ -461,9 +519,10 @@ def cluster_up(as_json, scheduler_file, collection, **kwargs):
 @click.option("--credentials", metavar="PATH", help="TLS credentials for a tls:// ADDRESS (default: the "
                                                     "file beside --scheduler-file)")
 @click.option("--timeout", help="seconds to wait for the scheduler to answer (default 3)")
-def cluster_down(address, scheduler_file, credentials, timeout):
+@click.option("--force", is_flag=True, help="stop it even while runs are in flight (they end with exit 4)")
+def cluster_down(address, scheduler_file, credentials, timeout, force):
     """Stop the scheduler at ADDRESS and its workers (e.g. one `cluster up` started, which
-    then exits 0)."""
+    then exits 0); refused (exit 2) while other clients hold tasks there, unless --force."""
     from .runs import serve
     if (address is None) == (scheduler_file is None):
         raise UserError("give the scheduler ADDRESS or --scheduler-file PATH (exactly one)",
@@ -483,8 +542,11 @@ def cluster_down(address, scheduler_file, credentials, timeout):
             from .cluster import security
             near = security.beside(scheduler_file)
             credentials = near if near.exists() else None
-    d = serve.down(address, timeout_s=t, credentials=credentials)
-    click.echo(f"gpuscale: stopped the scheduler at {d['scheduler']} and its {d['workers']} worker(s)")
+    d = serve.down(address, timeout_s=t, force=force, credentials=credentials)
+    busy = d["in_flight"]
+    cut = (f" (--force: {len(busy['clients'])} client(s) holding {busy['tasks']} task(s) were cut off)"
+           if busy["clients"] or busy["processing"] else "")
+    click.echo(f"gpuscale: stopped the scheduler at {d['scheduler']} and its {d['workers']} worker(s){cut}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -652,7 +714,7 @@ def explain_group():
 def bench_cmd(spec, out, as_json):
     """Run the sweep SPEC.yaml describes (workloads x sizes x backends x protocols x workers),
     one cluster per backend / protocol / workers, every case validated; a failing case is
-    recorded and the sweep goes on. Exit 1 when a case failed or did not validate."""
+    recorded and the sweep goes on. Exit 3 when a case failed or did not validate."""
     from .records import report
     from .runs import bench
     spec_obj, _ = bench.load_spec(spec)  # a bad spec: one line, exit 2, before any cluster
@@ -666,7 +728,7 @@ def bench_cmd(spec, out, as_json):
         click.echo(f"gpuscale bench: {d['ran']} case(s) ran, {d['skipped']} skipped (finished before), "
                    f"{len(bad)} with an error; report: {d['outputs']['report']}")
     if bad:
-        sys.exit(1)
+        sys.exit(errors.EXIT_CHECK_FAILED)
 
 
 @cli.group("results", cls=Group, context_settings=CONTEXT)
@@ -733,11 +795,12 @@ def results_compare(a, b, fail_if_slower, margin, confidence, as_json):
 
 # ---------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: click usage errors become one line, exit 2."""
+    """Entry point: click usage errors become one line, exit 2; SIGTERM is an interruption
+    like Ctrl-C (:func:`gpuscale.errors.sigterm_raises`: temp files are removed, the cluster
+    closed); every other failure is one line too (:func:`_ended`)."""
     try:
-        rv = cli.main(args=argv, prog_name="gpuscale", standalone_mode=False)
-    except UserError as e:
-        _fail(str(e))
+        with errors.sigterm_raises():
+            rv = cli.main(args=argv, prog_name="gpuscale", standalone_mode=False)
     except click.exceptions.NoSuchOption as e:
         hint = f" (did you mean {', '.join(e.possibilities)}?)" if e.possibilities else ""
         cmd = e.ctx.command_path if e.ctx else "gpuscale"
@@ -747,7 +810,13 @@ def main(argv: list[str] | None = None) -> None:
         _fail(f"{e.format_message()}; see `{cmd} --help`")
     except click.exceptions.ClickException as e:
         _fail(e.format_message())
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except click.exceptions.Abort:
         _interrupted()
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except Exception as e:  # noqa: BLE001 - one line, an exit code per kind
+        _ended(e)
+    except KeyboardInterrupt as e:
+        _ended(e)
     sys.exit(rv if isinstance(rv, int) else 0)
 

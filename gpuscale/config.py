@@ -158,6 +158,8 @@ def repeat_value(v: Any) -> int | str:
             raise ValueError("must be a whole number >= 1 or auto") from None
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise ValueError("must be a whole number >= 1 or auto")
+    if v > MAX_REPEAT:
+        raise ValueError(f"must be at most {MAX_REPEAT:,} (or auto)")
     return v
 
 
@@ -188,8 +190,13 @@ class AutoRepeatSettings(_Section):
         return self
 
 
+MAX_REPEAT = 100_000
+"""``run.repeat`` above this is refused before anything starts (a typo, not a measurement)."""
+MAX_WARMUP = 1_000
+
+
 class RunSettings(_Section):
-    warmup: NonNegativeInt = 1
+    warmup: NonNegativeInt = Field(1, le=MAX_WARMUP)
     repeat: Union[PositiveInt, Literal["auto"]] = 3
     """Timed repeats: a whole number, or ``auto`` (see ``auto_repeat``)."""
     auto_repeat: AutoRepeatSettings = AutoRepeatSettings()

@@ -1,4 +1,19 @@
-"""The one exception type that ends a command with a one-line message and exit code 2.
+"""How a command ends: the exit codes, the exceptions that carry them, and the phase a run was in.
+
+Exit codes (the one definition; README's "Exit codes" table lists them):
+
+====  ==========================================================================
+0     ok
+1     unexpected internal error (a bug: one line, the traceback with ``--debug``)
+2     bad input (:class:`UserError`), refused before anything starts where possible
+3     a check failed: the result failed validation, a bench case failed, or
+      ``results compare --fail-if-slower`` found a slower case
+4     the cluster went away under the run (:class:`ClusterGone`)
+5     the measured result could not be written (:class:`RecordNotWritten`): the record
+      is printed to stdout instead
+130   interrupted by SIGINT (Ctrl-C)
+143   interrupted by SIGTERM
+====  ==========================================================================
 
 Every check of user input raises :class:`UserError` with a message that names the problem
 *and* the fix. The CLI prints ``gpuscale: error: <message>`` on one line and exits 2; the
@@ -9,13 +24,32 @@ uncaught exception is 1.
 """
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
+from typing import Iterator
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_BAD_INPUT = 2
+EXIT_CHECK_FAILED = 3
+EXIT_CLUSTER_GONE = 4
+EXIT_RECORD_NOT_WRITTEN = 5
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+EXIT_CODES = {EXIT_OK: "ok", EXIT_INTERNAL: "unexpected internal error (--debug shows the traceback)",
+              EXIT_BAD_INPUT: "bad input", EXIT_CHECK_FAILED: "a check failed (validation, a bench case, "
+              "results compare --fail-if-slower)", EXIT_CLUSTER_GONE: "the cluster went away",
+              EXIT_RECORD_NOT_WRITTEN: "the record could not be written (printed to stdout instead)",
+              EXIT_SIGINT: "interrupted (SIGINT, Ctrl-C)", EXIT_SIGTERM: "interrupted (SIGTERM)"}
 
 
 class UserError(ValueError):
     """Bad input or a missing optional stack: a one-line message naming the fix."""
 
-    exit_code = 2
+    exit_code = EXIT_BAD_INPUT
 
     def __init__(self, problem: str, fix: str | None = None):
         self.problem = problem
@@ -30,7 +64,8 @@ def missing_module(module: str, purpose: str, install: str) -> UserError:
 
 
 def install_excepthook() -> None:
-    """An uncaught :class:`UserError` in a script prints ``gpuscale: error: <message>`` on one
+    """An uncaught :class:`UserError` (or :class:`ClusterGone`, :class:`RecordNotWritten`,
+    whose record goes to stdout first) in a script prints ``gpuscale: error: <message>`` on one
     line instead of a traceback; every other exception goes to the hook there was before.
     Installed once; notebooks (IPython) do not use ``sys.excepthook`` and are unaffected."""
     previous = sys.excepthook
@@ -38,7 +73,10 @@ def install_excepthook() -> None:
         return
 
     def hook(kind, value, tb):
-        if isinstance(value, UserError):
+        if isinstance(value, RecordNotWritten):  # the measured result is not lost
+            sys.stdout.write(value.record_json + "\n")
+            sys.stdout.flush()
+        if isinstance(value, (UserError, ClusterGone, RecordNotWritten)):
             sys.stderr.write(f"gpuscale: error: {value}\n")
             sys.stderr.flush()
         else:
@@ -46,3 +84,107 @@ def install_excepthook() -> None:
 
     hook._gpuscale = True
     sys.excepthook = hook
+
+
+class ClusterGone(RuntimeError):
+    """The running cluster a run used (``--scheduler``) stopped answering under it."""
+
+    exit_code = EXIT_CLUSTER_GONE
+
+    def __init__(self, address: str, phase: str | None = None):
+        self.address = address
+        self.phase = phase
+        during = f" during {phase}" if phase else ""
+        super().__init__(f"the cluster at {address} went away{during} (its scheduler stopped answering); "
+                         "nothing was written; start it again (gpuscale cluster up) and rerun")
+
+
+class RecordNotWritten(RuntimeError):
+    """The run finished but its record could not be written; ``record_json`` holds it."""
+
+    exit_code = EXIT_RECORD_NOT_WRITTEN
+
+    def __init__(self, where: str, why: str, record_json: str):
+        self.record_json = record_json
+        super().__init__(f"could not write the record under {where} ({why}); the record was printed to "
+                         "stdout instead: save it, free some space and keep it with your results")
+
+
+# ---------------------------------------------------------------------------------------
+# Interruptions and phases
+# ---------------------------------------------------------------------------------------
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as a KeyboardInterrupt (so every ``finally`` and
+    ``with`` that cleans up on Ctrl-C runs for it too)."""
+
+
+def signal_name(exc: BaseException) -> str:
+    return "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+
+
+def interrupt_exit_code(exc: BaseException) -> int:
+    return EXIT_SIGTERM if isinstance(exc, Terminated) else EXIT_SIGINT
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` in the main thread for the block (so what was being
+    started is closed and temp files are removed, not orphaned), and Ctrl-C its usual
+    KeyboardInterrupt; both quiet the loggers that would print the cut-off work's tracebacks
+    (:func:`quiet_exit_logs`) first. The previous handlers come back after it. Elsewhere than
+    the main thread signals cannot be handled: a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _on_term(signum, frame):
+        quiet_exit_logs()
+        raise Terminated()
+
+    def _on_int(signum, frame):
+        quiet_exit_logs()
+        raise KeyboardInterrupt()
+
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _on_term)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _on_int)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+NOISY_ON_EXIT = ("asyncio", "distributed", "tornado", "bokeh")
+
+
+def quiet_exit_logs() -> None:
+    """The process is ending on purpose (a signal, or a one-line failure): workers cut off
+    mid-start or mid-task leave asyncio tasks whose failure would be logged with a traceback
+    ("Task exception was never retrieved", "Nanny failed to start") as it exits, so those
+    loggers are quieted."""
+    import logging
+    names = [n for n in list(logging.root.manager.loggerDict)
+             if n.split(".")[0] in NOISY_ON_EXIT]  # children with levels of their own too
+    for name in {*NOISY_ON_EXIT, *names}:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+PHASE_ATTR = "gpuscale_phase"
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Name the phase of a run that an exception (an interruption, the cluster going away)
+    left: the innermost ``phase`` wins; :func:`phase_of` reads it."""
+    try:
+        yield
+    except BaseException as e:
+        if getattr(e, PHASE_ATTR, None) is None:
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(e, PHASE_ATTR, name)
+        raise
+
+
+def phase_of(exc: BaseException, default: str = "start-up") -> str:
+    return getattr(exc, PHASE_ATTR, None) or default

@@ -342,12 +342,12 @@ def test_explain_prints_what_the_run_records(cli, tmp_path, args):
 
 
 def test_explain_table_and_memory_headroom(cli):
-    p = cli("explain", "svd", "--backend", "cpu", "--memory-limit", "100MB", "--workers", "1",
+    p = cli("explain", "svd", "--backend", "cpu", "--memory-limit", "300MB", "--workers", "1",
             "--rows", "5000000", "--cols", "100", "--json")
     assert p.returncode == 0, p.stderr
     d = only_json(p.stdout)
     m = d["memory"]
-    assert m["fits"] is False and m["workers"] == 1 and m["worker_limit_bytes"] == 100_000_000
+    assert m["fits"] is False and m["workers"] == 1 and m["worker_limit_bytes"] == 300_000_000
     assert m["per_worker_bytes"] == m["estimate_bytes"] == 5_000_000 * 100 * 8 * 2
     assert any("--no-memory-check" in n and "needs about" in n for n in d["notes"])
     p = cli("explain", "groupby", "--backend", "cpu", "--rows", "100000", "--keys", "100", "--results-dir", "x",

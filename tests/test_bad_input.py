@@ -159,7 +159,7 @@ def test_groupby_bad_split_out(refused):
 
 
 def test_size_that_cannot_fit(refused):
-    line = refused("run", "svd", "--backend", "cpu", "--memory-limit", "100MB", "--workers", "1",
+    line = refused("run", "svd", "--backend", "cpu", "--memory-limit", "300MB", "--workers", "1",
                    "--rows", "5000000", "--cols", "100",
                    needles=("GiB", "--no-memory-check", "MiB"))
     assert "needs about" in line

@@ -481,12 +481,12 @@ def test_cli_overwrite(cli, files, matrix, tmp_path):
 
 def test_cli_invalid_result_writes_no_output(cli, tmp_path):
     """The Gram route forced on an ill-conditioned matrix is inaccurate: full validation fails,
-    the command exits 1 and --output is not written (the record says why)."""
+    the command exits 3 (a check failed) and --output is not written (the record says why)."""
     np.save(tmp_path / "ill.npy", known_spectrum(4000, 20, 1e12))
     out = tmp_path / "s.npy"
     p = cli("run", "svd", "--input", tmp_path / "ill.npy", "--route", "gram", "--validate", "full",
             "--output", out, "--repeat", "1", "--warmup", "0", "--json", timeout=240)
-    assert p.returncode == 1, p.stderr
+    assert p.returncode == 3, p.stderr
     assert "--output was not written" in p.stderr
     d = json.loads(p.stdout)
     assert d["valid"] is False and d["info"]["output"]["written"] is False

@@ -221,9 +221,14 @@ def construct(spec: ClusterSpec, factory):
     from distributed.core import Status
     from distributed.deploy.spec import SpecCluster
     check_main_guard()
+    from .detach import MODULE as detach
     before = set(SpecCluster._instances)
+    preload = list(dask.config.get("distributed.worker.preload", None) or [])
     try:
-        return factory()
+        # the workers' nannies keep this config (their processes inherit it), restarts included
+        with dask.config.set({"distributed.worker.preload": preload + [detach] if detach not in preload
+                              else preload}):
+            return factory()
     except BaseException as e:
         for half in set(SpecCluster._instances) - before:
             with contextlib.suppress(BaseException):

@@ -2,8 +2,14 @@
 start or stop workers."""
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import pathlib
+import socket
+import time
+from typing import Iterator
+from urllib.parse import urlsplit
 
 from ..choices import choice
 from ..errors import UserError
@@ -56,6 +62,45 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
                        connect_timeout=settings.cluster.connect_timeout, notes=notes,
                        kwargs={"address": address, "timeout": settings.cluster.connect_timeout},
                        choices=choices)
+
+
+def answers(address: str, timeout_s: float = 2.0, tries: int = 3) -> bool:
+    """Whether anything still listens at the scheduler's address (host:port of any of
+    distributed's protocols); ``tries`` attempts over about ``timeout_s`` seconds, so a
+    scheduler that is merely busy is not declared gone. True if any attempt connects."""
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    if not parts.hostname or not parts.port:
+        return True  # cannot tell: do not claim it went away
+    for i in range(tries):
+        try:
+            with socket.create_connection((parts.hostname, parts.port), timeout=timeout_s / tries):
+                return True
+        except OSError:
+            if i + 1 < tries:
+                time.sleep(timeout_s / tries / 2)
+    return False
+
+
+class _DropReconnect(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        # the reconnect's give-up line, and the tracebacks of its cancelled comms
+        return not (str(record.msg).startswith("Failed to reconnect to scheduler") or
+                    (record.levelno >= logging.ERROR and record.exc_info is not None))
+
+
+@contextlib.contextmanager
+def reconnect_reported() -> Iterator[None]:
+    """Drop distributed's client's "Failed to reconnect to scheduler" line and the tracebacks
+    it logs for comms cut off for the block: the run that loses its scheduler says so itself,
+    in one line (:class:`gpuscale.errors.ClusterGone`); any other failure still ends the run
+    with its own exception."""
+    log = logging.getLogger("distributed.client")
+    f = _DropReconnect()
+    log.addFilter(f)
+    try:
+        yield
+    finally:
+        log.removeFilter(f)
 
 
 def start(spec: ClusterSpec, security=None):

@@ -13,14 +13,95 @@ from . import ClusterSpec, construct, rmm_choice
 logger = logging.getLogger(__name__)
 
 
-def memory_bytes(limit, threads: int, cores: int) -> int | None:
-    """Per-worker bytes of a memory-limit setting, as distributed reads it."""
-    from distributed.worker_memory import parse_memory_limit
+MIN_WORKER_BYTES = 256 * 2**20
+"""A worker's memory limit below this is refused (distributed would pause / restart it at once)."""
+MAX_WORKERS_PER_CORE = 4
+MAX_THREADS_PER_WORKER = 64
+MAX_THREADS_PER_CORE = 16
+MEMORY_LIMIT_FORMS = ("use auto, a size with a unit like '8GB', a whole number of bytes, or a fraction "
+                      "0 < f <= 1 of this machine's memory like 0.5")
+
+
+def _memory_setting(limit):
+    """The memory-limit setting in the form distributed reads, or a UserError: a number is a
+    fraction of this machine's memory when 0 < f <= 1, a byte count when whole and > 1 (0: no
+    limit); anything else numeric (1.5, negative) is refused, as are negative sizes."""
+    from dask.utils import parse_bytes
+    if limit is None or (isinstance(limit, str) and limit.strip().lower() == "auto"):
+        return limit
+    if isinstance(limit, bool):
+        raise UserError(f"invalid memory limit {limit!r}", MEMORY_LIMIT_FORMS)
+    number = limit
+    if isinstance(limit, str):
+        try:
+            number = float(limit)
+        except ValueError:
+            number = None
+    if isinstance(number, (int, float)):
+        if number < 0 or number != number:
+            raise UserError(f"memory limit {limit!r} is negative", MEMORY_LIMIT_FORMS)
+        if number == 0:  # distributed's "no limit"
+            return 0
+        if number <= 1:
+            return float(number)
+        if not float(number).is_integer():
+            raise UserError(f"memory limit {limit!r} is neither a fraction (0 < f <= 1) nor a whole number "
+                            "of bytes", MEMORY_LIMIT_FORMS)
+        return int(number)
     try:
-        return parse_memory_limit(limit, threads, cores, logger=logger)
+        n = parse_bytes(limit)
     except (ValueError, TypeError):
-        raise UserError(f"invalid memory limit {limit!r}",
-                        "use auto, a byte count, a size like '8GB', or a fraction like 0.5") from None
+        raise UserError(f"invalid memory limit {limit!r}", MEMORY_LIMIT_FORMS) from None
+    if n < 0:
+        raise UserError(f"memory limit {limit!r} is negative", MEMORY_LIMIT_FORMS)
+    host = machine.cpu()["memory_bytes"]
+    if n > host:  # distributed would quietly cap it at the machine's memory
+        raise UserError(f"memory limit {limit!r} is more than this machine's {format_bytes(host)}",
+                        MEMORY_LIMIT_FORMS)
+    return limit
+
+
+def memory_bytes(limit, threads: int, cores: int) -> int | None:
+    """Per-worker bytes of a memory-limit setting, as distributed reads it; refused (before
+    anything starts) when it is not one of :data:`MEMORY_LIMIT_FORMS`, below
+    :data:`MIN_WORKER_BYTES` or above this machine's memory."""
+    from distributed.worker_memory import parse_memory_limit
+    setting = _memory_setting(limit)
+    try:
+        value = parse_memory_limit(setting, threads, cores, logger=logger)
+    except (ValueError, TypeError):
+        raise UserError(f"invalid memory limit {limit!r}", MEMORY_LIMIT_FORMS) from None
+    if value is None:
+        return None
+    host = machine.cpu()["memory_bytes"]
+    if value < MIN_WORKER_BYTES:
+        raise UserError(f"memory limit {limit!r} gives each worker {format_bytes(value)}, less than the "
+                        f"{format_bytes(MIN_WORKER_BYTES)} a worker needs", MEMORY_LIMIT_FORMS)
+    if value > host:
+        raise UserError(f"memory limit {limit!r} gives each worker {format_bytes(value)}, more than this "
+                        f"machine's {format_bytes(host)}", MEMORY_LIMIT_FORMS)
+    return value
+
+
+def check_layout(workers: int, threads: int, cores: int) -> None:
+    """Refuse, before anything starts, a layout this machine cannot hold: more than
+    :data:`MAX_WORKERS_PER_CORE` worker processes per usable core or fewer than
+    :data:`MIN_WORKER_BYTES` of its memory each, more than :data:`MAX_THREADS_PER_WORKER`
+    threads per worker or :data:`MAX_THREADS_PER_CORE` threads per core in all."""
+    host = machine.cpu()["memory_bytes"]
+    most = max(1, min(MAX_WORKERS_PER_CORE * cores, host // MIN_WORKER_BYTES))
+    if workers > most:
+        raise UserError(f"--workers {workers} is more than this machine holds ({cores} usable core(s), "
+                        f"{format_bytes(host)}: at most {most} worker processes)",
+                        f"use --workers {most} or fewer, or leave it unset")
+    if threads > MAX_THREADS_PER_WORKER:
+        raise UserError(f"--threads-per-worker {threads} is more than a worker can use (at most "
+                        f"{MAX_THREADS_PER_WORKER})", f"use --threads-per-worker {min(MAX_THREADS_PER_WORKER, cores)} "
+                        "or fewer, or leave it unset")
+    if workers * threads > MAX_THREADS_PER_CORE * cores:
+        raise UserError(f"{workers} worker(s) x {threads} thread(s) is more than this machine holds "
+                        f"({cores} usable core(s): at most {MAX_THREADS_PER_CORE * cores} threads in all)",
+                        "use fewer --workers or --threads-per-worker, or leave them unset")
 
 
 def memory_choice(resolved, value: int | None, auto_rule: str) -> dict:
@@ -46,12 +127,13 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     settings, src = resolved.settings, resolved.sources
     cores = machine.usable_cores()
     workers, threads, why = layout(settings, family, collection, cores)
+    check_layout(workers, threads, cores)
     c = settings.cluster
     notes = [f"layout: {why}"]
     if any(v is not None for v in (c.ucx.nvlink, c.ucx.infiniband, c.ucx.rdmacm)):
         notes.append("UCX transport switches apply to GPU clusters only; ignored here")
     kwargs = {"n_workers": workers, "threads_per_worker": threads, "processes": True,
-              "memory_limit": c.memory_limit, "protocol": proto.name,
+              "memory_limit": _memory_setting(c.memory_limit), "protocol": proto.name,
               "dashboard_address": c.dashboard_address}
     if proto.bind_host:
         kwargs["host"] = proto.bind_host

@@ -53,6 +53,7 @@ class Source:
     nbytes: int | None = None        # size in memory, when known without reading the data
     file_bytes: int | None = None
     stored_chunks: tuple | None = None  # zarr: the store's chunk shape
+    absent_chunks: tuple[int, int, Any] | None = None  # zarr: (absent, of all, fill value) when any
     chunk_type: str | None = None    # a collection's chunk / partition type
 
     @property
@@ -78,6 +79,11 @@ class Source:
             d["file_bytes"] = int(self.file_bytes)
         if self.stored_chunks is not None:
             d["stored_chunks"] = list(self.stored_chunks)
+        if self.absent_chunks is not None:
+            absent, total, fill = self.absent_chunks
+            d["absent_chunks"] = {"absent": absent, "of": total, "read_as": fill,
+                                  "note": f"{absent} of {total} chunks are not in the store: Zarr reads "
+                                          f"them as the fill value {fill!r}"}
         if self.chunk_type:
             d["chunk_type"] = self.chunk_type
         return d
@@ -217,9 +223,18 @@ def _inspect_zarr(p: pathlib.Path) -> Source:
                         if names else "give the path of a Zarr array")
     shape = tuple(int(n) for n in node.shape)
     dtype = np.dtype(node.dtype)
+    absent = None
+    try:
+        total, stored = int(node.nchunks), int(node.nchunks_initialized)
+        if stored < total:
+            fill = node.fill_value
+            absent = (total - stored, total, fill.item() if hasattr(fill, "item") else fill)
+    except Exception:  # noqa: BLE001 - a store that cannot list its chunks: not counted
+        pass
     return Source("array", "zarr", path=str(p), shape=shape, dtype=str(dtype),
                   nbytes=int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
-                  stored_chunks=tuple(int(c) for c in node.chunks), chunk_type="numpy.ndarray")
+                  stored_chunks=tuple(int(c) for c in node.chunks), chunk_type="numpy.ndarray",
+                  absent_chunks=absent)
 
 
 def _frame_reader(p: pathlib.Path, fmt: str, blocksize=None):
@@ -244,11 +259,29 @@ def _inspect_frame(p: pathlib.Path, fmt: str) -> Source:
     rows = nbytes = None
     if fmt == "parquet":
         rows, nbytes = _parquet_size(p)
+    elif fmt == "csv" and _csv_header_only(p):
+        rows = 0
+    if rows == 0:
+        raise UserError(f"{p} has no rows (only {'a header' if fmt == 'csv' else 'a schema'}: columns "
+                        f"{', '.join(map(str, meta.columns))})", "give a file with data rows")
     size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
     if fmt == "csv":
         nbytes = 2 * size  # parsed numbers take about as much as their text; strings more
     return Source("dataframe", fmt, path=str(p), shape=(rows, len(meta.columns)), meta=meta,
                   nbytes=nbytes, file_bytes=size, chunk_type="pandas.DataFrame")
+
+
+def _csv_header_only(p: pathlib.Path) -> bool:
+    """True when every (uncompressed) CSV file holds at most its header line."""
+    files = sorted(p.glob("*.csv")) if p.is_dir() else [p]
+    if not files or any(f.suffix.lower() in CSV_COMPRESSED for f in files):
+        return False
+    for f in files:
+        with open(f, "rb") as fh:
+            lines = [line for _, line in zip(range(2), fh) if line.strip()]
+        if len(lines) > 1:
+            return False
+    return True
 
 
 def _parquet_size(p: pathlib.Path) -> tuple[int | None, int | None]:
@@ -271,11 +304,18 @@ def _parquet_size(p: pathlib.Path) -> tuple[int | None, int | None]:
 def read_rows(fmt: str, path: str, start: int, stop: int, module: str):
     """Rows ``start:stop`` of a ``.npy`` (memory-mapped) or Zarr array, as ``module``'s array
     type (runs on a worker: the block goes straight to the device on the GPU family)."""
-    if fmt == "npy":
-        block = np.array(np.load(path, mmap_mode="r")[start:stop])
-    else:
-        import zarr
-        block = zarr.open_array(path, mode="r")[start:stop]
+    try:
+        if fmt == "npy":
+            block = np.array(np.load(path, mmap_mode="r")[start:stop])
+        else:
+            import zarr
+            block = zarr.open_array(path, mode="r")[start:stop]
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a damaged file or store is the user's to fix
+        raise UserError(f"{path}: rows {start}:{stop} cannot be read ({type(e).__name__}: {e})",
+                        f"the {FORMAT_NAMES.get(fmt, fmt)} data is damaged there (a corrupt or truncated "
+                        "chunk / file): write it again") from None
     return convert.convert_array(block, module)
 
 
@@ -312,6 +352,29 @@ def open_source(src: Source, family, *, chunk_rows: int | None = None,
     return da.Array(HighLevelGraph.from_collections(name, dsk, dependencies=()), name,
                     (row_chunks, *rest), dtype=src.dtype,
                     meta=convert.empty_array(family, len(src.shape), src.dtype))
+
+
+def check_finite(x, where: str) -> None:
+    """Count the NaN / inf values of a (persisted) Dask array on the workers, one pass over
+    its blocks; raise a UserError with the count and the first position when there are any
+    (an SVD of them is undefined: LAPACK fails or answers NaN)."""
+    import dask
+    import dask.array as da
+    if np.dtype(x.dtype).kind not in "fc":
+        return
+    bad = ~da.isfinite(x)
+    count, first_row = dask.compute(bad.sum(), da.argmax(bad.any(axis=tuple(range(1, x.ndim))), axis=0)
+                                    if x.ndim > 1 else da.argmax(bad, axis=0))
+    count, first_row = int(count), int(first_row)
+    if not count:
+        return
+    where_col = ""
+    if x.ndim > 1:
+        row = np.asarray(convert.to_host(x[first_row].compute()))
+        col = int(np.argmax(~np.isfinite(row.ravel())))
+        where_col = f", column {col}"
+    raise UserError(f"{where} holds {count} NaN / inf value(s), the first at row {first_row}{where_col}",
+                    "clean the data first (drop those rows, or numpy.nan_to_num) and save it again")
 
 
 # ---------------------------------------------------------------------------------------

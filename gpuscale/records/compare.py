@@ -39,11 +39,11 @@ import pathlib
 import statistics
 from typing import Any
 
-from ..errors import UserError
+from ..errors import EXIT_CHECK_FAILED, UserError
 from . import results
 from .table import shown_params, size_label
 
-SLOWER_EXIT = 3
+SLOWER_EXIT = EXIT_CHECK_FAILED
 """Exit status of ``gpuscale results compare --fail-if-slower PCT`` when a case is slower by
 more than PCT with confidence (1 is a failed validation of ``run``, 2 bad input)."""
 METHOD = "Welch t interval on log times + between-run spread (DerSimonian-Laird)"

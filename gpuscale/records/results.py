@@ -7,10 +7,12 @@ validation with each check), and where (versions and hardware), plus a timestamp
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import tempfile
 import uuid
@@ -18,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import UserError
+from ..errors import RecordNotWritten, UserError
 
 SCHEMA = "gpuscale.result"
 SCHEMA_VERSION = 1
@@ -107,6 +109,27 @@ class Result(BaseModel):
         return result_html(self)
 
 
+def summary(times: list[float], disturbed: dict[int, str] | None = None) -> dict[str, float | None]:
+    """median / min / stdev / IQR of the timed repeats, leaving out the ``disturbed`` ones
+    (index -> why: the cluster changed under them) while at least one undisturbed repeat is
+    left; :func:`disturbed_info` says which were left out."""
+    clean = [t for i, t in enumerate(times) if i not in (disturbed or {})] or list(times)
+    return {"median_s": statistics.median(clean), "min_s": min(clean), **spread(clean)}
+
+
+def disturbed_info(times: list[float], disturbed: dict[int, str] | None) -> dict[str, Any]:
+    """The record's ``info.disturbed_repeats`` (empty dict when none were)."""
+    if not disturbed:
+        return {}
+    left_out = len(disturbed) < len(times)
+    return {"disturbed_repeats": {
+        "repeats": {str(i): why for i, why in sorted(disturbed.items())},
+        "left_out_of_median": left_out,
+        "note": (f"{len(disturbed)} of {len(times)} timed repeat(s) ran while the cluster changed "
+                 f"under them; " + ("median, min, stdev and IQR leave them out" if left_out else
+                                    "every repeat was disturbed, so the statistics keep them all"))}}
+
+
 def spread(times: list[float]) -> dict[str, float | None]:
     """How far the repeats spread: sample standard deviation and interquartile range
     (``statistics.quantiles(method="inclusive")``); None for both with fewer than 2 repeats."""
@@ -125,35 +148,56 @@ def link_live_after_run(r: Result) -> bool | None:
     return None if (r.cluster or {}).get("kind") == "existing" else False
 
 
+RECORD_SPACE_BYTES = 1 << 20
+"""Free space a results dir must have before a run starts (a record is tens of KB; an audit or
+many repeats make it larger)."""
+
+
 def check_writable(results_dir: str | os.PathLike) -> pathlib.Path:
-    """Fail before any work starts if records cannot be written there."""
+    """Fail before any work starts if records cannot be written there: not writable, or less
+    than :data:`RECORD_SPACE_BYTES` free."""
     d = pathlib.Path(results_dir).expanduser()
     try:
         d.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=d, prefix=".gpuscale-probe-"):
             pass
+        free = shutil.disk_usage(d).free
     except OSError as e:
         raise UserError(f"results dir '{d}' is not writable ({e.strerror or e})",
                         "pass --results-dir to a writable folder") from None
+    if free < RECORD_SPACE_BYTES:
+        raise UserError(f"results dir '{d}' has {free} bytes free, less than the {RECORD_SPACE_BYTES} a "
+                        "record may need", "free some space there or pass --results-dir to another disk")
     return d
 
 
 def write(result: Result, results_dir: str | os.PathLike) -> pathlib.Path:
-    """Write ``result`` as JSON under ``results_dir``: atomically, and never over a file."""
-    d = check_writable(results_dir)
+    """Write ``result`` as JSON under ``results_dir``: atomically (a temp file, removed on any
+    failure, then linked to its name), and never over a file. When it cannot be written (the
+    disk filled up during the run, the folder went away) raise :class:`RecordNotWritten`,
+    which holds the record as one line of JSON so the caller can still show it."""
+    d = pathlib.Path(results_dir).expanduser()
     stamp = result.timestamp.replace(":", "").replace("-", "").split(".")[0]
     name = f"{stamp}-{result.workload}-{result.family}-{result.protocol}-{result.id}.json"
     final = d / name
     result.path = str(final)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
+    tmp = None
     try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
         with os.fdopen(fd, "w") as f:  # the file is read after the run: its link is a past one
             f.write(result.model_copy(update={"dashboard_link_live": link_live_after_run(result)}).to_json())
             f.flush()
             os.fsync(f.fileno())
         os.link(tmp, final)  # fails if the name exists: never overwrite
+    except OSError as e:
+        result.path = None
+        raise RecordNotWritten(str(d), e.strerror or str(e),
+                               json.dumps(result.to_dict(), default=str)) from None
     finally:
-        os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
     return final
 
 

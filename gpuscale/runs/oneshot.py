@@ -2,10 +2,11 @@
 (``gpuscale run`` and ``gpuscale.run(...)``)."""
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 from .. import config, workloads
-from ..errors import UserError
+from ..errors import ClusterGone, UserError, phase, phase_of
 from ..records import results
 from . import remote, runner
 from .session import Session, check_run, finish
@@ -53,9 +54,32 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
         check_dir(trace)  # before the cluster starts
     s.placement = remote.placement(s.resolved, s.spec, trace=trace, data=data, output=output,
                                    hooks=on_ready is not None or hold is not None)
+    from ..cluster import existing
+    try:
+        with existing.reconnect_reported() if s.spec.kind == "existing" else _nothing():
+            return _run(s, cls, workload, write=write, trace=trace, data=data, validate=validate,
+                        output=output, overwrite=overwrite, on_ready=on_ready, hold=hold, progress=progress,
+                        params=params)
+    except (UserError, ClusterGone):
+        raise
+    except Exception as e:  # noqa: BLE001 - a failure because the scheduler went away says so
+        if s.spec.kind != "existing" or existing.answers(s.spec.scheduler):
+            raise
+        raise ClusterGone(s.spec.scheduler, phase_of(e, "the run")) from e
+
+
+_nothing = contextlib.nullcontext
+
+
+def _run(s: Session, cls, workload: str, *, write: bool, trace, data, validate, output, overwrite,
+         on_ready, hold, progress, params: dict[str, Any]) -> results.Result:
+    """The run on the session's cluster (started here, or joined), the runner in this process
+    or in the cluster as ``s.placement`` says."""
     if s.placement.where == "cluster":
         try:
-            result = remote.run_in_cluster(s, cls.name, s.placement, data=data, validate=validate, params=params)
+            with phase("the run on a worker of the cluster"):
+                result = remote.run_in_cluster(s, cls.name, s.placement, data=data, validate=validate,
+                                               params=params)
             return finish(result, s.settings.results_dir if write else None)
         except remote.NotServed as e:
             if s.settings.run.in_cluster is True:

@@ -22,7 +22,7 @@ from dask.utils import format_bytes
 from distributed import futures_of, span, wait
 
 from ..audit import Audit
-from ..errors import UserError
+from ..errors import UserError, phase as named_phase
 from ..workloads import Context, Output, Validation, Workload
 from . import repeats as _repeats
 
@@ -57,10 +57,29 @@ class Outcome:
     """The last repeat's result, persisted (what ``--output`` writes)."""
     repeats: dict[str, Any] | None = None
     """How many timed repeats were taken and why they stopped (:meth:`repeats.Policy.describe`)."""
+    disturbed: dict[int, str] = dataclasses.field(default_factory=dict)
+    """Timed repeats (index into ``times_s``) the cluster changed under, and how
+    (:func:`worker_set`): left out of the median by the record."""
 
 
 def _task_count(dask_scheduler=None) -> int:
     return len(dask_scheduler.tasks)
+
+
+def _workers(dask_scheduler=None) -> list[str]:
+    return sorted(dask_scheduler.workers)
+
+
+def worker_set(client) -> frozenset[str]:
+    """The workers the scheduler has now: a repeat during which this changed (a worker lost
+    and restarted by its nanny, or one joining) was disturbed."""
+    return frozenset(client.run_on_scheduler(_workers))
+
+
+def _changed(before: frozenset[str], after: frozenset[str]) -> str:
+    lost, joined = len(before - after), len(after - before)
+    return ", ".join(x for x in (f"{lost} worker(s) lost" if lost else "",
+                                 f"{joined} worker(s) joined" if joined else "") if x)
 
 
 def task_count(client) -> int:
@@ -249,9 +268,10 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _
     client = ctx.client
     phase = tracer.phase if tracer is not None else _no_phase
     fam = ctx.family
-    workload.plan(p, ctx)
-    memory = check_memory(workload, p, ctx, memory_check)
-    auditor = Audit(client, fam, scope=AUDIT_SCOPE).start() if audit else None
+    with named_phase("the memory check and the audit's set-up"):
+        workload.plan(p, ctx)
+        memory = check_memory(workload, p, ctx, memory_check)
+        auditor = Audit(client, fam, scope=AUDIT_SCOPE).start() if audit else None
     try:
         outcome = _run(workload, p, ctx, warmup, repeat, phase, auditor, cancelled or _never, progress or _silent)
     except BaseException:
@@ -281,11 +301,15 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int | _repeat
     policy = repeat if isinstance(repeat, _repeats.Policy) else _repeats.policy(repeat)
     client = ctx.client
     fam = ctx.family
-    with span("gpuscale", workload.name, "generate"), phase("generate"):
+    with named_phase("generate (loading the data)"), span("gpuscale", workload.name, "generate"), \
+            phase("generate"):
         generate_s, data = timed(client, fam, lambda: workload.load(p, ctx))  # generated or the user's
+        workload.check_loaded(data, p, ctx)
     if auditor is not None:
         auditor.collect("generate")
     baseline = task_count(client)
+    workers_now = worker_set(client)
+    disturbed: dict[int, str] = {}
 
     times: list[float] = []
     warm: list[float] = []
@@ -300,17 +324,22 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int | _repeat
         return result.collections
 
     def one(i: int, name: str, index: int, total: str) -> float:
-        nonlocal out, unsettled
-        out = None  # release the previous result before timing the next one
-        _go_on(cancelled, f"run {i + 1} of {total}")
-        if not settle(client, baseline):
-            unsettled += 1
-        if name == "compute":
-            cursors.append(stream_index(client))
-        with span("gpuscale", workload.name, name), phase(name, repeat=index):
-            elapsed, collections = timed(client, fam, build)
-        out = Output(collections, dict(info))
-        collections = None
+        nonlocal out, unsettled, workers_now
+        step = f"warm-up {index + 1} of {warmup}" if name == "warmup" else f"timed repeat {index + 1} of {total}"
+        with named_phase(step):
+            out = None  # release the previous result before timing the next one
+            _go_on(cancelled, f"run {i + 1} of {total}")
+            if not settle(client, baseline):
+                unsettled += 1
+            if name == "compute":
+                cursors.append(stream_index(client))
+            with span("gpuscale", workload.name, name), phase(name, repeat=index):
+                elapsed, collections = timed(client, fam, build)
+            out = Output(collections, dict(info))
+            collections = None
+            workers_before, workers_now = workers_now, worker_set(client)
+            if workers_now != workers_before and name == "compute":
+                disturbed[index] = _changed(workers_before, workers_now)
         return elapsed
 
     most = warmup + policy.most
@@ -329,9 +358,10 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int | _repeat
         if auditor is not None else None
 
     _go_on(cancelled, "validation")
-    with span("gpuscale", workload.name, "validate"), phase("validate"):
+    with named_phase("validation"), span("gpuscale", workload.name, "validate"), phase("validate"):
         t0 = time.perf_counter()
         validation = Validation.off() if ctx.validate == "off" else workload.validate(out, data, p, ctx)
         validate_s = time.perf_counter() - t0
     return Outcome(times, warm, generate_s, validate_s, validation, out.info, 0, 0,
-                   unsettled, audit=audit, output=out, repeats=policy.describe(times, stopped))
+                   unsettled, audit=audit, output=out, repeats=policy.describe(times, stopped),
+                   disturbed=disturbed)

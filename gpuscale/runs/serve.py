@@ -29,6 +29,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
+from .. import errors
 from ..errors import UserError
 from .session import Session
 
@@ -209,22 +210,10 @@ class Served:
                 "warm_up_s": self.warm_up_s, "pid": os.getpid()}
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt in the main thread for the block (so a cluster being
-    started is closed, not orphaned); the previous handler comes back after it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def _on_term(signum, frame):
-        raise KeyboardInterrupt()
-
-    previous = signal.signal(signal.SIGTERM, _on_term)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+def sigterm_as_interrupt():
+    """SIGTERM raises :class:`gpuscale.errors.Terminated` (a KeyboardInterrupt) in the main
+    thread for the block (so a cluster being started is closed, not orphaned)."""
+    return errors.sigterm_raises()
 
 
 @contextlib.contextmanager
@@ -248,7 +237,7 @@ def deferred_stop() -> Iterator[None]:
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     if got:
-        raise KeyboardInterrupt()
+        raise errors.Terminated() if signal.SIGTERM in got else KeyboardInterrupt()
 
 
 @contextlib.contextmanager
@@ -304,13 +293,30 @@ def address_from_file(path: str | os.PathLike) -> str:
     return read(path)
 
 
-def down(address: str, *, timeout_s: float = DOWN_TIMEOUT_S,
+def _in_flight(me: str, dask_scheduler=None) -> dict[str, Any]:
+    """On the scheduler: the other clients that hold tasks (futures or persisted data of a run)
+    and the tasks its workers are processing now."""
+    s = dask_scheduler
+    clients = {cid: len(cs.wants_what) for cid, cs in s.clients.items() if cid != me and cs.wants_what}
+    processing = sum(len(ws.processing) for ws in s.workers.values())
+    return {"clients": clients, "tasks": sum(clients.values()), "processing": processing}
+
+
+def in_flight(client) -> dict[str, Any]:
+    """What runs hold on the scheduler ``client`` is connected to (other clients' tasks and
+    the tasks in progress): ``{"clients": {id: tasks}, "tasks": n, "processing": n}``."""
+    return client.run_on_scheduler(_in_flight, client.id)
+
+
+def down(address: str, *, timeout_s: float = DOWN_TIMEOUT_S, force: bool = False,
          credentials: str | os.PathLike | None = None) -> dict[str, Any]:
     """Stop the scheduler at ``address`` and its workers (``Client.shutdown()``); a ``tls://``
     one with the ``credentials`` file (:mod:`gpuscale.cluster.security`).
 
-    Returns ``{"scheduler": address, "workers": n}`` (workers it had). Raises
-    :class:`UserError` when nothing answers within ``timeout_s``.
+    Returns ``{"scheduler": address, "workers": n, "in_flight": {...}}`` (workers it had, and
+    what runs held then). Raises :class:`UserError` when nothing answers within ``timeout_s``,
+    and, unless ``force``, while other clients hold tasks there or tasks are being processed
+    (a run in flight, which would fail with exit 4).
     """
     from distributed import Client
     from ..cluster import security
@@ -335,8 +341,14 @@ def down(address: str, *, timeout_s: float = DOWN_TIMEOUT_S,
                         "give a scheduler address like tcp://127.0.0.1:8786") from None
     try:
         workers = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+        busy = in_flight(client)
+        if not force and (busy["clients"] or busy["processing"]):
+            raise UserError(f"runs are in flight on the cluster at {address}: {len(busy['clients'])} "
+                            f"other client(s) hold {busy['tasks']} task(s), {busy['processing']} being "
+                            f"processed", "wait for them to finish, or pass --force to stop it anyway "
+                            "(those runs then end with exit 4)")
         client.shutdown()
     finally:
         with contextlib.suppress(Exception):
             client.close()
-    return {"scheduler": address, "workers": workers}
+    return {"scheduler": address, "workers": workers, "in_flight": busy}

@@ -24,7 +24,7 @@ from .. import audit as audit_mod
 from .. import backends, cluster, config, machine, workloads
 from ..backends import host_collections
 from ..data import inputs
-from ..errors import UserError
+from ..errors import UserError, phase
 from ..records import results
 from ..records.explained import explained
 from . import repeats, runner
@@ -109,13 +109,14 @@ class Session:
     def __enter__(self) -> "Session":
         stack = contextlib.ExitStack()
         try:
-            t0 = time.perf_counter()
-            self.family.import_in_background(self.collection)  # overlaps the cluster's start
-            self.client, self.cluster = stack.enter_context(cluster.connect(self.spec, self.security))
-            self.startup_s = time.perf_counter() - t0
-            self._dashboard_link = _ask_dashboard_link(self.client)
-            stack.enter_context(dask.config.set(self.family.dask_config()))
-            stack.enter_context(host_collections.scope(self.family, self.settings.session.host_collections))
+            with phase("connecting to the cluster" if self.spec.kind == "existing" else "the cluster's start-up"):
+                t0 = time.perf_counter()
+                self.family.import_in_background(self.collection)  # overlaps the cluster's start
+                self.client, self.cluster = stack.enter_context(cluster.connect(self.spec, self.security))
+                self.startup_s = time.perf_counter() - t0
+                self._dashboard_link = _ask_dashboard_link(self.client)
+                stack.enter_context(dask.config.set(self.family.dask_config()))
+                stack.enter_context(host_collections.scope(self.family, self.settings.session.host_collections))
         except BaseException:
             stack.close()
             raise
@@ -217,7 +218,8 @@ class Session:
             if tracer is not None:
                 tracer.stop()  # the window ends with the run; the record is built outside it
                 tracer.audit = outcome.audit  # summary.json's "audit" section
-            written = _write_output(cls(), p, outcome, user)
+            with phase("writing --output"):
+                written = _write_output(cls(), p, outcome, user)
             info = self.cluster_info(since=at_start)
             result = results.Result.build(
                 workload=cls.name, params=cls().record_params(p, ctx), data=cls().record_data(p, ctx),
@@ -225,10 +227,12 @@ class Session:
                 backend_reason=self.selection.reason, protocol=self.spec.protocol,
                 knobs=self._knobs(cls.collection, info), choices=ctx.choices,
                 cluster=info, settings_sources=sources,
-                times_s=outcome.times_s, warmup_s=outcome.warmup_s, startup_s=self.startup_s,
+                times_s=outcome.times_s, **results.summary(outcome.times_s, outcome.disturbed),
+                warmup_s=outcome.warmup_s, startup_s=self.startup_s,
                 generate_s=outcome.generate_s, validate_s=outcome.validate_s,
                 valid=outcome.validation.valid, validation=outcome.validation.to_dict(),
-                info={**outcome.info, "unsettled_repeats": outcome.settle_warnings, **written},
+                info={**outcome.info, "unsettled_repeats": outcome.settle_warnings, **written,
+                      **results.disturbed_info(outcome.times_s, outcome.disturbed)},
                 repeats=outcome.repeats,
                 memory={"estimate_bytes": outcome.estimate_bytes, "capacity_bytes": outcome.capacity_bytes,
                         **(outcome.memory or {})},
@@ -350,7 +354,8 @@ def finish(result: results.Result, out_dir: str | None) -> results.Result:
     exit 2) if its audit was strict and saw chunks of another family: the record holding that
     audit is written first."""
     if out_dir is not None:
-        results.write(result, out_dir)
+        with phase("writing the record"):
+            results.write(result, out_dir)
     audit = result.audit
     if audit is not None and audit.get("strict") and audit["foreign_tasks"]:
         raise audit_mod.strict_error(audit, result.path)

@@ -165,6 +165,10 @@ class Workload:
         """The data to time the work on: the user's (``ctx.data``) or generated."""
         return self.generate(p, ctx) if ctx.data is None else self.from_data(ctx.data, p, ctx)
 
+    def check_loaded(self, data, p, ctx: Context) -> None:
+        """Checks of the loaded (persisted) data that need the workers, run once after
+        ``load`` and outside the timings: the user's data only (none by default)."""
+
     def record_params(self, p, ctx: Context) -> dict:
         """The record's ``params``: without those that only describe the other kind of data."""
         drop = set(self.generation_params if ctx.data is not None else self.input_params)

@@ -38,7 +38,9 @@ from . import Check, Context, Output, Params, Validation, Workload, register
 FULL_CHECK_ELEMENTS = 4_000_000
 # value-check tolerance (x s_max), Frobenius identity (relative), triplet residual (x s_max)
 TOL = {"float64": {"values": 1e-10, "frobenius": 1e-9, "residual": 1e-9},
-       "float32": {"values": 1e-4, "frobenius": 1e-4, "residual": 1e-3}}
+       "float32": {"values": 1e-4, "frobenius": 1e-4, "residual": 1e-3},
+       # your float16 data (--input): the checks' own sums run in it (eps 9.8e-4); about 5 eps
+       "float16": {"values": 5e-3, "frobenius": 5e-3, "residual": 1e-2}}
 TSQR_FLOAT32_VALUES = 1e-4
 
 
@@ -172,6 +174,13 @@ class SVD(Workload):
         ctx.data_description = desc
         return {"x": x, "s_true": None}
 
+    def check_loaded(self, data, p, ctx: Context) -> None:
+        """Your matrix holds no NaN / inf: counted on the workers during the load (one pass
+        over the blocks in memory), the count and the first position in the error."""
+        if ctx.data is not None:
+            from ..data import inputs
+            inputs.check_finite(data["x"], ctx.data.label)
+
     def output_value(self, out: Output, p, suffix: str):
         cols = out.collections
         value = {"s": np.asarray(to_host(cols["s"].compute()))}
@@ -209,7 +218,7 @@ class SVD(Workload):
         x = data["x"]
         user = ctx.data is not None
         level = ctx.validate or ("fast" if user else None)  # None: by size (generated data)
-        dtype = "float32" if x.dtype == np.float32 else "float64"
+        dtype = str(x.dtype) if str(x.dtype) in TOL else "float64"  # by the data's own precision
         tol = TOL[dtype]
         rows, cols = x.shape
         s = np.asarray(to_host(out.collections["s"].compute()), dtype=np.float64)

@@ -1,0 +1,42 @@
+"""Worker preload (``distributed.worker.preload``) for the clusters gpuscale starts: each
+worker process leaves the terminal's process group as it starts.
+
+Ctrl-C in a terminal, ``timeout`` and ``kill -- -PGID`` signal the whole foreground process
+group. Worker processes that took that signal died at once, under a scheduler still running in
+the gpuscale process, which then logged pages of "broadcast failed" / "Future exception was
+never retrieved" before the one line the command prints. Out of that group, the workers are
+closed by the gpuscale process (its cluster's ``close``) like at any other end of a run; if
+that process dies, distributed ends them as always (each worker process exits when the pipe
+to its parent closes).
+
+It also drops the worker's multi-line "Compute Failed" log of a failed task
+(:func:`quiet_task_failures`): the failure goes back to the client, which reports it.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+MODULE = __name__
+
+
+def dask_setup(worker=None) -> None:
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no os.setpgrp (Windows)
+        os.setpgrp()
+    quiet_task_failures()
+
+
+class _DropComputeFailed:
+    """A logging filter for ``distributed.worker``: a task's failure goes back to the client
+    that submitted it (the CLI makes it one line), so the worker's own multi-line "Compute
+    Failed" report of it is dropped."""
+
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith("Compute Failed")
+
+
+def quiet_task_failures() -> None:
+    import logging
+    log = logging.getLogger("distributed.worker")
+    if not any(isinstance(f, _DropComputeFailed) for f in log.filters):
+        log.addFilter(_DropComputeFailed())

@@ -1,0 +1,577 @@
+"""Issue 24: faults and bad input end in one line, a documented exit code, nothing half-written.
+
+Real processes throughout: the `gpuscale` CLI as a subprocess (its stderr on a pseudo-terminal
+where a test needs the progress bar the CLI really draws there as the marker of a phase), real
+LocalClusters and `gpuscale cluster up`. Signals are sent once the program shows it is inside
+the chosen phase (its progress bar counting repeats, a temp file it made, the runner's task on
+the scheduler), never after a fixed sleep. Every process a test starts is in its own session
+and is killed at teardown, with the worker processes it had.
+"""
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import pathlib
+import pty
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from conftest import _clean_environ, files_under
+from gpuscale import errors
+
+pytestmark = pytest.mark.timeout(240)
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+ONE_WORKER = ("--backend", "cpu", "--workers", "1", "--threads-per-worker", "1")
+LONG_SVD = ("run", "svd", *ONE_WORKER, "--rows", "20000", "--cols", "10", "--warmup", "0",
+            "--repeat", "100000")
+REPEATING = r"svd \(cpu\).*\b[1-9]\d*/100000"  # the progress bar, a repeat or more done
+
+
+# ---------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------
+class Proc:
+    """``python -m gpuscale ...`` in its own session; stdout through a pipe, stderr through a
+    pipe or a pseudo-terminal (``tty=True``: the CLI then draws its progress bar there)."""
+
+    def __init__(self, *args, cwd, tty: bool = False, env=None):
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._done = threading.Event()
+        master = slave = None
+        if tty:
+            master, slave = pty.openpty()
+        self.p = subprocess.Popen([sys.executable, "-m", "gpuscale", *map(str, args)], cwd=str(cwd),
+                                  env=_clean_environ({"COLUMNS": "200", **(env or {})}),
+                                  stdout=subprocess.PIPE, stderr=slave if tty else subprocess.PIPE,
+                                  start_new_session=True)
+        if tty:
+            os.close(slave)
+            err_reader = threading.Thread(target=self._read_fd, args=(master,), daemon=True)
+        else:
+            err_reader = threading.Thread(target=self._read_pipe, args=(self.p.stderr, self.err), daemon=True)
+        self._threads = [threading.Thread(target=self._read_pipe, args=(self.p.stdout, self.out), daemon=True),
+                         err_reader]
+        for t in self._threads:
+            t.start()
+        self.kids: set[int] = set()
+        self.cmdlines: dict[int, str] = {}
+
+    def _read_pipe(self, f, sink):
+        for chunk in iter(lambda: f.read1(65536), b""):
+            sink.append(chunk.decode(errors="replace"))
+
+    def _read_fd(self, fd):
+        try:
+            while True:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:  # EIO: the other side closed
+                    break
+                if not chunk:
+                    break
+                self.err.append(chunk.decode(errors="replace"))
+        finally:
+            os.close(fd)
+
+    @property
+    def pid(self) -> int:
+        return self.p.pid
+
+    def stdout(self) -> str:
+        return "".join(self.out)
+
+    def stderr_lines(self) -> list[str]:
+        """stderr as lines, terminal control codes and progress-bar frames removed."""
+        text = ANSI.sub("", "".join(self.err)).replace("\r\n", "\n")
+        lines = []
+        for raw in text.split("\n"):
+            line = raw.split("\r")[-1].strip()
+            if line and "━" not in line and not re.search(r"\d+/\d+\s+\d+:\d\d:\d\d$", line):
+                lines.append(line)
+        return lines
+
+    def note_kids(self) -> None:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for c in psutil.Process(self.pid).children(recursive=True):
+                self.kids.add(c.pid)
+                with contextlib.suppress(psutil.Error):
+                    self.cmdlines.setdefault(c.pid, " ".join(c.cmdline()))
+
+    def wait_for(self, what, timeout: float = 90, on="err"):
+        """Until ``what`` (a regex on stdout / raw stderr, or a callable) holds; children noted."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.note_kids()
+            if callable(what):
+                if what():
+                    return
+            else:
+                text = ANSI.sub("", "".join(self.err if on == "err" else self.out))
+                if re.search(what, text):
+                    return
+            if self.p.poll() is not None:
+                time.sleep(0.3)
+                raise AssertionError(f"exited {self.p.returncode} before {what!r}:\n{self.stdout()}\n"
+                                     f"{self.stderr_lines()}")
+            assert time.monotonic() < deadline, f"no {what!r} within {timeout} s: {self.stderr_lines()}"
+            time.sleep(0.02)
+
+    def wait(self, timeout: float = 90) -> int:
+        rc = self.p.wait(timeout=timeout)
+        for t in self._threads:
+            t.join(timeout=10)
+        return rc
+
+    def signal_group(self, sig) -> None:
+        """Like Ctrl-C in a terminal or `timeout`: the signal to the whole process group."""
+        os.killpg(self.pid, sig)
+
+    def kill_all(self) -> None:
+        self.note_kids()
+        for pid in [self.pid, *self.kids]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            self.p.wait(timeout=10)
+
+
+@pytest.fixture
+def spawn(tmp_path):
+    procs: list[Proc] = []
+
+    def start(*args, tty: bool = False, env=None) -> Proc:
+        proc = Proc(*args, cwd=tmp_path, tty=tty, env=env)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill_all()
+
+
+def gone(pids, timeout: float = 30) -> list[int]:
+    """The pids still alive after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.1)
+    return alive
+
+
+def assert_one_line(lines: list[str], *needles: str) -> str:
+    text = "\n".join(lines)
+    assert "Traceback" not in text and "never retrieved" not in text, text
+    assert len(lines) == 1, text
+    assert lines[0].startswith("gpuscale: error: "), text
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+def assert_nothing_half_written(folder: pathlib.Path) -> None:
+    left = [p for p in folder.rglob("*") if ".tmp-" in p.name or p.name.endswith(".gpuscale-tmp")
+            or p.name.startswith(".gpuscale-probe-")]
+    assert left == [], left
+
+
+# ---------------------------------------------------------------------------------------
+# 1. exit codes, one line, --debug
+# ---------------------------------------------------------------------------------------
+def test_exit_codes_are_defined_once_and_documented():
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("### Exit codes", 1)[1].split("\n\n", 3)[2]
+    for code in errors.EXIT_CODES:
+        assert f"\n| {code} |" in "\n" + table, code
+    assert (errors.EXIT_BAD_INPUT, errors.EXIT_CHECK_FAILED, errors.EXIT_CLUSTER_GONE,
+            errors.EXIT_SIGINT, errors.EXIT_SIGTERM) == (2, 3, 4, 130, 143)
+    from gpuscale.records import compare
+    assert compare.SLOWER_EXIT == errors.EXIT_CHECK_FAILED
+
+
+@pytest.fixture
+def broken_record(tmp_path):
+    """A results folder holding a record of the right schema whose content is broken: reading
+    it is an unexpected error (pydantic's), not bad input."""
+    d = tmp_path / "recs"
+    d.mkdir()
+    (d / "r.json").write_text(json.dumps({"schema": "gpuscale.result", "schema_version": 1, "workload": 3}))
+    return d
+
+
+def test_an_unexpected_error_is_one_line_exit_1(cli, broken_record):
+    p = cli("results", "list", broken_record)
+    assert p.returncode == errors.EXIT_INTERNAL, p.stderr
+    assert_one_line(p.stderr.splitlines(), "unexpected ValidationError", "--debug")
+    assert p.stdout == ""
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_debug_shows_the_traceback(cli, broken_record, how):
+    p = cli("--debug", "results", "list", broken_record) if how == "flag" else \
+        cli("results", "list", broken_record, env={"GPUSCALE_DEBUG": "1"})
+    assert p.returncode == 1
+    assert "Traceback (most recent call last)" in p.stderr and "ValidationError" in p.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# 2. signals: one line naming the phase, 130 / 143, temp files removed, workers gone
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("sig, code, group", [
+    (signal.SIGTERM, 143, False), (signal.SIGINT, 130, False),
+    (signal.SIGTERM, 143, True), (signal.SIGINT, 130, True)],
+    ids=["SIGTERM", "SIGINT", "SIGTERM to the group (timeout)", "SIGINT to the group (Ctrl-C)"])
+def test_signal_during_the_timed_repeats(spawn, tmp_path, sig, code, group):
+    p = spawn(*LONG_SVD, "--results-dir", tmp_path / "res", tty=True)
+    p.wait_for(REPEATING)
+    p.signal_group(sig) if group else os.kill(p.pid, sig)
+    assert p.wait() == code
+    name = signal.Signals(sig).name
+    assert_one_line(p.stderr_lines(), f"interrupted ({name}) during timed repeat ", "nothing was written")
+    assert p.stdout() == ""
+    assert files_under(tmp_path / "res") == []
+    assert gone(p.kids) == []
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_signal_during_a_traced_run_removes_the_trace_temp_folder(spawn, tmp_path, sig, code):
+    p = spawn(*LONG_SVD, "--results-dir", tmp_path / "res", "--trace", tmp_path / "tr", tty=True)
+    p.wait_for(lambda: glob.glob(str(tmp_path / ".tr.tmp-*")))  # the folder the capture fills
+    p.wait_for(REPEATING)
+    os.kill(p.pid, sig)
+    assert p.wait() == code
+    assert_one_line(p.stderr_lines(), "interrupted", "during timed repeat")
+    assert not (tmp_path / "tr").exists() and glob.glob(str(tmp_path / ".tr.tmp-*")) == []
+    assert gone(p.kids) == []
+
+
+@pytest.mark.slow
+def test_sigterm_while_writing_output_removes_its_temp_file(spawn, tmp_path):
+    out = tmp_path / "out.csv"
+    p = spawn("run", "groupby", "--backend", "cpu", "--workers", "1", "--threads-per-worker", "2",
+              "--rows", "2000000", "--keys", "1000000", "--repeat", "1", "--warmup", "0",
+              "--output", out, "--results-dir", tmp_path / "res")
+    p.wait_for(lambda: glob.glob(str(tmp_path / ".out.csv.*gpuscale-tmp")), timeout=120)
+    os.kill(p.pid, signal.SIGTERM)
+    assert p.wait() == 143
+    assert_one_line(p.stderr_lines(), "interrupted (SIGTERM) during writing --output")
+    assert not out.exists() and glob.glob(str(tmp_path / ".out.csv.*")) == []
+    assert files_under(tmp_path / "res") == []
+    assert gone(p.kids) == []
+
+
+def test_sigterm_while_the_cluster_starts(spawn, tmp_path):
+    p = spawn(*LONG_SVD, "--results-dir", tmp_path / "res")
+    p.wait_for(lambda: p.kids)  # a worker process is starting
+    os.kill(p.pid, signal.SIGTERM)
+    assert p.wait() == 143
+    assert_one_line(p.stderr_lines(), "interrupted (SIGTERM) during ")  # a phase near the start, named
+    assert gone(p.kids) == []
+
+
+def test_sigint_after_the_repeats_names_a_later_phase(spawn, tmp_path):
+    """The last repeat counted on the progress bar: Ctrl-C lands in validation or the record
+    write, never named as a repeat, and nothing is left behind."""
+    p = spawn("run", "svd", *ONE_WORKER, "--rows", "400000", "--cols", "50", "--warmup", "0",
+              "--repeat", "2", "--validate", "full", "--results-dir", tmp_path / "res", tty=True)
+    p.wait_for(r"svd \(cpu\).*\b2/2")
+    os.kill(p.pid, signal.SIGINT)
+    rc = p.wait()
+    lines = p.stderr_lines()
+    if rc == 0:  # it finished first: nothing to judge
+        pytest.skip("the run finished before the signal landed")
+    assert rc == 130
+    line = assert_one_line(lines, "interrupted (SIGINT) during")
+    assert "repeat" not in line, line
+    assert_nothing_half_written(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------
+# 3. absurd flags: refused from what this machine holds, before anything starts
+# ---------------------------------------------------------------------------------------
+ABSURD = [
+    (("--workers", "100000"), ("--workers 100000", "at most")),
+    (("--threads-per-worker", "1000000"), ("--threads-per-worker 1000000", "at most 64")),
+    (("--workers", "8", "--threads-per-worker", "60"), ("threads in all",)),
+    (("--memory-limit", "1.5"), ("'1.5'", "neither a fraction", "0.5")),
+    (("--memory-limit", "-1GB"), ("'-1GB'", "negative")),
+    (("--memory-limit", "-0.5"), ("negative",)),
+    (("--memory-limit", "2"), ("less than the 256.00 MiB",)),
+    (("--memory-limit", "100MB"), ("100MB", "less than")),
+    (("--memory-limit", "10PB"), ("more than this machine",)),
+    (("--repeat", "99999999999999999999"), ("run.repeat", "100000")),
+    (("--warmup", "5000"), ("run.warmup", "1000")),
+    (("--repeat", "-3"), ("--repeat",)),
+    (("--rows", "-5"), ("--rows",)),
+]
+
+
+@pytest.mark.parametrize("flags, needles", ABSURD, ids=[" ".join(f) for f, _ in ABSURD])
+def test_absurd_flags_are_refused_at_once(spawn, tmp_path, flags, needles):
+    t0 = time.monotonic()
+    p = spawn("run", "svd", "--backend", "cpu", "--rows", "1000", "--cols", "10", *flags,
+              "--results-dir", tmp_path / "res")
+    while p.p.poll() is None:
+        p.note_kids()
+        time.sleep(0.02)
+    assert p.wait() == 2
+    assert time.monotonic() - t0 < 15
+    assert_one_line(p.stderr_lines(), *needles)
+    workers = [c for c in p.cmdlines.values() if "multiprocessing" in c]
+    assert workers == []  # no worker process was started
+    assert not (tmp_path / "res").exists()
+
+
+def test_a_fraction_is_of_this_machines_memory(cli):
+    from gpuscale import machine
+    p = cli("cluster", "show", "--backend", "cpu", "--workers", "1", "--memory-limit", "0.5", "--json")
+    assert p.returncode == 0, p.stderr
+    spec = json.loads(p.stdout)["spec"]
+    assert spec["memory_limit_bytes"] == int(machine.cpu()["memory_bytes"] * 0.5)
+
+
+def test_the_api_bounds_the_same(tmp_path):
+    import gpuscale
+    t0 = time.monotonic()
+    with pytest.raises(gpuscale.UserError, match="more than this machine holds"):
+        gpuscale.run("svd", backend="cpu", cluster_settings={"workers": 100_000}, rows=1000, cols=10)
+    assert time.monotonic() - t0 < 10
+
+
+# ---------------------------------------------------------------------------------------
+# 4. never lose a measured result: free space up front, the record on stdout if the write fails
+# ---------------------------------------------------------------------------------------
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real tmpfs mounted for the test (root only); yields a function mounting one of SIZE."""
+    mounted: list[pathlib.Path] = []
+
+    def mount(size: str) -> pathlib.Path:
+        d = tmp_path / f"disk{len(mounted)}"
+        d.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}): needs root")
+        mounted.append(d)
+        return d
+
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a small tmpfs needs root and mount(8)")
+    yield mount
+    for d in mounted:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def fill(folder: pathlib.Path) -> None:
+    with open(folder / "filler", "wb") as f:
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+
+
+def test_a_results_disk_without_room_is_refused_up_front(cli, small_disk, tmp_path):
+    d = small_disk("64k")
+    t0 = time.monotonic()
+    p = cli("run", "svd", *ONE_WORKER, "--rows", "1000", "--cols", "10", "--results-dir", d / "res")
+    assert p.returncode == 2, p.stderr
+    assert_one_line(p.stderr.splitlines(), "bytes free", "--results-dir")
+    assert time.monotonic() - t0 < 15
+    assert_nothing_half_written(d)
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["--json", "table"])
+def test_a_disk_full_at_the_end_prints_the_record_instead(spawn, small_disk, tmp_path, as_json):
+    d = small_disk("2m")
+    p = spawn("run", "svd", *ONE_WORKER, "--rows", "20000", "--cols", "10", "--warmup", "0",
+              "--repeat", "40", "--results-dir", d / "res", *(["--json"] if as_json else []), tty=True)
+    p.wait_for(r"svd \(cpu\).*\b[1-9]\d*/40")
+    fill(d)  # the disk fills while the run is in its repeats
+    assert p.wait() == errors.EXIT_RECORD_NOT_WRITTEN
+    assert_one_line(p.stderr_lines(), "could not write the record", "No space left on device", "stdout")
+    record = json.loads(p.stdout())  # exactly one JSON object: the measured result
+    assert record["workload"] == "svd" and len(record["times_s"]) == 40 and record["valid"] is True
+    assert record["path"] is None
+    assert [f.name for f in files_under(d) if f.name != "filler"] == []
+    assert_nothing_half_written(d)
+
+
+def test_the_record_write_is_atomic_and_never_half_there(small_disk):
+    from gpuscale.records import results
+    d = small_disk("256k")
+    r = results.Result.build(workload="svd", params={}, backend="cpu", family="cpu", backend_reason="",
+                             protocol="tcp", knobs={}, choices={}, cluster={}, times_s=[1.0], warmup_s=[],
+                             generate_s=0.0, validate_s=0.0, valid=True, validation={}, versions={},
+                             hardware={}, info={"pad": "x" * 400_000})
+    with pytest.raises(errors.RecordNotWritten) as e:
+        results.write(r, d)
+    assert "No space left on device" in str(e.value) and json.loads(e.value.record_json)["id"] == r.id
+    assert list(d.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------
+# 5. the cluster going away under a run; cluster down refuses while runs are in flight
+# ---------------------------------------------------------------------------------------
+@pytest.fixture
+def served(spawn):
+    """`gpuscale cluster up` (2 workers): (its Proc, the scheduler address)."""
+    up = spawn("cluster", "up", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1", "--json")
+    up.wait_for(r'"scheduler"', on="out", timeout=120)
+    return up, json.loads(up.stdout().splitlines()[0])["scheduler"]
+
+
+@pytest.mark.slow
+def test_cluster_down_refuses_while_a_run_is_in_flight_then_force_ends_it(spawn, served, tmp_path, cli):
+    up, addr = served
+    run = spawn("run", "groupby", "--backend", "cpu", "--scheduler", addr, "--rows", "20000", "--keys", "100",
+                "--warmup", "0", "--repeat", "100000", "--no-in-cluster", "--results-dir", tmp_path / "res",
+                tty=True)
+    run.wait_for(r"groupby \(cpu\).*\b[1-9]\d*/100000")
+    p = cli("cluster", "down", addr)
+    assert p.returncode == 2
+    assert_one_line(p.stderr.splitlines(), "in flight", addr, "--force")
+    assert run.p.poll() is None and up.p.poll() is None  # both carry on
+    p = cli("cluster", "down", addr, "--force")
+    assert p.returncode == 0 and "cut off" in p.stdout, p.stdout + p.stderr
+    assert run.wait(timeout=120) == errors.EXIT_CLUSTER_GONE
+    assert_one_line(run.stderr_lines(), f"the cluster at {addr} went away during timed repeat", "cluster up")
+    assert files_under(tmp_path / "res") == []
+    assert up.wait(timeout=60) == 0
+
+
+def test_cluster_up_killed_under_an_in_cluster_run(spawn, served, tmp_path):
+    from distributed import Client
+    up, addr = served
+    run = spawn("run", "groupby", "--backend", "cpu", "--scheduler", addr, "--rows", "20000", "--keys", "100",
+                "--warmup", "0", "--repeat", "100000", "--results-dir", tmp_path / "res")
+    with Client(addr, set_as_default=False) as c:  # the marker: the runner's task on the scheduler
+        run.wait_for(lambda: c.run_on_scheduler(  # a lambda: pickled by value for the scheduler
+            lambda dask_scheduler: any(str(k).startswith("gpuscale-runner-") for k in dask_scheduler.tasks)))
+    up.note_kids()
+    os.kill(up.pid, signal.SIGKILL)
+    assert run.wait(timeout=120) == errors.EXIT_CLUSTER_GONE
+    assert_one_line(run.stderr_lines(), f"the cluster at {addr} went away", "on a worker of the cluster")
+    assert files_under(tmp_path / "res") == []
+    assert gone(up.kids) == []  # the workers of the killed `cluster up` ended too
+
+
+def test_cluster_up_terminated_under_a_run(spawn, served, tmp_path):
+    up, addr = served
+    run = spawn("run", "svd", "--backend", "cpu", "--scheduler", addr, "--rows", "20000", "--cols", "10",
+                "--warmup", "0", "--repeat", "100000", "--no-in-cluster", "--results-dir", tmp_path / "res",
+                tty=True)
+    run.wait_for(REPEATING)
+    os.kill(up.pid, signal.SIGTERM)
+    assert up.wait(timeout=60) == 0  # SIGTERM is the normal stop of `cluster up`
+    assert run.wait(timeout=120) == errors.EXIT_CLUSTER_GONE
+    assert_one_line(run.stderr_lines(), f"the cluster at {addr} went away during timed repeat")
+
+
+def test_cluster_down_with_nothing_in_flight_needs_no_force(served, cli):
+    up, addr = served
+    p = cli("cluster", "down", addr)
+    assert p.returncode == 0 and "cut off" not in p.stdout, p.stdout + p.stderr
+    assert up.wait(timeout=60) == 0
+
+
+# ---------------------------------------------------------------------------------------
+# 6. bad data: NaN / inf counted during the load, header-only CSV, absent Zarr chunks, float16
+# ---------------------------------------------------------------------------------------
+SMALL_INPUT_RUN = ("--backend", "cpu", "--workers", "1", "--threads-per-worker", "1", "--repeat", "1",
+                   "--warmup", "0")
+
+
+def test_nan_and_inf_in_npy_input_are_counted_with_the_first_position(cli, tmp_path):
+    import numpy as np
+    a = np.random.default_rng(0).random((20000, 10))
+    a[1234, 5], a[1500, 2], a[19999, 0] = np.nan, np.inf, -np.inf
+    np.save(tmp_path / "nan.npy", a)
+    p = cli("run", "svd", "--input", tmp_path / "nan.npy", *SMALL_INPUT_RUN, "--results-dir", tmp_path / "res")
+    assert p.returncode == 2, p.stderr
+    assert_one_line(p.stderr.splitlines(), "holds 3 NaN / inf value(s)", "row 1234, column 5", "nan_to_num")
+    assert p.stdout == "" and files_under(tmp_path / "res") == []
+
+
+def test_a_header_only_csv_is_refused_before_anything_starts(cli, tmp_path):
+    (tmp_path / "h.csv").write_text("k,v\n")
+    t0 = time.monotonic()
+    p = cli("run", "groupby", "--input", tmp_path / "h.csv", "--by", "k", "--agg", "v:sum", *SMALL_INPUT_RUN,
+            "--results-dir", tmp_path / "res")
+    assert p.returncode == 2, p.stderr
+    assert_one_line(p.stderr.splitlines(), "has no rows", "only a header", "k, v")
+    assert time.monotonic() - t0 < 15 and not (tmp_path / "res").exists()
+
+
+def test_absent_zarr_chunks_are_reported_in_the_record(cli, tmp_path):
+    import numpy as np
+    zarr = pytest.importorskip("zarr")
+    z = zarr.open_array(str(tmp_path / "a.zarr"), mode="w", shape=(4000, 10), chunks=(1000, 10), dtype="f8",
+                        fill_value=0.0)
+    z[:2000] = np.random.default_rng(0).random((2000, 10))  # chunks 2 and 3 never written
+    p = cli("run", "svd", "--input", tmp_path / "a.zarr", *SMALL_INPUT_RUN, "--json",
+            "--results-dir", tmp_path / "res")
+    assert p.returncode == 0, p.stderr
+    absent = json.loads(p.stdout)["data"]["absent_chunks"]
+    assert absent["absent"] == 2 and absent["of"] == 4 and absent["read_as"] == 0.0
+    assert "fill value" in absent["note"]
+
+
+def test_float16_input_validates_with_a_tolerance_of_its_precision(cli, tmp_path):
+    import numpy as np
+    np.save(tmp_path / "h.npy", np.random.default_rng(0).random((20000, 10)).astype(np.float16))
+    p = cli("run", "svd", "--input", tmp_path / "h.npy", *SMALL_INPUT_RUN, "--validate", "full", "--json",
+            "--results-dir", tmp_path / "res")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["valid"] is True and d["data"]["dtype"] == "float16"
+    limits = {c["name"]: c["limit"] for c in d["validation"]["checks"]}
+    assert limits["every s_i vs numpy.linalg.svd"] == 5e-3
+
+
+@pytest.mark.slow
+def test_a_repeat_that_loses_a_worker_is_flagged_and_left_out_of_the_median(spawn, tmp_path):
+    import statistics
+    p = spawn("run", "svd", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1", "--rows", "20000",
+              "--cols", "10", "--warmup", "0", "--repeat", "300", "--json", "--results-dir", tmp_path / "res",
+              tty=True)
+    p.wait_for(r"svd \(cpu\).*\b[1-9]\d*/300")
+    workers = [pid for pid, cmd in p.cmdlines.items() if "multiprocessing" in cmd and "spawn_main" in cmd
+               and psutil.pid_exists(pid)]
+    assert workers, p.cmdlines
+    os.kill(workers[0], signal.SIGKILL)  # a worker lost mid-run: its nanny starts another
+    assert p.wait(timeout=180) == 0, p.stderr_lines()
+    d = json.loads(p.stdout())
+    flagged = d["info"]["disturbed_repeats"]
+    assert flagged["left_out_of_median"] is True and "worker(s) lost" in " ".join(flagged["repeats"].values())
+    left_out = {int(i) for i in flagged["repeats"]}
+    clean = [t for i, t in enumerate(d["times_s"]) if i not in left_out]
+    assert len(d["times_s"]) == 300 and d["median_s"] == statistics.median(clean)
+
+
+def test_a_corrupt_zarr_chunk_is_one_line_naming_the_rows(cli, tmp_path):
+    import numpy as np
+    zarr = pytest.importorskip("zarr")
+    z = zarr.open_array(str(tmp_path / "c.zarr"), mode="w", shape=(4000, 10), chunks=(1000, 10), dtype="f8")
+    z[:] = np.random.default_rng(0).random((4000, 10))
+    store = tmp_path / "c.zarr"
+    chunk = store / "c" / "1" / "0" if (store / "c" / "1" / "0").is_file() else store / "1.0"  # v3 / v2 layout
+    chunk.write_bytes(os.urandom(100))  # rows 1000:2000 damaged
+    p = cli("run", "svd", "--input", store, *SMALL_INPUT_RUN, "--results-dir", tmp_path / "res")
+    assert p.returncode == 2, p.stderr
+    line = assert_one_line(p.stderr.splitlines(), "cannot be read", "damaged", str(store))
+    start, stop = map(int, re.search(r"rows (\d+):(\d+)", line).groups())
+    assert start <= 1000 and stop >= 2000, line
+    assert "Compute Failed" not in p.stderr and files_under(tmp_path / "res") == []
