@@ -8,7 +8,7 @@
   (cpu), exactly as NumPy chunks do under the GPU family: the case the audit exists for,
   on a machine without a GPU.
 * ``audit_mixed`` is a workload that builds its data either the wrong way
-  (``da.from_array(numpy_array)``: NumPy chunks, ``--host``) or the right way
+  (``da.from_array(numpy_array)``: NumPy chunks, ``--from-host``) or the right way
   (``Session.to_backend`` / ``from_memory``: TagArray chunks), then adds it to TagArray data,
   so the wrong way also makes a family change (NumPy -> TagArray) in every ``add`` task.
 
@@ -243,7 +243,7 @@ def make_workload():
         rows: PositiveInt = Field(ROWS, description="rows")
         cols: PositiveInt = Field(COLS, description="columns")
         chunk_rows: PositiveInt = Field(CHUNK, description="rows per chunk")
-        host: bool = Field(True, description="build x with da.from_array(numpy) (the bug) instead of "
+        from_host: bool = Field(True, description="build x with da.from_array(numpy) (the bug) instead of "
                                              "to_backend")
         seed: int = Field(0, description="random seed")
 
@@ -262,7 +262,7 @@ def make_workload():
         def generate(self, p, ctx: Context):
             a = np.random.default_rng(p.seed).random((p.rows, p.cols))
             chunks = (p.chunk_rows, p.cols)
-            x = da.from_array(a, chunks=chunks) if p.host else from_memory(a, ctx.family, chunks=chunks)
+            x = da.from_array(a, chunks=chunks) if p.from_host else from_memory(a, ctx.family, chunks=chunks)
             return {"x": x, "t": from_memory(a, ctx.family, chunks=chunks), "a": a}
 
         def compute(self, data, p, ctx: Context) -> Output:

@@ -3,8 +3,8 @@
 The mixed-family case uses the test-only ``audittest`` family (tests/auditfam.py): the CPU
 family whose array chunks are ``auditfam.TagArray``, so plain NumPy chunks (what
 ``da.from_array(numpy_array)`` makes) belong to another family under it, as they do under the
-GPU family. ``audit_mixed`` builds its data that way (``--host``, the default) or through
-``from_memory`` / ``Session.to_backend`` (``--no-host``), then adds TagArray data to it.
+GPU family. ``audit_mixed`` builds its data that way (``--from-host``, the default) or through
+``from_memory`` / ``Session.to_backend`` (``--no-from-host``), then adds TagArray data to it.
 """
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def _rows(table):
 
 
 def test_to_backend_data_audits_clean(audittest):
-    r = gpuscale.run("audit_mixed", backend="audittest", host=False, cluster_settings=TWO_WORKERS,
+    r = gpuscale.run("audit_mixed", backend="audittest", from_host=False, cluster_settings=TWO_WORKERS,
                      **QUICK, write=False, strict_backend=True)
     a = r.audit
     assert r.valid and a["clean"] and a["foreign"] == [] and a["transfers"] == []
@@ -158,7 +158,7 @@ def test_strict_backend_cli_exit_2(tmp_path):
     d = only_json(p.stdout)
     assert d["audit"]["clean"] is False and d["audit"]["foreign"][0]["prefix"] == "array"
     # built the right way: clean even with --strict-backend
-    p = mixed_cli(*args, "--no-host", "--strict-backend", "--json", cwd=tmp_path)
+    p = mixed_cli(*args, "--no-from-host", "--strict-backend", "--json", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert only_json(p.stdout)["audit"]["clean"] is True
     assert len(files_under(res)) == 4  # every run wrote its record, the strict failures too
