@@ -104,3 +104,13 @@ def test_bad_typed_values_are_one_line(cli, args, words):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpuscale: error: ") and "; " in lines[0], p.stderr
     assert words in lines[0], lines[0]
+
+
+def test_every_shared_flag_is_a_reserved_workload_parameter_name():
+    """A workload parameter named like a shared flag would give its command two options of one
+    name (click keeps one and warns): every shared flag's name is reserved for the decorator."""
+    from gpuscale.cli import run_params
+    from gpuscale.workloads.decorator import RESERVED
+    flags = {o for p in run_params() for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}
+    reserved = {"--" + r.replace("_", "-") for r in RESERVED} | {"--no-" + r.replace("_", "-") for r in RESERVED}
+    assert flags <= reserved, sorted(flags - reserved)
