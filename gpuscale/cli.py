@@ -85,10 +85,13 @@ def cluster_options(f):
                                     "tcp: 127.0.0.1); other hosts reach it there"),
         click.option("--security", help="auto | tls | off: TLS between client, scheduler and workers "
                                         "(auto: on for `cluster up`, off for a run's own loopback cluster)"),
-        click.option("--deploy", help="local | ssh: start the cluster on this machine or over ssh on "
-                                      "--ssh-hosts (distributed's SSHCluster)"),
+        click.option("--deploy", help="local | ssh | slurm: start the cluster on this machine, over ssh on "
+                                      "--ssh-hosts (distributed's SSHCluster) or in SLURM jobs "
+                                      "(dask-jobqueue's SLURMCluster)"),
         click.option("--ssh-hosts", metavar="H0,H1,...",
                      help="with --deploy ssh: the scheduler's host, then one entry per worker process"),
+        click.option("--slurm-jobs", metavar="N", help="with --deploy slurm: SLURM jobs to submit (default 1; "
+                                                        "cores, memory, partition: cluster.slurm.* settings)"),
         click.option("--credentials", metavar="PATH",
                      help="TLS credentials of a client (the *.tls.pem file `cluster up` writes beside its "
                           "scheduler file; default: the one beside --scheduler-file)"),
@@ -100,7 +103,7 @@ def cluster_options(f):
 
 CLUSTER_KEYS = ("backend", "protocol", "scheduler", "scheduler_file", "workers", "threads_per_worker",
                 "memory_limit", "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "host",
-                "security", "credentials", "deploy", "ssh_hosts")
+                "security", "credentials", "deploy", "ssh_hosts", "slurm_jobs")
 
 
 def scheduler_file_option(f):
