@@ -130,3 +130,45 @@ def test_matching_workers_pass_and_the_record_says_what_was_checked(running, cli
     assert pre["ok"] is True and pre["workers"] == 2
     assert pre["hosts"]["127.0.0.1"]["workers"] == 2 and pre["hosts"]["127.0.0.1"]["gpus"] == [0, 0]
     assert {"python", "dask", "distributed", "gpuscale", "numpy", "pandas"} <= set(pre["compared"])
+
+
+def test_a_worker_the_scheduler_cannot_reach_is_refused_in_one_line(cli, tmp_path):
+    """Two hosts (network namespaces, tests/netns.py): the scheduler and a worker on one, a
+    worker on the other; that host's cable is pulled, so the scheduler still lists its worker
+    but cannot reach it: the run stops before any work, naming it."""
+    import netns
+    why = netns.unavailable()
+    if why:
+        pytest.skip(f"multi-host preflight test: {why}")
+    with netns.Hosts(["sched", "w1"]) as h:
+        c = Cluster(tmp_path)
+        # the scheduler gives up on a worker it cannot connect to after 5 s (Dask's default: 30 s)
+        env = {"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s"}
+        try:
+            c.procs.append(subprocess.Popen(
+                h.cmd("sched", sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", h.ip["sched"],
+                      "--port", "0", "--no-dashboard", "--scheduler-file", str(c.file)),
+                env=_clean_environ(env), start_new_session=True, stdout=subprocess.DEVNULL,
+                stderr=open(tmp_path / "scheduler.err", "w")))
+            deadline = time.monotonic() + 60
+            while not c.file.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            for name in ("sched", "w1"):
+                c.procs.append(subprocess.Popen(
+                    h.cmd(name, sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(c.file),
+                          "--host", h.ip[name], "--nthreads", "1", "--no-nanny", "--no-dashboard", "--name", name),
+                    env=_clean_environ(), start_new_session=True, stdout=subprocess.DEVNULL,
+                    stderr=open(tmp_path / f"{name}.err", "w")))
+            c.wait_for(2)
+            h.down("w1")
+            p = cli("run", "svd", "--rows", "20000", "--cols", "10", "--backend", "cpu", "--scheduler-file", c.file,
+                    "--results-dir", tmp_path / "res", timeout=120)
+        finally:
+            c.close()
+    assert p.returncode == 2, (p.stdout[-2000:], p.stderr[-3000:])
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    w1 = h.ip["w1"]
+    assert lines[0].startswith(f"gpuscale: error: worker tcp://{w1}:") and \
+        f" on host {w1} is listed by the scheduler but does not answer it" in lines[0], lines[0]
+    assert f"; make {w1} reachable from the scheduler's host, or stop that worker" in lines[0]
