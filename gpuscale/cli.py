@@ -85,9 +85,10 @@ def cluster_options(f):
                                     "tcp: 127.0.0.1); other hosts reach it there"),
         click.option("--security", help="auto | tls | off: TLS between client, scheduler and workers "
                                         "(auto: on for `cluster up`, off for a run's own loopback cluster)"),
-        click.option("--deploy", help="local | ssh | slurm: start the cluster on this machine, over ssh on "
-                                      "--ssh-hosts (distributed's SSHCluster) or in SLURM jobs "
-                                      "(dask-jobqueue's SLURMCluster)"),
+        click.option("--deploy", help="local | ssh | slurm | srun: start the cluster on this machine, over ssh "
+                                      "on --ssh-hosts (distributed's SSHCluster), in SLURM jobs (dask-jobqueue's "
+                                      "SLURMCluster), or on the tasks of `srun -n N gpuscale ...` (its "
+                                      "SLURMRunner: rank 0 scheduler, rank 1 client, others workers)"),
         click.option("--ssh-hosts", metavar="H0,H1,...",
                      help="with --deploy ssh: the scheduler's host, then one entry per worker process"),
         click.option("--slurm-jobs", metavar="N", help="with --deploy slurm: SLURM jobs to submit (default 1; "

@@ -145,10 +145,11 @@ class ClusterSettings(_Section):
     security: Literal["auto", "tls", "off"] = "auto"
     """TLS (:mod:`gpuscale.cluster.security`): auto protects a cluster kept up for others
     (``cluster up``) and leaves a run's own loopback cluster plain; tls / off force it."""
-    deploy: Literal["local", "ssh", "slurm"] = "local"
+    deploy: Literal["local", "ssh", "slurm", "srun"] = "local"
     """Where a cluster this process starts runs: on this machine (the family's local cluster),
-    on ``ssh.hosts`` through distributed's SSHCluster, or in SLURM jobs through dask-jobqueue's
-    SLURMCluster (``slurm``)."""
+    on ``ssh.hosts`` through distributed's SSHCluster, in SLURM jobs through dask-jobqueue's
+    SLURMCluster (``slurm``), or on the tasks of the ``srun`` this process is one of, through
+    its SLURMRunner (``srun``)."""
     ssh: SshSettings = SshSettings()
     slurm: SlurmSettings = SlurmSettings()
     credentials: str | None = None

@@ -214,3 +214,35 @@ def test_cluster_up_submits_jobs_and_serves_a_valid_tls_run(slurm, cli, tmp_path
     assert _queue(env) == [] and not sched.exists() and not (tmp_path / "scheduler.tls.pem").exists()
     logs = sorted((tmp_path / "jobs").glob("gpuscale-worker-*.err"))
     assert len(logs) == 2, logs  # the jobs' own logs, in cluster.slurm.log-directory
+
+
+def test_srun_tasks_make_the_cluster_and_the_run_is_valid(slurm, tmp_path):
+    """`srun -n 3 gpuscale run svd --deploy srun` (dask-jobqueue's SLURMRunner): rank 0 the
+    scheduler, rank 1 the run, rank 2 a worker, over TLS (rank 0 writes the credentials beside
+    the scheduler file); every task exits 0 once the run is done (the client stops the
+    scheduler, the worker follows), the files are gone."""
+    argv = ["srun", "-n", "3", "--overcommit", "--kill-on-bad-exit=1", "--time", "5", "--chdir", str(tmp_path),
+            f"--output={tmp_path}/task-%t.out", f"--error={tmp_path}/task-%t.err",
+            sys.executable, "-m", "gpuscale", "run", "svd", "--rows", "40000", "--cols", "10", "--repeat", "1",
+            "--warmup", "0", "--backend", "cpu", "--deploy", "srun", "--json", "--results-dir", str(tmp_path / "res")]
+    p = subprocess.run(argv, env=slurm["env"], capture_output=True, text=True, timeout=150)
+    logs = {f.name: f.read_text()[-1500:] for f in sorted(tmp_path.glob("task-*"))}
+    assert p.returncode == 0, (p.stderr[-2000:], logs)
+    rec = json.loads((tmp_path / "task-1.out").read_text())
+    assert rec["valid"] is True and rec["cluster"]["cls"] == "dask_jobqueue.slurm.SLURMRunner"
+    assert rec["cluster"]["tls"] is True and rec["cluster"]["running"]["workers"] == 1
+    assert (tmp_path / "task-0.out").read_text() == "" and (tmp_path / "task-2.out").read_text() == ""
+    # the scheduler file (Dask's scheduler removes it as it closes) and the credentials are gone
+    assert not list(tmp_path.glob("scheduler-*")), logs
+    assert _queue(slurm["env"]) == []
+
+
+def test_the_gpu_job_script_runs_dask_cuda_worker_with_the_rmm_pool(cli, tmp_path):
+    """Wired, not run here (no GPU): the GPU family's job runs `python -m dask cuda worker` with
+    the family's RMM pool and the GPUs asked for in job-extra."""
+    p = cli("cluster", "show", "--profile", _profile(tmp_path), "--backend", "gpu", "--rmm-pool-size", "0.5", "--json")
+    if p.returncode != 0:
+        pytest.skip(f"the GPU family cannot be selected here: {p.stderr.strip()[-300:]}")
+    script = json.loads(p.stdout)["commands"]
+    assert script[-1].startswith(f"{sys.executable} -m dask cuda worker tls://SCHEDULER_ADDRESS ")
+    assert "--rmm-pool-size 0.5" in script[-1] and "--tls-key CREDENTIALS_FILE" in script[-1]

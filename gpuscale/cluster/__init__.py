@@ -8,7 +8,7 @@ every record lay out. :func:`connect` starts (or connects
 to) the cluster the spec describes and always closes what it started, on success, error and
 Ctrl-C. One small module per kind: ``local`` (LocalCluster), ``cuda`` (LocalCUDACluster),
 ``existing`` (a running scheduler), and the deploy targets on other hosts ``ssh``
-(SSHCluster) and ``slurm`` (dask-jobqueue's SLURMCluster).
+(SSHCluster), ``slurm`` (dask-jobqueue's SLURMCluster) and ``srun`` (its SLURMRunner).
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from . import protocols
 
 KINDS = {"local": "gpuscale.cluster.local", "cuda": "gpuscale.cluster.cuda",
          "existing": "gpuscale.cluster.existing", "ssh": "gpuscale.cluster.ssh",
-         "slurm": "gpuscale.cluster.slurm"}
+         "slurm": "gpuscale.cluster.slurm", "srun": "gpuscale.cluster.srun"}
 
 
 class ClusterSpec(BaseModel):

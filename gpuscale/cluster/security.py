@@ -29,7 +29,7 @@ from ..choices import choice
 from ..errors import UserError
 
 MODES = ("auto", "tls", "off")
-REMOTE = ("ssh", "slurm")
+REMOTE = ("ssh", "slurm", "srun")
 """Deploy targets whose processes run on other hosts: TLS by default, through a credentials file."""
 SUFFIX = ".tls.pem"
 
@@ -75,7 +75,10 @@ def apply(spec, resolved, proto, *, served: bool = False):
              (", written for clients to one file readable by its owner only (mode 0600) beside the "
               "scheduler file" if served else ", held in memory by this process"))
         if spec.kind in REMOTE and setting == "auto" and not served:
-            rule = "auto: a cluster on other hosts is protected: " + rule.split(": ", 1)[1]
+            rule = "auto: a cluster on other hosts is protected: " + rule.split(" is protected: ", 1)[1]
+        if spec.kind == "srun":
+            rule = rule.split(", held in memory")[0] + (", written by rank 0 beside the scheduler file (mode "
+                                                        "0600) before its scheduler listens, read there by every rank")
     else:
         value = "off"
         rule = (f"auto: this process's own cluster, plain {proto.name} on "
