@@ -15,22 +15,29 @@ the host and the fix when it cannot.
 """
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
 from ..errors import UserError
 
 
+@functools.cache
+def _providers() -> dict[str, list[str]]:
+    """Top-level module -> the installed distributions providing it (~0.2 s to scan: once)."""
+    import importlib.metadata
+    try:
+        return dict(importlib.metadata.packages_distributions())
+    except Exception:  # noqa: BLE001 - broken metadata somewhere on the path: ask by module name
+        return {}
+
+
 def _distribution(module: str) -> str:
     """The installed distribution that provides ``module`` (``cupy`` -> ``cupy-cuda13x``),
     the name :func:`distributed.versions.get_versions` looks up; the module's own name when
     none is found."""
-    import importlib.metadata
     top = module.partition(".")[0]
-    try:
-        names = importlib.metadata.packages_distributions().get(top) or []
-    except Exception:  # noqa: BLE001 - broken metadata somewhere on the path: ask by module name
-        names = []
+    names = _providers().get(top) or []
     return names[0] if names else top
 
 
