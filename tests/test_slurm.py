@@ -234,6 +234,9 @@ def test_srun_tasks_make_the_cluster_and_the_run_is_valid(slurm, tmp_path):
     assert (tmp_path / "task-0.out").read_text() == "" and (tmp_path / "task-2.out").read_text() == ""
     # the scheduler file (Dask's scheduler removes it as it closes) and the credentials are gone
     assert not list(tmp_path.glob("scheduler-*")), logs
+    deadline = time.monotonic() + 30
+    while _queue(slurm["env"]) and time.monotonic() < deadline:  # COMPLETING a moment
+        time.sleep(0.5)
     assert _queue(slurm["env"]) == []
 
 
