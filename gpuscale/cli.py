@@ -170,10 +170,14 @@ def cluster_options(f):
                                     "tcp: 127.0.0.1); other hosts reach it there"),
         click.option("--security", metavar="auto|tls|off", help="auto | tls | off: TLS between client, scheduler and workers "
                                         "(auto: on for `cluster up`, off for a run's own loopback cluster)"),
-        click.option("--deploy", metavar="local|ssh", help="local | ssh: start the cluster on this machine or over ssh on "
-                                      "--ssh-hosts (distributed's SSHCluster)"),
+        click.option("--deploy", metavar="local|ssh|slurm|srun", help="local | ssh | slurm | srun: start the cluster on this machine, over ssh "
+                                      "on --ssh-hosts (distributed's SSHCluster), in SLURM jobs (dask-jobqueue's "
+                                      "SLURMCluster), or on the tasks of `srun -n N gpuscale ...` (its "
+                                      "SLURMRunner: rank 0 scheduler, rank 1 client, others workers)"),
         click.option("--ssh-hosts", metavar="H0,H1,...",
                      help="with --deploy ssh: the scheduler's host, then one entry per worker process"),
+        click.option("--slurm-jobs", metavar="N", help="with --deploy slurm: SLURM jobs to submit (default 1; "
+                                                        "cores, memory, partition: cluster.slurm.* settings)"),
         click.option("--credentials", metavar="PATH",
                      help="TLS credentials of a client (the *.tls.pem file `cluster up` writes beside its "
                           "scheduler file; default: the one beside --scheduler-file)"),
@@ -185,7 +189,7 @@ def cluster_options(f):
 
 CLUSTER_KEYS = ("backend", "protocol", "scheduler", "scheduler_file", "workers", "threads_per_worker",
                 "memory_limit", "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "host",
-                "security", "credentials", "deploy", "ssh_hosts")
+                "security", "credentials", "deploy", "ssh_hosts", "slurm_jobs")
 AUTO_REPEAT_KEYS = ("target_error", "max_repeats", "max_time")
 
 

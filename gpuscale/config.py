@@ -102,6 +102,36 @@ class SshSettings(_Section):
         return v
 
 
+class SlurmSettings(_Section):
+    """``cluster.deploy: slurm`` (:mod:`gpuscale.cluster.slurm`, dask-jobqueue's SLURMCluster):
+    what each job asks SLURM for and runs."""
+    jobs: PositiveInt = 1
+    """Jobs submitted at start (each runs ``processes`` worker processes)."""
+    queue: str | None = None
+    """The partition (``#SBATCH -p``); None: the cluster's default."""
+    account: str | None = None
+    walltime: str = "01:00:00"
+    cores: PositiveInt = 1
+    """Cores per job (``--cpus-per-task``), shared by its worker processes as threads."""
+    memory: str = "2GB"
+    """Memory per job (``--mem``), shared by its worker processes."""
+    processes: PositiveInt = 1
+    """Worker processes per job (GPU: ``dask cuda worker`` starts one per GPU; keep 1)."""
+    job_extra: tuple[str, ...] = ()
+    """Further ``#SBATCH`` directives, e.g. ``--gres=gpu:4``."""
+    python: str | None = None
+    """The Python on the compute nodes (None: the same path as this one's)."""
+    log_directory: str | None = None
+    """Where the jobs' stdout/stderr go (None: SLURM's default, the submit folder)."""
+
+    @field_validator("job_extra", mode="before")
+    @classmethod
+    def _list(cls, v):
+        if isinstance(v, str):
+            return tuple(p.strip() for p in v.split(",") if p.strip())
+        return v
+
+
 class ClusterSettings(_Section):
     workers: PositiveInt | None = None
     threads_per_worker: PositiveInt | None = None
@@ -115,10 +145,13 @@ class ClusterSettings(_Section):
     security: Literal["auto", "tls", "off"] = "auto"
     """TLS (:mod:`gpuscale.cluster.security`): auto protects a cluster kept up for others
     (``cluster up``) and leaves a run's own loopback cluster plain; tls / off force it."""
-    deploy: Literal["local", "ssh"] = "local"
-    """Where a cluster this process starts runs: on this machine (the family's local cluster)
-    or on ``ssh.hosts`` through distributed's SSHCluster."""
+    deploy: Literal["local", "ssh", "slurm", "srun"] = "local"
+    """Where a cluster this process starts runs: on this machine (the family's local cluster),
+    on ``ssh.hosts`` through distributed's SSHCluster, in SLURM jobs through dask-jobqueue's
+    SLURMCluster (``slurm``), or on the tasks of the ``srun`` this process is one of, through
+    its SLURMRunner (``srun``)."""
     ssh: SshSettings = SshSettings()
+    slurm: SlurmSettings = SlurmSettings()
     credentials: str | None = None
     """A client's TLS credentials (the PEM file ``cluster up`` writes beside its scheduler
     file); None: the one beside ``scheduler-file``."""
@@ -280,6 +313,7 @@ KEYWORDS: dict[str, str] = {
     "credentials": "cluster.credentials",
     "deploy": "cluster.deploy",
     "ssh_hosts": "cluster.ssh.hosts",
+    "slurm_jobs": "cluster.slurm.jobs",
     "results_dir": "results-dir",
     "workers": "cluster.workers",
     "threads_per_worker": "cluster.threads-per-worker",

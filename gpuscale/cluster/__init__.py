@@ -7,7 +7,8 @@ chose (``ClusterSpec.choices``: value, source and rule with its numbers), which 
 every record lay out. :func:`connect` starts (or connects
 to) the cluster the spec describes and always closes what it started, on success, error and
 Ctrl-C. One small module per kind: ``local`` (LocalCluster), ``cuda`` (LocalCUDACluster),
-``existing`` (a running scheduler).
+``existing`` (a running scheduler), and the deploy targets on other hosts ``ssh``
+(SSHCluster), ``slurm`` (dask-jobqueue's SLURMCluster) and ``srun`` (its SLURMRunner).
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from ..errors import UserError
 from . import protocols
 
 KINDS = {"local": "gpuscale.cluster.local", "cuda": "gpuscale.cluster.cuda",
-         "existing": "gpuscale.cluster.existing", "ssh": "gpuscale.cluster.ssh"}
+         "existing": "gpuscale.cluster.existing", "ssh": "gpuscale.cluster.ssh",
+         "slurm": "gpuscale.cluster.slurm", "srun": "gpuscale.cluster.srun"}
 
 
 class ClusterSpec(BaseModel):
@@ -57,7 +59,8 @@ class ClusterSpec(BaseModel):
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """The exact keyword arguments given to the cluster class."""
     commands: list[str] = Field(default_factory=list, exclude=True)
-    """What a deploy target runs on other hosts (the ssh commands), for ``cluster show``."""
+    """What a deploy target runs on other hosts (the ssh commands, the SLURM job script's
+    lines), for ``cluster show``."""
     choices: dict[str, dict[str, Any]] = Field(default_factory=dict, exclude=True)
     """Each cluster knob as the kind chose it (:func:`gpuscale.choices.choice`: value, source,
     rule): protocol, transports, GPUs, workers, threads per worker, memory limit, RMM pool.
@@ -79,7 +82,8 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
     if settings.scheduler or settings.scheduler_file:
         kind = "existing"
     else:
-        kind = "ssh" if settings.cluster.deploy == "ssh" else family.cluster_kind
+        deploy = settings.cluster.deploy
+        kind = family.cluster_kind if deploy == "local" else deploy
     spec = _kind(kind).spec(resolved, family, collection, proto)
     if kind in ("local", "cuda") and settings.cluster.host:
         spec = spec.model_copy(update={"kwargs": {**spec.kwargs, "host": settings.cluster.host}})

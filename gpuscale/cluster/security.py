@@ -29,6 +29,8 @@ from ..choices import choice
 from ..errors import UserError
 
 MODES = ("auto", "tls", "off")
+REMOTE = ("ssh", "slurm", "srun")
+"""Deploy targets whose processes run on other hosts: TLS by default, through a credentials file."""
 SUFFIX = ".tls.pem"
 
 
@@ -62,7 +64,7 @@ def apply(spec, resolved, proto, *, served: bool = False):
         if served:
             rule += " (anyone who reaches the scheduler's port can run code on the workers)"
         value = "off"
-    elif setting == "tls" or served or spec.kind == "ssh":
+    elif setting == "tls" or served or spec.kind in REMOTE:
         if not encrypts:
             raise _ucx_refusal(proto.name, "this cluster is protected with TLS (cluster.security "
                                            f"{setting}{'' if setting == 'tls' else ' for cluster up'})")
@@ -72,14 +74,17 @@ def apply(spec, resolved, proto, *, served: bool = False):
             ("TLS with a temporary CA and certificate (distributed's Security.temporary)" +
              (", written for clients to one file readable by its owner only (mode 0600) beside the "
               "scheduler file" if served else ", held in memory by this process"))
-        if spec.kind == "ssh" and setting == "auto" and not served:
-            rule = "auto: a cluster on other hosts is protected: " + rule.split(": ", 1)[1]
+        if spec.kind in REMOTE and setting == "auto" and not served:
+            rule = "auto: a cluster on other hosts is protected: " + rule.split(" is protected: ", 1)[1]
+        if spec.kind == "srun":
+            rule = rule.split(", held in memory")[0] + (", written by rank 0 beside the scheduler file (mode "
+                                                        "0600) before its scheduler listens, read there by every rank")
     else:
         value = "off"
         rule = (f"auto: this process's own cluster, plain {proto.name} on "
                 f"{spec.kwargs.get('host') or 'its bind address'} for the life of the run")
     kwargs = dict(spec.kwargs)
-    if value == "tls" and spec.kind != "ssh":  # ssh: the scheduler's options (cluster.ssh.start)
+    if value == "tls" and spec.kind not in REMOTE:  # ssh / slurm: set by their start
         kwargs["protocol"] = "tls"
     return spec.model_copy(update={
         "security": value, "kwargs": kwargs,
@@ -146,6 +151,16 @@ def load(path: str | os.PathLike):
     from distributed import Security
     p = str(pathlib.Path(path).expanduser())
     return Security(tls_ca_file=p, tls_client_cert=p, tls_client_key=p, require_encryption=True)
+
+
+def every_role(path: str | os.PathLike):
+    """A :class:`~distributed.Security` whose every role (scheduler, worker, client) reads the
+    credentials file at ``path``: for a cluster whose workers are started elsewhere with that
+    path on their command line (``dask worker --tls-ca-file F --tls-cert F --tls-key F``)."""
+    from distributed import Security
+    p = str(pathlib.Path(path).expanduser())
+    return Security(require_encryption=True, tls_ca_file=p, tls_client_cert=p, tls_client_key=p,
+                    tls_scheduler_cert=p, tls_scheduler_key=p, tls_worker_cert=p, tls_worker_key=p)
 
 
 def as_client(sec):

@@ -90,11 +90,12 @@ def run_in_cluster(session, workload: str, where: Placement, *, data: Any = None
     beside it; it stops between repeats once this process's client has gone (Ctrl-C).
 
     Raises :class:`NotServed` when the workers cannot import this version of gpuscale."""
-    from ..cluster import existing
+    from ..cluster import existing, preflight
     t0 = time.perf_counter()
     _, client = existing.start(session.spec)
     try:
         connect_s = time.perf_counter() - t0
+        checked = preflight.check(client, session.family)  # before any work; its runner does not check again
         if isinstance(data, (str, os.PathLike)):
             data = os.path.abspath(os.fspath(data))  # the worker's working folder is not ours
         request = {"version": __version__, "resolved": session.resolved, "selection": session.selection,
@@ -119,6 +120,7 @@ def run_in_cluster(session, workload: str, where: Placement, *, data: Any = None
     finally:
         with contextlib.suppress(Exception):
             client.close()
+    result.cluster["preflight"] = checked
     runner = result.info.setdefault("runner", {})
     runner.update(client_connect_s=connect_s, round_trip_s=round_trip_s,
                   dispatch_s=max(0.0, round_trip_s - runner.get("runner_s", 0.0)))
@@ -141,6 +143,7 @@ def _runner(request: dict[str, Any]):
     s = Session.planned(request["resolved"], request["selection"], spec, request["collection"])
     from ..cluster import security
     s.security = security.as_client(worker.security)  # the client's credentials file may not be on this host
+    s.check_first = False  # its client ran the preflight (gpuscale.cluster.preflight)
     s.placement = dataclasses.replace(request["placement"], worker=worker.address)
     client_id = request["client"]
     with s:

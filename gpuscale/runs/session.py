@@ -83,6 +83,12 @@ class Session:
         self.security = None
         """A :class:`distributed.Security` to connect with instead of the spec's (a runner on a
         worker uses its worker's); None: the spec's."""
+        self.preflight: dict[str, Any] | None = None
+        """What :mod:`gpuscale.cluster.preflight` saw on a running cluster this session joined
+        (recorded as ``cluster.preflight``); None: not checked (a cluster it started)."""
+        self.check_first = True
+        """Run the preflight when joining a running cluster (the runner sent into a cluster does
+        not: its client checked)."""
         self.placement = None
         """Where :meth:`run` runs the runner and why (a :class:`gpuscale.runs.remote.Placement`,
         recorded as ``explained.cluster.runner``); None: in this process, not asked."""
@@ -113,6 +119,9 @@ class Session:
                 t0 = time.perf_counter()
                 self.family.import_in_background(self.collection)  # overlaps the cluster's start
                 self.client, self.cluster = stack.enter_context(cluster.connect(self.spec, self.security))
+                if self.spec.kind == "existing" and self.check_first:
+                    from ..cluster import preflight
+                    self.preflight = preflight.check(self.client, self.family)
                 self.startup_s = time.perf_counter() - t0
                 self._dashboard_link = _ask_dashboard_link(self.client)
                 stack.enter_context(dask.config.set(self.family.dask_config()))
@@ -331,6 +340,8 @@ class Session:
                 h["addresses"].append(addr)
             info["hosts"] = hosts
             info["tls"] = self.client.scheduler.address.startswith("tls://")
+            if self.preflight is not None:
+                info["preflight"] = self.preflight
             if since is not None:
                 info["workers_lost"] = sorted(since - set(workers))
                 info["workers_joined"] = sorted(set(workers) - since)

@@ -102,7 +102,7 @@ RESERVED = frozenset({
     "results_dir", "no_memory_check", "memory_check", "json", "as_json", "write", "cluster_settings",
     "workload", "help", "h", "progress", "target_error", "max_repeats", "max_time",
     "scheduler_file", "host", "security", "credentials", "deploy", "ssh_hosts", "debug",
-    "trace", "dashboard", "in_cluster", "strict_backend",
+    "trace", "dashboard", "in_cluster", "strict_backend", "slurm_jobs",
 })
 _DECORATED: set[str] = set()
 

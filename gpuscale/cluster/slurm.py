@@ -1,0 +1,138 @@
+"""Clusters in SLURM jobs: dask-jobqueue's :class:`~dask_jobqueue.SLURMCluster`
+(``cluster.deploy: slurm``).
+
+The scheduler runs in this process (on the login node, or wherever ``cluster up`` runs); each
+of ``cluster.slurm.jobs`` jobs asks SLURM for ``cores`` cores and ``memory`` and runs
+``processes`` worker processes sharing them (threads per worker: cores / processes). The CPU
+family's worker is dask-jobqueue's default (``python -m distributed.cli.dask_worker``); the GPU
+family's is ``python -m dask cuda worker`` with the family's RMM pool (``--rmm-pool-size``), one
+worker per GPU of the job's node (ask SLURM for the GPUs in ``job-extra``, e.g.
+``--gres=gpu:4``). Nothing is submitted by gpuscale itself: SLURMCluster runs ``sbatch`` with the
+job script ``cluster show`` prints (:attr:`ClusterSpec.commands`, built by dask-jobqueue's own
+job class, as ``SLURMCluster.job_script()`` does, without starting a scheduler).
+
+TLS (the default, as for every cluster on other hosts): the workers read the credentials file
+(written beside the scheduler file, mode 0600) by its path on their command line
+(``--tls-ca-file F --tls-cert F --tls-key F``, never key material), so it must be on a
+filesystem the compute nodes share, like the home folders of most SLURM clusters.
+"""
+from __future__ import annotations
+
+import sys
+
+from ..choices import choice
+from ..errors import UserError, missing_module
+from . import ClusterSpec, construct, rmm_choice
+
+CLS = "dask_jobqueue.SLURMCluster"
+GPU_WORKER = "dask cuda worker"  # run as `python -m dask cuda worker` (dask's CLI, dask-cuda's sub-command)
+
+
+def spec(resolved, family, collection, proto) -> ClusterSpec:
+    settings, src = resolved.settings, resolved.sources
+    c, sl = settings.cluster, settings.cluster.slurm
+    if proto.name != "tcp":
+        raise UserError(f"cluster.deploy is slurm, but --protocol {proto.name} is not wired for SLURM jobs",
+                        "use --protocol tcp (TLS by default) with --deploy slurm")
+    if sl.cores < sl.processes:
+        raise UserError(f"cluster.slurm.cores is {sl.cores} but cluster.slurm.processes is {sl.processes}: "
+                        "each worker process needs at least one core", "raise cores or lower processes")
+    gpu = family.cluster_kind == "cuda"
+    threads = sl.cores // sl.processes
+    workers = sl.jobs * sl.processes
+    extra: list[str] = []
+    rmm = None
+    pool = c.rmm.pool_size
+    if gpu:
+        if pool == "auto":
+            pool = family.knobs.rmm_pool_size
+        if pool is not None:
+            extra += ["--rmm-pool-size", str(pool)]
+            if c.rmm.maximum_pool_size is not None:
+                extra += ["--rmm-maximum-pool-size", str(c.rmm.maximum_pool_size)]
+            rmm = {"pool_size": pool, "maximum_pool_size": c.rmm.maximum_pool_size,
+                   "external_libs": list(c.rmm.external_libs),
+                   "source": "set by you" if c.rmm.pool_size != "auto"
+                   else f"{family.name} family default (fraction of device memory)"}
+    job = {"cores": sl.cores, "memory": sl.memory, "processes": sl.processes, "queue": sl.queue,
+           "account": sl.account, "walltime": sl.walltime, "job_extra_directives": list(sl.job_extra),
+           "python": sl.python or sys.executable, "log_directory": sl.log_directory,
+           "worker_extra_args": extra, "job_name": "gpuscale-worker"}
+    if gpu:
+        job["worker_command"] = GPU_WORKER
+    scheduler_options: dict = {"dashboard_address": c.dashboard_address or ":0"}
+    if c.host:
+        scheduler_options["host"] = c.host
+    kwargs = {"n_workers": workers, "scheduler_options": scheduler_options, **job}
+    worker = f"`python -m {GPU_WORKER}` (one worker per GPU of the node)" if gpu else \
+        "dask-jobqueue's default worker (python -m distributed.cli.dask_worker)"
+    per_job = f"{sl.cores} core(s), {sl.memory}, {sl.processes} worker process(es) of {threads} thread(s)"
+    choices = {
+        "protocol": choice(proto.name, src.get("protocol", "default")),
+        "transports": proto.transports_choice(c.ucx, {}, src),
+        "jobs": choice(sl.jobs, src.get("cluster.slurm.jobs", "default"),
+                       f"{sl.jobs} SLURM job(s) submitted at start, each {per_job}"),
+        "workers": choice(None if gpu else workers, "rule",
+                          f"{worker} in each job: {'one per GPU' if gpu else f'{sl.jobs} x {sl.processes}'}"),
+        "threads_per_worker": choice(threads, src.get("cluster.slurm.cores", "default"),
+                                     f"cores / processes = {sl.cores} / {sl.processes} (dask-jobqueue's rule)"),
+        "memory_limit": choice(sl.memory, src.get("cluster.slurm.memory", "default"),
+                               f"per job, split between its {sl.processes} worker process(es)"),
+        "rmm_pool_size": rmm_choice(resolved, family, pool if gpu else None, rmm["source"] if rmm else None),
+    }
+    where = f"partition {sl.queue}" if sl.queue else "the default partition"
+    return ClusterSpec(kind="slurm", cls=CLS, family=family.name, protocol=proto.name,
+                       workers=None if gpu else workers, threads_per_worker=threads, memory_limit=sl.memory,
+                       rmm=rmm, dashboard_address=c.dashboard_address,
+                       notes=[f"scheduler in this process; workers: {worker} in {sl.jobs} SLURM job(s) on "
+                              f"{where} (sbatch)"], kwargs=kwargs, choices=choices)
+
+
+def _job_kwargs(spec: ClusterSpec, security) -> dict:
+    """The job class's keyword arguments, as SLURMCluster hands them to each job."""
+    job = {k: v for k, v in spec.kwargs.items() if k not in ("n_workers", "scheduler_options")}
+    job["protocol"] = "tls://" if security is not None else None
+    job["security"] = security
+    return job
+
+
+def commands(spec: ClusterSpec) -> list[str]:
+    """The job script SLURMCluster submits for this spec, line by line (dask-jobqueue's own
+    ``SLURMJob.job_script()``, which ``SLURMCluster.job_script()`` calls; nothing is started).
+    The scheduler's address and, with TLS, the credentials file are known at start only."""
+    try:
+        from dask_jobqueue.slurm import SLURMJob
+    except ImportError:
+        return ["(the job script needs dask-jobqueue: pip install 'gpuscale[slurm]')"]
+    from . import security as tls
+    sec = tls.every_role(spec.credentials or "CREDENTIALS_FILE") if spec.security == "tls" else None
+    scheme = "tls" if sec is not None else "tcp"
+    job = SLURMJob(f"{scheme}://SCHEDULER_ADDRESS", name="WORKER_NAME", **_job_kwargs(spec, sec))
+    return job.job_script().splitlines()
+
+
+def start(spec: ClusterSpec, security=None):
+    from distributed import Client
+    try:
+        from dask_jobqueue import SLURMCluster
+    except ImportError:
+        raise missing_module("dask_jobqueue", "cluster.deploy slurm (dask-jobqueue's SLURMCluster)",
+                             "pip install 'gpuscale[slurm]'") from None
+    from . import security as tls
+    sec = None
+    if spec.security == "tls":
+        if not spec.credentials:
+            raise UserError("a SLURM cluster with TLS needs its credentials in a file the compute nodes read",
+                            "give `cluster up` a --scheduler-file on a filesystem the nodes share (the "
+                            "credentials go beside it), or --security off on a network you trust")
+        sec = tls.every_role(spec.credentials)
+    kwargs = dict(spec.kwargs)
+    job = _job_kwargs(spec, sec)
+    cluster = construct(spec, lambda: SLURMCluster(
+        n_workers=kwargs["n_workers"], scheduler_options=kwargs["scheduler_options"],
+        security=sec, protocol=job.pop("protocol"), **{k: v for k, v in job.items() if k != "security"}))
+    try:
+        return cluster, Client(cluster, security=sec)
+    except BaseException:
+        cluster.close()
+        raise

@@ -1,0 +1,154 @@
+"""A cluster made of the tasks of an ``srun``: dask-jobqueue's :class:`~dask_jobqueue.slurm.SLURMRunner`
+(``cluster.deploy: srun``).
+
+Inside a SLURM allocation, ``srun -n N gpuscale run WORKLOAD --deploy srun`` starts the same
+command N times; each task's rank (``SLURM_PROCID``) gives its role: rank 0 runs the scheduler,
+rank 1 is this client (the run itself, its output and record), every further rank a worker
+(CPU: ``distributed.Worker`` with ``SLURM_CPUS_PER_TASK`` threads; GPU: ``dask_cuda.CUDAWorker``
+with the family's RMM pool, one worker per GPU the task sees). They meet through Dask's
+scheduler file ``scheduler-<job id>.json`` in the working folder (on a filesystem the nodes
+share). When the client is done it stops the scheduler, and every task exits.
+
+TLS (the default, as for every cluster on other hosts): rank 0 writes temporary credentials
+(:func:`gpuscale.cluster.security.write`, mode 0600) beside the scheduler file before its
+scheduler listens; every rank reads them from there by path.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+
+from ..choices import choice
+from ..errors import UserError, missing_module
+from . import ClusterSpec, construct, rmm_choice
+
+CLS = "dask_jobqueue.slurm.SLURMRunner"
+
+
+def scheduler_file() -> pathlib.Path:
+    """Where the ranks meet: SLURMRunner's default name, in the working folder."""
+    return pathlib.Path.cwd() / f"scheduler-{os.environ.get('SLURM_JOB_ID', '{job_id}')}.json"
+
+
+def spec(resolved, family, collection, proto) -> ClusterSpec:
+    settings, src = resolved.settings, resolved.sources
+    c = settings.cluster
+    if proto.name != "tcp":
+        raise UserError(f"cluster.deploy is srun, but --protocol {proto.name} is not wired for srun tasks",
+                        "use --protocol tcp (TLS by default) with --deploy srun")
+    gpu = family.cluster_kind == "cuda"
+    per_task = os.environ.get("SLURM_CPUS_PER_TASK")
+    threads = c.threads_per_worker or (int(per_task) if per_task and per_task.isdigit() else 1)
+    worker_class = "dask_cuda.CUDAWorker" if gpu else "distributed.Worker"
+    worker_options: dict = {"nthreads": threads}
+    if c.memory_limit != "auto":
+        worker_options["memory_limit"] = c.memory_limit
+    rmm = None
+    pool = c.rmm.pool_size
+    if gpu:
+        if pool == "auto":
+            pool = family.knobs.rmm_pool_size
+        if pool is not None:
+            worker_options["rmm_pool_size"] = pool
+            rmm = {"pool_size": pool, "maximum_pool_size": c.rmm.maximum_pool_size,
+                   "external_libs": list(c.rmm.external_libs),
+                   "source": "set by you" if c.rmm.pool_size != "auto"
+                   else f"{family.name} family default (fraction of device memory)"}
+    ntasks = os.environ.get("SLURM_NTASKS")
+    workers = int(ntasks) - 2 if ntasks and ntasks.isdigit() and not gpu else None
+    kwargs = {"scheduler_file": str(scheduler_file()), "worker_class": worker_class,
+              "worker_options": worker_options,
+              "scheduler_options": {"dashboard_address": c.dashboard_address or ":0"}}
+    choices = {
+        "protocol": choice(proto.name, src.get("protocol", "default")),
+        "transports": proto.transports_choice(c.ucx, {}, src),
+        "workers": choice(workers, "rule", f"{worker_class} on every srun task from rank 2 (rank 0: the "
+                                           "scheduler, rank 1: this client)" + (": one per GPU it sees" if gpu else "")),
+        "threads_per_worker": choice(threads, src.get("cluster.threads-per-worker", "rule"),
+                                     None if c.threads_per_worker else "SLURM_CPUS_PER_TASK (1 when unset)"),
+        "memory_limit": choice(c.memory_limit, src.get("cluster.memory-limit", "default"),
+                               "auto: Dask's default on each node" if c.memory_limit == "auto" else None),
+        "rmm_pool_size": rmm_choice(resolved, family, pool if gpu else None, rmm["source"] if rmm else None),
+    }
+    return ClusterSpec(kind="srun", cls=CLS, family=family.name, protocol=proto.name, workers=workers,
+                       threads_per_worker=threads, memory_limit=c.memory_limit, rmm=rmm,
+                       dashboard_address=c.dashboard_address,
+                       notes=["inside an allocation: srun -n N (N >= 3) gpuscale run WORKLOAD --deploy srun; rank 0 "
+                              "the scheduler, rank 1 this client, ranks 2.. workers, meeting through "
+                              f"{kwargs['scheduler_file']}"], kwargs=kwargs, choices=choices)
+
+
+def _runner_class():
+    from dask_jobqueue.slurm import SLURMRunner
+
+    from . import security as tls
+
+    class Runner(SLURMRunner):
+        """SLURMRunner whose rank 0 writes the TLS credentials before its scheduler listens."""
+        credentials: pathlib.Path | None = None
+
+        async def before_scheduler_start(self) -> None:
+            if self.credentials is not None:
+                tls.write(tls.temporary(), self.credentials)
+
+        async def before_worker_start(self) -> None:
+            # a worker reads its credentials as it is made: wait for the scheduler file, written
+            # once rank 0's scheduler listens, after the credentials
+            while not self.scheduler_file.exists():
+                await asyncio.sleep(0.2)
+
+    return Runner
+
+
+def start(spec: ClusterSpec, security=None):
+    from distributed import Client
+    if not os.environ.get("SLURM_PROCID") or not os.environ.get("SLURM_JOB_ID"):
+        raise UserError("cluster.deploy is srun, but this process is not an srun task (no SLURM_PROCID / "
+                        "SLURM_JOB_ID)", "start it inside an allocation as `srun -n 3 gpuscale run WORKLOAD "
+                                         "--deploy srun` (3 tasks or more), or use --deploy slurm")
+    try:
+        Runner = _runner_class()
+    except ImportError:
+        raise missing_module("dask_jobqueue", "cluster.deploy srun (dask-jobqueue's SLURMRunner)",
+                             "pip install 'gpuscale[slurm]'") from None
+    from . import security as tls
+    kw = spec.kwargs
+    sec = None
+    creds = tls.beside(kw["scheduler_file"])
+    if spec.security == "tls":
+        sec = tls.every_role(creds)
+        Runner.credentials = creds
+    scheduler_options = {**kw["scheduler_options"], **({"security": sec, "protocol": "tls"} if sec else {})}
+    worker_options = {**kw["worker_options"], **({"security": sec} if sec else {})}
+
+    def make():  # ranks other than 1 serve in here until the client is done, then exit (SystemExit)
+        return Runner(scheduler_file=kw["scheduler_file"], scheduler_options=scheduler_options,
+                      worker_class=kw["worker_class"], worker_options=worker_options)
+
+    runner = construct(spec, make)
+    if sec is not None:  # SLURMRunner's own rpc to its scheduler has no credentials: its close would time out
+        from distributed.core import rpc
+        runner.scheduler_comm = rpc(runner.scheduler_address, connection_args=sec.get_connection_args("client"))
+    try:
+        client = Client(runner.scheduler_address, security=sec)
+    except BaseException:
+        runner.close()
+        raise
+    return _Closing(runner, creds if sec else None), client
+
+
+class _Closing:
+    """The runner as :func:`gpuscale.cluster.connect` closes it: stop the scheduler (every task
+    then exits), remove the credentials file rank 0 wrote."""
+
+    def __init__(self, runner, credentials: pathlib.Path | None):
+        self.runner, self.credentials = runner, credentials
+        self.scheduler_address = runner.scheduler_address
+
+    def close(self) -> None:
+        try:
+            self.runner.close()
+        finally:
+            if self.credentials is not None:
+                self.credentials.unlink(missing_ok=True)
