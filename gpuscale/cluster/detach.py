@@ -40,3 +40,13 @@ def quiet_task_failures() -> None:
     log = logging.getLogger("distributed.worker")
     if not any(isinstance(f, _DropComputeFailed) for f in log.filters):
         log.addFilter(_DropComputeFailed())
+
+
+def dask_teardown(worker=None) -> None:
+    """The worker is closing (``Worker.close`` runs its preloads' teardown first, before it
+    stops its periodic callbacks): a heartbeat already in flight then fails against the
+    closed connection pool and tornado logs it with a traceback ("ConnectionPool is closed"),
+    into the terminal of `cluster up` after `cluster down`. The process is ending on purpose:
+    its exit loggers are quieted (:func:`gpuscale.errors.quiet_exit_logs`)."""
+    from ..errors import quiet_exit_logs
+    quiet_exit_logs()
