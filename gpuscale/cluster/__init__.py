@@ -94,6 +94,20 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
     return spec
 
 
+def rmm_pool(c, family) -> tuple[Any, dict[str, Any] | None]:
+    """The RMM pool per GPU worker from the cluster settings ``c`` (``auto``: the family's knob)
+    and the spec's ``rmm`` entry, with where the size came from; ``(None, None)``: no pool.
+    Every cluster kind that starts GPU workers (cuda, ssh, slurm, srun) asks here."""
+    pool = c.rmm.pool_size
+    source = "set by you"
+    if pool == "auto":
+        pool, source = family.knobs.rmm_pool_size, f"{family.name} family default (fraction of device memory)"
+    if pool is None:
+        return None, None
+    return pool, {"pool_size": pool, "maximum_pool_size": c.rmm.maximum_pool_size,
+                  "external_libs": list(c.rmm.external_libs), "source": source}
+
+
 def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> dict[str, Any]:
     """The RMM pool choice: ``pool`` as the cluster kind set it (None: no pool) and the rule
     it gave, else why there is none."""

@@ -10,7 +10,7 @@ from dask.utils import format_bytes
 from .. import machine
 from ..choices import choice
 from ..errors import UserError
-from . import ClusterSpec, construct, rmm_choice
+from . import ClusterSpec, construct, rmm_choice, rmm_pool
 from .local import memory_bytes, memory_choice
 
 
@@ -37,24 +37,18 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     family_threads = family.knobs.threads_per_worker.get(collection or "session")
     threads = c.threads_per_worker or family_threads or 1
 
-    pool = c.rmm.pool_size
-    pool_source = "set by you"
+    pool, rmm = rmm_pool(c, family)
     pool_rule = None
-    if pool == "auto":
-        pool, pool_source = family.knobs.rmm_pool_size, f"{family.name} family default (fraction of device memory)"
-    rmm = None
     kwargs = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)) or None, "n_workers": len(gpus) or None,
               "threads_per_worker": threads, "memory_limit": c.memory_limit,
               "dashboard_address": c.dashboard_address, **proto.transport_kwargs(c.ucx)}
     if pool is not None:
-        rmm = {"pool_size": pool, "maximum_pool_size": c.rmm.maximum_pool_size,
-               "external_libs": list(c.rmm.external_libs), "source": pool_source}
         kwargs["rmm_pool_size"] = pool
         if c.rmm.maximum_pool_size is not None:
             kwargs["rmm_maximum_pool_size"] = c.rmm.maximum_pool_size
         if c.rmm.external_libs:
             kwargs["rmm_allocator_external_lib_list"] = list(c.rmm.external_libs)
-        pool_rule = pool_source
+        pool_rule = rmm["source"]
         sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
         known = [sizes[g] for g in gpus if g in sizes]
         if isinstance(pool, float) and pool <= 1 and known:

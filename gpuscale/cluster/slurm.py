@@ -22,7 +22,7 @@ import sys
 
 from ..choices import choice
 from ..errors import UserError, missing_module
-from . import ClusterSpec, construct, rmm_choice
+from . import ClusterSpec, construct, rmm_choice, rmm_pool
 
 CLS = "dask_jobqueue.SLURMCluster"
 GPU_WORKER = "dask cuda worker"  # run as `python -m dask cuda worker` (dask's CLI, dask-cuda's sub-command)
@@ -41,19 +41,11 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     threads = sl.cores // sl.processes
     workers = sl.jobs * sl.processes
     extra: list[str] = []
-    rmm = None
-    pool = c.rmm.pool_size
-    if gpu:
-        if pool == "auto":
-            pool = family.knobs.rmm_pool_size
-        if pool is not None:
-            extra += ["--rmm-pool-size", str(pool)]
-            if c.rmm.maximum_pool_size is not None:
-                extra += ["--rmm-maximum-pool-size", str(c.rmm.maximum_pool_size)]
-            rmm = {"pool_size": pool, "maximum_pool_size": c.rmm.maximum_pool_size,
-                   "external_libs": list(c.rmm.external_libs),
-                   "source": "set by you" if c.rmm.pool_size != "auto"
-                   else f"{family.name} family default (fraction of device memory)"}
+    pool, rmm = rmm_pool(c, family) if gpu else (None, None)
+    if pool is not None:
+        extra += ["--rmm-pool-size", str(pool)]
+        if c.rmm.maximum_pool_size is not None:
+            extra += ["--rmm-maximum-pool-size", str(c.rmm.maximum_pool_size)]
     job = {"cores": sl.cores, "memory": sl.memory, "processes": sl.processes, "queue": sl.queue,
            "account": sl.account, "walltime": sl.walltime, "job_extra_directives": list(sl.job_extra),
            "python": sl.python or sys.executable, "log_directory": sl.log_directory,
@@ -78,7 +70,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
                                      f"cores / processes = {sl.cores} / {sl.processes} (dask-jobqueue's rule)"),
         "memory_limit": choice(sl.memory, src.get("cluster.slurm.memory", "default"),
                                f"per job, split between its {sl.processes} worker process(es)"),
-        "rmm_pool_size": rmm_choice(resolved, family, pool if gpu else None, rmm["source"] if rmm else None),
+        "rmm_pool_size": rmm_choice(resolved, family, pool, rmm["source"] if rmm else None),
     }
     where = f"partition {sl.queue}" if sl.queue else "the default partition"
     return ClusterSpec(kind="slurm", cls=CLS, family=family.name, protocol=proto.name,

@@ -21,7 +21,7 @@ import pathlib
 
 from ..choices import choice
 from ..errors import UserError, missing_module
-from . import ClusterSpec, construct, rmm_choice
+from . import ClusterSpec, construct, rmm_choice, rmm_pool
 
 CLS = "dask_jobqueue.slurm.SLURMRunner"
 
@@ -44,17 +44,9 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     worker_options: dict = {"nthreads": threads}
     if c.memory_limit != "auto":
         worker_options["memory_limit"] = c.memory_limit
-    rmm = None
-    pool = c.rmm.pool_size
-    if gpu:
-        if pool == "auto":
-            pool = family.knobs.rmm_pool_size
-        if pool is not None:
-            worker_options["rmm_pool_size"] = pool
-            rmm = {"pool_size": pool, "maximum_pool_size": c.rmm.maximum_pool_size,
-                   "external_libs": list(c.rmm.external_libs),
-                   "source": "set by you" if c.rmm.pool_size != "auto"
-                   else f"{family.name} family default (fraction of device memory)"}
+    pool, rmm = rmm_pool(c, family) if gpu else (None, None)
+    if pool is not None:
+        worker_options["rmm_pool_size"] = pool
     ntasks = os.environ.get("SLURM_NTASKS")
     workers = int(ntasks) - 2 if ntasks and ntasks.isdigit() and not gpu else None
     kwargs = {"scheduler_file": str(scheduler_file()), "worker_class": worker_class,
@@ -69,7 +61,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
                                      None if c.threads_per_worker else "SLURM_CPUS_PER_TASK (1 when unset)"),
         "memory_limit": choice(c.memory_limit, src.get("cluster.memory-limit", "default"),
                                "auto: Dask's default on each node" if c.memory_limit == "auto" else None),
-        "rmm_pool_size": rmm_choice(resolved, family, pool if gpu else None, rmm["source"] if rmm else None),
+        "rmm_pool_size": rmm_choice(resolved, family, pool, rmm["source"] if rmm else None),
     }
     return ClusterSpec(kind="srun", cls=CLS, family=family.name, protocol=proto.name, workers=workers,
                        threads_per_worker=threads, memory_limit=c.memory_limit, rmm=rmm,

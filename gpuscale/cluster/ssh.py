@@ -22,7 +22,7 @@ import sys
 
 from ..choices import choice
 from ..errors import UserError, missing_module
-from . import ClusterSpec, construct, rmm_choice
+from . import ClusterSpec, construct, rmm_choice, rmm_pool
 
 
 def _connect_options(ssh) -> dict:
@@ -54,16 +54,9 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         worker_options["nthreads"] = threads
     if c.memory_limit != "auto":
         worker_options["memory_limit"] = c.memory_limit
-    rmm = None
-    pool = c.rmm.pool_size
-    if gpu:
-        if pool == "auto":
-            pool = family.knobs.rmm_pool_size
-        if pool is not None:
-            worker_options["rmm_pool_size"] = pool
-            rmm = {"pool_size": pool, "maximum_pool_size": c.rmm.maximum_pool_size,
-                   "external_libs": list(c.rmm.external_libs), "source": "set by you" if c.rmm.pool_size != "auto"
-                   else f"{family.name} family default (fraction of device memory)"}
+    pool, rmm = rmm_pool(c, family) if gpu else (None, None)
+    if pool is not None:
+        worker_options["rmm_pool_size"] = pool
     # the scheduler listens on the address its host was named by, which the other hosts reach
     scheduler_options = {"host": hosts[0], "port": 0, "dashboard_address": c.dashboard_address or ":0"}
     kwargs = {"hosts": hosts, "connect_options": _connect_options(ssh), "worker_options": worker_options,
@@ -81,7 +74,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
                                      None if threads else "Dask's default: the remote host's cores"),
         "memory_limit": choice(c.memory_limit, src.get("cluster.memory-limit", "default"),
                                "auto: Dask's default on each host" if c.memory_limit == "auto" else None),
-        "rmm_pool_size": rmm_choice(resolved, family, pool if gpu else None,
+        "rmm_pool_size": rmm_choice(resolved, family, pool,
                                     rmm["source"] if rmm else None),
     }
     return ClusterSpec(kind="ssh", cls="distributed.deploy.ssh.SSHCluster", family=family.name,
