@@ -192,7 +192,7 @@ def repeat_value(v: Any) -> int | str:
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise ValueError("must be a whole number >= 1 or auto")
     if v > MAX_REPEAT:
-        raise ValueError(f"must be at most {MAX_REPEAT:,} (or auto)")
+        raise ValueError(f"must be at most {MAX_REPEAT} (or auto)")
     return v
 
 

@@ -427,8 +427,10 @@ def test_the_record_write_is_atomic_and_never_half_there(small_disk):
 # ---------------------------------------------------------------------------------------
 @pytest.fixture
 def served(spawn):
-    """`gpuscale cluster up` (2 workers): (its Proc, the scheduler address)."""
-    up = spawn("cluster", "up", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1", "--json")
+    """`gpuscale cluster up` (2 workers, plain tcp: these cases are about the cluster going away;
+    TLS is tests/test_security.py's): (its Proc, the scheduler address)."""
+    up = spawn("cluster", "up", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1",
+               "--security", "off", "--json")
     up.wait_for(r'"scheduler"', on="out", timeout=120)
     return up, json.loads(up.stdout().splitlines()[0])["scheduler"]
 

@@ -35,11 +35,22 @@ class _DropComputeFailed:
         return not str(record.msg).startswith("Compute Failed")
 
 
+class _DropCancelled:
+    """A logging filter for ``distributed.worker.state_machine``: a task its client released
+    while it ran (an interrupted run, a run whose client went away) ends with CancelledError,
+    which the worker reports as a warning into the terminal of the command that was stopped."""
+
+    def filter(self, record) -> bool:
+        return not (str(record.msg).startswith("Async instruction for") and "CancelledError" in record.getMessage())
+
+
 def quiet_task_failures() -> None:
     import logging
-    log = logging.getLogger("distributed.worker")
-    if not any(isinstance(f, _DropComputeFailed) for f in log.filters):
-        log.addFilter(_DropComputeFailed())
+    for name, kind in (("distributed.worker", _DropComputeFailed),
+                       ("distributed.worker.state_machine", _DropCancelled)):
+        log = logging.getLogger(name)
+        if not any(isinstance(f, kind) for f in log.filters):
+            log.addFilter(kind())
 
 
 def dask_teardown(worker=None) -> None:
