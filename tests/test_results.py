@@ -86,7 +86,8 @@ def test_never_overwritten(record, tmp_path):
     out = tmp_path / "w"
     first = results.write(copy, out)
     before = first.read_bytes()
-    with pytest.raises(FileExistsError):
+    from gpuscale.errors import RecordNotWritten
+    with pytest.raises(RecordNotWritten, match="File exists"):  # never over a file; the record is kept to print
         results.write(copy, out)  # same id and timestamp: same name
     assert first.read_bytes() == before
     assert [p.name for p in out.iterdir()] == [first.name]  # no temp file left either
