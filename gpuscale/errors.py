@@ -139,11 +139,11 @@ def sigterm_raises() -> Iterator[None]:
 
     def _on_term(signum, frame):
         quiet_exit_logs()
-        raise Terminated()
+        _raise_or_defer(Terminated())
 
     def _on_int(signum, frame):
         quiet_exit_logs()
-        raise KeyboardInterrupt()
+        _raise_or_defer(KeyboardInterrupt())
 
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _on_term)}
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
@@ -153,6 +153,36 @@ def sigterm_raises() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+_deferring = 0
+_pending: list[BaseException] = []
+
+
+def _raise_or_defer(exc: BaseException) -> None:
+    if _deferring:
+        _pending.append(exc)
+        return
+    raise exc
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold back the interruption :func:`sigterm_raises` would raise for the block, and raise
+    it as the block ends. For a few statements that must not be cut in two: a temp file made
+    and its name handed to the code that removes it (cut between, the file would be
+    orphaned). Blocking the signal itself would not do: another thread may take it and the
+    handler still runs in the main thread."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+        if not _deferring and _pending:
+            exc = _pending[0]
+            _pending.clear()
+            raise exc
 
 
 NOISY_ON_EXIT = ("asyncio", "distributed", "tornado", "bokeh")

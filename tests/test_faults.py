@@ -53,7 +53,7 @@ class Proc:
         if tty:
             master, slave = pty.openpty()
         self.p = subprocess.Popen([sys.executable, "-m", "gpuscale", *map(str, args)], cwd=str(cwd),
-                                  env=_clean_environ({"COLUMNS": "200", **(env or {})}),
+                                  env=_clean_environ({"COLUMNS": "200", "PYTHONFAULTHANDLER": "1", **(env or {})}),
                                   stdout=subprocess.PIPE, stderr=slave if tty else subprocess.PIPE,
                                   start_new_session=True)
         if tty:
@@ -129,7 +129,15 @@ class Proc:
             time.sleep(0.02)
 
     def wait(self, timeout: float = 90) -> int:
-        rc = self.p.wait(timeout=timeout)
+        try:
+            rc = self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:  # show where it hangs: faulthandler dumps every thread
+            os.kill(self.pid, signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.p.wait(timeout=10)
+            for t in self._threads:
+                t.join(timeout=5)
+            raise AssertionError(f"no exit within {timeout} s; its threads then:\n" + "".join(self.err)[-20000:]) from None
         for t in self._threads:
             t.join(timeout=10)
         return rc
@@ -577,3 +585,60 @@ def test_a_corrupt_zarr_chunk_is_one_line_naming_the_rows(cli, tmp_path):
     start, stop = map(int, re.search(r"rows (\d+):(\d+)", line).groups())
     assert start <= 1000 and stop >= 2000, line
     assert "Compute Failed" not in p.stderr and files_under(tmp_path / "res") == []
+
+
+# ---------------------------------------------------------------------------------------
+# signals held back while a temp file is made and handed over (CI once left one behind)
+# ---------------------------------------------------------------------------------------
+def test_a_sigterm_inside_signals_deferred_is_raised_as_the_block_ends():
+    reached_the_end = False
+    with pytest.raises(errors.Terminated):
+        with errors.sigterm_raises():
+            with errors.signals_deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(100):  # the handler runs between these bytecodes: it must not raise
+                    time.sleep(0.001)
+                reached_the_end = True
+    assert reached_the_end
+
+
+def test_written_leaves_nothing_when_the_block_fails_or_the_name_exists(tmp_path):
+    from gpuscale.records import atomic
+    with pytest.raises(RuntimeError):
+        with atomic.written(tmp_path / "a.csv") as (f, tmp):
+            f.write(b"half")
+            assert pathlib.Path(tmp).exists()
+            raise RuntimeError("cut")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "b.csv").write_text("old")
+    with pytest.raises(FileExistsError):
+        with atomic.written(tmp_path / "b.csv") as (f, tmp):
+            f.write(b"new")
+    assert [p.name for p in tmp_path.iterdir()] == ["b.csv"] and (tmp_path / "b.csv").read_text() == "old"
+    with atomic.written(tmp_path / "b.csv", replace=True) as (f, tmp):
+        f.write(b"new")
+    assert [p.name for p in tmp_path.iterdir()] == ["b.csv"] and (tmp_path / "b.csv").read_text() == "new"
+
+
+def test_a_sigterm_landing_as_the_temp_file_is_made_leaves_nothing(tmp_path):
+    """The CI failure: SIGTERM sent the moment the temp file appeared, before its name reached
+    the cleanup. Here it is sent from inside mkstemp's own open (the worst moment)."""
+    import tempfile
+    from gpuscale.records import atomic
+    real_mkstemp = tempfile.mkstemp
+
+    def mkstemp_then_signal(*a, **k):
+        out = real_mkstemp(*a, **k)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handler has run by now, inside mkstemp's caller's block
+        return out
+
+    tempfile.mkstemp = mkstemp_then_signal
+    try:
+        with pytest.raises(errors.Terminated):
+            with errors.sigterm_raises():
+                with atomic.written(tmp_path / "out.csv") as (f, tmp):
+                    f.write(b"never")
+    finally:
+        tempfile.mkstemp = real_mkstemp
+    assert list(tmp_path.iterdir()) == []

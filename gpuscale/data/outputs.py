@@ -3,7 +3,8 @@
 :func:`check` runs before any work (type known, not a folder, free unless ``overwrite``,
 its folder writable); :func:`write` writes to a temporary sibling, flushes it to disk and
 then links it into place (``os.link`` fails if the name appeared meanwhile) or, with
-``overwrite``, renames it over the old file. A failure leaves no partial file behind.
+``overwrite``, renames it over the old file (:mod:`gpuscale.records.atomic`). A failure or
+an interruption leaves no partial file behind.
 
 Formats: ``.parquet`` / ``.csv`` for DataFrame results (the group keys become columns and
 ``(column, aggregation)`` pairs are flattened to ``column_aggregation``), ``.npy`` (the
@@ -11,12 +12,12 @@ singular values) / ``.npz`` (``s``, and ``u``, ``vt`` when they were computed) f
 """
 from __future__ import annotations
 
-import os
 import pathlib
 import tempfile
 from typing import Any
 
 from ..errors import UserError
+from ..records import atomic
 
 WRITERS = {".parquet": "Parquet", ".csv": "CSV", ".npy": ".npy", ".npz": ".npz"}
 
@@ -47,38 +48,21 @@ def check(path, overwrite: bool, suffixes: tuple[str, ...], workload: str = "thi
     return p.resolve()
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write(value: Any, path: pathlib.Path, overwrite: bool = False) -> dict[str, Any]:
     """Write ``value`` (a pandas DataFrame, or a dict of NumPy arrays for .npy / .npz) to
-    ``path``. Returns what the record says about it."""
+    ``path``, whole or not at all (:mod:`gpuscale.records.atomic`). Returns what the record
+    says about it."""
     path = pathlib.Path(path)
     suffix = path.suffix.lower()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".gpuscale-tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
+        with atomic.written(path, replace=overwrite) as (f, tmp):
             what = _write(value, suffix, f, tmp)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                raise UserError(f"--output {path} appeared while the work ran", "pass --overwrite, or "
-                                "choose another path") from None
+    except FileExistsError:
+        raise UserError(f"--output {path} appeared while the work ran", "pass --overwrite, or "
+                        "choose another path") from None
     except OSError as e:
         raise UserError(f"could not write --output {path}: {e.strerror or e}",
                         "check the disk space and permissions of its folder") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return {"path": str(path), "format": WRITERS[suffix], "bytes": path.stat().st_size, "holds": what}
 
 

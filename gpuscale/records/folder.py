@@ -20,11 +20,10 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import tempfile
 from typing import Any
 
 from ..errors import UserError
-from . import results
+from . import atomic, results
 
 LEDGER = "bench.json"
 LEDGER_SCHEMA = "gpuscale.bench"
@@ -54,10 +53,8 @@ def write_ledger(out: str | os.PathLike, spec: dict[str, Any], cases: list[dict[
     d.mkdir(parents=True, exist_ok=True)
     body = json.dumps({"schema": LEDGER_SCHEMA, "schema_version": LEDGER_VERSION, "spec": spec,
                        "cases": cases}, indent=1, default=str)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
+    with atomic.written(d / LEDGER, replace=True, text=True) as (f, _):
         f.write(body)
-    os.replace(tmp, d / LEDGER)
     return d / LEDGER
 
 

@@ -7,7 +7,6 @@ validation with each check), and where (versions and hardware), plus a timestamp
 """
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
 import os
@@ -21,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import RecordNotWritten, UserError
+from . import atomic
 
 SCHEMA = "gpuscale.result"
 SCHEMA_VERSION = 1
@@ -181,23 +181,14 @@ def write(result: Result, results_dir: str | os.PathLike) -> pathlib.Path:
     name = f"{stamp}-{result.workload}-{result.family}-{result.protocol}-{result.id}.json"
     final = d / name
     result.path = str(final)
-    tmp = None
     try:
         d.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w") as f:  # the file is read after the run: its link is a past one
+        with atomic.written(final, text=True) as (f, _):  # never over a file
             f.write(result.model_copy(update={"dashboard_link_live": link_live_after_run(result)}).to_json())
-            f.flush()
-            os.fsync(f.fileno())
-        os.link(tmp, final)  # fails if the name exists: never overwrite
     except OSError as e:
         result.path = None
         raise RecordNotWritten(str(d), e.strerror or str(e),
                                json.dumps(result.to_dict(), default=str)) from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
     return final
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.metrics import time
 
-from ..errors import UserError
+from ..errors import UserError, signals_deferred
 
 P2P_SENT = ("background-comms", "process", "bytes")
 """Tail of the worker digest key (``("p2p", span, *P2P_SENT)``) that counts P2P bytes sent."""
@@ -329,12 +329,13 @@ class Capture:
             missing.append(p)
             p = p.parent
         try:
-            for m in reversed(missing):
-                m.mkdir()
-                self._made.append(m)
-            tmp = self.path.parent / f".{self.path.name}.tmp-{uuid.uuid4().hex[:8]}"
-            tmp.mkdir()  # not mkdtemp: the folder gets the usual (umask) permissions
-            self._tmp = tmp
+            with signals_deferred():  # a signal between a mkdir and its note would orphan the folder
+                for m in reversed(missing):
+                    m.mkdir()
+                    self._made.append(m)
+                tmp = self.path.parent / f".{self.path.name}.tmp-{uuid.uuid4().hex[:8]}"
+                tmp.mkdir()  # not mkdtemp: the folder gets the usual (umask) permissions
+                self._tmp = tmp
         except OSError as e:
             raise UserError(f"trace dir '{self.path}' cannot be written ({e.strerror or e})",
                             "pass --trace a folder under a writable folder") from None
