@@ -68,7 +68,8 @@ _PROFILE = re.compile(r"[^\s'\"]*/clusters/([\w.-]+\.ya?ml)")
 """A packaged profile's path: the source checkout's clusters/ or the installed package's copy."""
 _SIZE = re.compile(r"\d+(?:\.\d+)? ?(?:[kMGTP]i?B|bytes)\b")
 _MACHINE_KEYS = {"memory_limit_bytes", "capacity_bytes", "worker_limit_bytes", "per_worker_bytes",
-                 "free_bytes", "headroom_bytes", "worker_bytes", "usable_bytes"}
+                 "free_bytes", "headroom_bytes", "worker_bytes", "usable_bytes", "limit", "spill_space",
+                 "peak_bytes", "spill_bytes_per_worker"}
 
 
 def normalize(obj: Any, key: str | None = None) -> Any:

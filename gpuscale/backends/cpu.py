@@ -28,4 +28,5 @@ FAMILY = Family(
         split_every=8,
     ),
     auto_priority=0,
+    spill_to="disk",
 )

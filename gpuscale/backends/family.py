@@ -49,6 +49,12 @@ class Knobs:
     """RMM pool per worker as a fraction of device memory (None: no pool)."""
     pre_import: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Libraries each worker imports at start, by collection kind."""
+    worker_growth_bytes: int = 128 * 2**20
+    """What a worker's first tasks add to the memory it holds at start (the chunk library's
+    imports, one allocator arena per thread, memory the allocator keeps), added to the
+    measured baseline by the memory check (:mod:`gpuscale.memory`). Measured on the CPU: a
+    worker at 72 MiB at start peaked 60-100 MiB above its data and blocks in svd and groupby
+    runs that spilled."""
 
     def as_dict(self, collection: str | None = None) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -99,6 +105,10 @@ class Family:
     """Where this family's chunks live: ``"host"`` (NumPy, pandas) or ``"device"`` (CuPy, cuDF).
     The backend audit names a change between families of different memory by it
     (``host -> device``)."""
+    spill_to: str | None = None
+    """Where a worker puts data that does not fit its memory: ``"disk"`` (distributed's
+    spilling to the worker's local directory, under ``distributed.worker.memory.*``) or None
+    (not carried yet: data must fit). The memory check's verdict reads it."""
     lossy_writers: Mapping[str, LossyWriter] = field(default_factory=dict)
     """Dask DataFrame writers (``"to_csv"``) whose partitions, written by this family's chunk
     library, lose data (:class:`LossyWriter`); a session writes them through the host library."""

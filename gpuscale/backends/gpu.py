@@ -72,6 +72,9 @@ FAMILY = GpuFamily(
         rmm_pool_size=0.8,
         pre_import={"array": ("cupy",), "dataframe": ("cupy", "cudf", "dask_cudf"),
                     "session": ("cupy",)},
+        # device memory a worker holds beyond its chunks: the CUDA context, cuBLAS / cuDF
+        # workspaces (assumed: the device's baseline is not measured yet)
+        worker_growth_bytes=512 * 2**20,
     ),
     auto_priority=10,
     nvtx_phases=True,

@@ -58,6 +58,9 @@ class ClusterSpec(BaseModel):
     notes: list[str] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """The exact keyword arguments given to the cluster class."""
+    dask_config: dict[str, Any] = Field(default_factory=dict)
+    """Dask settings in force while the cluster starts (its worker processes take them), e.g.
+    a lowered ``distributed.worker.memory.target``."""
     commands: list[str] = Field(default_factory=list, exclude=True)
     """What a deploy target runs on other hosts (the ssh commands, the SLURM job script's
     lines), for ``cluster show``."""

@@ -138,6 +138,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     if proto.bind_host:
         kwargs["host"] = proto.bind_host
     limit = memory_bytes(c.memory_limit, threads, cores)
+    worker_config: dict = {}
     family_threads = family.knobs.threads_per_worker.get(collection or "session")
     choices = {
         "protocol": choice(proto.name, src.get("protocol", "default")),
@@ -151,12 +152,40 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
                                       f"{threads} thread(s) / {cores} core(s)) = {{value}} per worker "
                                       "(distributed's rule)"),
         "rmm_pool_size": rmm_choice(resolved, family),
+        **spill_choices(family, limit, threads, worker_config),
     }
     return ClusterSpec(
         kind="local", cls="distributed.LocalCluster", family=family.name, protocol=proto.name,
         workers=workers, threads_per_worker=threads, memory_limit=c.memory_limit,
         memory_limit_bytes=limit, dashboard_address=c.dashboard_address, notes=notes, kwargs=kwargs,
-        choices=choices)
+        dask_config=worker_config, choices=choices)
+
+
+def spill_choices(family, limit: int | None, threads: int, worker_config: dict) -> dict:
+    """Where the workers spill and from what share of their memory (the spill target's rule is
+    :func:`gpuscale.memory.target_fraction`); a lowered target goes into ``worker_config``
+    (the spec's ``dask_config``, in force while the workers start)."""
+    import tempfile
+
+    import dask
+
+    from .. import memory
+    if family.spill_to is None:
+        return {"spill_to": choice(None, "family", f"the {family.name} family does not spill: data must fit")}
+    target, why = memory.target_fraction(limit, threads, family)
+    if target is not None:
+        worker_config["distributed.worker.memory.target"] = target
+    directory = dask.config.get("temporary-directory", None)
+    return {
+        "spill_to": choice(family.spill_to, "family", "distributed's spilling: managed data over the target "
+                           "goes to the worker's local directory, read back when a task needs it"),
+        "memory_target_fraction": choice(target if target is not None else
+                                         dask.config.get("distributed.worker.memory.target"),
+                                         "rule" if target is not None else "dask config", why),
+        "spill_directory": choice(directory or tempfile.gettempdir(), "dask config" if directory else "default",
+                                  "temporary-directory (dask config; default the system's temp folder): each "
+                                  "worker's local directory, where it spills, is made there"),
+    }
 
 
 def start(spec: ClusterSpec, security=None):
@@ -165,7 +194,13 @@ def start(spec: ClusterSpec, security=None):
     kwargs = dict(spec.kwargs)
     if spec.security == "tls":
         kwargs["security"] = security or tls.temporary()
-    cluster = construct(spec, lambda: LocalCluster(**kwargs))
+    import dask
+
+    def make():
+        with dask.config.set(spec.dask_config):
+            return LocalCluster(**kwargs)
+
+    cluster = construct(spec, make)
     try:
         return cluster, Client(cluster)
     except BaseException:

@@ -254,6 +254,42 @@ def workloads_table(items: list[dict]) -> Table:
     return t
 
 
+VERDICT_STYLE = {"fits": "[green]fits in memory[/green]", "spills": "[yellow]fits with spilling[/yellow]",
+                 "does not fit": "[red bold]does NOT fit[/red bold]"}
+
+
+def memory_table(m: dict[str, Any], title: str) -> Table:
+    """The memory check (:mod:`gpuscale.memory`): the estimate by part, the per-worker
+    sum against the smallest worker, the verdict; after a run, what the workers held."""
+    t = Table(title=title, show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("estimate", escape(f"{format_bytes(m['estimate_bytes'])}: " + " + ".join(
+        f"{k} {format_bytes(v)}" for k, v in m["parts"].items())))
+    if m.get("workers") and m.get("worker_limit_bytes"):
+        t.add_row("per worker", escape(
+            f"baseline {format_bytes(m['baseline_bytes'])} + working set {format_bytes(m['working_set_bytes'])} "
+            f"+ data {format_bytes(m['per_worker_bytes'])} against {format_bytes(m['usable_bytes'])} in memory "
+            f"of {format_bytes(m['worker_limit_bytes'])} ({m['workers']} worker(s))") + ": "
+            + VERDICT_STYLE.get(m.get("verdict"), str(m.get("verdict"))))
+        if m.get("spill_bytes_per_worker"):
+            t.add_row("spill", escape(f"{format_bytes(m['spill_bytes_per_worker'])} per worker to "
+                                      f"{m['budget'].get('spill_to') or 'nowhere (this family does not spill)'}"
+                                      + (f", {format_bytes(m['budget']['spill_space'])} free per worker"
+                                         if m['budget'].get('spill_space') is not None else "")))
+        t.add_row("baseline", escape(m.get("baseline_source", "")))
+    t.add_row("rule", escape(m["rule"]))
+    meas = m.get("measured")
+    if meas and meas.get("peak_bytes"):
+        t.add_row("measured", escape(
+            f"peak {format_bytes(meas['peak_bytes'])} per worker"
+            + (f" = {meas['peak_over_estimate']:g} x the estimate" if meas.get("peak_over_estimate") else "")
+            + f"; spilled {format_bytes(meas['spilled_bytes'])}"))
+    if not m.get("fits", True):
+        t.add_row("override", escape(m["override"]))
+    return t
+
+
 # ---------------------------------------------------------------------------------------
 # Backend audit (gpuscale.audit) and explain (gpuscale.runs.preview)
 # ---------------------------------------------------------------------------------------
@@ -381,21 +417,7 @@ def explain_table(d: dict[str, Any]):
         for name, e in items.items():
             knobs.add_row(escape(f"{scope}.{name}"), escape(_fmt_value(e["value"])), escape(str(e["source"])),
                           escape(e.get("rule") or ""))
-    m = d["memory"]
-    mem = Table(title="memory headroom (estimated peak vs the planned workers)", show_header=False,
-                title_justify="left")
-    mem.add_column(style="bold")
-    mem.add_column()
-    mem.add_row("estimate", escape(f"{format_bytes(m['estimate_bytes'])}: " + " + ".join(
-        f"{k} {format_bytes(v)}" for k, v in m["parts"].items())))
-    if m["workers"]:
-        fits = "[green]fits[/green]" if m["fits"] else "[red bold]does NOT fit[/red bold]"
-        mem.add_row("per worker", f"{format_bytes(m['per_worker_bytes'])} of {format_bytes(m['usable_bytes'])} "
-                                  f"usable ({format_bytes(m['worker_limit_bytes'])} x 0.9, {m['workers']} "
-                                  f"worker(s)): {fits}")
-    mem.add_row("rule", escape(m["rule"]))
-    if not m["fits"]:
-        mem.add_row("override", escape(m["override"]))
+    mem = memory_table(d["memory"], "memory (estimate vs the planned workers)")
     parts = [head, knobs, mem]
     if d.get("notes"):
         notes = Table(show_header=False, box=None)

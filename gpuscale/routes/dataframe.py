@@ -100,7 +100,8 @@ def _normalize_agg(df, by: list[str], agg, where: str = "the DataFrame") -> dict
 
 
 def choose_groupby(df, by, agg, *, groups: int | None = None, rows: int | None = None,
-                 split_out: int | str = "auto", family=None) -> GroupbyDecision:
+                 split_out: int | str = "auto", family=None, worker_bytes: int | None = None,
+                 room_bytes: int | None = None) -> GroupbyDecision:
     """Choose how to run ``df.groupby(by).agg(agg)``.
 
     * the result is estimated at ``groups`` x (key + aggregate columns) x 8 B; over the family's
@@ -127,14 +128,24 @@ def choose_groupby(df, by, agg, *, groups: int | None = None, rows: int | None =
     decomposable = all(a in DECOMPOSE for aggs in spec.values() for a in aggs)
     return decide_groupby(groups=groups, rows=rows, npartitions=df.npartitions, width=width,
                           decomposable=decomposable, family=fam, split_out=split_out,
-                          groups_source=source)
+                          groups_source=source, worker_bytes=worker_bytes, room_bytes=room_bytes)
+
+
+CONCAT_COPIES = 2
+"""The per-worker route holds a worker's partitions concatenated and the aggregation's tables."""
 
 
 def decide_groupby(*, groups: int, rows: int, npartitions: int, width: int, decomposable: bool,
-                   family, split_out: int | str = "auto", groups_source: str = "given") -> GroupbyDecision:
+                   family, split_out: int | str = "auto", groups_source: str = "given",
+                   worker_bytes: int | None = None, room_bytes: int | None = None) -> GroupbyDecision:
     """The plan of :func:`choose_groupby` from numbers alone (no frame, nothing computed):
     ``width`` = key + aggregate columns, ``decomposable`` = every aggregation is one the
-    per-worker route splits (see ``DECOMPOSE``). ``gpuscale explain`` plans with it."""
+    per-worker route splits (see ``DECOMPOSE``). ``gpuscale explain`` plans with it.
+    ``worker_bytes`` (the frame's bytes per worker) and ``room_bytes`` (what one worker's
+    running tasks may hold, :attr:`gpuscale.memory.Budget.task_room`): the per-worker
+    route, which concatenates a worker's partitions in one task, is taken only when
+    ``CONCAT_COPIES x worker_bytes`` fits the room (else partials combine in a tree, partition
+    by partition, and the inputs may spill)."""
     fam = family
     knobs = fam.knobs
     source = groups_source
@@ -160,7 +171,8 @@ def decide_groupby(*, groups: int, rows: int, npartitions: int, width: int, deco
     per_part = max(1, rows // max(1, nparts))
     fraction = min(groups, per_part) / per_part
     least = knobs.groupby_concat_min_fraction
-    if (nparts > 1 or least == 0) and fraction >= least and decomposable:
+    too_big = worker_bytes is not None and room_bytes is not None and CONCAT_COPIES * worker_bytes > room_bytes
+    if (nparts > 1 or least == 0) and fraction >= least and decomposable and not too_big:
         if least == 0:
             why = (f"split_out=1 ({size}, under the {fam.name} budget of {budget / 1e6:.4g} MB); "
                    f"per-worker: the {fam.name} family aggregates each worker's partitions in one task "
@@ -172,12 +184,15 @@ def decide_groupby(*, groups: int, rows: int, npartitions: int, width: int, deco
         return GroupbyDecision("per-worker", 1, split_every, None, groups, source, result_bytes, budget, why)
     why = (f"split_out=1: {size}, under the {fam.name} per-partition budget of "
            f"{budget / 1e6:.4g} MB: tree reduction (fan-in {split_every}), no shuffle")
+    if too_big and decomposable:
+        why += (f"; not per-worker: concatenating a worker's {worker_bytes / 1e6:.4g} MB (x{CONCAT_COPIES}) "
+                f"would not fit the {room_bytes / 1e6:.4g} MB its tasks may hold")
     return GroupbyDecision("tree", 1, split_every, None, groups, source, result_bytes, budget, why)
 
 
 def groupby_agg(df, by, agg, *, groups: int | None = None, rows: int | None = None,
                 split_out: int | str = "auto", plan: GroupbyDecision | None = None,
-                family=None) -> GroupbyResult:
+                family=None, worker_bytes: int | None = None, room_bytes: int | None = None) -> GroupbyResult:
     """``df.groupby(by).agg(agg)`` with the tuned plan; lazy. Works in any Client context.
 
     ``agg`` is a dict ``{column: "mean" | [aggs]}`` (or one aggregation for every column). The
@@ -185,7 +200,7 @@ def groupby_agg(df, by, agg, *, groups: int | None = None, rows: int | None = No
     """
     by_list = [by] if isinstance(by, str) else list(by)
     plan = plan or choose_groupby(df, by_list, agg, groups=groups, rows=rows, split_out=split_out,
-                                family=family)
+                                family=family, worker_bytes=worker_bytes, room_bytes=room_bytes)
     spec = _normalize_agg(df, by_list, agg)
     if plan.strategy == "per-worker":
         return GroupbyResult(_per_worker_agg(df, by_list, spec), plan)

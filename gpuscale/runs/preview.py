@@ -1,7 +1,7 @@
 """``gpuscale explain``: what a run with the same arguments would do, starting nothing.
 
 The same configuration (:func:`gpuscale.runs.session.configure`), workload choices, memory
-headroom (:func:`gpuscale.runs.runner.headroom`) and runner placement
+check (:mod:`gpuscale.memory`) and runner placement
 (:func:`gpuscale.runs.remote.placement`) a run would use, with every knob laid out as the
 record's ``explained`` section lays it out (:mod:`gpuscale.records.explained`).
 """
@@ -12,6 +12,7 @@ from typing import Any
 from .. import cluster, config, workloads
 from ..errors import UserError
 from ..records.explained import explained
+from .. import memory as _memory
 from . import remote, runner
 from .session import configure
 
@@ -34,17 +35,18 @@ def preview(workload: str, *, backend: str | None = None, protocol: str | None =
                      "would follow where it can")
     wl = cls()
     ctx = workloads.Context(fam, spec, None)
+    ctx.memory = _memory.planned(spec, fam, cluster.planned_worker_memory(spec))
     try:
         wl.plan(p, ctx)
     except ImportError as e:
         raise UserError(f"explaining {cls.name} on the {fam.name} family needs the module "
                         f"'{e.name}' here (the workload's plan asks it)",
                         "explain it where that family's libraries are installed") from None
-    memory = runner.headroom(wl, p, ctx, cluster.planned_worker_memory(spec))
+    memory = _memory.assess(wl, p, ctx, ctx.memory)
     run_cfg = resolved.settings.run
     memory["checked"] = bool(run_cfg.memory_check)
     if run_cfg.memory_check and not memory["fits"]:
-        notes.append("the run would stop before starting work: " + str(runner.memory_error(cls.name, memory)))
+        notes.append("the run would stop before starting work: " + str(_memory.error(cls.name, memory)))
     if spec.workers is not None and spec.threads_per_worker is not None:
         notes.append(f"thread-based rules used the planned {spec.workers} worker(s) x "
                      f"{spec.threads_per_worker} thread(s)")

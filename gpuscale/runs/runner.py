@@ -18,12 +18,12 @@ from typing import Any, Callable, ContextManager, Iterator
 
 import dask
 from dask.core import flatten
-from dask.utils import format_bytes
 from distributed import futures_of, span, wait
 
 from ..audit import Audit
-from ..errors import UserError, phase as named_phase
+from ..errors import phase as named_phase
 from ..workloads import Context, Output, Validation, Workload
+from .. import memory as _memory
 from . import repeats as _repeats
 
 SETTLE_TIMEOUT_S = 30.0
@@ -31,7 +31,6 @@ GC_AFTER_S = 0.05
 
 # dask-expr DataFrames ignore span annotations (with a warning); arrays keep them.
 warnings.filterwarnings("ignore", message="Dask annotations .* detected", category=UserWarning)
-MEMORY_HEADROOM = 0.9
 
 
 class Cancelled(Exception):
@@ -52,7 +51,8 @@ class Outcome:
     audit: dict[str, Any] | None = None
     """The backend audit of generate + warm-up + timed repeats (:mod:`gpuscale.audit`)."""
     memory: dict[str, Any] | None = None
-    """The memory headroom check (:func:`headroom`)."""
+    """The memory check (:func:`gpuscale.memory.check`), and under ``measured`` what the
+    workers held at their peak and spilled (:class:`gpuscale.memory.Watch`)."""
     output: Output | None = None
     """The last repeat's result, persisted (what ``--output`` writes)."""
     repeats: dict[str, Any] | None = None
@@ -192,46 +192,6 @@ def time_split(client, cursors: list[int | None], end: int | None, elapsed: list
                    "(graph, scheduling, round trips, device synchronize)"}
 
 
-def headroom(workload: Workload, p, ctx: Context, limits: list[int] | None) -> dict[str, Any]:
-    """The estimated peak (by part: inputs / intermediates / results where the workload knows
-    them) spread evenly over the workers, against the smallest worker's memory (``limits``:
-    bytes per worker, device memory on GPUs; None or 0 = unknown / unlimited) x
-    ``MEMORY_HEADROOM``. Used before a run (:func:`check_memory`) and by ``gpuscale explain``."""
-    parts = {k: int(v) for k, v in workload.estimate_memory(p, ctx).items()}
-    estimate = sum(parts.values())
-    limits = [int(x) for x in (limits or []) if x]
-    n = len(limits)
-    per_worker = -(-estimate // n) if n else None
-    smallest = min(limits) if limits else None
-    usable = int(smallest * MEMORY_HEADROOM) if smallest else None
-    return {"estimate_bytes": estimate, "parts": parts, "workers": n or None,
-            "per_worker_bytes": per_worker, "worker_limit_bytes": smallest, "usable_bytes": usable,
-            "capacity_bytes": sum(limits), "fits": usable is None or per_worker <= usable,
-            "rule": f"peak spread evenly over the workers, against the smallest worker's memory x "
-                    f"{MEMORY_HEADROOM:g}" + ("" if limits else " (unknown here: not checked)"),
-            "override": "--no-memory-check (memory_check=False)"}
-
-
-def memory_error(workload_name: str, h: dict[str, Any]) -> UserError:
-    parts = " + ".join(f"{k} {format_bytes(v)}" for k, v in h["parts"].items() if v)
-    return UserError(f"{workload_name} at these sizes needs about {format_bytes(h['estimate_bytes'])} "
-                     f"({parts}), {format_bytes(h['per_worker_bytes'])} per worker over "
-                     f"{h['workers']} worker(s), but the smallest worker holds "
-                     f"{format_bytes(h['worker_limit_bytes'])} ({int(MEMORY_HEADROOM * 100)}% usable)",
-                     "use smaller sizes, more memory (--memory-limit, --workers, --gpus), "
-                     "or --no-memory-check to try anyway")
-
-
-def check_memory(workload: Workload, p, ctx: Context, enforce: bool) -> dict[str, Any]:
-    """Estimate the peak per worker against the workers' memory (device memory on GPUs);
-    refuse sizes that cannot fit unless told not to. Returns the :func:`headroom` dict."""
-    h = headroom(workload, p, ctx, list(ctx.family.worker_memory(ctx.client).values()))
-    h["checked"] = bool(enforce)
-    if enforce and not h["fits"]:
-        raise memory_error(workload.name, h)
-    return h
-
-
 Progress = Callable[[str, int], ContextManager[Callable[[], None]]]
 """How a caller watches the repeats: ``progress(description, total)`` is a context manager
 around them that yields the function called after each one (the CLI hands in
@@ -269,8 +229,10 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _
     phase = tracer.phase if tracer is not None else _no_phase
     fam = ctx.family
     with named_phase("the memory check and the audit's set-up"):
+        ctx.memory = _memory.measure(client, fam, fam.worker_memory(client))
         workload.plan(p, ctx)
-        memory = check_memory(workload, p, ctx, memory_check)
+        memory = _memory.check(workload, p, ctx, memory_check)
+        watch = _memory.Watch(client, fam, ctx.memory)
         auditor = Audit(client, fam, scope=AUDIT_SCOPE).start() if audit else None
     try:
         outcome = _run(workload, p, ctx, warmup, repeat, phase, auditor, cancelled or _never, progress or _silent)
@@ -278,7 +240,8 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _
         if auditor is not None:
             auditor.stop()
         raise
-    outcome.memory = memory
+    measured = watch.read(memory)
+    outcome.memory = {**memory, **({"measured": measured} if measured else {})}
     outcome.estimate_bytes, outcome.capacity_bytes = memory["estimate_bytes"], memory["capacity_bytes"]
     return outcome
 

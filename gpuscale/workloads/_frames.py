@@ -15,6 +15,10 @@ from . import Context
 if TYPE_CHECKING:
     import pandas as pd
 
+PARTITION_COPIES = 3
+"""Partitions one task holds at its peak (the partition, the operation's output and its hash
+tables or sort buffers): block sizes are capped by worker memory with it."""
+
 FULL_CHECK_ROWS = 2_000_000
 """Frames up to this many rows are checked whole against pandas on the host."""
 
@@ -23,12 +27,13 @@ def plan_partitions(ctx: Context, given: int | None, rows: int, row_bytes: int,
                     name: str = "partitions") -> int:
     if given is not None:
         return ctx.choose(name, given, "flag")
-    by_bytes = math.ceil(rows * row_bytes / ctx.knobs.partition_bytes)
+    budget, capped = ctx.capped(ctx.knobs.partition_bytes, PARTITION_COPIES, "partition")
+    by_bytes = math.ceil(rows * row_bytes / budget)
     n = min(rows, max(by_bytes, ctx.total_threads))
     return ctx.choose(name, n, "rule",
                       f"max({rows:,} rows x {row_bytes} B / {ctx.family.name} partition budget "
-                      f"{ctx.knobs.partition_bytes / 2**20:.0f} MiB = {by_bytes}, "
-                      f"{ctx.total_threads} threads)")
+                      f"{budget / 2**20:.0f} MiB = {by_bytes}, "
+                      f"{ctx.total_threads} threads)" + (f" ({capped})" if capped else ""))
 
 
 def sizes(rows: int, parts: int) -> list[int]:

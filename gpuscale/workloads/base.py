@@ -74,6 +74,7 @@ class Context:
     data: Any = None                  # the user's data (inputs.Source), None for generated data
     validate: str | None = None       # off | fast | full; None: the workload's default
     data_description: dict | None = None  # the record's ``data`` for user data (set by from_data)
+    memory: Any = None                # memory.Budget: what each worker has (None: unknown)
 
     @property
     def knobs(self):
@@ -85,6 +86,11 @@ class Context:
             info = self.client.scheduler_info(n_workers=-1)["workers"]
             return max(1, sum(w.get("nthreads", 1) for w in info.values()))
         return max(1, (self.spec.workers or 1) * (self.spec.threads_per_worker or 1))
+
+    def capped(self, knob: int, copies: float, what: str) -> tuple[int, str | None]:
+        """A family block size ``knob`` capped by the workers' memory (``copies`` blocks per
+        running task), and why when the cap binds (:meth:`gpuscale.memory.Budget.cap`)."""
+        return (knob, None) if self.memory is None else self.memory.cap(knob, copies, what)
 
     def choose(self, name: str, value: Any, source: str, rule: str | None = None) -> Any:
         """Record a tuned choice (value, where it came from, and the rule if one chose it)."""
@@ -127,6 +133,11 @@ class Workload:
         """Record tuned choices with ``ctx.choose`` (may need ctx.client for cluster facts)."""
 
     def estimate_bytes(self, p, ctx: Context) -> int:
+        return 0
+
+    def task_bytes(self, p, ctx: Context) -> int:
+        """One task's peak memory (the working set is threads x this; it cannot spill).
+        Default 0: the data parts carry the whole estimate."""
         return 0
 
     def estimate_memory(self, p, ctx: Context) -> dict[str, int]:

@@ -35,13 +35,14 @@ from ..backends import to_host
 from ..errors import UserError
 from ..data.inputs import AGG_EXAMPLE, parse_agg, parse_by
 from . import Check, Context, Output, Params, Validation, Workload, register
-from ._frames import from_partitions, host_frame, plan_partitions
+from ._frames import PARTITION_COPIES, from_partitions, host_frame, plan_partitions
 
 if TYPE_CHECKING:  # pandas and dask.dataframe are imported where used: the CLI builds this
     import pandas as pd  # workload's command (and may send its runner to a cluster) without them
 
 AGG = {"int64": ["max", "count"], "float64": ["mean"]}
 ROW_BYTES = 24  # key + int64 + float64
+RESULT_ROW_BYTES = 8 * (1 + sum(len(a) for a in AGG.values()))
 FULL_CHECK_ROWS = 5_000_000
 SAMPLE_GROUPS = 25
 MEAN_RTOL = 1e-9
@@ -119,17 +120,29 @@ class Groupby(Workload):
         _record_plan(ctx, p, routes.decide_groupby(
             groups=p.keys, rows=p.rows, npartitions=ctx.choices["partitions"]["value"],
             width=1 + sum(len(a) for a in AGG.values()), decomposable=True, family=ctx.family,
-            split_out=p.split_out))
+            split_out=p.split_out, **_room(p, ctx)))
 
     def estimate_bytes(self, p, ctx: Context) -> int:
         return sum(self.estimate_memory(p, ctx).values())
 
     def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
+        """The frame (persisted: it may spill); the plan's intermediates (the per-worker route
+        concatenates each worker's partitions, a shuffle moves the frame's partials: as large
+        as the frame; a tree holds one partial per partition, at most the result each);
+        the result (groups x the aggregate columns)."""
         if ctx.data is not None:  # the input's size in memory when known (files), else unknown
             data = ctx.data.nbytes or 0
             return {"inputs": data, "intermediates": data, "results": data}
         data = p.rows * ROW_BYTES
-        return {"inputs": data, "intermediates": data, "results": data}  # = estimate_bytes
+        result = p.keys * RESULT_ROW_BYTES
+        strategy = ctx.choices.get("groupby_strategy", {}).get("value")
+        parts = ctx.choices.get("partitions", {}).get("value") or 1
+        inter = min(data, result * parts) if strategy == "tree" else data
+        return {"inputs": data, "intermediates": inter, "results": result}
+
+    def task_bytes(self, p, ctx: Context) -> int:
+        parts = ctx.choices.get("partitions", {}).get("value")
+        return int(PARTITION_COPIES * p.rows * ROW_BYTES / parts) if ctx.data is None and parts else 0
 
     def describe_data(self, p) -> dict:
         return {"rows": p.rows, "columns": {"key": "int64", "int64": "int64", "float64": "float64"},
@@ -145,7 +158,7 @@ class Groupby(Workload):
                                      split_out=p.split_out, family=ctx.family)
         else:
             res = routes.groupby_agg(data, "key", AGG, groups=p.keys, rows=p.rows, split_out=p.split_out,
-                                     family=ctx.family)
+                                     family=ctx.family, **_room(p, ctx))
         _record_plan(ctx, p, res.plan)
         return Output({"result": res.result}, {"plan": res.plan.to_dict()})
 
@@ -169,7 +182,7 @@ class Groupby(Workload):
         # and the sampled groups come back (10 partitions of 100 M rows on an H200: 11 tasks
         # instead of 35).
         sample = [int(k) for k in np.sort(np.random.default_rng(p.seed + 11).choice(
-            p.keys, size=min(SAMPLE_GROUPS, p.keys), replace=False))]
+            p.keys, size=_sample_size(p, ctx), replace=False))]
         rows, n_got, n_counts, total, same, picked, subset = _sampled_check(data, out.collections["result"], sample)
         checks: list[Check] = [Check("counts sum to rows", total == rows == p.rows, total, p.rows)]
         checks.append(Check("every group's count = value_counts(key)", same, n_got, n_counts))
@@ -278,6 +291,26 @@ def _verdict(facts, result_parts, sample):
 
 def _rows_of(frame, keys):
     return frame[frame.index.isin(keys)]
+
+
+def _sample_size(p, ctx: Context) -> int:
+    """Groups the sampled check recomputes: ``SAMPLE_GROUPS``, fewer when their rows (gathered
+    in one task) would take more than a quarter of what a worker's tasks may hold."""
+    n = min(SAMPLE_GROUPS, p.keys)
+    room = ctx.memory.task_room if ctx.memory is not None else None
+    if room:
+        per_group = p.rows * ROW_BYTES / p.keys
+        n = min(n, max(1, int(room / 4 / per_group)))
+    return n
+
+
+def _room(p, ctx: Context) -> dict[str, int | None]:
+    """The generated frame's bytes per worker and what one worker's tasks may hold: the
+    per-worker plan is taken only when a worker's partitions fit it concatenated."""
+    b = ctx.memory
+    if b is None or not b.workers:
+        return {}
+    return {"worker_bytes": -(-p.rows * ROW_BYTES // b.workers), "room_bytes": b.task_room}
 
 
 def _record_plan(ctx: Context, p, plan) -> None:

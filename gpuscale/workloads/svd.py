@@ -88,40 +88,52 @@ class SVD(Workload):
                        f"your array's own row blocks: {len(rows)} block(s) of {_span(rows)} rows")
         elif src is not None:
             m, n = src.shape
-            rows = _chunk_rule(m, n, np.dtype(src.dtype).itemsize, ctx)
+            rows = _chunk_rule(m, n, np.dtype(src.dtype).itemsize, ctx, p.route)
             stored = src.stored_chunks[0] if src.stored_chunks else None
             if stored:  # whole stored chunks per block: each is read once
                 rows = min(m, max(stored, rows // stored * stored))
-            ctx.choose("chunk_rows", rows, "rule", _chunk_why(m, n, np.dtype(src.dtype).itemsize, ctx)
+            ctx.choose("chunk_rows", rows, "rule", _chunk_why(m, n, np.dtype(src.dtype).itemsize, ctx, p.route)
                        + (f", rounded to the store's {stored}-row chunks" if stored else ""))
         elif p.chunk_rows is not None:
             ctx.choose("chunk_rows", p.chunk_rows, "flag")
         else:
             itemsize = np.dtype(p.dtype).itemsize
-            rows = _chunk_rule(p.rows, p.cols, itemsize, ctx)
-            ctx.choose("chunk_rows", rows, "rule", _chunk_why(p.rows, p.cols, itemsize, ctx))
+            rows = _chunk_rule(p.rows, p.cols, itemsize, ctx, p.route)
+            ctx.choose("chunk_rows", rows, "rule", _chunk_why(p.rows, p.cols, itemsize, ctx, p.route))
         ctx.choose("route", p.route, "flag" if p.route != "auto" else "default",
                    "auto: Gram if its predicted error holds the tolerance, else CholeskyQR2, "
                    "else TSQR" if p.route == "auto" else None)
         ctx.choose("tree_fan_in", ctx.knobs.split_every, "family",
                    "None: one combine step" if ctx.knobs.split_every is None else None)
 
-    def estimate_bytes(self, p, ctx: Context) -> int:
+    def _data_bytes(self, p, ctx: Context) -> int:
         if ctx.data is not None:
             src = ctx.data
             if src.nbytes is None:
                 return 0  # unknown row count: not estimated
             # kept as given when float, converted to float64 otherwise
-            data = src.nbytes * (1 if np.dtype(src.dtype).kind == "f" else
+            return src.nbytes * (1 if np.dtype(src.dtype).kind == "f" else
                                  max(1, 8 // np.dtype(src.dtype).itemsize))
-        else:
-            data = p.rows * p.cols * np.dtype(p.dtype).itemsize
-        factor = 2.0
-        if p.route == "tsqr" or p.compute_uv:
-            factor += 1.0
-        if p.condition is not None:
-            factor += 1.0
-        return int(data * factor)
+        return p.rows * p.cols * np.dtype(p.dtype).itemsize
+
+    def estimate_bytes(self, p, ctx: Context) -> int:
+        return sum(self.estimate_memory(p, ctx).values())
+
+    def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
+        """The matrix (persisted: it may spill); TSQR's Q blocks and a generated spectrum's Q
+        as large again; U as large again with --compute-uv. The Gram / CholeskyQR2 routes
+        hold only cols x cols beyond their blocks (the working set, :meth:`task_bytes`)."""
+        data = self._data_bytes(p, ctx)
+        inter = data if (p.route == "tsqr" or p.condition is not None) else 0
+        return {"inputs": data, "intermediates": inter, "results": data if p.compute_uv else 0}
+
+    def task_bytes(self, p, ctx: Context) -> int:
+        rows = ctx.choices.get("chunk_rows", {}).get("value")
+        cols = ctx.data.shape[1] if ctx.data is not None and len(ctx.data.shape) == 2 else p.cols
+        itemsize = np.dtype(ctx.data.dtype).itemsize if ctx.data is not None else np.dtype(p.dtype).itemsize
+        if not isinstance(rows, int):
+            return 0
+        return int(SVD_COPIES.get(p.route, 3) * rows * cols * max(itemsize, 8 if ctx.data is not None else itemsize))
 
     def describe_data(self, p) -> dict:
         return {"shape": [p.rows, p.cols], "dtype": p.dtype,
@@ -280,18 +292,30 @@ class SVD(Workload):
         return Validation(method, checks, level)
 
 
-def _chunk_rule(rows: int, cols: int, itemsize: int, ctx: Context) -> int:
-    """Rows per block: the family's chunk budget, at least one block per thread, >= cols."""
-    by_bytes = max(1, ctx.knobs.chunk_bytes // (cols * itemsize))
+SVD_COPIES = {"gram": 2, "auto": 2, "cholqr2": 3, "tsqr": 3}
+"""Blocks one task holds at its peak, by route: the row block and its generated / read copy
+(Gram's X_i^T X_i is cols^2); CholeskyQR2 and TSQR also form a Q block."""
+
+
+def _budget(ctx: Context, route: str = "auto") -> tuple[int, str | None]:
+    return ctx.capped(ctx.knobs.chunk_bytes, SVD_COPIES.get(route, 3), "row block")
+
+
+def _chunk_rule(rows: int, cols: int, itemsize: int, ctx: Context, route: str = "auto") -> int:
+    """Rows per block: the family's chunk budget (capped by worker memory), at least one
+    block per thread, >= cols."""
+    by_bytes = max(1, _budget(ctx, route)[0] // (cols * itemsize))
     by_threads = math.ceil(rows / ctx.total_threads)
     return max(min(by_bytes, by_threads), min(cols, rows))
 
 
-def _chunk_why(rows: int, cols: int, itemsize: int, ctx: Context) -> str:
-    by_bytes = max(1, ctx.knobs.chunk_bytes // (cols * itemsize))
-    return (f"min({ctx.family.name} chunk budget {ctx.knobs.chunk_bytes / 2**20:.0f} MiB / "
+def _chunk_why(rows: int, cols: int, itemsize: int, ctx: Context, route: str = "auto") -> str:
+    budget, capped = _budget(ctx, route)
+    by_bytes = max(1, budget // (cols * itemsize))
+    return (f"min({ctx.family.name} chunk budget {budget / 2**20:.0f} MiB / "
             f"{cols * itemsize} B per row = {by_bytes}, rows / {ctx.total_threads} "
-            f"threads = {math.ceil(rows / ctx.total_threads)}), at least --cols {cols}")
+            f"threads = {math.ceil(rows / ctx.total_threads)}), at least --cols {cols}"
+            + (f" ({capped})" if capped else ""))
 
 
 def _span(sizes) -> str | list:

@@ -1,0 +1,376 @@
+"""The memory model of a run, and its verdict: fits / fits with spilling / does not fit.
+
+A worker's memory holds three things:
+
+* its **baseline**: what a started worker holds before any work (measured on each worker of
+  a running cluster: its process's resident memory; planned: assumed), plus the family's
+  ``worker_growth_bytes`` (imports and allocator arenas its first tasks add);
+* the **working set**: what its running tasks hold at once, ``threads x`` one task's peak
+  (:meth:`gpuscale.workloads.Workload.task_bytes`), which cannot be spilled;
+* the **data**: the workload's estimate by part (inputs, intermediates, results), spread
+  evenly over the workers. Data can be spilled where the family spills (``Family.spill_to``:
+  the CPU family spills to each worker's local directory, distributed's own spilling).
+
+Verdict, per worker, against the smallest worker's limit ``L`` and distributed's memory
+fractions (``target`` / ``spill`` / ``pause`` / ``terminate`` of ``distributed.worker.memory``):
+
+* **fits**: baseline + working set + data <= ``spill x L`` (nothing is spilled);
+* **spills**: baseline + working set <= ``pause x L x 0.9`` (the work runs without pausing
+  the worker), and what does not fit under ``spill x L`` fits in the spill space (free disk
+  of the workers' local directory, shared by the workers on it);
+* **does not fit**: otherwise; one line with the numbers and the fix.
+
+The same budget caps the blocks the workloads choose: one task's
+working set gets at most half of what the worker has above its baseline, so a run the
+verdict admits is not killed by its own blocks (:meth:`Budget.cap`, through
+``Context.capped``).
+
+After the run, :class:`Watch` reads what each worker really held at its peak (Linux's VmHWM,
+reset before the work) and what it spilled (distributed's ``SpillBuffer`` metrics), put
+beside the estimate in the record.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from dask.utils import format_bytes
+
+from .errors import UserError
+
+PAUSE_MARGIN = 0.9
+"""The working set (baseline + running tasks) must stay under this share of the pause
+threshold: above it the worker would pause, and with nothing left to spill stay paused."""
+TASK_SHARE = 0.5
+"""One worker's running tasks get at most this share of its memory above the baseline (the
+rest is room for the data); block sizes are capped by it."""
+MIN_BLOCK_BYTES = 2**20
+"""Blocks are never capped below this (a worker with no room left is refused by the verdict,
+not given a million tiny blocks)."""
+DEFAULT_FRACTIONS = {"target": 0.6, "spill": 0.7, "pause": 0.8, "terminate": 0.95}
+
+
+@dataclasses.dataclass
+class Budget:
+    """What one worker has for the work: the smallest worker's limit, the largest baseline."""
+
+    workers: int | None
+    limit: int | None
+    """Memory per worker that holds the chunks (bytes; None = unknown or unlimited)."""
+    baseline: int
+    baseline_source: str
+    threads: int
+    fractions: dict[str, float]
+    spill_to: str | None = None
+    spill_space: int | None = None
+    """Bytes each worker may spill (free disk of its local directory / workers sharing it)."""
+    states: dict[str, dict] = dataclasses.field(default_factory=dict, repr=False)
+    """What :func:`measure` read on each worker (peaks reset then): :class:`Watch` starts there."""
+
+    @property
+    def task_room(self) -> int | None:
+        """Bytes one worker's running tasks may hold at once (None: unlimited)."""
+        if not self.limit:
+            return None
+        above = self.limit * self.fractions["spill"] - self.baseline
+        return max(0, int(above * TASK_SHARE))
+
+    def cap(self, knob: int, copies: float, what: str) -> tuple[int, str | None]:
+        """A block size: the family's ``knob``, capped so ``threads x copies`` blocks (one
+        task's peak is ``copies`` blocks) take at most :attr:`task_room`. The note says why
+        when the cap binds (None otherwise)."""
+        room = self.task_room
+        if room is None:
+            return knob, None
+        cap = max(MIN_BLOCK_BYTES, int(room // max(1, self.threads) // copies))
+        if cap >= knob:
+            return knob, None
+        return cap, (f"{what} capped at {format_bytes(cap)} by worker memory: {self.threads} thread(s) x "
+                     f"{copies:g} block(s) each within {format_bytes(room)} ({TASK_SHARE:g} of "
+                     f"{self.fractions['spill']:g} x {format_bytes(self.limit)} less the baseline "
+                     f"{format_bytes(self.baseline)})")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("states")
+        return d
+
+
+DEVICE_FRACTIONS = {"target": 0.9, "spill": 0.9, "pause": 1.0, "terminate": 1.0}
+"""Device memory (a family whose chunks live on the GPU): distributed's fractions are about
+host memory; the chunks may take 0.9 of the device, which does not spill (yet)."""
+
+
+def _fractions(config_get, family=None) -> dict[str, float]:
+    if family is not None and family.memory != "host":
+        return dict(DEVICE_FRACTIONS)
+    out = {}
+    for k, default in DEFAULT_FRACTIONS.items():
+        v = config_get(f"distributed.worker.memory.{k}", default)
+        out[k] = float(v) if v not in (None, False) else 1.0
+    return out
+
+
+def planned(spec, family, limits: list[int]) -> Budget:
+    """The budget a planned cluster would have (``gpuscale explain``): limits from the spec,
+    the baseline assumed (the family's ``worker_growth_bytes`` plus :data:`PLANNED_BASELINE`
+    for host memory)."""
+    import dask
+    growth = family.knobs.worker_growth_bytes
+    base = (PLANNED_BASELINE if family.memory == "host" else 0) + growth
+    return Budget(workers=len(limits) or None, limit=min(limits) if limits else None, baseline=base,
+                  baseline_source=f"assumed ({format_bytes(base)}: a started worker, plus "
+                                  f"{format_bytes(growth)} its first tasks add)",
+                  threads=spec.threads_per_worker or 1, fractions=_fractions(dask.config.get, family),
+                  spill_to=family.spill_to,
+                  spill_space=_planned_spill_space(family, len(limits) or 1))
+
+
+PLANNED_BASELINE = 80 * 2**20
+"""A started CPU worker's resident memory, assumed where none is running (measured on
+gpuscale's workers at start: 62-72 MiB; its first tasks add the family's growth)."""
+
+
+BLOCK_COPIES = 3
+"""Blocks one running task holds at its peak, for the spill target's rule (the workloads'
+own caps use their routes' counts)."""
+MIN_TARGET = 0.05
+
+
+def target_fraction(limit: int | None, threads: int, family) -> tuple[float | None, str]:
+    """The spill target for workers of ``limit`` bytes (``distributed.worker.memory.target``:
+    managed data above this share of the limit goes to disk), and its rule. distributed's
+    0.6 assumes the worker itself is small next to its limit; with a small limit the baseline
+    (:data:`PLANNED_BASELINE` + the family's growth) and the running tasks' blocks leave less,
+    so the target is what remains of the spill threshold after them (at least
+    :data:`MIN_TARGET`). None: distributed's own value stands (no spilling family, no limit,
+    or nothing to lower)."""
+    import dask
+    fr = _fractions(dask.config.get, family)
+    if family.spill_to is None or not limit:
+        return None, "distributed's default (no limit, or a family that does not spill)"
+    base = PLANNED_BASELINE + family.knobs.worker_growth_bytes
+    block = min(family.knobs.chunk_bytes, family.knobs.partition_bytes)
+    tasks = min(threads * BLOCK_COPIES * block, int(TASK_SHARE * max(0, limit * fr["spill"] - base)))
+    t = max(MIN_TARGET, round(fr["spill"] - (base + tasks) / limit, 3))
+    why = (f"spill {fr['spill']:g} - (baseline {format_bytes(base)} + {threads} thread(s) x {BLOCK_COPIES} "
+           f"block(s), at most {TASK_SHARE:g} of the room: {format_bytes(tasks)}) / {format_bytes(limit)}")
+    if t >= fr["target"]:
+        return None, (f"distributed's {fr['target']:g}: the baseline and the running tasks' blocks leave "
+                      f"at least that under the spill threshold (rule: {why}, if lower)")
+    return t, f"{why} = {t:g} (at least {MIN_TARGET:g}; distributed's {fr['target']:g} would leave no room)"
+
+
+def _planned_spill_space(family, workers: int) -> int | None:
+    if family.spill_to != "disk":
+        return None
+    import dask
+    d = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
+    try:
+        return shutil.disk_usage(d).free // max(1, workers)
+    except OSError:
+        return None
+
+
+def worker_state(dask_worker, reset_peak: bool = False) -> dict[str, Any]:
+    """On a worker (``client.run``): its resident memory and peak, threads, memory fractions,
+    local directory and its free space, and what it has spilled so far; ``reset_peak``: then
+    start the peak afresh (what :class:`Watch` reads after the work)."""
+    import dask
+    import psutil
+    mm = getattr(dask_worker, "memory_manager", None)
+    fr = _fractions(dask.config.get)
+    if mm is not None:
+        for k, attr in (("target", "memory_target_fraction"), ("spill", "memory_spill_fraction"),
+                        ("pause", "memory_pause_fraction")):
+            v = getattr(mm, attr, None)
+            fr[k] = float(v) if v not in (None, False) else 1.0
+    d = getattr(dask_worker, "local_directory", None)
+    try:
+        st = os.stat(d) if d else None
+        free = shutil.disk_usage(d).free if d else None
+    except OSError:
+        st = free = None
+    metrics = getattr(getattr(dask_worker, "data", None), "cumulative_metrics", None) or {}
+    peak = _peak()
+    if reset_peak:
+        _reset_peak()
+    return {"rss": psutil.Process().memory_info().rss, "peak": peak, "threads": dask_worker.state.nthreads,
+            "fractions": fr, "disk": (st.st_dev if st else None), "disk_free": free,
+            "spilled_bytes": int(metrics.get(("disk-write", "bytes"), 0)),
+            "unspilled_bytes": int(metrics.get(("disk-read", "bytes"), 0)),
+            "spill_s": float(sum(v for (label, unit), v in metrics.items()
+                                 if unit == "seconds" and label.startswith("disk")))}
+
+
+def _peak() -> int | None:
+    """This process's peak resident memory (Linux VmHWM), since the last :func:`_reset_peak`."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def measure(client, family, limits: dict[str, int]) -> Budget:
+    """The budget of the running cluster's workers (``limits``: ``Family.worker_memory``)."""
+    import dask
+    growth = family.knobs.worker_growth_bytes
+    states = client.run(worker_state, reset_peak=True) if limits else {}
+    lim = [v for v in limits.values() if v]
+    threads = max((s["threads"] for s in states.values()), default=1)
+    if family.memory == "host" and states:
+        rss = max(s["rss"] for s in states.values())
+        base, source = rss + growth, (f"measured: the largest worker holds {format_bytes(rss)} at start, "
+                                      f"plus {format_bytes(growth)} its first tasks add")
+    else:
+        base, source = growth, f"assumed ({format_bytes(growth)})"
+    fractions = (next(iter(states.values()))["fractions"] if states and family.memory == "host"
+                 else _fractions(dask.config.get, family))
+    space = None
+    if family.spill_to == "disk" and states:
+        by_disk: dict[Any, list[dict]] = {}
+        for s in states.values():
+            by_disk.setdefault(s["disk"], []).append(s)
+        space = min((min(s["disk_free"] or 0 for s in group) // len(group) for group in by_disk.values()),
+                    default=None)
+    return Budget(workers=len(limits) or None, limit=min(lim) if lim else None, baseline=base,
+                  baseline_source=source, threads=threads, fractions=fractions,
+                  spill_to=family.spill_to, spill_space=space, states=states)
+
+
+def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
+    """The estimate against the budget: the verdict and every number behind it."""
+    parts = {k: int(v) for k, v in workload.estimate_memory(p, ctx).items()}
+    estimate = sum(parts.values())
+    task = int(workload.task_bytes(p, ctx))
+    out: dict[str, Any] = {"estimate_bytes": estimate, "parts": parts, "task_bytes": task,
+                           "override": "--no-memory-check (memory_check=False)"}
+    if budget is None or not budget.limit or not budget.workers:
+        out.update(verdict="fits", fits=True, workers=budget.workers if budget else None,
+                   per_worker_bytes=None, worker_limit_bytes=None, usable_bytes=None, capacity_bytes=0,
+                   rule="worker memory unknown here (a running scheduler's, or no limit): not checked")
+        return out
+    b = budget
+    n = b.workers
+    data = -(-estimate // n)
+    working = b.threads * task
+    fixed = b.baseline + working
+    in_memory = int(b.limit * b.fractions["spill"])
+    pause = int(b.limit * b.fractions["pause"] * PAUSE_MARGIN)
+    to_spill = max(0, fixed + data - in_memory)
+    kept = int(b.limit * b.fractions["target"])  # managed data a spilling worker keeps in memory
+    out.update(workers=n, per_worker_bytes=data, worker_limit_bytes=b.limit, usable_bytes=in_memory,
+               capacity_bytes=b.limit * n, baseline_bytes=b.baseline, baseline_source=b.baseline_source,
+               working_set_bytes=working, budget=b.to_dict())
+    if to_spill == 0:
+        verdict = "fits"
+    elif b.spill_to and fixed + min(data, kept) <= pause and (b.spill_space is None or to_spill <= b.spill_space):
+        verdict = "spills"
+        out["spill_bytes_per_worker"] = to_spill
+        out["peak_bytes"] = fixed + min(data, kept)
+    else:
+        verdict = "does not fit"
+        out["spill_bytes_per_worker"] = to_spill
+    out["verdict"], out["fits"] = verdict, verdict != "does not fit"
+    out.setdefault("peak_bytes", fixed + data)
+    out["rule"] = (f"per worker: baseline {format_bytes(b.baseline)} + working set {b.threads} thread(s) x "
+                   f"{format_bytes(task)} + data {format_bytes(estimate)} / {n} worker(s); fits under "
+                   f"{b.fractions['spill']:g} x the smallest worker's {format_bytes(b.limit)} (distributed's "
+                   f"spill fraction)" + (f"; beyond it spills to {b.spill_to} if baseline + working set + "
+                                         f"the data kept in memory (target {b.fractions['target']:g}) stay "
+                                         f"under {PAUSE_MARGIN:g} x pause {b.fractions['pause']:g} and the "
+                                         f"spill space holds the rest" if b.spill_to else
+                                         "; this family does not spill"))
+    return out
+
+
+def error(workload_name: str, h: dict[str, Any]) -> UserError:
+    """The one line of a run that does not fit: the numbers, and the fix."""
+    b = h["budget"]
+    parts = " + ".join(f"{k} {format_bytes(v)}" for k, v in h["parts"].items() if v)
+    fixed = h["baseline_bytes"] + h["working_set_bytes"]
+    pause = int(b["limit"] * b["fractions"]["pause"] * PAUSE_MARGIN)
+    kept = min(h["per_worker_bytes"], int(b["limit"] * b["fractions"]["target"]))
+    if b["spill_to"] and fixed + kept > pause:
+        why = (f"each worker's baseline {format_bytes(h['baseline_bytes'])} + working set "
+               f"{format_bytes(h['working_set_bytes'])} + data kept in memory {format_bytes(kept)} is over "
+               f"{format_bytes(pause)} of its {format_bytes(b['limit'])}, so it would pause with nothing left to spill")
+        room = b["fractions"]["pause"] * PAUSE_MARGIN - b["fractions"]["target"]
+        need = int(fixed / room) + 1 if room > 0 else None
+        fix = ((f"give each worker at least {format_bytes(need)} (--memory-limit), " if need else "")
+               + "or fewer threads per worker, or --no-memory-check to try anyway")
+    elif b["spill_to"]:
+        why = (f"{format_bytes(h['spill_bytes_per_worker'])} per worker would spill to {b['spill_to']}, "
+               f"but only {format_bytes(b['spill_space'] or 0)} per worker is free there")
+        fix = ("free disk space where the workers spill (dask's temporary-directory), use smaller sizes or "
+               "more memory (--memory-limit, --workers), or --no-memory-check to try anyway")
+    else:
+        why = (f"{format_bytes(h['per_worker_bytes'])} per worker over {h['workers']} worker(s) plus the "
+               f"baseline {format_bytes(h['baseline_bytes'])} and working set "
+               f"{format_bytes(h['working_set_bytes'])} is over {format_bytes(h['usable_bytes'])} usable of "
+               f"{format_bytes(h['worker_limit_bytes'])}, and this family does not spill")
+        fix = "use smaller sizes or more workers (--gpus), or --no-memory-check to try anyway"
+    return UserError(f"{workload_name} at these sizes needs about {format_bytes(h['estimate_bytes'])} ({parts}); "
+                     f"{why}", fix)
+
+
+def check(workload, p, ctx, enforce: bool) -> dict[str, Any]:
+    """:func:`assess` against ``ctx.memory``; refuse (before any work) what does not fit
+    unless told not to."""
+    h = assess(workload, p, ctx, getattr(ctx, "memory", None))
+    h["checked"] = bool(enforce)
+    if enforce and not h["fits"]:
+        raise error(workload.name, h)
+    return h
+
+
+class Watch:
+    """What the workers really held and spilled during the work, from the states
+    :func:`measure` read (peaks reset then): :meth:`read` gives per worker the peak resident
+    memory and the bytes spilled / read back since, and the largest peak against the
+    estimate's."""
+
+    def __init__(self, client, family, budget: Budget | None):
+        self.client = client
+        self.start = budget.states if budget is not None and family.memory == "host" else {}
+
+    def read(self, estimate: dict[str, Any] | None) -> dict[str, Any]:
+        if not self.start:
+            return {}
+        try:
+            now = self.client.run(worker_state)
+        except Exception:  # noqa: BLE001 - a cluster that went away: nothing measured
+            return {}
+        per = {}
+        for addr, s in now.items():
+            s0 = self.start.get(addr, {})
+            per[addr] = {"peak_bytes": s["peak"], "spilled_bytes": s["spilled_bytes"] - s0.get("spilled_bytes", 0),
+                         "unspilled_bytes": s["unspilled_bytes"] - s0.get("unspilled_bytes", 0),
+                         "spill_s": round(s["spill_s"] - s0.get("spill_s", 0.0), 3)}
+        peaks = [w["peak_bytes"] for w in per.values() if w["peak_bytes"]]
+        out: dict[str, Any] = {"workers": per, "peak_bytes": max(peaks) if peaks else None,
+                               "spilled_bytes": sum(w["spilled_bytes"] for w in per.values()),
+                               "how": "peak resident memory of each worker process (Linux VmHWM, reset before "
+                                      "the data loads); bytes spilled to disk and read back (distributed's "
+                                      "SpillBuffer metrics)"}
+        if estimate and estimate.get("peak_bytes") and peaks:
+            expected = estimate["peak_bytes"]
+            out["estimated_peak_bytes"] = expected
+            out["peak_over_estimate"] = round(max(peaks) / expected, 3)
+        return out
