@@ -642,3 +642,164 @@ def test_a_sigterm_landing_as_the_temp_file_is_made_leaves_nothing(tmp_path):
     finally:
         tempfile.mkstemp = real_mkstemp
     assert list(tmp_path.iterdir()) == []
+
+# 7. disturbed repeats: other clients' tasks, tasks recomputed; none flagged in a quiet run
+# ---------------------------------------------------------------------------------------
+@pytest.fixture
+def shared_cluster():
+    """A running 2-worker cluster (worker processes) that gpuscale connects to, as another user
+    of a `cluster up` would: (its address, a client of the test's own)."""
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c, \
+            Client(c, set_as_default=False) as client:
+        yield c.scheduler_address, client
+
+
+def _watched(r) -> None:
+    """The run watched its tasks (so a quiet record is a check, not a blind spot)."""
+    assert r.info["disturbance_checks"]["tasks"] is True, r.info["disturbance_checks"]
+
+
+def test_a_quiet_run_flags_no_repeat(shared_cluster):
+    """Warm-up, validation, the runner's own task on the cluster, the test's idle client: none
+    of it is another client's work or a recomputation."""
+    import gpuscale
+    addr, _ = shared_cluster
+    for workload, sizes in (("svd", dict(rows=20_000, cols=10)), ("groupby", dict(rows=20_000, keys=100))):
+        r = gpuscale.run(workload, backend="cpu", cluster_settings={"scheduler": addr}, warmup=2, repeat=4,
+                         validate="full", write=False, **sizes)  # the runner on a worker of the cluster
+        assert r.valid is True and r.info["runner"]["where"] == "cluster"
+        _watched(r)
+        assert "disturbed_repeats" not in r.info, r.info["disturbed_repeats"]
+    r = gpuscale.run("svd", backend="cpu", cluster_settings={"workers": 2, "threads_per_worker": 1}, warmup=2,
+                     repeat=4, validate="full", write=False, rows=20_000, cols=10)  # a cluster of its own
+    _watched(r)
+    assert r.valid is True and "disturbed_repeats" not in r.info, r.info["disturbed_repeats"]
+
+
+def test_another_clients_tasks_flag_the_repeats_that_saw_them(shared_cluster):
+    import statistics
+
+    import gpuscale
+    from distributed import Client
+    addr, _ = shared_cluster
+    stop, done = threading.Event(), []
+
+    def other_user():  # a steady stream of its own small tasks, two in flight
+        with Client(addr, set_as_default=False) as other:
+            while not stop.is_set():
+                other.gather([other.submit(time.sleep, 0.005, pure=False) for _ in range(2)])
+                done.append(2)
+
+    t = threading.Thread(target=other_user, daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not done:
+            assert time.monotonic() < deadline and t.is_alive(), "the other client ran nothing"
+            time.sleep(0.02)
+        r = gpuscale.run("svd", backend="cpu", cluster_settings={"scheduler": addr}, rows=20_000, cols=10,
+                         warmup=1, repeat=6, write=False)
+    finally:
+        stop.set()
+        t.join(timeout=60)
+    _watched(r)
+    flagged = r.info["disturbed_repeats"]
+    reasons = {int(i): why for i, why in flagged["repeats"].items()}
+    assert len(reasons) >= len(r.times_s) // 2, reasons  # the stream never stops: most repeats saw it
+    for why in reasons.values():
+        assert re.search(r"\d+ task\(s\) of (1 )?other client\(?s\)? (ran|still running)", why), why
+        assert "recomputed" not in why and "worker(s)" not in why, why
+    clean = [x for i, x in enumerate(r.times_s) if i not in reasons] or r.times_s
+    assert r.median_s == statistics.median(clean)
+    assert flagged["left_out_of_median"] is (len(reasons) < len(r.times_s))
+
+
+def test_a_result_lost_with_its_worker_is_recomputed_and_flagged(tmp_path, registered_workloads):
+    """Deterministic: task 'first' finishes, task 'second' (which needs it) waits on a file;
+    the only worker is killed then (its nanny starts another), so 'first' computes again."""
+    import dask
+    import dask.array  # noqa: F401 - the data gated_pair is given (and does not use)
+    from distributed import Client, LocalCluster
+
+    import gpuscale
+    go = str(tmp_path / "go")
+
+    def first(seed):
+        return seed + 1
+
+    def second(x, path):
+        while not os.path.exists(path):
+            time.sleep(0.01)
+        return x + 1
+
+    @gpuscale.workload("gated_pair", params={"seed": 0}, validate=lambda result: True,
+                       generate=lambda p: dask.array.ones(2, chunks=2))
+    def gated_pair(data, p, ctx):
+        a = dask.delayed(first)(p.seed, dask_key_name="gated-first")
+        return dask.delayed(second)(a, go, dask_key_name="gated-second")
+
+    registered_workloads.append("gated_pair")
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as c, \
+            Client(c, set_as_default=False) as watcher:
+
+        def kill_then_open():
+            waiting = lambda dask_scheduler: (  # noqa: E731 - a lambda: pickled by value
+                getattr(dask_scheduler.tasks.get("gated-first"), "state", None) == "memory"
+                and getattr(dask_scheduler.tasks.get("gated-second"), "state", None) == "processing")
+            while not watcher.run_on_scheduler(waiting):
+                time.sleep(0.02)
+            (pid,) = watcher.run(os.getpid).values()
+            os.kill(pid, signal.SIGKILL)
+            while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                time.sleep(0.02)
+            pathlib.Path(go).touch()
+
+        t = threading.Thread(target=kill_then_open, daemon=True)
+        t.start()
+        r = gpuscale.run("gated_pair", backend="cpu", cluster_settings={"scheduler": c.scheduler_address},
+                         in_cluster=False, warmup=0, repeat=2, write=False)
+        t.join(timeout=30)
+    _watched(r)
+    reasons = r.info["disturbed_repeats"]["repeats"]
+    assert list(reasons) == ["0"], reasons  # the second repeat ran undisturbed
+    # 'first' and the data's chunk (generated before the repeats: the run's too) were lost and computed again
+    assert "2 task(s) recomputed (gated-first, ones_like)" in reasons["0"] and "worker(s) lost" in reasons["0"]
+    assert r.info["disturbed_repeats"]["left_out_of_median"] is True and r.median_s == r.times_s[1]
+
+
+@pytest.fixture
+def registered_workloads():
+    from gpuscale import workloads
+    names: list[str] = []
+    yield names
+    for n in names:
+        workloads.unregister(n)
+
+
+def test_a_task_that_erred_and_was_retried_is_flagged(tmp_path, registered_workloads, shared_cluster):
+    """Deterministic: the run's one task (``retries=1``) fails on its first attempt only."""
+    import dask
+    import dask.array  # noqa: F401 - the data flaky_once is given (and does not use)
+
+    import gpuscale
+    addr, _ = shared_cluster
+    tried = str(tmp_path / "tried")
+
+    def flaky(path):
+        if not os.path.exists(path):
+            pathlib.Path(path).touch()
+            raise RuntimeError("the first attempt fails")
+        return 1
+
+    @gpuscale.workload("flaky_once", params={"seed": 0}, validate=lambda result: True,
+                       generate=lambda p: dask.array.ones(2, chunks=2))
+    def flaky_once(data, p, ctx):
+        with dask.annotate(retries=1):
+            return dask.delayed(flaky)(tried, dask_key_name=f"flaky-{p.seed}")
+
+    registered_workloads.append("flaky_once")
+    r = gpuscale.run("flaky_once", backend="cpu", cluster_settings={"scheduler": addr}, in_cluster=False,
+                     warmup=0, repeat=2, write=False)
+    _watched(r)
+    assert r.info["disturbed_repeats"]["repeats"] == {"0": "1 task(s) erred and retried (flaky)"}

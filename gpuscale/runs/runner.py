@@ -25,6 +25,7 @@ from ..errors import phase as named_phase
 from ..workloads import Context, Output, Validation, Workload
 from .. import memory as _memory
 from . import repeats as _repeats
+from . import watch as _watch
 
 SETTLE_TIMEOUT_S = 30.0
 GC_AFTER_S = 0.05
@@ -58,8 +59,9 @@ class Outcome:
     repeats: dict[str, Any] | None = None
     """How many timed repeats were taken and why they stopped (:meth:`repeats.Policy.describe`)."""
     disturbed: dict[int, str] = dataclasses.field(default_factory=dict)
-    """Timed repeats (index into ``times_s``) the cluster changed under, and how
-    (:func:`worker_set`): left out of the median by the record."""
+    """Timed repeats (index into ``times_s``) that were disturbed, and how: workers lost or
+    joined (:func:`_changed`), tasks of the run recomputed or retried, other clients' tasks
+    on the cluster (:mod:`gpuscale.runs.watch`); left out of the median by the record."""
 
 
 def _task_count(dask_scheduler=None) -> int:
@@ -263,6 +265,17 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int | _repeat
          cancelled: Callable[[], bool], progress: Progress) -> Outcome:
     policy = repeat if isinstance(repeat, _repeats.Policy) else _repeats.policy(repeat)
     client = ctx.client
+    watching = _watch.start(client)  # before generate: the data's keys are the run's too
+    try:
+        return _watched(workload, p, ctx, warmup, policy, phase, auditor, cancelled, progress, watching)
+    except BaseException:
+        _watch.stop(client, watching, failed=True)  # off a shared scheduler, where it is still there
+        raise
+
+
+def _watched(workload: Workload, p, ctx: Context, warmup: int, policy: _repeats.Policy, phase, auditor,
+             cancelled: Callable[[], bool], progress: Progress, watching: str | None) -> Outcome:
+    client = ctx.client
     fam = ctx.family
     with named_phase("generate (loading the data)"), span("gpuscale", workload.name, "generate"), \
             phase("generate"):
@@ -277,6 +290,8 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int | _repeat
     times: list[float] = []
     warm: list[float] = []
     cursors: list[int | None] = []
+    windows: list[tuple[int | None, int | None]] = []  # task-stream cursors before / after each repeat
+    running: list[int] = []  # other clients' tasks processing as each repeat ended
     out: Output | None = None
     unsettled = 0
     info: dict[str, Any] = {}
@@ -300,9 +315,13 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int | _repeat
                 elapsed, collections = timed(client, fam, build)
             out = Output(collections, dict(info))
             collections = None
-            workers_before, workers_now = workers_now, worker_set(client)
-            if workers_now != workers_before and name == "compute":
-                disturbed[index] = _changed(workers_before, workers_now)
+            workers_before = workers_now
+            workers_now, after, still = _watch.after_repeat(client, watching)
+            if name == "compute":
+                windows.append((cursors[-1], after))
+                running.append(still)
+                if workers_now != workers_before:
+                    disturbed[index] = _changed(workers_before, workers_now)
         return elapsed
 
     most = warmup + policy.most
@@ -317,6 +336,9 @@ def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int | _repeat
             times.append(one(warmup + len(times), "compute", len(times), total))
             advance()
     out.info["time_split"] = time_split(client, cursors, stream_index(client), times)
+    notes = _watch.stop(client, watching)
+    disturbed = _watch.merge(disturbed, _watch.by_repeat(notes, windows, running))
+    out.info["disturbance_checks"] = _watch.checks(notes is not None)
     audit = auditor.finish("compute", runs={"generate": 1, "compute": warmup + len(times)}) \
         if auditor is not None else None
 

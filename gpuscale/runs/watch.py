@@ -1,0 +1,205 @@
+"""What disturbed a timed repeat besides the workers: tasks recomputed, other clients' tasks.
+
+A scheduler plugin (:class:`Watch`) lives on the scheduler for the length of one run. It
+learns which keys are this run's from the scheduler's own ``update_graph`` hook (the keys of
+every graph this run's client submits, plus, at the start, everything that client already
+holds and what those keys depend on: data persisted before the run) and, on every transition
+that the scheduler's task stream records (processing -> memory / erred), it notes:
+
+- ``recomputed``: a key of this run that had reached memory, was not forgotten since, and
+  finished computing again (its result was lost with a worker, or it was released and then
+  needed again);
+- ``retried``: a key of this run that erred and was sent back to waiting (``retries``);
+- ``foreign``: a key this run's client never submitted, i.e. another client's task.
+
+Each note carries the task-stream position it happened at (the plugin counts the same
+transitions as the task stream, from the stream's index at registration), so the runner
+gives each note to the repeat whose cursors hold it (:func:`by_repeat`). The runner reads
+the notes once, after the repeats (:func:`stop`); the check after each repeat that already
+asks the scheduler for its workers also returns the stream position and how many other
+clients' tasks are processing at that moment (:func:`after_repeat`): a long task of another
+client that spans a repeat without finishing in it still counts.
+"""
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+try:
+    from distributed.diagnostics.plugin import SchedulerPlugin
+except ImportError:  # pragma: no cover - distributed is a dependency
+    SchedulerPlugin = object  # type: ignore[assignment,misc]
+
+ERRED_STIMULUS = "task-erred"
+"""The stimulus of a worker's 'task erred' message: processing -> released under it is a retry."""
+
+
+def _stream_index(scheduler) -> int:
+    return int(scheduler.get_task_stream_index())
+
+
+class Watch(SchedulerPlugin):
+    """See the module's docstring. Runs on the scheduler's event loop: no locking needed."""
+
+    def __init__(self, scheduler, client_id: str):
+        self.client = client_id
+        self.index = _stream_index(scheduler)
+        self.ours: set = set()
+        self.done: set = set()
+        self.theirs: dict = {}  # key -> the other client that submitted it (while watched)
+        self.running: set = set()  # other clients' keys processing now
+        self.notes: list[tuple[int, str, str]] = []  # (stream index, kind, client or key)
+        held = scheduler.clients.get(client_id)
+        stack = list(held.wants_what) if held is not None else []
+        while stack:  # what this client holds already, and what it depends on
+            ts = stack.pop()
+            if ts.key not in self.ours:
+                self.ours.add(ts.key)
+                if ts.state == "memory":
+                    self.done.add(ts.key)
+                stack.extend(ts.dependencies)
+
+    def update_graph(self, scheduler, *, client=None, tasks=(), **kwargs) -> None:
+        if client == self.client:
+            self.ours.update(tasks)
+        else:
+            for k in tasks:
+                if k not in self.ours:
+                    self.theirs[k] = client
+
+    def transition(self, key, start, finish, *args, stimulus_id: str | None = None, **kwargs) -> None:
+        ours = key in self.ours
+        if start == "processing" and finish in ("memory", "erred"):  # what the task stream records
+            i = self.index
+            self.index += 1
+            if ours:
+                if key in self.done:
+                    self.notes.append((i, "recomputed", str(key)))
+                if finish == "memory":
+                    self.done.add(key)
+            else:
+                self.running.discard(key)
+                self.notes.append((i, "foreign", str(self.theirs.get(key))))
+        elif finish == "processing" and not ours:
+            self.running.add(key)
+        elif start == "processing":
+            self.running.discard(key)
+            if ours and finish == "released" and str(stimulus_id or "").startswith(ERRED_STIMULUS):
+                self.notes.append((self.index, "retried", str(key)))
+        if finish == "forgotten":
+            self.ours.discard(key)
+            self.done.discard(key)
+            self.theirs.pop(key, None)
+            self.running.discard(key)
+
+
+def _start(name: str, client_id: str, dask_scheduler=None) -> None:
+    dask_scheduler.add_plugin(Watch(dask_scheduler, client_id), name=name)
+
+
+def _stop(name: str, dask_scheduler=None) -> list[tuple[int, str, str]] | None:
+    plugin = dask_scheduler.plugins.get(name)
+    if plugin is None:
+        return None
+    dask_scheduler.remove_plugin(name=name)
+    return plugin.notes
+
+
+def _after_repeat(name: str | None, dask_scheduler=None) -> tuple[list[str], int | None, int]:
+    plugin = dask_scheduler.plugins.get(name) if name else None
+    try:
+        index = _stream_index(dask_scheduler)
+    except Exception:  # noqa: BLE001 - no cursor in this distributed: nothing to place notes by
+        index = None
+    return sorted(dask_scheduler.workers), index, len(plugin.running) if plugin is not None else 0
+
+
+def start(client) -> str | None:
+    """Put a :class:`Watch` for ``client`` on its scheduler; its name, or None where the
+    scheduler cannot take it (then nothing is watched, and :func:`stop` says so)."""
+    name = f"gpuscale-watch-{uuid.uuid4().hex[:12]}"
+    try:
+        client.run_on_scheduler(_start, name, client.id)
+    except Exception:  # noqa: BLE001 - the check is extra: a run without it says so
+        return None
+    return name
+
+
+def after_repeat(client, name: str | None) -> tuple[frozenset[str], int | None, int]:
+    """After a timed repeat, in one call: the scheduler's workers, its task-stream cursor (None
+    without one) and how many other clients' tasks are processing now (0 when not watched)."""
+    workers, index, running = client.run_on_scheduler(_after_repeat, name)
+    return frozenset(workers), index, running
+
+
+STOP_AFTER_FAILURE_S = 5.0
+
+
+def stop(client, name: str | None, *, failed: bool = False) -> list[tuple[int, str, str]] | None:
+    """Take the watch off the scheduler and return its notes (None: nothing was watched).
+    ``failed``: the run is ending on an error; a scheduler that has gone or does not answer
+    within :data:`STOP_AFTER_FAILURE_S` is left (the error is what matters then)."""
+    if name is None or (failed and getattr(client, "status", "running") != "running"):
+        return None
+    try:
+        if failed:
+            return client.run_on_scheduler(_stop, name, callback_timeout=STOP_AFTER_FAILURE_S)
+        return client.run_on_scheduler(_stop, name)
+    except Exception:  # noqa: BLE001 - the cluster may be gone (a failing run cleans up here too)
+        return None
+
+
+def by_repeat(notes: list[tuple[int, str, str]] | None, windows: list[tuple[int | None, int | None]],
+              running: list[int]) -> dict[int, str]:
+    """``{repeat: why}`` for the repeats whose window (task-stream cursors before and after
+    it) holds notes, or that ended with other clients' tasks processing (``running``)."""
+    out: dict[int, str] = {}
+    for i, (a, b) in enumerate(windows):
+        kinds: dict[str, list[str]] = {"recomputed": [], "retried": [], "foreign": []}
+        if notes is not None and a is not None and b is not None:
+            for at, kind, what in notes:
+                if a <= at < b:
+                    kinds[kind].append(what)
+        still = running[i] if i < len(running) else 0
+        parts = []
+        if kinds["recomputed"]:
+            parts.append(f"{len(kinds['recomputed'])} task(s) recomputed{_prefixes(kinds['recomputed'])}")
+        if kinds["retried"]:
+            parts.append(f"{len(kinds['retried'])} task(s) erred and retried{_prefixes(kinds['retried'])}")
+        if kinds["foreign"] or still:
+            clients = {c for c in kinds["foreign"] if c != "None"}
+            n = len(kinds["foreign"])
+            said = (f"{n} task(s) of {len(clients)} other client(s) ran" if clients else
+                    f"{n} task(s) of other clients ran") if n else ""
+            if still:
+                said += (", " if said else "") + f"{still} task(s) of other clients still running at its end"
+            parts.append(said)
+        if parts:
+            out[i] = ", ".join(parts)
+    return out
+
+
+def _prefixes(keys: list[str], most: int = 3) -> str:
+    """`` (a, b, ...)``: the tasks' names without their tokens, the first few, for the reason."""
+    from dask.utils import key_split
+    names = sorted({key_split(k) for k in keys})
+    return f" ({', '.join(names[:most])}{', ...' if len(names) > most else ''})" if names else ""
+
+
+def checks(watched: bool) -> dict[str, Any]:
+    """The record's ``info.disturbance_checks``: what could flag a timed repeat in this run."""
+    return {"workers": True, "tasks": watched,
+            "how": "workers lost or joined (the scheduler's workers after each repeat)" + (
+                "; this run's tasks recomputed or retried, and other clients' tasks, from a scheduler "
+                "plugin placed by task-stream cursors (gpuscale.runs.watch)" if watched else
+                "; tasks were not watched: the scheduler could not take gpuscale's plugin")}
+
+
+def merge(*found: dict[int, str]) -> dict[int, str]:
+    """One ``{repeat: why}`` from several, the reasons of a repeat joined."""
+    out: dict[int, list[str]] = {}
+    for d in found:
+        for i, why in d.items():
+            if why:
+                out.setdefault(i, []).append(why)
+    return {i: ", ".join(w) for i, w in sorted(out.items())}
