@@ -643,6 +643,8 @@ def test_a_sigterm_landing_as_the_temp_file_is_made_leaves_nothing(tmp_path):
         tempfile.mkstemp = real_mkstemp
     assert list(tmp_path.iterdir()) == []
 
+
+# ---------------------------------------------------------------------------------------
 # 7. disturbed repeats: other clients' tasks, tasks recomputed; none flagged in a quiet run
 # ---------------------------------------------------------------------------------------
 @pytest.fixture
