@@ -118,13 +118,12 @@ def planned(spec, family, limits: list[int]) -> Budget:
     """The budget a planned cluster would have (``gpuscale explain``): limits from the spec,
     the baseline assumed (the family's ``worker_growth_bytes`` plus :data:`PLANNED_BASELINE`
     for host memory)."""
-    import dask
     growth = family.knobs.worker_growth_bytes
     base = (PLANNED_BASELINE if family.memory == "host" else 0) + growth
     return Budget(workers=len(limits) or None, limit=min(limits) if limits else None, baseline=base,
                   baseline_source=f"assumed ({format_bytes(base)}: a started worker, plus "
                                   f"{format_bytes(growth)} its first tasks add)",
-                  threads=spec.threads_per_worker or 1, fractions=_fractions(dask.config.get, family),
+                  threads=spec.threads_per_worker or 1, fractions=_fractions(_with(spec), family),
                   spill_to=family.spill_to,
                   spill_space=_planned_spill_space(family, len(limits) or 1))
 
@@ -162,6 +161,13 @@ def target_fraction(limit: int | None, threads: int, family) -> tuple[float | No
         return None, (f"distributed's {fr['target']:g}: the baseline and the running tasks' blocks leave "
                       f"at least that under the spill threshold (rule: {why}, if lower)")
     return t, f"{why} = {t:g} (at least {MIN_TARGET:g}; distributed's {fr['target']:g} would leave no room)"
+
+
+def _with(spec):
+    """dask.config.get, with the settings the planned cluster starts its workers under."""
+    import dask
+    extra = getattr(spec, "dask_config", None) or {}
+    return lambda key, default=None: extra[key] if key in extra else dask.config.get(key, default)
 
 
 def _planned_spill_space(family, workers: int) -> int | None:

@@ -254,7 +254,7 @@ def workloads_table(items: list[dict]) -> Table:
     return t
 
 
-VERDICT_STYLE = {"fits": "[green]fits in memory[/green]", "spills": "[yellow]fits with spilling[/yellow]",
+MEMORY_VERDICT = {"fits": "[green]fits in memory[/green]", "spills": "[yellow]fits with spilling[/yellow]",
                  "does not fit": "[red bold]does NOT fit[/red bold]"}
 
 
@@ -271,7 +271,7 @@ def memory_table(m: dict[str, Any], title: str) -> Table:
             f"baseline {format_bytes(m['baseline_bytes'])} + working set {format_bytes(m['working_set_bytes'])} "
             f"+ data {format_bytes(m['per_worker_bytes'])} against {format_bytes(m['usable_bytes'])} in memory "
             f"of {format_bytes(m['worker_limit_bytes'])} ({m['workers']} worker(s))") + ": "
-            + VERDICT_STYLE.get(m.get("verdict"), str(m.get("verdict"))))
+            + MEMORY_VERDICT.get(m.get("verdict"), str(m.get("verdict"))))
         if m.get("spill_bytes_per_worker"):
             t.add_row("spill", escape(f"{format_bytes(m['spill_bytes_per_worker'])} per worker to "
                                       f"{m['budget'].get('spill_to') or 'nowhere (this family does not spill)'}"

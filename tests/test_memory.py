@@ -1,0 +1,124 @@
+"""Larger than memory (issue 19): the memory check's three verdicts, each with real
+LocalClusters and the real CLI: fits (nothing spilled), fits with spilling (data 3 x the
+worker's memory completes, validates and is never killed; the record says what spilled and the
+measured peak beside the estimate), does not fit (one line with the numbers and the fix,
+before any work); the spill knobs in ``explain``."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import files_under
+
+ONE = ("--backend", "cpu", "--workers", "1", "--threads-per-worker", "1", "--repeat", "1", "--warmup", "0")
+MB = 10**6
+
+
+def run_json(cli, tmp_path, *args, env=None, timeout=600):
+    p = cli("run", *args, *ONE, "--json", "--results-dir", tmp_path / "res", env=env, timeout=timeout)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "KilledWorker" not in p.stderr and "exceeded 95% memory budget" not in p.stderr, p.stderr[-3000:]
+    return json.loads(p.stdout)
+
+
+def test_a_run_that_fits_spills_nothing_and_records_its_peak(cli, tmp_path):
+    r = run_json(cli, tmp_path, "svd", "--rows", "100000", "--cols", "50", "--memory-limit", "1GB")
+    m = r["memory"]
+    assert r["validation"]["valid"] is True
+    assert m["verdict"] == "fits" and m["baseline_source"].startswith("measured")
+    meas = m["measured"]
+    assert meas["spilled_bytes"] == 0
+    # the worker really held the 40 MB matrix: its peak is over baseline + data, under the limit
+    assert 40 * MB < meas["peak_bytes"] < 1000 * MB
+    assert 0.3 < meas["peak_over_estimate"] < 1.5, meas
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workload, args", [
+    ("svd", ("--rows", "1500000", "--cols", "100")),             # 1.2 GB of float64
+    ("groupby", ("--rows", "50000000", "--keys", "1000")),       # 1.2 GB of rows
+], ids=["svd", "groupby"])
+def test_three_times_the_workers_memory_spills_and_validates(cli, tmp_path, workload, args):
+    r = run_json(cli, tmp_path, workload, *args, "--memory-limit", "400MB")
+    m = r["memory"]
+    assert r["validation"]["valid"] is True, r["validation"]
+    assert m["estimate_bytes"] >= 3 * 400 * MB - 1
+    assert m["verdict"] == "spills" and m["spill_bytes_per_worker"] > 700 * MB
+    meas = m["measured"]
+    assert meas["spilled_bytes"] > 800 * MB          # it really went to disk
+    assert meas["peak_bytes"] < 0.95 * 400 * MB      # never near the nanny's kill line
+    assert 0.4 < meas["peak_over_estimate"] < 1.25, meas
+    assert not r["info"].get("disturbed_repeats"), r["info"]  # no worker lost or restarted
+    if workload == "groupby":  # a worker's partitions would not fit concatenated: the tree
+        assert r["info"]["plan"]["strategy"] == "tree", r["info"]["plan"]
+        assert "not per-worker" in r["info"]["plan"]["reason"]
+
+
+def test_the_boundary_case_is_refused_before_any_work_never_killed(cli, tmp_path):
+    """The issue's case: 2 workers x 300 MB, svd 300000 x 100 (240 MB). A worker at ~70 MiB
+    at start plus its growth leaves no room under the pause threshold: refused in one line
+    naming the memory each worker would need."""
+    p = cli("run", "svd", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1",
+            "--memory-limit", "300MB", "--rows", "300000", "--cols", "100", "--results-dir", tmp_path / "res")
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuscale: error: "), p.stderr
+    assert "would pause" in lines[0] and "give each worker at least" in lines[0] and "--memory-limit" in lines[0]
+    assert files_under(tmp_path / "res") == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounts a small tmpfs (root)")
+def test_spill_space_too_small_does_not_fit(cli, tmp_path):
+    """The workers spill into a 64 MB tmpfs (dask's temporary-directory): 1.2 GB of data
+    cannot spill there, refused with the free space and the fix."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(small)], check=True)
+    try:
+        p = cli("run", "svd", *ONE, "--memory-limit", "400MB", "--rows", "1500000", "--cols", "100",
+                "--results-dir", tmp_path / "res", env={"DASK_TEMPORARY_DIRECTORY": str(small)})
+        assert p.returncode == 2, p.stderr
+        lines = p.stderr.splitlines()
+        assert len(lines) == 1, p.stderr
+        assert "would spill to disk" in lines[0] and "free there" in lines[0] and "free disk space" in lines[0]
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_explain_shows_the_spill_knobs_and_the_verdict(cli):
+    p = cli("explain", "svd", "--json", "--backend", "cpu", "--workers", "1", "--threads-per-worker", "1",
+            "--memory-limit", "400MB", "--rows", "1500000", "--cols", "100")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    c = d["explained"]["cluster"]
+    assert c["spill_to"]["value"] == "disk"
+    target = c["memory_target_fraction"]
+    assert target["source"] == "rule" and 0.05 <= target["value"] < 0.6 and "baseline" in target["rule"]
+    assert d["cluster"]["dask_config"] == {"distributed.worker.memory.target": target["value"]}
+    assert "temporary-directory" in c["spill_directory"]["rule"]
+    chunk = d["choices"]["chunk_rows"]
+    assert "capped" in chunk["rule"] and "worker memory" in chunk["rule"]
+    m = d["memory"]
+    assert m["verdict"] == "spills" and m["baseline_source"].startswith("assumed")
+    assert m["parts"] == {"inputs": 1_200_000_000, "intermediates": 0, "results": 0}
+    text = cli("explain", "svd", "--backend", "cpu", "--workers", "1", "--threads-per-worker", "1",
+               "--memory-limit", "400MB", "--rows", "1500000", "--cols", "100", env={"COLUMNS": "300"}).stdout
+    assert "fits with spilling" in text
+
+
+def test_a_gpu_family_does_not_spill_and_says_so():
+    """Planned only (no GPU needed): the GPU family's data must fit the device (0.9 of it)."""
+    from gpuscale import memory
+    from gpuscale.backends import registry
+
+    class Spec:
+        threads_per_worker = 1
+
+    gpu = next(f for f in registry.families() if f.name == "gpu")
+    b = memory.planned(Spec(), gpu, [80 * 2**30])
+    assert b.spill_to is None and b.fractions["spill"] == 0.9
+    assert memory.target_fraction(80 * 2**30, 1, gpu)[0] is None
