@@ -348,13 +348,14 @@ def test_explain_table_and_memory_headroom(cli):
     d = only_json(p.stdout)
     m = d["memory"]
     assert m["fits"] is False and m["workers"] == 1 and m["worker_limit_bytes"] == 300_000_000
-    assert m["per_worker_bytes"] == m["estimate_bytes"] == 5_000_000 * 100 * 8 * 2
+    assert m["per_worker_bytes"] == m["estimate_bytes"] == 5_000_000 * 100 * 8  # the matrix, once
+    assert m["verdict"] == "does not fit"  # 300 MB leaves no room above a worker's baseline
     assert any("--no-memory-check" in n and "needs about" in n for n in d["notes"])
     p = cli("explain", "groupby", "--backend", "cpu", "--rows", "100000", "--keys", "100", "--results-dir", "x",
             env={"COLUMNS": "250"})
     assert p.returncode == 0, p.stderr
     for needle in ("gpuscale explain groupby on cpu", "nothing started", "workload.split_out",
-                   "cluster.threads_per_worker", "family.shuffle_method", "memory headroom",
+                   "cluster.threads_per_worker", "family.shuffle_method", "memory (estimate",
                    "inputs", "not used by explain: --results-dir", "cluster.runner", "starts its own cluster"):
         assert needle in p.stdout, needle
 

@@ -208,5 +208,6 @@ def test_api_gpu_session_without_gpu():
 
 def test_api_memory_check(cpu_session, tmp_path):
     with pytest.raises(UserError, match="--no-memory-check"):
-        cpu_session.run("svd", rows=50_000_000, cols=100, results_dir=str(tmp_path / "res"))
+        # 4 TB: more than the workers' memory and the disk they would spill to
+        cpu_session.run("svd", rows=5_000_000_000, cols=100, results_dir=str(tmp_path / "res"))
     assert files_under(tmp_path / "res") == []

@@ -18,10 +18,15 @@ import importlib
 import logging
 import pathlib
 import sys
+import warnings
 from typing import Any, Iterator
 
 import dask.config
 from pydantic import BaseModel, ConfigDict, Field
+
+# distributed warns when a worker's scratch folder took seconds to make ("often a network file
+# system"): on a loaded machine it is only slow, and the warning would break the one-line output
+warnings.filterwarnings("ignore", message="Creating scratch directories is taking a surprisingly long time")
 
 from ..choices import choice
 from ..errors import UserError

@@ -84,7 +84,7 @@ def answers(address: str, timeout_s: float = 2.0, tries: int = 3) -> bool:
 class _DropReconnect(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         # the reconnect's give-up line, and the tracebacks of its cancelled comms
-        return not (str(record.msg).startswith("Failed to reconnect to scheduler") or
+        return not (str(record.msg).startswith(("Failed to reconnect to scheduler", "Batched Comm Closed")) or
                     (record.levelno >= logging.ERROR and record.exc_info is not None))
 
 
@@ -94,13 +94,15 @@ def reconnect_reported() -> Iterator[None]:
     it logs for comms cut off for the block: the run that loses its scheduler says so itself,
     in one line (:class:`gpuscale.errors.ClusterGone`); any other failure still ends the run
     with its own exception."""
-    log = logging.getLogger("distributed.client")
-    f = _DropReconnect()
-    log.addFilter(f)
+    logs = [logging.getLogger("distributed.client"), logging.getLogger("distributed.batched")]
+    f = _DropReconnect()  # the batched stream to a scheduler gone logs its CommClosedError at INFO
+    for log in logs:
+        log.addFilter(f)
     try:
         yield
     finally:
-        log.removeFilter(f)
+        for log in logs:
+            log.removeFilter(f)
 
 
 def start(spec: ClusterSpec, security=None):

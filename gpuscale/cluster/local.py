@@ -5,7 +5,7 @@ import logging
 
 from dask.utils import format_bytes
 
-from .. import machine
+from .. import machine, memory
 from ..choices import choice
 from ..errors import UserError
 from . import ClusterSpec, construct, rmm_choice
@@ -169,7 +169,6 @@ def spill_choices(family, limit: int | None, threads: int, worker_config: dict) 
 
     import dask
 
-    from .. import memory
     if family.spill_to is None:
         return {"spill_to": choice(None, "family", f"the {family.name} family does not spill: data must fit")}
     target, why = memory.target_fraction(limit, threads, family)
