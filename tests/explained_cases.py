@@ -72,6 +72,11 @@ _MACHINE_KEYS = {"memory_limit_bytes", "capacity_bytes", "worker_limit_bytes", "
                  "peak_bytes", "spill_bytes_per_worker"}
 
 
+_TARGET = re.compile(r"= \d\.\d+ \(at least")
+"""The spill target's rule ends with its value, which follows the worker's memory limit."""
+_FRACTION_KEYS = {"target", "distributed.worker.memory.target"}
+
+
 def normalize(obj: Any, key: str | None = None) -> Any:
     """``obj`` with sizes and byte counts replaced by ``<size>``: the machine's memory shows
     in them (memory limits, headroom), while their rules and sources must not change."""
@@ -80,12 +85,17 @@ def normalize(obj: Any, key: str | None = None) -> Any:
         for k, v in obj.items():
             if k == "memory_limit" and isinstance(v, dict) and "value" in v:
                 v = {**v, "value": "<size>" if isinstance(v["value"], int) else v["value"]}
+            if k == "memory_target_fraction" and isinstance(v, dict) and isinstance(v.get("value"), float):
+                v = {**v, "value": "<fraction>"}
             out[k] = normalize(v, k)
         return out
     if isinstance(obj, list):
         return [normalize(v, key) for v in obj]
     if isinstance(obj, str):
-        return _SIZE.sub("<size>", _PROFILE.sub(r"<profiles>/\1", obj.replace(REPO, "<repo>")))
+        return _TARGET.sub("= <fraction> (at least",
+                           _SIZE.sub("<size>", _PROFILE.sub(r"<profiles>/\1", obj.replace(REPO, "<repo>"))))
+    if isinstance(obj, float) and key in _FRACTION_KEYS:
+        return "<fraction>"
     if isinstance(obj, int) and not isinstance(obj, bool) and key in _MACHINE_KEYS:
         return "<size>"
     return obj
