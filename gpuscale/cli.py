@@ -161,6 +161,9 @@ def cluster_options(f):
         click.option("--workers", type=INT, help="number of workers (GPU: at most one per GPU)"),
         click.option("--threads-per-worker", type=INT, help="threads per worker"),
         click.option("--memory-limit", metavar="SIZE", help="host memory per worker: auto, bytes, '8GB' or a fraction"),
+        click.option("--device-memory-limit", metavar="SIZE",
+                     help="GPU workers spill device -> host above this: default (0.8 of the device), "
+                          "'16GB', a fraction, or 0 (no spilling)"),
         click.option("--gpus", metavar="LIST", help="GPUs to use, e.g. 0,1 (default: all visible)"),
         click.option("--nvlink/--no-nvlink", default=None, help="force UCX NVLink on/off (default: UCX chooses)"),
         click.option("--infiniband/--no-infiniband", default=None, help="force UCX InfiniBand on/off"),
@@ -188,7 +191,7 @@ def cluster_options(f):
 
 
 CLUSTER_KEYS = ("backend", "protocol", "scheduler", "scheduler_file", "workers", "threads_per_worker",
-                "memory_limit", "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "host",
+                "memory_limit", "device_memory_limit", "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "host",
                 "security", "credentials", "deploy", "ssh_hosts", "slurm_jobs")
 AUTO_REPEAT_KEYS = ("target_error", "max_repeats", "max_time")
 

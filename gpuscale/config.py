@@ -136,6 +136,10 @@ class ClusterSettings(_Section):
     workers: PositiveInt | None = None
     threads_per_worker: PositiveInt | None = None
     memory_limit: Size = "auto"
+    device_memory_limit: Size = "default"
+    """GPU workers: device memory above which task outputs spill to host (dask-cuda's
+    ``device_memory_limit``): default (dask-cuda's 0.8 of the device), a size, a fraction, or
+    0 (no spilling)."""
     gpus: tuple[NonNegativeInt, ...] | None = None
     dashboard_address: str | None = "127.0.0.1:0"
     connect_timeout: float = Field(10.0, gt=0)
@@ -318,6 +322,7 @@ KEYWORDS: dict[str, str] = {
     "workers": "cluster.workers",
     "threads_per_worker": "cluster.threads-per-worker",
     "memory_limit": "cluster.memory-limit",
+    "device_memory_limit": "cluster.device-memory-limit",
     "gpus": "cluster.gpus",
     "dashboard_address": "cluster.dashboard-address",
     "nvlink": "cluster.ucx.nvlink",

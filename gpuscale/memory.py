@@ -67,6 +67,8 @@ class Budget:
     spill_to: str | None = None
     spill_space: int | None = None
     """Bytes each worker may spill (free disk of its local directory / workers sharing it)."""
+    memory: str = "host"
+    """Where the chunks live (the family's ``memory``): "host" or "device"."""
     states: dict[str, dict] = dataclasses.field(default_factory=dict, repr=False)
     """What :func:`measure` read on each worker (peaks reset then): :class:`Watch` starts there."""
 
@@ -100,13 +102,42 @@ class Budget:
 
 
 DEVICE_FRACTIONS = {"target": 0.9, "spill": 0.9, "pause": 1.0, "terminate": 1.0}
-"""Device memory (a family whose chunks live on the GPU): distributed's fractions are about
-host memory; the chunks may take 0.9 of the device, which does not spill (yet)."""
+"""Device memory that does not spill (``--device-memory-limit 0``): the chunks may take 0.9
+of the device. distributed's own fractions are about host memory."""
+DASK_CUDA_DEFAULT = 0.8
+"""dask-cuda's ``device_memory_limit="default"``: task outputs spill device -> host above
+0.8 of the device."""
 
 
-def _fractions(config_get, family=None) -> dict[str, float]:
-    if family is not None and family.memory != "host":
+def device_spill_fraction(setting, device_bytes: int | None) -> float | None:
+    """The share of the device above which a GPU worker spills to host, from the
+    ``cluster.device-memory-limit`` setting (None: it does not spill)."""
+    if setting is None or (isinstance(setting, str) and setting.strip().lower() in ("default", "auto")):
+        return DASK_CUDA_DEFAULT
+    from dask.utils import parse_bytes
+    v = float(setting) if isinstance(setting, (int, float)) else None
+    if v is None:
+        try:
+            v = float(setting)
+        except ValueError:
+            v = float(parse_bytes(setting))
+    if v == 0:
+        return None
+    if v <= 1:
+        return v
+    return min(1.0, v / device_bytes) if device_bytes else None
+
+
+def device_fractions(setting, device_bytes: int | None) -> dict[str, float]:
+    f = device_spill_fraction(setting, device_bytes)
+    if f is None:
         return dict(DEVICE_FRACTIONS)
+    return {"target": f, "spill": f, "pause": 1.0, "terminate": 1.0}
+
+
+def _fractions(config_get, family=None, device_setting="default", device_bytes=None) -> dict[str, float]:
+    if family is not None and family.memory != "host":
+        return device_fractions(device_setting, device_bytes)
     out = {}
     for k, default in DEFAULT_FRACTIONS.items():
         v = config_get(f"distributed.worker.memory.{k}", default)
@@ -120,12 +151,27 @@ def planned(spec, family, limits: list[int]) -> Budget:
     for host memory)."""
     growth = family.knobs.worker_growth_bytes
     base = (PLANNED_BASELINE if family.memory == "host" else 0) + growth
-    return Budget(workers=len(limits) or None, limit=min(limits) if limits else None, baseline=base,
+    limit = min(limits) if limits else None
+    fractions, spill_to = _family_fractions(_with(spec), family, spec, limit)
+    space = _planned_spill_space(spill_to, len(limits) or 1)
+    if spill_to == "host" and space is not None:
+        space += int(getattr(spec, "memory_limit_bytes", None) or 0)
+    return Budget(workers=len(limits) or None, limit=limit, baseline=base,
                   baseline_source=f"assumed ({format_bytes(base)}: a started worker, plus "
                                   f"{format_bytes(growth)} its first tasks add)",
-                  threads=spec.threads_per_worker or 1, fractions=_fractions(_with(spec), family),
-                  spill_to=family.spill_to,
-                  spill_space=_planned_spill_space(family, len(limits) or 1))
+                  threads=spec.threads_per_worker or 1, fractions=fractions,
+                  spill_to=spill_to, spill_space=space, memory=family.memory)
+
+
+def _family_fractions(config_get, family, spec, device_bytes) -> tuple[dict[str, float], str | None]:
+    """The memory fractions and where data spills: distributed's (host memory, spilling to
+    disk) for a host family; for a device family, the share of the device above which dask-cuda
+    spills to host (``cluster.device-memory-limit``; 0: no spilling, data must fit)."""
+    if family.memory == "host":
+        return _fractions(config_get), family.spill_to
+    setting = (getattr(spec, "kwargs", None) or {}).get("device_memory_limit", "default")
+    fr = _fractions(config_get, family, setting, device_bytes)
+    return fr, (family.spill_to if device_spill_fraction(setting, device_bytes) is not None else None)
 
 
 PLANNED_BASELINE = 80 * 2**20
@@ -139,7 +185,7 @@ own caps use their routes' counts)."""
 MIN_TARGET = 0.05
 
 
-def target_fraction(limit: int | None, threads: int, family) -> tuple[float | None, str]:
+def target_fraction(limit: int | None, threads: int, family) -> tuple[float | None, str]:  # host families
     """The spill target for workers of ``limit`` bytes (``distributed.worker.memory.target``:
     managed data above this share of the limit goes to disk), and its rule. distributed's
     0.6 assumes the worker itself is small next to its limit; with a small limit the baseline
@@ -148,8 +194,8 @@ def target_fraction(limit: int | None, threads: int, family) -> tuple[float | No
     :data:`MIN_TARGET`). None: distributed's own value stands (no spilling family, no limit,
     or nothing to lower)."""
     import dask
-    fr = _fractions(dask.config.get, family)
-    if family.spill_to is None or not limit:
+    fr = _fractions(dask.config.get)
+    if family.spill_to is None or not limit or family.memory != "host":
         return None, "distributed's default (no limit, or a family that does not spill)"
     base = PLANNED_BASELINE + family.knobs.worker_growth_bytes
     block = min(family.knobs.chunk_bytes, family.knobs.partition_bytes)
@@ -170,8 +216,10 @@ def _with(spec):
     return lambda key, default=None: extra[key] if key in extra else dask.config.get(key, default)
 
 
-def _planned_spill_space(family, workers: int) -> int | None:
-    if family.spill_to != "disk":
+def _planned_spill_space(spill_to: str | None, workers: int) -> int | None:
+    """Free disk per worker where workers spill (a host family's data, or what a GPU worker's
+    host buffer passes on to disk)."""
+    if spill_to is None:
         return None
     import dask
     d = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
@@ -204,7 +252,8 @@ def worker_state(dask_worker, reset_peak: bool = False) -> dict[str, Any]:
     peak = _peak()
     if reset_peak:
         _reset_peak()
-    return {"rss": psutil.Process().memory_info().rss, "peak": peak, "threads": dask_worker.state.nthreads,
+    return {"rss": psutil.Process().memory_info().rss, "host_limit": getattr(mm, "memory_limit", None),
+            "peak": peak, "threads": dask_worker.state.nthreads,
             "fractions": fr, "disk": (st.st_dev if st else None), "disk_free": free,
             "spilled_bytes": int(metrics.get(("disk-write", "bytes"), 0)),
             "unspilled_bytes": int(metrics.get(("disk-read", "bytes"), 0)),
@@ -233,8 +282,9 @@ def _reset_peak() -> bool:
         return False
 
 
-def measure(client, family, limits: dict[str, int]) -> Budget:
-    """The budget of the running cluster's workers (``limits``: ``Family.worker_memory``)."""
+def measure(client, family, limits: dict[str, int], spec=None) -> Budget:
+    """The budget of the running cluster's workers (``limits``: ``Family.worker_memory``;
+    ``spec``: the cluster's, for a GPU worker's device memory limit)."""
     import dask
     growth = family.knobs.worker_growth_bytes
     states = client.run(worker_state, reset_peak=True) if limits else {}
@@ -246,18 +296,21 @@ def measure(client, family, limits: dict[str, int]) -> Budget:
                                       f"plus {format_bytes(growth)} its first tasks add")
     else:
         base, source = growth, f"assumed ({format_bytes(growth)})"
-    fractions = (next(iter(states.values()))["fractions"] if states and family.memory == "host"
-                 else _fractions(dask.config.get, family))
+    fractions, spill_to = _family_fractions(dask.config.get, family, spec, min(lim) if lim else None)
+    if states and family.memory == "host":
+        fractions = next(iter(states.values()))["fractions"]
     space = None
-    if family.spill_to == "disk" and states:
+    if spill_to is not None and states:
         by_disk: dict[Any, list[dict]] = {}
         for s in states.values():
             by_disk.setdefault(s["disk"], []).append(s)
         space = min((min(s["disk_free"] or 0 for s in group) // len(group) for group in by_disk.values()),
                     default=None)
+        if spill_to == "host" and space is not None:  # the host buffer first, then its disk
+            space += min(s["host_limit"] or 0 for s in states.values())
     return Budget(workers=len(limits) or None, limit=min(lim) if lim else None, baseline=base,
                   baseline_source=source, threads=threads, fractions=fractions,
-                  spill_to=family.spill_to, spill_space=space, states=states)
+                  spill_to=spill_to, spill_space=space, memory=family.memory, states=states)
 
 
 def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
@@ -295,14 +348,16 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
         out["spill_bytes_per_worker"] = to_spill
     out["verdict"], out["fits"] = verdict, verdict != "does not fit"
     out.setdefault("peak_bytes", fixed + data)
+    host = b.memory == "host"
     out["rule"] = (f"per worker: baseline {format_bytes(b.baseline)} + working set {b.threads} thread(s) x "
                    f"{format_bytes(task)} + data {format_bytes(estimate)} / {n} worker(s); fits under "
-                   f"{b.fractions['spill']:g} x the smallest worker's {format_bytes(b.limit)} (distributed's "
-                   f"spill fraction)" + (f"; beyond it spills to {b.spill_to} if baseline + working set + "
-                                         f"the data kept in memory (target {b.fractions['target']:g}) stay "
-                                         f"under {PAUSE_MARGIN:g} x pause {b.fractions['pause']:g} and the "
-                                         f"spill space holds the rest" if b.spill_to else
-                                         "; this family does not spill"))
+                   f"{b.fractions['spill']:g} x the smallest worker's {format_bytes(b.limit)} "
+                   + ("(distributed's spill fraction)" if host else "of device memory (where dask-cuda spills)")
+                   + (f"; beyond it spills to {b.spill_to} if baseline + working set + the data kept in memory "
+                      f"(target {b.fractions['target']:g}) stay under {PAUSE_MARGIN:g} x "
+                      + (f"pause {b.fractions['pause']:g}" if host else "the device")
+                      + " and the spill space holds the rest" if b.spill_to else
+                      "; no spilling (--device-memory-limit 0): the data must fit"))
     return out
 
 
@@ -316,7 +371,9 @@ def error(workload_name: str, h: dict[str, Any]) -> UserError:
     if b["spill_to"] and fixed + kept > pause:
         why = (f"each worker's baseline {format_bytes(h['baseline_bytes'])} + working set "
                f"{format_bytes(h['working_set_bytes'])} + data kept in memory {format_bytes(kept)} is over "
-               f"{format_bytes(pause)} of its {format_bytes(b['limit'])}, so it would pause with nothing left to spill")
+               f"{format_bytes(pause)} of its {format_bytes(b['limit'])}, so it would "
+               + ("pause with nothing left to spill" if b.get("memory", "host") == "host" else
+                  "run out of device memory"))
         room = b["fractions"]["pause"] * PAUSE_MARGIN - b["fractions"]["target"]
         need = int(fixed / room) + 1 if room > 0 else None
         fix = ((f"give each worker at least {format_bytes(need)} (--memory-limit), " if need else "")
@@ -330,8 +387,9 @@ def error(workload_name: str, h: dict[str, Any]) -> UserError:
         why = (f"{format_bytes(h['per_worker_bytes'])} per worker over {h['workers']} worker(s) plus the "
                f"baseline {format_bytes(h['baseline_bytes'])} and working set "
                f"{format_bytes(h['working_set_bytes'])} is over {format_bytes(h['usable_bytes'])} usable of "
-               f"{format_bytes(h['worker_limit_bytes'])}, and this family does not spill")
-        fix = "use smaller sizes or more workers (--gpus), or --no-memory-check to try anyway"
+               f"{format_bytes(h['worker_limit_bytes'])}, and the workers do not spill")
+        fix = ("use smaller sizes or more workers (--gpus), let the workers spill (--device-memory-limit "
+               "default), or --no-memory-check to try anyway")
     return UserError(f"{workload_name} at these sizes needs about {format_bytes(h['estimate_bytes'])} ({parts}); "
                      f"{why}", fix)
 

@@ -110,15 +110,47 @@ def test_explain_shows_the_spill_knobs_and_the_verdict(cli):
     assert "fits with spilling" in text
 
 
-def test_a_gpu_family_does_not_spill_and_says_so():
-    """Planned only (no GPU needed): the GPU family's data must fit the device (0.9 of it)."""
+def test_a_gpu_family_spills_to_host_unless_told_not_to():
+    """Planned only (no GPU needed): dask-cuda's default spills above 0.8 of the device to
+    host; --device-memory-limit 0 turns it off (the data must fit 0.9 of the device); a size
+    is a share of the device."""
     from gpuscale import memory
     from gpuscale.backends import registry
 
     class Spec:
         threads_per_worker = 1
+        memory_limit_bytes = 64 * 2**30
+        kwargs: dict = {}
 
     gpu = next(f for f in registry.families() if f.name == "gpu")
-    b = memory.planned(Spec(), gpu, [80 * 2**30])
+    device = 80 * 2**30
+    b = memory.planned(Spec(), gpu, [device])
+    assert b.spill_to == "host" and b.fractions["spill"] == 0.8 and b.memory == "device"
+    assert b.spill_space >= 64 * 2**30  # the host buffer, then disk
+    Spec.kwargs = {"device_memory_limit": 0}
+    b = memory.planned(Spec(), gpu, [device])
     assert b.spill_to is None and b.fractions["spill"] == 0.9
-    assert memory.target_fraction(80 * 2**30, 1, gpu)[0] is None
+    Spec.kwargs = {"device_memory_limit": "16GiB"}
+    b = memory.planned(Spec(), gpu, [device])
+    assert b.spill_to == "host" and b.fractions["spill"] == 0.2
+    assert memory.target_fraction(device, 1, gpu)[0] is None  # distributed's target is a host rule
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload, args", [
+    ("svd", ("--rows", "3750000", "--cols", "100")),      # 3 GB of float64
+    ("groupby", ("--rows", "125000000", "--keys", "1000")),  # 3 GB of rows
+], ids=["svd", "groupby"])
+def test_a_capped_gpu_spills_three_times_its_cap_to_host_and_validates(cli, tmp_path, workload, args):
+    from conftest import gpu_probe
+    ok, why = gpu_probe()
+    if not ok:
+        pytest.skip(f"no usable GPU: {why}")
+    p = cli("run", workload, *args, "--backend", "gpu", "--gpus", "0", "--device-memory-limit", "1GB",
+            "--repeat", "2", "--warmup", "1", "--json", "--results-dir", tmp_path / "res", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout)
+    assert r["validation"]["valid"] is True, r["validation"]
+    m = r["memory"]
+    assert m["verdict"] == "spills" and m["budget"]["spill_to"] == "host", m
+    assert r["explained"]["cluster"]["device_memory_limit"]["value"] == "1GB"

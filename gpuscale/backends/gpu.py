@@ -79,6 +79,9 @@ FAMILY = GpuFamily(
     auto_priority=10,
     nvtx_phases=True,
     memory="device",
+    # dask-cuda spills task outputs device -> host above cluster.device-memory-limit (its
+    # default 0.8 of the device), and host -> disk past the host memory limit
+    spill_to="host",
     # cuDF writes float64 in CSV with 9 significant digits (rapidsai/cudf#6418, open since 2020):
     # read back, the data is not the data. pandas writes the shortest text that reads back exact.
     lossy_writers={"to_csv": LossyWriter("cuDF's CSV writer keeps 9 significant digits of float64 values "

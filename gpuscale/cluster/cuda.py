@@ -53,6 +53,9 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         known = [sizes[g] for g in gpus if g in sizes]
         if isinstance(pool, float) and pool <= 1 and known:
             pool_rule += f": {pool:g} x {format_bytes(min(known))} = {format_bytes(int(pool * min(known)))} per GPU"
+    dml = c.device_memory_limit
+    if not (isinstance(dml, str) and dml.strip().lower() == "default"):
+        kwargs["device_memory_limit"] = dml
     pre = list(family.knobs.pre_import.get(collection or "session", ()))
     if pre:
         kwargs["pre_import"] = pre
@@ -81,6 +84,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         "memory_limit": memory_choice(resolved, limit, "auto: this machine's {host} of host memory split "
                                       f"over {max(1, len(gpus))} worker(s) = {{value}} each"),
         "rmm_pool_size": rmm_choice(resolved, family, pool, pool_rule),
+        "device_memory_limit": device_limit_choice(resolved, gpus),
     }
     return ClusterSpec(
         kind="cuda", cls="dask_cuda.LocalCUDACluster", family=family.name, protocol=proto.name,
@@ -88,6 +92,24 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         memory_limit_bytes=limit, gpus=gpus, transports=transports or {"selection": proto.transport_label()},
         rmm=rmm, pre_import=pre, dashboard_address=c.dashboard_address, notes=notes, kwargs=kwargs,
         choices=choices)
+
+
+def device_limit_choice(resolved, gpus) -> dict:
+    """Where GPU workers start spilling device -> host (dask-cuda's ``device_memory_limit``)."""
+    from .. import memory
+    c = resolved.settings.cluster
+    src = resolved.sources.get("cluster.device-memory-limit", "default")
+    sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
+    known = [sizes[g] for g in gpus if g in sizes]
+    device = min(known) if known else None
+    f = memory.device_spill_fraction(c.device_memory_limit, device)
+    if f is None:
+        return choice(c.device_memory_limit, src, "no spilling: the data must fit the device")
+    at = f" = {format_bytes(int(f * device))} per GPU" if device else ""
+    if src == "default":
+        return choice("default", src, f"dask-cuda's default: task outputs spill device -> host above "
+                                      f"{f:g} of the device{at} (then to disk past the host memory limit)")
+    return choice(c.device_memory_limit, src, f"task outputs spill device -> host above {f:.3g} of the device{at}")
 
 
 def pool_bytes(pool, total_bytes: int) -> int | None:

@@ -231,7 +231,7 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _
     phase = tracer.phase if tracer is not None else _no_phase
     fam = ctx.family
     with named_phase("the memory check and the audit's set-up"):
-        ctx.memory = _memory.measure(client, fam, fam.worker_memory(client))
+        ctx.memory = _memory.measure(client, fam, fam.worker_memory(client), ctx.spec)
         workload.plan(p, ctx)
         memory = _memory.check(workload, p, ctx, memory_check)
         watch = _memory.Watch(client, fam, ctx.memory)
