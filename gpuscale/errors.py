@@ -139,10 +139,12 @@ def sigterm_raises() -> Iterator[None]:
 
     def _on_term(signum, frame):
         quiet_exit_logs()
+        _escalate_later(signal.SIGTERM, EXIT_SIGTERM)
         _raise_or_defer(Terminated())
 
     def _on_int(signum, frame):
         quiet_exit_logs()
+        _escalate_later(signal.SIGINT, EXIT_SIGINT)
         _raise_or_defer(KeyboardInterrupt())
 
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _on_term)}
@@ -153,6 +155,44 @@ def sigterm_raises() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+ESCALATE_AFTER_S = 15.0
+"""An interrupted process still running this long after the signal gets it again (the first
+may have landed where a library dropped it); one more period later it ends hard."""
+_escalating = threading.Event()
+
+
+def _escalate_later(sig: int, code: int) -> None:
+    """Once per process: a daemon thread that repeats the signal after
+    :data:`ESCALATE_AFTER_S`, and after twice that kills the worker processes this one started
+    and exits with ``code``, saying so in one line. A run that stops in time never sees it."""
+    if _escalating.is_set():
+        return
+    _escalating.set()
+
+    def run():
+        import os
+        import time
+        time.sleep(ESCALATE_AFTER_S)
+        os.kill(os.getpid(), sig)
+        time.sleep(ESCALATE_AFTER_S)
+        name = "SIGTERM" if sig == signal.SIGTERM else "SIGINT"
+        try:
+            import psutil
+            for child in psutil.Process().children(recursive=True):
+                with contextlib.suppress(Exception):
+                    child.kill()
+        except Exception:  # noqa: BLE001 - ending regardless
+            pass
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"gpuscale: error: interrupted ({name}); the run did not stop within "
+                             f"{2 * ESCALATE_AFTER_S:g} s, so it was ended with its worker processes; "
+                             "nothing was written\n")
+            sys.stderr.flush()
+        os._exit(code)
+
+    threading.Thread(target=run, name="gpuscale-escalate", daemon=True).start()
 
 
 _deferring = 0

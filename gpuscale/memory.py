@@ -18,6 +18,10 @@ fractions (``target`` / ``spill`` / ``pause`` / ``terminate`` of ``distributed.w
 * **spills**: baseline + working set <= ``pause x L x 0.9`` (the work runs without pausing
   the worker), and what does not fit under ``spill x L`` fits in the spill space (free disk
   of the workers' local directory, shared by the workers on it);
+* **streams**: it fits neither way, but the workload can make its data block by block inside
+  each pass (:meth:`gpuscale.workloads.Workload.streams`: svd's generated matrix): nothing is
+  held between passes, so only baseline + working set must fit; the timings then include
+  making the blocks, and the record says so;
 * **does not fit**: otherwise; one line with the numbers and the fix.
 
 The same budget caps the blocks the workloads choose: one task's
@@ -125,7 +129,7 @@ def device_spill_fraction(setting, device_bytes: int | None) -> float | None:
         return None
     if v <= 1:
         return v
-    return min(1.0, v / device_bytes) if device_bytes else None
+    return min(1.0, v / device_bytes) if device_bytes else 1.0  # a size on an unknown device: it spills
 
 
 def device_fractions(setting, device_bytes: int | None) -> dict[str, float]:
@@ -346,6 +350,11 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
     else:
         verdict = "does not fit"
         out["spill_bytes_per_worker"] = to_spill
+        streams = workload.streams(p, ctx)
+        if streams and fixed <= pause:  # nothing held between passes: only the blocks in flight
+            verdict = "streams"
+            out["streams"] = streams
+            out["peak_bytes"] = fixed
     out["verdict"], out["fits"] = verdict, verdict != "does not fit"
     out.setdefault("peak_bytes", fixed + data)
     host = b.memory == "host"

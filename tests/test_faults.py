@@ -245,7 +245,7 @@ def test_signal_during_the_timed_repeats(spawn, tmp_path, sig, code, group):
     p = spawn(*LONG_SVD, "--results-dir", tmp_path / "res", tty=True)
     p.wait_for(REPEATING)
     p.signal_group(sig) if group else os.kill(p.pid, sig)
-    assert p.wait() == code
+    assert p.wait() == code, p.stderr_lines()
     name = signal.Signals(sig).name
     assert_one_line(p.stderr_lines(), f"interrupted ({name}) during timed repeat ", "nothing was written")
     assert p.stdout() == ""
@@ -259,7 +259,7 @@ def test_signal_during_a_traced_run_removes_the_trace_temp_folder(spawn, tmp_pat
     p.wait_for(lambda: glob.glob(str(tmp_path / ".tr.tmp-*")))  # the folder the capture fills
     p.wait_for(REPEATING)
     os.kill(p.pid, sig)
-    assert p.wait() == code
+    assert p.wait() == code, p.stderr_lines()
     assert_one_line(p.stderr_lines(), "interrupted", "during timed repeat")
     assert not (tmp_path / "tr").exists() and glob.glob(str(tmp_path / ".tr.tmp-*")) == []
     assert gone(p.kids) == []
@@ -805,3 +805,40 @@ def test_a_task_that_erred_and_was_retried_is_flagged(tmp_path, registered_workl
                      warmup=0, repeat=2, write=False)
     _watched(r)
     assert r.info["disturbed_repeats"]["repeats"] == {"0": "1 task(s) erred and retried (flaky)"}
+
+
+def test_a_run_that_ignores_its_signal_is_ended_hard_with_its_workers(tmp_path):
+    """The safety net: a process whose code drops the interruption (here: a script that
+    swallows every KeyboardInterrupt inside gpuscale's handler) still ends, with the signal's
+    exit code, one line, and its worker processes gone."""
+    script = tmp_path / "stubborn.py"
+    script.write_text(
+        "import sys, time\n"
+        "from distributed import LocalCluster\n"
+        "from gpuscale import errors\n"
+        "errors.ESCALATE_AFTER_S = 2.0\n"
+        "if __name__ == '__main__':\n"
+        "    with errors.sigterm_raises():\n"
+        "        cluster = LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None)\n"
+        "        print('ready', flush=True)\n"
+        "        while True:\n"
+        "            try:\n"
+        "                time.sleep(0.1)\n"
+        "            except KeyboardInterrupt:\n"
+        "                pass  # dropped, as a library might\n")
+    p = subprocess.Popen([sys.executable, str(script)], cwd=str(tmp_path), env=_clean_environ(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        kids = [c.pid for c in psutil.Process(p.pid).children(recursive=True)]
+        assert kids
+        t0 = time.monotonic()
+        os.kill(p.pid, signal.SIGTERM)
+        assert p.wait(timeout=60) == 143
+        assert 3.5 < time.monotonic() - t0 < 30
+        err = p.stderr.read()
+        assert "the run did not stop within 4 s" in err and "Traceback" not in err, err
+        assert gone(kids) == []
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)

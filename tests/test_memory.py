@@ -71,22 +71,43 @@ def test_the_boundary_case_is_refused_before_any_work_never_killed(cli, tmp_path
     assert files_under(tmp_path / "res") == []
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounts a small tmpfs (root)")
-def test_spill_space_too_small_does_not_fit(cli, tmp_path):
-    """The workers spill into a 64 MB tmpfs (dask's temporary-directory): 1.2 GB of data
-    cannot spill there, refused with the free space and the fix."""
+@pytest.fixture
+def small_spill_space(tmp_path):
+    """dask's temporary-directory on a 64 MB tmpfs: the workers' spill space (root only)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounts a small tmpfs (root)")
     small = tmp_path / "small"
     small.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(small)], check=True)
     try:
-        p = cli("run", "svd", *ONE, "--memory-limit", "400MB", "--rows", "1500000", "--cols", "100",
-                "--results-dir", tmp_path / "res", env={"DASK_TEMPORARY_DIRECTORY": str(small)})
-        assert p.returncode == 2, p.stderr
-        lines = p.stderr.splitlines()
-        assert len(lines) == 1, p.stderr
-        assert "would spill to disk" in lines[0] and "free there" in lines[0] and "free disk space" in lines[0]
+        yield {"DASK_TEMPORARY_DIRECTORY": str(small)}
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_spill_space_too_small_does_not_fit(cli, tmp_path, small_spill_space):
+    """1.2 GB of groupby rows cannot spill into 64 MB: refused with the free space and the fix."""
+    p = cli("run", "groupby", *ONE, "--memory-limit", "400MB", "--rows", "50000000", "--keys", "1000",
+            "--results-dir", tmp_path / "res", env=small_spill_space)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1, p.stderr
+    assert "would spill to disk" in lines[0] and "free there" in lines[0] and "free disk space" in lines[0]
+    assert files_under(tmp_path / "res") == []
+
+
+@pytest.mark.slow
+def test_svd_that_fits_neither_way_streams_its_blocks_and_validates(cli, tmp_path, small_spill_space):
+    """The same 1.2 GB as svd: its matrix is generated block by block in every pass, so it
+    streams (nothing held between passes) instead of being refused; the record says so."""
+    r = run_json(cli, tmp_path, "svd", "--rows", "1500000", "--cols", "100", "--memory-limit", "400MB",
+                 env=small_spill_space)
+    m = r["memory"]
+    assert r["validation"]["valid"] is True, r["validation"]
+    assert m["verdict"] == "streams" and "generated block by block" in m["streams"]
+    assert r["explained"]["workload"]["data_residency"]["value"] == "streamed"
+    meas = m["measured"]
+    assert meas["spilled_bytes"] == 0 and meas["peak_bytes"] < 0.95 * 400 * MB
 
 
 def test_explain_shows_the_spill_knobs_and_the_verdict(cli):

@@ -66,7 +66,7 @@ def _conf(d: pathlib.Path, ctld_port: int, d_port: int) -> str:
         "AccountingStorageType=accounting_storage/none", "MpiDefault=none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "SchedulerType=sched/backfill",
         "ReturnToService=2",
-        f"NodeName=gpuscale-node NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=1000 State=UNKNOWN",
+        f"NodeName=gpuscale-node NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=4000 State=UNKNOWN",
         "PartitionName=gpuscale Nodes=gpuscale-node Default=YES MaxTime=INFINITE State=UP", ""])
 
 
@@ -145,7 +145,7 @@ def slurm():
 def _profile(folder: pathlib.Path, jobs: int = 2) -> pathlib.Path:
     p = folder / "slurm-test.yaml"
     p.write_text(json.dumps({"version": 1, "description": "test", "gpuscale": {"cluster": {
-        "deploy": "slurm", "slurm": {"jobs": jobs, "cores": 1, "memory": "400MB", "queue": "gpuscale",
+        "deploy": "slurm", "slurm": {"jobs": jobs, "cores": 1, "memory": "1GB", "queue": "gpuscale",
                                      "walltime": "00:10:00", "log-directory": str(folder / "jobs")}}}}))
     return p
 

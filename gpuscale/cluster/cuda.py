@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dask.utils import format_bytes
 
-from .. import machine
+from .. import machine, memory
 from ..choices import choice
 from ..errors import UserError
 from . import ClusterSpec, construct, rmm_choice, rmm_pool
@@ -96,7 +96,6 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
 
 def device_limit_choice(resolved, gpus) -> dict:
     """Where GPU workers start spilling device -> host (dask-cuda's ``device_memory_limit``)."""
-    from .. import memory
     c = resolved.settings.cluster
     src = resolved.sources.get("cluster.device-memory-limit", "default")
     sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
@@ -109,6 +108,8 @@ def device_limit_choice(resolved, gpus) -> dict:
     if src == "default":
         return choice("default", src, f"dask-cuda's default: task outputs spill device -> host above "
                                       f"{f:g} of the device{at} (then to disk past the host memory limit)")
+    if device is None:
+        return choice(c.device_memory_limit, src, f"task outputs spill device -> host above {c.device_memory_limit}")
     return choice(c.device_memory_limit, src, f"task outputs spill device -> host above {f:.3g} of the device{at}")
 
 

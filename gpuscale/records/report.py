@@ -255,6 +255,7 @@ def workloads_table(items: list[dict]) -> Table:
 
 
 MEMORY_VERDICT = {"fits": "[green]fits in memory[/green]", "spills": "[yellow]fits with spilling[/yellow]",
+                 "streams": "[yellow]streams (made block by block in every pass)[/yellow]",
                  "does not fit": "[red bold]does NOT fit[/red bold]"}
 
 

@@ -234,10 +234,14 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _
         ctx.memory = _memory.measure(client, fam, fam.worker_memory(client), ctx.spec)
         workload.plan(p, ctx)
         memory = _memory.check(workload, p, ctx, memory_check)
+        stream = memory.get("verdict") == "streams"
+        if stream:
+            ctx.decide("data_residency", "streamed", "rule", memory["streams"])
         watch = _memory.Watch(client, fam, ctx.memory)
         auditor = Audit(client, fam, scope=AUDIT_SCOPE).start() if audit else None
     try:
-        outcome = _run(workload, p, ctx, warmup, repeat, phase, auditor, cancelled or _never, progress or _silent)
+        outcome = _run(workload, p, ctx, warmup, repeat, phase, auditor, cancelled or _never, progress or _silent,
+                       stream)
     except BaseException:
         if auditor is not None:
             auditor.stop()
@@ -262,24 +266,31 @@ def _go_on(cancelled: Callable[[], bool], before: str) -> None:
 
 
 def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int | _repeats.Policy, phase, auditor,
-         cancelled: Callable[[], bool], progress: Progress) -> Outcome:
+         cancelled: Callable[[], bool], progress: Progress, stream: bool = False) -> Outcome:
     policy = repeat if isinstance(repeat, _repeats.Policy) else _repeats.policy(repeat)
     client = ctx.client
     watching = _watch.start(client)  # before generate: the data's keys are the run's too
     try:
-        return _watched(workload, p, ctx, warmup, policy, phase, auditor, cancelled, progress, watching)
+        return _watched(workload, p, ctx, warmup, policy, phase, auditor, cancelled, progress, watching,
+                        stream)
     except BaseException:
         _watch.stop(client, watching, failed=True)  # off a shared scheduler, where it is still there
         raise
 
 
 def _watched(workload: Workload, p, ctx: Context, warmup: int, policy: _repeats.Policy, phase, auditor,
-             cancelled: Callable[[], bool], progress: Progress, watching: str | None) -> Outcome:
+             cancelled: Callable[[], bool], progress: Progress, watching: str | None,
+             stream: bool = False) -> Outcome:
     client = ctx.client
     fam = ctx.family
     with named_phase("generate (loading the data)"), span("gpuscale", workload.name, "generate"), \
             phase("generate"):
-        generate_s, data = timed(client, fam, lambda: workload.load(p, ctx))  # generated or the user's
+        if stream:  # made block by block inside every pass: nothing is held (the memory check)
+            t0 = time.perf_counter()
+            data = workload.load(p, ctx)
+            generate_s = time.perf_counter() - t0
+        else:
+            generate_s, data = timed(client, fam, lambda: workload.load(p, ctx))  # generated or the user's
         workload.check_loaded(data, p, ctx)
     if auditor is not None:
         auditor.collect("generate")

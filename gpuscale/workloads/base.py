@@ -135,6 +135,12 @@ class Workload:
     def estimate_bytes(self, p, ctx: Context) -> int:
         return 0
 
+    def streams(self, p, ctx: Context) -> str | None:
+        """Why this run's data can be made block by block inside each pass instead of held
+        (generated from a seed, and every pass reads it in blocks), or None. The memory check
+        streams a run whose data fits neither in memory nor in the spill space."""
+        return None
+
     def task_bytes(self, p, ctx: Context) -> int:
         """One task's peak memory (the working set is threads x this; it cannot spill).
         Default 0: the data parts carry the whole estimate."""
