@@ -569,6 +569,51 @@ def test_cli_zarr_not_installed(cli, files, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------
+# A folder whose files disagree (issue 24): one line naming the column, the files, their types
+# ---------------------------------------------------------------------------------------
+FLOATS = {"store": [1, 2, 1], "price": [1.0, 2.0, 3.0]}
+TEXT_PRICE = {"store": [1, 2, 2], "price": ["1.5", "x", "3"]}
+TEXT_STORE = {"store": ["1", "2", "2"], "price": [1.0, 2.0, 3.0]}
+MIXED = [  # (case, files: name -> columns, needles)
+    ("parquet-double-vs-string", {"a.parquet": FLOATS, "b.parquet": TEXT_PRICE},
+     ("column 'price' is double in a.parquet but ", "string in b.parquet", "give files with one schema")),
+    ("parquet-key-int-vs-string", {"a.parquet": FLOATS, "b.parquet": TEXT_STORE},
+     ("column 'store' is int64 in a.parquet but ", "string in b.parquet", "or one file")),
+    ("parquet-column-missing", {"a.parquet": FLOATS, "b.parquet": {"store": [1, 2, 2]}},
+     ("column 'price' is in a.parquet but not in b.parquet", "give files with the same columns")),
+    ("parquet-column-missing-in-first", {"a.parquet": {"store": [1, 2, 2]}, "b.parquet": FLOATS},
+     ("column 'price' is in b.parquet but not in a.parquet",)),
+    ("csv-other-header", {"a.csv": FLOATS, "b.csv": {"price": [1.0, 2.0, 3.0], "store": [1, 2, 2]}},
+     ("b.csv has the header 'price,store' but a.csv has 'store,price'", "the same header")),
+    ("csv-float-then-text", {"a.csv": FLOATS, "b.csv": TEXT_PRICE},
+     ("column 'price' was read as float64 but holds text (str) further on", "one type throughout")),
+]
+
+
+@pytest.mark.parametrize("files_of, needles", [c[1:] for c in MIXED], ids=[c[0] for c in MIXED])
+def test_cli_folder_of_files_that_disagree(cli, tmp_path, files_of, needles):
+    """Parquet: the footers are compared before any cluster starts; CSV: the headers before,
+    a column's type (Dask's guess from the first file) where the data loads."""
+    d = tmp_path / "in"
+    d.mkdir()
+    for name, cols in files_of.items():
+        write = pd.DataFrame(cols).to_parquet if name.endswith(".parquet") else pd.DataFrame(cols).to_csv
+        write(d / name, index=False)
+    p = cli("run", "groupby", "--input", d, "--by", "store", "--agg", "price:mean", "--repeat", "1",
+            "--warmup", "0", "--results-dir", tmp_path / "res", timeout=240)
+    line = assert_refused(p, tmp_path, f"{d}: ", *needles)
+    assert "unexpected" not in line and "--debug" not in line
+
+
+def test_parquet_files_may_mix_integer_and_float_columns(tmp_path):
+    """int64 in one file and double in another read and aggregate as numbers: not refused."""
+    pd.DataFrame({"store": [1, 2], "price": [1, 2]}).to_parquet(tmp_path / "a.parquet", index=False)
+    pd.DataFrame({"store": [1, 2], "price": [1.5, 2.5]}).to_parquet(tmp_path / "b.parquet", index=False)
+    src = inputs.inspect(tmp_path)
+    assert src.format == "parquet" and src.shape == (4, 2)
+
+
+# ---------------------------------------------------------------------------------------
 # GPU halves (pytest -m gpu)
 # ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")

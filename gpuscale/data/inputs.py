@@ -176,6 +176,10 @@ def inspect_path(path, formats: tuple[str, ...] | None = None) -> Source:
 
 
 def unreadable(path, fmt: str, e: BaseException) -> UserError:
+    if fmt == "csv":
+        mismatch = _csv_dtype_mismatch(path, e)
+        if mismatch is not None:
+            return mismatch
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
     return UserError(f"cannot read {path} as {FORMAT_NAMES[fmt]}: {type(e).__name__}: {first[:300]}",
                      f"check that it is a valid {FORMAT_NAMES[fmt]} file")
@@ -258,9 +262,12 @@ def _inspect_frame(p: pathlib.Path, fmt: str) -> Source:
         raise unreadable(p, fmt, e) from None
     rows = nbytes = None
     if fmt == "parquet":
+        _check_parquet_schemas(p)
         rows, nbytes = _parquet_size(p)
-    elif fmt == "csv" and _csv_header_only(p):
-        rows = 0
+    elif fmt == "csv":
+        _check_csv_headers(p)
+        if _csv_header_only(p):
+            rows = 0
     if rows == 0:
         raise UserError(f"{p} has no rows (only {'a header' if fmt == 'csv' else 'a schema'}: columns "
                         f"{', '.join(map(str, meta.columns))})", "give a file with data rows")
@@ -273,7 +280,7 @@ def _inspect_frame(p: pathlib.Path, fmt: str) -> Source:
 
 def _csv_header_only(p: pathlib.Path) -> bool:
     """True when every (uncompressed) CSV file holds at most its header line."""
-    files = sorted(p.glob("*.csv")) if p.is_dir() else [p]
+    files = _csv_files(p)
     if not files or any(f.suffix.lower() in CSV_COMPRESSED for f in files):
         return False
     for f in files:
@@ -282,6 +289,142 @@ def _csv_header_only(p: pathlib.Path) -> bool:
         if len(lines) > 1:
             return False
     return True
+
+
+ONE_SCHEMA_FIX = "give files with one schema (cast the column to one type and write them again) or " \
+    "one file"
+
+
+def _arrow_kind(t) -> str | None:
+    """What a Parquet column's Arrow type must agree on across files: integer and floating
+    columns mix (each file reads on its own, the aggregations take both), as do string types
+    of any width and a dictionary (categorical) of them; an all-null column mixes with any."""
+    import pyarrow.types as pat
+    if pat.is_dictionary(t):
+        t = t.value_type
+    if pat.is_null(t):
+        return None
+    if pat.is_integer(t) or pat.is_floating(t):
+        return "number"
+    if pat.is_string(t) or pat.is_large_string(t) or str(t) == "string_view":
+        return "string"
+    if pat.is_binary(t) or pat.is_large_binary(t) or str(t) == "binary_view":
+        return "binary"
+    if pat.is_timestamp(t):
+        return f"timestamp {t.tz}"
+    return str(t)
+
+
+def _check_parquet_schemas(p: pathlib.Path) -> None:
+    """A folder of Parquet files must agree on its columns and their types: compared from each
+    file's footer (no data read), before any cluster starts. Dask takes the first file's
+    schema for the whole frame, so a column missing from another file fails as it loads and
+    one of another type (double here, string there) fails in the aggregation, on the workers.
+    A file whose footer cannot be read is named here too."""
+    if not p.is_dir():
+        return
+    import pyarrow.dataset as pads
+    import pyarrow.parquet as pq
+    try:
+        files = sorted(pads.dataset(str(p), format="parquet").files)
+    except Exception:  # noqa: BLE001 - the reader's own error (already raised) is the one to show
+        return
+    if len(files) < 2:
+        return
+    first: dict[str, tuple[str, Any]] = {}  # column -> (file, Arrow type) where first seen
+    first_name = None
+    columns_of_first: set[str] = set()
+    for f in files:
+        name = os.path.relpath(f, p)
+        try:
+            schema = pq.read_schema(f)
+        except Exception as e:  # noqa: BLE001 - a damaged file among good ones
+            raise unreadable(f, "parquet", e) from None
+        index = {c for c in (schema.pandas_metadata or {}).get("index_columns") or [] if isinstance(c, str)}
+        fields = {fl.name: fl.type for fl in schema if fl.name not in index}
+        if first_name is None:
+            first_name, columns_of_first = name, set(fields)
+        elif set(fields) != columns_of_first:
+            missing = sorted(columns_of_first - set(fields))
+            has, lacks = (first_name, name) if missing else (name, first_name)
+            col = (missing or sorted(set(fields) - columns_of_first))[0]
+            raise UserError(f"{p}: column {col!r} is in {has} but not in {lacks}",
+                            "give files with the same columns (add or drop the column and write them "
+                            "again) or one file")
+        for col, t in fields.items():
+            seen = first.get(col)
+            if seen is None or _arrow_kind(seen[1]) is None:
+                first[col] = (name, t)
+            elif _arrow_kind(t) is not None and _arrow_kind(t) != _arrow_kind(seen[1]):
+                raise UserError(f"{p}: column {col!r} is {seen[1]} in {seen[0]} but {t} in {name}",
+                                ONE_SCHEMA_FIX)
+
+
+def _csv_files(p: pathlib.Path) -> list[pathlib.Path]:
+    """The files Dask reads for a CSV source (``FOLDER/*.csv``, in order)."""
+    return sorted(p.glob("*.csv")) if p.is_dir() else [p]
+
+
+def _csv_header(f: pathlib.Path) -> list[str] | None:
+    """The column names on a CSV file's first line (None for an empty file)."""
+    import csv
+    with open(f, "rb") as fh:
+        line = fh.readline(1 << 20)
+    text = line.decode("utf-8", errors="replace").lstrip("\ufeff").rstrip("\r\n")
+    if not text.strip():
+        return None
+    return [c.strip() for c in next(csv.reader([text]))]
+
+
+def _check_csv_headers(p: pathlib.Path) -> None:
+    """Every CSV file of a folder must have the first file's header: Dask reads the first
+    file's header and drops every other file's first line, so other columns (or the same in
+    another order) would be read under the wrong names. One line per file is read."""
+    files = [f for f in _csv_files(p) if f.suffix.lower() == ".csv"]
+    if len(files) < 2:
+        return
+    ref = ref_file = None
+    for f in files:
+        cols = _csv_header(f)
+        if cols is None:
+            continue
+        if ref is None:
+            ref, ref_file = cols, f
+        elif cols != ref:
+            def show(c):
+                text = ",".join(c)
+                return text if len(text) <= 200 else text[:200] + "..."
+            raise UserError(f"{p}: {f.name} has the header '{show(cols)}' but {ref_file.name} has "
+                            f"'{show(ref)}'", "give CSV files with the same header (the same columns in "
+                            "the same order) or one file")
+
+
+def _csv_dtype_mismatch(path, e: BaseException) -> UserError | None:
+    """Dask's "Mismatched dtypes" (a CSV column that Dask typed from the first rows of the first
+    file holds another type further on, in a later block or file) as one line naming the
+    column(s) and both types; None for any other error."""
+    import re
+    text = str(e)
+    if not text.startswith("Mismatched dtypes found"):
+        return None
+    rows = []
+    for line in text.splitlines():
+        m = re.match(r"^\|\s*(.+?)\s*\|\s*(\S+)\s*\|\s*(\S+)\s*\|$", line)
+        if m and m.groups() != ("Column", "Found", "Expected"):
+            rows.append(m.groups())
+    if not rows:
+        return None
+
+    def kind(t):
+        return "text (str)" if t in ("str", "object", "string") else t
+
+    cols = "; ".join(f"column {c!r} was read as {kind(want)} but holds {kind(found)} further on"
+                     for c, found, want in rows[:5])
+    more = f" (and {len(rows) - 5} more columns)" if len(rows) > 5 else ""
+    return UserError(f"{path}: {cols}{more} (Dask types the columns from the first rows of the first "
+                     "file)",
+                     "give files in which each column holds one type throughout (clean or cast it and "
+                     "write them again), or write the data as Parquet with one schema")
 
 
 def _parquet_size(p: pathlib.Path) -> tuple[int | None, int | None]:
