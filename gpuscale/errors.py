@@ -147,12 +147,16 @@ def sigterm_raises() -> Iterator[None]:
         _escalate_later(signal.SIGINT, EXIT_SIGINT)
         _raise_or_defer(KeyboardInterrupt())
 
+    global _stand_down
+    outer, _stand_down = _stand_down, threading.Event()
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _on_term)}
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, _on_int)
     try:
         yield
     finally:
+        _stand_down.set()
+        _stand_down = outer
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
@@ -160,23 +164,27 @@ def sigterm_raises() -> Iterator[None]:
 ESCALATE_AFTER_S = 15.0
 """An interrupted process still running this long after the signal gets it again (the first
 may have landed where a library dropped it); one more period later it ends hard."""
-_escalating = threading.Event()
+_stand_down: threading.Event | None = None
+"""Set as the current :func:`sigterm_raises` block ends: its escalation (if any) stands down."""
 
 
 def _escalate_later(sig: int, code: int) -> None:
-    """Once per process: a daemon thread that repeats the signal after
-    :data:`ESCALATE_AFTER_S`, and after twice that kills the worker processes this one started
-    and exits with ``code``, saying so in one line. A run that stops in time never sees it."""
-    if _escalating.is_set():
+    """Once per :func:`sigterm_raises` block: a daemon thread that repeats the signal after
+    :data:`ESCALATE_AFTER_S` if the block has not ended by then, and after twice that kills the
+    worker processes this one started and exits with ``code``, saying so in one line. A run
+    that stops in time never sees it."""
+    if _stand_down is None or getattr(_stand_down, "escalating", False):
         return
-    _escalating.set()
+    done = _stand_down
+    done.escalating = True
 
     def run():
         import os
-        import time
-        time.sleep(ESCALATE_AFTER_S)
+        if done.wait(ESCALATE_AFTER_S):
+            return
         os.kill(os.getpid(), sig)
-        time.sleep(ESCALATE_AFTER_S)
+        if done.wait(ESCALATE_AFTER_S):
+            return
         name = "SIGTERM" if sig == signal.SIGTERM else "SIGINT"
         try:
             import psutil

@@ -58,12 +58,27 @@ def test_three_times_the_workers_memory_spills_and_validates(cli, tmp_path, work
         assert "not per-worker" in r["info"]["plan"]["reason"]
 
 
-def test_the_boundary_case_is_refused_before_any_work_never_killed(cli, tmp_path):
-    """The issue's case: 2 workers x 300 MB, svd 300000 x 100 (240 MB). A worker at ~70 MiB
-    at start plus its growth leaves no room under the pause threshold: refused in one line
-    naming the memory each worker would need."""
+def test_the_boundary_case_streams_instead_of_being_killed(cli, tmp_path):
+    """The issue's case: 2 workers x 300 MB, svd 300000 x 100 (240 MB), killed before. A
+    worker at ~70 MiB at start plus its growth leaves no room to hold (or spill) the data
+    under the pause threshold, so the generated matrix streams: valid, nothing killed, the
+    peak under the nanny's line."""
     p = cli("run", "svd", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1",
-            "--memory-limit", "300MB", "--rows", "300000", "--cols", "100", "--results-dir", tmp_path / "res")
+            "--memory-limit", "300MB", "--rows", "300000", "--cols", "100", "--repeat", "1", "--warmup", "0",
+            "--json", "--results-dir", tmp_path / "res", timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "KilledWorker" not in p.stderr and "exceeded 95% memory budget" not in p.stderr, p.stderr[-3000:]
+    r = json.loads(p.stdout)
+    assert r["validation"]["valid"] is True and r["memory"]["verdict"] == "streams"
+    assert r["memory"]["measured"]["peak_bytes"] < 0.95 * 300 * MB
+
+
+def test_what_can_neither_fit_nor_stream_is_refused_before_any_work(cli, tmp_path):
+    """The same workers with svd's --compute-uv (U is as large as the matrix and is kept):
+    refused in one line naming the memory each worker would need."""
+    p = cli("run", "svd", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1",
+            "--memory-limit", "300MB", "--rows", "300000", "--cols", "100", "--compute-uv",
+            "--results-dir", tmp_path / "res")
     assert p.returncode == 2, p.stderr
     lines = p.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpuscale: error: "), p.stderr
@@ -106,8 +121,7 @@ def test_svd_that_fits_neither_way_streams_its_blocks_and_validates(cli, tmp_pat
     assert r["validation"]["valid"] is True, r["validation"]
     assert m["verdict"] == "streams" and "generated block by block" in m["streams"]
     assert r["explained"]["workload"]["data_residency"]["value"] == "streamed"
-    meas = m["measured"]
-    assert meas["spilled_bytes"] == 0 and meas["peak_bytes"] < 0.95 * 400 * MB
+    assert m["measured"]["peak_bytes"] < 0.95 * 400 * MB  # blocks in flight may still spill a while
 
 
 def test_explain_shows_the_spill_knobs_and_the_verdict(cli):

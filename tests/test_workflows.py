@@ -136,3 +136,24 @@ def test_tls_overhead_smoke(tmp_path):
     assert d["valid"] is True and [r["workload"] for r in d["rows"]] == ["svd", "groupby"]
     for r in d["rows"]:
         assert len(r["plain_s"]) == len(r["tls_s"]) == 2 and r["ratio"] > 0
+
+
+def test_spill_gpu_smoke(tmp_path):
+    """The capped-memory script on the CPU: in memory and at 1.5 x a 400 MB worker, both valid;
+    the larger one spills."""
+    d = run_script(tmp_path, "spill_gpu.py", "--smoke", timeout=400)
+    rows = d["rows"]
+    assert [r["factor"] for r in rows] == [0.6, 1.5] and all(r["valid"] is True for r in rows)
+    assert rows[0]["verdict"] == "fits" and rows[1]["verdict"] == "spills"
+    assert rows[1]["measured"]["spilled_bytes"] > 0
+
+
+def test_memory_estimate_smoke(tmp_path):
+    """The estimate-accuracy script at the smallest sizes: every run valid and measured."""
+    p = subprocess.run([sys.executable, str(ROOT / "workflows" / "memory_estimate.py"), "--smoke",
+                        "--workloads", "svd,groupby,merge", "--json", str(tmp_path / "out.json")],
+                       capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rows = json.loads((tmp_path / "out.json").read_text())
+    assert [r["workload"] for r in rows] == ["svd", "groupby", "merge"]
+    assert all(r["valid"] is True and r["measured_peak"] and r["ratio"] for r in rows), rows

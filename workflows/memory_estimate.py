@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     rows = []
     with gpuscale.session(backend="cpu", workers=1, threads_per_worker=2, memory_limit="2GB") as s:
         for wl in a.workloads.split(","):
-            for params in SIZES[wl][:1] if a.smoke else SIZES[wl]:
+            for params in SIZES[wl][:1] if a.smoke else SIZES[wl]:  # smoke: the smallest size
                 r = s.run(wl, repeat=1, warmup=0, write=False, **params)
                 m = r.memory or {}
                 meas = m.get("measured") or {}

@@ -39,8 +39,10 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke", action="store_true", help="CPU, one 400 MB worker: seconds")
     a = ap.parse_args(argv)
     import gpuscale
-    if a.smoke:
-        a.backend, a.cap, a.repeat = "cpu", "400MB", 1
+    factors = FACTORS
+    warmup = 1
+    if a.smoke:  # the script works: svd only, in memory and at 1.5 x, no warm-up
+        a.backend, a.cap, a.repeat, a.workloads, factors, warmup = "cpu", "400MB", 1, "svd", FACTORS[:2], 0
         settings = {"workers": 1, "threads_per_worker": 1, "memory_limit": a.cap}
     else:
         settings = {"device_memory_limit": a.cap}
@@ -49,9 +51,9 @@ def main(argv=None) -> int:
     with gpuscale.session(backend=a.backend, **settings) as s:
         for wl in a.workloads.split(","):
             base = None
-            for f in FACTORS:
+            for f in factors:
                 params = sizes(wl, int(f * cap))
-                r = s.run(wl, repeat=a.repeat, warmup=1, write=False, **params)
+                r = s.run(wl, repeat=a.repeat, warmup=warmup, write=False, **params)
                 m = r.memory or {}
                 gb = m.get("estimate_bytes", 0) / 1e9 if wl == "svd" else params["rows"] * GROUPBY_ROW_BYTES / 1e9
                 per_gb = r.median_s / gb
