@@ -160,7 +160,7 @@ def test_groupby_bad_split_out(refused):
 
 def test_size_that_cannot_fit(refused):
     line = refused("run", "svd", "--backend", "cpu", "--memory-limit", "300MB", "--workers", "1",
-                   "--rows", "5000000", "--cols", "100",
+                   "--rows", "5000000", "--cols", "100", "--compute-uv",
                    needles=("GiB", "--no-memory-check", "MiB"))
     assert "needs about" in line
 
@@ -208,6 +208,7 @@ def test_api_gpu_session_without_gpu():
 
 def test_api_memory_check(cpu_session, tmp_path):
     with pytest.raises(UserError, match="--no-memory-check"):
-        # 4 TB: more than the workers' memory and the disk they would spill to
-        cpu_session.run("svd", rows=5_000_000_000, cols=100, results_dir=str(tmp_path / "res"))
+        # 4 TB, with U as large again: more than the workers' memory and the disk they would
+        # spill to, and U (kept) cannot stream
+        cpu_session.run("svd", rows=5_000_000_000, cols=100, compute_uv=True, results_dir=str(tmp_path / "res"))
     assert files_under(tmp_path / "res") == []
