@@ -138,11 +138,15 @@ def sigterm_raises() -> Iterator[None]:
         return
 
     def _on_term(signum, frame):
+        if _later_if_in_gc_callback(signum, frame):
+            return
         quiet_exit_logs()
         _escalate_later(signal.SIGTERM, EXIT_SIGTERM)
         _raise_or_defer(Terminated())
 
     def _on_int(signum, frame):
+        if _later_if_in_gc_callback(signum, frame):
+            return
         quiet_exit_logs()
         _escalate_later(signal.SIGINT, EXIT_SIGINT)
         _raise_or_defer(KeyboardInterrupt())
@@ -159,6 +163,23 @@ def sigterm_raises() -> Iterator[None]:
         _stand_down = outer
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def _later_if_in_gc_callback(signum: int, frame) -> bool:
+    """Whether the signal landed inside a garbage-collection callback (distributed registers
+    one): an exception raised there is printed as "Exception ignored" and dropped, so the run
+    would go on. Then the signal is sent again 50 ms later, to land after the callback."""
+    import gc
+    codes = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
+    codes.discard(None)
+    f = frame
+    while f is not None and codes:
+        if f.f_code in codes:
+            import os
+            threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
+            return True
+        f = f.f_back
+    return False
 
 
 ESCALATE_AFTER_S = 15.0
@@ -186,6 +207,12 @@ def _escalate_later(sig: int, code: int) -> None:
         if done.wait(ESCALATE_AFTER_S):
             return
         name = "SIGTERM" if sig == signal.SIGTERM else "SIGINT"
+        where = f" during {_phases[-1]}" if _phases else ""
+        import shutil
+        for path in list(TEMP_PATHS):
+            shutil.rmtree(path, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         try:
             import psutil
             for child in psutil.Process().children(recursive=True):
@@ -194,7 +221,7 @@ def _escalate_later(sig: int, code: int) -> None:
         except Exception:  # noqa: BLE001 - ending regardless
             pass
         with contextlib.suppress(Exception):
-            sys.stderr.write(f"gpuscale: error: interrupted ({name}); the run did not stop within "
+            sys.stderr.write(f"gpuscale: error: interrupted ({name}){where}; it did not stop within "
                              f"{2 * ESCALATE_AFTER_S:g} s, so it was ended with its worker processes; "
                              "nothing was written\n")
             sys.stderr.flush()
@@ -255,6 +282,7 @@ PHASE_ATTR = "gpuscale_phase"
 def phase(name: str) -> Iterator[None]:
     """Name the phase of a run that an exception (an interruption, the cluster going away)
     left: the innermost ``phase`` wins; :func:`phase_of` reads it."""
+    _phases.append(name)
     try:
         yield
     except BaseException as e:
@@ -262,6 +290,16 @@ def phase(name: str) -> Iterator[None]:
             with contextlib.suppress(AttributeError, TypeError):
                 setattr(e, PHASE_ATTR, name)
         raise
+    finally:
+        with contextlib.suppress(ValueError):
+            _phases.remove(name)
+
+
+_phases: list[str] = []
+"""The phases open now, innermost last (what a hard exit names)."""
+TEMP_PATHS: set[str] = set()
+"""Temporary files and folders being filled now (a trace's folder): a hard exit after an
+ignored signal removes them (:func:`_escalate_later`)."""
 
 
 def phase_of(exc: BaseException, default: str = "start-up") -> str:

@@ -29,7 +29,7 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.metrics import time
 
-from ..errors import UserError, signals_deferred
+from ..errors import TEMP_PATHS, UserError, signals_deferred
 
 P2P_SENT = ("background-comms", "process", "bytes")
 """Tail of the worker digest key (``("p2p", span, *P2P_SENT)``) that counts P2P bytes sent."""
@@ -336,6 +336,7 @@ class Capture:
                 tmp = self.path.parent / f".{self.path.name}.tmp-{uuid.uuid4().hex[:8]}"
                 tmp.mkdir()  # not mkdtemp: the folder gets the usual (umask) permissions
                 self._tmp = tmp
+                TEMP_PATHS.add(str(tmp))
         except OSError as e:
             raise UserError(f"trace dir '{self.path}' cannot be written ({e.strerror or e})",
                             "pass --trace a folder under a writable folder") from None
@@ -347,6 +348,7 @@ class Capture:
             self._plugin = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
+            TEMP_PATHS.discard(str(self._tmp))
             self._tmp = None
         for m in reversed(self._made):
             with contextlib.suppress(OSError):
@@ -403,6 +405,7 @@ class Capture:
         except OSError as e:
             raise UserError(f"trace dir '{self.path}' could not be written ({e.strerror or e}); "
                             "was it filled while the run went on", "pass --trace a new folder") from None
+        TEMP_PATHS.discard(str(tmp))
         self._tmp = None
         self._made = []
         self.summary = s
