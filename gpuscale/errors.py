@@ -167,14 +167,15 @@ def sigterm_raises() -> Iterator[None]:
 
 def _later_if_in_gc_callback(signum: int, frame) -> bool:
     """Whether the signal landed inside a garbage-collection callback (distributed registers
-    one): an exception raised there is printed as "Exception ignored" and dropped, so the run
-    would go on. Then the signal is sent again 50 ms later, to land after the callback."""
+    one) or an object's ``__del__``: an exception raised there is printed as "Exception
+    ignored" and dropped, so the run would go on. Then the signal is sent again 50 ms later,
+    to land after it."""
     import gc
     codes = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
     codes.discard(None)
     f = frame
-    while f is not None and codes:
-        if f.f_code in codes:
+    while f is not None:
+        if f.f_code in codes or f.f_code.co_name == "__del__":  # a finalizer drops it the same way
             import os
             threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
             return True

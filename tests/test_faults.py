@@ -867,3 +867,18 @@ def test_a_signal_landing_in_a_gc_callback_still_ends_the_block():
     finally:
         gc.callbacks.remove(callback)
     assert hits
+
+
+def test_a_signal_landing_in_a_finalizer_still_ends_the_block():
+    """The same for an object's ``__del__`` (distributed's futures release their keys there)."""
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.01)  # the handler runs here, inside __del__
+
+    with pytest.raises(errors.Terminated):
+        with errors.sigterm_raises():
+            obj = Finalized()
+            del obj
+            for _ in range(200):
+                time.sleep(0.005)
