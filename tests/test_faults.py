@@ -862,7 +862,7 @@ def test_a_signal_landing_in_a_gc_callback_still_ends_the_block():
         with pytest.raises(errors.Terminated):
             with errors.sigterm_raises():
                 gc.collect()
-                for _ in range(200):
+                for _ in range(1000):  # up to 5 s: the signal is sent again 50 ms after the callback
                     time.sleep(0.005)
     finally:
         gc.callbacks.remove(callback)
@@ -880,5 +880,5 @@ def test_a_signal_landing_in_a_finalizer_still_ends_the_block():
         with errors.sigterm_raises():
             obj = Finalized()
             del obj
-            for _ in range(200):
+            for _ in range(1000):  # up to 5 s
                 time.sleep(0.005)
