@@ -140,6 +140,10 @@ class ClusterSettings(_Section):
     """GPU workers: device memory above which task outputs spill to host (dask-cuda's
     ``device_memory_limit``): default (dask-cuda's 0.8 of the device), a size, a fraction, or
     0 (no spilling)."""
+    device_spill: Literal["auto", "dask-cuda", "jit-unspill", "cudf"] = "auto"
+    """GPU workers: how data over ``device_memory_limit`` leaves the device (:mod:`gpuscale.cluster.cuda`):
+    dask-cuda's whole task outputs, its just-in-time unspilling proxies, or cuDF's own spilling
+    of single buffers; auto: the family's knob for the work's collection."""
     gpus: tuple[NonNegativeInt, ...] | None = None
     dashboard_address: str | None = "127.0.0.1:0"
     connect_timeout: float = Field(10.0, gt=0)
@@ -323,6 +327,7 @@ KEYWORDS: dict[str, str] = {
     "threads_per_worker": "cluster.threads-per-worker",
     "memory_limit": "cluster.memory-limit",
     "device_memory_limit": "cluster.device-memory-limit",
+    "device_spill": "cluster.device-spill",
     "gpus": "cluster.gpus",
     "dashboard_address": "cluster.dashboard-address",
     "nvlink": "cluster.ucx.nvlink",

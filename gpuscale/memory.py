@@ -21,7 +21,8 @@ fractions (``target`` / ``spill`` / ``pause`` / ``terminate`` of ``distributed.w
 * **streams**: it fits neither way, but the workload can make its data block by block inside
   each pass (:meth:`gpuscale.workloads.Workload.streams`: svd's generated matrix): nothing is
   held between passes, so only baseline + working set must fit; the timings then include
-  making the blocks, and the record says so;
+  making the blocks, and the record says so. A family whose spilling costs more than making
+  the blocks again (``Family.stream_first``: the GPU's) streams a run that would spill;
 * **does not fit**: otherwise; one line with the numbers and the fix.
 
 The same budget caps the blocks the workloads choose: one task's
@@ -73,6 +74,9 @@ class Budget:
     """Bytes each worker may spill (free disk of its local directory / workers sharing it)."""
     memory: str = "host"
     """Where the chunks live (the family's ``memory``): "host" or "device"."""
+    stream_first: str | None = None
+    """The family's :attr:`~gpuscale.backends.family.Family.stream_first`: why it streams what
+    would spill (None: it spills first)."""
     states: dict[str, dict] = dataclasses.field(default_factory=dict, repr=False)
     """What :func:`measure` read on each worker (peaks reset then): :class:`Watch` starts there."""
 
@@ -164,7 +168,8 @@ def planned(spec, family, limits: list[int]) -> Budget:
                   baseline_source=f"assumed ({format_bytes(base)}: a started worker, plus "
                                   f"{format_bytes(growth)} its first tasks add)",
                   threads=spec.threads_per_worker or 1, fractions=fractions,
-                  spill_to=spill_to, spill_space=space, memory=family.memory)
+                  spill_to=spill_to, spill_space=space, memory=family.memory,
+                  stream_first=family.stream_first if spill_to else None)
 
 
 def _family_fractions(config_get, family, spec, device_bytes) -> tuple[dict[str, float], str | None]:
@@ -314,7 +319,8 @@ def measure(client, family, limits: dict[str, int], spec=None) -> Budget:
             space += min(s["host_limit"] or 0 for s in states.values())
     return Budget(workers=len(limits) or None, limit=min(lim) if lim else None, baseline=base,
                   baseline_source=source, threads=threads, fractions=fractions,
-                  spill_to=spill_to, spill_space=space, memory=family.memory, states=states)
+                  spill_to=spill_to, spill_space=space, memory=family.memory,
+                  stream_first=family.stream_first if spill_to else None, states=states)
 
 
 def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
@@ -341,20 +347,23 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
     out.update(workers=n, per_worker_bytes=data, worker_limit_bytes=b.limit, usable_bytes=in_memory,
                capacity_bytes=b.limit * n, baseline_bytes=b.baseline, baseline_source=b.baseline_source,
                working_set_bytes=working, budget=b.to_dict())
+    spills = bool(b.spill_to) and fixed + min(data, kept) <= pause and (
+        b.spill_space is None or to_spill <= b.spill_space)
+    streams = workload.streams(p, ctx) if to_spill and (b.stream_first or not spills) else None
     if to_spill == 0:
         verdict = "fits"
-    elif b.spill_to and fixed + min(data, kept) <= pause and (b.spill_space is None or to_spill <= b.spill_space):
+    elif streams and fixed <= pause:  # nothing held between passes: only the blocks in flight
+        verdict = "streams"
+        out["streams"] = streams + (f"; streamed rather than spilled: {b.stream_first}" if spills else "")
+        out["spill_bytes_per_worker"] = to_spill
+        out["peak_bytes"] = fixed
+    elif spills:
         verdict = "spills"
         out["spill_bytes_per_worker"] = to_spill
         out["peak_bytes"] = fixed + min(data, kept)
     else:
         verdict = "does not fit"
         out["spill_bytes_per_worker"] = to_spill
-        streams = workload.streams(p, ctx)
-        if streams and fixed <= pause:  # nothing held between passes: only the blocks in flight
-            verdict = "streams"
-            out["streams"] = streams
-            out["peak_bytes"] = fixed
     out["verdict"], out["fits"] = verdict, verdict != "does not fit"
     out.setdefault("peak_bytes", fixed + data)
     host = b.memory == "host"
@@ -365,7 +374,9 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
                    + (f"; beyond it spills to {b.spill_to} if baseline + working set + the data kept in memory "
                       f"(target {b.fractions['target']:g}) stay under {PAUSE_MARGIN:g} x "
                       + (f"pause {b.fractions['pause']:g}" if host else "the device")
-                      + " and the spill space holds the rest" if b.spill_to else
+                      + " and the spill space holds the rest"
+                      + (f"; generated data that would spill streams instead ({b.stream_first})"
+                         if b.stream_first else "") if b.spill_to else
                       "; no spilling (--device-memory-limit 0): the data must fit"))
     return out
 

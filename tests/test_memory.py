@@ -9,6 +9,8 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -177,12 +179,50 @@ def test_a_gpu_family_spills_to_host_unless_told_not_to():
     assert memory.target_fraction(device, 1, gpu)[0] is None  # distributed's target is a host rule
 
 
+def test_a_family_that_streams_first_streams_what_would_spill():
+    """The verdict's rule: with the same budget and data, a family that spills first (the CPU's)
+    spills, one whose ``stream_first`` says streaming is cheaper (the GPU's) streams a workload
+    that can stream, and still spills one that cannot; the record names why."""
+    from gpuscale import memory
+    from gpuscale.backends import registry
+
+    class Blocks:  # estimate_memory / task_bytes / streams: what assess asks of a workload
+        def __init__(self, can_stream):
+            self.can_stream = can_stream
+
+        def estimate_memory(self, p, ctx):
+            return {"inputs": 3 * 2**30}
+
+        def task_bytes(self, p, ctx):
+            return 16 * 2**20
+
+        def streams(self, p, ctx):
+            return "made block by block" if self.can_stream else None
+
+    gpu = next(f for f in registry.families() if f.name == "gpu")
+    cpu = next(f for f in registry.families() if f.name == "cpu")
+    assert gpu.stream_first and cpu.stream_first is None
+
+    def budget(family):
+        return memory.Budget(workers=1, limit=2**30, baseline=100 * 2**20, baseline_source="test", threads=1,
+                             fractions=dict(memory.DEFAULT_FRACTIONS), spill_to="disk", spill_space=2**40,
+                             memory=family.memory, stream_first=family.stream_first)
+
+    assert memory.assess(Blocks(True), None, None, budget(cpu))["verdict"] == "spills"
+    streamed = memory.assess(Blocks(True), None, None, budget(gpu))
+    assert streamed["verdict"] == "streams" and "streamed rather than spilled" in streamed["streams"]
+    assert "streams instead" in streamed["rule"]
+    assert memory.assess(Blocks(False), None, None, budget(gpu))["verdict"] == "spills"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("workload, args", [
     ("svd", ("--rows", "3750000", "--cols", "100")),      # 3 GB of float64
     ("groupby", ("--rows", "125000000", "--keys", "1000")),  # 3 GB of rows
 ], ids=["svd", "groupby"])
-def test_a_capped_gpu_spills_three_times_its_cap_to_host_and_validates(cli, tmp_path, workload, args):
+def test_a_capped_gpu_streams_three_times_its_cap_of_generated_data_and_validates(cli, tmp_path, workload, args):
+    """Generated data 3 x the device's cap: made block by block in every pass (the GPU family
+    streams what would spill), valid, the record saying so."""
     from conftest import gpu_probe
     ok, why = gpu_probe()
     if not ok:
@@ -193,5 +233,35 @@ def test_a_capped_gpu_spills_three_times_its_cap_to_host_and_validates(cli, tmp_
     r = json.loads(p.stdout)
     assert r["validation"]["valid"] is True, r["validation"]
     m = r["memory"]
-    assert m["verdict"] == "spills" and m["budget"]["spill_to"] == "host", m
+    assert m["verdict"] == "streams" and "streamed rather than spilled" in m["streams"], m
+    assert r["explained"]["workload"]["data_residency"]["value"] == "streamed"
     assert r["explained"]["cluster"]["device_memory_limit"]["value"] == "1GB"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload, way", [("svd", "dask-cuda"), ("groupby", "cudf"), ("groupby", "jit-unspill")])
+def test_a_capped_gpu_spills_three_times_its_cap_of_a_file_to_host_and_validates(cli, tmp_path, workload, way):
+    """A file 3 x the device's cap cannot be made again: it is read once and spills device ->
+    host the way --device-spill says; valid, and explain names the way."""
+    from conftest import gpu_probe
+    ok, why = gpu_probe()
+    if not ok:
+        pytest.skip(f"no usable GPU: {why}")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflows"))
+    import spill_gpu
+    if workload == "svd":
+        path = tmp_path / "x.npy"
+        spill_gpu.write_npy(str(path), 3_750_000, 100, 3)
+        extra = ()
+    else:
+        path = tmp_path / "frame"
+        spill_gpu.write_parquet(str(path), 125_000_000, 1000, 3)
+        extra = ("--by", "key", "--agg", "int64:sum;float64:mean")
+    p = cli("run", workload, "--input", path, *extra, "--backend", "gpu", "--gpus", "0", "--device-memory-limit",
+            "1GB", "--device-spill", way, "--repeat", "2", "--warmup", "1", "--json",
+            "--results-dir", tmp_path / "res", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout)
+    assert r["validation"]["valid"] is True, r["validation"]
+    assert r["memory"]["verdict"] == "spills" and r["memory"]["budget"]["spill_to"] == "host", r["memory"]
+    assert r["explained"]["cluster"]["device_spill"]["value"] == way

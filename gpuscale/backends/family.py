@@ -49,6 +49,11 @@ class Knobs:
     """RMM pool per worker as a fraction of device memory (None: no pool)."""
     pre_import: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Libraries each worker imports at start, by collection kind."""
+    device_spill: Mapping[str, str] = field(default_factory=dict)
+    """How a device family's workers spill, by collection kind (``cluster.device-spill: auto``):
+    "dask-cuda" (whole task outputs over the device memory limit), "jit-unspill" (dask-cuda's
+    proxies, unspilled when a task touches them) or "cudf" (cuDF spills single buffers, also
+    inside a running task; CuPy arrays are not its buffers)."""
     worker_growth_bytes: int = 128 * 2**20
     """What a worker's first tasks add to the memory it holds at start (the chunk library's
     imports, one allocator arena per thread, memory the allocator keeps), added to the
@@ -109,6 +114,12 @@ class Family:
     """Where a worker puts data that does not fit its memory: ``"disk"`` (distributed's
     spilling to the worker's local directory, under ``distributed.worker.memory.*``) or None
     (not carried yet: data must fit). The memory check's verdict reads it."""
+    stream_first: str | None = None
+    """Set (to the measurement that says why) when making a workload's generated data again,
+    block by block in every pass, is cheaper than spilling it and reading it back: the memory
+    check then streams a run that would spill, where the workload can stream
+    (:meth:`gpuscale.workloads.Workload.streams`). None: spill first, stream only what cannot
+    spill."""
     lossy_writers: Mapping[str, LossyWriter] = field(default_factory=dict)
     """Dask DataFrame writers (``"to_csv"``) whose partitions, written by this family's chunk
     library, lose data (:class:`LossyWriter`); a session writes them through the host library."""

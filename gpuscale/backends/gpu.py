@@ -70,6 +70,8 @@ FAMILY = GpuFamily(
         # / 10 keys tree 0.09-0.11 s, cuDF alone 0.029 s (workflows/shape_grid.py --explore).
         groupby_concat_min_fraction=0.0,
         rmm_pool_size=0.8,
+        # not measured yet against each other on a capped device: dask-cuda's default everywhere
+        device_spill={"array": "dask-cuda", "dataframe": "dask-cuda", "session": "dask-cuda"},
         pre_import={"array": ("cupy",), "dataframe": ("cupy", "cudf", "dask_cudf"),
                     "session": ("cupy",)},
         # device memory a worker holds beyond its chunks: the CUDA context, cuBLAS / cuDF
@@ -82,6 +84,12 @@ FAMILY = GpuFamily(
     # dask-cuda spills task outputs device -> host above cluster.device-memory-limit (its
     # default 0.8 of the device), and host -> disk past the host memory limit
     spill_to="host",
+    # workflows/spill_gpu.py on an H200 capped at 8 GB: svd at 3 x the cap spilled through
+    # dask-cuda at 48 x the in-memory time per byte (~2.5 GB/s device <-> host), groupby 17 x;
+    # the generated blocks are made on the device far faster than that
+    stream_first=("spilling through dask-cuda moved ~2.5 GB/s device <-> host on an H200 (svd at 3 x a "
+                  "capped device: 48 x the in-memory time per byte), far slower than making the blocks "
+                  "again on the device"),
     # cuDF writes float64 in CSV with 9 significant digits (rapidsai/cudf#6418, open since 2020):
     # read back, the data is not the data. pandas writes the shortest text that reads back exact.
     lossy_writers={"to_csv": LossyWriter("cuDF's CSV writer keeps 9 significant digits of float64 values "

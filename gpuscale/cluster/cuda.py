@@ -56,6 +56,15 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     dml = c.device_memory_limit
     if not (isinstance(dml, str) and dml.strip().lower() == "default"):
         kwargs["device_memory_limit"] = dml
+    spill = device_spill_choice(resolved, family, collection, gpus)
+    dask_config: dict = {}
+    if spill["value"] == "jit-unspill":
+        kwargs["jit_unspill"] = True
+    elif spill["value"] == "cudf":
+        kwargs["enable_cudf_spill"] = True
+        limit_bytes = _device_limit_bytes(c.device_memory_limit, gpus)
+        if limit_bytes:  # cuDF spills its buffers above the same line dask-cuda would
+            dask_config["distributed.nanny.pre-spawn-environ.CUDF_SPILL_DEVICE_LIMIT"] = str(limit_bytes)
     pre = list(family.knobs.pre_import.get(collection or "session", ()))
     if pre:
         kwargs["pre_import"] = pre
@@ -85,13 +94,14 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
                                       f"over {max(1, len(gpus))} worker(s) = {{value}} each"),
         "rmm_pool_size": rmm_choice(resolved, family, pool, pool_rule),
         "device_memory_limit": device_limit_choice(resolved, gpus),
+        "device_spill": spill,
     }
     return ClusterSpec(
         kind="cuda", cls="dask_cuda.LocalCUDACluster", family=family.name, protocol=proto.name,
         workers=len(gpus), threads_per_worker=threads, memory_limit=c.memory_limit,
         memory_limit_bytes=limit, gpus=gpus, transports=transports or {"selection": proto.transport_label()},
         rmm=rmm, pre_import=pre, dashboard_address=c.dashboard_address, notes=notes, kwargs=kwargs,
-        choices=choices)
+        dask_config=dask_config, choices=choices)
 
 
 def device_limit_choice(resolved, gpus) -> dict:
@@ -111,6 +121,38 @@ def device_limit_choice(resolved, gpus) -> dict:
     if device is None:
         return choice(c.device_memory_limit, src, f"task outputs spill device -> host above {c.device_memory_limit}")
     return choice(c.device_memory_limit, src, f"task outputs spill device -> host above {f:.3g} of the device{at}")
+
+
+SPILL_WAYS = {
+    "dask-cuda": "dask-cuda moves whole task outputs device -> host over the device memory limit",
+    "jit-unspill": "dask-cuda wraps task outputs in proxies, spilled whole and unspilled only when a "
+                   "task touches them (jit_unspill)",
+    "cudf": "cuDF spills single device buffers, also inside a running task, over the device memory "
+            "limit (enable_cudf_spill); CuPy arrays are not cuDF's buffers and spill through dask-cuda",
+}
+
+
+def device_spill_choice(resolved, family, collection, gpus) -> dict:
+    """How GPU workers spill (``cluster.device-spill``; auto: the family's knob for the work's
+    collection), or that they do not (``--device-memory-limit 0``)."""
+    c = resolved.settings.cluster
+    src = resolved.sources.get("cluster.device-spill", "default")
+    sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
+    known = [sizes[g] for g in gpus if g in sizes]
+    if memory.device_spill_fraction(c.device_memory_limit, min(known) if known else None) is None:
+        return choice("off", "rule", "--device-memory-limit 0: nothing spills")
+    if c.device_spill != "auto":
+        return choice(c.device_spill, src, SPILL_WAYS[c.device_spill])
+    key = collection or "session"
+    way = family.knobs.device_spill.get(key, "dask-cuda")
+    return choice(way, "family", f"{family.name} family for {key} work: {SPILL_WAYS[way]}")
+
+
+def _device_limit_bytes(setting, gpus) -> int | None:
+    sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
+    known = [sizes[g] for g in gpus if g in sizes]
+    f = memory.device_spill_fraction(setting, min(known) if known else None)
+    return int(f * min(known)) if f is not None and known else None
 
 
 def pool_bytes(pool, total_bytes: int) -> int | None:
@@ -154,7 +196,13 @@ def start(spec: ClusterSpec, security=None):
     kwargs = dict(spec.kwargs)
     if spec.security == "tls":
         kwargs["security"] = security or tls.temporary()
-    cluster = construct(spec, lambda: LocalCUDACluster(**kwargs))
+    import dask
+
+    def make():
+        with dask.config.set(spec.dask_config):  # the nannies read it as they spawn the workers
+            return LocalCUDACluster(**kwargs)
+
+    cluster = construct(spec, make)
     try:
         return cluster, Client(cluster)
     except BaseException:

@@ -98,7 +98,7 @@ HOOKS = ("check", "plan", "estimate_bytes", "generate", "compute", "validate", "
 RESERVED = frozenset({
     # gpuscale run's own flags and the API's keywords
     "backend", "protocol", "profile", "scheduler", "workers", "threads_per_worker", "memory_limit",
-    "device_memory_limit",
+    "device_memory_limit", "device_spill",
     "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "repeat", "warmup",
     "results_dir", "no_memory_check", "memory_check", "json", "as_json", "write", "cluster_settings",
     "workload", "help", "h", "progress", "target_error", "max_repeats", "max_time",

@@ -140,6 +140,14 @@ class Groupby(Workload):
         inter = min(data, result * parts) if strategy == "tree" else data
         return {"inputs": data, "intermediates": inter, "results": result}
 
+    def streams(self, p, ctx: Context) -> str | None:
+        if ctx.data is not None or ctx.choices.get("groupby_strategy", {}).get("value") != "tree":
+            return None  # the user's data is read once and held; other plans hold the frame's rows
+        return ("the frame is generated partition by partition from its seed, and the tree plan "
+                "aggregates each partition as it is made: every pass (each timed repeat, the "
+                "validation) makes its partitions again and holds only their partials; the "
+                "timings include making them")
+
     def task_bytes(self, p, ctx: Context) -> int:
         parts = ctx.choices.get("partitions", {}).get("value")
         return int(PARTITION_COPIES * p.rows * ROW_BYTES / parts) if ctx.data is None and parts else 0
