@@ -156,6 +156,13 @@ class Family:
     def synchronize(self, client) -> None:
         """Block until every worker's queued device work is done (no-op on the CPU)."""
 
+    def synchronized(self, collection):
+        """``collection`` with every output block done on its device when its task ends (so
+        waiting for the blocks is waiting for the device, without :meth:`synchronize`'s round
+        trip to every worker), or None where this family cannot say so for it. Host families:
+        the collection itself (a task's end is its work's end)."""
+        return collection
+
     def worker_memory(self, client) -> dict[str, int]:
         """Memory per worker that holds this family's chunks (host memory limit on CPU)."""
         info = client.scheduler_info(n_workers=-1)["workers"]
