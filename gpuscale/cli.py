@@ -164,8 +164,8 @@ def cluster_options(f):
         click.option("--device-memory-limit", metavar="SIZE",
                      help="GPU workers spill device -> host above this: default (0.8 of the device), "
                           "'16GB', a fraction, or 0 (no spilling)"),
-        click.option("--device-spill", type=click.Choice(["auto", "dask-cuda", "jit-unspill", "cudf"]),
-                     help="how GPU workers spill: auto (the family's rule), dask-cuda, jit-unspill or cudf"),
+        click.option("--device-spill", type=click.Choice(["auto", "dask-cuda", "cudf"]),
+                     help="how GPU workers spill: auto (the family's rule), dask-cuda or cudf"),
         click.option("--gpus", metavar="LIST", help="GPUs to use, e.g. 0,1 (default: all visible)"),
         click.option("--nvlink/--no-nvlink", default=None, help="force UCX NVLink on/off (default: UCX chooses)"),
         click.option("--infiniband/--no-infiniband", default=None, help="force UCX InfiniBand on/off"),

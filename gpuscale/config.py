@@ -140,10 +140,10 @@ class ClusterSettings(_Section):
     """GPU workers: device memory above which task outputs spill to host (dask-cuda's
     ``device_memory_limit``): default (dask-cuda's 0.8 of the device), a size, a fraction, or
     0 (no spilling)."""
-    device_spill: Literal["auto", "dask-cuda", "jit-unspill", "cudf"] = "auto"
+    device_spill: Literal["auto", "dask-cuda", "cudf"] = "auto"
     """GPU workers: how data over ``device_memory_limit`` leaves the device (:mod:`gpuscale.cluster.cuda`):
-    dask-cuda's whole task outputs, its just-in-time unspilling proxies, or cuDF's own spilling
-    of single buffers; auto: the family's knob for the work's collection."""
+    dask-cuda's whole task outputs, or cuDF's own spilling of single buffers on top of it;
+    auto: the family's knob for the work's collection. (dask-cuda 26 removed JIT-unspill.)"""
     gpus: tuple[NonNegativeInt, ...] | None = None
     dashboard_address: str | None = "127.0.0.1:0"
     connect_timeout: float = Field(10.0, gt=0)

@@ -239,7 +239,7 @@ def test_a_capped_gpu_streams_three_times_its_cap_of_generated_data_and_validate
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("workload, way", [("svd", "dask-cuda"), ("groupby", "cudf"), ("groupby", "jit-unspill")])
+@pytest.mark.parametrize("workload, way", [("svd", "dask-cuda"), ("groupby", "cudf")])
 def test_a_capped_gpu_spills_three_times_its_cap_of_a_file_to_host_and_validates(cli, tmp_path, workload, way):
     """A file 3 x the device's cap cannot be made again: it is read once and spills device ->
     host the way --device-spill says; valid, and explain names the way."""

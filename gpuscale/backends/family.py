@@ -51,9 +51,8 @@ class Knobs:
     """Libraries each worker imports at start, by collection kind."""
     device_spill: Mapping[str, str] = field(default_factory=dict)
     """How a device family's workers spill, by collection kind (``cluster.device-spill: auto``):
-    "dask-cuda" (whole task outputs over the device memory limit), "jit-unspill" (dask-cuda's
-    proxies, unspilled when a task touches them) or "cudf" (cuDF spills single buffers, also
-    inside a running task; CuPy arrays are not its buffers)."""
+    "dask-cuda" (whole task outputs over the device memory limit) or "cudf" (cuDF spills single
+    buffers, also inside a running task, on top of that; CuPy arrays are not its buffers)."""
     worker_growth_bytes: int = 128 * 2**20
     """What a worker's first tasks add to the memory it holds at start (the chunk library's
     imports, one allocator arena per thread, memory the allocator keeps), added to the

@@ -58,9 +58,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         kwargs["device_memory_limit"] = dml
     spill = device_spill_choice(resolved, family, collection, gpus)
     dask_config: dict = {}
-    if spill["value"] == "jit-unspill":
-        kwargs["jit_unspill"] = True
-    elif spill["value"] == "cudf":
+    if spill["value"] == "cudf":
         kwargs["enable_cudf_spill"] = True
         limit_bytes = _device_limit_bytes(c.device_memory_limit, gpus)
         if limit_bytes:  # cuDF spills its buffers above the same line dask-cuda would
@@ -125,10 +123,9 @@ def device_limit_choice(resolved, gpus) -> dict:
 
 SPILL_WAYS = {
     "dask-cuda": "dask-cuda moves whole task outputs device -> host over the device memory limit",
-    "jit-unspill": "dask-cuda wraps task outputs in proxies, spilled whole and unspilled only when a "
-                   "task touches them (jit_unspill)",
     "cudf": "cuDF spills single device buffers, also inside a running task, over the device memory "
-            "limit (enable_cudf_spill); CuPy arrays are not cuDF's buffers and spill through dask-cuda",
+            "limit (enable_cudf_spill), on top of dask-cuda's whole task outputs; CuPy arrays are not "
+            "cuDF's buffers",
 }
 
 
