@@ -232,7 +232,7 @@ class Groupby(Workload):
             notes.append(f"moved {source.chunk_type} partitions to {ctx.family.dataframe_module} "
                          f"(the session's {ctx.family.name} family)")
         routes.check_columns(df, p.by, p.agg, where=source.label)
-        df = ctx.client.persist(df)  # read once: the estimate and every repeat use it
+        df = ctx.client.persist(routes.ready_to_persist(df))  # read once: the estimate and every repeat use it
         try:
             wait(df)
             count, how = routes.count_groups(df, p.by)
