@@ -201,7 +201,28 @@ def start(spec: ClusterSpec, security=None):
 
     cluster = construct(spec, make)
     try:
-        return cluster, Client(cluster)
+        client = Client(cluster)
+        _all_started(client, spec)
+        return cluster, client
     except BaseException:
         cluster.close()
         raise
+
+
+STARTED_WAIT_S = 10
+"""A GPU worker that has not joined this long after LocalCUDACluster returned has failed."""
+
+
+def _all_started(client, spec: ClusterSpec) -> None:
+    """dask-cuda logs a worker that fails to start and returns the cluster without it (seen on
+    an H200, where the run then waited forever for a worker): refuse in one line instead."""
+    if not spec.workers:
+        return
+    try:
+        client.wait_for_workers(spec.workers, timeout=STARTED_WAIT_S)
+    except TimeoutError:
+        started = len(client.scheduler_info(n_workers=-1)["workers"])
+        raise UserError(f"{spec.workers - started} of {spec.workers} GPU worker(s) failed to start (the "
+                        "workers' error is in the log: run again with --debug to see it)",
+                        "check the GPUs and the CUDA stack with `gpuscale info`, and the workers' "
+                        "settings with `gpuscale cluster show`") from None
