@@ -160,3 +160,34 @@ def test_memory_estimate_smoke(tmp_path):
     rows = json.loads((tmp_path / "out.json").read_text())
     assert [r["workload"] for r in rows] == ["svd", "groupby", "merge"]
     assert all(r["valid"] is True and r["measured_peak"] and r["ratio"] for r in rows), rows
+
+
+def test_p2p_wire_smoke(tmp_path):
+    """The p2p study's structure on the CPU: the dask section (tcp, NumPy blocks, a raw
+    LocalCluster and a gpuscale session, each measurement in a child process) and the serialize
+    section; every row measured, the transfer logs matched to the rounds, the JSON complete."""
+    d = run_script(tmp_path, "p2p_wire.py", "--smoke", "--rounds", "2")
+    assert d["complete"] and d["args"]["smoke"] is True
+    dask = [r for r in d["rows"] if r["section"] == "dask"]
+    assert {r["case"] for r in dask} == {"LocalCluster tcp (NumPy)", "gpuscale cpu tcp (NumPy)"}
+    assert {r["size_bytes"] for r in dask} == {8, 64 * 2**10, 4 * 2**20}
+    for r in dask:
+        assert r["error"] is None and r["median_s"] > 0 and len(r["times_s"]) == 2 and len(r["warmup_s"]) == 2
+        assert r["worker_in_median_s"] is not None and r["worker_out_median_s"] is not None
+    ser = [r for r in d["rows"] if r["section"] == "serialize"]
+    assert ser and all(r["error"] is None for r in ser)
+    dumps = [r for r in ser if r["case"] == "dumps get_data reply"]
+    assert len(dumps) == 2 and all(r["zero_copy"] and r["frames"] >= 2 for r in dumps)
+    assert all(c["extra"]["workers"]["w1 (receiver)"]["address"] for c in d["cases"] if c["section"] == "dask")
+
+
+def test_p2p_wire_needs_two_gpus(tmp_path):
+    """Without --smoke on a machine with fewer than 2 GPUs: one line, exit 2, nothing run."""
+    import pytest
+    from gpuscale import machine
+    if len(machine.gpus()) >= 2:
+        pytest.skip("this machine has 2 GPUs: the study would run")
+    p = subprocess.run([sys.executable, str(ROOT / "workflows" / "p2p_wire.py"), "--out", str(tmp_path / "o.json")],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 2 and "needs 2 GPUs" in p.stdout and len(p.stdout.strip().splitlines()) == 1
+    assert not (tmp_path / "o.json").exists()
