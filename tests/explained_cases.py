@@ -7,7 +7,8 @@ since: each plan's ``settings_sources`` names the new setting ``session.host-col
 (default); and (issue 20) the settings ``scheduler-file``, ``cluster.host``,
 ``cluster.security``, ``cluster.credentials``, ``cluster.deploy``, ``cluster.ssh.*``
 (default) in ``settings_sources``, the spec's
-``security`` / ``credentials`` fields and the cluster's ``security`` choice (plans and runs). ``tests/test_explained.py`` compares today's output with it. Regenerate only for
+``security`` / ``credentials`` fields and the cluster's ``security`` choice (plans and runs);
+and the setting ``cluster.bandwidth-probe`` (default) in each plan's ``settings_sources``. ``tests/test_explained.py`` compares today's output with it. Regenerate only for
 an intended change of output:
 
     python tests/explained_cases.py  > tests/data/explained.json
