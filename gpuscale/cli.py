@@ -466,7 +466,8 @@ def cluster_show(as_json, collection, **kwargs):
     from .records import report
     profile, settings = _split(kwargs)
     resolved, selection, spec = api.configure(profile=profile, collection=collection, check=False, **settings)
-    _emit({"spec": spec.model_dump(mode="json"), "commands": spec.commands, "backend": selection.requested,
+    _emit({"spec": spec.model_dump(mode="json"), "commands": spec.commands, "per_host": spec.per_host,
+           "backend": selection.requested,
            "family": selection.family.name, "reason": selection.reason,
            "settings": resolved.settings.model_dump(mode="json", by_alias=True),
            "sources": resolved.sources, "profile": resolved.profile},
