@@ -81,6 +81,22 @@ class ClusterSpec(BaseModel):
     ``explained.cluster`` holds it."""
 
 
+def identity(client) -> dict[str, Any]:
+    """The scheduler's identity with every worker, fetched and returned in one call.
+
+    ``Client.scheduler_info(n_workers=-1)`` fetches it, stores it on the client and returns
+    what is stored; the client's periodic update (every ``scheduler-info-interval``) stores an
+    identity without workers, and when that update lands between the fetch and the return the
+    caller gets no workers at all (seen as ``cluster up`` reporting 0 workers it had waited
+    for). This returns the fetched identity itself."""
+    return dict(client.sync(client.scheduler.identity, n_workers=-1))
+
+
+def workers(client) -> dict[str, dict[str, Any]]:
+    """Every worker the scheduler lists, by address (see :func:`identity`)."""
+    return dict(identity(client).get("workers") or {})
+
+
 def _kind(name: str):
     return importlib.import_module(KINDS[name])
 

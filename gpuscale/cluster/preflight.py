@@ -450,7 +450,8 @@ def check(client, family, probe_setting: str = "auto", probe_source: str = "defa
     and the seconds taken."""
     from distributed.versions import required_packages
     t0 = time.perf_counter()
-    listed = client.scheduler_info(n_workers=-1)["workers"]
+    from . import workers
+    listed = workers(client)
     names = packages(family)
     versions = client.get_versions(check=False, packages=names)
     answered = versions["workers"]

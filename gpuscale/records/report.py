@@ -175,7 +175,8 @@ def session_html(s) -> str:
             workers = f"? (client {s.client.status})"
         else:
             try:
-                ws = s.client.scheduler_info(n_workers=-1)["workers"]
+                from ..cluster import workers as _workers
+                ws = _workers(s.client)
                 workers, threads = str(len(ws)), str(sum(w.get("nthreads", 0) for w in ws.values()))
             except Exception as e:  # noqa: BLE001 - a repr must not raise
                 workers = f"? (scheduler unreachable: {type(e).__name__})"

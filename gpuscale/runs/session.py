@@ -315,7 +315,7 @@ class Session:
                        family=self.family.name, protocol=self.spec.protocol, nvtx=self.family.nvtx_phases)
 
     def _workers(self) -> dict[str, dict[str, Any]]:
-        return self.client.scheduler_info(n_workers=-1)["workers"] if self.client is not None else {}
+        return cluster.workers(self.client) if self.client is not None else {}
 
     def _knobs(self, collection: str | None, info: dict[str, Any]) -> dict[str, Any]:
         """The family's knobs for ``collection`` as a record holds them, ``threads_per_worker``
