@@ -160,3 +160,28 @@ def test_memory_estimate_smoke(tmp_path):
     rows = json.loads((tmp_path / "out.json").read_text())
     assert [r["workload"] for r in rows] == ["svd", "groupby", "merge"]
     assert all(r["valid"] is True and r["measured_peak"] and r["ratio"] for r in rows), rows
+
+
+def test_ssh_gpu_localhost_smoke(tmp_path):
+    """The ssh workflow with CPU workers on this machine: its own SSH server (asyncssh) on
+    127.0.0.1, `cluster up --deploy ssh` through it (TLS), svd (with the bandwidth probe) and
+    groupby against the scheduler file, then `cluster down`: both records valid and naming the
+    two workers on 127.0.0.1, the probe's pair measured, everything it started stopped."""
+    import importlib.util
+    import pytest
+    if importlib.util.find_spec("asyncssh") is None:
+        pytest.skip("the ssh workflow needs asyncssh (pip install 'gpuscale[ssh]')")
+    d = run_script(tmp_path, "ssh_gpu_localhost.py", "--smoke", "--keep", str(tmp_path / "kept"), timeout=400)
+    assert d["ok"] and d["problems"] == [] and d["backend"] == "cpu" and d["family"] == "cpu"
+    assert d["workers_seen"] == d["workers_expected"] == 2 and d["cluster_up"]["tls"] is True
+    assert d["cluster_up"]["scheduler"].startswith("tls://127.0.0.1:")
+    assert d["ssh"]["port"] > 0 and d["ssh"]["commands"] >= 6  # uname + dask_spec for the scheduler and each worker
+    assert [r["workload"] for r in d["runs"]] == ["svd", "groupby"]
+    for r in d["runs"]:
+        assert r["rc"] == 0 and r["valid"] is True and r["workers"] == 2 and r["hosts"] == {"127.0.0.1": 2}
+        assert r["tls"] is True and [p["label"] for p in r["pairs"]["pairs"]] == ["tls, same host"]
+        assert pathlib.Path(r["record"]).is_file()
+    (m,) = d["runs"][0]["probe"]["pairs"]
+    assert d["runs"][0]["probe"]["value"] is True and m["gib_s"] > 0 and m["transport"] == "tls, same host"
+    assert d["down"]["rc"] == 0 and d["up_rc"] == 0
+    assert not (tmp_path / "kept" / "scheduler.json").exists()
