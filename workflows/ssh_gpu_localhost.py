@@ -257,7 +257,7 @@ def wait_for_workers(scheduler_file: pathlib.Path, n: int, timeout_s: float) -> 
         return len(workers(c))
 
 
-def check_record(rec: dict, workload: str, family: str, n: int, gpu: bool) -> list[str]:
+def check_record(rec: dict, workload: str, family: str, n: int, gpu: bool, tls: bool) -> list[str]:
     """What is wrong with a run's record (empty: nothing)."""
     wrong = []
     cl = rec.get("cluster") or {}
@@ -270,8 +270,8 @@ def check_record(rec: dict, workload: str, family: str, n: int, gpu: bool) -> li
     hosts = cl.get("hosts") or {}
     if list(hosts) != [HOST] or hosts[HOST]["workers"] != n:
         wrong.append(f"{workload}: hosts {({h: v.get('workers') for h, v in hosts.items()})}, not {n} on {HOST}")
-    if cl.get("tls") is not True:
-        wrong.append(f"{workload}: TLS was not on")
+    if cl.get("tls") is not tls:
+        wrong.append(f"{workload}: TLS was {'off' if tls else 'on'}, not {'on' if tls else 'off'}")
     pre = cl.get("preflight") or {}
     seen = (pre.get("hosts") or {}).get(HOST, {}).get("gpus") or []
     if gpu and (len(seen) != n or not all(g > 0 for g in seen)):
@@ -371,7 +371,7 @@ def main() -> None:
                            probe={"value": probe.get("value"), "rule": probe.get("rule"),
                                   "pairs": probe.get("pairs")},
                            runner=(rec.get("info") or {}).get("runner"), record=rec.get("path"))
-                out["problems"] += check_record(rec, workload, family, n, gpu)
+                out["problems"] += check_record(rec, workload, family, n, gpu, tls=args.security != "off")
             out["runs"].append(row)
         down = subprocess.run(gpuscale_cmd("cluster", "down", "--scheduler-file", sched), cwd=str(folder), env=env,
                               capture_output=True, text=True, timeout=120)

@@ -62,6 +62,8 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         worker_options["device_memory_limit"] = dml
     # the scheduler listens on the address its host was named by, which the other hosts reach
     scheduler_options = {"host": hosts[0], "port": 0, "dashboard_address": c.dashboard_address or ":0"}
+    if proto.name != "tcp":  # the workers take the scheme of the scheduler's address (tcp: the default; TLS: at start)
+        scheduler_options["protocol"] = proto.name
     kwargs = {"hosts": hosts, "connect_options": _connect_options(ssh), "worker_options": worker_options,
               "scheduler_options": scheduler_options, "worker_class": worker_class,
               "remote_python": ssh.remote_python or sys.executable}
