@@ -196,6 +196,7 @@ CLUSTER_KEYS = ("backend", "protocol", "scheduler", "scheduler_file", "workers",
                 "memory_limit", "device_memory_limit", "device_spill", "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "host",
                 "security", "credentials", "deploy", "ssh_hosts", "slurm_jobs")
 AUTO_REPEAT_KEYS = ("target_error", "max_repeats", "max_time")
+PREFLIGHT_KEYS = ("bandwidth_probe",)
 
 
 def scheduler_file_option(f):
@@ -208,7 +209,7 @@ def scheduler_file_option(f):
 
 def _split(kwargs: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     profile = kwargs.pop("profile", None)
-    settings = {k: kwargs.pop(k) for k in CLUSTER_KEYS + AUTO_REPEAT_KEYS if k in kwargs}
+    settings = {k: kwargs.pop(k) for k in CLUSTER_KEYS + AUTO_REPEAT_KEYS + PREFLIGHT_KEYS if k in kwargs}
     return profile, settings
 
 
@@ -304,6 +305,10 @@ def run_params() -> list[click.Parameter]:
     @click.option("--in-cluster/--no-in-cluster", "in_cluster", default=None,
                   help="with --scheduler: run the runner on a worker of that cluster, which has its "
                        "libraries loaded (default: auto, when the run writes no file but its record)")
+    @click.option("--bandwidth-probe", "bandwidth_probe", metavar="auto|on|off",
+                  help="with --scheduler: before any work, time a 64 MiB block between worker pairs (one "
+                       "per host pair, one within each host) and refuse a pair far below its transport "
+                       "(auto: over ucx only)")
     @click.option("--dashboard", "dashboard", is_flag=True,
                   help="print the dashboard link (stderr) before the work and keep the cluster up "
                        "after it until Ctrl-C")
@@ -461,7 +466,8 @@ def cluster_show(as_json, collection, **kwargs):
     from .records import report
     profile, settings = _split(kwargs)
     resolved, selection, spec = api.configure(profile=profile, collection=collection, check=False, **settings)
-    _emit({"spec": spec.model_dump(mode="json"), "commands": spec.commands, "backend": selection.requested,
+    _emit({"spec": spec.model_dump(mode="json"), "commands": spec.commands, "per_host": spec.per_host,
+           "backend": selection.requested,
            "family": selection.family.name, "reason": selection.reason,
            "settings": resolved.settings.model_dump(mode="json", by_alias=True),
            "sources": resolved.sources, "profile": resolved.profile},

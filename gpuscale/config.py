@@ -153,6 +153,10 @@ class ClusterSettings(_Section):
     security: Literal["auto", "tls", "off"] = "auto"
     """TLS (:mod:`gpuscale.cluster.security`): auto protects a cluster kept up for others
     (``cluster up``) and leaves a run's own loopback cluster plain; tls / off force it."""
+    bandwidth_probe: Literal["auto", "on", "off"] = "auto"
+    """The preflight's worker-to-worker bandwidth probe on a running cluster
+    (:mod:`gpuscale.cluster.preflight`): ``auto`` probes when its workers speak UCX, ``on``
+    over any protocol, ``off`` never."""
     deploy: Literal["local", "ssh", "slurm", "srun"] = "local"
     """Where a cluster this process starts runs: on this machine (the family's local cluster),
     on ``ssh.hosts`` through distributed's SSHCluster, in SLURM jobs through dask-jobqueue's
@@ -184,6 +188,16 @@ class ClusterSettings(_Section):
         if isinstance(v, bool):
             return "tls" if v else "off"
         return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("bandwidth_probe", mode="before")
+    @classmethod
+    def _probe_word(cls, v):
+        if isinstance(v, bool):
+            return "on" if v else "off"
+        if isinstance(v, str):
+            w = v.strip().lower()
+            return {"true": "on", "yes": "on", "1": "on", "false": "off", "no": "off", "0": "off"}.get(w, w)
+        return v
 
 
 def repeat_value(v: Any) -> int | str:
@@ -319,6 +333,7 @@ KEYWORDS: dict[str, str] = {
     "host": "cluster.host",
     "security": "cluster.security",
     "credentials": "cluster.credentials",
+    "bandwidth_probe": "cluster.bandwidth-probe",
     "deploy": "cluster.deploy",
     "ssh_hosts": "cluster.ssh.hosts",
     "slurm_jobs": "cluster.slurm.jobs",

@@ -1,4 +1,5 @@
-"""What this machine is: CPU, memory, GPUs and their NVLink topology, library versions.
+"""What this machine is: CPU, memory, GPUs and their NVLink topology, InfiniBand ports,
+library versions.
 
 GPU facts come from NVML (``pynvml``, as distributed's own ``diagnostics.nvml`` uses), so
 nothing here creates a CUDA context or imports CuPy. Versions come from
@@ -150,6 +151,54 @@ def nvlink_connected(indices: list[int] | None = None) -> bool:
     if len(idx) < 2:
         return False
     return all(j in gs.get(i, {}).get("nvlink_peers", []) for i in idx for j in idx if i != j)
+
+
+IB_ROOT = "/sys/class/infiniband"
+"""Where Linux lists RDMA devices (InfiniBand, and RoCE: the same device on Ethernet)."""
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def infiniband(root: str = IB_ROOT) -> list[dict]:
+    """The RDMA ports this host has, read from sysfs (no library): per port its device, port
+    number, ``state`` (``ACTIVE``, ``DOWN``, ...), ``phys_state`` (``LinkUp``, ...), ``rate``
+    as the kernel words it (``200 Gb/sec (4X HDR)``), ``rate_gbps`` (its number) and
+    ``link_layer`` (``InfiniBand`` or ``Ethernet`` for RoCE). [] when there are none."""
+    out = []
+    try:
+        devices = sorted(os.listdir(root))
+    except OSError:
+        return out
+    for dev in devices:
+        ports_dir = os.path.join(root, dev, "ports")
+        try:
+            ports = sorted(os.listdir(ports_dir), key=lambda p: int(p) if p.isdigit() else 0)
+        except OSError:
+            continue
+        for port in ports:
+            base = os.path.join(ports_dir, port)
+            state = _read(os.path.join(base, "state")) or ""
+            phys = _read(os.path.join(base, "phys_state")) or ""
+            rate = _read(os.path.join(base, "rate"))
+            number = None
+            if rate:
+                try:
+                    number = float(rate.split()[0])
+                except (ValueError, IndexError):
+                    number = None
+            out.append({"device": dev, "port": int(port) if port.isdigit() else port,
+                        # "4: ACTIVE" / "5: LinkUp": the word after the code
+                        "state": state.split(":", 1)[-1].strip() or None,
+                        "phys_state": phys.split(":", 1)[-1].strip() or None,
+                        "rate": rate, "rate_gbps": number,
+                        "link_layer": _read(os.path.join(base, "link_layer"))})
+    return out
 
 
 def hardware() -> dict:

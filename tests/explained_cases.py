@@ -7,7 +7,10 @@ since: each plan's ``settings_sources`` names the new setting ``session.host-col
 (default); and (issue 20) the settings ``scheduler-file``, ``cluster.host``,
 ``cluster.security``, ``cluster.credentials``, ``cluster.deploy``, ``cluster.ssh.*``
 (default) in ``settings_sources``, the spec's
-``security`` / ``credentials`` fields and the cluster's ``security`` choice (plans and runs). ``tests/test_explained.py`` compares today's output with it. Regenerate only for
+``security`` / ``credentials`` fields and the cluster's ``security`` choice (plans and runs);
+and the setting ``cluster.bandwidth-probe`` (default) in each plan's ``settings_sources``; and
+three plans appended for clusters on other hosts (ssh CPU, ssh GPU over UCX, slurm GPU), whose
+``per_host`` lays out each host from the spec. ``tests/test_explained.py`` compares today's output with it. Regenerate only for
 an intended change of output:
 
     python tests/explained_cases.py  > tests/data/explained.json
@@ -50,6 +53,10 @@ EXPLAIN: list[dict[str, Any]] = [
     {"workload": "fft", "backend": "gpu", "protocol": "ucx", "cluster_settings": {"nvlink": False,
                                                                                    "infiniband": True}},
     {"workload": "groupby", "profile": "cpu"},
+    {"workload": "svd", "backend": "cpu", "cluster_settings": {"deploy": "ssh", "ssh_hosts": "a,b,b,c"}},
+    {"workload": "groupby", "backend": "gpu", "protocol": "ucx",
+     "cluster_settings": {"deploy": "ssh", "ssh_hosts": "a,b,c", "security": "off", "device_memory_limit": 0.7}},
+    {"workload": "svd", "backend": "gpu", "cluster_settings": {"deploy": "slurm", "slurm_jobs": 2}},
 ]
 """Keyword sets for :func:`gpuscale.api.explain`."""
 

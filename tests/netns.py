@@ -8,7 +8,8 @@ network is not. :meth:`Hosts.down` pulls a host's cable (its link goes down).
 
 Names carry this process's id, so tests of several people on one machine do not collide;
 everything is removed by :meth:`Hosts.close` (a context manager), pass or fail, and a left
-over namespace of a dead test process is removed by the next one. :func:`unavailable` says
+over namespace of a dead test process is removed by the next one. :meth:`Hosts.unroute` cuts the
+route between two hosts, :meth:`Hosts.throttle` limits what one sends. :func:`unavailable` says
 why the machine cannot do it (not root, no ``ip``, namespaces refused) so tests can skip
 with that reason.
 """
@@ -100,6 +101,19 @@ class Hosts:
         host_end, ns_end = self._veth[name]
         _ip("link", "set", host_end, "down", check=False)
         _ip("-n", self.ns[name], "link", "set", ns_end, "down", check=False)
+
+    def unroute(self, a: str, b: str) -> None:
+        """Hosts ``a`` and ``b`` lose their routes to each other (each gets "No route to host"
+        from the other's address); both still reach every other host and the root namespace."""
+        _ip("-n", self.ns[a], "route", "add", "unreachable", f"{self.ip[b]}/32")
+        _ip("-n", self.ns[b], "route", "add", "unreachable", f"{self.ip[a]}/32")
+
+    def throttle(self, name: str, rate: str) -> None:
+        """Host ``name`` sends at most ``rate`` (tc's token bucket filter on its interface,
+        e.g. ``"8mbit"``); what it receives is not limited."""
+        _, ns_end = self._veth[name]
+        subprocess.run(["ip", "netns", "exec", self.ns[name], "tc", "qdisc", "add", "dev", ns_end, "root", "tbf",
+                        "rate", rate, "burst", "32kb", "latency", "5s"], check=True, capture_output=True, timeout=30)
 
     def pids(self, name: str) -> list[int]:
         """Processes running in host ``name``."""

@@ -14,7 +14,7 @@ SHARED = ("--backend", "--protocol", "--profile", "--scheduler", "--workers", "-
           "--memory-limit", "--device-memory-limit", "--device-spill", "--gpus", "--nvlink", "--infiniband", "--rmm-pool-size", "--dashboard-address",
           "--host", "--security", "--deploy", "--ssh-hosts", "--slurm-jobs", "--credentials", "--scheduler-file",
           "--repeat", "--target-error", "--max-repeats", "--max-time", "--warmup", "--results-dir", "--trace",
-          "--no-memory-check", "--strict-backend", "--in-cluster", "--dashboard", "--json")
+          "--no-memory-check", "--strict-backend", "--in-cluster", "--bandwidth-probe", "--dashboard", "--json")
 
 
 def options(help_text: str) -> dict[str, str]:

@@ -208,3 +208,22 @@ def test_a_gpu_held_by_another_process_is_refused_before_the_workers_start():
     _, _, small = api.configure(backend="gpu", gpus="0,1", rmm_pool_size="8GB", check=False)
     cuda.check_free_memory(small, free)
     assert cuda.pool_bytes("8GB", 80 * gib) == 8 * 10**9 and cuda.pool_bytes(None, 1) is None
+
+
+def test_the_workers_are_listed_while_the_client_refreshes_its_identity():
+    """gpuscale.cluster.workers returns every worker on every call, even with the client's
+    periodic identity update (which stores one without workers) running every 5 ms:
+    Client.scheduler_info(n_workers=-1) returns what is stored, so it missed the workers in a
+    few percent of the calls here (how `cluster up` once reported 0 of the 2 workers it had
+    waited for)."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    from gpuscale import cluster
+    with dask.config.set({"distributed.client.scheduler-info-interval": "5ms"}):
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as lc, \
+                Client(lc) as client:
+            client.wait_for_workers(2)
+            counts = [len(cluster.workers(client)) for _ in range(500)]
+            assert set(counts) == {2}
+            assert set(cluster.identity(client)["workers"]) == set(lc.scheduler.workers)

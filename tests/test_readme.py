@@ -88,7 +88,8 @@ def test_readme_cluster_and_run_flags_exist():
     show = cli_mod.cluster.get_command(None, "show")
     show_options = {o for p in show.params for o in (*p.opts, *p.secondary_opts)}
     run_only = {"--repeat", "--warmup", "--results-dir", "--trace", "--no-memory-check", "--strict-backend",
-                "--in-cluster", "--no-in-cluster", "--target-error", "--max-repeats", "--max-time"}
+                "--in-cluster", "--no-in-cluster", "--target-error", "--max-repeats", "--max-time",
+                "--bandwidth-probe"}
     assert flags - run_only <= show_options, (flags - run_only) - show_options
 
 

@@ -242,10 +242,14 @@ def test_srun_tasks_make_the_cluster_and_the_run_is_valid(slurm, tmp_path):
 
 def test_the_gpu_job_script_runs_dask_cuda_worker_with_the_rmm_pool(cli, tmp_path):
     """Wired, not run here (no GPU): the GPU family's job runs `python -m dask cuda worker` with
-    the family's RMM pool and the GPUs asked for in job-extra."""
-    p = cli("cluster", "show", "--profile", _profile(tmp_path), "--backend", "gpu", "--rmm-pool-size", "0.5", "--json")
+    the family's RMM pool, the device memory limit set and the GPUs asked for in job-extra."""
+    p = cli("cluster", "show", "--profile", _profile(tmp_path), "--backend", "gpu", "--rmm-pool-size", "0.5",
+            "--device-memory-limit", "0.7", "--json")
     if p.returncode != 0:
         pytest.skip(f"the GPU family cannot be selected here: {p.stderr.strip()[-300:]}")
     script = json.loads(p.stdout)["commands"]
     assert script[-1].startswith(f"{sys.executable} -m dask cuda worker tls://SCHEDULER_ADDRESS ")
     assert "--rmm-pool-size 0.5" in script[-1] and "--tls-key CREDENTIALS_FILE" in script[-1]
+    assert "--device-memory-limit 0.7" in script[-1]  # where the workers spill device -> host
+    node = json.loads(p.stdout)["per_host"]["each SLURM job's node (2 job(s))"]
+    assert node["worker_class"] == "python -m dask cuda worker" and str(node["device_memory_limit"]) == "0.7"

@@ -82,6 +82,11 @@ def test_cluster_show_prints_the_ssh_commands(nodes, cli):
     assert cmds[2].startswith(f"ssh -i {key} root@{h.ip['n2']} ")
     assert "distributed.Scheduler" in cmds[0] and '"protocol": "tls"' in cmds[0]
     assert all("distributed.Nanny" in c for c in cmds[1:])
+    per = d["per_host"]  # what each host runs and its workers get, from the same spec
+    assert list(per) == [h.ip["n1"], h.ip["n2"]] and per[h.ip["n1"]]["scheduler"] is True
+    assert per[h.ip["n1"]]["worker_entries"] == per[h.ip["n2"]]["worker_entries"] == 1
+    assert per[h.ip["n2"]]["worker_class"] == "distributed.Nanny" and per[h.ip["n2"]]["tls"] is True
+    assert per[h.ip["n2"]]["threads_per_worker"] == 1
 
 
 def test_cluster_up_over_ssh_serves_a_valid_tls_run(nodes, cli, tmp_path):

@@ -191,3 +191,28 @@ def test_p2p_wire_needs_two_gpus(tmp_path):
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert p.returncode == 2 and "needs 2 GPUs" in p.stdout and len(p.stdout.strip().splitlines()) == 1
     assert not (tmp_path / "o.json").exists()
+
+
+def test_ssh_gpu_localhost_smoke(tmp_path):
+    """The ssh workflow with CPU workers on this machine: its own SSH server (asyncssh) on
+    127.0.0.1, `cluster up --deploy ssh` through it (TLS), svd (with the bandwidth probe) and
+    groupby against the scheduler file, then `cluster down`: both records valid and naming the
+    two workers on 127.0.0.1, the probe's pair measured, everything it started stopped."""
+    import importlib.util
+    import pytest
+    if importlib.util.find_spec("asyncssh") is None:
+        pytest.skip("the ssh workflow needs asyncssh (pip install 'gpuscale[ssh]')")
+    d = run_script(tmp_path, "ssh_gpu_localhost.py", "--smoke", "--keep", str(tmp_path / "kept"), timeout=400)
+    assert d["ok"] and d["problems"] == [] and d["backend"] == "cpu" and d["family"] == "cpu"
+    assert d["workers_seen"] == d["workers_expected"] == 2 and d["cluster_up"]["tls"] is True
+    assert d["cluster_up"]["scheduler"].startswith("tls://127.0.0.1:")
+    assert d["ssh"]["port"] > 0 and d["ssh"]["commands"] >= 6  # uname + dask_spec for the scheduler and each worker
+    assert [r["workload"] for r in d["runs"]] == ["svd", "groupby"]
+    for r in d["runs"]:
+        assert r["rc"] == 0 and r["valid"] is True and r["workers"] == 2 and r["hosts"] == {"127.0.0.1": 2}
+        assert r["tls"] is True and [p["label"] for p in r["pairs"]["pairs"]] == ["tls, same host"]
+        assert pathlib.Path(r["record"]).is_file()
+    (m,) = d["runs"][0]["probe"]["pairs"]
+    assert d["runs"][0]["probe"]["value"] is True and m["gib_s"] > 0 and m["transport"] == "tls, same host"
+    assert d["down"]["rc"] == 0 and d["up_rc"] == 0
+    assert not (tmp_path / "kept" / "scheduler.json").exists()

@@ -164,7 +164,8 @@ class Family:
 
     def worker_memory(self, client) -> dict[str, int]:
         """Memory per worker that holds this family's chunks (host memory limit on CPU)."""
-        info = client.scheduler_info(n_workers=-1)["workers"]
+        from ..cluster import workers
+        info = workers(client)
         return {addr: int(w.get("memory_limit") or 0) for addr, w in info.items()}
 
     def warm_up(self, client) -> float:

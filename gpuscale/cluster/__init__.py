@@ -66,6 +66,11 @@ class ClusterSpec(BaseModel):
     dask_config: dict[str, Any] = Field(default_factory=dict)
     """Dask settings in force while the cluster starts (its worker processes take them), e.g.
     a lowered ``distributed.worker.memory.target``."""
+    per_host: dict[str, dict[str, Any]] | None = Field(None, exclude=True)
+    """A deploy target on other hosts: per host, what runs there (the scheduler, worker
+    entries) and what its workers get (class, threads, memory limit, RMM pool, spilling,
+    transports, TLS), laid out from this spec by the kind's ``per_host``; ``explain`` and
+    ``cluster show`` print it. None for clusters on this machine or a running one."""
     commands: list[str] = Field(default_factory=list, exclude=True)
     """What a deploy target runs on other hosts (the ssh commands, the SLURM job script's
     lines), for ``cluster show``."""
@@ -74,6 +79,22 @@ class ClusterSpec(BaseModel):
     rule): protocol, transports, GPUs, workers, threads per worker, memory limit, RMM pool.
     Not part of the printed spec (``cluster show`` / the record's ``cluster``); the record's
     ``explained.cluster`` holds it."""
+
+
+def identity(client) -> dict[str, Any]:
+    """The scheduler's identity with every worker, fetched and returned in one call.
+
+    ``Client.scheduler_info(n_workers=-1)`` fetches it, stores it on the client and returns
+    what is stored; the client's periodic update (every ``scheduler-info-interval``) stores an
+    identity without workers, and when that update lands between the fetch and the return the
+    caller gets no workers at all (seen as ``cluster up`` reporting 0 workers it had waited
+    for). This returns the fetched identity itself."""
+    return dict(client.sync(client.scheduler.identity, n_workers=-1))
+
+
+def workers(client) -> dict[str, dict[str, Any]]:
+    """Every worker the scheduler lists, by address (see :func:`identity`)."""
+    return dict(identity(client).get("workers") or {})
 
 
 def _kind(name: str):
@@ -99,6 +120,8 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
     mod = _kind(kind)
     if hasattr(mod, "commands"):  # a deploy target on other hosts: what it would run there
         spec = spec.model_copy(update={"commands": mod.commands(spec)})
+    if hasattr(mod, "per_host"):  # ... and what each host's workers get (TLS decided above)
+        spec = spec.model_copy(update={"per_host": mod.per_host(spec)})
     return spec
 
 
@@ -114,6 +137,40 @@ def rmm_pool(c, family) -> tuple[Any, dict[str, Any] | None]:
         return None, None
     return pool, {"pool_size": pool, "maximum_pool_size": c.rmm.maximum_pool_size,
                   "external_libs": list(c.rmm.external_libs), "source": source}
+
+
+def spilling_choice(family) -> dict[str, Any]:
+    """Where CPU workers on other hosts spill: their local directory, above the fractions of
+    their memory limit in this process's Dask config, which the deploy target hands to every
+    worker (SSHCluster through ``DASK_INTERNAL_INHERIT_CONFIG``, dask-jobqueue's job script
+    through the workers' own config)."""
+    if family.spill_to is None:
+        return choice(None, "family", f"the {family.name} family does not spill: data must fit")
+    fractions = {k: dask.config.get(f"distributed.worker.memory.{k}")
+                 for k in ("target", "spill", "pause", "terminate")}
+    return choice(fractions, "dask config",
+                  f"{family.spill_to}: each worker's local directory on its host, above target x its memory "
+                  "limit (distributed.worker.memory.*, this process's Dask config)")
+
+
+def per_host_entry(spec: "ClusterSpec", worker_class: str, workers: Any, threads: Any,
+                   memory: Any = None) -> dict[str, Any]:
+    """What one host's workers get, from what the spec recorded: the worker class and count
+    as the kind words them, threads, and the spec's choices of memory limit (``memory``: as
+    the kind words it instead), RMM pool, spilling (GPU: the device memory limit),
+    transports, and its TLS."""
+    ch = spec.choices
+
+    def shown(name: str) -> Any:
+        c = ch.get(name) or {}  # the value; the rule where it says more (None, "auto", "default")
+        return c.get("rule") if c.get("value") in (None, "auto", "default") and c.get("rule") else c.get("value")
+
+    spill = "device_memory_limit" if "device_memory_limit" in ch else "spilling"
+    return {"worker_class": worker_class, "workers": workers, "threads_per_worker": threads,
+            "memory_limit": shown("memory_limit") if memory is None else memory,
+            "rmm_pool_size": (spec.rmm or {}).get("pool_size"),
+            spill: shown(spill), "transports": shown("transports"),
+            "tls": spec.security == "tls"}
 
 
 def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> dict[str, Any]:

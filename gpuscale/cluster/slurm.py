@@ -22,7 +22,7 @@ import sys
 
 from ..choices import choice
 from ..errors import UserError, missing_module
-from . import ClusterSpec, construct, rmm_choice, rmm_pool
+from . import ClusterSpec, construct, per_host_entry, rmm_choice, rmm_pool, spilling_choice
 
 CLS = "dask_jobqueue.SLURMCluster"
 GPU_WORKER = "dask cuda worker"  # run as `python -m dask cuda worker` (dask's CLI, dask-cuda's sub-command)
@@ -46,6 +46,9 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         extra += ["--rmm-pool-size", str(pool)]
         if c.rmm.maximum_pool_size is not None:
             extra += ["--rmm-maximum-pool-size", str(c.rmm.maximum_pool_size)]
+    dml = c.device_memory_limit
+    if gpu and not (isinstance(dml, str) and dml.strip().lower() == "default"):
+        extra += ["--device-memory-limit", str(dml)]
     job = {"cores": sl.cores, "memory": sl.memory, "processes": sl.processes, "queue": sl.queue,
            "account": sl.account, "walltime": sl.walltime, "job_extra_directives": list(sl.job_extra),
            "python": sl.python or sys.executable, "log_directory": sl.log_directory,
@@ -72,12 +75,33 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
                                f"per job, split between its {sl.processes} worker process(es)"),
         "rmm_pool_size": rmm_choice(resolved, family, pool, rmm["source"] if rmm else None),
     }
+    if gpu:
+        from .cuda import device_limit_choice
+        choices["device_memory_limit"] = device_limit_choice(resolved, [])  # the nodes' GPUs are not known here
+    else:
+        choices["spilling"] = spilling_choice(family)
     where = f"partition {sl.queue}" if sl.queue else "the default partition"
     return ClusterSpec(kind="slurm", cls=CLS, family=family.name, protocol=proto.name,
                        workers=None if gpu else workers, threads_per_worker=threads, memory_limit=sl.memory,
                        rmm=rmm, dashboard_address=c.dashboard_address,
                        notes=[f"scheduler in this process; workers: {worker} in {sl.jobs} SLURM job(s) on "
                               f"{where} (sbatch)"], kwargs=kwargs, choices=choices)
+
+
+def per_host(spec: ClusterSpec) -> dict[str, dict]:
+    """The scheduler on this machine, and what the workers on each job's node get
+    (:func:`gpuscale.cluster.per_host_entry`, from this spec's job settings and choices); the
+    nodes are SLURM's choice, known once the jobs start."""
+    kw = spec.kwargs
+    gpu = kw.get("worker_command") == GPU_WORKER
+    jobs = (spec.choices.get("jobs") or {}).get("value")
+    node = f"each SLURM job's node ({jobs} job(s))"
+    cls = f"python -m {GPU_WORKER}" if gpu else "python -m distributed.cli.dask_worker"
+    workers = "one per GPU of the node" if gpu else kw["processes"]
+    mem = spec.choices["memory_limit"]  # per job, split between its worker processes
+    return {"(this machine)": {"scheduler": True, "worker_entries": 0},
+            node: {"scheduler": False, "worker_entries": 1,
+                   **per_host_entry(spec, cls, workers, spec.threads_per_worker, memory=f"{mem['value']} {mem['rule']}")}}
 
 
 def _job_kwargs(spec: ClusterSpec, security) -> dict:

@@ -22,7 +22,7 @@ import sys
 
 from ..choices import choice
 from ..errors import UserError, missing_module
-from . import ClusterSpec, construct, rmm_choice, rmm_pool
+from . import ClusterSpec, construct, per_host_entry, rmm_choice, rmm_pool, spilling_choice
 
 
 def _connect_options(ssh) -> dict:
@@ -57,8 +57,13 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     pool, rmm = rmm_pool(c, family) if gpu else (None, None)
     if pool is not None:
         worker_options["rmm_pool_size"] = pool
+    dml = c.device_memory_limit
+    if gpu and not (isinstance(dml, str) and dml.strip().lower() == "default"):
+        worker_options["device_memory_limit"] = dml
     # the scheduler listens on the address its host was named by, which the other hosts reach
     scheduler_options = {"host": hosts[0], "port": 0, "dashboard_address": c.dashboard_address or ":0"}
+    if proto.name != "tcp":  # the workers take the scheme of the scheduler's address (tcp: the default; TLS: at start)
+        scheduler_options["protocol"] = proto.name
     kwargs = {"hosts": hosts, "connect_options": _connect_options(ssh), "worker_options": worker_options,
               "scheduler_options": scheduler_options, "worker_class": worker_class,
               "remote_python": ssh.remote_python or sys.executable}
@@ -77,6 +82,11 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         "rmm_pool_size": rmm_choice(resolved, family, pool,
                                     rmm["source"] if rmm else None),
     }
+    if gpu:
+        from .cuda import device_limit_choice
+        choices["device_memory_limit"] = device_limit_choice(resolved, [])  # the hosts' GPUs are not known here
+    else:
+        choices["spilling"] = spilling_choice(family)
     return ClusterSpec(kind="ssh", cls="distributed.deploy.ssh.SSHCluster", family=family.name,
                        protocol=proto.name, workers=None if gpu else n, threads_per_worker=threads,
                        memory_limit=c.memory_limit, rmm=rmm, dashboard_address=c.dashboard_address,
@@ -105,6 +115,29 @@ def commands(spec: ClusterSpec) -> list[str]:
                         "--spec", shlex.quote(json.dumps({0: {"cls": kw["worker_class"],
                                                               "opts": kw["worker_options"]}}))))
     return lines
+
+
+def per_host(spec: ClusterSpec) -> dict[str, dict]:
+    """Per host of ``cluster.ssh.hosts`` (in their order): whether it runs the scheduler, how
+    many worker entries it has, and what its workers get (:func:`gpuscale.cluster.per_host_entry`,
+    from this spec's worker options and choices)."""
+    kw = spec.kwargs
+    hosts, opts, cls = kw["hosts"], kw["worker_options"], kw["worker_class"]
+    gpu = cls == "dask_cuda.CUDAWorker"
+    out: dict[str, dict] = {}
+    for i, host in enumerate(hosts):
+        e = out.setdefault(host, {"scheduler": False, "worker_entries": 0})
+        if i == 0:
+            e["scheduler"] = True
+        else:
+            e["worker_entries"] += 1
+    threads = opts.get("nthreads") or (spec.choices.get("threads_per_worker") or {}).get("rule")
+    for host, e in out.items():
+        n = e["worker_entries"]
+        if n:
+            workers = (f"{n} x {cls}: one worker per GPU of {host}" + (" each" if n > 1 else "")) if gpu else n
+            e.update(per_host_entry(spec, cls, workers, threads))
+    return out
 
 
 def tls_config(credentials: str) -> dict:

@@ -175,7 +175,8 @@ def session_html(s) -> str:
             workers = f"? (client {s.client.status})"
         else:
             try:
-                ws = s.client.scheduler_info(n_workers=-1)["workers"]
+                from ..cluster import workers as _workers
+                ws = _workers(s.client)
                 workers, threads = str(len(ws)), str(sum(w.get("nthreads", 0) for w in ws.values()))
             except Exception as e:  # noqa: BLE001 - a repr must not raise
                 workers = f"? (scheduler unreachable: {type(e).__name__})"
@@ -205,6 +206,8 @@ def spec_table(spec, resolved, selection) -> Table:
         t.add_row("note", escape(note))
     for command in spec.commands:
         t.add_row("runs", escape(command))
+    for host, e in (spec.per_host or {}).items():
+        t.add_row(f"host {escape(host)}", escape("; ".join(f"{k}: {_fmt_value(v)}" for k, v in e.items())))
     if resolved.profile:
         t.add_row("profile", resolved.profile)
     changed = {k: v for k, v in resolved.sources.items() if v != "default"}
@@ -388,6 +391,32 @@ def _fmt_value(v) -> str:
     return str(v)
 
 
+PER_HOST_COLUMNS = (("worker_class", "worker class"), ("workers", "workers"), ("threads_per_worker", "threads"),
+                    ("memory_limit", "memory limit"), ("rmm_pool_size", "RMM pool"),
+                    ("device_memory_limit", "spills device -> host above"), ("spilling", "spilling"),
+                    ("transports", "transports"), ("tls", "TLS"))
+
+
+def per_host_table(per_host: dict[str, dict[str, Any]]):
+    """A cluster on other hosts, host by host: what runs there and what its workers get."""
+    present = [(k, title) for k, title in PER_HOST_COLUMNS if any(k in e for e in per_host.values())]
+    t = Table(title="per host: what runs there and what its workers get", title_justify="left")
+    t.add_column("host", overflow="fold")
+    t.add_column("runs", overflow="fold")
+    for _, title in present:
+        t.add_column(title, overflow="fold")
+    for host, e in per_host.items():
+        runs = ", ".join(([("scheduler")] if e.get("scheduler") else []) +
+                         ([f"{e['worker_entries']} worker entr{'y' if e['worker_entries'] == 1 else 'ies'}"]
+                          if e.get("worker_entries") else []))
+        cells = []
+        for k, _ in present:
+            v = e.get(k)
+            cells.append("-" if k not in e else ("on" if v is True else "off" if v is False else _fmt_value(v)))
+        t.add_row(escape(host), escape(runs), *(escape(c) for c in cells))
+    return t
+
+
 def explain_table(d: dict[str, Any]):
     """``gpuscale explain``: the plan, every knob with value / source / rule, the memory headroom."""
     from rich.console import Group
@@ -419,7 +448,10 @@ def explain_table(d: dict[str, Any]):
             knobs.add_row(escape(f"{scope}.{name}"), escape(_fmt_value(e["value"])), escape(str(e["source"])),
                           escape(e.get("rule") or ""))
     mem = memory_table(d["memory"], "memory (estimate vs the planned workers)")
-    parts = [head, knobs, mem]
+    parts = [head, knobs]
+    if d.get("per_host"):
+        parts.append(per_host_table(d["per_host"]))
+    parts.append(mem)
     if d.get("notes"):
         notes = Table(show_header=False, box=None)
         notes.add_column(style="bold")

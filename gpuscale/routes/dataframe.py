@@ -266,7 +266,8 @@ def _worker_groups(df, keys) -> list[list[int]]:
     n = df.npartitions
     try:
         from distributed import default_client
-        nworkers = max(1, len(default_client().scheduler_info(n_workers=-1)["workers"]))
+        from ..cluster import workers
+        nworkers = max(1, len(workers(default_client())))
     except (ValueError, ImportError):
         nworkers = 1
     size = math.ceil(n / min(n, nworkers))
@@ -345,7 +346,8 @@ def one_single_thread_worker() -> str | None:
         client = default_client()
     except (ImportError, ValueError):
         return None
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+    from ..cluster import workers as _workers
+    workers = _workers(client)
     if len(workers) != 1:
         return None
     (w,) = workers.values()

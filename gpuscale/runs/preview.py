@@ -61,11 +61,12 @@ def preview(workload: str, *, backend: str | None = None, protocol: str | None =
         knobs["cluster"]["runner"] = {"value": None, "source": resolved.sources.get("run.in-cluster", "default"),
                                       "rule": str(e)}
         notes.append(f"the run would stop before starting work: {e}")
+    per_host = {"per_host": spec.per_host} if spec.per_host is not None else {}
     return {
         "workload": cls.name, "collection": cls.collection,
         "params": wl.record_params(p, ctx) if hasattr(wl, "record_params") else p.model_dump(mode="json"),
         "backend": selection.requested, "family": fam.name, "reason": selection.reason,
-        "cluster": spec.model_dump(mode="json"), "profile": resolved.profile,
+        "cluster": spec.model_dump(mode="json"), **per_host, "profile": resolved.profile,
         "settings_sources": resolved.sources,
         "run": {"warmup": run_cfg.warmup, "repeat": run_cfg.repeat, "memory_check": run_cfg.memory_check,
                 "strict_backend": strict,

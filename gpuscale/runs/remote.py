@@ -95,7 +95,9 @@ def run_in_cluster(session, workload: str, where: Placement, *, data: Any = None
     _, client = existing.start(session.spec)
     try:
         connect_s = time.perf_counter() - t0
-        checked = preflight.check(client, session.family)  # before any work; its runner does not check again
+        checked = preflight.check(  # before any work; its runner does not check again
+            client, session.family, session.settings.cluster.bandwidth_probe,
+            session.resolved.sources.get(preflight.PROBE_SETTING, "default"))
         if isinstance(data, (str, os.PathLike)):
             data = os.path.abspath(os.fspath(data))  # the worker's working folder is not ours
         request = {"version": __version__, "resolved": session.resolved, "selection": session.selection,
@@ -121,6 +123,9 @@ def run_in_cluster(session, workload: str, where: Placement, *, data: Any = None
         with contextlib.suppress(Exception):
             client.close()
     result.cluster["preflight"] = checked
+    from .session import _pairs
+    addresses = [a for h in (result.cluster.get("hosts") or {}).values() for a in h.get("addresses", [])]
+    result.cluster["pairs"] = _pairs(addresses, checked)
     runner = result.info.setdefault("runner", {})
     runner.update(client_connect_s=connect_s, round_trip_s=round_trip_s,
                   dispatch_s=max(0.0, round_trip_s - runner.get("runner_s", 0.0)))

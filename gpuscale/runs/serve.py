@@ -169,7 +169,8 @@ def write_scheduler_file(client, path: pathlib.Path) -> None:
     """Dask's scheduler file (``scheduler_info()`` as JSON, like ``dask scheduler
     --scheduler-file``), written atomically; ``Client(scheduler_file=path)`` reads it."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(client.scheduler_info(n_workers=-1), indent=2, default=str))
+    from ..cluster import identity
+    tmp.write_text(json.dumps(identity(client), indent=2, default=str))
     os.replace(tmp, path)
 
 
@@ -198,7 +199,8 @@ class Served:
         """What ``cluster up`` prints: addresses, link, the live worker / thread counts and the
         layout's rule (the one ``gpuscale run`` applies: :meth:`Family.worker_layout`)."""
         s = self.session
-        workers = s.client.scheduler_info(n_workers=-1).get("workers", {})
+        from ..cluster import workers as _workers
+        workers = _workers(s.client)
         return {"scheduler": self.address, "dashboard": s.dashboard_link,
                 "scheduler_file": str(self.scheduler_file) if self.scheduler_file else None,
                 "cls": s.spec.cls, "family": s.family.name, "protocol": s.spec.protocol,
@@ -340,7 +342,8 @@ def down(address: str, *, timeout_s: float = DOWN_TIMEOUT_S, force: bool = False
         raise UserError(f"cannot connect to {address!r} ({e})",
                         "give a scheduler address like tcp://127.0.0.1:8786") from None
     try:
-        workers = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+        from ..cluster import workers as _workers
+        workers = len(_workers(client))
         busy = in_flight(client)
         if not force and (busy["clients"] or busy["processing"]):
             raise UserError(f"runs are in flight on the cluster at {address}: {len(busy['clients'])} "

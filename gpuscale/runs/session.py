@@ -86,6 +86,11 @@ class Session:
         self.preflight: dict[str, Any] | None = None
         """What :mod:`gpuscale.cluster.preflight` saw on a running cluster this session joined
         (recorded as ``cluster.preflight``); None: not checked (a cluster it started)."""
+        self.topology: dict[str, Any] | None = None
+        """What the workers of a GPU cluster or one on other hosts that this session started
+        see (:func:`gpuscale.cluster.preflight.facts`: hosts, NVLink, RDMA ports, the GPU each
+        worker holds), for the record's ``cluster.pairs``; None: not asked (the preflight of a
+        running cluster holds the same)."""
         self.check_first = True
         """Run the preflight when joining a running cluster (the runner sent into a cluster does
         not: its client checked)."""
@@ -121,7 +126,12 @@ class Session:
                 self.client, self.cluster = stack.enter_context(cluster.connect(self.spec, self.security))
                 if self.spec.kind == "existing" and self.check_first:
                     from ..cluster import preflight
-                    self.preflight = preflight.check(self.client, self.family)
+                    self.preflight = preflight.check(
+                        self.client, self.family, self.settings.cluster.bandwidth_probe,
+                        self.resolved.sources.get(preflight.PROBE_SETTING, "default"))
+                elif self.spec.kind != "existing" and (self.family.cluster_kind == "cuda" or
+                                                       self.spec.kind in ("ssh", "slurm", "srun")):
+                    self.topology = _topology(self.client)
                 self.startup_s = time.perf_counter() - t0
                 self._dashboard_link = _ask_dashboard_link(self.client)
                 stack.enter_context(dask.config.set(self.family.dask_config()))
@@ -305,7 +315,7 @@ class Session:
                        family=self.family.name, protocol=self.spec.protocol, nvtx=self.family.nvtx_phases)
 
     def _workers(self) -> dict[str, dict[str, Any]]:
-        return self.client.scheduler_info(n_workers=-1)["workers"] if self.client is not None else {}
+        return cluster.workers(self.client) if self.client is not None else {}
 
     def _knobs(self, collection: str | None, info: dict[str, Any]) -> dict[str, Any]:
         """The family's knobs for ``collection`` as a record holds them, ``threads_per_worker``
@@ -342,6 +352,7 @@ class Session:
             info["tls"] = self.client.scheduler.address.startswith("tls://")
             if self.preflight is not None:
                 info["preflight"] = self.preflight
+            info["pairs"] = _pairs(list(workers), self.preflight, self.topology)
             if since is not None:
                 info["workers_lost"] = sorted(since - set(workers))
                 info["workers_joined"] = sorted(set(workers) - since)
@@ -350,6 +361,29 @@ class Session:
     def _repr_html_(self) -> str:
         from ..records.report import session_html
         return session_html(self)
+
+
+def _topology(client) -> dict[str, Any] | None:
+    """What the workers see (hosts, NVLink, RDMA ports, the GPU each holds), for the record;
+    None when they cannot say (it names the transports, and never fails a run)."""
+    from ..cluster import preflight
+    try:
+        seen = preflight.facts(client)
+    except Exception:  # noqa: BLE001 - a record without the NVLink facts, not a failed run
+        return None
+    return {"hosts": preflight.hosts(seen), "worker_gpus": preflight.worker_gpus(seen)}
+
+
+def _pairs(addresses: list[str], checked: dict[str, Any] | None,
+           topology: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The record's ``cluster.pairs`` (:func:`gpuscale.cluster.preflight.pairs`): the transport
+    per worker pair from what the preflight (or the started cluster's workers) saw."""
+    from ..cluster import preflight
+    seen = preflight.seen_from(checked)
+    source = "preflight"
+    if seen is None:
+        seen, source = preflight.seen_from(topology), "the started cluster's workers"
+    return preflight.pairs(addresses, seen, (checked or {}).get("probe"), source if seen else "addresses")
 
 
 def _repeat(value: Any) -> int | str:

@@ -83,7 +83,8 @@ class Context:
     @property
     def total_threads(self) -> int:
         if self.client is not None:
-            info = self.client.scheduler_info(n_workers=-1)["workers"]
+            from ..cluster import workers
+            info = workers(self.client)
             return max(1, sum(w.get("nthreads", 1) for w in info.values()))
         return max(1, (self.spec.workers or 1) * (self.spec.threads_per_worker or 1))
 
