@@ -100,7 +100,7 @@ def normalize(obj: Any, key: str | None = None) -> Any:
         return [normalize(v, key) for v in obj]
     if isinstance(obj, str):
         return _TARGET.sub("= <fraction> (at least",
-                           _SIZE.sub("<size>", _PROFILE.sub(r"<profiles>/\1", obj.replace(REPO, "<repo>"))))
+                           _SIZE.sub("<size>", _PROFILE.sub(r"<profiles>/\1", obj.replace(sys.executable, "<python>").replace(REPO, "<repo>"))))
     if isinstance(obj, float) and key in _FRACTION_KEYS:
         return "<fraction>"
     if isinstance(obj, int) and not isinstance(obj, bool) and key in _MACHINE_KEYS:
