@@ -49,6 +49,10 @@ class Knobs:
     """RMM pool per worker as a fraction of device memory (None: no pool)."""
     pre_import: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Libraries each worker imports at start, by collection kind."""
+    worker_environ: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Environment of the worker processes by protocol, set before they start (read when their
+    libraries import: Dask's own ``DASK_*`` settings, ``UCX_*``), with the measurement behind
+    each in the family's module."""
     device_spill: Mapping[str, str] = field(default_factory=dict)
     """How a device family's workers spill, by collection kind (``cluster.device-spill: auto``):
     "dask-cuda" (whole task outputs over the device memory limit) or "cudf" (cuDF spills single

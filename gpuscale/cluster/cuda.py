@@ -58,6 +58,9 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         kwargs["device_memory_limit"] = dml
     spill = device_spill_choice(resolved, family, collection, gpus)
     dask_config: dict = {}
+    environ = dict(family.knobs.worker_environ.get(proto.name, {}))
+    for k, v in environ.items():  # the nannies set them before the worker processes start
+        dask_config[f"distributed.nanny.pre-spawn-environ.{k}"] = v
     if spill["value"] == "cudf":
         kwargs["enable_cudf_spill"] = True
         limit_bytes = _device_limit_bytes(c.device_memory_limit, gpus)
@@ -93,6 +96,10 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         "rmm_pool_size": rmm_choice(resolved, family, pool, pool_rule),
         "device_memory_limit": device_limit_choice(resolved, gpus),
         "device_spill": spill,
+        "worker_environ": choice(environ, "family", f"{family.name} family over {proto.name}: "
+                                 + (", ".join(f"{k}={v}" for k, v in environ.items())
+                                    + " in each worker process before it starts (measured: backends/"
+                                    f"{family.name}.py)" if environ else "nothing set")),
     }
     return ClusterSpec(
         kind="cuda", cls="dask_cuda.LocalCUDACluster", family=family.name, protocol=proto.name,
