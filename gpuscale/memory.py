@@ -260,6 +260,7 @@ def worker_state(dask_worker, reset_peak: bool = False) -> dict[str, Any]:
     metrics = getattr(getattr(dask_worker, "data", None), "cumulative_metrics", None) or {}
     peak = _peak()
     if reset_peak:
+        _release_free()
         _reset_peak()
     return {"rss": psutil.Process().memory_info().rss, "host_limit": getattr(mm, "memory_limit", None),
             "peak": peak, "threads": dask_worker.state.nthreads,
@@ -268,6 +269,26 @@ def worker_state(dask_worker, reset_peak: bool = False) -> dict[str, Any]:
             "unspilled_bytes": int(metrics.get(("disk-read", "bytes"), 0)),
             "spill_s": float(sum(v for (label, unit), v in metrics.items()
                                  if unit == "seconds" and label.startswith("disk")))}
+
+
+def _release_free() -> None:
+    """Hand back what the allocators hold free, so a worker's resident memory before a run is
+    what it holds: Arrow's memory pool (P2P shuffles move Arrow tables; its mimalloc / jemalloc
+    keeps freed pages resident for reuse) and glibc's heap (``malloc_trim``). Measured after a
+    4 M-row P2P sort on one worker: 520 MiB resident holding nothing, 190 MiB after the pool's
+    ``release_unused``; counted as baseline, the next run's estimate had that twice."""
+    import sys
+    pa = sys.modules.get("pyarrow")  # only where something has used it
+    if pa is not None:
+        try:
+            pa.default_memory_pool().release_unused()
+        except Exception:  # noqa: BLE001 - an older pyarrow or another pool: leave it
+            pass
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _peak() -> int | None:

@@ -265,3 +265,74 @@ def test_a_capped_gpu_spills_three_times_its_cap_of_a_file_to_host_and_validates
     assert r["validation"]["valid"] is True, r["validation"]
     assert r["memory"]["verdict"] == "spills" and r["memory"]["budget"]["spill_to"] == "host", r["memory"]
     assert r["explained"]["cluster"]["device_spill"]["value"] == way
+
+
+def _ctx(threads=2, validate=None, **choices):
+    """A planning context (no cluster): one CPU worker of ``threads`` threads, 2 GB, ``choices``."""
+    from gpuscale import memory, workloads
+    from gpuscale.backends import registry
+
+    class Spec:
+        workers = 1
+        threads_per_worker = threads
+
+    cpu = next(f for f in registry.families() if f.name == "cpu")
+    budget = memory.Budget(workers=1, limit=2 * 10**9, baseline=200 * 2**20, baseline_source="test",
+                           threads=threads, fractions=dict(memory.DEFAULT_FRACTIONS), spill_to="disk")
+    return workloads.Context(cpu, Spec(), choices={k: {"value": v} for k, v in choices.items()},
+                             memory=budget, validate=validate)
+
+
+def test_map_overlap_counts_the_padded_blocks_and_the_filter_output():
+    """Every chunk grows by the halo on each side (Dask's stored padded blocks; the results keep
+    their padded base); one filter task holds its padded output (two blocks on the one-chunk
+    route, which pads inside the task and stores no padded block)."""
+    from gpuscale.workloads import registry
+    wl = registry.get("map_overlap")()
+    p = wl.parse({"n": 8000, "size": 9})
+    parts = wl.estimate_memory(p, _ctx(chunk=4000))
+    padded = (8000 + 2 * 4 * 2) ** 2 * 8
+    assert parts == {"inputs": 8000 ** 2 * 8, "intermediates": padded, "results": padded}
+    assert wl.task_bytes(p, _ctx(chunk=4000)) == 4008 ** 2 * 8
+    one = wl.estimate_memory(p, _ctx(chunk=8000))
+    assert one["intermediates"] == 0 and one["results"] == 8008 ** 2 * 8
+    assert wl.task_bytes(p, _ctx(chunk=8000)) == 2 * 8008 ** 2 * 8
+
+
+def test_reduction_std_counts_two_float64_temporaries_per_task():
+    """std's chunk step holds A - mean and its square; the partials are small (no second copy
+    of the array)."""
+    from gpuscale.workloads import registry
+    wl = registry.get("reduction")()
+    p = wl.parse({"rows": 20000, "cols": 5000, "op": "std"})
+    ctx = _ctx(chunk=4096)
+    assert wl.task_bytes(p, ctx) == 2 * 4096 * 4096 * 8
+    parts = wl.estimate_memory(p, ctx)
+    assert parts["inputs"] == 20000 * 5000 * 8 and parts["intermediates"] + parts["results"] < 2**20
+    assert wl.task_bytes(wl.parse({"rows": 20000, "cols": 5000, "op": "sum"}), _ctx(validate="off", chunk=4096)) == 0
+
+
+@pytest.mark.parametrize("name, params", [("shuffle", {"rows": 4_000_000}),
+                                          ("merge", {"rows": 4_000_000, "match_fraction": 0.3})])
+def test_a_p2p_shuffle_counts_its_shards_and_transfer_copies(name, params):
+    """Dask's P2P (two threads): the shards in its comm buffer and (up to 100 MiB) its storage
+    buffer, and each transfer task's copies; the one-task route (one thread) keeps four copies."""
+    from gpuscale.workloads import registry
+    wl = registry.get(name)()
+    p = wl.parse(params)
+    rows = params["rows"] * (2 if name == "merge" else 1)
+    ctx = _ctx(partitions=2, right_partitions=2, shuffle_method=None)
+    parts = wl.estimate_memory(p, ctx)
+    assert parts["intermediates"] == rows * 32 + 100 * 2**20
+    assert wl.task_bytes(p, ctx) == 2_000_000 * (24 + 3 * 32)
+    one = _ctx(threads=1, partitions=2, right_partitions=2, shuffle_method=None)
+    assert wl.task_bytes(p, one) == 0 and wl.estimate_memory(p, one)["peak"] == 4 * rows * 16
+
+
+def test_groupby_counts_the_full_checks_concatenated_frame():
+    from gpuscale.workloads import registry
+    wl = registry.get("groupby")()
+    ctx = _ctx(partitions=2, groupby_strategy="tree")
+    assert wl.estimate_memory(wl.parse({"rows": 5_000_000}), ctx)["validation"] == 2 * 5_000_000 * 24
+    assert wl.estimate_memory(wl.parse({"rows": 10_000_000}), ctx)["validation"] == 0
+    assert wl.estimate_memory(wl.parse({"rows": 5_000_000}), _ctx(validate="off", partitions=2))["validation"] == 0

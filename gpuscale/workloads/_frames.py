@@ -36,6 +36,42 @@ def plan_partitions(ctx: Context, given: int | None, rows: int, row_bytes: int,
                       f"{ctx.total_threads} threads)" + (f" ({capped})" if capped else ""))
 
 
+P2P_EXTRA_ROW_BYTES = 16
+"""What a row gains in Dask's P2P shuffle: its output partition's number (int64, added before
+the transfer) and its index (``split_by_worker`` converts to Arrow with ``preserve_index``)."""
+
+
+def p2p(ctx: Context) -> bool:
+    """Whether a sort or join shuffles with Dask's P2P: Dask's own route (not the one-task
+    route of one worker with one thread, :mod:`gpuscale.routes.dataframe`) with the family's
+    shuffle method, None meaning Dask's default (P2P under distributed)."""
+    method = ctx.choices.get("shuffle_method", {}).get("value", ctx.knobs.shuffle_method)
+    return ctx.total_threads > 1 and method in (None, "p2p")
+
+
+def p2p_shard_bytes(rows: int, row_bytes: int, ctx: Context) -> int:
+    """The shards of ``rows`` rows in Dask's P2P buffers: pickled in the comm buffer until sent,
+    and, received and split by output partition, in the storage buffer until written to disk
+    (each at most its ``distributed.p2p`` buffer per worker; all of it in memory when P2P does
+    not write to disk)."""
+    import dask
+    from dask.utils import parse_bytes
+    b = ctx.memory
+    workers = max(1, (b.workers if b is not None and b.workers else None) or ctx.spec.workers or 1)
+    shards = rows * (row_bytes + P2P_EXTRA_ROW_BYTES)
+    comm = parse_bytes(dask.config.get("distributed.p2p.comm.buffer", "1 GiB"))
+    disk = dask.config.get("distributed.p2p.storage.disk", True)
+    storage = parse_bytes(dask.config.get("distributed.p2p.storage.buffer", "100 MiB")) if disk else shards
+    return min(shards, workers * comm) + min(shards, workers * storage)
+
+
+def p2p_task_bytes(partition_rows: int, row_bytes: int) -> int:
+    """One P2P transfer task's peak: the partition with its output partition's number, then in
+    ``split_by_worker`` that frame merged with each row's worker, its Arrow table and the table
+    sorted by worker, before it is cut into shards (three copies of the row as shipped)."""
+    return int(partition_rows * (row_bytes + 8 + 3 * (row_bytes + P2P_EXTRA_ROW_BYTES)))
+
+
 def sizes(rows: int, parts: int) -> list[int]:
     return [rows // parts + (1 if i < rows % parts else 0) for i in range(parts)]
 

@@ -14,6 +14,8 @@ tolerance by dtype on max |error|, ``TOL`` (pixels are in [0, 1)):
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from pydantic import Field, PositiveInt, field_validator
 
@@ -70,6 +72,30 @@ class MapOverlap(UniformMatrix, Workload):
         ctx.choose("halo", halo, "rule", f"--size {p.size} // 2")
         ctx.choose("overlap", "auto", "rule", "one padded task when the array is one chunk, else Dask's map_overlap (gpuscale.routes.overlap)")
 
+    def estimate_bytes(self, p, ctx: Context) -> int:
+        return sum(self.estimate_memory(p, ctx).values())
+
+    def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
+        """The image; the padded blocks: Dask's map_overlap stores each chunk with its
+        neighbours' halos (``halo`` pixels each side; at the image's edges the mirrored ones) as
+        a task result before the filter reads it; the results: each filtered block is the padded
+        block's size, and the trimmed result is a view that keeps it whole. The one-chunk route
+        pads inside its one task (no stored padded block)."""
+        pad = padded_bytes(p, ctx)
+        return {"inputs": p.n * p.n * np.dtype(p.dtype).itemsize,
+                "intermediates": 0 if _one_chunk(p, ctx) else pad, "results": pad}
+
+    def task_bytes(self, p, ctx: Context) -> int:
+        """One filter task's peak beyond the stored blocks: its output, a padded block
+        (ndimage's ``uniform_filter`` filters axis by axis into that one array); the one-chunk
+        route also holds the padded copy it makes itself."""
+        c = ctx.choices.get("chunk", {}).get("value")
+        if not isinstance(c, int):
+            return 0
+        halo = p.size // 2
+        block = (min(c, p.n) + 2 * halo) ** 2 * np.dtype(p.dtype).itemsize
+        return (2 if _one_chunk(p, ctx) else 1) * block
+
     def compute(self, x, p, ctx: Context) -> Output:
         from ..routes import overlap
         route = overlap.map_overlap(x, uniform_filter, p.size // 2, BOUNDARY, x.dtype, size=p.size)
@@ -78,6 +104,21 @@ class MapOverlap(UniformMatrix, Workload):
 
     def validate(self, out: Output, x, p, ctx: Context) -> Validation:
         return validate_smoothing(out.collections["result"], x, p.size, TOL[p.dtype], p.seed)
+
+
+def _one_chunk(p, ctx: Context) -> bool:
+    """Whether :func:`gpuscale.routes.overlap.map_overlap` takes its one-chunk route."""
+    c = ctx.choices.get("chunk", {}).get("value")
+    return isinstance(c, int) and c >= p.n
+
+
+def padded_bytes(p, ctx: Context) -> int:
+    """Bytes of all the padded blocks: every chunk grows by the halo on each side (Dask's
+    map_overlap: the neighbour's edge inside the image, the mirrored edge at its border)."""
+    c = ctx.choices.get("chunk", {}).get("value")
+    halo = p.size // 2
+    per_axis = p.n + 2 * halo * (math.ceil(p.n / c) if isinstance(c, int) else 1)
+    return per_axis * per_axis * np.dtype(p.dtype).itemsize
 
 
 def validate_smoothing(y, x, size: int, tol: float, seed: int) -> Validation:

@@ -27,7 +27,7 @@ import dask
 from pydantic import Field, PositiveInt
 
 from . import Check, Context, Output, Params, Validation, Workload, _frames, register
-from ._frames import from_partitions, host_frame, plan_partitions
+from ._frames import from_partitions, host_frame, p2p, p2p_shard_bytes, p2p_task_bytes, plan_partitions
 
 ROW_BYTES = 16
 PRIMES = (1_000_003, 999_983, 998_244_353)
@@ -93,7 +93,34 @@ class Merge(Workload):
                    "the whole cluster, else Dask's hash join (gpuscale.routes.dataframe.merge)")
 
     def estimate_bytes(self, p, ctx: Context) -> int:
-        return int((p.rows + self.right_rows(p)) * ROW_BYTES * 4)
+        return sum(self.estimate_memory(p, ctx).values())
+
+    def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
+        """By route. Dask's hash join over P2P (the CPU family's default under distributed):
+        both frames; both sides' shards in P2P's buffers
+        (:func:`gpuscale.workloads._frames.p2p_shard_bytes`); the result (the matching right
+        rows, key, x and y). The task-based join and the one-task merge: four copies of both
+        frames, not measured apart. The full check (rows + right rows <= ``FULL_CHECK_ROWS``):
+        Dask's compute concatenates each frame (left, right, result, one after another) into one
+        partition on a worker and serializes it for the client, the largest twice over."""
+        right = self.right_rows(p)
+        both = (p.rows + right) * ROW_BYTES
+        result = int(right * p.match_fraction) * (ROW_BYTES + 8)
+        full = ctx.validate != "off" and p.rows + right <= _frames.FULL_CHECK_ROWS
+        check = 2 * max(p.rows * ROW_BYTES, right * ROW_BYTES, result) if full else 0
+        if not p2p(ctx):
+            return {"peak": 4 * both, "validation": check}
+        return {"inputs": both, "intermediates": p2p_shard_bytes(p.rows + right, ROW_BYTES, ctx),
+                "results": result, "validation": check}
+
+    def task_bytes(self, p, ctx: Context) -> int:
+        """P2P: one transfer task's peak on the larger side's partitions
+        (:func:`gpuscale.workloads._frames.p2p_task_bytes`); other routes: 0."""
+        left, right = (ctx.choices.get(k, {}).get("value") for k in ("partitions", "right_partitions"))
+        if not isinstance(left, int) or not isinstance(right, int) or not p2p(ctx):
+            return 0
+        rows = max(math.ceil(p.rows / left), math.ceil(self.right_rows(p) / right))
+        return p2p_task_bytes(rows, ROW_BYTES)
 
     def describe_data(self, p) -> dict:
         return {"left": {"rows": p.rows, "columns": {"key": "int64", "x": "int64"}},

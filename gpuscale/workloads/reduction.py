@@ -12,6 +12,7 @@ Validation (float64; tolerance by dtype on max |error| / max |reference|, ``TOL`
 """
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import numpy as np
@@ -77,13 +78,40 @@ class Reduction(UniformMatrix, Workload):
     name = "reduction"
     description = "sum / mean / std of a 2-D array (all of it, or along an axis)"
     collection = "array"
-    COPIES = 2
     Params = ReductionParams
 
     def plan(self, p, ctx: Context) -> None:
         plan_square_chunk(ctx, p.chunk, p.rows, p.cols, np.dtype(p.dtype).itemsize)
         ctx.choose("split_every", ctx.knobs.split_every, "family",
                    "None: Dask's default fan-in" if ctx.knobs.split_every is None else None)
+
+    def estimate_bytes(self, p, ctx: Context) -> int:
+        return sum(self.estimate_memory(p, ctx).values())
+
+    def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
+        """The array; the tree's partials: per block the reduced block (count, sum and, for
+        std, the sum of squared deviations: at most three 8-byte fields), one row or column of it
+        along ``axis``, one value for the whole array; the result. The chunks' temporaries are
+        the working set (:meth:`task_bytes`), not data."""
+        rows, cols = self.shape(p)
+        c = ctx.choices.get("chunk", {}).get("value")
+        c = c if isinstance(c, int) else max(rows, cols)
+        br, bc = math.ceil(rows / c), math.ceil(cols / c)
+        kept = {None: 1, 0: cols, 1: rows}[p.axis]  # values of the result
+        per_block = {None: 1, 0: min(c, cols), 1: min(c, rows)}[p.axis]
+        return {"inputs": rows * cols * np.dtype(p.dtype).itemsize,
+                "intermediates": br * bc * per_block * 3 * 8, "results": kept * 8}
+
+    def task_bytes(self, p, ctx: Context) -> int:
+        """One task's temporaries, two float64 blocks: Dask's var/std chunk step
+        (``moment_chunk``) holds ``d = A - mean`` and ``d**2`` while it sums them, and the
+        validation's per-block moments hold the block cast to float64 and its square; sum and
+        mean read the block in place (nothing beyond it when not validated)."""
+        c = ctx.choices.get("chunk", {}).get("value")
+        if not isinstance(c, int) or (p.op in ("sum", "mean") and ctx.validate == "off"):
+            return 0
+        rows, cols = self.shape(p)
+        return 2 * min(c, rows) * min(c, cols) * 8
 
     def compute(self, x, p, ctx: Context) -> Output:
         fn = getattr(x, p.op)

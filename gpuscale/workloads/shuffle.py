@@ -17,6 +17,7 @@ Validation (per-partition statistics gathered from every output partition):
 from __future__ import annotations
 
 import importlib
+import math
 from typing import Literal
 
 import dask
@@ -24,7 +25,8 @@ from pydantic import Field, PositiveInt
 
 from ..errors import UserError
 from . import Check, Context, Output, Params, Validation, Workload, _frames, register
-from ._frames import from_partitions, host_frame, plan_partitions
+from ._frames import (from_partitions, host_frame, p2p, p2p_shard_bytes, p2p_task_bytes,
+                      plan_partitions)
 
 ROW_BYTES = 16
 KEY_SUM_RTOL = 1e-12
@@ -78,7 +80,31 @@ class Shuffle(Workload):
                    "the whole cluster, else Dask's (gpuscale.routes.dataframe.sort)")
 
     def estimate_bytes(self, p, ctx: Context) -> int:
-        return int(p.rows * ROW_BYTES * 4)
+        return sum(self.estimate_memory(p, ctx).values())
+
+    def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
+        """By route. Dask's P2P shuffle (the CPU family's default under distributed): the
+        frame; its shards in P2P's buffers (:func:`gpuscale.workloads._frames.p2p_shard_bytes`);
+        the sorted result. The task-based shuffle and the one-task sort: four copies of the
+        frame (the input, the split groups or the concatenated frame, the output and its sort),
+        not measured apart. The full check's copies (``validation``, rows <=
+        ``FULL_CHECK_ROWS``): Dask's compute concatenates the result's partitions, then the
+        input's, into one on a worker and serializes it for the client, the frame twice over."""
+        data = p.rows * ROW_BYTES
+        full = ctx.validate != "off" and p.rows <= _frames.FULL_CHECK_ROWS
+        check = 2 * data if full else 0
+        if not p2p(ctx):
+            return {"peak": 4 * data, "validation": check}
+        return {"inputs": data, "intermediates": p2p_shard_bytes(p.rows, ROW_BYTES, ctx),
+                "results": data, "validation": check}
+
+    def task_bytes(self, p, ctx: Context) -> int:
+        """P2P: one transfer task's peak (:func:`gpuscale.workloads._frames.p2p_task_bytes`);
+        other routes: 0 (their four copies are in the data parts)."""
+        parts = ctx.choices.get("partitions", {}).get("value")
+        if not isinstance(parts, int) or not p2p(ctx):
+            return 0
+        return p2p_task_bytes(math.ceil(p.rows / parts), ROW_BYTES)
 
     def describe_data(self, p) -> dict:
         return {"rows": p.rows, "columns": {"key": "float64", "id": "int64"},
