@@ -42,7 +42,13 @@ def main(argv=None) -> int:
     with gpuscale.session(backend="cpu", workers=1, threads_per_worker=2, memory_limit="2GB") as s:
         for wl in a.workloads.split(","):
             for params in SIZES[wl][:1] if a.smoke else SIZES[wl]:  # smoke: the smallest size
-                r = s.run(wl, repeat=1, warmup=0, write=False, **params)
+                try:
+                    r = s.run(wl, repeat=1, warmup=0, write=False, **params)
+                except gpuscale.UserError as e:  # refused by the memory check: a row, not the end
+                    rows.append({"workload": wl, "params": params, "verdict": "does not fit",
+                                 "refused": str(e), "ratio": None})
+                    print(f"{wl:14} {json.dumps(params):48} refused: {e}", flush=True)
+                    continue
                 m = r.memory or {}
                 meas = m.get("measured") or {}
                 row = {"workload": wl, "params": params, "verdict": m.get("verdict"),
@@ -58,7 +64,8 @@ def main(argv=None) -> int:
             json.dump(rows, fh, indent=1)
     ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
     inside = sum(0.5 <= x <= 1.1 for x in ratios)
-    print(f"{inside} of {len(ratios)} within 0.5-1.1")
+    refused = sum(1 for r in rows if r.get("refused"))
+    print(f"{inside} of {len(ratios)} within 0.5-1.1" + (f"; {refused} refused by the memory check" if refused else ""))
     return 0
 
 
