@@ -265,3 +265,41 @@ def test_a_capped_gpu_spills_three_times_its_cap_of_a_file_to_host_and_validates
     assert r["validation"]["valid"] is True, r["validation"]
     assert r["memory"]["verdict"] == "spills" and r["memory"]["budget"]["spill_to"] == "host", r["memory"]
     assert r["explained"]["cluster"]["device_spill"]["value"] == way
+
+
+def _allocate_a_petabyte(seed):
+    import numpy as np
+    return np.empty(2**50, dtype=np.uint8)[:1].sum() + seed  # NumPy refuses: MemoryError
+
+
+def test_a_worker_that_runs_out_of_memory_ends_the_run_in_one_line_and_the_cluster_takes_the_next(cpu_session):
+    """A task whose allocation fails on its worker (a real MemoryError: NumPy asked for 1 PiB;
+    on a GPU CuPy's / RMM's, the same type) ends the run with one line naming the memory, what
+    was asked, the check's estimate and the fix; the worker is still up and the same session's
+    next run is valid."""
+    import dask
+    import dask.array
+
+    import gpuscale
+    from gpuscale import workloads
+    from gpuscale.errors import UserError
+
+    @gpuscale.workload("greedy", params={"seed": 0}, validate=lambda result: True,
+                       generate=lambda p: dask.array.ones(2, chunks=2))
+    def greedy(data, p, ctx):
+        return dask.delayed(_allocate_a_petabyte)(p.seed, dask_key_name=f"greedy-{p.seed}")
+
+    try:
+        before = set(cpu_session.client.scheduler_info(n_workers=-1)["workers"])
+        with pytest.raises(UserError) as e:
+            cpu_session.run("greedy", repeat=1, warmup=0, write=False)
+        msg = str(e.value)
+        assert "\n" not in msg and msg.startswith("greedy: a worker ran out of host memory during the run "
+                                                  "(MemoryError: Unable to allocate 1.00 PiB"), msg
+        assert "; use smaller sizes, more memory per worker" in msg and msg.endswith(
+            "the cluster is still up for the next run")
+        assert set(cpu_session.client.scheduler_info(n_workers=-1)["workers"]) == before  # no worker died
+        r = cpu_session.run("svd", rows=2_000, cols=10, repeat=1, warmup=0, write=False)
+        assert r.valid is True
+    finally:
+        workloads.unregister("greedy")

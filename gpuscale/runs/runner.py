@@ -139,7 +139,11 @@ def timed(client, family, build):
     t0 = time.perf_counter()
     built, whole = _synchronized(family, build())
     out = persist(client, built)
-    wait(_futures(out))
+    futures = _futures(out)
+    wait(futures)
+    for f in futures:  # wait() returns on an erred task too: a run whose task failed is no timing
+        if f.status == "error":
+            f.result()  # raises the task's exception here
     if not whole:
         family.synchronize(client)
     return time.perf_counter() - t0, out
@@ -265,9 +269,11 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _
     try:
         outcome = _run(workload, p, ctx, warmup, repeat, phase, auditor, cancelled or _never, progress or _silent,
                        stream)
-    except BaseException:
+    except BaseException as e:
         if auditor is not None:
             auditor.stop()
+        if isinstance(e, MemoryError):  # a worker's allocation failed (CuPy, RMM, cuDF, NumPy)
+            raise _memory.ran_out(workload.name, memory, fam, e) from None
         raise
     measured = watch.read(memory)
     outcome.memory = {**memory, **({"measured": measured} if measured else {})}
