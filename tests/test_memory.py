@@ -109,14 +109,35 @@ def small_spill_space(tmp_path):
 
 
 def test_spill_space_too_small_does_not_fit(cli, tmp_path, small_spill_space):
-    """1.2 GB of groupby rows cannot spill into 64 MB: refused with the free space and the fix."""
-    p = cli("run", "groupby", *ONE, "--memory-limit", "400MB", "--rows", "50000000", "--keys", "1000",
+    """1.2 GB of your own matrix (a file cannot be made again, so it cannot stream) cannot spill
+    into 64 MB: refused with the free space and the fix, before any work."""
+    import numpy as np
+    x = np.lib.format.open_memmap(tmp_path / "x.npy", mode="w+", dtype="float64", shape=(1_500_000, 100))
+    for i in range(0, 1_500_000, 250_000):
+        x[i:i + 250_000] = 1.0 + i
+    x.flush()
+    del x
+    p = cli("run", "svd", "--input", tmp_path / "x.npy", *ONE, "--memory-limit", "400MB",
             "--results-dir", tmp_path / "res", env=small_spill_space)
     assert p.returncode == 2, p.stderr
     lines = p.stderr.splitlines()
     assert len(lines) == 1, p.stderr
     assert "would spill to disk" in lines[0] and "free there" in lines[0] and "free disk space" in lines[0]
     assert files_under(tmp_path / "res") == []
+
+
+@pytest.mark.slow
+def test_a_groupby_that_fits_neither_way_streams_its_partitions_and_validates(cli, tmp_path, small_spill_space):
+    """1.2 GB of generated groupby rows, 64 MB to spill into: under the tree plan each partition
+    is made and aggregated in the same pass, so the run streams (only partials are held) and
+    validates instead of being refused; the record says so."""
+    r = run_json(cli, tmp_path, "groupby", "--rows", "50000000", "--keys", "1000", "--memory-limit", "400MB",
+                 env=small_spill_space)
+    m = r["memory"]
+    assert r["validation"]["valid"] is True, r["validation"]
+    assert m["verdict"] == "streams" and "aggregates each partition as it is made" in m["streams"]
+    assert r["explained"]["workload"]["data_residency"]["value"] == "streamed"
+    assert r["explained"]["workload"]["groupby_strategy"]["value"] == "tree"
 
 
 @pytest.mark.slow
