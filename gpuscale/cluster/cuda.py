@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dask.utils import format_bytes
+from dask.utils import format_bytes, parse_bytes
 
 from .. import machine, memory
 from ..choices import choice
@@ -187,7 +187,6 @@ def device_spill_choice(resolved, family, collection, gpus) -> dict:
 def _device_limit_bytes(setting, gpus) -> int | None:
     """The device memory limit in bytes: a size as given, a share of the GPUs' memory where
     they are known here; None otherwise (dask-cuda's default, no spilling, unknown GPUs)."""
-    from dask.utils import parse_bytes
     if isinstance(setting, str) and setting.strip().lower() not in ("default", "auto"):
         try:
             value = parse_bytes(setting)

@@ -23,6 +23,7 @@ import sys
 
 from ..choices import choice
 from ..errors import UserError, missing_module
+from .cuda import worker_knobs
 from . import ClusterSpec, construct, per_host_entry, rmm_choice, rmm_pool, spilling_choice
 
 CLS = "dask_jobqueue.SLURMCluster"
@@ -50,7 +51,6 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     knobs = None
     prologue: list[str] = []
     if gpu:  # device memory limit, spilling, worker environment: as on local GPUs, as flags
-        from .cuda import worker_knobs
         knobs = worker_knobs(resolved, family, collection, proto, [])
         for k, v in knobs.options.items():
             flag = "--" + k.replace("_", "-")

@@ -22,6 +22,7 @@ import sys
 
 from ..choices import choice
 from ..errors import UserError, missing_module
+from .cuda import worker_knobs
 from . import ClusterSpec, construct, per_host_entry, rmm_choice, rmm_pool, spilling_choice
 
 
@@ -59,7 +60,6 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         worker_options["rmm_pool_size"] = pool
     knobs = None
     if gpu:  # device memory limit, spilling, UCX transports, worker environment: as on local GPUs
-        from .cuda import worker_knobs
         knobs = worker_knobs(resolved, family, collection, proto, [])  # the hosts' GPUs are not known here
         worker_options.update(knobs.options)
     # the scheduler listens on the address its host was named by, which the other hosts reach
