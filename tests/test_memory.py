@@ -127,30 +127,24 @@ def test_spill_space_too_small_does_not_fit(cli, tmp_path, small_spill_space):
 
 
 @pytest.mark.slow
-def test_a_groupby_that_fits_neither_way_streams_its_partitions_and_validates(cli, tmp_path, small_spill_space):
-    """1.2 GB of generated groupby rows, 64 MB to spill into: under the tree plan each partition
-    is made and aggregated in the same pass, so the run streams (only partials are held) and
-    validates instead of being refused; the record says so."""
-    r = run_json(cli, tmp_path, "groupby", "--rows", "50000000", "--keys", "1000", "--memory-limit", "400MB",
-                 env=small_spill_space)
+@pytest.mark.parametrize("workload, args, says", [
+    ("svd", ("--rows", "1500000", "--cols", "100"), "generated block by block"),
+    ("groupby", ("--rows", "50000000", "--keys", "1000"), "aggregates each partition as it is made"),
+], ids=["svd", "groupby"])
+def test_what_fits_neither_way_streams_and_validates(cli, tmp_path, small_spill_space, workload, args, says):
+    """1.2 GB of generated data, 64 MB to spill into: svd's matrix is generated block by block
+    in every pass, groupby's frame made and aggregated partition by partition under the tree
+    plan, so the run streams (nothing but blocks in flight and partials held) and validates
+    instead of being refused; the record says so."""
+    r = run_json(cli, tmp_path, workload, *args, "--memory-limit", "400MB", env=small_spill_space)
     m = r["memory"]
     assert r["validation"]["valid"] is True, r["validation"]
-    assert m["verdict"] == "streams" and "aggregates each partition as it is made" in m["streams"]
+    assert m["verdict"] == "streams" and says in m["streams"]
     assert r["explained"]["workload"]["data_residency"]["value"] == "streamed"
-    assert r["explained"]["workload"]["groupby_strategy"]["value"] == "tree"
-
-
-@pytest.mark.slow
-def test_svd_that_fits_neither_way_streams_its_blocks_and_validates(cli, tmp_path, small_spill_space):
-    """The same 1.2 GB as svd: its matrix is generated block by block in every pass, so it
-    streams (nothing held between passes) instead of being refused; the record says so."""
-    r = run_json(cli, tmp_path, "svd", "--rows", "1500000", "--cols", "100", "--memory-limit", "400MB",
-                 env=small_spill_space)
-    m = r["memory"]
-    assert r["validation"]["valid"] is True, r["validation"]
-    assert m["verdict"] == "streams" and "generated block by block" in m["streams"]
-    assert r["explained"]["workload"]["data_residency"]["value"] == "streamed"
-    assert m["measured"]["peak_bytes"] < 0.95 * 400 * MB  # blocks in flight may still spill a while
+    if workload == "groupby":
+        assert r["explained"]["workload"]["groupby_strategy"]["value"] == "tree"
+    else:
+        assert m["measured"]["peak_bytes"] < 0.95 * 400 * MB  # blocks in flight may still spill a while
 
 
 def test_explain_shows_the_spill_knobs_and_the_verdict(cli):
