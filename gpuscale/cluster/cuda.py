@@ -70,7 +70,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
             notes.append("warning: NVLink requested but only one GPU is used; it carries nothing here")
         elif not machine.nvlink_connected(gpus):
             notes.append(f"warning: NVLink requested but GPUs {gpus} are not all NVLink-connected")
-    transports = {k: v for k, v in proto.transport_kwargs(c.ucx).items() if k.startswith("enable_")}
+    transports = knobs.transports
     limit = memory_bytes(c.memory_limit, 1, max(1, len(gpus)))
     choices = {
         "protocol": choice(proto.name, src.get("protocol", "default")),
@@ -126,6 +126,8 @@ class WorkerKnobs:
     options: dict[str, Any]
     environ: dict[str, str]
     choices: dict[str, dict]
+    transports: dict[str, bool]
+    """The UCX switches among ``options`` (``enable_nvlink``...), for the transports choice."""
 
     @property
     def dask_config(self) -> dict[str, str]:
@@ -138,7 +140,8 @@ def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
     host) and :mod:`.slurm` (``dask cuda worker`` flags) all take them from here. ``gpus``: the
     GPUs' indices when they are known here (local), else []."""
     c = resolved.settings.cluster
-    options: dict[str, Any] = {k: v for k, v in proto.transport_kwargs(c.ucx).items() if k.startswith("enable_")}
+    transports = {k: v for k, v in proto.transport_kwargs(c.ucx).items() if k.startswith("enable_")}
+    options: dict[str, Any] = dict(transports)
     dml = c.device_memory_limit
     if not (isinstance(dml, str) and dml.strip().lower() == "default"):
         options["device_memory_limit"] = dml
@@ -157,7 +160,7 @@ def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
         "device_spill": spill,
         "worker_environ": choice({k: v for k, v in environ.items() if k in family.knobs.worker_environ.get(
             proto.name, {})}, "family", f"{family.name} family over {proto.name}: {env_rule}"),
-    })
+    }, transports)
 
 
 SPILL_WAYS = {

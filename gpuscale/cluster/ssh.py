@@ -73,9 +73,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     per = "one worker per GPU of each host" if gpu else f"{n} worker process(es)"
     choices = {
         "protocol": choice(proto.name, src.get("protocol", "default")),
-        "transports": proto.transports_choice(
-            c.ucx, {k: v for k, v in worker_options.items() if k.startswith("enable_") and k != "enable_cudf_spill"},
-            src),
+        "transports": proto.transports_choice(c.ucx, knobs.transports if knobs is not None else {}, src),
         "hosts": choice(hosts, src.get("cluster.ssh.hosts", "flag"),
                         f"scheduler on {hosts[0]}; {per} on {', '.join(hosts[1:])} (one per entry after the first)"),
         "workers": choice(None if gpu else n, "rule", f"{worker_class} on each entry after the first: {per}"),
