@@ -240,7 +240,8 @@ def _no_phase(name: str, **args):
 def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _repeats.Policy,
             memory_check: bool = True, tracer=None, audit: bool = True,
             cancelled: Callable[[], bool] | None = None, progress: Progress | None = None) -> Outcome:
-    """``tracer``: a :class:`gpuscale.trace.Capture` whose ``phase`` marks generate / warmup /
+    """``tracer``: a :class:`gpuscale.trace.Capture` whose ``phase`` marks prepare (the memory
+    check, the audit's set-up: gpuscale's own cost before the data exists) / generate / warmup /
     compute / validate (besides the ``span`` that groups their tasks on the dashboard).
 
     ``cancelled``: asked before each repeat and before validation; when it answers True the
@@ -257,7 +258,7 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _
     client = ctx.client
     phase = tracer.phase if tracer is not None else _no_phase
     fam = ctx.family
-    with named_phase("the memory check and the audit's set-up"):
+    with named_phase("the memory check and the audit's set-up"), phase("prepare"):
         ctx.memory = _memory.measure(client, fam, fam.worker_memory(client), ctx.spec)
         workload.plan(p, ctx)
         memory = _memory.check(workload, p, ctx, memory_check)
