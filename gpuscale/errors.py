@@ -276,6 +276,44 @@ def quiet_exit_logs() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
+class _DropCancelledTraceback:
+    """A logging filter: distributed's ``log_errors`` logs a coroutine's CancelledError with a
+    traceback (to the logger of the module the coroutine is in) before re-raising it. In a
+    process gpuscale runs, a cancelled coroutine is a cluster being closed on purpose (a
+    Nanny's close cut short when ``cluster down`` stopped the scheduler under ``cluster up``),
+    never news to the user."""
+
+    def filter(self, record) -> bool:
+        import asyncio
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, asyncio.CancelledError)
+
+
+CLOSING_LOGGERS = ("distributed.nanny", "distributed.core", "distributed.utils", "distributed.worker",
+                   "distributed.scheduler", "distributed.deploy.spec", "distributed.client")
+"""The modules whose coroutines ``log_errors`` wraps on a cluster's way down."""
+
+RESOURCE_TRACKER_WARNINGS = "ignore:resource_tracker:UserWarning"
+"""A ``-W`` option: multiprocessing's resource tracker process warns at exit about the
+semaphores a worker process cut off mid-start left (and then removes them itself), after the
+command's one line: the tracker is started with the interpreter's ``-W`` options
+(``sys.warnoptions``), so the option must be in place before the first worker starts."""
+
+
+def quiet_shutdown_noise() -> None:
+    """For the CLI process, before anything starts: the cancelled-close tracebacks and the
+    resource tracker's leak warnings that an on-purpose stop leaves are not printed (the
+    command's own line says what happened)."""
+    import logging
+    import sys
+    for name in CLOSING_LOGGERS:
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _DropCancelledTraceback) for f in log.filters):
+            log.addFilter(_DropCancelledTraceback())
+    if RESOURCE_TRACKER_WARNINGS not in sys.warnoptions:
+        sys.warnoptions.append(RESOURCE_TRACKER_WARNINGS)
+
+
 PHASE_ATTR = "gpuscale_phase"
 
 

@@ -435,6 +435,25 @@ def error(workload_name: str, h: dict[str, Any]) -> UserError:
                      f"{why}", fix)
 
 
+def ran_out(workload_name: str, h: dict[str, Any], family, exc: BaseException) -> UserError:
+    """The one line for a run whose worker could not allocate anyway (a task raised
+    ``MemoryError``: CuPy's ``OutOfMemoryError``, RMM's and cuDF's ``MemoryError``, NumPy's): what
+    it asked for, what the check had estimated, and the fix. The worker that raised it is still
+    up (a task's error, not a dead process), so its cluster takes the next run."""
+    where = "device" if family.memory == "device" else "host"
+    said = " ".join(str(exc).split())[:200] or type(exc).__name__
+    est = h.get("estimate_bytes")
+    per = h.get("per_worker_bytes")
+    estimate = (f"; the memory check estimated {format_bytes(est)} in all"
+                + (f", {format_bytes(per)} per worker, verdict '{h.get('verdict')}'" if per else "")
+                if est else "")
+    fix = ("use smaller sizes or more GPUs (--gpus), let the workers spill (--device-memory-limit default, "
+           "or lower it so they spill earlier)" if where == "device" else
+           "use smaller sizes, more memory per worker (--memory-limit) or more workers")
+    return UserError(f"{workload_name}: a worker ran out of {where} memory during the run "
+                     f"({type(exc).__name__}: {said}){estimate}", fix + "; the cluster is still up for the next run")
+
+
 def check(workload, p, ctx, enforce: bool) -> dict[str, Any]:
     """:func:`assess` against ``ctx.memory``; refuse (before any work) what does not fit
     unless told not to."""

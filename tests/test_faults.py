@@ -280,6 +280,41 @@ def test_sigterm_while_writing_output_removes_its_temp_file(spawn, tmp_path):
     assert gone(p.kids) == []
 
 
+SHUTDOWN_NOISE = r"""
+import asyncio, logging, multiprocessing, os, sys
+from gpuscale import errors
+if sys.argv[1] == "quiet":
+    errors.quiet_shutdown_noise()
+import distributed  # its own handler on the "distributed" logger
+
+try:  # what log_errors does when the loop cancels a Nanny's close: the nanny module's logger
+    raise asyncio.CancelledError()
+except asyncio.CancelledError as e:
+    logging.getLogger("distributed.nanny").exception(e)
+lock = multiprocessing.get_context("spawn").Lock()  # its semaphore is never released
+sys.stderr.flush()
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("mode", ["loud", "quiet"])
+def test_an_on_purpose_stop_leaves_no_tracebacks_or_tracker_warnings(mode):
+    """What a CI run once saw after the command's one line: distributed's log_errors
+    traceback of a cancelled Nanny close, and the resource tracker's leaked-semaphore warnings.
+    Without errors.quiet_shutdown_noise (what `main` calls first) both are printed: the check
+    sees them."""
+    p = subprocess.run([sys.executable, "-c", SHUTDOWN_NOISE, mode], capture_output=True, text=True,
+                       timeout=60, env=_clean_environ())
+    deadline = time.monotonic() + 10  # the tracker process prints after this one exits
+    while mode == "loud" and "leaked semaphore" not in p.stderr and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert p.returncode == 0
+    if mode == "loud":
+        assert "Traceback" in p.stderr and "CancelledError" in p.stderr, p.stderr
+    else:
+        assert p.stderr == "", p.stderr
+
+
 def test_sigterm_while_the_cluster_starts(spawn, tmp_path):
     p = spawn(*LONG_SVD, "--results-dir", tmp_path / "res")
     p.wait_for(lambda: p.kids)  # a worker process is starting

@@ -109,8 +109,15 @@ def small_spill_space(tmp_path):
 
 
 def test_spill_space_too_small_does_not_fit(cli, tmp_path, small_spill_space):
-    """1.2 GB of groupby rows cannot spill into 64 MB: refused with the free space and the fix."""
-    p = cli("run", "groupby", *ONE, "--memory-limit", "400MB", "--rows", "50000000", "--keys", "1000",
+    """1.2 GB of your own matrix (a file cannot be made again, so it cannot stream) cannot spill
+    into 64 MB: refused with the free space and the fix, before any work."""
+    import numpy as np
+    x = np.lib.format.open_memmap(tmp_path / "x.npy", mode="w+", dtype="float64", shape=(1_500_000, 100))
+    for i in range(0, 1_500_000, 250_000):
+        x[i:i + 250_000] = 1.0 + i
+    x.flush()
+    del x
+    p = cli("run", "svd", "--input", tmp_path / "x.npy", *ONE, "--memory-limit", "400MB",
             "--results-dir", tmp_path / "res", env=small_spill_space)
     assert p.returncode == 2, p.stderr
     lines = p.stderr.splitlines()
@@ -120,16 +127,24 @@ def test_spill_space_too_small_does_not_fit(cli, tmp_path, small_spill_space):
 
 
 @pytest.mark.slow
-def test_svd_that_fits_neither_way_streams_its_blocks_and_validates(cli, tmp_path, small_spill_space):
-    """The same 1.2 GB as svd: its matrix is generated block by block in every pass, so it
-    streams (nothing held between passes) instead of being refused; the record says so."""
-    r = run_json(cli, tmp_path, "svd", "--rows", "1500000", "--cols", "100", "--memory-limit", "400MB",
-                 env=small_spill_space)
+@pytest.mark.parametrize("workload, args, says", [
+    ("svd", ("--rows", "1500000", "--cols", "100"), "generated block by block"),
+    ("groupby", ("--rows", "50000000", "--keys", "1000"), "aggregates each partition as it is made"),
+], ids=["svd", "groupby"])
+def test_what_fits_neither_way_streams_and_validates(cli, tmp_path, small_spill_space, workload, args, says):
+    """1.2 GB of generated data, 64 MB to spill into: svd's matrix is generated block by block
+    in every pass, groupby's frame made and aggregated partition by partition under the tree
+    plan, so the run streams (nothing but blocks in flight and partials held) and validates
+    instead of being refused; the record says so."""
+    r = run_json(cli, tmp_path, workload, *args, "--memory-limit", "400MB", env=small_spill_space)
     m = r["memory"]
     assert r["validation"]["valid"] is True, r["validation"]
-    assert m["verdict"] == "streams" and "generated block by block" in m["streams"]
+    assert m["verdict"] == "streams" and says in m["streams"]
     assert r["explained"]["workload"]["data_residency"]["value"] == "streamed"
-    assert m["measured"]["peak_bytes"] < 0.95 * 400 * MB  # blocks in flight may still spill a while
+    if workload == "groupby":
+        assert r["explained"]["workload"]["groupby_strategy"]["value"] == "tree"
+    else:
+        assert m["measured"]["peak_bytes"] < 0.95 * 400 * MB  # blocks in flight may still spill a while
 
 
 def test_explain_shows_the_spill_knobs_and_the_verdict(cli):
@@ -336,3 +351,41 @@ def test_groupby_counts_the_full_checks_concatenated_frame():
     assert wl.estimate_memory(wl.parse({"rows": 5_000_000}), ctx)["validation"] == 2 * 5_000_000 * 24
     assert wl.estimate_memory(wl.parse({"rows": 10_000_000}), ctx)["validation"] == 0
     assert wl.estimate_memory(wl.parse({"rows": 5_000_000}), _ctx(validate="off", partitions=2))["validation"] == 0
+
+
+def _allocate_a_petabyte(seed):
+    import numpy as np
+    return np.empty(2**50, dtype=np.uint8)[:1].sum() + seed  # NumPy refuses: MemoryError
+
+
+def test_a_worker_that_runs_out_of_memory_ends_the_run_in_one_line_and_the_cluster_takes_the_next(cpu_session):
+    """A task whose allocation fails on its worker (a real MemoryError: NumPy asked for 1 PiB;
+    on a GPU CuPy's / RMM's, the same type) ends the run with one line naming the memory, what
+    was asked, the check's estimate and the fix; the worker is still up and the same session's
+    next run is valid."""
+    import dask
+    import dask.array
+
+    import gpuscale
+    from gpuscale import workloads
+    from gpuscale.errors import UserError
+
+    @gpuscale.workload("greedy", params={"seed": 0}, validate=lambda result: True,
+                       generate=lambda p: dask.array.ones(2, chunks=2))
+    def greedy(data, p, ctx):
+        return dask.delayed(_allocate_a_petabyte)(p.seed, dask_key_name=f"greedy-{p.seed}")
+
+    try:
+        before = set(cpu_session.client.scheduler_info(n_workers=-1)["workers"])
+        with pytest.raises(UserError) as e:
+            cpu_session.run("greedy", repeat=1, warmup=0, write=False)
+        msg = str(e.value)
+        assert "\n" not in msg and msg.startswith("greedy: a worker ran out of host memory during the run "
+                                                  "(MemoryError: Unable to allocate 1.00 PiB"), msg
+        assert "; use smaller sizes, more memory per worker" in msg and msg.endswith(
+            "the cluster is still up for the next run")
+        assert set(cpu_session.client.scheduler_info(n_workers=-1)["workers"]) == before  # no worker died
+        r = cpu_session.run("svd", rows=2_000, cols=10, repeat=1, warmup=0, write=False)
+        assert r.valid is True
+    finally:
+        workloads.unregister("greedy")

@@ -145,21 +145,7 @@ def test_a_worker_the_scheduler_cannot_reach_is_refused_in_one_line(cli, tmp_pat
         # the scheduler gives up on a worker it cannot connect to after 5 s (Dask's default: 30 s)
         env = {"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s"}
         try:
-            c.procs.append(subprocess.Popen(
-                h.cmd("sched", sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", h.ip["sched"],
-                      "--port", "0", "--no-dashboard", "--scheduler-file", str(c.file)),
-                env=_clean_environ(env), start_new_session=True, stdout=subprocess.DEVNULL,
-                stderr=open(tmp_path / "scheduler.err", "w")))
-            deadline = time.monotonic() + 60
-            while not c.file.exists() and time.monotonic() < deadline:
-                time.sleep(0.2)
-            for name in ("sched", "w1"):
-                c.procs.append(subprocess.Popen(
-                    h.cmd(name, sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(c.file),
-                          "--host", h.ip[name], "--nthreads", "1", "--no-nanny", "--no-dashboard", "--name", name),
-                    env=_clean_environ(), start_new_session=True, stdout=subprocess.DEVNULL,
-                    stderr=open(tmp_path / f"{name}.err", "w")))
-            c.wait_for(2)
+            _netns_cluster(h, c, tmp_path, ["sched", "w1"], env)
             h.down("w1")
             p = cli("run", "svd", "--rows", "20000", "--cols", "10", "--backend", "cpu", "--scheduler-file", c.file,
                     "--results-dir", tmp_path / "res", timeout=120)

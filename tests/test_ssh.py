@@ -115,3 +115,27 @@ def test_cluster_up_over_ssh_serves_a_valid_tls_run(nodes, cli, tmp_path):
     while sched.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not sched.exists() and not (folder / "scheduler.tls.pem").exists()
+
+
+def test_gpu_workers_on_other_hosts_get_the_local_gpu_knobs():
+    """Planned only (no GPU, no host needed): the device spill way, the UCX switches and the
+    family's worker environment reach CUDAWorker over ssh (its options, and the configuration
+    SSHCluster hands to the remote processes) and `dask cuda worker` in a SLURM job (its flags
+    and the job's exports), from the same rule as local GPUs (cluster.cuda.worker_knobs)."""
+    from gpuscale.runs.session import configure
+    _, _, spec = configure(check=False, backend="gpu", deploy="ssh", ssh_hosts=("h0", "h1"), protocol="ucx",
+                           security="off", nvlink=True, device_spill="cudf", device_memory_limit="16GB")
+    opts = spec.kwargs["worker_options"]
+    assert opts["enable_nvlink"] is True and opts["enable_cudf_spill"] is True
+    assert opts["device_memory_limit"] == "16GB"
+    env = "distributed.nanny.pre-spawn-environ."
+    assert spec.dask_config[env + "DASK_DISTRIBUTED__COMM__OFFLOAD"] == "False"
+    assert spec.dask_config[env + "CUDF_SPILL_DEVICE_LIMIT"] == "16000000000"
+    assert spec.choices["device_spill"]["value"] == "cudf" and spec.choices["transports"]["value"] == {
+        "enable_nvlink": True}
+    assert '"enable_cudf_spill": true' in spec.commands[-1]
+    _, _, spec = configure(check=False, backend="gpu", deploy="slurm", security="off", device_spill="cudf",
+                           device_memory_limit="16GB")
+    script = "\n".join(spec.commands)
+    assert "--enable-cudf-spill" in script and "--device-memory-limit 16GB" in script
+    assert "export CUDF_SPILL_DEVICE_LIMIT=16000000000" in script

@@ -62,6 +62,12 @@ SIZES = {"gpu": {"svd": ["--rows", "2000000", "--cols", "100"],
                    "groupby": ["--rows", "100000", "--keys", "100"]}}
 
 
+def ucx_run(cl: dict) -> bool:
+    """Whether the record's cluster spoke ucx (its workers' addresses say so)."""
+    return any(str(a).startswith("ucx://") for pr in ((cl.get("pairs") or {}).get("pairs") or [])
+               for a in pr.get("between") or [])
+
+
 def child_env() -> dict[str, str]:
     """The environment of everything this script starts: this gpuscale first on the path (a
     source checkout's copy, as imported here), output unbuffered."""
@@ -268,12 +274,16 @@ def check_record(rec: dict, workload: str, family: str, n: int, gpu: bool, tls: 
     if (cl.get("running") or {}).get("workers") != n:
         wrong.append(f"{workload}: {(cl.get('running') or {}).get('workers')} workers, not {n}")
     hosts = cl.get("hosts") or {}
-    if list(hosts) != [HOST] or hosts[HOST]["workers"] != n:
-        wrong.append(f"{workload}: hosts {({h: v.get('workers') for h, v in hosts.items()})}, not {n} on {HOST}")
+    # one host; over tcp/tls the workers listen on 127.0.0.1, over ucx on this machine's own
+    # interface address (UCX picks it), so the host is the one the record names
+    host = next(iter(hosts), HOST)
+    if len(hosts) != 1 or hosts[host]["workers"] != n or (not ucx_run(cl) and host != HOST):
+        wrong.append(f"{workload}: hosts {({h: v.get('workers') for h, v in hosts.items()})}, not {n} on "
+                     f"{'one host' if ucx_run(cl) else HOST}")
     if cl.get("tls") is not tls:
         wrong.append(f"{workload}: TLS was {'off' if tls else 'on'}, not {'on' if tls else 'off'}")
     pre = cl.get("preflight") or {}
-    seen = (pre.get("hosts") or {}).get(HOST, {}).get("gpus") or []
+    seen = (pre.get("hosts") or {}).get(host, {}).get("gpus") or []
     if gpu and (len(seen) != n or not all(g > 0 for g in seen)):
         wrong.append(f"{workload}: GPUs seen per worker {seen}")
     pairs = (cl.get("pairs") or {}).get("pairs")
@@ -365,7 +375,8 @@ def main() -> None:
                 row.update(valid=rec["valid"], family=rec["family"], median_s=rec["median_s"],
                            workers=(cl.get("running") or {}).get("workers"),
                            hosts={h: v["workers"] for h, v in (cl.get("hosts") or {}).items()},
-                           gpus_per_worker=((cl.get("preflight") or {}).get("hosts") or {}).get(HOST, {}).get("gpus"),
+                           gpus_per_worker=[g for h in ((cl.get("preflight") or {}).get("hosts") or {}).values()
+                                            for g in h.get("gpus") or []],
                            worker_gpus=(cl.get("preflight") or {}).get("worker_gpus"),
                            tls=cl.get("tls"), pairs=cl.get("pairs"),
                            probe={"value": probe.get("value"), "rule": probe.get("rule"),

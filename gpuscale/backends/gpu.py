@@ -107,12 +107,11 @@ FAMILY = GpuFamily(
     # dask-cuda spills task outputs device -> host above cluster.device-memory-limit (its
     # default 0.8 of the device), and host -> disk past the host memory limit
     spill_to="host",
-    # workflows/spill_gpu.py on an H200 capped at 8 GB: svd at 3 x the cap spilled through
+    # workflows/spill_gpu.py on an H200: capped at 8 GB, svd at 3 x the cap spilled through
     # dask-cuda at 48 x the in-memory time per byte (~2.5 GB/s device <-> host), groupby 17 x;
-    # the generated blocks are made on the device far faster than that
-    stream_first=("spilling through dask-cuda moved ~2.5 GB/s device <-> host on an H200 (svd at 3 x a "
-                  "capped device: 48 x the in-memory time per byte), far slower than making the blocks "
-                  "again on the device"),
+    # capped at 2 GB and streamed, 0.75 x and 2.15 x (docs/benchmarks.md, ninth session)
+    stream_first=("on an H200 at 3 x a capped device, spilling through dask-cuda took 48 x (svd) and 17 x "
+                  "(groupby) the in-memory time per byte, making the blocks again 0.75 x and 2.15 x"),
     # cuDF writes float64 in CSV with 9 significant digits (rapidsai/cudf#6418, open since 2020):
     # read back, the data is not the data. pandas writes the shortest text that reads back exact.
     lossy_writers={"to_csv": LossyWriter("cuDF's CSV writer keeps 9 significant digits of float64 values "

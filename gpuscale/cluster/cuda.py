@@ -5,7 +5,10 @@ CuPy and cuDF share one pool instead of CuPy starving beside it.
 """
 from __future__ import annotations
 
-from dask.utils import format_bytes
+import dataclasses
+from typing import Any
+
+from dask.utils import format_bytes, parse_bytes
 
 from .. import machine, memory
 from ..choices import choice
@@ -53,19 +56,9 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         known = [sizes[g] for g in gpus if g in sizes]
         if isinstance(pool, float) and pool <= 1 and known:
             pool_rule += f": {pool:g} x {format_bytes(min(known))} = {format_bytes(int(pool * min(known)))} per GPU"
-    dml = c.device_memory_limit
-    if not (isinstance(dml, str) and dml.strip().lower() == "default"):
-        kwargs["device_memory_limit"] = dml
-    spill = device_spill_choice(resolved, family, collection, gpus)
-    dask_config: dict = {}
-    environ = dict(family.knobs.worker_environ.get(proto.name, {}))
-    for k, v in environ.items():  # the nannies set them before the worker processes start
-        dask_config[f"distributed.nanny.pre-spawn-environ.{k}"] = v
-    if spill["value"] == "cudf":
-        kwargs["enable_cudf_spill"] = True
-        limit_bytes = _device_limit_bytes(c.device_memory_limit, gpus)
-        if limit_bytes:  # cuDF spills its buffers above the same line dask-cuda would
-            dask_config["distributed.nanny.pre-spawn-environ.CUDF_SPILL_DEVICE_LIMIT"] = str(limit_bytes)
+    knobs = worker_knobs(resolved, family, collection, proto, gpus)
+    kwargs.update(knobs.options)
+    dask_config = dict(knobs.dask_config)
     pre = list(family.knobs.pre_import.get(collection or "session", ()))
     if pre:
         kwargs["pre_import"] = pre
@@ -77,7 +70,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
             notes.append("warning: NVLink requested but only one GPU is used; it carries nothing here")
         elif not machine.nvlink_connected(gpus):
             notes.append(f"warning: NVLink requested but GPUs {gpus} are not all NVLink-connected")
-    transports = {k: v for k, v in kwargs.items() if k.startswith("enable_")}
+    transports = knobs.transports
     limit = memory_bytes(c.memory_limit, 1, max(1, len(gpus)))
     choices = {
         "protocol": choice(proto.name, src.get("protocol", "default")),
@@ -94,12 +87,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         "memory_limit": memory_choice(resolved, limit, "auto: this machine's {host} of host memory split "
                                       f"over {max(1, len(gpus))} worker(s) = {{value}} each"),
         "rmm_pool_size": rmm_choice(resolved, family, pool, pool_rule),
-        "device_memory_limit": device_limit_choice(resolved, gpus),
-        "device_spill": spill,
-        "worker_environ": choice(environ, "family", f"{family.name} family over {proto.name}: "
-                                 + (", ".join(f"{k}={v}" for k, v in environ.items())
-                                    + " in each worker process before it starts (measured: backends/"
-                                    f"{family.name}.py)" if environ else "nothing set")),
+        **knobs.choices,
     }
     return ClusterSpec(
         kind="cuda", cls="dask_cuda.LocalCUDACluster", family=family.name, protocol=proto.name,
@@ -128,6 +116,53 @@ def device_limit_choice(resolved, gpus) -> dict:
     return choice(c.device_memory_limit, src, f"task outputs spill device -> host above {f:.3g} of the device{at}")
 
 
+@dataclasses.dataclass
+class WorkerKnobs:
+    """What a GPU worker gets beyond its pool, however it is started: ``options`` are keyword
+    arguments of ``LocalCUDACluster`` / ``dask_cuda.CUDAWorker`` (the ``dask cuda worker`` flags
+    of the same names), ``environ`` is set in each worker process before it starts (through
+    ``dask_config``: the nannies' pre-spawn environment), ``choices`` say why."""
+
+    options: dict[str, Any]
+    environ: dict[str, str]
+    choices: dict[str, dict]
+    transports: dict[str, bool]
+    """The UCX switches among ``options`` (``enable_nvlink``...), for the transports choice."""
+
+    @property
+    def dask_config(self) -> dict[str, str]:
+        return {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in self.environ.items()}
+
+
+def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
+    """The one rule for the device memory limit, the way workers spill, the UCX transports and
+    the family's worker environment: :func:`spec` (local GPUs), :mod:`.ssh` (CUDAWorker per
+    host) and :mod:`.slurm` (``dask cuda worker`` flags) all take them from here. ``gpus``: the
+    GPUs' indices when they are known here (local), else []."""
+    c = resolved.settings.cluster
+    transports = {k: v for k, v in proto.transport_kwargs(c.ucx).items() if k.startswith("enable_")}
+    options: dict[str, Any] = dict(transports)
+    dml = c.device_memory_limit
+    if not (isinstance(dml, str) and dml.strip().lower() == "default"):
+        options["device_memory_limit"] = dml
+    spill = device_spill_choice(resolved, family, collection, gpus)
+    environ = dict(family.knobs.worker_environ.get(proto.name, {}))
+    env_rule = (", ".join(f"{k}={v}" for k, v in environ.items())
+                + f" in each worker process before it starts (measured: backends/{family.name}.py)"
+                if environ else "nothing set")
+    if spill["value"] == "cudf":
+        options["enable_cudf_spill"] = True
+        limit_bytes = _device_limit_bytes(dml, gpus)
+        if limit_bytes:  # cuDF spills its buffers above the same line dask-cuda would
+            environ["CUDF_SPILL_DEVICE_LIMIT"] = str(limit_bytes)
+    return WorkerKnobs(options, environ, {
+        "device_memory_limit": device_limit_choice(resolved, gpus),
+        "device_spill": spill,
+        "worker_environ": choice({k: v for k, v in environ.items() if k in family.knobs.worker_environ.get(
+            proto.name, {})}, "family", f"{family.name} family over {proto.name}: {env_rule}"),
+    }, transports)
+
+
 SPILL_WAYS = {
     "dask-cuda": "dask-cuda moves whole task outputs device -> host over the device memory limit",
     "cudf": "cuDF spills single device buffers, also inside a running task, over the device memory "
@@ -153,6 +188,17 @@ def device_spill_choice(resolved, family, collection, gpus) -> dict:
 
 
 def _device_limit_bytes(setting, gpus) -> int | None:
+    """The device memory limit in bytes: a size as given, a share of the GPUs' memory where
+    they are known here; None otherwise (dask-cuda's default, no spilling, unknown GPUs)."""
+    if isinstance(setting, str) and setting.strip().lower() not in ("default", "auto"):
+        try:
+            value = parse_bytes(setting)
+        except ValueError:
+            value = None
+        if value is not None and value > 1:
+            return int(value)
+    elif isinstance(setting, int) and setting > 1:
+        return setting
     sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
     known = [sizes[g] for g in gpus if g in sizes]
     f = memory.device_spill_fraction(setting, min(known) if known else None)

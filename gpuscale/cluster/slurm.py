@@ -18,10 +18,12 @@ filesystem the compute nodes share, like the home folders of most SLURM clusters
 """
 from __future__ import annotations
 
+import shlex
 import sys
 
 from ..choices import choice
 from ..errors import UserError, missing_module
+from .cuda import worker_knobs
 from . import ClusterSpec, construct, per_host_entry, rmm_choice, rmm_pool, spilling_choice
 
 CLS = "dask_jobqueue.SLURMCluster"
@@ -46,13 +48,22 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         extra += ["--rmm-pool-size", str(pool)]
         if c.rmm.maximum_pool_size is not None:
             extra += ["--rmm-maximum-pool-size", str(c.rmm.maximum_pool_size)]
-    dml = c.device_memory_limit
-    if gpu and not (isinstance(dml, str) and dml.strip().lower() == "default"):
-        extra += ["--device-memory-limit", str(dml)]
+    knobs = None
+    prologue: list[str] = []
+    if gpu:  # device memory limit, spilling, worker environment: as on local GPUs, as flags
+        knobs = worker_knobs(resolved, family, collection, proto, [])
+        for k, v in knobs.options.items():
+            flag = "--" + k.replace("_", "-")
+            if isinstance(v, bool):  # dask cuda worker's --enable-x / --disable-x pairs
+                extra.append(flag if v else flag.replace("--enable-", "--disable-"))
+            else:
+                extra += [flag, str(v)]
+        prologue = [f"export {k}={shlex.quote(v)}" for k, v in knobs.environ.items()]
     job = {"cores": sl.cores, "memory": sl.memory, "processes": sl.processes, "queue": sl.queue,
            "account": sl.account, "walltime": sl.walltime, "job_extra_directives": list(sl.job_extra),
            "python": sl.python or sys.executable, "log_directory": sl.log_directory,
-           "worker_extra_args": extra, "job_name": "gpuscale-worker"}
+           "worker_extra_args": extra, "job_name": "gpuscale-worker",
+           **({"job_script_prologue": prologue} if prologue else {})}
     if gpu:
         job["worker_command"] = GPU_WORKER
     scheduler_options: dict = {"dashboard_address": c.dashboard_address or ":0"}
@@ -75,9 +86,8 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
                                f"per job, split between its {sl.processes} worker process(es)"),
         "rmm_pool_size": rmm_choice(resolved, family, pool, rmm["source"] if rmm else None),
     }
-    if gpu:
-        from .cuda import device_limit_choice
-        choices["device_memory_limit"] = device_limit_choice(resolved, [])  # the nodes' GPUs are not known here
+    if knobs is not None:
+        choices.update(knobs.choices)
     else:
         choices["spilling"] = spilling_choice(family)
     where = f"partition {sl.queue}" if sl.queue else "the default partition"

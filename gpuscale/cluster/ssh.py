@@ -22,6 +22,7 @@ import sys
 
 from ..choices import choice
 from ..errors import UserError, missing_module
+from .cuda import worker_knobs
 from . import ClusterSpec, construct, per_host_entry, rmm_choice, rmm_pool, spilling_choice
 
 
@@ -57,9 +58,10 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     pool, rmm = rmm_pool(c, family) if gpu else (None, None)
     if pool is not None:
         worker_options["rmm_pool_size"] = pool
-    dml = c.device_memory_limit
-    if gpu and not (isinstance(dml, str) and dml.strip().lower() == "default"):
-        worker_options["device_memory_limit"] = dml
+    knobs = None
+    if gpu:  # device memory limit, spilling, UCX transports, worker environment: as on local GPUs
+        knobs = worker_knobs(resolved, family, collection, proto, [])  # the hosts' GPUs are not known here
+        worker_options.update(knobs.options)
     # the scheduler listens on the address its host was named by, which the other hosts reach
     scheduler_options = {"host": hosts[0], "port": 0, "dashboard_address": c.dashboard_address or ":0"}
     if proto.name != "tcp":  # the workers take the scheme of the scheduler's address (tcp: the default; TLS: at start)
@@ -71,7 +73,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     per = "one worker per GPU of each host" if gpu else f"{n} worker process(es)"
     choices = {
         "protocol": choice(proto.name, src.get("protocol", "default")),
-        "transports": proto.transports_choice(c.ucx, {}, src),
+        "transports": proto.transports_choice(c.ucx, knobs.transports if knobs is not None else {}, src),
         "hosts": choice(hosts, src.get("cluster.ssh.hosts", "flag"),
                         f"scheduler on {hosts[0]}; {per} on {', '.join(hosts[1:])} (one per entry after the first)"),
         "workers": choice(None if gpu else n, "rule", f"{worker_class} on each entry after the first: {per}"),
@@ -82,16 +84,16 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         "rmm_pool_size": rmm_choice(resolved, family, pool,
                                     rmm["source"] if rmm else None),
     }
-    if gpu:
-        from .cuda import device_limit_choice
-        choices["device_memory_limit"] = device_limit_choice(resolved, [])  # the hosts' GPUs are not known here
+    if knobs is not None:
+        choices.update(knobs.choices)
     else:
         choices["spilling"] = spilling_choice(family)
     return ClusterSpec(kind="ssh", cls="distributed.deploy.ssh.SSHCluster", family=family.name,
                        protocol=proto.name, workers=None if gpu else n, threads_per_worker=threads,
                        memory_limit=c.memory_limit, rmm=rmm, dashboard_address=c.dashboard_address,
                        notes=[f"scheduler on {hosts[0]} over ssh; workers: {worker_class} on "
-                              f"{', '.join(hosts[1:])}"], kwargs=kwargs, choices=choices)
+                              f"{', '.join(hosts[1:])}"], kwargs=kwargs, choices=choices,
+                       dask_config=knobs.dask_config if knobs is not None else {})
 
 
 def commands(spec: ClusterSpec) -> list[str]:
@@ -167,7 +169,9 @@ def start(spec: ClusterSpec, security=None):
         config = tls_config(spec.credentials)
         kwargs["scheduler_options"] = {**kwargs["scheduler_options"], "protocol": "tls"}
         kwargs["security"] = security or tls.load(spec.credentials)
-    with dask.config.set(config):
+    # SSHCluster hands this process's Dask configuration to every remote process
+    # (DASK_INTERNAL_INHERIT_CONFIG): the TLS paths and the workers' pre-spawn environment
+    with dask.config.set({**config, **spec.dask_config}):
         cluster = construct(spec, lambda: SSHCluster(**kwargs))
     try:
         return cluster, Client(cluster)

@@ -139,7 +139,11 @@ def timed(client, family, build):
     t0 = time.perf_counter()
     built, whole = _synchronized(family, build())
     out = persist(client, built)
-    wait(_futures(out))
+    futures = _futures(out)
+    wait(futures)
+    for f in futures:  # wait() returns on an erred task too: a run whose task failed is no timing
+        if f.status == "error":
+            f.result()  # raises the task's exception here
     if not whole:
         family.synchronize(client)
     return time.perf_counter() - t0, out
@@ -236,7 +240,8 @@ def _no_phase(name: str, **args):
 def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _repeats.Policy,
             memory_check: bool = True, tracer=None, audit: bool = True,
             cancelled: Callable[[], bool] | None = None, progress: Progress | None = None) -> Outcome:
-    """``tracer``: a :class:`gpuscale.trace.Capture` whose ``phase`` marks generate / warmup /
+    """``tracer``: a :class:`gpuscale.trace.Capture` whose ``phase`` marks prepare (the memory
+    check, the audit's set-up: gpuscale's own cost before the data exists) / generate / warmup /
     compute / validate (besides the ``span`` that groups their tasks on the dashboard).
 
     ``cancelled``: asked before each repeat and before validation; when it answers True the
@@ -253,7 +258,7 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _
     client = ctx.client
     phase = tracer.phase if tracer is not None else _no_phase
     fam = ctx.family
-    with named_phase("the memory check and the audit's set-up"):
+    with named_phase("the memory check and the audit's set-up"), phase("prepare"):
         ctx.memory = _memory.measure(client, fam, fam.worker_memory(client), ctx.spec)
         workload.plan(p, ctx)
         memory = _memory.check(workload, p, ctx, memory_check)
@@ -265,9 +270,11 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _
     try:
         outcome = _run(workload, p, ctx, warmup, repeat, phase, auditor, cancelled or _never, progress or _silent,
                        stream)
-    except BaseException:
+    except BaseException as e:
         if auditor is not None:
             auditor.stop()
+        if isinstance(e, MemoryError):  # a worker's allocation failed (CuPy, RMM, cuDF, NumPy)
+            raise _memory.ran_out(workload.name, memory, fam, e) from None
         raise
     measured = watch.read(memory)
     outcome.memory = {**memory, **({"measured": measured} if measured else {})}

@@ -9,7 +9,7 @@ a failure leaves nothing half-written:
     The window as a Chrome / Perfetto trace (``{"traceEvents": [...]}``; open it in
     ui.perfetto.dev or chrome://tracing): one process per worker, one track per worker thread
     (compute), lanes for incoming transfers and other actions (disk), and a ``gpuscale``
-    process whose tracks hold the phases (generate, warmup, compute, validate, or ``user``).
+    process whose tracks hold the phases (prepare, generate, warmup, compute, validate, or ``user``).
     Every duration event is ``ph: "X"`` with name / ph / ts / dur / pid / tid, in microseconds
     from the start of the window; naming events are ``ph: "M"`` (name / ph / pid / tid / args).
 ``comm.json``
