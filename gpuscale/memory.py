@@ -15,9 +15,12 @@ Verdict, per worker, against the smallest worker's limit ``L`` and distributed's
 fractions (``target`` / ``spill`` / ``pause`` / ``terminate`` of ``distributed.worker.memory``):
 
 * **fits**: baseline + working set + data <= ``spill x L`` (nothing is spilled);
-* **spills**: baseline + working set <= ``pause x L x 0.9`` (the work runs without pausing
-  the worker), and what does not fit under ``spill x L`` fits in the spill space (free disk
-  of the workers' local directory, shared by the workers on it);
+* **spills**: baseline + working set + the data kept in memory <= ``pause x L x 0.9`` (the
+  work runs without pausing the worker), and what does not fit under ``spill x L`` fits in the
+  spill space (free disk of the workers' local directory, shared by the workers on it). The
+  data kept is at most the ``target``; in host memory also at most what the rest leaves under
+  ``spill x L``: distributed's memory monitor evicts managed data once the process passes it
+  (:func:`kept_bytes`), so the run's peak is about ``spill x L``;
 * **streams**: it fits neither way, but the workload can make its data block by block inside
   each pass (:meth:`gpuscale.workloads.Workload.streams`: svd's generated matrix): nothing is
   held between passes, so only baseline + working set must fit; the timings then include
@@ -357,6 +360,7 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
                    rule="worker memory unknown here (a running scheduler's, or no limit): not checked")
         return out
     b = budget
+    host = b.memory == "host"
     n = b.workers
     data = -(-estimate // n)
     working = b.threads * task
@@ -364,11 +368,11 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
     in_memory = int(b.limit * b.fractions["spill"])
     pause = int(b.limit * b.fractions["pause"] * PAUSE_MARGIN)
     to_spill = max(0, fixed + data - in_memory)
-    kept = int(b.limit * b.fractions["target"])  # managed data a spilling worker keeps in memory
+    kept = kept_bytes(b.to_dict(), fixed, data)  # managed data a spilling worker keeps in memory
     out.update(workers=n, per_worker_bytes=data, worker_limit_bytes=b.limit, usable_bytes=in_memory,
                capacity_bytes=b.limit * n, baseline_bytes=b.baseline, baseline_source=b.baseline_source,
                working_set_bytes=working, budget=b.to_dict())
-    spills = bool(b.spill_to) and fixed + min(data, kept) <= pause and (
+    spills = bool(b.spill_to) and fixed + kept <= pause and (
         b.spill_space is None or to_spill <= b.spill_space)
     streams = workload.streams(p, ctx) if to_spill and (b.stream_first or not spills) else None
     if to_spill == 0:
@@ -381,19 +385,20 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
     elif spills:
         verdict = "spills"
         out["spill_bytes_per_worker"] = to_spill
-        out["peak_bytes"] = fixed + min(data, kept)
+        out["peak_bytes"] = fixed + kept
     else:
         verdict = "does not fit"
         out["spill_bytes_per_worker"] = to_spill
     out["verdict"], out["fits"] = verdict, verdict != "does not fit"
     out.setdefault("peak_bytes", fixed + data)
-    host = b.memory == "host"
     out["rule"] = (f"per worker: baseline {format_bytes(b.baseline)} + working set {b.threads} thread(s) x "
                    f"{format_bytes(task)} + data {format_bytes(estimate)} / {n} worker(s); fits under "
                    f"{b.fractions['spill']:g} x the smallest worker's {format_bytes(b.limit)} "
                    + ("(distributed's spill fraction)" if host else "of device memory (where dask-cuda spills)")
                    + (f"; beyond it spills to {b.spill_to} if baseline + working set + the data kept in memory "
-                      f"(target {b.fractions['target']:g}) stay under {PAUSE_MARGIN:g} x "
+                      f"(at most target {b.fractions['target']:g}"
+                      + (f", and what the rest leaves under spill {b.fractions['spill']:g}" if host else "")
+                      + f") stay under {PAUSE_MARGIN:g} x "
                       + (f"pause {b.fractions['pause']:g}" if host else "the device")
                       + " and the spill space holds the rest"
                       + (f"; generated data that would spill streams instead ({b.stream_first})"
@@ -402,20 +407,34 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
     return out
 
 
+def kept_bytes(b: dict[str, Any], fixed: int, data: int) -> int:
+    """Managed data a spilling worker keeps in memory (``b``: :meth:`Budget.to_dict`): at most
+    the target (the spill buffer's); in host memory also at most what the baseline and the
+    working set (``fixed``) leave under the spill threshold, since distributed's memory monitor
+    evicts managed data once the process passes it. dask-cuda spills device memory by the
+    managed bytes alone (the target)."""
+    kept = min(data, int(b["limit"] * b["fractions"]["target"]))
+    if b.get("memory", "host") == "host":
+        kept = min(kept, max(0, int(b["limit"] * b["fractions"]["spill"]) - fixed))
+    return kept
+
+
 def error(workload_name: str, h: dict[str, Any]) -> UserError:
     """The one line of a run that does not fit: the numbers, and the fix."""
     b = h["budget"]
     parts = " + ".join(f"{k} {format_bytes(v)}" for k, v in h["parts"].items() if v)
     fixed = h["baseline_bytes"] + h["working_set_bytes"]
     pause = int(b["limit"] * b["fractions"]["pause"] * PAUSE_MARGIN)
-    kept = min(h["per_worker_bytes"], int(b["limit"] * b["fractions"]["target"]))
+    kept = kept_bytes(b, fixed, h["per_worker_bytes"])
+    host = b.get("memory", "host") == "host"
     if b["spill_to"] and fixed + kept > pause:
         why = (f"each worker's baseline {format_bytes(h['baseline_bytes'])} + working set "
-               f"{format_bytes(h['working_set_bytes'])} + data kept in memory {format_bytes(kept)} is over "
+               f"{format_bytes(h['working_set_bytes'])}"
+               + (f" + data kept in memory {format_bytes(kept)}" if kept else "") + " is over "
                f"{format_bytes(pause)} of its {format_bytes(b['limit'])}, so it would "
-               + ("pause with nothing left to spill" if b.get("memory", "host") == "host" else
-                  "run out of device memory"))
-        room = b["fractions"]["pause"] * PAUSE_MARGIN - b["fractions"]["target"]
+               + ("pause with nothing left to spill" if host else "run out of device memory"))
+        # host: the monitor evicts all managed data, so only the fixed part must fit
+        room = b["fractions"]["pause"] * PAUSE_MARGIN - (0 if host else b["fractions"]["target"])
         need = int(fixed / room) + 1 if room > 0 else None
         fix = ((f"give each worker at least {format_bytes(need)} (--memory-limit), " if need else "")
                + "or fewer threads per worker, or --no-memory-check to try anyway")
