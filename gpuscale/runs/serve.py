@@ -255,7 +255,7 @@ def up(*, profile: str | None = None, collection: str | None = None,
     Protected by default (:mod:`gpuscale.cluster.security`): TLS with temporary credentials,
     written (mode 0600) beside the scheduler file for the clients of its owner; with no
     scheduler file they stay in this process (``cluster.security off`` serves plain TCP)."""
-    from ..cluster import security
+    from ..cluster import detach, security
     s = Session(profile=profile, collection=collection, served=True, **settings)
     if s.spec.kind == "existing":
         key = "scheduler" if s.resolved.settings.scheduler else "scheduler-file"
@@ -275,6 +275,7 @@ def up(*, profile: str | None = None, collection: str | None = None,
             stack.callback(_remove_if, creds, lambda p: p.read_bytes() == pem)
             s.spec = s.spec.model_copy(update={"credentials": str(creds)})
         stack.enter_context(s)
+        s.client.register_plugin(detach.QuietOnClose())  # its own close is the end of this process
         if s.spec.workers:
             s.client.wait_for_workers(s.spec.workers, timeout=start_timeout_s)
         # kept up for later runs: their first task should not pay the workers' first-use costs
