@@ -49,6 +49,14 @@ from dask.utils import format_bytes
 
 from .errors import UserError
 
+UNSPILLABLE_PARTS = ("shuffle_buffers", "validation")
+"""Parts of a workload's estimate that distributed cannot spill: P2P's comm and storage
+buffers (the shards of a sort or join in flight, outside the worker's spill buffer; the storage
+buffer writes to disk on its own past its limit) and the full check's concatenated copies
+(inside a task). They are held like the working set: a worker too small for them with the
+rest pauses, and P2P on paused workers can stall (merge 3 M rows on 2 x 400 MB workers paused
+and resumed for 15 minutes when they were counted as spillable data)."""
+
 PAUSE_MARGIN = 0.9
 """The working set (baseline + running tasks) must stay under this share of the pause
 threshold: above it the worker would pause, and with nothing left to spill stay paused."""
@@ -362,16 +370,17 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
     b = budget
     host = b.memory == "host"
     n = b.workers
-    data = -(-estimate // n)
+    held = -(-sum(v for k, v in parts.items() if k in UNSPILLABLE_PARTS) // n)
+    data = -(-(estimate - held * n) // n) if held else -(-estimate // n)
     working = b.threads * task
-    fixed = b.baseline + working
+    fixed = b.baseline + working + held
     in_memory = int(b.limit * b.fractions["spill"])
     pause = int(b.limit * b.fractions["pause"] * PAUSE_MARGIN)
     to_spill = max(0, fixed + data - in_memory)
     kept = kept_bytes(b.to_dict(), fixed, data)  # managed data a spilling worker keeps in memory
     out.update(workers=n, per_worker_bytes=data, worker_limit_bytes=b.limit, usable_bytes=in_memory,
                capacity_bytes=b.limit * n, baseline_bytes=b.baseline, baseline_source=b.baseline_source,
-               working_set_bytes=working, budget=b.to_dict())
+               working_set_bytes=working, held_bytes=held, budget=b.to_dict())
     spills = bool(b.spill_to) and fixed + kept <= pause and (
         b.spill_space is None or to_spill <= b.spill_space)
     streams = workload.streams(p, ctx) if to_spill and (b.stream_first or not spills) else None
@@ -392,7 +401,10 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
     out["verdict"], out["fits"] = verdict, verdict != "does not fit"
     out.setdefault("peak_bytes", fixed + data)
     out["rule"] = (f"per worker: baseline {format_bytes(b.baseline)} + working set {b.threads} thread(s) x "
-                   f"{format_bytes(task)} + data {format_bytes(estimate)} / {n} worker(s); fits under "
+                   f"{format_bytes(task)}"
+                   + (f" + what cannot spill ({', '.join(k for k in parts if k in UNSPILLABLE_PARTS and parts[k])}) "
+                      f"{format_bytes(held * n)} / {n} worker(s)" if held else "")
+                   + f" + data {format_bytes(estimate - held * n)} / {n} worker(s); fits under "
                    f"{b.fractions['spill']:g} x the smallest worker's {format_bytes(b.limit)} "
                    + ("(distributed's spill fraction)" if host else "of device memory (where dask-cuda spills)")
                    + (f"; beyond it spills to {b.spill_to} if baseline + working set + the data kept in memory "
@@ -423,19 +435,27 @@ def error(workload_name: str, h: dict[str, Any]) -> UserError:
     """The one line of a run that does not fit: the numbers, and the fix."""
     b = h["budget"]
     parts = " + ".join(f"{k} {format_bytes(v)}" for k, v in h["parts"].items() if v)
-    fixed = h["baseline_bytes"] + h["working_set_bytes"]
+    held = h.get("held_bytes") or 0
+    fixed = h["baseline_bytes"] + h["working_set_bytes"] + held
     pause = int(b["limit"] * b["fractions"]["pause"] * PAUSE_MARGIN)
     kept = kept_bytes(b, fixed, h["per_worker_bytes"])
     host = b.get("memory", "host") == "host"
     if b["spill_to"] and fixed + kept > pause:
         why = (f"each worker's baseline {format_bytes(h['baseline_bytes'])} + working set "
                f"{format_bytes(h['working_set_bytes'])}"
+               + (f" + what cannot spill {format_bytes(held)}" if held else "")
                + (f" + data kept in memory {format_bytes(kept)}" if kept else "") + " is over "
                f"{format_bytes(pause)} of its {format_bytes(b['limit'])}, so it would "
                + ("pause with nothing left to spill" if host else "run out of device memory"))
         # host: the monitor evicts all managed data, so only the fixed part must fit
         room = b["fractions"]["pause"] * PAUSE_MARGIN - (0 if host else b["fractions"]["target"])
         need = int(fixed / room) + 1 if room > 0 else None
+        # blocks capped by this worker's memory grow with it (Budget.cap): the working set is
+        # TASK_SHARE of what the spill line leaves above the baseline, so solve for that too
+        task_room = TASK_SHARE * (b["limit"] * b["fractions"]["spill"] - h["baseline_bytes"])
+        grows = room - TASK_SHARE * b["fractions"]["spill"]
+        if need is not None and h["working_set_bytes"] >= 0.9 * task_room and grows > 0:
+            need = max(need, int((h["baseline_bytes"] * (1 - TASK_SHARE) + held) / grows) + 1)
         fix = ((f"give each worker at least {format_bytes(need)} (--memory-limit), " if need else "")
                + "or fewer threads per worker, or --no-memory-check to try anyway")
     elif b["spill_to"]:
@@ -446,7 +466,9 @@ def error(workload_name: str, h: dict[str, Any]) -> UserError:
     else:
         why = (f"{format_bytes(h['per_worker_bytes'])} per worker over {h['workers']} worker(s) plus the "
                f"baseline {format_bytes(h['baseline_bytes'])} and working set "
-               f"{format_bytes(h['working_set_bytes'])} is over {format_bytes(h['usable_bytes'])} usable of "
+               f"{format_bytes(h['working_set_bytes'])}"
+               + (f" and what cannot spill {format_bytes(held)}" if held else "")
+               + f" is over {format_bytes(h['usable_bytes'])} usable of "
                f"{format_bytes(h['worker_limit_bytes'])}, and the workers do not spill")
         fix = ("use smaller sizes or more workers (--gpus), let the workers spill (--device-memory-limit "
                "default), or --no-memory-check to try anyway")

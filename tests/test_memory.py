@@ -344,7 +344,7 @@ def test_a_p2p_shuffle_counts_its_shards_and_transfer_copies(name, params):
     rows = params["rows"] * (2 if name == "merge" else 1)
     ctx = _ctx(partitions=2, right_partitions=2, shuffle_method=None)
     parts = wl.estimate_memory(p, ctx)
-    assert parts["intermediates"] == rows * 32 + 100 * 2**20
+    assert parts["shuffle_buffers"] == rows * 32 + 100 * 2**20  # held outside the spill buffer
     assert wl.task_bytes(p, ctx) == 2_000_000 * (24 + 3 * 32)
     one = _ctx(threads=1, partitions=2, right_partitions=2, shuffle_method=None)
     assert wl.task_bytes(p, one) == 0 and wl.estimate_memory(p, one)["peak"] == 4 * rows * 16

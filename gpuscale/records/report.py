@@ -273,7 +273,8 @@ def memory_table(m: dict[str, Any], title: str) -> Table:
     if m.get("workers") and m.get("worker_limit_bytes"):
         t.add_row("per worker", escape(
             f"baseline {format_bytes(m['baseline_bytes'])} + working set {format_bytes(m['working_set_bytes'])} "
-            f"+ data {format_bytes(m['per_worker_bytes'])} against {format_bytes(m['usable_bytes'])} in memory "
+            + (f"+ what cannot spill {format_bytes(m['held_bytes'])} " if m.get("held_bytes") else "")
+            + f"+ data {format_bytes(m['per_worker_bytes'])} against {format_bytes(m['usable_bytes'])} in memory "
             f"of {format_bytes(m['worker_limit_bytes'])} ({m['workers']} worker(s))") + ": "
             + MEMORY_VERDICT.get(m.get("verdict"), str(m.get("verdict"))))
         if m.get("spill_bytes_per_worker"):

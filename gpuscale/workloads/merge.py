@@ -110,7 +110,7 @@ class Merge(Workload):
         check = 2 * max(p.rows * ROW_BYTES, right * ROW_BYTES, result) if full else 0
         if not p2p(ctx):
             return {"peak": 4 * both, "validation": check}
-        return {"inputs": both, "intermediates": p2p_shard_bytes(p.rows + right, ROW_BYTES, ctx),
+        return {"inputs": both, "shuffle_buffers": p2p_shard_bytes(p.rows + right, ROW_BYTES, ctx),
                 "results": result, "validation": check}
 
     def task_bytes(self, p, ctx: Context) -> int:

@@ -95,7 +95,7 @@ class Shuffle(Workload):
         check = 2 * data if full else 0
         if not p2p(ctx):
             return {"peak": 4 * data, "validation": check}
-        return {"inputs": data, "intermediates": p2p_shard_bytes(p.rows, ROW_BYTES, ctx),
+        return {"inputs": data, "shuffle_buffers": p2p_shard_bytes(p.rows, ROW_BYTES, ctx),
                 "results": data, "validation": check}
 
     def task_bytes(self, p, ctx: Context) -> int:
