@@ -61,14 +61,34 @@ def test_three_times_the_workers_memory_spills_and_validates(cli, tmp_path, work
         assert "not per-worker" in r["info"]["plan"]["reason"]
 
 
+@pytest.mark.parametrize("workload, args", [
+    ("transpose_sum", ("--n", "7000")),     # 392 MB of float64, x + x.T: 3 blocks per task
+    ("map_overlap", ("--n", "6000")),       # 288 MB, halo-padded blocks
+], ids=["transpose_sum", "map_overlap"])
+def test_array_blocks_are_capped_so_a_spilling_run_loses_no_worker(cli, tmp_path, workload, args):
+    """2 workers x 400 MB: before the chunk budget was capped by worker memory, transpose_sum
+    took 98 MB blocks and a worker was killed at 95 % (the run was valid only after the restart),
+    and map_overlap's workers died four times (KilledWorker) under a looser check."""
+    p = cli("run", workload, *args, "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1",
+            "--memory-limit", "400MB", "--repeat", "1", "--warmup", "0", "--json",
+            "--results-dir", tmp_path / "res", timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "exceeded 95% memory budget" not in p.stderr and "KilledWorker" not in p.stderr, p.stderr[-3000:]
+    r = json.loads(p.stdout)
+    m = r["memory"]
+    assert r["validation"]["valid"] is True and m["verdict"] == "spills", m
+    assert m["measured"]["spilled_bytes"] > 0 and m["measured"]["peak_bytes"] < 0.95 * 400 * MB
+    assert "capped" in r["explained"]["workload"]["chunk"]["rule"]
+    assert not r["info"].get("disturbed_repeats"), r["info"]
+
+
 def test_the_boundary_case_spills_or_streams_instead_of_being_killed(cli, tmp_path):
     """The issue's case: 2 workers x 300 MB, svd 300000 x 100 (240 MB), killed before; now it
     "either runs or is refused by the check, never killed". A worker at ~70 MiB at start plus
-    its growth keeps what the spill line leaves and spills the rest to disk (distributed's
-    monitor evicts the data once the process passes the spill line): valid, nothing killed,
-    the peak under the nanny's line, bytes spilled; where the baseline leaves no room under the
-    pause line it streams, and where the workers start larger still (no room even for the
-    blocks) it is refused in one line before any work."""
+    its growth leaves no room to hold the target's worth of data under the pause line, so the
+    generated matrix streams (a check that let it spill is also a valid outcome: then bytes
+    went to disk): valid, nothing killed, the peak under the nanny's line; where the workers
+    start larger (no room even for the blocks) it is refused in one line before any work."""
     p = cli("run", "svd", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1",
             "--memory-limit", "300MB", "--rows", "300000", "--cols", "100", "--repeat", "1", "--warmup", "0",
             "--json", "--results-dir", tmp_path / "res", timeout=300)
@@ -90,7 +110,7 @@ def test_the_boundary_case_spills_or_streams_instead_of_being_killed(cli, tmp_pa
 def test_what_can_neither_fit_nor_stream_is_refused_before_any_work(cli, tmp_path):
     """Workers of 270 MB (near the 256 MiB least): a started worker plus its growth (~200 MiB) is over 0.9 x their pause
     line, so nothing can be held, spilled or streamed: refused in one line naming the memory
-    each worker would need. (At 300 MB the same run with --compute-uv spills and is valid.)"""
+    each worker would need."""
     p = cli("run", "svd", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1",
             "--memory-limit", "270MB", "--rows", "300000", "--cols", "100", "--compute-uv",
             "--results-dir", tmp_path / "res")
