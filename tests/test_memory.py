@@ -420,15 +420,16 @@ def test_a_worker_that_runs_out_of_memory_ends_the_run_in_one_line_and_the_clust
 
 def test_p2p_buffers_cannot_spill_so_a_worker_too_small_for_them_is_refused():
     """P2P's shuffle buffers are held outside the spill buffer: they count with the working set.
-    Counted as spillable data, this merge would be admitted (the monitor would evict it), and on
-    real 2 x 400 MB workers such a merge paused and resumed for 15 minutes."""
+    Counted as spillable data, this merge would be admitted (the data beyond the target would go
+    to disk); on real 2 x 400 MB workers a merge admitted that way paused and resumed for 15
+    minutes."""
     from gpuscale import memory
     from gpuscale.workloads import registry
     wl = registry.get("merge")()
     p = wl.parse({"rows": 3_000_000})
     ctx = _ctx(partitions=4, right_partitions=4, shuffle_method=None)
-    b = memory.Budget(workers=1, limit=800 * 2**20, baseline=200 * 2**20, baseline_source="test", threads=2,
-                      fractions=dict(memory.DEFAULT_FRACTIONS), spill_to="disk")
+    b = memory.Budget(workers=1, limit=1000 * 2**20, baseline=200 * 2**20, baseline_source="test", threads=2,
+                      fractions={**memory.DEFAULT_FRACTIONS, "target": 0.3}, spill_to="disk")
     h = memory.assess(wl, p, ctx, b)
     parts = wl.estimate_memory(p, ctx)
     assert h["held_bytes"] == parts["shuffle_buffers"] + parts["validation"] > 0
