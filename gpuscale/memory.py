@@ -375,7 +375,7 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
     in_memory = int(b.limit * b.fractions["spill"])
     pause = int(b.limit * b.fractions["pause"] * PAUSE_MARGIN)
     to_spill = max(0, fixed + data - in_memory)
-    kept = kept_bytes(b.to_dict(), fixed, data)  # managed data a spilling worker keeps in memory
+    kept = kept_bytes(b.to_dict(), data)  # managed data a spilling worker keeps in memory
     out.update(workers=n, per_worker_bytes=data, worker_limit_bytes=b.limit, usable_bytes=in_memory,
                capacity_bytes=b.limit * n, baseline_bytes=b.baseline, baseline_source=b.baseline_source,
                working_set_bytes=working, held_bytes=held, budget=b.to_dict())
@@ -415,14 +415,13 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
     return out
 
 
-def kept_bytes(b: dict[str, Any], fixed: int, data: int) -> int:
-    """Managed data a spilling worker keeps in memory (``b``: :meth:`Budget.to_dict`): up to
-    the target (the spill buffer's), on top of the baseline and the working set (``fixed``,
-    unused here). Not less: distributed's memory monitor also evicts once the process passes
-    the spill line, but a check that counted on it (keeping only what the rest leaves under
-    that line) admitted map_overlap 6000^2 and transpose_sum 7000^2 on 2 x 400 MB workers, and
-    their workers were killed (peaks of 371 MiB against 228 MiB estimated: running tasks
-    unspill their inputs, and the monitor acts every 100 ms)."""
+def kept_bytes(b: dict[str, Any], data: int) -> int:
+    """Managed data a spilling worker keeps in memory (``b``: :meth:`Budget.to_dict`): up to the
+    target (the spill buffer's), on top of the baseline, the working set and what cannot spill.
+    Not less: distributed's memory monitor also evicts once the process passes the spill line,
+    but a check that counted on that (keeping only what the rest leaves under the line) admitted
+    map_overlap 6000^2 on 2 x 400 MB workers, whose workers were then killed, and merge 3 M rows,
+    whose workers paused and resumed for 15 minutes."""
     return min(data, int(b["limit"] * b["fractions"]["target"]))
 
 
@@ -433,7 +432,7 @@ def error(workload_name: str, h: dict[str, Any]) -> UserError:
     held = h.get("held_bytes") or 0
     fixed = h["baseline_bytes"] + h["working_set_bytes"] + held
     pause = int(b["limit"] * b["fractions"]["pause"] * PAUSE_MARGIN)
-    kept = kept_bytes(b, fixed, h["per_worker_bytes"])
+    kept = kept_bytes(b, h["per_worker_bytes"])
     host = b.get("memory", "host") == "host"
     if b["spill_to"] and fixed + kept > pause:
         why = (f"each worker's baseline {format_bytes(h['baseline_bytes'])} + working set "

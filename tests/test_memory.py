@@ -436,7 +436,7 @@ def test_p2p_buffers_cannot_spill_so_a_worker_too_small_for_them_is_refused():
     assert h["verdict"] == "does not fit" and "what cannot spill" in str(memory.error("merge", h))
     pause = int(b.limit * b.fractions["pause"] * memory.PAUSE_MARGIN)
     spillable = b.baseline + h["working_set_bytes"]  # the same estimate with everything spillable
-    assert spillable + memory.kept_bytes(b.to_dict(), spillable, h["estimate_bytes"]) <= pause
+    assert spillable + memory.kept_bytes(b.to_dict(), h["estimate_bytes"]) <= pause
     # with room for the buffers it spills the data as before
     roomy = dataclasses.replace(b, limit=2 * 10**9)
     assert memory.assess(wl, p, ctx, roomy)["verdict"] in ("fits", "spills")
