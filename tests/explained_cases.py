@@ -84,6 +84,9 @@ _MACHINE_KEYS = {"memory_limit_bytes", "capacity_bytes", "worker_limit_bytes", "
 _TARGET = re.compile(r"= \d\.\d+ \(at least")
 """The spill target's rule ends with its value, which follows the worker's memory limit."""
 _FRACTION_KEYS = {"target", "distributed.worker.memory.target"}
+_CAPPED_BLOCK = re.compile(r"((?:chunk budget <size> / \d+ B\)|per lane) = )\d+")
+"""A chunk rule whose budget is capped by worker memory: its block count follows the worker's
+measured baseline (the cap's own sizes are ``<size>`` already)."""
 
 
 def normalize(obj: Any, key: str | None = None) -> Any:
@@ -101,8 +104,9 @@ def normalize(obj: Any, key: str | None = None) -> Any:
     if isinstance(obj, list):
         return [normalize(v, key) for v in obj]
     if isinstance(obj, str):
-        return _TARGET.sub("= <fraction> (at least",
+        text = _TARGET.sub("= <fraction> (at least",
                            _SIZE.sub("<size>", _PROFILE.sub(r"<profiles>/\1", obj.replace(sys.executable, "<python>").replace(REPO, "<repo>"))))
+        return _CAPPED_BLOCK.sub(r"\1<n>", text) if "capped at <size> by worker memory" in text else text
     if isinstance(obj, float) and key in _FRACTION_KEYS:
         return "<fraction>"
     if isinstance(obj, int) and not isinstance(obj, bool) and key in _MACHINE_KEYS:
