@@ -186,6 +186,9 @@ def cluster_options(f):
         click.option("--credentials", metavar="PATH",
                      help="TLS credentials of a client (the *.tls.pem file `cluster up` writes beside its "
                           "scheduler file; default: the one beside --scheduler-file)"),
+        click.option("--message-interval", metavar="auto|dask|DURATION",
+                     help="how long Dask's batched control streams wait between sends (auto: 1 ms; dask: "
+                          "distributed's 10/5/2/2 ms; e.g. 2ms)"),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -194,7 +197,7 @@ def cluster_options(f):
 
 CLUSTER_KEYS = ("backend", "protocol", "scheduler", "scheduler_file", "workers", "threads_per_worker",
                 "memory_limit", "device_memory_limit", "device_spill", "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "host",
-                "security", "credentials", "deploy", "ssh_hosts", "slurm_jobs")
+                "security", "credentials", "deploy", "ssh_hosts", "slurm_jobs", "message_interval")
 AUTO_REPEAT_KEYS = ("target_error", "max_repeats", "max_time")
 PREFLIGHT_KEYS = ("bandwidth_probe",)
 

@@ -157,6 +157,10 @@ class ClusterSettings(_Section):
     """The preflight's worker-to-worker bandwidth probe on a running cluster
     (:mod:`gpuscale.cluster.preflight`): ``auto`` probes when its workers speak UCX, ``on``
     over any protocol, ``off`` never."""
+    message_interval: Union[Literal["auto", "dask"], float] = "auto"
+    """The send interval of Dask's batched control streams (:mod:`gpuscale.cluster.messages`):
+    auto (1 ms on the streams gpuscale can set), dask (distributed's own 10/5/2/2 ms), or a
+    duration ("2ms", seconds as a number) from 0 to 1 s."""
     deploy: Literal["local", "ssh", "slurm", "srun"] = "local"
     """Where a cluster this process starts runs: on this machine (the family's local cluster),
     on ``ssh.hosts`` through distributed's SSHCluster, in SLURM jobs through dask-jobqueue's
@@ -188,6 +192,20 @@ class ClusterSettings(_Section):
         if isinstance(v, bool):
             return "tls" if v else "off"
         return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("message_interval", mode="before")
+    @classmethod
+    def _interval(cls, v):
+        if isinstance(v, str) and v.strip().lower() in ("auto", "dask"):
+            return v.strip().lower()
+        from dask.utils import parse_timedelta
+        try:
+            seconds = parse_timedelta(v, default="s") if not isinstance(v, bool) else None
+        except (ValueError, TypeError, KeyError):
+            seconds = None
+        if seconds is None or not 0 <= seconds <= 1:
+            raise ValueError("must be auto, dask or a duration from 0 to 1 s like 1ms")
+        return float(seconds)
 
     @field_validator("bandwidth_probe", mode="before")
     @classmethod
@@ -334,6 +352,7 @@ KEYWORDS: dict[str, str] = {
     "security": "cluster.security",
     "credentials": "cluster.credentials",
     "bandwidth_probe": "cluster.bandwidth-probe",
+    "message_interval": "cluster.message-interval",
     "deploy": "cluster.deploy",
     "ssh_hosts": "cluster.ssh.hosts",
     "slurm_jobs": "cluster.slurm.jobs",

@@ -175,20 +175,31 @@ def _echo(x):
 
 def fixed_costs(s, rounds: int, smoke: bool) -> list[dict]:
     spec = yaml.safe_load((pathlib.Path(__file__).parent / ("tiny.yaml" if smoke else "library.yaml")).read_text())
-    trips = []
-    for _ in range(rounds * 5 + 1):
-        t0 = time.perf_counter()
-        s.client.submit(_echo, len(trips), pure=False).result()
-        trips.append(time.perf_counter() - t0)
-    submit = statistics.median(trips[1:])
+
+    def round_trip(client) -> float:
+        trips = []
+        for _ in range(rounds * 5 + 1):
+            t0 = time.perf_counter()
+            client.submit(_echo, len(trips), pure=False).result()
+            trips.append(time.perf_counter() - t0)
+        return statistics.median(trips[1:])
+    submit = round_trip(s.client)
+    # Dask's own client (its 10 ms / 2 ms stream intervals) on the same cluster
+    from distributed import Client
+    with Client(s.client.scheduler.address, security=s.client.security, set_as_default=False) as plain:
+        plain_submit = round_trip(plain)
     sums = []
     for _ in range(rounds * 2 + 1):
         t0 = time.perf_counter()
         da.ones(1000, chunks=100).sum().compute()
         sums.append(time.perf_counter() - t0)
-    rows = [{"workload": "client.submit(f, x).result()", "size": "", "median_s": submit, "vs_submit": 1.0},
+    rows = [{"workload": "client.submit(f, x).result()", "size": "this session's client", "median_s": submit,
+             "vs_submit": 1.0, "vs_dask_submit": submit / plain_submit},
+            {"workload": "client.submit(f, x).result()", "size": "a plain distributed.Client", "median_s": plain_submit,
+             "vs_submit": plain_submit / submit, "vs_dask_submit": 1.0},
             {"workload": "da.ones(1000, chunks=100).sum()", "size": "10 chunks",
-             "median_s": statistics.median(sums[1:]), "vs_submit": statistics.median(sums[1:]) / submit}]
+             "median_s": statistics.median(sums[1:]), "vs_submit": statistics.median(sums[1:]) / submit,
+             "vs_dask_submit": statistics.median(sums[1:]) / plain_submit}]
     for name, w in spec["workloads"].items():
         size = dict(w["sizes"][0])
         params = {**(w.get("params") or {}), **size}
@@ -199,6 +210,7 @@ def fixed_costs(s, rounds: int, smoke: bool) -> list[dict]:
             rec = s.run(name, repeat=max(3, rounds), warmup=1, write=False, audit=False, **params)
             rows.append({"workload": name, "size": ", ".join(f"{k}={v}" for k, v in size.items()),
                          "median_s": rec.median_s, "vs_submit": rec.median_s / submit,
+                         "vs_dask_submit": rec.median_s / plain_submit,
                          "valid": rec.valid})
         except Exception as e:  # noqa: BLE001 - a row that fails is a row of the table
             rows.append({"workload": name, "size": str(size), "median_s": math.nan, "vs_submit": math.nan,
@@ -232,11 +244,13 @@ def print_grid(rows: list[dict]) -> None:
 def print_fixed(rows: list[dict]) -> None:
     print("\nfixed cost on a warm session: each workload at its smallest library size (median of its "
           "timed repeats) vs Dask's submit round trip")
-    head = f"{'workload':34} {'size':34} {'median s':>9} {'x submit':>9}"
+    print("(x submit: this session's own round trip; x Dask's: a plain distributed.Client's on the same cluster)")
+    head = f"{'workload':34} {'size':34} {'median s':>9} {'x submit':>9} {'x Dask':>7}"
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r['workload']:34} {r['size'][:34]:34} {r['median_s']:>9.4f} {r['vs_submit']:>9.1f}"
+        print(f"{r['workload']:34} {r['size'][:34]:34} {r['median_s']:>9.4f} {r['vs_submit']:>9.1f} "
+              f"{r.get('vs_dask_submit', math.nan):>7.1f}"
               + (f"  {r['error']}" if r.get("error") else "") + ("" if r.get("valid", True) else "  INVALID"))
 
 
@@ -265,7 +279,10 @@ def main(argv=None) -> int:
         mem = sum(s.family.worker_memory(s.client).values())
         limit = a.max_bytes or mem / 4
         print(f"{s.family.name} session: {len(s.client.scheduler_info(n_workers=-1)['workers'])} worker(s), "
-              f"{mem / 2**30:.0f} GiB; cells over {limit / 2**30:.1f} GiB of data skipped")
+              f"{mem / 2**30:.0f} GiB; cells over {limit / 2**30:.1f} GiB of data skipped; Dask's control "
+              f"streams: {s.spec.choices['message_interval']['value'] or 'Dask' + chr(39) + 's own'} "
+              "(cluster.message-interval)")
+        out["message_interval"] = s.spec.choices["message_interval"]
         if "groupby" in a.parts:
             for rows in rows_list:
                 for k in keys_list:

@@ -30,7 +30,7 @@ warnings.filterwarnings("ignore", message="Creating scratch directories is takin
 
 from ..choices import choice
 from ..errors import UserError
-from . import protocols
+from . import messages, protocols
 
 KINDS = {"local": "gpuscale.cluster.local", "cuda": "gpuscale.cluster.cuda",
          "existing": "gpuscale.cluster.existing", "ssh": "gpuscale.cluster.ssh",
@@ -60,6 +60,9 @@ class ClusterSpec(BaseModel):
     """``tls`` or ``off`` (:mod:`gpuscale.cluster.security` decides)."""
     credentials: str | None = None
     """A running TLS scheduler's client credentials file (None: none, or made at start)."""
+    message_interval: float | None = None
+    """Seconds between sends on Dask's batched control streams (:mod:`.messages`); None:
+    distributed's own."""
     notes: list[str] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """The exact keyword arguments given to the cluster class."""
@@ -114,6 +117,9 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
         deploy = settings.cluster.deploy
         kind = family.cluster_kind if deploy == "local" else deploy
     spec = _kind(kind).spec(resolved, family, collection, proto)
+    interval = messages.choose(resolved, kind)
+    spec = spec.model_copy(update={"message_interval": interval["value"],
+                                   "choices": {**spec.choices, "message_interval": interval}})
     if kind in ("local", "cuda") and settings.cluster.host:
         spec = spec.model_copy(update={"kwargs": {**spec.kwargs, "host": settings.cluster.host}})
     spec = security.apply(spec, resolved, proto, served=served)
@@ -199,6 +205,7 @@ def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]
     client = None
     try:
         cluster, client = mod.start(spec, security)
+        messages.apply_client(client, spec.message_interval)
         yield client, cluster
     finally:
         # A scheduler stopped from outside (`gpuscale cluster down`) answers nothing: close
@@ -306,11 +313,13 @@ def construct(spec: ClusterSpec, factory):
     check_main_guard()
     from .detach import MODULE as detach
     before = set(SpecCluster._instances)
-    preload = list(dask.config.get("distributed.worker.preload", None) or [])
+    config = messages.construct_config(spec.message_interval)
+    preload = list(config.get("distributed.worker.preload") or dask.config.get("distributed.worker.preload", None)
+                   or [])
+    config["distributed.worker.preload"] = preload if detach in preload else [detach, *preload]
     try:
         # the workers' nannies keep this config (their processes inherit it), restarts included
-        with dask.config.set({"distributed.worker.preload": preload + [detach] if detach not in preload
-                              else preload}):
+        with dask.config.set(config):
             return factory()
     except BaseException as e:
         for half in set(SpecCluster._instances) - before:

@@ -18,7 +18,7 @@ from typing import Any, Callable, ContextManager, Iterator
 
 import dask
 from dask.core import flatten
-from distributed import futures_of, span, wait
+from distributed import Future, futures_of, span, wait
 
 from ..audit import Audit
 from ..errors import phase as named_phase
@@ -110,7 +110,16 @@ def settle(client, baseline: int) -> bool:
 
 
 def _persisted(c) -> bool:
-    """True when every output key of a collection is already a future (nothing to submit)."""
+    """True when every output key of a collection is already a future (nothing to submit).
+    A DataFrame (dask-expr) is one only as a ``FromGraph`` of futures, which is read off its
+    expression: asking any other expression for its graph or keys lowers and optimizes it
+    whole, which took 10-20 ms of a 100 000-row groupby's 100 ms run, twice per repeat."""
+    expr = getattr(c, "expr", None)
+    if expr is not None and hasattr(expr, "operand"):
+        if type(expr).__name__ != "FromGraph":
+            return False
+        layer = expr.operand("layer")
+        return all(isinstance(layer.get(k), Future) for k in flatten(expr.operand("keys")))
     return {f.key for f in futures_of(c)} >= set(flatten(c.__dask_keys__()))
 
 

@@ -103,7 +103,7 @@ RESERVED = frozenset({
     "results_dir", "no_memory_check", "memory_check", "json", "as_json", "write", "cluster_settings",
     "workload", "help", "h", "progress", "target_error", "max_repeats", "max_time",
     "scheduler_file", "host", "security", "credentials", "deploy", "ssh_hosts", "debug",
-    "trace", "dashboard", "in_cluster", "strict_backend", "slurm_jobs", "bandwidth_probe",
+    "trace", "dashboard", "in_cluster", "strict_backend", "slurm_jobs", "bandwidth_probe", "message_interval",
 })
 _DECORATED: set[str] = set()
 
