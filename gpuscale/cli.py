@@ -187,7 +187,7 @@ def cluster_options(f):
                      help="TLS credentials of a client (the *.tls.pem file `cluster up` writes beside its "
                           "scheduler file; default: the one beside --scheduler-file)"),
         click.option("--message-interval", metavar="auto|dask|DURATION",
-                     help="how long Dask's batched control streams wait between sends (auto: 1 ms; dask: "
+                     help="how long Dask's batched control streams wait between sends (auto: 2 ms; dask: "
                           "distributed's 10/5/2/2 ms; e.g. 2ms)"),
     ]
     for o in reversed(opts):

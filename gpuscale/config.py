@@ -159,7 +159,7 @@ class ClusterSettings(_Section):
     over any protocol, ``off`` never."""
     message_interval: Union[Literal["auto", "dask"], float] = "auto"
     """The send interval of Dask's batched control streams (:mod:`gpuscale.cluster.messages`):
-    auto (1 ms on the streams gpuscale can set), dask (distributed's own 10/5/2/2 ms), or a
+    auto (2 ms on the streams gpuscale can set), dask (distributed's own 10/5/2/2 ms), or a
     duration ("2ms", seconds as a number) from 0 to 1 s."""
     deploy: Literal["local", "ssh", "slurm", "srun"] = "local"
     """Where a cluster this process starts runs: on this machine (the family's local cluster),

@@ -24,6 +24,7 @@ library alone, and the fixed cost of a run on a warm session.
 
     python workflows/shape_grid.py --backend gpu --gpus 0 --json grid.json     # on the GPU machine
     python workflows/shape_grid.py --smoke                                      # CPU, seconds
+    python workflows/shape_grid.py --parts fixed --fixed-spec workflows/auto.yaml --rounds 5   # CPU fixed costs
 """
 from __future__ import annotations
 
@@ -173,8 +174,9 @@ def _echo(x):
     return x
 
 
-def fixed_costs(s, rounds: int, smoke: bool) -> list[dict]:
-    spec = yaml.safe_load((pathlib.Path(__file__).parent / ("tiny.yaml" if smoke else "library.yaml")).read_text())
+def fixed_costs(s, rounds: int, smoke: bool, spec_path: str | None = None) -> list[dict]:
+    spec_path = spec_path or pathlib.Path(__file__).parent / ("tiny.yaml" if smoke else "library.yaml")
+    spec = yaml.safe_load(pathlib.Path(spec_path).read_text())
 
     def round_trip(client) -> float:
         trips = []
@@ -264,6 +266,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--explore", action="store_true", help="also gpuscale's route at other partition counts")
     ap.add_argument("--parts", default="groupby,frames,fixed")
+    ap.add_argument("--fixed-spec", default=None,
+                    help="bench YAML whose first size of each workload the fixed table runs (default: "
+                         "workflows/library.yaml; workflows/auto.yaml has CPU-sized ones)")
     ap.add_argument("--max-bytes", type=float, default=None,
                     help="skip cells whose data exceeds this many bytes (default: a quarter of the workers' memory)")
     ap.add_argument("--json", dest="json_path")
@@ -302,7 +307,7 @@ def main(argv=None) -> int:
             if a.json_path:
                 pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))
         if "fixed" in a.parts:
-            out["fixed"] = fixed_costs(s, a.rounds, a.smoke)
+            out["fixed"] = fixed_costs(s, a.rounds, a.smoke, a.fixed_spec)
             print_fixed(out["fixed"])
     if a.json_path:
         pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))

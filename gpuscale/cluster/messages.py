@@ -15,10 +15,13 @@ worker -> scheduler        2 ms
 They trade latency for fewer writes when thousands of small tasks finish at once. A run of a
 few large tasks pays them instead: releasing the previous result is a message, so the next
 graph waits out the client's 10 ms, and the scheduler's "free these keys" to a worker holds its
-next "compute" for 5 ms. Measured on a 2-core machine (one worker, ``client.submit(f,
-x).result()`` back to back): 11-13 ms with Dask's intervals, 4-6.5 ms at 1 ms or less on every
-stream; a 1 600-task graph was no slower (3.3-4.9 s against 4.4-5.6 s).
-``workflows/shape_grid.py --parts fixed`` compares the two on any cluster.
+next "compute" for 5 ms. Measured on a 2-core machine (``client.submit(f, x).result()`` back to
+back): 11-13 ms with Dask's intervals, 6-9 ms at 2 ms on every stream, 4-6.5 ms at 1 ms or 0.
+A 1 600-task graph was no slower at any of them, but on 2 cores the halo exchanges of
+map_overlap / stencil (hundreds of messages per run) measured up to 30 % slower at 1 ms and
+none at 2 ms, so ``auto`` is 2 ms: Dask's own shortest interval, on every stream.
+``workflows/shape_grid.py --parts fixed`` compares the two on any cluster (run it once with
+``--message-interval dask`` in ``DASK_GPUSCALE__CLUSTER__MESSAGE_INTERVAL``).
 
 The setting ``cluster.message-interval`` (``auto`` | ``dask`` | a duration) chooses them:
 ``auto`` is :data:`AUTO_S` on every stream of a cluster gpuscale starts (its scheduler and its
@@ -36,7 +39,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from ..choices import choice
 
 MODULE = __name__
-AUTO_S = 0.001
+AUTO_S = 0.002
 """``auto``'s interval, in seconds, on every stream gpuscale sets."""
 DASK_DEFAULTS = {"client -> scheduler": 0.010, "scheduler -> worker": 0.005,
                  "scheduler -> client": 0.002, "worker -> scheduler": 0.002}
@@ -62,7 +65,8 @@ def choose(resolved, kind: str) -> dict[str, Any]:
              }.get(kind, "every batched stream: client <-> scheduler, scheduler <-> each worker")
     why = (f"auto: {seconds * 1e3:g} ms on {where}, instead of Dask's ({dask_ms}): a run of a few tasks "
            "waits out each interval after the release of the previous result (measured on 2 cores: "
-           "submit-to-result 11-13 ms -> 4-6.5 ms; a 1 600-task graph no slower); dask: Dask's own"
+           "submit-to-result 11-13 ms -> 6-9 ms; a 1 600-task graph and the halo exchanges no slower); dask: "
+           "Dask's own"
            ) if setting == "auto" else f"{seconds * 1e3:g} ms on {where} (set by you; dask: Dask's own, {dask_ms})"
     return choice(seconds, "rule" if setting == "auto" else source, why)
 
