@@ -13,7 +13,9 @@ library alone, and the fixed cost of a run on a warm session.
                first; the best of the three is the bar to beat;
              * the library alone (cuDF / pandas): the data in one frame on the worker, one
                ``groupby(...).agg(...)`` timed inside the task with the device synchronized;
-             * ``--explore``: gpuscale's route at other partition counts, to derive the rule.
+             * ``--explore``: gpuscale's route at other partition counts, to derive the rule;
+             * ``--plans``: gpuscale's route with the other one-partition plan (tree or
+               per-worker), to derive the family's ``groupby_concat_min_fraction``.
 
              Every answer is compared with gpuscale's (every group: counts and max exact, means
              to 1e-9); a disagreement is printed in the table.
@@ -29,6 +31,7 @@ library alone, and the fixed cost of a run on a warm session.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import pathlib
@@ -63,7 +66,7 @@ def default_partitions(s, rows: int) -> int:
     return int(ctx.choices["partitions"]["value"])
 
 
-def groupby_cell(s, rows: int, keys: int, rounds: int, explore: bool) -> list[dict]:
+def groupby_cell(s, rows: int, keys: int, rounds: int, explore: bool, plans: bool = False) -> list[dict]:
     parts = default_partitions(s, rows)
     df = peer._groupby_data(s, rows, keys, parts)
     plan = gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows).plan
@@ -73,9 +76,15 @@ def groupby_cell(s, rows: int, keys: int, rounds: int, explore: bool) -> list[di
         "plain, split_out=1": lambda: df.groupby("key").agg(AGG, split_out=1),
         "plain, repartition(1)": lambda: df.repartition(npartitions=1).groupby("key").agg(AGG, split_out=1),
     }
+    if plans:  # gpuscale's route with the other one-partition plan, on the same data and rounds
+        for other in {"tree", "per-worker"} - {plan.strategy}:
+            forced = dataclasses.replace(plan, strategy=other, split_out=1)
+            sides[f"gpuscale route, {other} plan"] = \
+                lambda forced=forced: gpuscale.dataframe.groupby_agg(df, "key", AGG, plan=forced).result
     res = peer.measure(s, sides, rounds, peer.frame_host, peer.frame_same)
     alone = _alone(s, df, rounds)
-    out = [{**r, "partitions": parts, "plan": plan.strategy if r["side"] == "gpuscale default" else ""} for r in res]
+    out = [{**r, "partitions": parts, "plan": plan.strategy if r["side"] == "gpuscale default" else
+            r["side"].split(", ")[1].split()[0] if r["side"].startswith("gpuscale route,") else ""} for r in res]
     g = next(r for r in out if r["side"] == "gpuscale default")["median_s"]
     out.append({"side": f"{s.family.dataframe_module} alone", "median_s": alone, "vs_gpuscale": alone / g,
                 "agrees": True, "partitions": 1, "plan": ""})
@@ -260,11 +269,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--gpus", default=None)
+    ap.add_argument("--for", dest="collection", default=None, choices=("array", "dataframe"),
+                    help="lay the session's cluster out for this collection, like `run groupby` does "
+                         "(default: a session's layout)")
     ap.add_argument("--smoke", action="store_true", help="CPU-sized grid (seconds)")
     ap.add_argument("--rows", default=None, help="comma-separated row counts")
     ap.add_argument("--keys", default=None, help="comma-separated key counts ('half': rows / 2)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--explore", action="store_true", help="also gpuscale's route at other partition counts")
+    ap.add_argument("--plans", action="store_true",
+                    help="also gpuscale's route with the other one-partition plan (tree / per-worker)")
     ap.add_argument("--parts", default="groupby,frames,fixed")
     ap.add_argument("--fixed-spec", default=None,
                     help="bench YAML whose first size of each workload the fixed table runs (default: "
@@ -279,11 +293,14 @@ def main(argv=None) -> int:
     kw = {"backend": a.backend}
     if a.gpus:
         kw["gpus"] = a.gpus
+    if a.collection:
+        kw["collection"] = a.collection
     out = {"grid": [], "frames": [], "fixed": []}
     with gpuscale.session(**kw) as s:
         mem = sum(s.family.worker_memory(s.client).values())
         limit = a.max_bytes or mem / 4
-        print(f"{s.family.name} session: {len(s.client.scheduler_info(n_workers=-1)['workers'])} worker(s), "
+        print(f"{s.family.name} session: {len(s.client.scheduler_info(n_workers=-1)['workers'])} worker(s) x "
+              f"{s.spec.threads_per_worker} thread(s), "
               f"{mem / 2**30:.0f} GiB; cells over {limit / 2**30:.1f} GiB of data skipped; Dask's control "
               f"streams: {s.spec.choices['message_interval']['value'] or 'Dask' + chr(39) + 's own'} "
               "(cluster.message-interval)")
@@ -296,7 +313,7 @@ def main(argv=None) -> int:
                         print(f"skip {rows:,} x {keys:,}: {rows * ROW_BYTES / 2**30:.1f} GiB")
                         continue
                     t0 = time.perf_counter()
-                    out["grid"] += groupby_cell(s, rows, keys, a.rounds, a.explore)
+                    out["grid"] += groupby_cell(s, rows, keys, a.rounds, a.explore, a.plans)
                     print(f"cell {rows:,} rows x {keys:,} keys: {time.perf_counter() - t0:.1f} s", flush=True)
                     if a.json_path:
                         pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))
