@@ -19,6 +19,7 @@ import pathlib
 from typing import Any, Literal, Union
 
 import dask.config
+from dask.utils import parse_timedelta
 import yaml
 from pydantic import (BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError,
                       field_validator, model_validator)
@@ -198,7 +199,6 @@ class ClusterSettings(_Section):
     def _interval(cls, v):
         if isinstance(v, str) and v.strip().lower() in ("auto", "dask"):
             return v.strip().lower()
-        from dask.utils import parse_timedelta
         try:
             seconds = parse_timedelta(v, default="s") if not isinstance(v, bool) else None
         except (ValueError, TypeError, KeyError):

@@ -92,8 +92,9 @@ def test_persisted_is_read_off_the_expression(client, monkeypatch):
     # an expression not yet persisted must not be lowered to find that out (it was, twice
     # per repeat: 10-20 ms of a small groupby)
     lowered = []
-    real = type(df.expr).lower_completely
-    monkeypatch.setattr(type(df.expr), "lower_completely",
+    from dask._expr import Expr
+    real = Expr.lower_completely
+    monkeypatch.setattr(Expr, "lower_completely",
                         lambda self, *a, **k: lowered.append(self) or real(self, *a, **k))
     grouped = held.groupby("k").v.sum()
     assert runner._persisted(held)

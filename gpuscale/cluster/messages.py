@@ -34,6 +34,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import dask.config
+from distributed import Scheduler, Worker
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from ..choices import choice
@@ -77,7 +79,6 @@ def construct_config(seconds: float | None) -> dict[str, Any]:
     scheduler and worker preload, the interval under :data:`CONFIG_KEY`. {} for Dask's own."""
     if seconds is None:
         return {}
-    import dask.config
     out: dict[str, Any] = {CONFIG_KEY: seconds}
     for role in ("scheduler", "worker"):
         key = f"distributed.{role}.preload"
@@ -108,11 +109,9 @@ class _WorkerStreams(SchedulerPlugin):
 def dask_setup(server=None) -> None:
     """Preload (scheduler and worker) of the clusters gpuscale starts: set the interval from
     :data:`CONFIG_KEY` on the server's outgoing streams."""
-    import dask.config
     seconds = dask.config.get(CONFIG_KEY, None)
     if seconds is None or server is None:
         return
-    from distributed import Scheduler, Worker
     if isinstance(server, Worker):
         _set(getattr(server, "batched_stream", None), float(seconds))
     elif isinstance(server, Scheduler):
