@@ -32,8 +32,9 @@ verdict admits is not killed by its own blocks (:meth:`Budget.cap`, through
 ``Context.capped``).
 
 After the run, :class:`Watch` reads what each worker really held at its peak (Linux's VmHWM,
-reset before the work) and what it spilled (distributed's ``SpillBuffer`` metrics), put
-beside the estimate in the record.
+reset before the work; on a GPU worker, the device allocator's peak during the run) and what
+it spilled (distributed's ``SpillBuffer`` metrics; dask-cuda's and cuDF's device -> host
+moves), put beside the estimate in the record.
 """
 from __future__ import annotations
 
@@ -499,18 +500,35 @@ def check(workload, p, ctx, enforce: bool) -> dict[str, Any]:
 
 
 class Watch:
-    """What the workers really held and spilled during the work, from the states
-    :func:`measure` read (peaks reset then): :meth:`read` gives per worker the peak resident
-    memory and the bytes spilled / read back since, and the largest peak against the
-    estimate's."""
+    """What the workers really held and spilled during the work: :meth:`read` gives per worker
+    the peak and the bytes spilled since the start, and the largest peak against the
+    estimate's.
+
+    Host memory (the CPU family): from the states :func:`measure` read (peaks reset then), the
+    peak resident memory of each worker process and distributed's spill metrics. Device memory
+    (the GPU family, :meth:`Family.device_watch`): the device allocator's peak during the run and
+    the bytes moved device -> host -> disk, counted from the start of the watch; the estimate's
+    peak is compared without its baseline (the CUDA context and libraries, which the allocator
+    does not see)."""
 
     def __init__(self, client, family, budget: Budget | None):
-        self.client = client
-        self.start = budget.states if budget is not None and family.memory == "host" else {}
+        self.client, self.family = client, family
+        self.device = family.memory == "device"
+        self.baseline = budget.baseline if budget is not None else 0
+        self.start: dict[str, dict] = {}
+        if self.device:
+            try:
+                self.start = family.device_watch(client, True)
+            except Exception:  # noqa: BLE001 - nothing measured; the run goes on
+                self.start = {}
+        elif budget is not None and family.memory == "host":
+            self.start = budget.states
 
     def read(self, estimate: dict[str, Any] | None) -> dict[str, Any]:
         if not self.start:
             return {}
+        if self.device:
+            return self._read_device(estimate)
         try:
             now = self.client.run(worker_state)
         except Exception:  # noqa: BLE001 - a cluster that went away: nothing measured
@@ -529,6 +547,36 @@ class Watch:
                                       "SpillBuffer metrics)"}
         if estimate and estimate.get("peak_bytes") and peaks:
             expected = estimate["peak_bytes"]
+            out["estimated_peak_bytes"] = expected
+            out["peak_over_estimate"] = round(max(peaks) / expected, 3)
+        return out
+
+    def _read_device(self, estimate: dict[str, Any] | None) -> dict[str, Any]:
+        try:
+            now = self.family.device_watch(self.client, False)
+        except Exception:  # noqa: BLE001 - a cluster that went away: nothing measured
+            return {}
+        per = {}
+        for addr, s in now.items():
+            s0 = self.start.get(addr, {})
+            w = {"peak_bytes": s.get("peak_bytes")}
+            for k in ("device_to_host_bytes", "host_to_disk_bytes", "cudf_device_to_host_bytes"):
+                if k in s:
+                    w[k] = s[k] - s0.get(k, 0)
+            if "cudf_spill_s" in s:
+                w["cudf_spill_s"] = round(s["cudf_spill_s"] - s0.get("cudf_spill_s", 0.0), 3)
+            w["spilled_bytes"] = w.get("device_to_host_bytes", 0) + w.get("cudf_device_to_host_bytes", 0)
+            per[addr] = w
+        peaks = [w["peak_bytes"] for w in per.values() if w.get("peak_bytes")]
+        out: dict[str, Any] = {"workers": per, "peak_bytes": max(peaks) if peaks else None,
+                               "spilled_bytes": sum(w["spilled_bytes"] for w in per.values()),
+                               "memory": "device",
+                               "how": "device memory the run allocated at its peak on each worker, beyond what "
+                                      "the worker held before it (RMM's statistics adaptor; the CUDA context "
+                                      "and libraries are outside it); bytes moved device -> host and host -> "
+                                      "disk by dask-cuda's buffers, device -> host by cuDF's spill manager"}
+        if estimate and estimate.get("peak_bytes") and peaks:
+            expected = max(1, int(estimate["peak_bytes"]) - int(self.baseline or 0))
             out["estimated_peak_bytes"] = expected
             out["peak_over_estimate"] = round(max(peaks) / expected, 3)
         return out

@@ -159,3 +159,42 @@ def test_groupby_route_dtypes_same_on_one_and_several_workers():
     assert dict(one.dtypes) == dict(several.dtypes), (dict(one.dtypes), dict(several.dtypes))
     ref = frame.to_pandas().groupby("key").agg(spec)
     assert dict(one.dtypes) == dict(ref.dtypes), (dict(one.dtypes), dict(ref.dtypes))
+
+
+def _allocate_on_the_device(seed):
+    import cupy
+    return int(cupy.empty(2**50, dtype=cupy.uint8)[:1].sum()) + seed  # 1 PiB: the allocator refuses
+
+
+def test_a_gpu_worker_out_of_device_memory_ends_the_run_in_one_line_and_cluster_up_takes_the_next(tmp_path):
+    """A task whose device allocation fails (a real one: 1 PiB through CuPy and RMM) on a GPU
+    cluster kept up (`gpuscale cluster up`): one line naming the device memory, what was asked
+    and the fix; the worker is still up, and the next run on the same cluster is valid and its
+    record holds the device measurement."""
+    from gpuscale import workloads
+    from gpuscale.errors import UserError
+    from gpuscale.runs import serve
+
+    @gpuscale.workload("greedy_gpu", params={"seed": 0}, validate=lambda result: True,
+                       generate=lambda p: da.ones(2, chunks=2))
+    def greedy(data, p, ctx):
+        return dask.delayed(_allocate_on_the_device)(p.seed, dask_key_name=f"greedy-gpu-{p.seed}")
+
+    sched = tmp_path / "scheduler.json"
+    try:
+        with serve.up(backend="gpu", gpus="0", scheduler_file=sched):
+            with gpuscale.session(backend="gpu", scheduler_file=str(sched)) as s:
+                before = set(s.client.scheduler_info(n_workers=-1)["workers"])
+                with pytest.raises(UserError) as e:
+                    s.run("greedy_gpu", repeat=1, warmup=0, write=False)
+                msg = str(e.value)
+                assert "\n" not in msg and msg.startswith("greedy_gpu: a worker ran out of device memory during "
+                                                         "the run ("), msg
+                assert msg.endswith("the cluster is still up for the next run"), msg
+                assert set(s.client.scheduler_info(n_workers=-1)["workers"]) == before
+                r = s.run("svd", rows=200_000, cols=50, repeat=1, warmup=0, write=False)
+                assert r.valid is True
+                got = r.memory["measured"]
+                assert got["memory"] == "device" and got["peak_bytes"] >= 200_000 * 50 * 8, got
+    finally:
+        workloads.unregister("greedy_gpu")

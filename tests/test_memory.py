@@ -277,6 +277,10 @@ def test_a_capped_gpu_streams_three_times_its_cap_of_generated_data_and_validate
     m = r["memory"]
     assert m["verdict"] == "streams" and "streamed rather than spilled" in m["streams"], m
     assert r["explained"]["workload"]["data_residency"]["value"] == "streamed"
+    # the record's device measurement: the run allocated at its peak far less than its 3 GB of data
+    got = m["measured"]
+    assert got["memory"] == "device" and 0 < got["peak_bytes"] < 2 * 10**9, got
+    assert got["peak_over_estimate"] > 0 and got["spilled_bytes"] == 0, got
     assert r["explained"]["cluster"]["device_memory_limit"]["value"] == "1GB"
 
 
@@ -307,6 +311,12 @@ def test_a_capped_gpu_spills_three_times_its_cap_of_a_file_to_host_and_validates
     assert r["validation"]["valid"] is True, r["validation"]
     assert r["memory"]["verdict"] == "spills" and r["memory"]["budget"]["spill_to"] == "host", r["memory"]
     assert r["explained"]["cluster"]["device_spill"]["value"] == way
+    # what spilled, as the record measured it: more than the data beyond the 1 GB cap went to host
+    got = r["memory"]["measured"]
+    moved = got["workers"][next(iter(got["workers"]))]
+    assert got["memory"] == "device" and got["peak_bytes"] > 0, got
+    assert got["spilled_bytes"] > 10**9, got
+    assert moved["device_to_host_bytes" if way == "dask-cuda" else "cudf_device_to_host_bytes"] > 0, moved
 
 
 def _ctx(threads=2, validate=None, **choices):

@@ -83,7 +83,17 @@ def row_of(r, wl, source, way, f, gb, base):
 def show(row) -> None:
     print(f"{row['workload']:8} {row['source']:9} {row['device_spill'] or 'default':11} {row['factor']:5.1f} x cap "
           f"{format_bytes(int(row['data_gb'] * 1e9)):>10}  {row['verdict'] or '-':12} median {row['median_s']:8.4f} s "
-          f"{row['s_per_gb']:8.4f} s/GB  x{row['vs_in_memory']}  valid {row['valid']}", flush=True)
+          f"{row['s_per_gb']:8.4f} s/GB  x{row['vs_in_memory']}  valid {row['valid']}"
+          + _measured(row.get("measured") or {}), flush=True)
+
+
+def _measured(m: dict) -> str:
+    """The record's measured memory: the peak against the estimate, what spilled."""
+    if not m.get("peak_bytes"):
+        return ""
+    return (f"  peak {format_bytes(m['peak_bytes'])}"
+            + (f" ({m['peak_over_estimate']:g} x est.)" if m.get("peak_over_estimate") else "")
+            + f", spilled {format_bytes(m.get('spilled_bytes') or 0)}")
 
 
 

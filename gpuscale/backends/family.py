@@ -172,6 +172,13 @@ class Family:
         info = workers(client)
         return {addr: int(w.get("memory_limit") or 0) for addr, w in info.items()}
 
+    def device_watch(self, client, start: bool) -> dict[str, dict]:
+        """Per worker, what its device memory did during a run (:class:`gpuscale.memory.Watch`):
+        ``start=True`` begins counting (the allocator's peak from now, bytes spilled from now),
+        ``start=False`` reads and ends it. Host families: {} (their workers' memory is read from
+        the process, :func:`gpuscale.memory.worker_state`)."""
+        return {}
+
     def warm_up(self, client) -> float:
         """Pay every worker's first-use costs now, for a cluster kept up for later runs
         (``gpuscale cluster up``): imports of this family's chunk libraries and of gpuscale's

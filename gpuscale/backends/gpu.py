@@ -30,6 +30,65 @@ def _device_total_memory() -> int:
     return int(cupy.cuda.runtime.memGetInfo()[1])
 
 
+def _device_watch(start: bool, dask_worker=None) -> dict:
+    """On a GPU worker (``client.run``): start or read what its device memory does in a run.
+
+    * the allocator's peak: RMM's statistics adaptor (``rmm.statistics``, enabled on the
+      worker's current device resource the first time; a counter pushed at the start, popped at
+      the read, so its peak is the most the run had allocated at once beyond what the worker
+      held before it; CuPy allocates through RMM on gpuscale's workers);
+    * dask-cuda's spilling: bytes its device buffer moved device -> host and its host buffer
+      host -> disk (counted by callbacks zict's ``Buffer`` calls for every key it moves);
+    * cuDF's spilling (``--device-spill cudf``): its spill manager's totals (bytes, seconds).
+    Nothing here raises: a part that cannot be read is absent."""
+    import sys
+    state = dask_worker.__dict__.setdefault("_gpuscale_device_watch", {"moved": {}, "pushed": 0})
+    out: dict = {}
+    try:
+        import rmm.statistics as stats
+        if start:
+            while state["pushed"]:  # a run that ended in an error never read its counter
+                stats.pop_statistics()
+                state["pushed"] -= 1
+            stats.enable_statistics()
+            if stats.push_statistics() is not None:
+                state["pushed"] += 1
+        elif state["pushed"]:
+            popped = stats.pop_statistics()
+            state["pushed"] -= 1
+            if popped is not None:
+                out["peak_bytes"] = int(popped.peak_bytes)
+                out["allocated_bytes"] = int(popped.total_bytes)
+    except Exception:  # noqa: BLE001 - no RMM, or a resource that cannot take the adaptor
+        pass
+    moved = state["moved"]
+    data = getattr(dask_worker, "data", None)
+    for attr, label in (("device_buffer", "device_to_host_bytes"), ("host_buffer", "host_to_disk_bytes")):
+        buf = getattr(data, attr, None)
+        callbacks = getattr(buf, "fast_to_slow_callbacks", None)
+        if callbacks is None:
+            continue
+        if label not in moved:
+            moved[label] = 0
+            weight = buf.weight
+
+            def count(key, value, label=label, weight=weight):
+                moved[label] += int(weight(key, value))
+            callbacks.append(count)
+        out[label] = moved[label]
+    cudf = sys.modules.get("cudf")
+    if cudf is not None:
+        try:
+            from cudf.core.buffer.spill_manager import get_global_manager
+            mgr = get_global_manager()
+            if mgr is not None:
+                nbytes, secs = mgr.statistics.spill_totals.get(("gpu", "cpu"), (0, 0.0))
+                out["cudf_device_to_host_bytes"], out["cudf_spill_s"] = int(nbytes), float(secs)
+        except Exception:  # noqa: BLE001 - another cuDF: its spilling is not read
+            pass
+    return out
+
+
 class GpuFamily(Family):
     def probe(self) -> tuple[bool, str]:
         miss = self.missing()
@@ -57,6 +116,9 @@ class GpuFamily(Family):
 
     def worker_memory(self, client) -> dict[str, int]:
         return client.run(_device_total_memory)
+
+    def device_watch(self, client, start: bool) -> dict[str, dict]:
+        return client.run(_device_watch, start)
 
 
 FAMILY = GpuFamily(

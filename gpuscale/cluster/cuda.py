@@ -152,6 +152,7 @@ def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
                 if environ else "nothing set")
     if spill["value"] == "cudf":
         options["enable_cudf_spill"] = True
+        environ["CUDF_SPILL_STATS"] = "1"  # its spill totals, for the record's measured spilling
         limit_bytes = _device_limit_bytes(dml, gpus)
         if limit_bytes:  # cuDF spills its buffers above the same line dask-cuda would
             environ["CUDF_SPILL_DEVICE_LIMIT"] = str(limit_bytes)

@@ -287,9 +287,11 @@ def memory_table(m: dict[str, Any], title: str) -> Table:
     meas = m.get("measured")
     if meas and meas.get("peak_bytes"):
         t.add_row("measured", escape(
-            f"peak {format_bytes(meas['peak_bytes'])} per worker"
+            ("device allocations' " if meas.get("memory") == "device" else "")
+            + f"peak {format_bytes(meas['peak_bytes'])} per worker"
             + (f" = {meas['peak_over_estimate']:g} x the estimate" if meas.get("peak_over_estimate") else "")
-            + f"; spilled {format_bytes(meas['spilled_bytes'])}"))
+            + f"; spilled {format_bytes(meas['spilled_bytes'])}"
+            + (" device -> host" if meas.get("memory") == "device" else "")))
     if not m.get("fits", True):
         t.add_row("override", escape(m["override"]))
     return t
