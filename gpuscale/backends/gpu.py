@@ -45,22 +45,25 @@ def _device_watch(start: bool, dask_worker=None) -> dict:
     state = dask_worker.__dict__.setdefault("_gpuscale_device_watch", {"moved": {}, "pushed": 0})
     out: dict = {}
     try:
-        import rmm.statistics as stats
+        import rmm.mr
+        stats = _statistics_adaptor()
         if start:
+            if stats is None:
+                rmm.mr.set_current_device_resource(rmm.mr.StatisticsResourceAdaptor(
+                    rmm.mr.get_current_device_resource()))
+                stats = _statistics_adaptor()
             while state["pushed"]:  # a run that ended in an error never read its counter
-                stats.pop_statistics()
+                stats.pop_counters()
                 state["pushed"] -= 1
-            stats.enable_statistics()
-            if stats.push_statistics() is not None:
-                state["pushed"] += 1
-        elif state["pushed"]:
-            popped = stats.pop_statistics()
+            stats.push_counters()
+            state["pushed"] += 1
+        elif state["pushed"] and stats is not None:
+            popped = stats.pop_counters()
             state["pushed"] -= 1
-            if popped is not None:
-                out["peak_bytes"] = int(popped.peak_bytes)
-                out["allocated_bytes"] = int(popped.total_bytes)
-    except Exception:  # noqa: BLE001 - no RMM, or a resource that cannot take the adaptor
-        pass
+            out["peak_bytes"] = int(popped.peak_bytes)
+            out["allocated_bytes"] = int(popped.total_bytes)
+    except Exception as e:  # noqa: BLE001 - no RMM, or a resource that cannot take the adaptor
+        out["allocator"] = f"not measured: {type(e).__name__}: {e}"[:200]
     moved = state["moved"]
     data = getattr(dask_worker, "data", None)
     for attr, label in (("device_buffer", "device_to_host_bytes"), ("host_buffer", "host_to_disk_bytes")):
@@ -87,6 +90,21 @@ def _device_watch(start: bool, dask_worker=None) -> dict:
         except Exception:  # noqa: BLE001 - another cuDF: its spilling is not read
             pass
     return out
+
+
+def _statistics_adaptor():
+    """RMM's statistics adaptor in the worker's resource chain (cuDF's spilling may have put
+    its own adaptor above it since), or None."""
+    import rmm.mr
+    mr = rmm.mr.get_current_device_resource()
+    for _ in range(16):
+        if isinstance(mr, rmm.mr.StatisticsResourceAdaptor):
+            return mr
+        up = getattr(mr, "get_upstream", None)
+        if up is None:
+            return None
+        mr = up()
+    return None
 
 
 class GpuFamily(Family):

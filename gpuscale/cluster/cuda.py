@@ -257,10 +257,23 @@ def start(spec: ClusterSpec, security=None):
     try:
         client = Client(cluster)
         _all_started(client, spec)
+        if kwargs.get("enable_cudf_spill"):
+            _client_reads_spillable_frames()
         return cluster, client
     except BaseException:
         cluster.close()
         raise
+
+
+def _client_reads_spillable_frames() -> None:
+    """Workers that spill with cuDF (``enable_cudf_spill``) send frames whose buffers are
+    cuDF's spillable ones, and dask-cuda then leaves them to pickle: this process can only
+    rebuild them with cuDF's spilling on here too (measured on an H200: a 3 GB Parquet groupby
+    at a 1 GB cap failed in the client with "cannot create SpillableBufferOwner without a global
+    spill manager"). Here it only spills on an allocation that fails."""
+    import cudf
+    if not cudf.get_option("spill"):
+        cudf.set_option("spill", True)
 
 
 STARTED_WAIT_S = 10

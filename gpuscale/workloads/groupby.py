@@ -168,7 +168,8 @@ class Groupby(Workload):
         from ..routes import dataframe as routes
         if isinstance(data, dict):  # the user's frame, with its rows and estimated groups
             res = routes.groupby_agg(data["df"], p.by, p.agg, groups=data["groups"], rows=data["rows"],
-                                     split_out=p.split_out, family=ctx.family)
+                                     split_out=p.split_out, family=ctx.family,
+                                     **_room_for(data.get("bytes"), ctx))
         else:
             res = routes.groupby_agg(data, "key", AGG, groups=p.keys, rows=p.rows, split_out=p.split_out,
                                      family=ctx.family, **_room(p, ctx))
@@ -260,7 +261,10 @@ class Groupby(Workload):
         if notes:
             desc["notes"] = notes
         ctx.data_description = desc
-        return {"df": df, "groups": groups, "rows": rows}
+        nbytes = source.nbytes
+        if not nbytes and ctx.memory is not None and ctx.memory.task_room is not None:
+            nbytes = int(df.memory_usage(deep=True).sum().compute())  # the plan's room check needs it
+        return {"df": df, "groups": groups, "rows": rows, "bytes": nbytes or None}
 
     def output_value(self, out: Output, p, suffix: str):
         return _host_frame(out.collections["result"].compute())
@@ -320,10 +324,18 @@ def _sample_size(p, ctx: Context) -> int:
 def _room(p, ctx: Context) -> dict[str, int | None]:
     """The generated frame's bytes per worker and what one worker's tasks may hold: the
     per-worker plan is taken only when a worker's partitions fit it concatenated."""
+    return _room_for(p.rows * ROW_BYTES, ctx)
+
+
+def _room_for(nbytes: int | None, ctx: Context) -> dict[str, int | None]:
+    """:func:`_room` for a frame of ``nbytes`` (the user's: its size in memory; None: unknown,
+    not checked). On a GPU capped at 1 GB, a 3 GB Parquet frame concatenated per worker peaked
+    at 10.5 GB of device memory (spilling 26 GB device -> host on the way): the tree's partials
+    hold one partition at a time."""
     b = ctx.memory
-    if b is None or not b.workers:
+    if b is None or not b.workers or not nbytes:
         return {}
-    return {"worker_bytes": -(-p.rows * ROW_BYTES // b.workers), "room_bytes": b.task_room}
+    return {"worker_bytes": -(-int(nbytes) // b.workers), "room_bytes": b.task_room}
 
 
 def _record_plan(ctx: Context, p, plan) -> None:
