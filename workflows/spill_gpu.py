@@ -23,6 +23,7 @@ device; target: <= 3 at 3 x CAP); the JSON also has the ratio to the same size i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -105,6 +106,11 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--files", default="yes", choices=["yes", "no"], help="also the runs on files, per spill way")
     ap.add_argument("--huge", type=int, default=0, help="rows of one uncapped svd x 200 (0: none)")
+    ap.add_argument("--parts", default="memory,generated,files",
+                    help="which rows: memory (uncapped reference), generated (capped), files (capped, per way)")
+    ap.add_argument("--memory-ways", default="default",
+                    help="the uncapped rows under these spill ways too (e.g. default,cudf: what cuDF's "
+                         "spilling costs a run that fits)")
     ap.add_argument("--json", help="write the rows here (after every row)")
     ap.add_argument("--smoke", action="store_true", help="CPU, one 400 MB worker: seconds")
     a = ap.parse_args(argv)
@@ -133,18 +139,22 @@ def main(argv=None) -> int:
         save()
 
     same: dict[tuple, float] = {}
-    if not a.smoke:  # the same sizes with the device uncapped: in memory, the reference
-        with gpuscale.session(backend=a.backend) as s:
+    parts = set(a.parts.split(","))
+    for way in (a.memory_ways.split(",") if not a.smoke and "memory" in parts else ()):
+        # the same sizes with the device uncapped: in memory, the reference
+        with gpuscale.session(backend=a.backend, **({} if way == "default" else {"device_spill": way})) as s:
             for wl in a.workloads.split(","):
                 for f in factors:
                     params = sizes(wl, int(f * cap))
                     r = s.run(wl, repeat=a.repeat, warmup=warmup, write=False, **params)
                     gb = params["rows"] * (SVD_COLS * 8 if wl == "svd" else GROUPBY_ROW_BYTES) / 1e9
-                    same[wl, f] = r.median_s / gb
-                    base.setdefault(wl, r.median_s / gb)
-                    add(row_of(r, wl, "in memory", None, f, gb, base[wl]))
-    with gpuscale.session(backend=a.backend, **settings) as s:
-        for wl in a.workloads.split(","):
+                    if way == "default":
+                        same[wl, f] = r.median_s / gb
+                        base.setdefault(wl, r.median_s / gb)
+                    add(row_of(r, wl, "in memory", None if way == "default" else way, f, gb, base.get(wl)))
+    with (gpuscale.session(backend=a.backend, **settings) if "generated" in parts or a.smoke
+          else contextlib.nullcontext()) as s:
+        for wl in (a.workloads.split(",") if s is not None else ()):
             for f in factors:
                 params = sizes(wl, int(f * cap))
                 r = s.run(wl, repeat=a.repeat, warmup=warmup, write=False, **params)
@@ -154,7 +164,7 @@ def main(argv=None) -> int:
                 if (wl, f) in same:
                     row["vs_same_size_in_memory"] = round(row["s_per_gb"] / same[wl, f], 2)
                 add(row)
-    if a.files == "yes":
+    if a.files == "yes" and "files" in parts:
         work = tempfile.mkdtemp(prefix="spill-gpu-", dir=os.environ.get("SPILL_GPU_DIR"))
         try:
             for wl in a.workloads.split(","):

@@ -152,7 +152,10 @@ def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
                 if environ else "nothing set")
     if spill["value"] == "cudf":
         options["enable_cudf_spill"] = True
-        environ["CUDF_SPILL_STATS"] = "1"  # its spill totals, for the record's measured spilling
+        options["cudf_spill_stats"] = 1  # its spill totals, for the record's measured spilling
+        # on from the worker's first cuDF buffer (dask-cuda's plugin turns it on later, after which
+        # cuDF makes no manager: a worker got a spillable frame it could not rebuild on an H200)
+        environ["CUDF_SPILL"] = "on"
         limit_bytes = _device_limit_bytes(dml, gpus)
         if limit_bytes:  # cuDF spills its buffers above the same line dask-cuda would
             environ["CUDF_SPILL_DEVICE_LIMIT"] = str(limit_bytes)
@@ -272,8 +275,11 @@ def _client_reads_spillable_frames() -> None:
     at a 1 GB cap failed in the client with "cannot create SpillableBufferOwner without a global
     spill manager"). Here it only spills on an allocation that fails."""
     import cudf
+    from cudf.core.buffer import spill_manager
     if not cudf.get_option("spill"):
         cudf.set_option("spill", True)
+    if spill_manager.get_global_manager() is None:  # cuDF made its manager (none) on first use
+        spill_manager.set_global_manager(spill_manager.SpillManager())
 
 
 STARTED_WAIT_S = 10
