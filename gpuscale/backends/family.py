@@ -57,6 +57,8 @@ class Knobs:
     """How a device family's workers spill, by collection kind (``cluster.device-spill: auto``):
     "dask-cuda" (whole task outputs over the device memory limit) or "cudf" (cuDF spills single
     buffers, also inside a running task, on top of that; CuPy arrays are not its buffers)."""
+    device_spill_reason: str = ""
+    """Why the family spills that way (the measurement), for ``explain``."""
     worker_growth_bytes: int = 128 * 2**20
     """What a worker's first tasks add to the memory it holds at start (the chunk library's
     imports, one allocator arena per thread, memory the allocator keeps), added to the

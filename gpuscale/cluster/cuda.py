@@ -188,7 +188,9 @@ def device_spill_choice(resolved, family, collection, gpus) -> dict:
         return choice(c.device_spill, src, SPILL_WAYS[c.device_spill])
     key = collection or "session"
     way = family.knobs.device_spill.get(key, "dask-cuda")
-    return choice(way, "family", f"{family.name} family for {key} work: {SPILL_WAYS[way]}")
+    why = family.knobs.device_spill_reason if key != "array" else ""  # cuDF spills frames, not CuPy arrays
+    return choice(way, "family", f"{family.name} family for {key} work: {SPILL_WAYS[way]}"
+                                 + (f" (measured: {why})" if why else ""))
 
 
 def _device_limit_bytes(setting, gpus) -> int | None:
