@@ -221,6 +221,18 @@ def test_every_repeat_recomputes(cpu_session):
     counts = Counter(key_split(t["key"]) for t in ts.data)
     parts = r.choices["partitions"]["value"]
     assert counts["make_partition"] == parts
+    # two one-thread workers: the per-worker plan (each worker aggregates its partitions in one task)
+    assert r.choices["groupby_strategy"]["value"] == "per-worker"
+    workers = len(cpu_session.client.scheduler_info(n_workers=-1)["workers"])
+    names = [t["key"][0] if isinstance(t["key"], tuple) else str(t["key"]) for t in ts.data]
+    ours = [n for n in names if n.startswith("gpuscale-groupby")]
+    partials = sum(n.endswith("-partial") for n in ours)
+    assert partials >= runs * min(workers, parts), ours  # every worker's share, every run
+    assert len(ours) - partials >= runs, ours  # and its combine, every run
+
+    with get_task_stream(client=cpu_session.client) as ts:  # the tree, asked for: every partition every run
+        r = cpu_session.run("groupby", **GROUPBY, split_out=1, repeat=3, warmup=1, write=False)
+    counts = Counter(key_split(t["key"]) for t in ts.data)
     assert r.choices["groupby_strategy"]["value"] == "tree"
     assert counts["groupby_apply_funcs"] == runs * parts  # every partition aggregated every run
 

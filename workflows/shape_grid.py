@@ -70,9 +70,11 @@ def groupby_cell(s, rows: int, keys: int, rounds: int, explore: bool, plans: boo
                  once_over_s: float | None = None) -> list[dict]:
     parts = default_partitions(s, rows)
     df = peer._groupby_data(s, rows, keys, parts)
-    plan = gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows).plan
+    threads = s.spec.threads_per_worker  # as the groupby workload plans (one-thread workers: per-worker)
+    plan = gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows, threads=threads).plan
     sides = {
-        "gpuscale default": lambda: gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows).result,
+        "gpuscale default": lambda: gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows,
+                                                                   threads=threads).result,
         "plain, backend switched only": lambda: df.groupby("key").agg(AGG),
         "plain, split_out=1": lambda: df.groupby("key").agg(AGG, split_out=1),
         "plain, repartition(1)": lambda: df.repartition(npartitions=1).groupby("key").agg(AGG, split_out=1),

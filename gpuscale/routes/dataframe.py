@@ -101,14 +101,15 @@ def _normalize_agg(df, by: list[str], agg, where: str = "the DataFrame") -> dict
 
 def choose_groupby(df, by, agg, *, groups: int | None = None, rows: int | None = None,
                  split_out: int | str = "auto", family=None, worker_bytes: int | None = None,
-                 room_bytes: int | None = None) -> GroupbyDecision:
+                 room_bytes: int | None = None, threads: int | None = None) -> GroupbyDecision:
     """Choose how to run ``df.groupby(by).agg(agg)``.
 
     * the result is estimated at ``groups`` x (key + aggregate columns) x 8 B; over the family's
       per-partition budget it is split over ``split_out`` partitions by the family's shuffle;
     * under it, one output partition: if each input partition would still hold many groups
       (groups >= the family's ``groupby_concat_min_fraction`` of its rows: 5 % on the CPU, where
-      per-partition aggregation shrinks the data and threads share it; always on the GPU) every
+      per-partition aggregation shrinks the data and threads share it; always on the GPU, and
+      wherever ``threads`` says each worker runs one thread) every
       worker concatenates its own partitions and aggregates once ("per-worker"), else each
       partition is aggregated and partials are combined in a tree.
 
@@ -128,8 +129,14 @@ def choose_groupby(df, by, agg, *, groups: int | None = None, rows: int | None =
     decomposable = all(a in DECOMPOSE for aggs in spec.values() for a in aggs)
     return decide_groupby(groups=groups, rows=rows, npartitions=df.npartitions, width=width,
                           decomposable=decomposable, family=fam, split_out=split_out,
-                          groups_source=source, worker_bytes=worker_bytes, room_bytes=room_bytes)
+                          groups_source=source, worker_bytes=worker_bytes, room_bytes=room_bytes,
+                          threads=threads)
 
+
+ONE_THREAD = ("measured on 2 CPU workers x 1 thread, 1 M-40 M rows x 10-100 k keys: per-worker beat the "
+              "tree in 6 of 9 cells, by up to 26 %, and lost by at most 8 %; on one worker of 2 threads "
+              "it lost 2-3x from 10 M rows: docs/bench-cpu/session11")
+"""Why the per-worker route is taken on one-thread workers whatever the share of groups."""
 
 CONCAT_COPIES = 2
 """The per-worker route holds a worker's partitions concatenated and the aggregation's tables."""
@@ -137,7 +144,8 @@ CONCAT_COPIES = 2
 
 def decide_groupby(*, groups: int, rows: int, npartitions: int, width: int, decomposable: bool,
                    family, split_out: int | str = "auto", groups_source: str = "given",
-                   worker_bytes: int | None = None, room_bytes: int | None = None) -> GroupbyDecision:
+                   worker_bytes: int | None = None, room_bytes: int | None = None,
+                   threads: int | None = None) -> GroupbyDecision:
     """The plan of :func:`choose_groupby` from numbers alone (no frame, nothing computed):
     ``width`` = key + aggregate columns, ``decomposable`` = every aggregation is one the
     per-worker route splits (see ``DECOMPOSE``). ``gpuscale explain`` plans with it.
@@ -145,7 +153,9 @@ def decide_groupby(*, groups: int, rows: int, npartitions: int, width: int, deco
     running tasks may hold, :attr:`gpuscale.memory.Budget.task_room`): the per-worker
     route, which concatenates a worker's partitions in one task, is taken only when
     ``CONCAT_COPIES x worker_bytes`` fits the room (else partials combine in a tree, partition
-    by partition, and the inputs may spill)."""
+    by partition, and the inputs may spill). ``threads``: threads per worker; where each worker
+    runs one (:data:`ONE_THREAD`), the per-worker route loses no parallelism and is taken
+    whatever the share of groups."""
     fam = family
     knobs = fam.knobs
     source = groups_source
@@ -171,9 +181,16 @@ def decide_groupby(*, groups: int, rows: int, npartitions: int, width: int, deco
     per_part = max(1, rows // max(1, nparts))
     fraction = min(groups, per_part) / per_part
     least = knobs.groupby_concat_min_fraction
+    one_thread = threads == 1 and fraction < least  # the share rule alone would take the tree
+    if one_thread:
+        least = 0.0
     too_big = worker_bytes is not None and room_bytes is not None and CONCAT_COPIES * worker_bytes > room_bytes
     if (nparts > 1 or least == 0) and fraction >= least and decomposable and not too_big:
-        if least == 0:
+        if one_thread:
+            why = (f"split_out=1 ({size}, under the {fam.name} budget of {budget / 1e6:.4g} MB); "
+                   f"per-worker: each worker runs one thread, so one task per worker loses no "
+                   f"parallelism ({ONE_THREAD})")
+        elif least == 0:
             why = (f"split_out=1 ({size}, under the {fam.name} budget of {budget / 1e6:.4g} MB); "
                    f"per-worker: the {fam.name} family aggregates each worker's partitions in one task "
                    f"(groupby_concat_min_fraction 0: Dask's tree costs more than the work there)")
@@ -192,7 +209,8 @@ def decide_groupby(*, groups: int, rows: int, npartitions: int, width: int, deco
 
 def groupby_agg(df, by, agg, *, groups: int | None = None, rows: int | None = None,
                 split_out: int | str = "auto", plan: GroupbyDecision | None = None,
-                family=None, worker_bytes: int | None = None, room_bytes: int | None = None) -> GroupbyResult:
+                family=None, worker_bytes: int | None = None, room_bytes: int | None = None,
+                threads: int | None = None) -> GroupbyResult:
     """``df.groupby(by).agg(agg)`` with the tuned plan; lazy. Works in any Client context.
 
     ``agg`` is a dict ``{column: "mean" | [aggs]}`` (or one aggregation for every column). The
@@ -200,7 +218,8 @@ def groupby_agg(df, by, agg, *, groups: int | None = None, rows: int | None = No
     """
     by_list = [by] if isinstance(by, str) else list(by)
     plan = plan or choose_groupby(df, by_list, agg, groups=groups, rows=rows, split_out=split_out,
-                                family=family, worker_bytes=worker_bytes, room_bytes=room_bytes)
+                                family=family, worker_bytes=worker_bytes, room_bytes=room_bytes,
+                                threads=threads)
     spec = _normalize_agg(df, by_list, agg)
     if plan.strategy == "per-worker":
         return GroupbyResult(_per_worker_agg(df, by_list, spec), plan)

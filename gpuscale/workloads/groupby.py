@@ -331,11 +331,14 @@ def _room_for(nbytes: int | None, ctx: Context) -> dict[str, int | None]:
     """:func:`_room` for a frame of ``nbytes`` (the user's: its size in memory; None: unknown,
     not checked). On a GPU capped at 1 GB, a 3 GB Parquet frame concatenated per worker peaked
     at 10.5 GB of device memory (spilling 26 GB device -> host on the way): the tree's partials
-    hold one partition at a time."""
+    hold one partition at a time. With it, the workers' threads (one-thread workers take the
+    per-worker plan whatever the share of groups)."""
     b = ctx.memory
+    threads = (b.threads if b is not None and b.workers else None) or getattr(ctx.spec, "threads_per_worker", None)
+    out: dict[str, int | None] = {"threads": threads} if threads else {}
     if b is None or not b.workers or not nbytes:
-        return {}
-    return {"worker_bytes": -(-int(nbytes) // b.workers), "room_bytes": b.task_room}
+        return out
+    return {**out, "worker_bytes": -(-int(nbytes) // b.workers), "room_bytes": b.task_room}
 
 
 def _record_plan(ctx: Context, p, plan) -> None:
