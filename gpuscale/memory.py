@@ -563,6 +563,8 @@ class Watch:
             for k in ("device_to_host_bytes", "host_to_disk_bytes", "cudf_device_to_host_bytes"):
                 if k in s:
                     w[k] = s[k] - s0.get(k, 0)
+            if "allocator" in s:  # why the allocator's peak could not be read there
+                w["allocator"] = s["allocator"]
             if "cudf_spill_s" in s:
                 w["cudf_spill_s"] = round(s["cudf_spill_s"] - s0.get("cudf_spill_s", 0.0), 3)
             w["spilled_bytes"] = w.get("device_to_host_bytes", 0) + w.get("cudf_device_to_host_bytes", 0)

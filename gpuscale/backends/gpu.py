@@ -173,7 +173,7 @@ FAMILY = GpuFamily(
         # over ucx took 5.2 ms with distributed's comm offload (deserializing in a thread) and
         # 3.9 ms without it, 64 MiB 2.5 ms and 1.3 ms (UCX alone: 2.8 ms and 0.23 ms)
         worker_environ={"ucx": {"DASK_DISTRIBUTED__COMM__OFFLOAD": "False"}},
-        # not measured yet against each other on a capped device: dask-cuda's default everywhere
+        # dask-cuda's everywhere (cuDF spills frames only, and costs every run: the reason below)
         device_spill={"array": "dask-cuda", "dataframe": "dask-cuda", "session": "dask-cuda"},
         # measured on an H200 (workflows/spill_gpu.py, shape_grid.py; docs/bench-h200/session12)
         device_spill_reason=("cuDF's spilling moved a 1.4 GB Parquet groupby at a 1 GB cap 2.9 x faster "

@@ -186,18 +186,16 @@ def decide_groupby(*, groups: int, rows: int, npartitions: int, width: int, deco
         least = 0.0
     too_big = worker_bytes is not None and room_bytes is not None and CONCAT_COPIES * worker_bytes > room_bytes
     if (nparts > 1 or least == 0) and fraction >= least and decomposable and not too_big:
+        under = f"split_out=1 ({size}, under the {fam.name} budget of {budget / 1e6:.4g} MB); per-worker: "
         if one_thread:
-            why = (f"split_out=1 ({size}, under the {fam.name} budget of {budget / 1e6:.4g} MB); "
-                   f"per-worker: each worker runs one thread, so one task per worker loses no "
-                   f"parallelism ({ONE_THREAD})")
+            why = under + f"each worker runs one thread, so one task per worker loses no parallelism ({ONE_THREAD})"
         elif least == 0:
-            why = (f"split_out=1 ({size}, under the {fam.name} budget of {budget / 1e6:.4g} MB); "
-                   f"per-worker: the {fam.name} family aggregates each worker's partitions in one task "
-                   f"(groupby_concat_min_fraction 0: Dask's tree costs more than the work there)")
+            why = under + (f"the {fam.name} family aggregates each worker's partitions in one task "
+                           f"(groupby_concat_min_fraction 0: Dask's tree costs more than the work there)")
         else:
-            why = (f"split_out=1 ({size}, under the {fam.name} budget of {budget / 1e6:.4g} MB); "
-                   f"per-worker: a partition of ~{per_part:,} rows would keep ~{fraction:.0%} of them "
-                   f"as groups (>= {least:.0%}), so each worker concatenates its partitions and aggregates once")
+            why = under + (f"a partition of ~{per_part:,} rows would keep ~{fraction:.0%} of them "
+                           f"as groups (>= {least:.0%}), so each worker concatenates its partitions and "
+                           "aggregates once")
         return GroupbyDecision("per-worker", 1, split_every, None, groups, source, result_bytes, budget, why)
     why = (f"split_out=1: {size}, under the {fam.name} per-partition budget of "
            f"{budget / 1e6:.4g} MB: tree reduction (fan-in {split_every}), no shuffle")
