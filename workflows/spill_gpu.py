@@ -30,6 +30,7 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 
 from dask.utils import format_bytes, parse_bytes
 
@@ -190,9 +191,10 @@ def main(argv=None) -> int:
                                 row["vs_same_size_in_memory"] = round(row["s_per_gb"] / same[wl, f], 2)
                             add(row)
                         except Exception as e:  # noqa: BLE001 - one way failing is a finding, not the end
+                            where = traceback.format_exc()[-4000:]  # the finding's where, not only its what
                             rows.append({"workload": wl, "source": "file", "device_spill": way, "factor": f,
-                                         "error": f"{type(e).__name__}: {e}"[:500]})
-                            print(f"{wl} file {way} {f}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                                         "error": f"{type(e).__name__}: {e}"[:500], "traceback": where})
+                            print(f"{wl} file {way} {f}: {type(e).__name__}: {str(e)[:300]}\n{where}", flush=True)
                             save()
                     shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
         finally:

@@ -59,6 +59,9 @@ class Knobs:
     buffers, also inside a running task, on top of that; CuPy arrays are not its buffers)."""
     device_spill_reason: str = ""
     """Why the family spills that way (the measurement), for ``explain``."""
+    fft_work_copies: float = 0.0
+    """Copies of one FFT task's input block its library holds beyond the input and the complex
+    output (the workload's data): 0 where the transform works lane by lane in the output."""
     worker_growth_bytes: int = 128 * 2**20
     """What a worker's first tasks add to the memory it holds at start (the chunk library's
     imports, one allocator arena per thread, memory the allocator keeps), added to the

@@ -181,6 +181,11 @@ FAMILY = GpuFamily(
                              "groupby that fits took 3.0-3.5 s with it against 0.043-0.059 s without"),
         pre_import={"array": ("cupy",), "dataframe": ("cupy", "cudf", "dask_cudf"),
                     "session": ("cupy",)},
+        # CuPy's FFT of a real block first makes a complex copy (2 x the block), and cuFFT's
+        # work area is as large again as the output: the device allocator's peak on an H200 was
+        # 7 x the real input of a one-chunk 4096 x 4096 and 8192 x 4096 transform, against the
+        # 4 x counted without them (workflows/memory_estimate.py --backend gpu --scale 4)
+        fft_work_copies=3.0,
         # device memory a worker holds beyond its chunks: the CUDA context, cuBLAS / cuDF
         # workspaces (assumed: the device's baseline is not measured yet)
         worker_growth_bytes=512 * 2**20,

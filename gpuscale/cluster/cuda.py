@@ -6,6 +6,8 @@ CuPy and cuDF share one pool instead of CuPy starving beside it.
 from __future__ import annotations
 
 import dataclasses
+import sys
+import warnings
 from typing import Any
 
 from dask.utils import format_bytes, parse_bytes
@@ -262,26 +264,40 @@ def start(spec: ClusterSpec, security=None):
     try:
         client = Client(cluster)
         _all_started(client, spec)
-        if kwargs.get("enable_cudf_spill"):
-            _client_reads_spillable_frames()
+        _client_spills_like_workers(bool(kwargs.get("enable_cudf_spill")))
         return cluster, client
     except BaseException:
         cluster.close()
         raise
 
 
-def _client_reads_spillable_frames() -> None:
-    """Workers that spill with cuDF (``enable_cudf_spill``) send frames whose buffers are
-    cuDF's spillable ones, and dask-cuda then leaves them to pickle: this process can only
-    rebuild them with cuDF's spilling on here too (measured on an H200: a 3 GB Parquet groupby
-    at a 1 GB cap failed in the client with "cannot create SpillableBufferOwner without a global
-    spill manager"). Here it only spills on an allocation that fails."""
+def _client_spills_like_workers(workers_spill: bool) -> None:
+    """This process's cuDF spilling set as the workers': a cuDF frame pickles with its buffers'
+    kind, and the other side rebuilds it only if it spills the same way.
+
+    * Workers that spill with cuDF (``enable_cudf_spill``) send spillable frames, which this
+      process can only rebuild with a spill manager of its own (measured on an H200: a 3 GB
+      Parquet groupby at a 1 GB cap failed in the client with "cannot create
+      SpillableBufferOwner without a global spill manager"). Here it only spills on an
+      allocation that fails.
+    * Workers that do not are sent this process's frames (graphs, the metas P2P's shuffles
+      carry) and cannot rebuild spillable ones: after a session that turned spilling on here,
+      the next session of dask-cuda's spilling lost its worker to that error (measured on an
+      H200, the same script). So it is turned off again; a process that never imported cuDF
+      has nothing to undo."""
+    if not workers_spill and "cudf" not in sys.modules:
+        return
     import cudf
     from cudf.core.buffer import spill_manager
-    if not cudf.get_option("spill"):
-        cudf.set_option("spill", True)
-    if spill_manager.get_global_manager() is None:  # cuDF made its manager (none) on first use
+    if cudf.get_option("spill") != workers_spill:
+        cudf.set_option("spill", workers_spill)
+    have = spill_manager.get_global_manager() is not None
+    if workers_spill and not have:  # cuDF made its manager (none) on first use
         spill_manager.set_global_manager(spill_manager.SpillManager())
+    elif have and not workers_spill:
+        with warnings.catch_warnings():  # "overwriting non-empty manager": frames made here keep theirs
+            warnings.simplefilter("ignore")
+            spill_manager.set_global_manager(None)
 
 
 STARTED_WAIT_S = 10

@@ -142,6 +142,12 @@ class Workload:
         streams a run whose data fits neither in memory nor in the spill space."""
         return None
 
+    def stream_block_bytes(self, p, ctx: Context) -> int:
+        """Bytes of one block a streaming pass makes (where :meth:`streams` says it can): the
+        memory check counts the blocks made ahead of their consumers
+        (:func:`gpuscale.memory.made_ahead`). Default 0."""
+        return 0
+
     def task_bytes(self, p, ctx: Context) -> int:
         """One task's peak memory (the working set is threads x this; it cannot spill).
         Default 0: the data parts carry the whole estimate."""

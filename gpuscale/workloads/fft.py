@@ -70,6 +70,15 @@ class FFT(Workload):
     def estimate_bytes(self, p, ctx: Context) -> int:
         return 4 * p.rows * p.cols * np.dtype(p.dtype).itemsize
 
+    def task_bytes(self, p, ctx: Context) -> int:
+        """What the family's FFT holds beyond its block and output (``Knobs.fft_work_copies`` of
+        the block: CuPy's complex copy and cuFFT's work area on the GPU; 0 on the CPU)."""
+        c = ctx.choices.get("chunk", {}).get("value")
+        if not isinstance(c, int):
+            return 0
+        n = p.cols if p.axis == 1 else p.rows
+        return int(ctx.family.knobs.fft_work_copies * c * n * np.dtype(p.dtype).itemsize)
+
     def describe_data(self, p) -> dict:
         return {"shape": [p.rows, p.cols], "dtype": p.dtype, "axis": p.axis,
                 "source": "generated, uniform [0, 1)"}

@@ -153,6 +153,10 @@ class Groupby(Workload):
                 "validation) makes its partitions again and holds only their partials; the "
                 "timings include making them")
 
+    def stream_block_bytes(self, p, ctx: Context) -> int:
+        parts = ctx.choices.get("partitions", {}).get("value")
+        return int(p.rows * ROW_BYTES / parts) if ctx.data is None and parts else 0
+
     def task_bytes(self, p, ctx: Context) -> int:
         parts = ctx.choices.get("partitions", {}).get("value")
         return int(PARTITION_COPIES * p.rows * ROW_BYTES / parts) if ctx.data is None and parts else 0

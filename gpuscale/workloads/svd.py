@@ -135,6 +135,10 @@ class SVD(Workload):
                 "generates its blocks again instead of holding the matrix; the timings include "
                 "generating it")
 
+    def stream_block_bytes(self, p, ctx: Context) -> int:
+        rows = ctx.choices.get("chunk_rows", {}).get("value")
+        return int(rows * p.cols * np.dtype(p.dtype).itemsize) if isinstance(rows, int) else 0
+
     def task_bytes(self, p, ctx: Context) -> int:
         rows = ctx.choices.get("chunk_rows", {}).get("value")
         cols = ctx.data.shape[1] if ctx.data is not None and len(ctx.data.shape) == 2 else p.cols
