@@ -31,6 +31,20 @@ def test_auto_sets_every_stream_of_a_cluster_gpuscale_starts():
     assert ch["value"] == want and ch["source"] == "rule" and "10 ms" in ch["rule"]
 
 
+@pytest.mark.gpu
+def test_a_gpu_cluster_sets_every_stream_to_the_interval_asked():
+    """dask-cuda's workers kept Dask's 2 ms on their own stream with 0 asked (an H200): read off
+    the real streams at 1 ms, which no stream has by default."""
+    from conftest import gpu_probe
+    ok, why = gpu_probe()
+    if not ok:
+        pytest.skip(f"no usable GPU: {why}")
+    with gpuscale.session(backend="gpu", gpus="0", message_interval="1ms") as s:
+        got = messages.intervals(s.client)
+    assert got == {"client -> scheduler": 0.001, "scheduler -> client": 0.001,
+                   "scheduler -> worker": [0.001], "worker -> scheduler": [0.001]}, got
+
+
 def test_dask_keeps_distributeds_own_intervals():
     with dask.config.set({"gpuscale.cluster.message-interval": "dask"}):
         with gpuscale.session(backend="cpu", workers=1, threads_per_worker=1) as s:

@@ -129,6 +129,22 @@ def test_groupby_profile_on_cpu(tmp_path):
     assert all(v >= 0 for v in secs.values()) and secs["in the task: concat"] > 0
 
 
+def test_round_trip_splits_the_hops_at_each_interval(tmp_path):
+    """A round trip's hops at two intervals, set on the real streams (read back), and a gpuscale
+    run timed at each, valid."""
+    d = run_script(tmp_path, "round_trip.py", "--intervals", "dask,0.001", "--rounds", "4",
+                   "--runs", "groupby:rows=20000,keys=100")
+    dask_row, fast = d["rows"]
+    assert dask_row["streams"]["client -> scheduler"] == 0.01 and dask_row["streams"]["scheduler -> worker"] == [0.005]
+    assert fast["streams"] == {"client -> scheduler": 0.001, "scheduler -> client": 0.001,
+                               "scheduler -> worker": [0.001], "worker -> scheduler": [0.001]}
+    for row in d["rows"]:
+        h = row["hops"]
+        assert h["total"] > 0 and h["to_task_start"] > 0 and h["total"] >= h["to_task_start"]
+        (run,) = row["runs"].values()
+        assert run["valid"] is True and run["median_s"] > 0
+
+
 def test_tls_overhead_smoke(tmp_path):
     """Both sides ran (plain TCP and TLS clusters, alternating) and validated; the ratio is a
     number (the script measures it: no timed assertion here)."""

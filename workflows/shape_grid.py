@@ -182,6 +182,10 @@ def print_frames(rows: list[dict]) -> None:
               f"{'yes' if r['valid'] else 'NO'}")
 
 
+def _interval_text(seconds) -> str:
+    return "Dask's own" if seconds is None else f"{seconds:g} s"
+
+
 def _echo(x):
     return x
 
@@ -309,7 +313,7 @@ def main(argv=None) -> int:
         print(f"{s.family.name} session: {len(s.client.scheduler_info(n_workers=-1)['workers'])} worker(s) x "
               f"{s.spec.threads_per_worker} thread(s), "
               f"{mem / 2**30:.0f} GiB; cells over {limit / 2**30:.1f} GiB of data skipped; Dask's control "
-              f"streams: {s.spec.choices['message_interval']['value'] or 'Dask' + chr(39) + 's own'} "
+              f"streams: {_interval_text(s.spec.choices['message_interval']['value'])} "
               "(cluster.message-interval)")
         out["message_interval"] = s.spec.choices["message_interval"]
         from gpuscale.cluster import messages

@@ -137,6 +137,21 @@ def apply_client(client, seconds: float | None) -> None:
         client.run_on_scheduler(_scheduler_to_client, client_id=client.id, seconds=seconds)
 
 
+def _worker_stream(seconds: float, dask_worker=None) -> None:
+    _set(getattr(dask_worker, "batched_stream", None), seconds)
+
+
+def apply_workers(client, seconds: float | None) -> None:
+    """Each worker's worker -> scheduler stream at ``seconds``, set now through ``client.run``,
+    for workers whose processes the preload did not reach: dask-cuda's workers kept Dask's 2 ms
+    with ``0`` asked (seen on an H200, ``workflows/shape_grid.py --parts fixed``). A worker
+    that restarts later has only what its preload gives it."""
+    if seconds is None or client is None:
+        return
+    with contextlib.suppress(Exception):  # the interval is a speed setting: never the run's end
+        client.run(_worker_stream, seconds)
+
+
 def intervals(client) -> dict[str, Any]:
     """The intervals in force now (seconds), read from the streams themselves: for a test or
     a record to show what the processes really use."""
