@@ -33,6 +33,10 @@ def test_gram_of_persisted_blocks_sums_per_worker_and_is_right(cpu_session):
     assert any(str(n).endswith("-worker") for n in names), names
     parts = [k for k in dict(g.__dask_graph__()) if isinstance(k, tuple) and str(k[0]).endswith("-worker")]
     assert len(parts) == 2
+    # one-thread workers: each worker's blocks go through one task (no task per block), so the
+    # sum is two scheduling rounds, not three
+    assert not any(str(n).endswith("-part") for n in names), names
+    assert len(dict(g.__dask_graph__())) == 2 + 1 + 12  # per worker, the sum, the 12 persisted blocks
     a = x.compute()
     np.testing.assert_allclose(g.compute(), a.T @ a, rtol=1e-12)
     s = gpuscale.linalg.svd(x).s.compute()
@@ -41,6 +45,21 @@ def test_gram_of_persisted_blocks_sums_per_worker_and_is_right(cpu_session):
     g2 = gpuscale.linalg.gram(x, split_every=4)
     assert not any(str(k[0]).endswith("-worker") for k in dict(g2.__dask_graph__()) if isinstance(k, tuple))
     np.testing.assert_allclose(g2.compute(), a.T @ a, rtol=1e-12)
+
+
+def test_a_worker_of_several_threads_keeps_a_task_per_block():
+    """Where a worker runs tasks side by side, its blocks' products stay one task each (the
+    threads share them); their sum per worker follows."""
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as c, \
+            Client(c) as client:
+        x = client.persist(da.random.default_rng(3).random((4000, 10), chunks=(1000, 10)))
+        wait(x)
+        g = gpuscale.linalg.gram(x)
+        names = [k[0] for k in dict(g.__dask_graph__()) if isinstance(k, tuple)]
+        assert sum(str(n).endswith("-part") for n in names) == 4, names
+        a = x.compute()
+        np.testing.assert_allclose(g.compute(), a.T @ a, rtol=1e-12)
 
 
 def test_balance_keeps_local_blocks_and_evens_out():

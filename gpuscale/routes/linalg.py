@@ -176,6 +176,14 @@ def _sum_list(parts):
     return total
 
 
+def _sum_of(fn, blocks, *args):
+    """sum of fn(block, *args) over one worker's blocks, in one task."""
+    total = fn(blocks[0], *args)
+    for b in blocks[1:]:
+        total += fn(b, *args)
+    return total
+
+
 def _block_sum(x, fn, *args, split_every=None):
     """sum over row blocks of fn(block, *args), each an n x n matrix, as a tree reduction;
     for persisted blocks on several workers (and no ``split_every``) the first level sums
@@ -187,14 +195,28 @@ def _block_sum(x, fn, *args, split_every=None):
     """
     n = x.shape[1]
     row_keys = [row[0] for row in x.__dask_keys__()]
-    groups = None if split_every else locality.blocks_by_worker(x, row_keys)
+    placed = None if split_every else locality.placement(x, row_keys)
+    groups, threads = placed or (None, None)
     # the names change with what is in memory and where (locality.memory_state): a graph of
     # another shape never reuses these keys
-    token = tokenize(x, fn, *args, split_every, groups,
+    token = tokenize(x, fn, *args, split_every, groups, threads,
                      [locality.memory_state(c) for c in (x, *args)])
     name = f"{fn.__name__.strip('_')}-sum-{token}"
     arg_keys = [a.__dask_keys__()[0][0] if a.ndim == 2 else a.__dask_keys__()[0] for a in args]
     dsk: dict = {}
+    if groups and all(t == 1 for t in threads):
+        # one thread per worker (the GPU family's): a task per block would run one after the
+        # other anyway, so each worker's blocks go through one task, one scheduling round
+        # (worker -> scheduler -> worker) fewer before the sum
+        level = []
+        for j, idx in enumerate(groups):
+            key = (name, 0, 0) if len(groups) == 1 else (f"{name}-worker", j)
+            dsk[key] = (_sum_of, fn, [row_keys[i] for i in idx], *arg_keys)
+            level.append(key)
+        if len(level) > 1:
+            dsk[(name, 0, 0)] = (_sum_list, level)
+        graph = HighLevelGraph.from_collections(name, dsk, dependencies=[x, *args])
+        return da.Array(graph, name, chunks=((n,), (n,)), meta=x._meta.astype(np.float64).reshape((0, 0)))
     level = []
     for k, row_key in enumerate(row_keys):
         key = (f"{name}-part", k)

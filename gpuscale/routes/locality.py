@@ -15,6 +15,13 @@ def blocks_by_worker(collection, keys: list) -> list[list[int]] | None:
     :func:`in_memory` gives) grouped by the worker holding each block, in key order, or None
     when the blocks are not all futures of a running client already in memory (nothing
     persisted, or still computing: nothing is waited for)."""
+    placed = placement(collection, keys)
+    return placed[0] if placed else None
+
+
+def placement(collection, keys: list) -> tuple[list[list[int]], list[int]] | None:
+    """(:func:`blocks_by_worker`'s groups, the threads of each group's worker), read in one
+    call to the scheduler; None as there."""
     try:
         from distributed import default_client
         client = default_client()
@@ -23,14 +30,26 @@ def blocks_by_worker(collection, keys: list) -> list[list[int]] | None:
     futures = _futures_by_key(collection)
     if not futures or any(k not in futures for k in keys):
         return None
-    who = client.who_has([futures[k] for k in keys])
+    held = client.run_on_scheduler(_holders, [futures[k].key for k in keys])
     groups: dict[str, list[int]] = {}
-    for i, k in enumerate(keys):
-        holders = who.get(futures[k].key) or ()
-        if not holders:
+    threads: dict[str, int] = {}
+    for i, h in enumerate(held):
+        if h is None:
             return None
-        groups.setdefault(sorted(holders)[0], []).append(i)
-    return list(groups.values())
+        groups.setdefault(h[0], []).append(i)
+        threads[h[0]] = h[1]
+    return list(groups.values()), [threads[a] for a in groups]
+
+
+def _holders(keys: list, dask_scheduler=None) -> list:
+    """On the scheduler: for each key, (the first worker holding it, that worker's threads),
+    or None where no worker holds it."""
+    out = []
+    for k in keys:
+        ts = dask_scheduler.tasks.get(k)
+        who = sorted(ts.who_has or (), key=lambda ws: ws.address) if ts is not None else ()
+        out.append((who[0].address, who[0].nthreads) if who else None)
+    return out
 
 
 def _futures_by_key(collection) -> dict | None:
