@@ -209,3 +209,30 @@ def test_merge_and_sort_routes_one_task_on_one_single_thread_worker(cpu_session)
                 out = i.result.compute()
                 assert i.plan == client_plan and out.index.is_monotonic_increasing and len(out) == len(left)
                 assert (out["x"].to_numpy() == left.set_index("key").loc[out.index, "x"].to_numpy()).all()
+
+
+def test_a_one_task_route_runs_one_task_no_alias():
+    """The per-worker groupby, merge and sort over persisted frames on one single-thread
+    worker: persisting the result runs exactly one task (``dd.from_graph``'s alias from the
+    frame's key to the task's was one more task, a scheduling round each run), and the answer
+    equals pandas'."""
+    import gpuscale
+    from distributed import get_task_stream, wait
+    rng = np.random.default_rng(1)
+    left = pd.DataFrame({"key": rng.integers(0, 500, 5_000), "x": rng.random(5_000)})
+    right = pd.DataFrame({"key": np.arange(500), "y": rng.random(500)})
+    with gpuscale.session(backend="cpu", workers=1, threads_per_worker=1) as s, s.client.as_current():
+        dl, dr = s.client.persist([dd.from_pandas(left, npartitions=3), dd.from_pandas(right, npartitions=2)])
+        wait([dl, dr])
+        routes = {"groupby": gdf.groupby_agg(dl, "key", {"x": "sum"}, groups=500, threads=1).result,
+                  "merge": gdf.merge(dl, dr, "key").result, "sort": gdf.sort(dl, "key").result}
+        for name, result in routes.items():
+            with get_task_stream(client=s.client) as ts:
+                done = s.client.persist(result)
+                wait(done)
+            assert len(ts.data) == 1, (name, [t["key"] for t in ts.data])
+        got = routes["groupby"].compute()
+        want = left.groupby("key").agg({"x": "sum"})
+        np.testing.assert_allclose(got.sort_index().to_numpy().ravel(), want.to_numpy().ravel())
+        assert len(routes["merge"].compute()) == len(left.merge(right, on="key"))
+        assert routes["sort"].compute()["key"].tolist() == sorted(left["key"])
