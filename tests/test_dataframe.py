@@ -236,3 +236,29 @@ def test_a_one_task_route_runs_one_task_no_alias():
         np.testing.assert_allclose(got.sort_index().to_numpy().ravel(), want.to_numpy().ravel())
         assert len(routes["merge"].compute()) == len(left.merge(right, on="key"))
         assert routes["sort"].compute()["key"].tolist() == sorted(left["key"])
+
+
+def test_the_gpu_family_synchronizes_a_one_task_route_inside_its_task():
+    """The GPU family wraps a one-task route's output task with its device synchronize (no
+    round trip to every worker after the wait); frames of other shapes are left to that round
+    trip. Built only (no GPU here): the task is (synchronize, (the route's task))."""
+    from gpuscale.backends import gpu, registry
+    fam = next(f for f in registry.families() if f.name == "gpu")
+    df = dd.from_pandas(pd.DataFrame({"key": [1, 2, 1, 2], "x": [1.0, 2.0, 3.0, 4.0]}), npartitions=2)
+    route = gdf.groupby_agg(df, "key", {"x": "sum"}, groups=2, family=fam, threads=1)
+    assert route.plan.strategy == "per-worker"
+    wrapped = fam.synchronized(route.result)
+    (key,) = wrapped.__dask_keys__()
+    task = dict(wrapped.__dask_graph__())[key]
+    assert task[0] is gpu._synced and task[1][0] in (gdf._whole, gdf._combine), task
+    # the nested task runs as one (checked here with a host function in the synchronize's place)
+    from dask.dataframe.dask_expr._collection import new_collection
+    got = new_collection(route.result.expr.finished_by(_tagged)).compute()
+    assert got.attrs.get("finished") is True
+    pd.testing.assert_frame_equal(got, route.result.compute(), check_like=True)
+    assert fam.synchronized(df.groupby("key").x.sum()) is None
+
+
+def _tagged(frame):
+    frame.attrs["finished"] = True
+    return frame

@@ -362,6 +362,19 @@ class _TaskFrame(FromGraph):
             dsk[new] = dsk.pop(old) if isinstance(task, tuple) and task and callable(task[0]) else Alias(new, old)
         return dsk
 
+    def finished_by(self, fn):
+        """This frame with ``fn(partition)`` run at the end of each output task, inside it (a
+        family's device synchronize: no round trip after the wait); None where an output is
+        not a task here (a future)."""
+        layer = dict(self.operand("layer"))
+        for k in self.operand("keys"):
+            task = layer.get(k)
+            if not (isinstance(task, tuple) and task and callable(task[0])):
+                return None
+            layer[k] = (fn, task)
+        return _TaskFrame(layer, self.operand("_meta"), self.operand("divisions"), self.operand("keys"),
+                          self.operand("name_prefix"))
+
 
 # ---------------------------------------------------------------------------------------
 # merge and sort: one task when one single-threaded worker holds everything
