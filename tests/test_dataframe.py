@@ -257,6 +257,8 @@ def test_the_gpu_family_synchronizes_a_one_task_route_inside_its_task():
     assert got.attrs.get("finished") is True
     pd.testing.assert_frame_equal(got, route.result.compute(), check_like=True)
     assert fam.synchronized(df.groupby("key").x.sum()) is None
+    import dask
+    assert fam.synchronized(dask.delayed(len)([1])) is None  # a Delayed answers every attribute
 
 
 def _tagged(frame):

@@ -131,8 +131,11 @@ class GpuFamily(Family):
         import dask.array as da
         if isinstance(collection, da.Array):
             return collection.map_blocks(_synced, dtype=collection.dtype, meta=collection._meta)
-        finish = getattr(getattr(collection, "expr", None), "finished_by", None)
-        expr = finish(_synced) if callable(finish) else None
+        import dask.dataframe as dd
+        if not isinstance(collection, (dd.DataFrame, dd.Series)):  # a Delayed answers any attribute
+            return None
+        finish = getattr(type(collection.expr), "finished_by", None)
+        expr = finish(collection.expr, _synced) if callable(finish) else None
         if expr is None:
             return None
         from dask.dataframe.dask_expr._collection import new_collection
