@@ -206,8 +206,6 @@ def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]
     try:
         cluster, client = mod.start(spec, security)
         messages.apply_client(client, spec.message_interval)
-        if spec.kind == "cuda":  # its workers' preloads did not set their own stream
-            messages.apply_workers(client, spec.message_interval)
         yield client, cluster
     finally:
         # A scheduler stopped from outside (`gpuscale cluster down`) answers nothing: close

@@ -15,7 +15,7 @@ from dask.utils import format_bytes, parse_bytes
 from .. import machine, memory
 from ..choices import choice
 from ..errors import UserError
-from . import ClusterSpec, construct, rmm_choice, rmm_pool
+from . import ClusterSpec, construct, messages, rmm_choice, rmm_pool
 from .local import memory_bytes, memory_choice
 
 
@@ -264,6 +264,7 @@ def start(spec: ClusterSpec, security=None):
     try:
         client = Client(cluster)
         _all_started(client, spec)
+        messages.apply_workers(client, spec.message_interval)  # dask-cuda's workers miss the preload's
         _client_spills_like_workers(bool(kwargs.get("enable_cudf_spill")))
         return cluster, client
     except BaseException:

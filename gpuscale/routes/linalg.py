@@ -204,24 +204,20 @@ def _block_sum(x, fn, *args, split_every=None):
     name = f"{fn.__name__.strip('_')}-sum-{token}"
     arg_keys = [a.__dask_keys__()[0][0] if a.ndim == 2 else a.__dask_keys__()[0] for a in args]
     dsk: dict = {}
+    level = []
     if groups and all(t == 1 for t in threads):
         # one thread per worker (the GPU family's): a task per block would run one after the
         # other anyway, so each worker's blocks go through one task, one scheduling round
         # (worker -> scheduler -> worker) fewer before the sum
-        level = []
         for j, idx in enumerate(groups):
-            key = (name, 0, 0) if len(groups) == 1 else (f"{name}-worker", j)
+            key = (f"{name}-worker", j)
             dsk[key] = (_sum_of, fn, [row_keys[i] for i in idx], *arg_keys)
             level.append(key)
-        if len(level) > 1:
-            dsk[(name, 0, 0)] = (_sum_list, level)
-        graph = HighLevelGraph.from_collections(name, dsk, dependencies=[x, *args])
-        return da.Array(graph, name, chunks=((n,), (n,)), meta=x._meta.astype(np.float64).reshape((0, 0)))
-    level = []
-    for k, row_key in enumerate(row_keys):
-        key = (f"{name}-part", k)
-        dsk[key] = (fn, row_key, *arg_keys)
-        level.append(key)
+    else:
+        for k, row_key in enumerate(row_keys):
+            key = (f"{name}-part", k)
+            dsk[key] = (fn, row_key, *arg_keys)
+            level.append(key)
     if groups and 1 < len(groups) < len(level):
         # persisted blocks on several workers: sum each worker's blocks where they are, then
         # one partial per worker crosses the network (not one matrix per block)
@@ -240,7 +236,8 @@ def _block_sum(x, fn, *args, split_every=None):
             dsk[key] = (_sum_list, level[i:i + fan])
             nxt.append(key)
         level, depth = nxt, depth + 1
-    dsk[(name, 0, 0)] = (_sum_list, level)
+    # one task left (one block, or one worker's): it is the sum itself, not a task copying it
+    dsk[(name, 0, 0)] = dsk.pop(level[0]) if len(level) == 1 else (_sum_list, level)
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=[x, *args])
     meta = x._meta.astype(np.float64).reshape((0, 0))
     return da.Array(graph, name, chunks=((n,), (n,)), meta=meta)

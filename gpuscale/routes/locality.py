@@ -30,7 +30,11 @@ def placement(collection, keys: list) -> tuple[list[list[int]], list[int]] | Non
     futures = _futures_by_key(collection)
     if not futures or any(k not in futures for k in keys):
         return None
-    held = client.run_on_scheduler(_holders, [futures[k].key for k in keys])
+    try:
+        held = client.run_on_scheduler(_holders, [futures[k].key for k in keys])
+    except Exception:  # noqa: BLE001 - a scheduler that runs no functions: holders only, threads unknown
+        who = client.who_has([futures[k] for k in keys])
+        held = [(sorted(who[futures[k].key])[0], None) if who.get(futures[k].key) else None for k in keys]
     groups: dict[str, list[int]] = {}
     threads: dict[str, int] = {}
     for i, h in enumerate(held):
