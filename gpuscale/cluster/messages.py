@@ -25,7 +25,8 @@ none at 2 ms, so ``auto`` is 2 ms: Dask's own shortest interval, on every stream
 
 The setting ``cluster.message-interval`` (``auto`` | ``dask`` | a duration) chooses them:
 ``auto`` is :data:`AUTO_S` on every stream of a cluster gpuscale starts (its scheduler and its
-workers through the preloads :func:`construct_config` adds), and on this client's own two
+workers through the preloads :func:`construct_config` adds; dask-cuda's workers, which the
+worker preload does not reach, through :func:`apply_workers` once started), and on this client's own two
 streams on any cluster (a running one's scheduler-to-worker streams are its owner's to set);
 ``dask`` leaves Dask's. One module decides and applies it; the spec records the choice.
 """
