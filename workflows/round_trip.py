@@ -37,10 +37,6 @@ def _next(prev):
     return prev + 1
 
 
-def _set_worker(seconds: float, dask_worker=None) -> None:
-    dask_worker.batched_stream.interval = seconds
-
-
 def _set_scheduler(seconds: float, dask_scheduler=None) -> None:
     for s in list(dask_scheduler.stream_comms.values()) + list(dask_scheduler.client_comms.values()):
         s.interval = seconds
@@ -51,7 +47,7 @@ def set_everywhere(client, seconds: float | None) -> None:
     d = messages.DASK_DEFAULTS
     client.scheduler_comm.interval = d["client -> scheduler"] if seconds is None else seconds
     client.run_on_scheduler(_set_scheduler, d["scheduler -> worker"] if seconds is None else seconds)
-    client.run(_set_worker, d["worker -> scheduler"] if seconds is None else seconds)
+    messages.apply_workers(client, d["worker -> scheduler"] if seconds is None else seconds)
     if seconds is None:  # the scheduler -> client stream has its own default
         client.run_on_scheduler(messages._scheduler_to_client, client_id=client.id,
                                 seconds=d["scheduler -> client"])

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 from dask._task_spec import Alias
+from dask.core import istask
 from dask.dataframe.dask_expr._collection import new_collection
 from dask.dataframe.dask_expr.io.io import FromGraph
 
@@ -351,11 +352,6 @@ def frame_of_task(dsk: dict, meta, key, prefix: str):
     return new_collection(_TaskFrame(dsk, meta, (None, None), [key], prefix))
 
 
-def _is_task(node) -> bool:
-    """A hand-built task of a route's graph (``(function, *args)``), not a future."""
-    return isinstance(node, tuple) and bool(node) and callable(node[0])
-
-
 class _TaskFrame(FromGraph):
     """``FromGraph`` whose output tasks move to the frame's own keys instead of being aliased;
     a key that is not a task of the layer (a future) keeps the alias."""
@@ -363,7 +359,7 @@ class _TaskFrame(FromGraph):
     def _layer(self):
         dsk = dict(self.operand("layer"))
         for new, old in zip(self.__dask_keys__(), self.operand("keys")):
-            dsk[new] = dsk.pop(old) if _is_task(dsk.get(old)) else Alias(new, old)
+            dsk[new] = dsk.pop(old) if istask(dsk.get(old)) else Alias(new, old)
         return dsk
 
     def finished_by(self, fn):
@@ -372,7 +368,7 @@ class _TaskFrame(FromGraph):
         not a task here (a future)."""
         layer = dict(self.operand("layer"))
         for k in self.operand("keys"):
-            if not _is_task(layer.get(k)):
+            if not istask(layer.get(k)):
                 return None
             layer[k] = (fn, layer[k])
         return _TaskFrame(layer, self.operand("_meta"), self.operand("divisions"), self.operand("keys"),
