@@ -7,6 +7,7 @@ import dataclasses
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
+from distributed import futures_of
 import pytest
 
 from gpuscale import UserError, backends
@@ -72,8 +73,9 @@ def test_per_worker_plan_when_groups_are_many(frame, ddf):
     assert res.plan.strategy == "per-worker"
     assert res.plan.groups_source == "given"
     check_matches_pandas(res, frame, "key", SPEC)
-    # no cluster: one worker, one task aggregating everything (no partials), sorted by key,
-    # with pandas' own columns and dtypes
+    # no cluster: one worker, one task aggregating everything (no partials), sorted by key
+    # when asked (pandas' default), with pandas' own columns and dtypes
+    res = gdf.groupby_agg(ddf, "key", SPEC, groups=50, rows=len(frame), sort=True)
     graph = dict(res.result.__dask_graph__())
     ours = [k for k in graph if str(k[0] if isinstance(k, tuple) else k).startswith("gpuscale-groupby")]
     funcs = {v[0] if isinstance(v, tuple) else getattr(v, "func", None) for k, v in graph.items() if k in ours}
@@ -238,6 +240,47 @@ def test_a_one_task_route_runs_one_task_no_alias():
         assert routes["sort"].compute()["key"].tolist() == sorted(left["key"])
 
 
+def test_a_one_task_route_is_submitted_with_its_wrappers_and_its_answer():
+    """The runner persists a one-task route's frame over futures through ``client.submit``
+    (no expression sent for the scheduler to make a graph of): the scheduler holds one task,
+    running :func:`gdf._apply` with the finishing wrapper inside it, and the answer is pandas'.
+    A frame over lazy inputs is left to Dask's persist."""
+    import gpuscale
+    from distributed import wait
+    from dask.dataframe.dask_expr._collection import new_collection
+    from gpuscale.runs import runner
+    rng = np.random.default_rng(2)
+    left = pd.DataFrame({"key": rng.integers(0, 300, 4_000), "x": rng.random(4_000)})
+    right = pd.DataFrame({"key": np.arange(300), "y": rng.random(300)})
+    with gpuscale.session(backend="cpu", workers=1, threads_per_worker=1) as s, s.client.as_current():
+        dl, dr = s.client.persist([dd.from_pandas(left, npartitions=3), dd.from_pandas(right, npartitions=2)])
+        wait([dl, dr])
+        route = gdf.groupby_agg(dl, "key", {"x": ["sum", "max"]}, groups=300, threads=1).result
+        wrapped = new_collection(route.expr.finished_by(_tagged))
+        _, out = runner.timed(s.client, s.family, lambda: {"g": wrapped, "m": gdf.merge(dl, dr, "key").result})
+        for name, frame in out.items():
+            (future,) = futures_of(frame)
+            funcs = s.client.run_on_scheduler(_run_spec_func, future.key)
+            assert funcs == "_apply", (name, funcs)
+        got = out["g"].compute()
+        assert got.attrs.get("finished") is True
+        want = left.groupby("key").agg({"x": ["sum", "max"]})
+        pd.testing.assert_frame_equal(got.sort_index(), want, check_names=False)
+        assert len(out["m"].compute()) == len(left.merge(right, on="key"))
+        lazy = gdf.merge(dd.from_pandas(left, npartitions=2), dr, "key").result
+        assert lazy.expr.submitted(s.client) is None
+        assert len(runner.persist(s.client, lazy).compute()) == len(left.merge(right, on="key"))
+        # a Delayed answers every attribute (``.expr.submitted`` too): it must still be persisted
+        import dask
+        _, held = runner.timed(s.client, s.family, lambda: {"d": dask.delayed(len)(list(range(7)))})
+        assert futures_of(held["d"]) and held["d"].compute() == 7
+
+
+def _run_spec_func(key, dask_scheduler=None):
+    spec = dask_scheduler.tasks[key].run_spec
+    return getattr(getattr(spec, "func", None), "__name__", repr(spec))
+
+
 def test_the_gpu_family_synchronizes_a_one_task_route_inside_its_task():
     """The GPU family wraps a one-task route's output task with its device synchronize (no
     round trip to every worker after the wait); frames of other shapes are left to that round
@@ -264,3 +307,33 @@ def test_the_gpu_family_synchronizes_a_one_task_route_inside_its_task():
 def _tagged(frame):
     frame.attrs["finished"] = True
     return frame
+
+
+def test_sort_is_dasks_default_and_asked_for_sorts_every_plan(frame, ddf):
+    """``sort`` as in Dask's groupby: the default leaves the groups in the aggregation's order
+    (the same groups and values as pandas'), True sorts them on every one-partition plan, and a
+    split result cannot be sorted (one line with the fix)."""
+    import dataclasses
+    for groups in (50, 5):  # per-worker (many groups per partition) and tree (few)
+        base = gdf.groupby_agg(ddf, "key", SPEC, groups=groups, rows=len(frame))
+        for plan in {base.plan.strategy, "tree", "per-worker"}:
+            forced = dataclasses.replace(base.plan, strategy=plan, split_out=1)
+            check_matches_pandas(gdf.groupby_agg(ddf, "key", SPEC, plan=forced), frame, "key", SPEC)
+            got = gdf.groupby_agg(ddf, "key", SPEC, plan=forced, sort=True).result.compute()
+            assert got.index.is_monotonic_increasing, plan
+            pd.testing.assert_frame_equal(got, frame.groupby("key").agg(SPEC), check_exact=False, rtol=1e-12)
+    with pytest.raises(UserError, match="sort=True needs the result in one partition"):
+        gdf.groupby_agg(ddf, "key", SPEC, split_out=2, sort=True)
+    import gpuscale
+    from distributed import wait
+    with gpuscale.session(backend="cpu", workers=2, threads_per_worker=1) as s, s.client.as_current():
+        held = s.client.persist(ddf)
+        wait(held)
+        for sort in (None, True):  # two workers: partials combined on one
+            res = gdf.groupby_agg(held, "key", SPEC, groups=50, rows=len(frame), threads=1, sort=sort)
+            assert res.plan.strategy == "per-worker"
+            graph = dict(res.result.__dask_graph__())
+            assert any("partial" in str(k) for k in graph), "expected one partial per worker"
+            check_matches_pandas(res, frame, "key", SPEC)
+            if sort:
+                assert res.result.compute().index.is_monotonic_increasing

@@ -212,7 +212,7 @@ def test_every_repeat_recomputes(cpu_session):
     counts = Counter(key_split(t["key"]) for t in ts.data)
     blocks = -(-SVD["rows"] // r.choices["chunk_rows"]["value"])
     assert r.info["route"]["name"] == "gram"
-    assert counts["eigvalsh_desc"] == runs  # one Gram eigendecomposition per run
+    assert counts["singular_values_of_gram"] == runs  # one Gram eigendecomposition per run, in the sum's last task
     assert counts["gram_block-sum"] % runs == 0 and counts["gram_block-sum"] >= runs * blocks
     assert counts["random"] == blocks  # the data is generated once, outside the timed runs
 

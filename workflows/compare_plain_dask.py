@@ -76,7 +76,7 @@ def _plain_combine(partials):
 
 def _plain_whole(parts):
     import dask.dataframe as dd
-    return dd.dispatch.concat(list(parts)).groupby("key", sort=True).agg(AGG)
+    return dd.dispatch.concat(list(parts)).groupby("key", sort=False).agg(AGG)
 
 
 def plain_groupby_concat(df, nworkers):

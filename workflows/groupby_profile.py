@@ -66,6 +66,10 @@ def _steps(parts, by, spec):
         _sync()
         out[f"library one call, sort={sort}"] = time.perf_counter() - t
     t = time.perf_counter()
+    frame.groupby(by[0], sort=False).agg(spec).sort_index()
+    _sync()
+    out["library one call, sort=False, then sort_index"] = time.perf_counter() - t
+    t = time.perf_counter()
     gdf._combine([gdf._partial(list(parts), by, spec)], by, spec)
     _sync()
     out["several workers' path, on one (concat + partial + combine)"] = time.perf_counter() - t

@@ -226,10 +226,12 @@ def fixed_costs(s, rounds: int, smoke: bool, spec_path: str | None = None) -> li
             params[k] = vals[0]
         try:
             rec = s.run(name, repeat=max(3, rounds), warmup=1, write=False, audit=False, **params)
+            split = rec.info.get("time_split") or {}
             rows.append({"workload": name, "size": ", ".join(f"{k}={v}" for k, v in size.items()),
                          "median_s": rec.median_s, "vs_submit": rec.median_s / submit,
                          "vs_dask_submit": rec.median_s / plain_submit,
-                         "valid": rec.valid})
+                         "compute_s": split.get("compute_s"), "rest_s": split.get("other_s"),
+                         "tasks": split.get("tasks"), "valid": rec.valid})
         except Exception as e:  # noqa: BLE001 - a row that fails is a row of the table
             rows.append({"workload": name, "size": str(size), "median_s": math.nan, "vs_submit": math.nan,
                          "error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"})
@@ -260,16 +262,22 @@ def print_grid(rows: list[dict]) -> None:
                 print(f"{'':>25}{r['partitions']:>5} {r['plan']:10} {r['median_s']:>9.4f}  ({r['side']})")
 
 
-def print_fixed(rows: list[dict]) -> None:
-    print("\nfixed cost on a warm session: each workload at its smallest library size (median of its "
+def print_fixed(rows: list[dict], spec: str) -> None:
+    print(f"\nfixed cost on a warm session: each workload at the first size of {spec} (median of its "
           "timed repeats) vs Dask's submit round trip")
-    print("(x submit: this session's own round trip; x Dask's: a plain distributed.Client's on the same cluster)")
-    head = f"{'workload':34} {'size':34} {'median s':>9} {'x submit':>9} {'x Dask':>7}"
+    print("(x submit: this session's own round trip; x Dask's: a plain distributed.Client's on the same cluster;"
+          " compute / rest: the run's time with a task computing on some worker / the rest, medians)")
+    head = (f"{'workload':34} {'size':34} {'median s':>9} {'x submit':>9} {'x Dask':>7} {'tasks':>6} "
+            f"{'compute ms':>11} {'rest ms':>8}")
     print(head)
     print("-" * len(head))
+
+    def ms(v):
+        return f"{v * 1e3:.1f}" if isinstance(v, (int, float)) else "-"
     for r in rows:
         print(f"{r['workload']:34} {r['size'][:34]:34} {r['median_s']:>9.4f} {r['vs_submit']:>9.1f} "
-              f"{r.get('vs_dask_submit', math.nan):>7.1f}"
+              f"{r.get('vs_dask_submit', math.nan):>7.1f} {r.get('tasks') if r.get('tasks') is not None else '-':>6} "
+              f"{ms(r.get('compute_s')):>11} {ms(r.get('rest_s')):>8}"
               + (f"  {r['error']}" if r.get("error") else "") + ("" if r.get("valid", True) else "  INVALID"))
 
 
@@ -339,7 +347,8 @@ def main(argv=None) -> int:
                 pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))
         if "fixed" in a.parts:
             out["fixed"] = fixed_costs(s, a.rounds, a.smoke, a.fixed_spec)
-            print_fixed(out["fixed"])
+            out["fixed_spec"] = a.fixed_spec or ("tiny.yaml" if a.smoke else "library.yaml")
+            print_fixed(out["fixed"], pathlib.Path(out["fixed_spec"]).name)
     if a.json_path:
         pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))
     return 0

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 from dask._task_spec import Alias
+from dask.base import tokenize
 from dask.core import istask
 from dask.dataframe.dask_expr._collection import new_collection
 from dask.dataframe.dask_expr.io.io import FromGraph
@@ -212,24 +213,34 @@ def decide_groupby(*, groups: int, rows: int, npartitions: int, width: int, deco
 def groupby_agg(df, by, agg, *, groups: int | None = None, rows: int | None = None,
                 split_out: int | str = "auto", plan: GroupbyDecision | None = None,
                 family=None, worker_bytes: int | None = None, room_bytes: int | None = None,
-                threads: int | None = None) -> GroupbyResult:
-    """``df.groupby(by).agg(agg)`` with the tuned plan; lazy. Works in any Client context.
+                threads: int | None = None, sort: bool | None = None) -> GroupbyResult:
+    """``df.groupby(by, sort=sort).agg(agg)`` with the tuned plan; lazy. Works in any Client
+    context.
 
     ``agg`` is a dict ``{column: "mean" | [aggs]}`` (or one aggregation for every column). The
     result has the same index and ``(column, aggregation)`` columns as Dask's / pandas' own.
+    ``sort``: as Dask's ``groupby(sort=...)``: None (Dask's and cuDF's default) leaves the
+    groups in the order the aggregation gives them, True sorts them by key (pandas' default;
+    one result partition only). Sorting costs: measured on an H200, cuDF's sorted aggregation
+    of 10 M rows took 6.4-8.7 ms against 4.3-5.6 ms unsorted (10 to 5 M keys), and sorting
+    the unsorted result after saved nothing (``docs/benchmarks.md``, fourteenth session).
     """
     by_list = [by] if isinstance(by, str) else list(by)
     plan = plan or choose_groupby(df, by_list, agg, groups=groups, rows=rows, split_out=split_out,
                                 family=family, worker_bytes=worker_bytes, room_bytes=room_bytes,
                                 threads=threads)
     spec = _normalize_agg(df, by_list, agg)
+    if sort and plan.split_out > 1:
+        raise UserError(f"sort=True needs the result in one partition; this plan splits it over "
+                        f"{plan.split_out} ({plan.reason})",
+                        "pass split_out=1 (the result must fit one worker), or sort the result yourself")
     if plan.strategy == "per-worker":
-        return GroupbyResult(_per_worker_agg(df, by_list, spec), plan)
+        return GroupbyResult(_per_worker_agg(df, by_list, spec, bool(sort)), plan)
     kwargs: dict[str, Any] = {"split_out": plan.split_out, "split_every": plan.split_every}
     if plan.shuffle_method:
         kwargs["shuffle_method"] = plan.shuffle_method
     key = by_list[0] if len(by_list) == 1 else by_list
-    result = df.groupby(key).agg(spec, **kwargs)
+    result = df.groupby(key, sort=sort).agg(spec, **kwargs)
     return GroupbyResult(result, plan)
 
 
@@ -249,7 +260,7 @@ def _partial(parts, by, spec):
     return g
 
 
-def _combine(partials, by, spec):
+def _combine(partials, by, spec, sort: bool = False):
     from dask.dataframe.dispatch import concat
     frame = concat(list(partials)) if len(partials) > 1 else partials[0]
     how = {}
@@ -258,10 +269,10 @@ def _combine(partials, by, spec):
             for p in DECOMPOSE[a][0]:
                 how[_flat(c, p)] = DECOMPOSE[p][1] if a == "mean" else DECOMPOSE[a][1]
     if len(partials) == 1:
-        g = frame.sort_index()  # one worker's partial already has one row per group
+        g = frame.sort_index() if sort else frame  # one worker's partial already has one row per group
     else:
         level = list(range(len(by))) if len(by) > 1 else 0
-        g = frame.groupby(level=level, sort=True).agg(how)
+        g = frame.groupby(level=level, sort=sort).agg(how)
     out = {}
     for c, aggs in spec.items():
         for a in aggs:
@@ -298,13 +309,13 @@ def _worker_groups(df, keys) -> list[list[int]]:
 _META_CACHE: dict = {}
 
 
-def _whole(parts, by, spec):
-    """All of the data on one worker: concatenate and aggregate once, sorted by key, with the
-    library's own aggregations (no partials to combine: measured on one H100, 100 M rows /
-    1 M keys, 32 ms against 42 ms for partial + combine)."""
+def _whole(parts, by, spec, sort: bool = False):
+    """All of the data on one worker: concatenate and aggregate once (sorted by key if
+    ``sort``), with the library's own aggregations (no partials to combine: measured on one
+    H100, 100 M rows / 1 M keys, 32 ms against 42 ms for partial + combine)."""
     from dask.dataframe.dispatch import concat
     frame = concat(list(parts)) if len(parts) > 1 else parts[0]
-    return frame.groupby(by[0] if len(by) == 1 else by, sort=True).agg(spec)
+    return frame.groupby(by[0] if len(by) == 1 else by, sort=sort).agg(spec)
 
 
 def _per_worker_meta(meta, by, spec, one: bool):
@@ -318,27 +329,25 @@ def _per_worker_meta(meta, by, spec, one: bool):
     return _META_CACHE[key]
 
 
-def _per_worker_agg(df, by, spec):
+def _per_worker_agg(df, by, spec, sort: bool = False):
     """One task per worker (concatenate its partitions, aggregate) and one combining task; on
     one worker, one task (:func:`_whole`). The graph is a few dict entries built by hand:
     dask.delayed's argument unpacking and the meta computation cost tens of milliseconds of
     client time per call, more than a GPU's whole aggregation. Persisted partitions are read
     through their futures' own keys (:func:`gpuscale.routes.locality.in_memory`)."""
-    import dask.dataframe as dd
-    from dask.base import tokenize
     dsk, keys = locality.graph_and_keys(df)
     groups = _worker_groups(df, keys)
-    name = f"gpuscale-groupby-{tokenize(keys, by, spec, groups, locality.memory_state(df))}"
+    name = f"gpuscale-groupby-{tokenize(keys, by, spec, sort, groups, locality.memory_state(df))}"
     one = len(groups) == 1
     if one:
-        dsk[(name, 0)] = (_whole, [keys[i] for i in groups[0]], by, spec)
+        dsk[(name, 0)] = (_whole, [keys[i] for i in groups[0]], by, spec, sort)
     else:
         partials = []
         for j, idx in enumerate(groups):
             pkey = (f"{name}-partial", j)
             dsk[pkey] = (_partial, [keys[i] for i in idx], by, spec)
             partials.append(pkey)
-        dsk[(name, 0)] = (_combine, partials, by, spec)
+        dsk[(name, 0)] = (_combine, partials, by, spec, sort)
     meta = _per_worker_meta(df._meta, by, spec, one)
     return frame_of_task(dsk, meta, (name, 0), "gpuscale-groupby")
 
@@ -348,8 +357,11 @@ def frame_of_task(dsk: dict, meta, key, prefix: str):
     the frame's own name. ``dd.from_graph`` keeps the task under its key and adds an alias
     from the frame's key to it, and the scheduler runs every alias as a task of its own: one
     more worker -> scheduler -> worker round before the result is in memory (measured on an
-    H200, 5.5 ms per dependent task at 2 ms stream intervals: ``workflows/round_trip.py``)."""
-    return new_collection(_TaskFrame(dsk, meta, (None, None), [key], prefix))
+    H200, 5.5 ms per dependent task at 2 ms stream intervals: ``workflows/round_trip.py``).
+    ``key`` names the task by its content already (the routes put a token of their inputs in
+    it), so the frame's name comes from it: ``from_graph`` tokenizes the whole layer and the
+    meta, milliseconds of client time for a cuDF meta on every call."""
+    return new_collection(_TaskFrame(dsk, meta, (None, None), [key], prefix, _determ_token=tokenize(key)))
 
 
 class _TaskFrame(FromGraph):
@@ -372,7 +384,67 @@ class _TaskFrame(FromGraph):
                 return None
             layer[k] = (fn, layer[k])
         return _TaskFrame(layer, self.operand("_meta"), self.operand("divisions"), self.operand("keys"),
-                          self.operand("name_prefix"))
+                          self.operand("name_prefix"),
+                          _determ_token=tokenize(self.deterministic_token, fn.__module__, fn.__qualname__))
+
+    def submitted(self, client):
+        """This frame persisted on ``client`` through ``client.submit`` of its one task, or None
+        where that does not apply (several outputs, inputs that are not all futures: Dask's
+        own persist then). ``persist`` of a collection optimizes its expression, sends it to
+        the scheduler to be made into a graph there, and tokenizes the result's meta again:
+        measured on an H200, a 10 M-row groupby's persist call took 2.3 ms and its task started
+        4.3 ms after it, against 3 ms after a ``submit`` (``workflows/run_timeline.py``)."""
+        from distributed import Future
+        keys = self.operand("keys")
+        layer = self.operand("layer")
+        if len(keys) != 1:
+            return None
+        futures = {k: v for k, v in layer.items() if isinstance(v, Future)}
+        if set(layer) - set(futures) - set(keys):
+            return None
+        call = _call_of(layer[keys[0]], futures)
+        if call is None:
+            return None
+        (key,) = self.__dask_keys__()
+        future = client.submit(_apply, *call, key=key)
+        return new_collection(_TaskFrame({key: future}, self.operand("_meta"), self.operand("divisions"), [key],
+                                         self.operand("name_prefix"), _determ_token=tokenize(key, "submitted")))
+
+
+def _call_of(task, futures: dict):
+    """``(wrappers, function, *arguments)`` for :func:`_apply` from a task ``(function,
+    *arguments)`` inside any number of ``(wrapper, task)`` (:meth:`_TaskFrame.finished_by`),
+    with the keys of ``futures`` in the arguments (alone or in lists) replaced by the futures;
+    None for any other shape of task."""
+    wrappers = []
+    while istask(task) and len(task) == 2 and istask(task[1]):
+        wrappers.append(task[0])
+        task = task[1]
+    if not istask(task):
+        return None
+
+    def arg(a):
+        if isinstance(a, list):
+            return [arg(x) for x in a]
+        if istask(a):
+            raise ValueError(a)
+        try:
+            return futures.get(a, a)
+        except TypeError:  # unhashable: a value, not a key
+            return a
+    try:
+        args = [arg(a) for a in task[1:]]
+    except ValueError:
+        return None
+    return (tuple(reversed(wrappers)), task[0], *args)
+
+
+def _apply(wrappers, func, *args):
+    """``func(*args)`` passed through each of ``wrappers`` in turn (on a worker)."""
+    out = func(*args)
+    for w in wrappers:
+        out = w(out)
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -426,8 +498,6 @@ def _whole_sort(parts, by, index: bool):
 def _one_task(name: str, func, frames, args, meta):
     """A one-partition Dask DataFrame whose one task is ``func(blocks of each frame..., *args)``,
     over the frames' futures when persisted (:func:`locality.graph_and_keys`)."""
-    import dask.dataframe as dd
-    from dask.base import tokenize
     dsk: dict = {}
     block_keys = []
     for f in frames:

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import gc
 import statistics
+import sys
 import time
 import warnings
 from typing import Any, Callable, ContextManager, Iterator
@@ -125,12 +126,37 @@ def _persisted(c) -> bool:
 
 def persist(client, obj):
     """Persist a collection, or every collection in a dict (other values pass through).
-    Collections that a route already persisted are not submitted again."""
-    if isinstance(obj, dict):
-        keys = [k for k, v in obj.items() if dask.is_dask_collection(v) and not _persisted(v)]
-        done = client.persist([obj[k] for k in keys]) if keys else []
-        return {**obj, **dict(zip(keys, done))}
-    return obj if _persisted(obj) else client.persist(obj)
+    Collections that a route already persisted are not submitted again; a frame of one task
+    over futures (the one-task routes, :meth:`gpuscale.routes.dataframe._TaskFrame.submitted`)
+    goes through ``client.submit``."""
+    if not isinstance(obj, dict):
+        return persist(client, {None: obj})[None]
+    out = dict(obj)
+    keys = []
+    for k, v in obj.items():
+        if not dask.is_dask_collection(v) or _persisted(v):
+            continue
+        done = _submitted(client, v)
+        if done is None:
+            keys.append(k)
+        else:
+            out[k] = done
+    out.update(zip(keys, client.persist([obj[k] for k in keys]) if keys else []))
+    return out
+
+
+def _submitted(client, collection):
+    """A one-task route's frame persisted through ``client.submit`` (its expression's
+    ``submitted``), or None for any other collection. Only Dask DataFrames and Series are
+    asked: a Delayed answers every attribute with another Delayed (which, called, would stand
+    in for a result never computed)."""
+    if "dask.dataframe" not in sys.modules:  # no frame can exist without it
+        return None
+    import dask.dataframe as dd
+    if not isinstance(collection, (dd.DataFrame, dd.Series)):
+        return None
+    submit = getattr(type(collection.expr), "submitted", None)
+    return submit(collection.expr, client) if callable(submit) else None
 
 
 def _futures(obj) -> list:
@@ -139,22 +165,31 @@ def _futures(obj) -> list:
     return futures_of(obj)
 
 
-def timed(client, family, build):
+def timed(client, family, build, marks: dict | None = None):
     """Time ``build()`` (returns a collection or a dict of them) until every result is in
     memory and every device has finished: (seconds, persisted result). Each output block's
     task waits for its device (:meth:`Family.synchronized`); only when some output cannot
     (a route's already persisted result, a collection the family cannot wrap) is every
-    worker's device synchronized after the wait, one more round trip."""
+    worker's device synchronized after the wait, one more round trip. ``marks``, when given,
+    gets the wall clock (``time.time``, the clock of the task stream) at the start and after
+    each step: ``start``, ``built``, ``persisted`` (the graph is sent), ``in memory``,
+    ``synchronized`` (``workflows/run_timeline.py`` lays them out with the run's tasks)."""
+    stamp = (lambda k: marks.__setitem__(k, time.time())) if marks is not None else (lambda k: None)
     t0 = time.perf_counter()
+    stamp("start")
     built, whole = _synchronized(family, build())
+    stamp("built")
     out = persist(client, built)
     futures = _futures(out)
+    stamp("persisted")
     wait(futures)
     for f in futures:  # wait() returns on an erred task too: a run whose task failed is no timing
         if f.status == "error":
             f.result()  # raises the task's exception here
+    stamp("in memory")
     if not whole:
         family.synchronize(client)
+    stamp("synchronized")
     return time.perf_counter() - t0, out
 
 
