@@ -125,7 +125,7 @@ def test_groupby_profile_on_cpu(tmp_path):
     secs = d["seconds"]
     assert d["family"] == "cpu" and d["rows"] == 200_000
     assert "end to end: gpuscale groupby_agg (as shipped)" in secs
-    assert "in the task: one worker's task (concat + one call, sorted)" in secs
+    assert "in the task: one worker's task (concat + one call)" in secs
     assert all(v >= 0 for v in secs.values()) and secs["in the task: concat"] > 0
 
 
@@ -232,3 +232,31 @@ def test_ssh_gpu_localhost_smoke(tmp_path):
     assert d["runs"][0]["probe"]["value"] is True and m["gib_s"] > 0 and m["transport"] == "tls, same host"
     assert d["down"]["rc"] == 0 and d["up_rc"] == 0
     assert not (tmp_path / "kept" / "scheduler.json").exists()
+
+
+def test_run_timeline_lays_steps_and_tasks_on_one_clock(tmp_path):
+    """A run's steps (build, persist call, wait, synchronize) and its tasks, on the CPU: the
+    steps add up to no more than the run, a one-task route shows its one task, which starts
+    after the graph is sent, and the svd's spectrum is computed in the Gram sum's task."""
+    d = run_script(tmp_path, "run_timeline.py", "--backend", "cpu", "--workers", "1", "--rounds", "3",
+                   "--runs", "svd:rows=4000,cols=8", "groupby:rows=20000,keys=100")
+    svd, groupby = d["runs"]
+    assert d["submit_s"] > 0 and d["plain_submit_s"] > 0
+    for run in d["runs"]:
+        assert run["median_s"] > 0 and sum(run["steps_s"].values()) <= run["median_s"] * 1.5
+    assert [t["task"] for t in svd["median_run"]["timeline"]][-1] == "singular_values_of_gram"
+    if groupby["median_run"]["plan"]["groupby_strategy"] == "per-worker":
+        assert groupby["tasks"] >= 1
+
+
+def test_fixed_yaml_names_every_library_workload_with_valid_sizes():
+    """workflows/fixed.yaml (the fixed-cost table's tiny sizes) names every workload of
+    library.yaml, each with parameters its workload accepts."""
+    import yaml
+    from gpuscale.workloads import get
+    fixed = yaml.safe_load((ROOT / "workflows" / "fixed.yaml").read_text())["workloads"]
+    library = yaml.safe_load((ROOT / "workflows" / "library.yaml").read_text())["workloads"]
+    assert set(fixed) == set(library)
+    for name, w in fixed.items():
+        grid = {k: v[0] for k, v in (w.get("grid") or {}).items()}
+        get(name).Params(**(w.get("params") or {}), **w["sizes"][0], **grid)

@@ -14,10 +14,10 @@ session does with the collections Dask builds from host objects (``session.host-
 """
 from __future__ import annotations
 
-from .convert import to_host
+from .convert import finished, to_host
 from .family import Family, Knobs
 from .registry import (Selection, chunk_libraries, families, family_of, names, register, select,
                        unregister)
 
 __all__ = ["Family", "Knobs", "Selection", "chunk_libraries", "families", "family_of", "names",
-           "register", "select", "unregister", "to_host"]
+           "register", "select", "unregister", "to_host", "finished"]

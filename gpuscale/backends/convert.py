@@ -50,6 +50,18 @@ def _to_host_identity(x):
     return x
 
 
+finished = Dispatch("finished")
+"""A chunk once the work that makes it has finished (runs inside a task, at its end): a
+device family waits for its device there, so the task's time in the task stream is its
+work's (a route that persists its own result, whose task no family wraps). Host chunks are
+returned as they are."""
+
+
+@finished.register(object)
+def _finished_identity(x):
+    return x
+
+
 def convert_array(block, module: str):
     """A block as ``module``'s array type (runs on workers): itself when it has it, else
     ``<module>.asarray`` of its host copy (a host block read from a file goes straight to the

@@ -5,7 +5,7 @@ import CuPy when they run.
 """
 from __future__ import annotations
 
-from .convert import to_host
+from .convert import finished, to_host
 from .family import Family, Knobs, LossyWriter
 
 GiB = 2**30
@@ -224,6 +224,10 @@ def _register_cupy():
     @to_host.register(cupy.ndarray)
     def _cupy_to_host(x):
         return cupy.asnumpy(x)
+
+    @finished.register(cupy.ndarray)
+    def _cupy_finished(x):
+        return _synced(x)
 
 
 @to_host.register_lazy("cudf")

@@ -19,7 +19,7 @@ from dask.core import istask
 from dask.dataframe.dask_expr._collection import new_collection
 from dask.dataframe.dask_expr.io.io import FromGraph
 
-from .. import backends
+from .. import backends, cluster
 from . import locality
 from ..errors import UserError
 
@@ -298,8 +298,7 @@ def _worker_groups(df, keys) -> list[list[int]]:
     n = df.npartitions
     try:
         from distributed import default_client
-        from ..cluster import workers
-        nworkers = max(1, len(workers(default_client())))
+        nworkers = max(1, cluster.size(default_client())[0])
     except (ValueError, ImportError):
         nworkers = 1
     size = math.ceil(n / min(n, nworkers))
@@ -307,6 +306,20 @@ def _worker_groups(df, keys) -> list[list[int]]:
 
 
 _META_CACHE: dict = {}
+
+
+def _meta_of(fn, metas: list, *args):
+    """``fn(*metas, *args)``, the output meta of a hand-built route, computed once per (function,
+    the metas' types, columns, dtypes and index, ``args``): running an operation on empty cuDF
+    frames costs milliseconds of client time on every call (and a pandas merge of empty
+    frames 3 ms on this project's CI machine)."""
+    def shape(m):
+        return (type(m).__module__, type(m).__name__, tuple((str(c), str(t)) for c, t in m.dtypes.items()),
+                str(m.index.dtype), m.index.name)
+    key = (fn.__module__, fn.__qualname__, tuple(shape(m) for m in metas), repr(args))
+    if key not in _META_CACHE:
+        _META_CACHE[key] = fn(*metas, *args)
+    return _META_CACHE[key]
 
 
 def _whole(parts, by, spec, sort: bool = False):
@@ -318,15 +331,12 @@ def _whole(parts, by, spec, sort: bool = False):
     return frame.groupby(by[0] if len(by) == 1 else by, sort=sort).agg(spec)
 
 
-def _per_worker_meta(meta, by, spec, one: bool):
-    """The route's output meta, computed once per (frame type, dtypes, by, spec, one worker):
-    running the aggregation on an empty cuDF frame costs milliseconds of client time on every
-    call."""
-    key = (type(meta).__module__, type(meta).__name__, tuple((str(c), str(t)) for c, t in meta.dtypes.items()),
-           tuple(by), tuple((c, tuple(a)) for c, a in spec.items()), one)
-    if key not in _META_CACHE:
-        _META_CACHE[key] = _whole([meta], by, spec) if one else _combine([_partial([meta], by, spec)], by, spec)
-    return _META_CACHE[key]
+def _whole_meta(meta, by, spec):
+    return _whole([meta], by, spec)
+
+
+def _combined_meta(meta, by, spec):
+    return _combine([_partial([meta], by, spec)], by, spec)
 
 
 def _per_worker_agg(df, by, spec, sort: bool = False):
@@ -348,7 +358,7 @@ def _per_worker_agg(df, by, spec, sort: bool = False):
             dsk[pkey] = (_partial, [keys[i] for i in idx], by, spec)
             partials.append(pkey)
         dsk[(name, 0)] = (_combine, partials, by, spec, sort)
-    meta = _per_worker_meta(df._meta, by, spec, one)
+    meta = _meta_of(_whole_meta if one else _combined_meta, [df._meta], by, spec)
     return frame_of_task(dsk, meta, (name, 0), "gpuscale-groupby")
 
 
@@ -471,14 +481,18 @@ def one_single_thread_worker() -> str | None:
         client = default_client()
     except (ImportError, ValueError):
         return None
-    from ..cluster import workers as _workers
-    workers = _workers(client)
-    if len(workers) != 1:
-        return None
-    (w,) = workers.values()
-    if int(w.get("nthreads", 1)) != 1:
+    if cluster.size(client) != (1, 1):
         return None
     return "one worker with one thread holds the cluster: one task (the library's own call) instead of Dask's"
+
+
+def _merge_meta(left, right, on, how):
+    return left.merge(right, on=on, how=how)
+
+
+def _sort_meta(meta, by, index: bool):
+    out = meta.sort_values(by)
+    return out.set_index(by) if index else out
 
 
 def _whole_merge(lefts, rights, on, how):
@@ -516,7 +530,7 @@ def merge(left, right, on, how: str = "inner", shuffle_method: str | None = None
     ``shuffle_method``. The result's rows are the same; their order and partitioning are not."""
     why = one_single_thread_worker()
     if why:
-        meta = left._meta.merge(right._meta, on=on, how=how)
+        meta = _meta_of(_merge_meta, [left._meta, right._meta], on, how)
         return FrameRoute(_one_task("gpuscale-merge", _whole_merge, [left, right], (on, how), meta), "one task", why)
     return FrameRoute(left.merge(right, on=on, how=how, shuffle_method=shuffle_method), "dask",
                       f"Dask's hash join (shuffle {shuffle_method or 'Dask default'}): several workers or threads")
@@ -528,8 +542,7 @@ def sort(df, by: str, *, index: bool = False, shuffle_method: str | None = None)
     divisions are unknown: one partition needs none), else Dask's own with ``shuffle_method``."""
     why = one_single_thread_worker()
     if why:
-        meta = df._meta.sort_values(by)
-        meta = meta.set_index(by) if index else meta
+        meta = _meta_of(_sort_meta, [df._meta], by, index)
         return FrameRoute(_one_task("gpuscale-sort", _whole_sort, [df], (by, index), meta), "one task", why)
     res = df.set_index(by, shuffle_method=shuffle_method) if index else df.sort_values(by, shuffle_method=shuffle_method)
     return FrameRoute(res, "dask", f"Dask's {'set_index' if index else 'sort_values'} "

@@ -36,7 +36,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from .. import audit
-from ..backends import to_host
+from ..backends import finished, to_host
 from . import locality
 from ..errors import UserError
 
@@ -129,8 +129,10 @@ def _condition_from_eigenvalues(w) -> np.ndarray:
 
 
 def _singular_values_of_gram(g, dtype):
-    """The singular values (descending, as ``dtype``) of X from its Gram matrix X^T X."""
-    return _sqrt_clip(_eigvalsh_desc(g)).astype(dtype, copy=False)
+    """The singular values (descending, as ``dtype``) of X from its Gram matrix X^T X, once
+    computed (:func:`gpuscale.backends.finished`: the route persists them itself, so no family
+    wraps this task, and its time is then the device's too)."""
+    return finished(_sqrt_clip(_eigvalsh_desc(g)).astype(dtype, copy=False))
 
 
 def condition_from_singular_values(s) -> float:

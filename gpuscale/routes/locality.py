@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dask.core import flatten
 
+from .. import cluster
+
 
 def blocks_by_worker(collection, keys: list) -> list[list[int]] | None:
     """Indices into ``keys`` (the collection's keys, or the futures' own keys that
@@ -30,6 +32,10 @@ def placement(collection, keys: list) -> tuple[list[list[int]], list[int]] | Non
     futures = _futures_by_key(collection)
     if not futures or any(k not in futures for k in keys):
         return None
+    workers, threads_all = cluster.size(client)
+    if workers == 1 and all(futures[k].status == "finished" for k in keys):
+        # one worker holds every block in memory: no need to ask the scheduler where
+        return [list(range(len(keys)))], [threads_all]
     try:
         held = client.run_on_scheduler(_holders, [futures[k].key for k in keys])
     except Exception:  # noqa: BLE001 - a scheduler that runs no functions: holders only, threads unknown
