@@ -248,15 +248,3 @@ def test_run_timeline_lays_steps_and_tasks_on_one_clock(tmp_path):
     if groupby["median_run"]["plan"]["groupby_strategy"] == "per-worker":
         assert groupby["tasks"] >= 1
 
-
-def test_fixed_yaml_names_every_library_workload_with_valid_sizes():
-    """workflows/fixed.yaml (the fixed-cost table's tiny sizes) names every workload of
-    library.yaml, each with parameters its workload accepts."""
-    import yaml
-    from gpuscale.workloads import get
-    fixed = yaml.safe_load((ROOT / "workflows" / "fixed.yaml").read_text())["workloads"]
-    library = yaml.safe_load((ROOT / "workflows" / "library.yaml").read_text())["workloads"]
-    assert set(fixed) == set(library)
-    for name, w in fixed.items():
-        grid = {k: v[0] for k, v in (w.get("grid") or {}).items()}
-        get(name).Params(**(w.get("params") or {}), **w["sizes"][0], **grid)
