@@ -19,14 +19,16 @@ library alone, and the fixed cost of a run on a warm session.
 
              Every answer is compared with gpuscale's (every group: counts and max exact, means
              to 1e-9); a disagreement is printed in the table.
-``fixed``    every workload at its smallest size in workflows/library.yaml on the warm
+``fixed``    every workload at its smallest size (the first size of workflows/auto.yaml, the
+             sizes issue 21 quotes: svd 20 k rows, groupby and merge 100 k; ``--fixed-spec
+             workflows/library.yaml`` for the library's first sizes) on the warm
              session (``s.run``: timed repeats of the workload's compute, medians) against Dask's
              own floor on the same cluster: ``client.submit(f, x).result()`` and a 10-chunk
              ``da.ones(...).sum().compute()``; the ratio to the submit round trip.
 
     python workflows/shape_grid.py --backend gpu --gpus 0 --json grid.json     # on the GPU machine
     python workflows/shape_grid.py --smoke                                      # CPU, seconds
-    python workflows/shape_grid.py --parts fixed --fixed-spec workflows/auto.yaml --rounds 5   # CPU fixed costs
+    python workflows/shape_grid.py --parts fixed --rounds 5                     # fixed costs alone
 """
 from __future__ import annotations
 
@@ -191,7 +193,7 @@ def _echo(x):
 
 
 def fixed_costs(s, rounds: int, smoke: bool, spec_path: str | None = None) -> list[dict]:
-    spec_path = spec_path or pathlib.Path(__file__).parent / ("tiny.yaml" if smoke else "library.yaml")
+    spec_path = spec_path or pathlib.Path(__file__).parent / ("tiny.yaml" if smoke else "auto.yaml")
     spec = yaml.safe_load(pathlib.Path(spec_path).read_text())
 
     def round_trip(client) -> float:
@@ -298,7 +300,7 @@ def main(argv=None) -> int:
     ap.add_argument("--parts", default="groupby,frames,fixed")
     ap.add_argument("--fixed-spec", default=None,
                     help="bench YAML whose first size of each workload the fixed table runs (default: "
-                         "workflows/library.yaml; workflows/auto.yaml has CPU-sized ones)")
+                         "workflows/auto.yaml, every workload at its smallest size; tiny.yaml with --smoke)")
     ap.add_argument("--max-bytes", type=float, default=None,
                     help="skip cells whose data exceeds this many bytes (default: a quarter of the workers' memory)")
     ap.add_argument("--once-over", type=float, default=20.0, metavar="SECONDS",
@@ -347,7 +349,7 @@ def main(argv=None) -> int:
                 pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))
         if "fixed" in a.parts:
             out["fixed"] = fixed_costs(s, a.rounds, a.smoke, a.fixed_spec)
-            out["fixed_spec"] = a.fixed_spec or ("tiny.yaml" if a.smoke else "library.yaml")
+            out["fixed_spec"] = a.fixed_spec or ("tiny.yaml" if a.smoke else "auto.yaml")
             print_fixed(out["fixed"], pathlib.Path(out["fixed_spec"]).name)
     if a.json_path:
         pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))
