@@ -2,6 +2,7 @@
 family's budget; bad column / aggregation names are one-line UserErrors."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import dask.dataframe as dd
@@ -213,19 +214,29 @@ def test_merge_and_sort_routes_one_task_on_one_single_thread_worker(cpu_session)
                 assert (out["x"].to_numpy() == left.set_index("key").loc[out.index, "x"].to_numpy()).all()
 
 
+@contextlib.contextmanager
+def _one_thread_worker_frames(seed: int, keys: int, rows: int):
+    """A CPU session of one worker with one thread, and two frames persisted on it: (session,
+    left, right, their Dask frames). ``left`` has ``rows`` rows of ``keys`` keys; ``right`` one
+    row per key."""
+    import gpuscale
+    from distributed import wait
+    rng = np.random.default_rng(seed)
+    left = pd.DataFrame({"key": rng.integers(0, keys, rows), "x": rng.random(rows)})
+    right = pd.DataFrame({"key": np.arange(keys), "y": rng.random(keys)})
+    with gpuscale.session(backend="cpu", workers=1, threads_per_worker=1) as s, s.client.as_current():
+        dl, dr = s.client.persist([dd.from_pandas(left, npartitions=3), dd.from_pandas(right, npartitions=2)])
+        wait([dl, dr])
+        yield s, left, right, dl, dr
+
+
 def test_a_one_task_route_runs_one_task_no_alias():
     """The per-worker groupby, merge and sort over persisted frames on one single-thread
     worker: persisting the result runs exactly one task (``dd.from_graph``'s alias from the
     frame's key to the task's was one more task, a scheduling round each run), and the answer
     equals pandas'."""
-    import gpuscale
     from distributed import get_task_stream, wait
-    rng = np.random.default_rng(1)
-    left = pd.DataFrame({"key": rng.integers(0, 500, 5_000), "x": rng.random(5_000)})
-    right = pd.DataFrame({"key": np.arange(500), "y": rng.random(500)})
-    with gpuscale.session(backend="cpu", workers=1, threads_per_worker=1) as s, s.client.as_current():
-        dl, dr = s.client.persist([dd.from_pandas(left, npartitions=3), dd.from_pandas(right, npartitions=2)])
-        wait([dl, dr])
+    with _one_thread_worker_frames(1, 500, 5_000) as (s, left, right, dl, dr):
         routes = {"groupby": gdf.groupby_agg(dl, "key", {"x": "sum"}, groups=500, threads=1).result,
                   "merge": gdf.merge(dl, dr, "key").result, "sort": gdf.sort(dl, "key").result}
         for name, result in routes.items():
@@ -245,16 +256,9 @@ def test_a_one_task_route_is_submitted_with_its_wrappers_and_its_answer():
     (no expression sent for the scheduler to make a graph of): the scheduler holds one task,
     running :func:`gdf._apply` with the finishing wrapper inside it, and the answer is pandas'.
     A frame over lazy inputs is left to Dask's persist."""
-    import gpuscale
-    from distributed import wait
     from dask.dataframe.dask_expr._collection import new_collection
     from gpuscale.runs import runner
-    rng = np.random.default_rng(2)
-    left = pd.DataFrame({"key": rng.integers(0, 300, 4_000), "x": rng.random(4_000)})
-    right = pd.DataFrame({"key": np.arange(300), "y": rng.random(300)})
-    with gpuscale.session(backend="cpu", workers=1, threads_per_worker=1) as s, s.client.as_current():
-        dl, dr = s.client.persist([dd.from_pandas(left, npartitions=3), dd.from_pandas(right, npartitions=2)])
-        wait([dl, dr])
+    with _one_thread_worker_frames(2, 300, 4_000) as (s, left, right, dl, dr):
         route = gdf.groupby_agg(dl, "key", {"x": ["sum", "max"]}, groups=300, threads=1).result
         wrapped = new_collection(route.expr.finished_by(_tagged))
         _, out = runner.timed(s.client, s.family, lambda: {"g": wrapped, "m": gdf.merge(dl, dr, "key").result})
