@@ -188,3 +188,25 @@ print("xml.dom.minidom" in sys.modules, fam.import_in_background("dataframe"), c
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "None", "None"], out
+
+
+FRESH_FINISHED = """
+import numpy as np
+import gpuscale.routes.linalg  # what a worker imports to run the svd's spectrum task
+from gpuscale.backends import convert, finished
+before = "cupy" in convert.finished_by_type._lazy
+finished(np.ones(2))
+print(before, "cupy" in convert.finished_by_type._lazy)
+"""
+
+
+def test_finished_loads_the_families_before_dispatching():
+    """``backends.finished`` runs inside a route's task on a worker that may have imported only
+    the route's module: it loads the families first, so the GPU family's lazy registration for
+    CuPy chunks is there when a CuPy block arrives (without it, the block would be returned
+    unsynchronized). A fresh interpreter, so no earlier test loaded them."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", FRESH_FINISHED], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True"], out.stdout

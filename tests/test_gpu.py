@@ -198,3 +198,16 @@ def test_a_gpu_worker_out_of_device_memory_ends_the_run_in_one_line_and_cluster_
                 assert got["memory"] == "device" and got["peak_bytes"] >= 200_000 * 50 * 8, got
     finally:
         workloads.unregister("greedy_gpu")
+
+
+def test_finished_synchronizes_a_cupy_block_in_a_fresh_process():
+    """On a GPU, ``backends.finished`` in a process that imported only a route's module (a
+    worker running the svd's spectrum task) dispatches a CuPy block to the GPU family's
+    synchronize, not to the host identity."""
+    pytest.importorskip("cupy")
+    code = ("import cupy\nimport gpuscale.routes.linalg\nfrom gpuscale.backends import convert, finished\n"
+            "x = finished(cupy.ones(3))\n"
+            "print(convert.finished_by_type.dispatch(cupy.ndarray).__name__, float(x.sum()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["_cupy_finished", "3.0"], out.stdout

@@ -14,10 +14,20 @@ session does with the collections Dask builds from host objects (``session.host-
 """
 from __future__ import annotations
 
-from .convert import finished, to_host
+from .convert import finished_by_type, to_host
 from .family import Family, Knobs
 from .registry import (Selection, chunk_libraries, families, family_of, names, register, select,
                        unregister)
 
 __all__ = ["Family", "Knobs", "Selection", "chunk_libraries", "families", "family_of", "names",
            "register", "select", "unregister", "to_host", "finished"]
+
+
+def finished(x):
+    """A chunk once the work that makes it has finished (runs inside a task, at its end): a
+    device family waits for its device there, so the task's time in the task stream is its
+    work's (a route that persists its own result, whose task no family wraps). Host chunks are
+    returned as they are. The families are loaded first: a worker that unpickled only a route's
+    function has not imported them, and their modules are what register their chunk types."""
+    families()
+    return finished_by_type(x)

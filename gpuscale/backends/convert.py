@@ -50,16 +50,15 @@ def _to_host_identity(x):
     return x
 
 
-finished = Dispatch("finished")
-"""A chunk once the work that makes it has finished (runs inside a task, at its end): a
-device family waits for its device there, so the task's time in the task stream is its
-work's (a route that persists its own result, whose task no family wraps). Host chunks are
-returned as they are."""
+finished_by_type = Dispatch("finished")
+""":func:`gpuscale.backends.finished` by the chunk's type: the families register their chunk types (no backend
+names here); anything else is returned as it is."""
 
 
-@finished.register(object)
+@finished_by_type.register(object)
 def _finished_identity(x):
     return x
+
 
 
 def convert_array(block, module: str):

@@ -5,7 +5,7 @@ import CuPy when they run.
 """
 from __future__ import annotations
 
-from .convert import finished, to_host
+from .convert import finished_by_type, to_host
 from .family import Family, Knobs, LossyWriter
 
 GiB = 2**30
@@ -217,6 +217,7 @@ FAMILY = GpuFamily(
 )
 
 
+@finished_by_type.register_lazy("cupy")
 @to_host.register_lazy("cupy")
 def _register_cupy():
     import cupy
@@ -225,7 +226,7 @@ def _register_cupy():
     def _cupy_to_host(x):
         return cupy.asnumpy(x)
 
-    @finished.register(cupy.ndarray)
+    @finished_by_type.register(cupy.ndarray)
     def _cupy_finished(x):
         return _synced(x)
 
