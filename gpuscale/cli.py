@@ -60,6 +60,7 @@ def _interrupted(e: BaseException | None = None) -> typing.NoReturn:
     """Ctrl-C / SIGTERM: one line naming the signal and, for a run, the phase it stopped;
     exit 130 (SIGINT) or 143 (SIGTERM)."""
     _quiet()
+    errors.end_child_processes(only_starting=True)
     sig = errors.signal_name(e) if e is not None else "SIGINT"
     code = errors.interrupt_exit_code(e) if e is not None else errors.EXIT_SIGINT
     phase = errors.phase_of(e, "") if e is not None else ""
