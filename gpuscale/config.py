@@ -305,8 +305,12 @@ class SessionSettings(_Section):
     (``dd.from_pandas``, ``da.from_array(numpy)``, ``dask.datasets.timeseries``...), under a
     family whose chunks are not NumPy / pandas: ``convert`` them on the workers, ``warn`` once
     per call site, raise (``strict``) or leave them (``off``)."""
+    shuffle_method: Literal["auto", "dask", "tasks", "p2p", "disk"] = "auto"
+    """Dask DataFrame shuffles of all the work in a session's block
+    (:mod:`gpuscale.backends.session_knobs`): ``auto`` (the family's), ``dask`` (Dask's own
+    choice) or a method Dask knows."""
 
-    @field_validator("host_collections", mode="before")
+    @field_validator("host_collections", "shuffle_method", mode="before")
     @classmethod
     def _word(cls, v):
         return v.strip().lower() if isinstance(v, str) else v
@@ -377,6 +381,7 @@ KEYWORDS: dict[str, str] = {
     "strict_backend": "run.strict-backend",
     "in_cluster": "run.in-cluster",
     "host_collections": "session.host-collections",
+    "shuffle_method": "session.shuffle-method",
 }
 
 def keywords_to_nested(kwargs: dict[str, Any]) -> dict:

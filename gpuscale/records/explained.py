@@ -12,6 +12,9 @@ layer recorded (nothing is decided here).
 ``family``
     the backend family's knobs (chunk and partition budgets, shuffle method, split_out
     budget, tree fan-in, pre-imports).
+``session``
+    the Dask settings the session applies to all the work in its block, the user's own code
+    included (:mod:`gpuscale.backends.session_knobs`: the shuffle method).
 ``workload``
     the workload's own choices (``Context.choose``: chunk / partition sizes, split_out,
     shuffle method, SVD route, ...). A choice a route settles at run time (``Context.decide``,
@@ -64,9 +67,17 @@ def workload_knobs(choices: dict[str, dict], decisions: dict[str, dict] | None =
     return out
 
 
+def session_knobs(applied) -> dict[str, dict[str, Any]]:
+    """What the session applies to all Dask work in its block
+    (:class:`gpuscale.backends.session_knobs.Applied`), the user's own code included."""
+    return {a.name: a.choice() for a in applied}
+
+
 def explained(resolved, selection, spec, collection: str | None, choices: dict[str, dict],
-              decisions: dict[str, dict] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
-    """Every knob of a run by scope: ``{"cluster": ..., "family": ..., "workload": ...}``."""
+              decisions: dict[str, dict] | None = None, session=()) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every knob of a run by scope: ``{"cluster": ..., "family": ..., "workload": ...,
+    "session": ...}`` (``session``: the session's applied Dask settings)."""
     return {"cluster": cluster_knobs(resolved, selection, spec),
             "family": family_knobs(selection.family, collection),
-            "workload": workload_knobs(choices, decisions)}
+            "workload": workload_knobs(choices, decisions),
+            "session": session_knobs(session)}

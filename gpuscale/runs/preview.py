@@ -14,7 +14,7 @@ from ..errors import UserError
 from ..records.explained import explained
 from .. import memory as _memory
 from . import remote, runner
-from .session import configure
+from .session import configure, session_plan
 
 
 def preview(workload: str, *, backend: str | None = None, protocol: str | None = None,
@@ -54,7 +54,7 @@ def preview(workload: str, *, backend: str | None = None, protocol: str | None =
         notes.append(f"the running cluster at {spec.scheduler} is not asked: thread-based rules assumed "
                      f"{ctx.total_threads} thread(s) and memory is not checked; a run uses what it has")
     strict = getattr(run_cfg, "strict_backend", False)
-    knobs = explained(resolved, selection, spec, cls.collection, ctx.choices)
+    knobs = explained(resolved, selection, spec, cls.collection, ctx.choices, session=session_plan(resolved, fam))
     try:
         knobs["cluster"]["runner"] = remote.placement(resolved, spec, **(placement_args or {})).entry()
     except UserError as e:

@@ -22,7 +22,7 @@ import dask
 
 from .. import audit as audit_mod
 from .. import backends, cluster, config, machine, workloads
-from ..backends import host_collections
+from ..backends import host_collections, session_knobs
 from ..data import inputs
 from ..errors import UserError, phase
 from ..records import results
@@ -97,6 +97,9 @@ class Session:
         self.placement = None
         """Where :meth:`run` runs the runner and why (a :class:`gpuscale.runs.remote.Placement`,
         recorded as ``explained.cluster.runner``); None: in this process, not asked."""
+        self.applied: tuple[session_knobs.Applied, ...] = ()
+        """The Dask settings this session applies to all work in its block, user code included
+        (:mod:`gpuscale.backends.session_knobs`), each with its source and rule; set on entry."""
         self._stack: contextlib.ExitStack | None = None
 
     @classmethod
@@ -134,7 +137,9 @@ class Session:
                     self.topology = _topology(self.client)
                 self.startup_s = time.perf_counter() - t0
                 self._dashboard_link = _ask_dashboard_link(self.client)
-                stack.enter_context(dask.config.set(self.family.dask_config()))
+                self.applied = session_plan(self.resolved, self.family)
+                stack.enter_context(dask.config.set({**self.family.dask_config(),
+                                                     **session_knobs.dask_settings(self.applied)}))
                 stack.enter_context(host_collections.scope(self.family, self.settings.session.host_collections))
         except BaseException:
             stack.close()
@@ -256,7 +261,8 @@ class Session:
                 memory={"estimate_bytes": outcome.estimate_bytes, "capacity_bytes": outcome.capacity_bytes,
                         **(outcome.memory or {})},
                 audit=outcome.audit, explained=explained(
-                    self.resolved, self.selection, self.spec, cls.collection, ctx.choices, ctx.decisions),
+                    self.resolved, self.selection, self.spec, cls.collection, ctx.choices, ctx.decisions,
+                    self.applied),
                 versions=machine.versions(), hardware=machine.hardware(),
                 dashboard_link=self.dashboard_link, dashboard_link_live=True if self.dashboard_link else None,
                 trace=str(tracer.path) if tracer is not None else None)
@@ -361,6 +367,13 @@ class Session:
     def _repr_html_(self) -> str:
         from ..records.report import session_html
         return session_html(self)
+
+
+def session_plan(resolved, family) -> tuple[session_knobs.Applied, ...]:
+    """The Dask settings a session of ``family`` applies to its block's work, from the resolved
+    settings (:func:`gpuscale.backends.session_knobs.plan`; ``explain`` asks the same)."""
+    setting = resolved.settings.session.shuffle_method
+    return session_knobs.plan(family, setting, resolved.sources.get(session_knobs.SHUFFLE_SETTING, "default"))
 
 
 def _topology(client) -> dict[str, Any] | None:

@@ -104,6 +104,7 @@ RESERVED = frozenset({
     "workload", "help", "h", "progress", "target_error", "max_repeats", "max_time",
     "scheduler_file", "host", "security", "credentials", "deploy", "ssh_hosts", "debug",
     "trace", "dashboard", "in_cluster", "strict_backend", "slurm_jobs", "bandwidth_probe", "message_interval",
+    "shuffle_method", "host_collections",
 })
 _DECORATED: set[str] = set()
 

@@ -1,0 +1,87 @@
+"""A session applies its family's Dask DataFrame settings to all the work in its block, the
+user's own code included (gpuscale/backends/session_knobs.py): real LocalClusters, real
+merges, the shuffle read off the tasks the scheduler ran."""
+from __future__ import annotations
+
+import dataclasses
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+from dask.utils import key_split
+from distributed import get_task_stream
+
+import gpuscale
+from gpuscale import api, backends
+from gpuscale.backends import cpu
+
+LEFT = pd.DataFrame({"k": np.arange(4000) % 997, "a": np.arange(4000.0)})
+RIGHT = pd.DataFrame({"k": np.arange(997), "b": np.arange(997.0) * 2})
+SMALL = {"workers": 2, "threads_per_worker": 1}
+
+
+def _user_merge(s) -> set[str]:
+    """A merge as a user writes it inside the block; returns the task prefixes the scheduler
+    ran, after checking the answer against pandas."""
+    left = dd.from_pandas(LEFT, npartitions=4)
+    right = dd.from_pandas(RIGHT, npartitions=3)
+    with get_task_stream(s.client) as ts:
+        got = left.merge(right, on="k").compute()
+    want = LEFT.merge(RIGHT, on="k")
+    pd.testing.assert_frame_equal(got.sort_values(["k", "a"]).reset_index(drop=True),
+                                  want.sort_values(["k", "a"]).reset_index(drop=True))
+    return {key_split(t["key"]) for t in ts.data}
+
+
+def _tasks_shuffle(prefixes: set[str]) -> bool:
+    return "split-taskshuffle" in prefixes and "hash-join-transfer" not in prefixes
+
+
+@pytest.fixture
+def tasks_family():
+    """The CPU family whose shuffle knob is the task shuffle (what the GPU family has)."""
+    fam = dataclasses.replace(cpu.FAMILY, name="cputasks", names=("cputasks",), auto_priority=-1,
+                              knobs=dataclasses.replace(cpu.FAMILY.knobs, shuffle_method="tasks"))
+    backends.register(fam)
+    yield fam
+    backends.unregister(fam.name)
+
+
+def test_a_user_merge_in_the_block_shuffles_with_the_family_method(tasks_family):
+    with gpuscale.session(backend="cputasks", **SMALL) as s:
+        assert dask.config.get("dataframe.shuffle.method") == "tasks"
+        assert _tasks_shuffle(_user_merge(s))
+        assert s.applied[0].rule == "shuffle.family" and s.applied[0].source == "family"
+    assert dask.config.get("dataframe.shuffle.method", None) is None  # scoped to the block
+
+
+def test_the_cpu_family_leaves_user_merges_to_dask():
+    with gpuscale.session(backend="cpu", **SMALL) as s:
+        prefixes = _user_merge(s)
+        assert "hash-join-transfer" in prefixes  # Dask's P2P, as plain Dask on this cluster
+        assert s.applied[0].value is None and s.applied[0].rule == "shuffle.dask-default"
+
+
+def test_the_setting_and_your_dask_config_override_the_family(tasks_family):
+    with gpuscale.session(backend="cputasks", shuffle_method="p2p", **SMALL) as s:
+        assert "hash-join-transfer" in _user_merge(s)
+        assert (s.applied[0].value, s.applied[0].source) == ("p2p", "flag")
+        with dask.config.set({"dataframe.shuffle.method": "disk"}):  # a call's own config still wins
+            assert dask.config.get("dataframe.shuffle.method") == "disk"
+    with dask.config.set({"dataframe.shuffle.method": "p2p"}):
+        d = api.explain("merge", backend="cputasks", **{"cluster_settings": SMALL})
+    shuffle = d["explained"]["session"]["shuffle_method"]
+    assert (shuffle["value"], shuffle["source"], shuffle["rule_id"]) == ("p2p", "dask.config", "shuffle.yours")
+
+
+def test_explain_and_the_record_name_the_session_shuffle(tasks_family, tmp_path):
+    d = api.explain("merge", backend="cputasks", cluster_settings=SMALL)
+    planned = d["explained"]["session"]["shuffle_method"]
+    assert (planned["value"], planned["rule_id"], planned["dask_key"]) == ("tasks", "shuffle.family",
+                                                                          "dataframe.shuffle.method")
+    with gpuscale.session(backend="cputasks", **SMALL) as s:
+        r = s.run("merge", rows=20_000, repeat=1, warmup=0, results_dir=str(tmp_path))
+    assert r.valid
+    assert r.explained["session"]["shuffle_method"] == planned
