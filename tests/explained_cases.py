@@ -12,7 +12,9 @@ and the setting ``cluster.bandwidth-probe`` (default) in each plan's ``settings_
 three plans appended for clusters on other hosts (ssh CPU, ssh GPU over UCX, slurm GPU), whose
 ``per_host`` lays out each host from the spec; and (issue 19, estimate accuracy) groupby's memory
 parts gain ``validation`` (the full check's concatenated frame) and merge's P2P join its parts
-(inputs, the P2P shards, results) and a working set. ``tests/test_explained.py`` compares today's output with it. Regenerate only for
+(inputs, the P2P shards, results) and a working set; and every plan and run gains the
+``session`` scope (the shuffle method the session applies to user code) and the setting
+``session.shuffle-method`` (default) in ``settings_sources``. ``tests/test_explained.py`` compares today's output with it. Regenerate only for
 an intended change of output:
 
     python tests/explained_cases.py  > tests/data/explained.json

@@ -1,0 +1,62 @@
+"""The user-code benchmark (workflows/user_queries.py) at a small scale on the CPU: both suites
+(the H2O questions on data made to its generators' specification, the TPC-H-shaped queries on
+tpchgen-cli data) run as a user writes them, in plain Dask and in a gpuscale session, and every
+answer is checked against pandas."""
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflows"))
+import queries  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("queries")
+    out = tmp / "out.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "workflows" / "user_queries.py"), "--h2o-rows", "20000",
+                           "--tpch-scale", "0.01", "--sides", "dask-cpu,gpuscale-cpu", "--repeat", "1",
+                           "--data", str(tmp / "data"), "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    return proc, json.loads(out.read_text()) if out.exists() else None, tmp / "data"
+
+
+def test_every_query_of_both_suites_answers_as_pandas_in_plain_dask_and_a_session(small_run):
+    proc, d, _ = small_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    names = {q for s in d["sets"] for q, _ in s["queries"]}
+    assert {f"q{i}" for i in range(1, 11)} | {f"j{i}" for i in range(1, 6)} <= names
+    assert {"t1", "t3", "t5", "t16", "t18"} <= names
+    assert len(d["cells"]) == 2 * len(names)
+    bad = {k: c for k, c in d["cells"].items() if not c.get("valid") or c.get("diff")}
+    assert not bad
+    for suite in ("h2o-groupby 20000", "h2o-join 20000", "tpch 0.01"):
+        assert suite in proc.stdout
+    assert "geomean" in proc.stdout
+
+
+def test_a_wrong_answer_is_caught_row_by_row_and_by_fingerprint(small_run):
+    _, _, data = small_run
+    x = pd.read_parquet(data / "h2o-groupby-20000" / "x.parquet")
+    q1 = queries.suites()["h2o-groupby"].queries[0]
+    want = queries.to_pandas(q1.reference({"x": x}))
+    assert queries.same_answer(want.sample(frac=1, random_state=0), want) is None  # row order is free
+    wrong = want.copy()
+    wrong.loc[3, "v1"] += 1
+    assert "column v1" in queries.same_answer(wrong, want)
+    assert "rows" in queries.same_answer(want.iloc[1:], want)
+    big = x.assign(id1=x.id1.where(x.index != 7, "id999"))  # one string changed in 20,000 rows
+    old = queries.BIG
+    try:
+        queries.BIG = 1000
+        assert queries.same_answer(x, x) is None
+        assert "row hashes" in queries.same_answer(big, x)
+    finally:
+        queries.BIG = old

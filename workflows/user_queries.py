@@ -1,0 +1,255 @@
+"""User code at GPU speed: the same Dask DataFrame queries, written as a user writes them, in a
+gpuscale session and the other ways a user would run them, side by side in one run.
+
+Suites (workflows/queries/): the H2O db-benchmark questions (groupby q1-q10 and join q1-q5)
+on data generated to its published generators' specification, and analytic queries over
+TPC-H-shaped data from ``tpchgen-cli``. Each query reads its tables from Parquet and is timed
+warm (one warm-up, then ``--repeat`` runs; the median counts); every answer is checked against
+pandas on the same files.
+
+Sides (``--sides``, default: every side that can run here):
+
+    dask-cpu      plain Dask: distributed.LocalCluster() on this machine's cores, defaults
+    gpuscale-cpu  the same code in ``gpuscale.session(backend="cpu")``
+    dask-cudf     dask-cudf set up by hand: dask_cuda.LocalCUDACluster() and
+                  dataframe.backend = cudf, defaults
+    gpuscale-gpu  the same code in ``gpuscale.session(backend="gpu")``
+    polars-gpu    Polars' GPU engine (cudf-polars) on the query's SQL, on the same files
+    duckdb        DuckDB on the query's SQL, on the same files
+
+    python workflows/user_queries.py                              # H2O 1e7, TPC-H SF10, all sides
+    python workflows/user_queries.py --h2o-rows 1e7,1e8 --tpch-scale 10 --json out.json
+    python workflows/user_queries.py --h2o-rows 1e4 --tpch-scale 0.01 --sides dask-cpu,gpuscale-cpu
+
+Exit 3 when any answer differs from pandas' (or a side failed a query), else 0.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import math
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+
+import dask
+import pandas as pd
+
+import queries
+
+GPU_SIDES = ("dask-cudf", "gpuscale-gpu", "polars-gpu")
+SIDES = ("dask-cpu", "gpuscale-cpu", "dask-cudf", "gpuscale-gpu", "polars-gpu", "duckdb")
+SUITE_SCALES = {"h2o-groupby": "h2o_rows", "h2o-join": "h2o_rows", "tpch": "tpch_scale"}
+
+
+# ---------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------
+def data_sets(args) -> list[tuple[queries.Suite, str, pathlib.Path]]:
+    """(suite, size label, folder) for every suite and size asked, made when missing."""
+    out = []
+    for name in args.suites.split(","):
+        suite = queries.suites()[name]
+        sizes = args.h2o_rows if SUITE_SCALES[name] == "h2o_rows" else args.tpch_scale
+        for size in str(sizes).split(","):
+            scale = int(float(size)) if SUITE_SCALES[name] == "h2o_rows" else float(size)
+            folder = pathlib.Path(args.data) / f"{name}-{size}"
+            if not (folder / ".complete").exists():
+                folder.mkdir(parents=True, exist_ok=True)
+                t0 = time.perf_counter()
+                suite.make(folder, scale)
+                (folder / ".complete").write_text("")
+                print(f"made {name} {size} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+            out.append((suite, size, folder))
+    return out
+
+
+def paths(suite: queries.Suite, folder: pathlib.Path) -> dict[str, str]:
+    return {t: str(folder / f"{t}.parquet") for t in suite.tables}
+
+
+# ---------------------------------------------------------------------------------------
+# Sides: each opens once and returns run(query, suite, folder) -> answer
+# ---------------------------------------------------------------------------------------
+def _dask_runner():
+    import dask.dataframe as dd
+
+    def run(q, suite, folder):
+        out = q.dask({t: dd.read_parquet(p) for t, p in paths(suite, folder).items()})
+        return dask.compute(out)[0] if dask.is_dask_collection(out) else out
+    return run
+
+
+@contextlib.contextmanager
+def open_side(name: str):
+    if name == "dask-cpu":
+        from distributed import Client, LocalCluster
+        with LocalCluster(dashboard_address=None) as cluster, Client(cluster), \
+                dask.config.set({"dataframe.backend": "pandas"}):
+            yield _dask_runner()
+    elif name == "dask-cudf":
+        from dask_cuda import LocalCUDACluster
+        from distributed import Client
+        with LocalCUDACluster(dashboard_address=None) as cluster, Client(cluster), \
+                dask.config.set({"dataframe.backend": "cudf"}):
+            yield _dask_runner()
+    elif name in ("gpuscale-cpu", "gpuscale-gpu"):
+        import gpuscale
+        with gpuscale.session(backend=name.split("-")[1]) as s:
+            print(f"{name}: " + "; ".join(f"{a.dask_key}={a.value} ({a.source}, {a.rule})" for a in s.applied),
+                  file=sys.stderr)
+            yield _dask_runner()
+    elif name == "polars-gpu":
+        import polars as pl
+        engine = pl.GPUEngine(raise_on_fail=True)
+
+        def run(q, suite, folder):
+            ctx = pl.SQLContext({t: pl.scan_parquet(p) for t, p in paths(suite, folder).items()})
+            return ctx.execute(q.sql).collect(engine=engine)
+        yield run
+    elif name == "duckdb":
+        import duckdb
+
+        def run(q, suite, folder):
+            con = duckdb.connect()
+            for t, p in paths(suite, folder).items():
+                con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{p}')")
+            return con.sql(q.sql).df()
+        yield run
+    else:
+        raise SystemExit(f"unknown side {name!r}; choose from {', '.join(SIDES)}")
+
+
+def available_sides() -> list[str]:
+    """Every side whose libraries are importable here (GPU sides only with a GPU)."""
+    from gpuscale import machine
+    gpu = bool(machine.gpus())
+    need = {"dask-cudf": ("dask_cuda", "dask_cudf"), "gpuscale-gpu": ("dask_cuda", "dask_cudf"),
+            "polars-gpu": ("polars", "cudf_polars"), "duckdb": ("duckdb",)}
+    return [s for s in SIDES if (gpu or s not in GPU_SIDES)
+            and all(importlib.util.find_spec(m) for m in need.get(s, ()))]
+
+
+# ---------------------------------------------------------------------------------------
+# Timing and checking
+# ---------------------------------------------------------------------------------------
+def time_query(run, q, suite, folder, repeat: int, want: pd.DataFrame) -> dict:
+    """One warm-up, then ``repeat`` timed runs; the last answer checked against ``want``."""
+    try:
+        run(q, suite, folder)
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            got = run(q, suite, folder)
+            times.append(time.perf_counter() - t0)
+    except Exception as e:  # noqa: BLE001 - a side that cannot run a query is a row, not a stop
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"}
+    diff = queries.same_answer(got, want)
+    return {"median_s": statistics.median(times), "times_s": times, "valid": diff is None, "diff": diff}
+
+
+def references(sets) -> dict:
+    import pandas as pd
+    refs = {}
+    for suite, size, folder in sets:
+        tables = {t: pd.read_parquet(p) for t, p in paths(suite, folder).items()}
+        for q in suite.queries:
+            refs[(suite.name, size, q.name)] = queries.to_pandas(q.reference(tables))
+    return refs
+
+
+def run_all(args) -> dict:
+    sets = data_sets(args)
+    refs = references(sets)
+    sides = args.sides.split(",") if args.sides else available_sides()
+    cells: dict = {}
+    for side in sides:
+        with open_side(side) as run:
+            for suite, size, folder in sets:
+                for q in suite.queries:
+                    r = time_query(run, q, suite, folder, args.repeat, refs[(suite.name, size, q.name)])
+                    cells[f"{suite.name}|{size}|{q.name}|{side}"] = r
+                    print(f"{side:13s} {suite.name} {size} {q.name}: "
+                          f"{r.get('median_s', float('nan')):.4f} s {'ok' if r.get('valid') else r}", file=sys.stderr)
+    return {"sides": sides, "repeat": args.repeat,
+            "sets": [{"suite": s.name, "size": z, "queries": [(q.name, q.title) for q in s.queries]}
+                     for s, z, _ in sets], "cells": cells}
+
+
+# ---------------------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------------------
+RATIOS = (("gpu vs cpu", "dask-cpu", "gpuscale-gpu", "x faster than plain Dask on the CPU"),
+          ("/cudf", "gpuscale-gpu", "dask-cudf", "gpuscale's time over dask-cudf by hand's"),
+          ("/polars", "gpuscale-gpu", "polars-gpu", "gpuscale's time over Polars GPU's"),
+          ("/duckdb", "gpuscale-gpu", "duckdb", "gpuscale's time over DuckDB's"),
+          ("cpu/dask", "gpuscale-cpu", "dask-cpu", "gpuscale CPU session's time over plain Dask's"))
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def tables(d: dict) -> tuple[str, bool]:
+    """The printed tables (one per suite and size) and whether every answer was right."""
+    lines, ok = [], True
+    for s in d["sets"]:
+        sides = d["sides"]
+        ratios = [r for r in RATIOS if r[1] in sides and r[2] in sides]
+        head = ["query"] + [x[:12] for x in sides] + [r[0] for r in ratios]
+        rows, cols = [], {r[0]: [] for r in ratios}
+        for qname, _ in s["queries"]:
+            cell = {side: d["cells"][f"{s['suite']}|{s['size']}|{qname}|{side}"] for side in sides}
+            ok &= all(c.get("valid") for c in cell.values())
+            row = [qname] + [_fmt(c) for c in cell.values()]
+            for label, a, b, _ in ratios:
+                x = cell[a].get("median_s") if cell[a].get("valid") else None
+                y = cell[b].get("median_s") if cell[b].get("valid") else None
+                v = x / y if x and y else None
+                cols[label].append(v)
+                row.append(f"{v:.2f}" if v else "-")
+            rows.append(row)
+        rows.append(["geomean"] + [""] * len(sides) + [f"{geomean(cols[r[0]]):.2f}" for r in ratios])
+        widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
+        lines.append(f"\n{s['suite']} {s['size']}: median of {d['repeat']} warm runs, seconds "
+                     "(* wrong answer, E error)")
+        for r in [head] + rows:
+            lines.append("  ".join(str(v).rjust(w) for v, w in zip(r, widths)))
+    lines.append("\nratios: " + "; ".join(f"{r[0]}: {r[3]}" for r in RATIOS))
+    return "\n".join(lines), ok
+
+
+def _fmt(c: dict) -> str:
+    if "error" in c:
+        return "E"
+    return f"{c['median_s']:.3f}" + ("" if c["valid"] else "*")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--suites", default="h2o-groupby,h2o-join,tpch")
+    ap.add_argument("--h2o-rows", default="1e7", help="rows of the H2O data sets, comma-separated")
+    ap.add_argument("--tpch-scale", default="10", help="TPC-H scale factors, comma-separated")
+    ap.add_argument("--sides", default=None, help=f"comma-separated, from {', '.join(SIDES)}")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--data", default=None, help="where the data sets are made and kept (default: a temporary folder)")
+    ap.add_argument("--json", default=None, help="write every timing and check here")
+    args = ap.parse_args(argv)
+    with contextlib.ExitStack() as stack:
+        if args.data is None:
+            args.data = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuscale-queries-"))
+        d = run_all(args)
+    text, ok = tables(d)
+    print(text)
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(d, indent=1, default=str))
+    return 0 if ok else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
