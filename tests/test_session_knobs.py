@@ -85,3 +85,23 @@ def test_explain_and_the_record_name_the_session_shuffle(tasks_family, tmp_path)
         r = s.run("merge", rows=20_000, repeat=1, warmup=0, results_dir=str(tmp_path))
     assert r.valid
     assert r.explained["session"]["shuffle_method"] == planned
+
+
+@pytest.mark.gpu
+def test_a_user_merge_in_a_gpu_session_shuffles_on_the_device():
+    """The GPU family's task shuffle reaches a merge the user writes in the block: cuDF
+    partitions, no P2P transfer tasks, pandas' answer."""
+    pytest.importorskip("dask_cudf")
+    with gpuscale.session(backend="gpu") as s:
+        assert s.applied[0].value == "tasks" and s.applied[0].rule == "shuffle.family"
+        left = dd.from_dict({"k": LEFT.k.to_numpy(), "a": LEFT.a.to_numpy()}, npartitions=4)
+        right = dd.from_dict({"k": RIGHT.k.to_numpy(), "b": RIGHT.b.to_numpy()}, npartitions=3)
+        merged = left.merge(right, on="k")
+        assert type(merged._meta).__module__.startswith("cudf")
+        with get_task_stream(s.client) as ts:
+            got = merged.compute().to_pandas()
+        prefixes = {key_split(t["key"]) for t in ts.data}
+    assert _tasks_shuffle(prefixes), prefixes
+    want = LEFT.merge(RIGHT, on="k")
+    pd.testing.assert_frame_equal(got.sort_values(["k", "a"]).reset_index(drop=True),
+                                  want.sort_values(["k", "a"]).reset_index(drop=True), check_dtype=False)
