@@ -42,7 +42,7 @@ import pandas as pd
 import queries
 
 GPU_SIDES = ("dask-cudf", "gpuscale-gpu", "polars-gpu")
-SIDES = ("dask-cpu", "gpuscale-cpu", "dask-cudf", "gpuscale-gpu", "polars-gpu", "duckdb")
+SIDES = ("gpuscale-gpu", "dask-cudf", "polars-gpu", "duckdb", "dask-cpu", "gpuscale-cpu")
 SUITE_SCALES = {"h2o-groupby": "h2o_rows", "h2o-join": "h2o_rows", "tpch": "tpch_scale"}
 
 
@@ -152,12 +152,14 @@ def available_sides() -> list[str]:
 # ---------------------------------------------------------------------------------------
 # Timing and checking
 # ---------------------------------------------------------------------------------------
-def time_query(run, q, suite, folder, repeat: int, want: pd.DataFrame) -> dict:
-    """One warm-up, then ``repeat`` timed runs; the last answer checked against ``want``."""
+def time_query(run, q, suite, folder, repeat: int, max_time: float, want: pd.DataFrame) -> dict:
+    """One warm-up, then up to ``repeat`` timed runs, fewer where the next would take the
+    timed runs past ``max_time`` seconds (at least one); the last answer checked against
+    ``want``."""
     try:
         run(q, suite, folder)
-        times = []
-        for _ in range(repeat):
+        times: list[float] = []
+        while len(times) < repeat and (not times or sum(times) + times[-1] <= max_time):
             t0 = time.perf_counter()
             got = run(q, suite, folder)
             times.append(time.perf_counter() - t0)
@@ -169,31 +171,47 @@ def time_query(run, q, suite, folder, repeat: int, want: pd.DataFrame) -> dict:
 
 
 def references(sets) -> dict:
-    import pandas as pd
+    """pandas' answer to every query, computed once per data set and kept beside its data."""
     refs = {}
     for suite, size, folder in sets:
-        tables = {t: pd.read_parquet(p) for t, p in paths(suite, folder).items()}
+        tables = None
         for q in suite.queries:
-            refs[(suite.name, size, q.name)] = queries.to_pandas(q.reference(tables))
+            kept = folder / f"answer-{q.name}.parquet"
+            if not kept.exists():
+                if tables is None:
+                    tables = {t: pd.read_parquet(p) for t, p in paths(suite, folder).items()}
+                queries.to_pandas(q.reference(tables)).to_parquet(kept)
+            refs[(suite.name, size, q.name)] = pd.read_parquet(kept)
     return refs
 
 
 def run_all(args) -> dict:
     sets = data_sets(args)
     refs = references(sets)
+    if args.prepare_only:
+        return None
     sides = args.sides.split(",") if args.sides else available_sides()
-    cells: dict = {}
+    d = {"sides": sides, "repeat": args.repeat, "max_time": args.max_time,
+         "sets": [{"suite": s.name, "size": z, "queries": [(q.name, q.title) for q in s.queries]}
+                  for s, z, _ in sets], "cells": {}}
     for side in sides:
         with open_side(side) as run:
             for suite, size, folder in sets:
                 for q in suite.queries:
-                    r = time_query(run, q, suite, folder, args.repeat, refs[(suite.name, size, q.name)])
-                    cells[f"{suite.name}|{size}|{q.name}|{side}"] = r
+                    r = time_query(run, q, suite, folder, args.repeat, args.max_time,
+                                   refs[(suite.name, size, q.name)])
+                    d["cells"][f"{suite.name}|{size}|{q.name}|{side}"] = r
                     print(f"{side:13s} {suite.name} {size} {q.name}: "
                           f"{r.get('median_s', float('nan')):.4f} s {'ok' if r.get('valid') else r}", file=sys.stderr)
-    return {"sides": sides, "repeat": args.repeat,
-            "sets": [{"suite": s.name, "size": z, "queries": [(q.name, q.title) for q in s.queries]}
-                     for s, z, _ in sets], "cells": cells}
+                    if args.json:  # every cell measured so far survives an interruption
+                        _write(args.json, d)
+    return d
+
+
+def _write(path: str, d: dict) -> None:
+    tmp = pathlib.Path(f"{path}.tmp")
+    tmp.write_text(json.dumps(d, indent=1, default=str))
+    tmp.replace(path)
 
 
 # ---------------------------------------------------------------------------------------
@@ -231,7 +249,7 @@ def tables(d: dict) -> tuple[str, bool]:
             rows.append(row)
         rows.append(["geomean"] + [""] * len(sides) + [f"{geomean(cols[r[0]]):.2f}" for r in ratios])
         widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
-        lines.append(f"\n{s['suite']} {s['size']}: median of {d['repeat']} warm runs, seconds "
+        lines.append(f"\n{s['suite']} {s['size']}: median of up to {d['repeat']} warm runs, seconds "
                      "(* wrong answer, E error, c Polars' CPU engine: not in ratios)")
         for r in [head] + rows:
             lines.append("  ".join(str(v).rjust(w) for v, w in zip(r, widths)))
@@ -256,18 +274,24 @@ def main(argv=None) -> int:
     ap.add_argument("--h2o-rows", default="1e7", help="rows of the H2O data sets, comma-separated")
     ap.add_argument("--tpch-scale", default="10", help="TPC-H scale factors, comma-separated")
     ap.add_argument("--sides", default=None, help=f"comma-separated, from {', '.join(SIDES)}")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs per query after one warm-up")
+    ap.add_argument("--max-time", type=float, default=10.0,
+                    help="fewer timed runs where the next would take them past this many seconds (at least one)")
     ap.add_argument("--data", default=None, help="where the data sets are made and kept (default: a temporary folder)")
     ap.add_argument("--json", default=None, help="write every timing and check here")
+    ap.add_argument("--prepare-only", action="store_true",
+                    help="make the data sets and pandas' answers in --data, time nothing")
     args = ap.parse_args(argv)
     with contextlib.ExitStack() as stack:
         if args.data is None:
             args.data = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuscale-queries-"))
         d = run_all(args)
+    if d is None:
+        return 0
     text, ok = tables(d)
     print(text)
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps(d, indent=1, default=str))
+        _write(args.json, d)
     return 0 if ok else 3
 
 

@@ -152,41 +152,41 @@ QUERIES = (
           "SELECT l_returnflag, l_linestatus, sum(l_quantity) AS sum_qty, sum(l_extendedprice) AS sum_base_price, "
           f"sum({REVENUE}) AS sum_disc_price, sum({REVENUE} * (1 + l_tax)) AS sum_charge, "
           "avg(l_quantity) AS avg_qty, avg(l_extendedprice) AS avg_price, avg(l_discount) AS avg_disc, "
-          "count(l_orderkey) AS count_order FROM lineitem WHERE l_shipdate <= TIMESTAMP '1998-09-02 00:00:00' "
+          "count(l_orderkey) AS count_order FROM lineitem WHERE l_shipdate <= DATE '1998-09-02' "
           "GROUP BY l_returnflag, l_linestatus"),
     Query("t3", "shipping priority (3 tables, top 10)", q3,
           f"SELECT l_orderkey, o_orderdate, o_shippriority, sum({REVENUE}) AS revenue "
           "FROM customer JOIN orders ON c_custkey = o_custkey JOIN lineitem ON l_orderkey = o_orderkey "
-          "WHERE c_mktsegment = 'BUILDING' AND o_orderdate < TIMESTAMP '1995-03-15 00:00:00' "
-          "AND l_shipdate > TIMESTAMP '1995-03-15 00:00:00' GROUP BY l_orderkey, o_orderdate, o_shippriority "
+          "WHERE c_mktsegment = 'BUILDING' AND o_orderdate < DATE '1995-03-15' "
+          "AND l_shipdate > DATE '1995-03-15' GROUP BY l_orderkey, o_orderdate, o_shippriority "
           "ORDER BY revenue DESC LIMIT 10"),
     Query("t5", "local supplier volume (6 tables)", q5,
           f"SELECT n_name, sum({REVENUE}) AS revenue FROM customer JOIN orders ON c_custkey = o_custkey "
           "JOIN lineitem ON l_orderkey = o_orderkey JOIN supplier ON l_suppkey = s_suppkey "
           "AND c_nationkey = s_nationkey JOIN nation ON s_nationkey = n_nationkey "
           "JOIN region ON n_regionkey = r_regionkey WHERE r_name = 'ASIA' "
-          "AND o_orderdate >= TIMESTAMP '1994-01-01 00:00:00' AND o_orderdate < TIMESTAMP '1995-01-01 00:00:00' GROUP BY n_name"),
+          "AND o_orderdate >= DATE '1994-01-01' AND o_orderdate < DATE '1995-01-01' GROUP BY n_name"),
     Query("t6", "forecast revenue (filters)", q6,
           "SELECT sum(l_extendedprice * l_discount) AS value FROM lineitem "
-          "WHERE l_shipdate >= TIMESTAMP '1994-01-01 00:00:00' AND l_shipdate < TIMESTAMP '1995-01-01 00:00:00' "
+          "WHERE l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' "
           "AND l_discount >= 0.05 AND l_discount <= 0.07 AND l_quantity < 24"),
     Query("t10", "returned items (4 tables, top 20)", q10,
           f"SELECT c_custkey, c_name, c_acctbal, n_name, sum({REVENUE}) AS revenue "
           "FROM customer JOIN orders ON c_custkey = o_custkey JOIN lineitem ON l_orderkey = o_orderkey "
-          "JOIN nation ON c_nationkey = n_nationkey WHERE o_orderdate >= TIMESTAMP '1993-10-01 00:00:00' "
-          "AND o_orderdate < TIMESTAMP '1994-01-01 00:00:00' AND l_returnflag = 'R' "
+          "JOIN nation ON c_nationkey = n_nationkey WHERE o_orderdate >= DATE '1993-10-01' "
+          "AND o_orderdate < DATE '1994-01-01' AND l_returnflag = 'R' "
           "GROUP BY c_custkey, c_name, c_acctbal, n_name ORDER BY revenue DESC LIMIT 20"),
     Query("t12", "shipping modes (join, isin)", q12,
           "SELECT l_shipmode, sum(CASE WHEN o_orderpriority IN ('1-URGENT', '2-HIGH') THEN 1 ELSE 0 END) "
           "AS high_line_count, sum(CASE WHEN o_orderpriority NOT IN ('1-URGENT', '2-HIGH') THEN 1 ELSE 0 END) "
           "AS low_line_count FROM orders JOIN lineitem ON o_orderkey = l_orderkey "
           "WHERE l_shipmode IN ('MAIL', 'SHIP') AND l_commitdate < l_receiptdate AND l_shipdate < l_commitdate "
-          "AND l_receiptdate >= TIMESTAMP '1994-01-01 00:00:00' AND l_receiptdate < TIMESTAMP '1995-01-01 00:00:00' "
+          "AND l_receiptdate >= DATE '1994-01-01' AND l_receiptdate < DATE '1995-01-01' "
           "GROUP BY l_shipmode"),
     Query("t14", "promotion effect (string prefix)", q14,
           f"SELECT 100.0 * sum(CASE WHEN p_type LIKE 'PROMO%' THEN {REVENUE} ELSE 0 END) / sum({REVENUE}) "
           "AS value FROM lineitem JOIN part ON l_partkey = p_partkey "
-          "WHERE l_shipdate >= TIMESTAMP '1995-09-01 00:00:00' AND l_shipdate < TIMESTAMP '1995-10-01 00:00:00'"),
+          "WHERE l_shipdate >= DATE '1995-09-01' AND l_shipdate < DATE '1995-10-01'"),
     Query("t16", "parts/supplier (anti-join, nunique)", q16,
           "SELECT p_brand, p_type, p_size, count(*) AS supplier_cnt FROM (SELECT DISTINCT p_brand, p_type, p_size, "
           "ps_suppkey FROM partsupp JOIN part ON p_partkey = ps_partkey LEFT JOIN (SELECT s_suppkey FROM supplier "
