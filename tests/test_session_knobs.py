@@ -105,3 +105,20 @@ def test_a_user_merge_in_a_gpu_session_shuffles_on_the_device():
     want = LEFT.merge(RIGHT, on="k")
     pd.testing.assert_frame_equal(got.sort_values(["k", "a"]).reset_index(drop=True),
                                   want.sort_values(["k", "a"]).reset_index(drop=True), check_dtype=False)
+
+
+def test_a_trace_of_user_code_shows_its_shuffle_and_merge_time_and_the_applied_knob(tasks_family, tmp_path):
+    """``s.trace`` of a user's merge: the summary adds up shuffle and merge task time, names the
+    shuffle the session applied, and the rendered summary shows both."""
+    from gpuscale.trace import load
+    from gpuscale.trace.render import summary_rows
+    with gpuscale.session(backend="cputasks", **SMALL) as s:
+        with s.trace(str(tmp_path / "t")):
+            _user_merge(s)
+    summary = load(tmp_path / "t")
+    ops = summary.operations
+    assert ops["shuffle"]["tasks"] > 0 and ops["merge"]["tasks"] > 0 and ops["read"]["tasks"] > 0
+    assert sum(o["tasks"] for o in ops.values()) == summary.tasks
+    assert any("dataframe.shuffle.method = tasks" in n and "shuffle.family" in n for n in summary.notes)
+    rows = dict(summary_rows(summary))
+    assert "  shuffle" in rows and "  merge" in rows

@@ -311,6 +311,8 @@ class Session:
         ``.summary`` holds the summary after the block. An error in the block writes nothing."""
         self._require_open()
         with self._capture(directory) as tracer, tracer.phase(phase):
+            tracer.notes += [f"the session applied {a.dask_key} = {a.value} ({a.source}, rule {a.rule})"
+                             for a in self.applied]
             with audit_mod.audit(self.client, self.family, phase=phase) as a:  # summary.json's "audit"
                 yield tracer
             tracer.audit = a.summary

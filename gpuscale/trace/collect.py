@@ -215,6 +215,8 @@ class Capture:
         self.audit: dict[str, Any] | None = None
         """The backend audit of the window (:mod:`gpuscale.audit`), set by Session.run /
         Session.trace before exit; summary.json's ``audit`` section."""
+        self.notes: list[str] = []
+        """Lines a caller adds to the summary's notes (a session: the Dask settings it applied)."""
         self._depth = 0
         self._offset = 0.0
         self.clock: dict[str, float] = {}
@@ -376,7 +378,7 @@ class Capture:
         files["comm"] = "comm.json"
         files["index"] = "index.html"
         files["summary"] = "summary.json"
-        notes = list(col["notes"])
+        notes = list(col["notes"]) + self.notes
         if col["scheduler"]["lost_tasks"]:
             notes.append(f"{col['scheduler']['lost_tasks']} task(s) fell out of the scheduler's task "
                          "stream buffer (distributed.scheduler.dashboard.tasks.task-stream-length)")

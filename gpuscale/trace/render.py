@@ -46,6 +46,8 @@ def summary_rows(s: Summary) -> list[tuple[str, str]]:
                             f"in flight {s.transfer_share * 100:.1f}% of wall")]
     if s.p2p_bytes_sent:
         rows.append(("P2P bytes sent", _fmt_bytes(s.p2p_bytes_sent)))
+    for kind, o in s.operations.items():
+        rows.append((f"  {kind}", f"{_fmt_s(o['seconds'])} ({o['share'] * 100:.1f}%), {o['tasks']} task(s)"))
     for g in s.top_task_groups:
         rows.append((f"  group {g['name']}", f"{_fmt_s(g['seconds'])} ({g['share'] * 100:.1f}%), {g['tasks']} task(s)"))
     for p in s.pairs:

@@ -29,6 +29,18 @@ SCHEMA = "gpuscale.trace"
 SCHEMA_VERSION = 1
 FILES = ("performance-report.html", "trace.json", "comm.json", "summary.json", "index.html")
 TOP_GROUPS = 10
+OPERATIONS: dict[str, tuple[str, ...]] = {
+    "shuffle": ("shuffle-transfer", "hash-join-transfer", "shuffle-barrier", "p2pshuffle", "split-taskshuffle",
+                "group-taskshuffle", "taskshuffle", "shuffle-split", "shuffle-group", "disk-shuffle"),
+    "merge": ("hashjoinp2p", "blockwisemerge", "broadcastjoin", "merge", "join"),
+    "read": ("readparquet", "fusedparquetio", "fusedio", "read-parquet", "readcsv", "read-csv", "frompandas",
+             "fromdict", "frommap"),
+}
+"""Task-group prefixes (``dask.utils.key_split`` of the group's name) by the kind of operation
+they belong to: a trace's ``operations`` adds up each kind's task time, so a slow shuffle or
+merge in the user's own code stands out."""
+SLOW_SHARE = 0.5
+"""A kind of operation above this share of the task time gets a note in the summary."""
 
 
 class Summary(BaseModel):
@@ -68,6 +80,9 @@ class Summary(BaseModel):
     notes: list[str] = Field(default_factory=list)
     audit: dict[str, Any] | None = None
     """The backend audit of the window (schema ``gpuscale.audit``; ``gpuscale audit report DIR``)."""
+    operations: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Task time by kind of operation (:data:`OPERATIONS`): ``{"shuffle": {"seconds", "tasks",
+    "share"}, ...}``; groups of no listed kind count as ``other``."""
     clock: dict[str, Any] = Field(default_factory=dict)
     """Clock alignment: ``client`` (offset of the client's phase marks to the scheduler's
     clock, and the round trip it was measured over) and, per worker, the range of Dask's own
@@ -186,6 +201,10 @@ def build(window: tuple[float, float], phases: list[dict], tasks: list[dict], wo
     compute_s = length(compute_u)
     transfer_s = length(minus(transfer_u, compute_u))
     top = sorted(groups.items(), key=lambda kv: -kv[1]["seconds"])[:TOP_GROUPS]
+    ops = operations(groups, task_thread_s)
+    notes = notes + [f"{kind}s took {o['share'] * 100:.0f}% of the task time ({o['tasks']} task(s)): the "
+                     "trace's operations and top task groups show which" for kind, o in ops.items()
+                     if kind != "other" and o["share"] > SLOW_SHARE]
     mem = {a: {"name": workers.get(a, {}).get("name", a), **m} for a, m in sorted(memory.items())}
     busy = comm["transfer_busy_s"]
     return Summary(
@@ -205,7 +224,29 @@ def build(window: tuple[float, float], phases: list[dict], tasks: list[dict], wo
         phases=[{"name": p["name"], "start_s": p["start"] - t0, "duration_s": p["stop"] - p["start"],
                  "depth": p["depth"], **({"args": p["args"]} if p.get("args") else {})}
                 for p in sorted(phases, key=lambda p: (p["start"], p["depth"]))],
-        files=files, notes=notes, clock=clock or {})
+        operations=ops, files=files, notes=notes, clock=clock or {})
+
+
+def operation_of(group: str) -> str:
+    """The kind of operation (:data:`OPERATIONS`) a task group belongs to, or ``other``."""
+    from dask.utils import key_split
+    prefix = key_split(group)
+    for kind, prefixes in OPERATIONS.items():
+        if prefix in prefixes or any(prefix.startswith(p + "-") for p in prefixes):
+            return kind
+    return "other"
+
+
+def operations(groups: dict[str, dict[str, Any]], task_thread_s: float) -> dict[str, dict[str, Any]]:
+    """Task time and tasks by kind of operation, each with its share of all task time."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, g in groups.items():
+        o = out.setdefault(operation_of(name), {"seconds": 0.0, "tasks": 0})
+        o["seconds"] += g["seconds"]
+        o["tasks"] += g["tasks"]
+    for o in out.values():
+        o["share"] = o["seconds"] / task_thread_s if task_thread_s else 0.0
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["seconds"]))
 
 
 # ---------------------------------------------------------------------------------------
