@@ -187,6 +187,9 @@ def cluster_options(f):
         click.option("--credentials", metavar="PATH",
                      help="TLS credentials of a client (the *.tls.pem file `cluster up` writes beside its "
                           "scheduler file; default: the one beside --scheduler-file)"),
+        click.option("--trust-cluster-files", is_flag=True, default=None,
+                     help="use a scheduler file / credentials that another user can change (a cluster "
+                          "can run code in its clients; default: refused)"),
         click.option("--message-interval", metavar="auto|dask|DURATION",
                      help="how long Dask's batched control streams wait between sends (auto: 2 ms; dask: "
                           "distributed's 10/5/2/2 ms; e.g. 2ms)"),
@@ -198,7 +201,7 @@ def cluster_options(f):
 
 CLUSTER_KEYS = ("backend", "protocol", "scheduler", "scheduler_file", "workers", "threads_per_worker",
                 "memory_limit", "device_memory_limit", "device_spill", "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "host",
-                "security", "credentials", "deploy", "ssh_hosts", "slurm_jobs", "message_interval")
+                "security", "credentials", "trust_cluster_files", "deploy", "ssh_hosts", "slurm_jobs", "message_interval")
 AUTO_REPEAT_KEYS = ("target_error", "max_repeats", "max_time")
 PREFLIGHT_KEYS = ("bandwidth_probe",)
 

@@ -1,0 +1,143 @@
+"""Safe on a machine shared with other users: a second real user (uid nobody, through
+setpriv) plants links and files, owns scheduler files, writes profiles; gpuscale refuses in
+one line, never writes through a link, never trusts another user's cluster unasked, and
+reads YAML and environment input with bounds. Real files, real uids, real processes."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from conftest import _clean_environ
+from test_dashboard import assert_one_error_line
+from test_security import _other_uid
+
+pytestmark = pytest.mark.timeout(240)
+
+BOMB = """version: 1
+gpuscale:
+  cluster:
+    gpus: &a [&b [&c [&d [&e [&f [&g [&h [&i [1, 1, 1, 1, 1, 1, 1, 1, 1], *i, *i, *i, *i, *i, *i, *i, *i],
+      *h, *h, *h, *h, *h, *h, *h, *h], *g, *g, *g, *g, *g, *g, *g, *g], *f, *f, *f, *f, *f, *f, *f, *f],
+      *e, *e, *e, *e, *e, *e, *e, *e], *d, *d, *d, *d, *d, *d, *d, *d], *c, *c, *c, *c, *c, *c, *c, *c],
+      *b, *b, *b, *b, *b, *b, *b, *b]
+"""
+"""A "billion laughs" profile: under 1 KB, 9^9 (387 million) values with its aliases expanded."""
+
+
+@pytest.fixture
+def shared():
+    """A folder every user may write, like /tmp (mode 1777: the sticky bit keeps users from
+    replacing each other's files), inside a folder others may enter."""
+    top = pathlib.Path(tempfile.mkdtemp(prefix="gpuscale-shared-"))
+    top.chmod(0o755)
+    folder = top / "shared"
+    folder.mkdir()
+    folder.chmod(0o1777)
+    yield folder
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def as_nobody(*cmd: str, cwd=None) -> subprocess.CompletedProcess:
+    """``cmd`` run by uid nobody (skips unless this process is root)."""
+    p = subprocess.run([*_other_uid(), *map(str, cmd)], capture_output=True, text=True, timeout=60,
+                       cwd=str(cwd or "/"))
+    assert p.returncode == 0, (cmd, p.stdout, p.stderr)
+    return p
+
+
+def peak_rss_mb(args: list[str], cwd) -> tuple[subprocess.CompletedProcess, float]:
+    """Run ``python -m gpuscale *args`` under a fresh parent that reports its children's peak
+    resident memory (``RUSAGE_CHILDREN``: this test process's own children do not count)."""
+    code = ("import resource, subprocess, sys\n"
+            "p = subprocess.run([sys.executable, '-m', 'gpuscale', *sys.argv[1:]], capture_output=True, text=True)\n"
+            "sys.stderr.write(p.stderr)\nsys.stdout.write(p.stdout)\n"
+            "print('PEAK_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+            "sys.exit(p.returncode)\n")
+    p = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                       timeout=120, cwd=str(cwd), env=_clean_environ())
+    err = p.stderr.splitlines()
+    peak = [line for line in err if line.startswith("PEAK_KB ")]
+    assert peak, p.stderr
+    p.stderr = "\n".join(line for line in err if not line.startswith("PEAK_KB ")) + "\n"
+    return p, int(peak[0].split()[1]) / 1024
+
+
+# ---------------------------------------------------------------------------------------
+# bounded input
+# ---------------------------------------------------------------------------------------
+def test_an_alias_bomb_profile_is_refused_in_one_line_and_little_memory(tmp_path):
+    prof = tmp_path / "bomb.yaml"
+    prof.write_text(BOMB)
+    assert len(BOMB) < 1024
+    p, peak = peak_rss_mb(["cluster", "show", "--backend", "cpu", "--profile", prof], tmp_path)
+    assert_one_error_line(p, str(prof), "more than 100,000 values", "aliases")
+    assert peak < 200, f"peak resident memory {peak:.0f} MB"
+
+
+def test_an_alias_bomb_bench_spec_is_refused_in_one_line(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(BOMB.replace("version: 1", "workloads: {svd: {}}"))
+    p, peak = peak_rss_mb(["bench", spec, "--out", tmp_path / "out"], tmp_path)
+    assert_one_error_line(p, str(spec), "more than 100,000 values")
+    assert peak < 200, f"peak resident memory {peak:.0f} MB"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text, needles", [
+    ("version: 1\ngpuscale:\n  cluster:\n    gpus: &a [*a]\n", ("alias that refers to itself", "line 4")),
+    ("version: 1\ngpuscale:\n  cluster:\n    gpus: " + "[" * 20000 + "]" * 20000 + "\n", ("nested too deeply",)),
+    ("version: 1\n#" + "x" * (1 << 20) + "\n", ("more than the 1,048,576", "at most 1024 KiB")),
+])
+def test_a_hostile_profile_is_refused_before_it_is_used(cli, tmp_path, text, needles):
+    prof = tmp_path / "p.yaml"
+    prof.write_text(text)
+    assert_one_error_line(cli("cluster", "show", "--backend", "cpu", "--profile", prof), str(prof), *needles)
+
+
+def test_a_1mb_environment_value_is_one_short_line(tmp_path):
+    """A variable of 1 MB (more than one exec argument may carry, so it is set inside the
+    process, as a notebook or a wrapper would) and one of 120,000 digits through exec."""
+    code = ("import os, sys\nos.environ['DASK_GPUSCALE__CLUSTER__WORKERS'] = '9' * 1_000_000\n"
+            "sys.argv = ['gpuscale', 'cluster', 'show', '--backend', 'cpu']\n"
+            "from gpuscale import cli\ncli.main()\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       cwd=str(tmp_path), env=_clean_environ())
+    line = assert_one_error_line(p, "gpuscale.cluster.workers", "1,000,000 characters",
+                                 "DASK_GPUSCALE__CLUSTER__WORKERS")
+    assert len(line) < 300, len(line)
+    p = subprocess.run([sys.executable, "-m", "gpuscale", "explain", "svd", "--backend", "cpu"], capture_output=True,
+                       text=True, timeout=60, cwd=str(tmp_path),
+                       env=_clean_environ({"DASK_GPUSCALE__CLUSTER__THREADS_PER_WORKER": "x" * 120_000}))
+    assert len(assert_one_error_line(p, "120,000 characters", "threads-per-worker")) < 300
+
+
+def test_a_long_bench_spec_value_is_cut(cli, tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("workloads:\n  svd:\n    sizes: [{rows: " + "x" * 100_000 + "}]\n")
+    line = assert_one_error_line(cli("bench", spec, "--out", tmp_path / "out"), str(spec), "--rows")
+    assert len(line) < 600, len(line)
+
+
+def test_a_profile_others_can_write_is_used_with_a_warning(shared, tmp_path):
+    """Planted by uid nobody in a shared folder: gpuscale says so in one warning line, then
+    uses it (what it says is what the run will do)."""
+    prof = shared / "theirs.yaml"
+    as_nobody("sh", "-c", f"printf 'version: 1\\ngpuscale:\\n  cluster:\\n    workers: 3\\n' > {prof}")
+    p = subprocess.run([sys.executable, "-m", "gpuscale", "cluster", "show", "--backend", "cpu", "--profile", str(prof),
+                        "--json"], capture_output=True, text=True, timeout=60, cwd=str(tmp_path), env=_clean_environ())
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["sources"]["cluster.workers"] == "profile"
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuscale: warning: profile ") and "uid 65534" in lines[0], p.stderr
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("version: 1\ngpuscale:\n  cluster:\n    workers: 3\n")
+    p = subprocess.run([sys.executable, "-m", "gpuscale", "cluster", "show", "--backend", "cpu", "--profile", str(mine)],
+                       capture_output=True, text=True, timeout=60, cwd=str(tmp_path), env=_clean_environ())
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
