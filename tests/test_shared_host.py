@@ -14,8 +14,8 @@ import tempfile
 
 import pytest
 
-from conftest import _clean_environ
-from test_dashboard import assert_one_error_line
+from conftest import _clean_environ, files_under
+from test_dashboard import Proc, assert_one_error_line
 from test_security import _other_uid
 
 pytestmark = pytest.mark.timeout(240)
@@ -29,6 +29,21 @@ gpuscale:
       *b, *b, *b, *b, *b, *b, *b, *b]
 """
 """A "billion laughs" profile: under 1 KB, 9^9 (387 million) values with its aliases expanded."""
+
+
+@pytest.fixture
+def open_folder():
+    """A folder anyone may write, without the sticky bit (mode 0777, as a careless shared
+    folder is), beside a root-owned canary file that must never change."""
+    top = pathlib.Path(tempfile.mkdtemp(prefix="gpuscale-open-"))
+    top.chmod(0o755)
+    folder = top / "open"
+    folder.mkdir()
+    folder.chmod(0o777)
+    canary = top / "canary"
+    canary.write_text("canary\n")
+    yield folder, canary
+    shutil.rmtree(top, ignore_errors=True)
 
 
 @pytest.fixture
@@ -67,6 +82,61 @@ def peak_rss_mb(args: list[str], cwd) -> tuple[subprocess.CompletedProcess, floa
     assert peak, p.stderr
     p.stderr = "\n".join(line for line in err if not line.startswith("PEAK_KB ")) + "\n"
     return p, int(peak[0].split()[1]) / 1024
+
+
+def up_refused(folder: pathlib.Path, sched: pathlib.Path, *extra: str) -> subprocess.CompletedProcess:
+    """``cluster up --scheduler-file sched``, which is to refuse before starting anything;
+    one that starts a cluster instead is stopped after 60 s (and the caller's checks fail)."""
+    up = Proc("cluster", "up", "--backend", "cpu", "--workers", "1", "--scheduler-file", sched, *extra, cwd=folder)
+    try:
+        rc = up.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        rc = None
+    finally:
+        up.kill_group()
+    return subprocess.CompletedProcess(up.p.args, rc, up.text("out"), up.text("err") + "\n")
+
+
+# ---------------------------------------------------------------------------------------
+# never through a link
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("planted, what", [(".s.json.lock", "lock file"), ("s.json", "scheduler file"),
+                                           ("s.tls.pem", "credentials file")])
+def test_cluster_up_refuses_a_link_planted_by_another_user(open_folder, planted, what):
+    """uid nobody links a name `cluster up --scheduler-file open/s.json` will write to a
+    root-owned file; root's `cluster up` refuses in one line, and the file is untouched."""
+    folder, canary = open_folder
+    as_nobody("ln", "-s", canary, folder / planted)
+    p = up_refused(folder, folder / "s.json")
+    line = assert_one_error_line(p, f"{what} {folder / planted} is a symbolic link", f"to {canary}",
+                                 "uid 65534", "never writes through a link")
+    assert canary.read_text() == "canary\n"
+    assert sorted(f.name for f in folder.iterdir()) == [planted], line
+
+
+def test_cluster_up_refuses_another_users_lock_file(open_folder):
+    folder, _ = open_folder
+    as_nobody("sh", "-c", f"echo 1 > {folder / '.s.json.lock'}")
+    p = up_refused(folder, folder / "s.json")
+    assert_one_error_line(p, f"lock file {folder / '.s.json.lock'} belongs to uid 65534")
+
+
+def test_a_record_is_never_written_through_a_link(open_folder, cli):
+    """--output and the bench folder's files: a link planted where they go is refused."""
+    folder, canary = open_folder
+    as_nobody("ln", "-s", canary, folder / "out.npy")
+    p = cli("run", "svd", "--backend", "cpu", "--workers", "1", "--rows", "2000", "--cols", "5", "--repeat", "1",
+            "--warmup", "0", "--output", folder / "out.npy", "--overwrite", "--results-dir", folder / "res")
+    assert_one_error_line(p, f"{folder / 'out.npy'} is a symbolic link", "uid 65534")
+    assert canary.read_text() == "canary\n" and not (folder / "res").exists()
+    res = folder / "res"
+    p = cli("run", "svd", "--backend", "cpu", "--workers", "1", "--rows", "2000", "--cols", "5", "--repeat", "1",
+            "--warmup", "0", "--results-dir", res)
+    assert p.returncode == 0, p.stderr
+    res.chmod(0o777)
+    as_nobody("ln", "-s", canary, res / "report.html")
+    assert_one_error_line(cli("results", "chart", res), f"report {res / 'report.html'} is a symbolic link")
+    assert canary.read_text() == "canary\n"
 
 
 # ---------------------------------------------------------------------------------------
@@ -141,3 +211,76 @@ def test_a_profile_others_can_write_is_used_with_a_warning(shared, tmp_path):
     p = subprocess.run([sys.executable, "-m", "gpuscale", "cluster", "show", "--backend", "cpu", "--profile", str(mine)],
                        capture_output=True, text=True, timeout=60, cwd=str(tmp_path), env=_clean_environ())
     assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# never trusting another user's cluster unasked
+# ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def served_tls():
+    """One `cluster up --scheduler-file` (TLS) of this user's, in a folder of its own."""
+    from test_security import start_up
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="gpuscale-mine-"))
+    folder.chmod(0o755)
+    try:
+        up, d = start_up(folder, "--scheduler-file", folder / "scheduler.json")
+        yield d
+        up.kill_group()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _planted_by_nobody(shared: pathlib.Path, d: dict) -> pathlib.Path:
+    """uid nobody's scheduler file and credentials in the shared folder, naming the served
+    cluster (the credentials copied for it: in the attack, nobody's cluster makes its own)."""
+    creds = shared / "theirs.tls.pem"
+    shutil.copyfile(d["credentials"], creds)
+    os.chown(creds, 65534, 65534)
+    as_nobody("sh", "-c", f"echo '{json.dumps({'address': d['scheduler']})}' > {shared / 'theirs.json'}")
+    return shared / "theirs.json"
+
+
+RUN = ("run", "svd", "--backend", "cpu", "--rows", "20000", "--cols", "20", "--repeat", "1", "--warmup", "0")
+
+
+def test_a_scheduler_file_of_another_user_is_refused_unless_trusted(served_tls, shared, cli, tmp_path):
+    sched = _planted_by_nobody(shared, served_tls)
+    line = assert_one_error_line(cli(*RUN, "--scheduler-file", sched, timeout=120),
+                                 f"scheduler file {sched} could be written by another user",
+                                 "owned by uid 65534", "could run code in this process", "--trust-cluster-files")
+    assert len(line) < 400
+    p = cli(*RUN, "--scheduler-file", sched, "--trust-cluster-files", "--json", "--results-dir", tmp_path / "res",
+            timeout=180)
+    assert p.returncode == 0, p.stderr
+    rec = json.loads(p.stdout)
+    assert rec["valid"] is True and rec["cluster"]["tls"] is True
+    assert rec["settings_sources"]["cluster.trust-files"] == "flag"
+    p = cli("explain", "svd", "--backend", "cpu", "--scheduler-file", sched, "--json",
+            env={"DASK_GPUSCALE__CLUSTER__TRUST_FILES": "true"}, timeout=120)
+    assert p.returncode == 0, p.stderr
+
+
+def test_credentials_of_another_user_are_refused_unless_trusted(served_tls, shared, cli):
+    _planted_by_nobody(shared, served_tls)
+    creds = shared / "theirs.tls.pem"
+    assert_one_error_line(cli("explain", "svd", "--backend", "cpu", "--scheduler", served_tls["scheduler"],
+                              "--credentials", creds, timeout=120),
+                          f"credentials file {creds} could be written by another user", "uid 65534",
+                          "--trust-cluster-files")
+    assert_one_error_line(cli("cluster", "down", served_tls["scheduler"], "--credentials", creds, timeout=60),
+                          f"credentials file {creds}", "uid 65534")
+
+
+@pytest.mark.parametrize("case", ["file writable by others", "folder writable by others"])
+def test_a_scheduler_file_others_can_change_is_refused(served_tls, open_folder, shared, cli, case):
+    """This user's own files, but ones another user could rewrite or replace."""
+    folder = open_folder[0] if case.startswith("folder") else shared
+    sched = folder / "s.json"
+    sched.write_text(json.dumps({"address": served_tls["scheduler"]}))
+    shutil.copyfile(served_tls["credentials"], folder / "s.tls.pem")
+    if case.startswith("file"):
+        sched.chmod(0o666)
+    needle = "writable by others (mode 0666)" if case.startswith("file") else f"its folder {folder} is writable"
+    assert_one_error_line(cli("explain", "svd", "--backend", "cpu", "--scheduler-file", sched, timeout=120),
+                          f"scheduler file {sched}", needle, "--trust-cluster-files")
+    assert_one_error_line(cli("cluster", "down", "--scheduler-file", sched, timeout=60), needle)
