@@ -44,8 +44,14 @@ def who_else_can_change(path: str | os.PathLike, st: os.stat_result | None = Non
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"it is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} " \
                f"(mode {stat.S_IMODE(st.st_mode):04o})"
-    folder = p.absolute().parent
+    return folder_problem(p.absolute().parent)
+
+
+def folder_problem(folder: str | os.PathLike) -> str | None:
+    """Why another user can replace the files in ``folder``, or None: it is owned by another
+    uid than this user's or root's, or group / others may write it without the sticky bit."""
     fst = os.stat(folder)
+    me = os.geteuid()
     if fst.st_uid not in (me, 0):
         return f"its folder {folder} is owned by uid {fst.st_uid} ({_user(fst.st_uid)})"
     if fst.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not fst.st_mode & stat.S_ISVTX:
@@ -77,16 +83,18 @@ def read_trusted(path: str | os.PathLike, what: str, trusted: bool) -> bytes:
         return f.read()
 
 
-def warn_if_others_can_change(path: str | os.PathLike, what: str) -> None:
+def warn_if_others_can_change(path: str | os.PathLike, what: str, *, folder: bool = False) -> None:
     """One warning line on stderr when another user can change ``path`` (a profile, a bench
-    spec): what it says is what this process will do."""
+    spec: what it says is what this process will do), or (``folder``) replace the files in
+    ``path``'s folder (where ``cluster up`` writes a scheduler file its clients would refuse)."""
     try:
-        why = who_else_can_change(path)
+        why = folder_problem(pathlib.Path(path).absolute().parent) if folder else who_else_can_change(path)
     except OSError:
         return
     if why:
-        sys.stderr.write(f"gpuscale: warning: {what} {path} could be changed by another user: {why}; "
-                         "keep it in a folder only you can write (chmod go-w)\n")
+        then = ("clients refuse a scheduler file there unless they pass " + TRUST_FLAG if folder
+                else "keep it in a folder only you can write (chmod go-w)")
+        sys.stderr.write(f"gpuscale: warning: {what} {path} could be changed by another user: {why}; {then}\n")
         sys.stderr.flush()
 
 

@@ -14,7 +14,9 @@ import tempfile
 
 import pytest
 
-from conftest import _clean_environ, files_under
+from gpuscale import UserError, trust
+
+from conftest import _clean_environ
 from test_dashboard import Proc, assert_one_error_line
 from test_security import _other_uid
 
@@ -122,7 +124,8 @@ def test_cluster_up_refuses_another_users_lock_file(open_folder):
 
 
 def test_a_record_is_never_written_through_a_link(open_folder, cli):
-    """--output and the bench folder's files: a link planted where they go is refused."""
+    """--output, a bench folder's files and --trace: a link (or another user's folder)
+    planted where they go is refused."""
     folder, canary = open_folder
     as_nobody("ln", "-s", canary, folder / "out.npy")
     p = cli("run", "svd", "--backend", "cpu", "--workers", "1", "--rows", "2000", "--cols", "5", "--repeat", "1",
@@ -137,6 +140,13 @@ def test_a_record_is_never_written_through_a_link(open_folder, cli):
     as_nobody("ln", "-s", canary, res / "report.html")
     assert_one_error_line(cli("results", "chart", res), f"report {res / 'report.html'} is a symbolic link")
     assert canary.read_text() == "canary\n"
+    as_nobody("mkdir", folder / "empty")
+    as_nobody("ln", "-s", folder / "empty", folder / "trace")
+    p = cli("run", "svd", "--backend", "cpu", "--workers", "1", "--rows", "2000", "--cols", "5", "--repeat", "1",
+            "--warmup", "0", "--trace", folder / "trace", "--results-dir", res)
+    assert_one_error_line(p, f"trace dir {folder / 'trace'} is a symbolic link", "uid 65534")
+    assert_one_error_line(cli("run", "svd", "--backend", "cpu", "--trace", folder / "empty"),
+                          f"trace dir {folder / 'empty'} belongs to uid 65534")
 
 
 # ---------------------------------------------------------------------------------------
@@ -169,6 +179,17 @@ def test_a_hostile_profile_is_refused_before_it_is_used(cli, tmp_path, text, nee
     prof = tmp_path / "p.yaml"
     prof.write_text(text)
     assert_one_error_line(cli("cluster", "show", "--backend", "cpu", "--profile", prof), str(prof), *needles)
+
+
+def test_aliases_within_the_limit_are_read(cli, tmp_path):
+    prof = tmp_path / "p.yaml"
+    prof.write_text("version: 1\ngpuscale:\n  cluster:\n    workers: &n 2\n    threads-per-worker: *n\n")
+    p = cli("cluster", "show", "--backend", "cpu", "--profile", prof, "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["settings"]["cluster"]["threads-per-worker"] == 2
+    assert trust.load_yaml("a: &a [1, 2, 3]\nb: [*a, *a, *a]\n", "x") == {"a": [1, 2, 3], "b": [[1, 2, 3]] * 3}
+    with pytest.raises(UserError, match="x holds more than 12 values"):  # 4 + 1 + 3 x 4 + 3 keys and values
+        trust.load_yaml("a: &a [1, 2, 3]\nb: [*a, *a, *a]\n", "x", limit=12)
 
 
 def test_a_1mb_environment_value_is_one_short_line(tmp_path):
@@ -284,3 +305,26 @@ def test_a_scheduler_file_others_can_change_is_refused(served_tls, open_folder, 
     assert_one_error_line(cli("explain", "svd", "--backend", "cpu", "--scheduler-file", sched, timeout=120),
                           f"scheduler file {sched}", needle, "--trust-cluster-files")
     assert_one_error_line(cli("cluster", "down", "--scheduler-file", sched, timeout=60), needle)
+
+
+def test_a_bench_spec_others_can_write_is_read_with_a_warning(shared, cli):
+    spec = shared / "spec.yaml"
+    as_nobody("sh", "-c", f"printf 'workloads: {{svd: {{}}}}\\nbogus: 1\\n' > {spec}")
+    p = cli("bench", spec, "--out", shared / "out")
+    assert p.returncode == 2, p.stderr
+    warning, error = p.stderr.splitlines()
+    assert warning.startswith(f"gpuscale: warning: bench spec {spec} could be changed by another user"), warning
+    assert "uid 65534" in warning and error.startswith("gpuscale: error: ") and "unknown key 'bogus'" in error
+
+
+def test_cluster_up_warns_of_a_folder_others_can_write(open_folder):
+    """Its own clients would refuse the scheduler file there: `cluster up` says so as it starts."""
+    from test_security import start_up
+    folder, _ = open_folder
+    up, d = start_up(folder, "--scheduler-file", folder / "s.json", "--security", "off")
+    try:
+        warnings = [line for _, line in up.lines["err"] if line.startswith("gpuscale: warning:")]
+        assert len(warnings) == 1 and f"its folder {folder} is writable by others" in warnings[0], warnings
+        assert "--trust-cluster-files" in warnings[0]
+    finally:
+        up.kill_group()

@@ -48,7 +48,7 @@ def umask() -> int:
     return mask
 
 
-def _refusal(path, what: str, st: os.stat_result) -> UserError | None:
+def _refusal(path, what: str, st: os.stat_result, folder: bool = False) -> UserError | None:
     if stat.S_ISLNK(st.st_mode):
         try:
             target = os.readlink(path)
@@ -57,20 +57,23 @@ def _refusal(path, what: str, st: os.stat_result) -> UserError | None:
         return UserError(f"{what} {path} is a symbolic link (to {target}, made by uid {st.st_uid})", REFUSED_FIX)
     if st.st_uid != os.geteuid():
         return UserError(f"{what} {path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})", REFUSED_FIX)
+    if folder and stat.S_ISDIR(st.st_mode):
+        return None
     if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
         return UserError(f"{what} {path} is not a plain file of its own (a hard link or a special file)",
                          REFUSED_FIX)
     return None
 
 
-def check_target(path: str | os.PathLike, what: str = "file") -> None:
+def check_target(path: str | os.PathLike, what: str = "file", folder: bool = False) -> None:
     """Refuse (UserError, one line naming ``what``) a link, another user's file, a hard link
-    or a special file at ``path``; nothing there, or a plain file of this user's, passes."""
+    or a special file at ``path``; nothing there, or a plain file (``folder``: a folder) of
+    this user's, passes."""
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return
-    refused = _refusal(path, what, st)
+    refused = _refusal(path, what, st, folder)
     if refused is not None:
         raise refused
 

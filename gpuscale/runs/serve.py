@@ -112,6 +112,8 @@ def check_scheduler_file(path: str | os.PathLike, credentials: bool = False) -> 
     atomic.check_target(_lock_path(p), "lock file")
     if credentials:
         atomic.check_target(security.beside(p), "credentials file")
+    from .. import trust
+    trust.warn_if_others_can_change(p, "scheduler file", folder=True)
     return p
 
 
