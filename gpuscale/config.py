@@ -453,7 +453,8 @@ def load_profile(name_or_path: str) -> tuple[str, dict]:
     """Read a profile: ``version: 1`` plus a ``gpuscale:`` mapping. Returns (label, settings)."""
     from . import trust
     path = _profile_path(name_or_path)
-    trust.warn_if_others_can_change(path, "profile")
+    if path.parent not in profile_dirs():  # a named profile is part of the installed package
+        trust.warn_if_others_can_change(path, "profile")
     try:
         data = trust.load_yaml(trust.read_bounded(path, "profile"), f"profile {path}")
     except yaml.YAMLError as e:
