@@ -174,7 +174,7 @@ def test_an_alias_bomb_bench_spec_is_refused_in_one_line(tmp_path):
     ("version: 1\ngpuscale:\n  cluster:\n    gpus: &a [*a]\n", ("alias that refers to itself", "line 4")),
     ("version: 1\ngpuscale:\n  cluster:\n    gpus: " + "[" * 20000 + "]" * 20000 + "\n", ("nested too deeply",)),
     ("version: 1\n#" + "x" * (1 << 20) + "\n", ("more than the 1,048,576", "at most 1024 KiB")),
-])
+], ids=["alias-cycle", "deep-nesting", "over-1MiB"])
 def test_a_hostile_profile_is_refused_before_it_is_used(cli, tmp_path, text, needles):
     prof = tmp_path / "p.yaml"
     prof.write_text(text)
