@@ -187,6 +187,9 @@ def cluster_options(f):
         click.option("--credentials", metavar="PATH",
                      help="TLS credentials of a client (the *.tls.pem file `cluster up` writes beside its "
                           "scheduler file; default: the one beside --scheduler-file)"),
+        click.option("--trust-cluster-files", is_flag=True, default=None,
+                     help="use a scheduler file / credentials that another user can change (a cluster "
+                          "can run code in its clients; default: refused)"),
         click.option("--message-interval", metavar="auto|dask|DURATION",
                      help="how long Dask's batched control streams wait between sends (auto: 2 ms; dask: "
                           "distributed's 10/5/2/2 ms; e.g. 2ms)"),
@@ -198,7 +201,7 @@ def cluster_options(f):
 
 CLUSTER_KEYS = ("backend", "protocol", "scheduler", "scheduler_file", "workers", "threads_per_worker",
                 "memory_limit", "device_memory_limit", "device_spill", "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "host",
-                "security", "credentials", "deploy", "ssh_hosts", "slurm_jobs", "message_interval")
+                "security", "credentials", "trust_cluster_files", "deploy", "ssh_hosts", "slurm_jobs", "message_interval")
 AUTO_REPEAT_KEYS = ("target_error", "max_repeats", "max_time")
 PREFLIGHT_KEYS = ("bandwidth_probe",)
 
@@ -539,7 +542,10 @@ def cluster_up(as_json, scheduler_file, collection, **kwargs):
                                                     "file beside --scheduler-file)")
 @click.option("--timeout", help="seconds to wait for the scheduler to answer (default 3)")
 @click.option("--force", is_flag=True, help="stop it even while runs are in flight (they end with exit 4)")
-def cluster_down(address, scheduler_file, credentials, timeout, force):
+@click.option("--trust-cluster-files", is_flag=True, default=None,
+              help="use a scheduler file / credentials that another user can change (default: the "
+                   "setting cluster.trust-files, false)")
+def cluster_down(address, scheduler_file, credentials, timeout, force, trust_cluster_files):
     """Stop the scheduler at ADDRESS and its workers (e.g. one `cluster up` started, which
     then exits 0); refused (exit 2) while other clients hold tasks there, unless --force."""
     from .runs import serve
@@ -555,13 +561,16 @@ def cluster_down(address, scheduler_file, credentials, timeout, force):
         if not t > 0:
             raise UserError(f"--timeout must be a positive number of seconds, got {timeout!r}",
                             "e.g. --timeout 5")
+    if trust_cluster_files is None:
+        from . import config
+        trust_cluster_files = config.resolve().settings.cluster.trust_files
     if scheduler_file is not None:
-        address = serve.address_from_file(scheduler_file)
+        address = serve.address_from_file(scheduler_file, trusted=trust_cluster_files)
         if credentials is None:
             from .cluster import security
             near = security.beside(scheduler_file)
             credentials = near if near.exists() else None
-    d = serve.down(address, timeout_s=t, force=force, credentials=credentials)
+    d = serve.down(address, timeout_s=t, force=force, credentials=credentials, trusted=trust_cluster_files)
     busy = d["in_flight"]
     cut = (f" (--force: {len(busy['clients'])} client(s) holding {busy['tasks']} task(s) were cut off)"
            if busy["clients"] or busy["processing"] else "")

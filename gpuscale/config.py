@@ -24,7 +24,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError,
                       field_validator, model_validator)
 
-from .errors import UserError
+from .errors import UserError, shown
 
 HERE = pathlib.Path(__file__).resolve().parent
 DEFAULTS_FILE = HERE / "gpuscale.yaml"
@@ -172,6 +172,9 @@ class ClusterSettings(_Section):
     credentials: str | None = None
     """A client's TLS credentials (the PEM file ``cluster up`` writes beside its scheduler
     file); None: the one beside ``scheduler-file``."""
+    trust_files: bool = False
+    """Use a scheduler file or credentials file that another user can change
+    (:mod:`gpuscale.trust`); false: refuse them, since a cluster can run code in its clients."""
     ucx: UcxSettings = UcxSettings()
     rmm: RmmSettings = RmmSettings()
 
@@ -355,6 +358,7 @@ KEYWORDS: dict[str, str] = {
     "host": "cluster.host",
     "security": "cluster.security",
     "credentials": "cluster.credentials",
+    "trust_cluster_files": "cluster.trust-files",
     "bandwidth_probe": "cluster.bandwidth-probe",
     "message_interval": "cluster.message-interval",
     "deploy": "cluster.deploy",
@@ -452,9 +456,12 @@ def _profile_path(name_or_path: str) -> pathlib.Path:
 
 def load_profile(name_or_path: str) -> tuple[str, dict]:
     """Read a profile: ``version: 1`` plus a ``gpuscale:`` mapping. Returns (label, settings)."""
+    from . import trust
     path = _profile_path(name_or_path)
+    if path.parent not in profile_dirs():  # a named profile is part of the installed package
+        trust.warn_if_others_can_change(path, "profile")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = trust.load_yaml(trust.read_bounded(path, "profile"), f"profile {path}")
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -552,17 +559,17 @@ def _validation_error(e: ValidationError, sources: dict[str, str], profile: str 
     loc = [str(p) for p in err["loc"] if not isinstance(p, int)]
     key = ".".join(loc)
     origin = sources.get(key, "")
-    where = {"profile": f" (from profile {profile})", "env": " (from an environment variable "
+    where = {"profile": f" (from profile {profile})", "env": " (from env "
              f"DASK_GPUSCALE__{key.upper().replace('.', '__').replace('-', '_')})",
              "flag": " (from a flag)", "user-yaml": " (from your Dask YAML config)",
              "dask.config": " (from dask.config.set)"}.get(origin, "")
     if err["type"] == "extra_forbidden":
         section = _section_model(loc[:-1])
         valid = ", ".join(_hyphen(f) for f in section.model_fields)
-        return UserError(f"unknown key 'gpuscale.{key}'{where}", f"valid keys here: {valid}")
+        return UserError(f"unknown key 'gpuscale.{shown(key, 80)[1:-1]}'{where}", f"valid keys here: {valid}")
     msg = err["msg"].removeprefix("Value error, ")
-    return UserError(f"invalid value {err.get('input')!r} for gpuscale.{key}{where}: {msg}",
-                     "fix that setting (see `gpuscale cluster show` for the resolved values)")
+    return UserError(f"invalid value {shown(err.get('input'))} for gpuscale.{key}{where}: {msg}",
+                     "fix it (see `gpuscale cluster show`)")
 
 
 def _section_model(path: list[str]) -> type[BaseModel]:

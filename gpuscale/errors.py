@@ -57,6 +57,25 @@ class UserError(ValueError):
         super().__init__(f"{problem}; {fix}" if fix else problem)
 
 
+SHOWN_CHARS = 24
+"""An echoed value (an invalid setting, a spec's entry) is cut to this many characters."""
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` for a one-line message, cut to about ``limit`` characters (through
+    :mod:`reprlib`, so a huge value is never rendered whole), with the length of a long
+    string: a 1 MB environment variable stays one readable line."""
+    import reprlib
+    r = reprlib.Repr()
+    r.maxstring = r.maxother = r.maxlong = limit
+    text = r.repr(value)
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    if isinstance(value, (str, bytes)) and len(value) > limit:
+        text += f" ({len(value):,} characters)"
+    return text
+
+
 def missing_module(module: str, purpose: str, install: str) -> UserError:
     """The error for an optional library that is not importable."""
     return UserError(f"{purpose} needs the Python module '{module}', which is not installed",

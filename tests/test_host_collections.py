@@ -76,7 +76,7 @@ def test_setting_default_env_keyword_profile_and_bad_values(tmp_path, monkeypatc
     r = config.resolve(profile=str(prof))
     assert (r.settings.session.host_collections, r.sources["session.host-collections"]) == ("warn", "profile")
     monkeypatch.setenv("DASK_GPUSCALE__SESSION__HOST_COLLECTIONS", "sometimes")
-    with pytest.raises(UserError, match=r"gpuscale.session.host-collections \(from an environment variable "
+    with pytest.raises(UserError, match=r"gpuscale.session.host-collections \(from env "
                                         r"DASK_GPUSCALE__SESSION__HOST_COLLECTIONS\).*'convert', 'warn'"):
         config.resolve()
     monkeypatch.delenv("DASK_GPUSCALE__SESSION__HOST_COLLECTIONS")

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, WorkerPlugin
 
 import gpuscale
 from gpuscale import UserError, api
@@ -54,6 +54,35 @@ def test_run_against_a_running_scheduler_runs_on_a_worker(cluster, results_dir):
     on_disk = json.loads(rec.read_text())
     assert on_disk["info"]["runner"] == runner and on_disk["times_s"] == r.times_s
     assert on_disk["cluster"]["kind"] == "existing" and on_disk["audit"]["clean"] is True
+
+
+class _RunnerResultTypes(WorkerPlugin):
+    """A worker plugin: the type of every value the runner task left in a worker's memory."""
+
+    name = "runner-result-types"
+
+    def setup(self, worker):
+        self.worker, self.seen = worker, []
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish == "memory" and str(key).startswith("gpuscale-runner-"):
+            self.seen.append(type(self.worker.data[key]).__name__)
+
+
+def test_the_runner_sends_its_record_back_as_json_text(cluster):
+    """What crosses from the cluster to this process is the record's JSON text (read here as
+    data), not a pickled object."""
+    addr, _, client = cluster
+    client.register_plugin(_RunnerResultTypes())
+    try:
+        r = gpuscale.run("groupby", backend="cpu", cluster_settings={"scheduler": addr}, write=False, **SMALL)
+        assert r.valid and r.info["runner"]["where"] == "cluster"
+        seen = client.run(lambda dask_worker: dask_worker.plugins["runner-result-types"].seen)
+        assert sorted(t for ts in seen.values() for t in ts) == ["str"], seen
+    finally:
+        client.unregister_worker_plugin("runner-result-types")
+    with pytest.raises(UserError, match="sent back a dict, not a record's JSON text"):
+        remote._record({"valid": True})
 
 
 def test_no_in_cluster_keeps_the_runner_here(cluster):

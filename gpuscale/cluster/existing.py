@@ -16,12 +16,17 @@ from ..errors import UserError
 from . import ClusterSpec, protocols, rmm_choice
 
 
-def address_from_file(path) -> str:
+def address_from_file(path, *, trusted: bool) -> str:
     """The scheduler address in Dask's scheduler file (``dask scheduler --scheduler-file``,
-    ``gpuscale cluster up --scheduler-file``)."""
+    ``gpuscale cluster up --scheduler-file``). Unless ``trusted`` (``cluster.trust-files``), a
+    file another user can change is refused (:func:`gpuscale.trust.read_trusted`): it chooses
+    the cluster this process connects to, which can run code in it."""
+    from .. import trust
     p = pathlib.Path(path).expanduser()
     try:
-        address = json.loads(p.read_text())["address"]
+        address = json.loads(trust.read_trusted(p, "scheduler file", trusted))["address"]
+    except UserError:
+        raise
     except FileNotFoundError:
         raise UserError(f"scheduler file {path} does not exist",
                         "give the --scheduler-file that `gpuscale cluster up` wrote (is it still running?)") from None
@@ -39,7 +44,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
             raise UserError(f"both a scheduler address ({settings.scheduler}, from {src.get('scheduler')}) and a "
                             f"scheduler file ({settings.scheduler_file}, from {src.get('scheduler-file')}) were given",
                             "give one: --scheduler ADDRESS or --scheduler-file PATH")
-        address = address_from_file(settings.scheduler_file)
+        address = address_from_file(settings.scheduler_file, trusted=settings.cluster.trust_files)
         notes.append(f"address read from the scheduler file {settings.scheduler_file}")
     else:
         address = settings.scheduler

@@ -14,7 +14,9 @@ choice with its source and rule, and where a client finds its credentials.
   loopback for the life of the run (``tls`` still gives it in-memory temporary credentials).
 * A running scheduler: its address says (``tls://``); the credentials are the
   ``cluster.credentials`` setting, else the file beside ``scheduler-file``. A ``tls://``
-  scheduler without readable credentials is refused here, in one line naming the fix.
+  scheduler without readable credentials is refused here, in one line naming the fix, and so
+  are credentials another user can change, unless ``cluster.trust-files`` says they are
+  trusted (:mod:`gpuscale.trust`).
 
 UCX has no TLS: a protected cluster over UCX is refused unless ``cluster.security`` is
 ``off``, set by you.
@@ -123,21 +125,23 @@ def _for_client(spec, resolved):
         raise UserError(f"the scheduler at {address} accepts TLS clients only and no credentials were "
                         f"given{where}", "pass --credentials PATH, the *.tls.pem file `gpuscale cluster up` "
                         "wrote beside its scheduler file (or --scheduler-file PATH to find it there)")
-    check_readable(creds)
+    check_credentials(creds, c.trust_files)
     return spec.model_copy(update={"security": "tls", "credentials": str(creds), "choices": {
         **spec.choices, "security": choice("tls", "scheduler address",
                                            f"the scheduler's address is tls://: TLS with the credentials "
                                            f"in {creds} ({creds_source})", setting=setting)}})
 
 
-def check_readable(path: pathlib.Path) -> None:
-    """Refuse credentials this user cannot read, in one line."""
+def check_credentials(path: pathlib.Path, trusted: bool) -> None:
+    """Refuse, in one line, credentials this user cannot read and (unless ``trusted``, the
+    setting ``cluster.trust-files``) credentials another user can change: whoever wrote them
+    chose the cluster this client trusts (:func:`gpuscale.trust.read_trusted`)."""
+    from .. import trust
     if not path.is_file():
         raise UserError(f"credentials file {path} does not exist",
                         "give the *.tls.pem file `gpuscale cluster up` wrote beside its scheduler file")
     try:
-        with open(path, "rb"):
-            pass
+        trust.read_trusted(path, "credentials file", trusted)
     except PermissionError:
         raise UserError(f"credentials file {path} is not readable by this user (uid {os.getuid()}): the "
                         "cluster it protects accepts only its owner's clients",
@@ -187,16 +191,11 @@ def temporary():
 def write(security, path: pathlib.Path) -> pathlib.Path:
     """Write ``security``'s key and certificate (which is also its CA: Security.temporary's
     self-signed one) to ``path``, created with mode 0600 (never readable by others, not even
-    for a moment), atomically."""
+    for a moment), atomically and never through a link (:mod:`gpuscale.records.atomic`)."""
+    from ..records import atomic
     pem = security.tls_client_key.strip() + "\n" + security.tls_client_cert.strip() + "\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # whatever the umask
-        os.write(fd, pem.encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    with atomic.written(path, replace=True, mode=0o600, what="credentials file") as (f, _):
+        f.write(pem.encode())
     return path
 
 

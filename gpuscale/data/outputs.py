@@ -23,7 +23,8 @@ WRITERS = {".parquet": "Parquet", ".csv": "CSV", ".npy": ".npy", ".npz": ".npz"}
 
 
 def check(path, overwrite: bool, suffixes: tuple[str, ...], workload: str = "this workload") -> pathlib.Path:
-    """The absolute output path, after every check that needs no result."""
+    """The absolute output path, after every check that needs no result (a link or another
+    user's file at ``path`` is refused: :func:`gpuscale.records.atomic.check_target`)."""
     p = pathlib.Path(path).expanduser()
     suffix = p.suffix.lower()
     if not suffixes:
@@ -32,6 +33,7 @@ def check(path, overwrite: bool, suffixes: tuple[str, ...], workload: str = "thi
         raise UserError(f"--output {path}: {workload} writes {' or '.join(suffixes)} files, "
                         f"not '{p.suffix or p.name}'",
                         f"name the output e.g. result{suffixes[0]}")
+    atomic.check_target(p, "--output")
     if p.is_dir():
         raise UserError(f"--output {path} is a folder", "give a file path (folders are never replaced)")
     if p.exists() and not overwrite:
@@ -45,7 +47,7 @@ def check(path, overwrite: bool, suffixes: tuple[str, ...], workload: str = "thi
     except OSError as e:
         raise UserError(f"--output {path}: the folder {parent} is not writable ({e.strerror or e})",
                         "choose a writable folder") from None
-    return p.resolve()
+    return p.absolute().parent.resolve() / p.name  # a link there is refused above, never followed
 
 
 def write(value: Any, path: pathlib.Path, overwrite: bool = False) -> dict[str, Any]:
@@ -55,7 +57,7 @@ def write(value: Any, path: pathlib.Path, overwrite: bool = False) -> dict[str, 
     path = pathlib.Path(path)
     suffix = path.suffix.lower()
     try:
-        with atomic.written(path, replace=overwrite) as (f, tmp):
+        with atomic.written(path, replace=overwrite, what="--output") as (f, tmp):
             what = _write(value, suffix, f, tmp)
     except FileExistsError:
         raise UserError(f"--output {path} appeared while the work ran", "pass --overwrite, or "

@@ -1,5 +1,6 @@
-"""Files written whole or not at all: the one rule for ``--output``, run records and bench
-ledgers.
+"""Files written whole or not at all, never through a link: the one rule for every file
+gpuscale creates beside a path you chose (``--output``, run records, bench folders, the
+scheduler file, credentials and the lock of ``cluster up``).
 
 :func:`written` yields an open temporary sibling of ``path`` (``.NAME.XXXX.gpuscale-tmp``)
 and its name; when the block ends without an exception the file is flushed to disk and put
@@ -8,6 +9,13 @@ with ``replace``, renamed over the old file. The temporary file is removed on ev
 a Ctrl-C or SIGTERM included: its creation runs with interruptions deferred
 (:func:`gpuscale.errors.signals_deferred`), so a signal cannot land between the file being
 made and its name reaching the ``finally`` that removes it.
+
+In a folder other users can write (a shared home, ``/tmp``) a file is created only by
+``mkstemp`` (``O_CREAT | O_EXCL``: never an existing name, never through a link) and put in
+place by a rename or a link, which replace or refuse a planted link but never follow it.
+:func:`check_target` refuses, in one line and before any work, a link or another user's file
+where gpuscale is to write; :func:`own_file` opens a file gpuscale keeps open (a lock) with
+``O_NOFOLLOW`` and checks that it is this user's own.
 
 >>> import pathlib, tempfile
 >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -19,30 +27,84 @@ made and its name reaching the ``finally`` that removes it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pathlib
+import stat
 import tempfile
 from typing import IO, Iterator
 
-from ..errors import signals_deferred
+from ..errors import UserError, signals_deferred
 
 TMP_SUFFIX = ".gpuscale-tmp"
+REFUSED_FIX = ("gpuscale never writes through a link or over another user's file: remove it, or choose a "
+               "path in a folder only you can write")
 
 
-def _umask() -> int:
+def umask() -> int:
+    """This process's umask (read without changing it for good)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
 
 
+def _refusal(path, what: str, st: os.stat_result, folder: bool = False) -> UserError | None:
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return UserError(f"{what} {path} is a symbolic link (to {target}, made by uid {st.st_uid})", REFUSED_FIX)
+    if st.st_uid != os.geteuid():
+        return UserError(f"{what} {path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})", REFUSED_FIX)
+    if folder and stat.S_ISDIR(st.st_mode):
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        return UserError(f"{what} {path} is not a plain file of its own (a hard link or a special file)",
+                         REFUSED_FIX)
+    return None
+
+
+def check_target(path: str | os.PathLike, what: str = "file", folder: bool = False) -> None:
+    """Refuse (UserError, one line naming ``what``) a link, another user's file, a hard link
+    or a special file at ``path``; nothing there, or a plain file (``folder``: a folder) of
+    this user's, passes."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    refused = _refusal(path, what, st, folder)
+    if refused is not None:
+        raise refused
+
+
+def own_file(path: str | os.PathLike, what: str = "file") -> int:
+    """A descriptor open for reading and writing on ``path``, created (mode 0600) if absent:
+    never through a link (``O_NOFOLLOW``), and never another user's file, a hard link or a
+    special file (UserError naming ``what``). The caller closes it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EACCES, errno.EPERM, errno.ENXIO):
+            check_target(path, what)  # names the link or the owner
+        raise
+    refused = _refusal(path, what, os.fstat(fd))
+    if refused is not None:
+        os.close(fd)
+        raise refused
+    return fd
+
+
 @contextlib.contextmanager
 def written(path: str | os.PathLike, *, replace: bool = False, text: bool = False,
-            mode: int | None = None) -> Iterator[tuple[IO, str]]:
+            mode: int | None = None, what: str = "file") -> Iterator[tuple[IO, str]]:
     """``(file, temp_path)`` to write ``path`` through; see the module. ``mode``: the file's
-    permissions (default: what ``open`` would give, 0666 less the umask). Raises OSError
-    (``FileExistsError`` when ``path`` exists and ``replace`` is false) for the caller to
-    turn into its own one-line error."""
+    permissions (default: what ``open`` would give, 0666 less the umask); ``what`` names the
+    file in errors. Raises OSError (``FileExistsError`` when ``path`` exists and ``replace``
+    is false) for the caller to turn into its own one-line error; a link or another user's
+    file at ``path`` is a UserError (:func:`check_target`)."""
     path = pathlib.Path(path)
+    check_target(path, what)
     tmp = None
     try:
         with signals_deferred():
@@ -50,8 +112,8 @@ def written(path: str | os.PathLike, *, replace: bool = False, text: bool = Fals
         with os.fdopen(fd, "w" if text else "wb") as f:
             yield f, tmp
             f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~umask() if mode is None else mode)  # this file, not a name
             os.fsync(f.fileno())  # also what a writer wrote through ``temp_path`` itself
-        os.chmod(tmp, 0o666 & ~_umask() if mode is None else mode)
         if replace:
             os.replace(tmp, path)
         else:

@@ -19,6 +19,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .. import backends
+from . import atomic
 
 CHARTS = {"speedup": "speedup.png", "time_vs_size": "time_vs_size.png", "spread": "spread.png"}
 
@@ -135,6 +136,7 @@ def draw_all(frame: pd.DataFrame, records: list, out: str | os.PathLike) -> dict
         if fig is None:
             path.unlink(missing_ok=True)
             continue
-        fig.savefig(path, dpi=110)
+        with atomic.written(path, replace=True, what="chart") as (f, _):
+            fig.savefig(f, dpi=110, format="png")
         drawn[name] = path
     return drawn

@@ -82,6 +82,7 @@ def redraw(out: str | os.PathLike) -> dict[str, Any]:
     drawn = charts.draw_all(frame, recs, d)
     title = f"gpuscale bench: {ledger['spec'].get('name', d.name)}" if ledger else f"gpuscale results: {d.name}"
     page = d / "report.html"
-    page.write_text(report.bench_html(title, frame, {k: p.name for k, p in drawn.items()}))
+    with atomic.written(page, replace=True, text=True, what="report") as (f, _):
+        f.write(report.bench_html(title, frame, {k: p.name for k, p in drawn.items()}))
     return {"table": [str(p) for p in paths], "charts": {k: str(p) for k, p in drawn.items()},
             "report": str(page), "rows": len(frame)}

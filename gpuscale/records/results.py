@@ -185,9 +185,9 @@ def write(result: Result, results_dir: str | os.PathLike) -> pathlib.Path:
         d.mkdir(parents=True, exist_ok=True)
         with atomic.written(final, text=True) as (f, _):  # never over a file
             f.write(result.model_copy(update={"dashboard_link_live": link_live_after_run(result)}).to_json())
-    except OSError as e:
+    except (OSError, UserError) as e:  # UserError: a link or another user's file where it goes
         result.path = None
-        raise RecordNotWritten(str(d), e.strerror or str(e),
+        raise RecordNotWritten(str(d), getattr(e, "strerror", None) or str(e),
                                json.dumps(result.to_dict(), default=str)) from None
     return final
 

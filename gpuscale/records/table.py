@@ -85,8 +85,11 @@ def build(records: list, cases: list[dict[str, Any]] | None = None,
 
 def write(frame: pd.DataFrame, out: str | os.PathLike) -> list[pathlib.Path]:
     """``table.parquet`` and ``table.csv`` under ``out``."""
+    from . import atomic
     d = pathlib.Path(out)
     pq, csv = d / "table.parquet", d / "table.csv"
-    frame.to_parquet(pq, index=False)
-    frame.to_csv(csv, index=False)
+    with atomic.written(pq, replace=True, what="table") as (f, _):
+        frame.to_parquet(f, index=False)
+    with atomic.written(csv, replace=True, text=True, what="table") as (f, _):
+        frame.to_csv(f, index=False)
     return [pq, csv]

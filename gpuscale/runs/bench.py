@@ -42,7 +42,7 @@ from typing import Any, Callable, ContextManager, Iterator, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
 from .. import config, workloads
-from ..errors import UserError
+from ..errors import UserError, shown
 from ..records import folder
 from ..records.table import size_label
 from . import session as session_mod
@@ -84,7 +84,7 @@ decides them)."""
 
 
 def _where(loc) -> str:
-    return ".".join(str(x) for x in loc) or "(top level)"
+    return ".".join(shown(x, 80)[1:-1] if isinstance(x, str) else str(x) for x in loc) or "(top level)"
 
 
 def _spec_error(path: str, e: ValidationError) -> UserError:
@@ -95,11 +95,11 @@ def _spec_error(path: str, e: ValidationError) -> UserError:
     where = _where(loc)
     if err["type"] == "extra_forbidden":
         parent = Spec if len(loc) == 1 else WorkloadSpec
-        return UserError(f"{path}: unknown key '{loc[-1]}' at {where}",
+        return UserError(f"{path}: unknown key {shown(loc[-1], 80)} at {where}",
                          f"allowed keys there: {', '.join(parent.model_fields)}")
     if err["type"] == "missing":
         return UserError(f"{path}: the key '{where}' is missing", "e.g. workloads: {svd: {sizes: [{rows: 20000}]}}")
-    return UserError(f"{path}: {where}: {err['msg']} (got {err.get('input')!r})",
+    return UserError(f"{path}: {where}: {err['msg']} (got {shown(err.get('input'))})",
                      "see the spec format in gpuscale/runs/bench.py or workflows/tiny.yaml")
 
 
@@ -116,8 +116,10 @@ def load_spec(path: str | os.PathLike) -> tuple[Spec, list[dict[str, Any]]]:
     p = pathlib.Path(path)
     if not p.is_file():
         raise UserError(f"no spec file '{p}'", "give a YAML file, e.g. workflows/tiny.yaml")
+    from .. import trust
+    trust.warn_if_others_can_change(p, "bench spec")
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = trust.load_yaml(trust.read_bounded(p, "bench spec"), f"bench spec {p}")
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
@@ -132,7 +134,7 @@ def load_spec(path: str | os.PathLike) -> tuple[Spec, list[dict[str, Any]]]:
         raise _spec_error(str(p), e) from None
     bad = sorted(set(spec.cluster) - (set(config.KEYWORDS) - set(NOT_IN_CLUSTER)))
     if bad:
-        raise UserError(f"{p}: unknown key '{bad[0]}' at cluster",
+        raise UserError(f"{p}: unknown key {shown(bad[0], 80)} at cluster",
                         f"cluster settings: {', '.join(sorted(set(config.KEYWORDS) - set(NOT_IN_CLUSTER)))}"
                         f"; backends / protocols / workers / repeat / warmup are top-level keys")
     families = {}
@@ -165,7 +167,7 @@ def load_spec(path: str | os.PathLike) -> tuple[Spec, list[dict[str, Any]]]:
                 try:
                     cls.parse(params)
                 except UserError as e:
-                    raise UserError(f"{p}: workloads.{name} (sizes[{si}] with params / grid: {params}): "
+                    raise UserError(f"{p}: workloads.{name} (sizes[{si}] with params / grid: {shown(params, 200)}): "
                                     f"{e.problem}", e.fix) from None
                 label = size_label({**size, **dict(zip(grid_keys, combo))})
                 for backend, protocol, workers in itertools.product(spec.backends, spec.protocols, spec.workers):

@@ -4,7 +4,8 @@
 runner (generate, repeats, validation, the record) runs in this process or in a task on a
 worker of the running cluster the run joins (:class:`Placement`, recorded as the record's
 ``explained.cluster.runner``); :func:`run_in_cluster` sends it there and returns the record it
-built, for this process to write.
+built, for this process to write. The record comes back as JSON text and is read as data
+(:func:`_record`); what else a Dask cluster may send its clients is in docs/threat-model.md.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import uuid
 from typing import Any
 
 from .._version import __version__
-from ..errors import UserError
+from ..errors import UserError, shown
 from .session import Session
 
 @dataclasses.dataclass
@@ -107,7 +108,7 @@ def run_in_cluster(session, workload: str, where: Placement, *, data: Any = None
         t1 = time.perf_counter()
         future = client.submit(_runner, request, pure=False, key=f"gpuscale-runner-{workload}-{uuid.uuid4().hex[:8]}")
         try:
-            result = future.result()
+            result = _record(future.result())
         except ImportError as e:
             if (getattr(e, "name", None) or "").split(".")[0] == "gpuscale":
                 raise NotServed(f"the workers cannot import gpuscale ({e})") from None
@@ -158,7 +159,22 @@ def _runner(request: dict[str, Any]):
         result = s.record(request["workload"], data=request["data"], validate=request["validate"],
                           cancelled=cancelled, **request["params"])
     result.info["runner"].update(pid=os.getpid(), runner_s=time.perf_counter() - t0)
-    return result
+    return result.to_json()
+
+
+def _record(text: Any):
+    """The record the runner sent back, read as JSON data (the runner returns its record's
+    JSON text, never an object to unpickle): a :class:`~gpuscale.records.results.Result`."""
+    import json
+    from ..records import results
+    if not isinstance(text, str):
+        raise UserError(f"the cluster's runner sent back a {type(text).__name__}, not a record's JSON text",
+                        "check that the cluster's workers run this version of gpuscale, or pass --no-in-cluster")
+    try:
+        return results.Result.model_validate(json.loads(text))
+    except ValueError as e:
+        raise UserError(f"the cluster's runner sent back a record that does not read as one ({shown(str(e), 120)})",
+                        "check that the cluster's workers run this version of gpuscale, or pass --no-in-cluster") from None
 
 
 def _has_client(client_id: str, dask_scheduler=None) -> bool:

@@ -94,15 +94,26 @@ def hold(session, *, before: Callable[[], Any] | None = None, poll_s: float = 0.
 # ---------------------------------------------------------------------------------------
 # cluster up
 # ---------------------------------------------------------------------------------------
-def check_scheduler_file(path: str | os.PathLike) -> pathlib.Path:
-    """The scheduler file's path, refused (before anything starts) if it cannot be written."""
-    p = pathlib.Path(path).expanduser().resolve()
-    if p.is_dir():
+def check_scheduler_file(path: str | os.PathLike, credentials: bool = False) -> pathlib.Path:
+    """The scheduler file's path (its folder resolved, never the file itself: a link there is
+    not followed), refused before anything starts if it cannot be written, or if a link or
+    another user's file sits where it, its lock or (``credentials``) its credentials go."""
+    given = pathlib.Path(path).expanduser()
+    p = given.absolute().parent.resolve() / given.name
+    if p.is_dir() and not p.is_symlink():
         raise UserError(f"--scheduler-file {path} is a folder", "give a file path, e.g. scheduler.json")
     parent = p.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         raise UserError(f"--scheduler-file {path}: folder {parent} does not exist or is not writable",
                         "create the folder or choose another path")
+    from ..cluster import security
+    from ..records import atomic
+    atomic.check_target(p, "scheduler file")
+    atomic.check_target(_lock_path(p), "lock file")
+    if credentials:
+        atomic.check_target(security.beside(p), "credentials file")
+    from .. import trust
+    trust.warn_if_others_can_change(p, "scheduler file", folder=True)
     return p
 
 
@@ -130,9 +141,10 @@ def claim(path: pathlib.Path) -> Iterator[None]:
     cluster that is gone is taken over. Refused as well: a file whose scheduler still answers
     (one that ``dask scheduler`` wrote, say)."""
     import fcntl
+    from ..records import atomic
     lock = _lock_path(path)
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = atomic.own_file(lock, "lock file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -151,7 +163,7 @@ def claim(path: pathlib.Path) -> Iterator[None]:
     try:
         address = None
         if path.exists():
-            with contextlib.suppress(UserError):  # not a scheduler file: it is replaced
+            with contextlib.suppress(UserError):  # not a scheduler file, or not ours: it is replaced
                 address = address_from_file(path)
         if address is not None and _answers(address):
             raise UserError(f"scheduler file {path} names a scheduler that is running ({address})",
@@ -167,11 +179,13 @@ def claim(path: pathlib.Path) -> Iterator[None]:
 
 def write_scheduler_file(client, path: pathlib.Path) -> None:
     """Dask's scheduler file (``scheduler_info()`` as JSON, like ``dask scheduler
-    --scheduler-file``), written atomically; ``Client(scheduler_file=path)`` reads it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    --scheduler-file``), written atomically, never through a link
+    (:mod:`gpuscale.records.atomic`), writable by its owner only (clients refuse a scheduler
+    file others can write: :mod:`gpuscale.trust`); ``Client(scheduler_file=path)`` reads it."""
     from ..cluster import identity
-    tmp.write_text(json.dumps(identity(client), indent=2, default=str))
-    os.replace(tmp, path)
+    from ..records import atomic
+    with atomic.written(path, replace=True, text=True, mode=0o644 & ~atomic.umask(), what="scheduler file") as (f, _):
+        f.write(json.dumps(identity(client), indent=2, default=str))
 
 
 def _remove_if(path: pathlib.Path, still_ours: Callable[[pathlib.Path], bool]) -> None:
@@ -264,7 +278,7 @@ def up(*, profile: str | None = None, collection: str | None = None,
                         f"({named}, from {s.resolved.sources.get(key, 'settings')})",
                         "drop --scheduler (or use a profile without 'scheduler:'); to use a running "
                         "cluster pass --scheduler to `gpuscale run` instead")
-    path = check_scheduler_file(scheduler_file) if scheduler_file else None
+    path = check_scheduler_file(scheduler_file, credentials=s.spec.security == "tls") if scheduler_file else None
     creds = security.beside(path) if path is not None and s.spec.security == "tls" else None
     with contextlib.ExitStack() as stack:
         if path is not None:
@@ -284,16 +298,18 @@ def up(*, profile: str | None = None, collection: str | None = None,
         address = s.client.scheduler.address
         if path is not None:
             write_scheduler_file(s.client, path)
-            stack.callback(_remove_if, path, lambda p: address_from_file(p) == address)
+            stack.callback(_remove_if, path, lambda p: address_from_file(p, trusted=True) == address)
         yield Served(s, path, warm, creds)
 
 
 # ---------------------------------------------------------------------------------------
 # cluster down
 # ---------------------------------------------------------------------------------------
-def address_from_file(path: str | os.PathLike) -> str:
+def address_from_file(path: str | os.PathLike, trusted: bool = False) -> str:
+    """The address in a scheduler file (:func:`gpuscale.cluster.existing.address_from_file`);
+    ``trusted``: also when another user can change it (``cluster.trust-files``)."""
     from ..cluster.existing import address_from_file as read
-    return read(path)
+    return read(path, trusted=trusted)
 
 
 def _in_flight(me: str, dask_scheduler=None) -> dict[str, Any]:
@@ -312,9 +328,10 @@ def in_flight(client) -> dict[str, Any]:
 
 
 def down(address: str, *, timeout_s: float = DOWN_TIMEOUT_S, force: bool = False,
-         credentials: str | os.PathLike | None = None) -> dict[str, Any]:
+         credentials: str | os.PathLike | None = None, trusted: bool = False) -> dict[str, Any]:
     """Stop the scheduler at ``address`` and its workers (``Client.shutdown()``); a ``tls://``
-    one with the ``credentials`` file (:mod:`gpuscale.cluster.security`).
+    one with the ``credentials`` file (:mod:`gpuscale.cluster.security`), refused when another
+    user can change it unless ``trusted``.
 
     Returns ``{"scheduler": address, "workers": n, "in_flight": {...}}`` (workers it had, and
     what runs held then). Raises :class:`UserError` when nothing answers within ``timeout_s``,
@@ -331,7 +348,7 @@ def down(address: str, *, timeout_s: float = DOWN_TIMEOUT_S, force: bool = False
             raise UserError(f"the scheduler at {address} accepts TLS clients only",
                             "pass --credentials PATH (the *.tls.pem file beside its scheduler file) or "
                             "--scheduler-file PATH")
-        security.check_readable(pathlib.Path(credentials).expanduser())
+        security.check_credentials(pathlib.Path(credentials).expanduser(), trusted)
         kw["security"] = security.load(credentials)
     try:
         client = Client(address, timeout=timeout_s, set_as_default=False, **kw)

@@ -42,8 +42,11 @@ CLOCK_NOTE_S = 0.01
 # ---------------------------------------------------------------------------------------
 def check_dir(directory: str | os.PathLike) -> pathlib.Path:
     """Fail (UserError) unless ``directory`` can become a new trace folder: it must not exist
-    or be an empty folder, and its nearest existing parent must be writable. Writes nothing."""
+    or be an empty folder of this user's (never a link), and its nearest existing parent must
+    be writable. Writes nothing."""
+    from ..records import atomic
     d = pathlib.Path(directory).expanduser().absolute()
+    atomic.check_target(d, "trace dir", folder=True)  # a link, or another user's folder
     if d.exists() or d.is_symlink():
         if not d.is_dir():
             raise UserError(f"trace dir '{d}' exists and is not a folder",

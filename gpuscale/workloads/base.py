@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..choices import choice
-from ..errors import UserError
+from ..errors import UserError, shown
 
 
 class Params(BaseModel):
@@ -219,7 +219,7 @@ class Workload:
                 raise UserError(f"workload '{cls.name}' has no parameter {flag}",
                                 f"its parameters: {', '.join(parameter_flags(cls))}") from None
             msg = err["msg"].removeprefix("Value error, ")
-            raise UserError(f"{cls.name} {flag}: {msg} (got {err.get('input')!r})",
+            raise UserError(f"{cls.name} {flag}: {msg} (got {shown(err.get('input'))})",
                             f"see `gpuscale workloads` for {cls.name}'s parameters") from None
         cls().check(p)
         return p

@@ -102,7 +102,7 @@ RESERVED = frozenset({
     "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "repeat", "warmup",
     "results_dir", "no_memory_check", "memory_check", "json", "as_json", "write", "cluster_settings",
     "workload", "help", "h", "progress", "target_error", "max_repeats", "max_time",
-    "scheduler_file", "host", "security", "credentials", "deploy", "ssh_hosts", "debug",
+    "scheduler_file", "host", "security", "credentials", "trust_cluster_files", "deploy", "ssh_hosts", "debug",
     "trace", "dashboard", "in_cluster", "strict_backend", "slurm_jobs", "bandwidth_probe", "message_interval",
     "shuffle_method", "host_collections",
 })

@@ -1,0 +1,158 @@
+"""Files gpuscale reads that another user may have written: who can change them, and reading
+them with bounds.
+
+* :func:`who_else_can_change` is the one rule for "can another user change this file": it is
+  owned by a uid other than this user's or root's, it is writable by its group or others, or
+  its folder is writable by group or others without the sticky bit (anyone who may write the
+  folder may replace the file). :func:`read_trusted` reads such a file only when the user
+  said they trust it (``cluster.trust-files``, ``--trust-cluster-files``): the scheduler file
+  and credentials of a running cluster, whose owner can run code in this process.
+  :func:`warn_if_others_can_change` only warns: profiles and bench specs.
+* :func:`read_bounded` refuses a file over :data:`MAX_INPUT_BYTES` before reading it, and
+  :func:`load_yaml` a YAML document that holds more than :data:`MAX_YAML_VALUES` values once
+  its aliases (``*name``) are expanded (the "billion laughs": a few hundred bytes of
+  aliases that expand to billions of values), or that refers to itself. Both are
+  :class:`~gpuscale.errors.UserError` in one line; YAML syntax errors stay
+  :class:`yaml.YAMLError` for the caller to word.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import stat
+import sys
+from typing import Any
+
+from .errors import UserError
+
+MAX_INPUT_BYTES = 1 << 20
+"""A profile or bench spec larger than this (1 MiB) is refused before it is parsed."""
+MAX_YAML_VALUES = 100_000
+"""The most values (scalars, lists, mappings) a YAML document may hold with its aliases expanded."""
+TRUST_FLAG = "--trust-cluster-files"
+TRUST_SETTING = "cluster.trust-files"
+
+
+def who_else_can_change(path: str | os.PathLike, st: os.stat_result | None = None) -> str | None:
+    """Why a user other than this one (or root) can change ``path`` (``st``: its stat, if
+    already taken from an open file), or None when nobody else can."""
+    p = pathlib.Path(path)
+    st = st if st is not None else os.stat(p)
+    me = os.geteuid()
+    if st.st_uid not in (me, 0):
+        return f"it is owned by uid {st.st_uid} ({_user(st.st_uid)}), not by you (uid {me})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"it is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} " \
+               f"(mode {stat.S_IMODE(st.st_mode):04o})"
+    return folder_problem(p.absolute().parent)
+
+
+def folder_problem(folder: str | os.PathLike) -> str | None:
+    """Why another user can replace the files in ``folder``, or None: it is owned by another
+    uid than this user's or root's, or group / others may write it without the sticky bit."""
+    fst = os.stat(folder)
+    me = os.geteuid()
+    if fst.st_uid not in (me, 0):
+        return f"its folder {folder} is owned by uid {fst.st_uid} ({_user(fst.st_uid)})"
+    if fst.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not fst.st_mode & stat.S_ISVTX:
+        return f"its folder {folder} is writable by others without the sticky bit " \
+               f"(mode {stat.S_IMODE(fst.st_mode):04o}): anyone who can write there can replace it"
+    return None
+
+
+def _user(uid: int) -> str:
+    import pwd
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return "no such user"
+
+
+def read_trusted(path: str | os.PathLike, what: str, trusted: bool) -> bytes:
+    """The content of ``path`` (``what`` names it: "scheduler file", "credentials file"),
+    read from one open file whose owner and mode were checked, so nobody can swap it between
+    the check and the read. Unless ``trusted``, a file another user can change is a
+    UserError naming the flag; ``FileNotFoundError`` / ``PermissionError`` propagate."""
+    with open(path, "rb") as f:
+        why = None if trusted else who_else_can_change(path, os.fstat(f.fileno()))
+        if why:
+            raise UserError(f"{what} {path} could be written by another user: {why}; whoever wrote it "
+                            "could run code in this process through the cluster it names",
+                            f"use a {what} of your own, or pass {TRUST_FLAG} (setting {TRUST_SETTING}: "
+                            "true) if you trust whoever can write it")
+        return f.read()
+
+
+def warn_if_others_can_change(path: str | os.PathLike, what: str, *, folder: bool = False) -> None:
+    """One warning line on stderr when another user can change ``path`` (a profile, a bench
+    spec: what it says is what this process will do), or (``folder``) replace the files in
+    ``path``'s folder (where ``cluster up`` writes a scheduler file its clients would refuse)."""
+    try:
+        why = folder_problem(pathlib.Path(path).absolute().parent) if folder else who_else_can_change(path)
+    except OSError:
+        return
+    if why:
+        then = ("clients refuse a scheduler file there unless they pass " + TRUST_FLAG if folder
+                else "keep it in a folder only you can write (chmod go-w)")
+        sys.stderr.write(f"gpuscale: warning: {what} {path} could be changed by another user: {why}; {then}\n")
+        sys.stderr.flush()
+
+
+def read_bounded(path: str | os.PathLike, what: str, limit: int = MAX_INPUT_BYTES) -> str:
+    """The text of ``path``, refused in one line when it is larger than ``limit`` bytes
+    (checked on the open file, before reading it)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(limit + 1)
+    if size > limit or len(data) > limit:
+        raise UserError(f"{what} {path} is {max(size, len(data)):,} bytes, more than the {limit:,} "
+                        "gpuscale reads", f"give a {what} of at most {limit >> 10} KiB")
+    return data.decode("utf-8", errors="replace")
+
+
+def load_yaml(text: str, what: str, limit: int = MAX_YAML_VALUES) -> Any:
+    """``yaml.safe_load(text)``, refusing (UserError) a document over ``limit`` values with
+    its aliases expanded, one that refers to itself, or one nested too deeply to read."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def get_single_node(self):
+            node = super().get_single_node()
+            if node is not None:
+                _count_values(node, limit, what)
+            return node
+
+    try:
+        return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader
+    except RecursionError:
+        raise UserError(f"{what} is nested too deeply to read", "flatten the YAML") from None
+
+
+def _count_values(root, limit: int, what: str) -> int:
+    """Values under ``root`` with every alias expanded (each node counted once per place it
+    appears), computed once per node; over ``limit`` or a cycle is a UserError."""
+    import yaml
+    sizes: dict[int, int] = {}
+    busy: set[int] = set()
+
+    def size(node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in busy:
+            raise UserError(f"{what} holds a YAML alias that refers to itself (line {node.start_mark.line + 1})",
+                            "remove the alias (*name) inside its own anchor (&name)")
+        busy.add(key)
+        n = 1
+        if isinstance(node, yaml.SequenceNode):
+            n += sum(size(c) for c in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            n += sum(size(k) + size(v) for k, v in node.value)
+        busy.discard(key)
+        if n > limit:
+            raise UserError(f"{what} holds more than {limit:,} values once its YAML aliases (*name) are "
+                            "expanded", "write the values out, or use fewer aliases")
+        sizes[key] = n
+        return n
+
+    return size(root)
