@@ -14,7 +14,8 @@ three plans appended for clusters on other hosts (ssh CPU, ssh GPU over UCX, slu
 parts gain ``validation`` (the full check's concatenated frame) and merge's P2P join its parts
 (inputs, the P2P shards, results) and a working set; and every plan and run gains the
 ``session`` scope (the shuffle method the session applies to user code) and the setting
-``session.shuffle-method`` (default) in ``settings_sources``. ``tests/test_explained.py`` compares today's output with it. Regenerate only for
+``session.shuffle-method`` (default) in ``settings_sources``; and the setting
+``cluster.trust-files`` (default) in ``settings_sources``. ``tests/test_explained.py`` compares today's output with it. Regenerate only for
 an intended change of output:
 
     python tests/explained_cases.py  > tests/data/explained.json
