@@ -25,7 +25,6 @@ from .family import Family
 
 SHUFFLE_SETTING = "session.shuffle-method"
 SHUFFLE_KEY = "dataframe.shuffle.method"
-SHUFFLE_METHODS = ("tasks", "p2p", "disk")
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class Applied:
     it came from, and the rule that chose it."""
 
     name: str
-    """gpuscale's setting (``session.shuffle-method``)."""
+    """The knob's name in ``explained["session"]`` (``shuffle_method``)."""
     dask_key: str
     """Dask's config key it sets (``dataframe.shuffle.method``)."""
     value: Any
