@@ -60,3 +60,19 @@ def test_a_wrong_answer_is_caught_row_by_row_and_by_fingerprint(small_run):
         assert "row hashes" in queries.same_answer(big, x)
     finally:
         queries.BIG = old
+
+
+def test_an_interrupted_run_resumes_timing_only_the_cells_it_lacks(small_run, tmp_path):
+    _, d, data = small_run
+    partial = {**d, "cells": {k: c for k, c in d["cells"].items() if not k.startswith("h2o-join|20000|j5|")}}
+    (tmp_path / "partial.json").write_text(json.dumps(partial))
+    proc = subprocess.run([sys.executable, str(ROOT / "workflows" / "user_queries.py"), "--suites", "h2o-join",
+                           "--h2o-rows", "20000", "--sides", "dask-cpu,gpuscale-cpu", "--repeat", "1",
+                           "--data", str(data), "--resume", str(tmp_path / "partial.json"),
+                           "--json", str(tmp_path / "out.json")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    timed = [line for line in proc.stderr.splitlines() if " h2o-join 20000 " in line]
+    assert sorted(line.split()[0] for line in timed) == ["dask-cpu", "gpuscale-cpu"]
+    assert all(" j5: " in line and line.endswith(" ok") for line in timed)
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert {k for k in out["cells"] if k.startswith("h2o-join")} == {k for k in d["cells"] if k.startswith("h2o-join")}

@@ -191,21 +191,36 @@ def run_all(args) -> dict:
     if args.prepare_only:
         return None
     sides = args.sides.split(",") if args.sides else available_sides()
-    d = {"sides": sides, "repeat": args.repeat, "max_time": args.max_time,
+    d = {"sides": sides, "repeat": args.repeat, "max_time": args.max_time, "machine": _machine(),
          "sets": [{"suite": s.name, "size": z, "queries": [(q.name, q.title) for q in s.queries]}
-                  for s, z, _ in sets], "cells": {}}
+                  for s, z, _ in sets], "cells": _resumed(args.resume, sides)}
     for side in sides:
+        todo = [(suite, size, folder, q) for suite, size, folder in sets for q in suite.queries
+                if f"{suite.name}|{size}|{q.name}|{side}" not in d["cells"]]
+        if not todo:
+            continue
         with open_side(side) as run:
-            for suite, size, folder in sets:
-                for q in suite.queries:
-                    r = time_query(run, q, suite, folder, args.repeat, args.max_time,
-                                   refs[(suite.name, size, q.name)])
-                    d["cells"][f"{suite.name}|{size}|{q.name}|{side}"] = r
-                    print(f"{side:13s} {suite.name} {size} {q.name}: "
-                          f"{r.get('median_s', float('nan')):.4f} s {'ok' if r.get('valid') else r}", file=sys.stderr)
-                    if args.json:  # every cell measured so far survives an interruption
-                        _write(args.json, d)
+            for suite, size, folder, q in todo:
+                r = time_query(run, q, suite, folder, args.repeat, args.max_time, refs[(suite.name, size, q.name)])
+                d["cells"][f"{suite.name}|{size}|{q.name}|{side}"] = r
+                print(f"{side:13s} {suite.name} {size} {q.name}: "
+                      f"{r.get('median_s', float('nan')):.4f} s {'ok' if r.get('valid') else r}", file=sys.stderr)
+                if args.json:  # every cell measured so far survives an interruption
+                    _write(args.json, d)
     return d
+
+
+def _resumed(path: str | None, sides: list[str]) -> dict:
+    """The cells of an earlier, interrupted run of the same sides (``--resume``); {} without one."""
+    if not path or not pathlib.Path(path).exists():
+        return {}
+    cells = json.loads(pathlib.Path(path).read_text())["cells"]
+    return {k: c for k, c in cells.items() if k.rsplit("|", 1)[1] in sides}
+
+
+def _machine() -> dict:
+    from gpuscale import machine
+    return {"versions": machine.versions(), "hardware": machine.hardware()}
 
 
 def _write(path: str, d: dict) -> None:
@@ -279,6 +294,8 @@ def main(argv=None) -> int:
                     help="fewer timed runs where the next would take them past this many seconds (at least one)")
     ap.add_argument("--data", default=None, help="where the data sets are made and kept (default: a temporary folder)")
     ap.add_argument("--json", default=None, help="write every timing and check here")
+    ap.add_argument("--resume", default=None, metavar="JSON",
+                    help="keep the cells an interrupted run wrote to JSON (same data and sides) and time the rest")
     ap.add_argument("--prepare-only", action="store_true",
                     help="make the data sets and pandas' answers in --data, time nothing")
     args = ap.parse_args(argv)
