@@ -161,3 +161,33 @@ def test_failed_cli_runs_leave_cwd_clean(cli, tmp_path):
     assert p.returncode == 2
     assert files_under(tmp_path) == []
     assert not pathlib.Path(tmp_path / "gpuscale-results").exists()
+
+
+def test_shuffle_run_keeps_dask_log_lines_off_stderr(cli, results_dir):
+    """distributed's P2P shuffle logs "initialized" / "deactivated" WARNING lines in the
+    scheduler: they go to the log file the record names, and stderr stays empty."""
+    p = cli("run", "shuffle", "--backend", "cpu", "--rows", "200000", "--partitions", "4", "--repeat", "2",
+            "--warmup", "0", "--json", "--results-dir", results_dir)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ""
+    log = only_json(p.stdout)["info"]["dask_log"]
+    assert log and pathlib.Path(log).parent == pathlib.Path(results_dir).resolve() / "logs"
+    assert "distributed.shuffle._scheduler_plugin WARNING Shuffle" in pathlib.Path(log).read_text()
+
+
+def test_an_error_still_reaches_stderr_while_dask_logs_go_to_the_file(tmp_path):
+    """ERROR lines of Dask's loggers stay on stderr; WARNING lines go to the file, in this
+    process and in a child that is set up as a worker's preload does it."""
+    import subprocess
+    import sys
+    log = tmp_path / "logs" / "x.log"
+    code = ("import logging, distributed, dask\n"
+            "from gpuscale.cluster import logs\n"
+            f"with logs.kept_off_stderr({str(log)!r}):\n"
+            "    logging.getLogger('distributed.scheduler').warning('a warning')\n"
+            "    logging.getLogger('distributed.scheduler').error('an error')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "an error" in p.stderr and "a warning" not in p.stderr
+    text = log.read_text()
+    assert "a warning" in text and "an error" in text

@@ -23,6 +23,7 @@ import dask
 from .. import audit as audit_mod
 from .. import backends, cluster, config, machine, workloads
 from ..backends import host_collections
+from ..cluster import logs
 from ..data import inputs
 from ..errors import UserError, phase
 from ..records import results
@@ -73,6 +74,8 @@ class Session:
             profile=profile, collection=collection, backend=backend, protocol=protocol, served=served,
             **settings)
         self._init(resolved, selection, spec, collection)
+        if not served:
+            self.dask_log = logs.path_under(self.settings.results_dir)
 
     def _init(self, resolved, selection, spec, collection: str | None) -> None:
         self.resolved, self.selection, self.spec = resolved, selection, spec
@@ -97,6 +100,10 @@ class Session:
         self.placement = None
         """Where :meth:`run` runs the runner and why (a :class:`gpuscale.runs.remote.Placement`,
         recorded as ``explained.cluster.runner``); None: in this process, not asked."""
+        self.dask_log = None
+        """The file Dask's log lines below ERROR go to while the session is open, instead of
+        stderr (:mod:`gpuscale.cluster.logs`; recorded as ``info.dask_log`` once it has a line);
+        None: left as they are (a cluster kept up, a runner sent into a cluster)."""
         self._stack: contextlib.ExitStack | None = None
 
     @classmethod
@@ -120,6 +127,7 @@ class Session:
     def __enter__(self) -> "Session":
         stack = contextlib.ExitStack()
         try:
+            stack.enter_context(logs.kept_off_stderr(self.dask_log))
             with phase("connecting to the cluster" if self.spec.kind == "existing" else "the cluster's start-up"):
                 t0 = time.perf_counter()
                 self.family.import_in_background(self.collection)  # overlaps the cluster's start
@@ -251,6 +259,7 @@ class Session:
                 generate_s=outcome.generate_s, validate_s=outcome.validate_s,
                 valid=outcome.validation.valid, validation=outcome.validation.to_dict(),
                 info={**outcome.info, "unsettled_repeats": outcome.settle_warnings, **written,
+                      "dask_log": logs.written(self.dask_log),
                       **results.disturbed_info(outcome.times_s, outcome.disturbed)},
                 repeats=outcome.repeats,
                 memory={"estimate_bytes": outcome.estimate_bytes, "capacity_bytes": outcome.capacity_bytes,
