@@ -253,6 +253,15 @@ def test_signal_during_the_timed_repeats(spawn, tmp_path, sig, code, group):
     assert gone(p.kids) == []
 
 
+def test_the_interruption_line_counts_timed_repeats_apart_from_warm_ups(spawn, tmp_path):
+    argv = [a for a in LONG_SVD if a not in ("--warmup", "0")]
+    p = spawn(*argv, "--warmup", "3", "--results-dir", tmp_path / "res", tty=True)
+    p.wait_for(r"svd \(cpu\).*\b([4-9]|\d\d+)/100003")  # past the warm-ups
+    os.kill(p.pid, signal.SIGTERM)
+    assert p.wait() == 143, p.stderr_lines()
+    assert_one_line(p.stderr_lines(), "interrupted (SIGTERM) during timed repeat ", " of 100000")
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
 def test_signal_during_a_traced_run_removes_the_trace_temp_folder(spawn, tmp_path, sig, code):
     p = spawn(*LONG_SVD, "--results-dir", tmp_path / "res", "--trace", tmp_path / "tr", tty=True)
