@@ -787,28 +787,36 @@ def results_chart(directory, as_json):
 @click.argument("b", metavar="B")
 @click.option("--fail-if-slower", "fail_if_slower", metavar="PCT", default=None,
               help="exit 3 when a case of B is slower than A by more than PCT (e.g. 5%) with confidence")
+@click.option("--fail-if-inconclusive", "fail_if_inconclusive", is_flag=True,
+              help="with --fail-if-slower: exit 3 also when a case is not shown to be within PCT")
 @click.option("--margin", metavar="PCT", default="5%",
-              help="differences within this are 'same' (default 5%)")
+              help="differences within this are 'same' when the interval shows it (default 5%)")
+@click.option("--between-run", "between_run", metavar="PCT", default=None,
+              help="the spread between two runs of the same code, assumed where each side holds one run "
+                   "(default 10%; several runs a side measure it)")
 @click.option("--confidence", default="0.95", help="confidence of the interval (default 0.95)")
 @json_option("the comparison")
-def results_compare(a, b, fail_if_slower, margin, confidence, as_json):
-    """B / A per case (two bench folders, results folders or records) with a Welch interval on
-    log times and a verdict: faster / slower / same. Exit 3 with --fail-if-slower PCT when some
-    case is slower by more than PCT with confidence."""
+def results_compare(a, b, fail_if_slower, fail_if_inconclusive, margin, between_run, confidence, as_json):
+    """B / A per case (two bench folders, results folders or records) with a distribution-free
+    interval and a verdict: faster / slower / same / inconclusive (with the repeats or runs
+    that would resolve it), and the minimum detectable effect. Exit 3 with --fail-if-slower PCT
+    when some case is slower by more than PCT with confidence."""
     from .records import compare, report
     try:
         conf = float(confidence)
     except ValueError:
         raise UserError(f"--confidence must be a number, got {confidence!r}", "e.g. --confidence 0.95") from None
+    if fail_if_inconclusive and fail_if_slower is None:
+        raise UserError("--fail-if-inconclusive needs --fail-if-slower PCT", "e.g. --fail-if-slower 5% "
+                        "--fail-if-inconclusive")
     limit = compare.parse_pct(fail_if_slower, "--fail-if-slower") if fail_if_slower is not None else None
+    spread = compare.ASSUMED_BETWEEN_RUN if between_run is None else compare.parse_pct(between_run, "--between-run")
     c = compare.compare(a, b, confidence=conf, margin=compare.parse_pct(margin, "--margin"),
-                        fail_if_slower=limit)
+                        fail_if_slower=limit, fail_if_inconclusive=fail_if_inconclusive, between_run=spread)
     _emit(c, as_json, lambda: report.compare_table(c))
     if c["failed"]:
-        names = "; ".join(f"{x['workload']} {x['size']} {x['backend']} x{x['ratio']:.3f} "
-                          f"(interval {x['lo']:.3f}..{x['hi']:.3f})" for x in c["failed"])
-        click.echo(f"gpuscale: {len(c['failed'])} case(s) slower than A by more than {fail_if_slower}: {names}",
-                   err=True)
+        click.echo(f"gpuscale: {len(c['failed'])} case(s) failed --fail-if-slower {fail_if_slower}: "
+                   + "; ".join(report.gate_failure(x) for x in c["failed"]), err=True)
         sys.exit(compare.SLOWER_EXIT)
 
 

@@ -1,0 +1,112 @@
+"""``results compare`` on real runs whose slowdown is injected in the workload (tests/paced.py):
+same code never reads as slower, a 10 % slowdown reads as slower or as inconclusive with what
+would resolve it, a 1.5 x one fails the gate; runs as the unit when a side holds several."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import gpuscale
+from gpuscale.records import compare
+
+import paced  # registers the workload
+
+PAIRS = 10
+REPEATS = 20
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Interleaved in time on one cluster: per pair an A run, an A' run (the same code) and a
+    B run 10 % slower; then one pair of A and a 1.5 x slower run."""
+    root = tmp_path_factory.mktemp("power")
+    out: dict[str, list] = {"A": [], "AA": [], "B": []}
+    with gpuscale.session(backend="cpu", workers=1, threads_per_worker=1, results_dir=str(root)) as s:
+        for i in range(PAIRS):
+            for side, slowdown in (("A", 0.0), ("AA", 0.0), ("B", 0.12)):
+                s.client.run(paced.set_slowdown, slowdown)
+                r = s.run("paced", repeat=REPEATS, warmup=1, results_dir=str(root / side / str(i)))
+                assert r.valid, r.validation
+                out[side].append(r.path)
+        s.client.run(paced.set_slowdown, 0.6)
+        out["slow"] = s.run("paced", repeat=REPEATS, warmup=1, results_dir=str(root / "slow")).path
+    out["root"] = root
+    return out
+
+
+def test_same_code_never_reads_as_slower(runs):
+    verdicts = [compare.compare(a, aa)["cases"][0] for a, aa in zip(runs["A"], runs["AA"])]
+    assert not [v for v in verdicts if v["verdict"] == "slower"], [(v["ratio"], v["lo"], v["hi"]) for v in verdicts]
+    for v in verdicts:
+        assert v["lo"] <= v["ratio"] <= v["hi"] and v["mde"] > 1.05
+
+
+def test_a_10pct_slowdown_is_slower_or_says_what_resolves_it(runs):
+    cases = [compare.compare(a, b)["cases"][0] for a, b in zip(runs["A"], runs["B"])]
+    assert sorted(c["ratio"] for c in cases)[PAIRS // 2] > 1.04  # the slowdown is real and seen
+    for c in cases:
+        assert c["verdict"] in ("slower", "inconclusive"), (c["ratio"], c["lo"], c["hi"])
+        if c["verdict"] == "inconclusive":
+            assert c["resolve"] is None or (c["resolve"]["per_side"] > 1 and c["resolve"]["unit"] == "runs")
+    resolved = sum(c["verdict"] == "slower" or c["resolve"] is not None for c in cases)
+    assert resolved >= PAIRS - 1
+
+
+def test_interleaved_runs_on_one_cluster_need_no_assumed_spread(runs):
+    """A and B ran alternately on one cluster, so between_run=0 is fair: the 10 % slowdown is
+    "slower" (or, on a noisy pair, "inconclusive" naming the repeats that would resolve it) in
+    at least 9 of 10 pairs, mostly "slower"; "faster" the other way round; the same code "same"."""
+    def verdicts(pairs):
+        cases = [compare.compare(a, b, between_run=0)["cases"][0] for a, b in pairs]
+        return [c["verdict"] if c["verdict"] != "inconclusive" or c["resolve"] is None
+                else f"inconclusive: {c['resolve']['per_side']} {c['resolve']['unit']}" for c in cases]
+
+    slower = verdicts(zip(runs["A"], runs["B"]))
+    faster = verdicts(zip(runs["B"], runs["A"]))
+    same = verdicts(zip(runs["A"], runs["AA"]))
+    for got, want in ((slower, "slower"), (faster, "faster")):
+        assert sum(v == want or v.endswith(" repeats") for v in got) >= PAIRS - 1, got
+        assert got.count(want) >= PAIRS // 2, got
+    assert same.count("slower") <= 1 and same.count("same") >= PAIRS // 2, same
+
+
+def test_the_same_runs_as_folders_count_runs_as_the_unit(runs, cli):
+    """All A runs in one folder, all B runs in another: the spread between runs is measured."""
+    p = cli("results", "compare", runs["root"] / "A", runs["root"] / "B", "--json")
+    assert p.returncode == 0, p.stderr
+    c = json.loads(p.stdout)
+    case = c["cases"][0]
+    assert (case["a_runs"], case["b_runs"], case["unit"]) == (PAIRS, PAIRS, "runs")
+    assert c["between_runs"].startswith("measured")
+    assert case["verdict"] in ("slower", "inconclusive") and case["ratio"] > 1.04
+    aa = cli("results", "compare", runs["root"] / "A", runs["root"] / "AA", "--json")
+    assert json.loads(aa.stdout)["cases"][0]["verdict"] != "slower"
+
+
+def test_a_1_5x_slowdown_fails_the_gate(runs, cli):
+    p = cli("results", "compare", runs["A"][0], runs["slow"], "--fail-if-slower", "5%")
+    assert p.returncode == compare.SLOWER_EXIT == 3, p.stdout + p.stderr
+    last = p.stderr.strip().splitlines()
+    assert len(last) == 1 and last[0].startswith("gpuscale: 1 case(s) failed --fail-if-slower 5%: paced"), p.stderr
+    ok = cli("results", "compare", runs["A"][0], runs["AA"][0], "--fail-if-slower", "5%")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_fail_if_inconclusive_fails_what_the_gate_cannot_clear(runs, cli):
+    p = cli("results", "compare", runs["A"][0], runs["B"][0], "--fail-if-slower", "5%", "--fail-if-inconclusive",
+            "--json")
+    case = json.loads(p.stdout)["cases"][0]
+    assert case["gate"] in ("slower", "inconclusive") and p.returncode == 3
+    alone = cli("results", "compare", runs["A"][0], runs["B"][0], "--fail-if-inconclusive")
+    assert alone.returncode == 2 and "needs --fail-if-slower" in alone.stderr
+
+
+def test_records_of_different_work_are_refused(runs, cli, tmp_path):
+    other = gpuscale.results.load(runs["A"][0])
+    d = other.to_dict()
+    d.update(id="other", params={**other.params, "rows": 600_000}, path=None)
+    written = gpuscale.results.write(gpuscale.results.Result.model_validate(d), tmp_path)
+    p = cli("results", "compare", runs["A"][0], written)
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and "different work, no ratio between them" in p.stderr
