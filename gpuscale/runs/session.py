@@ -60,6 +60,27 @@ def check_run(cls, params: dict[str, Any], *, data: Any = None, validate: str | 
     return p, inputs.check_run(cls, p, data=data, validate=validate, output=output, overwrite=overwrite)
 
 
+def planned_memory(cls, p, family, spec) -> tuple[Any, Any, dict[str, Any]]:
+    """The memory check of a cluster not started yet, from its spec (:func:`gpuscale.memory.planned`:
+    limits from the flags, the baseline assumed): ``(workload, context, verdict)``. ``explain``
+    shows it and ``run`` refuses by it before its cluster starts, so the two agree."""
+    from .. import memory
+    wl = cls()
+    ctx = workloads.Context(family, spec, None)
+    ctx.memory = memory.planned(spec, family, cluster.planned_worker_memory(spec))
+    wl.plan(p, ctx)
+    return wl, ctx, memory.assess(wl, p, ctx, ctx.memory)
+
+
+def refuse_planned(cls, p, family, spec) -> None:
+    """Refuse, before the cluster starts, a run whose planned memory check does not fit (the
+    verdict ``explain`` gives); the running cluster's own check follows once it is up."""
+    from .. import memory
+    _, _, verdict = planned_memory(cls, p, family, spec)
+    if not verdict["fits"]:
+        raise memory.error(cls.name, verdict)
+
+
 class Session:
     """A cluster built for one backend family, with that family's dask.config in scope.
 
