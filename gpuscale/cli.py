@@ -8,6 +8,7 @@ traceback unless ``gpuscale --debug`` (or ``GPUSCALE_DEBUG=1``).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -48,7 +49,8 @@ _debug = {"on": os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "
 
 
 def _fail(message: str, code: int = errors.EXIT_BAD_INPUT) -> typing.NoReturn:
-    click.echo(f"gpuscale: error: {' '.join(str(message).split())}", err=True)
+    with contextlib.suppress(OSError):  # a terminal that hung up takes no line
+        click.echo(f"gpuscale: error: {' '.join(str(message).split())}", err=True)
     sys.exit(code)
 
 
@@ -57,8 +59,8 @@ def _quiet() -> None:
 
 
 def _interrupted(e: BaseException | None = None) -> typing.NoReturn:
-    """Ctrl-C / SIGTERM: one line naming the signal and, for a run, the phase it stopped;
-    exit 130 (SIGINT) or 143 (SIGTERM)."""
+    """Ctrl-C / SIGTERM / SIGHUP: one line naming the signal and, for a run, the phase it
+    stopped; exit 130 (SIGINT), 143 (SIGTERM) or 129 (SIGHUP)."""
     _quiet()
     errors.end_child_processes(only_starting=True)
     sig = errors.signal_name(e) if e is not None else "SIGINT"

@@ -203,8 +203,8 @@ def test_exit_codes_are_defined_once_and_documented():
     table = readme.split("### Exit codes", 1)[1].split("\n\n", 3)[2]
     for code in errors.EXIT_CODES:
         assert f"\n| {code} |" in "\n" + table, code
-    assert (errors.EXIT_BAD_INPUT, errors.EXIT_CHECK_FAILED, errors.EXIT_CLUSTER_GONE,
-            errors.EXIT_SIGINT, errors.EXIT_SIGTERM) == (2, 3, 4, 130, 143)
+    assert (errors.EXIT_BAD_INPUT, errors.EXIT_CHECK_FAILED, errors.EXIT_CLUSTER_GONE, errors.EXIT_SIGHUP,
+            errors.EXIT_SIGINT, errors.EXIT_SIGTERM) == (2, 3, 4, 129, 130, 143)
     from gpuscale.records import compare
     assert compare.SLOWER_EXIT == errors.EXIT_CHECK_FAILED
 
@@ -262,7 +262,8 @@ def test_the_interruption_line_counts_timed_repeats_apart_from_warm_ups(spawn, t
     assert_one_line(p.stderr_lines(), "interrupted (SIGTERM) during timed repeat ", " of 100000")
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)],
+                         ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_signal_during_a_traced_run_removes_the_trace_temp_folder(spawn, tmp_path, sig, code):
     p = spawn(*LONG_SVD, "--results-dir", tmp_path / "res", "--trace", tmp_path / "tr", tty=True)
     p.wait_for(lambda: glob.glob(str(tmp_path / ".tr.tmp-*")))  # the folder the capture fills
