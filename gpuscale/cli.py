@@ -93,7 +93,7 @@ def _ended(e: BaseException) -> typing.NoReturn:
         _fail(str(e))
     if isinstance(e, KeyboardInterrupt):
         _interrupted(e)
-    if isinstance(e, (errors.ClusterGone, errors.RecordNotWritten)):
+    if isinstance(e, (errors.ClusterGone, errors.RecordNotWritten, errors.OutputNotWritten)):
         _quiet()
         _fail(str(e), e.exit_code)
     _unexpected(e)
@@ -355,6 +355,9 @@ def _workload_command(cls) -> click.Command:
         except errors.RecordNotWritten as e:  # the measured result goes to stdout, not lost
             click.echo(e.record_json)
             sys.stdout.flush()
+            raise
+        except errors.OutputNotWritten as e:  # the record is written: shown as on success
+            show(e.result)
             raise
         if not shown:
             show(r)

@@ -9,8 +9,9 @@ Exit codes (the one definition; README's "Exit codes" table lists them):
 3     a check failed: the result failed validation, a bench case failed, or
       ``results compare --fail-if-slower`` found a slower case
 4     the cluster went away under the run (:class:`ClusterGone`)
-5     the measured result could not be written (:class:`RecordNotWritten`): the record
-      is printed to stdout instead
+5     the run finished but its record could not be written (:class:`RecordNotWritten`): the
+      record is printed to stdout instead; or its ``--output`` could not be
+      (:class:`OutputNotWritten`): the record is written, saying so
 129   interrupted by SIGHUP (the terminal closed, the ssh session dropped)
 130   interrupted by SIGINT (Ctrl-C)
 143   interrupted by SIGTERM
@@ -44,7 +45,8 @@ EXIT_SIGTERM = 143
 EXIT_CODES = {EXIT_OK: "ok", EXIT_INTERNAL: "unexpected internal error (--debug shows the traceback)",
               EXIT_BAD_INPUT: "bad input", EXIT_CHECK_FAILED: "a check failed (validation, a bench case, "
               "results compare --fail-if-slower)", EXIT_CLUSTER_GONE: "the cluster went away",
-              EXIT_RECORD_NOT_WRITTEN: "the record could not be written (printed to stdout instead)",
+              EXIT_RECORD_NOT_WRITTEN: "the record (printed to stdout instead) or --output (the record "
+              "is written) could not be written",
               EXIT_SIGHUP: "interrupted (SIGHUP: the terminal closed, the ssh session dropped)",
               EXIT_SIGINT: "interrupted (SIGINT, Ctrl-C)", EXIT_SIGTERM: "interrupted (SIGTERM)"}
 
@@ -79,7 +81,7 @@ def install_excepthook() -> None:
         if isinstance(value, RecordNotWritten):  # the measured result is not lost
             sys.stdout.write(value.record_json + "\n")
             sys.stdout.flush()
-        if isinstance(value, (UserError, ClusterGone, RecordNotWritten)):
+        if isinstance(value, (UserError, ClusterGone, RecordNotWritten, OutputNotWritten)):
             sys.stderr.write(f"gpuscale: error: {value}\n")
             sys.stderr.flush()
         else:
@@ -111,6 +113,18 @@ class RecordNotWritten(RuntimeError):
         self.record_json = record_json
         super().__init__(f"could not write the record under {where} ({why}); the record was printed to "
                          "stdout instead: save it, free some space and keep it with your results")
+
+
+class OutputNotWritten(RuntimeError):
+    """The run finished and its record was written, but its ``--output`` could not be (a full
+    disk); ``result`` holds the record, whose ``info.output`` says why."""
+
+    exit_code = EXIT_RECORD_NOT_WRITTEN
+
+    def __init__(self, why: str, result):
+        self.result = result
+        super().__init__(f"{why}; the measured result is kept in the record {result.path}: free some space "
+                         "and run again to write --output")
 
 
 # ---------------------------------------------------------------------------------------

@@ -462,6 +462,23 @@ def test_a_disk_full_at_the_end_prints_the_record_instead(spawn, small_disk, tmp
     assert_nothing_half_written(d)
 
 
+def test_output_on_a_full_disk_keeps_the_record(cli, small_disk, tmp_path):
+    """--output onto a disk too small for it: the validated result is kept (the record is
+    written to the results folder, which has room, and shown), one line says why, exit 5."""
+    d = small_disk("256k")
+    p = cli("run", "groupby", *ONE_WORKER, "--rows", "200000", "--keys", "100000",
+            "--repeat", "2", "--warmup", "0", "--output", d / "out.csv", "--results-dir", tmp_path / "res",
+            "--json", timeout=300)
+    assert p.returncode == errors.EXIT_RECORD_NOT_WRITTEN, p.stderr
+    line = assert_one_line(p.stderr.splitlines(), "could not write --output", "No space left on device",
+                           "the measured result is kept in the record")
+    record = json.loads(p.stdout)
+    assert record["valid"] is True and len(record["times_s"]) == 2 and record["path"] in line
+    assert record["info"]["output"]["written"] is False and "No space left" in record["info"]["output"]["why"]
+    assert [f.name for f in files_under(tmp_path / "res")] == [pathlib.Path(record["path"]).name]
+    assert files_under(d) == []  # nothing half-written on the full disk
+
+
 def test_the_record_write_is_atomic_and_never_half_there(small_disk):
     from gpuscale.records import results
     d = small_disk("256k")

@@ -25,7 +25,7 @@ from .. import backends, cluster, config, machine, workloads
 from ..backends import host_collections
 from ..cluster import logs
 from ..data import inputs
-from ..errors import UserError, phase
+from ..errors import OutputNotWritten, UserError, phase
 from ..records import results
 from ..records.explained import explained
 from . import repeats, runner
@@ -221,7 +221,11 @@ class Session:
                              results_dir=results_dir, trace=trace, data=data, validate=validate,
                              output=output, overwrite=overwrite, strict_backend=strict_backend,
                              audit=audit, progress=progress, **params)
-        return finish(result, out_dir if write else None)
+        finish(result, out_dir if write else None)
+        unwritten = (result.info or {}).get("output") or {}
+        if unwritten.get("written") is False and result.valid is not False:  # valid, but --output failed
+            raise OutputNotWritten(unwritten["why"], result)
+        return result
 
     def record(self, workload: str, *, repeat: int | None = None, warmup: int | None = None,
                memory_check: bool | None = None, results_dir: str | None = None,
@@ -447,7 +451,10 @@ def _write_output(workload, p, outcome, user) -> dict[str, Any]:
                            "why": "the result failed validation"}}
     from ..data import outputs
     value = workload.output_value(outcome.output, p, user.output.suffix.lower())
-    return {"output": {**outputs.write(value, user.output, user.overwrite), "written": True}}
+    try:
+        return {"output": {**outputs.write(value, user.output, user.overwrite), "written": True}}
+    except UserError as e:  # the disk filled, the file appeared: the measurement is kept all the same
+        return {"output": {"path": str(user.output), "written": False, "why": str(e)}}
 
 
 def _ask_dashboard_link(client) -> str | None:
