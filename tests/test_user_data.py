@@ -534,6 +534,9 @@ BAD = [
     (("groupby", "--input", "{csv}", "--by", "store", "--agg", "qty:sum", "--output", "{csv}", "--overwrite"),
      ("is the input file",)),
     (("matmul", "--input", "{npy}"), ("no such option --input",)),
+    (("groupby", "--input", "{dir}/pipe.csv", "--by", "a", "--agg", "b:sum"),
+     ("pipe.csv is not a regular file or folder", "write the data to a file first")),
+    (("svd", "--input", "{dir}/pipe.npy"), ("pipe.npy is not a regular file or folder",)),
 ]
 
 
@@ -548,6 +551,9 @@ def test_cli_bad_input(cli, files, tmp_path, args, needles):
     (d / "notes.txt").write_text("hi")
     (d / "broken.parquet").write_bytes(b"PAR1 but not really")
     (d / "taken.csv").write_text("keep me")
+    for pipe in ("pipe.csv", "pipe.npy"):  # reading a FIFO with no writer would block for ever
+        if not (d / pipe).exists():
+            os.mkfifo(d / pipe)
     before = {f: f.stat().st_mtime_ns for f in files_under(d)}
     args = [a.format(dir=d, parquet=files["parquet"], csv=files["csv"], npy=files["npy"]) for a in args]
     p = cli("run", *args, "--results-dir", tmp_path / "res")
