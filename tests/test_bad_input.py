@@ -233,3 +233,24 @@ def test_a_garbage_dask_memory_setting_is_named(refused):
     for command in ("run", "explain"):
         refused(command, "svd", "--backend", "cpu", env=env,
                 needles=("distributed.worker.memory.target is 'garbage'", "DASK_DISTRIBUTED__WORKER__MEMORY__TARGET"))
+
+
+@pytest.mark.parametrize("flags, needles", [
+    (("--dashboard-address", "foo:bar"), ("--dashboard-address 'foo:bar' is not [HOST]:PORT",)),
+    (("--dashboard-address", "nosuchhost.invalid:8787"), ("'nosuchhost.invalid' does not resolve",)),
+    (("--host", "203.0.113.7"), ("--host 203.0.113.7: this machine cannot listen on 203.0.113.7",
+                                 "give an address of this machine")),
+], ids=["dashboard port", "dashboard host", "host"])
+def test_addresses_are_checked_before_the_cluster_starts(refused, flags, needles):
+    for command in ("run", "explain"):
+        refused(command, "svd", "--backend", "cpu", *flags, needles=needles)
+
+
+def test_a_cpu_cluster_that_fails_to_start_does_not_suggest_the_cpu_backend():
+    from gpuscale.cluster import start_error
+    from gpuscale.runs.session import configure
+    spec = configure(backend="cpu", check=False)[2]
+    e = str(start_error(spec, RuntimeError("Scheduler failed to start.")))
+    assert "--backend cpu" not in e and "gpuscale cluster show" in e
+    gpu_like = spec.model_copy(update={"family": "gpu"})
+    assert "or use --backend cpu" in str(start_error(gpu_like, RuntimeError("x")))
