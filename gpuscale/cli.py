@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pathlib
 import sys
 import typing
 from typing import Any
@@ -66,9 +67,12 @@ def _interrupted(e: BaseException | None = None) -> typing.NoReturn:
     sig = errors.signal_name(e) if e is not None else "SIGINT"
     code = errors.interrupt_exit_code(e) if e is not None else errors.EXIT_SIGINT
     phase = errors.phase_of(e, "") if e is not None else ""
+    kept = getattr(e, "gpuscale_kept", None)
     if phase:
-        _fail(f"interrupted ({sig}) during {phase}; nothing was written and what this command started "
-              "was stopped", code)
+        written = kept if kept is not None else "nothing was written"
+        _fail(f"interrupted ({sig}) during {phase}; {written} and what this command started was stopped", code)
+    if kept is not None:
+        _fail(f"interrupted ({sig}); {kept} and what this command started was stopped", code)
     _fail(f"interrupted ({sig}); what this command started was stopped", code)
 
 
@@ -742,7 +746,15 @@ def bench_cmd(spec, out, as_json):
     from .records import report
     from .runs import bench
     spec_obj, _ = bench.load_spec(spec)  # a bad spec: one line, exit 2, before any cluster
-    d = bench.run(spec, out or f"bench-{spec_obj.name}", progress=report.sweep_progress)
+    folder = pathlib.Path(out or f"bench-{spec_obj.name}")
+    try:
+        d = bench.run(spec, folder, progress=report.sweep_progress)
+    except KeyboardInterrupt as e:  # the cases that finished keep their records
+        from .records import results
+        done = len(results.find(folder / "records")) if (folder / "records").is_dir() else 0
+        e.gpuscale_kept = (f"the {done} finished case(s) are kept in {folder} (a re-run skips them)" if done
+                           else "no case had finished")
+        raise
     bad = [c for c in d["cases"] if c.get("error")]
     summary = {"out": str(out or f"bench-{spec_obj.name}"), "ran": d["ran"], "skipped": d["skipped"],
                "failed": d["failed"], "with_error": len(bad), **d["outputs"], "cases": d["cases"]}

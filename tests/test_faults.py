@@ -262,6 +262,23 @@ def test_the_interruption_line_counts_timed_repeats_apart_from_warm_ups(spawn, t
     assert_one_line(p.stderr_lines(), "interrupted (SIGTERM) during timed repeat ", " of 100000")
 
 
+def test_an_interrupted_bench_says_its_finished_cases_are_kept(spawn, tmp_path):
+    spec = tmp_path / "long.yaml"
+    spec.write_text("name: long\nbackends: [cpu]\nworkers: [1]\nrepeat: 3\nwarmup: 0\n"
+                    "cluster: {threads_per_worker: 1}\nworkloads:\n  svd:\n"
+                    "    sizes: [{rows: 2000, cols: 10}, {rows: 3000, cols: 10}, {rows: 4000, cols: 10}]\n"
+                    "  reduction:\n    sizes: [{rows: 100, cols: 10}]\n    params: {op: sum}\n")
+    p = spawn("bench", spec, "--out", tmp_path / "out", "--json")
+    p.wait_for(lambda: glob.glob(str(tmp_path / "out" / "records" / "*.json")), timeout=120)
+    os.kill(p.pid, signal.SIGTERM)
+    assert p.wait() == 143, p.stderr_lines()
+    lines = [x for x in p.stderr_lines() if not x.startswith("[")]  # the sweep's progress lines go first
+    line = assert_one_line(lines, "interrupted (SIGTERM)", "finished case(s) are kept in", "a re-run skips them")
+    assert "nothing was written" not in line
+    assert glob.glob(str(tmp_path / "out" / "records" / "*.json"))
+    assert gone(p.kids) == []
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)],
                          ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_signal_during_a_traced_run_removes_the_trace_temp_folder(spawn, tmp_path, sig, code):
