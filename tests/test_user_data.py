@@ -611,6 +611,17 @@ def test_cli_folder_of_files_that_disagree(cli, tmp_path, files_of, needles):
     assert "unexpected" not in line and "--debug" not in line
 
 
+def test_a_csv_column_that_turns_to_text_late_is_one_line_without_pandas_warnings(cli, tmp_path):
+    """400 000 integer rows then text: pandas' DtypeWarning in the worker that reads that part
+    goes to the run's log file; stderr holds only gpuscale's line."""
+    f = tmp_path / "mixed.csv"
+    f.write_text("store,qty\n" + "".join(f"{i % 7},{i}\n" for i in range(400_000)) + "1,x\n")
+    p = cli("run", "groupby", "--backend", "cpu", "--input", f, "--by", "store", "--agg", "qty:sum",
+            "--repeat", "1", "--warmup", "0", "--results-dir", tmp_path / "res", timeout=240)
+    line = assert_refused(p, tmp_path, "column 'qty' was read as int64 but holds text (str) further on")
+    assert "DtypeWarning" not in p.stderr and "unexpected" not in line
+
+
 def test_parquet_files_may_mix_integer_and_float_columns(tmp_path):
     """int64 in one file and double in another read and aggregate as numbers: not refused."""
     pd.DataFrame({"store": [1, 2], "price": [1, 2]}).to_parquet(tmp_path / "a.parquet", index=False)

@@ -46,12 +46,12 @@ def _stderr_handlers(log: logging.Logger) -> list[logging.Handler]:
             and not isinstance(h, logging.FileHandler) and getattr(h, "stream", None) in (sys.stderr, sys.__stderr__)]
 
 
-def to_file(path: str | pathlib.Path) -> Callable[[], None]:
-    """Send Dask's log lines below ERROR to ``path`` instead of stderr in this process; returns
-    the function that undoes it."""
+def to_file(path: str | pathlib.Path, loggers: tuple[str, ...] = LOGGERS) -> Callable[[], None]:
+    """Send the log lines below ERROR of ``loggers`` (default Dask's) to ``path`` instead of
+    stderr in this process; returns the function that undoes it."""
     handler = _LazyFile(pathlib.Path(path))
     undo: list[Callable[[], None]] = []
-    for name in LOGGERS:
+    for name in loggers:
         log = logging.getLogger(name)
         for h in _stderr_handlers(log):
             f = _ErrorsOnly()
@@ -97,8 +97,11 @@ def written(path: pathlib.Path | None) -> str | None:
 
 
 def in_worker() -> None:
-    """In a worker process: :func:`to_file` to the file the config names, if any."""
+    """In a worker process: :func:`to_file` to the file the config names, if any, Python's
+    warnings included (a task's library warning, e.g. pandas' DtypeWarning for a CSV column
+    whose type changes, which the run then reports in its own line)."""
     import dask
     path = dask.config.get(CONFIG_KEY, None)
     if path:
-        to_file(path)
+        logging.captureWarnings(True)
+        to_file(path, (*LOGGERS, "py.warnings"))
