@@ -64,8 +64,8 @@ POWER = 0.8
 VERDICTS = ("faster", "slower", "same", "inconclusive", "n/a")
 ASSUMED_BETWEEN_RUN = 0.10
 """The spread between two runs of the same code (standard deviation of log B / A) assumed where
-each side holds one run: two runs of a 20 ms svd on 2 shared cores gave medians 20.4 and
-26.4 ms, and 27.1 and 65.8 ms while other work ran."""
+each side holds one run (docs/benchmarks.md, "Timing noise and comparing runs", has the runs
+behind it)."""
 
 
 def parse_pct(text: str | float, what: str) -> float:
