@@ -533,6 +533,23 @@ def ran_out(workload_name: str, h: dict[str, Any], family, exc: BaseException) -
                      f"({type(exc).__name__}: {said}){estimate}", fix + "; the cluster is still up for the next run")
 
 
+def killed(workload_name: str, h: dict[str, Any], exc: BaseException) -> UserError:
+    """The one line for a run whose workers died under its tasks (distributed's ``KilledWorker``:
+    most often a nanny restarting a worker past ``terminate`` of its memory limit): what the
+    check had estimated, and the fix."""
+    per, verdict = h.get("per_worker_bytes"), h.get("verdict")
+    estimate = (f"; the memory check estimated {format_bytes(h['estimate_bytes'])} in all"
+                + (f", {format_bytes(per)} per worker, verdict '{verdict}'" if per else "")
+                if h.get("estimate_bytes") else "")
+    task = getattr(exc, "task", None) or "a task"
+    tries = getattr(exc, "allowed_failures", None)
+    times = f" {tries + 1} time(s)" if isinstance(tries, int) else ""
+    return UserError(f"{workload_name}: the workers running {task} died{times} (a worker past {DEFAULT_FRACTIONS['terminate']:g} of its memory limit is restarted by "
+                     f"its nanny){estimate}",
+                     "give each worker more memory (--memory-limit), fewer threads per worker, or use smaller "
+                     "sizes; the workers' log lines are under logs/ in the results folder")
+
+
 def check(workload, p, ctx, enforce: bool) -> dict[str, Any]:
     """:func:`assess` against ``ctx.memory``; refuse (before any work) what does not fit
     unless told not to."""

@@ -24,7 +24,7 @@ from typing import Any, Callable, ContextManager, Iterator
 
 import dask
 from dask.core import flatten
-from distributed import Future, futures_of, span, wait
+from distributed import Future, KilledWorker, futures_of, span, wait
 
 from ..audit import Audit
 from ..errors import phase as named_phase
@@ -349,6 +349,8 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _
             auditor.stop()
         if isinstance(e, MemoryError):  # a worker's allocation failed (CuPy, RMM, cuDF, NumPy)
             raise _memory.ran_out(workload.name, memory, fam, e) from None
+        if isinstance(e, KilledWorker):  # its workers died under a task, again and again
+            raise _memory.killed(workload.name, memory, e) from None
         raise
     measured = watch.read(memory)
     outcome.memory = {**memory, **({"measured": measured} if measured else {})}
