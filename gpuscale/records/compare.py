@@ -222,6 +222,17 @@ def verdict(lo: float | None, hi: float | None, margin: float) -> str:
     return "inconclusive"
 
 
+def gate_of(lo: float | None, hi: float | None, limit: float, strict: bool) -> str:
+    """``--fail-if-slower``: "slower" when the interval lies wholly above 1 + limit; with
+    ``strict`` (``--fail-if-inconclusive``) "inconclusive" when it reaches above it or there is
+    none; else "pass"."""
+    if lo is None:
+        return "inconclusive" if strict else "pass"
+    if lo > 1 + limit:
+        return "slower"
+    return "inconclusive" if strict and hi > 1 + limit else "pass"
+
+
 def resolve(s: dict[str, Any], margin: float) -> dict[str, Any] | None:
     """For an inconclusive case: how many repeats (or runs) per side would make an interval
     like this one, narrowed as 1 / sqrt(count), clear the nearest bound it crosses; None when
@@ -259,9 +270,9 @@ def _pairs(a, b, sa: dict, sb: dict) -> tuple[list, list[str], list[str]]:
 
 
 def _interval(runs_a: list, runs_b: list, confidence: float) -> dict[str, Any]:
+    """Runs as the unit where a side holds several, else the repeats of the one run a side."""
     if len(runs_a) > 1 or len(runs_b) > 1:
         return across_runs(runs_a, runs_b, confidence)
-    # one run a side
     return within_run(runs_a[0], runs_b[0], confidence)
 
 
@@ -310,12 +321,7 @@ def _case(k, runs_a, runs_b, s, confidence, margin, fail_if_slower, fail_if_inco
     lo = None if s["lo"] is None else math.exp(s["lo"])
     hi = None if s["hi"] is None else math.exp(s["hi"])
     v = verdict(lo, hi, margin)
-    gate = None
-    if fail_if_slower is not None and lo is not None:
-        gate = "slower" if lo > 1 + fail_if_slower else \
-            "inconclusive" if fail_if_inconclusive and hi > 1 + fail_if_slower else "pass"
-    elif fail_if_slower is not None and fail_if_inconclusive:
-        gate = "inconclusive"
+    gate = None if fail_if_slower is None else gate_of(lo, hi, fail_if_slower, fail_if_inconclusive)
     return {"workload": ra.workload, "size": size_label(shown_params(ra.params)), "params": ra.params,
             "backend": ra.backend, "family": ra.family, "protocol": ra.protocol, "workers": k[4],
             "a_median_s": statistics.median(clean_times(ra)), "b_median_s": statistics.median(clean_times(rb)),
