@@ -19,11 +19,10 @@ _LAZY = {"session": "gpuscale.api", "run": "gpuscale.api", "Session": "gpuscale.
          "explain": "gpuscale.api", "workload": "gpuscale.workloads.decorator"}
 """Top-level names, from the module that holds them (imported on first use: importing gpuscale
 starts nothing and imports no GPU library)."""
-_MODULES = {"linalg": "gpuscale.routes.linalg", "dataframe": "gpuscale.routes.dataframe",
-            "workloads": "gpuscale.workloads", "backends": "gpuscale.backends", "cluster": "gpuscale.cluster",
-            "results": "gpuscale.records.results", "report": "gpuscale.records.report",
-            "trace": "gpuscale.trace", "audit": "gpuscale.audit"}
-"""Modules reachable as ``gpuscale.NAME`` (``gpuscale.linalg.svd(x)``)."""
+_MODULES = ("linalg", "dataframe", "workloads", "backends", "cluster", "results", "report", "trace",
+            "audit")
+"""Modules reachable as ``gpuscale.NAME`` (``gpuscale.linalg.svd(x)``), imported on first use; each
+is a module of its own too (``import gpuscale.linalg as gl``)."""
 
 
 def __getattr__(name):
@@ -31,7 +30,7 @@ def __getattr__(name):
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     if name in _MODULES:
-        return importlib.import_module(_MODULES[name])
+        return importlib.import_module(f"gpuscale.{name}")
     raise AttributeError(f"module 'gpuscale' has no attribute {name!r}")
 
 

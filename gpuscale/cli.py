@@ -8,8 +8,10 @@ traceback unless ``gpuscale --debug`` (or ``GPUSCALE_DEBUG=1``).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pathlib
 import sys
 import typing
 from typing import Any
@@ -48,7 +50,8 @@ _debug = {"on": os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "
 
 
 def _fail(message: str, code: int = errors.EXIT_BAD_INPUT) -> typing.NoReturn:
-    click.echo(f"gpuscale: error: {' '.join(str(message).split())}", err=True)
+    with contextlib.suppress(OSError):  # a terminal that hung up takes no line
+        click.echo(f"gpuscale: error: {' '.join(str(message).split())}", err=True)
     sys.exit(code)
 
 
@@ -57,16 +60,19 @@ def _quiet() -> None:
 
 
 def _interrupted(e: BaseException | None = None) -> typing.NoReturn:
-    """Ctrl-C / SIGTERM: one line naming the signal and, for a run, the phase it stopped;
-    exit 130 (SIGINT) or 143 (SIGTERM)."""
+    """Ctrl-C / SIGTERM / SIGHUP: one line naming the signal and, for a run, the phase it
+    stopped; exit 130 (SIGINT), 143 (SIGTERM) or 129 (SIGHUP)."""
     _quiet()
     errors.end_child_processes(only_starting=True)
     sig = errors.signal_name(e) if e is not None else "SIGINT"
     code = errors.interrupt_exit_code(e) if e is not None else errors.EXIT_SIGINT
     phase = errors.phase_of(e, "") if e is not None else ""
+    kept = getattr(e, "gpuscale_kept", None)
     if phase:
-        _fail(f"interrupted ({sig}) during {phase}; nothing was written and what this command started "
-              "was stopped", code)
+        written = kept if kept is not None else "nothing was written"
+        _fail(f"interrupted ({sig}) during {phase}; {written} and what this command started was stopped", code)
+    if kept is not None:
+        _fail(f"interrupted ({sig}); {kept} and what this command started was stopped", code)
     _fail(f"interrupted ({sig}); what this command started was stopped", code)
 
 
@@ -91,7 +97,7 @@ def _ended(e: BaseException) -> typing.NoReturn:
         _fail(str(e))
     if isinstance(e, KeyboardInterrupt):
         _interrupted(e)
-    if isinstance(e, (errors.ClusterGone, errors.RecordNotWritten)):
+    if isinstance(e, (errors.ClusterGone, errors.RecordNotWritten, errors.OutputNotWritten)):
         _quiet()
         _fail(str(e), e.exit_code)
     _unexpected(e)
@@ -356,6 +362,9 @@ def _workload_command(cls) -> click.Command:
         except errors.RecordNotWritten as e:  # the measured result goes to stdout, not lost
             click.echo(e.record_json)
             sys.stdout.flush()
+            raise
+        except errors.OutputNotWritten as e:  # the record is written: shown as on success
+            show(e.result)
             raise
         if not shown:
             show(r)
@@ -746,7 +755,15 @@ def bench_cmd(spec, out, as_json):
     from .records import report
     from .runs import bench
     spec_obj, _ = bench.load_spec(spec)  # a bad spec: one line, exit 2, before any cluster
-    d = bench.run(spec, out or f"bench-{spec_obj.name}", progress=report.sweep_progress)
+    folder = pathlib.Path(out or f"bench-{spec_obj.name}")
+    try:
+        d = bench.run(spec, folder, progress=report.sweep_progress)
+    except KeyboardInterrupt as e:  # the cases that finished keep their records
+        from .records import results
+        done = len(results.find(folder / "records")) if (folder / "records").is_dir() else 0
+        e.gpuscale_kept = (f"the {done} finished case(s) are kept in {folder} (a re-run skips them)" if done
+                           else "no case had finished")
+        raise
     bad = [c for c in d["cases"] if c.get("error")]
     summary = {"out": str(out or f"bench-{spec_obj.name}"), "ran": d["ran"], "skipped": d["skipped"],
                "failed": d["failed"], "with_error": len(bad), **d["outputs"], "cases": d["cases"]}
@@ -796,28 +813,36 @@ def results_chart(directory, as_json):
 @click.argument("b", metavar="B")
 @click.option("--fail-if-slower", "fail_if_slower", metavar="PCT", default=None,
               help="exit 3 when a case of B is slower than A by more than PCT (e.g. 5%) with confidence")
+@click.option("--fail-if-inconclusive", "fail_if_inconclusive", is_flag=True,
+              help="with --fail-if-slower: exit 3 also when a case is not shown to be within PCT")
 @click.option("--margin", metavar="PCT", default="5%",
-              help="differences within this are 'same' (default 5%)")
+              help="differences within this are 'same' when the interval shows it (default 5%)")
+@click.option("--between-run", "between_run", metavar="PCT", default=None,
+              help="the spread between two runs of the same code, assumed where each side holds one run "
+                   "(default 10%; several runs a side measure it)")
 @click.option("--confidence", default="0.95", help="confidence of the interval (default 0.95)")
 @json_option("the comparison")
-def results_compare(a, b, fail_if_slower, margin, confidence, as_json):
-    """B / A per case (two bench folders, results folders or records) with a Welch interval on
-    log times and a verdict: faster / slower / same. Exit 3 with --fail-if-slower PCT when some
-    case is slower by more than PCT with confidence."""
+def results_compare(a, b, fail_if_slower, fail_if_inconclusive, margin, between_run, confidence, as_json):
+    """B / A per case (two bench folders, results folders or records) with a distribution-free
+    interval and a verdict: faster / slower / same / inconclusive (with the repeats or runs
+    that would resolve it), and the minimum detectable effect. Exit 3 with --fail-if-slower PCT
+    when some case is slower by more than PCT with confidence."""
     from .records import compare, report
     try:
         conf = float(confidence)
     except ValueError:
         raise UserError(f"--confidence must be a number, got {confidence!r}", "e.g. --confidence 0.95") from None
+    if fail_if_inconclusive and fail_if_slower is None:
+        raise UserError("--fail-if-inconclusive needs --fail-if-slower PCT", "e.g. --fail-if-slower 5% "
+                        "--fail-if-inconclusive")
     limit = compare.parse_pct(fail_if_slower, "--fail-if-slower") if fail_if_slower is not None else None
+    spread = compare.ASSUMED_BETWEEN_RUN if between_run is None else compare.parse_pct(between_run, "--between-run")
     c = compare.compare(a, b, confidence=conf, margin=compare.parse_pct(margin, "--margin"),
-                        fail_if_slower=limit)
+                        fail_if_slower=limit, fail_if_inconclusive=fail_if_inconclusive, between_run=spread)
     _emit(c, as_json, lambda: report.compare_table(c))
     if c["failed"]:
-        names = "; ".join(f"{x['workload']} {x['size']} {x['backend']} x{x['ratio']:.3f} "
-                          f"(interval {x['lo']:.3f}..{x['hi']:.3f})" for x in c["failed"])
-        click.echo(f"gpuscale: {len(c['failed'])} case(s) slower than A by more than {fail_if_slower}: {names}",
-                   err=True)
+        click.echo(f"gpuscale: {len(c['failed'])} case(s) failed --fail-if-slower {fail_if_slower}: "
+                   + "; ".join(report.gate_failure(x) for x in c["failed"]), err=True)
         sys.exit(compare.SLOWER_EXIT)
 
 

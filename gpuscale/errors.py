@@ -9,8 +9,10 @@ Exit codes (the one definition; README's "Exit codes" table lists them):
 3     a check failed: the result failed validation, a bench case failed, or
       ``results compare --fail-if-slower`` found a slower case
 4     the cluster went away under the run (:class:`ClusterGone`)
-5     the measured result could not be written (:class:`RecordNotWritten`): the record
-      is printed to stdout instead
+5     the run finished but its record could not be written (:class:`RecordNotWritten`): the
+      record is printed to stdout instead; or its ``--output`` could not be
+      (:class:`OutputNotWritten`): the record is written, saying so
+129   interrupted by SIGHUP (the terminal closed, the ssh session dropped)
 130   interrupted by SIGINT (Ctrl-C)
 143   interrupted by SIGTERM
 ====  ==========================================================================
@@ -36,13 +38,16 @@ EXIT_BAD_INPUT = 2
 EXIT_CHECK_FAILED = 3
 EXIT_CLUSTER_GONE = 4
 EXIT_RECORD_NOT_WRITTEN = 5
+EXIT_SIGHUP = 129
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
 EXIT_CODES = {EXIT_OK: "ok", EXIT_INTERNAL: "unexpected internal error (--debug shows the traceback)",
               EXIT_BAD_INPUT: "bad input", EXIT_CHECK_FAILED: "a check failed (validation, a bench case, "
               "results compare --fail-if-slower)", EXIT_CLUSTER_GONE: "the cluster went away",
-              EXIT_RECORD_NOT_WRITTEN: "the record could not be written (printed to stdout instead)",
+              EXIT_RECORD_NOT_WRITTEN: "the record (printed to stdout instead) or --output (the record "
+              "is written) could not be written",
+              EXIT_SIGHUP: "interrupted (SIGHUP: the terminal closed, the ssh session dropped)",
               EXIT_SIGINT: "interrupted (SIGINT, Ctrl-C)", EXIT_SIGTERM: "interrupted (SIGTERM)"}
 
 
@@ -95,7 +100,7 @@ def install_excepthook() -> None:
         if isinstance(value, RecordNotWritten):  # the measured result is not lost
             sys.stdout.write(value.record_json + "\n")
             sys.stdout.flush()
-        if isinstance(value, (UserError, ClusterGone, RecordNotWritten)):
+        if isinstance(value, (UserError, ClusterGone, RecordNotWritten, OutputNotWritten)):
             sys.stderr.write(f"gpuscale: error: {value}\n")
             sys.stderr.flush()
         else:
@@ -129,6 +134,18 @@ class RecordNotWritten(RuntimeError):
                          "stdout instead: save it, free some space and keep it with your results")
 
 
+class OutputNotWritten(RuntimeError):
+    """The run finished and its record was written, but its ``--output`` could not be (a full
+    disk); ``result`` holds the record, whose ``info.output`` says why."""
+
+    exit_code = EXIT_RECORD_NOT_WRITTEN
+
+    def __init__(self, why: str, result):
+        self.result = result
+        super().__init__(f"{why}; the measured result is kept in the record {result.path}: free some space "
+                         "and run again to write --output")
+
+
 # ---------------------------------------------------------------------------------------
 # Interruptions and phases
 # ---------------------------------------------------------------------------------------
@@ -137,19 +154,23 @@ class Terminated(KeyboardInterrupt):
     ``with`` that cleans up on Ctrl-C runs for it too)."""
 
 
+class HungUp(Terminated):
+    """SIGHUP (the terminal closed, the ssh session dropped), handled like SIGTERM."""
+
+
 def signal_name(exc: BaseException) -> str:
-    return "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+    return "SIGHUP" if isinstance(exc, HungUp) else "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
 
 
 def interrupt_exit_code(exc: BaseException) -> int:
-    return EXIT_SIGTERM if isinstance(exc, Terminated) else EXIT_SIGINT
+    return EXIT_SIGHUP if isinstance(exc, HungUp) else EXIT_SIGTERM if isinstance(exc, Terminated) else EXIT_SIGINT
 
 
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
     """SIGTERM raises :class:`Terminated` in the main thread for the block (so what was being
-    started is closed and temp files are removed, not orphaned), and Ctrl-C its usual
-    KeyboardInterrupt; both quiet the loggers that would print the cut-off work's tracebacks
+    started is closed and temp files are removed, not orphaned), SIGHUP :class:`HungUp` (unless
+    ignored, as under ``nohup``), and Ctrl-C its usual KeyboardInterrupt; both quiet the loggers that would print the cut-off work's tracebacks
     (:func:`quiet_exit_logs`) first. The previous handlers come back after it. Elsewhere than
     the main thread signals cannot be handled: a no-op."""
     if threading.current_thread() is not threading.main_thread():
@@ -170,9 +191,18 @@ def sigterm_raises() -> Iterator[None]:
         _escalate_later(signal.SIGINT, EXIT_SIGINT)
         _raise_or_defer(KeyboardInterrupt())
 
+    def _on_hup(signum, frame):
+        if _later_if_in_gc_callback(signum, frame):
+            return
+        quiet_exit_logs()
+        _escalate_later(signal.SIGHUP, EXIT_SIGHUP)
+        _raise_or_defer(HungUp())
+
     global _stand_down
     outer, _stand_down = _stand_down, threading.Event()
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _on_term)}
+    if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # not under nohup
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _on_hup)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, _on_int)
     try:
@@ -226,7 +256,7 @@ def _escalate_later(sig: int, code: int) -> None:
         os.kill(os.getpid(), sig)
         if done.wait(ESCALATE_AFTER_S):
             return
-        name = "SIGTERM" if sig == signal.SIGTERM else "SIGINT"
+        name = signal.Signals(sig).name
         where = f" during {_phases[-1]}" if _phases else ""
         import shutil
         for path in list(TEMP_PATHS):

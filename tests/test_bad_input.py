@@ -212,3 +212,45 @@ def test_api_memory_check(cpu_session, tmp_path):
         # spill to, and U (kept) cannot stream
         cpu_session.run("svd", rows=5_000_000_000, cols=100, compute_uv=True, results_dir=str(tmp_path / "res"))
     assert files_under(tmp_path / "res") == []
+
+
+@pytest.mark.parametrize("args, needles", [
+    (("svd", "--rows", "99999999999999999999999"), ("svd --rows 99999999999999999999999 is beyond any machine",)),
+    (("svd", "--rows", "9223372036854775807"), ("--rows 9223372036854775807", "use a smaller --rows")),
+    (("groupby", "--rows", "99999999999999999999999"), ("groupby --rows",)),
+    (("svd", "--rows", "2000000000000", "--cols", "50"), ("more than 1000 x the cluster's", "use smaller sizes")),
+    (("groupby", "--rows", "9000000000000000"), ("more than 1000 x the cluster's",)),
+], ids=["svd 1e23", "svd int64 max", "groupby 1e23", "svd 727 TiB streamed", "groupby 192 PiB streamed"])
+def test_huge_generated_sizes_are_refused_before_a_cluster_starts(refused, args, needles):
+    import time
+    started = time.monotonic()
+    refused("run", *args, "--backend", "cpu", needles=needles)
+    assert time.monotonic() - started < 30  # no cluster was started (a start and close take longer here)
+
+
+def test_a_garbage_dask_memory_setting_is_named(refused):
+    env = {"DASK_DISTRIBUTED__WORKER__MEMORY__TARGET": "garbage"}
+    for command in ("run", "explain"):
+        refused(command, "svd", "--backend", "cpu", env=env,
+                needles=("distributed.worker.memory.target is 'garbage'", "DASK_DISTRIBUTED__WORKER__MEMORY__TARGET"))
+
+
+@pytest.mark.parametrize("flags, needles", [
+    (("--dashboard-address", "foo:bar"), ("--dashboard-address 'foo:bar' is not [HOST]:PORT",)),
+    (("--dashboard-address", "nosuchhost.invalid:8787"), ("'nosuchhost.invalid' does not resolve",)),
+    (("--host", "203.0.113.7"), ("--host 203.0.113.7: this machine cannot listen on 203.0.113.7",
+                                 "give an address of this machine")),
+], ids=["dashboard port", "dashboard host", "host"])
+def test_addresses_are_checked_before_the_cluster_starts(refused, flags, needles):
+    for command in ("run", "explain"):
+        refused(command, "svd", "--backend", "cpu", *flags, needles=needles)
+
+
+def test_a_cpu_cluster_that_fails_to_start_does_not_suggest_the_cpu_backend():
+    from gpuscale.cluster import start_error
+    from gpuscale.runs.session import configure
+    spec = configure(backend="cpu", check=False)[2]
+    e = str(start_error(spec, RuntimeError("Scheduler failed to start.")))
+    assert "--backend cpu" not in e and "gpuscale cluster show" in e
+    gpu_like = spec.model_copy(update={"family": "gpu"})
+    assert "or use --backend cpu" in str(start_error(gpu_like, RuntimeError("x")))

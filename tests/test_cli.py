@@ -56,7 +56,8 @@ def test_run_groupby_json(cli, results_dir):
     assert d["choices"]["split_out"]["value"] == 2
     # dataframe work: one thread per worker process (the cpu family's knob)
     assert d["cluster"]["threads_per_worker"] == 1
-    assert len(files_under(results_dir)) == 1
+    # the record, and the log file it names when Dask logged (the shuffle's WARNING lines)
+    assert sorted(map(str, files_under(results_dir))) == sorted(filter(None, [d["path"], d["info"]["dask_log"]]))
 
 
 def test_run_svd_with_no_flags_is_the_readme_job(cli, tmp_path):
@@ -161,3 +162,33 @@ def test_failed_cli_runs_leave_cwd_clean(cli, tmp_path):
     assert p.returncode == 2
     assert files_under(tmp_path) == []
     assert not pathlib.Path(tmp_path / "gpuscale-results").exists()
+
+
+def test_shuffle_run_keeps_dask_log_lines_off_stderr(cli, results_dir):
+    """distributed's P2P shuffle logs "initialized" / "deactivated" WARNING lines in the
+    scheduler: they go to the log file the record names, and stderr stays empty."""
+    p = cli("run", "shuffle", "--backend", "cpu", "--rows", "200000", "--partitions", "4", "--repeat", "2",
+            "--warmup", "0", "--json", "--results-dir", results_dir)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ""
+    log = only_json(p.stdout)["info"]["dask_log"]
+    assert log and pathlib.Path(log).parent == pathlib.Path(results_dir).resolve() / "logs"
+    assert "distributed.shuffle._scheduler_plugin WARNING Shuffle" in pathlib.Path(log).read_text()
+
+
+def test_an_error_still_reaches_stderr_while_dask_logs_go_to_the_file(tmp_path):
+    """ERROR lines of Dask's loggers stay on stderr; WARNING lines go to the file, in this
+    process and in a child that is set up as a worker's preload does it."""
+    import subprocess
+    import sys
+    log = tmp_path / "logs" / "x.log"
+    code = ("import logging, distributed, dask\n"
+            "from gpuscale.cluster import logs\n"
+            f"with logs.kept_off_stderr({str(log)!r}):\n"
+            "    logging.getLogger('distributed.scheduler').warning('a warning')\n"
+            "    logging.getLogger('distributed.scheduler').error('an error')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "an error" in p.stderr and "a warning" not in p.stderr
+    text = log.read_text()
+    assert "a warning" in text and "an error" in text

@@ -203,8 +203,8 @@ def test_exit_codes_are_defined_once_and_documented():
     table = readme.split("### Exit codes", 1)[1].split("\n\n", 3)[2]
     for code in errors.EXIT_CODES:
         assert f"\n| {code} |" in "\n" + table, code
-    assert (errors.EXIT_BAD_INPUT, errors.EXIT_CHECK_FAILED, errors.EXIT_CLUSTER_GONE,
-            errors.EXIT_SIGINT, errors.EXIT_SIGTERM) == (2, 3, 4, 130, 143)
+    assert (errors.EXIT_BAD_INPUT, errors.EXIT_CHECK_FAILED, errors.EXIT_CLUSTER_GONE, errors.EXIT_SIGHUP,
+            errors.EXIT_SIGINT, errors.EXIT_SIGTERM) == (2, 3, 4, 129, 130, 143)
     from gpuscale.records import compare
     assert compare.SLOWER_EXIT == errors.EXIT_CHECK_FAILED
 
@@ -253,7 +253,34 @@ def test_signal_during_the_timed_repeats(spawn, tmp_path, sig, code, group):
     assert gone(p.kids) == []
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_the_interruption_line_counts_timed_repeats_apart_from_warm_ups(spawn, tmp_path):
+    argv = [a for a in LONG_SVD if a not in ("--warmup", "0")]
+    p = spawn(*argv, "--warmup", "3", "--results-dir", tmp_path / "res", tty=True)
+    p.wait_for(r"svd \(cpu\).*\b([4-9]|\d\d+)/100003")  # past the warm-ups
+    os.kill(p.pid, signal.SIGTERM)
+    assert p.wait() == 143, p.stderr_lines()
+    assert_one_line(p.stderr_lines(), "interrupted (SIGTERM) during timed repeat ", " of 100000")
+
+
+def test_an_interrupted_bench_says_its_finished_cases_are_kept(spawn, tmp_path):
+    spec = tmp_path / "long.yaml"
+    spec.write_text("name: long\nbackends: [cpu]\nworkers: [1]\nrepeat: 3\nwarmup: 0\n"
+                    "cluster: {threads_per_worker: 1}\nworkloads:\n  svd:\n"
+                    "    sizes: [{rows: 2000, cols: 10}, {rows: 3000, cols: 10}, {rows: 4000, cols: 10}]\n"
+                    "  reduction:\n    sizes: [{rows: 100, cols: 10}]\n    params: {op: sum}\n")
+    p = spawn("bench", spec, "--out", tmp_path / "out", "--json")
+    p.wait_for(lambda: glob.glob(str(tmp_path / "out" / "records" / "*.json")), timeout=120)
+    os.kill(p.pid, signal.SIGTERM)
+    assert p.wait() == 143, p.stderr_lines()
+    lines = [x for x in p.stderr_lines() if not x.startswith("[")]  # the sweep's progress lines go first
+    line = assert_one_line(lines, "interrupted (SIGTERM)", "finished case(s) are kept in", "a re-run skips them")
+    assert "nothing was written" not in line
+    assert glob.glob(str(tmp_path / "out" / "records" / "*.json"))
+    assert gone(p.kids) == []
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)],
+                         ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_signal_during_a_traced_run_removes_the_trace_temp_folder(spawn, tmp_path, sig, code):
     p = spawn(*LONG_SVD, "--results-dir", tmp_path / "res", "--trace", tmp_path / "tr", tty=True)
     p.wait_for(lambda: glob.glob(str(tmp_path / ".tr.tmp-*")))  # the folder the capture fills
@@ -450,6 +477,23 @@ def test_a_disk_full_at_the_end_prints_the_record_instead(spawn, small_disk, tmp
     assert record["path"] is None
     assert [f.name for f in files_under(d) if f.name != "filler"] == []
     assert_nothing_half_written(d)
+
+
+def test_output_on_a_full_disk_keeps_the_record(cli, small_disk, tmp_path):
+    """--output onto a disk too small for it: the validated result is kept (the record is
+    written to the results folder, which has room, and shown), one line says why, exit 5."""
+    d = small_disk("256k")
+    p = cli("run", "groupby", *ONE_WORKER, "--rows", "200000", "--keys", "100000",
+            "--repeat", "2", "--warmup", "0", "--output", d / "out.csv", "--results-dir", tmp_path / "res",
+            "--json", timeout=300)
+    assert p.returncode == errors.EXIT_RECORD_NOT_WRITTEN, p.stderr
+    line = assert_one_line(p.stderr.splitlines(), "could not write --output", "No space left on device",
+                           "the measured result is kept in the record")
+    record = json.loads(p.stdout)
+    assert record["valid"] is True and len(record["times_s"]) == 2 and record["path"] in line
+    assert record["info"]["output"]["written"] is False and "No space left" in record["info"]["output"]["why"]
+    assert [f.name for f in files_under(tmp_path / "res")] == [pathlib.Path(record["path"]).name]
+    assert files_under(d) == []  # nothing half-written on the full disk
 
 
 def test_the_record_write_is_atomic_and_never_half_there(small_disk):

@@ -147,6 +147,25 @@ def test_the_walk_sees_function_level_imports_and_circles(tmp_path):
     assert circles(edges(modules(pkg))) == []
 
 
+def test_public_modules_import_as_modules():
+    """Every ``gpuscale.NAME`` module and every ``gpuscale.MODULE.NAME`` that README uses works with
+    ``import gpuscale.MODULE as m`` in a fresh interpreter, not only as an attribute."""
+    import re
+    import subprocess
+    import sys
+
+    import gpuscale
+    readme = (PKG.parent / "README.md").read_text()
+    used = sorted(set(re.findall(r"gpuscale\.(\w+)\.(\w+)\(", readme)))
+    assert ("linalg", "svd") in used and ("dataframe", "groupby_agg") in used
+    lines = [f"import gpuscale.{m} as m_{m}" for m in gpuscale._MODULES]
+    lines += [f"assert callable(m_{m}.{name}), '{m}.{name}'" for m, name in used if m in gpuscale._MODULES]
+    lines += ["import gpuscale", "assert gpuscale.linalg is m_linalg and gpuscale.dataframe is m_dataframe"]
+    assert {m for m, _ in used} <= set(gpuscale._MODULES)
+    out = subprocess.run([sys.executable, "-c", "\n".join(lines)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
 if __name__ == "__main__":  # pragma: no cover - print today's circles
     g = edges(modules())
     for c in circles(g):

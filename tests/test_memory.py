@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -498,3 +499,48 @@ def test_p2p_buffers_cannot_spill_so_a_worker_too_small_for_them_is_refused():
     # with room for the buffers it spills the data as before
     roomy = dataclasses.replace(b, limit=2 * 10**9)
     assert memory.assess(wl, p, ctx, roomy)["verdict"] in ("fits", "spills")
+
+
+def test_run_refuses_what_explain_refuses_before_its_cluster_starts(cli, tmp_path):
+    """75 M rows grouped on 2 x 300 MB workers: `explain` says the run would stop before starting
+    work, and `run` with the same flags stops with that same line, before any worker starts (it
+    used to start, lose workers at 95 % and end in KilledWorker)."""
+    flags = ["groupby", "--rows", "75000000", "--keys", "100000", "--workers", "2", "--threads-per-worker", "1",
+             "--memory-limit", "300MB", "--backend", "cpu"]
+    e = cli("explain", *flags, "--json")
+    assert e.returncode == 0, e.stderr
+    said = [n for n in json.loads(e.stdout)["notes"] if n.startswith("the run would stop before starting work: ")]
+    assert len(said) == 1
+    started = time.monotonic()
+    p = cli("run", *flags, "--results-dir", tmp_path / "res", timeout=120)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert p.stderr.splitlines() == ["gpuscale: error: " + said[0].removeprefix("the run would stop before starting work: ")]
+    assert time.monotonic() - started < 30 and files_under(tmp_path / "res") == []
+
+
+def test_worker_limits_adding_up_past_the_machine_are_refused(cli):
+    from gpuscale import machine
+    quarter = str(machine.cpu()["memory_bytes"] // 4)
+    for command in ("explain", "run"):
+        p = cli(command, "transpose_sum", "--backend", "cpu", "--n", "2000", "--workers", "8", "--memory-limit", quarter)
+        assert p.returncode == 2, p.stderr
+        lines = p.stderr.splitlines()
+        assert len(lines) == 1 and "more than this machine's" in lines[0] and "8 worker(s) x" in lines[0], p.stderr
+
+
+def test_workers_killed_under_a_task_end_in_one_line(tmp_path):
+    """A task past its worker's limit (the check skipped): the nanny restarts the worker, the
+    scheduler gives up (KilledWorker), and the run ends in one line naming it, not 'unexpected'."""
+    import dask
+
+    import hungry  # noqa: F401  (registers the workload)
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        with pytest.raises(gpuscale.UserError) as e:
+            gpuscale.run("hungry", backend="cpu",
+                         repeat=1, warmup=0, memory_check=False, results_dir=str(tmp_path / "res"),
+                         cluster_settings={"workers": 1, "threads_per_worker": 1, "memory_limit": "300MB"})
+    text = str(e.value)
+    assert "hungry: the workers running" in text and "died 1 time(s)" in text and "--memory-limit" in text
+    logs = files_under(tmp_path / "res")  # no record; the log the nanny's warning went to
+    assert [f.parent.name for f in logs] == ["logs"] and "exceeded 95% memory budget" in logs[0].read_text()

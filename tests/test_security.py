@@ -75,12 +75,20 @@ def test_scheduler_file_is_a_setting_with_its_source(tmp_path, cli):
     (("run", *SMALL_SVD, "--scheduler", "tls://127.0.0.1:1"), ("accepts TLS clients only", "--credentials")),
     (("run", *SMALL_SVD, "--scheduler", "tls://127.0.0.1:1", "--credentials", "nosuch.pem"),
      ("credentials file", "does not exist")),
+    (("run", *SMALL_SVD, "--scheduler", "tls://127.0.0.1:1", "--credentials", "s.json"),
+     ("credentials file s.json is not a PEM file", "NO_CERTIFICATE_OR_CRL_FOUND")),
+    (("run", *SMALL_SVD, "--scheduler", "tls://127.0.0.1:1", "--credentials", "cert-only.pem"),
+     ("cert-only.pem is not a PEM file holding a CA certificate, a certificate and its key",)),
+    (("cluster", "down", "tls://127.0.0.1:1", "--credentials", "s.json"), ("is not a PEM file",)),
     (("run", *SMALL_SVD, "--security", "maybe"), ("gpuscale.cluster.security", "auto")),
     (("cluster", "up", "--backend", "cpu", "--protocol", "ucx"), ("has no TLS", "--security off")),
     (("cluster", "down", "tls://127.0.0.1:1"), ("accepts TLS clients only", "--credentials")),
 ])
 def test_refusals_are_one_line(cli, tmp_path, args, needles):
     (tmp_path / "s.json").write_text(json.dumps({"address": "tcp://127.0.0.1:1"}))
+    pem = security.write(security.temporary(), tmp_path / "whole.pem").read_text()
+    certs = [b for b in pem.split("-----END") if "BEGIN CERTIFICATE" in b]
+    (tmp_path / "cert-only.pem").write_text(certs[0] + "-----END CERTIFICATE-----\n")  # no key
     assert_one_error_line(cli(*args, timeout=60), *needles)
 
 

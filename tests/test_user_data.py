@@ -534,6 +534,9 @@ BAD = [
     (("groupby", "--input", "{csv}", "--by", "store", "--agg", "qty:sum", "--output", "{csv}", "--overwrite"),
      ("is the input file",)),
     (("matmul", "--input", "{npy}"), ("no such option --input",)),
+    (("groupby", "--input", "{dir}/pipe.csv", "--by", "a", "--agg", "b:sum"),
+     ("pipe.csv is not a regular file or folder", "write the data to a file first")),
+    (("svd", "--input", "{dir}/pipe.npy"), ("pipe.npy is not a regular file or folder",)),
 ]
 
 
@@ -548,6 +551,9 @@ def test_cli_bad_input(cli, files, tmp_path, args, needles):
     (d / "notes.txt").write_text("hi")
     (d / "broken.parquet").write_bytes(b"PAR1 but not really")
     (d / "taken.csv").write_text("keep me")
+    for pipe in ("pipe.csv", "pipe.npy"):  # reading a FIFO with no writer would block for ever
+        if not (d / pipe).exists():
+            os.mkfifo(d / pipe)
     before = {f: f.stat().st_mtime_ns for f in files_under(d)}
     args = [a.format(dir=d, parquet=files["parquet"], csv=files["csv"], npy=files["npy"]) for a in args]
     p = cli("run", *args, "--results-dir", tmp_path / "res")
@@ -603,6 +609,17 @@ def test_cli_folder_of_files_that_disagree(cli, tmp_path, files_of, needles):
             "--warmup", "0", "--results-dir", tmp_path / "res", timeout=240)
     line = assert_refused(p, tmp_path, f"{d}: ", *needles)
     assert "unexpected" not in line and "--debug" not in line
+
+
+def test_a_csv_column_that_turns_to_text_late_is_one_line_without_pandas_warnings(cli, tmp_path):
+    """400 000 integer rows then text: pandas' DtypeWarning in the worker that reads that part
+    goes to the run's log file; stderr holds only gpuscale's line."""
+    f = tmp_path / "mixed.csv"
+    f.write_text("store,qty\n" + "".join(f"{i % 7},{i}\n" for i in range(400_000)) + "1,x\n")
+    p = cli("run", "groupby", "--backend", "cpu", "--input", f, "--by", "store", "--agg", "qty:sum",
+            "--repeat", "1", "--warmup", "0", "--results-dir", tmp_path / "res", timeout=240)
+    line = assert_refused(p, tmp_path, "column 'qty' was read as int64 but holds text (str) further on")
+    assert "DtypeWarning" not in p.stderr and "unexpected" not in line
 
 
 def test_parquet_files_may_mix_integer_and_float_columns(tmp_path):

@@ -118,6 +118,39 @@ def _kind(name: str):
     return importlib.import_module(KINDS[name])
 
 
+def check_addresses(host: str | None, dashboard: str | None) -> None:
+    """Refuse, before anything starts, a ``--host`` this machine cannot listen on and a
+    ``--dashboard-address`` that is not ``[HOST]:PORT`` with such a host."""
+    if host:
+        _check_bindable(host, f"--host {host}")
+    if not dashboard:
+        return
+    text = str(dashboard)
+    name, colon, port = text.rpartition(":")
+    if not colon:
+        name, port = "", text
+    if not port.isdigit() or int(port) > 65535:
+        raise UserError(f"--dashboard-address {text!r} is not [HOST]:PORT",
+                        "e.g. --dashboard-address 127.0.0.1:8787 (port 0: any free port)")
+    if name:
+        _check_bindable(name.strip("[]"), f"--dashboard-address {text}")
+
+
+def _check_bindable(host: str, what: str) -> None:
+    """A socket can listen on ``host`` here (port 0), or a UserError naming ``what``."""
+    import socket
+    fix = "give an address of this machine (127.0.0.1, a local interface's address, or 0.0.0.0 for all)"
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise UserError(f"{what}: the name {host!r} does not resolve ({e})", fix) from None
+    try:
+        with socket.socket(family, kind, proto) as sock:
+            sock.bind(addr)
+    except OSError as e:
+        raise UserError(f"{what}: this machine cannot listen on {host} ({e.strerror or e})", fix) from None
+
+
 def build_spec(resolved, family, collection: str | None = None, *, served: bool = False) -> ClusterSpec:
     """The cluster the resolved settings (``config.Resolved``: values and their sources)
     describe for this family, with the choices behind it (nothing is started). ``served``: a
@@ -134,6 +167,8 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
     interval = messages.choose(resolved, kind)
     spec = spec.model_copy(update={"message_interval": interval["value"],
                                    "choices": {**spec.choices, "message_interval": interval}})
+    if kind in ("local", "cuda"):
+        check_addresses(settings.cluster.host, settings.cluster.dashboard_address)
     if kind in ("local", "cuda") and settings.cluster.host:
         spec = spec.model_copy(update={"kwargs": {**spec.kwargs, "host": settings.cluster.host}})
     spec = security.apply(spec, resolved, proto, served=served)
@@ -253,8 +288,9 @@ def _quiet(name: str) -> Iterator[None]:
 
 
 def start_error(spec: ClusterSpec, exc: BaseException) -> UserError:
+    other = "" if spec.family == "cpu" else ", or use --backend cpu"
     return UserError(f"could not start {spec.cls} ({type(exc).__name__}: {exc})",
-                     "check `gpuscale cluster show` and `gpuscale info`, or use --backend cpu")
+                     f"check `gpuscale cluster show` and `gpuscale info`{other}")
 
 
 MAIN_GUARD = 'if __name__ == "__main__":'

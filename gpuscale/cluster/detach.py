@@ -10,7 +10,8 @@ that process dies, distributed ends them as always (each worker process exits wh
 to its parent closes).
 
 It also drops the worker's multi-line "Compute Failed" log of a failed task
-(:func:`quiet_task_failures`): the failure goes back to the client, which reports it.
+(:func:`quiet_task_failures`): the failure goes back to the client, which reports it; and it
+sends the worker's log lines below ERROR to the session's log file (:mod:`gpuscale.cluster.logs`).
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ def dask_setup(worker=None) -> None:
     with contextlib.suppress(OSError, AttributeError):  # AttributeError: no os.setpgrp (Windows)
         os.setpgrp()
     quiet_task_failures()
+    from . import logs
+    logs.in_worker()
 
 
 class _DropComputeFailed:

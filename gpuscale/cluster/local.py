@@ -104,6 +104,18 @@ def check_layout(workers: int, threads: int, cores: int) -> None:
                         "use fewer --workers or --threads-per-worker, or leave them unset")
 
 
+def check_total(workers: int, limit: int | None) -> None:
+    """Refuse, before anything starts, worker limits that add up to more than this machine's
+    memory: each worker could grow to its limit, and together they would meet the host's
+    out-of-memory killer instead of distributed's spilling and pausing."""
+    host = machine.cpu()["memory_bytes"]
+    if limit and workers * limit > host:
+        raise UserError(f"{workers} worker(s) x {format_bytes(limit)} (--memory-limit) is "
+                        f"{format_bytes(workers * limit)}, more than this machine's {format_bytes(host)}",
+                        f"use --memory-limit {format_bytes(host // workers)} or less, fewer --workers, or "
+                        "--memory-limit auto")
+
+
 def memory_choice(resolved, value: int | None, auto_rule: str) -> dict:
     """The memory limit per worker as chosen: ``value`` bytes; ``auto_rule`` (formatted with
     ``host`` = this machine's memory and ``value``) says how ``auto`` came to it."""
@@ -138,6 +150,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     if proto.bind_host:
         kwargs["host"] = proto.bind_host
     limit = memory_bytes(c.memory_limit, threads, cores)
+    check_total(workers, limit)
     worker_config: dict = {}
     family_threads = family.knobs.threads_per_worker.get(collection or "session")
     choices = {

@@ -133,9 +133,10 @@ def _for_client(spec, resolved):
 
 
 def check_credentials(path: pathlib.Path, trusted: bool) -> None:
-    """Refuse, in one line, credentials this user cannot read and (unless ``trusted``, the
-    setting ``cluster.trust-files``) credentials another user can change: whoever wrote them
-    chose the cluster this client trusts (:func:`gpuscale.trust.read_trusted`)."""
+    """Refuse, in one line, credentials this user cannot read, that are not PEM credentials
+    (:func:`check_pem`) and (unless ``trusted``, the setting ``cluster.trust-files``)
+    credentials another user can change: whoever wrote them chose the cluster this client
+    trusts (:func:`gpuscale.trust.read_trusted`)."""
     from .. import trust
     if not path.is_file():
         raise UserError(f"credentials file {path} does not exist",
@@ -147,6 +148,23 @@ def check_credentials(path: pathlib.Path, trusted: bool) -> None:
                         "cluster it protects accepts only its owner's clients",
                         "run as the user who started the cluster, or ask them for a copy of your own "
                         "(chmod 600)") from None
+    check_pem(path)
+
+
+def check_pem(path: pathlib.Path) -> None:
+    """Refuse, in one line, a credentials file that is not PEM with a CA certificate and a
+    certificate with its key (what :func:`load` gives TLS); Python's ``ssl`` reads it as the
+    connection would."""
+    import ssl
+    try:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.load_verify_locations(cafile=str(path))
+        context.load_cert_chain(str(path))
+    except (ssl.SSLError, ValueError) as e:
+        why = getattr(e, "reason", None) or str(e) or type(e).__name__
+        raise UserError(f"credentials file {path} is not a PEM file holding a CA certificate, a certificate "
+                        f"and its key ({why})",
+                        "give the *.tls.pem file `gpuscale cluster up` wrote beside its scheduler file") from None
 
 
 def load(path: str | os.PathLike):

@@ -163,6 +163,9 @@ def inspect_path(path, formats: tuple[str, ...] | None = None) -> Source:
         where = p.parent if str(p.parent) not in ("", ".") else pathlib.Path.cwd()
         raise UserError(f"input {path} does not exist",
                         f"check the path (relative paths start in {where.resolve()})")
+    if not (p.is_file() or p.is_dir()):  # a FIFO, socket or device: reading it would block or never end
+        raise UserError(f"input {path} is not a regular file or folder (a pipe, socket or device)",
+                        "write the data to a file first and give that file")
     fmt = detect_format(p)
     if formats is not None and fmt not in formats:
         raise UserError(f"{path} is {FORMAT_NAMES[fmt]}, which this workload does not read",

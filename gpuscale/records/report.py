@@ -511,22 +511,42 @@ def records_table(recs: list, title: str) -> Table:
     return t
 
 
-VERDICT_STYLE = {"faster": "green", "slower": "red bold", "same": "dim", "n/a": "yellow"}
+VERDICT_STYLE = {"faster": "green", "slower": "red bold", "same": "dim", "inconclusive": "yellow", "n/a": "yellow"}
 
 
 def compare_table(c: dict[str, Any]) -> Table:
-    """``gpuscale results compare``: ratio B / A per case with its interval and verdict."""
-    t = Table(title=f"B / A: {c['b']} vs {c['a']} ({c['method']})", title_justify="left")
+    """``gpuscale results compare``: ratio B / A per case with its interval, verdict and the
+    minimum detectable effect; the caption says whether the spread between runs is in it."""
+    t = Table(title=f"B / A: {c['b']} vs {c['a']} ({c['method']})", title_justify="left",
+              caption=f"between runs: {c['between_runs']}", caption_justify="left")
     for col in ("workload", "size", "backend", "protocol", "workers", "A median", "B median", "B / A",
-                f"{int(c['confidence'] * 100)}% interval", "verdict"):
+                f"{int(c['confidence'] * 100)}% interval", "verdict", "detectable"):
         t.add_column(col)
     for p in c["cases"]:
         ci = "-" if p["lo"] is None else f"{p['lo']:.3f} .. {p['hi']:.3f}"
         style = VERDICT_STYLE.get(p["verdict"], "")
         t.add_row(p["workload"], escape(p["size"]), p["backend"], p["protocol"], str(p["workers"]),
                   _fmt_s(p["a_median_s"]), _fmt_s(p["b_median_s"]), f"{p['ratio']:.3f}", ci,
-                  f"[{style}]{p['verdict']}[/{style}]")
+                  f"[{style}]{escape(verdict_text(p))}[/{style}]",
+                  "-" if p["mde"] is None else f">= {100 * (p['mde'] - 1):.0f}% slower")
     for side in ("only_a", "only_b"):
         for label in c[side]:
-            t.add_row(escape(label), "", "", "", "", "", "", "", "", f"[yellow]only in {side[-1].upper()}[/yellow]")
+            t.add_row(escape(label), "", "", "", "", "", "", "", "", f"[yellow]only in {side[-1].upper()}[/yellow]", "")
     return t
+
+
+def verdict_text(p: dict[str, Any]) -> str:
+    """A case's verdict, and for an inconclusive one what would resolve it."""
+    if p["verdict"] != "inconclusive":
+        return p["verdict"]
+    r = p.get("resolve")
+    if r is None:
+        return "inconclusive (on the margin)"
+    return f"inconclusive (~{r['per_side']} {r['unit']} per side would resolve it)"
+
+
+def gate_failure(p: dict[str, Any]) -> str:
+    """One failed case of ``results compare --fail-if-slower``, for the one-line error."""
+    ci = "no interval" if p["lo"] is None else f"interval {p['lo']:.3f}..{p['hi']:.3f}"
+    what = "slower" if p["gate"] == "slower" else verdict_text({**p, "verdict": "inconclusive"})
+    return f"{p['workload']} {p['size']} {p['backend']} B/A {p['ratio']:.3f} ({ci}): {what}"

@@ -242,7 +242,7 @@ def _run_group(spec, out, ledger, spec_dict, todo, backend, protocol, workers, c
 
     try:
         s = session_mod.Session(backend=backend, protocol=protocol, workers=workers, collection=collection,
-                                **spec.cluster)
+                                **{"results_dir": str(out), **spec.cluster})
         s.__enter__()
     except Exception as e:  # noqa: BLE001 - the sweep goes on without this cluster
         why = f"cluster did not start: {_one_line(e)}"

@@ -9,7 +9,7 @@ from .. import config, workloads
 from ..errors import ClusterGone, UserError, phase, phase_of
 from ..records import results
 from . import remote, runner
-from .session import Session, check_run, finish
+from .session import Session, check_run, finish, refuse_planned
 
 
 def run(workload: str, *, backend: str | None = None, protocol: str | None = None,
@@ -41,12 +41,14 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
     """
 
     cls = workloads.get(workload)
-    check_run(cls, params, data=data, validate=validate, output=output, overwrite=overwrite)
+    p, _ = check_run(cls, params, data=data, validate=validate, output=output, overwrite=overwrite)
     settings = config.merge_keywords(cluster_settings, backend=backend, protocol=protocol,
                                      results_dir=results_dir, repeat=repeat, warmup=warmup,
                                      memory_check=memory_check, strict_backend=strict_backend,
                                      in_cluster=in_cluster)
     s = Session(profile=profile, collection=cls.collection, **settings)
+    if data is None and s.settings.run.memory_check and s.spec.kind in ("local", "cuda"):
+        refuse_planned(cls, p, s.family, s.spec)  # what `explain` says, before the cluster starts
     if write:
         results.check_writable(s.settings.results_dir)
     if trace is not None:

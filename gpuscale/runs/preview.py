@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import cluster, config, workloads
+from .. import config, workloads
 from ..errors import UserError
 from ..records.explained import explained
 from .. import memory as _memory
 from . import remote, runner
-from .session import configure, session_plan
+from .session import configure, planned_memory, session_plan
 
 
 def preview(workload: str, *, backend: str | None = None, protocol: str | None = None,
@@ -33,16 +33,12 @@ def preview(workload: str, *, backend: str | None = None, protocol: str | None =
     if not usable:
         notes.append(f"the {fam.name} family cannot run here ({why}): this is the plan a run "
                      "would follow where it can")
-    wl = cls()
-    ctx = workloads.Context(fam, spec, None)
-    ctx.memory = _memory.planned(spec, fam, cluster.planned_worker_memory(spec))
     try:
-        wl.plan(p, ctx)
+        wl, ctx, memory = planned_memory(cls, p, fam, spec)
     except ImportError as e:
         raise UserError(f"explaining {cls.name} on the {fam.name} family needs the module "
                         f"'{e.name}' here (the workload's plan asks it)",
                         "explain it where that family's libraries are installed") from None
-    memory = _memory.assess(wl, p, ctx, ctx.memory)
     run_cfg = resolved.settings.run
     memory["checked"] = bool(run_cfg.memory_check)
     if run_cfg.memory_check and not memory["fits"]:

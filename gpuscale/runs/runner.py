@@ -5,6 +5,11 @@ the clock stops. Before a repeat starts, the previous result is released and the
 until the scheduler has forgotten it (its task count is back to the data's), because
 persisting a graph whose keys are still in memory returns the old result at once and would
 time nothing. Phases run inside ``distributed.span`` so the dashboard groups their tasks.
+
+Python's cyclic garbage collector stays out of the timed repeats (:func:`collector_held`): a
+collection triggered by an allocation count lands on the same repeat run after run, and a full
+one traverses the whole heap of this process, which holds the client and, for a cluster it
+started, the scheduler (tens of milliseconds: one repeat of a 20 ms run took 5 x the others).
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from typing import Any, Callable, ContextManager, Iterator
 
 import dask
 from dask.core import flatten
-from distributed import Future, futures_of, span, wait
+from distributed import Future, KilledWorker, futures_of, span, wait
 
 from ..audit import Audit
 from ..errors import phase as named_phase
@@ -83,6 +88,31 @@ def _changed(before: frozenset[str], after: frozenset[str]) -> str:
     lost, joined = len(before - after), len(after - before)
     return ", ".join(x for x in (f"{lost} worker(s) lost" if lost else "",
                                  f"{joined} worker(s) joined" if joined else "") if x)
+
+
+@contextlib.contextmanager
+def collector_held() -> Iterator[Callable[[], ContextManager[None]]]:
+    """For the timed repeats: one full collection, then everything alive is frozen
+    (``gc.freeze``: later collections do not traverse it); yields ``paused``, a context in which
+    automatic collections do not run (each timed repeat), collecting the youngest generation
+    on its way out. The collector's state is restored at the end."""
+    was = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+
+    @contextlib.contextmanager
+    def paused() -> Iterator[None]:
+        gc.disable()
+        try:
+            yield
+        finally:
+            if was:
+                gc.enable()
+            gc.collect(0)
+    try:
+        yield paused
+    finally:
+        gc.unfreeze()
 
 
 def task_count(client) -> int:
@@ -319,6 +349,8 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _
             auditor.stop()
         if isinstance(e, MemoryError):  # a worker's allocation failed (CuPy, RMM, cuDF, NumPy)
             raise _memory.ran_out(workload.name, memory, fam, e) from None
+        if isinstance(e, KilledWorker):  # its workers died under a task, again and again
+            raise _memory.killed(workload.name, memory, e) from None
         raise
     measured = watch.read(memory)
     outcome.memory = {**memory, **({"measured": measured} if measured else {})}
@@ -386,9 +418,9 @@ def _watched(workload: Workload, p, ctx: Context, warmup: int, policy: _repeats.
         info.update(result.info)
         return result.collections
 
-    def one(i: int, name: str, index: int, total: str) -> float:
+    def one(i: int, name: str, index: int, total: str, held=contextlib.nullcontext) -> float:
         nonlocal out, unsettled, workers_now
-        step = f"warm-up {index + 1} of {warmup}" if name == "warmup" else f"timed repeat {index + 1} of {total}"
+        step = f"warm-up {index + 1} of {warmup}" if name == "warmup" else f"timed repeat {index + 1} of {timed_total}"
         with named_phase(step):
             out = None  # release the previous result before timing the next one
             _go_on(cancelled, f"run {i + 1} of {total}")
@@ -396,7 +428,7 @@ def _watched(workload: Workload, p, ctx: Context, warmup: int, policy: _repeats.
                 unsettled += 1
             if name == "compute":
                 cursors.append(stream_index(client))
-            with span("gpuscale", workload.name, name), phase(name, repeat=index):
+            with span("gpuscale", workload.name, name), phase(name, repeat=index), held():
                 elapsed, collections = timed(client, fam, build)
             out = Output(collections, dict(info))
             collections = None
@@ -411,15 +443,17 @@ def _watched(workload: Workload, p, ctx: Context, warmup: int, policy: _repeats.
 
     most = warmup + policy.most
     total = f"{most}" if not policy.auto else f"at most {most}"
+    timed_total = f"{policy.most}" if not policy.auto else f"at most {policy.most}"
     label = f"{workload.name} ({fam.name}{', repeat auto' if policy.auto else ''})"
     with progress(label, most) as advance:
         for i in range(warmup):
             warm.append(one(i, "warmup", i, total))
             advance()
-        t0 = time.perf_counter()
-        while (stopped := policy.stop(times, time.perf_counter() - t0)) is None:
-            times.append(one(warmup + len(times), "compute", len(times), total))
-            advance()
+        with collector_held() as paused:
+            t0 = time.perf_counter()
+            while (stopped := policy.stop(times, time.perf_counter() - t0)) is None:
+                times.append(one(warmup + len(times), "compute", len(times), total, paused))
+                advance()
     out.info["time_split"] = time_split(client, cursors, stream_index(client), times)
     notes = _watch.stop(client, watching)
     disturbed = _watch.merge(disturbed, _watch.by_repeat(notes, windows, running))

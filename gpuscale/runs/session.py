@@ -23,8 +23,9 @@ import dask
 from .. import audit as audit_mod
 from .. import backends, cluster, config, machine, workloads
 from ..backends import host_collections, session_knobs
+from ..cluster import logs
 from ..data import inputs
-from ..errors import UserError, phase
+from ..errors import OutputNotWritten, UserError, phase
 from ..records import results
 from ..records.explained import explained
 from . import repeats, runner
@@ -59,6 +60,27 @@ def check_run(cls, params: dict[str, Any], *, data: Any = None, validate: str | 
     return p, inputs.check_run(cls, p, data=data, validate=validate, output=output, overwrite=overwrite)
 
 
+def planned_memory(cls, p, family, spec) -> tuple[Any, Any, dict[str, Any]]:
+    """The memory check of a cluster not started yet, from its spec (:func:`gpuscale.memory.planned`:
+    limits from the flags, the baseline assumed): ``(workload, context, verdict)``. ``explain``
+    shows it and ``run`` refuses by it before its cluster starts, so the two agree."""
+    from .. import memory
+    wl = cls()
+    ctx = workloads.Context(family, spec, None)
+    ctx.memory = memory.planned(spec, family, cluster.planned_worker_memory(spec))
+    wl.plan(p, ctx)
+    return wl, ctx, memory.assess(wl, p, ctx, ctx.memory)
+
+
+def refuse_planned(cls, p, family, spec) -> None:
+    """Refuse, before the cluster starts, a run whose planned memory check does not fit (the
+    verdict ``explain`` gives); the running cluster's own check follows once it is up."""
+    from .. import memory
+    _, _, verdict = planned_memory(cls, p, family, spec)
+    if not verdict["fits"]:
+        raise memory.error(cls.name, verdict)
+
+
 class Session:
     """A cluster built for one backend family, with that family's dask.config in scope.
 
@@ -73,6 +95,8 @@ class Session:
             profile=profile, collection=collection, backend=backend, protocol=protocol, served=served,
             **settings)
         self._init(resolved, selection, spec, collection)
+        if not served:
+            self.dask_log = logs.path_under(self.settings.results_dir)
 
     def _init(self, resolved, selection, spec, collection: str | None) -> None:
         self.resolved, self.selection, self.spec = resolved, selection, spec
@@ -100,6 +124,10 @@ class Session:
         self.applied: tuple[session_knobs.Applied, ...] = ()
         """The Dask settings this session applies to all work in its block, user code included
         (:mod:`gpuscale.backends.session_knobs`), each with its source and rule; set on entry."""
+        self.dask_log = None
+        """The file Dask's log lines below ERROR go to while the session is open, instead of
+        stderr (:mod:`gpuscale.cluster.logs`; recorded as ``info.dask_log`` once it has a line);
+        None: left as they are (a cluster kept up, a runner sent into a cluster)."""
         self._stack: contextlib.ExitStack | None = None
 
     @classmethod
@@ -123,6 +151,7 @@ class Session:
     def __enter__(self) -> "Session":
         stack = contextlib.ExitStack()
         try:
+            stack.enter_context(logs.kept_off_stderr(self.dask_log))
             with phase("connecting to the cluster" if self.spec.kind == "existing" else "the cluster's start-up"):
                 t0 = time.perf_counter()
                 self.family.import_in_background(self.collection)  # overlaps the cluster's start
@@ -197,7 +226,11 @@ class Session:
                              results_dir=results_dir, trace=trace, data=data, validate=validate,
                              output=output, overwrite=overwrite, strict_backend=strict_backend,
                              audit=audit, progress=progress, **params)
-        return finish(result, out_dir if write else None)
+        finish(result, out_dir if write else None)
+        unwritten = (result.info or {}).get("output") or {}
+        if unwritten.get("written") is False and result.valid is not False:  # valid, but --output failed
+            raise OutputNotWritten(unwritten["why"], result)
+        return result
 
     def record(self, workload: str, *, repeat: int | None = None, warmup: int | None = None,
                memory_check: bool | None = None, results_dir: str | None = None,
@@ -256,6 +289,7 @@ class Session:
                 generate_s=outcome.generate_s, validate_s=outcome.validate_s,
                 valid=outcome.validation.valid, validation=outcome.validation.to_dict(),
                 info={**outcome.info, "unsettled_repeats": outcome.settle_warnings, **written,
+                      "dask_log": logs.written(self.dask_log),
                       **results.disturbed_info(outcome.times_s, outcome.disturbed)},
                 repeats=outcome.repeats,
                 memory={"estimate_bytes": outcome.estimate_bytes, "capacity_bytes": outcome.capacity_bytes,
@@ -432,7 +466,10 @@ def _write_output(workload, p, outcome, user) -> dict[str, Any]:
                            "why": "the result failed validation"}}
     from ..data import outputs
     value = workload.output_value(outcome.output, p, user.output.suffix.lower())
-    return {"output": {**outputs.write(value, user.output, user.overwrite), "written": True}}
+    try:
+        return {"output": {**outputs.write(value, user.output, user.overwrite), "written": True}}
+    except UserError as e:  # the disk filled, the file appeared: the measurement is kept all the same
+        return {"output": {"path": str(user.output), "written": False, "why": str(e)}}
 
 
 def _ask_dashboard_link(client) -> str | None:

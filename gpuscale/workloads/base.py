@@ -221,8 +221,24 @@ class Workload:
             msg = err["msg"].removeprefix("Value error, ")
             raise UserError(f"{cls.name} {flag}: {msg} (got {shown(err.get('input'))})",
                             f"see `gpuscale workloads` for {cls.name}'s parameters") from None
+        _check_sizes(cls.name, p)
         cls().check(p)
         return p
+
+
+MAX_SIZE = 2**53
+"""The largest whole-number parameter (other than a seed) a workload takes: sizes past it are
+beyond what a float64 can count exactly, far beyond any machine, and some overflow NumPy's
+int64 on the way."""
+
+
+def _check_sizes(name: str, p) -> None:
+    """Refuse a size past :data:`MAX_SIZE` in one line naming the flag."""
+    for field, value in p:
+        if isinstance(value, int) and not isinstance(value, bool) and field != "seed" and abs(value) > MAX_SIZE:
+            flag = "--" + field.replace("_", "-")
+            raise UserError(f"{name} {flag} {value} is beyond any machine (at most 2**53 = {MAX_SIZE})",
+                            f"use a smaller {flag}")
 
 
 def parameter_flags(cls) -> list[str]:

@@ -1,0 +1,107 @@
+"""Dask's own log lines below ERROR go to a log file instead of stderr.
+
+distributed logs what it does at WARNING and INFO (a P2P shuffle "initialized" / "deactivated",
+a worker's memory at 80 %, a worker restarted): news for whoever debugs the cluster, noise
+before a command's own output or its one-line error. While a session of gpuscale's is open,
+this process's stream handlers of Dask's loggers pass only ERROR and above, and a file handler
+takes their WARNING lines and above (the INFO lines were never shown); the worker processes of a cluster the session
+starts do the same (their preload calls :func:`in_worker`, which reads the file from
+:data:`CONFIG_KEY` in the config the nannies hand them). The file is created with its first
+line: a run that logged nothing leaves none.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import pathlib
+import sys
+from typing import Callable, Iterator
+
+LOGGERS = ("distributed", "dask", "bokeh", "tornado", "asyncio")
+CONFIG_KEY = "gpuscale-dask-log"
+"""The dask config key that carries the log file's path to the worker processes."""
+FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
+
+
+class _ErrorsOnly(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+
+class _LazyFile(logging.FileHandler):
+    """A file handler that makes the file's folder and opens it (appending) at the first line."""
+
+    def __init__(self, path: pathlib.Path):
+        super().__init__(path, mode="a", encoding="utf-8", delay=True)
+        self.setLevel(logging.WARNING)
+        self.setFormatter(logging.Formatter(FORMAT))
+
+    def _open(self):
+        pathlib.Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+
+def _stderr_handlers(log: logging.Logger) -> list[logging.Handler]:
+    return [h for h in log.handlers if isinstance(h, logging.StreamHandler)
+            and not isinstance(h, logging.FileHandler) and getattr(h, "stream", None) in (sys.stderr, sys.__stderr__)]
+
+
+def to_file(path: str | pathlib.Path, loggers: tuple[str, ...] = LOGGERS) -> Callable[[], None]:
+    """Send the log lines below ERROR of ``loggers`` (default Dask's) to ``path`` instead of
+    stderr in this process; returns the function that undoes it."""
+    handler = _LazyFile(pathlib.Path(path))
+    undo: list[Callable[[], None]] = []
+    for name in loggers:
+        log = logging.getLogger(name)
+        for h in _stderr_handlers(log):
+            f = _ErrorsOnly()
+            h.addFilter(f)
+            undo.append(lambda h=h, f=f: h.removeFilter(f))
+        log.addHandler(handler)
+        undo.append(lambda log=log: log.removeHandler(handler))
+
+    def restore() -> None:
+        for step in reversed(undo):
+            step()
+        handler.close()
+    return restore
+
+
+@contextlib.contextmanager
+def kept_off_stderr(path: str | pathlib.Path | None) -> Iterator[None]:
+    """:func:`to_file` for the block, with :data:`CONFIG_KEY` set for the clusters started in it
+    (None: nothing changes)."""
+    if path is None:
+        yield
+        return
+    import dask
+    restore = to_file(path)
+    try:
+        with dask.config.set({CONFIG_KEY: str(path)}):
+            yield
+    finally:
+        restore()
+
+
+def path_under(results_dir: str | pathlib.Path) -> pathlib.Path:
+    """The log file of a session opened now: ``RESULTS_DIR/logs/<UTC time>-<pid>.log``."""
+    import datetime
+    import os
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return (pathlib.Path(results_dir).expanduser() / "logs" / f"{stamp}-{os.getpid()}.log").resolve()
+
+
+def written(path: pathlib.Path | None) -> str | None:
+    """``path`` as a string once it holds a line, else None."""
+    return str(path) if path is not None and path.exists() else None
+
+
+def in_worker() -> None:
+    """In a worker process: :func:`to_file` to the file the config names, if any, Python's
+    warnings included (a task's library warning, e.g. pandas' DtypeWarning for a CSV column
+    whose type changes, which the run then reports in its own line)."""
+    import dask
+    path = dask.config.get(CONFIG_KEY, None)
+    if path:
+        logging.captureWarnings(True)
+        to_file(path, (*LOGGERS, "py.warnings"))
