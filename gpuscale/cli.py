@@ -97,10 +97,28 @@ def _ended(e: BaseException) -> typing.NoReturn:
     _unexpected(e)
 
 
+def _help_and_exit(ctx) -> typing.NoReturn:
+    """A group given no command: its help on stdout, exit 0 (as ``--help``)."""
+    click.echo(ctx.get_help(), color=ctx.color)
+    ctx.exit(0)
+
+
 class Group(click.Group):
-    """A group whose commands end every failure with one line (also under ``dask gpuscale``)."""
+    """A group whose commands end every failure with one line (also under ``dask gpuscale``);
+    with no command after it (``gpuscale``, ``gpuscale run``, ``gpuscale --debug``) it shows
+    its help and exits 0."""
+
+    def parse_args(self, ctx, args):
+        if not args and not ctx.resilient_parsing:
+            _help_and_exit(ctx)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx):
+        given = getattr(ctx, "_protected_args", None)
+        if given is None:  # click < 8.2
+            given = ctx.protected_args
+        if not given and not ctx.args and not self.invoke_without_command:
+            _help_and_exit(ctx)
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):

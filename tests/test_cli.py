@@ -161,3 +161,35 @@ def test_failed_cli_runs_leave_cwd_clean(cli, tmp_path):
     assert p.returncode == 2
     assert files_under(tmp_path) == []
     assert not pathlib.Path(tmp_path / "gpuscale-results").exists()
+
+
+def _groups():
+    """Every group of the command line, by its words after ``gpuscale`` ("" is gpuscale itself)."""
+    import click
+    from gpuscale.cli import cli
+    return [""] + sorted(name for name, c in cli.commands.items() if isinstance(c, click.Group))
+
+
+@pytest.mark.parametrize("group", _groups(), ids=lambda g: g or "gpuscale")
+def test_a_bare_group_shows_its_help_and_exits_0(cli, group):
+    """`gpuscale run` (any group, nothing after it): the same help `--help` prints, on stdout,
+    exit 0, nothing on stderr."""
+    words = group.split()
+    p = cli(*words)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert p.stderr == ""
+    assert p.stdout.startswith(f"Usage: {' '.join(['gpuscale', *words])} ")
+    assert p.stdout == cli(*words, "--help").stdout
+
+
+def test_bare_groups_cover_the_ones_users_meet():
+    assert {"", "run", "cluster", "results", "trace"} <= set(_groups())
+
+
+def test_bare_group_under_dask_and_with_only_a_global_flag(cli):
+    p = cli("gpuscale", module="dask")
+    assert p.returncode == 0 and p.stderr == ""
+    assert p.stdout.startswith("Usage: ") and "Commands:" in p.stdout and "results" in p.stdout
+    p = cli("--debug")
+    assert p.returncode == 0 and p.stderr == ""
+    assert p.stdout == cli("--help").stdout
