@@ -103,10 +103,28 @@ def _ended(e: BaseException) -> typing.NoReturn:
     _unexpected(e)
 
 
+def _help_and_exit(ctx) -> typing.NoReturn:
+    """A group given no command: its help on stdout, exit 0 (as ``--help``)."""
+    click.echo(ctx.get_help(), color=ctx.color)
+    ctx.exit(0)
+
+
 class Group(click.Group):
-    """A group whose commands end every failure with one line (also under ``dask gpuscale``)."""
+    """A group whose commands end every failure with one line (also under ``dask gpuscale``);
+    with no command after it (``gpuscale``, ``gpuscale run``, ``gpuscale --debug``) it shows
+    its help and exits 0."""
+
+    def parse_args(self, ctx, args):
+        if not args and not ctx.resilient_parsing:
+            _help_and_exit(ctx)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx):
+        given = getattr(ctx, "_protected_args", None)
+        if given is None:  # click < 8.2
+            given = ctx.protected_args
+        if not given and not ctx.args and not self.invoke_without_command:
+            _help_and_exit(ctx)
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
@@ -698,7 +716,8 @@ class ExplainGroup(RunGroup):
             raise UserError(f"unknown workload '{name}'", f"use one of: {', '.join(workloads.names())}")
         cls = workloads.get(name)
         run_cmd = _workload_command(cls)
-        return click.Command(cls.name, callback=_explain_callback(cls), params=run_cmd.params,
+        rules = click.Option(["--rules"], is_flag=True, help="also show the rule behind each knob's value")
+        return click.Command(cls.name, callback=_explain_callback(cls), params=[*run_cmd.params, rules],
                              help=f"What `gpuscale run {cls.name}` with these flags would do, "
                                   "starting nothing.", context_settings=CONTEXT)
 
@@ -715,7 +734,7 @@ NOT_PLANNED = {"results_dir": "--results-dir", "input_path": "--input", "overwri
 
 def _explain_callback(cls):
     def explain(as_json=False, no_memory_check=False, repeat=None, warmup=None, strict_backend=False,
-                in_cluster=None, trace_dir=None, output_path=None, dashboard=False, **kwargs):
+                in_cluster=None, trace_dir=None, output_path=None, dashboard=False, rules=False, **kwargs):
         from . import api
         from .records import report
         unused = [flag for key, flag in NOT_PLANNED.items() if kwargs.pop(key, None) not in (None, False)]
@@ -729,14 +748,15 @@ def _explain_callback(cls):
         if unused:
             d["notes"].append(f"not used by explain: {', '.join(unused)} (the plan is for generated "
                               "data and does not depend on where results go)")
-        _emit(d, as_json, lambda: report.explain_table(d))
+        _emit(d, as_json, lambda: report.explain_table(d, rules=rules))
     return explain
 
 
 @cli.group("explain", cls=ExplainGroup, context_settings=CONTEXT)
 def explain_group():
     """Print the plan of `gpuscale run WORKLOAD [same flags]` without starting any work: the
-    cluster spec, every tuned knob with its value, source and rule, and the memory headroom."""
+    cluster spec, every tuned knob with its value and source (--rules: and the rule behind it),
+    and the memory headroom."""
 
 
 # ---------------------------------------------------------------------------------------

@@ -352,7 +352,7 @@ def test_explain_table_and_memory_headroom(cli):
     assert m["verdict"] == "does not fit"  # 300 MB leaves no room above a worker's baseline
     assert any("--no-memory-check" in n and "needs about" in n for n in d["notes"])
     p = cli("explain", "groupby", "--backend", "cpu", "--rows", "100000", "--keys", "100", "--results-dir", "x",
-            env={"COLUMNS": "250"})
+            "--rules", env={"COLUMNS": "250"})
     assert p.returncode == 0, p.stderr
     for needle in ("gpuscale explain groupby on cpu", "nothing started", "workload.split_out",
                    "cluster.threads_per_worker", "family.shuffle_method", "memory (estimate",

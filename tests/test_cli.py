@@ -192,3 +192,76 @@ def test_an_error_still_reaches_stderr_while_dask_logs_go_to_the_file(tmp_path):
     assert "an error" in p.stderr and "a warning" not in p.stderr
     text = log.read_text()
     assert "a warning" in text and "an error" in text
+
+
+def _groups():
+    """Every group of the command line, by its words after ``gpuscale`` ("" is gpuscale itself)."""
+    import click
+    from gpuscale.cli import cli
+    return [""] + sorted(name for name, c in cli.commands.items() if isinstance(c, click.Group))
+
+
+@pytest.mark.parametrize("group", _groups(), ids=lambda g: g or "gpuscale")
+def test_a_bare_group_shows_its_help_and_exits_0(cli, group):
+    """`gpuscale run` (any group, nothing after it): the same help `--help` prints, on stdout,
+    exit 0, nothing on stderr."""
+    words = group.split()
+    p = cli(*words)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert p.stderr == ""
+    assert p.stdout.startswith(f"Usage: {' '.join(['gpuscale', *words])} ")
+    assert p.stdout == cli(*words, "--help").stdout
+
+
+def test_bare_groups_cover_the_ones_users_meet():
+    assert {"", "run", "cluster", "results", "trace"} <= set(_groups())
+
+
+def test_bare_group_under_dask_and_with_only_a_global_flag(cli):
+    p = cli("gpuscale", module="dask")
+    assert p.returncode == 0 and p.stderr == ""
+    assert p.stdout.startswith("Usage: ") and "Commands:" in p.stdout and "results" in p.stdout
+    p = cli("--debug")
+    assert p.returncode == 0 and p.stderr == ""
+    assert p.stdout == cli("--help").stdout
+
+
+def _explained(cli, *args):
+    p = cli("explain", *args, "--json")
+    assert p.returncode == 0, p.stderr
+    return [(f"{scope}.{name}", e) for scope, items in only_json(p.stdout)["explained"].items()
+            for name, e in items.items()]
+
+
+def test_explain_at_80_columns_is_one_line_per_knob(cli):
+    """`gpuscale explain svd --backend cpu` in an 80-column terminal: each knob on one line with
+    its value and source, no name split across lines, nothing wider than 80; rules only on
+    --rules."""
+    knobs = _explained(cli, "svd", "--backend", "cpu")
+    assert len(knobs) > 10
+    p = cli("explain", "svd", "--backend", "cpu", env={"COLUMNS": "80"})
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert max(map(len, lines)) <= 80
+    from gpuscale.records.report import _fmt_value
+    for name, e in knobs:
+        (line,) = [ln for ln in lines if ln.split()[:1] == [name]]  # once, whole, at a line's start
+        assert line.split()[-1] == str(e["source"]).split()[-1], line
+        assert " ".join(_fmt_value(e["value"]).split()) in " ".join(line.split()), line
+    rules = [" ".join(e["rule"].split()) for _, e in knobs if len(e.get("rule") or "") > 40]
+    assert rules and not [r for r in rules if r in " ".join(p.stdout.split())]
+    assert "--rules" in p.stdout  # it says where the rules are
+
+
+def test_explain_rules_at_80_columns_keep_every_name_whole(cli):
+    knobs = _explained(cli, "svd", "--backend", "cpu")
+    p = cli("explain", "svd", "--backend", "cpu", "--rules", env={"COLUMNS": "80"})
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert max(map(len, lines)) <= 80
+    text = " ".join(p.stdout.split())
+    for name, e in knobs:
+        assert [ln for ln in lines if ln.split()[:1] == [name]], name  # its value line
+        if e.get("rule"):
+            assert name in [ln.strip() for ln in lines], name  # the line that heads its rule
+            assert " ".join(e["rule"].split()) in text, name

@@ -7,8 +7,10 @@ and pyproject.toml, and the notebooks run.
 * the Dockerfiles install README's ``pip install`` targets with extras pyproject defines; the
   build context (.dockerignore) lets in exactly what that install reads; bases are pinned by
   tag; the last user is not root; no ARG / ENV looks like a secret;
-* environment.yml / environment-cpu.yml cover pyproject's dependencies (the GPU one the
-  ``[gpu,ucx]`` extras too), through ``CONDA`` where conda's names differ;
+* environment.yml / environment-cpu.yml cover pyproject's dependencies and the ``[notebooks]``
+  extra (the GPU one the ``[gpu,ucx]`` extras too), through ``CONDA`` where conda's names differ;
+* the ``[notebooks]`` extra brings a Jupyter front end and every distribution
+  notebooks/run_all.py imports or starts, and README installs it and says how to open them;
 * docker/compose*.yaml validate against the Compose specification's JSON schema
   (tests/data/compose-spec.json: compose-spec/compose-spec's schema/compose-spec.json as
   vendored by check-jsonschema 0.39.0, Apache-2.0, tests/data/compose-spec.LICENSE; copied
@@ -244,7 +246,8 @@ CONDA_EXTRAS = {
     ("numba-cuda", "cu13"): ["cuda-nvcc-impl", "cuda-nvrtc"],   # NVVM / libdevice and NVRTC, for numba.cuda.jit
     ("distributed-ucxx-cu13", None): ["ucxx"],                   # named too: the transport itself
 }
-ENVIRONMENTS = {"environment.yml": ("dependencies", "gpu", "ucx"), "environment-cpu.yml": ("dependencies",)}
+ENVIRONMENTS = {"environment.yml": ("dependencies", "gpu", "ucx", "notebooks"),
+                "environment-cpu.yml": ("dependencies", "notebooks")}
 
 
 def conda_specs(env: dict) -> dict[str, str]:
@@ -477,6 +480,45 @@ def test_notebook_runs_on_the_cpu(executed, run_all, name):
     assert "valid True" in text and "valid False" not in text
     work = re.search(r"files under (\S+)", text).group(1)
     assert not pathlib.Path(work).exists(), f"{name} left {work} behind"
+
+
+def _requires(dist: str, seen: set[str]) -> set[str]:
+    """``dist`` and what it requires, transitively, as installed here (extras' requirements left out)."""
+    from importlib import metadata
+    dist = canonicalize_name(dist)
+    if dist in seen:
+        return seen
+    seen.add(dist)
+    try:
+        reqs = metadata.requires(dist) or []
+    except metadata.PackageNotFoundError:  # not installed here (e.g. jupyterlab): itself only
+        return seen
+    for r in map(Requirement, reqs):
+        if r.marker is None or r.marker.evaluate({"extra": ""}):
+            _requires(r.name, seen)
+    return seen
+
+
+def test_notebooks_extra_brings_jupyter_and_what_run_all_needs():
+    import ast
+    from importlib import metadata
+    extra = [Requirement(r) for r in PYPROJECT["project"]["optional-dependencies"]["notebooks"]]
+    names = {canonicalize_name(r.name) for r in extra}
+    assert names & {"jupyterlab", "notebook"}, "the extra must bring a Jupyter front end"
+    source = (REPO / "notebooks" / "run_all.py").read_text()
+    modules = {a.name.split(".")[0] for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {n.module.split(".")[0] for n in ast.walk(ast.parse(source))
+                if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+    modules |= set(re.findall(r'"-m", "(\w+)"', source))  # the kernel it starts: ipykernel_launcher
+    third_party = modules - set(sys.stdlib_module_names) - {"gpuscale", "__future__"}
+    assert {"nbclient", "nbformat", "jupyter_client", "ipykernel_launcher"} <= third_party
+    brought = set().union(*(_requires(r.name, set()) for r in extra))
+    owners = metadata.packages_distributions()
+    for module in sorted(third_party):
+        dists = {canonicalize_name(d) for d in owners.get(module, [module])}
+        assert dists & brought, f"notebooks/run_all.py uses {module} ({', '.join(dists)}): not in [notebooks]"
+    assert ".[notebooks]" in readme_pip_targets()
+    assert "jupyter lab notebooks/" in README
 
 
 def test_run_all_exit_code(executed):

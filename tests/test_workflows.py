@@ -1,8 +1,11 @@
-"""The workflow scripts run for real at CPU sizes: both sides ran and agreed."""
+"""The workflow scripts run for real at CPU sizes: both sides ran and agreed; workflows/README.md
+names every script with a command that exists."""
 from __future__ import annotations
 
 import json
 import pathlib
+import re
+import shlex
 import subprocess
 import sys
 
@@ -34,24 +37,6 @@ def test_compare_plain_dask_small(tmp_path):
     cases = {(r["case"], r["side"].split(",")[0].split(" ")[0]) for r in d["rows"]}
     assert {("svd", "gpuscale"), ("svd", "plain"), ("groupby", "gpuscale"), ("groupby", "plain")} <= cases
     assert all(r["agrees"] for r in d["rows"])
-
-
-def test_run_matrix_cases_and_speedup_pairs(tmp_path):
-    """Real `gpuscale run` subprocesses tabulated; cases differing only in --backend are paired."""
-    import importlib.util
-    d = run_script(tmp_path, "run_matrix.py", "transpose_sum --n 300 --backend cpu --repeat 1 --workers 1",
-                   "--logs", str(tmp_path / "logs"), "--results-dir", str(tmp_path / "res"))
-    (row,) = d["rows"]
-    assert row["valid"] and row["rc"] == 0 and row["median_s"] > 0 and row["workers"] == 1
-    assert (tmp_path / "logs" / "case00.out").read_text().strip().startswith("{")
-    assert d["speedups"] == []  # one backend only: nothing to pair
-    spec = importlib.util.spec_from_file_location("run_matrix", ROOT / "workflows" / "run_matrix.py")
-    rm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rm)
-    gpu_row = {**row, "case": row["case"].replace("--backend cpu", "--backend cupy"), "median_s": row["median_s"] / 4}
-    (pair,) = rm.speedups([row, gpu_row])
-    assert pair["case"] == "transpose_sum --n 300 --repeat 1 --workers 1"
-    assert abs(pair["speedup"] - 4.0) < 1e-9 and pair["valid"]
 
 
 def test_trace_overhead_smoke(tmp_path):
@@ -248,3 +233,56 @@ def test_run_timeline_lays_steps_and_tasks_on_one_clock(tmp_path):
     if groupby["median_run"]["plan"]["groupby_strategy"] == "per-worker":
         assert groupby["tasks"] >= 1
 
+
+
+GUIDE = ROOT / "workflows" / "README.md"
+
+
+def _guide_commands() -> list[list[str]]:
+    """The commands in the guide's "run it" column, as words."""
+    return [shlex.split(c) for c in re.findall(r"\| `((?:python|bash|gpuscale) [^`]*)` \|$", GUIDE.read_text(), re.M)]
+
+
+def test_guide_names_every_script_and_spec():
+    listed = set(re.findall(r"^\| `([\w./]+)`", GUIDE.read_text(), re.M))
+    shipped = {p.name for p in (ROOT / "workflows").iterdir()
+               if p.name != "README.md" and not p.name.startswith((".", "__"))}
+    assert "queries" in shipped and "user_queries.py" in shipped
+    shipped.discard("queries")  # listed with user_queries.py, which runs it
+    assert listed == shipped, f"not in the guide: {sorted(shipped - listed)}; gone: {sorted(listed - shipped)}"
+    assert "`queries/`" in GUIDE.read_text()
+
+
+def test_guide_commands_run_what_is_there():
+    """Each command runs a file of workflows/ with flags that file takes; `gpuscale bench` a spec
+    that loads."""
+    from gpuscale.runs import bench
+    commands = _guide_commands()
+    assert len(commands) == len(re.findall(r"^\| `[\w./]+`", GUIDE.read_text(), re.M))
+    for words in commands:
+        path = next(w for w in words if w.startswith("workflows/"))
+        assert (ROOT / path).is_file(), path
+        if words[0] == "gpuscale":
+            assert words[1] == "bench"
+            bench.load_spec(str(ROOT / path))
+            continue
+        source = (ROOT / path).read_text()
+        for flag in (w for w in words if w.startswith("--")):
+            assert f'"{flag}"' in source or f"{flag})" in source or f" {flag} " in source, (path, flag)
+
+
+def test_shell_scripts_parse():
+    for sh in sorted((ROOT / "workflows").glob("*.sh")):
+        p = subprocess.run(["bash", "-n", str(sh)], capture_output=True, text=True)
+        assert p.returncode == 0, (sh.name, p.stderr)
+
+
+def test_every_workflows_path_named_in_the_project_exists():
+    """README, docs, workflows/, tests and CI name only scripts that are there."""
+    texts = [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("workflows/*"), *ROOT.glob("tests/*.py"),
+             *ROOT.glob(".ci/*")]
+    for f in texts:
+        if not f.is_file():
+            continue
+        for name in re.findall(r"workflows/([a-z_][\w.\-]*\.(?:py|sh|yaml))", f.read_text()):
+            assert (ROOT / "workflows" / name).is_file(), f"{f.relative_to(ROOT)} names workflows/{name}"

@@ -5,7 +5,7 @@
 #   bash workflows/gpu_acceptance.sh matrix OUTDIR    # gpuscale run over tcp/ucx, 1 and 2 GPUs
 #   bash workflows/gpu_acceptance.sh tests OUTDIR     # pytest -m gpu + compare_plain_dask (large)
 #   bash workflows/gpu_acceptance.sh bench OUTDIR [bench_vs_peer.py args]   # default: every row this machine can run
-#   bash workflows/gpu_acceptance.sh library OUTDIR   # every workload at GPU sizes, --backend gpu and cpu: speedup table
+#   bash workflows/gpu_acceptance.sh library OUTDIR   # gpuscale bench workflows/library.yaml: CPU vs GPU per workload
 #   bash workflows/gpu_acceptance.sh trace OUTDIR     # svd --trace over tcp and ucx on 2 GPUs, then trace compare
 set -uo pipefail
 stage=${1:?stage: matrix | tests | bench | library | trace}
@@ -18,12 +18,26 @@ ngpus=$($py -c "from gpuscale import machine; print(len(machine.gpus()))")
 echo "GPUs visible: $ngpus"
 case "$stage" in
   matrix)
-    presets="--preset gpu-1"
-    [ "$ngpus" -ge 2 ] && presets="$presets --preset gpu-2"
+    # one `gpuscale run` process per case (start-up included), as a user types it
+    svd="--rows 2000000 --cols 1000"; gb="--rows 100000000 --keys 1000000 --partitions 10"
+    cases=("svd --backend gpu" "groupby --backend gpu" "svd --backend gpu $svd" "groupby --backend gpu $gb"
+           "svd --backend gpu --protocol ucx $svd" "groupby --backend gpu --protocol ucx $gb"
+           "svd --backend gpu --condition 1e7 --rows 400000 --cols 200"
+           "svd --backend gpu --condition 1e10 --rows 400000 --cols 200"
+           "svd --backend gpu --compute-uv --rows 400000 --cols 200")
+    [ "$ngpus" -ge 2 ] && cases+=("svd --backend gpu --gpus 0,1 $svd" "svd --backend gpu --gpus 0,1 --protocol ucx $svd"
+                                   "groupby --backend gpu --gpus 0,1 $gb" "groupby --backend gpu --gpus 0,1 --protocol ucx $gb"
+                                   "svd --backend gpu --gpus 0,1 --protocol ucx --nvlink $svd")
     $py -m gpuscale info
-    $py workflows/run_matrix.py $presets --logs /tmp/matrix-logs --json "$out/matrix.json" --timeout 240
-    rc=$?
-    tar czf "$out/matrix-logs.tgz" -C /tmp matrix-logs gpuscale-results 2>/dev/null
+    rc=0; i=0
+    for c in "${cases[@]}"; do
+      echo "=== gpuscale run $c"
+      # shellcheck disable=SC2086  # $c is the case's words
+      timeout 240 $py -m gpuscale run $c --results-dir "$out/records" >"$out/case$i.txt" 2>&1 \
+        || { rc=1; tail -1 "$out/case$i.txt"; }
+      i=$((i + 1))
+    done
+    $py -m gpuscale results list "$out/records"
     exit $rc ;;
   tests)
     $py -m pytest -m gpu -p no:cacheprovider -q -rs tests 2>&1 | tee "$out/pytest-gpu.txt"
@@ -35,11 +49,8 @@ case "$stage" in
     $py workflows/bench_vs_peer.py --rounds 3 --json "$out/bench.json" "$@" 2>"$out/bench.err"
     rc=$?; tail -5 "$out/bench.err"; exit $rc ;;
   library)
-    $py workflows/run_matrix.py --preset library-large --logs /tmp/library-logs --json "$out/library.json" \
-      --timeout 240
-    rc=$?
-    tar czf "$out/library-logs.tgz" -C /tmp library-logs 2>/dev/null
-    exit $rc ;;
+    $py -m gpuscale bench workflows/library.yaml --out "$out/bench-library"
+    exit $? ;;
   trace)
     # svd (the case: little data moves, the Gram route) and transpose_sum (all-to-all
     # blocks: the bandwidth picture), each over tcp and ucx on GPUs 0,1, then trace compare.

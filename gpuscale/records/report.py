@@ -420,8 +420,9 @@ def per_host_table(per_host: dict[str, dict[str, Any]]):
     return t
 
 
-def explain_table(d: dict[str, Any]):
-    """``gpuscale explain``: the plan, every knob with value / source / rule, the memory headroom."""
+def explain_table(d: dict[str, Any], rules: bool = False):
+    """``gpuscale explain``: the plan, every knob with its value and source (and, with ``rules``,
+    the rule behind it), the memory headroom. A knob's name is never wrapped."""
     from rich.console import Group
     spec = d["cluster"]
     head = Table(title=f"gpuscale explain {escape(d['workload'])} on {d['family']} ({escape(d['backend'])}): "
@@ -441,15 +442,23 @@ def explain_table(d: dict[str, Any]):
                                f"{'on' if run['memory_check'] else 'off'}, strict backend "
                                f"{'on' if run['strict_backend'] else 'off'}"))
     head.add_row("audit", escape(f"{d['audit']['scope']}; foreign chunks: {d['audit']['on_foreign_chunks']}"))
-    knobs = Table(title="every knob: value, source, rule", title_justify="left")
-    knobs.add_column("knob", overflow="fold", ratio=2)
-    knobs.add_column("value", overflow="fold", ratio=2)
-    knobs.add_column("source", ratio=1)
-    knobs.add_column("rule", overflow="fold", ratio=5)
-    for scope, items in d["explained"].items():
-        for name, e in items.items():
-            knobs.add_row(escape(f"{scope}.{name}"), escape(_fmt_value(e["value"])), escape(str(e["source"])),
-                          escape(e.get("rule") or ""))
+    rows = [(f"{scope}.{name}", _fmt_value(e["value"]), str(e["source"]), e.get("rule") or "")
+            for scope, items in d["explained"].items() for name, e in items.items()]
+    knobs = Table(title="every knob: value, source" + ("" if rules else " (the rule behind each: --rules)"),
+                  title_justify="left", box=None, pad_edge=False)
+    knobs.add_column("knob", no_wrap=True, min_width=max((len(r[0]) for r in rows), default=4))
+    knobs.add_column("value", overflow="fold")
+    knobs.add_column("source", no_wrap=True, min_width=max((len(r[2]) for r in rows), default=6))
+    for name, value, source, _ in rows:
+        knobs.add_row(escape(name), escape(value), escape(source))
+    if rules:
+        from rich.padding import Padding
+        from rich.text import Text
+        said = [Text("the rule behind each value", style="italic")]
+        for name, _, _, rule in rows:
+            if rule:
+                said += [Text(name, style="bold", no_wrap=True), Padding(Text(rule), (0, 0, 0, 4))]
+        knobs = Group(knobs, Text(""), *said)
     mem = memory_table(d["memory"], "memory (estimate vs the planned workers)")
     parts = [head, knobs]
     if d.get("per_host"):
