@@ -3,21 +3,32 @@ same code never reads as slower, a 10 % slowdown reads as slower or as inconclus
 would resolve it, a 1.5 x one fails the gate; runs as the unit when a side holds several."""
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
 
 import gpuscale
 from gpuscale.records import compare
-
-import paced  # registers the workload
+from gpuscale.workloads import registry
 
 PAIRS = 10
 REPEATS = 20
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def paced():
+    """The test-only workload (tests/paced.py), registered for this module's tests only: other
+    tests compare the registry with what a fresh process lists."""
+    import paced as module
+    if registry.registered("paced") is None:  # imported and unregistered before
+        module = importlib.reload(module)
+    yield module
+    registry.unregister("paced")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, paced):
     """Interleaved in time on one cluster: per pair an A run, an A' run (the same code) and a
     B run 10 % slower; then one pair of A and a 1.5 x slower run."""
     root = tmp_path_factory.mktemp("power")

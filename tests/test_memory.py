@@ -531,16 +531,26 @@ def test_worker_limits_adding_up_past_the_machine_are_refused(cli):
 def test_workers_killed_under_a_task_end_in_one_line(tmp_path):
     """A task past its worker's limit (the check skipped): the nanny restarts the worker, the
     scheduler gives up (KilledWorker), and the run ends in one line naming it, not 'unexpected'."""
+    import importlib
+
     import dask
 
-    import hungry  # noqa: F401  (registers the workload)
+    import hungry
+    from gpuscale.workloads import registry
 
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-        with pytest.raises(gpuscale.UserError) as e:
-            gpuscale.run("hungry", backend="cpu",
-                         repeat=1, warmup=0, memory_check=False, results_dir=str(tmp_path / "res"),
-                         cluster_settings={"workers": 1, "threads_per_worker": 1, "memory_limit": "300MB"})
+    if registry.registered("hungry") is None:
+        importlib.reload(hungry)
+    try:
+        with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+            with pytest.raises(gpuscale.UserError) as e:
+                gpuscale.run("hungry", backend="cpu",
+                             repeat=1, warmup=0, memory_check=False, results_dir=str(tmp_path / "res"),
+                             cluster_settings={"workers": 1, "threads_per_worker": 1, "memory_limit": "300MB"})
+    finally:  # registered for this test only: others compare the registry with a fresh process's
+        registry.unregister("hungry")
     text = str(e.value)
     assert "hungry: the workers running" in text and "died 1 time(s)" in text and "--memory-limit" in text
     logs = files_under(tmp_path / "res")  # no record; the log the nanny's warning went to
-    assert [f.parent.name for f in logs] == ["logs"] and "exceeded 95% memory budget" in logs[0].read_text()
+    assert [f.parent.name for f in logs] == ["logs"]
+    text = logs[0].read_text()  # the nanny's or the worker's memory warnings, whichever came first
+    assert "distributed.worker.memory" in text or "distributed.nanny.memory" in text, text

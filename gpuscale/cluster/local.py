@@ -150,7 +150,8 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     if proto.bind_host:
         kwargs["host"] = proto.bind_host
     limit = memory_bytes(c.memory_limit, threads, cores)
-    check_total(workers, limit)
+    if c.memory_limit != "auto":  # distributed's auto shares the machine by threads over cores
+        check_total(workers, limit)
     worker_config: dict = {}
     family_threads = family.knobs.threads_per_worker.get(collection or "session")
     choices = {

@@ -428,8 +428,8 @@ def _watched(workload: Workload, p, ctx: Context, warmup: int, policy: _repeats.
                 unsettled += 1
             if name == "compute":
                 cursors.append(stream_index(client))
-            with span("gpuscale", workload.name, name), phase(name, repeat=index), held():
-                elapsed, collections = timed(client, fam, build)
+            with held(), span("gpuscale", workload.name, name), phase(name, repeat=index):
+                elapsed, collections = timed(client, fam, build)  # the phase ends before held()'s collection
             out = Output(collections, dict(info))
             collections = None
             workers_before = workers_now
