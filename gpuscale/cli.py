@@ -179,7 +179,7 @@ def cluster_options(f):
     """Flags that select the backend and shape the cluster (shared by run / cluster show)."""
     opts = [
         click.option("--backend", metavar="NAME", help="auto | cpu | gpu | numpy | pandas | cupy | cudf"),
-        click.option("--protocol", metavar="tcp|ucx", help="tcp | ucx"),
+        click.option("--protocol", metavar="auto|tcp|ucx", help="auto (default: GPU clusters here use ucx where installed, else tcp) | tcp | ucx"),
         click.option("--profile", metavar="NAME|PATH", help="a profile name from clusters/ or a YAML path"),
         click.option("--scheduler", metavar="ADDRESS",
                      help="address of a running scheduler to use instead of a new cluster"),

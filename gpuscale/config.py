@@ -322,7 +322,7 @@ class SessionSettings(_Section):
 class Settings(_Section):
     profile: str | None = None
     backend: str = "auto"
-    protocol: str = "tcp"
+    protocol: str = "auto"
     scheduler: str | None = None
     scheduler_file: str | None = None
     results_dir: str = "gpuscale-results"
@@ -342,8 +342,8 @@ class Settings(_Section):
     @classmethod
     def _known_protocol(cls, v):
         from .cluster import protocols
-        if v not in protocols.names():
-            raise ValueError(f"unknown protocol; choose one of: {', '.join(protocols.names())}")
+        if v != protocols.AUTO and v not in protocols.names():
+            raise ValueError(f"unknown protocol; choose one of: {', '.join([protocols.AUTO, *protocols.names()])}")
         return v
 
 

@@ -1,6 +1,7 @@
 """Cluster specs (``gpuscale cluster show``, starting nothing) and real cluster lifecycles."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -10,7 +11,8 @@ from distributed import LocalCluster
 from distributed.core import Status
 
 import gpuscale
-from gpuscale import UserError, api, backends
+from gpuscale import UserError, api, backends, cluster
+from gpuscale.cluster import protocols
 
 CORES = len(os.sched_getaffinity(0))
 
@@ -33,7 +35,7 @@ def test_show_default_fills_the_cores(cli, tmp_path):
     assert spec["workers"] * spec["threads_per_worker"] == CORES
     assert spec["kwargs"]["n_workers"] == spec["workers"]
     assert spec["kwargs"]["threads_per_worker"] == spec["threads_per_worker"]
-    assert d["settings"]["protocol"] == "tcp"
+    assert d["settings"]["protocol"] == "auto"  # resolved by the family's rule: TCP for the CPU
     assert d["sources"]["protocol"] == "default"
     assert list(tmp_path.iterdir()) == []  # starting nothing, writing nothing
 
@@ -118,6 +120,47 @@ def test_plan_cpu_ignores_ucx_switches_with_a_note():
     _, _, spec = api.configure(backend="cpu", nvlink=True)
     assert spec.cls == "distributed.LocalCluster"
     assert any("ignored here" in n for n in spec.notes)
+
+
+def test_auto_protocol_gives_a_gpu_cluster_here_ucx_where_installed_else_tcp_saying_why():
+    _, _, spec = api.configure(backend="gpu", check=False)
+    ucx = protocols.get("ucx").available()
+    assert spec.protocol == ("ucx" if ucx else "tcp")
+    assert spec.choices["protocol"]["rule_id"] == ("protocol.family" if ucx else "protocol.not-installed")
+    assert spec.kwargs["protocol"] == spec.protocol
+    _, _, spec = api.configure(backend="gpu", protocol="tcp", check=False)  # yours wins
+    assert (spec.protocol, spec.choices["protocol"]["rule_id"]) == ("tcp", "protocol.setting")
+
+
+@pytest.fixture
+def family_with_own_transport(monkeypatch):
+    """The GPU family with a transport that is installed everywhere (a registered Protocol
+    without a module), so the rule's every branch runs on any machine."""
+    monkeypatch.setitem(protocols._PROTOCOLS, "plain-test", protocols.Protocol("plain-test", "test transport"))
+    gpu = backends.select("gpu", check=False).family
+    return dataclasses.replace(gpu, knobs=dataclasses.replace(gpu.knobs, protocol="plain-test"))
+
+
+@pytest.mark.parametrize("kind, tls, rule_id, chosen", [
+    ("cuda", False, "protocol.family", "plain-test"),
+    ("cuda", True, "protocol.tls", "tcp"),
+    ("ssh", False, "protocol.remote", "tcp"),
+    ("slurm", False, "protocol.remote", "tcp"),
+])
+def test_auto_protocol_rule_by_cluster_kind_and_tls(family_with_own_transport, kind, tls, rule_id, chosen):
+    proto, why = protocols.choose("auto", "default", family_with_own_transport, kind, tls)
+    assert (proto.name, why["value"], why["rule_id"], why["source"]) == (chosen, chosen, rule_id, "rule")
+
+
+def test_auto_protocol_of_the_cpu_family_is_tcp():
+    _, _, spec = api.configure(backend="cpu")
+    assert (spec.protocol, spec.choices["protocol"]["rule_id"]) == ("tcp", "protocol.tcp")
+
+
+def test_a_cluster_kept_up_for_others_gets_tcp_with_tls_under_auto():
+    resolved, selection, _ = api.configure(backend="cpu", check=False)
+    spec = cluster.build_spec(resolved, selection.family, served=True)
+    assert (spec.protocol, spec.security) == ("tcp", "tls")
 
 
 def test_plan_existing_scheduler():

@@ -51,7 +51,7 @@ def test_schema_in_sync_with_yaml():
 
 
 def test_defaults_merged_into_dask_config():
-    assert dask.config.get("gpuscale.protocol") == "tcp"
+    assert dask.config.get("gpuscale.protocol") == "auto"
     assert dask.config.get("gpuscale.backend") == "auto"
     assert dask.config.get("gpuscale.cluster.rmm.external-libs") == ["cupy"]
     assert dask.config.get("gpuscale.run.repeat") == 3
@@ -59,7 +59,7 @@ def test_defaults_merged_into_dask_config():
 
 def test_defaults_resolve_with_default_sources():
     r = config.resolve()
-    assert r.settings.protocol == "tcp"
+    assert r.settings.protocol == "auto"
     assert r.settings.cluster.workers is None
     assert r.profile is None
     assert set(r.sources) == config.default_keys()

@@ -47,6 +47,10 @@ class Knobs:
     (the GPU: one task at a time per device, and Dask's tree costs more than the work)."""
     rmm_pool_size: float | None = None
     """RMM pool per worker as a fraction of device memory (None: no pool)."""
+    protocol: str | None = None
+    """Transport of a cluster the family starts on this machine when ``protocol`` is ``auto``
+    and the transport is installed (None: TCP); :func:`gpuscale.cluster.protocols.choose`
+    applies it (rule ``protocol.family`` in docs/decisions.md)."""
     pre_import: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Libraries each worker imports at start, by collection kind."""
     worker_environ: Mapping[str, Mapping[str, str]] = field(default_factory=dict)

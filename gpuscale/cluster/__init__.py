@@ -157,16 +157,19 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
     cluster kept up for other processes (``cluster up``), which :mod:`.security` protects."""
     from . import security
     settings = resolved.settings
-    proto = protocols.get(settings.protocol)
     if settings.scheduler or settings.scheduler_file:
         kind = "existing"
     else:
         deploy = settings.cluster.deploy
         kind = family.cluster_kind if deploy == "local" else deploy
+    tls = settings.cluster.security == "tls" or served
+    proto, proto_choice = protocols.choose(settings.protocol, resolved.sources.get("protocol", "default"),
+                                           family, kind, tls)
     spec = _kind(kind).spec(resolved, family, collection, proto)
     interval = messages.choose(resolved, kind)
+    first = {} if kind == "existing" else {"protocol": proto_choice}  # a running cluster has its own
     spec = spec.model_copy(update={"message_interval": interval["value"],
-                                   "choices": {**spec.choices, "message_interval": interval}})
+                                   "choices": {**first, **spec.choices, "message_interval": interval}})
     if kind in ("local", "cuda"):
         check_addresses(settings.cluster.host, settings.cluster.dashboard_address)
     if kind in ("local", "cuda") and settings.cluster.host:

@@ -75,7 +75,6 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     transports = knobs.transports
     limit = memory_bytes(c.memory_limit, 1, max(1, len(gpus)))
     choices = {
-        "protocol": choice(proto.name, src.get("protocol", "default")),
         "transports": proto.transports_choice(c.ucx, transports, src),
         "gpus": choice(list(gpus), src.get("cluster.gpus", "default"), None) if c.gpus is not None
         else choice(list(gpus), "rule", f"every visible GPU ({len(gpus)})"),

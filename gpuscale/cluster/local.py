@@ -155,7 +155,6 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     worker_config: dict = {}
     family_threads = family.knobs.threads_per_worker.get(collection or "session")
     choices = {
-        "protocol": choice(proto.name, src.get("protocol", "default")),
         "transports": proto.transports_choice(c.ucx, {}, src),
         "workers": choice(workers, src.get("cluster.workers", "flag"), None) if c.workers is not None
         else choice(workers, "rule", why),

@@ -114,6 +114,40 @@ def names() -> list[str]:
     return list(_PROTOCOLS)
 
 
+AUTO = "auto"
+HERE = ("local", "cuda")
+"""Cluster kinds started on this machine: ``auto`` may pick the family's transport for them."""
+
+
+def choose(setting: str, source: str, family, kind: str, tls: bool) -> tuple[Protocol, dict[str, Any]]:
+    """The transport of a cluster of ``kind`` for ``family`` and its recorded choice, from the
+    ``protocol`` setting (from settings layer ``source``). ``auto``: the family's transport
+    (``Knobs.protocol``) for a cluster started on this machine without TLS (``tls``) when it
+    is installed, else TCP. Rule ids are explained in docs/decisions.md."""
+    if setting != AUTO:
+        return get(setting), choice(setting, source, f"protocol.setting: {setting}, set by you",
+                                    rule_id="protocol.setting")
+    wanted = family.knobs.protocol
+    tcp = get("tcp")
+    if wanted is None or wanted == "tcp":
+        return tcp, _auto(tcp, "protocol.tcp", f"the {family.name} family's chunks travel as bytes: TCP")
+    if kind not in HERE:
+        return tcp, _auto(tcp, "protocol.remote", f"a cluster on other hosts: TCP (TLS), not {wanted}")
+    if tls:
+        return tcp, _auto(tcp, "protocol.tls", f"TLS is asked for: TCP, as {wanted} has no TLS")
+    p = get(wanted)
+    if not p.available():
+        return tcp, _auto(tcp, "protocol.not-installed",
+                          f"{wanted} is the {family.name} family's transport but is not installed "
+                          f"({p.install}): TCP")
+    return p, _auto(p, "protocol.family", f"the {family.name} family's transport: {p.description}; "
+                                          "results reach the client without a copy through host memory")
+
+
+def _auto(p: Protocol, rule_id: str, why: str) -> dict[str, Any]:
+    return choice(p.name, "rule", f"{rule_id}: auto: {why}", setting=AUTO, rule_id=rule_id)
+
+
 def get(name: str) -> Protocol:
     _load()
     try:

@@ -74,7 +74,6 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         "dask-jobqueue's default worker (python -m distributed.cli.dask_worker)"
     per_job = f"{sl.cores} core(s), {sl.memory}, {sl.processes} worker process(es) of {threads} thread(s)"
     choices = {
-        "protocol": choice(proto.name, src.get("protocol", "default")),
         "transports": proto.transports_choice(c.ucx, {}, src),
         "jobs": choice(sl.jobs, src.get("cluster.slurm.jobs", "default"),
                        f"{sl.jobs} SLURM job(s) submitted at start, each {per_job}"),

@@ -53,7 +53,6 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
               "worker_options": worker_options,
               "scheduler_options": {"dashboard_address": c.dashboard_address or ":0"}}
     choices = {
-        "protocol": choice(proto.name, src.get("protocol", "default")),
         "transports": proto.transports_choice(c.ucx, {}, src),
         "workers": choice(workers, "rule", f"{worker_class} on every srun task from rank 2 (rank 0: the "
                                            "scheduler, rank 1: this client)" + (": one per GPU it sees" if gpu else "")),

@@ -72,7 +72,6 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     n = len(hosts) - 1
     per = "one worker per GPU of each host" if gpu else f"{n} worker process(es)"
     choices = {
-        "protocol": choice(proto.name, src.get("protocol", "default")),
         "transports": proto.transports_choice(c.ucx, knobs.transports if knobs is not None else {}, src),
         "hosts": choice(hosts, src.get("cluster.ssh.hosts", "flag"),
                         f"scheduler on {hosts[0]}; {per} on {', '.join(hosts[1:])} (one per entry after the first)"),

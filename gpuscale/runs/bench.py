@@ -4,7 +4,7 @@ The spec (``workflows/library.yaml``, ``workflows/tiny.yaml``)::
 
     name: tiny                     # names the report
     backends: [cpu, gpu]           # each a --backend value
-    protocols: [tcp]               # each a --protocol value
+    protocols: [auto]              # each a --protocol value
     workers: [null, 2]             # null: the family's default
     repeat: 5                      # timed repeats per case (default 3), or auto (run.auto-repeat)
     warmup: 1                      # untimed runs per case (default 1)
@@ -63,7 +63,7 @@ class Spec(BaseModel):
     name: str = "bench"
     workloads: dict[str, WorkloadSpec | None] = Field(min_length=1)
     backends: list[str] = Field(default_factory=lambda: ["cpu"], min_length=1)
-    protocols: list[str] = Field(default_factory=lambda: ["tcp"], min_length=1)
+    protocols: list[str] = Field(default_factory=lambda: ["auto"], min_length=1)
     workers: list[int | None] = Field(default_factory=lambda: [None], min_length=1)
     repeat: Union[PositiveInt, Literal["auto"]] = 3
     warmup: int = Field(1, ge=0)
