@@ -264,8 +264,8 @@ def tables(d: dict) -> tuple[str, bool]:
             rows.append(row)
         rows.append(["geomean"] + [""] * len(sides) + [f"{geomean(cols[r[0]]):.2f}" for r in ratios])
         widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
-        lines.append(f"\n{s['suite']} {s['size']}: median of up to {d['repeat']} warm runs, seconds "
-                     "(* wrong answer, E error, c Polars' CPU engine: not in ratios)")
+        lines.append(f"\n{s['suite']} {s['size']}: median of the warm runs (each cell's times_s in --json), "
+                     "seconds (* wrong answer, E error, c Polars' CPU engine: not in ratios)")
         for r in [head] + rows:
             lines.append("  ".join(str(v).rjust(w) for v, w in zip(r, widths)))
     lines.append("\nratios: " + "; ".join(f"{r[0]}: {r[3]}" for r in RATIOS))
