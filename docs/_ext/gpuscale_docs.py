@@ -55,10 +55,14 @@ def type_text(ann, metadata=()) -> str:
 
 
 def default_text(field) -> str:
+    """The default as YAML would write it; "required" without one, "made per record" for a
+    factory that gives a new value each call (an id, a time)."""
     if field.is_required():
         return "required"
-    value = field.get_default(call_default_factory=True)
-    return value_text(value) if field.default is not PydanticUndefined or field.default_factory else "required"
+    if field.default_factory is not None:
+        first, second = field.default_factory(), field.default_factory()
+        return value_text(first) if first == second else "made per record"
+    return value_text(field.default)
 
 
 def value_text(value) -> str:
@@ -96,19 +100,6 @@ def _one_line(text: str | None) -> str:
     return " ".join((text or "").split())
 
 
-def _cell(text: str) -> list[str]:
-    return [text] if text else [""]
-
-
-def list_table(header: list[str], rows: list[list[str]], widths: str) -> list[str]:
-    lines = [".. list-table::", "   :header-rows: 1", f"   :widths: {widths}", "   :class: gpuscale-table", ""]
-    for row in [header, *rows]:
-        for i, cell in enumerate(row):
-            lead = "   * - " if i == 0 else "     - "
-            lines.append(lead + (cell or ""))
-    return lines
-
-
 def _flags() -> dict[str, str]:
     """Keyword -> the CLI flag of the same name (``memory_limit`` -> ``--memory-limit``)."""
     from gpuscale import cli
@@ -116,9 +107,24 @@ def _flags() -> dict[str, str]:
     return {p.name: "/".join(p.opts + p.secondary_opts) for p in cmd.params if p.opts}
 
 
+def _default_fact(field) -> str:
+    text = default_text(field)
+    return text if text in ("required", "made per record") else f"default ``{text}``"
+
+
+def definitions(items: list[tuple[str, str, str]]) -> list[str]:
+    """reST definition list: ``name`` / a line of facts / the description."""
+    lines: list[str] = []
+    for term, facts, desc in items:
+        lines += [term, "   " + facts, ""]
+        if desc:
+            lines += ["   " + desc, ""]
+    return lines
+
+
 class SettingsTable(SphinxDirective):
-    """Every setting of ``gpuscale.config.Settings``: key, type, default, description, with its
-    environment variable and, where there is one, its keyword and flag."""
+    """Every setting of ``gpuscale.config.Settings``, grouped by section: key, type, default,
+    environment variable and, where there is one, keyword and flag, then the description."""
 
     has_content = False
 
@@ -126,20 +132,21 @@ class SettingsTable(SphinxDirective):
         from gpuscale import config
         keyword_of = {key: kw for kw, key in config.KEYWORDS.items()}
         flags = _flags()
-        rows = []
+        groups: dict[str, list[tuple[str, str, str]]] = {}
         for key, field in settings_rows(config.Settings):
+            section = key.rpartition(".")[0] or "top level"
             env = "DASK_GPUSCALE__" + key.replace("-", "_").replace(".", "__").upper()
-            ways = [f"env ``{env}``"]
+            facts = [f"``{type_text(field.annotation, field.metadata)}``", _default_fact(field), f"env ``{env}``"]
             kw = keyword_of.get(key)
             if kw:
-                ways.append(f"keyword ``{kw}``")
+                facts.append(f"keyword ``{kw}``")
                 if kw in flags:
-                    ways.append(f"flag ``{flags[kw]}``")
-            desc = _one_line(field.description)
-            desc = (desc + " " if desc else "") + "(" + "; ".join(ways) + ")"
-            rows.append([f"``{key}``", f"``{type_text(field.annotation, field.metadata)}``",
-                         f"``{default_text(field)}``", desc])
-        return self._parse(list_table(["Setting", "Type", "Default", "Description"], rows, "22 18 12 48"))
+                    facts.append(f"flag ``{flags[kw]}``")
+            groups.setdefault(section, []).append((f"``{key}``", " · ".join(facts), _one_line(field.description)))
+        lines: list[str] = []
+        for section, items in groups.items():
+            lines += [f".. rubric:: {section}", ""] + definitions(items)
+        return self._parse(lines)
 
     def _parse(self, lines: list[str]):
         return self.parse_text_to_nodes("\n".join(lines))
@@ -153,12 +160,11 @@ class FieldsTable(SettingsTable):
     def run(self):
         module, _, name = self.arguments[0].partition(":")
         model = getattr(importlib.import_module(module), name)
-        rows = []
+        items = []
         for fname, field in model.model_fields.items():
-            key = field.alias or fname
-            rows.append([f"``{key}``", f"``{type_text(field.annotation, field.metadata)}``",
-                         f"``{default_text(field)}``", _one_line(field.description)])
-        return self._parse(list_table(["Field", "Type", "Default", "Description"], rows, "20 20 12 48"))
+            facts = f"``{type_text(field.annotation, field.metadata)}`` · {_default_fact(field)}"
+            items.append((f"``{field.alias or fname}``", facts, _one_line(field.description)))
+        return self._parse(definitions(items))
 
 
 def setup(app):
