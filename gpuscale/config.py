@@ -51,7 +51,9 @@ def normalize(d: Any) -> Any:
 # --------------------------------------------------------------------------------------
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=_hyphen, populate_by_name=True,
-                              frozen=True)
+                              frozen=True, use_attribute_docstrings=True)
+    """A field's docstring is its description: the settings reference (docs/reference/settings.md)
+    is generated from these models."""
 
 
 Size = Union[PositiveInt, float, str, None]
@@ -59,14 +61,21 @@ Size = Union[PositiveInt, float, str, None]
 
 class UcxSettings(_Section):
     nvlink: bool | None = None
+    """UCX over NVLink between GPUs: true / false forces it; null lets UCX choose (recommended)."""
     infiniband: bool | None = None
+    """UCX over InfiniBand: true / false forces it; null lets UCX choose."""
     rdmacm: bool | None = None
+    """UCX's RDMA connection manager: true / false forces it; null lets UCX choose."""
 
 
 class RmmSettings(_Section):
     pool_size: Size = "auto"
+    """RMM pool per GPU worker: auto (the family's default), bytes, a size like ``"40GB"``, a
+    fraction of the device, or null (no pool)."""
     maximum_pool_size: Size = None
+    """Largest size the RMM pool may grow to (null: RMM's default)."""
     external_libs: list[str] = Field(default_factory=lambda: ["cupy"])
+    """Libraries whose allocations are routed through RMM, so they share its pool."""
 
     @field_validator("pool_size", "maximum_pool_size", mode="before")
     @classmethod
@@ -88,8 +97,11 @@ class SshSettings(_Section):
     hosts: tuple[str, ...] | None = None
     """The scheduler's host first, then one entry per worker process (repeat a host for more)."""
     username: str | None = None
+    """The ssh user (null: yours, or your ssh configuration's)."""
     port: PositiveInt = 22
+    """The ssh port of every host."""
     client_keys: tuple[str, ...] | None = None
+    """Private key files (null: asyncssh's defaults, ``~/.ssh/id_*``)."""
     known_hosts: str | None = None
     """asyncssh's known_hosts file (None: ~/.ssh/known_hosts)."""
     remote_python: str | None = None
@@ -111,7 +123,9 @@ class SlurmSettings(_Section):
     queue: str | None = None
     """The partition (``#SBATCH -p``); None: the cluster's default."""
     account: str | None = None
+    """The account charged (``#SBATCH -A``); null: your default."""
     walltime: str = "01:00:00"
+    """Time limit of each job (``#SBATCH -t``)."""
     cores: PositiveInt = 1
     """Cores per job (``--cpus-per-task``), shared by its worker processes as threads."""
     memory: str = "2GB"
@@ -135,8 +149,12 @@ class SlurmSettings(_Section):
 
 class ClusterSettings(_Section):
     workers: PositiveInt | None = None
+    """Number of workers; null: the family chooses (CPU: from the cores; GPU: one per GPU)."""
     threads_per_worker: PositiveInt | None = None
+    """Threads per worker; null: the family chooses, for the workload's collection."""
     memory_limit: Size = "auto"
+    """Host memory per worker: auto, bytes, a size like ``"8GB"``, or a fraction of this
+    machine's memory."""
     device_memory_limit: Size = "default"
     """GPU workers: device memory above which task outputs spill to host (dask-cuda's
     ``device_memory_limit``): default (dask-cuda's 0.8 of the device), a size, a fraction, or
@@ -146,8 +164,11 @@ class ClusterSettings(_Section):
     dask-cuda's whole task outputs, or cuDF's own spilling of single buffers on top of it;
     auto: the family's knob for the work's collection. (dask-cuda 26 removed JIT-unspill.)"""
     gpus: tuple[NonNegativeInt, ...] | None = None
+    """The GPUs to use, e.g. ``"0,1"``; null: every visible GPU."""
     dashboard_address: str | None = "127.0.0.1:0"
+    """Where a cluster started here serves its dashboard, ``[HOST]:PORT`` (port 0: any free one)."""
     connect_timeout: float = Field(10.0, gt=0)
+    """Seconds to wait for a running scheduler to answer."""
     host: str | None = None
     """Address a cluster this process starts binds its scheduler and workers to (None: the
     protocol's, loopback for tcp); another host reaches it there."""
@@ -168,7 +189,9 @@ class ClusterSettings(_Section):
     SLURMCluster (``slurm``), or on the tasks of the ``srun`` this process is one of, through
     its SLURMRunner (``srun``)."""
     ssh: SshSettings = SshSettings()
+    """``deploy: ssh``: the hosts and how to reach them."""
     slurm: SlurmSettings = SlurmSettings()
+    """``deploy: slurm``: what each job asks SLURM for and runs."""
     credentials: str | None = None
     """A client's TLS credentials (the PEM file ``cluster up`` writes beside its scheduler
     file); None: the one beside ``scheduler-file``."""
@@ -176,7 +199,9 @@ class ClusterSettings(_Section):
     """Use a scheduler file or credentials file that another user can change
     (:mod:`gpuscale.trust`); false: refuse them, since a cluster can run code in its clients."""
     ucx: UcxSettings = UcxSettings()
+    """UCX transports (``protocol: ucx``)."""
     rmm: RmmSettings = RmmSettings()
+    """The RMM memory pool of GPU workers."""
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -244,9 +269,14 @@ class AutoRepeatSettings(_Section):
     error is at most ``target_error``, with at least ``min_repeats`` and at most ``max_repeats``
     repeats and ``max_time`` seconds of timed repeats."""
     target_error: float = Field(0.02, gt=0, lt=1)
+    """Relative error of the median to reach: 0.02 or ``"2%"`` (half-width of its
+    distribution-free 68 % interval over the median)."""
     min_repeats: int = Field(3, ge=3)
+    """At least this many timed repeats."""
     max_repeats: PositiveInt = 50
+    """At most this many timed repeats."""
     max_time: float = Field(60.0, gt=0)
+    """Seconds of timed repeats at most: stop before a repeat would pass it."""
 
     @field_validator("target_error", mode="before")
     @classmethod
@@ -273,11 +303,16 @@ MAX_WARMUP = 1_000
 
 class RunSettings(_Section):
     warmup: NonNegativeInt = Field(1, le=MAX_WARMUP)
+    """Untimed repeats before the timed ones."""
     repeat: Union[PositiveInt, Literal["auto"]] = 3
     """Timed repeats: a whole number, or ``auto`` (see ``auto_repeat``)."""
     auto_repeat: AutoRepeatSettings = AutoRepeatSettings()
+    """``repeat: auto``: when to stop repeating."""
     memory_check: bool = True
+    """Refuse, before any work, sizes that cannot fit the cluster's memory."""
     strict_backend: bool = False
+    """Fail the run (exit 2, after writing the record) when the backend audit sees chunks of
+    another family."""
     in_cluster: Union[bool, Literal["auto"]] = "auto"
     """With a running scheduler: run the runner on one of its workers (``runs.remote.placement``)."""
 
@@ -321,14 +356,26 @@ class SessionSettings(_Section):
 
 class Settings(_Section):
     profile: str | None = None
+    """A profile from ``clusters/`` (or a YAML path) merged above the package defaults."""
     backend: str = "auto"
+    """The family (``auto``, ``cpu``, ``gpu``) or a chunk library (``numpy``, ``pandas``,
+    ``cupy``, ``cudf``), or an installed family; auto: the GPU when one is usable, else the CPU."""
     protocol: str = "auto"
+    """How workers talk: ``auto`` (a GPU cluster started here uses UCX where it is installed,
+    else TCP; rule ids ``protocol.*``), ``tcp`` or ``ucx`` (or an installed transport)."""
     scheduler: str | None = None
+    """Address of a running scheduler to use; null: start a cluster."""
     scheduler_file: str | None = None
+    """Dask's scheduler file of a running cluster (``cluster up --scheduler-file``); its TLS
+    credentials are read from beside it."""
     results_dir: str = "gpuscale-results"
+    """Where records (and Dask's log lines) are written."""
     cluster: ClusterSettings = ClusterSettings()
+    """The cluster: its workers, memory, transports and where it runs."""
     run: RunSettings = RunSettings()
+    """How a run times and checks the work."""
     session: SessionSettings = SessionSettings()
+    """What a session does to the Dask code in its block."""
 
     @field_validator("backend")
     @classmethod

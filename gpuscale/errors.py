@@ -1,6 +1,6 @@
 """How a command ends: the exit codes, the exceptions that carry them, and the phase a run was in.
 
-Exit codes (the one definition; README's "Exit codes" table lists them):
+Exit codes (the one definition; docs/reference/exit-codes.md lists them):
 
 ====  ==========================================================================
 0     ok

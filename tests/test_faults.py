@@ -199,8 +199,8 @@ def assert_nothing_half_written(folder: pathlib.Path) -> None:
 # 1. exit codes, one line, --debug
 # ---------------------------------------------------------------------------------------
 def test_exit_codes_are_defined_once_and_documented():
-    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
-    table = readme.split("### Exit codes", 1)[1].split("\n\n", 3)[2]
+    page = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "reference" / "exit-codes.md").read_text()
+    table = page.split("# Exit codes", 1)[1].split("\n\n", 3)[2]
     for code in errors.EXIT_CODES:
         assert f"\n| {code} |" in "\n" + table, code
     assert (errors.EXIT_BAD_INPUT, errors.EXIT_CHECK_FAILED, errors.EXIT_CLUSTER_GONE, errors.EXIT_SIGHUP,

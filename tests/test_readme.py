@@ -1,4 +1,4 @@
-"""README and CI stay in step with each other and with the code."""
+"""README, the documentation pages and CI stay in step with each other and with the code."""
 from __future__ import annotations
 
 import json
@@ -17,6 +17,10 @@ from conftest import _clean_environ
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
+DOCS = REPO / "docs"
+WORKLOADS_PAGE = (DOCS / "reference" / "workloads.md").read_text()
+CLI_PAGE = (DOCS / "reference" / "cli.md").read_text()
+SETTINGS_PAGE = (DOCS / "reference" / "settings.md").read_text()
 CI = REPO / ".ci" / "run"
 INSTALL_AND_RUN = "pip install . && gpuscale run svd"
 TEST_COMMAND = 'pip install ".[test]" && pytest'
@@ -65,17 +69,17 @@ def test_readme_default_job_matches_the_defaults():
 
 
 @pytest.mark.parametrize("name", workloads.names())
-def test_readme_lists_every_workload_parameter(name):
+def test_docs_list_every_workload_parameter(name):
     # the workloads table: | `name`[, `other`] | what | `--flag --flag ...` |
-    rows = [line for line in README.splitlines()
+    rows = [line for line in WORKLOADS_PAGE.splitlines()
             if line.startswith("| `") and f"`{name}`" in line.split("|")[1]]
-    assert rows, f"README's workload table has no row for {name}"
+    assert rows, f"docs/reference/workloads.md's table has no row for {name}"
     documented = {w for w in rows[0].split("|")[3].strip(" `").split() if w.startswith("--")}
     assert set(workloads.parameter_flags(workloads.get(name))) <= documented
 
 
-def test_readme_cluster_and_run_flags_exist():
-    m = re.search(r"Cluster flags:(.*?)Run flags:(.*?)\n\n", README, flags=re.S)
+def test_docs_cluster_and_run_flags_exist():
+    m = re.search(r"Cluster flags:(.*?)Run flags:(.*?)\n\n", CLI_PAGE, flags=re.S)
     assert m
     flags = set()
     for part in re.findall(r"`([^`]*)`", m.group(1) + m.group(2)):
@@ -93,9 +97,9 @@ def test_readme_cluster_and_run_flags_exist():
     assert flags - run_only <= show_options, (flags - run_only) - show_options
 
 
-def test_readme_profiles_exist():
+def test_docs_profiles_exist():
     for name in ("cpu", "gpu-tcp", "gpu-ucx", "gpu-ucx-nvlink", "scheduler"):
-        assert f"`{name}`" in README
+        assert f"`{name}`" in SETTINGS_PAGE
         assert name in config.profile_names()
 
 
@@ -113,17 +117,34 @@ def _sales_and_x(folder: pathlib.Path) -> None:
     np.save(folder / "x.npy", rng.random((20_000, 10)))
 
 
-@pytest.mark.parametrize("index", range(len(python_blocks(README))))
-def test_readme_python_blocks_run_as_written(index, tmp_path):
-    """Each Python block of README, saved as a script and run as written (CPU here: "auto"
-    picks it), beside the files it says are yours."""
-    block = python_blocks(README)[index]
+def _all_python_blocks() -> list[tuple[str, str]]:
+    """(where, block) for each Python block of README and the user-facing documentation pages
+    (benchmarks' notes left out), each distinct block once."""
+    pages = [REPO / "README.md", *sorted(p for p in DOCS.rglob("*.md")
+                                         if "_build" not in p.parts and p.name != "benchmarks.md")]
+    seen, out = set(), []
+    for page in pages:
+        for i, block in enumerate(python_blocks(page.read_text())):
+            if block not in seen:
+                seen.add(block)
+                out.append((f"{page.relative_to(REPO)}#{i}", block))
+    return out
+
+
+PYTHON_BLOCKS = _all_python_blocks()
+
+
+@pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)), ids=[w for w, _ in PYTHON_BLOCKS])
+def test_python_blocks_run_as_written(index, tmp_path):
+    """Each Python block of README and the docs, saved as a script and run as written (CPU here:
+    "auto" picks it), beside the files it says are yours."""
+    where, block = PYTHON_BLOCKS[index]
     _sales_and_x(tmp_path)
     script = tmp_path / f"readme_block_{index}.py"
     script.write_text(block)
     p = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=_clean_environ(),
                        capture_output=True, text=True, timeout=280)
-    assert p.returncode == 0, f"README block {index} failed:\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}"
+    assert p.returncode == 0, f"{where} failed:\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}"
     assert "Traceback" not in p.stderr
     records = sorted((tmp_path / "gpuscale-results").glob("*.json"))
     if "s.run(" in block or "gpuscale.run(" in block:

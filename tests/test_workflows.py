@@ -279,7 +279,7 @@ def test_shell_scripts_parse():
 
 def test_every_workflows_path_named_in_the_project_exists():
     """README, docs, workflows/, tests and CI name only scripts that are there."""
-    texts = [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("workflows/*"), *ROOT.glob("tests/*.py"),
+    texts = [ROOT / "README.md", *ROOT.glob("docs/**/*.md"), *ROOT.glob("workflows/*"), *ROOT.glob("tests/*.py"),
              *ROOT.glob(".ci/*")]
     for f in texts:
         if not f.is_file():

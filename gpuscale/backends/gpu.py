@@ -210,7 +210,7 @@ FAMILY = GpuFamily(
     spill_to="host",
     # workflows/spill_gpu.py on an H200: capped at 8 GB, svd at 3 x the cap spilled through
     # dask-cuda at 48 x the in-memory time per byte (~2.5 GB/s device <-> host), groupby 17 x;
-    # capped at 2 GB and streamed, 0.75 x and 2.15 x (docs/benchmarks.md, ninth session)
+    # capped at 2 GB and streamed, 0.75 x and 2.15 x (docs/benchmarks.md, "Streaming on the GPU")
     stream_first=("on an H200 at 3 x a capped device, spilling through dask-cuda took 48 x (svd) and 17 x "
                   "(groupby) the in-memory time per byte, making the blocks again 0.75 x and 2.15 x"),
     # cuDF writes float64 in CSV with 9 significant digits (rapidsai/cudf#6418, open since 2020):

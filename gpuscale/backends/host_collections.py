@@ -74,7 +74,7 @@ Writers that lose data
     copies as ``allowed``, with the reason); ``warn`` warns at the user's line; ``strict``
     refuses there.
 
-Limits (documented in the README)
+Limits (documented in docs/guide/own-data.md)
     * Names bound before the session (``from dask.dataframe import from_pandas`` at the top of
       a notebook) hold Dask's function itself and bypass the wrapper; ``dd.from_pandas`` /
       ``da.from_array`` / ``dask.datasets.timeseries`` (attribute lookups) are caught. The

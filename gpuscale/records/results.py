@@ -27,27 +27,48 @@ SCHEMA_VERSION = 1
 
 
 class Result(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
+    """One run's record (schema ``gpuscale.result``): a field's docstring is its description, and
+    the record reference (docs/reference/records.md) is generated from this model."""
+    model_config = ConfigDict(populate_by_name=True, use_attribute_docstrings=True)
 
     schema_name: str = Field(SCHEMA, alias="schema")
+    """Always ``gpuscale.result``."""
     schema_version: int = SCHEMA_VERSION
+    """The schema's version; readers skip records of another."""
     id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
+    """A random id, also in the file name."""
     timestamp: str = Field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat())
+    """When the run ended (UTC, ISO 8601)."""
     workload: str
+    """The workload's name (``gpuscale workloads`` lists them)."""
     params: dict[str, Any]
+    """The workload's parameters, defaults filled in."""
     data: dict[str, Any] = Field(default_factory=dict)
+    """Your data, when the run was on it: its source, shape or columns, dtypes."""
     backend: str
+    """The backend asked for (``auto``, ``cpu``, ``gpu``, ``numpy``...)."""
     family: str
+    """The family that ran it (``cpu`` or ``gpu``)."""
     backend_reason: str
+    """Why that family: what ``auto`` found, or the flag."""
     protocol: str
+    """How the workers talked (``tcp``, ``ucx``)."""
     knobs: dict[str, Any]
+    """The tuned values the run used (chunk sizes, plan, threads...)."""
     choices: dict[str, dict[str, Any]]
+    """Every tuned choice with its value, source and rule."""
     cluster: dict[str, Any]
+    """The resolved cluster spec, its hosts and workers, TLS, the preflight and the transport per worker pair."""
     settings_sources: dict[str, str] = Field(default_factory=dict)
+    """Where each setting came from (default, profile, env, flag...)."""
     times_s: list[float]
+    """Every timed repeat, in seconds."""
     warmup_s: list[float]
+    """The warm-up repeats, in seconds."""
     median_s: float
+    """Median of the timed repeats (disturbed repeats left out)."""
     min_s: float
+    """Fastest timed repeat (disturbed repeats left out)."""
     stdev_s: float | None = None
     """Sample standard deviation of ``times_s`` (None with fewer than 2 repeats, or in older records)."""
     iqr_s: float | None = None
@@ -59,17 +80,24 @@ class Result(BaseModel):
     ``relative_error`` of the median, and for auto its target and caps
     (:mod:`gpuscale.runs.repeats`); None in older records."""
     startup_s: float | None = None
+    """Seconds to start the cluster, or to connect to a running one."""
     generate_s: float
+    """Seconds to generate or load the data."""
     validate_s: float
+    """Seconds the validation took."""
     valid: bool | None
     """None when validation was switched off (``--validate off``)."""
     validation: dict[str, Any]
+    """Each validation check with its numbers."""
     info: dict[str, Any] = Field(default_factory=dict)
+    """More about the run: ``time_split``, ``disturbed_repeats``, ``dask_log``, ``output``..."""
     memory: dict[str, Any] = Field(default_factory=dict)
     """estimate_bytes / capacity_bytes, and the headroom check: the estimate by part, per
     worker, against the smallest worker's limit (``runner.headroom``)."""
     versions: dict[str, Any]
+    """Versions of Python, gpuscale, Dask and the chunk libraries."""
     hardware: dict[str, Any]
+    """The hardware the run saw: CPU, memory, GPUs."""
     dashboard_link: str | None = None
     """Where the run's dashboard was during the run (None: the cluster had none)."""
     dashboard_link_live: bool | None = None
@@ -88,6 +116,7 @@ class Result(BaseModel):
     """Every tuned knob by scope (cluster / family / workload): value, source and, when a rule
     chose it, the rule with its numbers (:mod:`gpuscale.records.explained`); None in older records."""
     path: str | None = None
+    """Where this record was read from or written to."""
 
     @classmethod
     def build(cls, **kw) -> "Result":

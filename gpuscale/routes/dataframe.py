@@ -223,7 +223,7 @@ def groupby_agg(df, by, agg, *, groups: int | None = None, rows: int | None = No
     groups in the order the aggregation gives them, True sorts them by key (pandas' default;
     one result partition only). Sorting costs: measured on an H200, cuDF's sorted aggregation
     of 10 M rows took 6.4-8.7 ms against 4.3-5.6 ms unsorted (10 to 5 M keys), and sorting
-    the unsorted result after saved nothing (``docs/benchmarks.md``, fourteenth session).
+    the unsorted result after saved nothing (``docs/benchmarks.md``, "The fixed cost per run, step by step").
     """
     by_list = [by] if isinstance(by, str) else list(by)
     plan = plan or choose_groupby(df, by_list, agg, groups=groups, rows=rows, split_out=split_out,

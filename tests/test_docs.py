@@ -1,0 +1,139 @@
+"""The documentation site builds, warnings as errors, and its reference covers the code.
+
+The build is ``sphinx-build -W --keep-going -b html docs OUT`` (docs/conf.py): a warning fails it,
+among them an internal link that resolves nowhere (MyST's ``myst.xref_missing``: a page, a heading
+anchor), a bad directive, or reST that does not parse in a docstring or a CLI help text. Links to
+the outside world are not checked (no network in CI).
+"""
+from __future__ import annotations
+
+import html
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from gpuscale import config, errors
+from gpuscale.records.results import Result
+
+from conftest import _clean_environ
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+
+WALK_CLI = r"""
+import json, click
+from gpuscale.cli import cli
+
+def walk(cmd, path):
+    ctx = click.Context(cmd, info_name=path[-1])
+    options = sorted(o for p in cmd.params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts))
+    yield {"path": " ".join(path), "options": options}
+    if isinstance(cmd, click.Group):
+        for name in cmd.list_commands(ctx):
+            yield from walk(cmd.get_command(ctx, name), [*path, name])
+
+print(json.dumps(list(walk(cli, ["gpuscale"]))))
+"""
+
+
+def text_of(page: pathlib.Path) -> str:
+    """A built page's text: tags dropped, entities decoded, whitespace runs made one space."""
+    t = page.read_text()
+    t = t.split('<article class="bd-article">', 1)[-1].split("</article>", 1)[0]
+    t = re.sub(r"<[^>]+>", "", t)
+    return " ".join(html.unescape(t).split())
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> pathlib.Path:
+    out = tmp_path_factory.mktemp("docs-html")
+    p = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+                        "-d", str(out / ".doctrees"), str(DOCS), str(out)],
+                       cwd=str(REPO), env=_clean_environ(), capture_output=True, text=True, timeout=280)
+    assert p.returncode == 0, f"sphinx-build failed:\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
+    return out
+
+
+def test_the_site_builds_without_a_warning(built):
+    for page in ("index", "reference/cli", "reference/python", "reference/settings", "reference/records",
+                 "reference/exit-codes", "benchmarks", "guide/own-data"):
+        assert (built / f"{page}.html").is_file(), page
+
+
+def test_every_page_is_in_a_toctree(built):
+    """Sphinx warns about a page outside every toctree too; here: each Markdown page was built."""
+    pages = {p.relative_to(DOCS).with_suffix("").as_posix() for p in DOCS.rglob("*.md")
+             if "_build" not in p.parts}
+    missing = {p for p in pages if not (built / f"{p}.html").is_file()}
+    assert not missing, missing
+
+
+def test_cli_reference_names_every_command_and_option(built):
+    """Every command of the click group, walked recursively in a fresh process (the workloads
+    registered there, none from other tests), with every option, is in the CLI reference."""
+    p = subprocess.run([sys.executable, "-c", WALK_CLI], cwd=str(REPO), env=_clean_environ(),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    commands = json.loads(p.stdout)
+    assert {"gpuscale run svd", "gpuscale cluster up", "gpuscale results compare"} <= {c["path"] for c in commands}
+    page = text_of(built / "reference" / "cli.html")
+    for c in commands:
+        assert f"{c['path']} [OPTIONS]" in page, f"the CLI reference has no usage of `{c['path']}`"
+        section = page.split(f"{c['path']} [OPTIONS]", 1)[1]
+        for opt in c["options"]:
+            assert opt in section, f"the CLI reference has no {opt} for `{c['path']}`"
+
+
+def test_settings_reference_lists_every_setting(built):
+    """One row per setting of the pydantic models (config.Settings), with its default and
+    environment variable: the table is generated from the models at build time."""
+    page = text_of(built / "reference" / "settings.html")
+    keys = config.schema_keys()
+    assert {"backend", "cluster.workers", "cluster.ssh.hosts", "run.auto-repeat.target-error",
+            "session.host-collections"} <= keys
+    for key in sorted(keys):
+        assert key in page, f"the settings reference has no {key}"
+        env = "DASK_GPUSCALE__" + key.replace("-", "_").replace(".", "__").upper()
+        assert env in page, f"the settings reference has no {env}"
+    assert keys == config.default_keys()  # the package defaults declare the same settings
+
+
+def test_every_setting_has_a_description():
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        import gpuscale_docs
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    rows = list(gpuscale_docs.settings_rows(config.Settings))
+    assert {k for k, _ in rows} == config.schema_keys()
+    assert [k for k, f in rows if not (f.description or "").strip()] == []
+    assert [k for k, f in Result.model_fields.items() if not (f.description or "").strip()] == []
+
+
+def test_record_reference_lists_every_field(built):
+    page = text_of(built / "reference" / "records.html")
+    for name, field in Result.model_fields.items():
+        assert (field.alias or name) in page, name
+
+
+def test_exit_codes_page_lists_every_code():
+    text = (DOCS / "reference" / "exit-codes.md").read_text()
+    for code in errors.EXIT_CODES:
+        assert f"\n| {code} |" in text, code
+
+
+def test_docs_say_what_is_true_now():
+    """The pages describe the tool as it is: no development history (work sessions, issue numbers)."""
+    history = re.compile(r"\bissues? \d+|\bissue-\d+|\b(first|second|third|fourth|fifth|sixth|seventh|eighth|"
+                         r"ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|\d+(st|nd|rd|th)) (GPU )?session\b"
+                         r"|\bsession \d+\b", re.I)
+    for page in [REPO / "README.md", *DOCS.rglob("*.md")]:
+        if "_build" in page.parts:
+            continue
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            m = history.search(line)
+            assert not m, f"{page.relative_to(REPO)}:{n}: {m.group(0)!r}"
