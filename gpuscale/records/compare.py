@@ -51,7 +51,7 @@ import numpy as np
 
 from ..errors import EXIT_CHECK_FAILED, UserError
 from . import results
-from .table import shown_params, size_label
+from .table import brief_params, shown_params, size_label
 
 SLOWER_EXIT = EXIT_CHECK_FAILED
 """Exit status of ``gpuscale results compare --fail-if-slower PCT`` when a case is slower by
@@ -336,4 +336,4 @@ def _case(k, runs_a, runs_b, s, confidence, margin, fail_if_slower, fail_if_inco
 
 def _label(k: tuple) -> str:
     wl, params, family, protocol, workers = k
-    return f"{wl} {size_label(shown_params(json.loads(params)))} {family} {protocol} {workers}w"
+    return f"{wl} {brief_params(wl, json.loads(params))} {family} {protocol} {workers}w"

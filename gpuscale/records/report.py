@@ -8,8 +8,10 @@ import sys
 from typing import Any, Callable, Iterator
 
 from dask.utils import format_bytes
+from rich import box
 from rich.markup import escape
-from rich.table import Table
+
+from .fit import FitTable as Table  # every table here fits the terminal without cutting a value
 
 from ..audit import verdict
 
@@ -143,7 +145,9 @@ def result_table(r) -> Table:
         t.add_row("output", escape(f"{out['path']} ({out.get('holds', '')})" if out.get("written")
                                    else f"{out['path']}: NOT written ({out.get('why')})"))
     if r.path:
-        t.add_row("record", r.path)
+        from .results import short_id
+        t.add_row("record", f"{escape(r.path)}\n[bold]{short_id(r)}[/bold] [dim](its id: gpuscale results show "
+                            f"{short_id(r)})[/dim]")
     return t
 
 
@@ -245,15 +249,15 @@ def info_table(info: dict[str, Any]) -> Table:
 
 
 def workloads_table(items: list[dict]) -> Table:
-    t = Table(title="gpuscale workloads", title_justify="left")
+    t = Table(title="gpuscale workloads", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+              pad_edge=False)
     t.add_column("workload", style="bold")
-    t.add_column("kind")
-    t.add_column("parameters (default)")
+    t.add_column("what it does; its parameters (default)")
     for w in items:
         params = "\n".join(escape(f"--{k} ({v['default']})"
                                    + (f" {{{'|'.join(map(str, v['choices']))}}}" if v.get("choices") else "")
                                    + f": {v['help']}") for k, v in w["params"].items())
-        t.add_row(f"{w['name']}\n[dim]{w['description']}[/dim]", w["collection"], params)
+        t.add_row(f"{w['name']}\n[dim]{w['collection']}[/dim]", f"[italic]{escape(w['description'])}[/italic]\n{params}")
     return t
 
 
@@ -506,18 +510,39 @@ def bench_html(title: str, frame, charts: dict[str, str]) -> str:
 
 
 def records_table(recs: list, title: str) -> Table:
-    """``gpuscale results list``: one row per record, newest first."""
-    t = Table(title=title, title_justify="left")
-    for col in ("time", "workload", "backend", "protocol", "workers", "median", "stdev", "repeats", "valid",
-                "record"):
-        t.add_column(col)
+    """``gpuscale results list``: one row per record, newest first, named by its short id
+    (``results show ID``; the path in a wide terminal or ``--json``)."""
+    from .results import short_id
+    t = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for col, keep in (("id", True), ("when (UTC)", False), ("workload", False), ("backend", False),
+                      ("cluster", True), ("median", True), ("valid", True)):
+        t.add_column(col, no_wrap=keep)
+    for col in ("stdev", "repeats", "record"):
+        t.add_column(col, no_wrap=col != "record", optional=True)
     for r in recs:
-        running = r.cluster.get("running") or {}
         valid = "yes" if r.valid else "-" if r.valid is None else "[red]NO[/red]"
-        t.add_row(r.timestamp[:19], r.workload, f"{r.backend} ({r.family})", r.protocol,
-                  str(running.get("workers", r.cluster.get("workers", "?"))), _fmt_s(r.median_s),
-                  _fmt_s(r.stdev_s), str(len(r.times_s)), valid, escape(r.path or ""))
+        t.add_row(short_id(r), r.timestamp[:16].replace("T", " "), escape(run_label(r.workload, r.params)),
+                  escape(backend_label(r.backend, r.family)), cluster_label(r.protocol, _workers(r)),
+                  _fmt_s(r.median_s), valid, _fmt_s(r.stdev_s), str(len(r.times_s)), escape(r.path or ""))
     return t
+
+
+def run_label(workload: str, params: dict[str, Any]) -> str:
+    """A workload with its parameters that are not at their defaults: ``svd rows=2000, cols=10``."""
+    from .table import brief_params
+    return f"{workload} {brief_params(workload, params)}"
+
+
+def backend_label(backend: str, family: str) -> str:
+    return backend if backend == family else f"{backend} ({family})"
+
+
+def cluster_label(protocol: str, workers) -> str:
+    return f"{protocol} {workers if workers is not None else '?'}w"
+
+
+def _workers(r):
+    return (r.cluster.get("running") or {}).get("workers", r.cluster.get("workers"))
 
 
 VERDICT_STYLE = {"faster": "green", "slower": "red bold", "same": "dim", "inconclusive": "yellow", "n/a": "yellow"}
@@ -526,21 +551,25 @@ VERDICT_STYLE = {"faster": "green", "slower": "red bold", "same": "dim", "inconc
 def compare_table(c: dict[str, Any]) -> Table:
     """``gpuscale results compare``: ratio B / A per case with its interval, verdict and the
     minimum detectable effect; the caption says whether the spread between runs is in it."""
-    t = Table(title=f"B / A: {c['b']} vs {c['a']} ({c['method']})", title_justify="left",
-              caption=f"between runs: {c['between_runs']}", caption_justify="left")
-    for col in ("workload", "size", "backend", "protocol", "workers", "A median", "B median", "B / A",
-                f"{int(c['confidence'] * 100)}% interval", "verdict", "detectable"):
-        t.add_column(col)
+    t = Table(title=escape(f"B / A: {c['b']} vs {c['a']} ({c['method']})"), title_justify="left",
+              caption=escape(f"between runs: {c['between_runs']}"), caption_justify="left",
+              box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    t.add_column("case")
+    for col in ("A median", "B median", "B / A", f"{int(c['confidence'] * 100)}% interval"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("verdict")
+    t.add_column("detectable", optional=True)
     for p in c["cases"]:
-        ci = "-" if p["lo"] is None else f"{p['lo']:.3f} .. {p['hi']:.3f}"
+        ci = "-" if p["lo"] is None else f"{p['lo']:.3f}..{p['hi']:.3f}"
         style = VERDICT_STYLE.get(p["verdict"], "")
-        t.add_row(p["workload"], escape(p["size"]), p["backend"], p["protocol"], str(p["workers"]),
-                  _fmt_s(p["a_median_s"]), _fmt_s(p["b_median_s"]), f"{p['ratio']:.3f}", ci,
+        case = (f"{run_label(p['workload'], p['params'])} {backend_label(p['backend'], p['family'])} "
+                f"{cluster_label(p['protocol'], p['workers'])}")
+        t.add_row(escape(case), _fmt_s(p["a_median_s"]), _fmt_s(p["b_median_s"]), f"{p['ratio']:.3f}", ci,
                   f"[{style}]{escape(verdict_text(p))}[/{style}]",
                   "-" if p["mde"] is None else f">= {100 * (p['mde'] - 1):.0f}% slower")
     for side in ("only_a", "only_b"):
         for label in c[side]:
-            t.add_row(escape(label), "", "", "", "", "", "", "", "", f"[yellow]only in {side[-1].upper()}[/yellow]", "")
+            t.add_row(escape(label), "", "", "", "", f"[yellow]only in {side[-1].upper()}[/yellow]", "")
     return t
 
 

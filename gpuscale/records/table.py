@@ -29,6 +29,20 @@ def shown_params(params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k != "seed" and v is not None}
 
 
+def brief_params(workload: str, params: dict[str, Any]) -> str:
+    """The parameters a terminal table shows: those not at the workload's default (all shown
+    ones when the workload is not installed here), ``k=v`` separated so they wrap between
+    parameters; ``defaults`` when every one is."""
+    from .. import workloads
+    from ..errors import UserError
+    try:
+        fields = workloads.get(workload).Params.model_fields
+    except UserError:  # a record of a workload this install lacks
+        fields = {}
+    shown = {k: v for k, v in shown_params(params).items() if k not in fields or fields[k].default != v}
+    return ", ".join(f"{k}={v}" for k, v in shown.items()) or "defaults"
+
+
 def _workers(r) -> int | None:
     return (r.cluster.get("running") or {}).get("workers") or r.cluster.get("workers")
 
