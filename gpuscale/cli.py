@@ -647,13 +647,17 @@ def trace_group():
     """Read trace folders written by `run --trace DIR` or Session.trace(DIR)."""
 
 
+def _results_dir() -> str:
+    """The results dir of the settings (``--results-dir``'s default: ./gpuscale-results)."""
+    from . import config
+    return config.resolve(None, {}).settings.results_dir
+
+
 def _latest(what: str, **need: bool):
     """The latest run's record under the results dir (``results.latest``), named in one line on
     stderr (stdout keeps only the result)."""
-    from . import config
     from .records import results
-    d = config.resolve(None, {}).settings.results_dir
-    r = results.latest(d, **need)
+    r = results.latest(_results_dir(), **need)
     click.echo(f"gpuscale: {what} of the latest run: {r.workload} on {r.family} at {r.timestamp[:19]} "
                f"(record {r.path}{f', trace {r.trace}' if need.get('with_trace') else ''})", err=True)
     return r
@@ -798,23 +802,41 @@ def bench_cmd(spec, out, as_json):
 
 @cli.group("results", cls=Group, context_settings=CONTEXT)
 def results_group():
-    """Read result records and bench folders: list, chart, compare."""
+    """Read result records and bench folders: list, show, chart, compare."""
 
 
 @results_group.command("list", context_settings=CONTEXT)
 @click.argument("directory", metavar="[DIR]", required=False)
 @json_option("the records")
 def results_list(directory, as_json):
-    """The records under DIR (default: the results dir, ./gpuscale-results), newest first."""
-    from . import config
+    """The records under DIR (default: the results dir, ./gpuscale-results), newest first, each
+    named by its id (`results show ID`, `results compare ID ID`)."""
     from .records import report, results
-    d = directory or config.resolve(None, {}).settings.results_dir
+    d = directory or _results_dir()
     recs = results.find(d)
-    _emit([{"path": r.path, "timestamp": r.timestamp, "workload": r.workload, "backend": r.backend,
+    _emit([{"id": r.id, "path": r.path, "timestamp": r.timestamp, "workload": r.workload, "backend": r.backend,
             "family": r.family, "protocol": r.protocol, "median_s": r.median_s, "stdev_s": r.stdev_s,
             "iqr_s": r.iqr_s, "repeats": len(r.times_s), "valid": r.valid, "dashboard_link": r.dashboard_link,
             "dashboard_link_live": r.dashboard_link_live} for r in recs],
           as_json, lambda: report.records_table(recs, f"{len(recs)} record(s) in {d}, newest first"))
+
+
+@results_group.command("show", context_settings=CONTEXT)
+@click.argument("ref", metavar="ID|RECORD")
+@click.option("--results-dir", metavar="DIR", default=None,
+              help="where an ID is looked up (default ./gpuscale-results)")
+@json_option("the record")
+def results_show(ref, results_dir, as_json):
+    """One record's run summary, as `gpuscale run` showed it, with its full path: by the id
+    `results list` shows (any unique start of it) or by the record file."""
+    from .records import report, results
+    path = results.locate(ref, results_dir or _results_dir())
+    if pathlib.Path(path).is_dir():
+        raise UserError(f"'{ref}' is a folder", "give a record id or a record file (gpuscale results list "
+                        f"{ref}: its records)")
+    r = results.load(path)
+    r.path = str(path)
+    _emit(r.to_dict(), as_json, lambda: report.result_table(r))
 
 
 @results_group.command("chart", context_settings=CONTEXT)
@@ -831,6 +853,8 @@ def results_chart(directory, as_json):
 @results_group.command("compare", context_settings=CONTEXT)
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
+@click.option("--results-dir", metavar="DIR", default=None,
+              help="where a record ID given as A or B is looked up (default ./gpuscale-results)")
 @click.option("--fail-if-slower", "fail_if_slower", metavar="PCT", default=None,
               help="exit 3 when a case of B is slower than A by more than PCT (e.g. 5%) with confidence")
 @click.option("--fail-if-inconclusive", "fail_if_inconclusive", is_flag=True,
@@ -842,12 +866,14 @@ def results_chart(directory, as_json):
                    "(default 10%; several runs a side measure it)")
 @click.option("--confidence", default="0.95", help="confidence of the interval (default 0.95)")
 @json_option("the comparison")
-def results_compare(a, b, fail_if_slower, fail_if_inconclusive, margin, between_run, confidence, as_json):
-    """B / A per case (two bench folders, results folders or records) with a distribution-free
+def results_compare(a, b, results_dir, fail_if_slower, fail_if_inconclusive, margin, between_run, confidence,
+                    as_json):
+    """B / A per case (two bench folders, results folders, records or record ids) with a distribution-free
     interval and a verdict: faster / slower / same / inconclusive (with the repeats or runs
     that would resolve it), and the minimum detectable effect. Exit 3 with --fail-if-slower PCT
     when some case is slower by more than PCT with confidence."""
-    from .records import compare, report
+    from .records import compare, report, results
+    a, b = (results.locate(x, results_dir or _results_dir()) for x in (a, b))
     try:
         conf = float(confidence)
     except ValueError:

@@ -266,7 +266,7 @@ def by_id(ref: str, results_dir: str | os.PathLike) -> Result:
     and the run summary show)."""
     d = pathlib.Path(results_dir).expanduser()
     found = [r for r in find(d) if r.id.startswith(ref)] if d.is_dir() and ref else []
-    if len(found) == 1:
+    if len({r.id for r in found}) == 1:  # one record (maybe copied into two folders there)
         return found[0]
     if found:
         raise UserError(f"record id '{ref}' is ambiguous under '{d}': "
