@@ -818,7 +818,7 @@ def results_list(directory, as_json):
             "family": r.family, "protocol": r.protocol, "median_s": r.median_s, "stdev_s": r.stdev_s,
             "iqr_s": r.iqr_s, "repeats": len(r.times_s), "valid": r.valid, "dashboard_link": r.dashboard_link,
             "dashboard_link_live": r.dashboard_link_live} for r in recs],
-          as_json, lambda: report.records_table(recs, f"{len(recs)} record(s) in {d}, newest first"))
+          as_json, lambda: report.records_table(recs, f"{len(recs)} record(s) in {d}, newest first", d))
 
 
 @results_group.command("show", context_settings=CONTEXT)

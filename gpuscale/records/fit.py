@@ -132,7 +132,8 @@ class FitTable(Table):
                 head = Text.from_markup(str(column.header)).plain if self.show_header else ""
                 yield _break_paths(Text.assemble((f"{head}: " if head else "", "bold"), cell, overflow="fold"),
                                    width) if isinstance(cell, Text) else cell
-            yield Text("")
+            if self.show_header:
+                yield Text("")
         if self.caption:
             yield console.render_str(self.caption) if isinstance(self.caption, str) else self.caption
 

@@ -509,9 +509,10 @@ def bench_html(title: str, frame, charts: dict[str, str]) -> str:
             "</body></html>")
 
 
-def records_table(recs: list, title: str) -> Table:
+def records_table(recs: list, title: str, base: str | None = None) -> Table:
     """``gpuscale results list``: one row per record, newest first, named by its short id
-    (``results show ID``; the path in a wide terminal or ``--json``)."""
+    (``results show ID``; the path, relative to ``base``, in a wide terminal or ``--json``)."""
+    import os
     from .results import short_id
     t = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for col, keep in (("id", True), ("when (UTC)", False), ("workload", False), ("backend", False),
@@ -523,7 +524,8 @@ def records_table(recs: list, title: str) -> Table:
         valid = "yes" if r.valid else "-" if r.valid is None else "[red]NO[/red]"
         t.add_row(short_id(r), r.timestamp[:16].replace("T", " "), escape(run_label(r.workload, r.params)),
                   escape(backend_label(r.backend, r.family)), cluster_label(r.protocol, _workers(r)),
-                  _fmt_s(r.median_s), valid, _fmt_s(r.stdev_s), str(len(r.times_s)), escape(r.path or ""))
+                  _fmt_s(r.median_s), valid, _fmt_s(r.stdev_s), str(len(r.times_s)),
+                  escape(os.path.relpath(r.path, base) if base and r.path else r.path or ""))
     return t
 
 
