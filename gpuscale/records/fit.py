@@ -53,10 +53,10 @@ class FitTable(Table):
             self.optional.add(len(self.columns) - 1)
 
     # -- measuring --------------------------------------------------------------------
-    def _cells(self, console: Console, column: Column) -> list:
-        """The column's cells (with its header when shown), str markup made Text."""
-        cells = ([column.header] if self.show_header else []) + list(column._cells)
-        return [console.render_str(c, highlight=False) if isinstance(c, str) else c for c in cells]
+    def _cells(self, console: Console, column: Column, header: bool = True) -> list:
+        """The column's cells (with its header when shown and asked for), str markup made Text."""
+        cells = ([column.header] if header and self.show_header else []) + list(column._cells)
+        return [_text(console, c) for c in cells]
 
     def _span(self, console: Console, options: ConsoleOptions, column: Column) -> tuple[int, int]:
         """(need, want): the narrowest the column can be without cutting a value, and the width
@@ -109,33 +109,41 @@ class FitTable(Table):
         kept, widths = layout
         grid = copy.copy(self)
         grid.columns = [dataclasses.replace(self.columns[i], _index=n, width=w, overflow="fold",
-                                            _cells=[_break_paths(c, w) for c in self._cells(console, self.columns[i])
-                                                    [1 if self.show_header else 0:]])
+                                            _cells=[_break_paths(c, w) for c in self._cells(console, self.columns[i],
+                                                                                            header=False)])
                         for n, (i, w) in enumerate(zip(kept, widths))]
-        left_out = [Text.from_markup(str(self.columns[i].header)).plain for i in sorted(set(range(len(self.columns))) - set(kept))]
+        left_out = [_text(console, self.columns[i].header).plain for i in range(len(self.columns)) if i not in kept]
         if left_out:
             note = (f"not shown at {options.max_width} columns: {', '.join(left_out)} (a wider terminal "
                     "shows them; --json has every field)")
             grid.caption = f"{grid.caption}\n{note}" if grid.caption else note
             grid.caption_justify = "left"
+        width = sum(widths) + self._overhead(kept)  # titles wrap at the table's width: paths break at a "/"
+        grid.title = _break_paths(_text(console, grid.title), width) if grid.title else None
+        grid.caption = _break_paths(_text(console, grid.caption), width) if grid.caption else None
         yield from Table.__rich_console__(grid, console, options)
 
     def _stacked(self, console: Console, width: int) -> Iterable[Text]:
         """Each row as lines of ``header: value`` (headers shown) or ``label`` then its value."""
         if self.title:
-            yield console.render_str(self.title) if isinstance(self.title, str) else self.title
-        columns = [self._cells(console, c)[1 if self.show_header else 0:] for c in self.columns]
+            yield _break_paths(_text(console, self.title), width)
+        columns = [self._cells(console, c, header=False) for c in self.columns]
         for row in zip(*columns):
             for column, cell in zip(self.columns, row):
                 if isinstance(cell, Text) and not cell.plain.strip():
                     continue
-                head = Text.from_markup(str(column.header)).plain if self.show_header else ""
+                head = _text(console, column.header).plain if self.show_header else ""
                 yield _break_paths(Text.assemble((f"{head}: " if head else "", "bold"), cell, overflow="fold"),
                                    width) if isinstance(cell, Text) else cell
             if self.show_header:
                 yield Text("")
         if self.caption:
-            yield console.render_str(self.caption) if isinstance(self.caption, str) else self.caption
+            yield _break_paths(_text(console, self.caption), width)
+
+
+def _text(console: Console, value):
+    """A str (rich markup) as the Text rich makes of it; anything else as it is."""
+    return console.render_str(value, highlight=False) if isinstance(value, str) else value
 
 
 def _break_paths(cell, width: int):
