@@ -183,6 +183,15 @@ class Group(click.Group):
     context_class = Context
     command_class = Panelled
 
+    def format_commands(self, ctx, formatter):
+        """``--help``: each command with the first sentence of its help, whole (click's default
+        cuts it with "...")."""
+        cmds = [(name, self.get_command(ctx, name)) for name in self.list_commands(ctx)]
+        rows = [(name, cmd.get_short_help_str(limit=500)) for name, cmd in cmds if cmd and not cmd.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def parse_args(self, ctx, args):
         if not args and not ctx.resilient_parsing:
             _help_and_exit(ctx)
