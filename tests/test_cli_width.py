@@ -42,6 +42,10 @@ def on_a_line(lines: list[str], *values: str) -> str:
     return found[0]
 
 
+def file_name(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
 def test_results_list_names_every_record_by_a_whole_id_and_size(cli, sides):
     p = cli("results", "list", sides["A"], env=NARROW)
     assert p.returncode == 0, p.stderr
@@ -57,13 +61,22 @@ def test_a_record_id_from_the_list_shows_its_run_and_full_path(cli, sides):
     p = cli("results", "show", results.short_id(r), "--results-dir", sides["A"], env=NARROW)
     assert p.returncode == 0, p.stderr
     lines = reads_whole(p.stdout)
-    assert pathlib_name(r.path) in p.stdout and str(sides["A"]) in "".join(ln.strip(" │") for ln in lines)
+    assert file_name(r.path) in p.stdout and str(sides["A"]) in "".join(ln.strip(" │") for ln in lines)
     shown = json.loads(cli("results", "show", r.id[:6], "--results-dir", sides["A"], "--json").stdout)
     assert shown["id"] == r.id and shown["path"] == r.path
+    b = next(x for x in results.find(sides["B"]) if x.params == r.params)
+    c = cli("results", "compare", results.short_id(r), results.short_id(b), "--results-dir", sides["A"].parent,
+            "--json")
+    assert c.returncode == 0, c.stderr
+    case = json.loads(c.stdout)["cases"][0]
+    assert (case["a_record"], case["b_record"]) == (r.path, b.path)
 
 
-def pathlib_name(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
+def test_an_unknown_record_id_is_one_line_naming_where_ids_are_listed(cli, sides):
+    p = cli("results", "show", "feedfacecafe", "--results-dir", sides["A"])
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert "'feedfacecafe' is neither a path nor the id of a record" in p.stderr
+    assert "gpuscale results list" in p.stderr
 
 
 def test_results_compare_keeps_sizes_medians_and_ratios_whole(cli, sides):
@@ -84,7 +97,7 @@ def test_run_summary_shows_the_record_id_and_file_whole(cli, sides):
     assert p.returncode == 0, p.stderr
     lines = reads_whole(p.stdout)
     (r,) = results.find(sides["A"] / "run")
-    on_a_line(lines, pathlib_name(r.path))
+    on_a_line(lines, file_name(r.path))
     on_a_line(lines, results.short_id(r))
     on_a_line(lines, report._fmt_s(r.median_s))
     on_a_line(lines, "rows=2000,")
@@ -129,4 +142,4 @@ def test_tables_cut_nothing_at_any_width(sides, width):
             if table.title == "records":
                 on_a_line(lines, results.short_id(r))
                 if width >= 180:
-                    on_a_line(lines, pathlib_name(r.path))
+                    on_a_line(lines, file_name(r.path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import html
 import json
+import os
 import sys
 from typing import Any, Callable, Iterator
 
@@ -512,8 +513,8 @@ def bench_html(title: str, frame, charts: dict[str, str]) -> str:
 def records_table(recs: list, title: str, base: str | None = None) -> Table:
     """``gpuscale results list``: one row per record, newest first, named by its short id
     (``results show ID``; the path, relative to ``base``, in a wide terminal or ``--json``)."""
-    import os
     from .results import short_id
+    from .table import workers_of
     t = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for col, keep in (("id", True), ("when (UTC)", False), ("workload", False), ("backend", False),
                       ("cluster", True), ("median", True), ("valid", True)):
@@ -523,7 +524,7 @@ def records_table(recs: list, title: str, base: str | None = None) -> Table:
     for r in recs:
         valid = "yes" if r.valid else "-" if r.valid is None else "[red]NO[/red]"
         t.add_row(short_id(r), r.timestamp[:16].replace("T", " "), escape(run_label(r.workload, r.params)),
-                  escape(backend_label(r.backend, r.family)), cluster_label(r.protocol, _workers(r)),
+                  escape(backend_label(r.backend, r.family)), cluster_label(r.protocol, workers_of(r)),
                   _fmt_s(r.median_s), valid, _fmt_s(r.stdev_s), str(len(r.times_s)),
                   escape(os.path.relpath(r.path, base) if base and r.path else r.path or ""))
     return t
@@ -541,10 +542,6 @@ def backend_label(backend: str, family: str) -> str:
 
 def cluster_label(protocol: str, workers) -> str:
     return f"{protocol} {workers if workers is not None else '?'}w"
-
-
-def _workers(r):
-    return (r.cluster.get("running") or {}).get("workers", r.cluster.get("workers"))
 
 
 VERDICT_STYLE = {"faster": "green", "slower": "red bold", "same": "dim", "inconclusive": "yellow", "n/a": "yellow"}

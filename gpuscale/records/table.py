@@ -43,7 +43,8 @@ def brief_params(workload: str, params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in shown.items()) or "defaults"
 
 
-def _workers(r) -> int | None:
+def workers_of(r) -> int | None:
+    """The record's workers: as the cluster ran, else as asked."""
     return (r.cluster.get("running") or {}).get("workers") or r.cluster.get("workers")
 
 
@@ -56,7 +57,7 @@ def record_row(r, case: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"case": case.get("id", r.id), "workload": r.workload,
             "size": case.get("size") or size_label(shown_params(r.params)),
             "params": json.dumps(r.params, sort_keys=True, default=str), "backend": r.backend,
-            "family": r.family, "protocol": r.protocol, "workers": _workers(r), "repeats": len(r.times_s),
+            "family": r.family, "protocol": r.protocol, "workers": workers_of(r), "repeats": len(r.times_s),
             "median_s": r.median_s, "stdev_s": r.stdev_s, "iqr_s": r.iqr_s, "min_s": r.min_s,
             "estimate_bytes": (r.memory or {}).get("estimate_bytes"), "valid": r.valid,
             "record": r.path, "error": error}
