@@ -74,6 +74,13 @@ def sweep_progress(description: str, total: int) -> Iterator[Callable[[dict], No
         yield advance
 
 
+def grid(title: str, **kwargs) -> Table:
+    """A table with a header row and no borders, its columns two spaces apart (the lists:
+    records, comparisons, workloads, audit prefixes)."""
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                 padding=(0, 1, 0, 0), **kwargs)
+
+
 def _fmt_s(x: float | None) -> str:
     return "-" if x is None else (f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.3f} s")
 
@@ -250,8 +257,7 @@ def info_table(info: dict[str, Any]) -> Table:
 
 
 def workloads_table(items: list[dict]) -> Table:
-    t = Table(title="gpuscale workloads", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
-              pad_edge=False)
+    t = grid("gpuscale workloads")
     t.add_column("workload", style="bold")
     t.add_column("what it does; its parameters (default)")
     for w in items:
@@ -364,22 +370,22 @@ def audit_table(a: dict[str, Any], source: str | None = None):
         head.add_row(label, text)
     for n in a.get("notes", []):
         head.add_row("note", escape(n))
-    rows = Table(title="task outputs by prefix", title_justify="left")
+    rows = grid("task outputs by prefix")
     for col, just in (("phase", "left"), ("prefix", "left"), ("type", "left"), ("kind", "left"),
-                      ("family", "left"), ("tasks", "right"), ("bytes", "right"), ("", "left")):
-        rows.add_column(col, justify=just)
+                      ("tasks", "right"), ("bytes", "right"), ("", "left")):
+        rows.add_column(col, justify=just, no_wrap=just == "right")
     for r in a["prefixes"]:
         mark = ("[red bold]FOREIGN[/red bold]" if r["foreign"] else "[yellow]allowed[/yellow]" if r.get("allowed")
                 else "ok" if r["chunk"] else "[dim]not a chunk[/dim]")
-        rows.add_row(r["phase"], escape(r["prefix"]), escape(r["type"]), r["kind"], r["family"] or "-",
+        rows.add_row(r["phase"], escape(r["prefix"]), escape(r["type"]), f"{r['kind']} ({r['family'] or '-'})",
                      str(r["tasks"]), format_bytes(r["bytes"]), mark)
     parts = [head, rows]
     if a["transfers"]:
-        tr = Table(title="family changes (a task read a chunk of another family)", title_justify="left")
+        tr = grid("family changes (a task read a chunk of another family)")
         for col, just in (("phase", "left"), ("from prefix", "left"), ("from type", "left"),
                           ("to prefix", "left"), ("to type", "left"), ("direction", "left"),
                           ("count", "right"), ("bytes", "right")):
-            tr.add_column(col, justify=just)
+            tr.add_column(col, justify=just, no_wrap=just == "right")
         for c in a["transfers"]:
             tr.add_row(c["phase"], escape(c["from_prefix"]), escape(c["from_type"]), escape(c["to_prefix"]),
                        escape(c["to_type"]), c["direction"], str(c["count"]), format_bytes(c["bytes"]))
@@ -408,7 +414,7 @@ PER_HOST_COLUMNS = (("worker_class", "worker class"), ("workers", "workers"), ("
 def per_host_table(per_host: dict[str, dict[str, Any]]):
     """A cluster on other hosts, host by host: what runs there and what its workers get."""
     present = [(k, title) for k, title in PER_HOST_COLUMNS if any(k in e for e in per_host.values())]
-    t = Table(title="per host: what runs there and what its workers get", title_justify="left")
+    t = grid("per host: what runs there and what its workers get")
     t.add_column("host", overflow="fold")
     t.add_column("runs", overflow="fold")
     for _, title in present:
@@ -515,7 +521,7 @@ def records_table(recs: list, title: str, base: str | None = None) -> Table:
     (``results show ID``; the path, relative to ``base``, in a wide terminal or ``--json``)."""
     from .results import short_id
     from .table import workers_of
-    t = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    t = grid(escape(title))
     for col, keep in (("id", True), ("when (UTC)", False), ("workload", False), ("backend", False),
                       ("cluster", True), ("median", True), ("valid", True)):
         t.add_column(col, no_wrap=keep)
@@ -550,9 +556,8 @@ VERDICT_STYLE = {"faster": "green", "slower": "red bold", "same": "dim", "inconc
 def compare_table(c: dict[str, Any]) -> Table:
     """``gpuscale results compare``: ratio B / A per case with its interval, verdict and the
     minimum detectable effect; the caption says whether the spread between runs is in it."""
-    t = Table(title=escape(f"B / A: {c['b']} vs {c['a']} ({c['method']})"), title_justify="left",
-              caption=escape(f"between runs: {c['between_runs']}"), caption_justify="left",
-              box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    t = grid(escape(f"B / A: {c['b']} vs {c['a']} ({c['method']})"),
+             caption=escape(f"between runs: {c['between_runs']}"), caption_justify="left")
     t.add_column("case")
     for col in ("A median", "B median", "B / A", f"{int(c['confidence'] * 100)}% interval"):
         t.add_column(col, no_wrap=True)
