@@ -143,3 +143,14 @@ def test_tables_cut_nothing_at_any_width(sides, width):
                 on_a_line(lines, results.short_id(r))
                 if width >= 180:
                     on_a_line(lines, file_name(r.path))
+
+
+def test_a_parameter_at_its_default_is_shown_where_it_tells_rows_apart():
+    """Tables name a record's parameters that are not at their defaults, and also those that
+    differ between its rows: rows=200000 (svd's default) beside rows=2000 is named too."""
+    from gpuscale.records.table import brief_params, varying
+    rows = [{"rows": 200_000, "cols": 100, "seed": 0}, {"rows": 2000, "cols": 100, "seed": 0}]
+    assert varying(rows) == {"rows"}
+    assert [brief_params("svd", p, varying(rows)) for p in rows] == ["rows=200000", "rows=2000"]
+    assert brief_params("svd", rows[0]) == "defaults"
+    assert brief_params("not-installed", rows[1]) == "rows=2000, cols=100"

@@ -520,7 +520,8 @@ def records_table(recs: list, title: str, base: str | None = None) -> Table:
     """``gpuscale results list``: one row per record, newest first, named by its short id
     (``results show ID``; the path, relative to ``base``, in a wide terminal or ``--json``)."""
     from .results import short_id
-    from .table import workers_of
+    from .table import varying, workers_of
+    apart = varying(r.params for r in recs)
     t = grid(escape(title))
     for col, keep in (("id", True), ("when (UTC)", False), ("workload", False), ("backend", False),
                       ("cluster", True), ("median", True), ("valid", True)):
@@ -529,17 +530,18 @@ def records_table(recs: list, title: str, base: str | None = None) -> Table:
         t.add_column(col, no_wrap=col != "record", optional=True)
     for r in recs:
         valid = "yes" if r.valid else "-" if r.valid is None else "[red]NO[/red]"
-        t.add_row(short_id(r), r.timestamp[:16].replace("T", " "), escape(run_label(r.workload, r.params)),
+        t.add_row(short_id(r), r.timestamp[:16].replace("T", " "), escape(run_label(r.workload, r.params, apart)),
                   escape(backend_label(r.backend, r.family)), cluster_label(r.protocol, workers_of(r)),
                   _fmt_s(r.median_s), valid, _fmt_s(r.stdev_s), str(len(r.times_s)),
                   escape(os.path.relpath(r.path, base) if base and r.path else r.path or ""))
     return t
 
 
-def run_label(workload: str, params: dict[str, Any]) -> str:
-    """A workload with its parameters that are not at their defaults: ``svd rows=2000, cols=10``."""
+def run_label(workload: str, params: dict[str, Any], keep=()) -> str:
+    """A workload with its parameters that are not at their defaults or are in ``keep`` (those
+    that tell a table's rows apart): ``svd rows=2000, cols=10``."""
     from .table import brief_params
-    return f"{workload} {brief_params(workload, params)}"
+    return f"{workload} {brief_params(workload, params, keep)}"
 
 
 def backend_label(backend: str, family: str) -> str:
@@ -563,10 +565,12 @@ def compare_table(c: dict[str, Any]) -> Table:
         t.add_column(col, no_wrap=True)
     t.add_column("verdict")
     t.add_column("detectable", optional=True)
+    from .table import varying
+    apart = varying(p["params"] for p in c["cases"])
     for p in c["cases"]:
         ci = "-" if p["lo"] is None else f"{p['lo']:.3f}..{p['hi']:.3f}"
         style = VERDICT_STYLE.get(p["verdict"], "")
-        case = (f"{run_label(p['workload'], p['params'])} {backend_label(p['backend'], p['family'])} "
+        case = (f"{run_label(p['workload'], p['params'], apart)} {backend_label(p['backend'], p['family'])} "
                 f"{cluster_label(p['protocol'], p['workers'])}")
         t.add_row(escape(case), _fmt_s(p["a_median_s"]), _fmt_s(p["b_median_s"]), f"{p['ratio']:.3f}", ci,
                   f"[{style}]{escape(verdict_text(p))}[/{style}]",
