@@ -911,6 +911,7 @@ def results_group():
 def results_list(directory, as_json):
     """The records under DIR (default: the results dir, ./gpuscale-results), newest first, each
     named by its id (`results show ID`, `results compare ID ID`)."""
+    from rich.markup import escape
     from .records import report, results
     d = directory or _results_dir()
     recs = results.find(d)
@@ -918,7 +919,8 @@ def results_list(directory, as_json):
             "family": r.family, "protocol": r.protocol, "median_s": r.median_s, "stdev_s": r.stdev_s,
             "iqr_s": r.iqr_s, "repeats": len(r.times_s), "valid": r.valid, "dashboard_link": r.dashboard_link,
             "dashboard_link_live": r.dashboard_link_live} for r in recs],
-          as_json, lambda: report.records_table(recs, f"{len(recs)} record(s) in {d}, newest first", d))
+          as_json, lambda: report.records_table(recs, f"{len(recs)} record(s) in {d}, newest first", d) if recs
+          else escape(f"no records in {d} yet (`gpuscale run WORKLOAD` writes one there)"))
 
 
 @results_group.command("show", context_settings=CONTEXT)

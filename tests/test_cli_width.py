@@ -154,3 +154,11 @@ def test_a_parameter_at_its_default_is_shown_where_it_tells_rows_apart():
     assert [brief_params("svd", p, varying(rows)) for p in rows] == ["rows=200000", "rows=2000"]
     assert brief_params("svd", rows[0]) == "defaults"
     assert brief_params("not-installed", rows[1]) == "rows=2000, cols=100"
+
+
+def test_an_empty_results_folder_says_how_to_make_a_record(cli, tmp_path):
+    (tmp_path / "empty").mkdir()
+    p = cli("results", "list", tmp_path / "empty", env=NARROW)
+    assert p.returncode == 0, p.stderr
+    said = " ".join(p.stdout.split())
+    assert said == f"no records in {tmp_path / 'empty'} yet (`gpuscale run WORKLOAD` writes one there)"
