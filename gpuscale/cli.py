@@ -109,10 +109,88 @@ def _help_and_exit(ctx) -> typing.NoReturn:
     ctx.exit(0)
 
 
+class Formatter(click.HelpFormatter):
+    """click's help layout, wrapped at spaces only: a flag or a path (``--target-error``,
+    ``./gpuscale-results``) is never split at one of its hyphens."""
+
+    def write_dl(self, rows, col_max: int = 30, col_spacing: int = 2) -> None:
+        import textwrap
+        rows = list(rows)
+        first = min(click.formatting.measure_table(rows)[0], col_max) + col_spacing
+        width = max(self.width - first - 2 - self.current_indent, 10)
+        wrap = textwrap.TextWrapper(width, break_on_hyphens=False, break_long_words=False)
+        super().write_dl([(term, "\b\n" + "\n".join(wrap.wrap(" ".join(text.split()))) if text else text)
+                          for term, text in rows], col_max, col_spacing)
+
+
+class Context(click.Context):
+    formatter_class = Formatter
+
+
+PANELS: dict[str, tuple[str, ...]] = {
+    "Your data (instead of generated data)": ("input_path", "output_path", "overwrite", "validate"),
+    "Run and output": ("repeat", "target_error", "max_repeats", "max_time", "warmup", "results_dir", "trace_dir",
+                       "no_memory_check", "strict_backend", "dashboard", "rules", "as_json"),
+    "Backend and cluster": ("backend", "protocol", "profile", "collection", "workers", "threads_per_worker",
+                            "memory_limit", "dashboard_address", "host", "message_interval"),
+    "GPU workers and UCX": ("gpus", "device_memory_limit", "device_spill", "rmm_pool_size", "nvlink",
+                            "infiniband"),
+    "A cluster that is already running": ("scheduler", "scheduler_file", "credentials", "trust_cluster_files",
+                                          "in_cluster", "bandwidth_probe"),
+    "Clusters on other hosts (SSH, SLURM) and TLS": ("deploy", "ssh_hosts", "slurm_jobs", "security"),
+}
+"""``--help``'s sections, by parameter name, in order after the command's own (a workload's
+parameters first)."""
+
+
+def write_panels(ctx, formatter, params, first: str, suffix: str = "") -> None:
+    """The options among ``params`` under the headings of :data:`PANELS` (their ``suffix``
+    appended), the ones no panel names first under ``first``, ``--help`` last; all under
+    ``first`` when they would make one panel."""
+    owner = {name: title for title, names in PANELS.items() for name in names}
+    panels: dict[str, list] = {first: [], **{title: [] for title in PANELS}}
+    options = [p for p in params if isinstance(p, click.Option) and not p.hidden]
+    for p in options:
+        if "--help" not in p.opts:
+            panels[owner.get(p.name, first)].append(p.get_help_record(ctx))
+    shown = [[title, rows] for title, rows in panels.items() if rows] or [[first, []]]
+    if len(shown) == 1:
+        shown[0][0] = first
+    shown[-1][1] += [p.get_help_record(ctx) for p in options if "--help" in p.opts]
+    for title, rows in shown:
+        with formatter.section(title + suffix):
+            formatter.write_dl(rows)
+
+
+class Panelled(click.Command):
+    """A command whose ``--help`` groups its options in sections (:func:`write_panels`)."""
+
+    context_class = Context
+
+    def __init__(self, *args, first_panel: str = "Options", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.first_panel = first_panel
+
+    def format_options(self, ctx, formatter):
+        write_panels(ctx, formatter, self.get_params(ctx), self.first_panel)
+
+
 class Group(click.Group):
     """A group whose commands end every failure with one line (also under ``dask gpuscale``);
     with no command after it (``gpuscale``, ``gpuscale run``, ``gpuscale --debug``) it shows
-    its help and exits 0."""
+    its help and exits 0. Its commands (and their ``--help``) are :class:`Panelled`."""
+
+    context_class = Context
+    command_class = Panelled
+
+    def format_commands(self, ctx, formatter):
+        """``--help``: each command with the first sentence of its help, whole (click's default
+        cuts it with "...")."""
+        cmds = [(name, self.get_command(ctx, name)) for name in self.list_commands(ctx)]
+        rows = [(name, cmd.get_short_help_str(limit=500)) for name, cmd in cmds if cmd and not cmd.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def parse_args(self, ctx, args):
         if not args and not ctx.resilient_parsing:
@@ -171,6 +249,32 @@ class Typed(click.ParamType):
         return [CompletionItem(str(v)) for v in self.values if str(v).startswith(incomplete)]
 
 
+class BackendName(click.ParamType):
+    """``--backend``: shown as the families (``[auto|cpu|gpu]``), completed with their aliases
+    too; the value is passed on as given and :func:`gpuscale.backends.select` decides what it
+    means (an unknown name: its one-line error listing the names)."""
+
+    name = "backend"
+
+    def get_metavar(self, param, ctx=None) -> str:
+        from . import backends
+        return "[" + "|".join(backends.choices()) + "]"
+
+    def shell_complete(self, ctx, param, incomplete):
+        from click.shell_completion import CompletionItem
+        from . import backends
+        return [CompletionItem(n) for n in [*backends.choices(), *backends.aliases()] if n.startswith(incomplete)]
+
+
+class BackendOption(click.Option):
+    """``--backend``, its help naming the families and their aliases as the registry has them."""
+
+    def get_help_record(self, ctx):
+        from . import backends
+        self.help = f"which backend family runs the work: {backends.vocabulary()}"
+        return super().get_help_record(ctx)
+
+
 INT, FLOAT = Typed("int"), Typed("float")
 REPEAT = Typed("int-or-choice", ["auto"])
 
@@ -178,8 +282,9 @@ REPEAT = Typed("int-or-choice", ["auto"])
 def cluster_options(f):
     """Flags that select the backend and shape the cluster (shared by run / cluster show)."""
     opts = [
-        click.option("--backend", metavar="NAME", help="auto | cpu | gpu | numpy | pandas | cupy | cudf"),
-        click.option("--protocol", metavar="auto|tcp|ucx", help="auto (default: GPU clusters here use ucx where installed, else tcp) | tcp | ucx"),
+        click.option("--backend", cls=BackendOption, type=BackendName()),
+        click.option("--protocol", metavar="auto|tcp|ucx",
+                     help="auto (default: a GPU cluster here uses ucx where installed, else tcp) | tcp | ucx"),
         click.option("--profile", metavar="NAME|PATH", help="a profile name from clusters/ or a YAML path"),
         click.option("--scheduler", metavar="ADDRESS",
                      help="address of a running scheduler to use instead of a new cluster"),
@@ -284,14 +389,10 @@ class RunGroup(Group):
     def format_commands(self, ctx, formatter):
         """``--help``: the workloads (each with its own ``--help``: its parameters) and the
         flags every workload takes."""
-        rows = []
-        for name in self.list_commands(ctx):
-            cmd = self.get_command(ctx, name)
-            rows.append((name, cmd.get_short_help_str(limit=max(30, formatter.width - 24))))
+        rows = [(name, self.get_command(ctx, name).help) for name in self.list_commands(ctx)]
         with formatter.section(f"Workloads ({ctx.command_path} WORKLOAD --help: its parameters, typed)"):
             formatter.write_dl(rows)
-        with formatter.section("Flags every workload takes"):
-            formatter.write_dl([r for r in (p.get_help_record(ctx) for p in run_params()) if r])
+        write_panels(ctx, formatter, run_params(), "Flags every workload takes", " (flags every workload takes)")
 
 
 @cli.group(cls=RunGroup, context_settings=CONTEXT)
@@ -392,8 +493,8 @@ def _workload_command(cls) -> click.Command:
                        f"{r.path}", err=True)
             sys.exit(errors.EXIT_CHECK_FAILED)
 
-    return click.Command(cls.name, callback=command, params=params + run_params(),
-                         help=f"{cls.description}.", context_settings=CONTEXT)
+    return Panelled(cls.name, callback=command, params=params + run_params(), help=f"{cls.description}.",
+                    context_settings=CONTEXT, first_panel=f"Parameters of {cls.name}")
 
 
 def _data_options(cls) -> list[click.Option]:
@@ -488,7 +589,7 @@ def cluster():
     """Inspect cluster specs; start a cluster in the foreground and stop it."""
 
 
-@cluster.command("show", context_settings=CONTEXT)
+@cluster.command("show", cls=Panelled, context_settings=CONTEXT)
 @cluster_options
 @scheduler_file_option
 @click.option("--for", "collection", type=click.Choice(["array", "dataframe"]), default=None,
@@ -508,7 +609,7 @@ def cluster_show(as_json, collection, **kwargs):
           as_json, lambda: report.spec_table(spec, resolved, selection))
 
 
-@cluster.command("up", context_settings=CONTEXT)
+@cluster.command("up", cls=Panelled, context_settings=CONTEXT)
 @cluster_options
 @click.option("--for", "collection", type=click.Choice(["array", "dataframe"]), default=None,
               help="shape the cluster for array or DataFrame work (as `run` does per workload)")
@@ -647,13 +748,17 @@ def trace_group():
     """Read trace folders written by `run --trace DIR` or Session.trace(DIR)."""
 
 
+def _results_dir() -> str:
+    """The results dir of the settings (``--results-dir``'s default: ./gpuscale-results)."""
+    from . import config
+    return config.resolve(None, {}).settings.results_dir
+
+
 def _latest(what: str, **need: bool):
     """The latest run's record under the results dir (``results.latest``), named in one line on
     stderr (stdout keeps only the result)."""
-    from . import config
     from .records import results
-    d = config.resolve(None, {}).settings.results_dir
-    r = results.latest(d, **need)
+    r = results.latest(_results_dir(), **need)
     click.echo(f"gpuscale: {what} of the latest run: {r.workload} on {r.family} at {r.timestamp[:19]} "
                f"(record {r.path}{f', trace {r.trace}' if need.get('with_trace') else ''})", err=True)
     return r
@@ -717,9 +822,9 @@ class ExplainGroup(RunGroup):
         cls = workloads.get(name)
         run_cmd = _workload_command(cls)
         rules = click.Option(["--rules"], is_flag=True, help="also show the rule behind each knob's value")
-        return click.Command(cls.name, callback=_explain_callback(cls), params=[*run_cmd.params, rules],
-                             help=f"What `gpuscale run {cls.name}` with these flags would do, "
-                                  "starting nothing.", context_settings=CONTEXT)
+        return Panelled(cls.name, callback=_explain_callback(cls), params=[*run_cmd.params, rules],
+                        help=f"What `gpuscale run {cls.name}` with these flags would do, starting nothing.",
+                        context_settings=CONTEXT, first_panel=run_cmd.first_panel)
 
     def resolve_command(self, ctx, args):
         if args and args[0].startswith("-"):
@@ -798,23 +903,43 @@ def bench_cmd(spec, out, as_json):
 
 @cli.group("results", cls=Group, context_settings=CONTEXT)
 def results_group():
-    """Read result records and bench folders: list, chart, compare."""
+    """Read result records and bench folders: list, show, chart, compare."""
 
 
 @results_group.command("list", context_settings=CONTEXT)
 @click.argument("directory", metavar="[DIR]", required=False)
 @json_option("the records")
 def results_list(directory, as_json):
-    """The records under DIR (default: the results dir, ./gpuscale-results), newest first."""
-    from . import config
+    """The records under DIR (default: the results dir, ./gpuscale-results), newest first, each
+    named by its id (`results show ID`, `results compare ID ID`)."""
+    from rich.markup import escape
     from .records import report, results
-    d = directory or config.resolve(None, {}).settings.results_dir
+    d = directory or _results_dir()
     recs = results.find(d)
-    _emit([{"path": r.path, "timestamp": r.timestamp, "workload": r.workload, "backend": r.backend,
+    _emit([{"id": r.id, "path": r.path, "timestamp": r.timestamp, "workload": r.workload, "backend": r.backend,
             "family": r.family, "protocol": r.protocol, "median_s": r.median_s, "stdev_s": r.stdev_s,
             "iqr_s": r.iqr_s, "repeats": len(r.times_s), "valid": r.valid, "dashboard_link": r.dashboard_link,
             "dashboard_link_live": r.dashboard_link_live} for r in recs],
-          as_json, lambda: report.records_table(recs, f"{len(recs)} record(s) in {d}, newest first"))
+          as_json, lambda: report.records_table(recs, f"{len(recs)} record(s) in {d}, newest first", d) if recs
+          else escape(f"no records in {d} yet (`gpuscale run WORKLOAD` writes one there)"))
+
+
+@results_group.command("show", context_settings=CONTEXT)
+@click.argument("ref", metavar="ID|RECORD")
+@click.option("--results-dir", metavar="DIR", default=None,
+              help="where an ID is looked up (default ./gpuscale-results)")
+@json_option("the record")
+def results_show(ref, results_dir, as_json):
+    """One record's run summary, as `gpuscale run` showed it, with its full path: by the id
+    `results list` shows (any unique start of it) or by the record file."""
+    from .records import report, results
+    path = results.locate(ref, results_dir or _results_dir())
+    if pathlib.Path(path).is_dir():
+        raise UserError(f"'{ref}' is a folder", "give a record id or a record file (gpuscale results list "
+                        f"{ref}: its records)")
+    r = results.load(path)
+    r.path = str(path)
+    _emit(r.to_dict(), as_json, lambda: report.result_table(r))
 
 
 @results_group.command("chart", context_settings=CONTEXT)
@@ -831,6 +956,8 @@ def results_chart(directory, as_json):
 @results_group.command("compare", context_settings=CONTEXT)
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
+@click.option("--results-dir", metavar="DIR", default=None,
+              help="where a record ID given as A or B is looked up (default ./gpuscale-results)")
 @click.option("--fail-if-slower", "fail_if_slower", metavar="PCT", default=None,
               help="exit 3 when a case of B is slower than A by more than PCT (e.g. 5%) with confidence")
 @click.option("--fail-if-inconclusive", "fail_if_inconclusive", is_flag=True,
@@ -842,12 +969,14 @@ def results_chart(directory, as_json):
                    "(default 10%; several runs a side measure it)")
 @click.option("--confidence", default="0.95", help="confidence of the interval (default 0.95)")
 @json_option("the comparison")
-def results_compare(a, b, fail_if_slower, fail_if_inconclusive, margin, between_run, confidence, as_json):
-    """B / A per case (two bench folders, results folders or records) with a distribution-free
+def results_compare(a, b, results_dir, fail_if_slower, fail_if_inconclusive, margin, between_run, confidence,
+                    as_json):
+    """B / A per case (two bench folders, results folders, records or record ids) with a distribution-free
     interval and a verdict: faster / slower / same / inconclusive (with the repeats or runs
     that would resolve it), and the minimum detectable effect. Exit 3 with --fail-if-slower PCT
     when some case is slower by more than PCT with confidence."""
-    from .records import compare, report
+    from .records import compare, report, results
+    a, b = (results.locate(x, results_dir or _results_dir()) for x in (a, b))
     try:
         conf = float(confidence)
     except ValueError:

@@ -382,7 +382,7 @@ class Settings(_Section):
     def _known_backend(cls, v):
         from . import backends
         if v not in backends.names():
-            raise ValueError(f"unknown backend; choose one of: {', '.join(backends.names())}")
+            raise ValueError(f"unknown backend; choose one of: {backends.vocabulary()}")
         return v
 
     @field_validator("protocol")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import dask.array as da
 import dask.bag as db
@@ -210,3 +211,21 @@ def test_finished_loads_the_families_before_dispatching():
     out = subprocess.run([sys.executable, "-c", FRESH_FINISHED], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "True"], out.stdout
+
+
+def test_backend_help_offers_the_families_and_names_the_library_aliases(cli):
+    """`--backend` shows auto / cpu / gpu as its choices; numpy, pandas, cupy, cudf are named as
+    aliases of their family and still select it."""
+    assert backends.choices() == ["auto", "cpu", "gpu"]
+    assert backends.aliases() == {"numpy": "cpu", "pandas": "cpu", "cupy": "gpu", "cudf": "gpu"}
+    p = cli("run", "svd", "--help", env={"COLUMNS": "200"})
+    assert p.returncode == 0, p.stderr
+    text = " ".join(p.stdout.split())
+    said = text[text.index("--backend [auto|cpu|gpu] "):text.index("--protocol")]
+    assert "numpy / pandas for cpu" in said and "cupy / cudf for gpu" in said
+    for alias, family in backends.aliases().items():
+        assert backends.select(alias, check=False).family.name == family
+    e = cli("explain", "svd", "--backend", "pandas", "--json")
+    assert e.returncode == 0, e.stderr
+    d = json.loads(e.stdout)
+    assert (d["backend"], d["family"]) == ("pandas", "cpu")

@@ -34,19 +34,32 @@ def section(help_text: str, title: str) -> str:
     return rest[:end.start()] if end else rest
 
 
+def panels(help_text: str) -> dict[str, str]:
+    """``--help``'s sections: heading -> its text."""
+    parts = re.split(r"^(\S[^\n]*):\n", help_text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def shared_flags(help_text: str) -> list[str]:
+    """The flags of every section ``(flags every workload takes)``, in order."""
+    return [f for title, text in panels(help_text).items() if title.endswith("(flags every workload takes)")
+            for f in options(text)]
+
+
 def test_run_help_lists_the_workloads_and_the_shared_flags(cli):
     p = cli("run", "--help", env=WIDE)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("Usage: gpuscale run WORKLOAD [WORKLOAD PARAMETERS] [FLAGS]")
     listed = re.findall(r"^\s{2}([a-z_]+)\s{2,}", section(p.stdout, "Workloads ("), flags=re.M)
     assert listed == workloads.names()
-    flags = options(section(p.stdout, "Flags every workload takes"))
-    assert list(flags) == list(SHARED)
+    flags = {f: v for title, text in panels(p.stdout).items() if "(flags every workload takes)" in title
+             for f, v in options(text).items()}
+    assert sorted(flags) == sorted(SHARED) and len(shared_flags(p.stdout)) == len(SHARED)
     assert (flags["--workers"], flags["--threads-per-worker"], flags["--warmup"]) == ("INTEGER",) * 3
     assert (flags["--repeat"], flags["--max-repeats"], flags["--max-time"]) == ("INTEGER|auto", "INTEGER", "FLOAT")
     assert "TEXT" not in p.stdout
     e = cli("explain", "--help", env=WIDE)  # the same flags plan instead of run
-    assert e.returncode == 0 and list(options(section(e.stdout, "Flags every workload takes"))) == list(SHARED)
+    assert e.returncode == 0 and shared_flags(e.stdout) == shared_flags(p.stdout)
 
 
 def test_every_workload_parameter_flag_is_typed_from_its_model(cli):
@@ -114,3 +127,22 @@ def test_every_shared_flag_is_a_reserved_workload_parameter_name():
     flags = {o for p in run_params() for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}
     reserved = {"--" + r.replace("_", "-") for r in RESERVED} | {"--no-" + r.replace("_", "-") for r in RESERVED}
     assert flags <= reserved, sorted(flags - reserved)
+
+
+def test_workload_help_puts_its_own_parameters_first_and_groups_the_shared_flags(cli):
+    """`gpuscale run svd --help`: svd's parameters in the first section, then the user's data,
+    then the shared flags in named sections (run, cluster, GPU, running cluster, other hosts);
+    no flag or path split at a hyphen."""
+    p = cli("run", "svd", "--help", env={"COLUMNS": "80"})
+    assert p.returncode == 0, p.stderr
+    titles = list(panels(p.stdout))
+    assert titles[0] == "Parameters of svd" and titles[1].startswith("Your data")
+    own = options(panels(p.stdout)["Parameters of svd"])
+    assert list(own) == ["--" + f.replace("_", "-") for f in workloads.get("svd").Params.model_fields]
+    assert {"Run and output", "Backend and cluster", "GPU workers and UCX", "A cluster that is already running",
+            "Clusters on other hosts (SSH, SLURM) and TLS"} <= set(titles)
+    grouped = {f for text in list(panels(p.stdout).values())[2:] for f in options(text)}
+    assert grouped == set(SHARED)
+    assert "--help" in list(panels(p.stdout).values())[-1]
+    assert not re.search(r"[\w.]-\n", p.stdout), "a word split at its hyphen"
+    assert max(map(len, p.stdout.splitlines())) <= 80

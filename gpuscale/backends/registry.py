@@ -52,6 +52,31 @@ def names() -> list[str]:
     return ["auto"] + [n for f in families() for n in f.names]
 
 
+def choices() -> list[str]:
+    """What ``--backend`` offers: ``auto`` and each family's name, in the order registered
+    (``auto``, ``cpu``, ``gpu``, then installed families)."""
+    _load()
+    return ["auto"] + list(_FAMILIES)
+
+
+def aliases() -> dict[str, str]:
+    """The library names a family also answers to, each with its family's name (``numpy``:
+    ``cpu``, ``cudf``: ``gpu``); :func:`select` resolves them as it resolves the family's name."""
+    _load()
+    return {n: f.name for f in _FAMILIES.values() for n in f.names if n != f.name}
+
+
+def vocabulary() -> str:
+    """The backend names in one phrase, for ``--help`` and errors: ``auto (the first usable of
+    gpu, cpu) | cpu | gpu; aliases: numpy / pandas for cpu; cupy / cudf for gpu``."""
+    by_family: dict[str, list[str]] = {}
+    for alias, fam in aliases().items():
+        by_family.setdefault(fam, []).append(alias)
+    said = "; ".join(f"{' / '.join(names)} for {fam}" for fam, names in by_family.items())
+    first = f"auto (the first usable of {', '.join(f.name for f in families())})"
+    return " | ".join([first, *choices()[1:]]) + (f"; aliases: {said}" if said else "")
+
+
 def chunk_libraries() -> dict[str, str]:
     """Every registered family's chunk libraries, top-level module -> where its chunks live
     (the family's ``memory``: "host" / "device"): the array modules, then the frame modules,
@@ -98,7 +123,7 @@ def select(backend: str, collection: str | None = None, *, check: bool = True) -
             if check:
                 fam.check(backend, collection)
             return Selection(backend, fam, f"{backend} selects the {fam.name} family")
-    raise UserError(f"unknown backend '{backend}'", f"use one of: {', '.join(names())}")
+    raise UserError(f"unknown backend '{backend}'", f"use one of: {vocabulary()}")
 
 
 def family_of(collection) -> Family:

@@ -51,7 +51,7 @@ import numpy as np
 
 from ..errors import EXIT_CHECK_FAILED, UserError
 from . import results
-from .table import shown_params, size_label
+from .table import brief_params, shown_params, size_label, workers_of
 
 SLOWER_EXIT = EXIT_CHECK_FAILED
 """Exit status of ``gpuscale results compare --fail-if-slower PCT`` when a case is slower by
@@ -81,8 +81,7 @@ def parse_pct(text: str | float, what: str) -> float:
 
 
 def key(r) -> tuple:
-    workers = (r.cluster.get("running") or {}).get("workers") or r.cluster.get("workers")
-    return (r.workload, json.dumps(r.params, sort_keys=True, default=str), r.family, r.protocol, workers)
+    return (r.workload, json.dumps(r.params, sort_keys=True, default=str), r.family, r.protocol, workers_of(r))
 
 
 def _side(path: str | os.PathLike) -> dict[tuple, list]:
@@ -336,4 +335,4 @@ def _case(k, runs_a, runs_b, s, confidence, margin, fail_if_slower, fail_if_inco
 
 def _label(k: tuple) -> str:
     wl, params, family, protocol, workers = k
-    return f"{wl} {size_label(shown_params(json.loads(params)))} {family} {protocol} {workers}w"
+    return f"{wl} {brief_params(wl, json.loads(params))} {family} {protocol} {workers}w"

@@ -4,12 +4,15 @@ from __future__ import annotations
 import contextlib
 import html
 import json
+import os
 import sys
 from typing import Any, Callable, Iterator
 
 from dask.utils import format_bytes
+from rich import box
 from rich.markup import escape
-from rich.table import Table
+
+from .fit import FitTable as Table  # every table here fits the terminal without cutting a value
 
 from ..audit import verdict
 
@@ -69,6 +72,13 @@ def sweep_progress(description: str, total: int) -> Iterator[Callable[[dict], No
                 bar.console.print(escape(case_line(count[0], total, case)))
             bar.update(task, advance=1, description=f"{description}: {case['workload']} {case.get('size', '')}")
         yield advance
+
+
+def grid(title: str, **kwargs) -> Table:
+    """A table with a header row and no borders, its columns two spaces apart (the lists:
+    records, comparisons, workloads, audit prefixes)."""
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                 padding=(0, 1, 0, 0), **kwargs)
 
 
 def _fmt_s(x: float | None) -> str:
@@ -143,7 +153,9 @@ def result_table(r) -> Table:
         t.add_row("output", escape(f"{out['path']} ({out.get('holds', '')})" if out.get("written")
                                    else f"{out['path']}: NOT written ({out.get('why')})"))
     if r.path:
-        t.add_row("record", r.path)
+        from .results import short_id
+        t.add_row("record", f"{escape(r.path)}\n[bold]{short_id(r)}[/bold] [dim](its id: gpuscale results show "
+                            f"{short_id(r)})[/dim]")
     return t
 
 
@@ -245,15 +257,14 @@ def info_table(info: dict[str, Any]) -> Table:
 
 
 def workloads_table(items: list[dict]) -> Table:
-    t = Table(title="gpuscale workloads", title_justify="left")
+    t = grid("gpuscale workloads")
     t.add_column("workload", style="bold")
-    t.add_column("kind")
-    t.add_column("parameters (default)")
+    t.add_column("what it does; its parameters (default)")
     for w in items:
         params = "\n".join(escape(f"--{k} ({v['default']})"
                                    + (f" {{{'|'.join(map(str, v['choices']))}}}" if v.get("choices") else "")
                                    + f": {v['help']}") for k, v in w["params"].items())
-        t.add_row(f"{w['name']}\n[dim]{w['description']}[/dim]", w["collection"], params)
+        t.add_row(f"{w['name']}\n[dim]{w['collection']}[/dim]", f"[italic]{escape(w['description'])}[/italic]\n{params}")
     return t
 
 
@@ -359,22 +370,22 @@ def audit_table(a: dict[str, Any], source: str | None = None):
         head.add_row(label, text)
     for n in a.get("notes", []):
         head.add_row("note", escape(n))
-    rows = Table(title="task outputs by prefix", title_justify="left")
+    rows = grid("task outputs by prefix")
     for col, just in (("phase", "left"), ("prefix", "left"), ("type", "left"), ("kind", "left"),
-                      ("family", "left"), ("tasks", "right"), ("bytes", "right"), ("", "left")):
-        rows.add_column(col, justify=just)
+                      ("tasks", "right"), ("bytes", "right"), ("", "left")):
+        rows.add_column(col, justify=just, no_wrap=just == "right")
     for r in a["prefixes"]:
         mark = ("[red bold]FOREIGN[/red bold]" if r["foreign"] else "[yellow]allowed[/yellow]" if r.get("allowed")
                 else "ok" if r["chunk"] else "[dim]not a chunk[/dim]")
-        rows.add_row(r["phase"], escape(r["prefix"]), escape(r["type"]), r["kind"], r["family"] or "-",
+        rows.add_row(r["phase"], escape(r["prefix"]), escape(r["type"]), f"{r['kind']} ({r['family'] or '-'})",
                      str(r["tasks"]), format_bytes(r["bytes"]), mark)
     parts = [head, rows]
     if a["transfers"]:
-        tr = Table(title="family changes (a task read a chunk of another family)", title_justify="left")
+        tr = grid("family changes (a task read a chunk of another family)")
         for col, just in (("phase", "left"), ("from prefix", "left"), ("from type", "left"),
                           ("to prefix", "left"), ("to type", "left"), ("direction", "left"),
                           ("count", "right"), ("bytes", "right")):
-            tr.add_column(col, justify=just)
+            tr.add_column(col, justify=just, no_wrap=just == "right")
         for c in a["transfers"]:
             tr.add_row(c["phase"], escape(c["from_prefix"]), escape(c["from_type"]), escape(c["to_prefix"]),
                        escape(c["to_type"]), c["direction"], str(c["count"]), format_bytes(c["bytes"]))
@@ -403,7 +414,7 @@ PER_HOST_COLUMNS = (("worker_class", "worker class"), ("workers", "workers"), ("
 def per_host_table(per_host: dict[str, dict[str, Any]]):
     """A cluster on other hosts, host by host: what runs there and what its workers get."""
     present = [(k, title) for k, title in PER_HOST_COLUMNS if any(k in e for e in per_host.values())]
-    t = Table(title="per host: what runs there and what its workers get", title_justify="left")
+    t = grid("per host: what runs there and what its workers get")
     t.add_column("host", overflow="fold")
     t.add_column("runs", overflow="fold")
     for _, title in present:
@@ -505,19 +516,40 @@ def bench_html(title: str, frame, charts: dict[str, str]) -> str:
             "</body></html>")
 
 
-def records_table(recs: list, title: str) -> Table:
-    """``gpuscale results list``: one row per record, newest first."""
-    t = Table(title=title, title_justify="left")
-    for col in ("time", "workload", "backend", "protocol", "workers", "median", "stdev", "repeats", "valid",
-                "record"):
-        t.add_column(col)
+def records_table(recs: list, title: str, base: str | None = None) -> Table:
+    """``gpuscale results list``: one row per record, newest first, named by its short id
+    (``results show ID``; the path, relative to ``base``, in a wide terminal or ``--json``)."""
+    from .results import short_id
+    from .table import varying, workers_of
+    apart = varying(r.params for r in recs)
+    t = grid(escape(title))
+    for col, keep in (("id", True), ("when (UTC)", False), ("workload", False), ("backend", False),
+                      ("cluster", True), ("median", True), ("valid", True)):
+        t.add_column(col, no_wrap=keep)
+    for col in ("stdev", "repeats", "record"):
+        t.add_column(col, no_wrap=col != "record", optional=True)
     for r in recs:
-        running = r.cluster.get("running") or {}
         valid = "yes" if r.valid else "-" if r.valid is None else "[red]NO[/red]"
-        t.add_row(r.timestamp[:19], r.workload, f"{r.backend} ({r.family})", r.protocol,
-                  str(running.get("workers", r.cluster.get("workers", "?"))), _fmt_s(r.median_s),
-                  _fmt_s(r.stdev_s), str(len(r.times_s)), valid, escape(r.path or ""))
+        t.add_row(short_id(r), r.timestamp[:16].replace("T", " "), escape(run_label(r.workload, r.params, apart)),
+                  escape(backend_label(r.backend, r.family)), cluster_label(r.protocol, workers_of(r)),
+                  _fmt_s(r.median_s), valid, _fmt_s(r.stdev_s), str(len(r.times_s)),
+                  escape(os.path.relpath(r.path, base) if base and r.path else r.path or ""))
     return t
+
+
+def run_label(workload: str, params: dict[str, Any], keep=()) -> str:
+    """A workload with its parameters that are not at their defaults or are in ``keep`` (those
+    that tell a table's rows apart): ``svd rows=2000, cols=10``."""
+    from .table import brief_params
+    return f"{workload} {brief_params(workload, params, keep)}"
+
+
+def backend_label(backend: str, family: str) -> str:
+    return backend if backend == family else f"{backend} ({family})"
+
+
+def cluster_label(protocol: str, workers) -> str:
+    return f"{protocol} {workers if workers is not None else '?'}w"
 
 
 VERDICT_STYLE = {"faster": "green", "slower": "red bold", "same": "dim", "inconclusive": "yellow", "n/a": "yellow"}
@@ -526,21 +558,26 @@ VERDICT_STYLE = {"faster": "green", "slower": "red bold", "same": "dim", "inconc
 def compare_table(c: dict[str, Any]) -> Table:
     """``gpuscale results compare``: ratio B / A per case with its interval, verdict and the
     minimum detectable effect; the caption says whether the spread between runs is in it."""
-    t = Table(title=f"B / A: {c['b']} vs {c['a']} ({c['method']})", title_justify="left",
-              caption=f"between runs: {c['between_runs']}", caption_justify="left")
-    for col in ("workload", "size", "backend", "protocol", "workers", "A median", "B median", "B / A",
-                f"{int(c['confidence'] * 100)}% interval", "verdict", "detectable"):
-        t.add_column(col)
+    t = grid(escape(f"B / A: {c['b']} vs {c['a']} ({c['method']})"),
+             caption=escape(f"between runs: {c['between_runs']}"), caption_justify="left")
+    t.add_column("case")
+    for col in ("A median", "B median", "B / A", f"{int(c['confidence'] * 100)}% interval"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("verdict")
+    t.add_column("detectable", optional=True)
+    from .table import varying
+    apart = varying(p["params"] for p in c["cases"])
     for p in c["cases"]:
-        ci = "-" if p["lo"] is None else f"{p['lo']:.3f} .. {p['hi']:.3f}"
+        ci = "-" if p["lo"] is None else f"{p['lo']:.3f}..{p['hi']:.3f}"
         style = VERDICT_STYLE.get(p["verdict"], "")
-        t.add_row(p["workload"], escape(p["size"]), p["backend"], p["protocol"], str(p["workers"]),
-                  _fmt_s(p["a_median_s"]), _fmt_s(p["b_median_s"]), f"{p['ratio']:.3f}", ci,
+        case = (f"{run_label(p['workload'], p['params'], apart)} {backend_label(p['backend'], p['family'])} "
+                f"{cluster_label(p['protocol'], p['workers'])}")
+        t.add_row(escape(case), _fmt_s(p["a_median_s"]), _fmt_s(p["b_median_s"]), f"{p['ratio']:.3f}", ci,
                   f"[{style}]{escape(verdict_text(p))}[/{style}]",
                   "-" if p["mde"] is None else f">= {100 * (p['mde'] - 1):.0f}% slower")
     for side in ("only_a", "only_b"):
         for label in c[side]:
-            t.add_row(escape(label), "", "", "", "", "", "", "", "", f"[yellow]only in {side[-1].upper()}[/yellow]", "")
+            t.add_row(escape(label), "", "", "", "", f"[yellow]only in {side[-1].upper()}[/yellow]", "")
     return t
 
 

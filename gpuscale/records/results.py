@@ -279,3 +279,33 @@ def load(path: str | os.PathLike) -> Result:
     r = Result.model_validate(data)
     r.dashboard_link_live = link_live_after_run(r)
     return r
+
+
+SHORT_ID = 8
+"""Characters of a record's id that tables show (``results list``, the run summary); any
+unique prefix of an id names its record (:func:`by_id`)."""
+
+
+def short_id(r: Result) -> str:
+    return r.id[:SHORT_ID]
+
+
+def by_id(ref: str, results_dir: str | os.PathLike) -> Result:
+    """The record under ``results_dir`` whose id starts with ``ref`` (the id ``results list``
+    and the run summary show)."""
+    d = pathlib.Path(results_dir).expanduser()
+    found = [r for r in find(d) if r.id.startswith(ref)] if d.is_dir() and ref else []
+    if len({r.id for r in found}) == 1:  # one record (maybe copied into two folders there)
+        return found[0]
+    if found:
+        raise UserError(f"record id '{ref}' is ambiguous under '{d}': "
+                        + ", ".join(f"{r.id} ({r.workload})" for r in found[:5]), "give more of the id")
+    raise UserError(f"'{ref}' is neither a path nor the id of a record under '{d}'",
+                    "see `gpuscale results list` for the ids, or give a path")
+
+
+def locate(ref: str | os.PathLike, results_dir: str | os.PathLike) -> str:
+    """A path as given when it exists, else the path of the record whose id it is."""
+    if pathlib.Path(ref).expanduser().exists():
+        return str(ref)
+    return by_id(str(ref), results_dir).path

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-from typing import Any
+from typing import Any, Iterable
 
 import pandas as pd
 
@@ -29,7 +29,32 @@ def shown_params(params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k != "seed" and v is not None}
 
 
-def _workers(r) -> int | None:
+def brief_params(workload: str, params: dict[str, Any], keep: Iterable[str] = ()) -> str:
+    """The parameters a terminal table shows: those in ``keep`` (:func:`varying`: the ones that
+    tell its rows apart) and those not at the workload's default (all shown ones when the
+    workload is not installed here), ``k=v`` separated so they wrap between parameters;
+    ``defaults`` when there is none to show."""
+    from .. import workloads
+    from ..errors import UserError
+    try:
+        fields = workloads.get(workload).Params.model_fields
+    except UserError:  # a record of a workload this install lacks
+        fields = {}
+    keep = set(keep)
+    shown = {k: v for k, v in shown_params(params).items()
+             if k in keep or k not in fields or fields[k].default != v}
+    return ", ".join(f"{k}={v}" for k, v in shown.items()) or "defaults"
+
+
+def varying(all_params: Iterable[dict[str, Any]]) -> set[str]:
+    """The parameters whose value differs between these records (rows of one table)."""
+    rows = list(all_params)
+    keys = set().union(*rows)
+    return {k for k in keys if len({repr(params.get(k)) for params in rows}) > 1}
+
+
+def workers_of(r) -> int | None:
+    """The record's workers: as the cluster ran, else as asked."""
     return (r.cluster.get("running") or {}).get("workers") or r.cluster.get("workers")
 
 
@@ -42,7 +67,7 @@ def record_row(r, case: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"case": case.get("id", r.id), "workload": r.workload,
             "size": case.get("size") or size_label(shown_params(r.params)),
             "params": json.dumps(r.params, sort_keys=True, default=str), "backend": r.backend,
-            "family": r.family, "protocol": r.protocol, "workers": _workers(r), "repeats": len(r.times_s),
+            "family": r.family, "protocol": r.protocol, "workers": workers_of(r), "repeats": len(r.times_s),
             "median_s": r.median_s, "stdev_s": r.stdev_s, "iqr_s": r.iqr_s, "min_s": r.min_s,
             "estimate_bytes": (r.memory or {}).get("estimate_bytes"), "valid": r.valid,
             "record": r.path, "error": error}
