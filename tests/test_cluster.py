@@ -122,14 +122,23 @@ def test_plan_cpu_ignores_ucx_switches_with_a_note():
     assert any("ignored here" in n for n in spec.notes)
 
 
-def test_auto_protocol_gives_a_gpu_cluster_here_ucx_where_installed_else_tcp_saying_why():
+def test_auto_protocol_of_a_gpu_cluster_is_the_familys_and_a_set_protocol_wins():
     _, _, spec = api.configure(backend="gpu", check=False)
-    ucx = protocols.get("ucx").available()
-    assert spec.protocol == ("ucx" if ucx else "tcp")
-    assert spec.choices["protocol"]["rule_id"] == ("protocol.family" if ucx else "protocol.not-installed")
-    assert spec.kwargs["protocol"] == spec.protocol
-    _, _, spec = api.configure(backend="gpu", protocol="tcp", check=False)  # yours wins
-    assert (spec.protocol, spec.choices["protocol"]["rule_id"]) == ("tcp", "protocol.setting")
+    assert (spec.protocol, spec.choices["protocol"]["rule_id"]) == ("tcp", "protocol.tcp")
+    assert spec.kwargs["protocol"] == "tcp"
+    _, _, spec = api.configure(backend="gpu", protocol="ucx", check=False)  # yours wins
+    assert (spec.protocol, spec.choices["protocol"]["rule_id"]) == ("ucx", "protocol.setting")
+    assert spec.kwargs["protocol"] == "ucx"
+
+
+def test_auto_protocol_falls_back_to_tcp_where_the_familys_transport_is_not_installed(monkeypatch):
+    monkeypatch.setitem(protocols._PROTOCOLS, "absent-test",
+                        protocols.Protocol("absent-test", "a transport from a module not installed",
+                                           module="gpuscale_absent_transport"))
+    gpu = backends.select("gpu", check=False).family
+    family = dataclasses.replace(gpu, knobs=dataclasses.replace(gpu.knobs, protocol="absent-test"))
+    proto, why = protocols.choose("auto", "default", family, "cuda", False)
+    assert (proto.name, why["rule_id"]) == ("tcp", "protocol.not-installed")
 
 
 @pytest.fixture

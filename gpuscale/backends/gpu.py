@@ -178,9 +178,8 @@ FAMILY = GpuFamily(
         # / 10 keys tree 0.09-0.11 s, cuDF alone 0.029 s (workflows/shape_grid.py --explore).
         groupby_concat_min_fraction=0.0,
         rmm_pool_size=0.8,
-        # UCX moves cuDF / CuPy frames between the worker and the client by CUDA IPC, without a
-        # copy through host memory (rule protocol.family, docs/decisions.md)
-        protocol="ucx",
+        # TCP under `protocol: auto`; why not UCX yet: rule protocol.tcp in docs/decisions.md
+        protocol=None,
         # workflows/p2p_wire.py on 2 x H200 (NVLink): a worker's receive of a 1 GiB CuPy block
         # over ucx took 5.2 ms with distributed's comm offload (deserializing in a thread) and
         # 3.9 ms without it, 64 MiB 2.5 ms and 1.3 ms (UCX alone: 2.8 ms and 0.23 ms)

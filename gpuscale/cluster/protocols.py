@@ -130,7 +130,7 @@ def choose(setting: str, source: str, family, kind: str, tls: bool) -> tuple[Pro
     wanted = family.knobs.protocol
     tcp = get("tcp")
     if wanted is None or wanted == "tcp":
-        return tcp, _auto(tcp, "protocol.tcp", f"the {family.name} family's chunks travel as bytes: TCP")
+        return tcp, _auto(tcp, "protocol.tcp", f"the {family.name} family's clusters talk TCP (distributed's default)")
     if kind not in HERE:
         return tcp, _auto(tcp, "protocol.remote", f"a cluster on other hosts: TCP (TLS), not {wanted}")
     if tls:
