@@ -57,9 +57,10 @@ class GroupbyParams(Params):
         "auto", description="result partitions (auto: 1 when the result fits the budget)")
     seed: int = Field(0, description="random seed")
     by: Optional[list[str]] = Field(None, description="with --input: column(s) to group by, e.g. "
-                                    "--by store or --by store,day")
+                                    "--by store or --by store,day (a ',' in a name: \\,)")
     agg: Optional[dict[str, list[str]]] = Field(
-        None, description="with --input: aggregations per column, e.g. --agg 'price:mean,max;qty:sum'")
+        None, description="with --input: aggregations per column, e.g. --agg 'price:mean,max;qty:sum'; "
+                           "a ';' in a column name is written \\; (--agg 'a\\;b:sum'), a backslash \\\\")
 
     @field_validator("by", mode="before")
     @classmethod
