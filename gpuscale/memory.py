@@ -494,6 +494,7 @@ def error(workload_name: str, h: dict[str, Any]) -> UserError:
         grows = room - TASK_SHARE * b["fractions"]["spill"]
         if need is not None and h["working_set_bytes"] >= 0.9 * task_room and grows > 0:
             need = max(need, int((h["baseline_bytes"] * (1 - TASK_SHARE) + held) / grows) + 1)
+        need = h.get("need_limit_bytes") or need  # found with the check itself, where it could be
         fix = ((f"give each worker at least {format_bytes(need)} (--memory-limit), " if need else "")
                + "or fewer threads per worker, or --no-memory-check to try anyway")
     elif b["spill_to"]:
