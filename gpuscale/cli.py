@@ -871,7 +871,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: click usage errors become one line, exit 2; SIGTERM is an interruption
     like Ctrl-C (:func:`gpuscale.errors.sigterm_raises`: temp files are removed, the cluster
     closed); every other failure is one line too (:func:`_ended`)."""
-    errors.quiet_shutdown_noise()
+    errors.quiet_shutdown_noise(tracker=not _debug["on"])
     try:
         with errors.sigterm_raises():
             rv = cli.main(args=argv, prog_name="gpuscale", standalone_mode=False)

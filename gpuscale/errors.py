@@ -362,17 +362,20 @@ command's one line: the tracker is started with the interpreter's ``-W`` options
 (``sys.warnoptions``), so the option must be in place before the first worker starts."""
 
 
-def quiet_shutdown_noise() -> None:
+def quiet_shutdown_noise(tracker: bool = True) -> None:
     """For the CLI process, before anything starts: the cancelled-close tracebacks and the
     resource tracker's leak warnings that an on-purpose stop leaves are not printed (the
-    command's own line says what happened)."""
+    command's own line says what happened). ``tracker=False`` (``GPUSCALE_DEBUG=1``) leaves the
+    tracker's warnings on: a run that leaks a semaphore says so (none does on the CPU family:
+    the nannies' queues, the only semaphores a run makes, 6 per worker, are released as its
+    cluster closes or, cut off, as the process exits; tests/test_cli.py runs it so)."""
     import logging
     import sys
     for name in CLOSING_LOGGERS:
         log = logging.getLogger(name)
         if not any(isinstance(f, _DropCancelledTraceback) for f in log.filters):
             log.addFilter(_DropCancelledTraceback())
-    if RESOURCE_TRACKER_WARNINGS not in sys.warnoptions:
+    if tracker and RESOURCE_TRACKER_WARNINGS not in sys.warnoptions:
         sys.warnoptions.append(RESOURCE_TRACKER_WARNINGS)
 
 
