@@ -356,6 +356,7 @@ def _workload_command(cls) -> click.Command:
     def command(as_json, no_memory_check, repeat, warmup, results_dir, **kwargs):
         from . import api
         from .records import report
+        from .runs import progress
         trace_dir = kwargs.pop("trace_dir", None)
         data_kw = _pop_data_options(kwargs)
         shown = []  # --dashboard shows the result before holding the cluster
@@ -374,9 +375,9 @@ def _workload_command(cls) -> click.Command:
                         memory_check=False if no_memory_check else None,
                         strict_backend=True if strict else None, in_cluster=in_cluster)
         try:
-            with errors.phase("the run"):
+            with errors.phase("the run"), progress.shown() as tracker:
                 r = api.run(cls.name, profile=profile, results_dir=results_dir, cluster_settings=settings,
-                            trace=trace_dir, progress=report.progress_bar, **data_kw, **hooks, **wl_params)
+                            trace=trace_dir, progress=tracker, **data_kw, **hooks, **wl_params)
         except errors.RecordNotWritten as e:  # the measured result goes to stdout, not lost
             click.echo(e.record_json)
             sys.stdout.flush()
