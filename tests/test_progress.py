@@ -40,6 +40,7 @@ def test_a_piped_run_says_every_phase_its_runs_and_what_is_left(cli, results_dir
     assert any(re.match(r"gpuscale: estimate: the first run took [\d.]+ s; the 2 left take about", x)
                for x in lines), lines
     assert [x for x in said if x.startswith("gpuscale: progress: validation, 3/3 runs, ")], said
+    assert any(re.search(r"\b\d[\d,]* of [1-9][\d,]* tasks", x) for x in said), said  # from the scheduler
 
 
 def test_by_default_a_short_piped_run_prints_nothing(cli, results_dir):

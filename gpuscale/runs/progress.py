@@ -44,6 +44,8 @@ DEFAULT_LARGE_BYTES = 8 * 2**30
 """Planned data (bytes, per pass) from which a run says its size and estimate before the work."""
 TASKS_EVERY_S = 2.0
 """Seconds between two asks of the scheduler for a pass's tasks."""
+UNFINISHED = ("waiting", "queued", "processing", "no-worker")
+"""Task states of a task not finished yet."""
 OUTER = "the run"
 """The CLI's outer phase: shown as "starting" before the runs (settings, the planned check),
 "finishing" after them (the record, closing the cluster)."""
@@ -94,7 +96,7 @@ class Tracker:
         between the timed windows) from which :meth:`in_pass` counts its finished tasks."""
         self.pass_t0 = time.monotonic()
         self._cursor, self._tasks = None, (0.0, None)
-        if self.client is not None and self.done < (self.total or 0):
+        if self.client is not None and (self.total is None or self.done < self.total):
             with contextlib.suppress(Exception):  # no cursor: no share shown
                 self._cursor = self.client.run_on_scheduler(_tasks_now)[0]
 
@@ -109,7 +111,10 @@ class Tracker:
 
     # -- what the runner says before the work -------------------------------------------
     def planned(self, client, name: str, memory: dict[str, Any], runs: int, validate: bool) -> None:
+        """Before the data is made: the client (the share of tasks shown from generate on), and
+        for large work its size and runs."""
         self.client = client
+        self._start_pass()
         data = int(memory.get("estimate_bytes") or 0)
         self.large = data >= self.large_bytes
         if not self.large:
@@ -133,14 +138,15 @@ class Tracker:
         return "between runs" if self.done < self.total else "finishing (the record, closing the cluster)"
 
     def in_pass(self) -> str | None:
-        """``1,234 of 5,000 tasks`` of the run going on now (None: none, or not known)."""
+        """``1,234 of 5,000 tasks`` of the run (or the data's generation) going on now (None:
+        none, or not known)."""
         share = self._share()
         return None if share is None else f"{share[0]:,} of {share[1]:,} tasks"
 
     def _share(self) -> tuple[int, int] | None:
         """(finished, all) tasks of the run going on now, asked of the scheduler at most every
         :data:`TASKS_EVERY_S` (None: no run going on, or the scheduler cannot say)."""
-        if self.client is None or self._cursor is None or self.total is None or self.done >= self.total:
+        if self.client is None or self._cursor is None or (self.total is not None and self.done >= self.total):
             return None
         at, said = self._tasks
         if time.monotonic() - at < TASKS_EVERY_S:
@@ -179,7 +185,7 @@ class Tracker:
             parts.append(f"{self.done}/{self.total} runs")
         tasks = self.in_pass()
         if tasks:
-            parts.append(tasks + " of this run")
+            parts.append(tasks + (" of this run" if self.total is not None else ""))
         parts.append(f"{duration(time.monotonic() - self.t0)} elapsed")
         left = self.left_s()
         if left is None:
@@ -196,8 +202,8 @@ def _tasks_now(dask_scheduler=None) -> tuple[int | None, int]:
         index = int(dask_scheduler.get_task_stream_index())
     except Exception:  # noqa: BLE001 - a distributed without the cursor
         index = None
-    waiting = sum(1 for ts in dask_scheduler.tasks.values()
-                  if ts.state in ("waiting", "queued", "processing", "no-worker"))
+    groups = getattr(dask_scheduler, "task_groups", {}).values()  # state counts per group: no walk over tasks
+    waiting = sum(tg.states.get(s, 0) for tg in groups for s in UNFINISHED)
     return index, waiting
 
 
