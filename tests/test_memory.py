@@ -584,3 +584,15 @@ def test_at_the_boundary_the_least_limit_the_check_names_completes_and_one_mib_l
     m = r["memory"]
     assert r["validation"]["valid"] is True and m["verdict"] in ("fits", "spills", "streams"), m
     assert max(w["peak_bytes"] for w in m["measured"]["workers"].values()) < 0.95 * need
+
+
+def test_a_run_no_limit_on_this_machine_admits_says_so_instead_of_naming_one(cli, tmp_path):
+    """The least limit is searched only up to this machine's memory over the workers (limits
+    adding up past it are refused anyway): past it the line says no --memory-limit admits it."""
+    p = cli("run", "groupby", "--rows", "2000000000", "--keys", "100000000", "--workers", "2",
+            "--threads-per-worker", "1", "--memory-limit", "300MB", "--backend", "cpu",
+            "--results-dir", tmp_path / "res")
+    assert p.returncode == 2, p.stderr[-3000:]
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and "no --memory-limit up to this machine's" in lines[0], lines
+    assert "give each worker at least" not in lines[0] and files_under(tmp_path / "res") == []

@@ -68,9 +68,12 @@ def planned_memory(cls, p, family, spec) -> tuple[Any, Any, dict[str, Any]]:
     same check admits (:func:`least_limit`), which the refusal's fix names."""
     wl, ctx, verdict = _planned_memory(cls, p, family, spec)
     if not verdict["fits"] and not verdict.get("too_large") and _limit_settable(spec, family):
-        need = least_limit(cls, p, family, spec)
+        top = int(machine.cpu().get("memory_bytes") or 0) // int(spec.workers)
+        need = least_limit(cls, p, family, spec, top) if top else None
         if need:
             verdict["need_limit_bytes"] = need
+        elif top:
+            verdict["no_limit_fits_bytes"] = top  # none this machine can give its workers
     return wl, ctx, verdict
 
 
@@ -101,20 +104,19 @@ def with_limit(spec, family, limit: int):
                                    "kwargs": {**spec.kwargs, "memory_limit": limit}, "dask_config": dask_config})
 
 
-def least_limit(cls, p, family, spec) -> int | None:
+def least_limit(cls, p, family, spec, top: int) -> int | None:
     """The least worker memory limit (whole MiB) at which the planned check admits the run,
-    found with the check itself (partitions and plans follow the limit); None past this
-    machine's memory."""
-    top = int(machine.cpu().get("memory_bytes") or 2**50)
+    found with the check itself (partitions and plans follow the limit); None when it is over
+    ``top`` (this machine's memory over the workers: the most each may be given)."""
 
     def fits(limit: int) -> bool:
         return _planned_memory(cls, p, family, with_limit(spec, family, limit))[2]["fits"]
 
-    lo, hi = int(spec.memory_limit_bytes), int(spec.memory_limit_bytes) * 2
+    lo, hi = int(spec.memory_limit_bytes), min(top, int(spec.memory_limit_bytes) * 2)
     while not fits(hi):
-        lo, hi = hi, hi * 2
-        if lo > top:
+        if hi >= top:
             return None
+        lo, hi = hi, min(top, hi * 2)
     mib = 2**20
     lo, hi = lo // mib, -(-hi // mib)
     while hi - lo > 1:  # lo does not fit, hi does
