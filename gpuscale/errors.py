@@ -264,6 +264,7 @@ def _escalate_later(sig: int, code: int) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         end_child_processes()
+        release_semaphores()
         with contextlib.suppress(Exception):
             sys.stderr.write(f"gpuscale: error: interrupted ({name}){where}; it did not stop within "
                              f"{2 * ESCALATE_AFTER_S:g} s, so it was ended with its worker processes; "
@@ -275,22 +276,50 @@ def _escalate_later(sig: int, code: int) -> None:
 
 
 def end_child_processes(only_starting: bool = False) -> None:
-    """Kill (SIGKILL) this process's child processes. ``only_starting``: only the worker
+    """Kill (SIGKILL) this process's child processes, multiprocessing's resource tracker
+    excepted: it removes, as it exits, what a killed process left (killed with the workers it
+    could not, and the semaphores stayed in /dev/shm: 6 per worker on every hard exit, seen
+    there in groups of 6). ``only_starting``: only the worker
     processes multiprocessing spawned (``spawn_main``) that are still there when an interrupted
     command has closed its cluster: one it was still starting, which the close did not reach.
     Such a child, left to itself, reads its start-up data from a pipe that closes as this
     process exits and prints a traceback ("EOFError: Ran out of input") after the command's
     one line (seen once in CI, SIGTERM during the cluster's start-up); killed first, it prints
-    nothing. Multiprocessing's resource tracker is left alone: it removes what the workers left
-    as it exits."""
+    nothing."""
     try:
         import psutil
+        tracker = _tracker_pid()
         for child in psutil.Process().children(recursive=True):
             with contextlib.suppress(Exception):
+                if child.pid == tracker:
+                    continue
                 if not only_starting or "spawn_main" in " ".join(child.cmdline()):
                     child.kill()
     except Exception:  # noqa: BLE001 - ending regardless
         pass
+
+
+def _tracker_pid() -> int | None:
+    """The pid of multiprocessing's resource tracker this process started (None: none)."""
+    mp_tracker = sys.modules.get("multiprocessing.resource_tracker")
+    return getattr(getattr(mp_tracker, "_resource_tracker", None), "_pid", None)
+
+
+def release_semaphores() -> None:
+    """Before a hard exit (``os._exit``, which runs no finalizer): unlink the named semaphores
+    this process made (each worker's nanny makes 6, its two spawn-context queues) and tell the
+    resource tracker, as their finalizers would at a normal exit. Without it they stay in
+    /dev/shm, or the tracker, left to clean them, warns "There appear to be N leaked
+    semaphore objects" after the command's line."""
+    util = sys.modules.get("multiprocessing.util")
+    synchronize = sys.modules.get("multiprocessing.synchronize")
+    if util is None or synchronize is None:
+        return
+    cleanup = synchronize.SemLock._cleanup
+    for finalizer in list(getattr(util, "_finalizer_registry", {}).values()):
+        with contextlib.suppress(Exception):
+            if getattr(finalizer, "_callback", None) is cleanup:
+                finalizer()
 
 
 _deferring = 0
