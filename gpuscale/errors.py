@@ -386,9 +386,12 @@ CLOSING_LOGGERS = ("distributed.nanny", "distributed.core", "distributed.utils",
 
 RESOURCE_TRACKER_WARNINGS = "ignore:resource_tracker:UserWarning"
 """A ``-W`` option: multiprocessing's resource tracker process warns at exit about the
-semaphores a worker process cut off mid-start left (and then removes them itself), after the
-command's one line: the tracker is started with the interpreter's ``-W`` options
-(``sys.warnoptions``), so the option must be in place before the first worker starts."""
+semaphores a process cut off before its finalizers ran left (and then removes them itself),
+after the command's one line: the tracker is started with the interpreter's ``-W`` options
+(``sys.warnoptions``), so the option must be in place before the first worker starts. The
+semaphores a run makes are the nannies' (in this process, none in the workers), released as
+the cluster closes, at a normal exit, or before a hard one (:func:`release_semaphores`): the
+filter is for what is out of its hands (a SIGKILL); ``GPUSCALE_DEBUG=1`` lifts it."""
 
 
 def quiet_shutdown_noise(tracker: bool = True) -> None:
