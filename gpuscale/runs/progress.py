@@ -151,6 +151,8 @@ class Tracker:
         at, said = self._tasks
         if time.monotonic() - at < TASKS_EVERY_S:
             return said
+        if getattr(self.client, "status", "running") != "running":  # closing: not asked
+            return None
         try:
             index, waiting = self.client.run_on_scheduler(_tasks_now)
             finished = index - self._cursor
