@@ -457,6 +457,7 @@ def _workload_command(cls) -> click.Command:
     def command(as_json, no_memory_check, repeat, warmup, results_dir, **kwargs):
         from . import api
         from .records import report
+        from .runs import progress
         trace_dir = kwargs.pop("trace_dir", None)
         data_kw = _pop_data_options(kwargs)
         shown = []  # --dashboard shows the result before holding the cluster
@@ -475,9 +476,9 @@ def _workload_command(cls) -> click.Command:
                         memory_check=False if no_memory_check else None,
                         strict_backend=True if strict else None, in_cluster=in_cluster)
         try:
-            with errors.phase("the run"):
+            with errors.phase("the run"), progress.shown() as tracker:
                 r = api.run(cls.name, profile=profile, results_dir=results_dir, cluster_settings=settings,
-                            trace=trace_dir, progress=report.progress_bar, **data_kw, **hooks, **wl_params)
+                            trace=trace_dir, progress=tracker, **data_kw, **hooks, **wl_params)
         except errors.RecordNotWritten as e:  # the measured result goes to stdout, not lost
             click.echo(e.record_json)
             sys.stdout.flush()
@@ -1000,7 +1001,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: click usage errors become one line, exit 2; SIGTERM is an interruption
     like Ctrl-C (:func:`gpuscale.errors.sigterm_raises`: temp files are removed, the cluster
     closed); every other failure is one line too (:func:`_ended`)."""
-    errors.quiet_shutdown_noise()
+    errors.quiet_shutdown_noise(tracker=not _debug["on"])
     try:
         with errors.sigterm_raises():
             rv = cli.main(args=argv, prog_name="gpuscale", standalone_mode=False)

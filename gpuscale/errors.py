@@ -264,6 +264,7 @@ def _escalate_later(sig: int, code: int) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         end_child_processes()
+        release_semaphores()
         with contextlib.suppress(Exception):
             sys.stderr.write(f"gpuscale: error: interrupted ({name}){where}; it did not stop within "
                              f"{2 * ESCALATE_AFTER_S:g} s, so it was ended with its worker processes; "
@@ -275,22 +276,50 @@ def _escalate_later(sig: int, code: int) -> None:
 
 
 def end_child_processes(only_starting: bool = False) -> None:
-    """Kill (SIGKILL) this process's child processes. ``only_starting``: only the worker
+    """Kill (SIGKILL) this process's child processes, multiprocessing's resource tracker
+    excepted: it removes, as it exits, what a killed process left (killed with the workers it
+    could not, and the semaphores stayed in /dev/shm: 6 per worker on every hard exit, seen
+    there in groups of 6). ``only_starting``: only the worker
     processes multiprocessing spawned (``spawn_main``) that are still there when an interrupted
     command has closed its cluster: one it was still starting, which the close did not reach.
     Such a child, left to itself, reads its start-up data from a pipe that closes as this
     process exits and prints a traceback ("EOFError: Ran out of input") after the command's
     one line (seen once in CI, SIGTERM during the cluster's start-up); killed first, it prints
-    nothing. Multiprocessing's resource tracker is left alone: it removes what the workers left
-    as it exits."""
+    nothing."""
     try:
         import psutil
+        tracker = _tracker_pid()
         for child in psutil.Process().children(recursive=True):
             with contextlib.suppress(Exception):
+                if child.pid == tracker:
+                    continue
                 if not only_starting or "spawn_main" in " ".join(child.cmdline()):
                     child.kill()
     except Exception:  # noqa: BLE001 - ending regardless
         pass
+
+
+def _tracker_pid() -> int | None:
+    """The pid of multiprocessing's resource tracker this process started (None: none)."""
+    mp_tracker = sys.modules.get("multiprocessing.resource_tracker")
+    return getattr(getattr(mp_tracker, "_resource_tracker", None), "_pid", None)
+
+
+def release_semaphores() -> None:
+    """Before a hard exit (``os._exit``, which runs no finalizer): unlink the named semaphores
+    this process made (each worker's nanny makes 6, its two spawn-context queues) and tell the
+    resource tracker, as their finalizers would at a normal exit. Without it they stay in
+    /dev/shm, or the tracker, left to clean them, warns "There appear to be N leaked
+    semaphore objects" after the command's line."""
+    util = sys.modules.get("multiprocessing.util")
+    synchronize = sys.modules.get("multiprocessing.synchronize")
+    if util is None or synchronize is None:
+        return
+    cleanup = synchronize.SemLock._cleanup
+    for finalizer in list(getattr(util, "_finalizer_registry", {}).values()):
+        with contextlib.suppress(Exception):
+            if getattr(finalizer, "_callback", None) is cleanup:
+                finalizer()
 
 
 _deferring = 0
@@ -357,22 +386,28 @@ CLOSING_LOGGERS = ("distributed.nanny", "distributed.core", "distributed.utils",
 
 RESOURCE_TRACKER_WARNINGS = "ignore:resource_tracker:UserWarning"
 """A ``-W`` option: multiprocessing's resource tracker process warns at exit about the
-semaphores a worker process cut off mid-start left (and then removes them itself), after the
-command's one line: the tracker is started with the interpreter's ``-W`` options
-(``sys.warnoptions``), so the option must be in place before the first worker starts."""
+semaphores a process cut off before its finalizers ran left (and then removes them itself),
+after the command's one line: the tracker is started with the interpreter's ``-W`` options
+(``sys.warnoptions``), so the option must be in place before the first worker starts. The
+semaphores a run makes are the nannies' (in this process, none in the workers), released as
+the cluster closes, at a normal exit, or before a hard one (:func:`release_semaphores`): the
+filter is for what is out of its hands (a SIGKILL); ``GPUSCALE_DEBUG=1`` lifts it."""
 
 
-def quiet_shutdown_noise() -> None:
+def quiet_shutdown_noise(tracker: bool = True) -> None:
     """For the CLI process, before anything starts: the cancelled-close tracebacks and the
     resource tracker's leak warnings that an on-purpose stop leaves are not printed (the
-    command's own line says what happened)."""
+    command's own line says what happened). ``tracker=False`` (``GPUSCALE_DEBUG=1``) leaves the
+    tracker's warnings on: a run that leaks a semaphore says so (none does on the CPU family:
+    the nannies' queues, the only semaphores a run makes, 6 per worker, are released as its
+    cluster closes or, cut off, as the process exits; tests/test_cli.py runs it so)."""
     import logging
     import sys
     for name in CLOSING_LOGGERS:
         log = logging.getLogger(name)
         if not any(isinstance(f, _DropCancelledTraceback) for f in log.filters):
             log.addFilter(_DropCancelledTraceback())
-    if RESOURCE_TRACKER_WARNINGS not in sys.warnoptions:
+    if tracker and RESOURCE_TRACKER_WARNINGS not in sys.warnoptions:
         sys.warnoptions.append(RESOURCE_TRACKER_WARNINGS)
 
 

@@ -494,8 +494,14 @@ def error(workload_name: str, h: dict[str, Any]) -> UserError:
         grows = room - TASK_SHARE * b["fractions"]["spill"]
         if need is not None and h["working_set_bytes"] >= 0.9 * task_room and grows > 0:
             need = max(need, int((h["baseline_bytes"] * (1 - TASK_SHARE) + held) / grows) + 1)
-        fix = ((f"give each worker at least {format_bytes(need)} (--memory-limit), " if need else "")
-               + "or fewer threads per worker, or --no-memory-check to try anyway")
+        need = h.get("need_limit_bytes") or need  # found with the check itself, where it could be
+        if h.get("no_limit_fits_bytes"):  # none this machine can give (limits adding up past it)
+            fix = (f"no --memory-limit up to this machine's {format_bytes(h['no_limit_fits_bytes'])} per worker "
+                   "admits it: use smaller sizes, fewer workers or threads per worker, or --no-memory-check "
+                   "to try anyway")
+        else:
+            fix = ((f"give each worker at least {format_bytes(need)} (--memory-limit), " if need else "")
+                   + "or fewer threads per worker, or --no-memory-check to try anyway")
     elif b["spill_to"]:
         why = (f"{format_bytes(h['spill_bytes_per_worker'])} per worker would spill to {b['spill_to']}, "
                f"but only {format_bytes(b['spill_space'] or 0)} per worker is free there")

@@ -176,6 +176,43 @@ def test_shuffle_run_keeps_dask_log_lines_off_stderr(cli, results_dir):
     assert "distributed.shuffle._scheduler_plugin WARNING Shuffle" in pathlib.Path(log).read_text()
 
 
+@pytest.mark.parametrize("workload", ["shuffle", "groupby"])
+def test_a_cpu_run_leaks_no_semaphore_with_the_trackers_warnings_on(cli, results_dir, workload):
+    """`gpuscale run shuffle --backend cpu 2>&1 | cat` ends with nothing on stderr, with the
+    resource tracker's leak warnings left on (GPUSCALE_DEBUG=1; the CLI hides them otherwise):
+    the 6 semaphores each worker's nanny makes (two spawn-context queues) are released as the
+    cluster closes, so the tracker, which prints after the command exits, has none left."""
+    p = cli("run", workload, "--backend", "cpu", "--workers", "2", "--repeat", "1", "--warmup", "0",
+            "--results-dir", results_dir, env={"GPUSCALE_DEBUG": "1"})
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ""
+
+
+LEAK = """import multiprocessing, os, sys
+from gpuscale.cli import main
+try:
+    main(["--help"])
+except SystemExit:
+    pass
+lock = multiprocessing.get_context("spawn").Lock()  # never released: the tracker sees it
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("debug, shown", [("1", True), ("", False)])
+def test_the_trackers_leak_warning_shows_under_gpuscale_debug(debug, shown):
+    """What makes the test above able to fail: under GPUSCALE_DEBUG=1 a leaked semaphore is
+    reported by the tracker; without it the CLI hides the warning (an on-purpose stop's)."""
+    import subprocess
+    import sys
+    from conftest import _clean_environ
+    p = subprocess.run([sys.executable, "-c", LEAK], capture_output=True, text=True, timeout=120,
+                       env=_clean_environ({"GPUSCALE_DEBUG": debug}))
+    assert p.returncode == 0, p.stderr
+    assert ("leaked semaphore" in p.stderr) is shown, p.stderr
+
+
 def test_an_error_still_reaches_stderr_while_dask_logs_go_to_the_file(tmp_path):
     """ERROR lines of Dask's loggers stay on stderr; WARNING lines go to the file, in this
     process and in a child that is set up as a worker's preload does it."""

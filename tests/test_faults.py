@@ -889,10 +889,19 @@ def test_a_task_that_erred_and_was_retried_is_flagged(tmp_path, registered_workl
 def test_a_run_that_ignores_its_signal_is_ended_hard_with_its_workers(tmp_path):
     """The safety net: a process whose code drops the interruption (here: a script that
     swallows every KeyboardInterrupt inside gpuscale's handler) still ends, with the signal's
-    exit code, one line, and its worker processes gone."""
+    exit code, one line, and its worker processes gone; and the semaphores its nanny made are
+    gone from /dev/shm (os._exit runs no finalizer, and the resource tracker, killed with the
+    workers, left them there: 6 per worker) with no tracker warning (not quieted here)."""
     script = tmp_path / "stubborn.py"
     script.write_text(
         "import sys, time\n"
+        "from multiprocessing import resource_tracker\n"
+        "_register = resource_tracker.register\n"
+        "def register(name, rtype):  # the names this process makes, for the test\n"
+        "    with open('made.txt', 'a') as f:\n"
+        "        f.write(name + '\\n')\n"
+        "    return _register(name, rtype)\n"
+        "resource_tracker.register = register\n"
         "from distributed import LocalCluster\n"
         "from gpuscale import errors\n"
         "errors.ESCALATE_AFTER_S = 2.0\n"
@@ -917,7 +926,12 @@ def test_a_run_that_ignores_its_signal_is_ended_hard_with_its_workers(tmp_path):
         assert 3.5 < time.monotonic() - t0 < 30
         err = p.stderr.read()
         assert "did not stop within 4 s" in err and "Traceback" not in err, err
+        assert "leaked semaphore" not in err, err
         assert gone(kids) == []
+        made = (tmp_path / "made.txt").read_text().split()
+        assert len(made) >= 6  # one worker's nanny: two spawn-context queues
+        if os.path.isdir("/dev/shm"):  # Linux: a named semaphore is a file there until unlinked
+            assert [n for n in made if os.path.exists("/dev/shm/sem." + n.lstrip("/"))] == []
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)

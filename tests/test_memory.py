@@ -554,3 +554,45 @@ def test_workers_killed_under_a_task_end_in_one_line(tmp_path):
     # no record was written; Dask's warnings, when the worker logged any before it died, went to
     # the log file (whether it logs before the kill depends on the timing)
     assert all(f.parent.name == "logs" for f in logs), logs
+
+
+def test_at_the_boundary_the_least_limit_the_check_names_completes_and_one_mib_less_is_refused(cli, tmp_path):
+    """Generated groupby with 100,000 keys on 2 x 1-thread workers: at 325 MB the check
+    admitted it (streams) and the fast check's one task that gathered every partition's counts
+    (or the tree's upper combines) pushed a worker past 95 %: killed 4 times. Now a combine's
+    partials are in the working set: refused in one line before any work, naming the least
+    --memory-limit the same check admits (`explain` names the same); at that limit the run
+    completes and validates with every worker under the nanny's line, and 1 MiB less is refused."""
+    flags = ["groupby", "--rows", "6000000", "--keys", "100000", "--workers", "2", "--threads-per-worker", "1",
+             "--backend", "cpu", "--repeat", "1", "--warmup", "0"]
+    e = cli("explain", *flags, "--memory-limit", "325MB", "--json")
+    assert e.returncode == 0, e.stderr
+    need = json.loads(e.stdout)["memory"]["need_limit_bytes"]
+    started = time.monotonic()
+    p = cli("run", *flags, "--memory-limit", "325MB", "--results-dir", tmp_path / "res", timeout=120)
+    assert p.returncode == 2, p.stderr[-3000:]
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and f"give each worker at least {need / 2**20:.2f} MiB (--memory-limit)" in lines[0], lines
+    assert time.monotonic() - started < 30 and files_under(tmp_path / "res") == []
+    less = cli("run", *flags, "--memory-limit", f"{need // 2**20 - 1}MiB", "--results-dir", tmp_path / "less")
+    assert less.returncode == 2 and len(less.stderr.splitlines()) == 1, less.stderr[-3000:]
+    assert files_under(tmp_path / "less") == []
+    ok = cli("run", *flags, "--memory-limit", f"{need // 2**20}MiB", "--json", "--results-dir", tmp_path / "ok",
+             timeout=300)
+    assert ok.returncode == 0 and ok.stderr == "", ok.stderr[-3000:]
+    r = json.loads(ok.stdout)
+    m = r["memory"]
+    assert r["validation"]["valid"] is True and m["verdict"] in ("fits", "spills", "streams"), m
+    assert max(w["peak_bytes"] for w in m["measured"]["workers"].values()) < 0.95 * need
+
+
+def test_a_run_no_limit_on_this_machine_admits_says_so_instead_of_naming_one(cli, tmp_path):
+    """The least limit is searched only up to this machine's memory over the workers (limits
+    adding up past it are refused anyway): past it the line says no --memory-limit admits it."""
+    p = cli("run", "groupby", "--rows", "2000000000", "--keys", "100000000", "--workers", "2",
+            "--threads-per-worker", "1", "--memory-limit", "300MB", "--backend", "cpu",
+            "--results-dir", tmp_path / "res")
+    assert p.returncode == 2, p.stderr[-3000:]
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and "no --memory-limit up to this machine's" in lines[0], lines
+    assert "give each worker at least" not in lines[0] and files_under(tmp_path / "res") == []

@@ -527,22 +527,54 @@ def check_finite(x, where: str) -> None:
 # --by / --agg
 # ---------------------------------------------------------------------------------------
 AGG_EXAMPLE = "--agg 'price:mean,max;qty:sum'"
+ESCAPE = "\\"
+"""In ``--agg`` and ``--by`` a backslash makes the next character part of the column name: ``\\;``
+a ``;`` (``--agg``'s separator of columns), ``\\,`` a ``,`` (``--by``'s), ``\\\\`` a backslash. A
+``:`` needs none: the last one in an item is the separator."""
+
+
+def split_escaped(text: str, sep: str) -> list[str]:
+    """``text`` split at each ``sep`` not escaped (:data:`ESCAPE`); escapes kept (:func:`unescape`)."""
+    parts, cur, chars = [], [], iter(str(text))
+    for ch in chars:
+        if ch == ESCAPE:
+            cur.append(ch + next(chars, ""))
+        elif ch == sep:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return parts
+
+
+def unescape(text: str) -> str:
+    """``text`` with each escaped character (:data:`ESCAPE`) as itself."""
+    return "".join(p[1:] if p.startswith(ESCAPE) else p for p in _escaped_chars(text))
+
+
+def _escaped_chars(text: str) -> list[str]:
+    out, chars = [], iter(text)
+    for ch in chars:
+        out.append(ch + next(chars, "") if ch == ESCAPE else ch)
+    return out
 
 
 def parse_agg(text: str) -> dict[str, list[str]]:
-    """``'price:mean,max;qty:sum'`` -> ``{'price': ['mean', 'max'], 'qty': ['sum']}``."""
+    """``'price:mean,max;qty:sum'`` -> ``{'price': ['mean', 'max'], 'qty': ['sum']}``; a ``;`` in
+    a column name is written ``\\;`` (:data:`ESCAPE`)."""
     from ..routes.dataframe import AGGREGATIONS
     spec: dict[str, list[str]] = {}
-    items = [i.strip() for i in str(text).split(";")]
+    items = [i.strip() for i in split_escaped(text, ";")]
     if not any(items):
         raise ValueError(f"empty aggregation spec; write COLUMN:AGG[,AGG][;COLUMN:AGG...], e.g. {AGG_EXAMPLE}")
     for item in items:
         if not item:
             continue
         col, sep, aggs = item.rpartition(":")
-        col = col.strip()
+        col = unescape(col.strip())
         if not sep or not col:
-            raise ValueError(f"'{item}' is not COLUMN:AGG[,AGG]; e.g. {AGG_EXAMPLE}")
+            raise ValueError(f"'{item}' is not COLUMN:AGG[,AGG]; e.g. {AGG_EXAMPLE} (a ';' in a column name: \\;)")
         names = [a.strip() for a in aggs.split(",")]
         if not all(names):
             raise ValueError(f"'{item}' has an empty aggregation; e.g. {AGG_EXAMPLE}")
@@ -557,10 +589,10 @@ def parse_agg(text: str) -> dict[str, list[str]]:
 
 
 def parse_by(text: str) -> list[str]:
-    """``'a,b'`` -> ``['a', 'b']``."""
-    cols = [c.strip() for c in str(text).split(",")]
+    """``'a,b'`` -> ``['a', 'b']``; a ``,`` in a column name is written ``\\,`` (:data:`ESCAPE`)."""
+    cols = [unescape(c.strip()) for c in split_escaped(text, ",")]
     if not all(cols):
-        raise ValueError("empty column name; write --by COLUMN or --by COL1,COL2")
+        raise ValueError("empty column name; write --by COLUMN or --by COL1,COL2 (a ',' in a column name: \\,)")
     if len(set(cols)) != len(cols):
         raise ValueError("a column appears twice")
     return cols

@@ -17,22 +17,6 @@ from .fit import FitTable as Table  # every table here fits the terminal without
 from ..audit import verdict
 
 
-@contextlib.contextmanager
-def progress_bar(description: str, total: int) -> Iterator[Callable[[], None]]:
-    """The runner's repeats as a rich progress bar on stderr, for interactive terminals
-    (silent otherwise); yields the function that advances it by one
-    (:data:`gpuscale.runs.runner.Progress`)."""
-    if not sys.stderr.isatty():
-        yield lambda: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda: bar.advance(task)
-
-
 def case_line(i: int, total: int, case: dict[str, Any]) -> str:
     """One line per bench case: ``[3/12] ok  svd rows=20000 cpu tcp 2w  0.123 s``."""
     status = case.get("status") or "?"

@@ -30,6 +30,7 @@ from ..audit import Audit
 from ..errors import phase as named_phase
 from ..workloads import Context, Output, Validation, Workload
 from .. import memory as _memory
+from . import progress as _progress
 from . import repeats as _repeats
 from . import watch as _watch
 
@@ -298,7 +299,8 @@ def time_split(client, cursors: list[int | None], end: int | None, elapsed: list
 Progress = Callable[[str, int], ContextManager[Callable[[], None]]]
 """How a caller watches the repeats: ``progress(description, total)`` is a context manager
 around them that yields the function called after each one (the CLI hands in
-:func:`gpuscale.records.report.progress_bar`; None shows nothing)."""
+:class:`gpuscale.runs.progress.Tracker`, which shows every phase of the run; None shows
+nothing)."""
 
 
 @contextlib.contextmanager
@@ -341,6 +343,8 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _
             ctx.decide("data_residency", "streamed", "rule", memory["streams"])
         watch = _memory.Watch(client, fam, ctx.memory)
         auditor = Audit(client, fam, scope=AUDIT_SCOPE).start() if audit else None
+    runs = warmup + (repeat if isinstance(repeat, _repeats.Policy) else _repeats.policy(repeat)).most
+    _progress.planned(client, workload.name, memory, runs, ctx.validate != "off")
     try:
         outcome = _run(workload, p, ctx, warmup, repeat, phase, auditor, cancelled or _never, progress or _silent,
                        stream)

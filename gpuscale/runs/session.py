@@ -63,13 +63,66 @@ def check_run(cls, params: dict[str, Any], *, data: Any = None, validate: str | 
 def planned_memory(cls, p, family, spec) -> tuple[Any, Any, dict[str, Any]]:
     """The memory check of a cluster not started yet, from its spec (:func:`gpuscale.memory.planned`:
     limits from the flags, the baseline assumed): ``(workload, context, verdict)``. ``explain``
-    shows it and ``run`` refuses by it before its cluster starts, so the two agree."""
+    shows it and ``run`` refuses by it before its cluster starts, so the two agree. A local
+    CPU cluster that does not fit gets ``need_limit_bytes``: the least ``--memory-limit`` the
+    same check admits (:func:`least_limit`), which the refusal's fix names."""
+    wl, ctx, verdict = _planned_memory(cls, p, family, spec)
+    if not verdict["fits"] and not verdict.get("too_large") and _limit_settable(spec, family):
+        top = int(machine.cpu().get("memory_bytes") or 0) // int(spec.workers)
+        need = least_limit(cls, p, family, spec, top) if top else None
+        if need:
+            verdict["need_limit_bytes"] = need
+        elif top:
+            verdict["no_limit_fits_bytes"] = top  # none this machine can give its workers
+    return wl, ctx, verdict
+
+
+def _planned_memory(cls, p, family, spec):
     from .. import memory
     wl = cls()
     ctx = workloads.Context(family, spec, None)
     ctx.memory = memory.planned(spec, family, cluster.planned_worker_memory(spec))
     wl.plan(p, ctx)
     return wl, ctx, memory.assess(wl, p, ctx, ctx.memory)
+
+
+def _limit_settable(spec, family) -> bool:
+    return spec.kind == "local" and family.memory == "host" and bool(spec.memory_limit_bytes) \
+        and bool(spec.workers)
+
+
+def with_limit(spec, family, limit: int):
+    """``spec`` with workers of ``limit`` bytes, its spill target's rule applied again
+    (:func:`gpuscale.memory.target_fraction`, as :func:`gpuscale.cluster.local.spill_choices`)."""
+    from .. import memory
+    key = "distributed.worker.memory.target"
+    target, _ = memory.target_fraction(limit, spec.threads_per_worker or 1, family)
+    dask_config = {k: v for k, v in spec.dask_config.items() if k != key}
+    if target is not None:
+        dask_config[key] = target
+    return spec.model_copy(update={"memory_limit": limit, "memory_limit_bytes": limit,
+                                   "kwargs": {**spec.kwargs, "memory_limit": limit}, "dask_config": dask_config})
+
+
+def least_limit(cls, p, family, spec, top: int) -> int | None:
+    """The least worker memory limit (whole MiB) at which the planned check admits the run,
+    found with the check itself (partitions and plans follow the limit); None when it is over
+    ``top`` (this machine's memory over the workers: the most each may be given)."""
+
+    def fits(limit: int) -> bool:
+        return _planned_memory(cls, p, family, with_limit(spec, family, limit))[2]["fits"]
+
+    lo, hi = int(spec.memory_limit_bytes), min(top, int(spec.memory_limit_bytes) * 2)
+    while not fits(hi):
+        if hi >= top:
+            return None
+        lo, hi = hi, min(top, hi * 2)
+    mib = 2**20
+    lo, hi = lo // mib, -(-hi // mib)
+    while hi - lo > 1:  # lo does not fit, hi does
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid * mib) else (mid, hi)
+    return hi * mib if hi * mib <= top else None
 
 
 def refuse_planned(cls, p, family, spec) -> None:

@@ -46,6 +46,15 @@ RESULT_ROW_BYTES = 8 * (1 + sum(len(a) for a in AGG.values()))
 FULL_CHECK_ROWS = 5_000_000
 SAMPLE_GROUPS = 25
 MEAN_RTOL = 1e-9
+PARTIAL_ROW_BYTES = 8 * (1 + 4)
+"""A tree partial's row: the key and max, count, sum, count (the mean's two)."""
+COUNT_ROW_BYTES = 16
+"""A key's count in the fast check (key, count)."""
+COMBINE_COPIES = 3
+"""A combine task holds its inputs, their concatenation and the grouped output (measured: 6 M
+rows, 100,000 keys, 143 partitions, fan-in 8 on 2 x 1 thread: the fast check that gathered every
+partition's counts in one task added 150 MiB to a worker's peak; combined 8 at a time, with the
+tree's own combines, a worker's peak was within this estimate)."""
 
 
 class GroupbyParams(Params):
@@ -57,9 +66,10 @@ class GroupbyParams(Params):
         "auto", description="result partitions (auto: 1 when the result fits the budget)")
     seed: int = Field(0, description="random seed")
     by: Optional[list[str]] = Field(None, description="with --input: column(s) to group by, e.g. "
-                                    "--by store or --by store,day")
+                                    "--by store or --by store,day (a ',' in a name: \\,)")
     agg: Optional[dict[str, list[str]]] = Field(
-        None, description="with --input: aggregations per column, e.g. --agg 'price:mean,max;qty:sum'")
+        None, description="with --input: aggregations per column, e.g. --agg 'price:mean,max;qty:sum'; "
+                           "a ';' in a column name is written \\; (--agg 'a\\;b:sum'), a backslash \\\\")
 
     @field_validator("by", mode="before")
     @classmethod
@@ -142,7 +152,7 @@ class Groupby(Workload):
         strategy = ctx.choices.get("groupby_strategy", {}).get("value")
         parts = ctx.choices.get("partitions", {}).get("value") or 1
         inter = min(data, result * parts) if strategy == "tree" else data
-        full = ctx.validate == "full" or (ctx.validate is None and p.rows <= FULL_CHECK_ROWS)
+        full = _full_check(p, ctx)
         return {"inputs": data, "intermediates": inter, "results": result, "validation": 2 * data if full else 0}
 
     def streams(self, p, ctx: Context) -> str | None:
@@ -158,8 +168,13 @@ class Groupby(Workload):
         return int(p.rows * ROW_BYTES / parts) if ctx.data is None and parts else 0
 
     def task_bytes(self, p, ctx: Context) -> int:
+        """The larger of a partition's task (``PARTITION_COPIES`` partitions) and a combine's: the
+        tree's (and the fast check's) combine ``fan-in`` partials of up to ``keys`` groups each
+        (:func:`combine_bytes`), unspillable while it runs."""
         parts = ctx.choices.get("partitions", {}).get("value")
-        return int(PARTITION_COPIES * p.rows * ROW_BYTES / parts) if ctx.data is None and parts else 0
+        if ctx.data is not None or not parts:
+            return 0
+        return max(int(PARTITION_COPIES * p.rows * ROW_BYTES / parts), combine_bytes(p, ctx))
 
     def describe_data(self, p) -> dict:
         return {"rows": p.rows, "columns": {"key": "int64", "int64": "int64", "float64": "float64"},
@@ -201,7 +216,9 @@ class Groupby(Workload):
         # instead of 35).
         sample = [int(k) for k in np.sort(np.random.default_rng(p.seed + 11).choice(
             p.keys, size=_sample_size(p, ctx), replace=False))]
-        rows, n_got, n_counts, total, same, picked, subset = _sampled_check(data, out.collections["result"], sample)
+        fan = ctx.choices.get("split_every", {}).get("value") or ctx.knobs.split_every or 8
+        rows, n_got, n_counts, total, same, picked, subset = _sampled_check(data, out.collections["result"], sample,
+                                                                            fan)
         checks: list[Check] = [Check("counts sum to rows", total == rows == p.rows, total, p.rows)]
         checks.append(Check("every group's count = value_counts(key)", same, n_got, n_counts))
         ref = _host_frame(subset).groupby("key").agg(AGG)
@@ -274,10 +291,32 @@ class Groupby(Workload):
         return _host_frame(out.collections["result"].compute())
 
 
-def _sampled_check(data, result, sample: list[int]):
+def combine_bytes(p, ctx: Context) -> int:
+    """What one combine task holds at its peak: ``fan-in`` partials of up to ``keys`` groups
+    each (at most all the rows between them), ``COMBINE_COPIES`` times: the tree's partials
+    (``PARTIAL_ROW_BYTES`` a group), else the fast check's counts (``COUNT_ROW_BYTES``; none
+    when it is off or full). Generated data only."""
+    parts = ctx.choices.get("partitions", {}).get("value") or 1
+    fan = min(parts, ctx.choices.get("split_every", {}).get("value") or parts)
+    rows_in = min(fan * p.keys, p.rows)  # fan partials of at most keys groups, from at most all rows
+    if ctx.choices.get("groupby_strategy", {}).get("value") == "tree":
+        row = PARTIAL_ROW_BYTES
+    elif ctx.validate in (None, "fast") and parts > 1 and not _full_check(p, ctx):
+        row = COUNT_ROW_BYTES
+    else:
+        return 0
+    return int(rows_in * row * COMBINE_COPIES)
+
+
+def _full_check(p, ctx: Context) -> bool:
+    return ctx.validate == "full" or (ctx.validate is None and p.rows <= FULL_CHECK_ROWS)
+
+
+def _sampled_check(data, result, sample: list[int], fan: int = 8):
     """(rows, groups in the result, keys counted, the result's counts summed, every count equal
     to its key's, the result's rows of the sampled keys, the data's rows of them), in one
-    compute: ``_facts`` per data partition, ``_verdict`` once."""
+    compute: ``_facts`` per data partition, combined ``fan`` at a time (``_merge_facts``: a task
+    never holds more than ``fan`` partitions' counts), ``_verdict`` once."""
     from dask.base import tokenize
     from dask.delayed import Delayed
     dsk, dkeys = locality.graph_and_keys(data)
@@ -288,6 +327,14 @@ def _sampled_check(data, result, sample: list[int]):
     for i, k in enumerate(dkeys):
         dsk[(f"{name}-facts", i)] = (_facts, k, sample)
         facts.append((f"{name}-facts", i))
+    fan, level = max(2, fan), 0
+    while len(facts) > fan:
+        level += 1
+        groups = [facts[i:i + fan] for i in range(0, len(facts), fan)]
+        facts = []
+        for i, g in enumerate(groups):
+            dsk[(f"{name}-merge-{level}", i)] = (_merge_facts, g)
+            facts.append((f"{name}-merge-{level}", i))
     dsk[(name, 0)] = (_verdict, facts, rkeys, sample)
     (verdict,) = dask.compute(Delayed((name, 0), dsk))
     return verdict
@@ -296,6 +343,14 @@ def _sampled_check(data, result, sample: list[int]):
 def _facts(part, sample):
     """Runs on a worker: one partition's rows, count per key, and rows of the sampled keys."""
     return len(part), part["key"].value_counts(sort=False), part[part["key"].isin(sample)]
+
+
+def _merge_facts(facts):
+    """Runs on a worker: several partitions' facts as one (rows summed, counts per key summed,
+    sampled rows concatenated)."""
+    from dask.dataframe.dispatch import concat
+    return (sum(f[0] for f in facts), concat([f[1] for f in facts]).groupby(level=0).sum(),
+            concat([f[2] for f in facts]))
 
 
 def _verdict(facts, result_parts, sample):
