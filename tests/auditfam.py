@@ -29,6 +29,8 @@ spawned worker processes inherit the parent's ``sys.path``.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 
 import dask.array as da
 import numpy as np
@@ -111,6 +113,16 @@ class TagFrame(pd.DataFrame):
     def _constructor_sliced(self):
         return TagSeries
 
+    def rename(self, *args, **kwargs):
+        unsupported("rename")
+        return super().rename(*args, **kwargs)
+
+    def groupby(self, *args, **kwargs):
+        gb = super().groupby(*args, **kwargs)
+        if "groupby.size" in _unsupported():
+            gb.size = functools.partial(unsupported, "groupby.size")
+        return gb
+
     def to_csv(self, *args, **kwargs):
         """Like cuDF's CSV writer (rapidsai/cudf#6418): float64 with 9 significant digits. The
         family declares the loss (``lossy_writers``); a session writes through pandas."""
@@ -119,6 +131,21 @@ class TagFrame(pd.DataFrame):
 
 
 TagSeries.__module__ = TagFrame.__module__ = "auditfam"
+
+UNSUPPORTED = "AUDITFAM_UNSUPPORTED"
+"""Environment variable: the TagFrame operations that raise, comma-separated ("rename",
+"groupby.size"), as operations cuDF lacks raise on the GPU: in the client (Dask's meta) and,
+since spawned workers inherit it, on the workers. Unset: none (TagFrame is pandas)."""
+
+
+def _unsupported() -> set[str]:
+    return set(filter(None, os.environ.get(UNSUPPORTED, "").split(",")))
+
+
+def unsupported(op: str, *args, **kwargs):
+    """Raise where ``op`` is listed in :data:`UNSUPPORTED` (the test family's gap)."""
+    if op in _unsupported():
+        raise TypeError(f"auditfam: {op} is not supported on TagFrame (the test family's stand-in for a cuDF gap)")
 
 
 def from_pandas(obj):
@@ -136,12 +163,17 @@ def _untag(x):
 
 def _register_dispatches() -> None:
     from dask.array.dispatch import concatenate_lookup, einsum_lookup, tensordot_lookup
+    from dask.dataframe.dispatch import meta_nonempty
     from gpuscale.backends.convert import to_host
 
     concatenate_lookup.register(TagArray)(
         lambda seq, axis=0, **kw: asarray(np.concatenate([_untag(a) for a in seq], axis=axis, **kw)))
     tensordot_lookup.register(TagArray)(lambda a, b, axes=2: asarray(np.tensordot(_untag(a), _untag(b), axes)))
     einsum_lookup.register(TagArray)(lambda *a, **kw: asarray(np.einsum(*map(_untag, a), **kw)))
+    # Dask builds the meta of an operation on a non-empty sample of the chunk library's type (as
+    # dask-cudf registers for cuDF), so a TagFrame operation that raises fails building the meta
+    meta_nonempty.register(TagFrame)(lambda x: TagFrame(meta_nonempty(pd.DataFrame(x))))
+    meta_nonempty.register(TagSeries)(lambda x: TagSeries(meta_nonempty(pd.Series(x))))
     to_host.register(TagArray)(np.asarray)
     to_host.register(TagFrame)(pd.DataFrame)
     to_host.register(TagSeries)(pd.Series)

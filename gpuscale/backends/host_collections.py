@@ -184,7 +184,11 @@ class Scope:
     mode: str
     conversions: list[Conversion] = field(default_factory=list)
     """Every conversion made in the block, in order (the backend audit names those it saw)."""
-    warned: set[tuple[str, int]] = field(default_factory=set)
+    warned: set[tuple] = field(default_factory=set)
+    fallbacks: list = field(default_factory=list)
+    """Every host fallback made in the block (:class:`.fallback.Fallback`), in order."""
+    host_of: dict = field(default_factory=dict, repr=False)
+    """A fallback's result on the family (by its name) -> the host collection it converted."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def apply(self, out, function: str, args: tuple, kwargs: dict, caller) -> Any:
@@ -400,6 +404,8 @@ def _install() -> None:
         _USERS += 1
         if _USERS > 1:
             return
+        from . import fallback
+        fallback.install()
         for table, wrap in ((FUNCTIONS, lambda module, name, fn: _wrap(module, name, fn)),
                             (WRITERS, lambda module, name, fn: _wrap_writer(name, fn))):
             for module, names in table.items():
@@ -421,6 +427,8 @@ def _uninstall() -> None:
         _USERS -= 1
         if _USERS > 0:
             return
+        from . import fallback
+        fallback.uninstall()
         for (module, name), fn in _ORIGINALS.items():
             mod = sys.modules.get(module)
             if mod is not None and getattr(getattr(mod, name, None), "__gpuscale_host_collections__", None) is fn:
