@@ -113,6 +113,11 @@ class TagFrame(pd.DataFrame):
     def _constructor_sliced(self):
         return TagSeries
 
+    @property
+    def loc(self):
+        unsupported("loc")
+        return super().loc
+
     def rename(self, *args, **kwargs):
         unsupported("rename")
         return super().rename(*args, **kwargs)

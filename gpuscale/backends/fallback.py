@@ -21,8 +21,8 @@ compares the string with Timestamp divisions), or a writer takes only pandas par
 Each fallback is recorded (:class:`Fallback`: operation, the user's file:line, the error, the
 partitions moved) with its two conversions (to the host and back), so the backend audit's
 ``fallbacks`` names it with the bytes the workers moved each way, and its host tasks are
-listed as ``allowed``; a :class:`FallbackWarning` (one line) is issued once per call site and
-session. ``session.host-collections`` decides: ``convert`` and ``warn`` fall back, ``strict``
+listed as ``allowed``; a :class:`FallbackWarning` (one line) is issued once per operation, call site
+and session. ``session.host-collections`` decides: ``convert`` and ``warn`` fall back, ``strict``
 raises a one-line :class:`~gpuscale.errors.UserError` instead, ``off`` leaves Dask's error.
 
 Mechanism: the public methods (and the operators) of the collection classes (and of the
@@ -242,8 +242,8 @@ def _record(s, fb: Fallback, moved: list, result):
     with s.lock:
         s.fallbacks.append(fb)
         s.conversions.extend(convs)
-        first = ("fallback", fb.file, fb.line) not in s.warned
-        s.warned.add(("fallback", fb.file, fb.line))
+        first = ("fallback", fb.operation, fb.file, fb.line) not in s.warned
+        s.warned.add(("fallback", fb.operation, fb.file, fb.line))
     if first:
         warnings.warn_explicit(fb.line_text(), FallbackWarning, fb.file, fb.line)
     return result
