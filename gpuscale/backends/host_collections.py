@@ -141,6 +141,10 @@ LIBRARY_MODULES = ("dask", "distributed", "toolz", "tlz", "cytoolz")
 """Modules (and their submodules; ``dask`` also covers ``dask_cudf``, ``dask_cuda``) skipped when
 looking for the user's call site."""
 
+WRAPPERS = frozenset({__name__, f"{__package__}.fallback"})
+"""gpuscale's modules whose frames wrap a Dask call inside a session (these wrappers and the
+fallback's): skipped when looking for the call site, not taken for gpuscale's own code."""
+
 
 class HostCollectionWarning(UserWarning):
     """A collection built from host objects stays on the host inside a session
@@ -302,6 +306,9 @@ def call_site(frame) -> tuple[str, int] | None:
     f = frame
     while f is not None:
         name = _module_of(f)
+        if name in WRAPPERS:  # a session's wrapper around Dask's call: part of the call
+            f = f.f_back
+            continue
         if name == "gpuscale" or name.startswith("gpuscale."):
             return None
         if user is None and not _within(name, LIBRARY_MODULES):
