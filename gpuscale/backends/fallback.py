@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import importlib
+import importlib.util
 import sys
 import threading
 import uuid
@@ -288,16 +290,33 @@ def _methods(cls: type, dunders: tuple[str, ...]):
             yield name, fn
 
 
-def install() -> None:
-    """Wrap the collection classes' methods (called with the host-collection wrappers)."""
+def _with_subclasses(cls: type) -> list[type]:
+    out, todo = [], [cls]
+    while todo:
+        c = todo.pop()
+        if c not in out:
+            out.append(c)
+            todo.extend(c.__subclasses__())
+    return out
+
+
+def install(family=None) -> None:
+    """Wrap the collection classes' methods, and their subclasses' (dask-cudf's collections
+    and groupby objects override some), called with the host-collection wrappers. ``family``:
+    its DataFrame libraries (``knobs.pre_import["dataframe"]``: cuDF, dask-cudf) are imported
+    first, so the subclasses they define exist."""
+    for module in (family.knobs.pre_import.get("dataframe", ()) if family is not None else ()):
+        if importlib.util.find_spec(module.partition(".")[0]) is not None:
+            importlib.import_module(module)
     with _LOCK:
-        for cls, dunders in _dask_private.classes():
-            _WRAPPED_TYPES.add(cls)
-            for name, fn in _methods(cls, dunders):
-                if hasattr(fn, "__gpuscale_fallback__"):
-                    continue
-                _ORIGINALS[(cls, name)] = fn
-                setattr(cls, name, _wrap(name, fn))
+        for base, dunders in _dask_private.classes():
+            for cls in _with_subclasses(base):
+                _WRAPPED_TYPES.add(cls)
+                for name, fn in _methods(cls, dunders):
+                    if hasattr(fn, "__gpuscale_fallback__"):
+                        continue
+                    _ORIGINALS[(cls, name)] = fn
+                    setattr(cls, name, _wrap(name, fn))
 
 
 def uninstall() -> None:

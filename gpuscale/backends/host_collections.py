@@ -351,7 +351,7 @@ def scope(family: Family, mode: str) -> Iterator[Scope | None]:
             _reset(token)
         return
     s = Scope(family, mode)
-    _install()
+    _install(family)
     token = _SCOPE.set(s)
     try:
         yield s
@@ -405,14 +405,14 @@ def _wrap_writer(name: str, fn: Callable) -> Callable:
     return writer
 
 
-def _install() -> None:
+def _install(family: Family | None = None) -> None:
     global _USERS
     with _LOCK:
         _USERS += 1
         if _USERS > 1:
             return
         from . import fallback
-        fallback.install()
+        fallback.install(family)
         for table, wrap in ((FUNCTIONS, lambda module, name, fn: _wrap(module, name, fn)),
                             (WRITERS, lambda module, name, fn: _wrap_writer(name, fn))):
             for module, names in table.items():
