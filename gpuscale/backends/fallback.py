@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from ..errors import UserError
-from . import _dask_private, convert
+from . import _dask_private, convert, host_collections
 from .family import HOST_CHUNKS
 
 EXCLUDED = frozenset({
@@ -111,8 +111,7 @@ class Fallback:
 # The decision
 # ---------------------------------------------------------------------------------------
 def _scope():
-    from . import host_collections
-    return host_collections.current()
+    return host_collections._SCOPE.get()
 
 
 def _on_family(s, x) -> bool:
@@ -145,8 +144,7 @@ def call(s, fn: Callable, self, name: str, args: tuple, kwargs: dict, caller) ->
 
 
 def _fall_back(s, fn, self, name, args, kwargs, err: Exception, caller):
-    from .host_collections import call_site
-    site = call_site(caller)
+    site = host_collections.call_site(caller)
     if site is None:
         raise err  # gpuscale's own code: left as it fails
     operation = f"{type(self).__name__}.{name}"
@@ -230,7 +228,7 @@ def _back(s, out, fb: Fallback):
 
 def _record(s, fb: Fallback, moved: list, result):
     """Count, name and announce ``fb`` (its conversions in the scope; the warning once per site)."""
-    from .host_collections import Conversion
+    Conversion = host_collections.Conversion
     fb.partitions = sum(int(x.npartitions) for x in {id(m): m for m in moved}.values())
     meta = moved[0]._meta
     from_type = f"{type(meta).__module__.partition('.')[0]}.{type(meta).__name__}"
