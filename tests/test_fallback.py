@@ -20,7 +20,8 @@ import pytest
 import auditfam
 import gpuscale
 import snippets
-from gpuscale.backends import host_collections
+from gpuscale.backends import _dask_private, host_collections
+from gpuscale.records import report
 from gpuscale.backends.fallback import FallbackWarning
 from gpuscale.errors import UserError
 
@@ -87,6 +88,15 @@ def test_a_chain_the_family_cannot_run_gives_the_cpu_answer_and_is_reported(sess
     assert [w.filename for w in warned] == [__file__] * 2 and all("\n" not in str(w.message) for w in warned)
     assert {f["operation"] for f in session.fallbacks} >= {"DataFrame.rename", "GroupBy.size"}
     assert line  # the call is one line of the user's code
+    shown = [text for label, text in report.audit_lines(a.summary) if label == "  host fallback"]
+    assert len(shown) == 2 and all(site in text and "to the host" in text for text in shown)
+
+
+def test_the_adapter_finds_dasks_classes():
+    """The one module naming Dask internals still finds them (a Dask that moves them fails here)."""
+    names = {cls.__name__ for cls, _ in _dask_private.classes()}
+    assert {"FrameBase", "DataFrame", "Series", "Index", "GroupBy", "SeriesGroupBy", "LocIndexer"} <= names, \
+        f"dask {dask.__version__} (checked: {_dask_private.DASK_CHECKED}) moved {names}"
 
 
 def test_a_fallback_result_goes_on_on_the_family(session):

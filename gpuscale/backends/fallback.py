@@ -86,6 +86,8 @@ class Fallback:
     family: str
     partitions: int = 0
     """Partitions of the family's collections copied to the host."""
+    returns: str = ""
+    """What it gave back: "a frame on the family", "a host groupby / .loc" or "a value"."""
     to_host: str = ""
     """The id of its conversion to the host (its bytes: the audit's ``bytes_to_host``)."""
     back: str = ""
@@ -104,7 +106,7 @@ class Fallback:
 
     def line_text(self) -> str:
         return (f"{self.where}: {self.operation} failed on the {self.family} family ({self.error}); "
-                f"ran on the host ({self.partitions} partition(s) copied to pandas and back)")
+                f"ran on the host ({self.partitions} partition(s) copied to pandas; {self.returns})")
 
 
 # ---------------------------------------------------------------------------------------
@@ -115,17 +117,12 @@ def _scope():
 
 
 def _on_family(s, x) -> bool:
-    """Whether ``x`` is a Dask DataFrame collection of the scope's family (not pandas)."""
-    meta = getattr(x, "_meta", None)
-    if meta is None or convert.collection_kind(x) != "dataframe" and not _is_index(x):
+    """Whether ``x`` is a Dask DataFrame, Series or Index of the scope's family (not pandas)."""
+    if convert.collection_kind(x) != "dataframe":
         return False
+    meta = x._meta
     top = type(meta).__module__.partition(".")[0]
     return top == s.family.dataframe_module.partition(".")[0] and top != HOST_CHUNKS["dataframe"]
-
-
-def _is_index(x) -> bool:
-    import dask.dataframe as dd
-    return isinstance(x, dd.Index)
 
 
 def call(s, fn: Callable, self, name: str, args: tuple, kwargs: dict, caller) -> Any:
@@ -213,7 +210,7 @@ def _back(s, out, fb: Fallback):
     if isinstance(out, (list, tuple)):
         return type(out)(_back(s, v, fb) for v in out)
     kind = convert.collection_kind(out)
-    if kind == "dataframe" or _is_index(out):
+    if kind == "dataframe":
         module = s.family.dataframe_module
         meta = convert.convert_frame(out._meta, module)
         back = out.map_partitions(convert._convert_part_noted, module, fb.back, meta=meta,
@@ -230,6 +227,8 @@ def _record(s, fb: Fallback, moved: list, result):
     """Count, name and announce ``fb`` (its conversions in the scope; the warning once per site)."""
     Conversion = host_collections.Conversion
     fb.partitions = sum(int(x.npartitions) for x in {id(m): m for m in moved}.values())
+    fb.returns = ("its result back on the family" if convert.collection_kind(result) == "dataframe" else
+                  "a host object whose results go back" if type(result) in _WRAPPED_TYPES else "a value")
     meta = moved[0]._meta
     from_type = f"{type(meta).__module__.partition('.')[0]}.{type(meta).__name__}"
     why = f"host fallback of {fb.operation}: {fb.error}"
