@@ -251,6 +251,49 @@ def device_family():
                                            "chunks, standing in for CuPy / cuDF")
 
 
+def _dataframe_backend():
+    """``dataframe.backend = "auditfam"``: Dask's pandas creation functions, except that
+    ``read_parquet`` refuses ``engine=`` as dask-cudf's does (``NotImplementedError: engine=pyarrow
+    is not supported by the 'cudf' backend``): a creation function the family's Dask backend
+    cannot run, for the host fallback."""
+    from dask.dataframe.dask_expr._backends import dataframe_creation_dispatch  # Dask's own (dask-expr)
+
+    pandas = dataframe_creation_dispatch.dispatch("pandas")
+    backend = type(pandas)()
+    backend.__dict__.update(vars(pandas))  # the pandas backend's functions (registered in place)
+
+    def read_parquet(*args, engine=None, **kwargs):
+        if engine not in (None, "auditfam"):
+            raise NotImplementedError(f"engine={engine} is not supported by the 'auditfam' backend")
+        return pandas.read_parquet(*args, **kwargs)
+
+    backend.read_parquet = read_parquet
+    return backend
+
+
+def reader_family():
+    """The ``auditreader`` family: the device family with a Dask DataFrame backend of its own
+    (:func:`_dataframe_backend`), as the GPU family has dask-cudf's."""
+    return dataclasses.replace(device_family(), name="auditreader", names=("auditreader",),
+                               dataframe_backend="auditfam",
+                               description="test-only: the auditdevice family with a Dask DataFrame backend")
+
+
+def register_reader() -> None:
+    """Register the auditreader family and the ``auditfam`` Dask DataFrame backend (idempotent)."""
+    from dask.dataframe.dask_expr._backends import dataframe_creation_dispatch
+    from gpuscale import backends
+    register_device()
+    dataframe_creation_dispatch.register_backend("auditfam", _dataframe_backend())
+    backends.register(reader_family())
+
+
+def unregister_reader() -> None:
+    from gpuscale import backends
+    backends.unregister("auditreader")
+    unregister_device()
+
+
 def register_device() -> None:
     """Register the auditdevice family and the ``auditfam`` Dask array backend (idempotent)."""
     from dask.array.backends import array_creation_dispatch

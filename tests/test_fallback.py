@@ -142,6 +142,29 @@ def test_no_fallback_where_the_family_runs_it(session):
     assert a.summary["fallbacks"] == [] and len(session.fallbacks) == before and got != 0
 
 
+def test_a_reader_the_familys_dask_backend_refuses_reads_on_the_host(tmp_path):
+    """The family's Dask DataFrame backend refuses read_parquet(engine="pyarrow") (as dask-cudf
+    does): Dask's pandas backend reads it and the session puts it on the family, named."""
+    pdf = pd.DataFrame({"k": [1, 2, 3, 1] * 50, "x": [0.1, 0.2, 0.3, 0.4] * 50})
+    pdf.to_parquet(tmp_path / "t.parquet")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(auditfam.UNSUPPORTED, "")
+        auditfam.register_reader()
+        try:
+            with gpuscale.session(backend="auditreader", **SESSION) as s, s.audit(phase="read") as a, \
+                    pytest.warns(FallbackWarning, match="read_parquet failed on the auditreader family"):
+                df = dd.read_parquet(str(tmp_path / "t.parquet"), engine="pyarrow")
+                got = df.groupby("k").x.sum().compute()
+        finally:
+            auditfam.unregister_reader()
+    assert type(df._meta).__name__ == "TagFrame"
+    pd.testing.assert_series_equal(pd.Series(got).sort_index(), pdf.groupby("k").x.sum(), check_names=False)
+    (fb,) = a.summary["fallbacks"]
+    assert fb["operation"] == "dask.dataframe.read_parquet" and "NotImplementedError" in fb["error"]
+    assert fb["bytes_to_host"] == 0 and fb["bytes_to_device"] > 0 and fb["where"].startswith(__file__)
+    assert a.summary["clean"], a.summary["foreign"]
+
+
 def test_strict_refuses_in_one_line():
     with device_session(host_collections="strict") as s:
         df = s.to_backend(pd.DataFrame({"id": [1, 2, 3], "x": [0.5, 1.5, 2.5]}))

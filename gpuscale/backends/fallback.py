@@ -47,6 +47,8 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+import dask
+
 from ..errors import UserError
 from . import _dask_private, convert, host_collections
 from .family import HOST_CHUNKS
@@ -89,7 +91,8 @@ class Fallback:
     returns: str = ""
     """What it gave back: "a frame on the family", "a host groupby / .loc" or "a value"."""
     to_host: str = ""
-    """The id of its conversion to the host (its bytes: the audit's ``bytes_to_host``)."""
+    """The id of its conversion to the host (its bytes: the audit's ``bytes_to_host``); empty
+    for a creation function made again with Dask's host backend (nothing copied to the host)."""
     back: str = ""
     """The id of its conversion back to the family (``bytes_to_device``)."""
     prefixes: list[str] = field(default_factory=list)
@@ -105,8 +108,10 @@ class Fallback:
         return {**asdict(self), "where": self.where}
 
     def line_text(self) -> str:
+        how = (f"{self.partitions} partition(s) copied to pandas" if self.to_host else
+               f"made by Dask's host backend, {self.partitions} partition(s)")
         return (f"{self.where}: {self.operation} failed on the {self.family} family ({self.error}); "
-                f"ran on the host ({self.partitions} partition(s) copied to pandas; {self.returns})")
+                f"ran on the host ({how}; {self.returns})")
 
 
 # ---------------------------------------------------------------------------------------
@@ -164,6 +169,47 @@ def _fall_back(s, fn, self, name, args, kwargs, err: Exception, caller):
     except Exception:  # noqa: BLE001 - the host fails too: the CPU would, so the first error stands
         raise err from None
     return _record(s, fb, moved, _back(s, out, fb))
+
+
+HOST_BACKENDS = {"dataframe.backend": "pandas", "array.backend": "numpy"}
+
+
+def create(s, fn: Callable, label: str, args: tuple, kwargs: dict, err: Exception, caller):
+    """A Dask creation function (``label``: ``dask.dataframe.read_parquet``) that raised under
+    the family's Dask backend (dask-cudf's ``read_parquet`` refuses ``engine="pyarrow"``):
+    called again with Dask's host backends, and its collection put on the family on the workers
+    (:func:`convert.on_workers`, counted), recorded as a fallback. Raises ``err`` where the
+    family has no Dask backend of its own, the call came from gpuscale's code, or the host
+    raises too; strict mode raises a one-line UserError."""
+    site = host_collections.call_site(caller)
+    own = (s.family.dataframe_backend, s.family.array_backend) != tuple(HOST_BACKENDS.values())
+    if site is None or not own or isinstance(err, NEVER):
+        raise err
+    fb = Fallback(id=uuid.uuid4().hex[:12], operation=label, file=site[0], line=site[1], error=_one_line(err),
+                  family=s.family.name, back=uuid.uuid4().hex[:12])
+    if s.mode == "strict":
+        raise UserError(f"{fb.where}: {label} fails under the {fb.family} family's Dask backend ({fb.error}) "
+                        "(session.host-collections is strict: no host fallback)",
+                        "read on the host with dask.config.set({'dataframe.backend': 'pandas'}) and "
+                        "s.to_backend(collection), or set session.host-collections to convert") from err
+    try:
+        with dask.config.set(HOST_BACKENDS):
+            out = fn(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - the host fails too: the first error stands
+        raise err from None
+    kind = convert.collection_kind(out)
+    if kind is None:
+        raise err
+    meta = out._meta
+    fb.partitions = host_collections._blocks(out)
+    result = convert.on_workers(out, s.family, fb.back)
+    fb.returns = "its result on the family"
+    convs = [host_collections.Conversion(
+        id=fb.back, function=f"fallback {label}", file=fb.file, line=fb.line, collection=kind,
+        from_type=f"{type(meta).__module__.partition('.')[0]}.{type(meta).__name__}",
+        to_module=s.family.chunk_module(kind), partitions=fb.partitions, action="fallback",
+        why=f"host fallback of {label}: {fb.error}")]
+    return _announce(s, fb, convs, result)
 
 
 def _one_line(err: Exception) -> str:
@@ -238,6 +284,10 @@ def _record(s, fb: Fallback, moved: list, result):
              Conversion(id=fb.back, function=f"fallback {fb.operation}", file=fb.file, line=fb.line,
                         collection="dataframe", from_type="pandas.DataFrame", to_module=s.family.dataframe_module,
                         partitions=getattr(result, "npartitions", 0) or 0, action="fallback", why=why)]
+    return _announce(s, fb, convs, result)
+
+
+def _announce(s, fb: Fallback, convs: list, result):
     with s.lock:
         s.fallbacks.append(fb)
         s.conversions.extend(convs)

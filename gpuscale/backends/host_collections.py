@@ -378,6 +378,9 @@ def _wrap(module: str, name: str, fn: Callable) -> Callable:
         token = _INSIDE.set(True)
         try:
             out = fn(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - the fallback decides (it raises err where it does not apply)
+            from . import fallback
+            return fallback.create(s, fn, label, args, kwargs, err, sys._getframe(1))
         finally:
             _INSIDE.reset(token)
         return s.apply(out, label, args, kwargs, sys._getframe(1))
