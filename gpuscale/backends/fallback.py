@@ -18,6 +18,10 @@ compares the string with Timestamp divisions), or a writer takes only pandas par
    A frame that came back from a fallback is not copied to the host again by the next one:
    the host collection it came from is used (a chain of such calls stays on the host).
 
+A creation function that raises under the family's Dask backend (dask-cudf's ``read_parquet``
+refuses ``engine="pyarrow"``) is called again under Dask's host backends and its collection put
+on the family on the workers (:func:`create`, called by :mod:`.host_collections`' wrappers).
+
 Each fallback is recorded (:class:`Fallback`: operation, the user's file:line, the error, the
 partitions moved) with its two conversions (to the host and back), so the backend audit's
 ``fallbacks`` names it with the bytes the workers moved each way, and its host tasks are
