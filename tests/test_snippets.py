@@ -263,7 +263,7 @@ def test_mask_rename_groupby_size_on_a_gpu_gives_the_cpu_answer():
             got = masked_rename_size(snippets._timeseries()).compute()
     assert type(got).__module__.startswith("cudf")
     pd.testing.assert_series_equal(got.to_pandas().sort_index(), want.sort_index(), check_names=False,
-                                   check_dtype=False)
+                                   check_dtype=False, check_index_type=False)
     fbs = a.summary["fallbacks"]
     assert fbs and all(f["where"].startswith(__file__) and f["bytes_to_host"] > 0 for f in fbs), fbs
 

@@ -40,6 +40,7 @@ is gone; see docs/fallback.md for the limits.
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import importlib
@@ -322,7 +323,7 @@ def _wrap(name: str, fn: Callable) -> Callable:
     @functools.wraps(fn)
     def method(self, *args, **kwargs):
         s = _scope()
-        if s is None or _INSIDE.get():
+        if s is None or _INSIDE.get() or host_collections._INSIDE.get():  # inside Dask's own call: left to it
             return fn(self, *args, **kwargs)
         token = _INSIDE.set(True)
         try:
@@ -358,7 +359,8 @@ def install(family=None) -> None:
     first, so the subclasses they define exist."""
     for module in (family.knobs.pre_import.get("dataframe", ()) if family is not None else ()):
         if importlib.util.find_spec(module.partition(".")[0]) is not None:
-            importlib.import_module(module)
+            with contextlib.suppress(Exception):  # a broken install: its own import reports it
+                importlib.import_module(module)
     with _LOCK:
         for base, dunders in _dask_private.classes():
             for cls in _with_subclasses(base):
