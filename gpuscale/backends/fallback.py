@@ -94,7 +94,8 @@ class Fallback:
     partitions: int = 0
     """Partitions of the family's collections copied to the host."""
     returns: str = ""
-    """What it gave back: "a frame on the family", "a host groupby / .loc" or "a value"."""
+    """What it gave back, for the warning: its result on the family, a host groupby / ``.loc``
+    whose results go back, or a value (a writer's)."""
     to_host: str = ""
     """The id of its conversion to the host (its bytes: the audit's ``bytes_to_host``); empty
     for a creation function made again with Dask's host backend (nothing copied to the host)."""
@@ -187,7 +188,8 @@ def create(s, fn: Callable, label: str, args: tuple, kwargs: dict, err: Exceptio
     family has no Dask backend of its own, the call came from gpuscale's code, or the host
     raises too; strict mode raises a one-line UserError."""
     site = host_collections.call_site(caller)
-    own = (s.family.dataframe_backend, s.family.array_backend) != tuple(HOST_BACKENDS.values())
+    kind = "array" if label.startswith("dask.array.") else "dataframe"
+    own = getattr(s.family, f"{kind}_backend") != HOST_BACKENDS[f"{kind}.backend"]  # a Dask backend of its own
     if site is None or not own or isinstance(err, NEVER):
         raise err
     fb = Fallback(id=uuid.uuid4().hex[:12], operation=label, file=site[0], line=site[1], error=_one_line(err),
