@@ -244,6 +244,7 @@ class Audit:
         self._host = host_collections.current()
         """The session block's host-collection scope (its conversions), if this audit runs in one."""
         self._host_first = len(self._host.conversions) if self._host is not None else 0
+        self._fallback_first = len(self._host.fallbacks) if self._host is not None else 0
 
     def start(self) -> "Audit":
         self.client.register_plugin(AuditPlugin(owners(self.family), self.libraries), name=self.name)
@@ -259,6 +260,16 @@ class Audit:
         with self._host.lock:
             made = list(self._host.conversions)
         return [dict(c.as_dict(), made_in_audit=i >= self._host_first) for i, c in enumerate(made)]
+
+    def fallbacks(self) -> list[dict[str, Any]]:
+        """The session's host fallbacks (:mod:`gpuscale.backends.fallback`) made since this
+        audit was created, and earlier ones (``summarize`` keeps those whose blocks moved during
+        it)."""
+        if self._host is None:
+            return []
+        with self._host.lock:
+            made = list(self._host.fallbacks)
+        return [dict(f.as_dict(), made_in_audit=i >= self._fallback_first) for i, f in enumerate(made)]
 
     def collect(self, phase: str) -> None:
         got = self.client.run(_collect, self.name, on_error="return")
@@ -288,7 +299,8 @@ class Audit:
         finally:
             self.stop()
         self.summary = summarize(self.raw, self.family, scope=self.scope, notes=self.notes, runs=runs,
-                                 libraries=self.libraries, conversions=self.conversions())
+                                 libraries=self.libraries, conversions=self.conversions(),
+                                 fallbacks=self.fallbacks())
         return self.summary
 
 
@@ -388,11 +400,14 @@ def _direction(from_kind: str, to_kind: str, from_family: str, to_family: str,
 def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
               notes: list[str] | None = None, runs: dict[str, int] | None = None,
               libraries: dict[str, str] | None = None,
-              conversions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+              conversions: list[dict[str, Any]] | None = None,
+              fallbacks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The audit dict from what the workers reported, per phase (see ``Audit.collect``).
     ``libraries``: the chunk libraries named as kinds, with their memory (default:
     :func:`chunk_libraries`). ``conversions``: the session's recorded conversions
-    (:meth:`Audit.conversions`), named in ``conversions`` with what the workers converted."""
+    (:meth:`Audit.conversions`), named in ``conversions`` with what the workers converted.
+    ``fallbacks``: the session's host fallbacks (:meth:`Audit.fallbacks`): named in
+    ``fallbacks`` with the bytes moved each way; their host tasks' outputs are ``allowed``."""
     if libraries is None:
         libraries = chunk_libraries()
     types: dict[str, list] = {}
@@ -426,7 +441,8 @@ def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
     for r in sorted(rows.values(), key=lambda r: (r["phase"], -r["bytes"], r["prefix"])):
         fam, kind, chunk = types.get(r["type"], [None, "other", False])
         other = bool(chunk and fam is not None and fam != family.name)
-        why = _host_copy_why(r.get("host_copy"), conversions or []) if "host_copy" in r else ALLOWED.get(r["prefix"])
+        why = _host_copy_why(r.get("host_copy"), conversions or []) if "host_copy" in r else \
+            ALLOWED.get(r["prefix"]) or _fallback_why(r["prefix"], fallbacks or [])
         r.update(kind=kind, family=fam, chunk=bool(chunk), foreign=other and why is None)
         kinds[kind] = kinds.get(kind, 0) + r["tasks"]
         if other and not r["foreign"]:
@@ -461,12 +477,47 @@ def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
         "prefixes": out_rows,
         "notes": list(notes or []) + ([] if out_rows else [NOTHING_SEEN]),
         "conversions": _conversions(raw, conversions or []),
+        "fallbacks": _fallbacks(raw, fallbacks or []),
     }
+
+
+def _fallback_why(prefix: str, fallbacks: list[dict[str, Any]]) -> str | None:
+    """Why host outputs of tasks of ``prefix`` are allowed: a host fallback's work."""
+    for f in fallbacks:
+        if prefix in f.get("prefixes", ()):
+            return f"host fallback of {f['operation']} at {f['where']}: {f['error']}"
+    return None
+
+
+def _fallbacks(raw: dict[str, list[dict]], recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``fallbacks`` list: every host fallback made during the audit or whose partitions
+    moved during it: operation, the user's file:line, the family's error, partitions, and the
+    bytes the workers copied to the host (``bytes_to_host``) and back (``bytes_to_device``)."""
+    moved: dict[str, list[int]] = {}
+    for reports in raw.values():
+        for rep in reports:
+            for conv, n, b in rep.get("conversions", ()):
+                row = moved.setdefault(conv, [0, 0])
+                row[0] += n
+                row[1] += b
+    out = []
+    for f in recorded:
+        to_host, back = moved.get(f["to_host"], (0, 0)), moved.get(f["back"], (0, 0))
+        if not f.get("made_in_audit") and not (to_host[0] or back[0]):
+            continue
+        out.append({"operation": f["operation"], "where": f["where"], "file": f["file"], "line": f["line"],
+                    "error": f["error"], "family": f["family"], "partitions": f["partitions"],
+                    "blocks_to_host": to_host[0], "bytes_to_host": to_host[1],
+                    "blocks_to_device": back[0], "bytes_to_device": back[1],
+                    "made_in_audit": bool(f.get("made_in_audit")), "id": f["id"]})
+    return out
 
 
 def _host_copy_why(conversion: str, recorded: list[dict[str, Any]]) -> str:
     """Why tasks output host copies for ``conversion`` (a writer's, see ``AuditPlugin``)."""
     for c in recorded:
+        if c["id"] == conversion and c.get("action") == "fallback":
+            return f"copied to {c['to_module']} for the {c['function']} at {c['where']}: {c.get('why') or ''}"
         if c["id"] == conversion:
             return f"written through {c['to_module']} by {c['function']} at {c['where']}: {c.get('why') or ''}".rstrip(": ")
     return f"host copies of conversion {conversion}, which another session recorded"

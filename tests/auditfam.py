@@ -29,6 +29,8 @@ spawned worker processes inherit the parent's ``sys.path``.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 
 import dask.array as da
 import numpy as np
@@ -111,6 +113,21 @@ class TagFrame(pd.DataFrame):
     def _constructor_sliced(self):
         return TagSeries
 
+    @property
+    def loc(self):
+        unsupported("loc")
+        return super().loc
+
+    def rename(self, *args, **kwargs):
+        unsupported("rename")
+        return super().rename(*args, **kwargs)
+
+    def groupby(self, *args, **kwargs):
+        gb = super().groupby(*args, **kwargs)
+        if "groupby.size" in _unsupported():
+            gb.size = functools.partial(unsupported, "groupby.size")
+        return gb
+
     def to_csv(self, *args, **kwargs):
         """Like cuDF's CSV writer (rapidsai/cudf#6418): float64 with 9 significant digits. The
         family declares the loss (``lossy_writers``); a session writes through pandas."""
@@ -119,6 +136,21 @@ class TagFrame(pd.DataFrame):
 
 
 TagSeries.__module__ = TagFrame.__module__ = "auditfam"
+
+UNSUPPORTED = "AUDITFAM_UNSUPPORTED"
+"""Environment variable: the TagFrame operations that raise, comma-separated ("rename",
+"groupby.size"), as operations cuDF lacks raise on the GPU: in the client (Dask's meta) and,
+since spawned workers inherit it, on the workers. Unset: none (TagFrame is pandas)."""
+
+
+def _unsupported() -> set[str]:
+    return set(filter(None, os.environ.get(UNSUPPORTED, "").split(",")))
+
+
+def unsupported(op: str, *args, **kwargs):
+    """Raise where ``op`` is listed in :data:`UNSUPPORTED` (the test family's gap)."""
+    if op in _unsupported():
+        raise TypeError(f"auditfam: {op} is not supported on TagFrame (the test family's stand-in for a cuDF gap)")
 
 
 def from_pandas(obj):
@@ -136,12 +168,17 @@ def _untag(x):
 
 def _register_dispatches() -> None:
     from dask.array.dispatch import concatenate_lookup, einsum_lookup, tensordot_lookup
+    from dask.dataframe.dispatch import meta_nonempty
     from gpuscale.backends.convert import to_host
 
     concatenate_lookup.register(TagArray)(
         lambda seq, axis=0, **kw: asarray(np.concatenate([_untag(a) for a in seq], axis=axis, **kw)))
     tensordot_lookup.register(TagArray)(lambda a, b, axes=2: asarray(np.tensordot(_untag(a), _untag(b), axes)))
     einsum_lookup.register(TagArray)(lambda *a, **kw: asarray(np.einsum(*map(_untag, a), **kw)))
+    # Dask builds the meta of an operation on a non-empty sample of the chunk library's type (as
+    # dask-cudf registers for cuDF), so a TagFrame operation that raises fails building the meta
+    meta_nonempty.register(TagFrame)(lambda x: TagFrame(meta_nonempty(pd.DataFrame(x))))
+    meta_nonempty.register(TagSeries)(lambda x: TagSeries(meta_nonempty(pd.Series(x))))
     to_host.register(TagArray)(np.asarray)
     to_host.register(TagFrame)(pd.DataFrame)
     to_host.register(TagSeries)(pd.Series)
@@ -212,6 +249,49 @@ def device_family():
                                                                     ("float64",))},
                                description="test-only: NumPy / pandas data in auditfam.TagArray / TagFrame "
                                            "chunks, standing in for CuPy / cuDF")
+
+
+def _dataframe_backend():
+    """``dataframe.backend = "auditfam"``: Dask's pandas creation functions, except that
+    ``read_parquet`` refuses ``engine=`` as dask-cudf's does (``NotImplementedError: engine=pyarrow
+    is not supported by the 'cudf' backend``): a creation function the family's Dask backend
+    cannot run, for the host fallback."""
+    from dask.dataframe.dask_expr._backends import dataframe_creation_dispatch  # Dask's own (dask-expr)
+
+    pandas = dataframe_creation_dispatch.dispatch("pandas")
+    backend = type(pandas)()
+    backend.__dict__.update(vars(pandas))  # the pandas backend's functions (registered in place)
+
+    def read_parquet(*args, engine=None, **kwargs):
+        if engine not in (None, "auditfam"):
+            raise NotImplementedError(f"engine={engine} is not supported by the 'auditfam' backend")
+        return pandas.read_parquet(*args, **kwargs)
+
+    backend.read_parquet = read_parquet
+    return backend
+
+
+def reader_family():
+    """The ``auditreader`` family: the device family with a Dask DataFrame backend of its own
+    (:func:`_dataframe_backend`), as the GPU family has dask-cudf's."""
+    return dataclasses.replace(device_family(), name="auditreader", names=("auditreader",),
+                               dataframe_backend="auditfam",
+                               description="test-only: the auditdevice family with a Dask DataFrame backend")
+
+
+def register_reader() -> None:
+    """Register the auditreader family and the ``auditfam`` Dask DataFrame backend (idempotent)."""
+    from dask.dataframe.dask_expr._backends import dataframe_creation_dispatch
+    from gpuscale import backends
+    register_device()
+    dataframe_creation_dispatch.register_backend("auditfam", _dataframe_backend())
+    backends.register(reader_family())
+
+
+def unregister_reader() -> None:
+    from gpuscale import backends
+    backends.unregister("auditreader")
+    unregister_device()
 
 
 def register_device() -> None:

@@ -56,7 +56,7 @@ def run_in_session(s, plain, base, label: str) -> list[dict]:
         except Exception as e:  # noqa: BLE001 - a snippet that fails is a row of the table
             first = (str(e).strip().splitlines() or [""])[0][:200]
             rows.append({"snippet": sn.name, "rows": sn.rows, "chunks": [], "clean": False, "host_values": [],
-                         "foreign": [], "conversions": [], "equal": False,
+                         "foreign": [], "conversions": [], "fallbacks": [], "equal": False,
                          "why": f"failed: {type(e).__name__}: {first}", "seconds": time.perf_counter() - t0})
             continue
         ok, why = same(got, plain[sn.name])
@@ -74,7 +74,7 @@ def run_in_session(s, plain, base, label: str) -> list[dict]:
                      "host_values": values,
                      "foreign": [f"{f['prefix']}: {f['type']}" for f in summary["foreign"]
                                  if f["prefix"] not in sn.host_values],
-                     "conversions": summary["conversions"], "equal": ok, "why": why,
+                     "conversions": summary["conversions"], "fallbacks": summary["fallbacks"], "equal": ok, "why": why,
                      "seconds": time.perf_counter() - t0})
     return rows
 
@@ -92,6 +92,10 @@ def table(rows: list[dict], family: str, tolerated=lambda type_name: False) -> s
             flag += f" (tolerated: {', '.join(f for f in r['foreign'] if f not in foreign)})"
         if r["host_values"]:
             flag += f" (host values of arguments: {', '.join(r['host_values'])})"
+        if r.get("fallbacks"):
+            flag += " (host fallback: " + ", ".join(
+                f"{f['operation']} {f['bytes_to_host']:,} B to host / {f['bytes_to_device']:,} B back"
+                for f in r["fallbacks"]) + ")"
         lines.append(f"{r['snippet']:26} {r['rows']:>9,}  {chunk:42} {len(r['conversions']):>4}  {flag}")
     return "\n".join(lines)
 
@@ -175,27 +179,54 @@ def test_snippets_in_a_device_session(plain, device, tmp_path, capsys):
 
 
 GPU_KNOWN = {
-    # Dask's `.loc["2000-01-02"]` turns a partial date string into a time range only for a
-    # pandas DatetimeIndex: on cuDF partitions it compares the string with the Timestamp
-    # divisions (seen on an H200 with dask 2026.7.1 / cudf 26.10).
-    "persist_loc_day": "TypeError: '<' not supported between instances of 'str' and 'Timestamp'",
-    # dask-cudf's to_parquet does not take engine='pyarrow' partitions of cuDF (same run)
-    "read_parquet_columns": "Implicit conversion to a host PyArrow object via __arrow_array__ is not allowed",
-    # the flights exercise's groupby mean over a from_map frame: Dask cannot build its meta on
-    # cuDF partitions (same run)
-    "flights_exercises": "RuntimeError: Failed to generate metadata",
     # describe() over from_delayed parts, one of them empty (the emptied CSV): Dask's std / var
     # over cuDF partitions is NaN when a partition is empty (pandas partitions: the std). Seen
     # on the H200 without gpuscale, with dd.from_delayed of three cuDF frames, one empty:
     # pandas std 1.2033, cuDF nan (the empty partition's own sum, count and var are pandas').
+    # A wrong answer, not an error: nothing for the host fallback to catch.
     "from_delayed_messy": "column 1:id differs",
 }
+"""Snippets that fail in a GPU session for a reason of the chunk library (dask-cudf / cuDF), with
+the message they fail with: the table shows them, and a change of behaviour fails the test."""
+
+GPU_FALLBACKS = {
+    # Dask's `.loc["2000-01-02"]` turns a partial date string into a time range only for a
+    # pandas DatetimeIndex: on cuDF partitions it compares the string with the Timestamp
+    # divisions ("TypeError: '<' not supported between instances of 'str' and 'Timestamp'",
+    # seen on an H200 with dask 2026.7.1 / cudf 26.10).
+    "persist_loc_day": "LocIndexer.__getitem__",
+    # dask-cudf's to_parquet does not take engine='pyarrow' partitions of cuDF ("Implicit
+    # conversion to a host PyArrow object via __arrow_array__ is not allowed", same run); its
+    # read_parquet refuses engine='pyarrow' (NotImplementedError, dask-cudf's source): the read
+    # falls back too, as dask.dataframe.read_parquet
+    "read_parquet_columns": "DataFrame.to_parquet",
+    # the flights exercise's groupby mean over a from_map frame: Dask cannot build its meta on
+    # cuDF partitions ("RuntimeError: Failed to generate metadata", same run); the operation
+    # that raises was not pinned down on the GPU (None: any, at the snippet's lines)
+    "flights_exercises": None,
+}
+"""Snippets that raised in a GPU session without the host fallback (the messages above): with it
+they must give plain Dask's answer, with the fallback (that operation) named in the audit."""
 # read_csv_groupby and from_delayed_messy write the (converted, cuDF) timeseries with to_csv and
 # read it back: cuDF's CSV writer writes float64 with 9 significant digits ('0.636961687', seen
 # on the H200; rapidsai/cudf#6418). The GPU family declares it (lossy_writers), and the session
 # writes those partitions through pandas, so the files hold the data.
-"""Snippets that fail in a GPU session for a reason of the chunk library (dask-cudf / cuDF), with
-the message they fail with: the table shows them, and a change of behaviour fails the test."""
+
+
+def fallback_problems(rows: list[dict], expected: dict[str, str | None]) -> list[str]:
+    """What is wrong with the fallbacks: a snippet of ``expected`` without its fallback named in
+    the audit (operation, the snippet's file:line, bytes moved both ways where a frame came back)."""
+    bad = []
+    by = {r["snippet"]: r for r in rows}
+    for name, operation in expected.items():
+        fbs = by[name]["fallbacks"]
+        ops = [f["operation"] for f in fbs]
+        if not fbs or (operation is not None and operation not in ops):
+            bad.append(f"{name}: no host fallback of {operation or 'any operation'} reported (got {ops})")
+        elif not all(f["where"].startswith(snippets.__file__) and f["bytes_to_host"] + f["bytes_to_device"] > 0
+                     for f in fbs):
+            bad.append(f"{name}: a fallback without its call site or bytes: {fbs}")
+    return bad
 
 
 @pytest.mark.gpu
@@ -204,5 +235,46 @@ def test_snippets_in_a_gpu_session(plain, tmp_path, capsys):
         rows = run_in_session(s, plain, tmp_path, "gpu")
     with capsys.disabled():
         print("\n" + table(rows, "gpu"))
-    problems = check(rows, {"cupy", "cudf"}, known=GPU_KNOWN)
+    problems = check(rows, {"cupy", "cudf"}, known=GPU_KNOWN) + fallback_problems(rows, GPU_FALLBACKS)
     assert not problems, problems
+
+
+def test_fallback_problems_catch_an_unreported_fallback():
+    row = {"snippet": "persist_loc_day", "fallbacks": []}
+    assert fallback_problems([row], {"persist_loc_day": "LocIndexer.__getitem__"})
+    row["fallbacks"] = [{"operation": "LocIndexer.__getitem__", "where": f"{snippets.__file__}:117",
+                         "bytes_to_host": 10, "bytes_to_device": 10}]
+    assert not fallback_problems([row], {"persist_loc_day": "LocIndexer.__getitem__"})
+
+
+def masked_rename_size(df):
+    """The user's code of the report: on cuDF its meta step fails with "The truth value of a
+    Series is ambiguous"."""
+    return df[df.x > 0.5].rename(columns={"id": "ID"}).groupby("name").size()
+
+
+@pytest.mark.gpu
+def test_mask_rename_groupby_size_on_a_gpu_gives_the_cpu_answer():
+    import pandas as pd
+    with dask.config.set(scheduler="threads"):
+        want = masked_rename_size(snippets._timeseries()).compute()
+    with gpuscale.session(backend="gpu", gpus="0") as s:
+        with s.audit(phase="masked") as a:
+            got = masked_rename_size(snippets._timeseries()).compute()
+    assert type(got).__module__.startswith("cudf")
+    pd.testing.assert_series_equal(got.to_pandas().sort_index(), want.sort_index(), check_names=False,
+                                   check_dtype=False, check_index_type=False)
+    fbs = a.summary["fallbacks"]
+    assert fbs and all(f["where"].startswith(__file__) and f["bytes_to_host"] > 0 for f in fbs), fbs
+
+
+@pytest.mark.gpu
+def test_strict_refuses_the_loc_the_gpu_cannot_run_in_one_line(tmp_path):
+    from gpuscale.errors import UserError
+    with dask.config.set(scheduler="threads"):  # built before: strict refuses timeseries too
+        host = snippets.dd.from_pandas(snippets._timeseries().compute(), npartitions=3)
+    with gpuscale.session(backend="gpu", gpus="0", host_collections="strict") as s:
+        df = s.to_backend(host)  # cuDF partitions, the Timestamp divisions kept
+        with pytest.raises(UserError) as e:
+            df.loc["2000-01-02"]
+    assert "\n" not in str(e.value) and f"{__file__}:" in str(e.value) and "strict" in str(e.value)

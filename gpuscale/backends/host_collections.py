@@ -141,6 +141,10 @@ LIBRARY_MODULES = ("dask", "distributed", "toolz", "tlz", "cytoolz")
 """Modules (and their submodules; ``dask`` also covers ``dask_cudf``, ``dask_cuda``) skipped when
 looking for the user's call site."""
 
+WRAPPERS = frozenset({__name__, f"{__package__}.fallback"})
+"""gpuscale's modules whose frames wrap a Dask call inside a session (these wrappers and the
+fallback's): skipped when looking for the call site, not taken for gpuscale's own code."""
+
 
 class HostCollectionWarning(UserWarning):
     """A collection built from host objects stays on the host inside a session
@@ -184,7 +188,11 @@ class Scope:
     mode: str
     conversions: list[Conversion] = field(default_factory=list)
     """Every conversion made in the block, in order (the backend audit names those it saw)."""
-    warned: set[tuple[str, int]] = field(default_factory=set)
+    warned: set[tuple] = field(default_factory=set)
+    fallbacks: list = field(default_factory=list)
+    """Every host fallback made in the block (:class:`.fallback.Fallback`), in order."""
+    host_of: dict = field(default_factory=dict, repr=False)
+    """A fallback's result on the family (by its name) -> the host collection it converted."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def apply(self, out, function: str, args: tuple, kwargs: dict, caller) -> Any:
@@ -298,6 +306,9 @@ def call_site(frame) -> tuple[str, int] | None:
     f = frame
     while f is not None:
         name = _module_of(f)
+        if name in WRAPPERS:  # a session's wrapper around Dask's call: part of the call
+            f = f.f_back
+            continue
         if name == "gpuscale" or name.startswith("gpuscale."):
             return None
         if user is None and not _within(name, LIBRARY_MODULES):
@@ -340,7 +351,7 @@ def scope(family: Family, mode: str) -> Iterator[Scope | None]:
             _reset(token)
         return
     s = Scope(family, mode)
-    _install()
+    _install(family)
     token = _SCOPE.set(s)
     try:
         yield s
@@ -367,6 +378,9 @@ def _wrap(module: str, name: str, fn: Callable) -> Callable:
         token = _INSIDE.set(True)
         try:
             out = fn(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - the fallback decides (it raises err where it does not apply)
+            from . import fallback
+            return fallback.create(s, fn, label, args, kwargs, err, sys._getframe(1))
         finally:
             _INSIDE.reset(token)
         return s.apply(out, label, args, kwargs, sys._getframe(1))
@@ -394,12 +408,14 @@ def _wrap_writer(name: str, fn: Callable) -> Callable:
     return writer
 
 
-def _install() -> None:
+def _install(family: Family | None = None) -> None:
     global _USERS
     with _LOCK:
         _USERS += 1
         if _USERS > 1:
             return
+        from . import fallback
+        fallback.install(family)
         for table, wrap in ((FUNCTIONS, lambda module, name, fn: _wrap(module, name, fn)),
                             (WRITERS, lambda module, name, fn: _wrap_writer(name, fn))):
             for module, names in table.items():
@@ -421,6 +437,8 @@ def _uninstall() -> None:
         _USERS -= 1
         if _USERS > 0:
             return
+        from . import fallback
+        fallback.uninstall()
         for (module, name), fn in _ORIGINALS.items():
             mod = sys.modules.get(module)
             if mod is not None and getattr(getattr(mod, name, None), "__gpuscale_host_collections__", None) is fn:

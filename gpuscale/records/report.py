@@ -325,6 +325,10 @@ def audit_lines(a: dict[str, Any] | None) -> list[tuple[str, str]]:
                                            f"{format_bytes(c['bytes'])} of {c['from_type'] or 'host data'} "
                                            f"-> {c['to_module'] or '?'} on the workers (for you)"
                                            + (f": {c['why']}" if c.get("why") else ""))))
+    for f in a.get("fallbacks", []):  # calls the family could not run, run on the host
+        rows.append(("  host fallback", escape(f"{f['operation']} at {f['where']}: {f['partitions']} partition(s), "
+                                               f"{format_bytes(f['bytes_to_host'])} to the host, "
+                                               f"{format_bytes(f['bytes_to_device'])} back ({f['error']})")))
     if a["transfer_count"]:
         directions: dict[str, list[int]] = {}
         for c in a["transfers"]:

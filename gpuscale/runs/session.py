@@ -222,7 +222,8 @@ class Session:
                 self.applied = session_plan(self.resolved, self.family)
                 stack.enter_context(dask.config.set({**self.family.dask_config(),
                                                      **session_knobs.dask_settings(self.applied)}))
-                stack.enter_context(host_collections.scope(self.family, self.settings.session.host_collections))
+                self._host_scope = stack.enter_context(
+                    host_collections.scope(self.family, self.settings.session.host_collections))
         except BaseException:
             stack.close()
             raise
@@ -242,6 +243,17 @@ class Session:
         """The dashboard's URL, read when the session opened (so it needs no scheduler round
         trip, and still answers once a running scheduler has gone away); None when closed."""
         return getattr(self, "_dashboard_link", None) if self.client else None
+
+    @property
+    def fallbacks(self) -> list[dict[str, Any]]:
+        """Every host fallback made in this session's block so far (:mod:`gpuscale.backends.fallback`:
+        operation, the user's file:line, the family's error, partitions), in order; the backend
+        audit's ``fallbacks`` adds the bytes moved each way. Empty under the CPU family."""
+        scope = getattr(self, "_host_scope", None)
+        if scope is None:
+            return []
+        with scope.lock:
+            return [f.as_dict() for f in scope.fallbacks]
 
     def _require_open(self) -> None:
         if self.client is None:

@@ -1,0 +1,383 @@
+"""Host fallback: a DataFrame operation the session's family cannot run runs on the host.
+
+Inside a session of a family whose chunks are not pandas (the GPU family: cuDF), some Dask
+DataFrame code that works on the CPU raises where Dask builds the collection: building the
+``meta`` (an empty frame of the result) with the chunk library fails (``df[mask].rename(...)
+.groupby(...).size()`` on cuDF), Dask's client-side logic assumes pandas (``.loc["2000-01-02"]``
+compares the string with Timestamp divisions), or a writer takes only pandas partitions
+(``to_parquet(engine="pyarrow")``). This module decides, in one place, what then happens:
+
+1. the call raised, in the user's code (not gpuscale's: :func:`host_collections.call_site`),
+   on a collection of the family (or a groupby / ``.loc`` made from one);
+2. the same call is made again on host copies of the family's collections among its object
+   and arguments (:func:`convert.host_copy`: each partition copied to pandas on its worker,
+   counted); if that raises too, the CPU would fail as well and the *first* error is raised;
+3. the result, where it is a frame or series, goes back to the family partition by partition
+   (counted), so the code goes on on the device with the CPU's answer. A result that is a
+   groupby or ``.loc`` object stays on the host until its own call returns a collection.
+   A frame that came back from a fallback is not copied to the host again by the next one:
+   the host collection it came from is used (a chain of such calls stays on the host).
+
+A creation function that raises under the family's Dask backend (dask-cudf's ``read_parquet``
+refuses ``engine="pyarrow"``) is called again under Dask's host backends and its collection put
+on the family on the workers (:func:`create`, called by :mod:`.host_collections`' wrappers).
+
+Each fallback is recorded (:class:`Fallback`: operation, the user's file:line, the error, the
+partitions moved) with its two conversions (to the host and back), so the backend audit's
+``fallbacks`` names it with the bytes the workers moved each way, and its host tasks are
+listed as ``allowed``; a :class:`FallbackWarning` (one line) is issued once per operation, call site
+and session. ``session.host-collections`` decides: ``convert`` and ``warn`` fall back, ``strict``
+raises a one-line :class:`~gpuscale.errors.UserError` instead, ``off`` leaves Dask's error.
+
+Mechanism: the public methods (and the operators) of the collection classes (and of the
+groupby and ``.loc`` objects: :mod:`._dask_private`) are wrapped while a session of a
+non-host family is open, installed and removed with the creation-function wrappers of
+:mod:`.host_collections` and active only in a session block's context. An outer call that
+succeeds costs one context lookup per call; only a call that raised pays for the host try.
+Dask has no hook that runs when building an expression fails (``new_collection`` is imported
+by name into each module), and its optimizer runs at compute time, when the user's call site
+is gone; see docs/fallback.md for the limits.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import importlib
+import importlib.util
+import sys
+import threading
+import uuid
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import dask
+
+from ..errors import UserError
+from . import _dask_private, convert, host_collections
+from .family import HOST_CHUNKS
+
+EXCLUDED = frozenset({
+    "compute", "persist", "head", "tail", "visualize", "explain", "pprint", "analyze", "optimize",
+    "simplify", "lower_once", "lower_completely", "to_backend", "to_delayed", "to_dask_array", "to_html",
+    "to_string", "to_records", "enforce_runtime_divisions", "memory_usage_per_partition", "get_partition",
+    "dask", "expr",
+})
+"""Methods never retried on the host: those that compute what is already built (a task that
+fails on a worker fails the same way under a host copy of its input) or leave the family."""
+
+NEVER = (AttributeError, UserError, KeyboardInterrupt)
+"""Errors that are not the chunk library's gap (a missing attribute is how ``hasattr`` asks)."""
+
+_INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("gpuscale_fallback_inside", default=False)
+_LOCK = threading.Lock()
+_ORIGINALS: dict[tuple[type, str], Callable] = {}
+
+
+class FallbackWarning(UserWarning):
+    """An operation the session's family cannot run ran on the host."""
+
+
+@dataclass
+class Fallback:
+    """One operation run on the host in a session."""
+
+    id: str
+    operation: str
+    """``DataFrame.rename``, ``SeriesGroupBy.mean``, ``LocIndexer.__getitem__``."""
+    file: str
+    line: int
+    error: str
+    """The family's error, one line (``TypeError: ...``)."""
+    family: str
+    partitions: int = 0
+    """Partitions of the family's collections copied to the host."""
+    returns: str = ""
+    """What it gave back, for the warning: its result on the family, a host groupby / ``.loc``
+    whose results go back, or a value (a writer's)."""
+    to_host: str = ""
+    """The id of its conversion to the host (its bytes: the audit's ``bytes_to_host``); empty
+    for a creation function made again with Dask's host backend (nothing copied to the host)."""
+    back: str = ""
+    """The id of its conversion back to the family (``bytes_to_device``)."""
+    prefixes: list[str] = field(default_factory=list)
+    """Task prefixes of its host result's graph: their host outputs are allowed by the audit
+    (Dask's optimizer may move an input's operation past the copy to the host, so the inputs'
+    prefixes are included; outputs of the family are never affected)."""
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "where": self.where}
+
+    def line_text(self) -> str:
+        how = (f"{self.partitions} partition(s) copied to pandas" if self.to_host else
+               f"made by Dask's host backend, {self.partitions} partition(s)")
+        return (f"{self.where}: {self.operation} failed on the {self.family} family ({self.error}); "
+                f"ran on the host ({how}; {self.returns})")
+
+
+# ---------------------------------------------------------------------------------------
+# The decision
+# ---------------------------------------------------------------------------------------
+def _scope():
+    return host_collections._SCOPE.get()
+
+
+def _on_family(s, x) -> bool:
+    """Whether ``x`` is a Dask DataFrame, Series or Index of the scope's family (not pandas)."""
+    if convert.collection_kind(x) != "dataframe":
+        return False
+    meta = x._meta
+    top = type(meta).__module__.partition(".")[0]
+    return top == s.family.dataframe_module.partition(".")[0] and top != HOST_CHUNKS["dataframe"]
+
+
+def call(s, fn: Callable, self, name: str, args: tuple, kwargs: dict, caller) -> Any:
+    """``fn(self, *args, **kwargs)``, with its host fallback (the module docstring)."""
+    made = getattr(self, "__dict__", {}).get("_gpuscale_fallback")
+    try:
+        out = fn(self, *args, **kwargs)
+    except NEVER:
+        raise
+    except Exception as err:  # noqa: BLE001 - what the family cannot run is decided below
+        return _fall_back(s, fn, self, name, args, kwargs, err, caller)
+    if made is not None:  # a groupby / .loc of a fallback: its result goes back to the family
+        return _back(s, out, made)
+    _note_origin(out, self, name, args, kwargs)
+    return out
+
+
+def _fall_back(s, fn, self, name, args, kwargs, err: Exception, caller):
+    site = host_collections.call_site(caller)
+    if site is None:
+        raise err  # gpuscale's own code: left as it fails
+    operation = f"{type(self).__name__}.{name}"
+    fb = Fallback(id=uuid.uuid4().hex[:12], operation=operation, file=site[0], line=site[1],
+                  error=_one_line(err), family=s.family.name,
+                  to_host=uuid.uuid4().hex[:12], back=uuid.uuid4().hex[:12])
+    moved: list = []
+    try:
+        h_self, h_args, h_kwargs = _host(s, (self, args, kwargs), fb, moved)
+        if not moved:
+            raise err  # nothing of the family's involved: not its gap
+        if s.mode == "strict":
+            raise UserError(f"{fb.where}: {operation} fails on the {fb.family} family ({fb.error}) "
+                            "(session.host-collections is strict: no host fallback)",
+                            "run it on the host with .to_backend('pandas') and back, or set "
+                            "session.host-collections to convert (host_collections='convert')") from err
+        out = fn(h_self, *h_args, **h_kwargs)
+    except UserError:
+        raise
+    except Exception:  # noqa: BLE001 - the host fails too: the CPU would, so the first error stands
+        raise err from None
+    return _record(s, fb, moved, _back(s, out, fb))
+
+
+HOST_BACKENDS = {"dataframe.backend": "pandas", "array.backend": "numpy"}
+
+
+def create(s, fn: Callable, label: str, args: tuple, kwargs: dict, err: Exception, caller):
+    """A Dask creation function (``label``: ``dask.dataframe.read_parquet``) that raised under
+    the family's Dask backend (dask-cudf's ``read_parquet`` refuses ``engine="pyarrow"``):
+    called again with Dask's host backends, and its collection put on the family on the workers
+    (:func:`convert.on_workers`, counted), recorded as a fallback. Raises ``err`` where the
+    family has no Dask backend of its own, the call came from gpuscale's code, or the host
+    raises too; strict mode raises a one-line UserError."""
+    site = host_collections.call_site(caller)
+    kind = "array" if label.startswith("dask.array.") else "dataframe"
+    own = getattr(s.family, f"{kind}_backend") != HOST_BACKENDS[f"{kind}.backend"]  # a Dask backend of its own
+    if site is None or not own or isinstance(err, NEVER):
+        raise err
+    fb = Fallback(id=uuid.uuid4().hex[:12], operation=label, file=site[0], line=site[1], error=_one_line(err),
+                  family=s.family.name, back=uuid.uuid4().hex[:12])
+    if s.mode == "strict":
+        raise UserError(f"{fb.where}: {label} fails under the {fb.family} family's Dask backend ({fb.error}) "
+                        "(session.host-collections is strict: no host fallback)",
+                        "read on the host with dask.config.set({'dataframe.backend': 'pandas'}) and "
+                        "s.to_backend(collection), or set session.host-collections to convert") from err
+    try:
+        with dask.config.set(HOST_BACKENDS):
+            out = fn(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - the host fails too: the first error stands
+        raise err from None
+    kind = convert.collection_kind(out)
+    if kind is None:
+        raise err
+    meta = out._meta
+    fb.partitions = host_collections._blocks(out)
+    result = convert.on_workers(out, s.family, fb.back)
+    fb.returns = "its result on the family"
+    convs = [host_collections.Conversion(
+        id=fb.back, function=f"fallback {label}", file=fb.file, line=fb.line, collection=kind,
+        from_type=f"{type(meta).__module__.partition('.')[0]}.{type(meta).__name__}",
+        to_module=s.family.chunk_module(kind), partitions=fb.partitions, action="fallback",
+        why=f"host fallback of {label}: {fb.error}")]
+    return _announce(s, fb, convs, result)
+
+
+def _one_line(err: Exception) -> str:
+    text = (str(err).strip().splitlines() or [""])[0]
+    return f"{type(err).__name__}: {text[:200]}"
+
+
+def _host(s, x, fb: Fallback, moved: list):
+    """``x`` with every collection of the family as its host copy (a groupby or ``.loc`` of one:
+    made again from it), walking tuples, lists and dicts; ``moved`` gets the collections copied."""
+    if isinstance(x, (list, tuple)):
+        return type(x)(_host(s, v, fb, moved) for v in x)
+    if isinstance(x, dict):
+        return {k: _host(s, v, fb, moved) for k, v in x.items()}
+    if _on_family(s, x):
+        moved.append(x)
+        known = s.host_of.get(x._name)
+        return known if known is not None else convert.host_copy(x, s.family, fb.to_host)
+    origin = getattr(x, "__dict__", {}).get("_gpuscale_origin") or _indexer(x)
+    if origin is not None:
+        parent, name, args, kwargs = origin
+        made = getattr(_host(s, parent, fb, moved), name)
+        return made if args is None else made(*_host(s, args, fb, moved), **_host(s, kwargs, fb, moved))
+    return x
+
+
+def _indexer(x):
+    got = _dask_private.indexer_origin(x)
+    return None if got is None else (got[0], got[1], None, None)
+
+
+def _note_origin(out, self, name: str, args: tuple, kwargs: dict) -> None:
+    """Remember how a groupby (or another object that is not a collection) was made from a
+    collection, so a failing call on it can make it again on the host."""
+    if out is None or convert.collection_kind(out) or not hasattr(out, "__dict__"):
+        return
+    if type(out) in _WRAPPED_TYPES:
+        out.__dict__["_gpuscale_origin"] = (self, name, args, kwargs)
+
+
+def _back(s, out, fb: Fallback):
+    """The fallback's result on the family: frames and series converted partition by
+    partition; a groupby / ``.loc`` object stays on the host (marked); anything else as is."""
+    if isinstance(out, (list, tuple)):
+        return type(out)(_back(s, v, fb) for v in out)
+    kind = convert.collection_kind(out)
+    if kind == "dataframe":
+        module = s.family.dataframe_module
+        meta = convert.convert_frame(out._meta, module)
+        back = out.map_partitions(convert._convert_part_noted, module, fb.back, meta=meta,
+                                  enforce_metadata=False, token="from_host")
+        s.host_of[back._name] = out
+        fb.prefixes = sorted(set(fb.prefixes) | _prefixes(out))
+        return back
+    if kind is None and type(out) in _WRAPPED_TYPES and hasattr(out, "__dict__"):
+        out.__dict__["_gpuscale_fallback"] = fb
+    return out
+
+
+def _record(s, fb: Fallback, moved: list, result):
+    """Count, name and announce ``fb`` (its conversions in the scope; the warning once per site)."""
+    Conversion = host_collections.Conversion
+    fb.partitions = sum(int(x.npartitions) for x in {id(m): m for m in moved}.values())
+    fb.returns = ("its result back on the family" if convert.collection_kind(result) == "dataframe" else
+                  "a host object whose results go back" if type(result) in _WRAPPED_TYPES else "a value")
+    meta = moved[0]._meta
+    from_type = f"{type(meta).__module__.partition('.')[0]}.{type(meta).__name__}"
+    why = f"host fallback of {fb.operation}: {fb.error}"
+    convs = [Conversion(id=fb.to_host, function=f"fallback {fb.operation}", file=fb.file, line=fb.line,
+                        collection="dataframe", from_type=from_type, to_module=HOST_CHUNKS["dataframe"],
+                        partitions=fb.partitions, action="fallback", why=why),
+             Conversion(id=fb.back, function=f"fallback {fb.operation}", file=fb.file, line=fb.line,
+                        collection="dataframe", from_type="pandas.DataFrame", to_module=s.family.dataframe_module,
+                        partitions=getattr(result, "npartitions", 0) or 0, action="fallback", why=why)]
+    return _announce(s, fb, convs, result)
+
+
+def _announce(s, fb: Fallback, convs: list, result):
+    with s.lock:
+        s.fallbacks.append(fb)
+        s.conversions.extend(convs)
+        first = ("fallback", fb.operation, fb.file, fb.line) not in s.warned
+        s.warned.add(("fallback", fb.operation, fb.file, fb.line))
+    if first:
+        warnings.warn_explicit(fb.line_text(), FallbackWarning, fb.file, fb.line)
+    return result
+
+
+def _prefixes(x) -> set[str]:
+    """The task prefixes of a collection's graph (empty for anything else)."""
+    from dask.utils import key_split
+    try:
+        graph = x.__dask_graph__()
+    except Exception:  # noqa: BLE001 - not a collection, or one whose graph cannot be built here
+        return set()
+    return {key_split(k) for k in graph}
+
+
+# ---------------------------------------------------------------------------------------
+# The wrappers
+# ---------------------------------------------------------------------------------------
+_WRAPPED_TYPES: set[type] = set()
+
+
+def _wrap(name: str, fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def method(self, *args, **kwargs):
+        s = _scope()
+        if s is None or _INSIDE.get() or host_collections._INSIDE.get():  # inside Dask's own call: left to it
+            return fn(self, *args, **kwargs)
+        token = _INSIDE.set(True)
+        try:
+            return call(s, fn, self, name, args, kwargs, sys._getframe(1))
+        finally:
+            _INSIDE.reset(token)
+
+    method.__gpuscale_fallback__ = fn
+    return method
+
+
+def _methods(cls: type, dunders: tuple[str, ...]):
+    for name, fn in list(vars(cls).items()):
+        public = not name.startswith("_") and name not in EXCLUDED
+        if (public or name in dunders) and callable(fn) and not isinstance(fn, (type, staticmethod, classmethod)):
+            yield name, fn
+
+
+def _with_subclasses(cls: type) -> list[type]:
+    out, todo = [], [cls]
+    while todo:
+        c = todo.pop()
+        if c not in out:
+            out.append(c)
+            todo.extend(c.__subclasses__())
+    return out
+
+
+def install(family=None) -> None:
+    """Wrap the collection classes' methods, and their subclasses' (dask-cudf's collections
+    and groupby objects override some), called with the host-collection wrappers. ``family``:
+    its DataFrame libraries (``knobs.pre_import["dataframe"]``: cuDF, dask-cudf) are imported
+    first, so the subclasses they define exist."""
+    for module in (family.knobs.pre_import.get("dataframe", ()) if family is not None else ()):
+        if importlib.util.find_spec(module.partition(".")[0]) is not None:
+            with contextlib.suppress(Exception):  # a broken install: its own import reports it
+                importlib.import_module(module)
+    with _LOCK:
+        for base, dunders in _dask_private.classes():
+            for cls in _with_subclasses(base):
+                _WRAPPED_TYPES.add(cls)
+                for name, fn in _methods(cls, dunders):
+                    if hasattr(fn, "__gpuscale_fallback__"):
+                        continue
+                    _ORIGINALS[(cls, name)] = fn
+                    setattr(cls, name, _wrap(name, fn))
+
+
+def uninstall() -> None:
+    with _LOCK:
+        for (cls, name), fn in _ORIGINALS.items():
+            if getattr(vars(cls).get(name), "__gpuscale_fallback__", None) is fn:
+                setattr(cls, name, fn)
+        _ORIGINALS.clear()
+        _WRAPPED_TYPES.clear()
