@@ -88,10 +88,12 @@ def test_cpu_worker_layout_by_collection():
     assert cpu.worker_layout("array", 8, 0)[:2] == (2, 4)
     assert cpu.worker_layout("array", 2, 0)[:2] == (1, 2)
     assert cpu.worker_layout("dataframe", 2, 0)[:2] == (2, 1)
-    # a cluster for any work (cluster up, session()) is laid out like array work: `cluster up`
-    # builds what `run svd` builds
-    assert cpu.worker_layout(None, 2, 0) == (1, 2, "cpu family for session work: 2 thread(s) per worker on 2 cores")
-    assert cpu.worker_layout(None, 8, 0)[:2] == cpu.worker_layout("array", 8, 0)[:2]
+    # a cluster for any work (cluster up, session()) gets plain Dask's LocalCluster() split,
+    # so the user's own code runs on the cluster it would get without gpuscale
+    from distributed.deploy.utils import nprocesses_nthreads
+    for cores in (2, 8, 16):
+        assert cpu.worker_layout(None, cores, 0)[:2] == nprocesses_nthreads(cores)
+    assert cpu.worker_layout(None, 2, 0) == (2, 1, "distributed's default split of 2 cores")
     # what the user set wins, the rest fills the cores
     assert cpu.worker_layout("array", 8, 0, workers=8) == (8, 1, "workers set by you, threads fill the cores")
     assert cpu.worker_layout("dataframe", 8, 0, threads=2)[:2] == (4, 2)

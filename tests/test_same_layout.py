@@ -26,7 +26,7 @@ def ok_json(p) -> dict:
 
 @pytest.mark.parametrize("flags", FLAG_SETS, ids=[" ".join(f) or "defaults" for f in FLAG_SETS])
 def test_cluster_show_and_run_plan_the_same_layout(cli, flags):
-    show = ok_json(cli("cluster", "show", "--backend", "cpu", *flags, "--json"))["spec"]
+    show = ok_json(cli("cluster", "show", "--backend", "cpu", "--for", "array", *flags, "--json"))["spec"]
     plan = ok_json(cli("explain", "svd", "--backend", "cpu", *flags, "--json"))["cluster"]
     assert (show["workers"], show["threads_per_worker"]) == (plan["workers"], plan["threads_per_worker"])
     frames = ok_json(cli("cluster", "show", "--backend", "cpu", "--for", "dataframe", *flags, "--json"))["spec"]
@@ -34,11 +34,20 @@ def test_cluster_show_and_run_plan_the_same_layout(cli, flags):
     assert (frames["workers"], frames["threads_per_worker"]) == (grp["workers"], grp["threads_per_worker"])
 
 
+def test_a_cluster_for_any_work_is_laid_out_as_plain_dask_lays_out_its_local_cluster(cli):
+    import os
+
+    from distributed.deploy.utils import nprocesses_nthreads
+    show = ok_json(cli("cluster", "show", "--backend", "cpu", "--json"))["spec"]
+    assert (show["workers"], show["threads_per_worker"]) == nprocesses_nthreads(len(os.sched_getaffinity(0)))
+
+
 def test_cluster_up_and_run_build_the_same_cluster_and_the_record_says_so(cli, tmp_path):
-    """Defaults (no layout flag): `cluster up` and `run svd` start the same workers x threads;
+    """No layout flag but `--for array`: `cluster up` and `run svd` start the same workers x threads;
     the record's knobs.threads_per_worker is the cluster's; its dashboard link is marked live
     only while its cluster is up."""
-    up = subprocess.Popen([sys.executable, "-m", "gpuscale", "cluster", "up", "--backend", "cpu", "--security", "off", "--json"],
+    up = subprocess.Popen([sys.executable, "-m", "gpuscale", "cluster", "up", "--backend", "cpu", "--for", "array",
+                           "--security", "off", "--json"],
                           cwd=str(tmp_path), env=_clean_environ(), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -50,7 +59,7 @@ def test_cluster_up_and_run_build_the_same_cluster_and_the_record_says_so(cli, t
         assert own["cluster"]["threads_per_worker"] == d["threads_per_worker"]
         assert own["knobs"]["threads_per_worker"] == d["threads_per_worker"] == d["threads"] // d["workers"]
         assert own["knobs"]["family_threads_per_worker"] == 4  # the CPU family's array value, capped by the cores
-        assert "family for session work" in d["layout"]
+        assert "family for array work" in d["layout"]
         # gpuscale started (and closed) this run's cluster: its link is a past one, in the output and the file
         assert own["dashboard_link"] and own["dashboard_link_live"] is False
         assert json.loads(open(own["path"]).read())["dashboard_link_live"] is False

@@ -17,10 +17,11 @@ FAMILY = Family(
     knobs=Knobs(
         # BLAS-bound array tasks release the GIL: a few threads per process. pandas groupby
         # holds the GIL for much of its work: one thread per process, one process per core.
-        # A cluster for any work (cluster up, gpuscale.session() without a collection) is laid
-        # out like array work, so `cluster up` and `run svd` with the same flags build the
-        # same cluster; `--for dataframe` lays it out like `run groupby`.
-        threads_per_worker={"array": 4, "dataframe": 1, "session": 4},
+        # A cluster for any work (cluster up, gpuscale.session() without a collection) gets
+        # distributed's own split, the one plain Dask's LocalCluster() makes, so the user's own
+        # code runs on the cluster it would get without gpuscale; `--for array` / `--for
+        # dataframe` lay it out like `run svd` / `run groupby`.
+        threads_per_worker={"array": 4, "dataframe": 1, "session": None},
         chunk_bytes=128 * MiB,
         partition_bytes=128 * MiB,
         shuffle_method=None,  # Dask's default: P2P under distributed, tasks without it
