@@ -244,24 +244,36 @@ def _write_to(stream) -> Callable[[str], None]:
 
 
 @contextlib.contextmanager
-def _in_lines(stream, large: float, every: float) -> Iterator[Tracker]:
-    tracker = Tracker(_write_to(stream), large)
+def _ticking(every: float, tick: Callable[[threading.Event], None]) -> Iterator[None]:
+    """Call ``tick(stop)`` every ``every`` seconds in a daemon thread until the block ends;
+    a tick that fails is skipped."""
     stop = threading.Event()
 
     def loop():
         while not stop.wait(every):
             with contextlib.suppress(Exception):
-                text = tracker.line()
-                if text and not stop.is_set():
-                    tracker.write(text)
+                tick(stop)
 
     thread = threading.Thread(target=loop, name="gpuscale-progress", daemon=True)
     thread.start()
     try:
-        yield tracker
+        yield
     finally:
         stop.set()
         thread.join(timeout=5)
+
+
+@contextlib.contextmanager
+def _in_lines(stream, large: float, every: float) -> Iterator[Tracker]:
+    tracker = Tracker(_write_to(stream), large)
+
+    def tick(stop):
+        text = tracker.line()
+        if text and not stop.is_set():
+            tracker.write(text)
+
+    with _ticking(every, tick):
+        yield tracker
 
 
 @contextlib.contextmanager
@@ -274,20 +286,8 @@ def _on_terminal(stream, large: float) -> Iterator[Tracker]:
                   TimeElapsedColumn(), console=console, transient=True) as bar:
         tracker = Tracker(lambda text: bar.console.print(escape(text), soft_wrap=True), large)
         task = bar.add_task("starting", total=None, count="")
-        stop = threading.Event()
-
-        def loop():
-            while not stop.wait(0.2):
-                with contextlib.suppress(Exception):
-                    _redraw(bar, task, tracker)
-
-        thread = threading.Thread(target=loop, name="gpuscale-progress", daemon=True)
-        thread.start()
-        try:
+        with _ticking(0.2, lambda stop: _redraw(bar, task, tracker)):
             yield tracker
-        finally:
-            stop.set()
-            thread.join(timeout=5)
 
 
 def _redraw(bar, task, tracker: Tracker) -> None:
