@@ -123,9 +123,10 @@ def test_every_shared_flag_is_a_reserved_workload_parameter_name():
     """A workload parameter named like a shared flag would give its command two options of one
     name (click keeps one and warns): every shared flag's name is reserved for the decorator."""
     from gpuscale.cli import run_params
-    from gpuscale.workloads.decorator import RESERVED
+    from gpuscale.workloads.decorator import reserved as reserved_names
     flags = {o for p in run_params() for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}
-    reserved = {"--" + r.replace("_", "-") for r in RESERVED} | {"--no-" + r.replace("_", "-") for r in RESERVED}
+    names = reserved_names()
+    reserved = {"--" + r.replace("_", "-") for r in names} | {"--no-" + r.replace("_", "-") for r in names}
     assert flags <= reserved, sorted(flags - reserved)
 
 

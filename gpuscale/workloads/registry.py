@@ -60,6 +60,8 @@ def _load() -> None:
         try:
             obj = ep.load()
             if isinstance(obj, type) and issubclass(obj, Workload):
+                from .decorator import _check_names  # a parameter named like run's own keywords
+                _check_names(obj.name, obj.Params)
                 register(obj)
             elif not isinstance(obj, types.ModuleType):
                 raise TypeError(f"it names a {type(obj).__name__}, not a Workload class or a module")
