@@ -18,8 +18,8 @@ from typing import Any
 
 import click
 
-from ._version import __version__
 from . import errors
+from ._version import __version__
 from .errors import UserError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -262,6 +262,7 @@ class BackendName(click.ParamType):
 
     def shell_complete(self, ctx, param, incomplete):
         from click.shell_completion import CompletionItem
+
         from . import backends
         return [CompletionItem(n) for n in [*backends.choices(), *backends.aliases()] if n.startswith(incomplete)]
 
@@ -914,6 +915,7 @@ def results_list(directory, as_json):
     """The records under DIR (default: the results dir, ./gpuscale-results), newest first, each
     named by its id (`results show ID`, `results compare ID ID`)."""
     from rich.markup import escape
+
     from .records import report, results
     d = directory or _results_dir()
     recs = results.find(d)

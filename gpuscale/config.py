@@ -19,10 +19,18 @@ import pathlib
 from typing import Any, Literal, Union
 
 import dask.config
-from dask.utils import parse_timedelta
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError,
-                      field_validator, model_validator)
+from dask.utils import parse_timedelta
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .errors import UserError, shown
 

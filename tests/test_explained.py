@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import pathlib
 
+import explained_cases as cases
 import pytest
 
-import explained_cases as cases
 from gpuscale import machine
 
 GOLDEN = json.loads((pathlib.Path(__file__).parent / "data" / "explained.json").read_text())

@@ -19,6 +19,7 @@ import threading
 import traceback
 import warnings
 
+import auditfam
 import dask
 import dask.array as da
 import dask.dataframe as dd
@@ -28,7 +29,6 @@ import pytest
 from dask.sizeof import sizeof
 from distributed import wait
 
-import auditfam
 import gpuscale
 from gpuscale import backends, config
 from gpuscale.backends import host_collections as hc

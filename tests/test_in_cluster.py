@@ -13,13 +13,12 @@ import sys
 import time
 
 import pytest
+from conftest import _clean_environ, files_under
 from distributed import Client, LocalCluster, WorkerPlugin
 
 import gpuscale
 from gpuscale import UserError, api
 from gpuscale.runs import remote
-
-from conftest import _clean_environ, files_under
 
 SMALL = dict(rows=20_000, keys=100, repeat=2, warmup=0)
 

@@ -15,10 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import files_under
 
 import gpuscale
-
-from conftest import files_under
 
 ONE = ("--backend", "cpu", "--workers", "1", "--threads-per-worker", "1", "--repeat", "1", "--warmup", "0")
 MB = 10**6
@@ -534,8 +533,8 @@ def test_workers_killed_under_a_task_end_in_one_line(tmp_path):
     import importlib
 
     import dask
-
     import hungry
+
     from gpuscale.workloads import registry
 
     if registry.registered("hungry") is None:

@@ -16,13 +16,12 @@ import sysconfig
 import dask.array as da
 import numpy as np
 import pytest
+from conftest import files_under
 from pydantic import Field
 
 import gpuscale
 from gpuscale import UserError, workloads
 from gpuscale.workloads import Check, Output, Params, Validation, Workload
-
-from conftest import files_under
 
 PLUGIN_SRC = pathlib.Path(__file__).parent / "plugin_pkg"
 QUICK = dict(repeat=1, warmup=0)

@@ -16,9 +16,9 @@ import sys
 import time
 
 import pytest
+from conftest import _clean_environ
 
 import gpuscale
-from conftest import _clean_environ
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import _clean_environ
 
 pytestmark = pytest.mark.timeout(300)
@@ -74,8 +73,9 @@ def test_cluster_up_and_run_build_the_same_cluster_and_the_record_says_so(cli, t
 
 
 def test_rendered_record_says_the_link_was(cli, tmp_path):
-    from gpuscale.records import report, results
     from rich.console import Console
+
+    from gpuscale.records import report, results
     res = tmp_path / "res"
     rec = ok_json(cli(*SVD, "--backend", "cpu", "--workers", "1", "--threads-per-worker", "1", "--json",
                       "--results-dir", res))

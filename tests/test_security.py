@@ -14,12 +14,12 @@ import sys
 import tempfile
 
 import pytest
+from conftest import _clean_environ, files_under
+from test_dashboard import CPU2, SMALL_SVD, Proc, assert_one_error_line, wait_gone
 
 import gpuscale
-from conftest import _clean_environ, files_under
 from gpuscale import UserError, api
 from gpuscale.cluster import security
-from test_dashboard import CPU2, SMALL_SVD, Proc, assert_one_error_line, wait_gone
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -13,12 +13,11 @@ import sys
 import tempfile
 
 import pytest
-
-from gpuscale import UserError, trust
-
 from conftest import _clean_environ
 from test_dashboard import Proc, assert_one_error_line
 from test_security import _other_uid
+
+from gpuscale import UserError, trust
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -13,15 +13,14 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import files_under, gpu_probe
+from test_bad_input import assert_refused
 
 import gpuscale
 from gpuscale import UserError, workloads
-from gpuscale.routes import dataframe, linalg
 from gpuscale.data import inputs, outputs
+from gpuscale.routes import dataframe, linalg
 from gpuscale.workloads import Output
-from conftest import files_under, gpu_probe
-
-from test_bad_input import assert_refused
 
 GPU_USABLE = gpu_probe()[0]
 QUICK = {"repeat": 1, "warmup": 0}
@@ -411,7 +410,7 @@ def test_output_write_is_atomic_and_refuses_existing(tmp_path):
 
 
 def test_output_failing_writer_leaves_nothing(tmp_path):
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - whatever the writer raises on a non-frame
         outputs.write({"s": object()}, tmp_path / "x.parquet")  # not a frame
     assert list(tmp_path.iterdir()) == []
 

@@ -61,8 +61,8 @@ from distributed import wait
 
 import gpuscale
 from gpuscale import machine
-from gpuscale.runs import runner
 from gpuscale.backends import to_host
+from gpuscale.runs import runner
 from gpuscale.workloads import _frames
 from gpuscale.workloads.groupby import AGG, make_partition
 

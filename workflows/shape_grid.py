@@ -50,7 +50,8 @@ import bench_vs_peer as peer  # noqa: E402  (the measuring and checking helpers,
 
 import gpuscale  # noqa: E402
 from gpuscale.runs import runner  # noqa: E402
-from gpuscale.workloads import Context, get as get_workload  # noqa: E402
+from gpuscale.workloads import Context  # noqa: E402
+from gpuscale.workloads import get as get_workload
 from gpuscale.workloads.groupby import AGG, ROW_BYTES  # noqa: E402
 
 FULL_ROWS = (10_000_000, 100_000_000, 400_000_000)

@@ -23,8 +23,8 @@ import sys
 
 from ..choices import choice
 from ..errors import UserError, missing_module
-from .cuda import worker_knobs
 from . import ClusterSpec, construct, per_host_entry, rmm_choice, rmm_pool, spilling_choice
+from .cuda import worker_knobs
 
 CLS = "dask_jobqueue.SLURMCluster"
 GPU_WORKER = "dask cuda worker"  # run as `python -m dask cuda worker` (dask's CLI, dask-cuda's sub-command)

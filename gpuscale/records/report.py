@@ -12,9 +12,8 @@ from dask.utils import format_bytes
 from rich import box
 from rich.markup import escape
 
-from .fit import FitTable as Table  # every table here fits the terminal without cutting a value
-
 from ..audit import verdict
+from .fit import FitTable as Table  # every table here fits the terminal without cutting a value
 
 
 def case_line(i: int, total: int, case: dict[str, Any]) -> str:

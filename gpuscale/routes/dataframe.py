@@ -20,8 +20,8 @@ from dask.dataframe.dask_expr._collection import new_collection
 from dask.dataframe.dask_expr.io.io import FromGraph
 
 from .. import backends, cluster
-from . import locality
 from ..errors import UserError
+from . import locality
 
 AGGREGATIONS = ("sum", "mean", "min", "max", "count", "size", "std", "var", "first", "last")
 BYTES_PER_VALUE = 8
@@ -281,7 +281,7 @@ def _combine(partials, by, spec, sort: bool = False):
             else:
                 out[(c, a)] = g[_flat(c, a)]
     result = g[[]].copy() if hasattr(g, "copy") else g[[]]
-    for i, (name, col) in enumerate(out.items()):
+    for i, col in enumerate(out.values()):
         result[f"{i}"] = col
     import pandas as pd
     result.columns = pd.MultiIndex.from_tuples(list(out))

@@ -20,6 +20,7 @@ from .._version import __version__
 from ..errors import UserError, shown
 from .session import Session
 
+
 @dataclasses.dataclass
 class Placement:
     """Where ``gpuscale run`` runs its runner (generate, repeats, validation, the record): in
@@ -166,6 +167,7 @@ def _record(text: Any):
     """The record the runner sent back, read as JSON data (the runner returns its record's
     JSON text, never an object to unpickle): a :class:`~gpuscale.records.results.Result`."""
     import json
+
     from ..records import results
     if not isinstance(text, str):
         raise UserError(f"the cluster's runner sent back a {type(text).__name__}, not a record's JSON text",

@@ -13,8 +13,7 @@ and notebooks with the ``@gpuscale.workload`` decorator (:mod:`.decorator`).
 """
 from __future__ import annotations
 
-from .base import (Check, Context, Output, Params, Validation, Workload, choices, describe, parameter_flags,
-                   value_kind)
+from .base import Check, Context, Output, Params, Validation, Workload, choices, describe, parameter_flags, value_kind
 from .registry import BUILTINS, get, names, readers, register
 
 __all__ = ["Check", "Context", "Output", "Params", "Validation", "Workload", "choices", "describe", "value_kind",

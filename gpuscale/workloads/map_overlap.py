@@ -22,8 +22,18 @@ from pydantic import Field, PositiveInt, field_validator
 from ..errors import UserError
 from ..kernels.filters import uniform_filter
 from . import Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import (UniformMatrix, Dtype, boundary_tiles, close, dtype_field, host,
-                      mean_filter_reference, plan_square_chunk, seed_field, shape_check)
+from ._arrays import (
+    Dtype,
+    UniformMatrix,
+    boundary_tiles,
+    close,
+    dtype_field,
+    host,
+    mean_filter_reference,
+    plan_square_chunk,
+    seed_field,
+    shape_check,
+)
 
 TOL = {"float64": 1e-10, "float32": 1e-5}
 TILE = 64

@@ -25,8 +25,7 @@ from pydantic import Field, PositiveInt
 
 from ..errors import UserError
 from . import Check, Context, Output, Params, Validation, Workload, _frames, register
-from ._frames import (from_partitions, host_frame, p2p, p2p_shard_bytes, p2p_task_bytes,
-                      plan_partitions)
+from ._frames import from_partitions, host_frame, p2p, p2p_shard_bytes, p2p_task_bytes, plan_partitions
 
 ROW_BYTES = 16
 TASK_ROUTE_COPIES = 5

@@ -18,7 +18,7 @@ from pydantic import Field, PositiveInt
 
 from ..kernels import stencil as kernels
 from . import Context, Output, Params, Validation, Workload, register
-from ._arrays import UniformMatrix, Dtype, array_module, dtype_field, plan_square_chunk, seed_field
+from ._arrays import Dtype, UniformMatrix, array_module, dtype_field, plan_square_chunk, seed_field
 from .map_overlap import BOUNDARY, check_halo, validate_smoothing
 
 TOL = {"float64": 1e-12, "float32": 1e-5}
