@@ -113,7 +113,11 @@ def reserved() -> frozenset[str]:
     workload's parameters as ``**params`` beside them), every ``config.KEYWORDS`` setting, and
     every flag of ``gpuscale`` and ``gpuscale run`` (its shared and data flags), read from where
     they are declared, so a keyword added there is reserved here too. A parameter of one of
-    these names would be bound to gpuscale's keyword, never to the workload."""
+    these names would be bound to gpuscale's keyword, never to the workload.
+
+    This module is the declaration facade (``gpuscale.workload``): nothing below the CLI and
+    the API imports it (``gpuscale.workload`` reaches it lazily), so reading them here makes
+    no import circle (tests/test_layout.py)."""
     from .. import api, cli, config
     from ..runs.session import Session
     names = set(_ALWAYS_RESERVED) | set(config.KEYWORDS)
@@ -129,7 +133,6 @@ def reserved() -> frozenset[str]:
     return frozenset(names)
 
 
-_DECORATED: set[str] = set()
 
 
 def workload(name: str, *, params: type[BaseModel] | dict[str, Any] | None = None,
@@ -169,20 +172,17 @@ def workload(name: str, *, params: type[BaseModel] | dict[str, Any] | None = Non
     return decorate
 
 
-def unregister(name: str) -> None:
-    """Remove a workload from the registry (a notebook's or a test's own)."""
-    registry.unregister(name)
-    _DECORATED.discard(name)
+unregister = registry.unregister  # remove a workload (a notebook's or a test's own)
 
 
 # ---------------------------------------------------------------------------------------
 def _register(cls: type[Workload], replace: bool) -> type[Workload]:
     registry.load_builtins()
     old = registry.registered(cls.name)
-    if old is not None and cls.name not in _DECORATED and not replace:
+    if old is not None and cls.name not in registry.DECORATED and not replace:
         raise UserError(f"workload '{cls.name}' already exists ({old.__module__}.{old.__name__})",
                         "choose another name, or pass replace=True to shadow it")
-    _DECORATED.add(cls.name)
+    registry.DECORATED.add(cls.name)
     return registry.register(cls)
 
 
