@@ -1,4 +1,5 @@
-"""Command line: parse flags, call :mod:`gpuscale.api`, render with :mod:`gpuscale.records.report` and :mod:`gpuscale.trace.render`.
+"""Command line: parse flags, call :mod:`gpuscale.api`, render with :mod:`gpuscale.records.report`
+and :mod:`gpuscale.trace.render`.
 
 Flags map one-to-one onto API keywords (``config.KEYWORDS``); no click object reaches
 library code. Every failure is one line on stderr, ``gpuscale: error: <problem>; <fix>``, with
@@ -300,13 +301,17 @@ def cluster_options(f):
         click.option("--gpus", metavar="LIST", help="GPUs to use, e.g. 0,1 (default: all visible)"),
         click.option("--nvlink/--no-nvlink", default=None, help="force UCX NVLink on/off (default: UCX chooses)"),
         click.option("--infiniband/--no-infiniband", default=None, help="force UCX InfiniBand on/off"),
-        click.option("--rmm-pool-size", metavar="SIZE", help="RMM pool per GPU worker: bytes, '40GB', a fraction, or none"),
+        click.option("--rmm-pool-size", metavar="SIZE",
+                     help="RMM pool per GPU worker: bytes, '40GB', a fraction, or none"),
         click.option("--dashboard-address", metavar="HOST:PORT", help="dashboard bind address (default 127.0.0.1:0)"),
-        click.option("--host", metavar="ADDRESS", help="bind address of a cluster started here (default: the protocol's; "
+        click.option("--host", metavar="ADDRESS",
+                     help="bind address of a cluster started here (default: the protocol's; "
                                     "tcp: 127.0.0.1); other hosts reach it there"),
-        click.option("--security", metavar="auto|tls|off", help="auto | tls | off: TLS between client, scheduler and workers "
+        click.option("--security", metavar="auto|tls|off",
+                     help="auto | tls | off: TLS between client, scheduler and workers "
                                         "(auto: on for `cluster up`, off for a run's own loopback cluster)"),
-        click.option("--deploy", metavar="local|ssh|slurm|srun", help="local | ssh | slurm | srun: start the cluster on this machine, over ssh "
+        click.option("--deploy", metavar="local|ssh|slurm|srun",
+                     help="local | ssh | slurm | srun: start the cluster on this machine, over ssh "
                                       "on --ssh-hosts (distributed's SSHCluster), in SLURM jobs (dask-jobqueue's "
                                       "SLURMCluster), or on the tasks of `srun -n N gpuscale ...` (its "
                                       "SLURMRunner: rank 0 scheduler, rank 1 client, others workers)"),
@@ -330,8 +335,10 @@ def cluster_options(f):
 
 
 CLUSTER_KEYS = ("backend", "protocol", "scheduler", "scheduler_file", "workers", "threads_per_worker",
-                "memory_limit", "device_memory_limit", "device_spill", "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "host",
-                "security", "credentials", "trust_cluster_files", "deploy", "ssh_hosts", "slurm_jobs", "message_interval")
+                "memory_limit", "device_memory_limit", "device_spill", "gpus", "nvlink", "infiniband",
+                "rmm_pool_size", "dashboard_address", "host",
+                "security", "credentials", "trust_cluster_files", "deploy", "ssh_hosts", "slurm_jobs",
+                "message_interval")
 AUTO_REPEAT_KEYS = ("target_error", "max_repeats", "max_time")
 PREFLIGHT_KEYS = ("bandwidth_probe",)
 
@@ -419,11 +426,13 @@ def run_params() -> list[click.Parameter]:
     and the run flags (``gpuscale run --help`` lists them)."""
     @cluster_options
     @scheduler_file_option
-    @click.option("--repeat", type=REPEAT, help="timed repeats: a number (default 3) or auto: repeat until the median's "
+    @click.option("--repeat", type=REPEAT,
+                  help="timed repeats: a number (default 3) or auto: repeat until the median's "
                                    "relative error is <= --target-error, capped by --max-repeats / --max-time")
     @click.option("--target-error", "target_error", metavar="PCT",
                   help="--repeat auto: relative standard error of the median to reach (default 2%)")
-    @click.option("--max-repeats", "max_repeats", type=INT, help="--repeat auto: at most this many timed repeats (default 50)")
+    @click.option("--max-repeats", "max_repeats", type=INT,
+                  help="--repeat auto: at most this many timed repeats (default 50)")
     @click.option("--max-time", "max_time", type=FLOAT,
                   help="--repeat auto: at most this many seconds of timed repeats (default 60)")
     @click.option("--warmup", type=INT, help="untimed warm-up runs (default 1)")

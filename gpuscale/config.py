@@ -334,7 +334,8 @@ class RunSettings(_Section):
     def _auto_or_bool(cls, v):
         if isinstance(v, bool) or v == "auto":
             return v
-        words = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+        words = {"true": True, "yes": True, "on": True, "1": True,
+                 "false": False, "no": False, "off": False, "0": False}
         if isinstance(v, str) and v.strip().lower() in words:
             return words[v.strip().lower()]
         raise ValueError("must be auto, true or false")

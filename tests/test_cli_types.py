@@ -11,8 +11,10 @@ from gpuscale import workloads
 
 WIDE = {"COLUMNS": "200"}
 SHARED = ("--backend", "--protocol", "--profile", "--scheduler", "--workers", "--threads-per-worker",
-          "--memory-limit", "--device-memory-limit", "--device-spill", "--gpus", "--nvlink", "--infiniband", "--rmm-pool-size", "--dashboard-address",
-          "--host", "--security", "--deploy", "--ssh-hosts", "--slurm-jobs", "--credentials", "--trust-cluster-files", "--message-interval", "--scheduler-file",
+          "--memory-limit", "--device-memory-limit", "--device-spill", "--gpus", "--nvlink", "--infiniband",
+          "--rmm-pool-size", "--dashboard-address",
+          "--host", "--security", "--deploy", "--ssh-hosts", "--slurm-jobs", "--credentials",
+          "--trust-cluster-files", "--message-interval", "--scheduler-file",
           "--repeat", "--target-error", "--max-repeats", "--max-time", "--warmup", "--results-dir", "--trace",
           "--no-memory-check", "--strict-backend", "--in-cluster", "--bandwidth-probe", "--dashboard", "--json")
 

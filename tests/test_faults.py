@@ -137,7 +137,8 @@ class Proc:
                 self.p.wait(timeout=10)
             for t in self._threads:
                 t.join(timeout=5)
-            raise AssertionError(f"no exit within {timeout} s; its threads then:\n" + "".join(self.err)[-20000:]) from None
+            raise AssertionError(f"no exit within {timeout} s; its threads then:\n"
+                                 + "".join(self.err)[-20000:]) from None
         for t in self._threads:
             t.join(timeout=10)
         return rc

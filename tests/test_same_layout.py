@@ -37,7 +37,8 @@ def test_cluster_up_and_run_build_the_same_cluster_and_the_record_says_so(cli, t
     """Defaults (no layout flag): `cluster up` and `run svd` start the same workers x threads;
     the record's knobs.threads_per_worker is the cluster's; its dashboard link is marked live
     only while its cluster is up."""
-    up = subprocess.Popen([sys.executable, "-m", "gpuscale", "cluster", "up", "--backend", "cpu", "--security", "off", "--json"],
+    up = subprocess.Popen([sys.executable, "-m", "gpuscale", "cluster", "up", "--backend", "cpu",
+                           "--security", "off", "--json"],
                           cwd=str(tmp_path), env=_clean_environ(), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -137,7 +137,8 @@ def test_groupby_agg_without_a_client(sales):
 def test_modules_import_no_gpu_library():
     import subprocess
     import sys
-    code = ("import sys, gpuscale.routes.linalg, gpuscale.routes.dataframe, gpuscale.data.inputs, gpuscale.data.outputs, "
+    code = ("import sys, gpuscale.routes.linalg, gpuscale.routes.dataframe, gpuscale.data.inputs, "
+            "gpuscale.data.outputs, "
             "gpuscale.workloads.svd, gpuscale.workloads.groupby; "
             "print([m for m in ('cupy', 'cudf', 'dask_cudf', 'zarr') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -110,7 +110,8 @@ def per_host(spec: ClusterSpec) -> dict[str, dict]:
     mem = spec.choices["memory_limit"]  # per job, split between its worker processes
     return {"(this machine)": {"scheduler": True, "worker_entries": 0},
             node: {"scheduler": False, "worker_entries": 1,
-                   **per_host_entry(spec, cls, workers, spec.threads_per_worker, memory=f"{mem['value']} {mem['rule']}")}}
+                   **per_host_entry(spec, cls, workers, spec.threads_per_worker,
+                                    memory=f"{mem['value']} {mem['rule']}")}}
 
 
 def _job_kwargs(spec: ClusterSpec, security) -> dict:

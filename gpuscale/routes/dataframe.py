@@ -544,7 +544,8 @@ def sort(df, by: str, *, index: bool = False, shuffle_method: str | None = None)
     if why:
         meta = _meta_of(_sort_meta, [df._meta], by, index)
         return FrameRoute(_one_task("gpuscale-sort", _whole_sort, [df], (by, index), meta), "one task", why)
-    res = df.set_index(by, shuffle_method=shuffle_method) if index else df.sort_values(by, shuffle_method=shuffle_method)
+    res = (df.set_index(by, shuffle_method=shuffle_method) if index
+           else df.sort_values(by, shuffle_method=shuffle_method))
     return FrameRoute(res, "dask", f"Dask's {'set_index' if index else 'sort_values'} "
                                    f"(shuffle {shuffle_method or 'Dask default'}): several workers or threads")
 

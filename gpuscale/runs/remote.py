@@ -176,7 +176,8 @@ def _record(text: Any):
         return results.Result.model_validate(json.loads(text))
     except ValueError as e:
         raise UserError(f"the cluster's runner sent back a record that does not read as one ({shown(str(e), 120)})",
-                        "check that the cluster's workers run this version of gpuscale, or pass --no-in-cluster") from None
+                        "check that the cluster's workers run this version of gpuscale, or pass "
+                        "--no-in-cluster") from None
 
 
 def _has_client(client_id: str, dask_scheduler=None) -> bool:

@@ -80,7 +80,8 @@ class MapOverlap(UniformMatrix, Workload):
         halo = p.size // 2
         plan_square_chunk(ctx, p.chunk, p.n, p.n, np.dtype(p.dtype).itemsize, minimum=halo)
         ctx.choose("halo", halo, "rule", f"--size {p.size} // 2")
-        ctx.choose("overlap", "auto", "rule", "one padded task when the array is one chunk, else Dask's map_overlap (gpuscale.routes.overlap)")
+        ctx.choose("overlap", "auto", "rule", "one padded task when the array is one chunk, else Dask's "
+                   "map_overlap (gpuscale.routes.overlap)")
 
     def estimate_bytes(self, p, ctx: Context) -> int:
         return sum(self.estimate_memory(p, ctx).values())

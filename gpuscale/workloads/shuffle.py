@@ -118,7 +118,8 @@ class Shuffle(Workload):
 
     def compute(self, df, p, ctx: Context) -> Output:
         from ..routes import dataframe as gdf
-        route = gdf.sort(df, "key", index=p.method == "set_index", shuffle_method=ctx.choices["shuffle_method"]["value"])
+        route = gdf.sort(df, "key", index=p.method == "set_index",
+                         shuffle_method=ctx.choices["shuffle_method"]["value"])
         ctx.decide("sort", route.plan, "rule", route.reason)
         return Output({"result": route.result})
 
