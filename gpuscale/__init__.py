@@ -9,8 +9,8 @@ reads your inputs and writes outputs, ``audit`` and ``trace/`` watch any of it.
 """
 from __future__ import annotations
 
-from ._version import __version__
 from . import config  # noqa: E402,F401  (merges gpuscale.yaml into dask.config first)
+from ._version import __version__
 from .errors import UserError, install_excepthook  # noqa: E402
 
 install_excepthook()  # an uncaught UserError in a script is one line, as on the command line

@@ -519,7 +519,8 @@ def _host_copy_why(conversion: str, recorded: list[dict[str, Any]]) -> str:
         if c["id"] == conversion and c.get("action") == "fallback":
             return f"copied to {c['to_module']} for the {c['function']} at {c['where']}: {c.get('why') or ''}"
         if c["id"] == conversion:
-            return f"written through {c['to_module']} by {c['function']} at {c['where']}: {c.get('why') or ''}".rstrip(": ")
+            return (f"written through {c['to_module']} by {c['function']} at {c['where']}: "
+                    f"{c.get('why') or ''}").rstrip(": ")
     return f"host copies of conversion {conversion}, which another session recorded"
 
 
@@ -527,7 +528,8 @@ def _conversions(raw: dict[str, list[dict]], recorded: list[dict[str, Any]]) -> 
     """The ``conversions`` list: every recorded conversion made during the audit
     (``made_in_audit``) or with blocks converted during it, in the order they were made, with
     the blocks the workers converted during it (``converted_blocks``: a block computed twice
-    counts twice), their host ``bytes`` and the phases; blocks of a conversion the session did not record (another session's) are listed
+    counts twice), their host ``bytes`` and the phases; blocks of a conversion the session did
+    not record (another session's) are listed
     with ``function`` None."""
     done: dict[str, list] = {}
     for phase, reports in raw.items():

@@ -1,4 +1,5 @@
-"""Command line: parse flags, call :mod:`gpuscale.api`, render with :mod:`gpuscale.records.report` and :mod:`gpuscale.trace.render`.
+"""Command line: parse flags, call :mod:`gpuscale.api`, render with :mod:`gpuscale.records.report`
+and :mod:`gpuscale.trace.render`.
 
 Flags map one-to-one onto API keywords (``config.KEYWORDS``); no click object reaches
 library code. Every failure is one line on stderr, ``gpuscale: error: <problem>; <fix>``, with
@@ -18,8 +19,8 @@ from typing import Any
 
 import click
 
-from ._version import __version__
 from . import errors
+from ._version import __version__
 from .errors import UserError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -262,6 +263,7 @@ class BackendName(click.ParamType):
 
     def shell_complete(self, ctx, param, incomplete):
         from click.shell_completion import CompletionItem
+
         from . import backends
         return [CompletionItem(n) for n in [*backends.choices(), *backends.aliases()] if n.startswith(incomplete)]
 
@@ -299,13 +301,17 @@ def cluster_options(f):
         click.option("--gpus", metavar="LIST", help="GPUs to use, e.g. 0,1 (default: all visible)"),
         click.option("--nvlink/--no-nvlink", default=None, help="force UCX NVLink on/off (default: UCX chooses)"),
         click.option("--infiniband/--no-infiniband", default=None, help="force UCX InfiniBand on/off"),
-        click.option("--rmm-pool-size", metavar="SIZE", help="RMM pool per GPU worker: bytes, '40GB', a fraction, or none"),
+        click.option("--rmm-pool-size", metavar="SIZE",
+                     help="RMM pool per GPU worker: bytes, '40GB', a fraction, or none"),
         click.option("--dashboard-address", metavar="HOST:PORT", help="dashboard bind address (default 127.0.0.1:0)"),
-        click.option("--host", metavar="ADDRESS", help="bind address of a cluster started here (default: the protocol's; "
+        click.option("--host", metavar="ADDRESS",
+                     help="bind address of a cluster started here (default: the protocol's; "
                                     "tcp: 127.0.0.1); other hosts reach it there"),
-        click.option("--security", metavar="auto|tls|off", help="auto | tls | off: TLS between client, scheduler and workers "
+        click.option("--security", metavar="auto|tls|off",
+                     help="auto | tls | off: TLS between client, scheduler and workers "
                                         "(auto: on for `cluster up`, off for a run's own loopback cluster)"),
-        click.option("--deploy", metavar="local|ssh|slurm|srun", help="local | ssh | slurm | srun: start the cluster on this machine, over ssh "
+        click.option("--deploy", metavar="local|ssh|slurm|srun",
+                     help="local | ssh | slurm | srun: start the cluster on this machine, over ssh "
                                       "on --ssh-hosts (distributed's SSHCluster), in SLURM jobs (dask-jobqueue's "
                                       "SLURMCluster), or on the tasks of `srun -n N gpuscale ...` (its "
                                       "SLURMRunner: rank 0 scheduler, rank 1 client, others workers)"),
@@ -329,8 +335,10 @@ def cluster_options(f):
 
 
 CLUSTER_KEYS = ("backend", "protocol", "scheduler", "scheduler_file", "workers", "threads_per_worker",
-                "memory_limit", "device_memory_limit", "device_spill", "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "host",
-                "security", "credentials", "trust_cluster_files", "deploy", "ssh_hosts", "slurm_jobs", "message_interval")
+                "memory_limit", "device_memory_limit", "device_spill", "gpus", "nvlink", "infiniband",
+                "rmm_pool_size", "dashboard_address", "host",
+                "security", "credentials", "trust_cluster_files", "deploy", "ssh_hosts", "slurm_jobs",
+                "message_interval")
 AUTO_REPEAT_KEYS = ("target_error", "max_repeats", "max_time")
 PREFLIGHT_KEYS = ("bandwidth_probe",)
 
@@ -418,11 +426,13 @@ def run_params() -> list[click.Parameter]:
     and the run flags (``gpuscale run --help`` lists them)."""
     @cluster_options
     @scheduler_file_option
-    @click.option("--repeat", type=REPEAT, help="timed repeats: a number (default 3) or auto: repeat until the median's "
+    @click.option("--repeat", type=REPEAT,
+                  help="timed repeats: a number (default 3) or auto: repeat until the median's "
                                    "relative error is <= --target-error, capped by --max-repeats / --max-time")
     @click.option("--target-error", "target_error", metavar="PCT",
                   help="--repeat auto: relative standard error of the median to reach (default 2%)")
-    @click.option("--max-repeats", "max_repeats", type=INT, help="--repeat auto: at most this many timed repeats (default 50)")
+    @click.option("--max-repeats", "max_repeats", type=INT,
+                  help="--repeat auto: at most this many timed repeats (default 50)")
     @click.option("--max-time", "max_time", type=FLOAT,
                   help="--repeat auto: at most this many seconds of timed repeats (default 60)")
     @click.option("--warmup", type=INT, help="untimed warm-up runs (default 1)")
@@ -914,6 +924,7 @@ def results_list(directory, as_json):
     """The records under DIR (default: the results dir, ./gpuscale-results), newest first, each
     named by its id (`results show ID`, `results compare ID ID`)."""
     from rich.markup import escape
+
     from .records import report, results
     d = directory or _results_dir()
     recs = results.find(d)

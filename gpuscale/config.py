@@ -19,10 +19,18 @@ import pathlib
 from typing import Any, Literal, Union
 
 import dask.config
-from dask.utils import parse_timedelta
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError,
-                      field_validator, model_validator)
+from dask.utils import parse_timedelta
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .errors import UserError, shown
 
@@ -326,7 +334,8 @@ class RunSettings(_Section):
     def _auto_or_bool(cls, v):
         if isinstance(v, bool) or v == "auto":
             return v
-        words = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+        words = {"true": True, "yes": True, "on": True, "1": True,
+                 "false": False, "no": False, "off": False, "0": False}
         if isinstance(v, str) and v.strip().lower() in words:
             return words[v.strip().lower()]
         raise ValueError("must be auto, true or false")

@@ -3,8 +3,16 @@
 chose (``gpuscale/routes/dataframe.py`` holds them and explains the plans)."""
 from __future__ import annotations
 
-from .routes.dataframe import (AGGREGATIONS, FrameRoute, GroupbyDecision, GroupbyResult,
-                               choose_groupby, groupby_agg, merge, sort)
+from .routes.dataframe import (
+                               AGGREGATIONS,
+                               FrameRoute,
+                               GroupbyDecision,
+                               GroupbyResult,
+                               choose_groupby,
+                               groupby_agg,
+                               merge,
+                               sort,
+)
 
 __all__ = ["groupby_agg", "merge", "sort", "choose_groupby", "GroupbyDecision", "GroupbyResult",
            "FrameRoute", "AGGREGATIONS"]

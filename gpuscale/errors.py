@@ -170,7 +170,8 @@ def interrupt_exit_code(exc: BaseException) -> int:
 def sigterm_raises() -> Iterator[None]:
     """SIGTERM raises :class:`Terminated` in the main thread for the block (so what was being
     started is closed and temp files are removed, not orphaned), SIGHUP :class:`HungUp` (unless
-    ignored, as under ``nohup``), and Ctrl-C its usual KeyboardInterrupt; both quiet the loggers that would print the cut-off work's tracebacks
+    ignored, as under ``nohup``), and Ctrl-C its usual KeyboardInterrupt; both quiet the loggers
+    that would print the cut-off work's tracebacks
     (:func:`quiet_exit_logs`) first. The previous handlers come back after it. Elsewhere than
     the main thread signals cannot be handled: a no-op."""
     if threading.current_thread() is not threading.main_thread():

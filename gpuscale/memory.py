@@ -550,7 +550,8 @@ def killed(workload_name: str, h: dict[str, Any], exc: BaseException) -> UserErr
     task = getattr(exc, "task", None) or "a task"
     tries = getattr(exc, "allowed_failures", None)
     times = f" {tries + 1} time(s)" if isinstance(tries, int) else ""
-    return UserError(f"{workload_name}: the workers running {task} died{times} (a worker past {DEFAULT_FRACTIONS['terminate']:g} of its memory limit is restarted by "
+    return UserError(f"{workload_name}: the workers running {task} died{times} (a worker past "
+                     f"{DEFAULT_FRACTIONS['terminate']:g} of its memory limit is restarted by "
                      f"its nanny){estimate}",
                      "give each worker more memory (--memory-limit), fewer threads per worker, or use smaller "
                      "sizes; the workers' log lines are under logs/ in the results folder")

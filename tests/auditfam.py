@@ -38,6 +38,7 @@ import pandas as pd
 from distributed.protocol import dask_deserialize, dask_serialize
 from distributed.protocol.numpy import deserialize_numpy_ndarray, serialize_numpy_ndarray
 from pydantic import Field, PositiveInt
+
 from gpuscale.backends.family import LossyWriter
 
 ROWS, COLS, CHUNK = 400, 50, 100
@@ -169,6 +170,7 @@ def _untag(x):
 def _register_dispatches() -> None:
     from dask.array.dispatch import concatenate_lookup, einsum_lookup, tensordot_lookup
     from dask.dataframe.dispatch import meta_nonempty
+
     from gpuscale.backends.convert import to_host
 
     concatenate_lookup.register(TagArray)(
@@ -282,6 +284,7 @@ def reader_family():
 def register_reader() -> None:
     """Register the auditreader family and the ``auditfam`` Dask DataFrame backend (idempotent)."""
     from dask.dataframe.dask_expr._backends import dataframe_creation_dispatch
+
     from gpuscale import backends
     register_device()
     dataframe_creation_dispatch.register_backend("auditfam", _dataframe_backend())
@@ -297,6 +300,7 @@ def unregister_reader() -> None:
 def register_device() -> None:
     """Register the auditdevice family and the ``auditfam`` Dask array backend (idempotent)."""
     from dask.array.backends import array_creation_dispatch
+
     from gpuscale import backends
     array_creation_dispatch.register_backend("auditfam", _backend_entrypoint())
     backends.register(device_family())

@@ -128,8 +128,8 @@ def files_under(path: pathlib.Path) -> list[pathlib.Path]:
 def produce(session, name, **params):
     """Plan, generate and compute one workload by hand, data and output persisted as the
     runner does: (workload, params, context, data, Output)."""
-    from gpuscale.runs import runner
     from gpuscale import workloads
+    from gpuscale.runs import runner
     from gpuscale.workloads import Output
     cls = workloads.get(name)
     wl, p = cls(), cls.parse(params)

@@ -15,14 +15,16 @@ parts gain ``validation`` (the full check's concatenated frame) and merge's P2P 
 (inputs, the P2P shards, results) and a working set; and every plan and run gains the
 ``session`` scope (the shuffle method the session applies to user code) and the setting
 ``session.shuffle-method`` (default) in ``settings_sources``; and the setting
-``cluster.trust-files`` (default) in ``settings_sources``. ``tests/test_explained.py`` compares today's output with it. Regenerate only for
+``cluster.trust-files`` (default) in ``settings_sources``. ``tests/test_explained.py`` compares
+today's output with it. Regenerate only for
 an intended change of output:
 
     python tests/explained_cases.py  > tests/data/explained.json
 
 Facts of the machine are masked (:func:`normalize`) so the file holds on any host with the
 same core count: sizes (``12.3 GiB``, byte counts of memory limits) and where the packaged
-profiles are (``<profiles>/gpu-tcp.yaml``: the checkout's clusters/ or an installed copy). The core count stays: the thread layout is what is compared.
+profiles are (``<profiles>/gpu-tcp.yaml``: the checkout's clusters/ or an installed copy). The
+core count stays: the thread layout is what is compared.
 """
 from __future__ import annotations
 
@@ -108,7 +110,8 @@ def normalize(obj: Any, key: str | None = None) -> Any:
         return [normalize(v, key) for v in obj]
     if isinstance(obj, str):
         text = _TARGET.sub("= <fraction> (at least",
-                           _SIZE.sub("<size>", _PROFILE.sub(r"<profiles>/\1", obj.replace(sys.executable, "<python>").replace(REPO, "<repo>"))))
+                           _SIZE.sub("<size>", _PROFILE.sub(r"<profiles>/\1", obj.replace(sys.executable, "<python>")
+                                                            .replace(REPO, "<repo>"))))
         return _CAPPED_BLOCK.sub(r"\1<n>", text) if "capped at <size> by worker memory" in text else text
     if isinstance(obj, float) and key in _FRACTION_KEYS:
         return "<fraction>"

@@ -11,7 +11,6 @@ import numpy as np
 
 import gpuscale
 
-
 SLOWDOWN = {"value": 0.0}
 
 

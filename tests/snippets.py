@@ -218,7 +218,8 @@ def read_csv_groupby(d):
 
 # dask/dask-examples, dataframes/01-data-access.ipynb @ 5a9bd2b15084822bae2a403f06ed64dd41dc70a3,
 # cells 5, 24, 30: the same data as Parquet (pyarrow), read back with two columns only.
-@snippet("read_parquet_columns", EXAMPLES, "dataframes/01-data-access.ipynb", "5a9bd2b15084822bae2a403f06ed64dd41dc70a3",
+@snippet("read_parquet_columns", EXAMPLES, "dataframes/01-data-access.ipynb",
+         "5a9bd2b15084822bae2a403f06ed64dd41dc70a3",
          "5, 24, 30", TS_ROWS)
 def read_parquet_columns(d):
     df = _timeseries()

@@ -13,19 +13,18 @@ import pathlib
 import subprocess
 import sys
 
+import auditfam
 import dask.array as da
 import numpy as np
 import pandas as pd
 import pytest
+from auditfam import CHUNK_BYTES, NCHUNKS
+from conftest import _clean_environ, files_under
 from distributed import wait
 
 import gpuscale
 from gpuscale import UserError, audit
 from gpuscale.records import report, results
-
-import auditfam
-from auditfam import CHUNK_BYTES, NCHUNKS
-from conftest import _clean_environ, files_under
 
 TESTS = pathlib.Path(__file__).resolve().parent
 QUICK = dict(repeat=2, warmup=0)

@@ -10,9 +10,9 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import gpu_probe
 
 from gpuscale import UserError, backends
-from conftest import gpu_probe
 
 GPU_USABLE = gpu_probe()[0]
 no_gpu_here = pytest.mark.skipif(GPU_USABLE, reason="checks the no-GPU behaviour")

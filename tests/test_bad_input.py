@@ -3,10 +3,10 @@ traceback, and no result file; through the real CLI (and a few through the API).
 from __future__ import annotations
 
 import pytest
+from conftest import files_under, gpu_probe
 
 import gpuscale
 from gpuscale import UserError
-from conftest import files_under, gpu_probe
 
 GPU_USABLE = gpu_probe()[0]
 SMALL_SVD = ("run", "svd", "--rows", "1000", "--cols", "10", "--repeat", "1", "--warmup", "0")

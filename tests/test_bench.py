@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import math
-import pathlib
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
-
 from conftest import REPO, _clean_environ
+
 from gpuscale import UserError
 from gpuscale.records import charts, compare, folder, results, table
 from gpuscale.runs import bench

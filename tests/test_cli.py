@@ -5,9 +5,9 @@ import json
 import pathlib
 
 import pytest
+from conftest import files_under
 
 import gpuscale
-from conftest import files_under
 
 
 def only_json(stdout: str):
@@ -206,6 +206,7 @@ def test_the_trackers_leak_warning_shows_under_gpuscale_debug(debug, shown):
     reported by the tracker; without it the CLI hides the warning (an on-purpose stop's)."""
     import subprocess
     import sys
+
     from conftest import _clean_environ
     p = subprocess.run([sys.executable, "-c", LEAK], capture_output=True, text=True, timeout=120,
                        env=_clean_environ({"GPUSCALE_DEBUG": debug}))
@@ -234,6 +235,7 @@ def test_an_error_still_reaches_stderr_while_dask_logs_go_to_the_file(tmp_path):
 def _groups():
     """Every group of the command line, by its words after ``gpuscale`` ("" is gpuscale itself)."""
     import click
+
     from gpuscale.cli import cli
     return [""] + sorted(name for name, c in cli.commands.items() if isinstance(c, click.Group))
 

@@ -111,7 +111,7 @@ def test_explain_shows_every_knob_and_param_whole(cli):
     for name, value in d["params"].items():
         on_a_line(lines, f"{name}={value}")
     for scope, items in d["explained"].items():
-        for name, e in items.items():
+        for name in items:
             assert [ln for ln in lines if ln.split()[:1] == [f"{scope}.{name}"]], name
 
 

@@ -22,10 +22,10 @@ import urllib.request
 
 import psutil
 import pytest
-
-import gpuscale
 from browser import assert_task_stream, render_performance_report
 from conftest import _clean_environ, clean_gpuscale_env, files_under
+
+import gpuscale
 from gpuscale import api
 
 SMALL_SVD = ("svd", "--rows", "20000", "--cols", "20", "--repeat", "1", "--warmup", "0")

@@ -8,8 +8,8 @@ import dataclasses
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
-from distributed import futures_of
 import pytest
+from distributed import futures_of
 
 from gpuscale import UserError, backends
 from gpuscale.routes import dataframe as gdf
@@ -219,8 +219,9 @@ def _one_thread_worker_frames(seed: int, keys: int, rows: int):
     """A CPU session of one worker with one thread, and two frames persisted on it: (session,
     left, right, their Dask frames). ``left`` has ``rows`` rows of ``keys`` keys; ``right`` one
     row per key."""
-    import gpuscale
     from distributed import wait
+
+    import gpuscale
     rng = np.random.default_rng(seed)
     left = pd.DataFrame({"key": rng.integers(0, keys, rows), "x": rng.random(rows)})
     right = pd.DataFrame({"key": np.arange(keys), "y": rng.random(keys)})
@@ -257,6 +258,7 @@ def test_a_one_task_route_is_submitted_with_its_wrappers_and_its_answer():
     running :func:`gdf._apply` with the finishing wrapper inside it, and the answer is pandas'.
     A frame over lazy inputs is left to Dask's persist."""
     from dask.dataframe.dask_expr._collection import new_collection
+
     from gpuscale.runs import runner
     with _one_thread_worker_frames(2, 300, 4_000) as (s, left, right, dl, dr):
         route = gdf.groupby_agg(dl, "key", {"x": ["sum", "max"]}, groups=300, threads=1).result
@@ -328,8 +330,9 @@ def test_sort_is_dasks_default_and_asked_for_sorts_every_plan(frame, ddf):
             pd.testing.assert_frame_equal(got, frame.groupby("key").agg(SPEC), check_exact=False, rtol=1e-12)
     with pytest.raises(UserError, match="sort=True needs the result in one partition"):
         gdf.groupby_agg(ddf, "key", SPEC, split_out=2, sort=True)
-    import gpuscale
     from distributed import wait
+
+    import gpuscale
     with gpuscale.session(backend="cpu", workers=2, threads_per_worker=1) as s, s.client.as_current():
         held = s.client.persist(ddf)
         wait(held)

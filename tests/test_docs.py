@@ -15,11 +15,10 @@ import subprocess
 import sys
 
 import pytest
+from conftest import _clean_environ
 
 from gpuscale import config, errors
 from gpuscale.records.results import Result
-
-from conftest import _clean_environ
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import pathlib
 
+import explained_cases as cases
 import pytest
 
-import explained_cases as cases
 from gpuscale import machine
 
 GOLDEN = json.loads((pathlib.Path(__file__).parent / "data" / "explained.json").read_text())
@@ -62,7 +62,8 @@ def test_explain_lays_out_each_ssh_host_from_the_spec(cli):
                     cluster_settings={"deploy": "ssh", "ssh_hosts": "a,b", "security": "off",
                                       "device_memory_limit": "30GB", "rmm_pool_size": "20GB"})
     b = g["per_host"]["b"]
-    assert b["worker_class"] == "dask_cuda.CUDAWorker" and b["workers"] == "1 x dask_cuda.CUDAWorker: one worker per GPU of b"
+    assert b["worker_class"] == "dask_cuda.CUDAWorker"
+    assert b["workers"] == "1 x dask_cuda.CUDAWorker: one worker per GPU of b"
     assert b["device_memory_limit"] == "30GB" == g["cluster"]["kwargs"]["worker_options"]["device_memory_limit"]
     assert b["rmm_pool_size"] == "20GB" and b["tls"] is False
     assert b["transports"] == {"selection": "automatic (UCX chooses)"}

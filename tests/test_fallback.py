@@ -12,22 +12,23 @@ import pathlib
 import sys
 import warnings
 
+import auditfam
 import dask
 import dask.dataframe as dd
 import pandas as pd
 import pytest
-
-import auditfam
-import gpuscale
 import snippets
+
+import gpuscale
 from gpuscale.backends import _dask_private, host_collections
-from gpuscale.records import report
 from gpuscale.backends.fallback import FallbackWarning
 from gpuscale.errors import UserError
+from gpuscale.records import report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflows"))  # before any worker starts: they unpickle the queries' functions
 import queries  # noqa: E402
+
 SESSION = {"workers": 2, "threads_per_worker": 1}
 UNSUPPORTED = "rename,groupby.size,loc"
 

@@ -25,8 +25,8 @@ import time
 
 import psutil
 import pytest
-
 from conftest import _clean_environ, files_under
+
 from gpuscale import errors
 
 pytestmark = pytest.mark.timeout(240)
@@ -137,7 +137,8 @@ class Proc:
                 self.p.wait(timeout=10)
             for t in self._threads:
                 t.join(timeout=5)
-            raise AssertionError(f"no exit within {timeout} s; its threads then:\n" + "".join(self.err)[-20000:]) from None
+            raise AssertionError(f"no exit within {timeout} s; its threads then:\n"
+                                 + "".join(self.err)[-20000:]) from None
         for t in self._threads:
             t.join(timeout=10)
         return rc
@@ -703,6 +704,7 @@ def test_a_sigterm_landing_as_the_temp_file_is_made_leaves_nothing(tmp_path):
     """The CI failure: SIGTERM sent the moment the temp file appeared, before its name reached
     the cleanup. Here it is sent from inside mkstemp's own open (the worst moment)."""
     import tempfile
+
     from gpuscale.records import atomic
     real_mkstemp = tempfile.mkstemp
 
@@ -761,8 +763,9 @@ def test_a_quiet_run_flags_no_repeat(shared_cluster):
 def test_another_clients_tasks_flag_the_repeats_that_saw_them(shared_cluster):
     import statistics
 
-    import gpuscale
     from distributed import Client
+
+    import gpuscale
     addr, _ = shared_cluster
     stop, done = threading.Event(), []
 

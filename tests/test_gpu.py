@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import gpuscale
-from gpuscale.routes import linalg
 from gpuscale import machine
+from gpuscale.routes import linalg
 
 pytestmark = pytest.mark.gpu
 

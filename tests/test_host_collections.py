@@ -19,6 +19,7 @@ import threading
 import traceback
 import warnings
 
+import auditfam
 import dask
 import dask.array as da
 import dask.dataframe as dd
@@ -28,7 +29,6 @@ import pytest
 from dask.sizeof import sizeof
 from distributed import wait
 
-import auditfam
 import gpuscale
 from gpuscale import backends, config
 from gpuscale.backends import host_collections as hc
@@ -263,7 +263,8 @@ def test_lossy_writer_each_mode(device, tmp_path):
         assert conv["converted_blocks"] == 2 and conv["bytes"] > 0 and "9 significant digits" in conv["why"]
         assert conv["why"].endswith("columns x")  # k is int64: kept whole by any writer
         # the host copies (their task names are Dask's fusion's) are allowed, with the reason
-        assert a.summary["clean"] and [(r["type"], r["tasks"]) for r in a.summary["allowed"]] == [("pandas.DataFrame", 2)]
+        assert a.summary["clean"]
+        assert [(r["type"], r["tasks"]) for r in a.summary["allowed"]] == [("pandas.DataFrame", 2)]
         assert f"dask.dataframe.to_csv at {HERE}:{line}" in a.summary["allowed"][0]["allowed"]
         with hc.scope(device, "warn"), warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
@@ -276,7 +277,8 @@ def test_lossy_writer_each_mode(device, tmp_path):
             with pytest.raises(UserError, match="session.host-collections is strict") as err:
                 sline = here() + 1
                 ddf.to_csv(str(tmp_path / "strict-*.csv"))
-        assert str(err.value).startswith(f"{HERE}:{sline}: dask.dataframe.to_csv") and not list(tmp_path.glob("strict-*"))
+        assert str(err.value).startswith(f"{HERE}:{sline}: dask.dataframe.to_csv")
+        assert not list(tmp_path.glob("strict-*"))
         with hc.scope(device, "off"):
             ddf.to_csv(str(tmp_path / "off" / "*.csv"), index=False)
         with s.audit(phase="ints") as b:

@@ -13,13 +13,12 @@ import sys
 import time
 
 import pytest
+from conftest import _clean_environ, files_under
 from distributed import Client, LocalCluster, WorkerPlugin
 
 import gpuscale
 from gpuscale import UserError, api
 from gpuscale.runs import remote
-
-from conftest import _clean_environ, files_under
 
 SMALL = dict(rows=20_000, keys=100, repeat=2, warmup=0)
 
@@ -38,7 +37,8 @@ def _scheduler_clients(client) -> set[str]:
 
 def test_run_against_a_running_scheduler_runs_on_a_worker(cluster, results_dir):
     addr, pids, _ = cluster
-    r = gpuscale.run("groupby", backend="cpu", cluster_settings={"scheduler": addr}, results_dir=str(results_dir), **SMALL)
+    r = gpuscale.run("groupby", backend="cpu", cluster_settings={"scheduler": addr},
+                     results_dir=str(results_dir), **SMALL)
     assert r.valid is True and len(r.times_s) == 2
     runner = r.info["runner"]
     assert runner["where"] == "cluster"
@@ -87,7 +87,8 @@ def test_the_runner_sends_its_record_back_as_json_text(cluster):
 
 def test_no_in_cluster_keeps_the_runner_here(cluster):
     addr, _, _ = cluster
-    r = gpuscale.run("groupby", backend="cpu", cluster_settings={"scheduler": addr}, in_cluster=False, write=False, **SMALL)
+    r = gpuscale.run("groupby", backend="cpu", cluster_settings={"scheduler": addr}, in_cluster=False,
+                     write=False, **SMALL)
     assert r.valid and r.info["runner"] == {"where": "client", "worker": None}
     assert r.explained["cluster"]["runner"] == {
         "value": "client", "source": "flag",
@@ -102,7 +103,8 @@ def test_workers_of_another_gpuscale_version(cluster, monkeypatch):
     rule = r.explained["cluster"]["runner"]["rule"]
     assert "the workers have gpuscale" in rule and "0.0.0+other" in rule and "stays in this process" in rule
     with pytest.raises(UserError, match=r"--in-cluster: the workers have gpuscale .*install the same gpuscale"):
-        gpuscale.run("groupby", backend="cpu", cluster_settings={"scheduler": addr}, in_cluster=True, write=False, **SMALL)
+        gpuscale.run("groupby", backend="cpu", cluster_settings={"scheduler": addr}, in_cluster=True,
+                     write=False, **SMALL)
 
 
 def test_placement_rules(cluster, tmp_path):

@@ -139,7 +139,8 @@ def test_the_walk_sees_function_level_imports_and_circles(tmp_path):
     (pkg / "a.py").write_text("from . import b\n")
     (pkg / "b.py").write_text("def f():\n    from .sub import c\n    return c\n")
     (pkg / "sub" / "__init__.py").write_text("")
-    (pkg / "sub" / "c.py").write_text("import importlib\n\ndef g():\n    return importlib.import_module('gpuscale.a')\n")
+    (pkg / "sub" / "c.py").write_text(
+        "import importlib\n\ndef g():\n    return importlib.import_module('gpuscale.a')\n")
     graph = edges(modules(pkg))
     assert graph["gpuscale.b"] == {"gpuscale.sub.c": 2}
     assert circles(graph) == [["gpuscale.a", "gpuscale.b", "gpuscale.sub.c"]]

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import dask.array as da
-from distributed import wait
 import numpy as np
+from distributed import wait
 
 import gpuscale
 from gpuscale.routes import locality
@@ -80,10 +80,11 @@ def test_routes_name_their_tasks_apart_for_a_lazy_collection_and_its_persisted_s
     """Dask names a persisted collection like its lazy self; a route's keys over the two must
     differ, or a scheduler that still knows the old keys keeps their old tasks (found on a GPU:
     an SVD over the persisted array re-ran the lazy host-to-device conversion every repeat)."""
-    import pandas as pd
     import dask.dataframe as dd
-    from gpuscale.routes import dataframe as gdf
+    import pandas as pd
+
     from gpuscale.backends.convert import from_memory
+    from gpuscale.routes import dataframe as gdf
     client = cpu_session.client
     x = from_memory(np.random.default_rng(3).standard_normal((3000, 8)), cpu_session.family, chunks=(700, 8))
     xp = client.persist(x)
@@ -109,10 +110,11 @@ def test_routes_name_their_tasks_apart_for_a_lazy_collection_and_its_persisted_s
 def test_in_memory_reads_a_persisted_frame_through_its_futures(cpu_session):
     """A persisted DataFrame's keys are aliases of its futures' keys; the per-worker groupby
     reads the futures directly, so the scheduler runs no alias tasks before it."""
-    import pandas as pd
     import dask.dataframe as dd
+    import pandas as pd
     from dask._task_spec import Alias
     from distributed import futures_of, get_task_stream
+
     from gpuscale.routes import dataframe as gdf
     client = cpu_session.client
     frame = pd.DataFrame({"k": np.arange(6000) % 1500, "v": np.arange(6000.0)})

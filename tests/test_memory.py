@@ -15,10 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import files_under
 
 import gpuscale
-
-from conftest import files_under
 
 ONE = ("--backend", "cpu", "--workers", "1", "--threads-per-worker", "1", "--repeat", "1", "--warmup", "0")
 MB = 10**6
@@ -514,7 +513,8 @@ def test_run_refuses_what_explain_refuses_before_its_cluster_starts(cli, tmp_pat
     started = time.monotonic()
     p = cli("run", *flags, "--results-dir", tmp_path / "res", timeout=120)
     assert p.returncode == 2, p.stderr[-3000:]
-    assert p.stderr.splitlines() == ["gpuscale: error: " + said[0].removeprefix("the run would stop before starting work: ")]
+    assert p.stderr.splitlines() == [
+        "gpuscale: error: " + said[0].removeprefix("the run would stop before starting work: ")]
     assert time.monotonic() - started < 30 and files_under(tmp_path / "res") == []
 
 
@@ -522,7 +522,8 @@ def test_worker_limits_adding_up_past_the_machine_are_refused(cli):
     from gpuscale import machine
     quarter = str(machine.cpu()["memory_bytes"] // 4)
     for command in ("explain", "run"):
-        p = cli(command, "transpose_sum", "--backend", "cpu", "--n", "2000", "--workers", "8", "--memory-limit", quarter)
+        p = cli(command, "transpose_sum", "--backend", "cpu", "--n", "2000", "--workers", "8",
+                "--memory-limit", quarter)
         assert p.returncode == 2, p.stderr
         lines = p.stderr.splitlines()
         assert len(lines) == 1 and "more than this machine's" in lines[0] and "8 worker(s) x" in lines[0], p.stderr
@@ -534,8 +535,8 @@ def test_workers_killed_under_a_task_end_in_one_line(tmp_path):
     import importlib
 
     import dask
-
     import hungry
+
     from gpuscale.workloads import registry
 
     if registry.registered("hungry") is None:

@@ -17,9 +17,8 @@ import sys
 import tempfile
 import time
 
-import pytest
-
 import netns
+import pytest
 from conftest import _clean_environ
 
 WHY = netns.unavailable()

@@ -16,13 +16,12 @@ import sysconfig
 import dask.array as da
 import numpy as np
 import pytest
+from conftest import files_under
 from pydantic import Field
 
 import gpuscale
 from gpuscale import UserError, workloads
 from gpuscale.workloads import Check, Output, Params, Validation, Workload
-
-from conftest import files_under
 
 PLUGIN_SRC = pathlib.Path(__file__).parent / "plugin_pkg"
 QUICK = dict(repeat=1, warmup=0)
@@ -161,13 +160,70 @@ def test_decorator_refusals(registered):
         gpuscale.workload("nb_novalidate")(lambda x: x)
     with pytest.raises(UserError, match=r"already exists .*; choose another name, or pass replace=True"):
         gpuscale.workload("svd", validate=lambda r: True)(lambda x: x)
-    with pytest.raises(UserError, match=r"\['workers'\] clash with gpuscale's own flags"):
+    with pytest.raises(UserError, match=r"parameter 'workers' is gpuscale's own keyword"):
         gpuscale.workload("nb_reserved", params={"workers": 2}, validate=lambda r: True)(lambda x: x)
     with pytest.raises(UserError, match="has default None"):
         gpuscale.workload("nb_none", params={"k": None}, validate=lambda r: True)(lambda x: x)
     with pytest.raises(UserError, match="collection must be 'array' or 'dataframe'"):
         gpuscale.workload("nb_coll", collection="table", validate=lambda r: True)(lambda x: x)
     assert "nb_novalidate" not in workloads.names() and workloads.get("svd").__module__ == "gpuscale.workloads.svd"
+
+
+@pytest.mark.parametrize("name", ["audit", "data", "validate", "output", "overwrite", "min_repeats"])
+def test_a_parameter_named_like_a_run_keyword_is_refused_at_declaration_in_one_line(registered, name):
+    """``s.run("w", audit=False)`` binds ``audit`` to Session.run's own keyword, never to the
+    workload: such a parameter is refused when the workload is declared, naming it and the fix."""
+    registered.append("nb_shadow")
+    with pytest.raises(UserError) as e:
+        gpuscale.workload("nb_shadow", params={name: 1, "n": 2}, validate=lambda r: True)(lambda x: x)
+    line = str(e.value)
+    assert "\n" not in line
+    assert line == (f"workload 'nb_shadow': parameter '{name}' is gpuscale's own keyword (Session.run / "
+                    f"gpuscale.run / the run flags), so it could never be set; "
+                    f"rename it (e.g. '{name}' -> 'my_{name}')"), line
+    assert workloads.registry.registered("nb_shadow") is None
+
+
+def test_a_workload_subclass_with_a_run_keyword_parameter_is_refused_too(registered):
+    registered.append("nb_shadow_cls")
+
+    class P(Params):
+        audit: bool = True
+
+    with pytest.raises(UserError, match="parameter 'audit' is gpuscale's own keyword"):
+        @gpuscale.workload("nb_shadow_cls", params=P)
+        class Shadow(Workload):
+            def compute(self, data, p, ctx):
+                return data
+
+            def validate(self, result, data, p, ctx):
+                return Validation([])
+    assert workloads.registry.registered("nb_shadow_cls") is None
+
+
+def test_every_run_and_settings_keyword_is_reserved():
+    """Every keyword that sits beside a workload's ``**params`` (Session.run, Session.record,
+    gpuscale.run, gpuscale.explain) and every setting keyword is reserved: a keyword added there
+    later cannot be shadowed by a workload parameter."""
+    import inspect
+
+    from gpuscale import api, config
+    from gpuscale.runs.session import Session
+    from gpuscale.workloads.decorator import reserved
+    keywords = set(config.KEYWORDS)
+    for fn in (Session.run, Session.record, api.run, api.explain):
+        keywords |= {n for n, prm in inspect.signature(fn).parameters.items()
+                     if n != "self" and prm.kind is not prm.VAR_KEYWORD}
+    assert {"audit", "data", "validate", "output", "overwrite", "min_repeats"} <= keywords
+    assert keywords <= reserved(), sorted(keywords - reserved())
+
+
+def test_builtin_workloads_still_register_with_no_reserved_parameter():
+    from gpuscale.workloads.decorator import reserved
+    for name in workloads.names():
+        cls = workloads.get(name)
+        assert cls.name == name
+        assert not set(cls.Params.model_fields) & reserved(), name
 
 
 def test_decorating_again_replaces_the_notebooks_own(registered):

@@ -16,9 +16,9 @@ import sys
 import time
 
 import pytest
+from conftest import _clean_environ
 
 import gpuscale
-from conftest import _clean_environ
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -350,7 +350,8 @@ def test_the_record_names_the_transport_per_worker_pair_or_per_host_pair():
     one entry per host pair and per host beyond that."""
     from gpuscale.cluster import preflight
     peers = {"0": [1], "1": [0], "2": []}
-    few = {f"ucx://10.0.0.1:{p}": {"gpu": g, "nvlink_peers": peers, "infiniband": []} for p, g in ((1, 0), (2, 1), (3, 2))}
+    few = {f"ucx://10.0.0.1:{p}": {"gpu": g, "nvlink_peers": peers, "infiniband": []}
+           for p, g in ((1, 0), (2, 1), (3, 2))}
     got = preflight.pairs(sorted(few), few)
     assert got["by"] == "worker" and len(got["pairs"]) == 3
     labels = {tuple(p["between"]): p["label"] for p in got["pairs"]}

@@ -32,7 +32,8 @@ def test_a_piped_run_says_every_phase_its_runs_and_what_is_left(cli, results_dir
     assert set(PHASES) <= phases, phases
     runs = [x for x in said if re.search(r": (warm-up 1 of 1|timed repeat [12] of 2), [0-2]/3 runs, ", x)]
     assert runs, said
-    bad = [x for x in runs if not re.search(r", [\d.hms ]+ elapsed, (about [\d.hms ]+ left before validation|left unknown)$", x)]
+    bad = [x for x in runs
+           if not re.search(r", [\d.hms ]+ elapsed, (about [\d.hms ]+ left before validation|left unknown)$", x)]
     assert not bad, bad
     # the plan before the work, its estimate once the first run ended (a time measured, not assumed)
     first = next(i for i, x in enumerate(lines) if "generate" in x or "warm-up" in x)

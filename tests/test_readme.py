@@ -9,11 +9,10 @@ import subprocess
 import sys
 
 import pytest
+from conftest import _clean_environ
 
 from gpuscale import cli as cli_mod
 from gpuscale import config, workloads
-
-from conftest import _clean_environ
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()

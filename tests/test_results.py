@@ -129,6 +129,7 @@ def test_time_split_names_the_workers_compute(cpu_session, tmp_path):
     task stream), transfers and the rest: a workload whose 4 blocks each sleep 0.15 s on 2
     single-threaded workers computes ~0.3 s of wall time per repeat."""
     import dask.array as da
+
     import gpuscale
 
     @gpuscale.workload("sleepy_blocks", params={"seconds": 0.15}, validate=lambda result, x, p: True,

@@ -5,12 +5,13 @@ longer live once its cluster has closed. Real processes and real clusters."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
-
 from conftest import _clean_environ
+from distributed.deploy.utils import nprocesses_nthreads
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,15 +36,12 @@ def test_cluster_show_and_run_plan_the_same_layout(cli, flags):
 
 
 def test_a_cluster_for_any_work_is_laid_out_as_plain_dask_lays_out_its_local_cluster(cli):
-    import os
-
-    from distributed.deploy.utils import nprocesses_nthreads
     show = ok_json(cli("cluster", "show", "--backend", "cpu", "--json"))["spec"]
     assert (show["workers"], show["threads_per_worker"]) == nprocesses_nthreads(len(os.sched_getaffinity(0)))
 
 
 def test_cluster_up_and_run_build_the_same_cluster_and_the_record_says_so(cli, tmp_path):
-    """No layout flag but `--for array`: `cluster up` and `run svd` start the same workers x threads;
+    """`cluster up --for array` and `run svd` start the same workers x threads;
     the record's knobs.threads_per_worker is the cluster's; its dashboard link is marked live
     only while its cluster is up."""
     up = subprocess.Popen([sys.executable, "-m", "gpuscale", "cluster", "up", "--backend", "cpu", "--for", "array",
@@ -83,8 +81,9 @@ def test_cluster_up_and_run_build_the_same_cluster_and_the_record_says_so(cli, t
 
 
 def test_rendered_record_says_the_link_was(cli, tmp_path):
-    from gpuscale.records import report, results
     from rich.console import Console
+
+    from gpuscale.records import report, results
     res = tmp_path / "res"
     rec = ok_json(cli(*SVD, "--backend", "cpu", "--workers", "1", "--threads-per-worker", "1", "--json",
                       "--results-dir", res))

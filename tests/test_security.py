@@ -14,12 +14,12 @@ import sys
 import tempfile
 
 import pytest
+from conftest import _clean_environ, files_under
+from test_dashboard import CPU2, SMALL_SVD, Proc, assert_one_error_line, wait_gone
 
 import gpuscale
-from conftest import _clean_environ, files_under
 from gpuscale import UserError, api
 from gpuscale.cluster import security
-from test_dashboard import CPU2, SMALL_SVD, Proc, assert_one_error_line, wait_gone
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -166,7 +166,8 @@ def test_a_client_without_the_credentials_is_refused(served, cli):
     assert_one_error_line(cli("run", *SMALL_SVD, "--scheduler", d["scheduler"], timeout=60),
                           "accepts TLS clients only", "--credentials")
     plain = "tcp://" + d["scheduler"].split("://", 1)[1]
-    p = cli("run", *SMALL_SVD, "--scheduler", plain, "--no-in-cluster", env={"DASK_GPUSCALE__CLUSTER__CONNECT_TIMEOUT": "3"},
+    p = cli("run", *SMALL_SVD, "--scheduler", plain, "--no-in-cluster",
+            env={"DASK_GPUSCALE__CLUSTER__CONNECT_TIMEOUT": "3"},
             timeout=90)
     assert_one_error_line(p, "no scheduler answered", "TLS")
     # Dask's own client with credentials of its own (another CA) is refused by the handshake

@@ -13,12 +13,11 @@ import sys
 import tempfile
 
 import pytest
-
-from gpuscale import UserError, trust
-
 from conftest import _clean_environ
 from test_dashboard import Proc, assert_one_error_line
 from test_security import _other_uid
+
+from gpuscale import UserError, trust
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -229,7 +228,8 @@ def test_a_profile_others_can_write_is_used_with_a_warning(shared, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("gpuscale: warning: profile ") and "uid 65534" in lines[0], p.stderr
     mine = tmp_path / "mine.yaml"
     mine.write_text("version: 1\ngpuscale:\n  cluster:\n    workers: 3\n")
-    p = subprocess.run([sys.executable, "-m", "gpuscale", "cluster", "show", "--backend", "cpu", "--profile", str(mine)],
+    p = subprocess.run([sys.executable, "-m", "gpuscale", "cluster", "show", "--backend", "cpu",
+                        "--profile", str(mine)],
                        capture_output=True, text=True, timeout=60, cwd=str(tmp_path), env=_clean_environ())
     assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
 

@@ -386,7 +386,7 @@ def _command_parses(words: list[str]) -> None:
 def test_compose_cpu_services():
     services = compose(COMPOSE)["services"]
     assert set(services) == {"scheduler", "worker", "run"}
-    for name, svc in services.items():
+    for svc in services.values():
         assert (COMPOSE.parent / svc["build"]["context"]).resolve() == REPO
         assert svc["build"]["dockerfile"] == "docker/Dockerfile.cpu" and svc["image"] == "gpuscale:cpu"
         assert not svc.get("privileged") and str(svc.get("user", "10001")).split(":")[0] not in ("0", "root")

@@ -20,7 +20,6 @@ import tempfile
 import time
 
 import pytest
-
 from conftest import _clean_environ
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")

@@ -17,13 +17,13 @@ from __future__ import annotations
 import os
 import time
 
+import auditfam
 import dask
 import pytest
-
-import auditfam
-import gpuscale
 import snippets
 from snippets import SNIPPETS, same
+
+import gpuscale
 
 SESSION = {"workers": 2, "threads_per_worker": 1}
 

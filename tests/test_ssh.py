@@ -15,9 +15,8 @@ import sys
 import tempfile
 import time
 
-import pytest
-
 import netns
+import pytest
 from conftest import _clean_environ
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"

@@ -22,12 +22,12 @@ import pathlib
 import shutil
 
 import pytest
+from conftest import files_under
 from dask.utils import format_bytes
 
 import gpuscale
 from gpuscale import UserError, trace
 from gpuscale.records.report import _fmt_s
-from conftest import files_under
 
 SPAN_TOLERANCE = 0.05
 CLOCK_SLACK_S = 0.005  # the phase marks vs the runner's own perf_counter timings
@@ -346,7 +346,7 @@ def test_error_inside_a_capture_writes_nothing(cpu_session, tmp_path):
     with pytest.raises(ZeroDivisionError):
         with cpu_session.trace(str(tmp_path / "t" / "broken")):
             da.ones(10, chunks=5).sum().compute()
-            1 / 0
+            1 / 0  # noqa: B018 - the error inside the block
     assert list(tmp_path.iterdir()) == []  # no folder, no temporary sibling, no created parent
     assert not any(n.startswith("gpuscale-trace-") for n in cpu_session.client.run(
         lambda dask_worker: list(dask_worker.plugins)).popitem()[1])  # the sampler was removed

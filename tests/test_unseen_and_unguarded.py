@@ -16,11 +16,10 @@ import time
 
 import numpy as np
 import pytest
+from conftest import _clean_environ
 
 from gpuscale import audit
 from gpuscale.records import report
-
-from conftest import _clean_environ
 
 
 def _slow_identity(block):

@@ -13,15 +13,14 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import files_under, gpu_probe
+from test_bad_input import assert_refused
 
 import gpuscale
 from gpuscale import UserError, workloads
-from gpuscale.routes import dataframe, linalg
 from gpuscale.data import inputs, outputs
+from gpuscale.routes import dataframe, linalg
 from gpuscale.workloads import Output
-from conftest import files_under, gpu_probe
-
-from test_bad_input import assert_refused
 
 GPU_USABLE = gpu_probe()[0]
 QUICK = {"repeat": 1, "warmup": 0}
@@ -138,7 +137,8 @@ def test_groupby_agg_without_a_client(sales):
 def test_modules_import_no_gpu_library():
     import subprocess
     import sys
-    code = ("import sys, gpuscale.routes.linalg, gpuscale.routes.dataframe, gpuscale.data.inputs, gpuscale.data.outputs, "
+    code = ("import sys, gpuscale.routes.linalg, gpuscale.routes.dataframe, gpuscale.data.inputs, "
+            "gpuscale.data.outputs, "
             "gpuscale.workloads.svd, gpuscale.workloads.groupby; "
             "print([m for m in ('cupy', 'cudf', 'dask_cudf', 'zarr') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -411,7 +411,7 @@ def test_output_write_is_atomic_and_refuses_existing(tmp_path):
 
 
 def test_output_failing_writer_leaves_nothing(tmp_path):
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - whatever the writer raises on a non-frame
         outputs.write({"s": object()}, tmp_path / "x.parquet")  # not a frame
     assert list(tmp_path.iterdir()) == []
 

@@ -185,6 +185,7 @@ def test_p2p_wire_smoke(tmp_path):
 def test_p2p_wire_needs_two_gpus(tmp_path):
     """Without --smoke on a machine with fewer than 2 GPUs: one line, exit 2, nothing run."""
     import pytest
+
     from gpuscale import machine
     if len(machine.gpus()) >= 2:
         pytest.skip("this machine has 2 GPUs: the study would run")
@@ -200,6 +201,7 @@ def test_ssh_gpu_localhost_smoke(tmp_path):
     groupby against the scheduler file, then `cluster down`: both records valid and naming the
     two workers on 127.0.0.1, the probe's pair measured, everything it started stopped."""
     import importlib.util
+
     import pytest
     if importlib.util.find_spec("asyncssh") is None:
         pytest.skip("the ssh workflow needs asyncssh (pip install 'gpuscale[ssh]')")

@@ -12,14 +12,13 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from conftest import files_under, produce
 
 import gpuscale
 from gpuscale import UserError, workloads
 from gpuscale.workloads import Output, _arrays, _frames
 from gpuscale.workloads import lombscargle as lombscargle_mod
 from gpuscale.workloads.map_overlap import validate_smoothing
-
-from conftest import files_under, produce
 
 QUICK = dict(repeat=1, warmup=0)
 NEW = ("transpose_sum", "matmul", "fft", "reduction", "slice", "map_overlap", "stencil",

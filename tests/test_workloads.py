@@ -11,11 +11,10 @@ import dask.array as da
 import dask.dataframe as dd
 import numpy as np
 import pytest
+from conftest import produce
 
 from gpuscale import UserError, workloads
 from gpuscale.workloads import Output
-
-from conftest import produce
 
 SVD = dict(rows=20_000, cols=20)
 GROUPBY = dict(rows=200_000, keys=1_000)

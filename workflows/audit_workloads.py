@@ -18,8 +18,8 @@ import pathlib
 import sys
 
 import gpuscale
-from gpuscale.records import report
 from gpuscale import workloads
+from gpuscale.records import report
 
 VARIANTS = [("svd", {"condition": 1e6}), ("svd", {"route": "tsqr", "compute_uv": True}),
             ("groupby", {"split_out": 2}), ("groupby", {"rows": 4_000_000, "keys": 2_000_000})]

@@ -61,8 +61,8 @@ from distributed import wait
 
 import gpuscale
 from gpuscale import machine
-from gpuscale.runs import runner
 from gpuscale.backends import to_host
+from gpuscale.runs import runner
 from gpuscale.workloads import _frames
 from gpuscale.workloads.groupby import AGG, make_partition
 
@@ -119,7 +119,8 @@ def differ(a, b) -> str:
         if a.index.has_duplicates:
             parts.append(f"{int(a.index.duplicated().sum())} duplicated keys")
         common = a.index.intersection(b.index)
-        parts.append(f"{len(a.index.difference(b.index))} keys only here, {len(b.index.difference(a.index))} only in gpuscale's")
+        parts.append(f"{len(a.index.difference(b.index))} keys only here, "
+                     f"{len(b.index.difference(a.index))} only in gpuscale's")
         if len(common) and not a.index.has_duplicates:
             for col in a.columns:
                 x, y = a.loc[common, col].to_numpy(dtype=float), b.loc[common, col].to_numpy(dtype=float)
@@ -469,7 +470,8 @@ def row_first(sizes, backend, smoke):
         for label, cmd in cmds.items():
             timed_run(label, cmd)
         up = subprocess.Popen([sys.executable, "-m", "gpuscale", "cluster", "up", "--backend", backend,
-                               "--for", "dataframe", "--json", "--scheduler-file", "scheduler.json"], stdout=subprocess.PIPE,
+                               "--for", "dataframe", "--json", "--scheduler-file", "scheduler.json"],
+                              stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True, env=env, cwd=d)
         address = None
         for line in up.stdout:  # the JSON line; libraries may print before it
@@ -483,7 +485,8 @@ def row_first(sizes, backend, smoke):
                       "in the cluster, the default; process start to validated result)",
                       [*gpuscale_cmd, "--scheduler-file", "scheduler.json"], times=3)
             timed_run("gpuscale run groupby --scheduler --no-in-cluster (runner in this process; process "
-                      "start to validated result)", [*gpuscale_cmd, "--scheduler-file", "scheduler.json", "--no-in-cluster"])
+                      "start to validated result)",
+                      [*gpuscale_cmd, "--scheduler-file", "scheduler.json", "--no-in-cluster"])
         if address:
             subprocess.run([sys.executable, "-m", "gpuscale", "cluster", "down", "--scheduler-file", "scheduler.json"],
                            env=env, cwd=d,
@@ -500,7 +503,8 @@ def row_first(sizes, backend, smoke):
 # ---------------------------------------------------------------------------------------
 def _med(results, row, prefix, size_has=""):
     for r in results:
-        if r.get("row") == row and "skipped" not in r and r["side"].startswith(prefix) and size_has in r.get("size", ""):
+        if (r.get("row") == row and "skipped" not in r and r["side"].startswith(prefix)
+                and size_has in r.get("size", "")):
             return r["median_s"]
     return None
 
@@ -640,7 +644,8 @@ def main(argv=None) -> int:
     device = describe_device(ngpus)
     v = machine.versions()
     t = Table(title=f"gpuscale vs plain Dask on {device} "
-                    f"(dask {v.get('dask')}, dask-cuda {v.get('dask-cuda')}, cudf {v.get('cudf')}, cupy {v.get('cupy')})",
+                    f"(dask {v.get('dask')}, dask-cuda {v.get('dask-cuda')}, cudf {v.get('cudf')}, "
+                    f"cupy {v.get('cupy')})",
               title_justify="left")
     for col in ("row", "size", "side", "median", "min", "vs gpuscale", "agrees", "note"):
         t.add_column(col)

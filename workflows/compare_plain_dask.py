@@ -29,9 +29,9 @@ import dask.array as da
 import numpy as np
 
 import gpuscale
-from gpuscale.runs import runner
 from gpuscale import workloads
 from gpuscale.backends import to_host
+from gpuscale.runs import runner
 from gpuscale.workloads.groupby import AGG
 
 SIZES = {

@@ -118,7 +118,8 @@ def main(argv=None) -> int:
 
         # round trips
         rows["empty task, submit -> result"] = _median(lambda: client.submit(_noop, pure=False).result(), a.rounds * 4)
-        rows["client.run (the device synchronize's round trip)"] = _median(lambda: fam.synchronize(client), a.rounds * 4)
+        rows["client.run (the device synchronize's round trip)"] = _median(lambda: fam.synchronize(client),
+                                                                           a.rounds * 4)
         keys = df.__dask_keys__()
         from gpuscale.routes import locality
         rows["where the blocks live (who_has)"] = _median(lambda: locality.blocks_by_worker(df, keys), a.rounds * 4)

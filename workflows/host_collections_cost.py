@@ -100,7 +100,8 @@ def main(argv=None) -> int:
                 times[label].append((client_s, cluster_s))
                 checks[label] = {"sums_match": bool(np.allclose(sums, expected, rtol=1e-9)),
                                  "partition_types": kinds, "audit_clean": audit.summary["clean"],
-                                 "foreign": [f"{f['prefix']}: {f['tasks']} x {f['type']}" for f in audit.summary["foreign"]],
+                                 "foreign": [f"{f['prefix']}: {f['tasks']} x {f['type']}"
+                                             for f in audit.summary["foreign"]],
                                  "conversions": [{k: c[k] for k in ("function", "where", "converted_blocks", "bytes")}
                                                  for c in audit.summary["conversions"]]}
                 print(f"  {label:8} client {client_s:7.3f} s  cluster {cluster_s:7.3f} s  total "

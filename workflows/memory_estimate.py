@@ -87,7 +87,8 @@ def main(argv=None) -> int:
                        "valid": r.valid}
                 rows.append(row)
                 print(f"{wl:14} {json.dumps(params):48} {row['verdict'] or '':12} est "
-                      f"{format_bytes(row['compared_with'] or row['estimated_peak'] or 0):>10} measured {format_bytes(row['measured_peak'] or 0):>10}  ratio {row['ratio']}  "
+                      f"{format_bytes(row['compared_with'] or row['estimated_peak'] or 0):>10} "
+                      f"measured {format_bytes(row['measured_peak'] or 0):>10}  ratio {row['ratio']}  "
                       f"valid {r.valid}", flush=True)
     if a.json:
         with open(a.json, "w") as fh:

@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 
 import gpuscale
+from gpuscale.data.inputs import type_name
 from gpuscale.routes import dataframe as gdf
 from gpuscale.routes import linalg
-from gpuscale.data.inputs import type_name
 
 
 def chunk_type(collection) -> str:

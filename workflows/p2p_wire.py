@@ -324,7 +324,7 @@ def child_wire(spec: dict, em: Emitter) -> None:
         host, dev = [], []
         with cp.cuda.Device(0):
             stream = cp.cuda.Stream(non_blocking=True)
-            for r in range(warm + rounds):
+            for _ in range(warm + rounds):
                 e0, e1 = cp.cuda.Event(), cp.cuda.Event()
                 sync_both()
                 t0 = time.perf_counter()

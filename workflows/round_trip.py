@@ -139,7 +139,8 @@ def main(argv=None) -> int:
             h = row["hops"]
             print(f"\ninterval {iv}: streams {row['streams']}")
             print("  submit -> result " + " | ".join(f"{k} {v * 1e3:.2f} ms" for k, v in h.items()))
-            print("  plain client     " + " | ".join(f"{k} {v * 1e3:.2f} ms" for k, v in row["plain_client_hops"].items()))
+            print("  plain client     "
+                  + " | ".join(f"{k} {v * 1e3:.2f} ms" for k, v in row["plain_client_hops"].items()))
             print(f"  chain of 10 dependent tasks {row['chain_10_s'] * 1e3:.1f} ms; da.ones(1000, chunks=100).sum() "
                   f"{row['ones_sum_s'] * 1e3:.1f} ms")
             for k, v in row["runs"].items():

@@ -28,7 +28,8 @@ from dask.utils import key_split
 
 import gpuscale
 from gpuscale.runs import runner
-from gpuscale.workloads import Context, get as get_workload
+from gpuscale.workloads import Context
+from gpuscale.workloads import get as get_workload
 
 STEPS = (("build", "start", "built"), ("persist call", "built", "persisted"),
          ("wait", "persisted", "in memory"), ("synchronize", "in memory", "synchronized"))

@@ -50,7 +50,8 @@ import bench_vs_peer as peer  # noqa: E402  (the measuring and checking helpers,
 
 import gpuscale  # noqa: E402
 from gpuscale.runs import runner  # noqa: E402
-from gpuscale.workloads import Context, get as get_workload  # noqa: E402
+from gpuscale.workloads import Context  # noqa: E402
+from gpuscale.workloads import get as get_workload
 from gpuscale.workloads.groupby import AGG, ROW_BYTES  # noqa: E402
 
 FULL_ROWS = (10_000_000, 100_000_000, 400_000_000)
@@ -163,7 +164,8 @@ def frame_ops(s, rounds: int, smoke: bool) -> list[dict]:
             op = extra.get("method", "merge")
             times, n = [], None
             for _ in range(rounds + 1):
-                fut = s.client.compute(dask.delayed(_alone_frames)([parts[0]], [parts[1]] if len(parts) > 1 else None, op))
+                fut = s.client.compute(dask.delayed(_alone_frames)([parts[0]],
+                                                                   [parts[1]] if len(parts) > 1 else None, op))
                 t, n = fut.result()
                 times.append(t)
                 del fut
@@ -255,7 +257,8 @@ def print_grid(rows: list[dict]) -> None:
         ok = all(r["agrees"] for r in rs)
         bad = [f"{r['side']}: {r.get('disagreement', '')}" for r in rs if not r["agrees"]]
         print(f"{cell[0]:>12,} {cell[1]:>11,} {g['partitions']:>5} {g['plan']:10} {g['median_s']:>9.4f} "
-              f"{plain['median_s']:>10.4f} {(plain['side'][7:] + (' (1 run)' if plain.get('runs') == 1 else ''))[:24]:24} "
+              f"{plain['median_s']:>10.4f} "
+              f"{(plain['side'][7:] + (' (1 run)' if plain.get('runs') == 1 else ''))[:24]:24} "
               f"{alone['median_s']:>9.4f} "
               f"{g['median_s'] / alone['median_s']:>7.2f} {g['median_s'] / plain['median_s']:>7.2f}  "
               f"{'yes' if ok else 'NO ' + '; '.join(bad)}")

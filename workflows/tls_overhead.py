@@ -1,6 +1,7 @@
 """What TLS costs on the CPU: the same workloads on two clusters of the same shape, one plain
 TCP (`cluster.security: off`) and one TLS (`tls`, distributed's Security.temporary), a new
-pair each round, the order alternating, so a busy machine's drift hits both sides alike. Prints one line per workload: the median of each side's per-round medians and the
+pair each round, the order alternating, so a busy machine's drift hits both sides alike. Prints
+one line per workload: the median of each side's per-round medians and the
 ratio TLS / plain with the spread of the per-round ratios.
 
     python workflows/tls_overhead.py                       # svd and groupby, 2 workers x 1 thread

@@ -38,7 +38,6 @@ import time
 
 import dask
 import pandas as pd
-
 import queries
 
 GPU_SIDES = ("dask-cudf", "gpuscale-gpu", "polars-gpu")

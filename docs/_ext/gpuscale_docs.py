@@ -12,9 +12,7 @@ import types
 import typing
 
 import annotated_types
-from docutils.statemachine import StringList
 from pydantic import BaseModel
-from pydantic_core import PydanticUndefined
 from sphinx.util.docutils import SphinxDirective
 
 _BOUNDS = ((annotated_types.Gt, ">"), (annotated_types.Ge, ">="), (annotated_types.Lt, "<"),

@@ -16,8 +16,19 @@ from __future__ import annotations
 
 from .convert import finished_by_type, to_host
 from .family import Family, Knobs
-from .registry import (Selection, aliases, choices, chunk_libraries, families, family_of, names, register,
-                       select, unregister, vocabulary)
+from .registry import (
+    Selection,
+    aliases,
+    choices,
+    chunk_libraries,
+    families,
+    family_of,
+    names,
+    register,
+    select,
+    unregister,
+    vocabulary,
+)
 
 __all__ = ["Family", "Knobs", "Selection", "aliases", "choices", "chunk_libraries", "families", "family_of",
            "names", "register", "select", "unregister", "vocabulary", "to_host", "finished"]

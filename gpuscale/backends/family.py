@@ -14,7 +14,6 @@ from typing import Any, Mapping
 
 from ..errors import UserError, missing_module
 
-
 HOST_CHUNKS: Mapping[str, str] = {"array": "numpy", "dataframe": "pandas"}
 """The chunk library of the collections Dask builds from host objects, by collection kind:
 ``da.from_array(numpy_array)``, ``dd.from_pandas``, ``dask.datasets.timeseries``, readers and

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from ..errors import UserError
 from .family import Family
 
-
 _FAMILIES: dict[str, Family] = {}
 _LOADED = False
 

@@ -28,9 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field
 # system"): on a loaded machine it is only slow, and the warning would break the one-line output
 warnings.filterwarnings("ignore", message="Creating scratch directories is taking a surprisingly long time")
 
-from ..choices import choice
-from ..errors import UserError
-from . import messages, protocols
+from ..choices import choice  # noqa: E402 - after the warnings filter above
+from ..errors import UserError  # noqa: E402 - after the warnings filter above
+from . import messages, protocols  # noqa: E402 - after the warnings filter above
 
 KINDS = {"local": "gpuscale.cluster.local", "cuda": "gpuscale.cluster.cuda",
          "existing": "gpuscale.cluster.existing", "ssh": "gpuscale.cluster.ssh",

@@ -245,6 +245,7 @@ def check_free_memory(spec: ClusterSpec, gpus: list[dict]) -> None:
 
 def start(spec: ClusterSpec, security=None):
     from distributed import Client
+
     from . import security as tls
     if not spec.gpus:
         raise UserError("no GPU is visible to start a LocalCUDACluster", "use --backend cpu (or auto)")

@@ -112,6 +112,7 @@ def reconnect_reported() -> Iterator[None]:
 
 def start(spec: ClusterSpec, security=None):
     from distributed import Client
+
     from . import security as tls
     kwargs = dict(spec.kwargs)
     if spec.security == "tls":

@@ -202,6 +202,7 @@ def spill_choices(family, limit: int | None, threads: int, worker_config: dict) 
 
 def start(spec: ClusterSpec, security=None):
     from distributed import Client, LocalCluster
+
     from . import security as tls
     kwargs = dict(spec.kwargs)
     if spec.security == "tls":

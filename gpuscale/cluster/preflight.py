@@ -130,6 +130,7 @@ def _worker_facts() -> dict[str, Any]:
     """On a worker: its host name, the GPUs it sees with their NVLink peers, the GPU it holds
     and the host's RDMA ports."""
     import socket
+
     from gpuscale import machine
     gs = machine.gpus()
     own = _own_gpu(gs)
@@ -316,6 +317,7 @@ async def _probe_fetch(key: str, source: str, tries: int, budget_s: float, timeo
     input (``get_data`` over the worker's own connection pool and credentials), ``tries``
     times or until ``budget_s`` is spent; seconds of each, bytes, or the error."""
     import asyncio
+
     from distributed.worker import get_data_from_worker
     times: list[float] = []
     nbytes = None

@@ -23,8 +23,8 @@ import sys
 
 from ..choices import choice
 from ..errors import UserError, missing_module
-from .cuda import worker_knobs
 from . import ClusterSpec, construct, per_host_entry, rmm_choice, rmm_pool, spilling_choice
+from .cuda import worker_knobs
 
 CLS = "dask_jobqueue.SLURMCluster"
 GPU_WORKER = "dask cuda worker"  # run as `python -m dask cuda worker` (dask's CLI, dask-cuda's sub-command)
@@ -110,7 +110,8 @@ def per_host(spec: ClusterSpec) -> dict[str, dict]:
     mem = spec.choices["memory_limit"]  # per job, split between its worker processes
     return {"(this machine)": {"scheduler": True, "worker_entries": 0},
             node: {"scheduler": False, "worker_entries": 1,
-                   **per_host_entry(spec, cls, workers, spec.threads_per_worker, memory=f"{mem['value']} {mem['rule']}")}}
+                   **per_host_entry(spec, cls, workers, spec.threads_per_worker,
+                                    memory=f"{mem['value']} {mem['rule']}")}}
 
 
 def _job_kwargs(spec: ClusterSpec, security) -> dict:

@@ -55,7 +55,8 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     choices = {
         "transports": proto.transports_choice(c.ucx, {}, src),
         "workers": choice(workers, "rule", f"{worker_class} on every srun task from rank 2 (rank 0: the "
-                                           "scheduler, rank 1: this client)" + (": one per GPU it sees" if gpu else "")),
+                                           "scheduler, rank 1: this client)"
+                                           + (": one per GPU it sees" if gpu else "")),
         "threads_per_worker": choice(threads, src.get("cluster.threads-per-worker", "rule"),
                                      None if c.threads_per_worker else "SLURM_CPUS_PER_TASK (1 when unset)"),
         "memory_limit": choice(c.memory_limit, src.get("cluster.memory-limit", "default"),

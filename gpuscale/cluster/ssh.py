@@ -22,8 +22,8 @@ import sys
 
 from ..choices import choice
 from ..errors import UserError, missing_module
-from .cuda import worker_knobs
 from . import ClusterSpec, construct, per_host_entry, rmm_choice, rmm_pool, spilling_choice
+from .cuda import worker_knobs
 
 
 def _connect_options(ssh) -> dict:
@@ -150,9 +150,10 @@ def tls_config(credentials: str) -> dict:
 
 
 def start(spec: ClusterSpec, security=None):
+    import importlib.util
+
     import dask.config
     from distributed import Client
-    import importlib.util
     from distributed.deploy.ssh import SSHCluster
     if importlib.util.find_spec("asyncssh") is None:
         raise missing_module("asyncssh", "cluster.deploy ssh (distributed's SSHCluster)",

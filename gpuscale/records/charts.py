@@ -112,7 +112,7 @@ def spread(frame: pd.DataFrame, records: list) -> Figure | None:
         return None
     fig = Figure(figsize=(max(6, 0.45 * len(cases) + 2), 4.5), layout="constrained")
     ax = fig.add_subplot()
-    for i, (row, r) in enumerate(cases):
+    for i, (_, r) in enumerate(cases):
         ax.scatter([i] * len(r.times_s), r.times_s, s=12, color="tab:blue", alpha=0.7)
         ax.hlines(r.median_s, i - 0.3, i + 0.3, color="black")
     ax.set_yscale("log")

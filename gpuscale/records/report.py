@@ -12,9 +12,8 @@ from dask.utils import format_bytes
 from rich import box
 from rich.markup import escape
 
-from .fit import FitTable as Table  # every table here fits the terminal without cutting a value
-
 from ..audit import verdict
+from .fit import FitTable as Table  # every table here fits the terminal without cutting a value
 
 
 def case_line(i: int, total: int, case: dict[str, Any]) -> str:
@@ -125,7 +124,8 @@ def result_table(r) -> Table:
         t.add_row("  svd route", escape(f"{route['name']}: {route['reason']}"))
     for c in r.validation.get("checks", []):
         mark = "[green]ok[/green]" if c["ok"] else "[red]FAIL[/red]"
-        val = "" if c.get("value") is None else f" {c['value']:.3g}" if isinstance(c["value"], float) else f" {c['value']}"
+        val = ("" if c.get("value") is None else f" {c['value']:.3g}" if isinstance(c["value"], float)
+               else f" {c['value']}")
         lim = "" if c.get("limit") is None else f" (limit {c['limit']})"
         t.add_row("  check", f"{mark} {escape(c['name'] + val + lim)}")
     for label, text in audit_lines(getattr(r, "audit", None)):
@@ -145,11 +145,13 @@ def result_table(r) -> Table:
 
 def result_html(r) -> str:
     rows = [("workload", r.workload), ("backend", f"{r.backend} → {r.family}"), ("protocol", r.protocol),
-            ("valid", "✅" if r.valid else "not validated" if r.valid is None else "❌ INVALID"), ("median", _fmt_s(r.median_s)),
+            ("valid", "✅" if r.valid else "not validated" if r.valid is None else "❌ INVALID"),
+            ("median", _fmt_s(r.median_s)),
             ("times", ", ".join(_fmt_s(x) for x in r.times_s)),
             ("params", ", ".join(f"{k}={v}" for k, v in r.params.items())),
             ("choices", "; ".join(f"{k}={v['value']} ({v['source']})" for k, v in r.choices.items())),
-            ("backend audit", "-" if not getattr(r, "audit", None) else verdict(r.audit) if not r.audit["foreign_tasks"] else
+            ("backend audit", "-" if not getattr(r, "audit", None)
+             else verdict(r.audit) if not r.audit["foreign_tasks"] else
              f"{r.audit['foreign_tasks']} task(s) of another family than {r.audit['expected']['family']}: "
              + "; ".join(f"{f['prefix']}: {f['fix']}" for f in r.audit["foreign"])),
             *([("dashboard", dashboard_text(r))] if r.dashboard_link else []),
@@ -248,7 +250,8 @@ def workloads_table(items: list[dict]) -> Table:
         params = "\n".join(escape(f"--{k} ({v['default']})"
                                    + (f" {{{'|'.join(map(str, v['choices']))}}}" if v.get("choices") else "")
                                    + f": {v['help']}") for k, v in w["params"].items())
-        t.add_row(f"{w['name']}\n[dim]{w['collection']}[/dim]", f"[italic]{escape(w['description'])}[/italic]\n{params}")
+        t.add_row(f"{w['name']}\n[dim]{w['collection']}[/dim]",
+                  f"[italic]{escape(w['description'])}[/italic]\n{params}")
     return t
 
 

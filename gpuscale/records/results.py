@@ -140,7 +140,8 @@ class Result(BaseModel):
 
 def summary(times: list[float], disturbed: dict[int, str] | None = None) -> dict[str, float | None]:
     """median / min / stdev / IQR of the timed repeats, leaving out the ``disturbed`` ones
-    (index -> why: workers lost or joined, tasks recomputed, other clients' tasks) while at least one undisturbed repeat is
+    (index -> why: workers lost or joined, tasks recomputed, other clients' tasks) while at
+    least one undisturbed repeat is
     left; :func:`disturbed_info` says which were left out."""
     clean = [t for i, t in enumerate(times) if i not in (disturbed or {})] or list(times)
     return {"median_s": statistics.median(clean), "min_s": min(clean), **spread(clean)}
@@ -155,7 +156,8 @@ def disturbed_info(times: list[float], disturbed: dict[int, str] | None) -> dict
         "repeats": {str(i): why for i, why in sorted(disturbed.items())},
         "left_out_of_median": left_out,
         "note": (f"{len(disturbed)} of {len(times)} timed repeat(s) were disturbed (workers lost or "
-                 f"joined, tasks recomputed, other clients' tasks: each one's reason is under repeats); " + ("median, min, stdev and IQR leave them out" if left_out else
+                 f"joined, tasks recomputed, other clients' tasks: each one's reason is under repeats); "
+                 + ("median, min, stdev and IQR leave them out" if left_out else
                                     "every repeat was disturbed, so the statistics keep them all"))}}
 
 

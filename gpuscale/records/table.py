@@ -4,7 +4,8 @@ Columns (:data:`COLUMNS`): ``case`` (the case id), ``workload``, ``size`` (the l
 case's size, e.g. ``n=400``), ``params`` (every parameter the record holds, as JSON),
 ``backend``, ``family``, ``protocol``, ``workers`` (as the cluster ran, else as asked),
 ``repeats``, ``median_s``, ``stdev_s``, ``iqr_s``, ``min_s``, ``estimate_bytes`` (the
-workload's memory estimate: the case's data size), ``valid``, ``record`` (path, relative to the bench folder) and ``error``
+workload's memory estimate: the case's data size), ``valid``, ``record`` (path, relative to the
+bench folder) and ``error``
 (one line; empty when the case ran and validated).
 """
 from __future__ import annotations

@@ -20,8 +20,8 @@ from dask.dataframe.dask_expr._collection import new_collection
 from dask.dataframe.dask_expr.io.io import FromGraph
 
 from .. import backends, cluster
-from . import locality
 from ..errors import UserError
+from . import locality
 
 AGGREGATIONS = ("sum", "mean", "min", "max", "count", "size", "std", "var", "first", "last")
 BYTES_PER_VALUE = 8
@@ -281,7 +281,7 @@ def _combine(partials, by, spec, sort: bool = False):
             else:
                 out[(c, a)] = g[_flat(c, a)]
     result = g[[]].copy() if hasattr(g, "copy") else g[[]]
-    for i, (name, col) in enumerate(out.items()):
+    for i, col in enumerate(out.values()):
         result[f"{i}"] = col
     import pandas as pd
     result.columns = pd.MultiIndex.from_tuples(list(out))
@@ -544,7 +544,8 @@ def sort(df, by: str, *, index: bool = False, shuffle_method: str | None = None)
     if why:
         meta = _meta_of(_sort_meta, [df._meta], by, index)
         return FrameRoute(_one_task("gpuscale-sort", _whole_sort, [df], (by, index), meta), "one task", why)
-    res = df.set_index(by, shuffle_method=shuffle_method) if index else df.sort_values(by, shuffle_method=shuffle_method)
+    res = (df.set_index(by, shuffle_method=shuffle_method) if index
+           else df.sort_values(by, shuffle_method=shuffle_method))
     return FrameRoute(res, "dask", f"Dask's {'set_index' if index else 'sort_values'} "
                                    f"(shuffle {shuffle_method or 'Dask default'}): several workers or threads")
 

@@ -37,8 +37,8 @@ from dask.highlevelgraph import HighLevelGraph
 
 from .. import audit
 from ..backends import finished, to_host
-from . import locality
 from ..errors import UserError
+from . import locality
 
 ROUTES = ("auto", "gram", "cholqr2", "tsqr")
 

@@ -51,4 +51,5 @@ def map_overlap(x, func: Callable, depth: int, boundary, dtype=None, **kwargs) -
                          dtype=dtype or x.dtype, meta=x._meta)
         return OverlapRoute(y, "one chunk", f"one chunk: padded on its worker ({boundary}) and filtered in one task")
     y = x.map_overlap(func, depth=depth, boundary=boundary, dtype=dtype or x.dtype, **kwargs)
-    return OverlapRoute(y, "dask", f"Dask's map_overlap ({'several chunks' if not one_chunk else 'boundary ' + repr(boundary)})")
+    return OverlapRoute(y, "dask", "Dask's map_overlap "
+                        f"({'several chunks' if not one_chunk else 'boundary ' + repr(boundary)})")

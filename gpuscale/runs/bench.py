@@ -259,4 +259,5 @@ def _run_group(spec, out, ledger, spec_dict, todo, backend, protocol, workers, c
                 continue
             failed = [x["name"] for x in r.validation.get("checks", []) if not x.get("ok")]
             done(c, status="ok", record=os.path.relpath(r.path, out), median_s=r.median_s, valid=r.valid,
-                 error=None if r.valid is not False else "failed validation: " + (", ".join(failed) or "see the record"))
+                 error=None if r.valid is not False
+                 else "failed validation: " + (", ".join(failed) or "see the record"))

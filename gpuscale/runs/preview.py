@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import config, workloads
+from .. import memory as _memory
 from ..errors import UserError
 from ..records.explained import explained
-from .. import memory as _memory
 from . import remote, runner
 from .session import configure, planned_memory, session_plan
 

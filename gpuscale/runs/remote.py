@@ -20,6 +20,7 @@ from .._version import __version__
 from ..errors import UserError, shown
 from .session import Session
 
+
 @dataclasses.dataclass
 class Placement:
     """Where ``gpuscale run`` runs its runner (generate, repeats, validation, the record): in
@@ -166,6 +167,7 @@ def _record(text: Any):
     """The record the runner sent back, read as JSON data (the runner returns its record's
     JSON text, never an object to unpickle): a :class:`~gpuscale.records.results.Result`."""
     import json
+
     from ..records import results
     if not isinstance(text, str):
         raise UserError(f"the cluster's runner sent back a {type(text).__name__}, not a record's JSON text",
@@ -174,7 +176,8 @@ def _record(text: Any):
         return results.Result.model_validate(json.loads(text))
     except ValueError as e:
         raise UserError(f"the cluster's runner sent back a record that does not read as one ({shown(str(e), 120)})",
-                        "check that the cluster's workers run this version of gpuscale, or pass --no-in-cluster") from None
+                        "check that the cluster's workers run this version of gpuscale, or pass "
+                        "--no-in-cluster") from None
 
 
 def _has_client(client_id: str, dask_scheduler=None) -> bool:

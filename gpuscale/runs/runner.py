@@ -26,10 +26,10 @@ import dask
 from dask.core import flatten
 from distributed import Future, KilledWorker, futures_of, span, wait
 
+from .. import memory as _memory
 from ..audit import Audit
 from ..errors import phase as named_phase
 from ..workloads import Context, Output, Validation, Workload
-from .. import memory as _memory
 from . import progress as _progress
 from . import repeats as _repeats
 from . import watch as _watch

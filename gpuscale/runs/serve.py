@@ -124,6 +124,7 @@ def _lock_path(path: pathlib.Path) -> pathlib.Path:
 def _answers(address: str, timeout_s: float = 1.0) -> bool:
     """Whether something listens at a scheduler address (a TCP connect, no Dask handshake)."""
     import socket
+
     from distributed.comm import parse_address, parse_host_port
     try:
         host, port = parse_host_port(parse_address(address)[1])
@@ -141,6 +142,7 @@ def claim(path: pathlib.Path) -> Iterator[None]:
     cluster that is gone is taken over. Refused as well: a file whose scheduler still answers
     (one that ``dask scheduler`` wrote, say)."""
     import fcntl
+
     from ..records import atomic
     lock = _lock_path(path)
     while True:
@@ -339,6 +341,7 @@ def down(address: str, *, timeout_s: float = DOWN_TIMEOUT_S, force: bool = False
     (a run in flight, which would fail with exit 4).
     """
     from distributed import Client
+
     from ..cluster import security
     if "://" not in address:
         address = f"tcp://{address}"

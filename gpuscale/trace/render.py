@@ -8,9 +8,9 @@ from typing import Any
 from dask.utils import format_bytes
 from rich.markup import escape
 
+from ..audit import verdict
 from ..records.fit import FitTable as Table  # never cuts a value (see records.fit)
 from ..records.report import _fmt_s
-from ..audit import verdict
 from .summary import Summary
 
 

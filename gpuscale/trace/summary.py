@@ -173,7 +173,8 @@ def comm_matrix(window: tuple[float, float], transfers: dict[str, list[dict]], w
 
 
 def build(window: tuple[float, float], phases: list[dict], tasks: list[dict], workers: dict[str, dict],
-          transfers: dict[str, list[dict]], comm: dict[str, Any], memory: dict[str, dict], *, labels: dict[str, Any], scheduler: str | None,
+          transfers: dict[str, list[dict]], comm: dict[str, Any], memory: dict[str, dict], *,
+          labels: dict[str, Any], scheduler: str | None,
           files: dict[str, str], notes: list[str], clock: dict[str, Any] | None = None) -> Summary:
     from .._version import __version__
     t0, t1 = window

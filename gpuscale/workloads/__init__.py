@@ -13,16 +13,9 @@ and notebooks with the ``@gpuscale.workload`` decorator (:mod:`.decorator`).
 """
 from __future__ import annotations
 
-from .base import (Check, Context, Output, Params, Validation, Workload, choices, describe, parameter_flags,
-                   value_kind)
-from .registry import BUILTINS, get, names, readers, register
+from .base import Check, Context, Output, Params, Validation, Workload, choices, describe, parameter_flags, value_kind
+from .registry import BUILTINS, get, names, readers, register, unregister
 
 __all__ = ["Check", "Context", "Output", "Params", "Validation", "Workload", "choices", "describe", "value_kind",
-           "parameter_flags", "BUILTINS", "get", "names", "readers", "register"]
+           "parameter_flags", "BUILTINS", "get", "names", "readers", "register", "unregister"]
 
-
-def __getattr__(name):  # ``gpuscale.workloads.workload``: the decorator, imported on first use
-    if name in ("workload", "unregister"):
-        from . import decorator
-        return getattr(decorator, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -52,10 +52,11 @@ the backend's chunk and partition sizes, ``ctx.client`` the Dask client).
 dict of ``name: default`` (type from the default), ``name: (type, default)``,
 ``name: (type, default, "help")`` or ``name: pydantic.Field(default, ge=..., description=...)``.
 Names become flags (``chunk_rows`` -> ``--chunk-rows``) and may not be one of gpuscale's own
-(``workers``, ``repeat``, ...). Other keywords: ``collection`` ("array", the default, or
-"dataframe": shapes the cluster), ``description`` (default: the docstring's first line),
-``replace=True`` to shadow a built-in or installed workload of the same name. Decorating
-again under the same name (re-running a notebook cell) replaces the earlier one.
+keywords (``workers``, ``repeat``, ``audit``, ...: :func:`reserved`). Other keywords:
+``collection`` ("array", the default, or "dataframe": shapes the cluster), ``description``
+(default: the docstring's first line), ``replace=True`` to shadow a built-in or installed
+workload of the same name. Decorating again under the same name (re-running a notebook cell)
+replaces the earlier one.
 
 A class
 -------
@@ -82,6 +83,7 @@ and ``gpuscale run twice_sum --backend gpu --n 20000`` works once the package is
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from typing import Any, Callable, ClassVar
@@ -95,18 +97,42 @@ from . import registry
 from .base import Check, Context, Output, Params, Validation, Workload
 
 HOOKS = ("check", "plan", "estimate_bytes", "generate", "compute", "validate", "describe_data")
-RESERVED = frozenset({
-    # gpuscale run's own flags and the API's keywords
-    "backend", "protocol", "profile", "scheduler", "workers", "threads_per_worker", "memory_limit",
-    "device_memory_limit", "device_spill",
-    "gpus", "nvlink", "infiniband", "rmm_pool_size", "dashboard_address", "repeat", "warmup",
-    "results_dir", "no_memory_check", "memory_check", "json", "as_json", "write", "cluster_settings",
-    "workload", "help", "h", "progress", "target_error", "max_repeats", "max_time",
-    "scheduler_file", "host", "security", "credentials", "trust_cluster_files", "deploy", "ssh_hosts", "debug",
-    "trace", "dashboard", "in_cluster", "strict_backend", "slurm_jobs", "bandwidth_probe", "message_interval",
-    "shuffle_method", "host_collections",
-})
-_DECORATED: set[str] = set()
+_ALWAYS_RESERVED = frozenset({"workload", "help", "h"})  # the run's first argument; click's --help / -h
+
+
+def _keywords(fn) -> set[str]:
+    """The named parameters of ``fn`` (not ``self``, not ``**params``)."""
+    return {name for name, prm in inspect.signature(fn).parameters.items()
+            if name != "self" and prm.kind not in (prm.VAR_POSITIONAL, prm.VAR_KEYWORD)}
+
+
+@functools.cache
+def reserved() -> frozenset[str]:
+    """Names a workload parameter may not take: every keyword of :meth:`Session.run` /
+    :meth:`Session.record`, ``gpuscale.run`` and ``gpuscale.explain`` (which take the
+    workload's parameters as ``**params`` beside them), every ``config.KEYWORDS`` setting, and
+    every flag of ``gpuscale`` and ``gpuscale run`` (its shared and data flags), read from where
+    they are declared, so a keyword added there is reserved here too. A parameter of one of
+    these names would be bound to gpuscale's keyword, never to the workload.
+
+    This module is the declaration facade (``gpuscale.workload``): nothing below the CLI and
+    the API imports it (``gpuscale.workload`` reaches it lazily), so reading them here makes
+    no import circle (tests/test_layout.py)."""
+    from .. import api, cli, config
+    from ..runs.session import Session
+    names = set(_ALWAYS_RESERVED) | set(config.KEYWORDS)
+    for fn in (Session.run, Session.record, api.run, api.explain):
+        names |= _keywords(fn)
+    stub = type("Stub", (), {"input_formats": ("npy",), "output_formats": ("npy",)})
+    for param in (*cli.cli.params, *cli.run_params(), *cli._data_options(stub)):
+        names.add(param.name)
+        for opt in (*param.opts, *param.secondary_opts):
+            if opt.startswith("--no-"):
+                opt = opt[len("--no-"):]
+            names.add(opt.lstrip("-").replace("-", "_"))
+    return frozenset(names)
+
+
 
 
 def workload(name: str, *, params: type[BaseModel] | dict[str, Any] | None = None,
@@ -146,20 +172,17 @@ def workload(name: str, *, params: type[BaseModel] | dict[str, Any] | None = Non
     return decorate
 
 
-def unregister(name: str) -> None:
-    """Remove a workload from the registry (a notebook's or a test's own)."""
-    registry.unregister(name)
-    _DECORATED.discard(name)
+unregister = registry.unregister  # remove a workload (a notebook's or a test's own)
 
 
 # ---------------------------------------------------------------------------------------
 def _register(cls: type[Workload], replace: bool) -> type[Workload]:
     registry.load_builtins()
     old = registry.registered(cls.name)
-    if old is not None and cls.name not in _DECORATED and not replace:
+    if old is not None and cls.name not in registry.DECORATED and not replace:
         raise UserError(f"workload '{cls.name}' already exists ({old.__module__}.{old.__name__})",
                         "choose another name, or pass replace=True to shadow it")
-    _DECORATED.add(cls.name)
+    registry.DECORATED.add(cls.name)
     return registry.register(cls)
 
 
@@ -212,10 +235,18 @@ def _collection(name, collection) -> str:
 
 
 def _check_names(name: str, model) -> None:
-    taken = sorted(set(model.model_fields) & RESERVED)
+    """Refuse a parameter named like one of gpuscale's own keywords (:func:`reserved`):
+    ``s.run(name, audit=...)`` would bind it to ``Session.run``'s ``audit``, never to the
+    workload, and its flag would clash with the shared one."""
+    fields = model if isinstance(model, dict) else model.model_fields
+    taken = sorted(set(fields) & reserved())
     if taken:
-        raise UserError(f"workload '{name}': parameter name(s) {taken} clash with gpuscale's own flags",
-                        "rename them (e.g. n_workers)")
+        listed = ", ".join(f"'{t}'" for t in taken)
+        one = len(taken) == 1
+        raise UserError(f"workload '{name}': parameter {listed} {'is' if one else 'are'} gpuscale's own "
+                        f"keyword{'' if one else 's'} (Session.run / gpuscale.run / the run flags), so "
+                        f"{'it' if one else 'they'} could never be set",
+                        f"rename {'it' if one else 'them'} (e.g. '{taken[0]}' -> 'my_{taken[0]}')")
 
 
 def params_model(name: str, params) -> type[Params]:
@@ -228,6 +259,7 @@ def params_model(name: str, params) -> type[Params]:
     if not isinstance(params, dict):
         raise TypeError(f"workload '{name}': params must be a dict or a pydantic model class, "
                         f"not {type(params).__name__}")
+    _check_names(name, params)  # before pydantic sees (and warns about) a name like `validate`
     fields: dict[str, Any] = {}
     for key, spec in params.items():
         if not isinstance(key, str) or not key.isidentifier():

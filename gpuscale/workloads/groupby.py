@@ -30,10 +30,10 @@ import dask
 import numpy as np
 from pydantic import Field, PositiveInt, field_validator
 
-from ..routes import locality
 from ..backends import to_host
-from ..errors import UserError
 from ..data.inputs import AGG_EXAMPLE, parse_agg, parse_by
+from ..errors import UserError
+from ..routes import locality
 from . import Check, Context, Output, Params, Validation, Workload, register
 from ._frames import PARTITION_COPIES, from_partitions, host_frame, plan_partitions
 
@@ -250,8 +250,8 @@ class Groupby(Workload):
         import dask
         from distributed import wait
 
-        from ..routes import dataframe as routes
         from ..data import inputs
+        from ..routes import dataframe as routes
         notes: list[str] = []
         df = inputs.open_source(source, ctx.family, partition_bytes=ctx.knobs.partition_bytes)
         if source.format == "dask" and source.chunk_type and \

@@ -156,7 +156,8 @@ class LombScargle(Workload):
         power64 = power.astype(np.float64)
         checks: list[Check] = []
         if power.shape != f.shape or not np.isfinite(power).all():
-            return Validation("shape and finiteness", [Check("shape and finite", False, str(power.shape), str(f.shape))])
+            return Validation("shape and finiteness",
+                              [Check("shape and finite", False, str(power.shape), str(f.shape))])
         if p.samples * p.freqs <= FULL_CHECK_WORK:
             idx = np.arange(p.freqs)
             what = "every frequency"

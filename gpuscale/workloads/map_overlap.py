@@ -22,8 +22,18 @@ from pydantic import Field, PositiveInt, field_validator
 from ..errors import UserError
 from ..kernels.filters import uniform_filter
 from . import Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import (UniformMatrix, Dtype, boundary_tiles, close, dtype_field, host,
-                      mean_filter_reference, plan_square_chunk, seed_field, shape_check)
+from ._arrays import (
+    Dtype,
+    UniformMatrix,
+    boundary_tiles,
+    close,
+    dtype_field,
+    host,
+    mean_filter_reference,
+    plan_square_chunk,
+    seed_field,
+    shape_check,
+)
 
 TOL = {"float64": 1e-10, "float32": 1e-5}
 TILE = 64
@@ -70,7 +80,8 @@ class MapOverlap(UniformMatrix, Workload):
         halo = p.size // 2
         plan_square_chunk(ctx, p.chunk, p.n, p.n, np.dtype(p.dtype).itemsize, minimum=halo)
         ctx.choose("halo", halo, "rule", f"--size {p.size} // 2")
-        ctx.choose("overlap", "auto", "rule", "one padded task when the array is one chunk, else Dask's map_overlap (gpuscale.routes.overlap)")
+        ctx.choose("overlap", "auto", "rule", "one padded task when the array is one chunk, else Dask's "
+                   "map_overlap (gpuscale.routes.overlap)")
 
     def estimate_bytes(self, p, ctx: Context) -> int:
         return sum(self.estimate_memory(p, ctx).values())

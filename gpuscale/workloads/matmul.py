@@ -19,8 +19,7 @@ from pydantic import Field, PositiveInt
 
 from ..backends.convert import from_memory
 from . import Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import (Dtype, close, dtype_field, host, plan_square_chunk,
-                      seed_field, shape_check, uniform)
+from ._arrays import Dtype, close, dtype_field, host, plan_square_chunk, seed_field, shape_check, uniform
 
 TOL = {"float64": 1e-10, "float32": 1e-4}
 SAMPLE_ROWS = 8

@@ -19,8 +19,7 @@ import numpy as np
 from pydantic import Field, PositiveInt, field_validator
 
 from . import Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import (UniformMatrix, Dtype, close, dtype_field, host, plan_square_chunk,
-                      seed_field)
+from ._arrays import Dtype, UniformMatrix, close, dtype_field, host, plan_square_chunk, seed_field
 
 TOL = {"float64": 1e-10, "float32": 1e-4}
 

@@ -13,6 +13,8 @@ from .base import Workload
 PACKAGE = "gpuscale.workloads"
 
 _REGISTRY: dict[str, type[Workload]] = {}
+DECORATED: set[str] = set()
+"""Names registered by ``@gpuscale.workload``: decorating one again replaces it."""
 _LOADED = False
 _BUILTINS_LOADED = False
 BUILTINS = {"svd": "svd", "groupby": "groupby", "transpose_sum": "transpose_sum", "matmul": "matmul",
@@ -30,7 +32,9 @@ def register(cls: type[Workload]) -> type[Workload]:
 
 
 def unregister(name: str) -> None:
+    """Remove a workload from the registry (a notebook's or a test's own)."""
     _REGISTRY.pop(name, None)
+    DECORATED.discard(name)
 
 
 def registered(name: str) -> type[Workload] | None:

@@ -25,8 +25,7 @@ from pydantic import Field, PositiveInt
 
 from ..errors import UserError
 from . import Check, Context, Output, Params, Validation, Workload, _frames, register
-from ._frames import (from_partitions, host_frame, p2p, p2p_shard_bytes, p2p_task_bytes,
-                      plan_partitions)
+from ._frames import from_partitions, host_frame, p2p, p2p_shard_bytes, p2p_task_bytes, plan_partitions
 
 ROW_BYTES = 16
 TASK_ROUTE_COPIES = 5
@@ -119,7 +118,8 @@ class Shuffle(Workload):
 
     def compute(self, df, p, ctx: Context) -> Output:
         from ..routes import dataframe as gdf
-        route = gdf.sort(df, "key", index=p.method == "set_index", shuffle_method=ctx.choices["shuffle_method"]["value"])
+        route = gdf.sort(df, "key", index=p.method == "set_index",
+                         shuffle_method=ctx.choices["shuffle_method"]["value"])
         ctx.decide("sort", route.plan, "rule", route.reason)
         return Output({"result": route.result})
 

@@ -21,8 +21,7 @@ from pydantic import Field, PositiveInt
 
 from ..errors import UserError
 from . import Check, Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import (UniformMatrix, SAMPLES, Dtype, dtype_field, host, plan_square_chunk,
-                      seed_field, shape_check)
+from ._arrays import SAMPLES, Dtype, UniformMatrix, dtype_field, host, plan_square_chunk, seed_field, shape_check
 
 
 class SliceParams(Params):

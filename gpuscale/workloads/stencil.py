@@ -18,7 +18,7 @@ from pydantic import Field, PositiveInt
 
 from ..kernels import stencil as kernels
 from . import Context, Output, Params, Validation, Workload, register
-from ._arrays import UniformMatrix, Dtype, array_module, dtype_field, plan_square_chunk, seed_field
+from ._arrays import Dtype, UniformMatrix, array_module, dtype_field, plan_square_chunk, seed_field
 from .map_overlap import BOUNDARY, check_halo, validate_smoothing
 
 TOL = {"float64": 1e-12, "float32": 1e-5}
@@ -50,7 +50,8 @@ class Stencil(UniformMatrix, Workload):
         ctx.choose("halo", self.HALO, "rule", "3x3 window: one pixel each side")
         ctx.choose("kernel", kernels.kernel_for(array_module(ctx).ndarray), "rule",
                    "by chunk type: numba.njit for NumPy, numba.cuda.jit for CuPy")
-        ctx.choose("overlap", "auto", "rule", "one padded task when the array is one chunk, else Dask's map_overlap (gpuscale.routes.overlap)")
+        ctx.choose("overlap", "auto", "rule", "one padded task when the array is one chunk, else Dask's "
+                   "map_overlap (gpuscale.routes.overlap)")
 
     def compute(self, x, p, ctx: Context) -> Output:
         from ..routes import overlap

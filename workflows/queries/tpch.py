@@ -197,7 +197,8 @@ QUERIES = (
           "SELECT c_name, c_custkey, o_orderkey, o_orderdate, o_totalprice, sum(l_quantity) AS l_quantity "
           "FROM customer JOIN orders ON c_custkey = o_custkey JOIN (SELECT l_orderkey AS large_key FROM lineitem "
           "GROUP BY l_orderkey HAVING sum(l_quantity) > 300) AS big ON o_orderkey = big.large_key "
-          "JOIN lineitem ON o_orderkey = l_orderkey GROUP BY c_name, c_custkey, o_orderkey, o_orderdate, o_totalprice ORDER BY o_totalprice DESC LIMIT 100"),
+          "JOIN lineitem ON o_orderkey = l_orderkey GROUP BY c_name, c_custkey, o_orderkey, o_orderdate, "
+          "o_totalprice ORDER BY o_totalprice DESC LIMIT 100"),
 )
 
 SUITE = Suite("tpch", TABLES, QUERIES, make)
