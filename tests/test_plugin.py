@@ -323,4 +323,4 @@ def test_entry_point_protocol_carries_a_run(plugin_python, tmp_path):
                        cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
     assert q.returncode == 2 and q.stderr.strip().splitlines() == [
         "gpuscale: error: invalid value 'ws' for gpuscale.protocol (from a flag): unknown protocol; "
-        "choose one of: tcp, ucx; fix it (see `gpuscale cluster show`)"]
+        "choose one of: auto, tcp, ucx; fix it (see `gpuscale cluster show`)"]

@@ -381,3 +381,6 @@ def uninstall() -> None:
                 setattr(cls, name, fn)
         _ORIGINALS.clear()
         _WRAPPED_TYPES.clear()
+
+
+host_collections.register_fallback(sys.modules[__name__])

@@ -379,8 +379,9 @@ def _wrap(module: str, name: str, fn: Callable) -> Callable:
         try:
             out = fn(*args, **kwargs)
         except Exception as err:  # noqa: BLE001 - the fallback decides (it raises err where it does not apply)
-            from . import fallback
-            return fallback.create(s, fn, label, args, kwargs, err, sys._getframe(1))
+            if _FALLBACK is None:
+                raise
+            return _FALLBACK.create(s, fn, label, args, kwargs, err, sys._getframe(1))
         finally:
             _INSIDE.reset(token)
         return s.apply(out, label, args, kwargs, sys._getframe(1))
@@ -408,14 +409,25 @@ def _wrap_writer(name: str, fn: Callable) -> Callable:
     return writer
 
 
+_FALLBACK = None
+"""The module that runs on the host what the family cannot (:mod:`.fallback`): it registers
+itself here when imported (:func:`register_fallback`) and is installed and removed with these
+wrappers; a scope's creation function that raises goes to its ``create``."""
+
+
+def register_fallback(module) -> None:
+    global _FALLBACK
+    _FALLBACK = module
+
+
 def _install(family: Family | None = None) -> None:
     global _USERS
     with _LOCK:
         _USERS += 1
         if _USERS > 1:
             return
-        from . import fallback
-        fallback.install(family)
+        if _FALLBACK is not None:
+            _FALLBACK.install(family)
         for table, wrap in ((FUNCTIONS, lambda module, name, fn: _wrap(module, name, fn)),
                             (WRITERS, lambda module, name, fn: _wrap_writer(name, fn))):
             for module, names in table.items():
@@ -437,8 +449,8 @@ def _uninstall() -> None:
         _USERS -= 1
         if _USERS > 0:
             return
-        from . import fallback
-        fallback.uninstall()
+        if _FALLBACK is not None:
+            _FALLBACK.uninstall()
         for (module, name), fn in _ORIGINALS.items():
             mod = sys.modules.get(module)
             if mod is not None and getattr(getattr(mod, name, None), "__gpuscale_host_collections__", None) is fn:

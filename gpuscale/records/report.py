@@ -137,9 +137,8 @@ def result_table(r) -> Table:
         t.add_row("output", escape(f"{out['path']} ({out.get('holds', '')})" if out.get("written")
                                    else f"{out['path']}: NOT written ({out.get('why')})"))
     if r.path:
-        from .results import short_id
-        t.add_row("record", f"{escape(r.path)}\n[bold]{short_id(r)}[/bold] [dim](its id: gpuscale results show "
-                            f"{short_id(r)})[/dim]")
+        t.add_row("record", f"{escape(r.path)}\n[bold]{r.short_id}[/bold] [dim](its id: gpuscale results show "
+                            f"{r.short_id})[/dim]")
     return t
 
 
@@ -510,7 +509,6 @@ def bench_html(title: str, frame, charts: dict[str, str]) -> str:
 def records_table(recs: list, title: str, base: str | None = None) -> Table:
     """``gpuscale results list``: one row per record, newest first, named by its short id
     (``results show ID``; the path, relative to ``base``, in a wide terminal or ``--json``)."""
-    from .results import short_id
     from .table import varying, workers_of
     apart = varying(r.params for r in recs)
     t = grid(escape(title))
@@ -521,7 +519,7 @@ def records_table(recs: list, title: str, base: str | None = None) -> Table:
         t.add_column(col, no_wrap=col != "record", optional=True)
     for r in recs:
         valid = "yes" if r.valid else "-" if r.valid is None else "[red]NO[/red]"
-        t.add_row(short_id(r), r.timestamp[:16].replace("T", " "), escape(run_label(r.workload, r.params, apart)),
+        t.add_row(r.short_id, r.timestamp[:16].replace("T", " "), escape(run_label(r.workload, r.params, apart)),
                   escape(backend_label(r.backend, r.family)), cluster_label(r.protocol, workers_of(r)),
                   _fmt_s(r.median_s), valid, _fmt_s(r.stdev_s), str(len(r.times_s)),
                   escape(os.path.relpath(r.path, base) if base and r.path else r.path or ""))

@@ -133,6 +133,11 @@ class Result(BaseModel):
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=str)
 
+    @property
+    def short_id(self) -> str:
+        """The id ``results list`` and the run summary show (``results show ID`` takes it)."""
+        return self.id[:SHORT_ID]
+
     def _repr_html_(self) -> str:
         from .report import result_html
         return result_html(self)
@@ -289,7 +294,7 @@ unique prefix of an id names its record (:func:`by_id`)."""
 
 
 def short_id(r: Result) -> str:
-    return r.id[:SHORT_ID]
+    return r.short_id
 
 
 def by_id(ref: str, results_dir: str | os.PathLike) -> Result:

@@ -22,7 +22,11 @@ import dask
 
 from .. import audit as audit_mod
 from .. import backends, cluster, config, machine, workloads
-from ..backends import host_collections, session_knobs
+from ..backends import (
+    fallback,  # noqa: F401 - registers the host fallback with host_collections
+    host_collections,
+    session_knobs,
+)
 from ..cluster import logs
 from ..data import inputs
 from ..errors import OutputNotWritten, UserError, phase
