@@ -327,7 +327,8 @@ def test_explain_prints_what_the_run_records(cli, tmp_path, args):
     assert all(e["source"] for items in plan["explained"].values() for e in items.values())
     cl = plan["explained"]["cluster"]
     assert cl["workers"] == {"value": 2, "source": "flag", "rule": None}
-    assert cl["backend"]["source"] == "flag" and cl["protocol"]["source"] == "rule" and cl["protocol"]["rule_id"] == "protocol.tcp"
+    assert cl["backend"]["source"] == "flag"
+    assert (cl["protocol"]["source"], cl["protocol"]["rule_id"]) == ("rule", "protocol.tcp")
     assert cl["rmm_pool_size"]["value"] is None and "no RMM pool" in cl["rmm_pool_size"]["rule"]
     assert plan["explained"]["family"]["chunk_bytes"]["source"] == "family"
     if args[0] == "groupby" and "--split-out" not in args:
