@@ -167,8 +167,8 @@ def test_every_event_is_well_formed(runs, name):
         for (s0, e0), (s1, e1) in zip(spans, spans[1:]):
             assert s1 >= e0 - 1e-3 or e1 <= e0 + 1e-3, (s0, e0, s1, e1)  # after, or nested
     # the summary's compute time is the union of trace.json's compute events
-    union = gpuscale.trace.summary.union((e["ts"], e["ts"] + e["dur"]) for e in xs if e["cat"] == "compute")
-    assert gpuscale.trace.summary.length(union) / 1e6 == pytest.approx(s["compute_s"], abs=1e-4)
+    union = gpuscale.trace.intervals.union((e["ts"], e["ts"] + e["dur"]) for e in xs if e["cat"] == "compute")
+    assert gpuscale.trace.intervals.length(union) / 1e6 == pytest.approx(s["compute_s"], abs=1e-4)
     assert s["compute_s"] + s["transfer_s"] + s["idle_s"] == pytest.approx(s["wall_s"], abs=1e-9)
 
 
@@ -381,3 +381,24 @@ def test_trace_index_draws_the_phase_timeline_offline(runs):
         assert [t.lstrip("› ") for t in svg["texts"][:len(phases)]] == [x["name"] for x in phases]
         assert "seconds from the start of the trace" in svg["texts"]
         assert svg["width"] > 500 and svg["colored_pixels"] > 0.01 * svg["pixels"], svg
+
+
+def test_a_threads_tasks_never_overlap_when_the_clock_offset_estimate_drops():
+    """A worker stamps its tasks with its clock plus its latest estimate of the scheduler's
+    offset; when that estimate drops between two tasks of one thread, the second seems to start
+    before the first stopped. It is put back after the first; other threads keep their times."""
+    from gpuscale.trace.intervals import length, one_task_per_thread, union
+
+    def task(worker, thread, start, stop):
+        return {"worker": worker, "thread": thread,
+                "startstops": [{"action": "transfer", "start": start - 0.01, "stop": start},
+                               {"action": "compute", "start": start, "stop": stop}]}
+
+    tasks = [task("a", 1, 0.0, 0.15), task("a", 1, 0.03, 0.18),  # estimate dropped 0.12 s
+             task("b", 1, 0.0, 0.15), task("b", 2, 0.05, 0.20)]
+    fixed = one_task_per_thread(tasks)
+    compute = [(s["start"], s["stop"]) for t in fixed for s in t["startstops"] if s["action"] == "compute"]
+    assert compute[1] == pytest.approx((0.15, 0.30)) and compute[2:] == [(0.0, 0.15), (0.05, 0.20)]
+    assert length(union(compute)) == pytest.approx(0.30)
+    assert fixed[1]["startstops"][0] == tasks[1]["startstops"][0]  # a transfer keeps its time
+    assert tasks[1]["startstops"][1]["start"] == 0.03  # the records passed in are left as they were

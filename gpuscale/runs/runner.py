@@ -29,6 +29,7 @@ from distributed import Future, KilledWorker, futures_of, span, wait
 from .. import memory as _memory
 from ..audit import Audit
 from ..errors import phase as named_phase
+from ..trace.intervals import length, minus, one_task_per_thread, union
 from ..workloads import Context, Output, Validation, Workload
 from . import progress as _progress
 from . import repeats as _repeats
@@ -254,18 +255,6 @@ def stream_index(client) -> int | None:
         return None
 
 
-def _union(intervals: list[tuple[float, float]]) -> float:
-    total, end = 0.0, None
-    for a, b in sorted(intervals):
-        if end is None or a > end:
-            total += b - a
-            end = b
-        elif b > end:
-            total += b - end
-            end = b
-    return total
-
-
 def time_split(client, cursors: list[int | None], end: int | None, elapsed: list[float]) -> dict[str, Any]:
     """How each timed repeat's time splits, from the scheduler's task stream between the
     repeat's cursors: ``compute_s`` (wall time in which some worker was computing one of its
@@ -281,11 +270,11 @@ def time_split(client, cursors: list[int | None], end: int | None, elapsed: list
     bounds = [*cursors, end]
     per = []
     for i, t in enumerate(elapsed):
-        recs = records[bounds[i] - cursors[0]:bounds[i + 1] - cursors[0]]
-        comp = [(s["start"], s["stop"]) for r in recs for s in r.get("startstops", ()) if s.get("action") == "compute"]
-        xfer = [(s["start"], s["stop"]) for r in recs for s in r.get("startstops", ()) if s.get("action") == "transfer"]
-        c = min(_union(comp), t)
-        x = min(max(0.0, _union(comp + xfer) - _union(comp)), t - c)
+        recs = one_task_per_thread(records[bounds[i] - cursors[0]:bounds[i + 1] - cursors[0]])
+        comp = [(s["start"], s["stop"]) for r in recs for s in r["startstops"] if s.get("action") == "compute"]
+        xfer = [(s["start"], s["stop"]) for r in recs for s in r["startstops"] if s.get("action") == "transfer"]
+        c = min(length(union(comp)), t)
+        x = min(length(minus(union(xfer), union(comp))), t - c)
         per.append({"elapsed_s": t, "compute_s": c, "transfer_s": x, "other_s": max(0.0, t - c - x),
                     "tasks": len(recs), "busy_s": sum(b - a for a, b in comp)})
     med = {k: statistics.median(r[k] for r in per) for k in ("elapsed_s", "compute_s", "transfer_s", "other_s",
@@ -422,7 +411,8 @@ def _watched(workload: Workload, p, ctx: Context, warmup: int, policy: _repeats.
         info.update(result.info)
         return result.collections
 
-    def one(i: int, name: str, index: int, total: str, held=contextlib.nullcontext) -> float:
+    def one(i: int, name: str, index: int, total: str, advance, held=contextlib.nullcontext) -> float:
+        """One repeat, its progress step included: an interruption anywhere in it names it."""
         nonlocal out, unsettled, workers_now
         step = f"warm-up {index + 1} of {warmup}" if name == "warmup" else f"timed repeat {index + 1} of {timed_total}"
         with named_phase(step):
@@ -443,6 +433,7 @@ def _watched(workload: Workload, p, ctx: Context, warmup: int, policy: _repeats.
                 running.append(still)
                 if workers_now != workers_before:
                     disturbed[index] = _changed(workers_before, workers_now)
+            advance()
         return elapsed
 
     most = warmup + policy.most
@@ -451,13 +442,11 @@ def _watched(workload: Workload, p, ctx: Context, warmup: int, policy: _repeats.
     label = f"{workload.name} ({fam.name}{', repeat auto' if policy.auto else ''})"
     with progress(label, most) as advance:
         for i in range(warmup):
-            warm.append(one(i, "warmup", i, total))
-            advance()
+            warm.append(one(i, "warmup", i, total, advance))
         with collector_held() as paused:
             t0 = time.perf_counter()
             while (stopped := policy.stop(times, time.perf_counter() - t0)) is None:
-                times.append(one(warmup + len(times), "compute", len(times), total, paused))
-                advance()
+                times.append(one(warmup + len(times), "compute", len(times), total, advance, paused))
     out.info["time_split"] = time_split(client, cursors, stream_index(client), times)
     notes = _watch.stop(client, watching)
     disturbed = _watch.merge(disturbed, _watch.by_repeat(notes, windows, running))

@@ -361,10 +361,10 @@ class Capture:
         self._made = []
 
     def _write(self) -> None:
-        from . import events, render, summary
+        from . import events, intervals, render, summary
         col = self._collected
         window = (self.t0, self.t1)
-        tasks, workers = col["scheduler"]["tasks"], col["scheduler"]["workers"]
+        tasks, workers = intervals.one_task_per_thread(col["scheduler"]["tasks"]), col["scheduler"]["workers"]
         transfers = {addr: w["incoming"] for addr, w in col["workers"].items()}
         files: dict[str, str] = {}
         tmp = self._tmp

@@ -44,8 +44,9 @@ def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
 
 def _x(name: str, cat: str, start: float, stop: float, t0: float, pid: int, tid: int,
        args: dict[str, Any]) -> dict[str, Any]:
-    return {"name": name, "cat": cat, "ph": "X", "ts": round((start - t0) * US, 3),
-            "dur": round((stop - start) * US, 3), "pid": pid, "tid": tid, "args": args}
+    ts = round((start - t0) * US, 3)  # both ends rounded: a task that starts as another stops still does
+    return {"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": round(round((stop - t0) * US, 3) - ts, 3),
+            "pid": pid, "tid": tid, "args": args}
 
 
 def worker_order(workers: dict[str, dict], *extra: Iterable[str]) -> list[str]:

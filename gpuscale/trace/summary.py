@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import UserError
 from .events import clip, worker_order
+from .intervals import length, minus, union
 
 SCHEMA = "gpuscale.trace"
 SCHEMA_VERSION = 1
@@ -96,39 +97,6 @@ class Summary(BaseModel):
 # ---------------------------------------------------------------------------------------
 # Intervals
 # ---------------------------------------------------------------------------------------
-def union(intervals) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
-def length(intervals) -> float:
-    return sum(e - s for s, e in intervals)
-
-
-def minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Parts of the (disjoint, sorted) intervals ``a`` not covered by the disjoint sorted ``b``."""
-    out = []
-    j = 0
-    for s, e in a:
-        cur = s
-        while j < len(b) and b[j][1] <= cur:
-            j += 1
-        k = j
-        while k < len(b) and b[k][0] < e:
-            if b[k][0] > cur:
-                out.append((cur, b[k][0]))
-            cur = max(cur, b[k][1])
-            k += 1
-        if cur < e:
-            out.append((cur, e))
-    return out
-
-
 # ---------------------------------------------------------------------------------------
 # Building
 # ---------------------------------------------------------------------------------------
