@@ -3,6 +3,7 @@
 Build: ``sphinx-build -W --keep-going -b html docs docs/_build/html`` (``pip install ".[docs]"``);
 ``tests/test_docs.py`` builds it the same way.
 """
+
 from __future__ import annotations
 
 import pathlib

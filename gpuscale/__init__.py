@@ -7,6 +7,7 @@ plain functions on your collections) -> ``runs/`` (sessions, the runner, a runne
 cluster, clusters kept up) -> ``records/`` (results, what was explained, tables); ``data/``
 reads your inputs and writes outputs, ``audit`` and ``trace/`` watch any of it.
 """
+
 from __future__ import annotations
 
 from . import config  # noqa: E402,F401  (merges gpuscale.yaml into dask.config first)
@@ -15,18 +16,23 @@ from .errors import UserError, install_excepthook  # noqa: E402
 
 install_excepthook()  # an uncaught UserError in a script is one line, as on the command line
 
-_LAZY = {"session": "gpuscale.api", "run": "gpuscale.api", "Session": "gpuscale.api",
-         "explain": "gpuscale.api", "workload": "gpuscale.workloads.decorator"}
+_LAZY = {
+    "session": "gpuscale.api",
+    "run": "gpuscale.api",
+    "Session": "gpuscale.api",
+    "explain": "gpuscale.api",
+    "workload": "gpuscale.workloads.decorator",
+}
 """Top-level names, from the module that holds them (imported on first use: importing gpuscale
 starts nothing and imports no GPU library)."""
-_MODULES = ("linalg", "dataframe", "workloads", "backends", "cluster", "results", "report", "trace",
-            "audit")
+_MODULES = ("linalg", "dataframe", "workloads", "backends", "cluster", "results", "report", "trace", "audit")
 """Modules reachable as ``gpuscale.NAME`` (``gpuscale.linalg.svd(x)``), imported on first use; each
 is a module of its own too (``import gpuscale.linalg as gl``)."""
 
 
 def __getattr__(name):
     import importlib
+
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     if name in _MODULES:
@@ -34,5 +40,14 @@ def __getattr__(name):
     raise AttributeError(f"module 'gpuscale' has no attribute {name!r}")
 
 
-__all__ = ["session", "run", "Session", "explain", "UserError", "workload", "linalg", "dataframe",
-           "__version__"]
+__all__ = [
+    "session",
+    "run",
+    "Session",
+    "explain",
+    "UserError",
+    "workload",
+    "linalg",
+    "dataframe",
+    "__version__",
+]

@@ -50,6 +50,7 @@ Conversions made for you
     audit or whose blocks were converted during it, with the partitions and host bytes converted
     (an added key: every other key is as before).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -66,8 +67,10 @@ from .errors import UserError
 
 SCHEMA = "gpuscale.audit"
 SCHEMA_VERSION = 1
-NOTHING_SEEN = ("0 tasks seen: no task ran on the cluster while the audit watched (a lazy collection "
-                "is audited where it is computed or persisted inside the block), so nothing is called clean")
+NOTHING_SEEN = (
+    "0 tasks seen: no task ran on the cluster while the audit watched (a lazy collection "
+    "is audited where it is computed or persisted inside the block), so nothing is called clean"
+)
 COUNTED_STARTS = frozenset({"executing", "long-running", "resumed", "released"})
 """Transitions to memory that are new outputs on this worker: a task ran here (or its
 result was scattered here: released -> memory); ``flight`` (a copy fetched from another
@@ -79,6 +82,7 @@ def chunk_libraries() -> dict[str, str]:
     chunks live ("host" / "device"): the registered families' modules and their ``memory``
     (numpy, cupy, pandas, cudf for the built-ins, in that order)."""
     from . import backends
+
     return backends.chunk_libraries()
 
 
@@ -101,6 +105,7 @@ def classify(typ, owners: dict[str, str], kinds=None) -> tuple[str, str | None, 
 
 def _numpy_scalar(typ) -> bool:
     import numpy
+
     try:
         return issubclass(typ, numpy.generic)
     except TypeError:
@@ -193,12 +198,16 @@ class AuditPlugin(WorkerPlugin):
         types = {}
         for name, fam, kind, chunk in self._types.values():
             types[name] = [fam, kind, chunk]
-        out = {"outputs": [[p, t, n, b] for (p, t), (n, b) in self.outputs.items()],
-               "changes": [[dp, dt, p, t, n, b] for (dp, dt, p, t), (n, b) in self.changes.items()],
-               "types": types}
+        out = {
+            "outputs": [[p, t, n, b] for (p, t), (n, b) in self.outputs.items()],
+            "changes": [[dp, dt, p, t, n, b] for (dp, dt, p, t), (n, b) in self.changes.items()],
+            "types": types,
+        }
         with getattr(self, "_conversion_lock", contextlib.nullcontext()):
             out["conversions"] = [[c, n, b] for c, (n, b) in getattr(self, "conversions", {}).items()]
-            out["host_copies"] = [[p, t, c, n, b] for (p, t, c), (n, b) in getattr(self, "host_copies", {}).items()]
+            out["host_copies"] = [
+                [p, t, c, n, b] for (p, t, c), (n, b) in getattr(self, "host_copies", {}).items()
+            ]
             if reset:
                 self.reset()
         return out
@@ -215,6 +224,7 @@ def _collect(name: str, dask_worker=None) -> dict[str, Any] | None:
 def owners(expected) -> dict[str, str]:
     """top-level module -> family name for every registered family, ``expected``'s first."""
     from . import backends
+
     own = {m: expected.name for m in (expected.array_module, expected.dataframe_module)}
     for fam in backends.families():
         for m in (fam.array_module, fam.dataframe_module):
@@ -241,6 +251,7 @@ class Audit:
         self.libraries = chunk_libraries()
         self._started = False
         from .backends import host_collections
+
         self._host = host_collections.current()
         """The session block's host-collection scope (its conversions), if this audit runs in one."""
         self._host_first = len(self._host.conversions) if self._host is not None else 0
@@ -276,11 +287,13 @@ class Audit:
         bucket = self.raw.setdefault(phase, [])
         for addr, value in got.items():
             if isinstance(value, BaseException):
-                self.notes.append(f"worker {addr} did not report its {phase} counts "
-                                  f"({type(value).__name__}: {value})")
+                self.notes.append(
+                    f"worker {addr} did not report its {phase} counts ({type(value).__name__}: {value})"
+                )
             elif value is None:
-                self.notes.append(f"worker {addr} had no audit plugin during {phase} "
-                                  "(it joined after the audit started?)")
+                self.notes.append(
+                    f"worker {addr} had no audit plugin during {phase} (it joined after the audit started?)"
+                )
             else:
                 bucket.append(value)
 
@@ -298,15 +311,23 @@ class Audit:
                 self.collect(phase)
         finally:
             self.stop()
-        self.summary = summarize(self.raw, self.family, scope=self.scope, notes=self.notes, runs=runs,
-                                 libraries=self.libraries, conversions=self.conversions(),
-                                 fallbacks=self.fallbacks())
+        self.summary = summarize(
+            self.raw,
+            self.family,
+            scope=self.scope,
+            notes=self.notes,
+            runs=runs,
+            libraries=self.libraries,
+            conversions=self.conversions(),
+            fallbacks=self.fallbacks(),
+        )
         return self.summary
 
 
 @contextlib.contextmanager
-def audit(client, family, *, phase: str = "user", scope: str | None = None,
-          strict: bool = False) -> Iterator[Audit]:
+def audit(
+    client, family, *, phase: str = "user", scope: str | None = None, strict: bool = False
+) -> Iterator[Audit]:
     """Audit everything ``client``'s cluster runs inside the block as one phase. After the
     block ``.summary`` holds the audit; with ``strict`` foreign chunks raise
     :func:`strict_error` on leaving. An error inside the block stops the audit and
@@ -327,7 +348,10 @@ def wait_for_pending(client) -> None:
     """Wait until every task this client has asked for so far (futures still pending, e.g.
     from ``persist()``) has finished, so an audit sees the work its block started."""
     from distributed import Future, wait
-    pending = [Future(key, client) for key, state in list(client.futures.items()) if state.status == "pending"]
+
+    pending = [
+        Future(key, client) for key, state in list(client.futures.items()) if state.status == "pending"
+    ]
     if pending:
         wait(pending)
 
@@ -358,19 +382,37 @@ def allow(prefix: str, why: str) -> None:
 # Fix hints
 # ---------------------------------------------------------------------------------------
 FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("array", "from_array", "from-array"),
-     "from_array produced {type}: pass the data through s.to_backend (x = s.to_backend(a) "
-     "instead of da.from_array(a))"),
-    (("frompandas", "from_pandas", "from-pandas"),
-     "from_pandas produced {type}: pass the frame through s.to_backend (ddf = s.to_backend(df) "
-     "instead of dd.from_pandas(df))"),
-    (("readparquet", "read_parquet", "read-parquet", "readcsv", "read_csv", "read-csv",
-      "readjson", "read_json", "fromarrow", "from_arrow"),
-     "{prefix} read the data into {type}: read it inside the session (where dataframe.backend "
-     "is the {expected} family's) or convert the collection with s.to_backend(ddf)"),
-    (("ndarray", "dataframe", "series"),
-     "{prefix} holds scattered {type} data: convert it with s.to_backend before scattering, or "
-     "build it on the workers"),
+    (
+        ("array", "from_array", "from-array"),
+        "from_array produced {type}: pass the data through s.to_backend (x = s.to_backend(a) "
+        "instead of da.from_array(a))",
+    ),
+    (
+        ("frompandas", "from_pandas", "from-pandas"),
+        "from_pandas produced {type}: pass the frame through s.to_backend (ddf = s.to_backend(df) "
+        "instead of dd.from_pandas(df))",
+    ),
+    (
+        (
+            "readparquet",
+            "read_parquet",
+            "read-parquet",
+            "readcsv",
+            "read_csv",
+            "read-csv",
+            "readjson",
+            "read_json",
+            "fromarrow",
+            "from_arrow",
+        ),
+        "{prefix} read the data into {type}: read it inside the session (where dataframe.backend "
+        "is the {expected} family's) or convert the collection with s.to_backend(ddf)",
+    ),
+    (
+        ("ndarray", "dataframe", "series"),
+        "{prefix} holds scattered {type} data: convert it with s.to_backend before scattering, or "
+        "build it on the workers",
+    ),
 )
 
 
@@ -381,27 +423,34 @@ def fix_hint(prefix: str, type_name: str, expected, family: str | None) -> str:
     for names, text in FIXES:
         if parts & set(names):
             return text.format(prefix=prefix, type=type_name, expected=expected.name, modules=modules)
-    return (f"{prefix} returned {type_name} ({family} family) under the {expected.name} family: "
-            f"build its chunks with {modules}, or convert its input with s.to_backend "
-            "(NumPy / pandas data and Dask collections)")
+    return (
+        f"{prefix} returned {type_name} ({family} family) under the {expected.name} family: "
+        f"build its chunks with {modules}, or convert its input with s.to_backend "
+        "(NumPy / pandas data and Dask collections)"
+    )
 
 
 # ---------------------------------------------------------------------------------------
 # The summary
 # ---------------------------------------------------------------------------------------
-def _direction(from_kind: str, to_kind: str, from_family: str, to_family: str,
-               memory: dict[str, str]) -> str:
+def _direction(from_kind: str, to_kind: str, from_family: str, to_family: str, memory: dict[str, str]) -> str:
     a, b = memory.get(from_kind), memory.get(to_kind)
     if a and b and a != b:
         return f"{a} -> {b}"
     return f"{from_family} -> {to_family}"
 
 
-def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
-              notes: list[str] | None = None, runs: dict[str, int] | None = None,
-              libraries: dict[str, str] | None = None,
-              conversions: list[dict[str, Any]] | None = None,
-              fallbacks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def summarize(
+    raw: dict[str, list[dict]],
+    family,
+    *,
+    scope: str | None = None,
+    notes: list[str] | None = None,
+    runs: dict[str, int] | None = None,
+    libraries: dict[str, str] | None = None,
+    conversions: list[dict[str, Any]] | None = None,
+    fallbacks: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The audit dict from what the workers reported, per phase (see ``Audit.collect``).
     ``libraries``: the chunk libraries named as kinds, with their memory (default:
     :func:`chunk_libraries`). ``conversions``: the session's recorded conversions
@@ -419,19 +468,39 @@ def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
         for rep in reports:
             types.update(rep["types"])
             for prefix, tname, n, b in rep["outputs"]:
-                r = rows.setdefault((phase, prefix, tname),
-                                    {"phase": phase, "prefix": prefix, "type": tname, "tasks": 0, "bytes": 0})
+                r = rows.setdefault(
+                    (phase, prefix, tname),
+                    {"phase": phase, "prefix": prefix, "type": tname, "tasks": 0, "bytes": 0},
+                )
                 r["tasks"] += n
                 r["bytes"] += b
             for prefix, tname, conv, n, b in rep.get("host_copies", ()):
-                r = rows.setdefault((phase, prefix, tname, conv),
-                                    {"phase": phase, "prefix": prefix, "type": tname, "tasks": 0, "bytes": 0,
-                                     "host_copy": conv})
+                r = rows.setdefault(
+                    (phase, prefix, tname, conv),
+                    {
+                        "phase": phase,
+                        "prefix": prefix,
+                        "type": tname,
+                        "tasks": 0,
+                        "bytes": 0,
+                        "host_copy": conv,
+                    },
+                )
                 r["tasks"] += n
                 r["bytes"] += b
             for dp, dt, p, t, n, b in rep["changes"]:
-                c = changes.setdefault((phase, dp, dt, p, t), {"phase": phase, "from_prefix": dp, "from_type": dt,
-                                                               "to_prefix": p, "to_type": t, "count": 0, "bytes": 0})
+                c = changes.setdefault(
+                    (phase, dp, dt, p, t),
+                    {
+                        "phase": phase,
+                        "from_prefix": dp,
+                        "from_type": dt,
+                        "to_prefix": p,
+                        "to_type": t,
+                        "count": 0,
+                        "bytes": 0,
+                    },
+                )
                 c["count"] += n
                 c["bytes"] += b
     kinds = {k: 0 for k in (*libraries, "other")}
@@ -441,8 +510,11 @@ def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
     for r in sorted(rows.values(), key=lambda r: (r["phase"], -r["bytes"], r["prefix"])):
         fam, kind, chunk = types.get(r["type"], [None, "other", False])
         other = bool(chunk and fam is not None and fam != family.name)
-        why = _host_copy_why(r.get("host_copy"), conversions or []) if "host_copy" in r else \
-            ALLOWED.get(r["prefix"]) or _fallback_why(r["prefix"], fallbacks or [])
+        why = (
+            _host_copy_why(r.get("host_copy"), conversions or [])
+            if "host_copy" in r
+            else ALLOWED.get(r["prefix"]) or _fallback_why(r["prefix"], fallbacks or [])
+        )
         r.update(kind=kind, family=fam, chunk=bool(chunk), foreign=other and why is None)
         kinds[kind] = kinds.get(kind, 0) + r["tasks"]
         if other and not r["foreign"]:
@@ -450,8 +522,9 @@ def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
             allowed.append({k: r[k] for k in ("phase", "prefix", "type", "tasks", "bytes", "allowed")})
         if r["foreign"]:
             r["fix"] = fix_hint(r["prefix"], r["type"], family, fam)
-            foreign.append({k: r[k] for k in ("phase", "prefix", "type", "kind", "family", "tasks",
-                                              "bytes", "fix")})
+            foreign.append(
+                {k: r[k] for k in ("phase", "prefix", "type", "kind", "family", "tasks", "bytes", "fix")}
+            )
         out_rows.append(r)
     transfers = []
     for c in sorted(changes.values(), key=lambda c: (c["phase"], -c["bytes"])):
@@ -461,14 +534,22 @@ def summarize(raw: dict[str, list[dict]], family, *, scope: str | None = None,
         transfers.append(c)
     foreign_tasks = sum(f["tasks"] for f in foreign)
     return {
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
-        "expected": {"family": family.name, "modules": sorted({family.array_module, family.dataframe_module})},
-        "scope": scope, "phases": list(raw), "runs": {ph: (runs or {}).get(ph, 1) for ph in raw},
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "expected": {
+            "family": family.name,
+            "modules": sorted({family.array_module, family.dataframe_module}),
+        },
+        "scope": scope,
+        "phases": list(raw),
+        "runs": {ph: (runs or {}).get(ph, 1) for ph in raw},
         "workers": workers,
-        "tasks": sum(r["tasks"] for r in out_rows), "bytes": sum(r["bytes"] for r in out_rows),
+        "tasks": sum(r["tasks"] for r in out_rows),
+        "bytes": sum(r["bytes"] for r in out_rows),
         "kinds": kinds,
         "clean": foreign_tasks == 0 and bool(out_rows),
-        "foreign_tasks": foreign_tasks, "foreign_bytes": sum(f["bytes"] for f in foreign),
+        "foreign_tasks": foreign_tasks,
+        "foreign_bytes": sum(f["bytes"] for f in foreign),
         "foreign": foreign,
         "allowed": allowed,
         "transfer_count": sum(c["count"] for c in transfers),
@@ -505,11 +586,23 @@ def _fallbacks(raw: dict[str, list[dict]], recorded: list[dict[str, Any]]) -> li
         to_host, back = moved.get(f["to_host"], (0, 0)), moved.get(f["back"], (0, 0))
         if not f.get("made_in_audit") and not (to_host[0] or back[0]):
             continue
-        out.append({"operation": f["operation"], "where": f["where"], "file": f["file"], "line": f["line"],
-                    "error": f["error"], "family": f["family"], "partitions": f["partitions"],
-                    "blocks_to_host": to_host[0], "bytes_to_host": to_host[1],
-                    "blocks_to_device": back[0], "bytes_to_device": back[1],
-                    "made_in_audit": bool(f.get("made_in_audit")), "id": f["id"]})
+        out.append(
+            {
+                "operation": f["operation"],
+                "where": f["where"],
+                "file": f["file"],
+                "line": f["line"],
+                "error": f["error"],
+                "family": f["family"],
+                "partitions": f["partitions"],
+                "blocks_to_host": to_host[0],
+                "bytes_to_host": to_host[1],
+                "blocks_to_device": back[0],
+                "bytes_to_device": back[1],
+                "made_in_audit": bool(f.get("made_in_audit")),
+                "id": f["id"],
+            }
+        )
     return out
 
 
@@ -519,8 +612,9 @@ def _host_copy_why(conversion: str, recorded: list[dict[str, Any]]) -> str:
         if c["id"] == conversion and c.get("action") == "fallback":
             return f"copied to {c['to_module']} for the {c['function']} at {c['where']}: {c.get('why') or ''}"
         if c["id"] == conversion:
-            return (f"written through {c['to_module']} by {c['function']} at {c['where']}: "
-                    f"{c.get('why') or ''}").rstrip(": ")
+            return (
+                f"written through {c['to_module']} by {c['function']} at {c['where']}: {c.get('why') or ''}"
+            ).rstrip(": ")
     return f"host copies of conversion {conversion}, which another session recorded"
 
 
@@ -547,15 +641,44 @@ def _conversions(raw: dict[str, list[dict]], recorded: list[dict[str, Any]]) -> 
         n, b, phases = done.get(c["id"], (0, 0, []))
         if not c.get("made_in_audit") and not n:
             continue
-        out.append({"function": c["function"], "where": c["where"], "file": c["file"], "line": c["line"],
-                    "collection": c["collection"], "from_type": c["from_type"], "to_module": c["to_module"],
-                    "partitions": c["partitions"], "converted_blocks": n, "bytes": b, "phases": phases,
-                    "made_in_audit": bool(c.get("made_in_audit")), "why": c.get("why", ""), "id": c["id"]})
+        out.append(
+            {
+                "function": c["function"],
+                "where": c["where"],
+                "file": c["file"],
+                "line": c["line"],
+                "collection": c["collection"],
+                "from_type": c["from_type"],
+                "to_module": c["to_module"],
+                "partitions": c["partitions"],
+                "converted_blocks": n,
+                "bytes": b,
+                "phases": phases,
+                "made_in_audit": bool(c.get("made_in_audit")),
+                "why": c.get("why", ""),
+                "id": c["id"],
+            }
+        )
     for conv, (n, b, phases) in done.items():
         if conv not in known:
-            out.append({"function": None, "where": None, "file": None, "line": None, "collection": None,
-                        "from_type": None, "to_module": None, "partitions": None, "converted_blocks": n,
-                        "bytes": b, "phases": phases, "made_in_audit": False, "why": "", "id": conv})
+            out.append(
+                {
+                    "function": None,
+                    "where": None,
+                    "file": None,
+                    "line": None,
+                    "collection": None,
+                    "from_type": None,
+                    "to_module": None,
+                    "partitions": None,
+                    "converted_blocks": n,
+                    "bytes": b,
+                    "phases": phases,
+                    "made_in_audit": False,
+                    "why": "",
+                    "id": conv,
+                }
+            )
     return out
 
 
@@ -564,29 +687,41 @@ def describe_foreign(summary: dict[str, Any], limit: int = 3) -> str:
     fam = summary["expected"]["family"]
     items = summary["foreign"]
     memory = chunk_libraries()
-    where = "host" if all(memory.get(f["kind"]) == "host" for f in items) else \
-        "device" if all(memory.get(f["kind"]) == "device" for f in items) else "foreign"
+    where = (
+        "host"
+        if all(memory.get(f["kind"]) == "host" for f in items)
+        else "device"
+        if all(memory.get(f["kind"]) == "device" for f in items)
+        else "foreign"
+    )
     merged: dict[tuple[str, str], dict] = {}
     for f in items:
         m = merged.setdefault((f["prefix"], f["type"]), {**f, "tasks": 0, "bytes": 0, "phases": []})
         m["tasks"] += f["tasks"]
         m["bytes"] += f["bytes"]
         m["phases"].append(f["phase"])
-    parts = [f"{m['prefix']} ({m['tasks']} task(s), {format_bytes(m['bytes'])} of {m['type']}, "
-             f"in {'+'.join(m['phases'])}): {m['fix']}"
-             for m in sorted(merged.values(), key=lambda m: -m["bytes"])[:limit]]
+    parts = [
+        f"{m['prefix']} ({m['tasks']} task(s), {format_bytes(m['bytes'])} of {m['type']}, "
+        f"in {'+'.join(m['phases'])}): {m['fix']}"
+        for m in sorted(merged.values(), key=lambda m: -m["bytes"])[:limit]
+    ]
     more = f"; and {len(merged) - limit} more prefix(es)" if len(merged) > limit else ""
-    return (f"backend audit: under the {fam} family {len(merged)} task prefix(es) produced {where} "
-            f"chunks ({summary['foreign_tasks']} task(s), {format_bytes(summary['foreign_bytes'])}): "
-            + "; ".join(parts) + more)
+    return (
+        f"backend audit: under the {fam} family {len(merged)} task prefix(es) produced {where} "
+        f"chunks ({summary['foreign_tasks']} task(s), {format_bytes(summary['foreign_bytes'])}): "
+        + "; ".join(parts)
+        + more
+    )
 
 
 def strict_error(summary: dict[str, Any], record: str | None = None) -> UserError:
     """The ``--strict-backend`` failure: one line naming prefixes, counts, bytes and fixes."""
     where = f" (the result record, with this audit, was written to {record})" if record else ""
-    return UserError(describe_foreign(summary) + where,
-                     "fix those tasks as suggested, or run without --strict-backend "
-                     "(strict_backend=False) to only report them")
+    return UserError(
+        describe_foreign(summary) + where,
+        "fix those tasks as suggested, or run without --strict-backend "
+        "(strict_backend=False) to only report them",
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -599,29 +734,42 @@ def load(path: str) -> tuple[dict[str, Any], str]:
     if p.is_dir():
         f = p / "summary.json"
         if not f.is_file():
-            raise UserError(f"'{path}' is a folder without a summary.json, so not a trace folder",
-                            "give a result record (.json) or a folder written by `run --trace DIR`")
+            raise UserError(
+                f"'{path}' is a folder without a summary.json, so not a trace folder",
+                "give a result record (.json) or a folder written by `run --trace DIR`",
+            )
         what = "trace folder"
     elif p.is_file():
         f, what = p, "result record"
     else:
-        raise UserError(f"'{path}' does not exist",
-                        "give a result record (.json) or a trace folder written by `run --trace DIR`")
+        raise UserError(
+            f"'{path}' does not exist",
+            "give a result record (.json) or a trace folder written by `run --trace DIR`",
+        )
     try:
         data = json.loads(f.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UserError(f"'{f}' is not a JSON file ({type(e).__name__})",
-                        "give a result record (.json) or a trace folder written by `run --trace DIR`") from None
+        raise UserError(
+            f"'{f}' is not a JSON file ({type(e).__name__})",
+            "give a result record (.json) or a trace folder written by `run --trace DIR`",
+        ) from None
     if not isinstance(data, dict) or data.get("schema") not in ("gpuscale.result", "gpuscale.trace"):
-        raise UserError(f"'{f}' is neither a gpuscale result record nor a trace summary",
-                        "give a file written by `gpuscale run` or a folder written by `run --trace DIR`")
+        raise UserError(
+            f"'{f}' is neither a gpuscale result record nor a trace summary",
+            "give a file written by `gpuscale run` or a folder written by `run --trace DIR`",
+        )
     aud = data.get("audit")
     if not isinstance(aud, dict) or aud.get("schema") != SCHEMA:
-        raise UserError(f"the {what} '{f}' holds no backend audit (written before audits existed?)",
-                        "run the workload again with this gpuscale version")
+        raise UserError(
+            f"the {what} '{f}' holds no backend audit (written before audits existed?)",
+            "run the workload again with this gpuscale version",
+        )
     if aud.get("schema_version") != SCHEMA_VERSION:
-        raise UserError(f"the audit in '{f}' has schema version {aud.get('schema_version')!r}; this "
-                        f"gpuscale reads version {SCHEMA_VERSION}", "read it with the gpuscale that wrote it")
+        raise UserError(
+            f"the audit in '{f}' has schema version {aud.get('schema_version')!r}; this "
+            f"gpuscale reads version {SCHEMA_VERSION}",
+            "read it with the gpuscale that wrote it",
+        )
     label = f"{what} {f}"
     if data.get("workload"):
         label += f" ({data['workload']} on {data.get('family')}, {data.get('backend')})"

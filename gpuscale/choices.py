@@ -7,6 +7,7 @@ Sources: ``default`` / ``user-yaml`` / ``profile`` / ``env`` / ``dask.config`` /
 default), ``rule`` (chosen by a rule: ``rule`` says which, with its numbers), ``cluster``
 (whatever a running cluster has).
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -7,6 +7,7 @@ the exit code :mod:`gpuscale.errors` defines (2 bad input, 3 a check failed, 4 t
 away, 5 the record could not be written, 130 / 143 interrupted, 1 anything unexpected); no
 traceback unless ``gpuscale --debug`` (or ``GPUSCALE_DEBUG=1``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,6 +29,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 def _console(stderr: bool = False):
     from rich.console import Console
+
     return Console(stderr=stderr)
 
 
@@ -71,7 +73,9 @@ def _interrupted(e: BaseException | None = None) -> typing.NoReturn:
     kept = getattr(e, "gpuscale_kept", None)
     if phase:
         written = kept if kept is not None else "nothing was written"
-        _fail(f"interrupted ({sig}) during {phase}; {written} and what this command started was stopped", code)
+        _fail(
+            f"interrupted ({sig}) during {phase}; {written} and what this command started was stopped", code
+        )
     if kept is not None:
         _fail(f"interrupted ({sig}); {kept} and what this command started was stopped", code)
     _fail(f"interrupted ({sig}); what this command started was stopped", code)
@@ -85,8 +89,11 @@ def _unexpected(e: BaseException) -> typing.NoReturn:
     text = " ".join(str(e).split()) or "(no message)"
     if len(text) > 300:
         text = text[:300] + " ..."
-    _fail(f"unexpected {type(e).__name__}: {text}; rerun with `gpuscale --debug ...` for the traceback "
-          "and report it", errors.EXIT_INTERNAL)
+    _fail(
+        f"unexpected {type(e).__name__}: {text}; rerun with `gpuscale --debug ...` for the traceback "
+        "and report it",
+        errors.EXIT_INTERNAL,
+    )
 
 
 def _ended(e: BaseException) -> typing.NoReturn:
@@ -94,6 +101,7 @@ def _ended(e: BaseException) -> typing.NoReturn:
     if isinstance(e, UserError):
         if _debug["on"]:
             import traceback
+
             traceback.print_exception(e)
         _fail(str(e))
     if isinstance(e, KeyboardInterrupt):
@@ -116,12 +124,19 @@ class Formatter(click.HelpFormatter):
 
     def write_dl(self, rows, col_max: int = 30, col_spacing: int = 2) -> None:
         import textwrap
+
         rows = list(rows)
         first = min(click.formatting.measure_table(rows)[0], col_max) + col_spacing
         width = max(self.width - first - 2 - self.current_indent, 10)
         wrap = textwrap.TextWrapper(width, break_on_hyphens=False, break_long_words=False)
-        super().write_dl([(term, "\b\n" + "\n".join(wrap.wrap(" ".join(text.split()))) if text else text)
-                          for term, text in rows], col_max, col_spacing)
+        super().write_dl(
+            [
+                (term, "\b\n" + "\n".join(wrap.wrap(" ".join(text.split()))) if text else text)
+                for term, text in rows
+            ],
+            col_max,
+            col_spacing,
+        )
 
 
 class Context(click.Context):
@@ -130,14 +145,48 @@ class Context(click.Context):
 
 PANELS: dict[str, tuple[str, ...]] = {
     "Your data (instead of generated data)": ("input_path", "output_path", "overwrite", "validate"),
-    "Run and output": ("repeat", "target_error", "max_repeats", "max_time", "warmup", "results_dir", "trace_dir",
-                       "no_memory_check", "strict_backend", "dashboard", "rules", "as_json"),
-    "Backend and cluster": ("backend", "protocol", "profile", "collection", "workers", "threads_per_worker",
-                            "memory_limit", "dashboard_address", "host", "message_interval"),
-    "GPU workers and UCX": ("gpus", "device_memory_limit", "device_spill", "rmm_pool_size", "nvlink",
-                            "infiniband"),
-    "A cluster that is already running": ("scheduler", "scheduler_file", "credentials", "trust_cluster_files",
-                                          "in_cluster", "bandwidth_probe"),
+    "Run and output": (
+        "repeat",
+        "target_error",
+        "max_repeats",
+        "max_time",
+        "warmup",
+        "results_dir",
+        "trace_dir",
+        "no_memory_check",
+        "strict_backend",
+        "dashboard",
+        "rules",
+        "as_json",
+    ),
+    "Backend and cluster": (
+        "backend",
+        "protocol",
+        "profile",
+        "collection",
+        "workers",
+        "threads_per_worker",
+        "memory_limit",
+        "dashboard_address",
+        "host",
+        "message_interval",
+    ),
+    "GPU workers and UCX": (
+        "gpus",
+        "device_memory_limit",
+        "device_spill",
+        "rmm_pool_size",
+        "nvlink",
+        "infiniband",
+    ),
+    "A cluster that is already running": (
+        "scheduler",
+        "scheduler_file",
+        "credentials",
+        "trust_cluster_files",
+        "in_cluster",
+        "bandwidth_probe",
+    ),
     "Clusters on other hosts (SSH, SLURM) and TLS": ("deploy", "ssh_hosts", "slurm_jobs", "security"),
 }
 """``--help``'s sections, by parameter name, in order after the command's own (a workload's
@@ -247,6 +296,7 @@ class Typed(click.ParamType):
 
     def shell_complete(self, ctx, param, incomplete):
         from click.shell_completion import CompletionItem
+
         return [CompletionItem(str(v)) for v in self.values if str(v).startswith(incomplete)]
 
 
@@ -259,13 +309,17 @@ class BackendName(click.ParamType):
 
     def get_metavar(self, param, ctx=None) -> str:
         from . import backends
+
         return "[" + "|".join(backends.choices()) + "]"
 
     def shell_complete(self, ctx, param, incomplete):
         from click.shell_completion import CompletionItem
 
         from . import backends
-        return [CompletionItem(n) for n in [*backends.choices(), *backends.aliases()] if n.startswith(incomplete)]
+
+        return [
+            CompletionItem(n) for n in [*backends.choices(), *backends.aliases()] if n.startswith(incomplete)
+        ]
 
 
 class BackendOption(click.Option):
@@ -273,6 +327,7 @@ class BackendOption(click.Option):
 
     def get_help_record(self, ctx):
         from . import backends
+
         self.help = f"which backend family runs the work: {backends.vocabulary()}"
         return super().get_help_record(ctx)
 
@@ -285,60 +340,126 @@ def cluster_options(f):
     """Flags that select the backend and shape the cluster (shared by run / cluster show)."""
     opts = [
         click.option("--backend", cls=BackendOption, type=BackendName()),
-        click.option("--protocol", metavar="auto|tcp|ucx",
-                     help="auto (default: a GPU cluster here uses ucx where installed, else tcp) | tcp | ucx"),
+        click.option(
+            "--protocol",
+            metavar="auto|tcp|ucx",
+            help="auto (default: a GPU cluster here uses ucx where installed, else tcp) | tcp | ucx",
+        ),
         click.option("--profile", metavar="NAME|PATH", help="a profile name from clusters/ or a YAML path"),
-        click.option("--scheduler", metavar="ADDRESS",
-                     help="address of a running scheduler to use instead of a new cluster"),
+        click.option(
+            "--scheduler",
+            metavar="ADDRESS",
+            help="address of a running scheduler to use instead of a new cluster",
+        ),
         click.option("--workers", type=INT, help="number of workers (GPU: at most one per GPU)"),
         click.option("--threads-per-worker", type=INT, help="threads per worker"),
-        click.option("--memory-limit", metavar="SIZE", help="host memory per worker: auto, bytes, '8GB' or a fraction"),
-        click.option("--device-memory-limit", metavar="SIZE",
-                     help="GPU workers spill device -> host above this: default (0.8 of the device), "
-                          "'16GB', a fraction, or 0 (no spilling)"),
-        click.option("--device-spill", type=click.Choice(["auto", "dask-cuda", "cudf"]),
-                     help="how GPU workers spill: auto (the family's rule), dask-cuda or cudf"),
+        click.option(
+            "--memory-limit", metavar="SIZE", help="host memory per worker: auto, bytes, '8GB' or a fraction"
+        ),
+        click.option(
+            "--device-memory-limit",
+            metavar="SIZE",
+            help="GPU workers spill device -> host above this: default (0.8 of the device), "
+            "'16GB', a fraction, or 0 (no spilling)",
+        ),
+        click.option(
+            "--device-spill",
+            type=click.Choice(["auto", "dask-cuda", "cudf"]),
+            help="how GPU workers spill: auto (the family's rule), dask-cuda or cudf",
+        ),
         click.option("--gpus", metavar="LIST", help="GPUs to use, e.g. 0,1 (default: all visible)"),
-        click.option("--nvlink/--no-nvlink", default=None, help="force UCX NVLink on/off (default: UCX chooses)"),
+        click.option(
+            "--nvlink/--no-nvlink", default=None, help="force UCX NVLink on/off (default: UCX chooses)"
+        ),
         click.option("--infiniband/--no-infiniband", default=None, help="force UCX InfiniBand on/off"),
-        click.option("--rmm-pool-size", metavar="SIZE",
-                     help="RMM pool per GPU worker: bytes, '40GB', a fraction, or none"),
-        click.option("--dashboard-address", metavar="HOST:PORT", help="dashboard bind address (default 127.0.0.1:0)"),
-        click.option("--host", metavar="ADDRESS",
-                     help="bind address of a cluster started here (default: the protocol's; "
-                                    "tcp: 127.0.0.1); other hosts reach it there"),
-        click.option("--security", metavar="auto|tls|off",
-                     help="auto | tls | off: TLS between client, scheduler and workers "
-                                        "(auto: on for `cluster up`, off for a run's own loopback cluster)"),
-        click.option("--deploy", metavar="local|ssh|slurm|srun",
-                     help="local | ssh | slurm | srun: start the cluster on this machine, over ssh "
-                                      "on --ssh-hosts (distributed's SSHCluster), in SLURM jobs (dask-jobqueue's "
-                                      "SLURMCluster), or on the tasks of `srun -n N gpuscale ...` (its "
-                                      "SLURMRunner: rank 0 scheduler, rank 1 client, others workers)"),
-        click.option("--ssh-hosts", metavar="H0,H1,...",
-                     help="with --deploy ssh: the scheduler's host, then one entry per worker process"),
-        click.option("--slurm-jobs", metavar="N", help="with --deploy slurm: SLURM jobs to submit (default 1; "
-                                                        "cores, memory, partition: cluster.slurm.* settings)"),
-        click.option("--credentials", metavar="PATH",
-                     help="TLS credentials of a client (the *.tls.pem file `cluster up` writes beside its "
-                          "scheduler file; default: the one beside --scheduler-file)"),
-        click.option("--trust-cluster-files", is_flag=True, default=None,
-                     help="use a scheduler file / credentials that another user can change (a cluster "
-                          "can run code in its clients; default: refused)"),
-        click.option("--message-interval", metavar="auto|dask|DURATION",
-                     help="how long Dask's batched control streams wait between sends (auto: 2 ms; dask: "
-                          "distributed's 10/5/2/2 ms; e.g. 2ms)"),
+        click.option(
+            "--rmm-pool-size",
+            metavar="SIZE",
+            help="RMM pool per GPU worker: bytes, '40GB', a fraction, or none",
+        ),
+        click.option(
+            "--dashboard-address", metavar="HOST:PORT", help="dashboard bind address (default 127.0.0.1:0)"
+        ),
+        click.option(
+            "--host",
+            metavar="ADDRESS",
+            help="bind address of a cluster started here (default: the protocol's; "
+            "tcp: 127.0.0.1); other hosts reach it there",
+        ),
+        click.option(
+            "--security",
+            metavar="auto|tls|off",
+            help="auto | tls | off: TLS between client, scheduler and workers "
+            "(auto: on for `cluster up`, off for a run's own loopback cluster)",
+        ),
+        click.option(
+            "--deploy",
+            metavar="local|ssh|slurm|srun",
+            help="local | ssh | slurm | srun: start the cluster on this machine, over ssh "
+            "on --ssh-hosts (distributed's SSHCluster), in SLURM jobs (dask-jobqueue's "
+            "SLURMCluster), or on the tasks of `srun -n N gpuscale ...` (its "
+            "SLURMRunner: rank 0 scheduler, rank 1 client, others workers)",
+        ),
+        click.option(
+            "--ssh-hosts",
+            metavar="H0,H1,...",
+            help="with --deploy ssh: the scheduler's host, then one entry per worker process",
+        ),
+        click.option(
+            "--slurm-jobs",
+            metavar="N",
+            help="with --deploy slurm: SLURM jobs to submit (default 1; "
+            "cores, memory, partition: cluster.slurm.* settings)",
+        ),
+        click.option(
+            "--credentials",
+            metavar="PATH",
+            help="TLS credentials of a client (the *.tls.pem file `cluster up` writes beside its "
+            "scheduler file; default: the one beside --scheduler-file)",
+        ),
+        click.option(
+            "--trust-cluster-files",
+            is_flag=True,
+            default=None,
+            help="use a scheduler file / credentials that another user can change (a cluster "
+            "can run code in its clients; default: refused)",
+        ),
+        click.option(
+            "--message-interval",
+            metavar="auto|dask|DURATION",
+            help="how long Dask's batched control streams wait between sends (auto: 2 ms; dask: "
+            "distributed's 10/5/2/2 ms; e.g. 2ms)",
+        ),
     ]
     for o in reversed(opts):
         f = o(f)
     return f
 
 
-CLUSTER_KEYS = ("backend", "protocol", "scheduler", "scheduler_file", "workers", "threads_per_worker",
-                "memory_limit", "device_memory_limit", "device_spill", "gpus", "nvlink", "infiniband",
-                "rmm_pool_size", "dashboard_address", "host",
-                "security", "credentials", "trust_cluster_files", "deploy", "ssh_hosts", "slurm_jobs",
-                "message_interval")
+CLUSTER_KEYS = (
+    "backend",
+    "protocol",
+    "scheduler",
+    "scheduler_file",
+    "workers",
+    "threads_per_worker",
+    "memory_limit",
+    "device_memory_limit",
+    "device_spill",
+    "gpus",
+    "nvlink",
+    "infiniband",
+    "rmm_pool_size",
+    "dashboard_address",
+    "host",
+    "security",
+    "credentials",
+    "trust_cluster_files",
+    "deploy",
+    "ssh_hosts",
+    "slurm_jobs",
+    "message_interval",
+)
 AUTO_REPEAT_KEYS = ("target_error", "max_repeats", "max_time")
 PREFLIGHT_KEYS = ("bandwidth_probe",)
 
@@ -346,9 +467,12 @@ PREFLIGHT_KEYS = ("bandwidth_probe",)
 def scheduler_file_option(f):
     """``--scheduler-file PATH``: use the running cluster named by Dask's scheduler file (run,
     explain, cluster show; ``cluster up`` has its own, the file it writes)."""
-    return click.option("--scheduler-file", metavar="PATH",
-                        help="use the running cluster whose Dask scheduler file this is (e.g. from "
-                             "`cluster up --scheduler-file`); its TLS credentials are read from beside it")(f)
+    return click.option(
+        "--scheduler-file",
+        metavar="PATH",
+        help="use the running cluster whose Dask scheduler file this is (e.g. from "
+        "`cluster up --scheduler-file`); its TLS credentials are read from beside it",
+    )(f)
 
 
 def _split(kwargs: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
@@ -365,8 +489,14 @@ def _set_debug(ctx, param, value):
 
 @click.group("gpuscale", cls=Group, context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="gpuscale")
-@click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
-              help=f"show the traceback of a failure (also {DEBUG_ENV}=1)")
+@click.option(
+    "--debug",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_set_debug,
+    help=f"show the traceback of a failure (also {DEBUG_ENV}=1)",
+)
 def cli():
     """Run the same Dask array / DataFrame work on CPUs or GPUs by changing one flag."""
 
@@ -379,10 +509,12 @@ class RunGroup(Group):
 
     def list_commands(self, ctx):
         from . import workloads
+
         return workloads.names()
 
     def get_command(self, ctx, name):
         from . import workloads
+
         return _workload_command(workloads.get(name))  # unknown: a UserError listing the names
 
     def resolve_command(self, ctx, args):
@@ -400,7 +532,9 @@ class RunGroup(Group):
         rows = [(name, self.get_command(ctx, name).help) for name in self.list_commands(ctx)]
         with formatter.section(f"Workloads ({ctx.command_path} WORKLOAD --help: its parameters, typed)"):
             formatter.write_dl(rows)
-        write_panels(ctx, formatter, run_params(), "Flags every workload takes", " (flags every workload takes)")
+        write_panels(
+            ctx, formatter, run_params(), "Flags every workload takes", " (flags every workload takes)"
+        )
 
 
 @cli.group(cls=RunGroup, context_settings=CONTEXT)
@@ -411,9 +545,14 @@ def run():
 def _param_option(fname: str, field) -> click.Option:
     """One workload parameter as a flag typed from its annotation (:func:`workloads.value_kind`)."""
     from .workloads import value_kind
+
     flag = "--" + fname.replace("_", "-")
     desc = field.description or ""
-    help_ = desc if "default" in desc.lower() or field.default is None else f"{desc} (default: {field.default})".strip()
+    help_ = (
+        desc
+        if "default" in desc.lower() or field.default is None
+        else f"{desc} (default: {field.default})".strip()
+    )
     kind, values = value_kind(field.annotation)
     if kind == "bool":
         return click.Option([f"{flag}/--no-{fname.replace('_', '-')}", fname], default=None, help=help_)
@@ -424,39 +563,82 @@ def _param_option(fname: str, field) -> click.Option:
 def run_params() -> list[click.Parameter]:
     """The flags every workload's ``run`` (and ``explain``) command takes: the cluster flags
     and the run flags (``gpuscale run --help`` lists them)."""
+
     @cluster_options
     @scheduler_file_option
-    @click.option("--repeat", type=REPEAT,
-                  help="timed repeats: a number (default 3) or auto: repeat until the median's "
-                                   "relative error is <= --target-error, capped by --max-repeats / --max-time")
-    @click.option("--target-error", "target_error", metavar="PCT",
-                  help="--repeat auto: relative standard error of the median to reach (default 2%)")
-    @click.option("--max-repeats", "max_repeats", type=INT,
-                  help="--repeat auto: at most this many timed repeats (default 50)")
-    @click.option("--max-time", "max_time", type=FLOAT,
-                  help="--repeat auto: at most this many seconds of timed repeats (default 60)")
+    @click.option(
+        "--repeat",
+        type=REPEAT,
+        help="timed repeats: a number (default 3) or auto: repeat until the median's "
+        "relative error is <= --target-error, capped by --max-repeats / --max-time",
+    )
+    @click.option(
+        "--target-error",
+        "target_error",
+        metavar="PCT",
+        help="--repeat auto: relative standard error of the median to reach (default 2%)",
+    )
+    @click.option(
+        "--max-repeats",
+        "max_repeats",
+        type=INT,
+        help="--repeat auto: at most this many timed repeats (default 50)",
+    )
+    @click.option(
+        "--max-time",
+        "max_time",
+        type=FLOAT,
+        help="--repeat auto: at most this many seconds of timed repeats (default 60)",
+    )
     @click.option("--warmup", type=INT, help="untimed warm-up runs (default 1)")
-    @click.option("--results-dir", metavar="DIR", help="where to write the result record (default ./gpuscale-results)")
-    @click.option("--trace", "trace_dir", metavar="DIR",
-                  help="capture a trace of the run into this new or empty folder (see `gpuscale trace`)")
-    @click.option("--no-memory-check", "no_memory_check", is_flag=True,
-                  help="run even if the size looks too big for the cluster's memory")
-    @click.option("--strict-backend", "strict_backend", is_flag=True,
-                  help="fail (exit 2) when the backend audit sees chunks of another family than the "
-                       "backend's (NumPy / pandas under a GPU backend, CuPy / cuDF under a CPU one)")
-    @click.option("--in-cluster/--no-in-cluster", "in_cluster", default=None,
-                  help="with --scheduler: run the runner on a worker of that cluster, which has its "
-                       "libraries loaded (default: auto, when the run writes no file but its record)")
-    @click.option("--bandwidth-probe", "bandwidth_probe", metavar="auto|on|off",
-                  help="with --scheduler: before any work, time a 64 MiB block between worker pairs (one "
-                       "per host pair, one within each host) and refuse a pair far below its transport "
-                       "(auto: over ucx only)")
-    @click.option("--dashboard", "dashboard", is_flag=True,
-                  help="print the dashboard link (stderr) before the work and keep the cluster up "
-                       "after it until Ctrl-C")
+    @click.option(
+        "--results-dir", metavar="DIR", help="where to write the result record (default ./gpuscale-results)"
+    )
+    @click.option(
+        "--trace",
+        "trace_dir",
+        metavar="DIR",
+        help="capture a trace of the run into this new or empty folder (see `gpuscale trace`)",
+    )
+    @click.option(
+        "--no-memory-check",
+        "no_memory_check",
+        is_flag=True,
+        help="run even if the size looks too big for the cluster's memory",
+    )
+    @click.option(
+        "--strict-backend",
+        "strict_backend",
+        is_flag=True,
+        help="fail (exit 2) when the backend audit sees chunks of another family than the "
+        "backend's (NumPy / pandas under a GPU backend, CuPy / cuDF under a CPU one)",
+    )
+    @click.option(
+        "--in-cluster/--no-in-cluster",
+        "in_cluster",
+        default=None,
+        help="with --scheduler: run the runner on a worker of that cluster, which has its "
+        "libraries loaded (default: auto, when the run writes no file but its record)",
+    )
+    @click.option(
+        "--bandwidth-probe",
+        "bandwidth_probe",
+        metavar="auto|on|off",
+        help="with --scheduler: before any work, time a 64 MiB block between worker pairs (one "
+        "per host pair, one within each host) and refuse a pair far below its transport "
+        "(auto: over ucx only)",
+    )
+    @click.option(
+        "--dashboard",
+        "dashboard",
+        is_flag=True,
+        help="print the dashboard link (stderr) before the work and keep the cluster up "
+        "after it until Ctrl-C",
+    )
     @click.option("--json", "as_json", is_flag=True, help="print exactly one JSON object on stdout")
     def flags():
         pass
+
     return flags.__click_params__[::-1]
 
 
@@ -468,6 +650,7 @@ def _workload_command(cls) -> click.Command:
         from . import api
         from .records import report
         from .runs import progress
+
         trace_dir = kwargs.pop("trace_dir", None)
         data_kw = _pop_data_options(kwargs)
         shown = []  # --dashboard shows the result before holding the cluster
@@ -482,13 +665,26 @@ def _workload_command(cls) -> click.Command:
         in_cluster = kwargs.pop("in_cluster", None)
         profile, settings = _split(kwargs)
         wl_params = {k: v for k, v in kwargs.items() if v is not None}
-        settings.update(repeat=_repeat(repeat), warmup=_int(warmup, "--warmup", minimum=0),
-                        memory_check=False if no_memory_check else None,
-                        strict_backend=True if strict else None, in_cluster=in_cluster)
+        settings.update(
+            repeat=_repeat(repeat),
+            warmup=_int(warmup, "--warmup", minimum=0),
+            memory_check=False if no_memory_check else None,
+            strict_backend=True if strict else None,
+            in_cluster=in_cluster,
+        )
         try:
             with errors.phase("the run"), progress.shown() as tracker:
-                r = api.run(cls.name, profile=profile, results_dir=results_dir, cluster_settings=settings,
-                            trace=trace_dir, progress=tracker, **data_kw, **hooks, **wl_params)
+                r = api.run(
+                    cls.name,
+                    profile=profile,
+                    results_dir=results_dir,
+                    cluster_settings=settings,
+                    trace=trace_dir,
+                    progress=tracker,
+                    **data_kw,
+                    **hooks,
+                    **wl_params,
+                )
         except errors.RecordNotWritten as e:  # the measured result goes to stdout, not lost
             click.echo(e.record_json)
             sys.stdout.flush()
@@ -500,12 +696,21 @@ def _workload_command(cls) -> click.Command:
             show(r)
         if r.valid is False:
             unwritten = " --output was not written;" if data_kw.get("output") else ""
-            click.echo(f"gpuscale: {cls.name} result FAILED validation;{unwritten} see the checks above / in "
-                       f"{r.path}", err=True)
+            click.echo(
+                f"gpuscale: {cls.name} result FAILED validation;{unwritten} see the checks above / in "
+                f"{r.path}",
+                err=True,
+            )
             sys.exit(errors.EXIT_CHECK_FAILED)
 
-    return Panelled(cls.name, callback=command, params=params + run_params(), help=f"{cls.description}.",
-                    context_settings=CONTEXT, first_panel=f"Parameters of {cls.name}")
+    return Panelled(
+        cls.name,
+        callback=command,
+        params=params + run_params(),
+        help=f"{cls.description}.",
+        context_settings=CONTEXT,
+        first_panel=f"Parameters of {cls.name}",
+    )
 
 
 def _data_options(cls) -> list[click.Option]:
@@ -515,30 +720,55 @@ def _data_options(cls) -> list[click.Option]:
     if not formats:
         return []
     from .data.inputs import FORMAT_NAMES
+
     reads = " / ".join(FORMAT_NAMES[f] for f in formats)
     writes = " / ".join(getattr(cls, "output_formats", ()))
     return [
-        click.Option(["--input", "input_path"], metavar="PATH", default=None,
-                     help=f"run on your own data: a {reads} file (or folder) instead of generated data"),
-        click.Option(["--output", "output_path"], metavar="PATH", default=None,
-                     help=f"write the result to PATH ({writes}) once it validated; never over an "
-                          "existing file unless --overwrite"),
-        click.Option(["--overwrite", "overwrite"], is_flag=True, default=False,
-                     help="let --output replace an existing file"),
-        click.Option(["--validate", "validate"], type=Typed("choice", ["off", "fast", "full"]), default=None,
-                     help="validation: off, fast (identities + a sample; the default on --input) or full "
-                          "(recompute everything with NumPy / pandas on the host, where it fits)"),
+        click.Option(
+            ["--input", "input_path"],
+            metavar="PATH",
+            default=None,
+            help=f"run on your own data: a {reads} file (or folder) instead of generated data",
+        ),
+        click.Option(
+            ["--output", "output_path"],
+            metavar="PATH",
+            default=None,
+            help=f"write the result to PATH ({writes}) once it validated; never over an "
+            "existing file unless --overwrite",
+        ),
+        click.Option(
+            ["--overwrite", "overwrite"],
+            is_flag=True,
+            default=False,
+            help="let --output replace an existing file",
+        ),
+        click.Option(
+            ["--validate", "validate"],
+            type=Typed("choice", ["off", "fast", "full"]),
+            default=None,
+            help="validation: off, fast (identities + a sample; the default on --input) or full "
+            "(recompute everything with NumPy / pandas on the host, where it fits)",
+        ),
     ]
 
 
 def _pop_data_options(kwargs: dict[str, Any]) -> dict[str, Any]:
-    out = {"data": kwargs.pop("input_path", None), "output": kwargs.pop("output_path", None),
-           "overwrite": bool(kwargs.pop("overwrite", False)), "validate": kwargs.pop("validate", None)}
+    out = {
+        "data": kwargs.pop("input_path", None),
+        "output": kwargs.pop("output_path", None),
+        "overwrite": bool(kwargs.pop("overwrite", False)),
+        "validate": kwargs.pop("validate", None),
+    }
     return {k: v for k, v in out.items() if v not in (None, False)}
 
 
-STOPPED_BY = {"interrupt": "stopped by Ctrl-C", "terminate": "stopped by SIGTERM",
-              "scheduler stopped": "the scheduler was stopped (cluster down)", "timeout": "timed out"}
+STOPPED_BY = {
+    "interrupt": "stopped by Ctrl-C",
+    "terminate": "stopped by SIGTERM",
+    "scheduler stopped": "the scheduler was stopped (cluster down)",
+    "timeout": "timed out",
+}
 
 
 def _dashboard_hooks(show) -> dict[str, Any]:
@@ -549,8 +779,12 @@ def _dashboard_hooks(show) -> dict[str, Any]:
 
     def on_ready(s):
         link = s.dashboard_link
-        click.echo(f"gpuscale: dashboard: {link}" if link else
-                   "gpuscale: this cluster has no dashboard (--dashboard-address is unset)", err=True)
+        click.echo(
+            f"gpuscale: dashboard: {link}"
+            if link
+            else "gpuscale: this cluster has no dashboard (--dashboard-address is unset)",
+            err=True,
+        )
 
     def hold(s, r):
         if s.spec.kind == "existing":
@@ -560,8 +794,9 @@ def _dashboard_hooks(show) -> dict[str, Any]:
 
         def announce():  # inside the hold: a Ctrl-C from here on is the normal stop
             show(r)
-            click.echo(f"gpuscale: the cluster stays up for the dashboard at {s.dashboard_link}; "
-                       f"{how}", err=True)
+            click.echo(
+                f"gpuscale: the cluster stays up for the dashboard at {s.dashboard_link}; {how}", err=True
+            )
 
         why = serve.hold(s, before=announce)
         click.echo(f"gpuscale: {STOPPED_BY.get(why, why)}; closing the cluster", err=True)
@@ -576,8 +811,9 @@ def _repeat(value) -> int | str | None:
     try:
         return _int(value, "--repeat")
     except UserError:
-        raise UserError(f"--repeat must be a whole number >= 1 or auto, got {value!r}",
-                        "e.g. --repeat 5 or --repeat auto") from None
+        raise UserError(
+            f"--repeat must be a whole number >= 1 or auto, got {value!r}", "e.g. --repeat 5 or --repeat auto"
+        ) from None
 
 
 def _int(value, flag: str, minimum: int = 1) -> int | None:
@@ -603,64 +839,102 @@ def cluster():
 @cluster.command("show", cls=Panelled, context_settings=CONTEXT)
 @cluster_options
 @scheduler_file_option
-@click.option("--for", "collection", type=click.Choice(["array", "dataframe"]), default=None,
-              help="shape the cluster for array or DataFrame work (as `run` does per workload)")
+@click.option(
+    "--for",
+    "collection",
+    type=click.Choice(["array", "dataframe"]),
+    default=None,
+    help="shape the cluster for array or DataFrame work (as `run` does per workload)",
+)
 @json_option("the spec")
 def cluster_show(as_json, collection, **kwargs):
     """Print the fully resolved cluster spec, starting nothing."""
     from . import api
     from .records import report
+
     profile, settings = _split(kwargs)
     resolved, selection, spec = api.configure(profile=profile, collection=collection, check=False, **settings)
-    _emit({"spec": spec.model_dump(mode="json"), "commands": spec.commands, "per_host": spec.per_host,
-           "backend": selection.requested,
-           "family": selection.family.name, "reason": selection.reason,
-           "settings": resolved.settings.model_dump(mode="json", by_alias=True),
-           "sources": resolved.sources, "profile": resolved.profile},
-          as_json, lambda: report.spec_table(spec, resolved, selection))
+    _emit(
+        {
+            "spec": spec.model_dump(mode="json"),
+            "commands": spec.commands,
+            "per_host": spec.per_host,
+            "backend": selection.requested,
+            "family": selection.family.name,
+            "reason": selection.reason,
+            "settings": resolved.settings.model_dump(mode="json", by_alias=True),
+            "sources": resolved.sources,
+            "profile": resolved.profile,
+        },
+        as_json,
+        lambda: report.spec_table(spec, resolved, selection),
+    )
 
 
 @cluster.command("up", cls=Panelled, context_settings=CONTEXT)
 @cluster_options
-@click.option("--for", "collection", type=click.Choice(["array", "dataframe"]), default=None,
-              help="shape the cluster for array or DataFrame work (as `run` does per workload)")
-@click.option("--scheduler-file", metavar="PATH",
-              help="also write Dask's scheduler file here (removed on exit); "
-                   "Client(scheduler_file=PATH) and `cluster down --scheduler-file` read it")
-@click.option("--json", "as_json", is_flag=True,
-              help="print scheduler address, dashboard link etc. as one JSON object on the first "
-                   "line of stdout (messages go to stderr)")
+@click.option(
+    "--for",
+    "collection",
+    type=click.Choice(["array", "dataframe"]),
+    default=None,
+    help="shape the cluster for array or DataFrame work (as `run` does per workload)",
+)
+@click.option(
+    "--scheduler-file",
+    metavar="PATH",
+    help="also write Dask's scheduler file here (removed on exit); "
+    "Client(scheduler_file=PATH) and `cluster down --scheduler-file` read it",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="print scheduler address, dashboard link etc. as one JSON object on the first "
+    "line of stdout (messages go to stderr)",
+)
 def cluster_up(as_json, scheduler_file, collection, **kwargs):
     """Start the cluster `cluster show` describes and keep it up in the foreground until
     Ctrl-C, SIGTERM or `gpuscale cluster down ADDRESS`; everything started is closed on exit."""
     from .runs import serve
+
     profile, settings = _split(kwargs)
     with serve.sigterm_as_interrupt():
-        with serve.up(profile=profile, collection=collection, scheduler_file=scheduler_file,
-                      **settings) as served:
+        with serve.up(
+            profile=profile, collection=collection, scheduler_file=scheduler_file, **settings
+        ) as served:
             d = served.describe()
-            lines = [f"gpuscale cluster up: {d['cls']}, {d['workers']} worker(s), {d['threads']} "
-                     f"thread(s), {d['protocol']}{' + TLS' if d['tls'] else ''} ({d['family']} family)",
-                     f"  layout          {d['workers']} worker(s) x {d['threads_per_worker']} thread(s): "
-                     f"{d['layout']} (the rule `gpuscale run` applies to the same flags)",
-                     f"  scheduler       {d['scheduler']}",
-                     f"  dashboard       {d['dashboard'] or '(none: --dashboard-address is unset)'}",
-                     f"  warmed up       {d['warm_up_s']:.1f} s (every worker imported its libraries and "
-                     f"ran a first small task)"]
+            lines = [
+                f"gpuscale cluster up: {d['cls']}, {d['workers']} worker(s), {d['threads']} "
+                f"thread(s), {d['protocol']}{' + TLS' if d['tls'] else ''} ({d['family']} family)",
+                f"  layout          {d['workers']} worker(s) x {d['threads_per_worker']} thread(s): "
+                f"{d['layout']} (the rule `gpuscale run` applies to the same flags)",
+                f"  scheduler       {d['scheduler']}",
+                f"  dashboard       {d['dashboard'] or '(none: --dashboard-address is unset)'}",
+                f"  warmed up       {d['warm_up_s']:.1f} s (every worker imported its libraries and "
+                f"ran a first small task)",
+            ]
             if d["scheduler_file"]:
                 lines.append(f"  scheduler file  {d['scheduler_file']}")
             if d["credentials"]:
                 lines.append(f"  credentials     {d['credentials']} (TLS; readable by you only)")
             elif d["tls"]:
-                lines.append("  credentials     in this process only (TLS; give --scheduler-file to share them)")
+                lines.append(
+                    "  credentials     in this process only (TLS; give --scheduler-file to share them)"
+                )
             if d["scheduler_file"]:
-                lines += [f"  use it          gpuscale run WORKLOAD --scheduler-file {d['scheduler_file']}  |  "
-                          f"gpuscale.session(scheduler_file={d['scheduler_file']!r})",
-                          f"  stop it         Ctrl-C, or gpuscale cluster down --scheduler-file {d['scheduler_file']}"]
+                lines += [
+                    f"  use it          gpuscale run WORKLOAD --scheduler-file {d['scheduler_file']}  |  "
+                    f"gpuscale.session(scheduler_file={d['scheduler_file']!r})",
+                    "  stop it         Ctrl-C, or gpuscale cluster down --scheduler-file "
+                    f"{d['scheduler_file']}",
+                ]
             else:
-                lines += [f"  use it          gpuscale run WORKLOAD --scheduler {d['scheduler']}  |  "
-                          f"gpuscale.session(scheduler={d['scheduler']!r})",
-                          f"  stop it         Ctrl-C, or gpuscale cluster down {d['scheduler']}"]
+                lines += [
+                    f"  use it          gpuscale run WORKLOAD --scheduler {d['scheduler']}  |  "
+                    f"gpuscale.session(scheduler={d['scheduler']!r})",
+                    f"  stop it         Ctrl-C, or gpuscale cluster down {d['scheduler']}",
+                ]
 
             def announce():  # inside the hold: a Ctrl-C from here on is the normal stop
                 if as_json:
@@ -677,20 +951,30 @@ def cluster_up(as_json, scheduler_file, collection, **kwargs):
 @cluster.command("down", context_settings=CONTEXT)
 @click.argument("address", required=False)
 @click.option("--scheduler-file", metavar="PATH", help="read the address from this scheduler file")
-@click.option("--credentials", metavar="PATH", help="TLS credentials for a tls:// ADDRESS (default: the "
-                                                    "file beside --scheduler-file)")
+@click.option(
+    "--credentials",
+    metavar="PATH",
+    help="TLS credentials for a tls:// ADDRESS (default: the file beside --scheduler-file)",
+)
 @click.option("--timeout", help="seconds to wait for the scheduler to answer (default 3)")
 @click.option("--force", is_flag=True, help="stop it even while runs are in flight (they end with exit 4)")
-@click.option("--trust-cluster-files", is_flag=True, default=None,
-              help="use a scheduler file / credentials that another user can change (default: the "
-                   "setting cluster.trust-files, false)")
+@click.option(
+    "--trust-cluster-files",
+    is_flag=True,
+    default=None,
+    help="use a scheduler file / credentials that another user can change (default: the "
+    "setting cluster.trust-files, false)",
+)
 def cluster_down(address, scheduler_file, credentials, timeout, force, trust_cluster_files):
     """Stop the scheduler at ADDRESS and its workers (e.g. one `cluster up` started, which
     then exits 0); refused (exit 2) while other clients hold tasks there, unless --force."""
     from .runs import serve
+
     if (address is None) == (scheduler_file is None):
-        raise UserError("give the scheduler ADDRESS or --scheduler-file PATH (exactly one)",
-                        "e.g. gpuscale cluster down tcp://127.0.0.1:8786")
+        raise UserError(
+            "give the scheduler ADDRESS or --scheduler-file PATH (exactly one)",
+            "e.g. gpuscale cluster down tcp://127.0.0.1:8786",
+        )
     t = serve.DOWN_TIMEOUT_S
     if timeout is not None:
         try:
@@ -698,21 +982,27 @@ def cluster_down(address, scheduler_file, credentials, timeout, force, trust_clu
         except ValueError:
             t = -1.0
         if not t > 0:
-            raise UserError(f"--timeout must be a positive number of seconds, got {timeout!r}",
-                            "e.g. --timeout 5")
+            raise UserError(
+                f"--timeout must be a positive number of seconds, got {timeout!r}", "e.g. --timeout 5"
+            )
     if trust_cluster_files is None:
         from . import config
+
         trust_cluster_files = config.resolve().settings.cluster.trust_files
     if scheduler_file is not None:
         address = serve.address_from_file(scheduler_file, trusted=trust_cluster_files)
         if credentials is None:
             from .cluster import security
+
             near = security.beside(scheduler_file)
             credentials = near if near.exists() else None
     d = serve.down(address, timeout_s=t, force=force, credentials=credentials, trusted=trust_cluster_files)
     busy = d["in_flight"]
-    cut = (f" (--force: {len(busy['clients'])} client(s) holding {busy['tasks']} task(s) were cut off)"
-           if busy["clients"] or busy["processing"] else "")
+    cut = (
+        f" (--force: {len(busy['clients'])} client(s) holding {busy['tasks']} task(s) were cut off)"
+        if busy["clients"] or busy["processing"]
+        else ""
+    )
     click.echo(f"gpuscale: stopped the scheduler at {d['scheduler']} and its {d['workers']} worker(s){cut}")
 
 
@@ -721,15 +1011,29 @@ def cluster_down(address, scheduler_file, credentials, timeout, force, trust_clu
 # ---------------------------------------------------------------------------------------
 def gather_info() -> dict[str, Any]:
     from . import backends, machine
+
     fams = []
     for fam in backends.families():
         ok, why = fam.probe()
-        fams.append({"name": fam.name, "names": list(fam.names), "usable": ok, "why": why,
-                     "description": fam.description})
+        fams.append(
+            {
+                "name": fam.name,
+                "names": list(fam.names),
+                "usable": ok,
+                "why": why,
+                "description": fam.description,
+            }
+        )
     from .cluster import protocols
-    return {"hardware": machine.hardware(), "stacks": machine.stacks(), "backends": fams,
-            "protocols": {n: protocols.get(n).available() for n in protocols.names()},
-            "versions": machine.versions(), "gpu_dashboard": machine.gpu_dashboard()}
+
+    return {
+        "hardware": machine.hardware(),
+        "stacks": machine.stacks(),
+        "backends": fams,
+        "protocols": {n: protocols.get(n).available() for n in protocols.names()},
+        "versions": machine.versions(),
+        "gpu_dashboard": machine.gpu_dashboard(),
+    }
 
 
 @cli.command(context_settings=CONTEXT)
@@ -737,6 +1041,7 @@ def gather_info() -> dict[str, Any]:
 def info(as_json):
     """CPU, memory, GPUs and NVLink, optional stacks, backends and versions."""
     from .records import report
+
     data = gather_info()
     _emit(data, as_json, lambda: report.info_table(data))
 
@@ -747,6 +1052,7 @@ def workloads_cmd(as_json):
     """The registered workloads with their parameters and defaults."""
     from . import workloads
     from .records import report
+
     items = [workloads.describe(workloads.get(n)) for n in workloads.names()]
     _emit(items, as_json, lambda: report.workloads_table(items))
 
@@ -762,6 +1068,7 @@ def trace_group():
 def _results_dir() -> str:
     """The results dir of the settings (``--results-dir``'s default: ./gpuscale-results)."""
     from . import config
+
     return config.resolve(None, {}).settings.results_dir
 
 
@@ -769,9 +1076,13 @@ def _latest(what: str, **need: bool):
     """The latest run's record under the results dir (``results.latest``), named in one line on
     stderr (stdout keeps only the result)."""
     from .records import results
+
     r = results.latest(_results_dir(), **need)
-    click.echo(f"gpuscale: {what} of the latest run: {r.workload} on {r.family} at {r.timestamp[:19]} "
-               f"(record {r.path}{f', trace {r.trace}' if need.get('with_trace') else ''})", err=True)
+    click.echo(
+        f"gpuscale: {what} of the latest run: {r.workload} on {r.family} at {r.timestamp[:19]} "
+        f"(record {r.path}{f', trace {r.trace}' if need.get('with_trace') else ''})",
+        err=True,
+    )
     return r
 
 
@@ -782,6 +1093,7 @@ def trace_summarize(directory, as_json):
     """Where the time went: wall split, top task groups, bytes moved, bandwidth, memory peaks.
     Without DIR: the trace of the latest run that has one (records under the results dir)."""
     from .trace import load, render
+
     if directory is None:
         directory = _latest("the trace", with_trace=True).trace
     s = load(directory)
@@ -795,6 +1107,7 @@ def trace_summarize(directory, as_json):
 def trace_compare(dir_a, dir_b, as_json):
     """Two traces side by side (e.g. tcp vs ucx), with ratios B / A."""
     from .trace import compare, render
+
     c = compare(dir_a, dir_b)
     _emit(c, as_json, lambda: render.compare_table(c))
 
@@ -817,6 +1130,7 @@ def audit_report(path, as_json):
     the latest run's record (under the results dir)."""
     from . import audit
     from .records import report
+
     if path is None:
         path = _latest("the backend audit", with_audit=True).path
     a, label = audit.load(path)
@@ -828,14 +1142,20 @@ class ExplainGroup(RunGroup):
 
     def get_command(self, ctx, name):
         from . import workloads
+
         if name not in workloads.names():
             raise UserError(f"unknown workload '{name}'", f"use one of: {', '.join(workloads.names())}")
         cls = workloads.get(name)
         run_cmd = _workload_command(cls)
         rules = click.Option(["--rules"], is_flag=True, help="also show the rule behind each knob's value")
-        return Panelled(cls.name, callback=_explain_callback(cls), params=[*run_cmd.params, rules],
-                        help=f"What `gpuscale run {cls.name}` with these flags would do, starting nothing.",
-                        context_settings=CONTEXT, first_panel=run_cmd.first_panel)
+        return Panelled(
+            cls.name,
+            callback=_explain_callback(cls),
+            params=[*run_cmd.params, rules],
+            help=f"What `gpuscale run {cls.name}` with these flags would do, starting nothing.",
+            context_settings=CONTEXT,
+            first_panel=run_cmd.first_panel,
+        )
 
     def resolve_command(self, ctx, args):
         if args and args[0].startswith("-"):
@@ -844,27 +1164,57 @@ class ExplainGroup(RunGroup):
 
 
 # run flags that do not change the plan (named in a note when given)
-NOT_PLANNED = {"results_dir": "--results-dir", "input_path": "--input", "overwrite": "--overwrite",
-               "validate": "--validate"}
+NOT_PLANNED = {
+    "results_dir": "--results-dir",
+    "input_path": "--input",
+    "overwrite": "--overwrite",
+    "validate": "--validate",
+}
 
 
 def _explain_callback(cls):
-    def explain(as_json=False, no_memory_check=False, repeat=None, warmup=None, strict_backend=False,
-                in_cluster=None, trace_dir=None, output_path=None, dashboard=False, rules=False, **kwargs):
+    def explain(
+        as_json=False,
+        no_memory_check=False,
+        repeat=None,
+        warmup=None,
+        strict_backend=False,
+        in_cluster=None,
+        trace_dir=None,
+        output_path=None,
+        dashboard=False,
+        rules=False,
+        **kwargs,
+    ):
         from . import api
         from .records import report
+
         unused = [flag for key, flag in NOT_PLANNED.items() if kwargs.pop(key, None) not in (None, False)]
         profile, settings = _split(kwargs)
         wl_params = {k: v for k, v in kwargs.items() if v is not None}
-        settings.update(repeat=_repeat(repeat), warmup=_int(warmup, "--warmup", minimum=0),
-                        memory_check=False if no_memory_check else None,
-                        strict_backend=True if strict_backend else None, in_cluster=in_cluster)
-        d = api.explain(cls.name, profile=profile, cluster_settings=settings, trace=trace_dir,
-                        output=output_path, dashboard=dashboard, **wl_params)
+        settings.update(
+            repeat=_repeat(repeat),
+            warmup=_int(warmup, "--warmup", minimum=0),
+            memory_check=False if no_memory_check else None,
+            strict_backend=True if strict_backend else None,
+            in_cluster=in_cluster,
+        )
+        d = api.explain(
+            cls.name,
+            profile=profile,
+            cluster_settings=settings,
+            trace=trace_dir,
+            output=output_path,
+            dashboard=dashboard,
+            **wl_params,
+        )
         if unused:
-            d["notes"].append(f"not used by explain: {', '.join(unused)} (the plan is for generated "
-                              "data and does not depend on where results go)")
+            d["notes"].append(
+                f"not used by explain: {', '.join(unused)} (the plan is for generated "
+                "data and does not depend on where results go)"
+            )
         _emit(d, as_json, lambda: report.explain_table(d, rules=rules))
+
     return explain
 
 
@@ -880,9 +1230,14 @@ def explain_group():
 # ---------------------------------------------------------------------------------------
 @cli.command("bench", context_settings=CONTEXT)
 @click.argument("spec", metavar="SPEC.yaml")
-@click.option("--out", "out", metavar="DIR", default=None,
-              help="the bench folder: records, table, charts, report.html (default: bench-NAME, NAME from "
-                   "the spec); a re-run into it skips the finished cases")
+@click.option(
+    "--out",
+    "out",
+    metavar="DIR",
+    default=None,
+    help="the bench folder: records, table, charts, report.html (default: bench-NAME, NAME from "
+    "the spec); a re-run into it skips the finished cases",
+)
 @json_option("the cases and what was written")
 def bench_cmd(spec, out, as_json):
     """Run the sweep SPEC.yaml describes (workloads x sizes x backends x protocols x workers),
@@ -890,24 +1245,38 @@ def bench_cmd(spec, out, as_json):
     recorded and the sweep goes on. Exit 3 when a case failed or did not validate."""
     from .records import report
     from .runs import bench
+
     spec_obj, _ = bench.load_spec(spec)  # a bad spec: one line, exit 2, before any cluster
     folder = pathlib.Path(out or f"bench-{spec_obj.name}")
     try:
         d = bench.run(spec, folder, progress=report.sweep_progress)
     except KeyboardInterrupt as e:  # the cases that finished keep their records
         from .records import results
+
         done = len(results.find(folder / "records")) if (folder / "records").is_dir() else 0
-        e.gpuscale_kept = (f"the {done} finished case(s) are kept in {folder} (a re-run skips them)" if done
-                           else "no case had finished")
+        e.gpuscale_kept = (
+            f"the {done} finished case(s) are kept in {folder} (a re-run skips them)"
+            if done
+            else "no case had finished"
+        )
         raise
     bad = [c for c in d["cases"] if c.get("error")]
-    summary = {"out": str(out or f"bench-{spec_obj.name}"), "ran": d["ran"], "skipped": d["skipped"],
-               "failed": d["failed"], "with_error": len(bad), **d["outputs"], "cases": d["cases"]}
+    summary = {
+        "out": str(out or f"bench-{spec_obj.name}"),
+        "ran": d["ran"],
+        "skipped": d["skipped"],
+        "failed": d["failed"],
+        "with_error": len(bad),
+        **d["outputs"],
+        "cases": d["cases"],
+    }
     if as_json:
         click.echo(json.dumps(summary, default=str))
     else:
-        click.echo(f"gpuscale bench: {d['ran']} case(s) ran, {d['skipped']} skipped (finished before), "
-                   f"{len(bad)} with an error; report: {d['outputs']['report']}")
+        click.echo(
+            f"gpuscale bench: {d['ran']} case(s) ran, {d['skipped']} skipped (finished before), "
+            f"{len(bad)} with an error; report: {d['outputs']['report']}"
+        )
     if bad:
         sys.exit(errors.EXIT_CHECK_FAILED)
 
@@ -926,29 +1295,55 @@ def results_list(directory, as_json):
     from rich.markup import escape
 
     from .records import report, results
+
     d = directory or _results_dir()
     recs = results.find(d)
-    _emit([{"id": r.id, "path": r.path, "timestamp": r.timestamp, "workload": r.workload, "backend": r.backend,
-            "family": r.family, "protocol": r.protocol, "median_s": r.median_s, "stdev_s": r.stdev_s,
-            "iqr_s": r.iqr_s, "repeats": len(r.times_s), "valid": r.valid, "dashboard_link": r.dashboard_link,
-            "dashboard_link_live": r.dashboard_link_live} for r in recs],
-          as_json, lambda: report.records_table(recs, f"{len(recs)} record(s) in {d}, newest first", d) if recs
-          else escape(f"no records in {d} yet (`gpuscale run WORKLOAD` writes one there)"))
+    _emit(
+        [
+            {
+                "id": r.id,
+                "path": r.path,
+                "timestamp": r.timestamp,
+                "workload": r.workload,
+                "backend": r.backend,
+                "family": r.family,
+                "protocol": r.protocol,
+                "median_s": r.median_s,
+                "stdev_s": r.stdev_s,
+                "iqr_s": r.iqr_s,
+                "repeats": len(r.times_s),
+                "valid": r.valid,
+                "dashboard_link": r.dashboard_link,
+                "dashboard_link_live": r.dashboard_link_live,
+            }
+            for r in recs
+        ],
+        as_json,
+        lambda: (
+            report.records_table(recs, f"{len(recs)} record(s) in {d}, newest first", d)
+            if recs
+            else escape(f"no records in {d} yet (`gpuscale run WORKLOAD` writes one there)")
+        ),
+    )
 
 
 @results_group.command("show", context_settings=CONTEXT)
 @click.argument("ref", metavar="ID|RECORD")
-@click.option("--results-dir", metavar="DIR", default=None,
-              help="where an ID is looked up (default ./gpuscale-results)")
+@click.option(
+    "--results-dir", metavar="DIR", default=None, help="where an ID is looked up (default ./gpuscale-results)"
+)
 @json_option("the record")
 def results_show(ref, results_dir, as_json):
     """One record's run summary, as `gpuscale run` showed it, with its full path: by the id
     `results list` shows (any unique start of it) or by the record file."""
     from .records import report, results
+
     path = results.locate(ref, results_dir or _results_dir())
     if pathlib.Path(path).is_dir():
-        raise UserError(f"'{ref}' is a folder", "give a record id or a record file (gpuscale results list "
-                        f"{ref}: its records)")
+        raise UserError(
+            f"'{ref}' is a folder",
+            f"give a record id or a record file (gpuscale results list {ref}: its records)",
+        )
     r = results.load(path)
     r.path = str(path)
     _emit(r.to_dict(), as_json, lambda: report.result_table(r))
@@ -960,50 +1355,98 @@ def results_show(ref, results_dir, as_json):
 def results_chart(directory, as_json):
     """Redraw a bench folder's table, charts (PNG) and report.html from its records."""
     from .records import folder
+
     d = folder.redraw(directory)
-    _emit(d, as_json, lambda: f"{d['rows']} case(s); charts: {', '.join(d['charts'].values()) or 'none'}; "
-                              f"report: {d['report']}")
+    _emit(
+        d,
+        as_json,
+        lambda: (
+            f"{d['rows']} case(s); charts: {', '.join(d['charts'].values()) or 'none'}; report: {d['report']}"
+        ),
+    )
 
 
 @results_group.command("compare", context_settings=CONTEXT)
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
-@click.option("--results-dir", metavar="DIR", default=None,
-              help="where a record ID given as A or B is looked up (default ./gpuscale-results)")
-@click.option("--fail-if-slower", "fail_if_slower", metavar="PCT", default=None,
-              help="exit 3 when a case of B is slower than A by more than PCT (e.g. 5%) with confidence")
-@click.option("--fail-if-inconclusive", "fail_if_inconclusive", is_flag=True,
-              help="with --fail-if-slower: exit 3 also when a case is not shown to be within PCT")
-@click.option("--margin", metavar="PCT", default="5%",
-              help="differences within this are 'same' when the interval shows it (default 5%)")
-@click.option("--between-run", "between_run", metavar="PCT", default=None,
-              help="the spread between two runs of the same code, assumed where each side holds one run "
-                   "(default 10%; several runs a side measure it)")
+@click.option(
+    "--results-dir",
+    metavar="DIR",
+    default=None,
+    help="where a record ID given as A or B is looked up (default ./gpuscale-results)",
+)
+@click.option(
+    "--fail-if-slower",
+    "fail_if_slower",
+    metavar="PCT",
+    default=None,
+    help="exit 3 when a case of B is slower than A by more than PCT (e.g. 5%) with confidence",
+)
+@click.option(
+    "--fail-if-inconclusive",
+    "fail_if_inconclusive",
+    is_flag=True,
+    help="with --fail-if-slower: exit 3 also when a case is not shown to be within PCT",
+)
+@click.option(
+    "--margin",
+    metavar="PCT",
+    default="5%",
+    help="differences within this are 'same' when the interval shows it (default 5%)",
+)
+@click.option(
+    "--between-run",
+    "between_run",
+    metavar="PCT",
+    default=None,
+    help="the spread between two runs of the same code, assumed where each side holds one run "
+    "(default 10%; several runs a side measure it)",
+)
 @click.option("--confidence", default="0.95", help="confidence of the interval (default 0.95)")
 @json_option("the comparison")
-def results_compare(a, b, results_dir, fail_if_slower, fail_if_inconclusive, margin, between_run, confidence,
-                    as_json):
+def results_compare(
+    a, b, results_dir, fail_if_slower, fail_if_inconclusive, margin, between_run, confidence, as_json
+):
     """B / A per case (two bench folders, results folders, records or record ids) with a distribution-free
     interval and a verdict: faster / slower / same / inconclusive (with the repeats or runs
     that would resolve it), and the minimum detectable effect. Exit 3 with --fail-if-slower PCT
     when some case is slower by more than PCT with confidence."""
     from .records import compare, report, results
+
     a, b = (results.locate(x, results_dir or _results_dir()) for x in (a, b))
     try:
         conf = float(confidence)
     except ValueError:
-        raise UserError(f"--confidence must be a number, got {confidence!r}", "e.g. --confidence 0.95") from None
+        raise UserError(
+            f"--confidence must be a number, got {confidence!r}", "e.g. --confidence 0.95"
+        ) from None
     if fail_if_inconclusive and fail_if_slower is None:
-        raise UserError("--fail-if-inconclusive needs --fail-if-slower PCT", "e.g. --fail-if-slower 5% "
-                        "--fail-if-inconclusive")
+        raise UserError(
+            "--fail-if-inconclusive needs --fail-if-slower PCT",
+            "e.g. --fail-if-slower 5% --fail-if-inconclusive",
+        )
     limit = compare.parse_pct(fail_if_slower, "--fail-if-slower") if fail_if_slower is not None else None
-    spread = compare.ASSUMED_BETWEEN_RUN if between_run is None else compare.parse_pct(between_run, "--between-run")
-    c = compare.compare(a, b, confidence=conf, margin=compare.parse_pct(margin, "--margin"),
-                        fail_if_slower=limit, fail_if_inconclusive=fail_if_inconclusive, between_run=spread)
+    spread = (
+        compare.ASSUMED_BETWEEN_RUN
+        if between_run is None
+        else compare.parse_pct(between_run, "--between-run")
+    )
+    c = compare.compare(
+        a,
+        b,
+        confidence=conf,
+        margin=compare.parse_pct(margin, "--margin"),
+        fail_if_slower=limit,
+        fail_if_inconclusive=fail_if_inconclusive,
+        between_run=spread,
+    )
     _emit(c, as_json, lambda: report.compare_table(c))
     if c["failed"]:
-        click.echo(f"gpuscale: {len(c['failed'])} case(s) failed --fail-if-slower {fail_if_slower}: "
-                   + "; ".join(report.gate_failure(x) for x in c["failed"]), err=True)
+        click.echo(
+            f"gpuscale: {len(c['failed'])} case(s) failed --fail-if-slower {fail_if_slower}: "
+            + "; ".join(report.gate_failure(x) for x in c["failed"]),
+            err=True,
+        )
         sys.exit(compare.SLOWER_EXIT)
 
 
@@ -1034,4 +1477,3 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt as e:
         _ended(e)
     sys.exit(rv if isinstance(rv, int) else 0)
-

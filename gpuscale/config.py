@@ -11,6 +11,7 @@ The defaults live in ``gpuscale.yaml`` beside this module and are merged into
 and remembers which layer every value came from (``Resolved.sources``). Validation is one
 pydantic model (:class:`Settings`); ``tests/test_config.py`` keeps it in sync with the YAML.
 """
+
 from __future__ import annotations
 
 import copy
@@ -58,8 +59,13 @@ def normalize(d: Any) -> Any:
 # Schema
 # --------------------------------------------------------------------------------------
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", alias_generator=_hyphen, populate_by_name=True,
-                              frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=_hyphen,
+        populate_by_name=True,
+        frozen=True,
+        use_attribute_docstrings=True,
+    )
     """A field's docstring is its description: the settings reference (docs/reference/settings.md)
     is generated from these models."""
 
@@ -88,7 +94,7 @@ class RmmSettings(_Section):
     @field_validator("pool_size", "maximum_pool_size", mode="before")
     @classmethod
     def _none_words(cls, v):
-        """"none" / "null" (from a flag or env var) mean no pool; numeric strings are numbers."""
+        """ "none" / "null" (from a flag or env var) mean no pool; numeric strings are numbers."""
         if isinstance(v, str):
             if v.strip().lower() in ("none", "null", "off", "0"):
                 return None
@@ -102,6 +108,7 @@ class RmmSettings(_Section):
 
 class SshSettings(_Section):
     """``cluster.deploy: ssh`` (:mod:`gpuscale.cluster.ssh`, distributed's SSHCluster)."""
+
     hosts: tuple[str, ...] | None = None
     """The scheduler's host first, then one entry per worker process (repeat a host for more)."""
     username: str | None = None
@@ -126,6 +133,7 @@ class SshSettings(_Section):
 class SlurmSettings(_Section):
     """``cluster.deploy: slurm`` (:mod:`gpuscale.cluster.slurm`, dask-jobqueue's SLURMCluster):
     what each job asks SLURM for and runs."""
+
     jobs: PositiveInt = 1
     """Jobs submitted at start (each runs ``processes`` worker processes)."""
     queue: str | None = None
@@ -276,6 +284,7 @@ class AutoRepeatSettings(_Section):
     """``run.repeat: auto`` (:mod:`gpuscale.runs.repeats`): repeat until the median's relative
     error is at most ``target_error``, with at least ``min_repeats`` and at most ``max_repeats``
     repeats and ``max_time`` seconds of timed repeats."""
+
     target_error: float = Field(0.02, gt=0, lt=1)
     """Relative error of the median to reach: 0.02 or ``"2%"`` (half-width of its
     distribution-free 68 % interval over the median)."""
@@ -289,7 +298,7 @@ class AutoRepeatSettings(_Section):
     @field_validator("target_error", mode="before")
     @classmethod
     def _percent(cls, v):
-        """"2%" (a flag or env var) is 0.02."""
+        """ "2%" (a flag or env var) is 0.02."""
         if isinstance(v, str) and v.strip().endswith("%"):
             try:
                 return float(v.strip()[:-1]) / 100
@@ -334,8 +343,16 @@ class RunSettings(_Section):
     def _auto_or_bool(cls, v):
         if isinstance(v, bool) or v == "auto":
             return v
-        words = {"true": True, "yes": True, "on": True, "1": True,
-                 "false": False, "no": False, "off": False, "0": False}
+        words = {
+            "true": True,
+            "yes": True,
+            "on": True,
+            "1": True,
+            "false": False,
+            "no": False,
+            "off": False,
+            "0": False,
+        }
         if isinstance(v, str) and v.strip().lower() in words:
             return words[v.strip().lower()]
         raise ValueError("must be auto, true or false")
@@ -390,6 +407,7 @@ class Settings(_Section):
     @classmethod
     def _known_backend(cls, v):
         from . import backends
+
         if v not in backends.names():
             raise ValueError(f"unknown backend; choose one of: {backends.vocabulary()}")
         return v
@@ -398,8 +416,11 @@ class Settings(_Section):
     @classmethod
     def _known_protocol(cls, v):
         from .cluster import protocols
+
         if v != protocols.AUTO and v not in protocols.names():
-            raise ValueError(f"unknown protocol; choose one of: {', '.join([protocols.AUTO, *protocols.names()])}")
+            raise ValueError(
+                f"unknown protocol; choose one of: {', '.join([protocols.AUTO, *protocols.names()])}"
+            )
         return v
 
 
@@ -444,6 +465,7 @@ KEYWORDS: dict[str, str] = {
     "shuffle_method": "session.shuffle-method",
 }
 
+
 def keywords_to_nested(kwargs: dict[str, Any]) -> dict:
     """``{"workers": 2}`` -> ``{"cluster": {"workers": 2}}``; None means "not given"."""
     out: dict = {}
@@ -451,8 +473,7 @@ def keywords_to_nested(kwargs: dict[str, Any]) -> dict:
         if value is None:
             continue
         if key not in KEYWORDS:
-            raise UserError(f"unknown setting '{key}'",
-                            f"use one of: {', '.join(sorted(KEYWORDS))}")
+            raise UserError(f"unknown setting '{key}'", f"use one of: {', '.join(sorted(KEYWORDS))}")
         _set_path(out, KEYWORDS[key].split("."), value)
     return out
 
@@ -499,20 +520,24 @@ def _profile_path(name_or_path: str) -> pathlib.Path:
     p = pathlib.Path(name_or_path).expanduser()
     if p.suffix in (".yaml", ".yml") or os.sep in name_or_path:
         if not p.is_file():
-            raise UserError(f"profile file '{name_or_path}' does not exist",
-                            "give an existing YAML file or one of the names: "
-                            + ", ".join(profile_names()))
+            raise UserError(
+                f"profile file '{name_or_path}' does not exist",
+                "give an existing YAML file or one of the names: " + ", ".join(profile_names()),
+            )
         return p
     for d in profile_dirs():
         if (d / f"{name_or_path}.yaml").is_file():
             return d / f"{name_or_path}.yaml"
-    raise UserError(f"unknown profile '{name_or_path}'",
-                    f"use one of: {', '.join(profile_names())} (or a path to a YAML file)")
+    raise UserError(
+        f"unknown profile '{name_or_path}'",
+        f"use one of: {', '.join(profile_names())} (or a path to a YAML file)",
+    )
 
 
 def load_profile(name_or_path: str) -> tuple[str, dict]:
     """Read a profile: ``version: 1`` plus a ``gpuscale:`` mapping. Returns (label, settings)."""
     from . import trust
+
     path = _profile_path(name_or_path)
     if path.parent not in profile_dirs():  # a named profile is part of the installed package
         trust.warn_if_others_can_change(path, "profile")
@@ -521,19 +546,25 @@ def load_profile(name_or_path: str) -> tuple[str, dict]:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"profile {path} is not valid YAML{where}",
-                        "fix the YAML syntax (indentation, colons, quotes)") from None
+        raise UserError(
+            f"profile {path} is not valid YAML{where}", "fix the YAML syntax (indentation, colons, quotes)"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("gpuscale"), dict):
-        raise UserError(f"profile {path} has no 'gpuscale:' mapping",
-                        "put the settings under a top-level 'gpuscale:' key")
+        raise UserError(
+            f"profile {path} has no 'gpuscale:' mapping", "put the settings under a top-level 'gpuscale:' key"
+        )
     unknown = set(data) - {"gpuscale", "version", "description"}
     if unknown:
-        raise UserError(f"profile {path} has unknown top-level key(s): {', '.join(sorted(unknown))}",
-                        "valid top-level keys: version, description, gpuscale")
+        raise UserError(
+            f"profile {path} has unknown top-level key(s): {', '.join(sorted(unknown))}",
+            "valid top-level keys: version, description, gpuscale",
+        )
     version = data.get("version", PROFILE_VERSION)
     if version != PROFILE_VERSION:
-        raise UserError(f"profile {path} has version {version!r}; this gpuscale reads version "
-                        f"{PROFILE_VERSION}", f"set 'version: {PROFILE_VERSION}'")
+        raise UserError(
+            f"profile {path} has version {version!r}; this gpuscale reads version {PROFILE_VERSION}",
+            f"set 'version: {PROFILE_VERSION}'",
+        )
     return str(path), normalize(data["gpuscale"])
 
 
@@ -542,6 +573,7 @@ def load_profile(name_or_path: str) -> tuple[str, dict]:
 # --------------------------------------------------------------------------------------
 class Resolved(BaseModel):
     """Validated settings plus the layer every value came from."""
+
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     settings: Settings
@@ -582,8 +614,9 @@ def resolve(profile: str | None = None, overrides: dict | None = None) -> Resolv
     defaults = normalize(copy.deepcopy(DEFAULTS["gpuscale"]))
     user = _user_yaml()
     env = _env_layer()  # read now: a variable set after import counts as env, like a restart
-    set_layer = _set_layer(dask.config.merge(defaults, user, _IMPORT_ENV),
-                           dask.config.merge(defaults, user, env))
+    set_layer = _set_layer(
+        dask.config.merge(defaults, user, _IMPORT_ENV), dask.config.merge(defaults, user, env)
+    )
     flags = normalize(overrides or {})
     # gpuscale.profile selects a layer: named by a flag, else by dask.config / env
     # (DASK_GPUSCALE__PROFILE) / user YAML, like any other setting, and recorded as such.
@@ -595,8 +628,14 @@ def resolve(profile: str | None = None, overrides: dict | None = None) -> Resolv
         label, prof = load_profile(profile)
         prof.pop("profile", None)
 
-    layers = [("default", defaults), ("user-yaml", user), ("profile", prof), ("env", env),
-              ("dask.config", set_layer), ("flag", flags)]
+    layers = [
+        ("default", defaults),
+        ("user-yaml", user),
+        ("profile", prof),
+        ("env", env),
+        ("dask.config", set_layer),
+        ("flag", flags),
+    ]
     merged: dict = {}
     sources: dict[str, str] = {}
     for name, layer in layers:
@@ -615,25 +654,33 @@ def _validation_error(e: ValidationError, sources: dict[str, str], profile: str 
     loc = [str(p) for p in err["loc"] if not isinstance(p, int)]
     key = ".".join(loc)
     origin = sources.get(key, "")
-    where = {"profile": f" (from profile {profile})", "env": " (from env "
-             f"DASK_GPUSCALE__{key.upper().replace('.', '__').replace('-', '_')})",
-             "flag": " (from a flag)", "user-yaml": " (from your Dask YAML config)",
-             "dask.config": " (from dask.config.set)"}.get(origin, "")
+    where = {
+        "profile": f" (from profile {profile})",
+        "env": f" (from env DASK_GPUSCALE__{key.upper().replace('.', '__').replace('-', '_')})",
+        "flag": " (from a flag)",
+        "user-yaml": " (from your Dask YAML config)",
+        "dask.config": " (from dask.config.set)",
+    }.get(origin, "")
     if err["type"] == "extra_forbidden":
         section = _section_model(loc[:-1])
         valid = ", ".join(_hyphen(f) for f in section.model_fields)
         return UserError(f"unknown key 'gpuscale.{shown(key, 80)[1:-1]}'{where}", f"valid keys here: {valid}")
     msg = err["msg"].removeprefix("Value error, ")
-    return UserError(f"invalid value {shown(err.get('input'))} for gpuscale.{key}{where}: {msg}",
-                     "fix it (see `gpuscale cluster show`)")
+    return UserError(
+        f"invalid value {shown(err.get('input'))} for gpuscale.{key}{where}: {msg}",
+        "fix it (see `gpuscale cluster show`)",
+    )
 
 
 def _section_model(path: list[str]) -> type[BaseModel]:
     model: type[BaseModel] = Settings
     for p in path:
         field = model.model_fields.get(p.replace("-", "_"))
-        if field is None or not isinstance(field.annotation, type) or not issubclass(
-                field.annotation, BaseModel):
+        if (
+            field is None
+            or not isinstance(field.annotation, type)
+            or not issubclass(field.annotation, BaseModel)
+        ):
             break
         model = field.annotation
     return model

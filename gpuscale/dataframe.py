@@ -1,18 +1,27 @@
 """Tuned Dask DataFrame routes, importable as ``gpuscale.dataframe``: ``groupby_agg``,
 ``merge`` and ``sort`` on any Dask DataFrame (pandas or cuDF partitions), with the plan each
 chose (``gpuscale/routes/dataframe.py`` holds them and explains the plans)."""
+
 from __future__ import annotations
 
 from .routes.dataframe import (
-                               AGGREGATIONS,
-                               FrameRoute,
-                               GroupbyDecision,
-                               GroupbyResult,
-                               choose_groupby,
-                               groupby_agg,
-                               merge,
-                               sort,
+    AGGREGATIONS,
+    FrameRoute,
+    GroupbyDecision,
+    GroupbyResult,
+    choose_groupby,
+    groupby_agg,
+    merge,
+    sort,
 )
 
-__all__ = ["groupby_agg", "merge", "sort", "choose_groupby", "GroupbyDecision", "GroupbyResult",
-           "FrameRoute", "AGGREGATIONS"]
+__all__ = [
+    "groupby_agg",
+    "merge",
+    "sort",
+    "choose_groupby",
+    "GroupbyDecision",
+    "GroupbyResult",
+    "FrameRoute",
+    "AGGREGATIONS",
+]

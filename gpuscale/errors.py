@@ -24,6 +24,7 @@ that does not catch it ends the same way, with one line and no traceback
 (:func:`install_excepthook`, which ``import gpuscale`` calls); Python's exit status for an
 uncaught exception is 1.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,13 +43,18 @@ EXIT_SIGHUP = 129
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
-EXIT_CODES = {EXIT_OK: "ok", EXIT_INTERNAL: "unexpected internal error (--debug shows the traceback)",
-              EXIT_BAD_INPUT: "bad input", EXIT_CHECK_FAILED: "a check failed (validation, a bench case, "
-              "results compare --fail-if-slower)", EXIT_CLUSTER_GONE: "the cluster went away",
-              EXIT_RECORD_NOT_WRITTEN: "the record (printed to stdout instead) or --output (the record "
-              "is written) could not be written",
-              EXIT_SIGHUP: "interrupted (SIGHUP: the terminal closed, the ssh session dropped)",
-              EXIT_SIGINT: "interrupted (SIGINT, Ctrl-C)", EXIT_SIGTERM: "interrupted (SIGTERM)"}
+EXIT_CODES = {
+    EXIT_OK: "ok",
+    EXIT_INTERNAL: "unexpected internal error (--debug shows the traceback)",
+    EXIT_BAD_INPUT: "bad input",
+    EXIT_CHECK_FAILED: "a check failed (validation, a bench case, results compare --fail-if-slower)",
+    EXIT_CLUSTER_GONE: "the cluster went away",
+    EXIT_RECORD_NOT_WRITTEN: "the record (printed to stdout instead) or --output (the record "
+    "is written) could not be written",
+    EXIT_SIGHUP: "interrupted (SIGHUP: the terminal closed, the ssh session dropped)",
+    EXIT_SIGINT: "interrupted (SIGINT, Ctrl-C)",
+    EXIT_SIGTERM: "interrupted (SIGTERM)",
+}
 
 
 class UserError(ValueError):
@@ -71,6 +77,7 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     :mod:`reprlib`, so a huge value is never rendered whole), with the length of a long
     string: a 1 MB environment variable stays one readable line."""
     import reprlib
+
     r = reprlib.Repr()
     r.maxstring = r.maxother = r.maxlong = limit
     text = r.repr(value)
@@ -83,8 +90,9 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
 
 def missing_module(module: str, purpose: str, install: str) -> UserError:
     """The error for an optional library that is not importable."""
-    return UserError(f"{purpose} needs the Python module '{module}', which is not installed",
-                     f"install it with: {install}")
+    return UserError(
+        f"{purpose} needs the Python module '{module}', which is not installed", f"install it with: {install}"
+    )
 
 
 def install_excepthook() -> None:
@@ -119,8 +127,10 @@ class ClusterGone(RuntimeError):
         self.address = address
         self.phase = phase
         during = f" during {phase}" if phase else ""
-        super().__init__(f"the cluster at {address} went away{during} (its scheduler stopped answering); "
-                         "nothing was written; start it again (gpuscale cluster up) and rerun")
+        super().__init__(
+            f"the cluster at {address} went away{during} (its scheduler stopped answering); "
+            "nothing was written; start it again (gpuscale cluster up) and rerun"
+        )
 
 
 class RecordNotWritten(RuntimeError):
@@ -130,8 +140,10 @@ class RecordNotWritten(RuntimeError):
 
     def __init__(self, where: str, why: str, record_json: str):
         self.record_json = record_json
-        super().__init__(f"could not write the record under {where} ({why}); the record was printed to "
-                         "stdout instead: save it, free some space and keep it with your results")
+        super().__init__(
+            f"could not write the record under {where} ({why}); the record was printed to "
+            "stdout instead: save it, free some space and keep it with your results"
+        )
 
 
 class OutputNotWritten(RuntimeError):
@@ -142,8 +154,10 @@ class OutputNotWritten(RuntimeError):
 
     def __init__(self, why: str, result):
         self.result = result
-        super().__init__(f"{why}; the measured result is kept in the record {result.path}: free some space "
-                         "and run again to write --output")
+        super().__init__(
+            f"{why}; the measured result is kept in the record {result.path}: free some space "
+            "and run again to write --output"
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -163,7 +177,13 @@ def signal_name(exc: BaseException) -> str:
 
 
 def interrupt_exit_code(exc: BaseException) -> int:
-    return EXIT_SIGHUP if isinstance(exc, HungUp) else EXIT_SIGTERM if isinstance(exc, Terminated) else EXIT_SIGINT
+    return (
+        EXIT_SIGHUP
+        if isinstance(exc, HungUp)
+        else EXIT_SIGTERM
+        if isinstance(exc, Terminated)
+        else EXIT_SIGINT
+    )
 
 
 @contextlib.contextmanager
@@ -221,12 +241,14 @@ def _later_if_in_gc_callback(signum: int, frame) -> bool:
     ignored" and dropped, so the run would go on. Then the signal is sent again 50 ms later,
     to land after it."""
     import gc
+
     codes = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
     codes.discard(None)
     f = frame
     while f is not None:
         if f.f_code in codes or f.f_code.co_name == "__del__":  # a finalizer drops it the same way
             import os
+
             threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
             return True
         f = f.f_back
@@ -252,6 +274,7 @@ def _escalate_later(sig: int, code: int) -> None:
 
     def run():
         import os
+
         if done.wait(ESCALATE_AFTER_S):
             return
         os.kill(os.getpid(), sig)
@@ -260,6 +283,7 @@ def _escalate_later(sig: int, code: int) -> None:
         name = signal.Signals(sig).name
         where = f" during {_phases[-1]}" if _phases else ""
         import shutil
+
         for path in list(TEMP_PATHS):
             shutil.rmtree(path, ignore_errors=True)
             with contextlib.suppress(OSError):
@@ -267,9 +291,11 @@ def _escalate_later(sig: int, code: int) -> None:
         end_child_processes()
         release_semaphores()
         with contextlib.suppress(Exception):
-            sys.stderr.write(f"gpuscale: error: interrupted ({name}){where}; it did not stop within "
-                             f"{2 * ESCALATE_AFTER_S:g} s, so it was ended with its worker processes; "
-                             "nothing was written\n")
+            sys.stderr.write(
+                f"gpuscale: error: interrupted ({name}){where}; it did not stop within "
+                f"{2 * ESCALATE_AFTER_S:g} s, so it was ended with its worker processes; "
+                "nothing was written\n"
+            )
             sys.stderr.flush()
         os._exit(code)
 
@@ -289,6 +315,7 @@ def end_child_processes(only_starting: bool = False) -> None:
     nothing."""
     try:
         import psutil
+
         tracker = _tracker_pid()
         for child in psutil.Process().children(recursive=True):
             with contextlib.suppress(Exception):
@@ -362,8 +389,10 @@ def quiet_exit_logs() -> None:
     ("Task exception was never retrieved", "Nanny failed to start") as it exits, so those
     loggers are quieted."""
     import logging
-    names = [n for n in list(logging.root.manager.loggerDict)
-             if n.split(".")[0] in NOISY_ON_EXIT]  # children with levels of their own too
+
+    names = [
+        n for n in list(logging.root.manager.loggerDict) if n.split(".")[0] in NOISY_ON_EXIT
+    ]  # children with levels of their own too
     for name in {*NOISY_ON_EXIT, *names}:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
@@ -377,12 +406,20 @@ class _DropCancelledTraceback:
 
     def filter(self, record) -> bool:
         import asyncio
+
         exc = record.exc_info[1] if record.exc_info else None
         return not isinstance(exc, asyncio.CancelledError)
 
 
-CLOSING_LOGGERS = ("distributed.nanny", "distributed.core", "distributed.utils", "distributed.worker",
-                   "distributed.scheduler", "distributed.deploy.spec", "distributed.client")
+CLOSING_LOGGERS = (
+    "distributed.nanny",
+    "distributed.core",
+    "distributed.utils",
+    "distributed.worker",
+    "distributed.scheduler",
+    "distributed.deploy.spec",
+    "distributed.client",
+)
 """The modules whose coroutines ``log_errors`` wraps on a cluster's way down."""
 
 RESOURCE_TRACKER_WARNINGS = "ignore:resource_tracker:UserWarning"
@@ -404,6 +441,7 @@ def quiet_shutdown_noise(tracker: bool = True) -> None:
     cluster closes or, cut off, as the process exits; tests/test_cli.py runs it so)."""
     import logging
     import sys
+
     for name in CLOSING_LOGGERS:
         log = logging.getLogger(name)
         if not any(isinstance(f, _DropCancelledTraceback) for f in log.filters):

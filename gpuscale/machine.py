@@ -5,6 +5,7 @@ GPU facts come from NVML (``pynvml``, as distributed's own ``diagnostics.nvml`` 
 nothing here creates a CUDA context or imports CuPy. Versions come from
 ``distributed.versions.get_versions`` plus package metadata for the optional stacks.
 """
+
 from __future__ import annotations
 
 import functools
@@ -53,6 +54,7 @@ def _versions() -> tuple[tuple[str, str | None], ...]:
     from distributed.versions import get_versions
 
     from ._version import __version__
+
     v = dict(get_versions()["packages"])
     for name in CORE:
         v.setdefault(name, _dist_version((name,)))
@@ -82,9 +84,13 @@ def cpu() -> dict:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         usable = os.cpu_count() or 1
-    return {"model": model, "cores": os.cpu_count() or 1, "usable_cores": usable,
-            "memory_bytes": int(psutil.virtual_memory().total),
-            "platform": platform.platform()}
+    return {
+        "model": model,
+        "cores": os.cpu_count() or 1,
+        "usable_cores": usable,
+        "memory_bytes": int(psutil.virtual_memory().total),
+        "platform": platform.platform(),
+    }
 
 
 def usable_cores() -> int:
@@ -95,6 +101,7 @@ def usable_cores() -> int:
 def _nvml():
     try:
         import pynvml
+
         pynvml.nvmlInit()
         return pynvml
     except Exception:
@@ -128,9 +135,16 @@ def gpus() -> list[dict]:
         name = nv.nvmlDeviceGetName(h)
         handles.append((i, h))
         mem = nv.nvmlDeviceGetMemoryInfo(h)
-        out.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
-                    "memory_bytes": int(mem.total), "free_bytes": int(mem.free), "uuid": uuid,
-                    "nvlink_peers": []})
+        out.append(
+            {
+                "index": i,
+                "name": name.decode() if isinstance(name, bytes) else name,
+                "memory_bytes": int(mem.total),
+                "free_bytes": int(mem.free),
+                "uuid": uuid,
+                "nvlink_peers": [],
+            }
+        )
     for a, (i, hi) in zip(out, handles):
         for j, hj in handles:
             if i == j:
@@ -192,12 +206,18 @@ def infiniband(root: str = IB_ROOT) -> list[dict]:
                     number = float(rate.split()[0])
                 except (ValueError, IndexError):
                     number = None
-            out.append({"device": dev, "port": int(port) if port.isdigit() else port,
-                        # "4: ACTIVE" / "5: LinkUp": the word after the code
-                        "state": state.split(":", 1)[-1].strip() or None,
-                        "phys_state": phys.split(":", 1)[-1].strip() or None,
-                        "rate": rate, "rate_gbps": number,
-                        "link_layer": _read(os.path.join(base, "link_layer"))})
+            out.append(
+                {
+                    "device": dev,
+                    "port": int(port) if port.isdigit() else port,
+                    # "4: ACTIVE" / "5: LinkUp": the word after the code
+                    "state": state.split(":", 1)[-1].strip() or None,
+                    "phys_state": phys.split(":", 1)[-1].strip() or None,
+                    "rate": rate,
+                    "rate_gbps": number,
+                    "link_layer": _read(os.path.join(base, "link_layer")),
+                }
+            )
     return out
 
 
@@ -215,36 +235,71 @@ def gpu_dashboard() -> dict:
     Returns ``{"available", "state", "devices", "message"}``; the message names the fix.
     """
     import dask.config
+
     if not dask.config.get("distributed.diagnostics.nvml", True):
-        return {"available": False, "state": "disabled-by-config", "devices": None,
-                "message": "no GPU plots: dask config distributed.diagnostics.nvml is false; set it to true "
-                           "(DASK_DISTRIBUTED__DIAGNOSTICS__NVML=True) for GPU plots"}
+        return {
+            "available": False,
+            "state": "disabled-by-config",
+            "devices": None,
+            "message": "no GPU plots: dask config distributed.diagnostics.nvml is false; set it to true "
+            "(DASK_DISTRIBUTED__DIAGNOSTICS__NVML=True) for GPU plots",
+        }
     if importlib.util.find_spec("pynvml") is None:
-        return {"available": False, "state": "pynvml-missing", "devices": None,
-                "message": "no GPU plots: pynvml is not installed, so no GPU can be seen here "
-                           "(on a GPU machine: pip install nvidia-ml-py, part of gpuscale[gpu])"}
+        return {
+            "available": False,
+            "state": "pynvml-missing",
+            "devices": None,
+            "message": "no GPU plots: pynvml is not installed, so no GPU can be seen here "
+            "(on a GPU machine: pip install nvidia-ml-py, part of gpuscale[gpu])",
+        }
     try:
         from distributed.diagnostics import nvml
+
         count = nvml.device_get_count()
         state = nvml.NVML_STATE
     except Exception as e:  # noqa: BLE001 - any NVML failure means no plots
-        return {"available": False, "state": "error", "devices": None,
-                "message": f"no GPU plots: NVML failed ({type(e).__name__}: {e})"}
+        return {
+            "available": False,
+            "state": "error",
+            "devices": None,
+            "message": f"no GPU plots: NVML failed ({type(e).__name__}: {e})",
+        }
     if state == nvml.NVMLState.DISABLED_CONFIG:  # the config changed after NVML was first asked
-        return {"available": False, "state": "disabled-by-config", "devices": None,
-                "message": "no GPU plots: dask config distributed.diagnostics.nvml was false when NVML was "
-                           "first used in this process; set it to true for GPU plots"}
+        return {
+            "available": False,
+            "state": "disabled-by-config",
+            "devices": None,
+            "message": "no GPU plots: dask config distributed.diagnostics.nvml was false when NVML was "
+            "first used in this process; set it to true for GPU plots",
+        }
     if state == nvml.NVMLState.DISABLED_LIBRARY_NOT_FOUND:
-        return {"available": False, "state": "no-nvml-library", "devices": 0,
-                "message": "no GPU plots, no GPU: pynvml is installed but the NVIDIA driver's NVML library was "
-                           "not found (no NVIDIA driver here)"}
+        return {
+            "available": False,
+            "state": "no-nvml-library",
+            "devices": 0,
+            "message": "no GPU plots, no GPU: pynvml is installed but the NVIDIA driver's NVML library was "
+            "not found (no NVIDIA driver here)",
+        }
     if state == nvml.NVMLState.DISABLED_WSL_INSUFFICIENT_DRIVER:
-        return {"available": False, "state": "wsl-driver", "devices": None,
-                "message": f"no GPU plots: the WSL NVIDIA driver is older than "
-                           f"{nvml.MINIMUM_WSL_VERSION}; update the Windows driver"}
+        return {
+            "available": False,
+            "state": "wsl-driver",
+            "devices": None,
+            "message": f"no GPU plots: the WSL NVIDIA driver is older than "
+            f"{nvml.MINIMUM_WSL_VERSION}; update the Windows driver",
+        }
     if not count:
-        return {"available": False, "state": "no-device", "devices": 0,
-                "message": "no GPU plots, no GPU: NVML sees no device (check CUDA_VISIBLE_DEVICES and nvidia-smi)"}
-    return {"available": True, "state": "on", "devices": int(count),
-            "message": f"GPU plots on: {count} GPU(s) through distributed.diagnostics.nvml (dashboard pages "
-                       "/individual-gpu-memory, /individual-gpu-utilization)"}
+        return {
+            "available": False,
+            "state": "no-device",
+            "devices": 0,
+            "message": "no GPU plots, no GPU: NVML sees no device "
+            "(check CUDA_VISIBLE_DEVICES and nvidia-smi)",
+        }
+    return {
+        "available": True,
+        "state": "on",
+        "devices": int(count),
+        "message": f"GPU plots on: {count} GPU(s) through distributed.diagnostics.nvml (dashboard pages "
+        "/individual-gpu-memory, /individual-gpu-utilization)",
+    }

@@ -37,6 +37,7 @@ reset before the work; on a GPU worker, the device allocator's peak during the r
 it spilled (distributed's ``SpillBuffer`` metrics; dask-cuda's and cuDF's device -> host
 moves), put beside the estimate in the record.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -115,10 +116,12 @@ class Budget:
         cap = max(MIN_BLOCK_BYTES, int(room // max(1, self.threads) // copies))
         if cap >= knob:
             return knob, None
-        return cap, (f"{what} capped at {format_bytes(cap)} by worker memory: {self.threads} thread(s) x "
-                     f"{copies:g} block(s) each within {format_bytes(room)} ({TASK_SHARE:g} of "
-                     f"{self.fractions['spill']:g} x {format_bytes(self.limit)} less the baseline "
-                     f"{format_bytes(self.baseline)})")
+        return cap, (
+            f"{what} capped at {format_bytes(cap)} by worker memory: {self.threads} thread(s) x "
+            f"{copies:g} block(s) each within {format_bytes(room)} ({TASK_SHARE:g} of "
+            f"{self.fractions['spill']:g} x {format_bytes(self.limit)} less the baseline "
+            f"{format_bytes(self.baseline)})"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -140,6 +143,7 @@ def device_spill_fraction(setting, device_bytes: int | None) -> float | None:
     if setting is None or (isinstance(setting, str) and setting.strip().lower() in ("default", "auto")):
         return DASK_CUDA_DEFAULT
     from dask.utils import parse_bytes
+
     v = float(setting) if isinstance(setting, (int, float)) else None
     if v is None:
         try:
@@ -169,10 +173,11 @@ def _fractions(config_get, family=None, device_setting="default", device_bytes=N
         try:
             out[k] = float(v) if v not in (None, False) else 1.0
         except (TypeError, ValueError):
-            raise UserError(f"dask setting distributed.worker.memory.{k} is {v!r}, not a fraction of the "
-                            "worker's memory",
-                            f"set it to a number from 0 to 1 or false (e.g. DASK_DISTRIBUTED__WORKER__MEMORY__"
-                            f"{k.upper()}={default}), or unset it") from None
+            raise UserError(
+                f"dask setting distributed.worker.memory.{k} is {v!r}, not a fraction of the worker's memory",
+                f"set it to a number from 0 to 1 or false (e.g. DASK_DISTRIBUTED__WORKER__MEMORY__"
+                f"{k.upper()}={default}), or unset it",
+            ) from None
     return out
 
 
@@ -187,12 +192,19 @@ def planned(spec, family, limits: list[int]) -> Budget:
     space = _planned_spill_space(spill_to, len(limits) or 1)
     if spill_to == "host" and space is not None:
         space += int(getattr(spec, "memory_limit_bytes", None) or 0)
-    return Budget(workers=len(limits) or None, limit=limit, baseline=base,
-                  baseline_source=f"assumed ({format_bytes(base)}: a started worker, plus "
-                                  f"{format_bytes(growth)} its first tasks add)",
-                  threads=spec.threads_per_worker or 1, fractions=fractions,
-                  spill_to=spill_to, spill_space=space, memory=family.memory,
-                  stream_first=family.stream_first if spill_to else None)
+    return Budget(
+        workers=len(limits) or None,
+        limit=limit,
+        baseline=base,
+        baseline_source=f"assumed ({format_bytes(base)}: a started worker, plus "
+        f"{format_bytes(growth)} its first tasks add)",
+        threads=spec.threads_per_worker or 1,
+        fractions=fractions,
+        spill_to=spill_to,
+        spill_space=space,
+        memory=family.memory,
+        stream_first=family.stream_first if spill_to else None,
+    )
 
 
 def _family_fractions(config_get, family, spec, device_bytes) -> tuple[dict[str, float], str | None]:
@@ -226,6 +238,7 @@ def target_fraction(limit: int | None, threads: int, family) -> tuple[float | No
     :data:`MIN_TARGET`). None: distributed's own value stands (no spilling family, no limit,
     or nothing to lower)."""
     import dask
+
     fr = _fractions(dask.config.get)
     if family.spill_to is None or not limit or family.memory != "host":
         return None, "distributed's default (no limit, or a family that does not spill)"
@@ -233,17 +246,22 @@ def target_fraction(limit: int | None, threads: int, family) -> tuple[float | No
     block = min(family.knobs.chunk_bytes, family.knobs.partition_bytes)
     tasks = min(threads * BLOCK_COPIES * block, int(TASK_SHARE * max(0, limit * fr["spill"] - base)))
     t = max(MIN_TARGET, round(fr["spill"] - (base + tasks) / limit, 3))
-    why = (f"spill {fr['spill']:g} - (baseline {format_bytes(base)} + {threads} thread(s) x {BLOCK_COPIES} "
-           f"block(s), at most {TASK_SHARE:g} of the room: {format_bytes(tasks)}) / {format_bytes(limit)}")
+    why = (
+        f"spill {fr['spill']:g} - (baseline {format_bytes(base)} + {threads} thread(s) x {BLOCK_COPIES} "
+        f"block(s), at most {TASK_SHARE:g} of the room: {format_bytes(tasks)}) / {format_bytes(limit)}"
+    )
     if t >= fr["target"]:
-        return None, (f"distributed's {fr['target']:g}: the baseline and the running tasks' blocks leave "
-                      f"at least that under the spill threshold (rule: {why}, if lower)")
+        return None, (
+            f"distributed's {fr['target']:g}: the baseline and the running tasks' blocks leave "
+            f"at least that under the spill threshold (rule: {why}, if lower)"
+        )
     return t, f"{why} = {t:g} (at least {MIN_TARGET:g}; distributed's {fr['target']:g} would leave no room)"
 
 
 def _with(spec):
     """dask.config.get, with the settings the planned cluster starts its workers under."""
     import dask
+
     extra = getattr(spec, "dask_config", None) or {}
     return lambda key, default=None: extra[key] if key in extra else dask.config.get(key, default)
 
@@ -254,6 +272,7 @@ def _planned_spill_space(spill_to: str | None, workers: int) -> int | None:
     if spill_to is None:
         return None
     import dask
+
     d = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
     try:
         return shutil.disk_usage(d).free // max(1, workers)
@@ -267,11 +286,15 @@ def worker_state(dask_worker, reset_peak: bool = False) -> dict[str, Any]:
     start the peak afresh (what :class:`Watch` reads after the work)."""
     import dask
     import psutil
+
     mm = getattr(dask_worker, "memory_manager", None)
     fr = _fractions(dask.config.get)
     if mm is not None:
-        for k, attr in (("target", "memory_target_fraction"), ("spill", "memory_spill_fraction"),
-                        ("pause", "memory_pause_fraction")):
+        for k, attr in (
+            ("target", "memory_target_fraction"),
+            ("spill", "memory_spill_fraction"),
+            ("pause", "memory_pause_fraction"),
+        ):
             v = getattr(mm, attr, None)
             fr[k] = float(v) if v not in (None, False) else 1.0
     d = getattr(dask_worker, "local_directory", None)
@@ -285,13 +308,20 @@ def worker_state(dask_worker, reset_peak: bool = False) -> dict[str, Any]:
     if reset_peak:
         _release_free()
         _reset_peak()
-    return {"rss": psutil.Process().memory_info().rss, "host_limit": getattr(mm, "memory_limit", None),
-            "peak": peak, "threads": dask_worker.state.nthreads,
-            "fractions": fr, "disk": (st.st_dev if st else None), "disk_free": free,
-            "spilled_bytes": int(metrics.get(("disk-write", "bytes"), 0)),
-            "unspilled_bytes": int(metrics.get(("disk-read", "bytes"), 0)),
-            "spill_s": float(sum(v for (label, unit), v in metrics.items()
-                                 if unit == "seconds" and label.startswith("disk")))}
+    return {
+        "rss": psutil.Process().memory_info().rss,
+        "host_limit": getattr(mm, "memory_limit", None),
+        "peak": peak,
+        "threads": dask_worker.state.nthreads,
+        "fractions": fr,
+        "disk": (st.st_dev if st else None),
+        "disk_free": free,
+        "spilled_bytes": int(metrics.get(("disk-write", "bytes"), 0)),
+        "unspilled_bytes": int(metrics.get(("disk-read", "bytes"), 0)),
+        "spill_s": float(
+            sum(v for (label, unit), v in metrics.items() if unit == "seconds" and label.startswith("disk"))
+        ),
+    }
 
 
 def _release_free() -> None:
@@ -301,6 +331,7 @@ def _release_free() -> None:
     4 M-row P2P sort on one worker: 520 MiB resident holding nothing, 190 MiB after the pool's
     ``release_unused``; counted as baseline, the next run's estimate had that twice."""
     import sys
+
     pa = sys.modules.get("pyarrow")  # only where something has used it
     if pa is not None:
         try:
@@ -309,6 +340,7 @@ def _release_free() -> None:
             pass
     try:
         import ctypes
+
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc
         pass
@@ -339,14 +371,20 @@ def measure(client, family, limits: dict[str, int], spec=None) -> Budget:
     """The budget of the running cluster's workers (``limits``: ``Family.worker_memory``;
     ``spec``: the cluster's, for a GPU worker's device memory limit)."""
     import dask
+
     growth = family.knobs.worker_growth_bytes
     states = client.run(worker_state, reset_peak=True) if limits else {}
     lim = [v for v in limits.values() if v]
     threads = max((s["threads"] for s in states.values()), default=1)
     if family.memory == "host" and states:
         rss = max(s["rss"] for s in states.values())
-        base, source = rss + growth, (f"measured: the largest worker holds {format_bytes(rss)} at start, "
-                                      f"plus {format_bytes(growth)} its first tasks add")
+        base, source = (
+            rss + growth,
+            (
+                f"measured: the largest worker holds {format_bytes(rss)} at start, "
+                f"plus {format_bytes(growth)} its first tasks add"
+            ),
+        )
     else:
         base, source = growth, f"assumed ({format_bytes(growth)})"
     fractions, spill_to = _family_fractions(dask.config.get, family, spec, min(lim) if lim else None)
@@ -357,14 +395,25 @@ def measure(client, family, limits: dict[str, int], spec=None) -> Budget:
         by_disk: dict[Any, list[dict]] = {}
         for s in states.values():
             by_disk.setdefault(s["disk"], []).append(s)
-        space = min((min(s["disk_free"] or 0 for s in group) // len(group) for group in by_disk.values()),
-                    default=None)
+        space = min(
+            (min(s["disk_free"] or 0 for s in group) // len(group) for group in by_disk.values()),
+            default=None,
+        )
         if spill_to == "host" and space is not None:  # the host buffer first, then its disk
             space += min(s["host_limit"] or 0 for s in states.values())
-    return Budget(workers=len(limits) or None, limit=min(lim) if lim else None, baseline=base,
-                  baseline_source=source, threads=threads, fractions=fractions,
-                  spill_to=spill_to, spill_space=space, memory=family.memory,
-                  stream_first=family.stream_first if spill_to else None, states=states)
+    return Budget(
+        workers=len(limits) or None,
+        limit=min(lim) if lim else None,
+        baseline=base,
+        baseline_source=source,
+        threads=threads,
+        fractions=fractions,
+        spill_to=spill_to,
+        spill_space=space,
+        memory=family.memory,
+        stream_first=family.stream_first if spill_to else None,
+        states=states,
+    )
 
 
 def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
@@ -372,12 +421,23 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
     parts = {k: int(v) for k, v in workload.estimate_memory(p, ctx).items()}
     estimate = sum(parts.values())
     task = int(workload.task_bytes(p, ctx))
-    out: dict[str, Any] = {"estimate_bytes": estimate, "parts": parts, "task_bytes": task,
-                           "override": "--no-memory-check (memory_check=False)"}
+    out: dict[str, Any] = {
+        "estimate_bytes": estimate,
+        "parts": parts,
+        "task_bytes": task,
+        "override": "--no-memory-check (memory_check=False)",
+    }
     if budget is None or not budget.limit or not budget.workers:
-        out.update(verdict="fits", fits=True, workers=budget.workers if budget else None,
-                   per_worker_bytes=None, worker_limit_bytes=None, usable_bytes=None, capacity_bytes=0,
-                   rule="worker memory unknown here (a running scheduler's, or no limit): not checked")
+        out.update(
+            verdict="fits",
+            fits=True,
+            workers=budget.workers if budget else None,
+            per_worker_bytes=None,
+            worker_limit_bytes=None,
+            usable_bytes=None,
+            capacity_bytes=0,
+            rule="worker memory unknown here (a running scheduler's, or no limit): not checked",
+        )
         return out
     b = budget
     host = b.memory == "host"
@@ -390,11 +450,21 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
     pause = int(b.limit * b.fractions["pause"] * PAUSE_MARGIN)
     to_spill = max(0, fixed + data - in_memory)
     kept = kept_bytes(b.to_dict(), data)  # managed data a spilling worker keeps in memory
-    out.update(workers=n, per_worker_bytes=data, worker_limit_bytes=b.limit, usable_bytes=in_memory,
-               capacity_bytes=b.limit * n, baseline_bytes=b.baseline, baseline_source=b.baseline_source,
-               working_set_bytes=working, held_bytes=held, budget=b.to_dict())
-    spills = bool(b.spill_to) and fixed + kept <= pause and (
-        b.spill_space is None or to_spill <= b.spill_space)
+    out.update(
+        workers=n,
+        per_worker_bytes=data,
+        worker_limit_bytes=b.limit,
+        usable_bytes=in_memory,
+        capacity_bytes=b.limit * n,
+        baseline_bytes=b.baseline,
+        baseline_source=b.baseline_source,
+        working_set_bytes=working,
+        held_bytes=held,
+        budget=b.to_dict(),
+    )
+    spills = (
+        bool(b.spill_to) and fixed + kept <= pause and (b.spill_space is None or to_spill <= b.spill_space)
+    )
     streams = workload.streams(p, ctx) if to_spill and (b.stream_first or not spills) else None
     if streams and estimate > MAX_STREAMED * b.limit * n:
         streams = None
@@ -408,8 +478,10 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
         out["spill_bytes_per_worker"] = to_spill
         out["peak_bytes"] = fixed + ahead
         out["made_ahead_bytes"] = ahead
-        out["streams"] += (f"; per worker {format_bytes(ahead)} of blocks made ahead of their consumers "
-                           "(distributed's root-task queuing: ceil(threads x worker-saturation) at a time)")
+        out["streams"] += (
+            f"; per worker {format_bytes(ahead)} of blocks made ahead of their consumers "
+            "(distributed's root-task queuing: ceil(threads x worker-saturation) at a time)"
+        )
     elif spills:
         verdict = "spills"
         out["spill_bytes_per_worker"] = to_spill
@@ -419,20 +491,32 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
         out["spill_bytes_per_worker"] = to_spill
     out["verdict"], out["fits"] = verdict, verdict != "does not fit"
     out.setdefault("peak_bytes", fixed + data)
-    out["rule"] = (f"per worker: baseline {format_bytes(b.baseline)} + working set {b.threads} thread(s) x "
-                   f"{format_bytes(task)}"
-                   + (f" + what cannot spill ({', '.join(k for k in parts if k in UNSPILLABLE_PARTS and parts[k])}) "
-                      f"{format_bytes(held * n)} / {n} worker(s)" if held else "")
-                   + f" + data {format_bytes(estimate - held * n)} / {n} worker(s); fits under "
-                   f"{b.fractions['spill']:g} x the smallest worker's {format_bytes(b.limit)} "
-                   + ("(distributed's spill fraction)" if host else "of device memory (where dask-cuda spills)")
-                   + (f"; beyond it spills to {b.spill_to} if baseline + working set + the data kept in memory "
-                      f"(target {b.fractions['target']:g}) stay under {PAUSE_MARGIN:g} x "
-                      + (f"pause {b.fractions['pause']:g}" if host else "the device")
-                      + " and the spill space holds the rest"
-                      + (f"; generated data that would spill streams instead ({b.stream_first})"
-                         if b.stream_first else "") if b.spill_to else
-                      "; no spilling (--device-memory-limit 0): the data must fit"))
+    out["rule"] = (
+        f"per worker: baseline {format_bytes(b.baseline)} + working set {b.threads} thread(s) x "
+        f"{format_bytes(task)}"
+        + (
+            f" + what cannot spill ({', '.join(k for k in parts if k in UNSPILLABLE_PARTS and parts[k])}) "
+            f"{format_bytes(held * n)} / {n} worker(s)"
+            if held
+            else ""
+        )
+        + f" + data {format_bytes(estimate - held * n)} / {n} worker(s); fits under "
+        f"{b.fractions['spill']:g} x the smallest worker's {format_bytes(b.limit)} "
+        + ("(distributed's spill fraction)" if host else "of device memory (where dask-cuda spills)")
+        + (
+            f"; beyond it spills to {b.spill_to} if baseline + working set + the data kept in memory "
+            f"(target {b.fractions['target']:g}) stay under {PAUSE_MARGIN:g} x "
+            + (f"pause {b.fractions['pause']:g}" if host else "the device")
+            + " and the spill space holds the rest"
+            + (
+                f"; generated data that would spill streams instead ({b.stream_first})"
+                if b.stream_first
+                else ""
+            )
+            if b.spill_to
+            else "; no spilling (--device-memory-limit 0): the data must fit"
+        )
+    )
     return out
 
 
@@ -470,22 +554,27 @@ def error(workload_name: str, h: dict[str, Any]) -> UserError:
     b = h["budget"]
     parts = " + ".join(f"{k} {format_bytes(v)}" for k, v in h["parts"].items() if v)
     if h.get("too_large"):
-        return UserError(f"{workload_name} at these sizes makes about {format_bytes(h['estimate_bytes'])} of data "
-                         f"({parts}), more than {MAX_STREAMED} x the cluster's {format_bytes(h['capacity_bytes'])} "
-                         "of memory: even block by block, every pass would take days",
-                         "use smaller sizes")
+        return UserError(
+            f"{workload_name} at these sizes makes about {format_bytes(h['estimate_bytes'])} of data "
+            f"({parts}), more than {MAX_STREAMED} x the cluster's {format_bytes(h['capacity_bytes'])} "
+            "of memory: even block by block, every pass would take days",
+            "use smaller sizes",
+        )
     held = h.get("held_bytes") or 0
     fixed = h["baseline_bytes"] + h["working_set_bytes"] + held
     pause = int(b["limit"] * b["fractions"]["pause"] * PAUSE_MARGIN)
     kept = kept_bytes(b, h["per_worker_bytes"])
     host = b.get("memory", "host") == "host"
     if b["spill_to"] and fixed + kept > pause:
-        why = (f"each worker's baseline {format_bytes(h['baseline_bytes'])} + working set "
-               f"{format_bytes(h['working_set_bytes'])}"
-               + (f" + what cannot spill {format_bytes(held)}" if held else "")
-               + (f" + data kept in memory {format_bytes(kept)}" if kept else "") + " is over "
-               f"{format_bytes(pause)} of its {format_bytes(b['limit'])}, so it would "
-               + ("pause with nothing left to spill" if host else "run out of device memory"))
+        why = (
+            f"each worker's baseline {format_bytes(h['baseline_bytes'])} + working set "
+            f"{format_bytes(h['working_set_bytes'])}"
+            + (f" + what cannot spill {format_bytes(held)}" if held else "")
+            + (f" + data kept in memory {format_bytes(kept)}" if kept else "")
+            + " is over "
+            f"{format_bytes(pause)} of its {format_bytes(b['limit'])}, so it would "
+            + ("pause with nothing left to spill" if host else "run out of device memory")
+        )
         room = b["fractions"]["pause"] * PAUSE_MARGIN - b["fractions"]["target"]
         need = int(fixed / room) + 1 if room > 0 else None
         # blocks capped by this worker's memory grow with it (Budget.cap): the working set is
@@ -496,28 +585,41 @@ def error(workload_name: str, h: dict[str, Any]) -> UserError:
             need = max(need, int((h["baseline_bytes"] * (1 - TASK_SHARE) + held) / grows) + 1)
         need = h.get("need_limit_bytes") or need  # found with the check itself, where it could be
         if h.get("no_limit_fits_bytes"):  # none this machine can give (limits adding up past it)
-            fix = (f"no --memory-limit up to this machine's {format_bytes(h['no_limit_fits_bytes'])} per worker "
-                   "admits it: use smaller sizes, fewer workers or threads per worker, or --no-memory-check "
-                   "to try anyway")
+            fix = (
+                f"no --memory-limit up to this machine's {format_bytes(h['no_limit_fits_bytes'])} per worker "
+                "admits it: use smaller sizes, fewer workers or threads per worker, or --no-memory-check "
+                "to try anyway"
+            )
         else:
-            fix = ((f"give each worker at least {format_bytes(need)} (--memory-limit), " if need else "")
-                   + "or fewer threads per worker, or --no-memory-check to try anyway")
+            fix = (
+                f"give each worker at least {format_bytes(need)} (--memory-limit), " if need else ""
+            ) + "or fewer threads per worker, or --no-memory-check to try anyway"
     elif b["spill_to"]:
-        why = (f"{format_bytes(h['spill_bytes_per_worker'])} per worker would spill to {b['spill_to']}, "
-               f"but only {format_bytes(b['spill_space'] or 0)} per worker is free there")
-        fix = ("free disk space where the workers spill (dask's temporary-directory), use smaller sizes or "
-               "more memory (--memory-limit, --workers), or --no-memory-check to try anyway")
+        why = (
+            f"{format_bytes(h['spill_bytes_per_worker'])} per worker would spill to {b['spill_to']}, "
+            f"but only {format_bytes(b['spill_space'] or 0)} per worker is free there"
+        )
+        fix = (
+            "free disk space where the workers spill (dask's temporary-directory), use smaller sizes or "
+            "more memory (--memory-limit, --workers), or --no-memory-check to try anyway"
+        )
     else:
-        why = (f"{format_bytes(h['per_worker_bytes'])} per worker over {h['workers']} worker(s) plus the "
-               f"baseline {format_bytes(h['baseline_bytes'])} and working set "
-               f"{format_bytes(h['working_set_bytes'])}"
-               + (f" and what cannot spill {format_bytes(held)}" if held else "")
-               + f" is over {format_bytes(h['usable_bytes'])} usable of "
-               f"{format_bytes(h['worker_limit_bytes'])}, and the workers do not spill")
-        fix = ("use smaller sizes or more workers (--gpus), let the workers spill (--device-memory-limit "
-               "default), or --no-memory-check to try anyway")
-    return UserError(f"{workload_name} at these sizes needs about {format_bytes(h['estimate_bytes'])} ({parts}); "
-                     f"{why}", fix)
+        why = (
+            f"{format_bytes(h['per_worker_bytes'])} per worker over {h['workers']} worker(s) plus the "
+            f"baseline {format_bytes(h['baseline_bytes'])} and working set "
+            f"{format_bytes(h['working_set_bytes'])}"
+            + (f" and what cannot spill {format_bytes(held)}" if held else "")
+            + f" is over {format_bytes(h['usable_bytes'])} usable of "
+            f"{format_bytes(h['worker_limit_bytes'])}, and the workers do not spill"
+        )
+        fix = (
+            "use smaller sizes or more workers (--gpus), let the workers spill (--device-memory-limit "
+            "default), or --no-memory-check to try anyway"
+        )
+    return UserError(
+        f"{workload_name} at these sizes needs about {format_bytes(h['estimate_bytes'])} ({parts}); {why}",
+        fix,
+    )
 
 
 def ran_out(workload_name: str, h: dict[str, Any], family, exc: BaseException) -> UserError:
@@ -529,14 +631,23 @@ def ran_out(workload_name: str, h: dict[str, Any], family, exc: BaseException) -
     said = " ".join(str(exc).split())[:200] or type(exc).__name__
     est = h.get("estimate_bytes")
     per = h.get("per_worker_bytes")
-    estimate = (f"; the memory check estimated {format_bytes(est)} in all"
-                + (f", {format_bytes(per)} per worker, verdict '{h.get('verdict')}'" if per else "")
-                if est else "")
-    fix = ("use smaller sizes or more GPUs (--gpus), let the workers spill (--device-memory-limit default, "
-           "or lower it so they spill earlier)" if where == "device" else
-           "use smaller sizes, more memory per worker (--memory-limit) or more workers")
-    return UserError(f"{workload_name}: a worker ran out of {where} memory during the run "
-                     f"({type(exc).__name__}: {said}){estimate}", fix + "; the cluster is still up for the next run")
+    estimate = (
+        f"; the memory check estimated {format_bytes(est)} in all"
+        + (f", {format_bytes(per)} per worker, verdict '{h.get('verdict')}'" if per else "")
+        if est
+        else ""
+    )
+    fix = (
+        "use smaller sizes or more GPUs (--gpus), let the workers spill (--device-memory-limit default, "
+        "or lower it so they spill earlier)"
+        if where == "device"
+        else "use smaller sizes, more memory per worker (--memory-limit) or more workers"
+    )
+    return UserError(
+        f"{workload_name}: a worker ran out of {where} memory during the run "
+        f"({type(exc).__name__}: {said}){estimate}",
+        fix + "; the cluster is still up for the next run",
+    )
 
 
 def killed(workload_name: str, h: dict[str, Any], exc: BaseException) -> UserError:
@@ -544,17 +655,22 @@ def killed(workload_name: str, h: dict[str, Any], exc: BaseException) -> UserErr
     most often a nanny restarting a worker past ``terminate`` of its memory limit): what the
     check had estimated, and the fix."""
     per, verdict = h.get("per_worker_bytes"), h.get("verdict")
-    estimate = (f"; the memory check estimated {format_bytes(h['estimate_bytes'])} in all"
-                + (f", {format_bytes(per)} per worker, verdict '{verdict}'" if per else "")
-                if h.get("estimate_bytes") else "")
+    estimate = (
+        f"; the memory check estimated {format_bytes(h['estimate_bytes'])} in all"
+        + (f", {format_bytes(per)} per worker, verdict '{verdict}'" if per else "")
+        if h.get("estimate_bytes")
+        else ""
+    )
     task = getattr(exc, "task", None) or "a task"
     tries = getattr(exc, "allowed_failures", None)
     times = f" {tries + 1} time(s)" if isinstance(tries, int) else ""
-    return UserError(f"{workload_name}: the workers running {task} died{times} (a worker past "
-                     f"{DEFAULT_FRACTIONS['terminate']:g} of its memory limit is restarted by "
-                     f"its nanny){estimate}",
-                     "give each worker more memory (--memory-limit), fewer threads per worker, or use smaller "
-                     "sizes; the workers' log lines are under logs/ in the results folder")
+    return UserError(
+        f"{workload_name}: the workers running {task} died{times} (a worker past "
+        f"{DEFAULT_FRACTIONS['terminate']:g} of its memory limit is restarted by "
+        f"its nanny){estimate}",
+        "give each worker more memory (--memory-limit), fewer threads per worker, or use smaller "
+        "sizes; the workers' log lines are under logs/ in the results folder",
+    )
 
 
 def check(workload, p, ctx, enforce: bool) -> dict[str, Any]:
@@ -604,15 +720,21 @@ class Watch:
         per = {}
         for addr, s in now.items():
             s0 = self.start.get(addr, {})
-            per[addr] = {"peak_bytes": s["peak"], "spilled_bytes": s["spilled_bytes"] - s0.get("spilled_bytes", 0),
-                         "unspilled_bytes": s["unspilled_bytes"] - s0.get("unspilled_bytes", 0),
-                         "spill_s": round(s["spill_s"] - s0.get("spill_s", 0.0), 3)}
+            per[addr] = {
+                "peak_bytes": s["peak"],
+                "spilled_bytes": s["spilled_bytes"] - s0.get("spilled_bytes", 0),
+                "unspilled_bytes": s["unspilled_bytes"] - s0.get("unspilled_bytes", 0),
+                "spill_s": round(s["spill_s"] - s0.get("spill_s", 0.0), 3),
+            }
         peaks = [w["peak_bytes"] for w in per.values() if w["peak_bytes"]]
-        out: dict[str, Any] = {"workers": per, "peak_bytes": max(peaks) if peaks else None,
-                               "spilled_bytes": sum(w["spilled_bytes"] for w in per.values()),
-                               "how": "peak resident memory of each worker process (Linux VmHWM, reset before "
-                                      "the data loads); bytes spilled to disk and read back (distributed's "
-                                      "SpillBuffer metrics)"}
+        out: dict[str, Any] = {
+            "workers": per,
+            "peak_bytes": max(peaks) if peaks else None,
+            "spilled_bytes": sum(w["spilled_bytes"] for w in per.values()),
+            "how": "peak resident memory of each worker process (Linux VmHWM, reset before "
+            "the data loads); bytes spilled to disk and read back (distributed's "
+            "SpillBuffer metrics)",
+        }
         if estimate and estimate.get("peak_bytes") and peaks:
             expected = estimate["peak_bytes"]
             out["estimated_peak_bytes"] = expected
@@ -638,13 +760,16 @@ class Watch:
             w["spilled_bytes"] = w.get("device_to_host_bytes", 0) + w.get("cudf_device_to_host_bytes", 0)
             per[addr] = w
         peaks = [w["peak_bytes"] for w in per.values() if w.get("peak_bytes")]
-        out: dict[str, Any] = {"workers": per, "peak_bytes": max(peaks) if peaks else None,
-                               "spilled_bytes": sum(w["spilled_bytes"] for w in per.values()),
-                               "memory": "device",
-                               "how": "device memory the run allocated at its peak on each worker, beyond what "
-                                      "the worker held before it (RMM's statistics adaptor; the CUDA context "
-                                      "and libraries are outside it); bytes moved device -> host and host -> "
-                                      "disk by dask-cuda's buffers, device -> host by cuDF's spill manager"}
+        out: dict[str, Any] = {
+            "workers": per,
+            "peak_bytes": max(peaks) if peaks else None,
+            "spilled_bytes": sum(w["spilled_bytes"] for w in per.values()),
+            "memory": "device",
+            "how": "device memory the run allocated at its peak on each worker, beyond what "
+            "the worker held before it (RMM's statistics adaptor; the CUDA context "
+            "and libraries are outside it); bytes moved device -> host and host -> "
+            "disk by dask-cuda's buffers, device -> host by cuDF's spill manager",
+        }
         if estimate and estimate.get("peak_bytes") and peaks:
             expected = max(1, int(estimate["peak_bytes"]) - int(self.baseline or 0))
             out["estimated_peak_bytes"] = expected

@@ -15,6 +15,7 @@ them with bounds.
   :class:`~gpuscale.errors.UserError` in one line; YAML syntax errors stay
   :class:`yaml.YAMLError` for the caller to word.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,10 @@ def who_else_can_change(path: str | os.PathLike, st: os.stat_result | None = Non
     if st.st_uid not in (me, 0):
         return f"it is owned by uid {st.st_uid} ({_user(st.st_uid)}), not by you (uid {me})"
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"it is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} " \
-               f"(mode {stat.S_IMODE(st.st_mode):04o})"
+        return (
+            f"it is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} "
+            f"(mode {stat.S_IMODE(st.st_mode):04o})"
+        )
     return folder_problem(p.absolute().parent)
 
 
@@ -55,13 +58,16 @@ def folder_problem(folder: str | os.PathLike) -> str | None:
     if fst.st_uid not in (me, 0):
         return f"its folder {folder} is owned by uid {fst.st_uid} ({_user(fst.st_uid)})"
     if fst.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not fst.st_mode & stat.S_ISVTX:
-        return f"its folder {folder} is writable by others without the sticky bit " \
-               f"(mode {stat.S_IMODE(fst.st_mode):04o}): anyone who can write there can replace it"
+        return (
+            f"its folder {folder} is writable by others without the sticky bit "
+            f"(mode {stat.S_IMODE(fst.st_mode):04o}): anyone who can write there can replace it"
+        )
     return None
 
 
 def _user(uid: int) -> str:
     import pwd
+
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
@@ -76,10 +82,12 @@ def read_trusted(path: str | os.PathLike, what: str, trusted: bool) -> bytes:
     with open(path, "rb") as f:
         why = None if trusted else who_else_can_change(path, os.fstat(f.fileno()))
         if why:
-            raise UserError(f"{what} {path} could be written by another user: {why}; whoever wrote it "
-                            "could run code in this process through the cluster it names",
-                            f"use a {what} of your own, or pass {TRUST_FLAG} (setting {TRUST_SETTING}: "
-                            "true) if you trust whoever can write it")
+            raise UserError(
+                f"{what} {path} could be written by another user: {why}; whoever wrote it "
+                "could run code in this process through the cluster it names",
+                f"use a {what} of your own, or pass {TRUST_FLAG} (setting {TRUST_SETTING}: "
+                "true) if you trust whoever can write it",
+            )
         return f.read()
 
 
@@ -92,9 +100,14 @@ def warn_if_others_can_change(path: str | os.PathLike, what: str, *, folder: boo
     except OSError:
         return
     if why:
-        then = ("clients refuse a scheduler file there unless they pass " + TRUST_FLAG if folder
-                else "keep it in a folder only you can write (chmod go-w)")
-        sys.stderr.write(f"gpuscale: warning: {what} {path} could be changed by another user: {why}; {then}\n")
+        then = (
+            "clients refuse a scheduler file there unless they pass " + TRUST_FLAG
+            if folder
+            else "keep it in a folder only you can write (chmod go-w)"
+        )
+        sys.stderr.write(
+            f"gpuscale: warning: {what} {path} could be changed by another user: {why}; {then}\n"
+        )
         sys.stderr.flush()
 
 
@@ -105,8 +118,10 @@ def read_bounded(path: str | os.PathLike, what: str, limit: int = MAX_INPUT_BYTE
         size = os.fstat(f.fileno()).st_size
         data = f.read(limit + 1)
     if size > limit or len(data) > limit:
-        raise UserError(f"{what} {path} is {max(size, len(data)):,} bytes, more than the {limit:,} "
-                        "gpuscale reads", f"give a {what} of at most {limit >> 10} KiB")
+        raise UserError(
+            f"{what} {path} is {max(size, len(data)):,} bytes, more than the {limit:,} gpuscale reads",
+            f"give a {what} of at most {limit >> 10} KiB",
+        )
     return data.decode("utf-8", errors="replace")
 
 
@@ -132,6 +147,7 @@ def _count_values(root, limit: int, what: str) -> int:
     """Values under ``root`` with every alias expanded (each node counted once per place it
     appears), computed once per node; over ``limit`` or a cycle is a UserError."""
     import yaml
+
     sizes: dict[int, int] = {}
     busy: set[int] = set()
 
@@ -140,8 +156,10 @@ def _count_values(root, limit: int, what: str) -> int:
         if key in sizes:
             return sizes[key]
         if key in busy:
-            raise UserError(f"{what} holds a YAML alias that refers to itself (line {node.start_mark.line + 1})",
-                            "remove the alias (*name) inside its own anchor (&name)")
+            raise UserError(
+                f"{what} holds a YAML alias that refers to itself (line {node.start_mark.line + 1})",
+                "remove the alias (*name) inside its own anchor (&name)",
+            )
         busy.add(key)
         n = 1
         if isinstance(node, yaml.SequenceNode):
@@ -150,8 +168,10 @@ def _count_values(root, limit: int, what: str) -> int:
             n += sum(size(k) + size(v) for k, v in node.value)
         busy.discard(key)
         if n > limit:
-            raise UserError(f"{what} holds more than {limit:,} values once its YAML aliases (*name) are "
-                            "expanded", "write the values out, or use fewer aliases")
+            raise UserError(
+                f"{what} holds more than {limit:,} values once its YAML aliases (*name) are expanded",
+                "write the values out, or use fewer aliases",
+            )
         sizes[key] = n
         return n
 

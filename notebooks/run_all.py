@@ -12,6 +12,7 @@ error or timeout, or when its outputs lack what it must print (``EXPECT``: a val
 on the chosen family, the routes' answers matching NumPy / pandas). The committed notebooks
 are never written to; ``--keep DIR`` saves the executed copies there. Exit 0 when all passed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,19 @@ HERE = pathlib.Path(__file__).resolve().parent
 KERNEL = "gpuscale-notebooks"
 EXPECT = {
     "01-quickstart": ["cpu: valid True", "{backend}: valid True"],
-    "02-your-own-data": ["family {backend}:", "singular values match NumPy: True", "groupby matches pandas: True",
-                         "svd: valid True", "groupby: valid True"],
-    "03-where-the-time-went": ["valid True | trace:", "phase load:", "phase fit:", "valid True | wall B / A:"],
+    "02-your-own-data": [
+        "family {backend}:",
+        "singular values match NumPy: True",
+        "groupby matches pandas: True",
+        "svd: valid True",
+        "groupby: valid True",
+    ],
+    "03-where-the-time-went": [
+        "valid True | trace:",
+        "phase load:",
+        "phase fit:",
+        "valid True | wall B / A:",
+    ],
     "04-benchmark-sweep": [" 0 failed", "time_vs_size", "compared "],
 }
 """Notebook -> text its outputs must hold (``{backend}``: the family it ran on)."""
@@ -60,11 +71,18 @@ def notebooks(names: list[str] | None = None) -> list[pathlib.Path]:
 def kernel_specs(folder: pathlib.Path):
     """A kernelspec manager that knows one kernel: ipykernel on this interpreter."""
     from jupyter_client.kernelspec import KernelSpecManager
+
     spec = folder / "kernels" / KERNEL
     spec.mkdir(parents=True, exist_ok=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "gpuscale notebooks (this Python)", "language": "python"}))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "gpuscale notebooks (this Python)",
+                "language": "python",
+            }
+        )
+    )
     return KernelSpecManager(kernel_dirs=[str(folder / "kernels")])
 
 
@@ -81,7 +99,9 @@ def output_text(nb) -> str:
     return "\n".join(parts)
 
 
-def execute(path: pathlib.Path, backend: str, *, timeout: int = 300, keep: pathlib.Path | None = None) -> Outcome:
+def execute(
+    path: pathlib.Path, backend: str, *, timeout: int = 300, keep: pathlib.Path | None = None
+) -> Outcome:
     """Run one notebook in a fresh kernel with GPUSCALE_NOTEBOOK_BACKEND=backend."""
     import nbformat
     from jupyter_client import KernelManager
@@ -93,9 +113,12 @@ def execute(path: pathlib.Path, backend: str, *, timeout: int = 300, keep: pathl
     why = ""
     with tempfile.TemporaryDirectory(prefix="gpuscale-notebook-") as tmp:
         # ipc: the kernel's sockets are files in this temporary folder, not TCP ports
-        km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=kernel_specs(pathlib.Path(tmp)),
-                           transport="tcp" if os.name == "nt" else "ipc",
-                           connection_file=str(pathlib.Path(tmp) / "kernel.json"))
+        km = KernelManager(
+            kernel_name=KERNEL,
+            kernel_spec_manager=kernel_specs(pathlib.Path(tmp)),
+            transport="tcp" if os.name == "nt" else "ipc",
+            connection_file=str(pathlib.Path(tmp) / "kernel.json"),
+        )
         client = NotebookClient(nb, km=km, timeout=timeout, resources={"metadata": {"path": tmp}})
         env = {**os.environ, "GPUSCALE_NOTEBOOK_BACKEND": backend, "PYTHONUNBUFFERED": "1"}
         try:
@@ -128,8 +151,11 @@ def _error_line(nb) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("names", nargs="*", help="notebooks to run, by number (01) or name (default: all)")
-    ap.add_argument("--backend", default=os.environ.get("GPUSCALE_NOTEBOOK_BACKEND", "cpu"),
-                    help="cpu or gpu (default: GPUSCALE_NOTEBOOK_BACKEND, else cpu)")
+    ap.add_argument(
+        "--backend",
+        default=os.environ.get("GPUSCALE_NOTEBOOK_BACKEND", "cpu"),
+        help="cpu or gpu (default: GPUSCALE_NOTEBOOK_BACKEND, else cpu)",
+    )
     ap.add_argument("--timeout", type=int, default=300, help="seconds per cell")
     ap.add_argument("--keep", type=pathlib.Path, default=None, help="write the executed notebooks here")
     a = ap.parse_args(argv)
@@ -137,8 +163,11 @@ def main(argv=None) -> int:
     for path in notebooks(a.names):
         o = execute(path, a.backend, timeout=a.timeout, keep=a.keep)
         ok &= o.ok
-        print(f"{o.name:<26} {a.backend:<4} {'ok' if o.ok else 'failed':<6} {o.seconds:6.1f} s"
-              + (f"  {o.why}" if o.why else ""), flush=True)
+        print(
+            f"{o.name:<26} {a.backend:<4} {'ok' if o.ok else 'failed':<6} {o.seconds:6.1f} s"
+            + (f"  {o.why}" if o.why else ""),
+            flush=True,
+        )
     return 0 if ok else 1
 
 

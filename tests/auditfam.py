@@ -26,6 +26,7 @@ Workers import this module by name to unpickle TagArray: the tests directory is 
 ``sys.path`` (pytest's rootdir insertion, or ``tests/audit_cli.py`` run as a script), and
 spawned worker processes inherit the parent's ``sys.path``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -151,7 +152,9 @@ def _unsupported() -> set[str]:
 def unsupported(op: str, *args, **kwargs):
     """Raise where ``op`` is listed in :data:`UNSUPPORTED` (the test family's gap)."""
     if op in _unsupported():
-        raise TypeError(f"auditfam: {op} is not supported on TagFrame (the test family's stand-in for a cuDF gap)")
+        raise TypeError(
+            f"auditfam: {op} is not supported on TagFrame (the test family's stand-in for a cuDF gap)"
+        )
 
 
 def from_pandas(obj):
@@ -174,8 +177,11 @@ def _register_dispatches() -> None:
     from gpuscale.backends.convert import to_host
 
     concatenate_lookup.register(TagArray)(
-        lambda seq, axis=0, **kw: asarray(np.concatenate([_untag(a) for a in seq], axis=axis, **kw)))
-    tensordot_lookup.register(TagArray)(lambda a, b, axes=2: asarray(np.tensordot(_untag(a), _untag(b), axes)))
+        lambda seq, axis=0, **kw: asarray(np.concatenate([_untag(a) for a in seq], axis=axis, **kw))
+    )
+    tensordot_lookup.register(TagArray)(
+        lambda a, b, axes=2: asarray(np.tensordot(_untag(a), _untag(b), axes))
+    )
     einsum_lookup.register(TagArray)(lambda *a, **kw: asarray(np.einsum(*map(_untag, a), **kw)))
     # Dask builds the meta of an operation on a non-empty sample of the chunk library's type (as
     # dask-cudf registers for cuDF), so a TagFrame operation that raises fails building the meta
@@ -244,13 +250,22 @@ def _backend_entrypoint():
 
 def device_family():
     """The ``auditdevice`` family: TagArray and TagFrame chunks, in "device" memory."""
-    return dataclasses.replace(family(), name="auditdevice", names=("auditdevice",), dataframe_module="auditfam",
-                               array_backend="auditfam", memory="device",
-                               lossy_writers={"to_csv": LossyWriter("TagFrame's CSV writer keeps 9 significant "
-                                                                    "digits of float64 values, like cuDF's",
-                                                                    ("float64",))},
-                               description="test-only: NumPy / pandas data in auditfam.TagArray / TagFrame "
-                                           "chunks, standing in for CuPy / cuDF")
+    return dataclasses.replace(
+        family(),
+        name="auditdevice",
+        names=("auditdevice",),
+        dataframe_module="auditfam",
+        array_backend="auditfam",
+        memory="device",
+        lossy_writers={
+            "to_csv": LossyWriter(
+                "TagFrame's CSV writer keeps 9 significant digits of float64 values, like cuDF's",
+                ("float64",),
+            )
+        },
+        description="test-only: NumPy / pandas data in auditfam.TagArray / TagFrame "
+        "chunks, standing in for CuPy / cuDF",
+    )
 
 
 def _dataframe_backend():
@@ -276,9 +291,13 @@ def _dataframe_backend():
 def reader_family():
     """The ``auditreader`` family: the device family with a Dask DataFrame backend of its own
     (:func:`_dataframe_backend`), as the GPU family has dask-cudf's."""
-    return dataclasses.replace(device_family(), name="auditreader", names=("auditreader",),
-                               dataframe_backend="auditfam",
-                               description="test-only: the auditdevice family with a Dask DataFrame backend")
+    return dataclasses.replace(
+        device_family(),
+        name="auditreader",
+        names=("auditreader",),
+        dataframe_backend="auditfam",
+        description="test-only: the auditdevice family with a Dask DataFrame backend",
+    )
 
 
 def register_reader() -> None:
@@ -286,6 +305,7 @@ def register_reader() -> None:
     from dask.dataframe.dask_expr._backends import dataframe_creation_dispatch
 
     from gpuscale import backends
+
     register_device()
     dataframe_creation_dispatch.register_backend("auditfam", _dataframe_backend())
     backends.register(reader_family())
@@ -293,6 +313,7 @@ def register_reader() -> None:
 
 def unregister_reader() -> None:
     from gpuscale import backends
+
     backends.unregister("auditreader")
     unregister_device()
 
@@ -302,21 +323,29 @@ def register_device() -> None:
     from dask.array.backends import array_creation_dispatch
 
     from gpuscale import backends
+
     array_creation_dispatch.register_backend("auditfam", _backend_entrypoint())
     backends.register(device_family())
 
 
 def unregister_device() -> None:
     from gpuscale import backends
+
     backends.unregister("auditdevice")
 
 
 def family():
     from gpuscale import backends
+
     cpu = backends.select("cpu").family
-    return dataclasses.replace(cpu, name="audittest", names=("audittest",), array_module="auditfam",
-                               description="test-only: NumPy data in auditfam.TagArray chunks",
-                               auto_priority=-10)
+    return dataclasses.replace(
+        cpu,
+        name="audittest",
+        names=("audittest",),
+        array_module="auditfam",
+        description="test-only: NumPy data in auditfam.TagArray chunks",
+        auto_priority=-10,
+    )
 
 
 def make_workload():
@@ -327,8 +356,9 @@ def make_workload():
         rows: PositiveInt = Field(ROWS, description="rows")
         cols: PositiveInt = Field(COLS, description="columns")
         chunk_rows: PositiveInt = Field(CHUNK, description="rows per chunk")
-        from_host: bool = Field(True, description="build x with da.from_array(numpy) (the bug) instead of "
-                                             "to_backend")
+        from_host: bool = Field(
+            True, description="build x with da.from_array(numpy) (the bug) instead of to_backend"
+        )
         seed: int = Field(0, description="random seed")
 
     class Mixed(Workload):
@@ -363,11 +393,13 @@ def make_workload():
 def register() -> None:
     """Register the family and the workload (idempotent)."""
     from gpuscale import backends, workloads
+
     backends.register(family())
     workloads.register(make_workload())
 
 
 def unregister() -> None:
     from gpuscale import backends, workloads
+
     backends.unregister("audittest")
     workloads.unregister("audit_mixed")

@@ -17,6 +17,7 @@ test still runs offline and what renders is exactly what the file says.
 ``chromium()`` returns the browser path, or skips the test when it is absent, unless the
 env var ``GPUSCALE_REQUIRE_BROWSER`` is set (CI sets it): then a missing browser fails.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,7 +51,8 @@ _JS_TASK_STREAM = """() => {
     const sources = v.model.renderers.filter(r => r.data_source).map(r => r.data_source);
     const title = v.model.title ? v.model.title.text : null;
     out.plots.push(title);
-    const ts = sources.find(s => ["worker_thread", "duration", "start", "key"].every(k => s.columns().includes(k)));
+    const ts = sources.find(
+        s => ["worker_thread", "duration", "start", "key"].every(k => s.columns().includes(k)));
     if (!ts) continue;
     const canvas = v.canvas_view.el.getBoundingClientRect();
     const f = v.frame.bbox;
@@ -84,13 +86,13 @@ def _playwright():
 
 @dataclasses.dataclass
 class Rendered:
-    tabs: list[str]               # tab titles visible in the rendered DOM
-    plots: list[str | None]       # titles of every plot BokehJS built
+    tabs: list[str]  # tab titles visible in the rendered DOM
+    plots: list[str | None]  # titles of every plot BokehJS built
     task_stream_title: str | None
-    task_stream_rows: int         # rows in the task-stream ColumnDataSource
-    task_groups: list[str]        # task-group names in it
-    frame_pixels: int             # pixels inside the task-stream frame
-    colored_pixels: int           # of those, coloured (task rectangles)
+    task_stream_rows: int  # rows in the task-stream ColumnDataSource
+    task_groups: list[str]  # task-group names in it
+    frame_pixels: int  # pixels inside the task-stream frame
+    colored_pixels: int  # of those, coloured (task rectangles)
     page_errors: list[str]
     screenshot: pathlib.Path | None
 
@@ -100,6 +102,7 @@ def _colored(png: bytes) -> tuple[int, int]:
 
     import numpy as np
     from PIL import Image
+
     a = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
     spread = a.max(axis=2) - a.min(axis=2)  # 0 for white / grey / black
     return int(a.shape[0] * a.shape[1]), int((spread > 60).sum())
@@ -111,8 +114,11 @@ def _offline_page(exe: str, route, errors: list[str]):
     whose script errors land in ``errors``; the browser closes with the block."""
     sync_playwright = _playwright()
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, headless=True,
-                                    args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
+        browser = p.chromium.launch(
+            executable_path=exe,
+            headless=True,
+            args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"],
+        )
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
@@ -122,11 +128,17 @@ def _offline_page(exe: str, route, errors: list[str]):
             browser.close()
 
 
-def render_performance_report(path: str | os.PathLike, *, screenshot: str | os.PathLike | None = None,
-                              timeout_s: float = 30, serve_cdn: bool = False) -> Rendered:
+def render_performance_report(
+    path: str | os.PathLike,
+    *,
+    screenshot: str | os.PathLike | None = None,
+    timeout_s: float = 30,
+    serve_cdn: bool = False,
+) -> Rendered:
     """Render a ``distributed.performance_report`` file in headless Chromium and read it back
     (network blocked; ``serve_cdn``: Bokeh's CDN answered from the installed bokeh)."""
     from bokeh.util.paths import bokehjs_path
+
     exe = chromium()
     path = pathlib.Path(path).resolve()
     js_dir = pathlib.Path(bokehjs_path()) / "js"
@@ -145,13 +157,18 @@ def render_performance_report(path: str | os.PathLike, *, screenshot: str | os.P
         page.goto(path.as_uri())
         page.wait_for_function(
             "() => window.Bokeh && Bokeh.documents.length > 0 && Object.keys(Bokeh.index).length > 0"
-            " && (Bokeh.documents[0].is_idle ?? true)", timeout=timeout_s * 1000)
+            " && (Bokeh.documents[0].is_idle ?? true)",
+            timeout=timeout_s * 1000,
+        )
         tab = page.get_by_text("Task Stream", exact=True)
-        tabs = [t for t in ("Summary", "Task Stream", "System", "Worker Profile (compute)",
-                            "Bandwidth (Workers)") if page.get_by_text(t, exact=True).count()]
+        tabs = [
+            t
+            for t in ("Summary", "Task Stream", "System", "Worker Profile (compute)", "Bandwidth (Workers)")
+            if page.get_by_text(t, exact=True).count()
+        ]
         if tab.count():
             tab.first.click()
-        page.wait_for_timeout(300)   # one layout + paint after the tab switch
+        page.wait_for_timeout(300)  # one layout + paint after the tab switch
         info = page.evaluate(_JS_TASK_STREAM)
         stream = info["stream"] or {}
         frame = colored = 0
@@ -161,9 +178,17 @@ def render_performance_report(path: str | os.PathLike, *, screenshot: str | os.P
         if screenshot is not None:
             shot = pathlib.Path(screenshot)
             page.screenshot(path=str(shot))
-    return Rendered(tabs=tabs, plots=info["plots"], task_stream_title=stream.get("title"),
-                    task_stream_rows=int(stream.get("rows") or 0), task_groups=stream.get("names", []),
-                    frame_pixels=frame, colored_pixels=colored, page_errors=errors, screenshot=shot)
+    return Rendered(
+        tabs=tabs,
+        plots=info["plots"],
+        task_stream_title=stream.get("title"),
+        task_stream_rows=int(stream.get("rows") or 0),
+        task_groups=stream.get("names", []),
+        frame_pixels=frame,
+        colored_pixels=colored,
+        page_errors=errors,
+        screenshot=shot,
+    )
 
 
 def assert_task_stream(r: Rendered, *, min_rows: int = 1, groups: tuple[str, ...] = ()) -> None:
@@ -181,8 +206,8 @@ def assert_task_stream(r: Rendered, *, min_rows: int = 1, groups: tuple[str, ...
 
 @dataclasses.dataclass
 class Page:
-    images: list[dict]     # every <img>: src, alt, natural width / height, complete
-    text: str              # the body's rendered text
+    images: list[dict]  # every <img>: src, alt, natural width / height, complete
+    text: str  # the body's rendered text
     page_errors: list[str]
     svgs: list[dict] = dataclasses.field(default_factory=list)
     """every inline <svg>: id, width / height on the page, its <rect> count, and pixels /
@@ -202,14 +227,18 @@ def render_page(path: str | os.PathLike, *, timeout_s: float = 30) -> Page:
 
     with _offline_page(exe, refuse, errors) as page:
         page.goto(path.as_uri(), wait_until="load", timeout=timeout_s * 1000)
-        images = page.evaluate("() => [...document.images].map(i => ({src: i.getAttribute('src'), "
-                               "alt: i.alt, width: i.naturalWidth, height: i.naturalHeight, "
-                               "complete: i.complete}))")
+        images = page.evaluate(
+            "() => [...document.images].map(i => ({src: i.getAttribute('src'), "
+            "alt: i.alt, width: i.naturalWidth, height: i.naturalHeight, "
+            "complete: i.complete}))"
+        )
         text = page.evaluate("() => document.body.innerText")
-        svgs = page.evaluate("() => [...document.querySelectorAll('svg')].map(s => {const b = "
-                             "s.getBoundingClientRect(); return {id: s.id, x: b.x, y: b.y, width: b.width, "
-                             "height: b.height, rects: s.querySelectorAll('rect').length, "
-                             "texts: [...s.querySelectorAll('text')].map(t => t.textContent)};})")
+        svgs = page.evaluate(
+            "() => [...document.querySelectorAll('svg')].map(s => {const b = "
+            "s.getBoundingClientRect(); return {id: s.id, x: b.x, y: b.y, width: b.width, "
+            "height: b.height, rects: s.querySelectorAll('rect').length, "
+            "texts: [...s.querySelectorAll('text')].map(t => t.textContent)};})"
+        )
         for svg in svgs:
             svg["pixels"] = svg["colored_pixels"] = 0
             if svg["width"] > 0 and svg["height"] > 0:

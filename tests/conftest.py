@@ -8,6 +8,7 @@
 * Tests marked ``gpu`` are skipped unless a usable GPU (CuPy + dask-cuda + a visible device)
   is present; ``pytest -m gpu`` runs only them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -112,11 +113,21 @@ def cli(tmp_path):
     """``cli("run", "svd", ...)`` runs ``python -m gpuscale ...`` in tmp_path; returns the
     CompletedProcess (text). ``module="dask"`` runs ``python -m dask ...`` instead."""
 
-    def run(*args: str, env: dict[str, str] | None = None, cwd=None, timeout: float = 120,
-            module: str = "gpuscale") -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", module, *map(str, args)],
-                              cwd=str(cwd or tmp_path), env=_clean_environ(env),
-                              capture_output=True, text=True, timeout=timeout)
+    def run(
+        *args: str,
+        env: dict[str, str] | None = None,
+        cwd=None,
+        timeout: float = 120,
+        module: str = "gpuscale",
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", module, *map(str, args)],
+            cwd=str(cwd or tmp_path),
+            env=_clean_environ(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     return run
 
@@ -131,6 +142,7 @@ def produce(session, name, **params):
     from gpuscale import workloads
     from gpuscale.runs import runner
     from gpuscale.workloads import Output
+
     cls = workloads.get(name)
     wl, p = cls(), cls.parse(params)
     ctx = workloads.Context(session.family, session.spec, session.client)

@@ -26,6 +26,7 @@ same core count: sizes (``12.3 GiB``, byte counts of memory limits) and where th
 profiles are (``<profiles>/gpu-tcp.yaml``: the checkout's clusters/ or an installed copy). The
 core count stays: the thread layout is what is compared.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,43 +38,99 @@ from typing import Any
 EXPLAIN: list[dict[str, Any]] = [
     {"workload": "svd", "backend": "cpu"},
     {"workload": "svd", "backend": "cpu", "cluster_settings": {"workers": 2, "threads_per_worker": 1}},
-    {"workload": "svd", "backend": "cpu", "cluster_settings": {"workers": 1}, "rows": 50_000, "cols": 20,
-     "condition": 1e6},
-    {"workload": "svd", "backend": "cpu", "cluster_settings": {"threads_per_worker": 2, "memory_limit": "1GB"}},
+    {
+        "workload": "svd",
+        "backend": "cpu",
+        "cluster_settings": {"workers": 1},
+        "rows": 50_000,
+        "cols": 20,
+        "condition": 1e6,
+    },
+    {
+        "workload": "svd",
+        "backend": "cpu",
+        "cluster_settings": {"threads_per_worker": 2, "memory_limit": "1GB"},
+    },
     {"workload": "svd", "backend": "cpu", "cluster_settings": {"memory_limit": 0.25, "nvlink": True}},
     {"workload": "groupby", "backend": "cpu", "rows": 200_000, "keys": 50_000},
-    {"workload": "groupby", "backend": "cpu", "cluster_settings": {"workers": 2, "threads_per_worker": 1},
-     "rows": 200_000, "keys": 1000, "split_out": 2},
-    {"workload": "groupby", "backend": "cpu", "protocol": "tcp", "cluster_settings": {"rmm_pool_size": "2GB"}},
+    {
+        "workload": "groupby",
+        "backend": "cpu",
+        "cluster_settings": {"workers": 2, "threads_per_worker": 1},
+        "rows": 200_000,
+        "keys": 1000,
+        "split_out": 2,
+    },
+    {
+        "workload": "groupby",
+        "backend": "cpu",
+        "protocol": "tcp",
+        "cluster_settings": {"rmm_pool_size": "2GB"},
+    },
     {"workload": "transpose_sum", "backend": "cpu", "n": 2000},
     {"workload": "merge", "backend": "cpu", "cluster_settings": {"memory_limit": "300MB", "workers": 1}},
     {"workload": "svd", "backend": "cpu", "cluster_settings": {"scheduler": "tcp://127.0.0.1:8786"}},
     {"workload": "groupby", "backend": "cpu", "profile": "scheduler"},
-    {"workload": "svd", "backend": "cpu", "cluster_settings": {"scheduler": "127.0.0.1:8786", "in_cluster": False}},
-    {"workload": "svd", "backend": "cpu", "cluster_settings": {"scheduler": "tcp://127.0.0.1:8786"},
-     "trace": "somewhere"},
+    {
+        "workload": "svd",
+        "backend": "cpu",
+        "cluster_settings": {"scheduler": "127.0.0.1:8786", "in_cluster": False},
+    },
+    {
+        "workload": "svd",
+        "backend": "cpu",
+        "cluster_settings": {"scheduler": "tcp://127.0.0.1:8786"},
+        "trace": "somewhere",
+    },
     {"workload": "svd", "backend": "gpu"},
     {"workload": "groupby", "backend": "gpu", "protocol": "ucx", "rows": 1_000_000},
     {"workload": "svd", "profile": "gpu-ucx-nvlink"},
     {"workload": "svd", "backend": "cupy", "cluster_settings": {"rmm_pool_size": "none"}},
     {"workload": "svd", "backend": "gpu", "cluster_settings": {"rmm_pool_size": 0.5, "memory_limit": "4GB"}},
-    {"workload": "fft", "backend": "gpu", "protocol": "ucx", "cluster_settings": {"nvlink": False,
-                                                                                   "infiniband": True}},
+    {
+        "workload": "fft",
+        "backend": "gpu",
+        "protocol": "ucx",
+        "cluster_settings": {"nvlink": False, "infiniband": True},
+    },
     {"workload": "groupby", "profile": "cpu"},
     {"workload": "svd", "backend": "cpu", "cluster_settings": {"deploy": "ssh", "ssh_hosts": "a,b,b,c"}},
-    {"workload": "groupby", "backend": "gpu", "protocol": "ucx",
-     "cluster_settings": {"deploy": "ssh", "ssh_hosts": "a,b,c", "security": "off", "device_memory_limit": 0.7}},
+    {
+        "workload": "groupby",
+        "backend": "gpu",
+        "protocol": "ucx",
+        "cluster_settings": {
+            "deploy": "ssh",
+            "ssh_hosts": "a,b,c",
+            "security": "off",
+            "device_memory_limit": 0.7,
+        },
+    },
     {"workload": "svd", "backend": "gpu", "cluster_settings": {"deploy": "slurm", "slurm_jobs": 2}},
 ]
 """Keyword sets for :func:`gpuscale.api.explain`."""
 
 RUNS: list[dict[str, Any]] = [
-    {"workload": "svd", "backend": "cpu", "rows": 20_000, "cols": 10,
-     "cluster_settings": {"workers": 2, "threads_per_worker": 1}},
-    {"workload": "groupby", "backend": "cpu", "rows": 100_000, "keys": 1000,
-     "cluster_settings": {"workers": 2}},
-    {"workload": "transpose_sum", "backend": "cpu", "n": 500,
-     "cluster_settings": {"threads_per_worker": 1, "memory_limit": "1GB"}},
+    {
+        "workload": "svd",
+        "backend": "cpu",
+        "rows": 20_000,
+        "cols": 10,
+        "cluster_settings": {"workers": 2, "threads_per_worker": 1},
+    },
+    {
+        "workload": "groupby",
+        "backend": "cpu",
+        "rows": 100_000,
+        "keys": 1000,
+        "cluster_settings": {"workers": 2},
+    },
+    {
+        "workload": "transpose_sum",
+        "backend": "cpu",
+        "n": 500,
+        "cluster_settings": {"threads_per_worker": 1, "memory_limit": "1GB"},
+    },
 ]
 """Keyword sets for :func:`gpuscale.api.run` (repeat 1, no warm-up, no record written)."""
 
@@ -81,9 +138,20 @@ REPO = str(pathlib.Path(__file__).resolve().parents[1])
 _PROFILE = re.compile(r"[^\s'\"]*/clusters/([\w.-]+\.ya?ml)")
 """A packaged profile's path: the source checkout's clusters/ or the installed package's copy."""
 _SIZE = re.compile(r"\d+(?:\.\d+)? ?(?:[kMGTP]i?B|bytes)\b")
-_MACHINE_KEYS = {"memory_limit_bytes", "capacity_bytes", "worker_limit_bytes", "per_worker_bytes",
-                 "free_bytes", "headroom_bytes", "worker_bytes", "usable_bytes", "limit", "spill_space",
-                 "peak_bytes", "spill_bytes_per_worker"}
+_MACHINE_KEYS = {
+    "memory_limit_bytes",
+    "capacity_bytes",
+    "worker_limit_bytes",
+    "per_worker_bytes",
+    "free_bytes",
+    "headroom_bytes",
+    "worker_bytes",
+    "usable_bytes",
+    "limit",
+    "spill_space",
+    "peak_bytes",
+    "spill_bytes_per_worker",
+}
 
 
 _TARGET = re.compile(r"= \d\.\d+ \(at least")
@@ -109,9 +177,15 @@ def normalize(obj: Any, key: str | None = None) -> Any:
     if isinstance(obj, list):
         return [normalize(v, key) for v in obj]
     if isinstance(obj, str):
-        text = _TARGET.sub("= <fraction> (at least",
-                           _SIZE.sub("<size>", _PROFILE.sub(r"<profiles>/\1", obj.replace(sys.executable, "<python>")
-                                                            .replace(REPO, "<repo>"))))
+        text = _TARGET.sub(
+            "= <fraction> (at least",
+            _SIZE.sub(
+                "<size>",
+                _PROFILE.sub(
+                    r"<profiles>/\1", obj.replace(sys.executable, "<python>").replace(REPO, "<repo>")
+                ),
+            ),
+        )
         return _CAPPED_BLOCK.sub(r"\1<n>", text) if "capped at <size> by worker memory" in text else text
     if isinstance(obj, float) and key in _FRACTION_KEYS:
         return "<fraction>"
@@ -122,6 +196,7 @@ def normalize(obj: Any, key: str | None = None) -> Any:
 
 def explain_case(case: dict[str, Any]) -> dict[str, Any]:
     import gpuscale.api as api
+
     kw = dict(case)
     plan = api.explain(kw.pop("workload"), **kw)
     return normalize(plan)
@@ -129,6 +204,7 @@ def explain_case(case: dict[str, Any]) -> dict[str, Any]:
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
     import gpuscale.api as api
+
     kw = dict(case)
     settings = {"repeat": 1, "warmup": 0, **kw.pop("cluster_settings", {})}
     result = api.run(kw.pop("workload"), write=False, cluster_settings=settings, **kw)

@@ -13,6 +13,7 @@ route between two hosts, :meth:`Hosts.throttle` limits what one sends. :func:`un
 why the machine cannot do it (not root, no ``ip``, namespaces refused) so tests can skip
 with that reason.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,8 @@ def _sweep() -> None:
     links = _ip("-o", "link", "show", "type", "bridge", check=False).stdout
     bridges = [line.split(":")[1].strip() for line in links.splitlines() if ":" in line]
     for name in names + bridges:
-        if name.startswith(PREFIX) and name[len(PREFIX):].split("-")[0].isdigit():
-            pid = int(name[len(PREFIX):].split("-")[0])
+        if name.startswith(PREFIX) and name[len(PREFIX) :].split("-")[0].isdigit():
+            pid = int(name[len(PREFIX) :].split("-")[0])
             if not os.path.exists(f"/proc/{pid}"):
                 kind = ["netns", "del", name] if name in names else ["link", "del", name]
                 _ip(*kind, check=False)
@@ -112,8 +113,30 @@ class Hosts:
         """Host ``name`` sends at most ``rate`` (tc's token bucket filter on its interface,
         e.g. ``"8mbit"``); what it receives is not limited."""
         _, ns_end = self._veth[name]
-        subprocess.run(["ip", "netns", "exec", self.ns[name], "tc", "qdisc", "add", "dev", ns_end, "root", "tbf",
-                        "rate", rate, "burst", "32kb", "latency", "5s"], check=True, capture_output=True, timeout=30)
+        subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.ns[name],
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                ns_end,
+                "root",
+                "tbf",
+                "rate",
+                rate,
+                "burst",
+                "32kb",
+                "latency",
+                "5s",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
 
     def pids(self, name: str) -> list[int]:
         """Processes running in host ``name``."""
@@ -122,6 +145,7 @@ class Hosts:
 
     def close(self) -> None:
         import signal
+
         for name in list(self.ns):
             for pid in self.pids(name):
                 try:

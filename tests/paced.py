@@ -2,6 +2,7 @@
 code would: each task sorts its block, then sleeps ``SLOWDOWN`` x the time the sort took
 (set on the workers with ``client.run(set_slowdown, 0.12)``: about 10 % slower; the run's
 parameters stay the same, so its records pair)."""
+
 from __future__ import annotations
 
 import time
@@ -35,8 +36,13 @@ def validate(result, x, p):
     return bool(np.all(np.diff(got.reshape(p.blocks, -1), axis=1) >= 0)) and got.shape == (p.rows,)
 
 
-@gpuscale.workload("paced", params={"rows": 1_200_000, "blocks": 4, "seed": 0},
-                   generate=generate, validate=validate, replace=True)
+@gpuscale.workload(
+    "paced",
+    params={"rows": 1_200_000, "blocks": 4, "seed": 0},
+    generate=generate,
+    validate=validate,
+    replace=True,
+)
 def paced(x, p, ctx):
     """Sort each block, slowed by a known fraction."""
     return x.map_blocks(sorted_block, dtype=x.dtype)

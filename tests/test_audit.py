@@ -6,6 +6,7 @@ family whose array chunks are ``auditfam.TagArray``, so plain NumPy chunks (what
 GPU family. ``audit_mixed`` builds its data that way (``--from-host``, the default) or through
 ``from_memory`` / ``Session.to_backend`` (``--no-from-host``), then adds TagArray data to it.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,9 +42,14 @@ def audittest():
 
 def mixed_cli(*args, env=None, cwd=None, timeout=180):
     """The real CLI with the test family registered (tests/audit_cli.py), in a subprocess."""
-    return subprocess.run([sys.executable, str(TESTS / "audit_cli.py"), *map(str, args)],
-                          cwd=str(cwd) if cwd else None, env=_clean_environ(env), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(TESTS / "audit_cli.py"), *map(str, args)],
+        cwd=str(cwd) if cwd else None,
+        env=_clean_environ(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def one_error_line(p) -> str:
@@ -78,28 +84,46 @@ def test_classify_chunks_scalars_and_containers():
 # Runs: the mixed case flagged, strict fails it, a clean run is clean
 # ---------------------------------------------------------------------------------------
 def test_mixed_run_flags_from_array_with_prefix_counts_bytes(audittest, results_dir):
-    r = gpuscale.run("audit_mixed", backend="audittest", cluster_settings=TWO_WORKERS, **QUICK,
-                     results_dir=str(results_dir))
+    r = gpuscale.run(
+        "audit_mixed",
+        backend="audittest",
+        cluster_settings=TWO_WORKERS,
+        **QUICK,
+        results_dir=str(results_dir),
+    )
     assert r.valid
     a = r.audit
     assert a["expected"]["family"] == "audittest" and a["workers"] == 2
     assert a["phases"] == ["generate", "compute"] and a["runs"] == {"generate": 1, "compute": 2}
     assert not a["clean"]
     (f,) = a["foreign"]
-    assert (f["phase"], f["prefix"], f["type"], f["family"], f["kind"]) == \
-        ("generate", "array", "numpy.ndarray", "cpu", "numpy")
+    assert (f["phase"], f["prefix"], f["type"], f["family"], f["kind"]) == (
+        "generate",
+        "array",
+        "numpy.ndarray",
+        "cpu",
+        "numpy",
+    )
     assert f["tasks"] == NCHUNKS and f["bytes"] == NCHUNKS * CHUNK_BYTES
     assert f["fix"].startswith(FIX)
     assert (a["foreign_tasks"], a["foreign_bytes"]) == (NCHUNKS, NCHUNKS * CHUNK_BYTES)
     # the audit saw the native tasks too: to_backend in generate, add in both repeats
     rows = {(x["phase"], x["prefix"]): x for x in a["prefixes"]}
     assert rows[("generate", "to_backend")]["type"] == "auditfam.TagArray"
-    assert rows[("generate", "to_backend")]["tasks"] == NCHUNKS and not rows[("generate", "to_backend")]["foreign"]
+    assert (
+        rows[("generate", "to_backend")]["tasks"] == NCHUNKS
+        and not rows[("generate", "to_backend")]["foreign"]
+    )
     assert rows[("compute", "add")]["tasks"] == 2 * NCHUNKS and not rows[("compute", "add")]["foreign"]
     # every add read one NumPy chunk: a family change (cpu -> audittest) with its bytes
     (c,) = a["transfers"]
-    assert (c["from_prefix"], c["from_type"], c["to_prefix"], c["to_type"], c["direction"]) == \
-        ("array", "numpy.ndarray", "add", "auditfam.TagArray", "cpu -> audittest")
+    assert (c["from_prefix"], c["from_type"], c["to_prefix"], c["to_type"], c["direction"]) == (
+        "array",
+        "numpy.ndarray",
+        "add",
+        "auditfam.TagArray",
+        "cpu -> audittest",
+    )
     assert (c["count"], c["bytes"]) == (2 * NCHUNKS, 2 * NCHUNKS * CHUNK_BYTES)
     assert (a["transfer_count"], a["transfer_bytes"]) == (2 * NCHUNKS, 2 * NCHUNKS * CHUNK_BYTES)
     # the same audit is in the record on disk, and the run summary shows it
@@ -116,8 +140,15 @@ def _rows(table):
 
 
 def test_to_backend_data_audits_clean(audittest):
-    r = gpuscale.run("audit_mixed", backend="audittest", from_host=False, cluster_settings=TWO_WORKERS,
-                     **QUICK, write=False, strict_backend=True)
+    r = gpuscale.run(
+        "audit_mixed",
+        backend="audittest",
+        from_host=False,
+        cluster_settings=TWO_WORKERS,
+        **QUICK,
+        write=False,
+        strict_backend=True,
+    )
     a = r.audit
     assert r.valid and a["clean"] and a["foreign"] == [] and a["transfers"] == []
     assert a["foreign_tasks"] == 0 and a["transfer_count"] == 0
@@ -127,8 +158,14 @@ def test_to_backend_data_audits_clean(audittest):
 
 def test_strict_backend_api_raises_after_writing_the_record(audittest, results_dir):
     with pytest.raises(UserError) as e:
-        gpuscale.run("audit_mixed", backend="audittest", cluster_settings=TWO_WORKERS, **QUICK,
-                     results_dir=str(results_dir), strict_backend=True)
+        gpuscale.run(
+            "audit_mixed",
+            backend="audittest",
+            cluster_settings=TWO_WORKERS,
+            **QUICK,
+            results_dir=str(results_dir),
+            strict_backend=True,
+        )
     msg = str(e.value)
     assert "\n" not in msg
     assert f"array ({NCHUNKS} task(s)" in msg and "numpy.ndarray" in msg and FIX in msg
@@ -141,8 +178,22 @@ def test_strict_backend_api_raises_after_writing_the_record(audittest, results_d
 
 def test_strict_backend_cli_exit_2(tmp_path):
     res = tmp_path / "res"
-    args = ("run", "audit_mixed", "--backend", "audittest", "--repeat", "1", "--warmup", "0",
-            "--workers", "2", "--threads-per-worker", "1", "--results-dir", res)
+    args = (
+        "run",
+        "audit_mixed",
+        "--backend",
+        "audittest",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--workers",
+        "2",
+        "--threads-per-worker",
+        "1",
+        "--results-dir",
+        res,
+    )
     p = mixed_cli(*args, "--strict-backend", cwd=tmp_path)
     line = one_error_line(p)
     assert line.startswith("gpuscale: error: backend audit: under the audittest family 1 task prefix(es)")
@@ -163,10 +214,13 @@ def test_strict_backend_cli_exit_2(tmp_path):
     assert len(files_under(res)) == 4  # every run wrote its record, the strict failures too
 
 
-@pytest.mark.parametrize("workload, params, kind", [
-    ("groupby", {"rows": 100_000, "keys": 1_000}, "pandas"),
-    ("svd", {"rows": 20_000, "cols": 20, "condition": 100.0}, "numpy"),
-])
+@pytest.mark.parametrize(
+    "workload, params, kind",
+    [
+        ("groupby", {"rows": 100_000, "keys": 1_000}, "pandas"),
+        ("svd", {"rows": 20_000, "cols": 20, "condition": 100.0}, "numpy"),
+    ],
+)
 def test_clean_cpu_run_reports_zero_foreign_chunks(cpu_session, workload, params, kind):
     r = cpu_session.run(workload, **QUICK, write=False, strict_backend=True, **params)
     a = r.audit
@@ -204,7 +258,12 @@ def test_session_audit_flags_user_from_array_and_to_backend_fixes_it(audittest):
         summary = bad.summary
         assert not summary["clean"] and summary["phases"] == ["user"]
         (f,) = summary["foreign"]
-        assert (f["prefix"], f["tasks"], f["bytes"], f["type"]) == ("array", 4, 4 * 200 * 10 * 8, "numpy.ndarray")
+        assert (f["prefix"], f["tasks"], f["bytes"], f["type"]) == (
+            "array",
+            4,
+            4 * 200 * 10 * 8,
+            "numpy.ndarray",
+        )
         with s.audit() as good:
             y = s.to_backend(a, chunks=(200, 10)).persist()
             wait(y)
@@ -257,14 +316,30 @@ def test_trace_summary_carries_the_audit(audittest, tmp_path, cli):
 # gpuscale audit report
 # ---------------------------------------------------------------------------------------
 def test_audit_report_table_and_json(audittest, results_dir, cli):
-    r = gpuscale.run("audit_mixed", backend="audittest", cluster_settings=TWO_WORKERS, **QUICK,
-                     results_dir=str(results_dir))
+    r = gpuscale.run(
+        "audit_mixed",
+        backend="audittest",
+        cluster_settings=TWO_WORKERS,
+        **QUICK,
+        results_dir=str(results_dir),
+    )
     p = cli("audit", "report", r.path, env={"COLUMNS": "250"})
     assert p.returncode == 0, p.stderr
     out = p.stdout
-    for needle in ("gpuscale backend audit", "audittest family", "FOREIGN", "array", "numpy.ndarray",
-                   "156.25 kiB", "from_array produced numpy.ndarray", "to_backend", "auditfam.TagArray",
-                   "family changes", "cpu -> audittest", "generate (x1), compute (x2)"):
+    for needle in (
+        "gpuscale backend audit",
+        "audittest family",
+        "FOREIGN",
+        "array",
+        "numpy.ndarray",
+        "156.25 kiB",
+        "from_array produced numpy.ndarray",
+        "to_backend",
+        "auditfam.TagArray",
+        "family changes",
+        "cpu -> audittest",
+        "generate (x1), compute (x2)",
+    ):
         assert needle in out, (needle, out)
     p = cli("audit", "report", r.path, "--json")
     assert p.returncode == 0, p.stderr
@@ -295,14 +370,27 @@ def test_audit_report_bad_input(cli, tmp_path):
 # ---------------------------------------------------------------------------------------
 # gpuscale explain
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("args", [
-    ("groupby", "--rows", "200000", "--keys", "50000"),
-    ("groupby", "--rows", "200000", "--keys", "1000", "--split-out", "2"),
-    ("svd", "--rows", "50000", "--cols", "20", "--condition", "1e6"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("groupby", "--rows", "200000", "--keys", "50000"),
+        ("groupby", "--rows", "200000", "--keys", "1000", "--split-out", "2"),
+        ("svd", "--rows", "50000", "--cols", "20", "--condition", "1e6"),
+    ],
+)
 def test_explain_prints_what_the_run_records(cli, tmp_path, args):
-    flags = ("--backend", "cpu", "--workers", "2", "--threads-per-worker", "1", "--repeat", "1",
-             "--warmup", "0")
+    flags = (
+        "--backend",
+        "cpu",
+        "--workers",
+        "2",
+        "--threads-per-worker",
+        "1",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+    )
     p = cli("explain", *args, *flags, "--json")
     assert p.returncode == 0, p.stderr
     plan = only_json(p.stdout)
@@ -342,8 +430,21 @@ def test_explain_prints_what_the_run_records(cli, tmp_path, args):
 
 
 def test_explain_table_and_memory_headroom(cli):
-    p = cli("explain", "svd", "--backend", "cpu", "--memory-limit", "300MB", "--workers", "1",
-            "--rows", "5000000", "--cols", "100", "--json")
+    p = cli(
+        "explain",
+        "svd",
+        "--backend",
+        "cpu",
+        "--memory-limit",
+        "300MB",
+        "--workers",
+        "1",
+        "--rows",
+        "5000000",
+        "--cols",
+        "100",
+        "--json",
+    )
     assert p.returncode == 0, p.stderr
     d = only_json(p.stdout)
     m = d["memory"]
@@ -351,21 +452,45 @@ def test_explain_table_and_memory_headroom(cli):
     assert m["per_worker_bytes"] == m["estimate_bytes"] == 5_000_000 * 100 * 8  # the matrix, once
     assert m["verdict"] == "does not fit"  # 300 MB leaves no room above a worker's baseline
     assert any("--no-memory-check" in n and "needs about" in n for n in d["notes"])
-    p = cli("explain", "groupby", "--backend", "cpu", "--rows", "100000", "--keys", "100", "--results-dir", "x",
-            "--rules", env={"COLUMNS": "250"})
+    p = cli(
+        "explain",
+        "groupby",
+        "--backend",
+        "cpu",
+        "--rows",
+        "100000",
+        "--keys",
+        "100",
+        "--results-dir",
+        "x",
+        "--rules",
+        env={"COLUMNS": "250"},
+    )
     assert p.returncode == 0, p.stderr
-    for needle in ("gpuscale explain groupby on cpu", "nothing started", "workload.split_out",
-                   "cluster.threads_per_worker", "family.shuffle_method", "memory (estimate",
-                   "inputs", "not used by explain: --results-dir", "cluster.runner", "starts its own cluster"):
+    for needle in (
+        "gpuscale explain groupby on cpu",
+        "nothing started",
+        "workload.split_out",
+        "cluster.threads_per_worker",
+        "family.shuffle_method",
+        "memory (estimate",
+        "inputs",
+        "not used by explain: --results-dir",
+        "cluster.runner",
+        "starts its own cluster",
+    ):
         assert needle in p.stdout, needle
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("explain", "nosuch"), "unknown workload 'nosuch'"),
-    (("explain", "svd", "--rows", "0"), "--rows"),
-    (("explain", "svd", "--backend", "tpu"), "unknown backend"),
-    (("explain", "--rows", "5", "svd"), "no such option --rows"),
-    (("explain", "svd", "--no-such-flag"), "no such option"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("explain", "nosuch"), "unknown workload 'nosuch'"),
+        (("explain", "svd", "--rows", "0"), "--rows"),
+        (("explain", "svd", "--backend", "tpu"), "unknown backend"),
+        (("explain", "--rows", "5", "svd"), "no such option --rows"),
+        (("explain", "svd", "--no-such-flag"), "no such option"),
+    ],
+)
 def test_explain_bad_input(cli, args, needle):
     assert needle in one_error_line(cli(*args))

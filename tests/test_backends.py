@@ -1,4 +1,5 @@
 """Backend families: name resolution, auto, availability errors, knobs, family_of, registry."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,9 @@ def test_auto_picks_cpu_and_says_why_not_gpu():
 
 
 @no_gpu_here
-@pytest.mark.parametrize("name, collection", [("cupy", "array"), ("cudf", "dataframe"),
-                                              ("gpu", None), ("gpu", "dataframe")])
+@pytest.mark.parametrize(
+    "name, collection", [("cupy", "array"), ("cudf", "dataframe"), ("gpu", None), ("gpu", "dataframe")]
+)
 def test_gpu_names_fail_early_with_install_hint(name, collection):
     with pytest.raises(UserError) as e:
         backends.select(name, collection)
@@ -67,8 +69,8 @@ def test_unknown_backend_lists_names():
 def test_knobs_differ_between_families():
     cpu = backends.select("cpu").family
     gpu = backends.select("gpu", check=False).family
-    assert gpu.knobs.shuffle_method == "tasks"      # keeps cuDF on the device
-    assert cpu.knobs.shuffle_method is None          # Dask's default
+    assert gpu.knobs.shuffle_method == "tasks"  # keeps cuDF on the device
+    assert cpu.knobs.shuffle_method is None  # Dask's default
     assert gpu.knobs.chunk_bytes > cpu.knobs.chunk_bytes
     assert gpu.knobs.split_every is None and cpu.knobs.split_every == 8
     assert gpu.knobs.rmm_pool_size == 0.8 and cpu.knobs.rmm_pool_size is None
@@ -91,6 +93,7 @@ def test_cpu_worker_layout_by_collection():
     # a cluster for any work (cluster up, session()) gets plain Dask's LocalCluster() split,
     # so the user's own code runs on the cluster it would get without gpuscale
     from distributed.deploy.utils import nprocesses_nthreads
+
     for cores in (2, 8, 16):
         assert cpu.worker_layout(None, cores, 0)[:2] == nprocesses_nthreads(cores)
     assert cpu.worker_layout(None, 2, 0) == (2, 1, "distributed's default split of 2 cores")
@@ -99,6 +102,7 @@ def test_cpu_worker_layout_by_collection():
     assert cpu.worker_layout("dataframe", 8, 0, threads=2)[:2] == (4, 2)
     # a family without a session value: distributed's default split
     import dataclasses
+
     bare = dataclasses.replace(cpu, knobs=dataclasses.replace(cpu.knobs, threads_per_worker={"array": 4}))
     assert bare.worker_layout(None, 2, 0) == (2, 1, "distributed's default split of 2 cores")
 
@@ -139,8 +143,7 @@ def test_register_clashing_name_raises(cpu_family):
 
 
 def test_register_select_unregister_test_family(cpu_family):
-    fam = dataclasses.replace(cpu_family, name="test-fam", names=("test-fam", "test-alias"),
-                              auto_priority=-5)
+    fam = dataclasses.replace(cpu_family, name="test-fam", names=("test-fam", "test-alias"), auto_priority=-5)
     backends.register(fam)
     try:
         assert "test-alias" in backends.names()
@@ -156,9 +159,13 @@ def test_register_select_unregister_test_family(cpu_family):
 
 
 def test_missing_module_family_is_not_usable(cpu_family):
-    fam = dataclasses.replace(cpu_family, name="test-missing", names=("test-missing",),
-                              requires={"gpuscale_no_such_module": "pip install no-such-thing"},
-                              auto_priority=100)
+    fam = dataclasses.replace(
+        cpu_family,
+        name="test-missing",
+        names=("test-missing",),
+        requires={"gpuscale_no_such_module": "pip install no-such-thing"},
+        auto_priority=100,
+    )
     backends.register(fam)
     try:
         ok, why = fam.probe()
@@ -178,6 +185,7 @@ def test_import_in_background_imports_the_pre_import_list(tmp_path):
     its cluster starts; already-imported and missing modules are skipped."""
     import subprocess
     import sys
+
     code = """
 import dataclasses, sys
 from gpuscale import backends
@@ -187,7 +195,8 @@ fam = dataclasses.replace(cpu, knobs=knobs)
 assert "xml.dom.minidom" not in sys.modules
 t = fam.import_in_background("dataframe")
 t.join(30)
-print("xml.dom.minidom" in sys.modules, fam.import_in_background("dataframe"), cpu.import_in_background("dataframe"))
+print("xml.dom.minidom" in sys.modules, fam.import_in_background("dataframe"),
+      cpu.import_in_background("dataframe"))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "None", "None"], out
@@ -210,6 +219,7 @@ def test_finished_loads_the_families_before_dispatching():
     unsynchronized). A fresh interpreter, so no earlier test loaded them."""
     import subprocess
     import sys
+
     out = subprocess.run([sys.executable, "-c", FRESH_FINISHED], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "True"], out.stdout
@@ -223,7 +233,7 @@ def test_backend_help_offers_the_families_and_names_the_library_aliases(cli):
     p = cli("run", "svd", "--help", env={"COLUMNS": "200"})
     assert p.returncode == 0, p.stderr
     text = " ".join(p.stdout.split())
-    said = text[text.index("--backend [auto|cpu|gpu] "):text.index("--protocol")]
+    said = text[text.index("--backend [auto|cpu|gpu] ") : text.index("--protocol")]
     assert "numpy / pandas for cpu" in said and "cupy / cudf for gpu" in said
     for alias, family in backends.aliases().items():
         assert backends.select(alias, check=False).family.name == family

@@ -1,5 +1,6 @@
 """Bad input ends with exit code 2, exactly one line ``gpuscale: error: ...`` on stderr, no
 traceback, and no result file; through the real CLI (and a few through the API)."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,6 +15,7 @@ SMALL_SVD = ("run", "svd", "--rows", "1000", "--cols", "10", "--repeat", "1", "-
 
 def ucx_importable() -> bool:
     import importlib.util
+
     return importlib.util.find_spec("distributed_ucxx") is not None
 
 
@@ -27,8 +29,11 @@ def assert_refused(p, tmp_path, *needles):
     assert p.stdout == ""
     for n in needles:
         assert n in lines[0], (n, lines[0])
-    written = [f for f in files_under(tmp_path) if f.suffix == ".json" or "gpuscale-results" in f.parts
-               or f.parent.name == "res"]
+    written = [
+        f
+        for f in files_under(tmp_path)
+        if f.suffix == ".json" or "gpuscale-results" in f.parts or f.parent.name == "res"
+    ]
     assert written == [], written
     return lines[0]
 
@@ -83,14 +88,29 @@ def test_backend_cupy_without_gpu(refused):
 
 @pytest.mark.skipif(GPU_USABLE, reason="needs a machine without a usable GPU")
 def test_backend_cudf_without_gpu(refused):
-    refused("run", "groupby", "--rows", "1000", "--keys", "10", "--backend", "cudf",
-            needles=("backend 'cudf'", "pip install"))
+    refused(
+        "run",
+        "groupby",
+        "--rows",
+        "1000",
+        "--keys",
+        "10",
+        "--backend",
+        "cudf",
+        needles=("backend 'cudf'", "pip install"),
+    )
 
 
 @pytest.mark.skipif(ucx_importable(), reason="distributed-ucxx is installed here")
 def test_protocol_ucx_without_ucxx(refused):
-    refused(*SMALL_SVD, "--backend", "cpu", "--protocol", "ucx",
-            needles=("protocol 'ucx'", "distributed_ucxx", "pip install"))
+    refused(
+        *SMALL_SVD,
+        "--backend",
+        "cpu",
+        "--protocol",
+        "ucx",
+        needles=("protocol 'ucx'", "distributed_ucxx", "pip install"),
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -105,46 +125,51 @@ def test_malformed_yaml_profile(refused, tmp_path):
 def test_profile_with_unknown_key(refused, tmp_path):
     p = tmp_path / "unknown.yaml"
     p.write_text("version: 1\ngpuscale:\n  backend: cpu\n  bogus-key: 3\n")
-    refused(*SMALL_SVD, "--profile", p,
-            needles=("gpuscale.bogus-key", "backend, protocol", "cluster", "run"))
+    refused(*SMALL_SVD, "--profile", p, needles=("gpuscale.bogus-key", "backend, protocol", "cluster", "run"))
 
 
 def test_profile_with_unknown_nested_key(refused, tmp_path):
     p = tmp_path / "nested.yaml"
     p.write_text("version: 1\ngpuscale:\n  cluster:\n    wrkers: 3\n")
-    refused(*SMALL_SVD, "--profile", p,
-            needles=("gpuscale.cluster.wrkers", "workers, threads-per-worker"))
+    refused(*SMALL_SVD, "--profile", p, needles=("gpuscale.cluster.wrkers", "workers, threads-per-worker"))
 
 
 def test_bad_env_var_value(refused):
-    refused(*SMALL_SVD, env={"DASK_GPUSCALE__CLUSTER__WORKERS": "-1"},
-            needles=("DASK_GPUSCALE__CLUSTER__WORKERS", "-1"))
+    refused(
+        *SMALL_SVD,
+        env={"DASK_GPUSCALE__CLUSTER__WORKERS": "-1"},
+        needles=("DASK_GPUSCALE__CLUSTER__WORKERS", "-1"),
+    )
 
 
 def test_bad_env_var_value_in_cluster_show(refused):
-    refused("cluster", "show", env={"DASK_GPUSCALE__PROTOCOL": "udp"},
-            needles=("DASK_GPUSCALE__PROTOCOL", "udp"))
+    refused(
+        "cluster", "show", env={"DASK_GPUSCALE__PROTOCOL": "udp"}, needles=("DASK_GPUSCALE__PROTOCOL", "udp")
+    )
 
 
 # ---------------------------------------------------------------------------------------
 # Sizes and values
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("args, needles", [
-    (("--rows", "-5"), ("--rows", "-5")),
-    (("--rows", "0"), ("--rows",)),
-    (("--cols", "0"), ("--cols",)),
-    (("--rows", "abc"), ("--rows", "abc")),
-    (("--cols", "50", "--rows", "10"), ("--cols 50 > --rows 10",)),
-    (("--chunk-rows", "100000", "--rows", "1000"), ("--chunk-rows 100000", "1000")),
-    (("--route", "qr"), ("--route",)),
-    (("--dtype", "int8"), ("--dtype",)),
-    (("--repeat", "0"), ("--repeat", ">= 1")),
-    (("--repeat", "x"), ("--repeat", "whole number")),
-    (("--warmup", "-1"), ("--warmup", ">= 0")),
-    (("--gpus", "abc"), ("gpuscale.cluster.gpus", "abc")),
-    (("--workers", "0"), ("gpuscale.cluster.workers",)),
-    (("--memory-limit", "lots"), ("invalid memory limit", "lots")),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (("--rows", "-5"), ("--rows", "-5")),
+        (("--rows", "0"), ("--rows",)),
+        (("--cols", "0"), ("--cols",)),
+        (("--rows", "abc"), ("--rows", "abc")),
+        (("--cols", "50", "--rows", "10"), ("--cols 50 > --rows 10",)),
+        (("--chunk-rows", "100000", "--rows", "1000"), ("--chunk-rows 100000", "1000")),
+        (("--route", "qr"), ("--route",)),
+        (("--dtype", "int8"), ("--dtype",)),
+        (("--repeat", "0"), ("--repeat", ">= 1")),
+        (("--repeat", "x"), ("--repeat", "whole number")),
+        (("--warmup", "-1"), ("--warmup", ">= 0")),
+        (("--gpus", "abc"), ("gpuscale.cluster.gpus", "abc")),
+        (("--workers", "0"), ("gpuscale.cluster.workers",)),
+        (("--memory-limit", "lots"), ("invalid memory limit", "lots")),
+    ],
+)
 def test_bad_svd_values(refused, args, needles):
     refused("run", "svd", *args, needles=needles)
 
@@ -154,14 +179,26 @@ def test_groupby_more_keys_than_rows(refused):
 
 
 def test_groupby_bad_split_out(refused):
-    refused("run", "groupby", "--rows", "1000", "--keys", "10", "--split-out", "0",
-            needles=("--split-out",))
+    refused("run", "groupby", "--rows", "1000", "--keys", "10", "--split-out", "0", needles=("--split-out",))
 
 
 def test_size_that_cannot_fit(refused):
-    line = refused("run", "svd", "--backend", "cpu", "--memory-limit", "300MB", "--workers", "1",
-                   "--rows", "5000000", "--cols", "100", "--compute-uv",
-                   needles=("GiB", "--no-memory-check", "MiB"))
+    line = refused(
+        "run",
+        "svd",
+        "--backend",
+        "cpu",
+        "--memory-limit",
+        "300MB",
+        "--workers",
+        "1",
+        "--rows",
+        "5000000",
+        "--cols",
+        "100",
+        "--compute-uv",
+        needles=("GiB", "--no-memory-check", "MiB"),
+    )
     assert "needs about" in line
 
 
@@ -170,29 +207,55 @@ def test_size_that_cannot_fit(refused):
 # ---------------------------------------------------------------------------------------
 def test_unreachable_scheduler_is_bounded(refused):
     # a hang would hit the subprocess timeout; the default connect-timeout is 10 s
-    refused(*SMALL_SVD, "--backend", "cpu", "--scheduler", "tcp://127.0.0.1:1", timeout=60,
-            needles=("tcp://127.0.0.1:1", "no scheduler answered"))
+    refused(
+        *SMALL_SVD,
+        "--backend",
+        "cpu",
+        "--scheduler",
+        "tcp://127.0.0.1:1",
+        timeout=60,
+        needles=("tcp://127.0.0.1:1", "no scheduler answered"),
+    )
 
 
 def test_results_dir_that_cannot_be_created(refused, tmp_path):
     (tmp_path / "afile").write_text("not a folder")
-    refused(*SMALL_SVD, "--backend", "cpu", "--results-dir", tmp_path / "afile" / "sub",
-            needles=("afile/sub", "not writable", "--results-dir"))
+    refused(
+        *SMALL_SVD,
+        "--backend",
+        "cpu",
+        "--results-dir",
+        tmp_path / "afile" / "sub",
+        needles=("afile/sub", "not writable", "--results-dir"),
+    )
 
 
 # ---------------------------------------------------------------------------------------
 # The Python API raises the same one-line UserError, before starting anything
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(rows=0), "--rows"),
-    (dict(backend="tpu"), "unknown backend"),
-    (dict(protocol="udp"), "unknown protocol"),
-    (dict(profile="nosuch"), "unknown profile"),
-    (dict(cluster_settings={"wrkers": 2}), "unknown setting 'wrkers'"),
-    (dict(cluster_settings={"gpus": "abc"}), "GPU indices"),
-    (dict(repeat=1, warmup=0, rows=1000, cols=10, backend="cpu", scheduler=None,
-          cluster_settings={"workers": -1}), "gpuscale.cluster.workers"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(rows=0), "--rows"),
+        (dict(backend="tpu"), "unknown backend"),
+        (dict(protocol="udp"), "unknown protocol"),
+        (dict(profile="nosuch"), "unknown profile"),
+        (dict(cluster_settings={"wrkers": 2}), "unknown setting 'wrkers'"),
+        (dict(cluster_settings={"gpus": "abc"}), "GPU indices"),
+        (
+            dict(
+                repeat=1,
+                warmup=0,
+                rows=1000,
+                cols=10,
+                backend="cpu",
+                scheduler=None,
+                cluster_settings={"workers": -1},
+            ),
+            "gpuscale.cluster.workers",
+        ),
+    ],
+)
 def test_api_refusals(tmp_path, kwargs, match):
     with pytest.raises(UserError, match=match) as e:
         gpuscale.run("svd", results_dir=str(tmp_path / "res"), **kwargs)
@@ -210,19 +273,32 @@ def test_api_memory_check(cpu_session, tmp_path):
     with pytest.raises(UserError, match="--no-memory-check"):
         # 4 TB, with U as large again: more than the workers' memory and the disk they would
         # spill to, and U (kept) cannot stream
-        cpu_session.run("svd", rows=5_000_000_000, cols=100, compute_uv=True, results_dir=str(tmp_path / "res"))
+        cpu_session.run(
+            "svd", rows=5_000_000_000, cols=100, compute_uv=True, results_dir=str(tmp_path / "res")
+        )
     assert files_under(tmp_path / "res") == []
 
 
-@pytest.mark.parametrize("args, needles", [
-    (("svd", "--rows", "99999999999999999999999"), ("svd --rows 99999999999999999999999 is beyond any machine",)),
-    (("svd", "--rows", "9223372036854775807"), ("--rows 9223372036854775807", "use a smaller --rows")),
-    (("groupby", "--rows", "99999999999999999999999"), ("groupby --rows",)),
-    (("svd", "--rows", "2000000000000", "--cols", "50"), ("more than 1000 x the cluster's", "use smaller sizes")),
-    (("groupby", "--rows", "9000000000000000"), ("more than 1000 x the cluster's",)),
-], ids=["svd 1e23", "svd int64 max", "groupby 1e23", "svd 727 TiB streamed", "groupby 192 PiB streamed"])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (
+            ("svd", "--rows", "99999999999999999999999"),
+            ("svd --rows 99999999999999999999999 is beyond any machine",),
+        ),
+        (("svd", "--rows", "9223372036854775807"), ("--rows 9223372036854775807", "use a smaller --rows")),
+        (("groupby", "--rows", "99999999999999999999999"), ("groupby --rows",)),
+        (
+            ("svd", "--rows", "2000000000000", "--cols", "50"),
+            ("more than 1000 x the cluster's", "use smaller sizes"),
+        ),
+        (("groupby", "--rows", "9000000000000000"), ("more than 1000 x the cluster's",)),
+    ],
+    ids=["svd 1e23", "svd int64 max", "groupby 1e23", "svd 727 TiB streamed", "groupby 192 PiB streamed"],
+)
 def test_huge_generated_sizes_are_refused_before_a_cluster_starts(refused, args, needles):
     import time
+
     started = time.monotonic()
     refused("run", *args, "--backend", "cpu", needles=needles)
     assert time.monotonic() - started < 30  # no cluster was started (a start and close take longer here)
@@ -231,16 +307,34 @@ def test_huge_generated_sizes_are_refused_before_a_cluster_starts(refused, args,
 def test_a_garbage_dask_memory_setting_is_named(refused):
     env = {"DASK_DISTRIBUTED__WORKER__MEMORY__TARGET": "garbage"}
     for command in ("run", "explain"):
-        refused(command, "svd", "--backend", "cpu", env=env,
-                needles=("distributed.worker.memory.target is 'garbage'", "DASK_DISTRIBUTED__WORKER__MEMORY__TARGET"))
+        refused(
+            command,
+            "svd",
+            "--backend",
+            "cpu",
+            env=env,
+            needles=(
+                "distributed.worker.memory.target is 'garbage'",
+                "DASK_DISTRIBUTED__WORKER__MEMORY__TARGET",
+            ),
+        )
 
 
-@pytest.mark.parametrize("flags, needles", [
-    (("--dashboard-address", "foo:bar"), ("--dashboard-address 'foo:bar' is not [HOST]:PORT",)),
-    (("--dashboard-address", "nosuchhost.invalid:8787"), ("'nosuchhost.invalid' does not resolve",)),
-    (("--host", "203.0.113.7"), ("--host 203.0.113.7: this machine cannot listen on 203.0.113.7",
-                                 "give an address of this machine")),
-], ids=["dashboard port", "dashboard host", "host"])
+@pytest.mark.parametrize(
+    "flags, needles",
+    [
+        (("--dashboard-address", "foo:bar"), ("--dashboard-address 'foo:bar' is not [HOST]:PORT",)),
+        (("--dashboard-address", "nosuchhost.invalid:8787"), ("'nosuchhost.invalid' does not resolve",)),
+        (
+            ("--host", "203.0.113.7"),
+            (
+                "--host 203.0.113.7: this machine cannot listen on 203.0.113.7",
+                "give an address of this machine",
+            ),
+        ),
+    ],
+    ids=["dashboard port", "dashboard host", "host"],
+)
 def test_addresses_are_checked_before_the_cluster_starts(refused, flags, needles):
     for command in ("run", "explain"):
         refused(command, "svd", "--backend", "cpu", *flags, needles=needles)
@@ -249,6 +343,7 @@ def test_addresses_are_checked_before_the_cluster_starts(refused, flags, needles
 def test_a_cpu_cluster_that_fails_to_start_does_not_suggest_the_cpu_backend():
     from gpuscale.cluster import start_error
     from gpuscale.runs.session import configure
+
     spec = configure(backend="cpu", check=False)[2]
     e = str(start_error(spec, RuntimeError("Scheduler failed to start.")))
     assert "--backend cpu" not in e and "gpuscale cluster show" in e

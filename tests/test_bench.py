@@ -3,6 +3,7 @@
 Real LocalClusters on the CPU: the tiny spec (2 workloads x 2 sizes x 1-2 workers) runs twice
 through the command line (A and B, for the A/A comparison) and once more into A (resume).
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,14 @@ TINY = REPO / "workflows" / "tiny.yaml"
 
 
 def gpuscale_cli(*args, cwd, timeout=240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuscale", *map(str, args)], cwd=str(cwd),
-                          env=_clean_environ(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuscale", *map(str, args)],
+        cwd=str(cwd),
+        env=_clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +44,15 @@ def sweeps(tmp_path_factory):
     assert b.returncode == 0, b.stderr[-3000:]
     again = gpuscale_cli("bench", TINY, "--out", root / "A", "--json", cwd=root)
     assert again.returncode == 0, again.stderr[-3000:]
-    return {"root": root, "A": root / "A", "B": root / "B", "first": json.loads(a.stdout),
-            "first_stderr": a.stderr, "again": json.loads(again.stdout), "records_after_first": records_after_first}
+    return {
+        "root": root,
+        "A": root / "A",
+        "B": root / "B",
+        "first": json.loads(a.stdout),
+        "first_stderr": a.stderr,
+        "again": json.loads(again.stdout),
+        "records_after_first": records_after_first,
+    }
 
 
 def _cases():
@@ -51,8 +65,12 @@ def test_sweep_writes_one_record_per_case(sweeps):
     recs = results.find(sweeps["A"] / "records")
     assert len(recs) == len(cases) == len(sweeps["records_after_first"])
     assert all(r.valid is True for r in recs)
-    seen = {(r.workload, r.params.get("n") or r.params.get("rows"), r.cluster["running"]["workers"]) for r in recs}
-    assert seen == {(c["workload"], c["params"].get("n") or c["params"].get("rows"), c["workers"]) for c in cases}
+    seen = {
+        (r.workload, r.params.get("n") or r.params.get("rows"), r.cluster["running"]["workers"]) for r in recs
+    }
+    assert seen == {
+        (c["workload"], c["params"].get("n") or c["params"].get("rows"), c["workers"]) for c in cases
+    }
     for r in recs:  # the spread is in every record, next to the old keys
         assert len(r.times_s) == 3 and r.stdev_s > 0 and r.iqr_s >= 0
         assert r.median_s > 0 and r.min_s > 0
@@ -91,6 +109,7 @@ def test_table_has_one_row_per_case(sweeps):
 
 def test_pngs_are_drawn(sweeps):
     import matplotlib.image as mpimg
+
     for name in ("time_vs_size", "spread"):  # CPU only: no speedup chart
         png = sweeps["A"] / charts.CHARTS[name]
         img = mpimg.imread(png)
@@ -129,7 +148,9 @@ def test_speedup_chart_pairs_host_and_device_families(sweeps):
     assert set(rows["host"]) == {"cpu"} and set(rows["device"]) == {"gpu"}
     fig = charts.speedup(both)
     ax = fig.get_axes()[0]
-    assert ax.get_yscale() == "log" and "speedup" in ax.get_ylabel() and ax.get_xlabel() == "workload and size"
+    assert (
+        ax.get_yscale() == "log" and "speedup" in ax.get_ylabel() and ax.get_xlabel() == "workload and size"
+    )
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert sorted(labels) == sorted(f"{w}\n{s}" for w, s in zip(rows["workload"], rows["size"]))
     # each bar: the fastest CPU case over the fastest GPU case of that size
@@ -140,6 +161,7 @@ def test_speedup_chart_pairs_host_and_device_families(sweeps):
 
 def test_report_html_renders_with_its_charts(sweeps):
     from browser import render_page
+
     page = render_page(sweeps["A"] / "report.html")
     assert not page.page_errors, page.page_errors
     srcs = sorted(i["src"] for i in page.images)
@@ -159,6 +181,7 @@ def test_rerun_skips_finished_cases(sweeps):
 
 def test_a_moved_folder_still_resumes(sweeps, tmp_path):
     import shutil
+
     moved = tmp_path / "moved"
     shutil.copytree(sweeps["A"], moved)
     d = bench.run(TINY, moved)  # every case has its record: no cluster starts
@@ -173,7 +196,8 @@ def test_failing_cases_are_recorded_and_the_sweep_goes_on(tmp_path, cli):
         "cluster: {threads_per_worker: 1}\n"
         "workloads:\n"
         "  transpose_sum:\n"
-        "    sizes: [{n: 200000}, {n: 200}]\n")  # 200000: fails the memory check, at run time
+        "    sizes: [{n: 200000}, {n: 200}]\n"
+    )  # 200000: fails the memory check, at run time
     out = tmp_path / "out"
     if bench.session_mod.backends.select("gpu", check=False).family.probe()[0]:
         pytest.skip("this machine has a GPU: the gpu cluster would start")
@@ -200,22 +224,30 @@ def test_failing_cases_are_recorded_and_the_sweep_goes_on(tmp_path, cli):
     assert len(list((out / "records").glob("*.json"))) == 1
 
 
-@pytest.mark.parametrize("text, words", [
-    ("workloads: {svd: {sizes: [{rows: 100}]}}\nbogus: 1\n", ["unknown key 'bogus'", "allowed keys"]),
-    ("workloads: {nosuch: {}}\n", ["workloads.nosuch", "unknown workload 'nosuch'", "use one of"]),
-    ("workloads: {svd: {sizes: [{rowz: 100}]}}\n", ["unknown parameter 'rowz' at workloads.svd.sizes[0]",
-                                                   "svd's parameters", "cols"]),
-    ("workloads: {svd: {params: {rowz: 100}}}\n", ["unknown parameter 'rowz' at workloads.svd.params"]),
-    ("workloads: {fft: {grid: {axes: [0, 1]}}}\n", ["unknown parameter 'axes' at workloads.fft.grid"]),
-    ("workloads: {svd: {sizes: [{rows: -5}]}}\n", ["workloads.svd (sizes[0]", "--rows"]),
-    ("workloads: {svd: {grid: {route: [gram, nosuch]}}}\n", ["workloads.svd (sizes[0]", "nosuch", "--route"]),
-    ("workloads: {svd: {size: [{rows: 100}]}}\n", ["unknown key 'size' at workloads.svd", "sizes"]),
-    ("workloads: {svd: {}}\nbackends: [tpu]\n", ["backends", "'tpu'", "cpu"]),
-    ("workloads: {svd: {}}\nrepeat: 0\n", ["repeat", "whole number >= 1 or auto"]),
-    ("workloads: {svd: {}}\ncluster: {workers: 2}\n", ["unknown key 'workers' at cluster", "top-level"]),
-    ("backends: [cpu]\n", ["'workloads' is missing"]),
-    ("workloads: [svd\n", ["not valid YAML"]),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("workloads: {svd: {sizes: [{rows: 100}]}}\nbogus: 1\n", ["unknown key 'bogus'", "allowed keys"]),
+        ("workloads: {nosuch: {}}\n", ["workloads.nosuch", "unknown workload 'nosuch'", "use one of"]),
+        (
+            "workloads: {svd: {sizes: [{rowz: 100}]}}\n",
+            ["unknown parameter 'rowz' at workloads.svd.sizes[0]", "svd's parameters", "cols"],
+        ),
+        ("workloads: {svd: {params: {rowz: 100}}}\n", ["unknown parameter 'rowz' at workloads.svd.params"]),
+        ("workloads: {fft: {grid: {axes: [0, 1]}}}\n", ["unknown parameter 'axes' at workloads.fft.grid"]),
+        ("workloads: {svd: {sizes: [{rows: -5}]}}\n", ["workloads.svd (sizes[0]", "--rows"]),
+        (
+            "workloads: {svd: {grid: {route: [gram, nosuch]}}}\n",
+            ["workloads.svd (sizes[0]", "nosuch", "--route"],
+        ),
+        ("workloads: {svd: {size: [{rows: 100}]}}\n", ["unknown key 'size' at workloads.svd", "sizes"]),
+        ("workloads: {svd: {}}\nbackends: [tpu]\n", ["backends", "'tpu'", "cpu"]),
+        ("workloads: {svd: {}}\nrepeat: 0\n", ["repeat", "whole number >= 1 or auto"]),
+        ("workloads: {svd: {}}\ncluster: {workers: 2}\n", ["unknown key 'workers' at cluster", "top-level"]),
+        ("backends: [cpu]\n", ["'workloads' is missing"]),
+        ("workloads: [svd\n", ["not valid YAML"]),
+    ],
+)
 def test_bad_spec_is_one_line_exit_2(cli, tmp_path, text, words):
     spec = tmp_path / "bad.yaml"
     spec.write_text(text)
@@ -245,6 +277,7 @@ def test_results_list_newest_first(sweeps, cli):
 
 def test_results_chart_redraws_from_the_records(sweeps, cli, tmp_path):
     import shutil
+
     copy = tmp_path / "copy"
     shutil.copytree(sweeps["A"], copy)
     for name in ("table.parquet", "table.csv", "report.html", *charts.CHARTS.values()):
@@ -303,15 +336,34 @@ def test_compare_bad_input(tmp_path):
 
 
 def test_spread_keys_are_additive():
-    r = results.Result.build(workload="w", params={}, backend="cpu", family="cpu", backend_reason="",
-                             protocol="tcp", knobs={}, choices={}, cluster={}, times_s=[1.0, 2.0, 4.0],
-                             warmup_s=[], generate_s=0.0, validate_s=0.0, valid=True, validation={},
-                             versions={}, hardware={})
+    r = results.Result.build(
+        workload="w",
+        params={},
+        backend="cpu",
+        family="cpu",
+        backend_reason="",
+        protocol="tcp",
+        knobs={},
+        choices={},
+        cluster={},
+        times_s=[1.0, 2.0, 4.0],
+        warmup_s=[],
+        generate_s=0.0,
+        validate_s=0.0,
+        valid=True,
+        validation={},
+        versions={},
+        hardware={},
+    )
     assert r.stdev_s == pytest.approx(1.5275, rel=1e-3) and r.iqr_s == pytest.approx(1.5)
     d = r.to_dict()
     assert {"median_s", "min_s", "times_s", "stdev_s", "iqr_s"} <= set(d)
     old = {k: v for k, v in d.items() if k not in ("stdev_s", "iqr_s")}  # a record from before
     assert results.Result.model_validate(old).stdev_s is None
-    one = results.Result.build(**{**{k: v for k, v in d.items() if k not in ("stdev_s", "iqr_s", "median_s",
-                                                                              "min_s")}, "times_s": [1.0]})
+    one = results.Result.build(
+        **{
+            **{k: v for k, v in d.items() if k not in ("stdev_s", "iqr_s", "median_s", "min_s")},
+            "times_s": [1.0],
+        }
+    )
     assert one.stdev_s is None and one.iqr_s is None

@@ -1,4 +1,5 @@
 """The command-line contract, through real subprocesses."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,21 @@ def only_json(stdout: str):
 
 
 def test_run_svd_json(cli, results_dir):
-    p = cli("run", "svd", "--rows", "20000", "--cols", "20", "--repeat", "2", "--warmup", "0",
-            "--json", "--results-dir", results_dir)
+    p = cli(
+        "run",
+        "svd",
+        "--rows",
+        "20000",
+        "--cols",
+        "20",
+        "--repeat",
+        "2",
+        "--warmup",
+        "0",
+        "--json",
+        "--results-dir",
+        results_dir,
+    )
     assert p.returncode == 0, p.stderr
     d = only_json(p.stdout)
     assert isinstance(d, dict)
@@ -36,8 +50,21 @@ def test_run_svd_json(cli, results_dir):
 
 
 def test_record_attributes_run_flags_to_flag(cli, results_dir):
-    p = cli("run", "svd", "--rows", "2000", "--cols", "10", "--repeat", "2", "--warmup", "0",
-            "--json", "--results-dir", results_dir)
+    p = cli(
+        "run",
+        "svd",
+        "--rows",
+        "2000",
+        "--cols",
+        "10",
+        "--repeat",
+        "2",
+        "--warmup",
+        "0",
+        "--json",
+        "--results-dir",
+        results_dir,
+    )
     assert p.returncode == 0, p.stderr
     sources = only_json(p.stdout)["settings_sources"]
     assert sources["results-dir"] == "flag"
@@ -45,9 +72,25 @@ def test_record_attributes_run_flags_to_flag(cli, results_dir):
 
 
 def test_run_groupby_json(cli, results_dir):
-    p = cli("run", "groupby", "--rows", "200000", "--keys", "1000", "--split-out", "2",
-            "--repeat", "1", "--warmup", "0", "--backend", "pandas", "--json",
-            "--results-dir", results_dir)
+    p = cli(
+        "run",
+        "groupby",
+        "--rows",
+        "200000",
+        "--keys",
+        "1000",
+        "--split-out",
+        "2",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--backend",
+        "pandas",
+        "--json",
+        "--results-dir",
+        results_dir,
+    )
     assert p.returncode == 0, p.stderr
     d = only_json(p.stdout)
     assert d["workload"] == "groupby" and d["backend"] == "pandas" and d["family"] == "cpu"
@@ -57,7 +100,9 @@ def test_run_groupby_json(cli, results_dir):
     # dataframe work: one thread per worker process (the cpu family's knob)
     assert d["cluster"]["threads_per_worker"] == 1
     # the record, and the log file it names when Dask logged (the shuffle's WARNING lines)
-    assert sorted(map(str, files_under(results_dir))) == sorted(filter(None, [d["path"], d["info"]["dask_log"]]))
+    assert sorted(map(str, files_under(results_dir))) == sorted(
+        filter(None, [d["path"], d["info"]["dask_log"]])
+    )
 
 
 def test_run_svd_with_no_flags_is_the_readme_job(cli, tmp_path):
@@ -83,7 +128,9 @@ def test_workloads_json(cli):
     for name in ("svd", "groupby"):
         assert "rows" in items[name]["params"]
         assert items[name]["params"]["rows"]["default"] > 0
-    assert {"cols", "chunk-rows", "dtype", "compute-uv", "route", "condition", "seed"} <= set(items["svd"]["params"])
+    assert {"cols", "chunk-rows", "dtype", "compute-uv", "route", "condition", "seed"} <= set(
+        items["svd"]["params"]
+    )
     assert {"keys", "partitions", "split-out", "seed"} <= set(items["groupby"]["params"])
     # fixed sets of values are listed as choices (the CLI accepts exactly these)
     assert items["svd"]["params"]["route"]["choices"] == ["auto", "gram", "cholqr2", "tsqr"]
@@ -116,6 +163,7 @@ def test_info_json(cli):
 def test_info_json_without_gpu_stack(cli):
     try:
         import cupy  # noqa: F401
+
         pytest.skip("CuPy is importable here")
     except ImportError:
         pass
@@ -149,8 +197,19 @@ def test_version_and_help(cli):
     assert p.returncode == 0 and gpuscale.__version__ in p.stdout
     p = cli("run", "svd", "--help")
     assert p.returncode == 0
-    for flag in ("--rows", "--cols", "--route", "--backend", "--protocol", "--profile", "--json",
-                 "--results-dir", "--no-memory-check", "--repeat", "--warmup"):
+    for flag in (
+        "--rows",
+        "--cols",
+        "--route",
+        "--backend",
+        "--protocol",
+        "--profile",
+        "--json",
+        "--results-dir",
+        "--no-memory-check",
+        "--repeat",
+        "--warmup",
+    ):
         assert flag in p.stdout, flag
     p = cli("run", "--help")
     assert p.returncode == 0 and "svd" in p.stdout and "groupby" in p.stdout
@@ -167,8 +226,23 @@ def test_failed_cli_runs_leave_cwd_clean(cli, tmp_path):
 def test_shuffle_run_keeps_dask_log_lines_off_stderr(cli, results_dir):
     """distributed's P2P shuffle logs "initialized" / "deactivated" WARNING lines in the
     scheduler: they go to the log file the record names, and stderr stays empty."""
-    p = cli("run", "shuffle", "--backend", "cpu", "--rows", "200000", "--partitions", "4", "--repeat", "2",
-            "--warmup", "0", "--json", "--results-dir", results_dir)
+    p = cli(
+        "run",
+        "shuffle",
+        "--backend",
+        "cpu",
+        "--rows",
+        "200000",
+        "--partitions",
+        "4",
+        "--repeat",
+        "2",
+        "--warmup",
+        "0",
+        "--json",
+        "--results-dir",
+        results_dir,
+    )
     assert p.returncode == 0, p.stderr
     assert p.stderr == ""
     log = only_json(p.stdout)["info"]["dask_log"]
@@ -182,8 +256,21 @@ def test_a_cpu_run_leaks_no_semaphore_with_the_trackers_warnings_on(cli, results
     resource tracker's leak warnings left on (GPUSCALE_DEBUG=1; the CLI hides them otherwise):
     the 6 semaphores each worker's nanny makes (two spawn-context queues) are released as the
     cluster closes, so the tracker, which prints after the command exits, has none left."""
-    p = cli("run", workload, "--backend", "cpu", "--workers", "2", "--repeat", "1", "--warmup", "0",
-            "--results-dir", results_dir, env={"GPUSCALE_DEBUG": "1"})
+    p = cli(
+        "run",
+        workload,
+        "--backend",
+        "cpu",
+        "--workers",
+        "2",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--results-dir",
+        results_dir,
+        env={"GPUSCALE_DEBUG": "1"},
+    )
     assert p.returncode == 0, p.stderr
     assert p.stderr == ""
 
@@ -208,8 +295,14 @@ def test_the_trackers_leak_warning_shows_under_gpuscale_debug(debug, shown):
     import sys
 
     from conftest import _clean_environ
-    p = subprocess.run([sys.executable, "-c", LEAK], capture_output=True, text=True, timeout=120,
-                       env=_clean_environ({"GPUSCALE_DEBUG": debug}))
+
+    p = subprocess.run(
+        [sys.executable, "-c", LEAK],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_clean_environ({"GPUSCALE_DEBUG": debug}),
+    )
     assert p.returncode == 0, p.stderr
     assert ("leaked semaphore" in p.stderr) is shown, p.stderr
 
@@ -219,12 +312,15 @@ def test_an_error_still_reaches_stderr_while_dask_logs_go_to_the_file(tmp_path):
     process and in a child that is set up as a worker's preload does it."""
     import subprocess
     import sys
+
     log = tmp_path / "logs" / "x.log"
-    code = ("import logging, distributed, dask\n"
-            "from gpuscale.cluster import logs\n"
-            f"with logs.kept_off_stderr({str(log)!r}):\n"
-            "    logging.getLogger('distributed.scheduler').warning('a warning')\n"
-            "    logging.getLogger('distributed.scheduler').error('an error')\n")
+    code = (
+        "import logging, distributed, dask\n"
+        "from gpuscale.cluster import logs\n"
+        f"with logs.kept_off_stderr({str(log)!r}):\n"
+        "    logging.getLogger('distributed.scheduler').warning('a warning')\n"
+        "    logging.getLogger('distributed.scheduler').error('an error')\n"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "an error" in p.stderr and "a warning" not in p.stderr
@@ -237,6 +333,7 @@ def _groups():
     import click
 
     from gpuscale.cli import cli
+
     return [""] + sorted(name for name, c in cli.commands.items() if isinstance(c, click.Group))
 
 
@@ -268,8 +365,11 @@ def test_bare_group_under_dask_and_with_only_a_global_flag(cli):
 def _explained(cli, *args):
     p = cli("explain", *args, "--json")
     assert p.returncode == 0, p.stderr
-    return [(f"{scope}.{name}", e) for scope, items in only_json(p.stdout)["explained"].items()
-            for name, e in items.items()]
+    return [
+        (f"{scope}.{name}", e)
+        for scope, items in only_json(p.stdout)["explained"].items()
+        for name, e in items.items()
+    ]
 
 
 def test_explain_at_80_columns_is_one_line_per_knob(cli):
@@ -283,6 +383,7 @@ def test_explain_at_80_columns_is_one_line_per_knob(cli):
     lines = p.stdout.splitlines()
     assert max(map(len, lines)) <= 80
     from gpuscale.records.report import _fmt_value
+
     for name, e in knobs:
         (line,) = [ln for ln in lines if ln.split()[:1] == [name]]  # once, whole, at a line's start
         assert line.split()[-1] == str(e["source"]).split()[-1], line

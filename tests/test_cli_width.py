@@ -1,6 +1,7 @@
 """Every table the CLI prints reads whole in an 80-column terminal: no line wider than the
 terminal, no ellipsis, and every record id, workload name, backend, median and size the user
 needs appears whole (on one line), from real runs on a real CPU cluster."""
+
 from __future__ import annotations
 
 import json
@@ -52,7 +53,7 @@ def test_results_list_names_every_record_by_a_whole_id_and_size(cli, sides):
     lines = reads_whole(p.stdout)
     for r in results.find(sides["A"]):
         row = on_a_line(lines, results.short_id(r), r.workload, r.backend, report._fmt_s(r.median_s))
-        size = lines[lines.index(row):lines.index(row) + 3]  # the row wraps its params between words
+        size = lines[lines.index(row) : lines.index(row) + 3]  # the row wraps its params between words
         on_a_line(size, f"rows={r.params['rows']},")
 
 
@@ -65,8 +66,15 @@ def test_a_record_id_from_the_list_shows_its_run_and_full_path(cli, sides):
     shown = json.loads(cli("results", "show", r.id[:6], "--results-dir", sides["A"], "--json").stdout)
     assert shown["id"] == r.id and shown["path"] == r.path
     b = next(x for x in results.find(sides["B"]) if x.params == r.params)
-    c = cli("results", "compare", results.short_id(r), results.short_id(b), "--results-dir", sides["A"].parent,
-            "--json")
+    c = cli(
+        "results",
+        "compare",
+        results.short_id(r),
+        results.short_id(b),
+        "--results-dir",
+        sides["A"].parent,
+        "--json",
+    )
     assert c.returncode == 0, c.stderr
     case = json.loads(c.stdout)["cases"][0]
     assert (case["a_record"], case["b_record"]) == (r.path, b.path)
@@ -86,14 +94,37 @@ def test_results_compare_keeps_sizes_medians_and_ratios_whole(cli, sides):
     c = json.loads(cli("results", "compare", sides["A"], sides["B"], "--json").stdout)
     assert sorted(x["params"]["rows"] for x in c["cases"]) == list(ROWS)
     for x in c["cases"]:
-        row = on_a_line(lines, x["workload"], report._fmt_s(x["a_median_s"]), report._fmt_s(x["b_median_s"]),
-                        f"{x['ratio']:.3f}", x["verdict"])
-        on_a_line(lines[lines.index(row):lines.index(row) + 3], f"rows={x['params']['rows']},")
+        row = on_a_line(
+            lines,
+            x["workload"],
+            report._fmt_s(x["a_median_s"]),
+            report._fmt_s(x["b_median_s"]),
+            f"{x['ratio']:.3f}",
+            x["verdict"],
+        )
+        on_a_line(lines[lines.index(row) : lines.index(row) + 3], f"rows={x['params']['rows']},")
 
 
 def test_run_summary_shows_the_record_id_and_file_whole(cli, sides):
-    p = cli("run", "svd", "--backend", "cpu", "--rows", "2000", "--cols", "10", "--repeat", "2", "--warmup", "0",
-            "--workers", "1", "--results-dir", sides["A"] / "run", env=NARROW)
+    p = cli(
+        "run",
+        "svd",
+        "--backend",
+        "cpu",
+        "--rows",
+        "2000",
+        "--cols",
+        "10",
+        "--repeat",
+        "2",
+        "--warmup",
+        "0",
+        "--workers",
+        "1",
+        "--results-dir",
+        sides["A"] / "run",
+        env=NARROW,
+    )
     assert p.returncode == 0, p.stderr
     lines = reads_whole(p.stdout)
     (r,) = results.find(sides["A"] / "run")
@@ -149,6 +180,7 @@ def test_a_parameter_at_its_default_is_shown_where_it_tells_rows_apart():
     """Tables name a record's parameters that are not at their defaults, and also those that
     differ between its rows: rows=200000 (svd's default) beside rows=2000 is named too."""
     from gpuscale.records.table import brief_params, varying
+
     rows = [{"rows": 200_000, "cols": 100, "seed": 0}, {"rows": 2000, "cols": 100, "seed": 0}]
     assert varying(rows) == {"rows"}
     assert [brief_params("svd", p, varying(rows)) for p in rows] == ["rows=200000", "rows=2000"]

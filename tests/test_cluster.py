@@ -1,4 +1,5 @@
 """Cluster specs (``gpuscale cluster show``, starting nothing) and real cluster lifecycles."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -71,8 +72,7 @@ def test_show_nvlink_profile_forces_the_switch(cli):
 
 
 def test_show_flags_reflected_with_flag_sources(cli):
-    d = show(cli, "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1",
-             "--memory-limit", "1GB")
+    d = show(cli, "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1", "--memory-limit", "1GB")
     spec = d["spec"]
     assert (spec["workers"], spec["threads_per_worker"]) == (2, 1)
     assert spec["memory_limit_bytes"] == 10**9
@@ -132,9 +132,13 @@ def test_auto_protocol_of_a_gpu_cluster_is_the_familys_and_a_set_protocol_wins()
 
 
 def test_auto_protocol_falls_back_to_tcp_where_the_familys_transport_is_not_installed(monkeypatch):
-    monkeypatch.setitem(protocols._PROTOCOLS, "absent-test",
-                        protocols.Protocol("absent-test", "a transport from a module not installed",
-                                           module="gpuscale_absent_transport"))
+    monkeypatch.setitem(
+        protocols._PROTOCOLS,
+        "absent-test",
+        protocols.Protocol(
+            "absent-test", "a transport from a module not installed", module="gpuscale_absent_transport"
+        ),
+    )
     gpu = backends.select("gpu", check=False).family
     family = dataclasses.replace(gpu, knobs=dataclasses.replace(gpu.knobs, protocol="absent-test"))
     proto, why = protocols.choose("auto", "default", family, "cuda", False)
@@ -145,17 +149,22 @@ def test_auto_protocol_falls_back_to_tcp_where_the_familys_transport_is_not_inst
 def family_with_own_transport(monkeypatch):
     """The GPU family with a transport that is installed everywhere (a registered Protocol
     without a module), so the rule's every branch runs on any machine."""
-    monkeypatch.setitem(protocols._PROTOCOLS, "plain-test", protocols.Protocol("plain-test", "test transport"))
+    monkeypatch.setitem(
+        protocols._PROTOCOLS, "plain-test", protocols.Protocol("plain-test", "test transport")
+    )
     gpu = backends.select("gpu", check=False).family
     return dataclasses.replace(gpu, knobs=dataclasses.replace(gpu.knobs, protocol="plain-test"))
 
 
-@pytest.mark.parametrize("kind, tls, rule_id, chosen", [
-    ("cuda", False, "protocol.family", "plain-test"),
-    ("cuda", True, "protocol.tls", "tcp"),
-    ("ssh", False, "protocol.remote", "tcp"),
-    ("slurm", False, "protocol.remote", "tcp"),
-])
+@pytest.mark.parametrize(
+    "kind, tls, rule_id, chosen",
+    [
+        ("cuda", False, "protocol.family", "plain-test"),
+        ("cuda", True, "protocol.tls", "tcp"),
+        ("ssh", False, "protocol.remote", "tcp"),
+        ("slurm", False, "protocol.remote", "tcp"),
+    ],
+)
 def test_auto_protocol_rule_by_cluster_kind_and_tls(family_with_own_transport, kind, tls, rule_id, chosen):
     proto, why = protocols.choose("auto", "default", family_with_own_transport, kind, tls)
     assert (proto.name, why["value"], why["rule_id"], why["source"]) == (chosen, chosen, rule_id, "rule")
@@ -228,11 +237,20 @@ def test_session_closes_cluster_on_error():
 
 
 def test_run_on_existing_scheduler_leaves_it_running(tmp_path):
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
-                      dashboard_address=":0") as lc:
+    with LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1", dashboard_address=":0"
+    ) as lc:
         addr = lc.scheduler_address
-        r = gpuscale.run("svd", backend="cpu", cluster_settings={"scheduler": addr}, rows=20_000,
-                         cols=20, repeat=1, warmup=0, results_dir=str(tmp_path / "res"))
+        r = gpuscale.run(
+            "svd",
+            backend="cpu",
+            cluster_settings={"scheduler": addr},
+            rows=20_000,
+            cols=20,
+            repeat=1,
+            warmup=0,
+            results_dir=str(tmp_path / "res"),
+        )
         assert r.valid
         assert r.cluster["kind"] == "existing"
         assert r.cluster["scheduler"] == addr
@@ -247,11 +265,14 @@ def test_a_gpu_held_by_another_process_is_refused_before_the_workers_start():
     a GPU that another cluster holds would make the workers fail or hang allocating it."""
     from gpuscale import api
     from gpuscale.cluster import cuda
+
     gib = 2**30
     _, _, spec = api.configure(backend="gpu", gpus="0,1", check=False)
     assert spec.rmm["pool_size"] == 0.8
-    free = [{"index": 0, "memory_bytes": 80 * gib, "free_bytes": 79 * gib},
-            {"index": 1, "memory_bytes": 80 * gib, "free_bytes": 15 * gib}]
+    free = [
+        {"index": 0, "memory_bytes": 80 * gib, "free_bytes": 79 * gib},
+        {"index": 1, "memory_bytes": 80 * gib, "free_bytes": 15 * gib},
+    ]
     with pytest.raises(UserError) as e:
         cuda.check_free_memory(spec, free)
     assert "GPU 1 has 15.00 GiB free of 80.00 GiB" in str(e.value) and "64.00 GiB" in str(e.value)
@@ -272,9 +293,12 @@ def test_the_workers_are_listed_while_the_client_refreshes_its_identity():
     from distributed import Client, LocalCluster
 
     from gpuscale import cluster
+
     with dask.config.set({"distributed.client.scheduler-info-interval": "5ms"}):
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as lc, \
-                Client(lc) as client:
+        with (
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as lc,
+            Client(lc) as client,
+        ):
             client.wait_for_workers(2)
             counts = [len(cluster.workers(client)) for _ in range(500)]
             assert set(counts) == {2}

@@ -1,6 +1,7 @@
 """``results compare`` on real runs whose slowdown is injected in the workload (tests/paced.py):
 same code never reads as slower, a 10 % slowdown reads as slower or as inconclusive with what
 would resolve it, a 1.5 x one fails the gate; runs as the unit when a side holds several."""
+
 from __future__ import annotations
 
 import importlib
@@ -21,6 +22,7 @@ def paced():
     """The test-only workload (tests/paced.py), registered for this module's tests only: other
     tests compare the registry with what a fresh process lists."""
     import paced as module
+
     if registry.registered("paced") is None:  # imported and unregistered before
         module = importlib.reload(module)
     yield module
@@ -62,9 +64,17 @@ def test_a_10pct_slowdown_is_slower_or_says_what_resolves_it(runs):
     resolve it (one pair may fall to a burst of other work, as above)."""
     cases = [compare.compare(a, b)["cases"][0] for a, b in zip(runs["A"], runs["B"])]
     assert sorted(c["ratio"] for c in cases)[PAIRS // 2] > 1.03  # the slowdown is real and seen
-    named = [c for c in cases if c["verdict"] == "slower" or (
-        c["verdict"] == "inconclusive" and c["resolve"] is not None and c["resolve"]["unit"] == "runs"
-        and c["resolve"]["per_side"] > 1)]
+    named = [
+        c
+        for c in cases
+        if c["verdict"] == "slower"
+        or (
+            c["verdict"] == "inconclusive"
+            and c["resolve"] is not None
+            and c["resolve"]["unit"] == "runs"
+            and c["resolve"]["per_side"] > 1
+        )
+    ]
     assert len(named) >= PAIRS - 1, [(c["verdict"], c["ratio"], c["lo"], c["hi"]) for c in cases]
 
 
@@ -74,10 +84,15 @@ def test_interleaved_runs_on_one_cluster_need_no_assumed_spread(runs):
     at least 9 of 10 pairs (on a quiet machine "slower" in 10); "faster" the other way round; the
     same code neither
     (on a quiet machine "same"; with other work on the cores, often "inconclusive")."""
+
     def verdicts(pairs):
         cases = [compare.compare(a, b, between_run=0)["cases"][0] for a, b in pairs]
-        return [c["verdict"] if c["verdict"] != "inconclusive" or c["resolve"] is None
-                else f"inconclusive: {c['resolve']['per_side']} {c['resolve']['unit']}" for c in cases]
+        return [
+            c["verdict"]
+            if c["verdict"] != "inconclusive" or c["resolve"] is None
+            else f"inconclusive: {c['resolve']['per_side']} {c['resolve']['unit']}"
+            for c in cases
+        ]
 
     slower = verdicts(zip(runs["A"], runs["B"]))
     faster = verdicts(zip(runs["B"], runs["A"]))
@@ -107,14 +122,24 @@ def test_a_1_5x_slowdown_fails_the_gate(runs, cli):
     p = cli("results", "compare", runs["A"][0], runs["slow"], "--fail-if-slower", "5%")
     assert p.returncode == compare.SLOWER_EXIT == 3, p.stdout + p.stderr
     last = p.stderr.strip().splitlines()
-    assert len(last) == 1 and last[0].startswith("gpuscale: 1 case(s) failed --fail-if-slower 5%: paced"), p.stderr
+    assert len(last) == 1 and last[0].startswith("gpuscale: 1 case(s) failed --fail-if-slower 5%: paced"), (
+        p.stderr
+    )
     ok = cli("results", "compare", runs["A"][0], runs["AA"][0], "--fail-if-slower", "5%")
     assert ok.returncode == 0, ok.stderr
 
 
 def test_fail_if_inconclusive_fails_what_the_gate_cannot_clear(runs, cli):
-    p = cli("results", "compare", runs["A"][0], runs["B"][0], "--fail-if-slower", "5%", "--fail-if-inconclusive",
-            "--json")
+    p = cli(
+        "results",
+        "compare",
+        runs["A"][0],
+        runs["B"][0],
+        "--fail-if-slower",
+        "5%",
+        "--fail-if-inconclusive",
+        "--json",
+    )
     case = json.loads(p.stdout)["cases"][0]
     assert case["gate"] in ("slower", "inconclusive") and p.returncode == 3
     alone = cli("results", "compare", runs["A"][0], runs["B"][0], "--fail-if-inconclusive")

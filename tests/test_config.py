@@ -1,4 +1,5 @@
 """Settings: YAML defaults vs schema, dask.config integration, layer precedence, profiles."""
+
 from __future__ import annotations
 
 import pathlib
@@ -46,8 +47,12 @@ def test_schema_in_sync_with_yaml():
     assert config.schema_keys() == config.default_keys()
     # and the YAML's values are the schema's defaults (one source of truth for both)
     defaults = config.Settings().model_dump(by_alias=True)
-    assert config.Settings.model_validate(config.normalize(config.DEFAULTS["gpuscale"])).model_dump(
-        by_alias=True) == defaults
+    assert (
+        config.Settings.model_validate(config.normalize(config.DEFAULTS["gpuscale"])).model_dump(
+            by_alias=True
+        )
+        == defaults
+    )
 
 
 def test_defaults_merged_into_dask_config():
@@ -70,9 +75,13 @@ def test_defaults_resolve_with_default_sources():
 # Precedence: default < user YAML < profile < env < dask.config.set < flag / keyword
 # ---------------------------------------------------------------------------------------
 def test_precedence_every_layer(tmp_path, process_env):
-    prof = write_profile(tmp_path / "mine.yaml", {
-        "version": 1, "gpuscale": {"cluster": {"workers": 3, "threads-per-worker": 2,
-                                               "memory-limit": "1GB"}}})
+    prof = write_profile(
+        tmp_path / "mine.yaml",
+        {
+            "version": 1,
+            "gpuscale": {"cluster": {"workers": 3, "threads-per-worker": 2, "memory-limit": "1GB"}},
+        },
+    )
     key = "cluster.workers"
 
     r = config.resolve()
@@ -164,7 +173,8 @@ def test_profile_named_by_env_is_attributed_to_env(process_env):
 
 def test_keywords_to_nested():
     assert config.keywords_to_nested({"workers": 2, "protocol": None, "nvlink": True}) == {
-        "cluster": {"workers": 2, "ucx": {"nvlink": True}}}
+        "cluster": {"workers": 2, "ucx": {"nvlink": True}}
+    }
     with pytest.raises(UserError, match="unknown setting 'wrkers'.*workers"):
         config.keywords_to_nested({"wrkers": 2})
     # every keyword points at a key the schema knows
@@ -210,21 +220,28 @@ def test_gpu_profiles_content():
 
 
 def test_profile_by_path(tmp_path):
-    p = write_profile(tmp_path / "two.yaml", {"version": 1, "description": "x",
-                                               "gpuscale": {"cluster": {"workers": 2, "gpus": "0,1"}}})
+    p = write_profile(
+        tmp_path / "two.yaml",
+        {"version": 1, "description": "x", "gpuscale": {"cluster": {"workers": 2, "gpus": "0,1"}}},
+    )
     r = config.resolve(profile=str(p))
     assert r.settings.cluster.workers == 2
     assert r.settings.cluster.gpus == (0, 1)
 
 
-@pytest.mark.parametrize("body, needles", [
-    ("version: 1\ngpuscale:\n  backend: cpu\n   protocol: [tcp\n", ["not valid YAML", "line"]),
-    ("version: 1\nbackend: cpu\n", ["no 'gpuscale:' mapping"]),
-    ("", ["no 'gpuscale:' mapping"]),
-    ("version: 1\nextra: 1\ngpuscale:\n  backend: cpu\n", ["unknown top-level key", "extra",
-                                                          "version, description, gpuscale"]),
-    ("version: 2\ngpuscale:\n  backend: cpu\n", ["version 2", "version: 1"]),
-])
+@pytest.mark.parametrize(
+    "body, needles",
+    [
+        ("version: 1\ngpuscale:\n  backend: cpu\n   protocol: [tcp\n", ["not valid YAML", "line"]),
+        ("version: 1\nbackend: cpu\n", ["no 'gpuscale:' mapping"]),
+        ("", ["no 'gpuscale:' mapping"]),
+        (
+            "version: 1\nextra: 1\ngpuscale:\n  backend: cpu\n",
+            ["unknown top-level key", "extra", "version, description, gpuscale"],
+        ),
+        ("version: 2\ngpuscale:\n  backend: cpu\n", ["version 2", "version: 1"]),
+    ],
+)
 def test_bad_profile_files(tmp_path, body, needles):
     p = write_profile(tmp_path / "bad.yaml", body)
     with pytest.raises(UserError) as e:

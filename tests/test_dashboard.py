@@ -2,6 +2,7 @@
 bind address, the notebook repr, `info`'s GPU-plots line and the performance report rendered
 in real headless Chromium. Real clusters and real subprocesses throughout; every process a
 test starts is in its own process group and is killed at teardown, pass or fail."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -42,13 +43,21 @@ class Proc:
     collected by reader threads with the time each arrived."""
 
     def __init__(self, *args, cwd):
-        self.p = subprocess.Popen([sys.executable, "-m", "gpuscale", *map(str, args)], cwd=str(cwd),
-                                  env=_clean_environ(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, start_new_session=True)
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "gpuscale", *map(str, args)],
+            cwd=str(cwd),
+            env=_clean_environ(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         self.lines: dict[str, list[tuple[float, str]]] = {"out": [], "err": []}
         self._q: queue.Queue = queue.Queue()
-        self._threads = [threading.Thread(target=self._read, args=(name, f), daemon=True)
-                         for name, f in (("out", self.p.stdout), ("err", self.p.stderr))]
+        self._threads = [
+            threading.Thread(target=self._read, args=(name, f), daemon=True)
+            for name, f in (("out", self.p.stdout), ("err", self.p.stderr))
+        ]
         for t in self._threads:
             t.start()
 
@@ -75,12 +84,16 @@ class Proc:
                 if rx.search(line):
                     return t, line
             if self.p.poll() is not None and all(not t.is_alive() for t in self._threads):
-                raise AssertionError(f"exited {self.p.returncode} before {pattern!r}:\n"
-                                     f"stdout: {self.text('out')}\nstderr: {self.text('err')}")
+                raise AssertionError(
+                    f"exited {self.p.returncode} before {pattern!r}:\n"
+                    f"stdout: {self.text('out')}\nstderr: {self.text('err')}"
+                )
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"no {pattern!r} within {timeout} s:\nstdout: {self.text('out')}\n"
-                                     f"stderr: {self.text('err')}")
+                raise AssertionError(
+                    f"no {pattern!r} within {timeout} s:\nstdout: {self.text('out')}\n"
+                    f"stderr: {self.text('err')}"
+                )
             try:
                 self._q.get(timeout=min(left, 0.5))
             except queue.Empty:
@@ -164,13 +177,20 @@ def answers(host: str, port: int) -> bool:
 
 def listening(pid: int) -> list[tuple[str, int]]:
     """(ip, port) of every TCP socket process ``pid`` listens on."""
-    return [(c.laddr.ip, c.laddr.port) for c in psutil.Process(pid).net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN]
+    return [
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.Process(pid).net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+    ]
 
 
 def non_loopback_ipv4() -> list[str]:
-    return [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
-            if a.family == socket.AF_INET and not a.address.startswith("127.")]
+    return [
+        a.address
+        for addrs in psutil.net_if_addrs().values()
+        for a in addrs
+        if a.family == socket.AF_INET and not a.address.startswith("127.")
+    ]
 
 
 def assert_one_error_line(p, *needles) -> str:
@@ -201,15 +221,21 @@ def test_up_serves_other_processes_until_down(spawn, cli, tmp_path):
     assert addr.startswith("tls://127.0.0.1:")  # protected by default (tests/test_security.py)
     creds = d["credentials"]
     from gpuscale.cluster import security
+
     tls = security.load(creds)
     assert (d["cls"], d["family"], d["workers"], d["threads"]) == ("distributed.LocalCluster", "cpu", 2, 2)
     assert d["pid"] == up.pid
     # kept up for later runs: every worker already imported the workloads and their libraries
     assert d["warm_up_s"] > 0
     from distributed import Client
+
     with Client(addr, set_as_default=False, security=tls) as c:
-        loaded = c.run(lambda: [m in __import__("sys").modules
-                                for m in ("gpuscale.workloads.groupby", "gpuscale.workloads.svd", "pandas")])
+        loaded = c.run(
+            lambda: [
+                m in __import__("sys").modules
+                for m in ("gpuscale.workloads.groupby", "gpuscale.workloads.svd", "pandas")
+            ]
+        )
         on_scheduler = c.run_on_scheduler(lambda: "dask.dataframe" in __import__("sys").modules)
     assert len(loaded) == 2 and all(v == [True, True, True] for v in loaded.values()), loaded
     assert on_scheduler  # the scheduler can unpack a DataFrame graph without importing first
@@ -225,8 +251,19 @@ def test_up_serves_other_processes_until_down(spawn, cli, tmp_path):
 
     # another process: gpuscale run --scheduler ADDRESS --json
     res = tmp_path / "res"
-    p = cli("run", *SMALL_SVD, "--backend", "cpu", "--scheduler", addr, "--credentials", creds, "--json",
-            "--results-dir", res)
+    p = cli(
+        "run",
+        *SMALL_SVD,
+        "--backend",
+        "cpu",
+        "--scheduler",
+        addr,
+        "--credentials",
+        creds,
+        "--json",
+        "--results-dir",
+        res,
+    )
     assert p.returncode == 0, p.stderr
     rec = json.loads(p.stdout)
     assert rec["valid"] is True
@@ -243,6 +280,7 @@ def test_up_serves_other_processes_until_down(spawn, cli, tmp_path):
         assert r.valid and r.cluster["scheduler"] == addr
         assert s.client.submit(sum, [1, 2, 3]).result() == 6
     from distributed import Client
+
     with Client(scheduler_file=str(sched_file), set_as_default=False, security=tls) as c:
         assert c.scheduler.address == addr
     # both clients left: the cluster is still up with its 2 workers
@@ -271,7 +309,7 @@ def test_up_stops_on_ctrl_c_and_sigterm(spawn, tmp_path, how):
     assert workers
     port = urllib.parse.urlsplit(d["dashboard"]).port
     if how == "ctrl-c":
-        os.killpg(up.pid, signal.SIGINT)   # a terminal's Ctrl-C reaches the whole group
+        os.killpg(up.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole group
     else:
         os.kill(up.pid, signal.SIGTERM)
     assert up.wait(timeout=30) == 0, up.text("err")
@@ -322,16 +360,23 @@ def test_down_on_a_dead_address_is_one_line_and_quick(cli):
     assert "; " in line  # problem; fix
 
 
-@pytest.mark.parametrize("args, needles", [
-    (("cluster", "down"), ("ADDRESS", "--scheduler-file")),
-    (("cluster", "down", "tcp://127.0.0.1:1", "--timeout", "soon"), ("--timeout", "soon")),
-    (("cluster", "down", "--scheduler-file", "nosuch.json"), ("nosuch.json", "does not exist")),
-    (("cluster", "up", "--backend", "cpu", "--scheduler", "tcp://127.0.0.1:1"),
-     ("starts a cluster", "tcp://127.0.0.1:1", "drop --scheduler")),
-    (("cluster", "up", "--profile", "scheduler", "--backend", "cpu"), ("starts a cluster", "profile")),
-    (("cluster", "up", "--backend", "cpu", "--scheduler-file", "no/such/dir/s.json"),
-     ("--scheduler-file", "does not exist")),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (("cluster", "down"), ("ADDRESS", "--scheduler-file")),
+        (("cluster", "down", "tcp://127.0.0.1:1", "--timeout", "soon"), ("--timeout", "soon")),
+        (("cluster", "down", "--scheduler-file", "nosuch.json"), ("nosuch.json", "does not exist")),
+        (
+            ("cluster", "up", "--backend", "cpu", "--scheduler", "tcp://127.0.0.1:1"),
+            ("starts a cluster", "tcp://127.0.0.1:1", "drop --scheduler"),
+        ),
+        (("cluster", "up", "--profile", "scheduler", "--backend", "cpu"), ("starts a cluster", "profile")),
+        (
+            ("cluster", "up", "--backend", "cpu", "--scheduler-file", "no/such/dir/s.json"),
+            ("--scheduler-file", "does not exist"),
+        ),
+    ],
+)
 def test_up_down_refusals(cli, tmp_path, args, needles):
     t0 = time.monotonic()
     assert_one_error_line(cli(*args, timeout=60), *needles)
@@ -388,9 +433,18 @@ def test_api_run_hooks_see_the_live_cluster(tmp_path):
     def hold(s, r):
         seen["hold"] = (r.id, s.client.submit(lambda: 41 + 1).result(), files_under(tmp_path / "res"))
 
-    r = gpuscale.run("svd", backend="cpu", rows=10_000, cols=10, repeat=1, warmup=0,
-                     results_dir=str(tmp_path / "res"), cluster_settings={"workers": 1},
-                     on_ready=on_ready, hold=hold)
+    r = gpuscale.run(
+        "svd",
+        backend="cpu",
+        rows=10_000,
+        cols=10,
+        repeat=1,
+        warmup=0,
+        results_dir=str(tmp_path / "res"),
+        cluster_settings={"workers": 1},
+        on_ready=on_ready,
+        hold=hold,
+    )
     assert seen["ready_workers"] == 1 and seen["records_before"] == []
     rid, answer, records = seen["hold"]
     assert rid == r.id and answer == 42 and [str(f) for f in records] == [r.path]
@@ -409,13 +463,16 @@ def test_dashboard_binds_to_loopback_on_cpu(cpu_session):
         assert not answers(ip, link.port), ip
 
 
-@pytest.mark.parametrize("profile, backend", [(None, "cpu"), (None, "gpu"), ("gpu-ucx", None),
-                                              ("gpu-tcp", None), ("cpu", None)])
+@pytest.mark.parametrize(
+    "profile, backend", [(None, "cpu"), (None, "gpu"), ("gpu-ucx", None), ("gpu-tcp", None), ("cpu", None)]
+)
 def test_planned_clusters_bind_the_dashboard_to_loopback(profile, backend):
     _, _, spec = api.configure(profile=profile, backend=backend, check=False)
     assert spec.cls in ("distributed.LocalCluster", "dask_cuda.LocalCUDACluster")
     assert spec.dashboard_address == spec.kwargs["dashboard_address"] == "127.0.0.1:0"
-    _, _, spec = api.configure(profile=profile, backend=backend, check=False, dashboard_address="0.0.0.0:8787")
+    _, _, spec = api.configure(
+        profile=profile, backend=backend, check=False, dashboard_address="0.0.0.0:8787"
+    )
     assert spec.kwargs["dashboard_address"] == "0.0.0.0:8787"
 
 
@@ -444,14 +501,23 @@ def cell(html: str, name: str) -> str:
 
 def test_repr_html_of_a_session_whose_scheduler_went_away():
     from distributed import LocalCluster
-    with clean_gpuscale_env(), LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                            protocol="tcp", host="127.0.0.1",
-                                            dashboard_address="127.0.0.1:0") as lc:
+
+    with (
+        clean_gpuscale_env(),
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=False,
+            protocol="tcp",
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as lc,
+    ):
         with gpuscale.session(backend="cpu", scheduler=lc.scheduler_address) as s:
             assert cell(s._repr_html_(), "workers") == "1"
             lc.close()
             t0 = time.monotonic()
-            html = s._repr_html_()   # renders, promptly, instead of raising or hanging
+            html = s._repr_html_()  # renders, promptly, instead of raising or hanging
             assert time.monotonic() - t0 < 15
             assert cell(html, "workers").startswith("?"), html
 
@@ -490,6 +556,7 @@ def test_gpu_workers_report_gpu_metrics(cli):
         assert {"gpu_utilization", "gpu_memory_used", "gpu-memory-total"} <= set(w["metrics"]), w["metrics"]
         assert w["metrics"]["gpu-memory-total"] > 0
         from distributed.dashboard.components.nvml import GPUCurrentLoad
+
         plot = GPUCurrentLoad(s.cluster.scheduler)  # the plot, fed from the in-process scheduler
         plot.update()
         assert list(plot.source.data["worker"]) == list(s.client.scheduler_info()["workers"])
@@ -504,6 +571,7 @@ def test_gpu_workers_report_gpu_metrics(cli):
 def test_performance_report_renders_its_task_stream_in_chromium(cpu_session, tmp_path):
     import dask.array as da
     from distributed import performance_report
+
     report = tmp_path / "performance-report.html"
     with performance_report(filename=str(report)):
         x = da.random.random((2000, 2000), chunks=500)
@@ -514,6 +582,7 @@ def test_performance_report_renders_its_task_stream_in_chromium(cpu_session, tmp
     # with the network blocked outright such a report draws nothing (what the offline checks
     # of gpuscale's own reports would catch)
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     with pytest.raises(PlaywrightTimeout):
         render_performance_report(report, timeout_s=5)
     # and the check tells an empty task stream apart (a report around no work)

@@ -1,5 +1,6 @@
 """gpuscale.dataframe.groupby_agg: results match pandas for every plan; the plan follows the
 family's budget; bad column / aggregation names are one-line UserErrors."""
+
 from __future__ import annotations
 
 import contextlib
@@ -21,9 +22,15 @@ SPEC = {"x": ["max", "mean"], "y": ["count", "sum", "min"]}
 def frame():
     rng = np.random.default_rng(0)
     n = 2000
-    pdf = pd.DataFrame({"key": rng.integers(0, 50, n), "k2": rng.integers(0, 4, n),
-                        "x": rng.random(n), "y": rng.integers(0, 100, n),
-                        "s": rng.choice(["a", "b", "c"], n)})
+    pdf = pd.DataFrame(
+        {
+            "key": rng.integers(0, 50, n),
+            "k2": rng.integers(0, 4, n),
+            "x": rng.random(n),
+            "y": rng.integers(0, 100, n),
+            "s": rng.choice(["a", "b", "c"], n),
+        }
+    )
     pdf.loc[::13, "x"] = np.nan
     return pdf
 
@@ -79,7 +86,9 @@ def test_per_worker_plan_when_groups_are_many(frame, ddf):
     res = gdf.groupby_agg(ddf, "key", SPEC, groups=50, rows=len(frame), sort=True)
     graph = dict(res.result.__dask_graph__())
     ours = [k for k in graph if str(k[0] if isinstance(k, tuple) else k).startswith("gpuscale-groupby")]
-    funcs = {v[0] if isinstance(v, tuple) else getattr(v, "func", None) for k, v in graph.items() if k in ours}
+    funcs = {
+        v[0] if isinstance(v, tuple) else getattr(v, "func", None) for k, v in graph.items() if k in ours
+    }
     assert gdf._whole in funcs
     assert not any("partial" in str(k) for k in ours)
     got = res.result.compute()
@@ -104,8 +113,12 @@ def test_non_decomposable_aggregations_use_the_tree(frame, ddf):
 @pytest.fixture
 def tiny_budget_family():
     cpu = backends.select("cpu").family
-    fam = dataclasses.replace(cpu, name="test-tiny", names=("test-tiny",),
-                              knobs=dataclasses.replace(cpu.knobs, split_out_budget_bytes=256))
+    fam = dataclasses.replace(
+        cpu,
+        name="test-tiny",
+        names=("test-tiny",),
+        knobs=dataclasses.replace(cpu.knobs, split_out_budget_bytes=256),
+    )
     backends.register(fam)
     yield fam
     backends.unregister("test-tiny")
@@ -164,12 +177,14 @@ def test_on_distributed_cluster(cpu_session, frame, split_out):
         assert res.plan.strategy == "per-worker"
         # one partial per worker holding data, covering every partition once
         from distributed import wait
+
         wait(ddf)
         keys = ddf.__dask_keys__()
         groups = gdf._worker_groups(ddf, keys)
         assert sorted(i for g in groups for i in g) == list(range(6))
         assert len(groups) <= 2
         from distributed import futures_of
+
         who = cpu_session.client.who_has(ddf)
         held = {f.key[1]: who[f.key][0] for f in futures_of(ddf)}  # partition -> worker
         assert len(set(held.values())) == 2 and len(groups) == 2
@@ -192,6 +207,7 @@ def test_merge_and_sort_routes_one_task_on_one_single_thread_worker(cpu_session)
     one thread is the whole cluster, Dask's way otherwise (cpu_session: 2 workers); the rows
     equal pandas' either way."""
     import gpuscale
+
     rng = np.random.default_rng(0)
     left = pd.DataFrame({"key": rng.permutation(2_000), "x": np.arange(2_000)})
     right = pd.DataFrame({"key": rng.integers(0, 3_000, 1_500), "y": rng.random(1_500)})
@@ -222,6 +238,7 @@ def _one_thread_worker_frames(seed: int, keys: int, rows: int):
     from distributed import wait
 
     import gpuscale
+
     rng = np.random.default_rng(seed)
     left = pd.DataFrame({"key": rng.integers(0, keys, rows), "x": rng.random(rows)})
     right = pd.DataFrame({"key": np.arange(keys), "y": rng.random(keys)})
@@ -237,9 +254,13 @@ def test_a_one_task_route_runs_one_task_no_alias():
     frame's key to the task's was one more task, a scheduling round each run), and the answer
     equals pandas'."""
     from distributed import get_task_stream, wait
+
     with _one_thread_worker_frames(1, 500, 5_000) as (s, left, right, dl, dr):
-        routes = {"groupby": gdf.groupby_agg(dl, "key", {"x": "sum"}, groups=500, threads=1).result,
-                  "merge": gdf.merge(dl, dr, "key").result, "sort": gdf.sort(dl, "key").result}
+        routes = {
+            "groupby": gdf.groupby_agg(dl, "key", {"x": "sum"}, groups=500, threads=1).result,
+            "merge": gdf.merge(dl, dr, "key").result,
+            "sort": gdf.sort(dl, "key").result,
+        }
         for name, result in routes.items():
             with get_task_stream(client=s.client) as ts:
                 done = s.client.persist(result)
@@ -260,10 +281,13 @@ def test_a_one_task_route_is_submitted_with_its_wrappers_and_its_answer():
     from dask.dataframe.dask_expr._collection import new_collection
 
     from gpuscale.runs import runner
+
     with _one_thread_worker_frames(2, 300, 4_000) as (s, left, right, dl, dr):
         route = gdf.groupby_agg(dl, "key", {"x": ["sum", "max"]}, groups=300, threads=1).result
         wrapped = new_collection(route.expr.finished_by(_tagged))
-        _, out = runner.timed(s.client, s.family, lambda: {"g": wrapped, "m": gdf.merge(dl, dr, "key").result})
+        _, out = runner.timed(
+            s.client, s.family, lambda: {"g": wrapped, "m": gdf.merge(dl, dr, "key").result}
+        )
         for name, frame in out.items():
             (future,) = futures_of(frame)
             funcs = s.client.run_on_scheduler(_run_spec_func, future.key)
@@ -278,6 +302,7 @@ def test_a_one_task_route_is_submitted_with_its_wrappers_and_its_answer():
         assert len(runner.persist(s.client, lazy).compute()) == len(left.merge(right, on="key"))
         # a Delayed answers every attribute (``.expr.submitted`` too): it must still be persisted
         import dask
+
         _, held = runner.timed(s.client, s.family, lambda: {"d": dask.delayed(len)(list(range(7)))})
         assert futures_of(held["d"]) and held["d"].compute() == 7
 
@@ -292,6 +317,7 @@ def test_the_gpu_family_synchronizes_a_one_task_route_inside_its_task():
     round trip to every worker after the wait); frames of other shapes are left to that round
     trip. Built only (no GPU here): the task is (synchronize, (the route's task))."""
     from gpuscale.backends import gpu, registry
+
     fam = next(f for f in registry.families() if f.name == "gpu")
     df = dd.from_pandas(pd.DataFrame({"key": [1, 2, 1, 2], "x": [1.0, 2.0, 3.0, 4.0]}), npartitions=2)
     route = gdf.groupby_agg(df, "key", {"x": "sum"}, groups=2, family=fam, threads=1)
@@ -302,11 +328,13 @@ def test_the_gpu_family_synchronizes_a_one_task_route_inside_its_task():
     assert task[0] is gpu._synced and task[1][0] in (gdf._whole, gdf._combine), task
     # the nested task runs as one (checked here with a host function in the synchronize's place)
     from dask.dataframe.dask_expr._collection import new_collection
+
     got = new_collection(route.result.expr.finished_by(_tagged)).compute()
     assert got.attrs.get("finished") is True
     pd.testing.assert_frame_equal(got, route.result.compute(), check_like=True)
     assert fam.synchronized(df.groupby("key").x.sum()) is None
     import dask
+
     assert fam.synchronized(dask.delayed(len)([1])) is None  # a Delayed answers every attribute
 
 
@@ -320,6 +348,7 @@ def test_sort_is_dasks_default_and_asked_for_sorts_every_plan(frame, ddf):
     (the same groups and values as pandas'), True sorts them on every one-partition plan, and a
     split result cannot be sorted (one line with the fix)."""
     import dataclasses
+
     for groups in (50, 5):  # per-worker (many groups per partition) and tree (few)
         base = gdf.groupby_agg(ddf, "key", SPEC, groups=groups, rows=len(frame))
         for plan in {base.plan.strategy, "tree", "per-worker"}:
@@ -333,6 +362,7 @@ def test_sort_is_dasks_default_and_asked_for_sorts_every_plan(frame, ddf):
     from distributed import wait
 
     import gpuscale
+
     with gpuscale.session(backend="cpu", workers=2, threads_per_worker=1) as s, s.client.as_current():
         held = s.client.persist(ddf)
         wait(held)

@@ -5,6 +5,7 @@ among them an internal link that resolves nowhere (MyST's ``myst.xref_missing``:
 anchor), a bad directive, or reST that does not parse in a docstring or a CLI help text. Links to
 the outside world are not checked (no network in CI).
 """
+
 from __future__ import annotations
 
 import html
@@ -29,7 +30,8 @@ from gpuscale.cli import cli
 
 def walk(cmd, path):
     ctx = click.Context(cmd, info_name=path[-1])
-    options = sorted(o for p in cmd.params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts))
+    opts = [p for p in cmd.params if isinstance(p, click.Option)]
+    options = sorted(o for p in opts for o in (*p.opts, *p.secondary_opts))
     yield {"path": " ".join(path), "options": options}
     if isinstance(cmd, click.Group):
         for name in cmd.list_commands(ctx):
@@ -50,23 +52,50 @@ def text_of(page: pathlib.Path) -> str:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("docs-html")
-    p = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-                        "-d", str(out / ".doctrees"), str(DOCS), str(out)],
-                       cwd=str(REPO), env=_clean_environ(), capture_output=True, text=True, timeout=280)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-W",
+            "--keep-going",
+            "-q",
+            "-b",
+            "html",
+            "-d",
+            str(out / ".doctrees"),
+            str(DOCS),
+            str(out),
+        ],
+        cwd=str(REPO),
+        env=_clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert p.returncode == 0, f"sphinx-build failed:\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
     return out
 
 
 def test_the_site_builds_without_a_warning(built):
-    for page in ("index", "reference/cli", "reference/python", "reference/settings", "reference/records",
-                 "reference/exit-codes", "benchmarks", "guide/own-data"):
+    for page in (
+        "index",
+        "reference/cli",
+        "reference/python",
+        "reference/settings",
+        "reference/records",
+        "reference/exit-codes",
+        "benchmarks",
+        "guide/own-data",
+    ):
         assert (built / f"{page}.html").is_file(), page
 
 
 def test_every_page_is_in_a_toctree(built):
     """Sphinx warns about a page outside every toctree too; here: each Markdown page was built."""
-    pages = {p.relative_to(DOCS).with_suffix("").as_posix() for p in DOCS.rglob("*.md")
-             if "_build" not in p.parts}
+    pages = {
+        p.relative_to(DOCS).with_suffix("").as_posix() for p in DOCS.rglob("*.md") if "_build" not in p.parts
+    }
     missing = {p for p in pages if not (built / f"{p}.html").is_file()}
     assert not missing, missing
 
@@ -74,11 +103,19 @@ def test_every_page_is_in_a_toctree(built):
 def test_cli_reference_names_every_command_and_option(built):
     """Every command of the click group, walked recursively in a fresh process (the workloads
     registered there, none from other tests), with every option, is in the CLI reference."""
-    p = subprocess.run([sys.executable, "-c", WALK_CLI], cwd=str(REPO), env=_clean_environ(),
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", WALK_CLI],
+        cwd=str(REPO),
+        env=_clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     commands = json.loads(p.stdout)
-    assert {"gpuscale run svd", "gpuscale cluster up", "gpuscale results compare"} <= {c["path"] for c in commands}
+    assert {"gpuscale run svd", "gpuscale cluster up", "gpuscale results compare"} <= {
+        c["path"] for c in commands
+    }
     page = text_of(built / "reference" / "cli.html")
     for c in commands:
         assert f"{c['path']} [OPTIONS]" in page, f"the CLI reference has no usage of `{c['path']}`"
@@ -92,8 +129,13 @@ def test_settings_reference_lists_every_setting(built):
     environment variable: the table is generated from the models at build time."""
     page = text_of(built / "reference" / "settings.html")
     keys = config.schema_keys()
-    assert {"backend", "cluster.workers", "cluster.ssh.hosts", "run.auto-repeat.target-error",
-            "session.host-collections"} <= keys
+    assert {
+        "backend",
+        "cluster.workers",
+        "cluster.ssh.hosts",
+        "run.auto-repeat.target-error",
+        "session.host-collections",
+    } <= keys
     for key in sorted(keys):
         assert key in page, f"the settings reference has no {key}"
         env = "DASK_GPUSCALE__" + key.replace("-", "_").replace(".", "__").upper()
@@ -127,9 +169,12 @@ def test_exit_codes_page_lists_every_code():
 
 def test_docs_say_what_is_true_now():
     """The pages describe the tool as it is: no development history (work sessions, issue numbers)."""
-    history = re.compile(r"\bissues? \d+|\bissue-\d+|\b(first|second|third|fourth|fifth|sixth|seventh|eighth|"
-                         r"ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|\d+(st|nd|rd|th)) (GPU )?session\b"
-                         r"|\bsession \d+\b", re.I)
+    history = re.compile(
+        r"\bissues? \d+|\bissue-\d+|\b(first|second|third|fourth|fifth|sixth|seventh|eighth|"
+        r"ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|\d+(st|nd|rd|th)) (GPU )?session\b"
+        r"|\bsession \d+\b",
+        re.I,
+    )
     for page in [REPO / "README.md", *DOCS.rglob("*.md")]:
         if "_build" in page.parts:
             continue

@@ -1,6 +1,7 @@
 """explain's output and the record's ``explained`` section stay what they were while the
 layers that make the choices change (see tests/explained_cases.py): the cluster layer records
 its own choices and explain lays them out."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,9 @@ CORES = 2
 """The golden file was made on a machine with this many usable cores (CI's): the thread
 layout in it depends on them."""
 
-pytestmark = pytest.mark.skipif(machine.usable_cores() != CORES,
-                                reason=f"the golden file's layouts are for {CORES} cores")
+pytestmark = pytest.mark.skipif(
+    machine.usable_cores() != CORES, reason=f"the golden file's layouts are for {CORES} cores"
+)
 
 
 def _ids(items):
@@ -45,6 +47,7 @@ def test_explain_lays_out_each_ssh_host_from_the_spec(cli):
     pool, spilling, transports, TLS); the GPU spec passes its device memory limit to the
     CUDAWorker it starts; the text output has the per-host table."""
     import gpuscale.api as api
+
     d = api.explain("svd", backend="cpu", cluster_settings={"deploy": "ssh", "ssh_hosts": "a,b,b,c"})
     per = d["per_host"]
     assert list(per) == ["a", "b", "c"]
@@ -54,24 +57,51 @@ def test_explain_lays_out_each_ssh_host_from_the_spec(cli):
         e = per[host]
         assert e["scheduler"] is False and e["worker_entries"] == n == e["workers"]
         assert e["worker_class"] == d["cluster"]["kwargs"]["worker_class"] == "distributed.Nanny"
-        assert e["threads_per_worker"] == opts["nthreads"] == d["explained"]["cluster"]["threads_per_worker"]["value"]
+        assert (
+            e["threads_per_worker"]
+            == opts["nthreads"]
+            == d["explained"]["cluster"]["threads_per_worker"]["value"]
+        )
         assert e["memory_limit"] == d["explained"]["cluster"]["memory_limit"]["rule"]
         assert e["spilling"] == d["explained"]["cluster"]["spilling"]["value"]
         assert e["transports"] == {"selection": "tcp"} and e["tls"] is True and e["rmm_pool_size"] is None
-    g = api.explain("groupby", backend="gpu", protocol="ucx",
-                    cluster_settings={"deploy": "ssh", "ssh_hosts": "a,b", "security": "off",
-                                      "device_memory_limit": "30GB", "rmm_pool_size": "20GB"})
+    g = api.explain(
+        "groupby",
+        backend="gpu",
+        protocol="ucx",
+        cluster_settings={
+            "deploy": "ssh",
+            "ssh_hosts": "a,b",
+            "security": "off",
+            "device_memory_limit": "30GB",
+            "rmm_pool_size": "20GB",
+        },
+    )
     b = g["per_host"]["b"]
     assert b["worker_class"] == "dask_cuda.CUDAWorker"
     assert b["workers"] == "1 x dask_cuda.CUDAWorker: one worker per GPU of b"
-    assert b["device_memory_limit"] == "30GB" == g["cluster"]["kwargs"]["worker_options"]["device_memory_limit"]
+    assert (
+        b["device_memory_limit"] == "30GB" == g["cluster"]["kwargs"]["worker_options"]["device_memory_limit"]
+    )
     assert b["rmm_pool_size"] == "20GB" and b["tls"] is False
     assert b["transports"] == {"selection": "automatic (UCX chooses)"}
     local = api.explain("svd", backend="cpu")
     assert "per_host" not in local
-    p = cli("explain", "svd", "--backend", "cpu", "--deploy", "ssh", "--ssh-hosts", "a,b,b,c", env={"COLUMNS": "250"})
+    p = cli(
+        "explain",
+        "svd",
+        "--backend",
+        "cpu",
+        "--deploy",
+        "ssh",
+        "--ssh-hosts",
+        "a,b,b,c",
+        env={"COLUMNS": "250"},
+    )
     assert p.returncode == 0, p.stderr
     assert "per host: what runs there and what its workers get" in p.stdout
-    rows = {line.split()[0]: line for line in p.stdout.splitlines() if line.split()[:1] in (["a"], ["b"], ["c"])}
+    rows = {
+        line.split()[0]: line for line in p.stdout.splitlines() if line.split()[:1] in (["a"], ["b"], ["c"])
+    }
     assert "scheduler" in rows["a"] and "2 worker entries" in rows["b"] and "1 worker entry" in rows["c"]
     assert "distributed.Nanny" in rows["b"] and "selection=tcp" in rows["c"]

@@ -5,6 +5,7 @@ cuDF's gaps do on a GPU. The code completes with plain Dask's answer on the CPU,
 fallback is named in the audit (operation, file:line, partitions, bytes each way), in
 ``Session.fallbacks`` and by one warning; strict mode refuses in one line; the user queries
 (H2O, TPC-H) make none."""
+
 from __future__ import annotations
 
 import contextlib
@@ -34,8 +35,9 @@ UNSUPPORTED = "rename,groupby.size,loc"
 
 
 def frame():
-    return dask.datasets.timeseries(end="2000-01-03", freq="60s", seed=1,
-                                    dtypes={"id": int, "name": "string", "x": float, "y": float})
+    return dask.datasets.timeseries(
+        end="2000-01-03", freq="60s", seed=1, dtypes={"id": int, "name": "string", "x": float, "y": float}
+    )
 
 
 def masked_size(df):
@@ -46,8 +48,10 @@ def masked_size(df):
 def plain(fn):
     """``fn(frame())`` computed with plain Dask on the CPU (the session's block off, the threaded
     scheduler); ``fn`` may compute itself."""
-    with host_collections.scope(gpuscale.backends.select("cpu").family, "off"), \
-            dask.config.set(scheduler="threads"):
+    with (
+        host_collections.scope(gpuscale.backends.select("cpu").family, "off"),
+        dask.config.set(scheduler="threads"),
+    ):
         out = fn(frame())
         return out.compute() if dask.is_dask_collection(out) else out
 
@@ -81,7 +85,9 @@ def test_a_chain_the_family_cannot_run_gives_the_cpu_answer_and_is_reported(sess
     fbs = a.summary["fallbacks"]
     assert [f["operation"] for f in fbs] == ["DataFrame.rename", "GroupBy.size"]
     site = f"{__file__}:{masked_size.__code__.co_firstlineno + 2}"
-    assert all(f["where"] == site and f["partitions"] == df.npartitions and "TypeError" in f["error"] for f in fbs)
+    assert all(
+        f["where"] == site and f["partitions"] == df.npartitions and "TypeError" in f["error"] for f in fbs
+    )
     # the rename's host result feeds the groupby on the host: copied to pandas once, back once
     assert sum(f["bytes_to_host"] for f in fbs) > 0 and fbs[-1]["bytes_to_device"] > 0
     assert fbs[0]["blocks_to_host"] == df.npartitions and fbs[0]["blocks_to_device"] == 0
@@ -96,8 +102,9 @@ def test_a_chain_the_family_cannot_run_gives_the_cpu_answer_and_is_reported(sess
 def test_the_adapter_finds_dasks_classes():
     """The one module naming Dask internals still finds them (a Dask that moves them fails here)."""
     names = {cls.__name__ for cls, _ in _dask_private.classes()}
-    assert {"FrameBase", "DataFrame", "Series", "Index", "GroupBy", "SeriesGroupBy", "LocIndexer"} <= names, \
+    assert {"FrameBase", "DataFrame", "Series", "Index", "GroupBy", "SeriesGroupBy", "LocIndexer"} <= names, (
         f"dask {dask.__version__} (checked: {_dask_private.DASK_CHECKED}) moved {names}"
+    )
 
 
 def test_a_fallback_result_goes_on_on_the_family(session):
@@ -152,8 +159,11 @@ def test_a_reader_the_familys_dask_backend_refuses_reads_on_the_host(tmp_path):
         mp.setenv(auditfam.UNSUPPORTED, "")
         auditfam.register_reader()
         try:
-            with gpuscale.session(backend="auditreader", **SESSION) as s, s.audit(phase="read") as a, \
-                    pytest.warns(FallbackWarning, match="read_parquet failed on the auditreader family"):
+            with (
+                gpuscale.session(backend="auditreader", **SESSION) as s,
+                s.audit(phase="read") as a,
+                pytest.warns(FallbackWarning, match="read_parquet failed on the auditreader family"),
+            ):
                 df = dd.read_parquet(str(tmp_path / "t.parquet"), engine="pyarrow")
                 got = df.groupby("k").x.sum().compute()
         finally:

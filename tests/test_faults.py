@@ -7,6 +7,7 @@ the chosen phase (its progress bar counting repeats, a temp file it made, the ru
 the scheduler), never after a fixed sleep. Every process a test starts is in its own session
 and is killed at teardown, with the worker processes it had.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,8 +34,19 @@ pytestmark = pytest.mark.timeout(240)
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 ONE_WORKER = ("--backend", "cpu", "--workers", "1", "--threads-per-worker", "1")
-LONG_SVD = ("run", "svd", *ONE_WORKER, "--rows", "20000", "--cols", "10", "--warmup", "0",
-            "--repeat", "100000")
+LONG_SVD = (
+    "run",
+    "svd",
+    *ONE_WORKER,
+    "--rows",
+    "20000",
+    "--cols",
+    "10",
+    "--warmup",
+    "0",
+    "--repeat",
+    "100000",
+)
 REPEATING = r"svd \(cpu\).*\b[1-9]\d*/100000"  # the progress bar, a repeat or more done
 
 
@@ -52,17 +64,23 @@ class Proc:
         master = slave = None
         if tty:
             master, slave = pty.openpty()
-        self.p = subprocess.Popen([sys.executable, "-m", "gpuscale", *map(str, args)], cwd=str(cwd),
-                                  env=_clean_environ({"COLUMNS": "200", "PYTHONFAULTHANDLER": "1", **(env or {})}),
-                                  stdout=subprocess.PIPE, stderr=slave if tty else subprocess.PIPE,
-                                  start_new_session=True)
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "gpuscale", *map(str, args)],
+            cwd=str(cwd),
+            env=_clean_environ({"COLUMNS": "200", "PYTHONFAULTHANDLER": "1", **(env or {})}),
+            stdout=subprocess.PIPE,
+            stderr=slave if tty else subprocess.PIPE,
+            start_new_session=True,
+        )
         if tty:
             os.close(slave)
             err_reader = threading.Thread(target=self._read_fd, args=(master,), daemon=True)
         else:
             err_reader = threading.Thread(target=self._read_pipe, args=(self.p.stderr, self.err), daemon=True)
-        self._threads = [threading.Thread(target=self._read_pipe, args=(self.p.stdout, self.out), daemon=True),
-                         err_reader]
+        self._threads = [
+            threading.Thread(target=self._read_pipe, args=(self.p.stdout, self.out), daemon=True),
+            err_reader,
+        ]
         for t in self._threads:
             t.start()
         self.kids: set[int] = set()
@@ -123,8 +141,9 @@ class Proc:
                     return
             if self.p.poll() is not None:
                 time.sleep(0.3)
-                raise AssertionError(f"exited {self.p.returncode} before {what!r}:\n{self.stdout()}\n"
-                                     f"{self.stderr_lines()}")
+                raise AssertionError(
+                    f"exited {self.p.returncode} before {what!r}:\n{self.stdout()}\n{self.stderr_lines()}"
+                )
             assert time.monotonic() < deadline, f"no {what!r} within {timeout} s: {self.stderr_lines()}"
             time.sleep(0.02)
 
@@ -137,8 +156,9 @@ class Proc:
                 self.p.wait(timeout=10)
             for t in self._threads:
                 t.join(timeout=5)
-            raise AssertionError(f"no exit within {timeout} s; its threads then:\n"
-                                 + "".join(self.err)[-20000:]) from None
+            raise AssertionError(
+                f"no exit within {timeout} s; its threads then:\n" + "".join(self.err)[-20000:]
+            ) from None
         for t in self._threads:
             t.join(timeout=10)
         return rc
@@ -175,7 +195,9 @@ def gone(pids, timeout: float = 30) -> list[int]:
     deadline = time.monotonic() + timeout
     alive = list(pids)
     while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        alive = [
+            p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+        ]
         time.sleep(0.1)
     return alive
 
@@ -191,8 +213,11 @@ def assert_one_line(lines: list[str], *needles: str) -> str:
 
 
 def assert_nothing_half_written(folder: pathlib.Path) -> None:
-    left = [p for p in folder.rglob("*") if ".tmp-" in p.name or p.name.endswith(".gpuscale-tmp")
-            or p.name.startswith(".gpuscale-probe-")]
+    left = [
+        p
+        for p in folder.rglob("*")
+        if ".tmp-" in p.name or p.name.endswith(".gpuscale-tmp") or p.name.startswith(".gpuscale-probe-")
+    ]
     assert left == [], left
 
 
@@ -204,9 +229,16 @@ def test_exit_codes_are_defined_once_and_documented():
     table = page.split("# Exit codes", 1)[1].split("\n\n", 3)[2]
     for code in errors.EXIT_CODES:
         assert f"\n| {code} |" in "\n" + table, code
-    assert (errors.EXIT_BAD_INPUT, errors.EXIT_CHECK_FAILED, errors.EXIT_CLUSTER_GONE, errors.EXIT_SIGHUP,
-            errors.EXIT_SIGINT, errors.EXIT_SIGTERM) == (2, 3, 4, 129, 130, 143)
+    assert (
+        errors.EXIT_BAD_INPUT,
+        errors.EXIT_CHECK_FAILED,
+        errors.EXIT_CLUSTER_GONE,
+        errors.EXIT_SIGHUP,
+        errors.EXIT_SIGINT,
+        errors.EXIT_SIGTERM,
+    ) == (2, 3, 4, 129, 130, 143)
     from gpuscale.records import compare
+
     assert compare.SLOWER_EXIT == errors.EXIT_CHECK_FAILED
 
 
@@ -229,8 +261,11 @@ def test_an_unexpected_error_is_one_line_exit_1(cli, broken_record):
 
 @pytest.mark.parametrize("how", ["flag", "env"])
 def test_debug_shows_the_traceback(cli, broken_record, how):
-    p = cli("--debug", "results", "list", broken_record) if how == "flag" else \
-        cli("results", "list", broken_record, env={"GPUSCALE_DEBUG": "1"})
+    p = (
+        cli("--debug", "results", "list", broken_record)
+        if how == "flag"
+        else cli("results", "list", broken_record, env={"GPUSCALE_DEBUG": "1"})
+    )
     assert p.returncode == 1
     assert "Traceback (most recent call last)" in p.stderr and "ValidationError" in p.stderr
 
@@ -238,10 +273,16 @@ def test_debug_shows_the_traceback(cli, broken_record, how):
 # ---------------------------------------------------------------------------------------
 # 2. signals: one line naming the phase, 130 / 143, temp files removed, workers gone
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("sig, code, group", [
-    (signal.SIGTERM, 143, False), (signal.SIGINT, 130, False),
-    (signal.SIGTERM, 143, True), (signal.SIGINT, 130, True)],
-    ids=["SIGTERM", "SIGINT", "SIGTERM to the group (timeout)", "SIGINT to the group (Ctrl-C)"])
+@pytest.mark.parametrize(
+    "sig, code, group",
+    [
+        (signal.SIGTERM, 143, False),
+        (signal.SIGINT, 130, False),
+        (signal.SIGTERM, 143, True),
+        (signal.SIGINT, 130, True),
+    ],
+    ids=["SIGTERM", "SIGINT", "SIGTERM to the group (timeout)", "SIGINT to the group (Ctrl-C)"],
+)
 def test_signal_during_the_timed_repeats(spawn, tmp_path, sig, code, group):
     p = spawn(*LONG_SVD, "--results-dir", tmp_path / "res", tty=True)
     p.wait_for(REPEATING)
@@ -265,23 +306,30 @@ def test_the_interruption_line_counts_timed_repeats_apart_from_warm_ups(spawn, t
 
 def test_an_interrupted_bench_says_its_finished_cases_are_kept(spawn, tmp_path):
     spec = tmp_path / "long.yaml"
-    spec.write_text("name: long\nbackends: [cpu]\nworkers: [1]\nrepeat: 3\nwarmup: 0\n"
-                    "cluster: {threads_per_worker: 1}\nworkloads:\n  svd:\n"
-                    "    sizes: [{rows: 2000, cols: 10}, {rows: 3000, cols: 10}, {rows: 4000, cols: 10}]\n"
-                    "  reduction:\n    sizes: [{rows: 100, cols: 10}]\n    params: {op: sum}\n")
+    spec.write_text(
+        "name: long\nbackends: [cpu]\nworkers: [1]\nrepeat: 3\nwarmup: 0\n"
+        "cluster: {threads_per_worker: 1}\nworkloads:\n  svd:\n"
+        "    sizes: [{rows: 2000, cols: 10}, {rows: 3000, cols: 10}, {rows: 4000, cols: 10}]\n"
+        "  reduction:\n    sizes: [{rows: 100, cols: 10}]\n    params: {op: sum}\n"
+    )
     p = spawn("bench", spec, "--out", tmp_path / "out", "--json")
     p.wait_for(lambda: glob.glob(str(tmp_path / "out" / "records" / "*.json")), timeout=120)
     os.kill(p.pid, signal.SIGTERM)
     assert p.wait() == 143, p.stderr_lines()
     lines = [x for x in p.stderr_lines() if not x.startswith("[")]  # the sweep's progress lines go first
-    line = assert_one_line(lines, "interrupted (SIGTERM)", "finished case(s) are kept in", "a re-run skips them")
+    line = assert_one_line(
+        lines, "interrupted (SIGTERM)", "finished case(s) are kept in", "a re-run skips them"
+    )
     assert "nothing was written" not in line
     assert glob.glob(str(tmp_path / "out" / "records" / "*.json"))
     assert gone(p.kids) == []
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)],
-                         ids=["SIGTERM", "SIGINT", "SIGHUP"])
+@pytest.mark.parametrize(
+    "sig, code",
+    [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)],
+    ids=["SIGTERM", "SIGINT", "SIGHUP"],
+)
 def test_signal_during_a_traced_run_removes_the_trace_temp_folder(spawn, tmp_path, sig, code):
     p = spawn(*LONG_SVD, "--results-dir", tmp_path / "res", "--trace", tmp_path / "tr", tty=True)
     p.wait_for(lambda: glob.glob(str(tmp_path / ".tr.tmp-*")))  # the folder the capture fills
@@ -296,9 +344,28 @@ def test_signal_during_a_traced_run_removes_the_trace_temp_folder(spawn, tmp_pat
 @pytest.mark.slow
 def test_sigterm_while_writing_output_removes_its_temp_file(spawn, tmp_path):
     out = tmp_path / "out.csv"
-    p = spawn("run", "groupby", "--backend", "cpu", "--workers", "1", "--threads-per-worker", "2",
-              "--rows", "2000000", "--keys", "1000000", "--repeat", "1", "--warmup", "0",
-              "--output", out, "--results-dir", tmp_path / "res")
+    p = spawn(
+        "run",
+        "groupby",
+        "--backend",
+        "cpu",
+        "--workers",
+        "1",
+        "--threads-per-worker",
+        "2",
+        "--rows",
+        "2000000",
+        "--keys",
+        "1000000",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--output",
+        out,
+        "--results-dir",
+        tmp_path / "res",
+    )
     p.wait_for(lambda: glob.glob(str(tmp_path / ".out.csv.*gpuscale-tmp")), timeout=120)
     os.kill(p.pid, signal.SIGTERM)
     assert p.wait() == 143
@@ -331,8 +398,13 @@ def test_an_on_purpose_stop_leaves_no_tracebacks_or_tracker_warnings(mode):
     traceback of a cancelled Nanny close, and the resource tracker's leaked-semaphore warnings.
     Without errors.quiet_shutdown_noise (what `main` calls first) both are printed: the check
     sees them."""
-    p = subprocess.run([sys.executable, "-c", SHUTDOWN_NOISE, mode], capture_output=True, text=True,
-                       timeout=60, env=_clean_environ())
+    p = subprocess.run(
+        [sys.executable, "-c", SHUTDOWN_NOISE, mode],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_clean_environ(),
+    )
     deadline = time.monotonic() + 10  # the tracker process prints after this one exits
     while mode == "loud" and "leaked semaphore" not in p.stderr and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -355,8 +427,24 @@ def test_sigterm_while_the_cluster_starts(spawn, tmp_path):
 def test_sigint_after_the_repeats_names_a_later_phase(spawn, tmp_path):
     """The last repeat counted on the progress bar: Ctrl-C lands in validation or the record
     write, never named as a repeat, and nothing is left behind."""
-    p = spawn("run", "svd", *ONE_WORKER, "--rows", "400000", "--cols", "50", "--warmup", "0",
-              "--repeat", "2", "--validate", "full", "--results-dir", tmp_path / "res", tty=True)
+    p = spawn(
+        "run",
+        "svd",
+        *ONE_WORKER,
+        "--rows",
+        "400000",
+        "--cols",
+        "50",
+        "--warmup",
+        "0",
+        "--repeat",
+        "2",
+        "--validate",
+        "full",
+        "--results-dir",
+        tmp_path / "res",
+        tty=True,
+    )
     p.wait_for(r"svd \(cpu\).*\b2/2")
     os.kill(p.pid, signal.SIGINT)
     rc = p.wait()
@@ -392,8 +480,19 @@ ABSURD = [
 @pytest.mark.parametrize("flags, needles", ABSURD, ids=[" ".join(f) for f, _ in ABSURD])
 def test_absurd_flags_are_refused_at_once(spawn, tmp_path, flags, needles):
     t0 = time.monotonic()
-    p = spawn("run", "svd", "--backend", "cpu", "--rows", "1000", "--cols", "10", *flags,
-              "--results-dir", tmp_path / "res")
+    p = spawn(
+        "run",
+        "svd",
+        "--backend",
+        "cpu",
+        "--rows",
+        "1000",
+        "--cols",
+        "10",
+        *flags,
+        "--results-dir",
+        tmp_path / "res",
+    )
     while p.p.poll() is None:
         p.note_kids()
         time.sleep(0.02)
@@ -407,6 +506,7 @@ def test_absurd_flags_are_refused_at_once(spawn, tmp_path, flags, needles):
 
 def test_a_fraction_is_of_this_machines_memory(cli):
     from gpuscale import machine
+
     p = cli("cluster", "show", "--backend", "cpu", "--workers", "1", "--memory-limit", "0.5", "--json")
     assert p.returncode == 0, p.stderr
     spec = json.loads(p.stdout)["spec"]
@@ -415,6 +515,7 @@ def test_a_fraction_is_of_this_machines_memory(cli):
 
 def test_the_api_bounds_the_same(tmp_path):
     import gpuscale
+
     t0 = time.monotonic()
     with pytest.raises(gpuscale.UserError, match="more than this machine holds"):
         gpuscale.run("svd", backend="cpu", cluster_settings={"workers": 100_000}, rows=1000, cols=10)
@@ -432,8 +533,9 @@ def small_disk(tmp_path):
     def mount(size: str) -> pathlib.Path:
         d = tmp_path / f"disk{len(mounted)}"
         d.mkdir()
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], capture_output=True, text=True
+        )
         if r.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}): needs root")
         mounted.append(d)
@@ -467,8 +569,23 @@ def test_a_results_disk_without_room_is_refused_up_front(cli, small_disk, tmp_pa
 @pytest.mark.parametrize("as_json", [True, False], ids=["--json", "table"])
 def test_a_disk_full_at_the_end_prints_the_record_instead(spawn, small_disk, tmp_path, as_json):
     d = small_disk("2m")
-    p = spawn("run", "svd", *ONE_WORKER, "--rows", "20000", "--cols", "10", "--warmup", "0",
-              "--repeat", "40", "--results-dir", d / "res", *(["--json"] if as_json else []), tty=True)
+    p = spawn(
+        "run",
+        "svd",
+        *ONE_WORKER,
+        "--rows",
+        "20000",
+        "--cols",
+        "10",
+        "--warmup",
+        "0",
+        "--repeat",
+        "40",
+        "--results-dir",
+        d / "res",
+        *(["--json"] if as_json else []),
+        tty=True,
+    )
     p.wait_for(r"svd \(cpu\).*\b[1-9]\d*/40")
     fill(d)  # the disk fills while the run is in its repeats
     assert p.wait() == errors.EXIT_RECORD_NOT_WRITTEN
@@ -484,12 +601,32 @@ def test_output_on_a_full_disk_keeps_the_record(cli, small_disk, tmp_path):
     """--output onto a disk too small for it: the validated result is kept (the record is
     written to the results folder, which has room, and shown), one line says why, exit 5."""
     d = small_disk("256k")
-    p = cli("run", "groupby", *ONE_WORKER, "--rows", "200000", "--keys", "100000",
-            "--repeat", "2", "--warmup", "0", "--output", d / "out.csv", "--results-dir", tmp_path / "res",
-            "--json", timeout=300)
+    p = cli(
+        "run",
+        "groupby",
+        *ONE_WORKER,
+        "--rows",
+        "200000",
+        "--keys",
+        "100000",
+        "--repeat",
+        "2",
+        "--warmup",
+        "0",
+        "--output",
+        d / "out.csv",
+        "--results-dir",
+        tmp_path / "res",
+        "--json",
+        timeout=300,
+    )
     assert p.returncode == errors.EXIT_RECORD_NOT_WRITTEN, p.stderr
-    line = assert_one_line(p.stderr.splitlines(), "could not write --output", "No space left on device",
-                           "the measured result is kept in the record")
+    line = assert_one_line(
+        p.stderr.splitlines(),
+        "could not write --output",
+        "No space left on device",
+        "the measured result is kept in the record",
+    )
     record = json.loads(p.stdout)
     assert record["valid"] is True and len(record["times_s"]) == 2 and record["path"] in line
     assert record["info"]["output"]["written"] is False and "No space left" in record["info"]["output"]["why"]
@@ -499,11 +636,28 @@ def test_output_on_a_full_disk_keeps_the_record(cli, small_disk, tmp_path):
 
 def test_the_record_write_is_atomic_and_never_half_there(small_disk):
     from gpuscale.records import results
+
     d = small_disk("256k")
-    r = results.Result.build(workload="svd", params={}, backend="cpu", family="cpu", backend_reason="",
-                             protocol="tcp", knobs={}, choices={}, cluster={}, times_s=[1.0], warmup_s=[],
-                             generate_s=0.0, validate_s=0.0, valid=True, validation={}, versions={},
-                             hardware={}, info={"pad": "x" * 400_000})
+    r = results.Result.build(
+        workload="svd",
+        params={},
+        backend="cpu",
+        family="cpu",
+        backend_reason="",
+        protocol="tcp",
+        knobs={},
+        choices={},
+        cluster={},
+        times_s=[1.0],
+        warmup_s=[],
+        generate_s=0.0,
+        validate_s=0.0,
+        valid=True,
+        validation={},
+        versions={},
+        hardware={},
+        info={"pad": "x" * 400_000},
+    )
     with pytest.raises(errors.RecordNotWritten) as e:
         results.write(r, d)
     assert "No space left on device" in str(e.value) and json.loads(e.value.record_json)["id"] == r.id
@@ -517,8 +671,19 @@ def test_the_record_write_is_atomic_and_never_half_there(small_disk):
 def served(spawn):
     """`gpuscale cluster up` (2 workers, plain tcp: these cases are about the cluster going away;
     TLS is tests/test_security.py's): (its Proc, the scheduler address)."""
-    up = spawn("cluster", "up", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1",
-               "--security", "off", "--json")
+    up = spawn(
+        "cluster",
+        "up",
+        "--backend",
+        "cpu",
+        "--workers",
+        "2",
+        "--threads-per-worker",
+        "1",
+        "--security",
+        "off",
+        "--json",
+    )
     up.wait_for(r'"scheduler"', on="out", timeout=120)
     return up, json.loads(up.stdout().splitlines()[0])["scheduler"]
 
@@ -526,9 +691,26 @@ def served(spawn):
 @pytest.mark.slow
 def test_cluster_down_refuses_while_a_run_is_in_flight_then_force_ends_it(spawn, served, tmp_path, cli):
     up, addr = served
-    run = spawn("run", "groupby", "--backend", "cpu", "--scheduler", addr, "--rows", "20000", "--keys", "100",
-                "--warmup", "0", "--repeat", "100000", "--no-in-cluster", "--results-dir", tmp_path / "res",
-                tty=True)
+    run = spawn(
+        "run",
+        "groupby",
+        "--backend",
+        "cpu",
+        "--scheduler",
+        addr,
+        "--rows",
+        "20000",
+        "--keys",
+        "100",
+        "--warmup",
+        "0",
+        "--repeat",
+        "100000",
+        "--no-in-cluster",
+        "--results-dir",
+        tmp_path / "res",
+        tty=True,
+    )
     run.wait_for(r"groupby \(cpu\).*\b[1-9]\d*/100000")
     p = cli("cluster", "down", addr)
     assert p.returncode == 2
@@ -544,12 +726,34 @@ def test_cluster_down_refuses_while_a_run_is_in_flight_then_force_ends_it(spawn,
 
 def test_cluster_up_killed_under_an_in_cluster_run(spawn, served, tmp_path):
     from distributed import Client
+
     up, addr = served
-    run = spawn("run", "groupby", "--backend", "cpu", "--scheduler", addr, "--rows", "20000", "--keys", "100",
-                "--warmup", "0", "--repeat", "100000", "--results-dir", tmp_path / "res")
+    run = spawn(
+        "run",
+        "groupby",
+        "--backend",
+        "cpu",
+        "--scheduler",
+        addr,
+        "--rows",
+        "20000",
+        "--keys",
+        "100",
+        "--warmup",
+        "0",
+        "--repeat",
+        "100000",
+        "--results-dir",
+        tmp_path / "res",
+    )
     with Client(addr, set_as_default=False) as c:  # the marker: the runner's task on the scheduler
-        run.wait_for(lambda: c.run_on_scheduler(  # a lambda: pickled by value for the scheduler
-            lambda dask_scheduler: any(str(k).startswith("gpuscale-runner-") for k in dask_scheduler.tasks)))
+        run.wait_for(
+            lambda: c.run_on_scheduler(  # a lambda: pickled by value for the scheduler
+                lambda dask_scheduler: any(
+                    str(k).startswith("gpuscale-runner-") for k in dask_scheduler.tasks
+                )
+            )
+        )
     up.note_kids()
     os.kill(up.pid, signal.SIGKILL)
     assert run.wait(timeout=120) == errors.EXIT_CLUSTER_GONE
@@ -560,9 +764,26 @@ def test_cluster_up_killed_under_an_in_cluster_run(spawn, served, tmp_path):
 
 def test_cluster_up_terminated_under_a_run(spawn, served, tmp_path):
     up, addr = served
-    run = spawn("run", "svd", "--backend", "cpu", "--scheduler", addr, "--rows", "20000", "--cols", "10",
-                "--warmup", "0", "--repeat", "100000", "--no-in-cluster", "--results-dir", tmp_path / "res",
-                tty=True)
+    run = spawn(
+        "run",
+        "svd",
+        "--backend",
+        "cpu",
+        "--scheduler",
+        addr,
+        "--rows",
+        "20000",
+        "--cols",
+        "10",
+        "--warmup",
+        "0",
+        "--repeat",
+        "100000",
+        "--no-in-cluster",
+        "--results-dir",
+        tmp_path / "res",
+        tty=True,
+    )
     run.wait_for(REPEATING)
     os.kill(up.pid, signal.SIGTERM)
     assert up.wait(timeout=60) == 0  # SIGTERM is the normal stop of `cluster up`
@@ -580,16 +801,29 @@ def test_cluster_down_with_nothing_in_flight_needs_no_force(served, cli):
 # ---------------------------------------------------------------------------------------
 # 6. bad data: NaN / inf counted during the load, header-only CSV, absent Zarr chunks, float16
 # ---------------------------------------------------------------------------------------
-SMALL_INPUT_RUN = ("--backend", "cpu", "--workers", "1", "--threads-per-worker", "1", "--repeat", "1",
-                   "--warmup", "0")
+SMALL_INPUT_RUN = (
+    "--backend",
+    "cpu",
+    "--workers",
+    "1",
+    "--threads-per-worker",
+    "1",
+    "--repeat",
+    "1",
+    "--warmup",
+    "0",
+)
 
 
 def test_nan_and_inf_in_npy_input_are_counted_with_the_first_position(cli, tmp_path):
     import numpy as np
+
     a = np.random.default_rng(0).random((20000, 10))
     a[1234, 5], a[1500, 2], a[19999, 0] = np.nan, np.inf, -np.inf
     np.save(tmp_path / "nan.npy", a)
-    p = cli("run", "svd", "--input", tmp_path / "nan.npy", *SMALL_INPUT_RUN, "--results-dir", tmp_path / "res")
+    p = cli(
+        "run", "svd", "--input", tmp_path / "nan.npy", *SMALL_INPUT_RUN, "--results-dir", tmp_path / "res"
+    )
     assert p.returncode == 2, p.stderr
     assert_one_line(p.stderr.splitlines(), "holds 3 NaN / inf value(s)", "row 1234, column 5", "nan_to_num")
     assert p.stdout == "" and files_under(tmp_path / "res") == []
@@ -598,8 +832,19 @@ def test_nan_and_inf_in_npy_input_are_counted_with_the_first_position(cli, tmp_p
 def test_a_header_only_csv_is_refused_before_anything_starts(cli, tmp_path):
     (tmp_path / "h.csv").write_text("k,v\n")
     t0 = time.monotonic()
-    p = cli("run", "groupby", "--input", tmp_path / "h.csv", "--by", "k", "--agg", "v:sum", *SMALL_INPUT_RUN,
-            "--results-dir", tmp_path / "res")
+    p = cli(
+        "run",
+        "groupby",
+        "--input",
+        tmp_path / "h.csv",
+        "--by",
+        "k",
+        "--agg",
+        "v:sum",
+        *SMALL_INPUT_RUN,
+        "--results-dir",
+        tmp_path / "res",
+    )
     assert p.returncode == 2, p.stderr
     assert_one_line(p.stderr.splitlines(), "has no rows", "only a header", "k, v")
     assert time.monotonic() - t0 < 15 and not (tmp_path / "res").exists()
@@ -607,12 +852,22 @@ def test_a_header_only_csv_is_refused_before_anything_starts(cli, tmp_path):
 
 def test_absent_zarr_chunks_are_reported_in_the_record(cli, tmp_path):
     import numpy as np
+
     zarr = pytest.importorskip("zarr")
-    z = zarr.open_array(str(tmp_path / "a.zarr"), mode="w", shape=(4000, 10), chunks=(1000, 10), dtype="f8",
-                        fill_value=0.0)
+    z = zarr.open_array(
+        str(tmp_path / "a.zarr"), mode="w", shape=(4000, 10), chunks=(1000, 10), dtype="f8", fill_value=0.0
+    )
     z[:2000] = np.random.default_rng(0).random((2000, 10))  # chunks 2 and 3 never written
-    p = cli("run", "svd", "--input", tmp_path / "a.zarr", *SMALL_INPUT_RUN, "--json",
-            "--results-dir", tmp_path / "res")
+    p = cli(
+        "run",
+        "svd",
+        "--input",
+        tmp_path / "a.zarr",
+        *SMALL_INPUT_RUN,
+        "--json",
+        "--results-dir",
+        tmp_path / "res",
+    )
     assert p.returncode == 0, p.stderr
     absent = json.loads(p.stdout)["data"]["absent_chunks"]
     assert absent["absent"] == 2 and absent["of"] == 4 and absent["read_as"] == 0.0
@@ -621,9 +876,20 @@ def test_absent_zarr_chunks_are_reported_in_the_record(cli, tmp_path):
 
 def test_float16_input_validates_with_a_tolerance_of_its_precision(cli, tmp_path):
     import numpy as np
+
     np.save(tmp_path / "h.npy", np.random.default_rng(0).random((20000, 10)).astype(np.float16))
-    p = cli("run", "svd", "--input", tmp_path / "h.npy", *SMALL_INPUT_RUN, "--validate", "full", "--json",
-            "--results-dir", tmp_path / "res")
+    p = cli(
+        "run",
+        "svd",
+        "--input",
+        tmp_path / "h.npy",
+        *SMALL_INPUT_RUN,
+        "--validate",
+        "full",
+        "--json",
+        "--results-dir",
+        tmp_path / "res",
+    )
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["valid"] is True and d["data"]["dtype"] == "float16"
@@ -634,12 +900,35 @@ def test_float16_input_validates_with_a_tolerance_of_its_precision(cli, tmp_path
 @pytest.mark.slow
 def test_a_repeat_that_loses_a_worker_is_flagged_and_left_out_of_the_median(spawn, tmp_path):
     import statistics
-    p = spawn("run", "svd", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1", "--rows", "20000",
-              "--cols", "10", "--warmup", "0", "--repeat", "300", "--json", "--results-dir", tmp_path / "res",
-              tty=True)
+
+    p = spawn(
+        "run",
+        "svd",
+        "--backend",
+        "cpu",
+        "--workers",
+        "2",
+        "--threads-per-worker",
+        "1",
+        "--rows",
+        "20000",
+        "--cols",
+        "10",
+        "--warmup",
+        "0",
+        "--repeat",
+        "300",
+        "--json",
+        "--results-dir",
+        tmp_path / "res",
+        tty=True,
+    )
     p.wait_for(r"svd \(cpu\).*\b[1-9]\d*/300")
-    workers = [pid for pid, cmd in p.cmdlines.items() if "multiprocessing" in cmd and "spawn_main" in cmd
-               and psutil.pid_exists(pid)]
+    workers = [
+        pid
+        for pid, cmd in p.cmdlines.items()
+        if "multiprocessing" in cmd and "spawn_main" in cmd and psutil.pid_exists(pid)
+    ]
     assert workers, p.cmdlines
     os.kill(workers[0], signal.SIGKILL)  # a worker lost mid-run: its nanny starts another
     assert p.wait(timeout=180) == 0, p.stderr_lines()
@@ -653,11 +942,14 @@ def test_a_repeat_that_loses_a_worker_is_flagged_and_left_out_of_the_median(spaw
 
 def test_a_corrupt_zarr_chunk_is_one_line_naming_the_rows(cli, tmp_path):
     import numpy as np
+
     zarr = pytest.importorskip("zarr")
     z = zarr.open_array(str(tmp_path / "c.zarr"), mode="w", shape=(4000, 10), chunks=(1000, 10), dtype="f8")
     z[:] = np.random.default_rng(0).random((4000, 10))
     store = tmp_path / "c.zarr"
-    chunk = store / "c" / "1" / "0" if (store / "c" / "1" / "0").is_file() else store / "1.0"  # v3 / v2 layout
+    chunk = (
+        store / "c" / "1" / "0" if (store / "c" / "1" / "0").is_file() else store / "1.0"
+    )  # v3 / v2 layout
     chunk.write_bytes(os.urandom(100))  # rows 1000:2000 damaged
     p = cli("run", "svd", "--input", store, *SMALL_INPUT_RUN, "--results-dir", tmp_path / "res")
     assert p.returncode == 2, p.stderr
@@ -684,6 +976,7 @@ def test_a_sigterm_inside_signals_deferred_is_raised_as_the_block_ends():
 
 def test_written_leaves_nothing_when_the_block_fails_or_the_name_exists(tmp_path):
     from gpuscale.records import atomic
+
     with pytest.raises(RuntimeError):
         with atomic.written(tmp_path / "a.csv") as (f, tmp):
             f.write(b"half")
@@ -706,6 +999,7 @@ def test_a_sigterm_landing_as_the_temp_file_is_made_leaves_nothing(tmp_path):
     import tempfile
 
     from gpuscale.records import atomic
+
     real_mkstemp = tempfile.mkstemp
 
     def mkstemp_then_signal(*a, **k):
@@ -733,8 +1027,11 @@ def shared_cluster():
     """A running 2-worker cluster (worker processes) that gpuscale connects to, as another user
     of a `cluster up` would: (its address, a client of the test's own)."""
     from distributed import Client, LocalCluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c, \
-            Client(c, set_as_default=False) as client:
+
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c,
+        Client(c, set_as_default=False) as client,
+    ):
         yield c.scheduler_address, client
 
 
@@ -747,15 +1044,33 @@ def test_a_quiet_run_flags_no_repeat(shared_cluster):
     """Warm-up, validation, the runner's own task on the cluster, the test's idle client: none
     of it is another client's work or a recomputation."""
     import gpuscale
+
     addr, _ = shared_cluster
     for workload, sizes in (("svd", dict(rows=20_000, cols=10)), ("groupby", dict(rows=20_000, keys=100))):
-        r = gpuscale.run(workload, backend="cpu", cluster_settings={"scheduler": addr}, warmup=2, repeat=4,
-                         validate="full", write=False, **sizes)  # the runner on a worker of the cluster
+        r = gpuscale.run(
+            workload,
+            backend="cpu",
+            cluster_settings={"scheduler": addr},
+            warmup=2,
+            repeat=4,
+            validate="full",
+            write=False,
+            **sizes,
+        )  # the runner on a worker of the cluster
         assert r.valid is True and r.info["runner"]["where"] == "cluster"
         _watched(r)
         assert "disturbed_repeats" not in r.info, r.info["disturbed_repeats"]
-    r = gpuscale.run("svd", backend="cpu", cluster_settings={"workers": 2, "threads_per_worker": 1}, warmup=2,
-                     repeat=4, validate="full", write=False, rows=20_000, cols=10)  # a cluster of its own
+    r = gpuscale.run(
+        "svd",
+        backend="cpu",
+        cluster_settings={"workers": 2, "threads_per_worker": 1},
+        warmup=2,
+        repeat=4,
+        validate="full",
+        write=False,
+        rows=20_000,
+        cols=10,
+    )  # a cluster of its own
     _watched(r)
     assert r.valid is True and "disturbed_repeats" not in r.info, r.info["disturbed_repeats"]
 
@@ -766,6 +1081,7 @@ def test_another_clients_tasks_flag_the_repeats_that_saw_them(shared_cluster):
     from distributed import Client
 
     import gpuscale
+
     addr, _ = shared_cluster
     stop, done = threading.Event(), []
 
@@ -782,8 +1098,16 @@ def test_another_clients_tasks_flag_the_repeats_that_saw_them(shared_cluster):
         while not done:
             assert time.monotonic() < deadline and t.is_alive(), "the other client ran nothing"
             time.sleep(0.02)
-        r = gpuscale.run("svd", backend="cpu", cluster_settings={"scheduler": addr}, rows=20_000, cols=10,
-                         warmup=1, repeat=6, write=False)
+        r = gpuscale.run(
+            "svd",
+            backend="cpu",
+            cluster_settings={"scheduler": addr},
+            rows=20_000,
+            cols=10,
+            warmup=1,
+            repeat=6,
+            write=False,
+        )
     finally:
         stop.set()
         t.join(timeout=60)
@@ -807,6 +1131,7 @@ def test_a_result_lost_with_its_worker_is_recomputed_and_flagged(tmp_path, regis
     from distributed import Client, LocalCluster
 
     import gpuscale
+
     go = str(tmp_path / "go")
 
     def first(seed):
@@ -817,20 +1142,27 @@ def test_a_result_lost_with_its_worker_is_recomputed_and_flagged(tmp_path, regis
             time.sleep(0.01)
         return x + 1
 
-    @gpuscale.workload("gated_pair", params={"seed": 0}, validate=lambda result: True,
-                       generate=lambda p: dask.array.ones(2, chunks=2))
+    @gpuscale.workload(
+        "gated_pair",
+        params={"seed": 0},
+        validate=lambda result: True,
+        generate=lambda p: dask.array.ones(2, chunks=2),
+    )
     def gated_pair(data, p, ctx):
         a = dask.delayed(first)(p.seed, dask_key_name="gated-first")
         return dask.delayed(second)(a, go, dask_key_name="gated-second")
 
     registered_workloads.append("gated_pair")
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as c, \
-            Client(c, set_as_default=False) as watcher:
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as c,
+        Client(c, set_as_default=False) as watcher,
+    ):
 
         def kill_then_open():
             waiting = lambda dask_scheduler: (  # noqa: E731 - a lambda: pickled by value
                 getattr(dask_scheduler.tasks.get("gated-first"), "state", None) == "memory"
-                and getattr(dask_scheduler.tasks.get("gated-second"), "state", None) == "processing")
+                and getattr(dask_scheduler.tasks.get("gated-second"), "state", None) == "processing"
+            )
             while not watcher.run_on_scheduler(waiting):
                 time.sleep(0.02)
             (pid,) = watcher.run(os.getpid).values()
@@ -841,20 +1173,30 @@ def test_a_result_lost_with_its_worker_is_recomputed_and_flagged(tmp_path, regis
 
         t = threading.Thread(target=kill_then_open, daemon=True)
         t.start()
-        r = gpuscale.run("gated_pair", backend="cpu", cluster_settings={"scheduler": c.scheduler_address},
-                         in_cluster=False, warmup=0, repeat=2, write=False)
+        r = gpuscale.run(
+            "gated_pair",
+            backend="cpu",
+            cluster_settings={"scheduler": c.scheduler_address},
+            in_cluster=False,
+            warmup=0,
+            repeat=2,
+            write=False,
+        )
         t.join(timeout=30)
     _watched(r)
     reasons = r.info["disturbed_repeats"]["repeats"]
     assert list(reasons) == ["0"], reasons  # the second repeat ran undisturbed
     # 'first' and the data's chunk (generated before the repeats: the run's too) were lost and computed again
-    assert "2 task(s) recomputed (gated-first, ones_like)" in reasons["0"] and "worker(s) lost" in reasons["0"]
+    assert (
+        "2 task(s) recomputed (gated-first, ones_like)" in reasons["0"] and "worker(s) lost" in reasons["0"]
+    )
     assert r.info["disturbed_repeats"]["left_out_of_median"] is True and r.median_s == r.times_s[1]
 
 
 @pytest.fixture
 def registered_workloads():
     from gpuscale import workloads
+
     names: list[str] = []
     yield names
     for n in names:
@@ -867,6 +1209,7 @@ def test_a_task_that_erred_and_was_retried_is_flagged(tmp_path, registered_workl
     import dask.array  # noqa: F401 - the data flaky_once is given (and does not use)
 
     import gpuscale
+
     addr, _ = shared_cluster
     tried = str(tmp_path / "tried")
 
@@ -876,15 +1219,26 @@ def test_a_task_that_erred_and_was_retried_is_flagged(tmp_path, registered_workl
             raise RuntimeError("the first attempt fails")
         return 1
 
-    @gpuscale.workload("flaky_once", params={"seed": 0}, validate=lambda result: True,
-                       generate=lambda p: dask.array.ones(2, chunks=2))
+    @gpuscale.workload(
+        "flaky_once",
+        params={"seed": 0},
+        validate=lambda result: True,
+        generate=lambda p: dask.array.ones(2, chunks=2),
+    )
     def flaky_once(data, p, ctx):
         with dask.annotate(retries=1):
             return dask.delayed(flaky)(tried, dask_key_name=f"flaky-{p.seed}")
 
     registered_workloads.append("flaky_once")
-    r = gpuscale.run("flaky_once", backend="cpu", cluster_settings={"scheduler": addr}, in_cluster=False,
-                     warmup=0, repeat=2, write=False)
+    r = gpuscale.run(
+        "flaky_once",
+        backend="cpu",
+        cluster_settings={"scheduler": addr},
+        in_cluster=False,
+        warmup=0,
+        repeat=2,
+        write=False,
+    )
     _watched(r)
     assert r.info["disturbed_repeats"]["repeats"] == {"0": "1 task(s) erred and retried (flaky)"}
 
@@ -916,9 +1270,17 @@ def test_a_run_that_ignores_its_signal_is_ended_hard_with_its_workers(tmp_path):
         "            try:\n"
         "                time.sleep(0.1)\n"
         "            except KeyboardInterrupt:\n"
-        "                pass  # dropped, as a library might\n")
-    p = subprocess.Popen([sys.executable, str(script)], cwd=str(tmp_path), env=_clean_environ(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        "                pass  # dropped, as a library might\n"
+    )
+    p = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=str(tmp_path),
+        env=_clean_environ(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert p.stdout.readline().strip() == "ready"
         kids = [c.pid for c in psutil.Process(p.pid).children(recursive=True)]
@@ -965,13 +1327,20 @@ def test_a_signal_landing_in_a_gc_callback_still_ends_the_block(tmp_path):
     """CI's lost SIGTERM: the handler ran inside distributed's garbage-collection callback,
     where an exception is printed as "Exception ignored" and dropped. Here (a fresh process) a
     gc callback receives the signal itself: the interruption must still reach the block."""
-    p = subprocess.run([sys.executable, "-c", GC_CALLBACK_SCRIPT], cwd=str(tmp_path), env=_clean_environ(),
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-c", GC_CALLBACK_SCRIPT],
+        cwd=str(tmp_path),
+        env=_clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.stdout.strip() == "raised", (p.stdout, p.stderr[-2000:])
 
 
 def test_a_signal_landing_in_a_finalizer_still_ends_the_block():
     """The same for an object's ``__del__`` (distributed's futures release their keys there)."""
+
     class Finalized:
         def __del__(self):
             os.kill(os.getpid(), signal.SIGTERM)

@@ -1,5 +1,6 @@
 """GPU tests: skipped (by conftest) unless CuPy + dask-cuda + a visible GPU are present.
 Run only these on a GPU machine with ``pytest -m gpu``."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,8 +20,9 @@ from gpuscale.routes import linalg
 
 pytestmark = pytest.mark.gpu
 
-needs_ucx = pytest.mark.skipif(importlib.util.find_spec("distributed_ucxx") is None,
-                               reason="distributed-ucxx is not installed")
+needs_ucx = pytest.mark.skipif(
+    importlib.util.find_spec("distributed_ucxx") is None, reason="distributed-ucxx is not installed"
+)
 
 
 def assert_gpu_record(r, workers: int = 1):
@@ -37,8 +39,17 @@ def assert_gpu_record(r, workers: int = 1):
 
 
 def test_svd_cupy_over_tcp(tmp_path):
-    r = gpuscale.run("svd", backend="cupy", protocol="tcp", cluster_settings={"gpus": "0"},
-                     rows=200_000, cols=50, repeat=1, warmup=0, results_dir=str(tmp_path))
+    r = gpuscale.run(
+        "svd",
+        backend="cupy",
+        protocol="tcp",
+        cluster_settings={"gpus": "0"},
+        rows=200_000,
+        cols=50,
+        repeat=1,
+        warmup=0,
+        results_dir=str(tmp_path),
+    )
     assert_gpu_record(r)
     assert r.backend == "cupy" and r.protocol == "tcp"
     assert r.cluster["gpus"] == [0]
@@ -46,24 +57,52 @@ def test_svd_cupy_over_tcp(tmp_path):
 
 
 def test_svd_cupy_known_spectrum_and_uv(tmp_path):
-    r = gpuscale.run("svd", backend="cupy", protocol="tcp", cluster_settings={"gpus": "0"},
-                     rows=100_000, cols=40, condition=1e7, compute_uv=True, repeat=1, warmup=0,
-                     results_dir=str(tmp_path))
+    r = gpuscale.run(
+        "svd",
+        backend="cupy",
+        protocol="tcp",
+        cluster_settings={"gpus": "0"},
+        rows=100_000,
+        cols=40,
+        condition=1e7,
+        compute_uv=True,
+        repeat=1,
+        warmup=0,
+        results_dir=str(tmp_path),
+    )
     assert_gpu_record(r)
     assert r.info["route"]["name"] == "cholqr2"
 
 
 def test_groupby_cudf(tmp_path):
-    r = gpuscale.run("groupby", backend="cudf", protocol="tcp", cluster_settings={"gpus": "0"},
-                     rows=1_000_000, keys=1_000, repeat=1, warmup=0, results_dir=str(tmp_path))
+    r = gpuscale.run(
+        "groupby",
+        backend="cudf",
+        protocol="tcp",
+        cluster_settings={"gpus": "0"},
+        rows=1_000_000,
+        keys=1_000,
+        repeat=1,
+        warmup=0,
+        results_dir=str(tmp_path),
+    )
     assert_gpu_record(r)
     assert r.backend == "cudf"
     assert r.knobs["shuffle_method"] == "tasks"
 
 
 def test_groupby_cudf_split_out_uses_the_task_shuffle(tmp_path):
-    r = gpuscale.run("groupby", backend="cudf", cluster_settings={"gpus": "0"}, rows=1_000_000,
-                     keys=10_000, split_out=2, repeat=1, warmup=0, results_dir=str(tmp_path))
+    r = gpuscale.run(
+        "groupby",
+        backend="cudf",
+        cluster_settings={"gpus": "0"},
+        rows=1_000_000,
+        keys=10_000,
+        split_out=2,
+        repeat=1,
+        warmup=0,
+        results_dir=str(tmp_path),
+    )
     assert_gpu_record(r)
     assert r.choices["shuffle_method"]["value"] == "tasks"
 
@@ -83,10 +122,34 @@ def test_linalg_svd_on_cupy_chunks():
 
 
 def test_cli_run_svd_on_gpu(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "gpuscale", "run", "svd", "--backend", "gpu",
-                        "--gpus", "0", "--rows", "200000", "--cols", "50", "--repeat", "1",
-                        "--warmup", "0", "--json", "--results-dir", str(tmp_path)],
-                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "run",
+            "svd",
+            "--backend",
+            "gpu",
+            "--gpus",
+            "0",
+            "--rows",
+            "200000",
+            "--cols",
+            "50",
+            "--repeat",
+            "1",
+            "--warmup",
+            "0",
+            "--json",
+            "--results-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["family"] == "gpu" and d["valid"] is True
@@ -95,17 +158,46 @@ def test_cli_run_svd_on_gpu(tmp_path):
 def run_cli_json(tmp_path, *args):
     """One `gpuscale run ... --json` in its own process (UCX is set up once per process, so
     each UCX cluster gets a fresh one, as it does for a user)."""
-    p = subprocess.run([sys.executable, "-m", "gpuscale", "run", *args, "--repeat", "1", "--warmup", "0",
-                        "--json", "--results-dir", str(tmp_path)],
-                       capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "run",
+            *args,
+            "--repeat",
+            "1",
+            "--warmup",
+            "0",
+            "--json",
+            "--results-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     return json.loads(p.stdout)
 
 
 @needs_ucx
 def test_groupby_over_ucx(tmp_path):
-    d = run_cli_json(tmp_path, "groupby", "--backend", "gpu", "--protocol", "ucx", "--gpus", "0",
-                     "--rows", "1000000", "--keys", "1000")
+    d = run_cli_json(
+        tmp_path,
+        "groupby",
+        "--backend",
+        "gpu",
+        "--protocol",
+        "ucx",
+        "--gpus",
+        "0",
+        "--rows",
+        "1000000",
+        "--keys",
+        "1000",
+    )
     assert d["valid"] is True and d["family"] == "gpu" and d["protocol"] == "ucx"
     assert d["cluster"]["running"]["scheduler"].startswith("ucx")
     assert d["cluster"]["rmm"]["external_libs"] == ["cupy"]
@@ -114,8 +206,20 @@ def test_groupby_over_ucx(tmp_path):
 @needs_ucx
 @pytest.mark.skipif(len(machine.gpus()) < 2, reason="needs at least 2 GPUs")
 def test_svd_two_gpus_over_ucx(tmp_path):
-    d = run_cli_json(tmp_path, "svd", "--backend", "gpu", "--protocol", "ucx", "--gpus", "0,1",
-                     "--rows", "400000", "--cols", "50")
+    d = run_cli_json(
+        tmp_path,
+        "svd",
+        "--backend",
+        "gpu",
+        "--protocol",
+        "ucx",
+        "--gpus",
+        "0,1",
+        "--rows",
+        "400000",
+        "--cols",
+        "50",
+    )
     assert d["valid"] is True and d["family"] == "gpu"
     assert d["cluster"]["gpus"] == [0, 1]
     assert d["cluster"]["running"]["workers"] == 2
@@ -128,18 +232,38 @@ def test_gpu_run_against_cluster_up_runs_in_the_cluster(tmp_path):
     from test_in_cluster import run_probe
 
     from gpuscale.runs import serve
+
     sched = tmp_path / "scheduler.json"  # TLS by default: its credentials are written beside it
     with serve.up(backend="gpu", collection="dataframe", gpus="0", scheduler_file=sched) as served:
         assert served.address.startswith("tls://")
-        for workload, size in (("groupby", ("--rows", "10000000", "--keys", "100000")),
-                               ("svd", ("--rows", "400000", "--cols", "50"))):
-            rec, imported = run_probe(tmp_path, "run", workload, "--backend", "gpu", "--scheduler-file", sched, *size,
-                                      "--repeat", "2", "--warmup", "0", "--json", "--results-dir", tmp_path / "res")
+        for workload, size in (
+            ("groupby", ("--rows", "10000000", "--keys", "100000")),
+            ("svd", ("--rows", "400000", "--cols", "50")),
+        ):
+            rec, imported = run_probe(
+                tmp_path,
+                "run",
+                workload,
+                "--backend",
+                "gpu",
+                "--scheduler-file",
+                sched,
+                *size,
+                "--repeat",
+                "2",
+                "--warmup",
+                "0",
+                "--json",
+                "--results-dir",
+                tmp_path / "res",
+            )
             assert rec["valid"] is True and rec["family"] == "gpu", rec["validation"]
             assert rec["info"]["runner"]["where"] == "cluster", rec["info"]["runner"]
             assert rec["audit"]["clean"] is True, rec["audit"]["foreign"]
             kinds = rec["audit"]["kinds"]
-            assert kinds.get("cudf" if workload == "groupby" else "cupy", 0) > 0 and not kinds.get("pandas"), kinds
+            assert kinds.get("cudf" if workload == "groupby" else "cupy", 0) > 0 and not kinds.get(
+                "pandas"
+            ), kinds
             assert not any(imported.values()), imported
 
 
@@ -148,9 +272,15 @@ def test_groupby_route_dtypes_same_on_one_and_several_workers():
     the result's columns and dtypes must not depend on the worker count."""
     cudf = pytest.importorskip("cudf")
     from gpuscale.routes import dataframe as routes
+
     rs = np.random.default_rng(0)
-    frame = cudf.DataFrame({"key": rs.integers(0, 50, 10_000), "int64": rs.integers(0, 100, 10_000),
-                            "float64": rs.random(10_000)})
+    frame = cudf.DataFrame(
+        {
+            "key": rs.integers(0, 50, 10_000),
+            "int64": rs.integers(0, 100, 10_000),
+            "float64": rs.random(10_000),
+        }
+    )
     spec = {"int64": ["max", "count", "sum", "min"], "float64": ["mean", "sum", "max"]}
     one = routes._whole([frame], ["key"], spec)
     halves = [frame.iloc[:5_000], frame.iloc[5_000:]]
@@ -163,6 +293,7 @@ def test_groupby_route_dtypes_same_on_one_and_several_workers():
 
 def _allocate_on_the_device(seed):
     import cupy
+
     return int(cupy.empty(2**50, dtype=cupy.uint8)[:1].sum()) + seed  # 1 PiB: the allocator refuses
 
 
@@ -175,8 +306,12 @@ def test_a_gpu_worker_out_of_device_memory_ends_the_run_in_one_line_and_cluster_
     from gpuscale.errors import UserError
     from gpuscale.runs import serve
 
-    @gpuscale.workload("greedy_gpu", params={"seed": 0}, validate=lambda result: True,
-                       generate=lambda p: da.ones(2, chunks=2))
+    @gpuscale.workload(
+        "greedy_gpu",
+        params={"seed": 0},
+        validate=lambda result: True,
+        generate=lambda p: da.ones(2, chunks=2),
+    )
     def greedy(data, p, ctx):
         return dask.delayed(_allocate_on_the_device)(p.seed, dask_key_name=f"greedy-gpu-{p.seed}")
 
@@ -188,8 +323,9 @@ def test_a_gpu_worker_out_of_device_memory_ends_the_run_in_one_line_and_cluster_
                 with pytest.raises(UserError) as e:
                     s.run("greedy_gpu", repeat=1, warmup=0, write=False)
                 msg = str(e.value)
-                assert "\n" not in msg and msg.startswith("greedy_gpu: a worker ran out of device memory during "
-                                                         "the run ("), msg
+                assert "\n" not in msg and msg.startswith(
+                    "greedy_gpu: a worker ran out of device memory during the run ("
+                ), msg
                 assert msg.endswith("the cluster is still up for the next run"), msg
                 assert set(s.client.scheduler_info(n_workers=-1)["workers"]) == before
                 r = s.run("svd", rows=200_000, cols=50, repeat=1, warmup=0, write=False)
@@ -205,9 +341,11 @@ def test_finished_synchronizes_a_cupy_block_in_a_fresh_process():
     worker running the svd's spectrum task) dispatches a CuPy block to the GPU family's
     synchronize, not to the host identity."""
     pytest.importorskip("cupy")
-    code = ("import cupy\nimport gpuscale.routes.linalg\nfrom gpuscale.backends import convert, finished\n"
-            "x = finished(cupy.ones(3))\n"
-            "print(convert.finished_by_type.dispatch(cupy.ndarray).__name__, float(x.sum()))")
+    code = (
+        "import cupy\nimport gpuscale.routes.linalg\nfrom gpuscale.backends import convert, finished\n"
+        "x = finished(cupy.ones(3))\n"
+        "print(convert.finished_by_type.dispatch(cupy.ndarray).__name__, float(x.sum()))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["_cupy_finished", "3.0"], out.stdout

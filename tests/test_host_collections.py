@@ -7,6 +7,7 @@ workers, recorded, in the audit's ``conversions``; warn: once per call site, nam
 file:line and the fix; strict: a UserError raised at that line; off), the CPU family's no-op,
 the wrappers undone on exit, and two sessions in two threads of one process.
 """
+
 from __future__ import annotations
 
 import copy
@@ -69,15 +70,21 @@ def test_setting_default_env_keyword_profile_and_bad_values(tmp_path, monkeypatc
     assert (r.settings.session.host_collections, r.sources["session.host-collections"]) == ("strict", "flag")
     with dask.config.set({"gpuscale.session.host-collections": "off"}):
         r = config.resolve()
-        assert (r.settings.session.host_collections, r.sources["session.host-collections"]) == ("off", "dask.config")
+        assert (r.settings.session.host_collections, r.sources["session.host-collections"]) == (
+            "off",
+            "dask.config",
+        )
     monkeypatch.delenv("DASK_GPUSCALE__SESSION__HOST_COLLECTIONS")
     prof = tmp_path / "p.yaml"
     prof.write_text("version: 1\ngpuscale:\n  session:\n    host-collections: warn\n")
     r = config.resolve(profile=str(prof))
     assert (r.settings.session.host_collections, r.sources["session.host-collections"]) == ("warn", "profile")
     monkeypatch.setenv("DASK_GPUSCALE__SESSION__HOST_COLLECTIONS", "sometimes")
-    with pytest.raises(UserError, match=r"gpuscale.session.host-collections \(from env "
-                                        r"DASK_GPUSCALE__SESSION__HOST_COLLECTIONS\).*'convert', 'warn'"):
+    with pytest.raises(
+        UserError,
+        match=r"gpuscale.session.host-collections \(from env "
+        r"DASK_GPUSCALE__SESSION__HOST_COLLECTIONS\).*'convert', 'warn'",
+    ):
         config.resolve()
     monkeypatch.delenv("DASK_GPUSCALE__SESSION__HOST_COLLECTIONS")
     with pytest.raises(UserError, match="unknown key 'gpuscale.session.host-collection'.*host-collections"):
@@ -120,10 +127,13 @@ def test_convert_on_the_workers_recorded_and_audited(device):
     original = dd.from_pandas
     with gpuscale.session(backend="auditdevice", **ONE) as s:
         assert hc.installed() and dd.from_pandas is not original
-        early = dd.from_pandas(PDF, npartitions=4); early_line = here()  # noqa: E702
+        early = dd.from_pandas(PDF, npartitions=4)
+        early_line = here()  # noqa: E702
         with s.audit() as a:
-            ddf = dd.from_pandas(PDF, npartitions=4); line = here()  # noqa: E702
-            x = da.from_array(np.arange(200.0).reshape(20, 10), chunks=(5, 10)); xline = here()  # noqa: E702
+            ddf = dd.from_pandas(PDF, npartitions=4)
+            line = here()  # noqa: E702
+            x = da.from_array(np.arange(200.0).reshape(20, 10), chunks=(5, 10))
+            xline = here()  # noqa: E702
             never = dd.from_pandas(PDF, npartitions=2)  # made, never computed
             assert type(ddf._meta) is auditfam.TagFrame and type(x._meta) is auditfam.TagArray
             assert ddf.divisions == original(PDF, npartitions=4).divisions
@@ -141,14 +151,24 @@ def test_convert_on_the_workers_recorded_and_audited(device):
     assert summary["clean"], summary["foreign"]
     convs = {c["where"]: c for c in summary["conversions"]}
     c = convs[f"{HERE}:{line}"]
-    assert (c["function"], c["collection"], c["from_type"], c["to_module"], c["partitions"], c["made_in_audit"]) == (
-        "dask.dataframe.from_pandas", "dataframe", "pandas.DataFrame", "auditfam", 4, True)
+    assert (
+        c["function"],
+        c["collection"],
+        c["from_type"],
+        c["to_module"],
+        c["partitions"],
+        c["made_in_audit"],
+    ) == ("dask.dataframe.from_pandas", "dataframe", "pandas.DataFrame", "auditfam", 4, True)
     # each of the 4 partitions converted once (persisted), with its host bytes
     assert c["converted_blocks"] == 4
-    parts = sum(sizeof(PDF.iloc[i * 100:(i + 1) * 100]) for i in range(4))
+    parts = sum(sizeof(PDF.iloc[i * 100 : (i + 1) * 100]) for i in range(4))
     assert abs(c["bytes"] - parts) <= 0.1 * parts  # Dask's sizeof of the partitions, on the workers
     cx = convs[f"{HERE}:{xline}"]
-    assert (cx["function"], cx["from_type"], cx["partitions"]) == ("dask.array.from_array", "numpy.ndarray", 4)
+    assert (cx["function"], cx["from_type"], cx["partitions"]) == (
+        "dask.array.from_array",
+        "numpy.ndarray",
+        4,
+    )
     assert cx["converted_blocks"] >= 4 and cx["bytes"] >= 200 * 8
     # made before the audit, converted during it: named, not made in it
     ce = convs[f"{HERE}:{early_line}"]
@@ -158,7 +178,11 @@ def test_convert_on_the_workers_recorded_and_audited(device):
     # no task output a host chunk: the conversion runs inside the tasks that make the blocks
     assert not [r for r in summary["prefixes"] if r["kind"] in ("pandas", "numpy")]
     # after the block Dask's functions are back
-    assert not hc.installed() and dd.from_pandas is original and type(dd.from_pandas(PDF, 2)._meta) is pd.DataFrame
+    assert (
+        not hc.installed()
+        and dd.from_pandas is original
+        and type(dd.from_pandas(PDF, 2)._meta) is pd.DataFrame
+    )
 
 
 def test_convert_readers_generators_and_delayed_parts(device, tmp_path):
@@ -169,9 +193,14 @@ def test_convert_readers_generators_and_delayed_parts(device, tmp_path):
             ts = dask.datasets.timeseries(end="2000-01-02", freq="600s", seed=0)
             # with meta: without it Dask infers it by running the function once as a task of its own,
             # whose pandas output the audit lists (before the collection exists)
-            fm = dd.from_map(lambda i: pd.DataFrame({"i": [i, i]}), [1, 2, 3],
-                             meta=pd.DataFrame({"i": pd.Series(dtype="int64")}))
-            fd = dd.from_delayed([dask.delayed(pd.DataFrame)({"j": [j]}) for j in range(3)], meta={"j": "int64"})
+            fm = dd.from_map(
+                lambda i: pd.DataFrame({"i": [i, i]}),
+                [1, 2, 3],
+                meta=pd.DataFrame({"i": pd.Series(dtype="int64")}),
+            )
+            fd = dd.from_delayed(
+                [dask.delayed(pd.DataFrame)({"j": [j]}) for j in range(3)], meta={"j": "int64"}
+            )
             # dispatched on dataframe.backend: pandas here (the GPU family's is cuDF: nothing to convert)
             fdict = dd.from_dict({"a": np.arange(10)}, npartitions=2)
             for coll in (csv, ts, fm, fd, fdict):
@@ -181,8 +210,12 @@ def test_convert_readers_generators_and_delayed_parts(device, tmp_path):
             assert int(fm.i.sum().compute()) == 12 and int(fd.j.sum().compute()) == 3
     assert a.summary["clean"], a.summary["foreign"]
     assert [c["function"] for c in a.summary["conversions"]] == [
-        "dask.dataframe.read_csv", "dask.datasets.timeseries", "dask.dataframe.from_map", "dask.dataframe.from_delayed",
-        "dask.dataframe.from_dict"]
+        "dask.dataframe.read_csv",
+        "dask.datasets.timeseries",
+        "dask.dataframe.from_map",
+        "dask.dataframe.from_delayed",
+        "dask.dataframe.from_dict",
+    ]
 
 
 # ---------------------------------------------------------------------------------------
@@ -193,14 +226,18 @@ def test_warn_names_the_call_site_once_and_leaves_the_collection(device):
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
             for _ in range(3):
-                ddf = dd.from_pandas(PDF, npartitions=2); line = here()  # noqa: E702
-            x = da.from_array(np.ones((4, 4)), chunks=2); xline = here()  # noqa: E702
+                ddf = dd.from_pandas(PDF, npartitions=2)
+                line = here()  # noqa: E702
+            x = da.from_array(np.ones((4, 4)), chunks=2)
+            xline = here()  # noqa: E702
         with s.audit() as a:
             wait(ddf.persist())
     got = host_collection_warnings(record)
     assert [(w.filename, w.lineno) for w in got] == [(HERE, line), (HERE, xline)]
     text = str(got[0].message)
-    assert text.startswith(f"{HERE}:{line}: dask.dataframe.from_pandas built a Dask DataFrame of 2 pandas.DataFrame")
+    assert text.startswith(
+        f"{HERE}:{line}: dask.dataframe.from_pandas built a Dask DataFrame of 2 pandas.DataFrame"
+    )
     assert "auditdevice family" in text and "s.to_backend(obj) instead of from_pandas(obj)" in text
     assert "host_collections='convert'" in text and "\n" not in text
     assert type(ddf._meta) is pd.DataFrame and type(x._meta) is np.ndarray  # left as Dask built them
@@ -256,10 +293,14 @@ def test_lossy_writer_each_mode(device, tmp_path):
         ddf = s.to_backend(FLOATS, npartitions=2)
         assert type(ddf._meta) is auditfam.TagFrame
         with s.audit(phase="write") as a:
-            ddf.to_csv(str(tmp_path / "convert" / "*.csv"), index=False); line = here()  # noqa: E702
+            ddf.to_csv(str(tmp_path / "convert" / "*.csv"), index=False)
+            line = here()  # noqa: E702
         (conv,) = a.summary["conversions"]
-        assert (conv["function"], conv["where"], conv["to_module"]) == ("dask.dataframe.to_csv", f"{HERE}:{line}",
-                                                                       "pandas")
+        assert (conv["function"], conv["where"], conv["to_module"]) == (
+            "dask.dataframe.to_csv",
+            f"{HERE}:{line}",
+            "pandas",
+        )
         assert conv["converted_blocks"] == 2 and conv["bytes"] > 0 and "9 significant digits" in conv["why"]
         assert conv["why"].endswith("columns x")  # k is int64: kept whole by any writer
         # the host copies (their task names are Dask's fusion's) are allowed, with the reason
@@ -268,7 +309,8 @@ def test_lossy_writer_each_mode(device, tmp_path):
         assert f"dask.dataframe.to_csv at {HERE}:{line}" in a.summary["allowed"][0]["allowed"]
         with hc.scope(device, "warn"), warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
-            dd.to_csv(ddf, str(tmp_path / "warn" / "*.csv"), index=False); wline = here()  # noqa: E702
+            dd.to_csv(ddf, str(tmp_path / "warn" / "*.csv"), index=False)
+            wline = here()  # noqa: E702
         (w,) = host_collection_warnings(record)
         assert (w.filename, w.lineno) == (HERE, wline)
         assert "dask.dataframe.to_csv of 2 auditfam.TagFrame partition(s) loses data" in str(w.message)
@@ -379,9 +421,27 @@ def test_cost_workflow_runs_on_cpu(tmp_path):
     script = os.path.join(os.path.dirname(HERE), "..", "workflows", "host_collections_cost.py")
     out = tmp_path / "cost.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_GPUSCALE__")}
-    p = subprocess.run([sys.executable, script, "--backend", "cpu", "--gb", "0.004", "--repeat", "1",
-                        "--workers", "1", "--json", str(out)], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=240)
+    p = subprocess.run(
+        [
+            sys.executable,
+            script,
+            "--backend",
+            "cpu",
+            "--gb",
+            "0.004",
+            "--repeat",
+            "1",
+            "--workers",
+            "1",
+            "--json",
+            str(out),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     d = json.loads(out.read_text())
     assert d["ok"] and d["family"] == "cpu" and d["ratio_session_over_by_hand"] > 0

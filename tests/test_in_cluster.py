@@ -3,6 +3,7 @@ worker of that cluster (``run.in-cluster: auto``) and writes the record it retur
 
 A real 2-worker LocalCluster per module (worker processes), real subprocesses for the CLI.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,10 @@ SMALL = dict(rows=20_000, keys=100, repeat=2, warmup=0)
 
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c, \
-            Client(c, set_as_default=False) as client:
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c,
+        Client(c, set_as_default=False) as client,
+    ):
         pids = client.run(os.getpid)
         yield c.scheduler_address, pids, client
 
@@ -37,8 +40,9 @@ def _scheduler_clients(client) -> set[str]:
 
 def test_run_against_a_running_scheduler_runs_on_a_worker(cluster, results_dir):
     addr, pids, _ = cluster
-    r = gpuscale.run("groupby", backend="cpu", cluster_settings={"scheduler": addr},
-                     results_dir=str(results_dir), **SMALL)
+    r = gpuscale.run(
+        "groupby", backend="cpu", cluster_settings={"scheduler": addr}, results_dir=str(results_dir), **SMALL
+    )
     assert r.valid is True and len(r.times_s) == 2
     runner = r.info["runner"]
     assert runner["where"] == "cluster"
@@ -87,12 +91,15 @@ def test_the_runner_sends_its_record_back_as_json_text(cluster):
 
 def test_no_in_cluster_keeps_the_runner_here(cluster):
     addr, _, _ = cluster
-    r = gpuscale.run("groupby", backend="cpu", cluster_settings={"scheduler": addr}, in_cluster=False,
-                     write=False, **SMALL)
+    r = gpuscale.run(
+        "groupby", backend="cpu", cluster_settings={"scheduler": addr}, in_cluster=False, write=False, **SMALL
+    )
     assert r.valid and r.info["runner"] == {"where": "client", "worker": None}
     assert r.explained["cluster"]["runner"] == {
-        "value": "client", "source": "flag",
-        "rule": "run.in-cluster is false: the runner stays in this process"}
+        "value": "client",
+        "source": "flag",
+        "rule": "run.in-cluster is false: the runner stays in this process",
+    }
 
 
 def test_workers_of_another_gpuscale_version(cluster, monkeypatch):
@@ -102,9 +109,17 @@ def test_workers_of_another_gpuscale_version(cluster, monkeypatch):
     assert r.valid and r.info["runner"]["where"] == "client"
     rule = r.explained["cluster"]["runner"]["rule"]
     assert "the workers have gpuscale" in rule and "0.0.0+other" in rule and "stays in this process" in rule
-    with pytest.raises(UserError, match=r"--in-cluster: the workers have gpuscale .*install the same gpuscale"):
-        gpuscale.run("groupby", backend="cpu", cluster_settings={"scheduler": addr}, in_cluster=True,
-                     write=False, **SMALL)
+    with pytest.raises(
+        UserError, match=r"--in-cluster: the workers have gpuscale .*install the same gpuscale"
+    ):
+        gpuscale.run(
+            "groupby",
+            backend="cpu",
+            cluster_settings={"scheduler": addr},
+            in_cluster=True,
+            write=False,
+            **SMALL,
+        )
 
 
 def test_placement_rules(cluster, tmp_path):
@@ -117,8 +132,12 @@ def test_placement_rules(cluster, tmp_path):
     assert where().where == "cluster"
     local = where(scheduler=None)
     assert local.where == "client" and "starts its own cluster" in local.rule
-    for files, flag in (({"trace": "t"}, "--trace"), ({"output": "o.csv"}, "--output"),
-                        ({"hooks": True}, "--dashboard"), ({"data": object()}, "data= is a collection")):
+    for files, flag in (
+        ({"trace": "t"}, "--trace"),
+        ({"output": "o.csv"}, "--output"),
+        ({"hooks": True}, "--dashboard"),
+        ({"data": object()}, "data= is a collection"),
+    ):
         auto = where(**files)
         assert auto.where == "client" and flag in auto.rule and "stays here" in auto.rule
         with pytest.raises(UserError, match=f"--in-cluster cannot run this: {flag}"):
@@ -129,8 +148,13 @@ def test_placement_rules(cluster, tmp_path):
 
 
 def _cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "gpuscale", *map(str, args)], env=_clean_environ(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuscale", *map(str, args)],
+        env=_clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 PROBE = """
@@ -147,8 +171,14 @@ print(json.dumps({m: m in sys.modules for m in ("pandas", "dask.dataframe", "das
 def run_probe(cwd, *args):
     """``gpuscale *args`` in a fresh process that prints, after the command's own output, which
     chunk libraries it imported: (the command's JSON record, {module: imported})."""
-    p = subprocess.run([sys.executable, "-c", PROBE, *map(str, args)], env=_clean_environ(),
-                       capture_output=True, text=True, timeout=300, cwd=cwd)
+    p = subprocess.run(
+        [sys.executable, "-c", PROBE, *map(str, args)],
+        env=_clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     record, imported = (json.loads(line) for line in p.stdout.strip().splitlines()[-2:])
     return record, imported
@@ -159,9 +189,26 @@ def test_cli_against_a_running_scheduler_imports_no_dataframe_library(cluster, t
     dask.dataframe (nor, on a GPU, cuDF), the workers already have them."""
     addr, pids, _ = cluster
     res = tmp_path / "res"
-    record, imported = run_probe(tmp_path, "run", "groupby", "--backend", "cpu", "--scheduler", addr,
-                                 "--rows", "20000", "--keys", "100", "--repeat", "1", "--warmup", "0", "--json",
-                                 "--results-dir", res)
+    record, imported = run_probe(
+        tmp_path,
+        "run",
+        "groupby",
+        "--backend",
+        "cpu",
+        "--scheduler",
+        addr,
+        "--rows",
+        "20000",
+        "--keys",
+        "100",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--json",
+        "--results-dir",
+        res,
+    )
     assert record["valid"] is True and record["info"]["runner"]["worker"] in pids
     assert not any(imported.values()), imported
     assert [str(f) for f in files_under(res)] == [record["path"]]
@@ -169,16 +216,24 @@ def test_cli_against_a_running_scheduler_imports_no_dataframe_library(cluster, t
 
 def test_cli_in_cluster_bad_input_is_one_line(cluster, tmp_path):
     addr, _, _ = cluster
-    for args, needle in ((("--in-cluster",), "no scheduler was named"),
-                         (("--in-cluster", "--scheduler", addr, "--trace", tmp_path / "t"),
-                          "--in-cluster cannot run this: --trace")):
+    for args, needle in (
+        (("--in-cluster",), "no scheduler was named"),
+        (
+            ("--in-cluster", "--scheduler", addr, "--trace", tmp_path / "t"),
+            "--in-cluster cannot run this: --trace",
+        ),
+    ):
         p = _cli("run", "groupby", "--backend", "cpu", "--rows", "1000", "--keys", "10", *args)
         lines = p.stderr.strip().splitlines()
         assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr
     assert not (tmp_path / "t").exists()
-    p = subprocess.run([sys.executable, "-m", "gpuscale", "run", "groupby", "--scheduler", addr],
-                       env=_clean_environ({"DASK_GPUSCALE__RUN__IN_CLUSTER": "sometimes"}),
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "gpuscale", "run", "groupby", "--scheduler", addr],
+        env=_clean_environ({"DASK_GPUSCALE__RUN__IN_CLUSTER": "sometimes"}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and "run.in-cluster" in p.stderr and "must be auto, true or false" in p.stderr
 
 
@@ -187,10 +242,31 @@ def test_ctrl_c_stops_the_runner_in_the_cluster(cluster, tmp_path):
     next repeat (it would otherwise run all of them, its own client holding the data)."""
     addr, _, client = cluster
     before = _scheduler_clients(client)
-    p = subprocess.Popen([sys.executable, "-m", "gpuscale", "run", "groupby", "--backend", "cpu",
-                          "--scheduler", addr, "--rows", "20000", "--keys", "100", "--repeat", "100000",
-                          "--results-dir", tmp_path / "res"], env=_clean_environ(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "run",
+            "groupby",
+            "--backend",
+            "cpu",
+            "--scheduler",
+            addr,
+            "--rows",
+            "20000",
+            "--keys",
+            "100",
+            "--repeat",
+            "100000",
+            "--results-dir",
+            tmp_path / "res",
+        ],
+        env=_clean_environ(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while len(_scheduler_clients(client) - before) < 2:  # this CLI's client and the runner's

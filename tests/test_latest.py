@@ -1,5 +1,6 @@
-""""The latest run" as the default of ``trace summarize`` and ``audit report`` (one line on
+""" "The latest run" as the default of ``trace summarize`` and ``audit report`` (one line on
 stderr naming what was picked), and ``results list``; real runs through the real CLI."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,25 @@ import pytest
 
 pytestmark = pytest.mark.timeout(300)
 
-SMALL = ("run", "transpose_sum", "--backend", "cpu", "--workers", "1", "--threads-per-worker", "1",
-         "--n", "400", "--chunk", "200", "--repeat", "1", "--warmup", "0", "--json")
+SMALL = (
+    "run",
+    "transpose_sum",
+    "--backend",
+    "cpu",
+    "--workers",
+    "1",
+    "--threads-per-worker",
+    "1",
+    "--n",
+    "400",
+    "--chunk",
+    "200",
+    "--repeat",
+    "1",
+    "--warmup",
+    "0",
+    "--json",
+)
 
 
 def one_line(p) -> str:
@@ -24,13 +42,15 @@ def test_nothing_to_pick_is_one_line(cli, tmp_path):
         p = cli(*args)
         assert p.returncode == 2 and p.stdout == ""
         line = one_line(p)
-        assert line.startswith("gpuscale: error: no records: the results dir 'gpuscale-results' does not exist; ")
+        assert line.startswith(
+            "gpuscale: error: no records: the results dir 'gpuscale-results' does not exist; "
+        )
         assert "gpuscale run WORKLOAD" in line
 
 
 def test_latest_run_picked_by_trace_summarize_and_audit_report(cli, tmp_path):
     traced = json.loads(cli(*SMALL, "--trace", "t1").stdout)  # ./gpuscale-results, the default
-    plain = json.loads(cli(*SMALL).stdout)                     # newer, without a trace
+    plain = json.loads(cli(*SMALL).stdout)  # newer, without a trace
     assert traced["trace"] and plain["trace"] is None and plain["timestamp"] > traced["timestamp"]
 
     rows = json.loads(cli("results", "list", "--json").stdout)
@@ -49,7 +69,9 @@ def test_latest_run_picked_by_trace_summarize_and_audit_report(cli, tmp_path):
     p = cli("audit", "report", "--json")
     assert p.returncode == 0, p.stderr
     a = json.loads(p.stdout)
-    assert a["source"].startswith(f"result record {plain['path']} ")  # the newest record: every run has an audit
+    assert a["source"].startswith(
+        f"result record {plain['path']} "
+    )  # the newest record: every run has an audit
     assert one_line(p).startswith("gpuscale: the backend audit of the latest run: transpose_sum on cpu at ")
     assert f"record {plain['path']}" in one_line(p)
 
@@ -61,8 +83,10 @@ def test_latest_run_picked_by_trace_summarize_and_audit_report(cli, tmp_path):
     shutil.rmtree(tmp_path / "t1")
     p = cli("trace", "summarize")
     assert p.returncode == 2
-    assert one_line(p).startswith("gpuscale: error: no record with a trace folder that is still there under "
-                                  "'gpuscale-results'; run a workload with --trace DIR")
+    assert one_line(p).startswith(
+        "gpuscale: error: no record with a trace folder that is still there under "
+        "'gpuscale-results'; run a workload with --trace DIR"
+    )
 
     # the results dir is a setting: the env var moves where "latest" looks
     other = tmp_path / "elsewhere"

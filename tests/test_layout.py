@@ -9,6 +9,7 @@ otherwise sit in a circle with the lazy top-level facade), so a package ``__init
 import what imports it back: keep shared classes in a submodule (``backends/family.py``,
 ``workloads/base.py``) and let ``__init__`` re-export them.
 """
+
 from __future__ import annotations
 
 import ast
@@ -61,21 +62,25 @@ def edges(known: dict[str, pathlib.Path]) -> dict[str, dict[str, int]]:
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
                     base = here.split(".")
-                    base = base[:len(base) - (node.level - 1)]
+                    base = base[: len(base) - (node.level - 1)]
                     pkg = ".".join(base + ([node.module] if node.module else []))
                 else:
                     pkg = node.module or ""
                 for a in node.names:
                     sub = f"{pkg}.{a.name}"
                     add(sub if sub in known else _resolve(pkg, known), node.lineno)
-            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
-                  == "import_module" and node.args and isinstance(node.args[0], ast.Constant)
-                  and isinstance(node.args[0].value, str)):
+            elif (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
                 name = node.args[0].value
                 if name.startswith("."):
                     level = len(name) - len(name.lstrip("."))
                     base = here.split(".")
-                    name = ".".join(base[:len(base) - (level - 1)] + [name.lstrip(".")])
+                    name = ".".join(base[: len(base) - (level - 1)] + [name.lstrip(".")])
                 add(_resolve(name, known), node.lineno)
         graph[mod] = out
     return graph
@@ -128,7 +133,9 @@ def test_no_import_circle():
     known = modules()
     graph = edges(known)
     found = circles(graph)
-    assert not found, "import circles among gpuscale's modules:\n" + "\n".join(_describe(c, graph) for c in found)
+    assert not found, "import circles among gpuscale's modules:\n" + "\n".join(
+        _describe(c, graph) for c in found
+    )
 
 
 def test_the_walk_sees_function_level_imports_and_circles(tmp_path):
@@ -140,7 +147,8 @@ def test_the_walk_sees_function_level_imports_and_circles(tmp_path):
     (pkg / "b.py").write_text("def f():\n    from .sub import c\n    return c\n")
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "c.py").write_text(
-        "import importlib\n\ndef g():\n    return importlib.import_module('gpuscale.a')\n")
+        "import importlib\n\ndef g():\n    return importlib.import_module('gpuscale.a')\n"
+    )
     graph = edges(modules(pkg))
     assert graph["gpuscale.b"] == {"gpuscale.sub.c": 2}
     assert circles(graph) == [["gpuscale.a", "gpuscale.b", "gpuscale.sub.c"]]
@@ -156,16 +164,22 @@ def test_public_modules_import_as_modules():
     import sys
 
     import gpuscale
+
     pages = [PKG.parent / "README.md", *(PKG.parent / "docs").rglob("*.md")]
-    readme = "\n".join(p.read_text() for p in pages  # the user docs; benchmarks' notes profile internals
-                       if "_build" not in p.parts and p.name != "benchmarks.md")
+    readme = "\n".join(
+        p.read_text()
+        for p in pages  # the user docs; benchmarks' notes profile internals
+        if "_build" not in p.parts and p.name != "benchmarks.md"
+    )
     used = sorted(set(re.findall(r"gpuscale\.(\w+)\.(\w+)\(", readme)))
     assert ("linalg", "svd") in used and ("dataframe", "groupby_agg") in used
     lines = [f"import gpuscale.{m} as m_{m}" for m in gpuscale._MODULES]
     lines += [f"assert callable(m_{m}.{name}), '{m}.{name}'" for m, name in used if m in gpuscale._MODULES]
     lines += ["import gpuscale", "assert gpuscale.linalg is m_linalg and gpuscale.dataframe is m_dataframe"]
     assert {m for m, _ in used} <= set(gpuscale._MODULES)
-    out = subprocess.run([sys.executable, "-c", "\n".join(lines)], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", "\n".join(lines)], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
 
 

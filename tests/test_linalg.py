@@ -1,4 +1,5 @@
 """gpuscale.linalg.svd: route choice by condition, accuracy of every route, chunking, U/V^T."""
+
 from __future__ import annotations
 
 import dask
@@ -33,8 +34,7 @@ def max_rel_err(got, ref) -> float:
 # ---------------------------------------------------------------------------------------
 # auto: the route follows the condition number, and every route holds the accuracy target
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("cond, route", [(1.0, "gram"), (1e2, "gram"), (1e7, "cholqr2"),
-                                         (1e10, "tsqr")])
+@pytest.mark.parametrize("cond, route", [(1.0, "gram"), (1e2, "gram"), (1e7, "cholqr2"), (1e10, "tsqr")])
 def test_auto_route_by_condition(cond, route):
     x, s_true = known_spectrum(4000, 30, cond)
     res = linalg.svd(da.from_array(x, chunks=(1000, 30)))
@@ -138,11 +138,14 @@ def test_integer_input_note_names_the_input_dtype(random_matrix):
     assert any("int64" in n for n in res.notes), res.notes
 
 
-@pytest.mark.parametrize("bad, match", [
-    (np.ones((100, 4)), "takes a Dask array"),
-    (da.ones(100, chunks=10), "2-D"),
-    (da.ones((10, 40), chunks=(5, 40)), "tall-skinny.*10 rows < 40 columns"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.ones((100, 4)), "takes a Dask array"),
+        (da.ones(100, chunks=10), "2-D"),
+        (da.ones((10, 40), chunks=(5, 40)), "tall-skinny.*10 rows < 40 columns"),
+    ],
+)
 def test_bad_inputs_raise_user_error(bad, match):
     with pytest.raises(UserError, match=match):
         linalg.svd(bad)

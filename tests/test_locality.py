@@ -1,4 +1,5 @@
 """Reductions over persisted blocks sum each worker's blocks where they live first."""
+
 from __future__ import annotations
 
 import dask.array as da
@@ -51,8 +52,11 @@ def test_a_worker_of_several_threads_keeps_a_task_per_block():
     """Where a worker runs tasks side by side, its blocks' products stay one task each (the
     threads share them); their sum per worker follows."""
     from distributed import Client, LocalCluster
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as c, \
-            Client(c) as client:
+
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as c,
+        Client(c) as client,
+    ):
         x = client.persist(da.random.default_rng(3).random((4000, 10), chunks=(1000, 10)))
         wait(x)
         g = gpuscale.linalg.gram(x)
@@ -85,6 +89,7 @@ def test_routes_name_their_tasks_apart_for_a_lazy_collection_and_its_persisted_s
 
     from gpuscale.backends.convert import from_memory
     from gpuscale.routes import dataframe as gdf
+
     client = cpu_session.client
     x = from_memory(np.random.default_rng(3).standard_normal((3000, 8)), cpu_session.family, chunks=(700, 8))
     xp = client.persist(x)
@@ -116,6 +121,7 @@ def test_in_memory_reads_a_persisted_frame_through_its_futures(cpu_session):
     from distributed import futures_of, get_task_stream
 
     from gpuscale.routes import dataframe as gdf
+
     client = cpu_session.client
     frame = pd.DataFrame({"k": np.arange(6000) % 1500, "v": np.arange(6000.0)})
     df = dd.from_pandas(frame, npartitions=6)

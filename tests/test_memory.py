@@ -3,6 +3,7 @@ LocalClusters and the real CLI: fits (nothing spilled), fits with spilling (data
 worker's memory completes, validates and is never killed; the record says what spilled and the
 measured peak beside the estimate), does not fit (one line with the numbers and the fix,
 before any work); the spill knobs in ``explain``."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,10 +44,14 @@ def test_a_run_that_fits_spills_nothing_and_records_its_peak(cli, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workload, args", [
-    ("svd", ("--rows", "1500000", "--cols", "100")),             # 1.2 GB of float64
-    ("groupby", ("--rows", "50000000", "--keys", "1000")),       # 1.2 GB of rows
-], ids=["svd", "groupby"])
+@pytest.mark.parametrize(
+    "workload, args",
+    [
+        ("svd", ("--rows", "1500000", "--cols", "100")),  # 1.2 GB of float64
+        ("groupby", ("--rows", "50000000", "--keys", "1000")),  # 1.2 GB of rows
+    ],
+    ids=["svd", "groupby"],
+)
 def test_three_times_the_workers_memory_spills_and_validates(cli, tmp_path, workload, args):
     r = run_json(cli, tmp_path, workload, *args, "--memory-limit", "400MB")
     m = r["memory"]
@@ -54,8 +59,8 @@ def test_three_times_the_workers_memory_spills_and_validates(cli, tmp_path, work
     assert m["estimate_bytes"] >= 3 * 400 * MB - 1
     assert m["verdict"] == "spills" and m["spill_bytes_per_worker"] > 700 * MB
     meas = m["measured"]
-    assert meas["spilled_bytes"] > 800 * MB          # it really went to disk
-    assert meas["peak_bytes"] < 0.95 * 400 * MB      # never near the nanny's kill line
+    assert meas["spilled_bytes"] > 800 * MB  # it really went to disk
+    assert meas["peak_bytes"] < 0.95 * 400 * MB  # never near the nanny's kill line
     assert 0.4 < meas["peak_over_estimate"] < 1.25, meas
     assert not r["info"].get("disturbed_repeats"), r["info"]  # no worker lost or restarted
     if workload == "groupby":  # a worker's partitions would not fit concatenated: the tree
@@ -63,17 +68,39 @@ def test_three_times_the_workers_memory_spills_and_validates(cli, tmp_path, work
         assert "not per-worker" in r["info"]["plan"]["reason"]
 
 
-@pytest.mark.parametrize("workload, args", [
-    ("transpose_sum", ("--n", "7000")),     # 392 MB of float64, x + x.T: 3 blocks per task
-    ("map_overlap", ("--n", "6000")),       # 288 MB, halo-padded blocks
-], ids=["transpose_sum", "map_overlap"])
+@pytest.mark.parametrize(
+    "workload, args",
+    [
+        ("transpose_sum", ("--n", "7000")),  # 392 MB of float64, x + x.T: 3 blocks per task
+        ("map_overlap", ("--n", "6000")),  # 288 MB, halo-padded blocks
+    ],
+    ids=["transpose_sum", "map_overlap"],
+)
 def test_array_blocks_are_capped_so_a_spilling_run_loses_no_worker(cli, tmp_path, workload, args):
     """2 workers x 400 MB: before the chunk budget was capped by worker memory, transpose_sum
     took 98 MB blocks and a worker was killed at 95 % (the run was valid only after the restart),
     and map_overlap's workers died four times (KilledWorker) under a looser check."""
-    p = cli("run", workload, *args, "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1",
-            "--memory-limit", "400MB", "--repeat", "1", "--warmup", "0", "--json",
-            "--results-dir", tmp_path / "res", timeout=300)
+    p = cli(
+        "run",
+        workload,
+        *args,
+        "--backend",
+        "cpu",
+        "--workers",
+        "2",
+        "--threads-per-worker",
+        "1",
+        "--memory-limit",
+        "400MB",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--json",
+        "--results-dir",
+        tmp_path / "res",
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert "exceeded 95% memory budget" not in p.stderr and "KilledWorker" not in p.stderr, p.stderr[-3000:]
     r = json.loads(p.stdout)
@@ -91,9 +118,30 @@ def test_the_boundary_case_spills_or_streams_instead_of_being_killed(cli, tmp_pa
     generated matrix streams (a check that let it spill is also a valid outcome: then bytes
     went to disk): valid, nothing killed, the peak under the nanny's line; where the workers
     start larger (no room even for the blocks) it is refused in one line before any work."""
-    p = cli("run", "svd", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1",
-            "--memory-limit", "300MB", "--rows", "300000", "--cols", "100", "--repeat", "1", "--warmup", "0",
-            "--json", "--results-dir", tmp_path / "res", timeout=300)
+    p = cli(
+        "run",
+        "svd",
+        "--backend",
+        "cpu",
+        "--workers",
+        "2",
+        "--threads-per-worker",
+        "1",
+        "--memory-limit",
+        "300MB",
+        "--rows",
+        "300000",
+        "--cols",
+        "100",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--json",
+        "--results-dir",
+        tmp_path / "res",
+        timeout=300,
+    )
     assert "KilledWorker" not in p.stderr and "exceeded 95% memory budget" not in p.stderr, p.stderr[-3000:]
     if p.returncode == 2:  # a machine whose workers start larger: no room even for the blocks
         lines = p.stderr.splitlines()
@@ -110,16 +158,34 @@ def test_the_boundary_case_spills_or_streams_instead_of_being_killed(cli, tmp_pa
 
 
 def test_what_can_neither_fit_nor_stream_is_refused_before_any_work(cli, tmp_path):
-    """Workers of 270 MB (near the 256 MiB least): a started worker plus its growth (~200 MiB) is over 0.9 x their pause
-    line, so nothing can be held, spilled or streamed: refused in one line naming the memory
-    each worker would need."""
-    p = cli("run", "svd", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1",
-            "--memory-limit", "270MB", "--rows", "300000", "--cols", "100", "--compute-uv",
-            "--results-dir", tmp_path / "res")
+    """Workers of 270 MB (near the 256 MiB least): a started worker plus its growth (~200 MiB)
+    is over 0.9 x their pause line, so nothing can be held, spilled or streamed: refused in one
+    line naming the memory each worker would need."""
+    p = cli(
+        "run",
+        "svd",
+        "--backend",
+        "cpu",
+        "--workers",
+        "2",
+        "--threads-per-worker",
+        "1",
+        "--memory-limit",
+        "270MB",
+        "--rows",
+        "300000",
+        "--cols",
+        "100",
+        "--compute-uv",
+        "--results-dir",
+        tmp_path / "res",
+    )
     assert p.returncode == 2, p.stderr
     lines = p.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpuscale: error: "), p.stderr
-    assert "would pause" in lines[0] and "give each worker at least" in lines[0] and "--memory-limit" in lines[0]
+    assert (
+        "would pause" in lines[0] and "give each worker at least" in lines[0] and "--memory-limit" in lines[0]
+    )
     assert files_under(tmp_path / "res") == []
 
 
@@ -141,13 +207,24 @@ def test_spill_space_too_small_does_not_fit(cli, tmp_path, small_spill_space):
     """1.2 GB of your own matrix (a file cannot be made again, so it cannot stream) cannot spill
     into 64 MB: refused with the free space and the fix, before any work."""
     import numpy as np
+
     x = np.lib.format.open_memmap(tmp_path / "x.npy", mode="w+", dtype="float64", shape=(1_500_000, 100))
     for i in range(0, 1_500_000, 250_000):
-        x[i:i + 250_000] = 1.0 + i
+        x[i : i + 250_000] = 1.0 + i
     x.flush()
     del x
-    p = cli("run", "svd", "--input", tmp_path / "x.npy", *ONE, "--memory-limit", "400MB",
-            "--results-dir", tmp_path / "res", env=small_spill_space)
+    p = cli(
+        "run",
+        "svd",
+        "--input",
+        tmp_path / "x.npy",
+        *ONE,
+        "--memory-limit",
+        "400MB",
+        "--results-dir",
+        tmp_path / "res",
+        env=small_spill_space,
+    )
     assert p.returncode == 2, p.stderr
     lines = p.stderr.splitlines()
     assert len(lines) == 1, p.stderr
@@ -156,10 +233,14 @@ def test_spill_space_too_small_does_not_fit(cli, tmp_path, small_spill_space):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workload, args, says", [
-    ("svd", ("--rows", "1500000", "--cols", "100"), "generated block by block"),
-    ("groupby", ("--rows", "50000000", "--keys", "1000"), "aggregates each partition as it is made"),
-], ids=["svd", "groupby"])
+@pytest.mark.parametrize(
+    "workload, args, says",
+    [
+        ("svd", ("--rows", "1500000", "--cols", "100"), "generated block by block"),
+        ("groupby", ("--rows", "50000000", "--keys", "1000"), "aggregates each partition as it is made"),
+    ],
+    ids=["svd", "groupby"],
+)
 def test_what_fits_neither_way_streams_and_validates(cli, tmp_path, small_spill_space, workload, args, says):
     """1.2 GB of generated data, 64 MB to spill into: svd's matrix is generated block by block
     in every pass, groupby's frame made and aggregated partition by partition under the tree
@@ -177,8 +258,23 @@ def test_what_fits_neither_way_streams_and_validates(cli, tmp_path, small_spill_
 
 
 def test_explain_shows_the_spill_knobs_and_the_verdict(cli):
-    p = cli("explain", "svd", "--json", "--backend", "cpu", "--workers", "1", "--threads-per-worker", "1",
-            "--memory-limit", "400MB", "--rows", "1500000", "--cols", "100")
+    p = cli(
+        "explain",
+        "svd",
+        "--json",
+        "--backend",
+        "cpu",
+        "--workers",
+        "1",
+        "--threads-per-worker",
+        "1",
+        "--memory-limit",
+        "400MB",
+        "--rows",
+        "1500000",
+        "--cols",
+        "100",
+    )
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     c = d["explained"]["cluster"]
@@ -192,8 +288,23 @@ def test_explain_shows_the_spill_knobs_and_the_verdict(cli):
     m = d["memory"]
     assert m["verdict"] == "spills" and m["baseline_source"].startswith("assumed")
     assert m["parts"] == {"inputs": 1_200_000_000, "intermediates": 0, "results": 0}
-    text = cli("explain", "svd", "--backend", "cpu", "--workers", "1", "--threads-per-worker", "1",
-               "--memory-limit", "400MB", "--rows", "1500000", "--cols", "100", env={"COLUMNS": "300"}).stdout
+    text = cli(
+        "explain",
+        "svd",
+        "--backend",
+        "cpu",
+        "--workers",
+        "1",
+        "--threads-per-worker",
+        "1",
+        "--memory-limit",
+        "400MB",
+        "--rows",
+        "1500000",
+        "--cols",
+        "100",
+        env={"COLUMNS": "300"},
+    ).stdout
     assert "fits with spilling" in text
 
 
@@ -251,9 +362,18 @@ def test_a_family_that_streams_first_streams_what_would_spill():
     assert gpu.stream_first and cpu.stream_first is None
 
     def budget(family):
-        return memory.Budget(workers=1, limit=2**30, baseline=100 * 2**20, baseline_source="test", threads=1,
-                             fractions=dict(memory.DEFAULT_FRACTIONS), spill_to="disk", spill_space=2**40,
-                             memory=family.memory, stream_first=family.stream_first)
+        return memory.Budget(
+            workers=1,
+            limit=2**30,
+            baseline=100 * 2**20,
+            baseline_source="test",
+            threads=1,
+            fractions=dict(memory.DEFAULT_FRACTIONS),
+            spill_to="disk",
+            spill_space=2**40,
+            memory=family.memory,
+            stream_first=family.stream_first,
+        )
 
     assert memory.assess(Blocks(True), None, None, budget(cpu))["verdict"] == "spills"
     streamed = memory.assess(Blocks(True), None, None, budget(gpu))
@@ -264,25 +384,50 @@ def test_a_family_that_streams_first_streams_what_would_spill():
     assert streamed["made_ahead_bytes"] == 2 * 8 * 2**20 and "made ahead" in streamed["streams"]
     assert streamed["peak_bytes"] == 100 * 2**20 + 16 * 2**20 + 2 * 8 * 2**20
     import dask
+
     with dask.config.set({"distributed.scheduler.worker-saturation": "inf"}):  # no queuing: all made at once
         assert memory.assess(Blocks(True), None, None, budget(gpu))["verdict"] == "spills"
     assert memory.assess(Blocks(False), None, None, budget(gpu))["verdict"] == "spills"
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("workload, args", [
-    ("svd", ("--rows", "3750000", "--cols", "100")),      # 3 GB of float64
-    ("groupby", ("--rows", "125000000", "--keys", "1000")),  # 3 GB of rows
-], ids=["svd", "groupby"])
-def test_a_capped_gpu_streams_three_times_its_cap_of_generated_data_and_validates(cli, tmp_path, workload, args):
+@pytest.mark.parametrize(
+    "workload, args",
+    [
+        ("svd", ("--rows", "3750000", "--cols", "100")),  # 3 GB of float64
+        ("groupby", ("--rows", "125000000", "--keys", "1000")),  # 3 GB of rows
+    ],
+    ids=["svd", "groupby"],
+)
+def test_a_capped_gpu_streams_three_times_its_cap_of_generated_data_and_validates(
+    cli, tmp_path, workload, args
+):
     """Generated data 3 x the device's cap: made block by block in every pass (the GPU family
     streams what would spill), valid, the record saying so."""
     from conftest import gpu_probe
+
     ok, why = gpu_probe()
     if not ok:
         pytest.skip(f"no usable GPU: {why}")
-    p = cli("run", workload, *args, "--backend", "gpu", "--gpus", "0", "--device-memory-limit", "1GB",
-            "--repeat", "2", "--warmup", "1", "--json", "--results-dir", tmp_path / "res", timeout=600)
+    p = cli(
+        "run",
+        workload,
+        *args,
+        "--backend",
+        "gpu",
+        "--gpus",
+        "0",
+        "--device-memory-limit",
+        "1GB",
+        "--repeat",
+        "2",
+        "--warmup",
+        "1",
+        "--json",
+        "--results-dir",
+        tmp_path / "res",
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(p.stdout)
     assert r["validation"]["valid"] is True, r["validation"]
@@ -298,15 +443,19 @@ def test_a_capped_gpu_streams_three_times_its_cap_of_generated_data_and_validate
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("workload, way", [("svd", "dask-cuda"), ("groupby", "cudf")])
-def test_a_capped_gpu_spills_three_times_its_cap_of_a_file_to_host_and_validates(cli, tmp_path, workload, way):
+def test_a_capped_gpu_spills_three_times_its_cap_of_a_file_to_host_and_validates(
+    cli, tmp_path, workload, way
+):
     """A file 3 x the device's cap cannot be made again: it is read once and spills device ->
     host the way --device-spill says; valid, and explain names the way."""
     from conftest import gpu_probe
+
     ok, why = gpu_probe()
     if not ok:
         pytest.skip(f"no usable GPU: {why}")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflows"))
     import spill_gpu
+
     if workload == "svd":
         path = tmp_path / "x.npy"
         spill_gpu.write_npy(str(path), 3_750_000, 100, 3)
@@ -315,9 +464,29 @@ def test_a_capped_gpu_spills_three_times_its_cap_of_a_file_to_host_and_validates
         path = tmp_path / "frame"
         spill_gpu.write_parquet(str(path), 125_000_000, 1000, 3)
         extra = ("--by", "key", "--agg", "int64:sum;float64:mean")
-    p = cli("run", workload, "--input", path, *extra, "--backend", "gpu", "--gpus", "0", "--device-memory-limit",
-            "1GB", "--device-spill", way, "--repeat", "2", "--warmup", "1", "--json",
-            "--results-dir", tmp_path / "res", timeout=600)
+    p = cli(
+        "run",
+        workload,
+        "--input",
+        path,
+        *extra,
+        "--backend",
+        "gpu",
+        "--gpus",
+        "0",
+        "--device-memory-limit",
+        "1GB",
+        "--device-spill",
+        way,
+        "--repeat",
+        "2",
+        "--warmup",
+        "1",
+        "--json",
+        "--results-dir",
+        tmp_path / "res",
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(p.stdout)
     assert r["validation"]["valid"] is True, r["validation"]
@@ -346,6 +515,7 @@ def test_a_session_of_dask_cudas_spilling_after_one_of_cudfs_in_the_same_process
     and the worker is lost (seen on an H200: ``spill_gpu.py``, cudf at 1.5 x then dask-cuda at 3 x
     the cap)."""
     from conftest import gpu_probe
+
     ok, why = gpu_probe()
     if not ok:
         pytest.skip(f"no usable GPU: {why}")
@@ -353,9 +523,16 @@ def test_a_session_of_dask_cudas_spilling_after_one_of_cudfs_in_the_same_process
     import cudf
     import spill_gpu
     from cudf.core.buffer import spill_manager
+
     path = tmp_path / "frame"
     spill_gpu.write_parquet(str(path), 62_500_000, 1000, 3)
-    args = {"by": "key", "agg": {"int64": "sum", "float64": ["mean"]}, "repeat": 1, "warmup": 0, "write": False}
+    args = {
+        "by": "key",
+        "agg": {"int64": "sum", "float64": ["mean"]},
+        "repeat": 1,
+        "warmup": 0,
+        "write": False,
+    }
     for way, spills_here in (("cudf", True), ("dask-cuda", False)):
         with gpuscale.session(backend="gpu", gpus="0", device_memory_limit="1GB", device_spill=way) as s:
             assert cudf.get_option("spill") is spills_here
@@ -375,10 +552,18 @@ def _ctx(threads=2, validate=None, **choices):
         threads_per_worker = threads
 
     cpu = next(f for f in registry.families() if f.name == "cpu")
-    budget = memory.Budget(workers=1, limit=2 * 10**9, baseline=200 * 2**20, baseline_source="test",
-                           threads=threads, fractions=dict(memory.DEFAULT_FRACTIONS), spill_to="disk")
-    return workloads.Context(cpu, Spec(), choices={k: {"value": v} for k, v in choices.items()},
-                             memory=budget, validate=validate)
+    budget = memory.Budget(
+        workers=1,
+        limit=2 * 10**9,
+        baseline=200 * 2**20,
+        baseline_source="test",
+        threads=threads,
+        fractions=dict(memory.DEFAULT_FRACTIONS),
+        spill_to="disk",
+    )
+    return workloads.Context(
+        cpu, Spec(), choices={k: {"value": v} for k, v in choices.items()}, memory=budget, validate=validate
+    )
 
 
 def test_map_overlap_counts_the_padded_blocks_and_the_filter_output():
@@ -386,37 +571,44 @@ def test_map_overlap_counts_the_padded_blocks_and_the_filter_output():
     their padded base); one filter task holds its padded output (two blocks on the one-chunk
     route, which pads inside the task and stores no padded block)."""
     from gpuscale.workloads import registry
+
     wl = registry.get("map_overlap")()
     p = wl.parse({"n": 8000, "size": 9})
     parts = wl.estimate_memory(p, _ctx(chunk=4000))
     padded = (8000 + 2 * 4 * 2) ** 2 * 8
-    assert parts == {"inputs": 8000 ** 2 * 8, "intermediates": padded, "results": padded}
-    assert wl.task_bytes(p, _ctx(chunk=4000)) == 4008 ** 2 * 8
+    assert parts == {"inputs": 8000**2 * 8, "intermediates": padded, "results": padded}
+    assert wl.task_bytes(p, _ctx(chunk=4000)) == 4008**2 * 8
     one = wl.estimate_memory(p, _ctx(chunk=8000))
-    assert one["intermediates"] == 0 and one["results"] == 8008 ** 2 * 8
-    assert wl.task_bytes(p, _ctx(chunk=8000)) == 2 * 8008 ** 2 * 8
+    assert one["intermediates"] == 0 and one["results"] == 8008**2 * 8
+    assert wl.task_bytes(p, _ctx(chunk=8000)) == 2 * 8008**2 * 8
 
 
 def test_reduction_std_counts_two_float64_temporaries_per_task():
     """std's chunk step holds A - mean and its square; the partials are small (no second copy
     of the array)."""
     from gpuscale.workloads import registry
+
     wl = registry.get("reduction")()
     p = wl.parse({"rows": 20000, "cols": 5000, "op": "std"})
     ctx = _ctx(chunk=4096)
     assert wl.task_bytes(p, ctx) == 2 * 4096 * 4096 * 8
     parts = wl.estimate_memory(p, ctx)
     assert parts["inputs"] == 20000 * 5000 * 8 and parts["intermediates"] + parts["results"] < 2**20
-    assert wl.task_bytes(wl.parse({"rows": 20000, "cols": 5000, "op": "sum"}), _ctx(validate="off", chunk=4096)) == 0
+    assert (
+        wl.task_bytes(wl.parse({"rows": 20000, "cols": 5000, "op": "sum"}), _ctx(validate="off", chunk=4096))
+        == 0
+    )
 
 
-@pytest.mark.parametrize("name, params", [("shuffle", {"rows": 4_000_000}),
-                                          ("merge", {"rows": 4_000_000, "match_fraction": 0.3})])
+@pytest.mark.parametrize(
+    "name, params", [("shuffle", {"rows": 4_000_000}), ("merge", {"rows": 4_000_000, "match_fraction": 0.3})]
+)
 def test_a_p2p_shuffle_counts_its_shards_and_transfer_copies(name, params):
     """Dask's P2P (two threads): the shards in its comm buffer and (up to 100 MiB) its storage
     buffer, and each transfer task's copies; the one-task route (one thread) keeps four copies
     (merge) or five (shuffle's sort)."""
     from gpuscale.workloads import registry
+
     wl = registry.get(name)()
     p = wl.parse(params)
     rows = params["rows"] * (2 if name == "merge" else 1)
@@ -431,19 +623,26 @@ def test_a_p2p_shuffle_counts_its_shards_and_transfer_copies(name, params):
 
 def test_groupby_counts_the_full_checks_concatenated_frame():
     from gpuscale.workloads import registry
+
     wl = registry.get("groupby")()
     ctx = _ctx(partitions=2, groupby_strategy="tree")
     assert wl.estimate_memory(wl.parse({"rows": 5_000_000}), ctx)["validation"] == 2 * 5_000_000 * 24
     assert wl.estimate_memory(wl.parse({"rows": 10_000_000}), ctx)["validation"] == 0
-    assert wl.estimate_memory(wl.parse({"rows": 5_000_000}), _ctx(validate="off", partitions=2))["validation"] == 0
+    assert (
+        wl.estimate_memory(wl.parse({"rows": 5_000_000}), _ctx(validate="off", partitions=2))["validation"]
+        == 0
+    )
 
 
 def _allocate_a_petabyte(seed):
     import numpy as np
+
     return np.empty(2**50, dtype=np.uint8)[:1].sum() + seed  # NumPy refuses: MemoryError
 
 
-def test_a_worker_that_runs_out_of_memory_ends_the_run_in_one_line_and_the_cluster_takes_the_next(cpu_session):
+def test_a_worker_that_runs_out_of_memory_ends_the_run_in_one_line_and_the_cluster_takes_the_next(
+    cpu_session,
+):
     """A task whose allocation fails on its worker (a real MemoryError: NumPy asked for 1 PiB;
     on a GPU CuPy's / RMM's, the same type) ends the run with one line naming the memory, what
     was asked, the check's estimate and the fix; the worker is still up and the same session's
@@ -455,8 +654,12 @@ def test_a_worker_that_runs_out_of_memory_ends_the_run_in_one_line_and_the_clust
     from gpuscale import workloads
     from gpuscale.errors import UserError
 
-    @gpuscale.workload("greedy", params={"seed": 0}, validate=lambda result: True,
-                       generate=lambda p: dask.array.ones(2, chunks=2))
+    @gpuscale.workload(
+        "greedy",
+        params={"seed": 0},
+        validate=lambda result: True,
+        generate=lambda p: dask.array.ones(2, chunks=2),
+    )
     def greedy(data, p, ctx):
         return dask.delayed(_allocate_a_petabyte)(p.seed, dask_key_name=f"greedy-{p.seed}")
 
@@ -465,10 +668,12 @@ def test_a_worker_that_runs_out_of_memory_ends_the_run_in_one_line_and_the_clust
         with pytest.raises(UserError) as e:
             cpu_session.run("greedy", repeat=1, warmup=0, write=False)
         msg = str(e.value)
-        assert "\n" not in msg and msg.startswith("greedy: a worker ran out of host memory during the run "
-                                                  "(MemoryError: Unable to allocate 1.00 PiB"), msg
+        assert "\n" not in msg and msg.startswith(
+            "greedy: a worker ran out of host memory during the run (MemoryError: Unable to allocate 1.00 PiB"
+        ), msg
         assert "; use smaller sizes, more memory per worker" in msg and msg.endswith(
-            "the cluster is still up for the next run")
+            "the cluster is still up for the next run"
+        )
         assert set(cpu_session.client.scheduler_info(n_workers=-1)["workers"]) == before  # no worker died
         r = cpu_session.run("svd", rows=2_000, cols=10, repeat=1, warmup=0, write=False)
         assert r.valid is True
@@ -483,11 +688,19 @@ def test_p2p_buffers_cannot_spill_so_a_worker_too_small_for_them_is_refused():
     minutes."""
     from gpuscale import memory
     from gpuscale.workloads import registry
+
     wl = registry.get("merge")()
     p = wl.parse({"rows": 3_000_000})
     ctx = _ctx(partitions=4, right_partitions=4, shuffle_method=None)
-    b = memory.Budget(workers=1, limit=1000 * 2**20, baseline=200 * 2**20, baseline_source="test", threads=2,
-                      fractions={**memory.DEFAULT_FRACTIONS, "target": 0.3}, spill_to="disk")
+    b = memory.Budget(
+        workers=1,
+        limit=1000 * 2**20,
+        baseline=200 * 2**20,
+        baseline_source="test",
+        threads=2,
+        fractions={**memory.DEFAULT_FRACTIONS, "target": 0.3},
+        spill_to="disk",
+    )
     h = memory.assess(wl, p, ctx, b)
     parts = wl.estimate_memory(p, ctx)
     assert h["held_bytes"] == parts["shuffle_buffers"] + parts["validation"] > 0
@@ -504,29 +717,58 @@ def test_run_refuses_what_explain_refuses_before_its_cluster_starts(cli, tmp_pat
     """75 M rows grouped on 2 x 300 MB workers: `explain` says the run would stop before starting
     work, and `run` with the same flags stops with that same line, before any worker starts (it
     used to start, lose workers at 95 % and end in KilledWorker)."""
-    flags = ["groupby", "--rows", "75000000", "--keys", "100000", "--workers", "2", "--threads-per-worker", "1",
-             "--memory-limit", "300MB", "--backend", "cpu"]
+    flags = [
+        "groupby",
+        "--rows",
+        "75000000",
+        "--keys",
+        "100000",
+        "--workers",
+        "2",
+        "--threads-per-worker",
+        "1",
+        "--memory-limit",
+        "300MB",
+        "--backend",
+        "cpu",
+    ]
     e = cli("explain", *flags, "--json")
     assert e.returncode == 0, e.stderr
-    said = [n for n in json.loads(e.stdout)["notes"] if n.startswith("the run would stop before starting work: ")]
+    said = [
+        n for n in json.loads(e.stdout)["notes"] if n.startswith("the run would stop before starting work: ")
+    ]
     assert len(said) == 1
     started = time.monotonic()
     p = cli("run", *flags, "--results-dir", tmp_path / "res", timeout=120)
     assert p.returncode == 2, p.stderr[-3000:]
     assert p.stderr.splitlines() == [
-        "gpuscale: error: " + said[0].removeprefix("the run would stop before starting work: ")]
+        "gpuscale: error: " + said[0].removeprefix("the run would stop before starting work: ")
+    ]
     assert time.monotonic() - started < 30 and files_under(tmp_path / "res") == []
 
 
 def test_worker_limits_adding_up_past_the_machine_are_refused(cli):
     from gpuscale import machine
+
     quarter = str(machine.cpu()["memory_bytes"] // 4)
     for command in ("explain", "run"):
-        p = cli(command, "transpose_sum", "--backend", "cpu", "--n", "2000", "--workers", "8",
-                "--memory-limit", quarter)
+        p = cli(
+            command,
+            "transpose_sum",
+            "--backend",
+            "cpu",
+            "--n",
+            "2000",
+            "--workers",
+            "8",
+            "--memory-limit",
+            quarter,
+        )
         assert p.returncode == 2, p.stderr
         lines = p.stderr.splitlines()
-        assert len(lines) == 1 and "more than this machine's" in lines[0] and "8 worker(s) x" in lines[0], p.stderr
+        assert len(lines) == 1 and "more than this machine's" in lines[0] and "8 worker(s) x" in lines[0], (
+            p.stderr
+        )
 
 
 def test_workers_killed_under_a_task_end_in_one_line(tmp_path):
@@ -544,9 +786,15 @@ def test_workers_killed_under_a_task_end_in_one_line(tmp_path):
     try:
         with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
             with pytest.raises(gpuscale.UserError) as e:
-                gpuscale.run("hungry", backend="cpu",
-                             repeat=1, warmup=0, memory_check=False, results_dir=str(tmp_path / "res"),
-                             cluster_settings={"workers": 1, "threads_per_worker": 1, "memory_limit": "300MB"})
+                gpuscale.run(
+                    "hungry",
+                    backend="cpu",
+                    repeat=1,
+                    warmup=0,
+                    memory_check=False,
+                    results_dir=str(tmp_path / "res"),
+                    cluster_settings={"workers": 1, "threads_per_worker": 1, "memory_limit": "300MB"},
+                )
     finally:  # registered for this test only: others compare the registry with a fresh process's
         registry.unregister("hungry")
     text = str(e.value)
@@ -564,8 +812,23 @@ def test_at_the_boundary_the_least_limit_the_check_names_completes_and_one_mib_l
     partials are in the working set: refused in one line before any work, naming the least
     --memory-limit the same check admits (`explain` names the same); at that limit the run
     completes and validates with every worker under the nanny's line, and 1 MiB less is refused."""
-    flags = ["groupby", "--rows", "6000000", "--keys", "100000", "--workers", "2", "--threads-per-worker", "1",
-             "--backend", "cpu", "--repeat", "1", "--warmup", "0"]
+    flags = [
+        "groupby",
+        "--rows",
+        "6000000",
+        "--keys",
+        "100000",
+        "--workers",
+        "2",
+        "--threads-per-worker",
+        "1",
+        "--backend",
+        "cpu",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+    ]
     e = cli("explain", *flags, "--memory-limit", "325MB", "--json")
     assert e.returncode == 0, e.stderr
     need = json.loads(e.stdout)["memory"]["need_limit_bytes"]
@@ -573,13 +836,23 @@ def test_at_the_boundary_the_least_limit_the_check_names_completes_and_one_mib_l
     p = cli("run", *flags, "--memory-limit", "325MB", "--results-dir", tmp_path / "res", timeout=120)
     assert p.returncode == 2, p.stderr[-3000:]
     lines = p.stderr.splitlines()
-    assert len(lines) == 1 and f"give each worker at least {need / 2**20:.2f} MiB (--memory-limit)" in lines[0], lines
+    assert (
+        len(lines) == 1 and f"give each worker at least {need / 2**20:.2f} MiB (--memory-limit)" in lines[0]
+    ), lines
     assert time.monotonic() - started < 30 and files_under(tmp_path / "res") == []
     less = cli("run", *flags, "--memory-limit", f"{need // 2**20 - 1}MiB", "--results-dir", tmp_path / "less")
     assert less.returncode == 2 and len(less.stderr.splitlines()) == 1, less.stderr[-3000:]
     assert files_under(tmp_path / "less") == []
-    ok = cli("run", *flags, "--memory-limit", f"{need // 2**20}MiB", "--json", "--results-dir", tmp_path / "ok",
-             timeout=300)
+    ok = cli(
+        "run",
+        *flags,
+        "--memory-limit",
+        f"{need // 2**20}MiB",
+        "--json",
+        "--results-dir",
+        tmp_path / "ok",
+        timeout=300,
+    )
     assert ok.returncode == 0 and ok.stderr == "", ok.stderr[-3000:]
     r = json.loads(ok.stdout)
     m = r["memory"]
@@ -590,9 +863,24 @@ def test_at_the_boundary_the_least_limit_the_check_names_completes_and_one_mib_l
 def test_a_run_no_limit_on_this_machine_admits_says_so_instead_of_naming_one(cli, tmp_path):
     """The least limit is searched only up to this machine's memory over the workers (limits
     adding up past it are refused anyway): past it the line says no --memory-limit admits it."""
-    p = cli("run", "groupby", "--rows", "2000000000", "--keys", "100000000", "--workers", "2",
-            "--threads-per-worker", "1", "--memory-limit", "300MB", "--backend", "cpu",
-            "--results-dir", tmp_path / "res")
+    p = cli(
+        "run",
+        "groupby",
+        "--rows",
+        "2000000000",
+        "--keys",
+        "100000000",
+        "--workers",
+        "2",
+        "--threads-per-worker",
+        "1",
+        "--memory-limit",
+        "300MB",
+        "--backend",
+        "cpu",
+        "--results-dir",
+        tmp_path / "res",
+    )
     assert p.returncode == 2, p.stderr[-3000:]
     lines = p.stderr.splitlines()
     assert len(lines) == 1 and "no --memory-limit up to this machine's" in lines[0], lines

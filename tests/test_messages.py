@@ -1,6 +1,7 @@
 """Dask's batched control streams (``cluster.message-interval``, gpuscale.cluster.messages) and
 the runner's cheap test for an already persisted collection: the two fixed costs per run this
 file guards. Every test reads the intervals off the real streams of real processes."""
+
 from __future__ import annotations
 
 import dask
@@ -25,8 +26,12 @@ def test_auto_sets_every_stream_of_a_cluster_gpuscale_starts():
         s.client.restart()
         again = messages.intervals(s.client)
     want = messages.AUTO_S
-    assert got == {"client -> scheduler": want, "scheduler -> client": want,
-                   "scheduler -> worker": [want], "worker -> scheduler": [want]}
+    assert got == {
+        "client -> scheduler": want,
+        "scheduler -> client": want,
+        "scheduler -> worker": [want],
+        "worker -> scheduler": [want],
+    }
     assert again["scheduler -> worker"] == [want] and again["worker -> scheduler"] == [want]
     assert ch["value"] == want and ch["source"] == "rule" and "10 ms" in ch["rule"]
 
@@ -36,13 +41,18 @@ def test_a_gpu_cluster_sets_every_stream_to_the_interval_asked():
     """dask-cuda's workers kept Dask's 2 ms on their own stream with 0 asked (an H200): read off
     the real streams at 1 ms, which no stream has by default."""
     from conftest import gpu_probe
+
     ok, why = gpu_probe()
     if not ok:
         pytest.skip(f"no usable GPU: {why}")
     with gpuscale.session(backend="gpu", gpus="0", message_interval="1ms") as s:
         got = messages.intervals(s.client)
-    assert got == {"client -> scheduler": 0.001, "scheduler -> client": 0.001,
-                   "scheduler -> worker": [0.001], "worker -> scheduler": [0.001]}, got
+    assert got == {
+        "client -> scheduler": 0.001,
+        "scheduler -> client": 0.001,
+        "scheduler -> worker": [0.001],
+        "worker -> scheduler": [0.001],
+    }, got
 
 
 def test_dask_keeps_distributeds_own_intervals():
@@ -50,19 +60,21 @@ def test_dask_keeps_distributeds_own_intervals():
         with gpuscale.session(backend="cpu", workers=1, threads_per_worker=1) as s:
             got = messages.intervals(s.client)
             ch = s.spec.choices["message_interval"]
-    assert got == {"client -> scheduler": DASK["client -> scheduler"],
-                   "scheduler -> client": DASK["scheduler -> client"],
-                   "scheduler -> worker": [DASK["scheduler -> worker"]],
-                   "worker -> scheduler": [DASK["worker -> scheduler"]]}
+    assert got == {
+        "client -> scheduler": DASK["client -> scheduler"],
+        "scheduler -> client": DASK["scheduler -> client"],
+        "scheduler -> worker": [DASK["scheduler -> worker"]],
+        "worker -> scheduler": [DASK["worker -> scheduler"]],
+    }
     assert ch["value"] is None and ch["source"] == "dask.config"
 
 
 def test_a_running_cluster_keeps_its_workers_streams():
     """Joining someone's cluster sets this client's own two streams only."""
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=":0") as lc:
-        with gpuscale.session(backend="cpu", scheduler=lc.scheduler_address,
-                              message_interval="2ms") as s:
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=":0"
+    ) as lc:
+        with gpuscale.session(backend="cpu", scheduler=lc.scheduler_address, message_interval="2ms") as s:
             got = messages.intervals(s.client)
             ch = s.spec.choices["message_interval"]
         with Client(lc) as plain:  # another client of the same cluster: untouched
@@ -86,6 +98,7 @@ def test_a_bad_interval_is_one_line_exit_2(cli):
 
 def test_cluster_show_names_the_interval(cli):
     import json
+
     p = cli("cluster", "show", "--json")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["spec"]["message_interval"] == messages.AUTO_S
@@ -93,8 +106,10 @@ def test_cluster_show_names_the_interval(cli):
 
 @pytest.fixture(scope="module")
 def client():
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as lc, \
-            Client(lc) as c:
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as lc,
+        Client(lc) as c,
+    ):
         yield c
 
 
@@ -107,9 +122,11 @@ def test_persisted_is_read_off_the_expression(client, monkeypatch):
     # per repeat: 10-20 ms of a small groupby)
     lowered = []
     from dask._expr import Expr
+
     real = Expr.lower_completely
-    monkeypatch.setattr(Expr, "lower_completely",
-                        lambda self, *a, **k: lowered.append(self) or real(self, *a, **k))
+    monkeypatch.setattr(
+        Expr, "lower_completely", lambda self, *a, **k: lowered.append(self) or real(self, *a, **k)
+    )
     grouped = held.groupby("k").v.sum()
     assert runner._persisted(held)
     assert not runner._persisted(grouped)

@@ -2,6 +2,7 @@
 through a real CPU session, and the ``gpuscale.workloads`` entry point for real: the example
 package in tests/plugin_pkg is pip-installed into a temporary virtual environment that sees
 this environment's packages, and run there through ``python -m gpuscale``."""
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,7 @@ def _check_twice(result, x, p):
 
 
 def test_decorated_functions_run_validated_and_recorded(cpu_session, registered, results_dir):
-    @gpuscale.workload("nb_twice_sum", params={"n": 200, "seed": 0}, generate=_make,
-                       validate=_check_twice)
+    @gpuscale.workload("nb_twice_sum", params={"n": 200, "seed": 0}, generate=_make, validate=_check_twice)
     def twice_sum(x, p, ctx):
         """(x + x.T).sum(), from a notebook."""
         return (x + x.T).sum()
@@ -70,8 +70,12 @@ def test_decorated_functions_run_validated_and_recorded(cpu_session, registered,
 
 
 def test_decorated_validate_false_is_an_invalid_result(cpu_session, registered):
-    @gpuscale.workload("nb_wrong", params={"n": 50, "seed": 0}, generate=_make,
-                       validate=lambda result, x: {"always wrong": False, "fine": True})
+    @gpuscale.workload(
+        "nb_wrong",
+        params={"n": 50, "seed": 0},
+        generate=_make,
+        validate=lambda result, x: {"always wrong": False, "fine": True},
+    )
     def wrong(x):
         return x + 1
 
@@ -82,8 +86,7 @@ def test_decorated_validate_false_is_an_invalid_result(cpu_session, registered):
 
 
 def test_decorated_plain_class_with_dict_result_and_plan(cpu_session, registered):
-    @gpuscale.workload("nb_class", params={"rows": (int, 1_000, "rows"), "seed": 0},
-                       collection="array")
+    @gpuscale.workload("nb_class", params={"rows": (int, 1_000, "rows"), "seed": 0}, collection="array")
     class Stats:
         """column means and maxima."""
 
@@ -91,15 +94,19 @@ def test_decorated_plain_class_with_dict_result_and_plan(cpu_session, registered
             ctx.choose("chunk", max(1, p.rows // ctx.total_threads), "rule", "rows / threads")
 
         def generate(self, p, ctx):
-            return da.random.default_rng(p.seed).random((p.rows, 4), chunks=(ctx.choices["chunk"]["value"], 4))
+            return da.random.default_rng(p.seed).random(
+                (p.rows, 4), chunks=(ctx.choices["chunk"]["value"], 4)
+            )
 
         def compute(self, x, p, ctx):
             return {"mean": x.mean(axis=0), "max": x.max(axis=0)}
 
         def validate(self, result, x, p, ctx):
             a = np.asarray(x.compute())
-            return [Check("mean", bool(np.allclose(result["mean"].compute(), a.mean(axis=0)))),
-                    Check("max", bool((result["max"].compute() == a.max(axis=0)).all()))]
+            return [
+                Check("mean", bool(np.allclose(result["mean"].compute(), a.mean(axis=0)))),
+                Check("max", bool((result["max"].compute() == a.max(axis=0)).all())),
+            ]
 
     registered.append("nb_class")
     r = cpu_session.run("nb_class", rows=800, **QUICK, write=False)
@@ -139,8 +146,9 @@ def test_decorator_check_hook_and_field_limits(registered):
         if p.lo >= p.hi:
             raise ValueError("--lo must be below --hi")
 
-    @gpuscale.workload("nb_checked", params={"lo": 0, "hi": Field(10, le=100)}, check=check,
-                       validate=lambda r: True)
+    @gpuscale.workload(
+        "nb_checked", params={"lo": 0, "hi": Field(10, le=100)}, check=check, validate=lambda r: True
+    )
     def f(data, p):
         return None
 
@@ -166,7 +174,10 @@ def test_decorator_refusals(registered):
         gpuscale.workload("nb_none", params={"k": None}, validate=lambda r: True)(lambda x: x)
     with pytest.raises(UserError, match="collection must be 'array' or 'dataframe'"):
         gpuscale.workload("nb_coll", collection="table", validate=lambda r: True)(lambda x: x)
-    assert "nb_novalidate" not in workloads.names() and workloads.get("svd").__module__ == "gpuscale.workloads.svd"
+    assert (
+        "nb_novalidate" not in workloads.names()
+        and workloads.get("svd").__module__ == "gpuscale.workloads.svd"
+    )
 
 
 @pytest.mark.parametrize("name", ["audit", "data", "validate", "output", "overwrite", "min_repeats"])
@@ -178,9 +189,11 @@ def test_a_parameter_named_like_a_run_keyword_is_refused_at_declaration_in_one_l
         gpuscale.workload("nb_shadow", params={name: 1, "n": 2}, validate=lambda r: True)(lambda x: x)
     line = str(e.value)
     assert "\n" not in line
-    assert line == (f"workload 'nb_shadow': parameter '{name}' is gpuscale's own keyword (Session.run / "
-                    f"gpuscale.run / the run flags), so it could never be set; "
-                    f"rename it (e.g. '{name}' -> 'my_{name}')"), line
+    assert line == (
+        f"workload 'nb_shadow': parameter '{name}' is gpuscale's own keyword (Session.run / "
+        f"gpuscale.run / the run flags), so it could never be set; "
+        f"rename it (e.g. '{name}' -> 'my_{name}')"
+    ), line
     assert workloads.registry.registered("nb_shadow") is None
 
 
@@ -191,6 +204,7 @@ def test_a_workload_subclass_with_a_run_keyword_parameter_is_refused_too(registe
         audit: bool = True
 
     with pytest.raises(UserError, match="parameter 'audit' is gpuscale's own keyword"):
+
         @gpuscale.workload("nb_shadow_cls", params=P)
         class Shadow(Workload):
             def compute(self, data, p, ctx):
@@ -198,6 +212,7 @@ def test_a_workload_subclass_with_a_run_keyword_parameter_is_refused_too(registe
 
             def validate(self, result, data, p, ctx):
                 return Validation([])
+
     assert workloads.registry.registered("nb_shadow_cls") is None
 
 
@@ -210,16 +225,21 @@ def test_every_run_and_settings_keyword_is_reserved():
     from gpuscale import api, config
     from gpuscale.runs.session import Session
     from gpuscale.workloads.decorator import reserved
+
     keywords = set(config.KEYWORDS)
     for fn in (Session.run, Session.record, api.run, api.explain):
-        keywords |= {n for n, prm in inspect.signature(fn).parameters.items()
-                     if n != "self" and prm.kind is not prm.VAR_KEYWORD}
+        keywords |= {
+            n
+            for n, prm in inspect.signature(fn).parameters.items()
+            if n != "self" and prm.kind is not prm.VAR_KEYWORD
+        }
     assert {"audit", "data", "validate", "output", "overwrite", "min_repeats"} <= keywords
     assert keywords <= reserved(), sorted(keywords - reserved())
 
 
 def test_builtin_workloads_still_register_with_no_reserved_parameter():
     from gpuscale.workloads.decorator import reserved
+
     for name in workloads.names():
         cls = workloads.get(name)
         assert cls.name == name
@@ -246,16 +266,36 @@ def plugin_python(tmp_path_factory) -> pathlib.Path:
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     # site.addsitedir (not a plain path line) so this environment's own .pth files (an
     # editable gpuscale, numba-cuda's redirector) are processed too
     ours = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), *site.getsitepackages()}
     lines = "".join(f"import site; site.addsitedir({p!r})\n" for p in sorted(ours) if os.path.isdir(p))
     pathlib.Path(purelib, "_outer_env.pth").write_text(lines)
-    pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps",
-                          "--no-build-isolation", "--no-index", "--disable-pip-version-check",
-                          "--quiet", str(src)], capture_output=True, text=True, timeout=300)
+    pip = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(py),
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--disable-pip-version-check",
+            "--quiet",
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert pip.returncode == 0, pip.stdout + pip.stderr
     return py
 
@@ -263,8 +303,14 @@ def plugin_python(tmp_path_factory) -> pathlib.Path:
 def _gpuscale(py, *args, cwd, timeout=180):
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_GPUSCALE__")}
     env["PYTHONUNBUFFERED"] = "1"
-    return subprocess.run([str(py), "-m", "gpuscale", *map(str, args)], cwd=str(cwd), env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [str(py), "-m", "gpuscale", *map(str, args)],
+        cwd=str(cwd),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_entry_point_plugin_listed(plugin_python, tmp_path):
@@ -274,16 +320,39 @@ def test_entry_point_plugin_listed(plugin_python, tmp_path):
     assert {"plugin_scale", "svd", "stencil", "lombscargle"} <= set(items)
     w = items["plugin_scale"]
     assert w["description"] == "y = factor * x of a random vector (an example plugin)"
-    assert w["params"]["n"] == {"default": 100_000, "type": "int", "choices": None, "help": "length of the vector"}
+    assert w["params"]["n"] == {
+        "default": 100_000,
+        "type": "int",
+        "choices": None,
+        "help": "length of the vector",
+    }
     assert w["params"]["factor"]["help"] == "scale factor, >= 0"
     # installed in the temporary venv only: this interpreter does not know it
     assert "plugin_scale" not in workloads.names()
 
 
 def test_entry_point_plugin_runs_through_the_cli(plugin_python, tmp_path):
-    p = _gpuscale(plugin_python, "run", "plugin_scale", "--backend", "cpu", "--workers", "1",
-                  "--repeat", "1", "--warmup", "0", "--n", "5000", "--factor", "3",
-                  "--results-dir", "res", "--json", cwd=tmp_path)
+    p = _gpuscale(
+        plugin_python,
+        "run",
+        "plugin_scale",
+        "--backend",
+        "cpu",
+        "--workers",
+        "1",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--n",
+        "5000",
+        "--factor",
+        "3",
+        "--results-dir",
+        "res",
+        "--json",
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["workload"] == "plugin_scale" and d["valid"] is True and d["family"] == "cpu"
@@ -295,21 +364,39 @@ def test_entry_point_plugin_runs_through_the_cli(plugin_python, tmp_path):
 
 
 def test_entry_point_plugin_bad_parameter_is_one_line(plugin_python, tmp_path):
-    p = _gpuscale(plugin_python, "run", "plugin_scale", "--factor", "-1", "--backend", "cpu",
-                  cwd=tmp_path)
+    p = _gpuscale(plugin_python, "run", "plugin_scale", "--factor", "-1", "--backend", "cpu", cwd=tmp_path)
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [
         "gpuscale: error: plugin_scale --factor: Input should be greater than or equal to 0 "
-        "(got -1.0); see `gpuscale workloads` for plugin_scale's parameters"]
+        "(got -1.0); see `gpuscale workloads` for plugin_scale's parameters"
+    ]
     assert files_under(tmp_path) == []
 
 
 def test_entry_point_protocol_carries_a_run(plugin_python, tmp_path):
     """A transport registered through the ``gpuscale.protocols`` entry point: the cluster is
     started over it, the record says so, and its rule names the plugin's description."""
-    p = _gpuscale(plugin_python, "run", "transpose_sum", "--backend", "cpu", "--protocol", "ws",
-                  "--workers", "1", "--repeat", "1", "--warmup", "0", "--n", "400",
-                  "--results-dir", "res", "--json", cwd=tmp_path)
+    p = _gpuscale(
+        plugin_python,
+        "run",
+        "transpose_sum",
+        "--backend",
+        "cpu",
+        "--protocol",
+        "ws",
+        "--workers",
+        "1",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--n",
+        "400",
+        "--results-dir",
+        "res",
+        "--json",
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["valid"] is True and d["protocol"] == "ws"
@@ -318,9 +405,16 @@ def test_entry_point_protocol_carries_a_run(plugin_python, tmp_path):
     assert transports["rule"] == "WebSockets (distributed's ws comm, from the example plugin): transports ws"
     # installed in the temporary venv only: this interpreter refuses it in one line
     from gpuscale.cluster import protocols
+
     assert "ws" not in protocols.names()
-    q = subprocess.run([sys.executable, "-m", "gpuscale", "cluster", "show", "--protocol", "ws"],
-                       cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    q = subprocess.run(
+        [sys.executable, "-m", "gpuscale", "cluster", "show", "--protocol", "ws"],
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert q.returncode == 2 and q.stderr.strip().splitlines() == [
         "gpuscale: error: invalid value 'ws' for gpuscale.protocol (from a flag): unknown protocol; "
-        "choose one of: auto, tcp, ucx; fix it (see `gpuscale cluster show`)"]
+        "choose one of: auto, tcp, ucx; fix it (see `gpuscale cluster show`)"
+    ]

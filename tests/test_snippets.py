@@ -12,6 +12,7 @@ every chunk the session's tasks made is its family's.
 
 Each family's run prints a table (snippet, rows, chunk types, conversions, equal?).
 """
+
 from __future__ import annotations
 
 import os
@@ -55,27 +56,62 @@ def run_in_session(s, plain, base, label: str) -> list[dict]:
                 got = sn.run(_folder(base, sn.name, label))
         except Exception as e:  # noqa: BLE001 - a snippet that fails is a row of the table
             first = (str(e).strip().splitlines() or [""])[0][:200]
-            rows.append({"snippet": sn.name, "rows": sn.rows, "chunks": [], "clean": False, "host_values": [],
-                         "foreign": [], "conversions": [], "fallbacks": [], "equal": False,
-                         "why": f"failed: {type(e).__name__}: {first}", "seconds": time.perf_counter() - t0})
+            rows.append(
+                {
+                    "snippet": sn.name,
+                    "rows": sn.rows,
+                    "chunks": [],
+                    "clean": False,
+                    "host_values": [],
+                    "foreign": [],
+                    "conversions": [],
+                    "fallbacks": [],
+                    "equal": False,
+                    "why": f"failed: {type(e).__name__}: {first}",
+                    "seconds": time.perf_counter() - t0,
+                }
+            )
             continue
         ok, why = same(got, plain[sn.name])
         summary = a.summary
         # chunks of the chunk libraries (a Zarr array's handle, also an output with a shape, is not one)
         # (host copies a writer made on purpose, listed as allowed, are not chunks of the work)
-        chunks = sorted({r["type"] for r in summary["prefixes"]
-                         if r["chunk"] and r["kind"] != "other" and not r.get("allowed")})
+        chunks = sorted(
+            {
+                r["type"]
+                for r in summary["prefixes"]
+                if r["chunk"] and r["kind"] != "other" and not r.get("allowed")
+            }
+        )
         values = [f"{f['prefix']}: {f['type']}" for f in summary["foreign"] if f["prefix"] in sn.host_values]
-        chunks = [t for t in chunks if not any(v.endswith(": " + t) for v in values)
-                  or any(r["type"] == t and r["chunk"] and r["prefix"] not in sn.host_values
-                         for r in summary["prefixes"])]
-        rows.append({"snippet": sn.name, "rows": sn.rows, "chunks": chunks,
-                     "clean": not [f for f in summary["foreign"] if f["prefix"] not in sn.host_values],
-                     "host_values": values,
-                     "foreign": [f"{f['prefix']}: {f['type']}" for f in summary["foreign"]
-                                 if f["prefix"] not in sn.host_values],
-                     "conversions": summary["conversions"], "fallbacks": summary["fallbacks"], "equal": ok, "why": why,
-                     "seconds": time.perf_counter() - t0})
+        chunks = [
+            t
+            for t in chunks
+            if not any(v.endswith(": " + t) for v in values)
+            or any(
+                r["type"] == t and r["chunk"] and r["prefix"] not in sn.host_values
+                for r in summary["prefixes"]
+            )
+        ]
+        rows.append(
+            {
+                "snippet": sn.name,
+                "rows": sn.rows,
+                "chunks": chunks,
+                "clean": not [f for f in summary["foreign"] if f["prefix"] not in sn.host_values],
+                "host_values": values,
+                "foreign": [
+                    f"{f['prefix']}: {f['type']}"
+                    for f in summary["foreign"]
+                    if f["prefix"] not in sn.host_values
+                ],
+                "conversions": summary["conversions"],
+                "fallbacks": summary["fallbacks"],
+                "equal": ok,
+                "why": why,
+                "seconds": time.perf_counter() - t0,
+            }
+        )
     return rows
 
 
@@ -93,15 +129,24 @@ def table(rows: list[dict], family: str, tolerated=lambda type_name: False) -> s
         if r["host_values"]:
             flag += f" (host values of arguments: {', '.join(r['host_values'])})"
         if r.get("fallbacks"):
-            flag += " (host fallback: " + ", ".join(
-                f"{f['operation']} {f['bytes_to_host']:,} B to host / {f['bytes_to_device']:,} B back"
-                for f in r["fallbacks"]) + ")"
+            flag += (
+                " (host fallback: "
+                + ", ".join(
+                    f"{f['operation']} {f['bytes_to_host']:,} B to host / {f['bytes_to_device']:,} B back"
+                    for f in r["fallbacks"]
+                )
+                + ")"
+            )
         lines.append(f"{r['snippet']:26} {r['rows']:>9,}  {chunk:42} {len(r['conversions']):>4}  {flag}")
     return "\n".join(lines)
 
 
-def check(rows: list[dict], family_modules: set[str], tolerated=lambda type_name: False,
-          known: dict[str, str] | None = None) -> list[str]:
+def check(
+    rows: list[dict],
+    family_modules: set[str],
+    tolerated=lambda type_name: False,
+    known: dict[str, str] | None = None,
+) -> list[str]:
     """What is wrong: answers that differ, chunks of another family (``tolerated(type)``: types
     a stand-in family cannot avoid). ``known``: snippets that fail on this family for a reason
     outside gpuscale (the library's own limits), by name: they must fail with that reason."""
@@ -132,7 +177,11 @@ def device():
 def test_snippets_are_many_and_cited():
     assert len(SNIPPETS) >= 10
     for s in SNIPPETS:
-        assert s.repo in (snippets.EXAMPLES, snippets.TUTORIAL) and len(s.commit) == 40 and s.path.endswith(".ipynb")
+        assert (
+            s.repo in (snippets.EXAMPLES, snippets.TUTORIAL)
+            and len(s.commit) == 40
+            and s.path.endswith(".ipynb")
+        )
 
 
 def test_snippets_in_a_cpu_session(plain, tmp_path, capsys):
@@ -158,18 +207,24 @@ def test_snippets_in_a_device_session(plain, device, tmp_path, capsys):
     assert not problems, problems
     by = {r["snippet"]: r for r in rows}
     # what each snippet built from host objects was converted on the workers, and named
-    for name, function in (("text_from_pandas", "dask.dataframe.from_pandas"),
-                           ("filter_groupby_std", "dask.datasets.timeseries"),
-                           ("from_delayed_messy", "dask.dataframe.from_delayed"),
-                           ("read_csv_groupby", "dask.dataframe.read_csv"),
-                           ("from_zarr_mean", "dask.array.from_zarr"),
-                           ("transpose_slice_mean", "dask.array.from_array"),
-                           ("from_delayed_concatenate", "dask.array.from_delayed")):
+    for name, function in (
+        ("text_from_pandas", "dask.dataframe.from_pandas"),
+        ("filter_groupby_std", "dask.datasets.timeseries"),
+        ("from_delayed_messy", "dask.dataframe.from_delayed"),
+        ("read_csv_groupby", "dask.dataframe.read_csv"),
+        ("from_zarr_mean", "dask.array.from_zarr"),
+        ("transpose_slice_mean", "dask.array.from_array"),
+        ("from_delayed_concatenate", "dask.array.from_delayed"),
+    ):
         convs = by[name]["conversions"]
-        assert convs and all(c["function"] in (function, "dask.datasets.timeseries", "dask.dataframe.to_csv")
-                             for c in convs), (name, convs)
-        assert all(c["where"].startswith(snippets.__file__) and c["converted_blocks"] > 0 and c["bytes"] > 0
-                   for c in convs if c["function"] == function), (name, convs)
+        assert convs and all(
+            c["function"] in (function, "dask.datasets.timeseries", "dask.dataframe.to_csv") for c in convs
+        ), (name, convs)
+        assert all(
+            c["where"].startswith(snippets.__file__) and c["converted_blocks"] > 0 and c["bytes"] > 0
+            for c in convs
+            if c["function"] == function
+        ), (name, convs)
     # the CSVs both write are written through pandas (TagFrame's writer rounds float64, like cuDF's)
     for name in ("read_csv_groupby", "from_delayed_messy"):
         (w,) = [c for c in by[name]["conversions"] if c["function"] == "dask.dataframe.to_csv"]
@@ -223,8 +278,10 @@ def fallback_problems(rows: list[dict], expected: dict[str, str | None]) -> list
         ops = [f["operation"] for f in fbs]
         if not fbs or (operation is not None and operation not in ops):
             bad.append(f"{name}: no host fallback of {operation or 'any operation'} reported (got {ops})")
-        elif not all(f["where"].startswith(snippets.__file__) and f["bytes_to_host"] + f["bytes_to_device"] > 0
-                     for f in fbs):
+        elif not all(
+            f["where"].startswith(snippets.__file__) and f["bytes_to_host"] + f["bytes_to_device"] > 0
+            for f in fbs
+        ):
             bad.append(f"{name}: a fallback without its call site or bytes: {fbs}")
     return bad
 
@@ -242,8 +299,14 @@ def test_snippets_in_a_gpu_session(plain, tmp_path, capsys):
 def test_fallback_problems_catch_an_unreported_fallback():
     row = {"snippet": "persist_loc_day", "fallbacks": []}
     assert fallback_problems([row], {"persist_loc_day": "LocIndexer.__getitem__"})
-    row["fallbacks"] = [{"operation": "LocIndexer.__getitem__", "where": f"{snippets.__file__}:117",
-                         "bytes_to_host": 10, "bytes_to_device": 10}]
+    row["fallbacks"] = [
+        {
+            "operation": "LocIndexer.__getitem__",
+            "where": f"{snippets.__file__}:117",
+            "bytes_to_host": 10,
+            "bytes_to_device": 10,
+        }
+    ]
     assert not fallback_problems([row], {"persist_loc_day": "LocIndexer.__getitem__"})
 
 
@@ -256,14 +319,20 @@ def masked_rename_size(df):
 @pytest.mark.gpu
 def test_mask_rename_groupby_size_on_a_gpu_gives_the_cpu_answer():
     import pandas as pd
+
     with dask.config.set(scheduler="threads"):
         want = masked_rename_size(snippets._timeseries()).compute()
     with gpuscale.session(backend="gpu", gpus="0") as s:
         with s.audit(phase="masked") as a:
             got = masked_rename_size(snippets._timeseries()).compute()
     assert type(got).__module__.startswith("cudf")
-    pd.testing.assert_series_equal(got.to_pandas().sort_index(), want.sort_index(), check_names=False,
-                                   check_dtype=False, check_index_type=False)
+    pd.testing.assert_series_equal(
+        got.to_pandas().sort_index(),
+        want.sort_index(),
+        check_names=False,
+        check_dtype=False,
+        check_index_type=False,
+    )
     fbs = a.summary["fallbacks"]
     assert fbs and all(f["where"].startswith(__file__) and f["bytes_to_host"] > 0 for f in fbs), fbs
 
@@ -271,6 +340,7 @@ def test_mask_rename_groupby_size_on_a_gpu_gives_the_cpu_answer():
 @pytest.mark.gpu
 def test_strict_refuses_the_loc_the_gpu_cannot_run_in_one_line(tmp_path):
     from gpuscale.errors import UserError
+
     with dask.config.set(scheduler="threads"):  # built before: strict refuses timeseries too
         host = snippets.dd.from_pandas(snippets._timeseries().compute(), npartitions=3)
     with gpuscale.session(backend="gpu", gpus="0", host_collections="strict") as s:

@@ -9,6 +9,7 @@ over several pixels), validated exactly as the ``stencil`` workload validates; w
 (an off-by-one halo) the same validation must fail. The Lomb-Scargle ``numba.cuda.jit``
 kernel runs on a few frequencies against ``scipy.signal.lombscargle``.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,7 @@ print("RESULT " + json.dumps(out))
 def simulated():
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_GPUSCALE__")}
     env["NUMBA_ENABLE_CUDASIM"] = "1"
-    p = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
-                       timeout=300)
+    p = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")][-1]
     return json.loads(line.removeprefix("RESULT "))

@@ -1,6 +1,7 @@
 """The timed repeats are not disturbed by the runner's own process: Python's garbage collector
 is held out of them (a full collection once landed on the same repeat of every run, 5 x the
 others)."""
+
 from __future__ import annotations
 
 import gc
@@ -42,8 +43,21 @@ def test_no_repeat_of_a_cpu_svd_run_is_twice_the_median(cli, results_dir):
     shared machine; the collection this guards against hit every run at the same repeat)."""
     ratios = []
     for _ in range(2):
-        p = cli("run", "svd", "--backend", "cpu", "--rows", "100000", "--cols", "50", "--repeat", "10",
-                "--json", "--results-dir", results_dir)
+        p = cli(
+            "run",
+            "svd",
+            "--backend",
+            "cpu",
+            "--rows",
+            "100000",
+            "--cols",
+            "50",
+            "--repeat",
+            "10",
+            "--json",
+            "--results-dir",
+            results_dir,
+        )
         assert p.returncode == 0, p.stderr
         t = json.loads(p.stdout)["times_s"]
         ratios.append(max(t) / statistics.median(t))

@@ -15,6 +15,7 @@ slack of ``CLOCK_SLACK_S`` plus the largest clock correction (``scheduler_delay`
 to a worker's times during the window: on one host the true correction is 0, so its size is
 the error of the task times (tens of milliseconds on a busy 2-core machine).
 """
+
 from __future__ import annotations
 
 import json
@@ -40,11 +41,19 @@ def runs(cpu_session, tmp_path_factory):
     """Two traced workload runs and one Session.trace capture of user code, on one cluster."""
     base = tmp_path_factory.mktemp("traces")
     s = cpu_session
-    a = s.run("transpose_sum", repeat=2, warmup=1, results_dir=str(base / "records"),
-              trace=str(base / "transpose"), **TRANSPOSE)
-    b = s.run("shuffle", rows=100_000, partitions=6, repeat=1, warmup=0, write=False,
-              trace=str(base / "shuffle"))
+    a = s.run(
+        "transpose_sum",
+        repeat=2,
+        warmup=1,
+        results_dir=str(base / "records"),
+        trace=str(base / "transpose"),
+        **TRANSPOSE,
+    )
+    b = s.run(
+        "shuffle", rows=100_000, partitions=6, repeat=1, warmup=0, write=False, trace=str(base / "shuffle")
+    )
     import dask.array as da
+
     with s.trace(str(base / "user")) as t:
         x = da.random.default_rng(1).random((1500, 1500), chunks=300)
         with t.phase("matmul"):
@@ -208,10 +217,17 @@ def test_summarize_prints_the_summary(runs, cli):
     p = cli("trace", "summarize", d, env=WIDE)
     assert p.returncode == 0, p.stderr
     s = summary_json(d)
-    for text in (s["result_id"], f"wall {_fmt_s(s['wall_s'])}".split(" ", 1)[1], _fmt_s(s["compute_s"]),
-                 _fmt_s(s["transfer_s"]), _fmt_s(s["idle_s"]), f"{s['bytes_moved']} B",
-                 f"{format_bytes(s['bandwidth_bytes_per_s'])}/s", s["top_task_groups"][0]["name"],
-                 "transpose_sum"):
+    for text in (
+        s["result_id"],
+        f"wall {_fmt_s(s['wall_s'])}".split(" ", 1)[1],
+        _fmt_s(s["compute_s"]),
+        _fmt_s(s["transfer_s"]),
+        _fmt_s(s["idle_s"]),
+        f"{s['bytes_moved']} B",
+        f"{format_bytes(s['bandwidth_bytes_per_s'])}/s",
+        s["top_task_groups"][0]["name"],
+        "transpose_sum",
+    ):
         assert text in p.stdout, (text, p.stdout)
 
 
@@ -222,7 +238,9 @@ def test_compare_prints_both_and_ratios_b_over_a(runs, cli):
     c = json.loads(p.stdout)
     sa, sb = summary_json(a), summary_json(b)
     metrics = [r["metric"] for r in c["rows"]]
-    assert {"wall_s", "compute_s", "transfer_s", "idle_s", "bytes_moved", "bandwidth_bytes_per_s"} <= set(metrics)
+    assert {"wall_s", "compute_s", "transfer_s", "idle_s", "bytes_moved", "bandwidth_bytes_per_s"} <= set(
+        metrics
+    )
     for r in c["rows"]:
         assert r["a"] == sa[r["metric"]] and r["b"] == sb[r["metric"]], r
         if r["a"]:
@@ -240,8 +258,27 @@ def test_compare_prints_both_and_ratios_b_over_a(runs, cli):
 
 def test_cli_run_with_trace(cli, tmp_path):
     d = tmp_path / "t" / "run1"
-    p = cli("run", "transpose_sum", "--n", "1000", "--chunk", "250", "--backend", "cpu", "--workers", "2",
-            "--repeat", "1", "--warmup", "0", "--results-dir", tmp_path / "res", "--trace", d, "--json")
+    p = cli(
+        "run",
+        "transpose_sum",
+        "--n",
+        "1000",
+        "--chunk",
+        "250",
+        "--backend",
+        "cpu",
+        "--workers",
+        "2",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--results-dir",
+        tmp_path / "res",
+        "--trace",
+        d,
+        "--json",
+    )
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
     assert r["trace"] == str(d) and summary_json(d)["result_id"] == r["id"]
@@ -271,25 +308,37 @@ def test_run_trace_dir_not_empty(cli, tmp_path):
     d.mkdir()
     (d / "x.txt").write_text("mine")
     before = files_under(tmp_path)
-    assert_refused(cli(*RUN, *NO_CLUSTER, "--results-dir", tmp_path / "res", "--trace", d),
-                   str(d), "not empty", "--trace")
+    assert_refused(
+        cli(*RUN, *NO_CLUSTER, "--results-dir", tmp_path / "res", "--trace", d),
+        str(d),
+        "not empty",
+        "--trace",
+    )
     assert files_under(tmp_path) == before and (d / "x.txt").read_text() == "mine"
 
 
 def test_run_trace_dir_is_a_file(cli, tmp_path):
     f = tmp_path / "afile"
     f.write_text("x")
-    assert_refused(cli(*RUN, *NO_CLUSTER, "--results-dir", tmp_path / "res", "--trace", f),
-                   "not a folder", "--trace")
-    assert_refused(cli(*RUN, *NO_CLUSTER, "--results-dir", tmp_path / "res", "--trace", f / "sub"),
-                   "cannot be created", "--trace")
+    assert_refused(
+        cli(*RUN, *NO_CLUSTER, "--results-dir", tmp_path / "res", "--trace", f), "not a folder", "--trace"
+    )
+    assert_refused(
+        cli(*RUN, *NO_CLUSTER, "--results-dir", tmp_path / "res", "--trace", f / "sub"),
+        "cannot be created",
+        "--trace",
+    )
     assert files_under(tmp_path) == [f]
 
 
 def test_run_trace_dir_not_writable(cli, tmp_path):
     # /proc refuses new folders even to root (chmod would not stop root)
-    assert_refused(cli(*RUN, *NO_CLUSTER, "--results-dir", tmp_path / "res", "--trace", "/proc/gpuscale-trace"),
-                   "/proc/gpuscale-trace", "not writable", "--trace")
+    assert_refused(
+        cli(*RUN, *NO_CLUSTER, "--results-dir", tmp_path / "res", "--trace", "/proc/gpuscale-trace"),
+        "/proc/gpuscale-trace",
+        "not writable",
+        "--trace",
+    )
     assert files_under(tmp_path) == []
 
 
@@ -330,35 +379,46 @@ def test_api_refuses_before_running(cpu_session, tmp_path):
     d.mkdir()
     (d / "x").write_text("x")
     with pytest.raises(UserError, match="not empty"):
-        cpu_session.run("transpose_sum", n=500, repeat=1, warmup=0, results_dir=str(tmp_path / "res"),
-                        trace=str(d))
+        cpu_session.run(
+            "transpose_sum", n=500, repeat=1, warmup=0, results_dir=str(tmp_path / "res"), trace=str(d)
+        )
     with pytest.raises(UserError, match="not empty"):
         with cpu_session.trace(str(d)):
             raise AssertionError("the block must not run")
     with pytest.raises(UserError, match="not empty"):
-        gpuscale.run("transpose_sum", n=500, backend="cpu", trace=str(d), results_dir=str(tmp_path / "res"),
-                     cluster_settings={"scheduler": "tcp://127.0.0.1:1"})
+        gpuscale.run(
+            "transpose_sum",
+            n=500,
+            backend="cpu",
+            trace=str(d),
+            results_dir=str(tmp_path / "res"),
+            cluster_settings={"scheduler": "tcp://127.0.0.1:1"},
+        )
     assert files_under(tmp_path) == [d / "x"]
 
 
 def test_error_inside_a_capture_writes_nothing(cpu_session, tmp_path):
     import dask.array as da
+
     with pytest.raises(ZeroDivisionError):
         with cpu_session.trace(str(tmp_path / "t" / "broken")):
             da.ones(10, chunks=5).sum().compute()
             1 / 0  # noqa: B018 - the error inside the block
     assert list(tmp_path.iterdir()) == []  # no folder, no temporary sibling, no created parent
-    assert not any(n.startswith("gpuscale-trace-") for n in cpu_session.client.run(
-        lambda dask_worker: list(dask_worker.plugins)).popitem()[1])  # the sampler was removed
+    assert not any(
+        n.startswith("gpuscale-trace-")
+        for n in cpu_session.client.run(lambda dask_worker: list(dask_worker.plugins)).popitem()[1]
+    )  # the sampler was removed
 
 
 def test_trace_folders_performance_report_shows_its_task_stream_in_chromium(runs, tmp_path):
     """The report every trace folder carries is Dask's own, with BokehJS inlined: it renders
     the run's tasks with every network request blocked."""
     from browser import assert_task_stream, render_performance_report
+
     path = runs["base"] / "transpose" / "performance-report.html"
     text = path.read_text()
-    assert "cdn.bokeh.org" not in text and "<script type=\"text/javascript\" src=" not in text
+    assert "cdn.bokeh.org" not in text and '<script type="text/javascript" src=' not in text
     r = render_performance_report(path, screenshot=tmp_path / "trace-report.png")
     assert_task_stream(r, min_rows=64, groups=("random", "sum-partial", "transfer-sum"))
     u = render_performance_report(runs["base"] / "user" / "performance-report.html")
@@ -369,6 +429,7 @@ def test_trace_index_draws_the_phase_timeline_offline(runs):
     """index.html: the links, the summary rows and an inline SVG timeline with one bar per
     phase, drawn (coloured pixels) in headless Chromium with the network blocked."""
     from browser import render_page
+
     for name in ("transpose", "user"):
         d = runs["base"] / name
         phases = summary_json(d)["phases"]
@@ -378,7 +439,7 @@ def test_trace_index_draws_the_phase_timeline_offline(runs):
         assert "performance-report.html" in p.text and "wall" in p.text
         svg = next(s for s in p.svgs if s["id"] == "phase-timeline")
         assert svg["rects"] == len(phases) + 1  # the background and one bar per phase
-        assert [t.lstrip("› ") for t in svg["texts"][:len(phases)]] == [x["name"] for x in phases]
+        assert [t.lstrip("› ") for t in svg["texts"][: len(phases)]] == [x["name"] for x in phases]
         assert "seconds from the start of the trace" in svg["texts"]
         assert svg["width"] > 500 and svg["colored_pixels"] > 0.01 * svg["pixels"], svg
 
@@ -390,12 +451,21 @@ def test_a_threads_tasks_never_overlap_when_the_clock_offset_estimate_drops():
     from gpuscale.trace.intervals import length, one_task_per_thread, union
 
     def task(worker, thread, start, stop):
-        return {"worker": worker, "thread": thread,
-                "startstops": [{"action": "transfer", "start": start - 0.01, "stop": start},
-                               {"action": "compute", "start": start, "stop": stop}]}
+        return {
+            "worker": worker,
+            "thread": thread,
+            "startstops": [
+                {"action": "transfer", "start": start - 0.01, "stop": start},
+                {"action": "compute", "start": start, "stop": stop},
+            ],
+        }
 
-    tasks = [task("a", 1, 0.0, 0.15), task("a", 1, 0.03, 0.18),  # estimate dropped 0.12 s
-             task("b", 1, 0.0, 0.15), task("b", 2, 0.05, 0.20)]
+    tasks = [
+        task("a", 1, 0.0, 0.15),
+        task("a", 1, 0.03, 0.18),  # estimate dropped 0.12 s
+        task("b", 1, 0.0, 0.15),
+        task("b", 2, 0.05, 0.20),
+    ]
     fixed = one_task_per_thread(tasks)
     compute = [(s["start"], s["stop"]) for t in fixed for s in t["startstops"] if s["action"] == "compute"]
     assert compute[1] == pytest.approx((0.15, 0.30)) and compute[2:] == [(0.0, 0.15), (0.05, 0.20)]

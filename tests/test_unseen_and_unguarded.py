@@ -7,6 +7,7 @@
   worker re-run it (a worker start failure on CPU, a hang with GPUs): it now fails at once,
   before any process starts, with one line naming the file, the line and the guard.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -53,19 +54,31 @@ def _script(tmp_path, body: str):
     path = tmp_path / "user_script.py"
     path.write_text(textwrap.dedent(body))
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, str(path)], cwd=str(tmp_path), env=_clean_environ(),
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, str(path)],
+        cwd=str(tmp_path),
+        env=_clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return p, time.monotonic() - t0, path
 
 
-@pytest.mark.parametrize("body, line", [
-    ("""\
+@pytest.mark.parametrize(
+    "body, line",
+    [
+        (
+            """\
      import gpuscale
 
      with gpuscale.session(backend="cpu", workers=1) as s:
          print(s.run("transpose_sum", n=200, repeat=1, warmup=0, write=False).valid)
-     """, 3),
-    ("""\
+     """,
+            3,
+        ),
+        (
+            """\
      import gpuscale
 
 
@@ -75,8 +88,11 @@ def _script(tmp_path, body: str):
 
 
      main()
-     """, 9),
-    ("""\
+     """,
+            9,
+        ),
+        (
+            """\
      import gpuscale
 
      if __name__ != "__main__":
@@ -84,22 +100,31 @@ def _script(tmp_path, body: str):
      else:
          r = gpuscale.run("transpose_sum", backend="cpu", cluster_settings={"workers": 1}, n=200, repeat=1,
                           warmup=0, write=False)
-     """, 6),
-], ids=["module level", "main() called unguarded", "an else branch is not the guard"])
+     """,
+            6,
+        ),
+    ],
+    ids=["module level", "main() called unguarded", "an else branch is not the guard"],
+)
 def test_a_script_without_the_main_guard_fails_at_once_in_one_line(tmp_path, body, line):
     p, took, path = _script(tmp_path, body)
     assert p.returncode == 1, p.stdout + p.stderr
     assert p.stderr.splitlines() == [
         f'gpuscale: error: {path}:{line} starts a cluster outside `if __name__ == "__main__":`, so every '
-        'worker process would run this script again as it starts; put the code that starts it under '
-        '`if __name__ == "__main__":` (or run it in a notebook)']
+        "worker process would run this script again as it starts; put the code that starts it under "
+        '`if __name__ == "__main__":` (or run it in a notebook)'
+    ]
     assert p.stdout == ""
     assert took < 30
-    assert sorted(f.name for f in tmp_path.iterdir()) == ["user_script.py"]  # nothing started, nothing written
+    assert sorted(f.name for f in tmp_path.iterdir()) == [
+        "user_script.py"
+    ]  # nothing started, nothing written
 
 
 def test_a_guarded_script_runs(tmp_path):
-    p, _, _ = _script(tmp_path, """\
+    p, _, _ = _script(
+        tmp_path,
+        """\
         import gpuscale
 
 
@@ -110,6 +135,7 @@ def test_a_guarded_script_runs(tmp_path):
 
         if __name__ == "__main__":
             main()
-        """)
+        """,
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "valid True"

@@ -2,6 +2,7 @@
 switch and convert the user's collections, runs on user data (records, validation, --output),
 and the command line on real files. Real LocalClusters, real files in tmp_path; GPU halves
 are marked ``gpu`` (``pytest -m gpu`` on a GPU machine)."""
+
 from __future__ import annotations
 
 import json
@@ -42,9 +43,15 @@ def matrix() -> np.ndarray:
 def sales() -> pd.DataFrame:
     rng = np.random.default_rng(5)
     n = 30_000
-    df = pd.DataFrame({"store": rng.integers(0, 300, n), "day": rng.integers(0, 7, n),
-                       "price": rng.random(n) * 100, "qty": rng.integers(0, 20, n),
-                       "name": rng.choice(["a", "b", "c"], n)})
+    df = pd.DataFrame(
+        {
+            "store": rng.integers(0, 300, n),
+            "day": rng.integers(0, 7, n),
+            "price": rng.random(n) * 100,
+            "qty": rng.integers(0, 20, n),
+            "name": rng.choice(["a", "b", "c"], n),
+        }
+    )
     df.loc[::97, "price"] = np.nan  # missing values: count < size, mean skips them
     return df
 
@@ -69,8 +76,13 @@ def assert_frames_match(got: pd.DataFrame, ref: pd.DataFrame):
     assert list(got.index) == list(ref.index)
     assert list(got.columns) == list(ref.columns)
     for c in ref.columns:
-        np.testing.assert_allclose(got[c].to_numpy(dtype=float), ref[c].to_numpy(dtype=float),
-                                   rtol=1e-10, equal_nan=True, err_msg=str(c))
+        np.testing.assert_allclose(
+            got[c].to_numpy(dtype=float),
+            ref[c].to_numpy(dtype=float),
+            rtol=1e-10,
+            equal_nan=True,
+            err_msg=str(c),
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -120,7 +132,11 @@ def test_svd_under_a_distributed_client(cpu_session, matrix):
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
 def test_groupby_agg_on_a_frame_read_from_a_file(cpu_session, files, sales, fmt):
-    df = dd.read_parquet(files["parquet"]) if fmt == "parquet" else dd.read_csv(files["csv"], blocksize=200_000)
+    df = (
+        dd.read_parquet(files["parquet"])
+        if fmt == "parquet"
+        else dd.read_csv(files["csv"], blocksize=200_000)
+    )
     agg = {"price": ["mean", "max", "count"], "qty": ["sum", "size"]}
     res = dataframe.groupby_agg(df, ["store", "day"], agg)
     assert res.plan.groups_source == "estimated with nunique_approx (HyperLogLog)"
@@ -137,10 +153,13 @@ def test_groupby_agg_without_a_client(sales):
 def test_modules_import_no_gpu_library():
     import subprocess
     import sys
-    code = ("import sys, gpuscale.routes.linalg, gpuscale.routes.dataframe, gpuscale.data.inputs, "
-            "gpuscale.data.outputs, "
-            "gpuscale.workloads.svd, gpuscale.workloads.groupby; "
-            "print([m for m in ('cupy', 'cudf', 'dask_cudf', 'zarr') if m in sys.modules])")
+
+    code = (
+        "import sys, gpuscale.routes.linalg, gpuscale.routes.dataframe, gpuscale.data.inputs, "
+        "gpuscale.data.outputs, "
+        "gpuscale.workloads.svd, gpuscale.workloads.groupby; "
+        "print([m for m in ('cupy', 'cudf', 'dask_cudf', 'zarr') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -164,10 +183,17 @@ def test_parse_agg_escapes_the_separators_in_column_names():
     assert inputs.parse_by(r"a\,b,c") == ["a,b", "c"]
 
 
-@pytest.mark.parametrize("text, needle", [("", "empty"), ("price", "not COLUMN:AGG"),
-                                          ("price:", "empty aggregation"), (":mean", "not COLUMN:AGG"),
-                                          ("price:median", "unknown aggregation"),
-                                          ("p:mean;p:max", "appears twice")])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("", "empty"),
+        ("price", "not COLUMN:AGG"),
+        ("price:", "empty aggregation"),
+        (":mean", "not COLUMN:AGG"),
+        ("price:median", "unknown aggregation"),
+        ("p:mean;p:max", "appears twice"),
+    ],
+)
 def test_parse_agg_errors(text, needle):
     with pytest.raises(ValueError, match=needle):
         inputs.parse_agg(text)
@@ -212,6 +238,7 @@ def test_to_backend_gpu_without_gpu_is_one_line(cpu_session, matrix):
 
 def test_session_trace_captures_user_code(cpu_session, tmp_path, sales):
     from gpuscale import trace
+
     df = dd.from_pandas(sales, npartitions=4)
     with cpu_session.trace(str(tmp_path / "t")) as t:
         got = dataframe.groupby_agg(df, "store", {"qty": ["sum"]}).result.compute()
@@ -258,8 +285,12 @@ def test_run_groupby_on_a_user_frame(cpu_session, sales, results_dir):
     agg = {"price": ["mean", "std", "first", "count"], "qty": "sum", "name": ["max"]}
     r = cpu_session.run("groupby", data=df, by="store", agg=agg, results_dir=str(results_dir), **QUICK)
     assert r.valid is True, r.validation
-    assert r.params == {"split_out": "auto", "seed": 0, "by": ["store"],
-                        "agg": {"price": ["mean", "std", "first", "count"], "qty": ["sum"], "name": ["max"]}}
+    assert r.params == {
+        "split_out": "auto",
+        "seed": 0,
+        "by": ["store"],
+        "agg": {"price": ["mean", "std", "first", "count"], "qty": ["sum"], "name": ["max"]},
+    }
     assert r.data["source"] == "user collection" and r.data["rows"] == len(sales)
     assert r.data["partitions"] == 5 and r.data["columns"]["price"] == "float64"
     assert 250 <= r.choices["groups"]["value"] <= 350  # HyperLogLog estimate of 300
@@ -271,8 +302,15 @@ def test_run_groupby_on_a_user_frame(cpu_session, sales, results_dir):
 
 def test_run_groupby_on_a_parquet_path_full(cpu_session, files, sales, tmp_path):
     out = tmp_path / "g.csv"
-    r = cpu_session.run("groupby", data=files["parquet"], by=["store", "day"], agg="price:mean,max;qty:sum",
-                        validate="full", output=str(out), **QUICK)
+    r = cpu_session.run(
+        "groupby",
+        data=files["parquet"],
+        by=["store", "day"],
+        agg="price:mean,max;qty:sum",
+        validate="full",
+        output=str(out),
+        **QUICK,
+    )
     assert r.valid is True and r.validation["level"] == "full"
     assert r.data["format"] == "parquet" and r.data["rows"] == len(sales)
     got = pd.read_csv(out).set_index(["store", "day"])
@@ -282,10 +320,20 @@ def test_run_groupby_on_a_parquet_path_full(cpu_session, files, sales, tmp_path)
 
 
 def test_validate_off_is_recorded_as_not_validated(cpu_session, sales):
-    r = cpu_session.run("groupby", data=dd.from_pandas(sales, npartitions=2), by="store",
-                        agg={"qty": "sum"}, validate="off", **QUICK)
-    assert r.valid is None and r.validation == {"valid": None, "method": "not validated (--validate off)",
-                                                "checks": [], "level": "off"}
+    r = cpu_session.run(
+        "groupby",
+        data=dd.from_pandas(sales, npartitions=2),
+        by="store",
+        agg={"qty": "sum"},
+        validate="off",
+        **QUICK,
+    )
+    assert r.valid is None and r.validation == {
+        "valid": None,
+        "method": "not validated (--validate off)",
+        "checks": [],
+        "level": "off",
+    }
 
 
 def test_user_data_errors_through_the_api(cpu_session, sales, matrix):
@@ -312,6 +360,7 @@ def test_user_data_errors_through_the_api(cpu_session, sales, matrix):
 def _validate(session, name, data, p, output_fn, level=None):
     """Load and compute as the runner does, then validate a result changed by ``output_fn``."""
     from gpuscale.runs import runner
+
     cls = workloads.get(name)
     wl = cls()
     p = cls.parse(p)
@@ -348,8 +397,7 @@ def test_perturbed_singular_values_fail(cpu_session, matrix):
 
 def test_perturbed_u_fails_the_triplet_residuals(cpu_session, matrix):
     x = da.from_array(matrix, chunks=(1000, 24))
-    v = _validate(cpu_session, "svd", x, {"compute_uv": True},
-                  lambda c: {**c, "u": c["u"] * (1 + 1e-4)})
+    v = _validate(cpu_session, "svd", x, {"compute_uv": True}, lambda c: {**c, "u": c["u"] * (1 + 1e-4)})
     assert _failed(v) == {"triplet residuals ||Xv_i - s_i u_i||"}
 
 
@@ -361,6 +409,7 @@ def test_one_wrong_singular_value_fails_full_but_passes_the_identity_at_its_size
 
     def change(c):
         return {**c, "s": c["s"] + da.from_array(bump, chunks=24)}
+
     assert _validate(cpu_session, "svd", x, {}, change, "fast").valid is True
     v = _validate(cpu_session, "svd", x, {}, change, "full")
     assert _failed(v) == {"every s_i vs numpy.linalg.svd"}
@@ -368,15 +417,25 @@ def test_one_wrong_singular_value_fails_full_but_passes_the_identity_at_its_size
 
 def test_missing_group_fails(cpu_session, sales):
     df = dd.from_pandas(sales, npartitions=3)
-    v = _validate(cpu_session, "groupby", df, {"by": "store", "agg": {"price": "mean"}},
-                  lambda c: {"result": c["result"].map_partitions(lambda d: d[d.index != 7])})
+    v = _validate(
+        cpu_session,
+        "groupby",
+        df,
+        {"by": "store", "agg": {"price": "mean"}},
+        lambda c: {"result": c["result"].map_partitions(lambda d: d[d.index != 7])},
+    )
     assert "same groups as the independent count" in _failed(v)
 
 
 def test_perturbed_means_fail_the_sample(cpu_session, sales):
     df = dd.from_pandas(sales, npartitions=3)
-    v = _validate(cpu_session, "groupby", df, {"by": "store", "agg": {"price": ["mean"], "qty": ["sum"]}},
-                  lambda c: {"result": c["result"].map_partitions(bump, ("price", "mean"), None, 1.0001)})
+    v = _validate(
+        cpu_session,
+        "groupby",
+        df,
+        {"by": "store", "agg": {"price": ["mean"], "qty": ["sum"]}},
+        lambda c: {"result": c["result"].map_partitions(bump, ("price", "mean"), None, 1.0001)},
+    )
     assert _failed(v) == {"price mean"}
 
 
@@ -386,6 +445,7 @@ def test_one_wrong_group_fails_full(cpu_session, sales):
 
     def change(c):
         return {"result": c["result"].map_partitions(bump, ("qty", "sum"), 123, 1)}
+
     v = _validate(cpu_session, "groupby", df, agg, change, "full")
     assert _failed(v) == {"qty sum exact"}
 
@@ -427,13 +487,32 @@ def run_json(cli, *args):
 
 def test_cli_groupby_parquet_to_parquet(cli, files, sales, tmp_path):
     out = tmp_path / "out.parquet"
-    d = run_json(cli, "groupby", "--input", files["parquet"], "--by", "store", "--agg",
-                 "price:mean,max;qty:sum", "--output", out)
-    assert d["valid"] is True and d["validation"]["level"] == "fast" and d["data"]["chunk_type"] == "pandas.DataFrame"
+    d = run_json(
+        cli,
+        "groupby",
+        "--input",
+        files["parquet"],
+        "--by",
+        "store",
+        "--agg",
+        "price:mean,max;qty:sum",
+        "--output",
+        out,
+    )
+    assert (
+        d["valid"] is True
+        and d["validation"]["level"] == "fast"
+        and d["data"]["chunk_type"] == "pandas.DataFrame"
+    )
     assert d["params"]["by"] == ["store"] and d["params"]["agg"] == {"price": ["mean", "max"], "qty": ["sum"]}
     assert "rows" not in d["params"] and d["data"]["source"] == str(files["parquet"])
-    assert d["info"]["output"] == {"path": str(out), "format": "Parquet", "bytes": out.stat().st_size,
-                                   "holds": "store, price_mean, price_max, qty_sum", "written": True}
+    assert d["info"]["output"] == {
+        "path": str(out),
+        "format": "Parquet",
+        "bytes": out.stat().st_size,
+        "holds": "store, price_mean, price_max, qty_sum",
+        "written": True,
+    }
     got = pd.read_parquet(out).set_index("store")
     ref = pandas_ref(sales, "store", {"price": ["mean", "max"], "qty": ["sum"]})
     ref.columns = [f"{c}_{a}" for c, a in ref.columns]
@@ -445,8 +524,22 @@ def test_cli_groupby_names_columns_holding_the_separators(cli, tmp_path):
     as the Python API's ``agg={"p;q": ["sum"]}`` does; the flag's help says how."""
     df = pd.DataFrame({"s,t": [1, 2, 1, 2, 3], "p;q": [1.0, 2.0, 3.0, 4.0, 5.0]})
     df.to_parquet(tmp_path / "semi.parquet")
-    d = run_json(cli, "groupby", "--input", tmp_path / "semi.parquet", "--by", r"s\,t", "--agg", r"p\;q:sum",
-                 "--output", tmp_path / "out.parquet", "--backend", "cpu", "--workers", "1")
+    d = run_json(
+        cli,
+        "groupby",
+        "--input",
+        tmp_path / "semi.parquet",
+        "--by",
+        r"s\,t",
+        "--agg",
+        r"p\;q:sum",
+        "--output",
+        tmp_path / "out.parquet",
+        "--backend",
+        "cpu",
+        "--workers",
+        "1",
+    )
     assert d["valid"] is True and d["params"]["agg"] == {"p;q": ["sum"]} and d["params"]["by"] == ["s,t"]
     got = pd.read_parquet(tmp_path / "out.parquet").set_index("s,t")
     assert got.iloc[:, 0].to_dict() == {1: 4.0, 2: 6.0, 3: 5.0}
@@ -456,8 +549,22 @@ def test_cli_groupby_names_columns_holding_the_separators(cli, tmp_path):
 
 def test_cli_groupby_csv_to_csv(cli, files, sales, tmp_path):
     out = tmp_path / "out.csv"
-    d = run_json(cli, "groupby", "--input", files["csv"], "--by", "store,day", "--agg", "qty:sum,count",
-                 "--output", out, "--validate", "full", "--backend", "pandas")
+    d = run_json(
+        cli,
+        "groupby",
+        "--input",
+        files["csv"],
+        "--by",
+        "store,day",
+        "--agg",
+        "qty:sum,count",
+        "--output",
+        out,
+        "--validate",
+        "full",
+        "--backend",
+        "pandas",
+    )
     assert d["valid"] is True and d["data"]["format"] == "csv" and d["family"] == "cpu"
     assert d["choices"]["csv_blocksize"]["source"] == "family"
     ref = pandas_ref(sales, ["store", "day"], {"qty": ["sum", "count"]})
@@ -507,8 +614,24 @@ def test_cli_invalid_result_writes_no_output(cli, tmp_path):
     the command exits 3 (a check failed) and --output is not written (the record says why)."""
     np.save(tmp_path / "ill.npy", known_spectrum(4000, 20, 1e12))
     out = tmp_path / "s.npy"
-    p = cli("run", "svd", "--input", tmp_path / "ill.npy", "--route", "gram", "--validate", "full",
-            "--output", out, "--repeat", "1", "--warmup", "0", "--json", timeout=240)
+    p = cli(
+        "run",
+        "svd",
+        "--input",
+        tmp_path / "ill.npy",
+        "--route",
+        "gram",
+        "--validate",
+        "full",
+        "--output",
+        out,
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--json",
+        timeout=240,
+    )
     assert p.returncode == 3, p.stderr
     assert "--output was not written" in p.stderr
     d = json.loads(p.stdout)
@@ -517,34 +640,76 @@ def test_cli_invalid_result_writes_no_output(cli, tmp_path):
 
 
 BAD = [
-    (("groupby", "--input", "{dir}/nosuch.parquet", "--by", "store", "--agg", "qty:sum"),
-     ("nosuch.parquet does not exist",)),
-    (("groupby", "--input", "{parquet}", "--by", "nope", "--agg", "qty:sum"),
-     ("['nope'] are not in", "choose from: store, day, price, qty, name")),
+    (
+        ("groupby", "--input", "{dir}/nosuch.parquet", "--by", "store", "--agg", "qty:sum"),
+        ("nosuch.parquet does not exist",),
+    ),
+    (
+        ("groupby", "--input", "{parquet}", "--by", "nope", "--agg", "qty:sum"),
+        ("['nope'] are not in", "choose from: store, day, price, qty, name"),
+    ),
     (("groupby", "--input", "{csv}", "--by", "store", "--agg", "nope:sum"), ("['nope'] are not in",)),
     (("groupby", "--input", "{parquet}", "--by", "store", "--agg", "qty"), ("not COLUMN:AGG",)),
-    (("groupby", "--input", "{parquet}", "--by", "store", "--agg", "qty:median"),
-     ("unknown aggregation(s) ['median']",)),
+    (
+        ("groupby", "--input", "{parquet}", "--by", "store", "--agg", "qty:median"),
+        ("unknown aggregation(s) ['median']",),
+    ),
     (("groupby", "--input", "{parquet}", "--by", "store", "--agg", "name:mean"), ("not numeric",)),
     (("groupby", "--input", "{parquet}", "--by", "store"), ("needs --agg",)),
     (("groupby", "--by", "store", "--agg", "qty:sum"), ("no input was given",)),
-    (("groupby", "--input", "{parquet}", "--by", "store", "--agg", "qty:sum", "--keys", "5"),
-     ("--keys describes generated data",)),
+    (
+        ("groupby", "--input", "{parquet}", "--by", "store", "--agg", "qty:sum", "--keys", "5"),
+        ("--keys describes generated data",),
+    ),
     (("groupby", "--input", "{npy}", "--by", "store", "--agg", "qty:sum"), ("does not read", ".parquet")),
-    (("groupby", "--input", "{dir}/notes.txt", "--by", "a", "--agg", "b:sum"),
-     ("unsupported input file type '.txt'",)),
-    (("groupby", "--input", "{dir}/broken.parquet", "--by", "a", "--agg", "b:sum"),
-     ("cannot read", "as Parquet")),
-    (("groupby", "--input", "{parquet}", "--by", "store", "--agg", "qty:sum", "--output", "{dir}/o.txt"),
-     ("writes .parquet or .csv files",)),
-    (("groupby", "--input", "{parquet}", "--by", "store", "--agg", "qty:sum", "--output", "{dir}/no/o.csv"),
-     ("does not exist", "create it first")),
-    (("groupby", "--input", "{parquet}", "--by", "store", "--agg", "qty:sum", "--output", "{dir}/taken.csv"),
-     ("already exists", "--overwrite")),
-    (("groupby", "--input", "{parquet}", "--by", "store", "--agg", "qty:sum", "--output", "{dir}"),
-     ("writes .parquet or .csv",)),
-    (("groupby", "--input", "{parquet}", "--by", "store", "--agg", "qty:sum", "--validate", "maybe"),
-     ("--validate must be one of off, fast, full",)),
+    (
+        ("groupby", "--input", "{dir}/notes.txt", "--by", "a", "--agg", "b:sum"),
+        ("unsupported input file type '.txt'",),
+    ),
+    (
+        ("groupby", "--input", "{dir}/broken.parquet", "--by", "a", "--agg", "b:sum"),
+        ("cannot read", "as Parquet"),
+    ),
+    (
+        ("groupby", "--input", "{parquet}", "--by", "store", "--agg", "qty:sum", "--output", "{dir}/o.txt"),
+        ("writes .parquet or .csv files",),
+    ),
+    (
+        (
+            "groupby",
+            "--input",
+            "{parquet}",
+            "--by",
+            "store",
+            "--agg",
+            "qty:sum",
+            "--output",
+            "{dir}/no/o.csv",
+        ),
+        ("does not exist", "create it first"),
+    ),
+    (
+        (
+            "groupby",
+            "--input",
+            "{parquet}",
+            "--by",
+            "store",
+            "--agg",
+            "qty:sum",
+            "--output",
+            "{dir}/taken.csv",
+        ),
+        ("already exists", "--overwrite"),
+    ),
+    (
+        ("groupby", "--input", "{parquet}", "--by", "store", "--agg", "qty:sum", "--output", "{dir}"),
+        ("writes .parquet or .csv",),
+    ),
+    (
+        ("groupby", "--input", "{parquet}", "--by", "store", "--agg", "qty:sum", "--validate", "maybe"),
+        ("--validate must be one of off, fast, full",),
+    ),
     (("svd", "--input", "{dir}/v.npy"), ("needs a 2-D array", "1-D with shape (10,)")),
     (("svd", "--input", "{dir}/wide.npy"), ("3 rows < 10 columns", "transpose")),
     (("svd", "--input", "{dir}/c.npy"), ("complex128",)),
@@ -553,12 +718,30 @@ BAD = [
     (("svd", "--input", "{parquet}"), ("is Parquet, which this workload does not read", ".npy, .zarr")),
     (("svd", "--input", "{npy}", "--rows", "10"), ("--rows describes generated data",)),
     (("svd", "--input", "{npy}", "--output", "{dir}/s.parquet"), ("svd writes .npy or .npz files",)),
-    (("svd", "--rows", "10000000000", "--validate", "full"), ("--validate full needs about", "--validate fast")),
-    (("groupby", "--input", "{csv}", "--by", "store", "--agg", "qty:sum", "--output", "{csv}", "--overwrite"),
-     ("is the input file",)),
+    (
+        ("svd", "--rows", "10000000000", "--validate", "full"),
+        ("--validate full needs about", "--validate fast"),
+    ),
+    (
+        (
+            "groupby",
+            "--input",
+            "{csv}",
+            "--by",
+            "store",
+            "--agg",
+            "qty:sum",
+            "--output",
+            "{csv}",
+            "--overwrite",
+        ),
+        ("is the input file",),
+    ),
     (("matmul", "--input", "{npy}"), ("no such option --input",)),
-    (("groupby", "--input", "{dir}/pipe.csv", "--by", "a", "--agg", "b:sum"),
-     ("pipe.csv is not a regular file or folder", "write the data to a file first")),
+    (
+        ("groupby", "--input", "{dir}/pipe.csv", "--by", "a", "--agg", "b:sum"),
+        ("pipe.csv is not a regular file or folder", "write the data to a file first"),
+    ),
     (("svd", "--input", "{dir}/pipe.npy"), ("pipe.npy is not a regular file or folder",)),
 ]
 
@@ -589,11 +772,20 @@ def test_cli_zarr_not_installed(cli, files, tmp_path):
     """Zarr input without the zarr package: one line with the install command."""
     shadow = tmp_path / "shadow" / "zarr"
     shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'zarr'\", name='zarr')\n")
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'zarr'\", name='zarr')\n"
+    )
     (tmp_path / "in" / "y.zarr").mkdir()
     (tmp_path / "in" / "y.zarr" / ".zarray").write_text("{}")
-    p = cli("run", "svd", "--input", tmp_path / "in" / "y.zarr", "--results-dir", tmp_path / "res",
-            env={"PYTHONPATH": str(tmp_path / "shadow")})
+    p = cli(
+        "run",
+        "svd",
+        "--input",
+        tmp_path / "in" / "y.zarr",
+        "--results-dir",
+        tmp_path / "res",
+        env={"PYTHONPATH": str(tmp_path / "shadow")},
+    )
     assert_refused(p, tmp_path, "needs the Python module 'zarr'", "pip install zarr")
 
 
@@ -604,18 +796,36 @@ FLOATS = {"store": [1, 2, 1], "price": [1.0, 2.0, 3.0]}
 TEXT_PRICE = {"store": [1, 2, 2], "price": ["1.5", "x", "3"]}
 TEXT_STORE = {"store": ["1", "2", "2"], "price": [1.0, 2.0, 3.0]}
 MIXED = [  # (case, files: name -> columns, needles)
-    ("parquet-double-vs-string", {"a.parquet": FLOATS, "b.parquet": TEXT_PRICE},
-     ("column 'price' is double in a.parquet but ", "string in b.parquet", "give files with one schema")),
-    ("parquet-key-int-vs-string", {"a.parquet": FLOATS, "b.parquet": TEXT_STORE},
-     ("column 'store' is int64 in a.parquet but ", "string in b.parquet", "or one file")),
-    ("parquet-column-missing", {"a.parquet": FLOATS, "b.parquet": {"store": [1, 2, 2]}},
-     ("column 'price' is in a.parquet but not in b.parquet", "give files with the same columns")),
-    ("parquet-column-missing-in-first", {"a.parquet": {"store": [1, 2, 2]}, "b.parquet": FLOATS},
-     ("column 'price' is in b.parquet but not in a.parquet",)),
-    ("csv-other-header", {"a.csv": FLOATS, "b.csv": {"price": [1.0, 2.0, 3.0], "store": [1, 2, 2]}},
-     ("b.csv has the header 'price,store' but a.csv has 'store,price'", "the same header")),
-    ("csv-float-then-text", {"a.csv": FLOATS, "b.csv": TEXT_PRICE},
-     ("column 'price' was read as float64 but holds text (str) further on", "one type throughout")),
+    (
+        "parquet-double-vs-string",
+        {"a.parquet": FLOATS, "b.parquet": TEXT_PRICE},
+        ("column 'price' is double in a.parquet but ", "string in b.parquet", "give files with one schema"),
+    ),
+    (
+        "parquet-key-int-vs-string",
+        {"a.parquet": FLOATS, "b.parquet": TEXT_STORE},
+        ("column 'store' is int64 in a.parquet but ", "string in b.parquet", "or one file"),
+    ),
+    (
+        "parquet-column-missing",
+        {"a.parquet": FLOATS, "b.parquet": {"store": [1, 2, 2]}},
+        ("column 'price' is in a.parquet but not in b.parquet", "give files with the same columns"),
+    ),
+    (
+        "parquet-column-missing-in-first",
+        {"a.parquet": {"store": [1, 2, 2]}, "b.parquet": FLOATS},
+        ("column 'price' is in b.parquet but not in a.parquet",),
+    ),
+    (
+        "csv-other-header",
+        {"a.csv": FLOATS, "b.csv": {"price": [1.0, 2.0, 3.0], "store": [1, 2, 2]}},
+        ("b.csv has the header 'price,store' but a.csv has 'store,price'", "the same header"),
+    ),
+    (
+        "csv-float-then-text",
+        {"a.csv": FLOATS, "b.csv": TEXT_PRICE},
+        ("column 'price' was read as float64 but holds text (str) further on", "one type throughout"),
+    ),
 ]
 
 
@@ -628,8 +838,23 @@ def test_cli_folder_of_files_that_disagree(cli, tmp_path, files_of, needles):
     for name, cols in files_of.items():
         write = pd.DataFrame(cols).to_parquet if name.endswith(".parquet") else pd.DataFrame(cols).to_csv
         write(d / name, index=False)
-    p = cli("run", "groupby", "--input", d, "--by", "store", "--agg", "price:mean", "--repeat", "1",
-            "--warmup", "0", "--results-dir", tmp_path / "res", timeout=240)
+    p = cli(
+        "run",
+        "groupby",
+        "--input",
+        d,
+        "--by",
+        "store",
+        "--agg",
+        "price:mean",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--results-dir",
+        tmp_path / "res",
+        timeout=240,
+    )
     line = assert_refused(p, tmp_path, f"{d}: ", *needles)
     assert "unexpected" not in line and "--debug" not in line
 
@@ -639,8 +864,25 @@ def test_a_csv_column_that_turns_to_text_late_is_one_line_without_pandas_warning
     goes to the run's log file; stderr holds only gpuscale's line."""
     f = tmp_path / "mixed.csv"
     f.write_text("store,qty\n" + "".join(f"{i % 7},{i}\n" for i in range(400_000)) + "1,x\n")
-    p = cli("run", "groupby", "--backend", "cpu", "--input", f, "--by", "store", "--agg", "qty:sum",
-            "--repeat", "1", "--warmup", "0", "--results-dir", tmp_path / "res", timeout=240)
+    p = cli(
+        "run",
+        "groupby",
+        "--backend",
+        "cpu",
+        "--input",
+        f,
+        "--by",
+        "store",
+        "--agg",
+        "qty:sum",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--results-dir",
+        tmp_path / "res",
+        timeout=240,
+    )
     line = assert_refused(p, tmp_path, "column 'qty' was read as int64 but holds text (str) further on")
     assert "DtypeWarning" not in p.stderr and "unexpected" not in line
 
@@ -659,6 +901,7 @@ def test_parquet_files_may_mix_integer_and_float_columns(tmp_path):
 @pytest.fixture(scope="module")
 def gpu_session():
     from conftest import clean_gpuscale_env
+
     with clean_gpuscale_env():
         # host_collections off: these tests hand s.run collections of host chunks (as made
         # outside a session) and check that the run moves them; the session's own conversion of
@@ -670,6 +913,7 @@ def gpu_session():
 @pytest.mark.gpu
 def test_gpu_session_makes_cupy_chunks(gpu_session, tmp_path):
     import cupy
+
     assert type(da.ones((10, 10), chunks=5)._meta) is cupy.ndarray
     assert type(da.random.default_rng(0).random((10, 4), chunks=5).blocks[1].compute()) is cupy.ndarray
 
@@ -677,6 +921,7 @@ def test_gpu_session_makes_cupy_chunks(gpu_session, tmp_path):
 @pytest.mark.gpu
 def test_gpu_session_reads_into_cudf(gpu_session, tmp_path, sales):
     import cudf
+
     sales.to_parquet(tmp_path / "s.parquet")
     sales.to_csv(tmp_path / "s.csv", index=False)
     assert isinstance(dd.read_parquet(tmp_path / "s.parquet")._meta, cudf.DataFrame)
@@ -686,6 +931,7 @@ def test_gpu_session_reads_into_cudf(gpu_session, tmp_path, sales):
 @pytest.mark.gpu
 def test_gpu_to_backend_arrays_both_ways(gpu_session, matrix):
     import cupy
+
     x = da.from_array(matrix, chunks=(1000, 24))
     xg = gpu_session.to_backend(x)
     assert type(xg._meta) is cupy.ndarray and type(xg.blocks[0].compute()) is cupy.ndarray
@@ -698,6 +944,7 @@ def test_gpu_to_backend_arrays_both_ways(gpu_session, matrix):
 @pytest.mark.gpu
 def test_gpu_to_backend_frames_both_ways(gpu_session, sales):
     import cudf
+
     df = dd.from_pandas(sales, npartitions=2)
     dg = gpu_session.to_backend(df)
     assert isinstance(dg._meta, cudf.DataFrame) and isinstance(dg.partitions[0].compute(), cudf.DataFrame)
@@ -707,6 +954,7 @@ def test_gpu_to_backend_frames_both_ways(gpu_session, sales):
 @pytest.mark.gpu
 def test_gpu_svd_route_on_a_cupy_user_array(gpu_session, matrix):
     import cupy
+
     x = da.from_array(matrix, chunks=((1000, 1, 700, 1300), (10, 14))).map_blocks(cupy.asarray)
     res = linalg.svd(x, compute_uv=True)
     assert any("column blocks" in n for n in res.notes)
@@ -721,15 +969,19 @@ def test_gpu_svd_route_on_a_cupy_user_array(gpu_session, matrix):
 def test_gpu_groupby_route_on_a_cudf_user_frame(gpu_session, sales):
     df = gpu_session.to_backend(dd.from_pandas(sales, npartitions=3))
     res = dataframe.groupby_agg(df, "store", {"price": ["mean", "max"], "qty": ["sum"]})
-    assert_frames_match(res.result.compute().to_pandas(),
-                        pandas_ref(sales, "store", {"price": ["mean", "max"], "qty": ["sum"]}))
+    assert_frames_match(
+        res.result.compute().to_pandas(),
+        pandas_ref(sales, "store", {"price": ["mean", "max"], "qty": ["sum"]}),
+    )
 
 
 @pytest.mark.gpu
 def test_gpu_run_svd_on_user_data(gpu_session, files, matrix, tmp_path):
     import cupy
-    r = gpu_session.run("svd", data=da.from_array(matrix, chunks=(1000, 24)), compute_uv=True,
-                        validate="full", **QUICK)
+
+    r = gpu_session.run(
+        "svd", data=da.from_array(matrix, chunks=(1000, 24)), compute_uv=True, validate="full", **QUICK
+    )
     assert r.valid is True and r.family == "gpu"
     assert any("moved numpy.ndarray chunks to cupy" in n for n in r.data["notes"])
     r = gpu_session.run("svd", data=str(files["npy"]), output=str(tmp_path / "s.npy"), **QUICK)
@@ -744,22 +996,48 @@ def test_gpu_run_svd_on_user_data(gpu_session, files, matrix, tmp_path):
 @pytest.mark.gpu
 def test_gpu_run_groupby_on_user_data(gpu_session, files, sales, tmp_path):
     out = tmp_path / "g.parquet"
-    r = gpu_session.run("groupby", data=str(files["parquet"]), by="store", agg="price:mean;qty:sum,count",
-                        output=str(out), **QUICK)
+    r = gpu_session.run(
+        "groupby",
+        data=str(files["parquet"]),
+        by="store",
+        agg="price:mean;qty:sum,count",
+        output=str(out),
+        **QUICK,
+    )
     assert r.valid is True and r.family == "gpu"
     ref = pandas_ref(sales, "store", {"price": ["mean"], "qty": ["sum", "count"]})
     ref.columns = [f"{c}_{a}" for c, a in ref.columns]
     assert_frames_match(pd.read_parquet(out).set_index("store"), ref)
-    r = gpu_session.run("groupby", data=dd.from_pandas(sales, npartitions=3), by=["store", "day"],
-                        agg={"price": ["std", "first"], "name": ["max"]}, validate="full", **QUICK)
+    r = gpu_session.run(
+        "groupby",
+        data=dd.from_pandas(sales, npartitions=3),
+        by=["store", "day"],
+        agg={"price": ["std", "first"], "name": ["max"]},
+        validate="full",
+        **QUICK,
+    )
     assert r.valid is True and any("moved pandas.DataFrame partitions to cudf" in n for n in r.data["notes"])
 
 
 @pytest.mark.gpu
 def test_gpu_cli_svd_on_a_npy_file(cli, files, matrix, tmp_path):
     # the module's gpu_session holds 80% of GPU 0 in its RMM pool: this cluster takes a small one
-    d = run_json(cli, "svd", "--backend", "gpu", "--input", files["npy"], "--output", tmp_path / "s.npy",
-                 "--validate", "full", "--gpus", "0", "--rmm-pool-size", "2GB")
+    d = run_json(
+        cli,
+        "svd",
+        "--backend",
+        "gpu",
+        "--input",
+        files["npy"],
+        "--output",
+        tmp_path / "s.npy",
+        "--validate",
+        "full",
+        "--gpus",
+        "0",
+        "--rmm-pool-size",
+        "2GB",
+    )
     assert d["valid"] is True and d["family"] == "gpu" and d["data"]["chunk_type"] == "cupy.ndarray"
     ref = np.linalg.svd(matrix, compute_uv=False)
     assert np.abs(np.load(tmp_path / "s.npy") - ref).max() / ref[0] <= 1e-12
@@ -767,9 +1045,26 @@ def test_gpu_cli_svd_on_a_npy_file(cli, files, matrix, tmp_path):
 
 @pytest.mark.gpu
 def test_gpu_cli_groupby_on_a_parquet_file(cli, files, sales, tmp_path):
-    d = run_json(cli, "groupby", "--backend", "gpu", "--input", files["parquet"], "--by", "store",
-                 "--agg", "price:mean,max", "--output", tmp_path / "g.parquet", "--validate", "full",
-                 "--gpus", "0", "--rmm-pool-size", "2GB")
+    d = run_json(
+        cli,
+        "groupby",
+        "--backend",
+        "gpu",
+        "--input",
+        files["parquet"],
+        "--by",
+        "store",
+        "--agg",
+        "price:mean,max",
+        "--output",
+        tmp_path / "g.parquet",
+        "--validate",
+        "full",
+        "--gpus",
+        "0",
+        "--rmm-pool-size",
+        "2GB",
+    )
     assert d["valid"] is True and d["family"] == "gpu" and d["data"]["chunk_type"] == "cudf.DataFrame"
     assert d["audit"]["clean"] and d["audit"]["kinds"]["cudf"] > 0 and d["audit"]["kinds"]["pandas"] == 0
     ref = pandas_ref(sales, "store", {"price": ["mean", "max"]})

@@ -2,6 +2,7 @@
 (the H2O questions on data made to its generators' specification, the TPC-H-shaped queries on
 tpchgen-cli data) run as a user writes them, in plain Dask and in a gpuscale session, and every
 answer is checked against pandas."""
+
 from __future__ import annotations
 
 import json
@@ -21,10 +22,27 @@ import queries  # noqa: E402
 def small_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("queries")
     out = tmp / "out.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "workflows" / "user_queries.py"), "--h2o-rows", "20000",
-                           "--tpch-scale", "0.01", "--sides", "dask-cpu,gpuscale-cpu", "--repeat", "1",
-                           "--data", str(tmp / "data"), "--json", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "workflows" / "user_queries.py"),
+            "--h2o-rows",
+            "20000",
+            "--tpch-scale",
+            "0.01",
+            "--sides",
+            "dask-cpu,gpuscale-cpu",
+            "--repeat",
+            "1",
+            "--data",
+            str(tmp / "data"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return proc, json.loads(out.read_text()) if out.exists() else None, tmp / "data"
 
 
@@ -66,13 +84,34 @@ def test_an_interrupted_run_resumes_timing_only_the_cells_it_lacks(small_run, tm
     _, d, data = small_run
     partial = {**d, "cells": {k: c for k, c in d["cells"].items() if not k.startswith("h2o-join|20000|j5|")}}
     (tmp_path / "partial.json").write_text(json.dumps(partial))
-    proc = subprocess.run([sys.executable, str(ROOT / "workflows" / "user_queries.py"), "--suites", "h2o-join",
-                           "--h2o-rows", "20000", "--sides", "dask-cpu,gpuscale-cpu", "--repeat", "1",
-                           "--data", str(data), "--resume", str(tmp_path / "partial.json"),
-                           "--json", str(tmp_path / "out.json")], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "workflows" / "user_queries.py"),
+            "--suites",
+            "h2o-join",
+            "--h2o-rows",
+            "20000",
+            "--sides",
+            "dask-cpu,gpuscale-cpu",
+            "--repeat",
+            "1",
+            "--data",
+            str(data),
+            "--resume",
+            str(tmp_path / "partial.json"),
+            "--json",
+            str(tmp_path / "out.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     timed = [line for line in proc.stderr.splitlines() if " h2o-join 20000 " in line]
     assert sorted(line.split()[0] for line in timed) == ["dask-cpu", "gpuscale-cpu"]
     assert all(" j5: " in line and line.endswith(" ok") for line in timed)
     out = json.loads((tmp_path / "out.json").read_text())
-    assert {k for k in out["cells"] if k.startswith("h2o-join")} == {k for k in d["cells"] if k.startswith("h2o-join")}
+    assert {k for k in out["cells"] if k.startswith("h2o-join")} == {
+        k for k in d["cells"] if k.startswith("h2o-join")
+    }

@@ -1,5 +1,6 @@
 """The workflow scripts run for real at CPU sizes: both sides ran and agreed; workflows/README.md
 names every script with a command that exists."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def run_script(tmp_path, script, *args, timeout=300):
     out = tmp_path / "out.json"
-    p = subprocess.run([sys.executable, str(ROOT / "workflows" / script), *args, "--json", str(out)],
-                       capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "workflows" / script), *args, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     return json.loads(out.read_text())
 
@@ -81,9 +87,24 @@ def test_audit_user_script_on_cpu(tmp_path):
 def test_own_data_notebook_script_on_cpu(tmp_path):
     """The notebook-style script: host data switched with s.to_backend, the routes checked against
     NumPy / pandas inside s.trace, the runner on the user's data, a complete trace folder."""
-    d = run_script(tmp_path, "own_data.py", "--backend", "cpu", "--rows", "20000", "--cols", "20",
-                   "--keys", "500", "--workers", "1", "--trace", str(tmp_path / "trace"),
-                   "--results-dir", str(tmp_path / "records"))
+    d = run_script(
+        tmp_path,
+        "own_data.py",
+        "--backend",
+        "cpu",
+        "--rows",
+        "20000",
+        "--cols",
+        "20",
+        "--keys",
+        "500",
+        "--workers",
+        "1",
+        "--trace",
+        str(tmp_path / "trace"),
+        "--results-dir",
+        str(tmp_path / "records"),
+    )
     assert d["ok"] and d["family"] == "cpu"
     assert d["types"] == {"array chunks": "numpy.ndarray", "frame partitions": "pandas.DataFrame"}
     assert [r["ok"] for r in d["rows"]] == [True] * 7
@@ -94,9 +115,20 @@ def test_own_data_notebook_script_on_cpu(tmp_path):
 def test_audit_workloads_on_cpu(tmp_path):
     """Every built-in workload and the variants ran valid on one cluster, each with an audit that
     saw its tasks (on the CPU family NumPy / pandas are native, so every run is clean)."""
-    d = run_script(tmp_path, "audit_workloads.py", "--backend", "cpu", "--small", "--workers", "2",
-                   "--repeat", "1", timeout=600)
+    d = run_script(
+        tmp_path,
+        "audit_workloads.py",
+        "--backend",
+        "cpu",
+        "--small",
+        "--workers",
+        "2",
+        "--repeat",
+        "1",
+        timeout=600,
+    )
     from gpuscale import workloads
+
     names = {r["case"].split()[0] for r in d["rows"]}
     assert names == set(workloads.names()) and d["ok"] and d["family"] == "cpu"
     assert all(r["valid"] and r["clean"] and r["tasks"] > 0 for r in d["rows"])
@@ -105,8 +137,18 @@ def test_audit_workloads_on_cpu(tmp_path):
 def test_groupby_profile_on_cpu(tmp_path):
     """Where a one-worker groupby's time goes: every part is measured (round trips, client,
     the steps inside the task) and the route's end-to-end time is among them."""
-    d = run_script(tmp_path, "groupby_profile.py", "--backend", "cpu", "--rows", "200000", "--keys", "5000",
-                   "--rounds", "2")
+    d = run_script(
+        tmp_path,
+        "groupby_profile.py",
+        "--backend",
+        "cpu",
+        "--rows",
+        "200000",
+        "--keys",
+        "5000",
+        "--rounds",
+        "2",
+    )
     secs = d["seconds"]
     assert d["family"] == "cpu" and d["rows"] == 200_000
     assert "end to end: gpuscale groupby_agg (as shipped)" in secs
@@ -117,12 +159,26 @@ def test_groupby_profile_on_cpu(tmp_path):
 def test_round_trip_splits_the_hops_at_each_interval(tmp_path):
     """A round trip's hops at two intervals, set on the real streams (read back), and a gpuscale
     run timed at each, valid."""
-    d = run_script(tmp_path, "round_trip.py", "--intervals", "dask,0.001", "--rounds", "4",
-                   "--runs", "groupby:rows=20000,keys=100")
+    d = run_script(
+        tmp_path,
+        "round_trip.py",
+        "--intervals",
+        "dask,0.001",
+        "--rounds",
+        "4",
+        "--runs",
+        "groupby:rows=20000,keys=100",
+    )
     dask_row, fast = d["rows"]
-    assert dask_row["streams"]["client -> scheduler"] == 0.01 and dask_row["streams"]["scheduler -> worker"] == [0.005]
-    assert fast["streams"] == {"client -> scheduler": 0.001, "scheduler -> client": 0.001,
-                               "scheduler -> worker": [0.001], "worker -> scheduler": [0.001]}
+    assert dask_row["streams"]["client -> scheduler"] == 0.01 and dask_row["streams"][
+        "scheduler -> worker"
+    ] == [0.005]
+    assert fast["streams"] == {
+        "client -> scheduler": 0.001,
+        "scheduler -> client": 0.001,
+        "scheduler -> worker": [0.001],
+        "worker -> scheduler": [0.001],
+    }
     for row in d["rows"]:
         h = row["hops"]
         assert h["total"] > 0 and h["to_task_start"] > 0 and h["total"] >= h["to_task_start"]
@@ -154,9 +210,21 @@ def test_spill_gpu_smoke(tmp_path):
 
 def test_memory_estimate_smoke(tmp_path):
     """The estimate-accuracy script at the smallest sizes: every run valid and measured."""
-    p = subprocess.run([sys.executable, str(ROOT / "workflows" / "memory_estimate.py"), "--smoke",
-                        "--workloads", "svd,groupby,merge", "--json", str(tmp_path / "out.json")],
-                       capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "workflows" / "memory_estimate.py"),
+            "--smoke",
+            "--workloads",
+            "svd,groupby,merge",
+            "--json",
+            str(tmp_path / "out.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     rows = json.loads((tmp_path / "out.json").read_text())
     assert [r["workload"] for r in rows] == ["svd", "groupby", "merge"]
@@ -179,7 +247,9 @@ def test_p2p_wire_smoke(tmp_path):
     assert ser and all(r["error"] is None for r in ser)
     dumps = [r for r in ser if r["case"] == "dumps get_data reply"]
     assert len(dumps) == 2 and all(r["zero_copy"] and r["frames"] >= 2 for r in dumps)
-    assert all(c["extra"]["workers"]["w1 (receiver)"]["address"] for c in d["cases"] if c["section"] == "dask")
+    assert all(
+        c["extra"]["workers"]["w1 (receiver)"]["address"] for c in d["cases"] if c["section"] == "dask"
+    )
 
 
 def test_p2p_wire_needs_two_gpus(tmp_path):
@@ -187,10 +257,16 @@ def test_p2p_wire_needs_two_gpus(tmp_path):
     import pytest
 
     from gpuscale import machine
+
     if len(machine.gpus()) >= 2:
         pytest.skip("this machine has 2 GPUs: the study would run")
-    p = subprocess.run([sys.executable, str(ROOT / "workflows" / "p2p_wire.py"), "--out", str(tmp_path / "o.json")],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "workflows" / "p2p_wire.py"), "--out", str(tmp_path / "o.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert p.returncode == 2 and "needs 2 GPUs" in p.stdout and len(p.stdout.strip().splitlines()) == 1
     assert not (tmp_path / "o.json").exists()
 
@@ -203,13 +279,16 @@ def test_ssh_gpu_localhost_smoke(tmp_path):
     import importlib.util
 
     import pytest
+
     if importlib.util.find_spec("asyncssh") is None:
         pytest.skip("the ssh workflow needs asyncssh (pip install 'gpuscale[ssh]')")
     d = run_script(tmp_path, "ssh_gpu_localhost.py", "--smoke", "--keep", str(tmp_path / "kept"), timeout=400)
     assert d["ok"] and d["problems"] == [] and d["backend"] == "cpu" and d["family"] == "cpu"
     assert d["workers_seen"] == d["workers_expected"] == 2 and d["cluster_up"]["tls"] is True
     assert d["cluster_up"]["scheduler"].startswith("tls://127.0.0.1:")
-    assert d["ssh"]["port"] > 0 and d["ssh"]["commands"] >= 6  # uname + dask_spec for the scheduler and each worker
+    assert (
+        d["ssh"]["port"] > 0 and d["ssh"]["commands"] >= 6
+    )  # uname + dask_spec for the scheduler and each worker
     assert [r["workload"] for r in d["runs"]] == ["svd", "groupby"]
     for r in d["runs"]:
         assert r["rc"] == 0 and r["valid"] is True and r["workers"] == 2 and r["hosts"] == {"127.0.0.1": 2}
@@ -225,8 +304,19 @@ def test_run_timeline_lays_steps_and_tasks_on_one_clock(tmp_path):
     """A run's steps (build, persist call, wait, synchronize) and its tasks, on the CPU: the
     steps add up to no more than the run, a one-task route shows its one task, which starts
     after the graph is sent, and the svd's spectrum is computed in the Gram sum's task."""
-    d = run_script(tmp_path, "run_timeline.py", "--backend", "cpu", "--workers", "1", "--rounds", "3",
-                   "--runs", "svd:rows=4000,cols=8", "groupby:rows=20000,keys=100")
+    d = run_script(
+        tmp_path,
+        "run_timeline.py",
+        "--backend",
+        "cpu",
+        "--workers",
+        "1",
+        "--rounds",
+        "3",
+        "--runs",
+        "svd:rows=4000,cols=8",
+        "groupby:rows=20000,keys=100",
+    )
     svd, groupby = d["runs"]
     assert d["submit_s"] > 0 and d["plain_submit_s"] > 0
     for run in d["runs"]:
@@ -236,22 +326,29 @@ def test_run_timeline_lays_steps_and_tasks_on_one_clock(tmp_path):
         assert groupby["tasks"] >= 1
 
 
-
 GUIDE = ROOT / "workflows" / "README.md"
 
 
 def _guide_commands() -> list[list[str]]:
     """The commands in the guide's "run it" column, as words."""
-    return [shlex.split(c) for c in re.findall(r"\| `((?:python|bash|gpuscale) [^`]*)` \|$", GUIDE.read_text(), re.M)]
+    return [
+        shlex.split(c)
+        for c in re.findall(r"\| `((?:python|bash|gpuscale) [^`]*)` \|$", GUIDE.read_text(), re.M)
+    ]
 
 
 def test_guide_names_every_script_and_spec():
     listed = set(re.findall(r"^\| `([\w./]+)`", GUIDE.read_text(), re.M))
-    shipped = {p.name for p in (ROOT / "workflows").iterdir()
-               if p.name != "README.md" and not p.name.startswith((".", "__"))}
+    shipped = {
+        p.name
+        for p in (ROOT / "workflows").iterdir()
+        if p.name != "README.md" and not p.name.startswith((".", "__"))
+    }
     assert "queries" in shipped and "user_queries.py" in shipped
     shipped.discard("queries")  # listed with user_queries.py, which runs it
-    assert listed == shipped, f"not in the guide: {sorted(shipped - listed)}; gone: {sorted(listed - shipped)}"
+    assert listed == shipped, (
+        f"not in the guide: {sorted(shipped - listed)}; gone: {sorted(listed - shipped)}"
+    )
     assert "`queries/`" in GUIDE.read_text()
 
 
@@ -259,6 +356,7 @@ def test_guide_commands_run_what_is_there():
     """Each command runs a file of workflows/ with flags that file takes; `gpuscale bench` a spec
     that loads."""
     from gpuscale.runs import bench
+
     commands = _guide_commands()
     assert len(commands) == len(re.findall(r"^\| `[\w./]+`", GUIDE.read_text(), re.M))
     for words in commands:
@@ -281,8 +379,13 @@ def test_shell_scripts_parse():
 
 def test_every_workflows_path_named_in_the_project_exists():
     """README, docs, workflows/, tests and CI name only scripts that are there."""
-    texts = [ROOT / "README.md", *ROOT.glob("docs/**/*.md"), *ROOT.glob("workflows/*"), *ROOT.glob("tests/*.py"),
-             *ROOT.glob(".ci/*")]
+    texts = [
+        ROOT / "README.md",
+        *ROOT.glob("docs/**/*.md"),
+        *ROOT.glob("workflows/*"),
+        *ROOT.glob("tests/*.py"),
+        *ROOT.glob(".ci/*"),
+    ]
     for f in texts:
         if not f.is_file():
             continue

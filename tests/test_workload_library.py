@@ -3,6 +3,7 @@
 float32, the Lomb-Scargle implementations, validation that catches wrong answers (a
 perturbed output, an off-by-one halo, a kernel that reads the wrong neighbour), the listing,
 and one-line errors for bad input."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,18 @@ from gpuscale.workloads import lombscargle as lombscargle_mod
 from gpuscale.workloads.map_overlap import validate_smoothing
 
 QUICK = dict(repeat=1, warmup=0)
-NEW = ("transpose_sum", "matmul", "fft", "reduction", "slice", "map_overlap", "stencil",
-       "lombscargle", "merge", "shuffle")
+NEW = (
+    "transpose_sum",
+    "matmul",
+    "fft",
+    "reduction",
+    "slice",
+    "map_overlap",
+    "stencil",
+    "lombscargle",
+    "merge",
+    "shuffle",
+)
 SMALL = {
     "transpose_sum": dict(n=300, chunk=100),
     "matmul": dict(n=200, chunk=64),
@@ -71,8 +82,9 @@ def test_valid_with_large_size_validation(cpu_session, large_path, name):
     assert not r.validation["method"].startswith("full reference"), r.validation["method"]
 
 
-@pytest.mark.parametrize("name", ["transpose_sum", "matmul", "fft", "reduction", "map_overlap",
-                                  "stencil", "lombscargle"])
+@pytest.mark.parametrize(
+    "name", ["transpose_sum", "matmul", "fft", "reduction", "map_overlap", "stencil", "lombscargle"]
+)
 def test_valid_in_float32(cpu_session, name):
     r = cpu_session.run(name, **SMALL[name], dtype="float32", **QUICK, write=False)
     assert r.valid, r.validation
@@ -86,8 +98,9 @@ def test_stencil_records_kernel_halo_and_chunks(cpu_session):
     assert r.choices["chunk"]["source"] == "rule" and r.choices["chunk"]["value"] == 100  # 200 / 2
 
 
-@pytest.mark.parametrize("impl, kernel", [("auto", "numba.njit"), ("numba", "numba.njit"),
-                                          ("vectorized", "NumPy-API array calls")])
+@pytest.mark.parametrize(
+    "impl, kernel", [("auto", "numba.njit"), ("numba", "numba.njit"), ("vectorized", "NumPy-API array calls")]
+)
 def test_lombscargle_cpu_impls(cpu_session, impl, kernel):
     r = cpu_session.run("lombscargle", samples=200, freqs=1_000, impl=impl, **QUICK, write=False)
     assert r.valid, r.validation
@@ -105,7 +118,11 @@ def test_lombscargle_gpu_impl_on_cpu_chunks_is_refused(cpu_session, impl):
 def test_merge_and_shuffle_record_the_shuffle_method(cpu_session):
     for name in ("merge", "shuffle"):
         r = cpu_session.run(name, **SMALL[name], **QUICK, write=False)
-        assert r.choices["shuffle_method"] == {"value": None, "source": "family", "rule": "None: Dask's default"}
+        assert r.choices["shuffle_method"] == {
+            "value": None,
+            "source": "family",
+            "rule": "None: Dask's default",
+        }
 
 
 # ---------------------------------------------------------------------------------------
@@ -118,16 +135,19 @@ def _bump(x, index, delta):
     return da.from_array(host, chunks=x.chunks)
 
 
-@pytest.mark.parametrize("name, key, index, delta", [
-    ("transpose_sum", "result", (), 1e-6),
-    ("matmul", "result", (17, 101), 1e-6),
-    ("fft", "result", (3, 7), 1e-6),
-    ("reduction", "result", (5,), 1e-9),
-    ("slice", "result", (2, 3), 1e-12),
-    ("map_overlap", "result", (10, 20), 1e-7),   # inside the corner tile the large path checks
-    ("stencil", "result", (0, 0), 1e-9),
-    ("lombscargle", "power", (), None),
-])
+@pytest.mark.parametrize(
+    "name, key, index, delta",
+    [
+        ("transpose_sum", "result", (), 1e-6),
+        ("matmul", "result", (17, 101), 1e-6),
+        ("fft", "result", (3, 7), 1e-6),
+        ("reduction", "result", (5,), 1e-9),
+        ("slice", "result", (2, 3), 1e-12),
+        ("map_overlap", "result", (10, 20), 1e-7),  # inside the corner tile the large path checks
+        ("stencil", "result", (0, 0), 1e-9),
+        ("lombscargle", "power", (), None),
+    ],
+)
 @pytest.mark.parametrize("path", ["full", "large"])
 def test_validation_catches_one_wrong_value(cpu_session, monkeypatch, name, key, index, delta, path):
     if path == "large":
@@ -153,7 +173,7 @@ def test_slice_sampled_validation_catches_a_wrong_stride(cpu_session, monkeypatc
     monkeypatch.setattr(_arrays, "FULL_CHECK_ELEMENTS", 0)
     wl, p, ctx, data, out = produce(cpu_session, "slice", **SMALL["slice"])
     assert wl.validate(out, data, p, ctx).valid
-    shifted = data[1::p.step, ::p.col_step]  # off by one row, same shape
+    shifted = data[1 :: p.step, :: p.col_step]  # off by one row, same shape
     assert shifted.shape == out.collections["result"].shape
     v = wl.validate(Output({"result": shifted}, out.info), data, p, ctx)
     assert failed_checks(v) == ["2000 sampled elements vs the source"]
@@ -188,13 +208,19 @@ def _mean3x3_wrong_neighbour(a):
     h, w = a.shape
     for i in range(1, h - 1):
         for j in range(1, w - 2):
-            out[i, j] = (a[i - 1, j - 1:j + 2].sum() + a[i + 1, j - 1:j + 2].sum()
-                         + a[i, j - 1] + a[i, j] + a[i, j + 2]) / 9
+            out[i, j] = (
+                a[i - 1, j - 1 : j + 2].sum()
+                + a[i + 1, j - 1 : j + 2].sum()
+                + a[i, j - 1]
+                + a[i, j]
+                + a[i, j + 2]
+            ) / 9
     return out
 
 
 def test_a_kernel_that_reads_the_wrong_neighbour_fails_validation():
     from gpuscale.kernels.stencil import mean3x3_numba, smooth_block
+
     img = np.random.default_rng(1).random((40, 30))
     x = da.from_array(img, chunks=(15, 12))
     with dask.config.set(scheduler="sync"):
@@ -222,8 +248,9 @@ def test_merge_validation_catches_a_lost_row_and_a_mispaired_row(cpu_session, mo
     wl, p, ctx, data, out = produce(cpu_session, "merge", **SMALL["merge"])
     assert wl.validate(out, data, p, ctx).valid
     got = out.collections["result"].compute()
-    lost = wl.validate(Output({"result": dask.dataframe.from_pandas(got.iloc[1:], npartitions=2)}),
-                       data, p, ctx)
+    lost = wl.validate(
+        Output({"result": dask.dataframe.from_pandas(got.iloc[1:], npartitions=2)}), data, p, ctx
+    )
     assert "rows = right keys below --rows" in failed_checks(lost)
     mispaired = got.copy()
     mispaired.iloc[5, mispaired.columns.get_loc("x")] += 7
@@ -239,11 +266,13 @@ def test_shuffle_validation_catches_disorder_and_a_lost_row(cpu_session, monkeyp
     assert wl.validate(out, data, p, ctx).valid
     got = out.collections["result"].compute()
     swapped = got.iloc[[1, 0, *range(2, len(got))]]
-    v = wl.validate(Output({"result": dask.dataframe.from_pandas(swapped, npartitions=4, sort=False)}),
-                    data, p, ctx)
+    v = wl.validate(
+        Output({"result": dask.dataframe.from_pandas(swapped, npartitions=4, sort=False)}), data, p, ctx
+    )
     assert "every partition sorted" in failed_checks(v)
-    v = wl.validate(Output({"result": dask.dataframe.from_pandas(got.iloc[:-1], npartitions=4, sort=False)}),
-                    data, p, ctx)
+    v = wl.validate(
+        Output({"result": dask.dataframe.from_pandas(got.iloc[:-1], npartitions=4, sort=False)}), data, p, ctx
+    )
     assert {"rows", "ids: 0..rows-1, sum rows(rows-1)/2"} <= set(failed_checks(v))
 
 
@@ -260,7 +289,9 @@ def test_workloads_json_lists_the_library(cli):
         assert items[name]["description"] and items[name]["params"]
         for prm in items[name]["params"].values():
             assert prm["help"], (name, prm)
-    assert {"samples", "freqs", "fmin", "fmax", "impl", "chunk", "dtype", "seed"} == set(items["lombscargle"]["params"])
+    assert {"samples", "freqs", "fmin", "fmax", "impl", "chunk", "dtype", "seed"} == set(
+        items["lombscargle"]["params"]
+    )
     assert items["lombscargle"]["params"]["impl"]["default"] == "auto"
     assert items["fft"]["params"]["axis"]["default"] == 1
     assert items["map_overlap"]["params"]["size"]["default"] == 5
@@ -272,19 +303,31 @@ def test_workloads_json_lists_the_library(cli):
 # Bad input: one line, exit 2, nothing started or written
 # ---------------------------------------------------------------------------------------
 BAD = [
-    (["map_overlap", "--size", "9", "--chunk", "3"],
-     "map_overlap: the halo (4 pixels) is wider than a chunk (--chunk 3); use --chunk >= 4 or a smaller --size"),
+    (
+        ["map_overlap", "--size", "9", "--chunk", "3"],
+        "map_overlap: the halo (4 pixels) is wider than a chunk (--chunk 3); use --chunk >= 4 or a smaller "
+        "--size",
+    ),
     (["map_overlap", "--size", "4"], "map_overlap --size: the window width must be odd"),
-    (["map_overlap", "--n", "5", "--size", "13"], "map_overlap: the halo (6 pixels) is wider than the image (5)"),
-    (["fft", "--axis", "2"], "fft --axis: axis 2 is out of range for a 2-D array; use 0 or 1 (or -2, -1) (got 2)"),
+    (
+        ["map_overlap", "--n", "5", "--size", "13"],
+        "map_overlap: the halo (6 pixels) is wider than the image (5)",
+    ),
+    (
+        ["fft", "--axis", "2"],
+        "fft --axis: axis 2 is out of range for a 2-D array; use 0 or 1 (or -2, -1) (got 2)",
+    ),
     (["fft", "--rows", "10", "--chunk", "11", "--axis", "1"], "fft --chunk 11 is more than the 10 lanes"),
     (["reduction", "--axis", "-3"], "reduction --axis: axis -3 is out of range for a 2-D array"),
     (["reduction", "--op", "max"], "reduction --op: Input should be 'sum', 'mean' or 'std' (got 'max')"),
     (["lombscargle", "--fmin", "-1"], "lombscargle --fmin: angular frequencies must be positive and finite"),
     (["lombscargle", "--fmax", "0"], "lombscargle --fmax: angular frequencies must be positive and finite"),
     (["lombscargle", "--fmin", "5", "--fmax", "2"], "lombscargle --fmax 2 must be above --fmin 5"),
-    (["lombscargle", "--impl", "opencl"],
-     "lombscargle --impl: Input should be 'auto', 'vectorized', 'numba', 'numba-cuda' or 'cupy' (got 'opencl')"),
+    (
+        ["lombscargle", "--impl", "opencl"],
+        "lombscargle --impl: Input should be 'auto', 'vectorized', 'numba', 'numba-cuda' or 'cupy' (got "
+        "'opencl')",
+    ),
     (["lombscargle", "--samples", "1"], "lombscargle --samples: Input should be greater than or equal to 2"),
     (["slice", "--rows", "10", "--step", "11"], "slice --step 11 is larger than --rows 10; use --step <= 10"),
     (["slice", "--step", "0"], "slice --step: Input should be greater than 0"),
@@ -299,6 +342,7 @@ BAD = [
 @pytest.mark.parametrize("argv, message", BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, argv, message):
     from gpuscale.cli import main
+
     with pytest.raises(SystemExit) as e:
         main(["run", *argv, "--backend", "cpu", "--results-dir", str(tmp_path / "res")])
     err = capsys.readouterr().err
@@ -313,7 +357,8 @@ def test_bad_input_through_the_real_command_line(cli, tmp_path):
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip().splitlines() == [
         "gpuscale: error: fft --axis: axis 5 is out of range for a 2-D array; use 0 or 1 (or -2, -1) "
-        "(got 5); see `gpuscale workloads` for fft's parameters"]
+        "(got 5); see `gpuscale workloads` for fft's parameters"
+    ]
     assert files_under(tmp_path) == []
 
 
@@ -350,6 +395,7 @@ def test_valid_on_gpu(gpu_session, name, dtype):
 @pytest.mark.gpu
 def test_stencil_on_gpu_runs_the_cuda_kernel_and_catches_a_short_halo(gpu_session):
     from gpuscale.workloads.stencil import Stencil
+
     r = gpu_session.run("stencil", n=4_000, chunk=1_000, **QUICK, write=False)
     assert r.valid and r.choices["kernel"]["value"] == "numba.cuda.jit"
 
@@ -366,23 +412,33 @@ def test_stencil_on_gpu_runs_the_cuda_kernel_and_catches_a_short_halo(gpu_sessio
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("impl, kernel", [("auto", "cupy.RawKernel"), ("cupy", "cupy.RawKernel"),
-                                          ("numba-cuda", "numba.cuda.jit"),
-                                          ("vectorized", "NumPy-API array calls")])
+@pytest.mark.parametrize(
+    "impl, kernel",
+    [
+        ("auto", "cupy.RawKernel"),
+        ("cupy", "cupy.RawKernel"),
+        ("numba-cuda", "numba.cuda.jit"),
+        ("vectorized", "NumPy-API array calls"),
+    ],
+)
 def test_lombscargle_gpu_impls(gpu_session, impl, kernel, dtype):
-    r = gpu_session.run("lombscargle", samples=20_000, freqs=100_000, impl=impl, dtype=dtype,
-                        **QUICK, write=False)
+    r = gpu_session.run(
+        "lombscargle", samples=20_000, freqs=100_000, impl=impl, dtype=dtype, **QUICK, write=False
+    )
     assert r.valid, r.validation
     assert r.choices["kernel"]["value"] == kernel
     assert r.choices["fast_math"]["value"] is (dtype == "float32" and impl != "vectorized")
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name, params", [
-    ("merge", dict(rows=2_000_000, match_fraction=0.3)),
-    ("shuffle", dict(rows=2_000_000, method="sort_values")),
-    ("shuffle", dict(rows=2_000_000, method="set_index")),
-])
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("merge", dict(rows=2_000_000, match_fraction=0.3)),
+        ("shuffle", dict(rows=2_000_000, method="sort_values")),
+        ("shuffle", dict(rows=2_000_000, method="set_index")),
+    ],
+)
 def test_dataframes_on_gpu(gpu_session, name, params):
     pytest.importorskip("cudf")
     pytest.importorskip("dask_cudf")

@@ -1,5 +1,6 @@
 """Workloads through a real CPU session: valid results, tuned choices, the runner's honesty,
 and validation that actually catches a wrong answer."""
+
 from __future__ import annotations
 
 import json
@@ -105,6 +106,7 @@ def test_groupby_split_out_flag(cpu_session):
 
 def test_groupby_sampled_validation_path(cpu_session, monkeypatch, results_dir):
     import gpuscale.workloads.groupby as gb
+
     monkeypatch.setattr(gb, "FULL_CHECK_ROWS", 1_000)
     r = cpu_session.run("groupby", **GROUPBY, **QUICK, results_dir=str(results_dir))
     assert r.valid, r.validation
@@ -118,10 +120,16 @@ def test_groupby_sampled_validation_path(cpu_session, monkeypatch, results_dir):
 # ---------------------------------------------------------------------------------------
 # Validation catches wrong answers
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("params, index", [
-    ({}, 0), ({}, -1), ({}, 7),                        # full numpy reference
-    ({"condition": 1e3}, -1), ({"condition": 1e3}, 5),  # known spectrum
-])
+@pytest.mark.parametrize(
+    "params, index",
+    [
+        ({}, 0),
+        ({}, -1),
+        ({}, 7),  # full numpy reference
+        ({"condition": 1e3}, -1),
+        ({"condition": 1e3}, 5),  # known spectrum
+    ],
+)
 def test_svd_validation_catches_one_perturbed_value(cpu_session, params, index):
     wl, p, ctx, data, out = produce(cpu_session, "svd", **SVD, **params)
     assert wl.validate(out, data, p, ctx).valid
@@ -151,11 +159,14 @@ def _perturbed_frame(out, column, k, change):
     return Output({"result": dd.from_pandas(bad, npartitions=1, sort=False)}, out.info)
 
 
-@pytest.mark.parametrize("column, change, failing", [
-    (("float64", "mean"), lambda v: v * (1 + 1e-6), "float64 mean"),
-    (("int64", "count"), lambda v: v + 1, "int64 count exact"),
-    (("int64", "max"), lambda v: v - 1, "int64 max exact"),
-])
+@pytest.mark.parametrize(
+    "column, change, failing",
+    [
+        (("float64", "mean"), lambda v: v * (1 + 1e-6), "float64 mean"),
+        (("int64", "count"), lambda v: v + 1, "int64 count exact"),
+        (("int64", "max"), lambda v: v - 1, "int64 max exact"),
+    ],
+)
 def test_groupby_validation_catches_one_wrong_group(cpu_session, column, change, failing):
     wl, p, ctx, data, out = produce(cpu_session, "groupby", **GROUPBY)
     assert wl.validate(out, data, p, ctx).valid
@@ -166,6 +177,7 @@ def test_groupby_validation_catches_one_wrong_group(cpu_session, column, change,
 
 def test_groupby_sampled_validation_catches_a_wrong_count(cpu_session, monkeypatch):
     import gpuscale.workloads.groupby as gb
+
     monkeypatch.setattr(gb, "FULL_CHECK_ROWS", 1_000)
     wl, p, ctx, data, out = produce(cpu_session, "groupby", **GROUPBY)
     v = wl.validate(out, data, p, ctx)
@@ -178,8 +190,9 @@ def test_groupby_sampled_validation_catches_a_wrong_count(cpu_session, monkeypat
 def test_groupby_validation_catches_a_missing_group(cpu_session):
     wl, p, ctx, data, out = produce(cpu_session, "groupby", **GROUPBY)
     got = out.collections["result"].compute().sort_index()
-    v = wl.validate(Output({"result": dd.from_pandas(got.iloc[1:], npartitions=1, sort=False)}, out.info),
-                    data, p, ctx)
+    v = wl.validate(
+        Output({"result": dd.from_pandas(got.iloc[1:], npartitions=1, sort=False)}, out.info), data, p, ctx
+    )
     assert v.valid is False
 
 
@@ -211,7 +224,9 @@ def test_every_repeat_recomputes(cpu_session):
     counts = Counter(key_split(t["key"]) for t in ts.data)
     blocks = -(-SVD["rows"] // r.choices["chunk_rows"]["value"])
     assert r.info["route"]["name"] == "gram"
-    assert counts["singular_values_of_gram"] == runs  # one Gram eigendecomposition per run, in the sum's last task
+    assert (
+        counts["singular_values_of_gram"] == runs
+    )  # one Gram eigendecomposition per run, in the sum's last task
     assert counts["gram_block-sum"] % runs == 0 and counts["gram_block-sum"] >= runs * blocks
     assert counts["random"] == blocks  # the data is generated once, outside the timed runs
 
@@ -258,34 +273,40 @@ def test_builtin_workloads_registered():
 def test_run_imports_only_the_workload_it_runs(tmp_path):
     """`gpuscale run groupby` resolves its command without importing the other workloads
     (dask.array and every kernel module: a second of a run against a running cluster)."""
-    code = ("import sys; from gpuscale import workloads; workloads.get('groupby'); "
-            "print(sorted(m for m in sys.modules if m.startswith('gpuscale.workloads.')))")
+    code = (
+        "import sys; from gpuscale import workloads; workloads.get('groupby'); "
+        "print(sorted(m for m in sys.modules if m.startswith('gpuscale.workloads.')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = eval(out)  # noqa: S307 - our own print of a list of module names
     assert "gpuscale.workloads.groupby" in loaded
-    assert not {"gpuscale.workloads.svd", "gpuscale.workloads.stencil", "gpuscale.workloads.fft"} & set(loaded), loaded
+    assert not {"gpuscale.workloads.svd", "gpuscale.workloads.stencil", "gpuscale.workloads.fft"} & set(
+        loaded
+    ), loaded
 
 
-@pytest.mark.parametrize("name, params, match", [
-    ("svd", {"bogus": 1}, "has no parameter --bogus.*--rows"),
-    ("svd", {"rows": 0}, "--rows"),
-    ("svd", {"rows": 10, "cols": 50}, "tall matrix"),
-    ("svd", {"route": "qr"}, "--route"),
-    ("svd", {"dtype": "int8"}, "--dtype"),
-    ("svd", {"condition": 0.5}, "--condition"),
-    ("svd", {"rows": 1000, "cols": 100, "chunk_rows": 50, "route": "tsqr"}, "TSQR"),
-    ("groupby", {"keys": 2000, "rows": 1000}, "--keys 2000 > --rows 1000"),
-    ("groupby", {"rows": 10, "keys": 5, "partitions": 11}, "--partitions 11 > --rows 10"),
-    ("groupby", {"split_out": "many"}, "--split-out"),
-])
+@pytest.mark.parametrize(
+    "name, params, match",
+    [
+        ("svd", {"bogus": 1}, "has no parameter --bogus.*--rows"),
+        ("svd", {"rows": 0}, "--rows"),
+        ("svd", {"rows": 10, "cols": 50}, "tall matrix"),
+        ("svd", {"route": "qr"}, "--route"),
+        ("svd", {"dtype": "int8"}, "--dtype"),
+        ("svd", {"condition": 0.5}, "--condition"),
+        ("svd", {"rows": 1000, "cols": 100, "chunk_rows": 50, "route": "tsqr"}, "TSQR"),
+        ("groupby", {"keys": 2000, "rows": 1000}, "--keys 2000 > --rows 1000"),
+        ("groupby", {"rows": 10, "keys": 5, "partitions": 11}, "--partitions 11 > --rows 10"),
+        ("groupby", {"split_out": "many"}, "--split-out"),
+    ],
+)
 def test_parameter_errors(cpu_session, name, params, match):
     with pytest.raises(UserError, match=match):
         cpu_session.run(name, **params, write=False)
 
 
 def test_parameters_from_strings_like_the_cli():
-    p = workloads.get("svd").parse({"rows": "1000", "cols": "10", "condition": "1e3",
-                                    "compute-uv": True})
+    p = workloads.get("svd").parse({"rows": "1000", "cols": "10", "condition": "1e3", "compute-uv": True})
     assert (p.rows, p.cols, p.condition, p.compute_uv) == (1000, 10, 1e3, True)
     p = workloads.get("groupby").parse({"split-out": "3"})
     assert p.split_out == 3

@@ -21,6 +21,7 @@ but not part of the target (run it with ``--workloads svd,groupby,transpose_sum-
     python workflows/audit_overhead.py --backend cpu --rounds 7 --json out.json
     python workflows/audit_overhead.py --backend gpu --rounds 5 --json out.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,15 +33,21 @@ import time
 import gpuscale
 
 SIZES = {
-    "smoke": {"svd": ("svd", {"rows": 100_000, "cols": 50}),
-              "groupby": ("groupby", {"rows": 200_000, "keys": 1_000}),
-              "transpose_sum-small-chunks": ("transpose_sum", {"n": 1_000, "chunk": 50})},
-    "cpu": {"svd": ("svd", {"rows": 1_000_000, "cols": 100}),
-            "groupby": ("groupby", {"rows": 4_000_000, "keys": 100_000}),
-            "transpose_sum-small-chunks": ("transpose_sum", {"n": 4_000, "chunk": 100})},
-    "gpu": {"svd": ("svd", {"rows": 2_000_000, "cols": 1000}),
-            "groupby": ("groupby", {"rows": 100_000_000, "keys": 1_000_000}),
-            "transpose_sum-small-chunks": ("transpose_sum", {"n": 20_000, "chunk": 500})},
+    "smoke": {
+        "svd": ("svd", {"rows": 100_000, "cols": 50}),
+        "groupby": ("groupby", {"rows": 200_000, "keys": 1_000}),
+        "transpose_sum-small-chunks": ("transpose_sum", {"n": 1_000, "chunk": 50}),
+    },
+    "cpu": {
+        "svd": ("svd", {"rows": 1_000_000, "cols": 100}),
+        "groupby": ("groupby", {"rows": 4_000_000, "keys": 100_000}),
+        "transpose_sum-small-chunks": ("transpose_sum", {"n": 4_000, "chunk": 100}),
+    },
+    "gpu": {
+        "svd": ("svd", {"rows": 2_000_000, "cols": 1000}),
+        "groupby": ("groupby", {"rows": 100_000_000, "keys": 1_000_000}),
+        "transpose_sum-small-chunks": ("transpose_sum", {"n": 20_000, "chunk": 500}),
+    },
 }
 TARGET = 1.03
 
@@ -50,10 +57,15 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--protocol", default=None)
     ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--workloads", default="svd,groupby",
-                    help=f"comma-separated, of: {', '.join(SIZES['cpu'])}")
-    ap.add_argument("--size", choices=sorted(SIZES), default=None,
-                    help="sizes (default: smoke with --smoke, else the family's: cpu or gpu)")
+    ap.add_argument(
+        "--workloads", default="svd,groupby", help=f"comma-separated, of: {', '.join(SIZES['cpu'])}"
+    )
+    ap.add_argument(
+        "--size",
+        choices=sorted(SIZES),
+        default=None,
+        help="sizes (default: smoke with --smoke, else the family's: cpu or gpu)",
+    )
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (each runs both sides)")
     ap.add_argument("--repeat", type=int, default=3, help="timed repeats per run")
     ap.add_argument("--smoke", action="store_true", help="CPU, small sizes, 2 rounds: a quick check")
@@ -82,6 +94,7 @@ def hook_cost(calls: int = 200_000) -> dict:
     from distributed.worker_state_machine import TaskState
 
     from gpuscale.audit import AuditPlugin
+
     deps = []
     for i in range(2):
         d = TaskState(key=("dep-0", i))
@@ -110,8 +123,13 @@ def measure(a, case: str) -> dict:
     workload = SIZES["cpu"][case][0]
     collection = gpuscale.workloads.get(workload).collection
     rows: list[dict] = []
-    with gpuscale.session(a.backend, a.protocol, workers=a.workers, collection=collection,
-                          threads_per_worker=1 if a.smoke else None) as s:
+    with gpuscale.session(
+        a.backend,
+        a.protocol,
+        workers=a.workers,
+        collection=collection,
+        threads_per_worker=1 if a.smoke else None,
+    ) as s:
         size = a.size or (s.family.name if s.family.name in SIZES else "cpu")
         params = SIZES[size][case][1]
         for rnd in range(a.rounds):
@@ -120,20 +138,35 @@ def measure(a, case: str) -> dict:
                 t0 = time.perf_counter()
                 r = s.run(workload, repeat=a.repeat, warmup=1, write=False, audit=audited, **params)
                 e2e = time.perf_counter() - t0
-                rows.append({"round": rnd, "audited": audited, "median_s": r.median_s, "end_to_end_s": e2e,
-                             "valid": r.valid, "audit_tasks": r.audit["tasks"] if r.audit else None,
-                             "audit_clean": r.audit["clean"] if r.audit else None})
+                rows.append(
+                    {
+                        "round": rnd,
+                        "audited": audited,
+                        "median_s": r.median_s,
+                        "end_to_end_s": e2e,
+                        "valid": r.valid,
+                        "audit_tasks": r.audit["tasks"] if r.audit else None,
+                        "audit_clean": r.audit["clean"] if r.audit else None,
+                    }
+                )
         family = s.family.name
         workers = len(s.client.scheduler_info(n_workers=-1)["workers"])
 
     def med(audited, key):
         return statistics.median(x[key] for x in rows if x["audited"] is audited)
 
-    out = {"case": case, "workload": workload, "params": params, "family": family, "workers": workers,
-           "rows": rows,
-           "plain": {"median_s": med(False, "median_s"), "end_to_end_s": med(False, "end_to_end_s")},
-           "audited": {"median_s": med(True, "median_s"), "end_to_end_s": med(True, "end_to_end_s")},
-           "tasks_per_run": statistics.median(x["audit_tasks"] for x in rows if x["audited"]) / (1 + a.repeat + 1)}
+    out = {
+        "case": case,
+        "workload": workload,
+        "params": params,
+        "family": family,
+        "workers": workers,
+        "rows": rows,
+        "plain": {"median_s": med(False, "median_s"), "end_to_end_s": med(False, "end_to_end_s")},
+        "audited": {"median_s": med(True, "median_s"), "end_to_end_s": med(True, "end_to_end_s")},
+        "tasks_per_run": statistics.median(x["audit_tasks"] for x in rows if x["audited"])
+        / (1 + a.repeat + 1),
+    }
     out["compute_ratio"] = out["audited"]["median_s"] / out["plain"]["median_s"]
     out["end_to_end_ratio"] = out["audited"]["end_to_end_s"] / out["plain"]["end_to_end_s"]
     out["clean"] = all(x["audit_clean"] for x in rows if x["audited"])
@@ -143,23 +176,53 @@ def measure(a, case: str) -> dict:
 def report(a, cases: list[dict], hook: dict) -> int:
     from rich.console import Console
     from rich.table import Table
-    t = Table(title=f"backend audit overhead: medians of {a.rounds} alternating round(s), {a.repeat} timed "
-                    f"repeat(s) each (target: compute ratio < {TARGET} on svd and groupby)", title_justify="left")
-    for col in ("case", "params", "family", "tasks / run", "compute plain", "compute audited", "ratio",
-                "end to end plain", "end to end audited", "ratio", "audit"):
+
+    t = Table(
+        title=f"backend audit overhead: medians of {a.rounds} alternating round(s), {a.repeat} timed "
+        f"repeat(s) each (target: compute ratio < {TARGET} on svd and groupby)",
+        title_justify="left",
+    )
+    for col in (
+        "case",
+        "params",
+        "family",
+        "tasks / run",
+        "compute plain",
+        "compute audited",
+        "ratio",
+        "end to end plain",
+        "end to end audited",
+        "ratio",
+        "audit",
+    ):
         t.add_column(col)
     for c in cases:
-        t.add_row(c["case"], ", ".join(f"{k}={v}" for k, v in c["params"].items()), c["family"],
-                  f"{c['tasks_per_run']:.0f}",
-                  f"{c['plain']['median_s'] * 1e3:.1f} ms", f"{c['audited']['median_s'] * 1e3:.1f} ms",
-                  f"{c['compute_ratio']:.3f}x",
-                  f"{c['plain']['end_to_end_s']:.3f} s", f"{c['audited']['end_to_end_s']:.3f} s",
-                  f"{c['end_to_end_ratio']:.3f}x", "clean" if c["clean"] else "FOREIGN CHUNKS")
+        t.add_row(
+            c["case"],
+            ", ".join(f"{k}={v}" for k, v in c["params"].items()),
+            c["family"],
+            f"{c['tasks_per_run']:.0f}",
+            f"{c['plain']['median_s'] * 1e3:.1f} ms",
+            f"{c['audited']['median_s'] * 1e3:.1f} ms",
+            f"{c['compute_ratio']:.3f}x",
+            f"{c['plain']['end_to_end_s']:.3f} s",
+            f"{c['audited']['end_to_end_s']:.3f} s",
+            f"{c['end_to_end_ratio']:.3f}x",
+            "clean" if c["clean"] else "FOREIGN CHUNKS",
+        )
     Console(width=200).print(t)
-    Console(width=200).print(f"hook: {hook['memory_us']:.2f} us per task that reaches memory (two dependencies), "
-                             f"{hook['other_us']:.3f} us per other transition (a task makes about five)")
-    out = {"backend": a.backend, "rounds": a.rounds, "repeat": a.repeat, "target_ratio": TARGET, "cases": cases,
-           "hook": hook}
+    Console(width=200).print(
+        f"hook: {hook['memory_us']:.2f} us per task that reaches memory (two dependencies), "
+        f"{hook['other_us']:.3f} us per other transition (a task makes about five)"
+    )
+    out = {
+        "backend": a.backend,
+        "rounds": a.rounds,
+        "repeat": a.repeat,
+        "target_ratio": TARGET,
+        "cases": cases,
+        "hook": hook,
+    }
     if a.json_path:
         with open(a.json_path, "w") as f:
             json.dump(out, f, indent=2, default=str)

@@ -9,6 +9,7 @@ happened, 1 otherwise.
     python workflows/audit_user_script.py --backend gpu          # the issue's GPU proof
     python workflows/audit_user_script.py --backend cpu --json out.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,14 +41,15 @@ def main(argv=None) -> int:
     data = np.random.default_rng(0).random((a.rows, a.cols))
     chunks = (max(1, a.rows // 8), a.cols)
     from rich.console import Console
+
     console = Console(width=200)
     # host_collections off: the session leaves from_array's NumPy chunks as Dask builds them (its
     # default, convert, would convert them on the workers: workflows/host_collections_cost.py)
     with gpuscale.session(backend=a.backend, workers=a.workers, host_collections="off") as s:
-        with s.audit(phase="from_array") as bad:            # the mistake
+        with s.audit(phase="from_array") as bad:  # the mistake
             x = da.from_array(data, chunks=chunks)
             wait(s.client.persist(list(work(x))))
-        with s.audit(phase="to_backend") as good:           # the fix
+        with s.audit(phase="to_backend") as good:  # the fix
             x = s.to_backend(data, chunks=chunks)
             wait(s.client.persist(list(work(x))))
         family = s.family
@@ -56,14 +58,26 @@ def main(argv=None) -> int:
     host_native = family.array_module == "numpy"
     expected_flag = not host_native
     ok = good.summary["clean"] and (bad.summary["clean"] != expected_flag)
-    verdict = (f"{family.name} family: from_array {'flagged' if not bad.summary['clean'] else 'clean'} "
-               f"(expected {'flagged' if expected_flag else 'clean'}), to_backend "
-               f"{'clean' if good.summary['clean'] else 'FLAGGED'}: {'ok' if ok else 'NOT AS EXPECTED'}")
+    verdict = (
+        f"{family.name} family: from_array {'flagged' if not bad.summary['clean'] else 'clean'} "
+        f"(expected {'flagged' if expected_flag else 'clean'}), to_backend "
+        f"{'clean' if good.summary['clean'] else 'FLAGGED'}: {'ok' if ok else 'NOT AS EXPECTED'}"
+    )
     console.print(verdict)
     if a.json_path:
         with open(a.json_path, "w") as f:
-            json.dump({"family": family.name, "from_array": bad.summary, "to_backend": good.summary,
-                       "expected_flag": expected_flag, "ok": ok}, f, indent=2, default=str)
+            json.dump(
+                {
+                    "family": family.name,
+                    "from_array": bad.summary,
+                    "to_backend": good.summary,
+                    "expected_flag": expected_flag,
+                    "ok": ok,
+                },
+                f,
+                indent=2,
+                default=str,
+            )
     return 0 if ok else 1
 
 

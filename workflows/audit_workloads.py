@@ -10,6 +10,7 @@ way; ``tests/test_audit.py`` proves that path).
 
 Exit 0 when every run was valid and clean.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,13 +22,26 @@ import gpuscale
 from gpuscale import workloads
 from gpuscale.records import report
 
-VARIANTS = [("svd", {"condition": 1e6}), ("svd", {"route": "tsqr", "compute_uv": True}),
-            ("groupby", {"split_out": 2}), ("groupby", {"rows": 4_000_000, "keys": 2_000_000})]
-SMALL = {"svd": {"rows": 20_000, "cols": 20}, "groupby": {"rows": 20_000, "keys": 500},
-         "transpose_sum": {"n": 400}, "matmul": {"n": 400}, "fft": {"rows": 200, "cols": 512},
-         "reduction": {"rows": 2000, "cols": 200}, "slice": {"rows": 2000, "cols": 200},
-         "map_overlap": {"n": 512}, "stencil": {"n": 512}, "merge": {"rows": 20_000, "right_rows": 5000},
-         "shuffle": {"rows": 20_000}, "lombscargle": {"samples": 500, "freqs": 2000}}
+VARIANTS = [
+    ("svd", {"condition": 1e6}),
+    ("svd", {"route": "tsqr", "compute_uv": True}),
+    ("groupby", {"split_out": 2}),
+    ("groupby", {"rows": 4_000_000, "keys": 2_000_000}),
+]
+SMALL = {
+    "svd": {"rows": 20_000, "cols": 20},
+    "groupby": {"rows": 20_000, "keys": 500},
+    "transpose_sum": {"n": 400},
+    "matmul": {"n": 400},
+    "fft": {"rows": 200, "cols": 512},
+    "reduction": {"rows": 2000, "cols": 200},
+    "slice": {"rows": 2000, "cols": 200},
+    "map_overlap": {"n": 512},
+    "stencil": {"n": 512},
+    "merge": {"rows": 20_000, "right_rows": 5000},
+    "shuffle": {"rows": 20_000},
+    "lombscargle": {"samples": 500, "freqs": 2000},
+}
 
 
 def cases(small: bool) -> list[tuple[str, dict]]:
@@ -58,50 +72,92 @@ def main(argv=None) -> int:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
     console = Console(width=220)
     with gpuscale.session(backend=a.backend, **kw) as s:
         family = s.family.name
         for name, params in cases(a.small):
             label = " ".join([name] + [f"--{k.replace('_', '-')} {v}" for k, v in params.items()])
             try:
-                r = s.run(name, repeat=a.repeat, warmup=1, results_dir=a.results_dir,
-                          write=a.results_dir is not None, **params)
+                r = s.run(
+                    name,
+                    repeat=a.repeat,
+                    warmup=1,
+                    results_dir=a.results_dir,
+                    write=a.results_dir is not None,
+                    **params,
+                )
             except Exception as e:  # noqa: BLE001 - one failing case must not hide the others
-                rows.append({"case": label, "valid": False, "clean": False, "error": f"{type(e).__name__}: {e}"})
+                rows.append(
+                    {"case": label, "valid": False, "clean": False, "error": f"{type(e).__name__}: {e}"}
+                )
                 print(f"[audit] {label}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
                 continue
             aud = r.audit
-            rows.append({"case": label, "valid": r.valid, "clean": aud["clean"], "median_s": r.median_s,
-                         "tasks": aud["tasks"], "kinds": aud["kinds"], "foreign": aud["foreign"],
-                         "allowed": aud["allowed"], "transfer_count": aud["transfer_count"],
-                         "transfer_bytes": aud["transfer_bytes"], "audit": aud})
+            rows.append(
+                {
+                    "case": label,
+                    "valid": r.valid,
+                    "clean": aud["clean"],
+                    "median_s": r.median_s,
+                    "tasks": aud["tasks"],
+                    "kinds": aud["kinds"],
+                    "foreign": aud["foreign"],
+                    "allowed": aud["allowed"],
+                    "transfer_count": aud["transfer_count"],
+                    "transfer_bytes": aud["transfer_bytes"],
+                    "audit": aud,
+                }
+            )
             print(f"[audit] {label}: valid {r.valid}, clean {aud['clean']}", file=sys.stderr, flush=True)
             if a.json_path:  # what ran so far survives a cut-short run
-                pathlib.Path(a.json_path).write_text(json.dumps({"family": family, "rows": rows}, default=str))
-    t = Table(title=f"backend audit of every workload on the {family} family "
-                    f"({'CI sizes' if a.small else 'default sizes'}, generate + warm-up + {a.repeat} repeats)",
-              title_justify="left")
-    for col in ("case", "valid", "clean", "tasks", "chunks by library", "foreign (fix)", "allowed by design",
-                "family changes"):
+                pathlib.Path(a.json_path).write_text(
+                    json.dumps({"family": family, "rows": rows}, default=str)
+                )
+    t = Table(
+        title=f"backend audit of every workload on the {family} family "
+        f"({'CI sizes' if a.small else 'default sizes'}, generate + warm-up + {a.repeat} repeats)",
+        title_justify="left",
+    )
+    for col in (
+        "case",
+        "valid",
+        "clean",
+        "tasks",
+        "chunks by library",
+        "foreign (fix)",
+        "allowed by design",
+        "family changes",
+    ):
         t.add_column(col)
     for r in rows:
         if "error" in r:
             t.add_row(escape(r["case"]), "ERROR", "", "", "", escape(r["error"][:120]), "", "")
             continue
         kinds = ", ".join(f"{k} {n}" for k, n in r["kinds"].items() if n)
-        foreign = "; ".join(f"{f['prefix']} {f['tasks']}x {f['type']} ({f['fix']})" for f in r["foreign"]) or "none"
+        foreign = (
+            "; ".join(f"{f['prefix']} {f['tasks']}x {f['type']} ({f['fix']})" for f in r["foreign"]) or "none"
+        )
         allowed = "; ".join(f"{x['prefix']} {x['tasks']}x {x['type']}" for x in r["allowed"]) or "none"
-        t.add_row(escape(r["case"]), "yes" if r["valid"] else "NO", "yes" if r["clean"] else "NO",
-                  str(r["tasks"]), kinds, escape(foreign), escape(allowed),
-                  f"{r['transfer_count']} ({r['transfer_bytes'] / 2**20:.1f} MiB)")
+        t.add_row(
+            escape(r["case"]),
+            "yes" if r["valid"] else "NO",
+            "yes" if r["clean"] else "NO",
+            str(r["tasks"]),
+            kinds,
+            escape(foreign),
+            escape(allowed),
+            f"{r['transfer_count']} ({r['transfer_bytes'] / 2**20:.1f} MiB)",
+        )
     console.print(t)
     for r in rows:
         if "error" not in r and not r["clean"]:
             console.print(report.audit_table(r["audit"], r["case"]))
     ok = bool(rows) and all(r.get("valid") and r.get("clean") for r in rows)
     if a.json_path:
-        pathlib.Path(a.json_path).write_text(json.dumps({"family": family, "rows": rows, "ok": ok}, indent=2,
-                                                        default=str))
+        pathlib.Path(a.json_path).write_text(
+            json.dumps({"family": family, "rows": rows, "ok": ok}, indent=2, default=str)
+        )
     return 0 if ok else 1
 
 

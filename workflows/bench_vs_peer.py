@@ -40,6 +40,7 @@ need more GPUs than the machine has are skipped with a message.
 On the CPU (``--smoke``) the multi-GPU rows run on 1, 2 and 4 single-threaded LocalCluster
 workers, so the 4-worker logic is exercised in CI; a GPU machine only changes the count.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,12 +67,22 @@ from gpuscale.runs import runner
 from gpuscale.workloads import _frames
 from gpuscale.workloads.groupby import AGG, make_partition
 
-FULL = {"svd": (2_000_000, 1000, 10), "groupby": (100_000_000, 1_000_000, 10),
-        "transpose": (40_000, 4000), "scaling": (2_000_000, 1000),
-        "groupby-multi": (400_000_000, 4_000_000, 40), "p2p": 2**30}
-SMOKE = {"svd": (40_000, 50, 10), "groupby": (400_000, 10_000, 4),
-         "transpose": (2_000, 500), "scaling": (20_000, 50),
-         "groupby-multi": (400_000, 40_000, 8), "p2p": 2**22}
+FULL = {
+    "svd": (2_000_000, 1000, 10),
+    "groupby": (100_000_000, 1_000_000, 10),
+    "transpose": (40_000, 4000),
+    "scaling": (2_000_000, 1000),
+    "groupby-multi": (400_000_000, 4_000_000, 40),
+    "p2p": 2**30,
+}
+SMOKE = {
+    "svd": (40_000, 50, 10),
+    "groupby": (400_000, 10_000, 4),
+    "transpose": (2_000, 500),
+    "scaling": (20_000, 50),
+    "groupby-multi": (400_000, 40_000, 8),
+    "p2p": 2**22,
+}
 COUNTS = (1, 2, 4)
 """Worker (GPU) counts of the multi-worker rows; those over the machine's GPUs are skipped."""
 
@@ -104,8 +115,15 @@ def measure(s, sides: dict, rounds: int, host, same, once_over_s: float | None =
     g = statistics.median(times[ref_label])
     rows = []
     for k, v in times.items():
-        row = {"side": k, "median_s": statistics.median(v), "min_s": min(v), "times_s": v, "runs": len(v),
-               "vs_gpuscale": statistics.median(v) / g, "agrees": bool(same(answers[k], ref))}
+        row = {
+            "side": k,
+            "median_s": statistics.median(v),
+            "min_s": min(v),
+            "times_s": v,
+            "runs": len(v),
+            "vs_gpuscale": statistics.median(v) / g,
+            "agrees": bool(same(answers[k], ref)),
+        }
         if not row["agrees"]:
             row["disagreement"] = differ(answers[k], ref)
         rows.append(row)
@@ -119,8 +137,10 @@ def differ(a, b) -> str:
         if a.index.has_duplicates:
             parts.append(f"{int(a.index.duplicated().sum())} duplicated keys")
         common = a.index.intersection(b.index)
-        parts.append(f"{len(a.index.difference(b.index))} keys only here, "
-                     f"{len(b.index.difference(a.index))} only in gpuscale's")
+        parts.append(
+            f"{len(a.index.difference(b.index))} keys only here, "
+            f"{len(b.index.difference(a.index))} only in gpuscale's"
+        )
         if len(common) and not a.index.has_duplicates:
             for col in a.columns:
                 x, y = a.loc[common, col].to_numpy(dtype=float), b.loc[common, col].to_numpy(dtype=float)
@@ -147,8 +167,9 @@ def frame_same(a, b):
     if not a.index.equals(b.index):
         return False
     ints = all((a[c].to_numpy() == b[c].to_numpy()).all() for c in [("int64", "max"), ("int64", "count")])
-    return ints and np.allclose(a[("float64", "mean")].to_numpy(), b[("float64", "mean")].to_numpy(),
-                                rtol=1e-9, atol=0)
+    return ints and np.allclose(
+        a[("float64", "mean")].to_numpy(), b[("float64", "mean")].to_numpy(), rtol=1e-9, atol=0
+    )
 
 
 def scalar_host(out):
@@ -161,8 +182,10 @@ def scalar_same(a, b):
 
 # ---------------------------------------------------------------------------------------
 def _svd_sides(x):
-    return {"plain da.linalg.svd": lambda: da.linalg.svd(x)[1],
-            "gpuscale linalg.svd": lambda: gpuscale.linalg.svd(x).s}
+    return {
+        "plain da.linalg.svd": lambda: da.linalg.svd(x)[1],
+        "gpuscale linalg.svd": lambda: gpuscale.linalg.svd(x).s,
+    }
 
 
 def row_svd(s, sizes, rounds, name="svd"):
@@ -171,8 +194,15 @@ def row_svd(s, sizes, rounds, name="svd"):
     _, x = runner.timed(s.client, s.family, lambda: x)
     route = gpuscale.linalg.svd(x).route
     res = measure(s, _svd_sides(x), rounds, s_host, s_same)
-    return [{"row": name, "size": f"{rows:,} x {cols:,} float64, {blocks} blocks", **r,
-             "note": f"gpuscale route {route.name}" if r["side"].startswith("gpuscale") else ""} for r in res]
+    return [
+        {
+            "row": name,
+            "size": f"{rows:,} x {cols:,} float64, {blocks} blocks",
+            **r,
+            "note": f"gpuscale route {route.name}" if r["side"].startswith("gpuscale") else "",
+        }
+        for r in res
+    ]
 
 
 def _groupby_data(s, rows, keys, parts):
@@ -187,6 +217,7 @@ def _groupby_data(s, rows, keys, parts):
 def _alone(parts):
     """The library alone: one frame, one groupby, timed inside the task (device synchronized)."""
     from dask.dataframe.dispatch import concat
+
     frame = concat(list(parts))
     _sync_here()
     t0 = time.perf_counter()
@@ -198,6 +229,7 @@ def _alone(parts):
 def _sync_here():
     try:
         import cupy
+
         cupy.cuda.runtime.deviceSynchronize()
     except Exception:  # noqa: BLE001 - no device here: nothing to wait for
         pass
@@ -210,8 +242,12 @@ def row_groupby(s, sizes, rounds):
     sides = {
         "plain, backend switched only": lambda: df.groupby("key").agg(AGG),
         "plain, split_out=1 by hand": lambda: df.groupby("key").agg(AGG, split_out=1),
-        "plain, repartition(1) first": lambda: df.repartition(npartitions=1).groupby("key").agg(AGG, split_out=1),
-        "gpuscale groupby_agg": lambda: gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows).result,
+        "plain, repartition(1) first": lambda: (
+            df.repartition(npartitions=1).groupby("key").agg(AGG, split_out=1)
+        ),
+        "gpuscale groupby_agg": lambda: (
+            gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows).result
+        ),
     }
     res = measure(s, sides, rounds, frame_host, frame_same)
     # the library alone, on one worker, no graph: concatenate there first, then time only the groupby
@@ -226,11 +262,25 @@ def row_groupby(s, sizes, rounds):
         del fut, out
     ref = next(r for r in res if r["side"].startswith("gpuscale"))
     med = statistics.median(alone[1:])
-    res.append({"side": f"{s.family.dataframe_module} alone (one frame, no Dask)", "median_s": med,
-                "min_s": min(alone[1:]), "times_s": alone[1:], "vs_gpuscale": med / ref["median_s"],
-                "agrees": True})
-    return [{"row": "groupby", "size": f"{rows:,} rows, {keys:,} keys, {parts} partitions", **r,
-             "note": f"plan {gres.plan.strategy}" if r["side"].startswith("gpuscale") else ""} for r in res]
+    res.append(
+        {
+            "side": f"{s.family.dataframe_module} alone (one frame, no Dask)",
+            "median_s": med,
+            "min_s": min(alone[1:]),
+            "times_s": alone[1:],
+            "vs_gpuscale": med / ref["median_s"],
+            "agrees": True,
+        }
+    )
+    return [
+        {
+            "row": "groupby",
+            "size": f"{rows:,} rows, {keys:,} keys, {parts} partitions",
+            **r,
+            "note": f"plan {gres.plan.strategy}" if r["side"].startswith("gpuscale") else "",
+        }
+        for r in res
+    ]
 
 
 def _transpose(x):
@@ -254,6 +304,7 @@ def _gpuscale_square_chunk(s, n: int, itemsize: int) -> int:
     """The ``transpose_sum`` workload's own chunk rule on this cluster (not a copy of it)."""
     from gpuscale.workloads import Context
     from gpuscale.workloads._arrays import plan_square_chunk
+
     return plan_square_chunk(Context(s.family, s.spec, s.client), None, n, n, itemsize)
 
 
@@ -283,6 +334,7 @@ def row_transpose(sizes, rounds, backend, n_workers, ngpus):
 
 def _make_block(module: str, nbytes: int, seed: int):
     import importlib
+
     xp = importlib.import_module(module)
     a = xp.full(nbytes // 8, float(seed))
     _sync_here()
@@ -318,11 +370,20 @@ def row_p2p(sizes, rounds, backend, ngpus):
                     times.append(dt)
                 del f
             med = statistics.median(times)
-            out.append({"row": "p2p", "size": f"{nbytes / 2**30:.2f} GiB, worker 0 -> worker 1",
-                        "side": f"{s.family.array_module} block over {proto}", "median_s": med,
-                        "min_s": min(times), "times_s": times, "vs_gpuscale": None, "agrees": True,
-                        "bandwidth_GiBps": nbytes / med / 2**30,
-                        "note": f"{nbytes / med / 2**30:.2f} GiB/s"})
+            out.append(
+                {
+                    "row": "p2p",
+                    "size": f"{nbytes / 2**30:.2f} GiB, worker 0 -> worker 1",
+                    "side": f"{s.family.array_module} block over {proto}",
+                    "median_s": med,
+                    "min_s": min(times),
+                    "times_s": times,
+                    "vs_gpuscale": None,
+                    "agrees": True,
+                    "bandwidth_GiBps": nbytes / med / 2**30,
+                    "note": f"{nbytes / med / 2**30:.2f} GiB/s",
+                }
+            )
     return out
 
 
@@ -348,14 +409,23 @@ def row_scaling(sizes, rounds, backend, counts, ngpus):
             per = {n: by_count[n][i] for n in by_count}
             eff = {n: r1["median_s"] / per[n]["median_s"] for n in per if n != first}
             rN = per[last]
-            res.append({"row": "scaling", "size": f"{rows:,} x {cols:,} per worker, {first} -> {last}",
-                        "side": f"{r1['side']}, {proto}", "median_s": rN["median_s"], "min_s": rN["min_s"],
-                        "times_s": rN["times_s"], "vs_gpuscale": None,
-                        "agrees": all(p["agrees"] for p in per.values()),
-                        "efficiency": {str(n): e for n, e in eff.items()},
-                        "t_by_workers": {str(n): p["median_s"] for n, p in per.items()},
-                        "note": ", ".join(f"t{n} {p['median_s']:.4f} s" for n, p in per.items()) + "; "
-                                + ", ".join(f"eff {first}->{n} {e:.0%}" for n, e in eff.items())})
+            res.append(
+                {
+                    "row": "scaling",
+                    "size": f"{rows:,} x {cols:,} per worker, {first} -> {last}",
+                    "side": f"{r1['side']}, {proto}",
+                    "median_s": rN["median_s"],
+                    "min_s": rN["min_s"],
+                    "times_s": rN["times_s"],
+                    "vs_gpuscale": None,
+                    "agrees": all(p["agrees"] for p in per.values()),
+                    "efficiency": {str(n): e for n, e in eff.items()},
+                    "t_by_workers": {str(n): p["median_s"] for n, p in per.items()},
+                    "note": ", ".join(f"t{n} {p['median_s']:.4f} s" for n, p in per.items())
+                    + "; "
+                    + ", ".join(f"eff {first}->{n} {e:.0%}" for n, e in eff.items()),
+                }
+            )
     return res
 
 
@@ -367,18 +437,24 @@ def row_groupby_multi(sizes, rounds, backend, n_workers, ngpus):
     sess, why = _open(backend, "ucx", n_workers, ngpus, "dataframe")
     proto = "ucx"
     if sess is None:
-        sess, proto = gpuscale.session(backend, "tcp", collection="dataframe", **_workers(n_workers, ngpus)), "tcp"
+        sess, proto = (
+            gpuscale.session(backend, "tcp", collection="dataframe", **_workers(n_workers, ngpus)),
+            "tcp",
+        )
     with sess as s:
         df = _groupby_data(s, rows, keys, parts)
         gres = gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows)
         forced = gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows, split_out=n_workers)
         sides = {
             "plain, backend switched only": lambda: df.groupby("key").agg(AGG),
-            f"gpuscale groupby_agg ({gres.plan.strategy})":
-                lambda: gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows).result,
-            f"gpuscale shuffle plan forced (split_out={n_workers}, {forced.plan.shuffle_method})":
-                lambda: gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows,
-                                                       split_out=n_workers).result,
+            f"gpuscale groupby_agg ({gres.plan.strategy})": lambda: (
+                gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows).result
+            ),
+            f"gpuscale shuffle plan forced (split_out={n_workers}, {forced.plan.shuffle_method})": lambda: (
+                gpuscale.dataframe.groupby_agg(
+                    df, "key", AGG, groups=keys, rows=rows, split_out=n_workers
+                ).result
+            ),
         }
         res = measure(s, sides, rounds, frame_host, frame_same)
         sides = df = None  # release the data before the workload makes its own
@@ -388,13 +464,15 @@ def row_groupby_multi(sizes, rounds, backend, n_workers, ngpus):
     for r in res:
         note = ""
         if r["side"].startswith("gpuscale groupby_agg"):
-            note = f"{proto}; plan: {gres.plan.reason}; independent check ({rec.validation['method']}): {checks}"
+            note = (
+                f"{proto}; plan: {gres.plan.reason}; independent check ({rec.validation['method']}): {checks}"
+            )
             r["agrees"] = r["agrees"] and rec.valid
         out.append({"row": "groupby-multi", "size": size, **r, "note": note})
     return out
 
 
-PLAIN_SCRIPT = '''
+PLAIN_SCRIPT = """
 import sys, time
 t0 = time.perf_counter()
 import dask, dask.dataframe as dd
@@ -419,7 +497,7 @@ if __name__ == "__main__":
         res = df.groupby("key").agg(AGG, split_out=1).compute()
         assert int(res[("int64", "count")].sum()) == rows
         print(time.perf_counter() - t0)
-'''
+"""
 
 
 def row_first(sizes, backend, smoke):
@@ -428,14 +506,37 @@ def row_first(sizes, backend, smoke):
     with tempfile.TemporaryDirectory() as d:
         script = pathlib.Path(d) / "plain_first.py"
         root = str(pathlib.Path(__file__).resolve().parent.parent)
-        script.write_text(PLAIN_SCRIPT.format(root=root, backend="gpu" if backend == "gpu" else "cpu",
-                                              rows=rows, keys=keys, parts=parts))
+        script.write_text(
+            PLAIN_SCRIPT.format(
+                root=root, backend="gpu" if backend == "gpu" else "cpu", rows=rows, keys=keys, parts=parts
+            )
+        )
         env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        cmds = {"plain Dask script (process start to result)": [sys.executable, str(script)],
-                "gpuscale run groupby --repeat 1 --warmup 0 (process start to validated result)":
-                    [sys.executable, "-m", "gpuscale", "run", "groupby", "--backend", backend, "--rows", str(rows),
-                     "--keys", str(keys), "--partitions", str(parts), "--repeat", "1", "--warmup", "0",
-                     "--json", "--results-dir", d]}
+        cmds = {
+            "plain Dask script (process start to result)": [sys.executable, str(script)],
+            "gpuscale run groupby --repeat 1 --warmup 0 (process start to validated result)": [
+                sys.executable,
+                "-m",
+                "gpuscale",
+                "run",
+                "groupby",
+                "--backend",
+                backend,
+                "--rows",
+                str(rows),
+                "--keys",
+                str(keys),
+                "--partitions",
+                str(parts),
+                "--repeat",
+                "1",
+                "--warmup",
+                "0",
+                "--json",
+                "--results-dir",
+                d,
+            ],
+        }
         gpuscale_cmd = cmds[next(k for k in cmds if k.startswith("gpuscale"))]
 
         def timed_run(label, cmd, times=1):
@@ -448,31 +549,72 @@ def row_first(sizes, backend, smoke):
                 if label.startswith("gpuscale") and p.returncode == 0:
                     rec = json.loads(p.stdout)
                     runner = rec["info"].get("runner", {})
-                    where = (f"runner in the cluster {runner.get('runner_s', 0):.2f} s of "
-                             f"{runner.get('round_trip_s', 0):.2f} s round trip; " if runner.get("where") == "cluster"
-                             else "")
-                    notes.append(f"{where}start-up {rec['startup_s']:.2f} s, generate {rec['generate_s']:.2f} s, "
-                                 f"first run {rec['times_s'][0]:.3f} s, validate {rec['validate_s']:.2f} s")
+                    where = (
+                        f"runner in the cluster {runner.get('runner_s', 0):.2f} s of "
+                        f"{runner.get('round_trip_s', 0):.2f} s round trip; "
+                        if runner.get("where") == "cluster"
+                        else ""
+                    )
+                    notes.append(
+                        f"{where}start-up {rec['startup_s']:.2f} s, generate {rec['generate_s']:.2f} s, "
+                        f"first run {rec['times_s'][0]:.3f} s, validate {rec['validate_s']:.2f} s"
+                    )
                 elif p.returncode != 0:
                     notes.append((p.stderr.strip().splitlines() or [""])[-1][:120])
             first = walls[0]
-            out.append({"row": "first", "size": f"{rows:,} rows, {keys:,} keys", "side": label,
-                        "median_s": first, "min_s": min(walls), "times_s": walls, "vs_gpuscale": None,
-                        "agrees": ok, "note": notes[0] if notes else ""})
+            out.append(
+                {
+                    "row": "first",
+                    "size": f"{rows:,} rows, {keys:,} keys",
+                    "side": label,
+                    "median_s": first,
+                    "min_s": min(walls),
+                    "times_s": walls,
+                    "vs_gpuscale": None,
+                    "agrees": ok,
+                    "note": notes[0] if notes else "",
+                }
+            )
             if times > 1:
-                out.append({"row": "first", "size": f"{rows:,} rows, {keys:,} keys",
-                            "side": label.replace("first call", f"median of {times} calls"),
-                            "median_s": statistics.median(walls), "min_s": min(walls), "times_s": walls,
-                            "vs_gpuscale": None, "agrees": ok, "note": notes[-1] if notes else ""})
+                out.append(
+                    {
+                        "row": "first",
+                        "size": f"{rows:,} rows, {keys:,} keys",
+                        "side": label.replace("first call", f"median of {times} calls"),
+                        "median_s": statistics.median(walls),
+                        "min_s": min(walls),
+                        "times_s": walls,
+                        "vs_gpuscale": None,
+                        "agrees": ok,
+                        "note": notes[-1] if notes else "",
+                    }
+                )
 
         # the fresh processes first: a running cluster holds its GPUs' memory (the RMM pool),
         # which a second cluster on the same GPUs cannot have
         for label, cmd in cmds.items():
             timed_run(label, cmd)
-        up = subprocess.Popen([sys.executable, "-m", "gpuscale", "cluster", "up", "--backend", backend,
-                               "--for", "dataframe", "--json", "--scheduler-file", "scheduler.json"],
-                              stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True, env=env, cwd=d)
+        up = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpuscale",
+                "cluster",
+                "up",
+                "--backend",
+                backend,
+                "--for",
+                "dataframe",
+                "--json",
+                "--scheduler-file",
+                "scheduler.json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=d,
+        )
         address = None
         for line in up.stdout:  # the JSON line; libraries may print before it
             try:
@@ -481,30 +623,45 @@ def row_first(sizes, backend, smoke):
             except (ValueError, KeyError, TypeError):
                 continue
         if address:
-            timed_run("gpuscale run groupby --scheduler, first call (a running `gpuscale cluster up`, runner "
-                      "in the cluster, the default; process start to validated result)",
-                      [*gpuscale_cmd, "--scheduler-file", "scheduler.json"], times=3)
-            timed_run("gpuscale run groupby --scheduler --no-in-cluster (runner in this process; process "
-                      "start to validated result)",
-                      [*gpuscale_cmd, "--scheduler-file", "scheduler.json", "--no-in-cluster"])
+            timed_run(
+                "gpuscale run groupby --scheduler, first call (a running `gpuscale cluster up`, runner "
+                "in the cluster, the default; process start to validated result)",
+                [*gpuscale_cmd, "--scheduler-file", "scheduler.json"],
+                times=3,
+            )
+            timed_run(
+                "gpuscale run groupby --scheduler --no-in-cluster (runner in this process; process "
+                "start to validated result)",
+                [*gpuscale_cmd, "--scheduler-file", "scheduler.json", "--no-in-cluster"],
+            )
         if address:
-            subprocess.run([sys.executable, "-m", "gpuscale", "cluster", "down", "--scheduler-file", "scheduler.json"],
-                           env=env, cwd=d,
-                           capture_output=True, timeout=60)
+            subprocess.run(
+                [sys.executable, "-m", "gpuscale", "cluster", "down", "--scheduler-file", "scheduler.json"],
+                env=env,
+                cwd=d,
+                capture_output=True,
+                timeout=60,
+            )
         try:
             up.wait(timeout=60)
         except subprocess.TimeoutExpired:
             up.kill()
         if not address:
-            out.append({"row": "first", "side": "gpuscale run --scheduler", "skipped": "cluster up gave no address"})
+            out.append(
+                {"row": "first", "side": "gpuscale run --scheduler", "skipped": "cluster up gave no address"}
+            )
     return out
 
 
 # ---------------------------------------------------------------------------------------
 def _med(results, row, prefix, size_has=""):
     for r in results:
-        if (r.get("row") == row and "skipped" not in r and r["side"].startswith(prefix)
-                and size_has in r.get("size", "")):
+        if (
+            r.get("row") == row
+            and "skipped" not in r
+            and r["side"].startswith(prefix)
+            and size_has in r.get("size", "")
+        ):
             return r["median_s"]
     return None
 
@@ -526,37 +683,74 @@ def targets(results) -> list[dict]:
     add("svd-cpu: plain / gpuscale", p and g and p / g, p and g and p / g >= 4, ">= 4x")
     g = _med(results, "groupby", "gpuscale")
     naive = _med(results, "groupby", "plain, backend switched")
-    alone = next((r["median_s"] for r in results if r.get("row") == "groupby" and "alone" in r.get("side", "")), None)
+    alone = next(
+        (r["median_s"] for r in results if r.get("row") == "groupby" and "alone" in r.get("side", "")), None
+    )
     add("groupby: gpuscale time (H200 target)", g, g is not None and g <= 0.06, "<= 0.06 s")
-    add("groupby: naive switch / gpuscale", naive and g and naive / g, naive and g and naive / g >= 40, ">= 40x")
-    add("groupby: gpuscale / library alone", alone and g and g / alone, alone and g and g / alone <= 3, "<= 3x")
+    add(
+        "groupby: naive switch / gpuscale",
+        naive and g and naive / g,
+        naive and g and naive / g >= 40,
+        ">= 40x",
+    )
+    add(
+        "groupby: gpuscale / library alone",
+        alone and g and g / alone,
+        alone and g and g / alone <= 3,
+        "<= 3x",
+    )
     for n in (2, 4):
         tag = f", {n} workers"
         tcp = _med(results, "transpose", "plain local_cupy", tag)
         ucx = None
         for r in results:
-            if r.get("row") == "transpose" and "skipped" not in r and r["size"].endswith(tag) \
-                    and r["side"].startswith("plain") and r["side"].endswith("ucx"):
+            if (
+                r.get("row") == "transpose"
+                and "skipped" not in r
+                and r["size"].endswith(tag)
+                and r["side"].startswith("plain")
+                and r["side"].endswith("ucx")
+            ):
                 ucx = r["median_s"]
         gs = _med(results, "transpose", "gpuscale chunks", tag)
-        add(f"transpose {n} workers: tcp / ucx (same chunks)", tcp and ucx and tcp / ucx,
-            tcp and ucx and tcp / ucx >= 8, ">= 8x")
-        add(f"transpose {n} workers: gpuscale / local_cupy ucx", gs and ucx and gs / ucx,
-            gs and ucx and gs / ucx <= 0.7, "<= 0.7x")
+        add(
+            f"transpose {n} workers: tcp / ucx (same chunks)",
+            tcp and ucx and tcp / ucx,
+            tcp and ucx and tcp / ucx >= 8,
+            ">= 8x",
+        )
+        add(
+            f"transpose {n} workers: gpuscale / local_cupy ucx",
+            gs and ucx and gs / ucx,
+            gs and ucx and gs / ucx <= 0.7,
+            "<= 0.7x",
+        )
     for r in results:
         if r.get("row") == "scaling" and "skipped" not in r and r["side"].startswith("gpuscale"):
             for n, e in r["efficiency"].items():
                 add(f"scaling {r['side']}: efficiency 1 -> {n}", e, e >= 0.9, ">= 90%")
-    bw = {r["side"].rsplit(" ", 1)[-1]: r["bandwidth_GiBps"] for r in results
-          if r.get("row") == "p2p" and "skipped" not in r}
+    bw = {
+        r["side"].rsplit(" ", 1)[-1]: r["bandwidth_GiBps"]
+        for r in results
+        if r.get("row") == "p2p" and "skipped" not in r
+    }
     if {"tcp", "ucx"} <= set(bw):
         add("p2p: ucx / tcp bandwidth, one block", bw["ucx"] / bw["tcp"], bw["ucx"] / bw["tcp"] >= 8, ">= 8x")
     plain = _med(results, "first", "plain Dask script")
     fresh = _med(results, "first", "gpuscale run groupby --repeat")
     warm = _med(results, "first", "gpuscale run groupby --scheduler, first call")
-    add("first result: fresh gpuscale / plain script", fresh and plain and fresh / plain,
-        fresh and plain and fresh / plain <= 1.0, "<= 1.00x")
-    add("first result: gpuscale against a running cluster (time)", warm, warm is not None and warm <= 2.0, "<= 2 s")
+    add(
+        "first result: fresh gpuscale / plain script",
+        fresh and plain and fresh / plain,
+        fresh and plain and fresh / plain <= 1.0,
+        "<= 1.00x",
+    )
+    add(
+        "first result: gpuscale against a running cluster (time)",
+        warm,
+        warm is not None and warm <= 2.0,
+        "<= 2 s",
+    )
     for r in results:
         if r.get("row") == "groupby-multi" and r["side"].startswith("gpuscale groupby_agg"):
             add("groupby-multi: gpuscale valid and agrees", 1.0 if r["agrees"] else 0.0, r["agrees"], "valid")
@@ -572,8 +766,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="CPU-sized inputs (CI)")
     ap.add_argument("--rows", default="svd,svd-cpu,groupby,p2p,transpose,scaling,groupby-multi,first")
-    ap.add_argument("--max-gpus", type=int, default=None,
-                    help="use at most this many GPUs (default: all; on the CPU: 4 workers)")
+    ap.add_argument(
+        "--max-gpus",
+        type=int,
+        default=None,
+        help="use at most this many GPUs (default: all; on the CPU: 4 workers)",
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cpu-rounds", type=int, default=1, help="rounds for the slow svd-cpu row")
     ap.add_argument("--json", dest="json_path")
@@ -595,18 +793,32 @@ def main(argv=None) -> int:
         """The JSON so far, rewritten after every row: a run cut short keeps what it measured."""
         if a.json_path:
             tmp = pathlib.Path(a.json_path + ".part")
-            tmp.write_text(json.dumps(
-                {"device": describe_device(ngpus), "versions": machine.versions(), "smoke": a.smoke,
-                 "complete": goals is not None, "results": results, "skipped": skipped,
-                 "targets": goals or []}, indent=2, default=str))
+            tmp.write_text(
+                json.dumps(
+                    {
+                        "device": describe_device(ngpus),
+                        "versions": machine.versions(),
+                        "smoke": a.smoke,
+                        "complete": goals is not None,
+                        "results": results,
+                        "skipped": skipped,
+                        "targets": goals or [],
+                    },
+                    indent=2,
+                    default=str,
+                )
+            )
             tmp.replace(a.json_path)
 
     def note(rows):
         results.extend(rows)
         for r in rows:
             if "skipped" not in r:
-                print(f"[bench] {r['row']} {r['side']}: median {r['median_s']:.4f} s, "
-                      f"agrees {r['agrees']}", file=sys.stderr, flush=True)
+                print(
+                    f"[bench] {r['row']} {r['side']}: median {r['median_s']:.4f} s, agrees {r['agrees']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         save()
 
     if {"svd", "groupby"} & set(wanted):
@@ -619,6 +831,7 @@ def main(argv=None) -> int:
     if "svd-cpu" in wanted and (ngpus or a.smoke):
         with gpuscale.session("cpu", collection="array") as s:
             note(row_svd(s, sizes, a.cpu_rounds, name="svd-cpu"))
+
     def need(row, n):
         if have >= n:
             return True
@@ -641,34 +854,53 @@ def main(argv=None) -> int:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
     device = describe_device(ngpus)
     v = machine.versions()
-    t = Table(title=f"gpuscale vs plain Dask on {device} "
-                    f"(dask {v.get('dask')}, dask-cuda {v.get('dask-cuda')}, cudf {v.get('cudf')}, "
-                    f"cupy {v.get('cupy')})",
-              title_justify="left")
+    t = Table(
+        title=f"gpuscale vs plain Dask on {device} "
+        f"(dask {v.get('dask')}, dask-cuda {v.get('dask-cuda')}, cudf {v.get('cudf')}, "
+        f"cupy {v.get('cupy')})",
+        title_justify="left",
+    )
     for col in ("row", "size", "side", "median", "min", "vs gpuscale", "agrees", "note"):
         t.add_column(col)
     for r in results:
         if "skipped" in r:
             skipped.append(f"{r['row']} {r['side']}: {r['skipped']}")
             continue
-        t.add_row(r["row"], r.get("size", ""), escape(r["side"]), f"{r['median_s']:.4f} s", f"{r['min_s']:.4f} s",
-                  "" if r["vs_gpuscale"] is None else f"{r['vs_gpuscale']:.2f}x",
-                  "yes" if r["agrees"] else "NO",
-                  escape(r.get("note", "") or (f"disagrees: {r['disagreement']}" if r.get("disagreement") else "")))
+        t.add_row(
+            r["row"],
+            r.get("size", ""),
+            escape(r["side"]),
+            f"{r['median_s']:.4f} s",
+            f"{r['min_s']:.4f} s",
+            "" if r["vs_gpuscale"] is None else f"{r['vs_gpuscale']:.2f}x",
+            "yes" if r["agrees"] else "NO",
+            escape(r.get("note", "") or (f"disagrees: {r['disagreement']}" if r.get("disagreement") else "")),
+        )
     console = Console(width=220)
     console.print(t)
     goals = targets(results)
     if goals:
-        tt = Table(title="targets (absolute times: H200 figures; ratios: any GPU; CPU smoke runs only check plumbing)",
-                   title_justify="left")
+        tt = Table(
+            title="targets (absolute times: H200 figures; ratios: any GPU; "
+            "CPU smoke runs only check plumbing)",
+            title_justify="left",
+        )
         for col in ("target", "measured", "limit", "met"):
             tt.add_column(col)
         for g in goals:
             v = g["value"]
-            shown = (f"{v:.4f} s" if "time" in g["target"] else f"{v:.0%}" if "efficiency" in g["target"]
-                     else ("valid" if v else "INVALID") if g["limit"] == "valid" else f"{v:.2f}x")
+            shown = (
+                f"{v:.4f} s"
+                if "time" in g["target"]
+                else f"{v:.0%}"
+                if "efficiency" in g["target"]
+                else ("valid" if v else "INVALID")
+                if g["limit"] == "valid"
+                else f"{v:.2f}x"
+            )
             tt.add_row(escape(g["target"]), shown, escape(g["limit"]), "yes" if g["ok"] else "NO")
         console.print(tt)
     for msg in skipped:

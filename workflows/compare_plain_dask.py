@@ -18,6 +18,7 @@ Cluster start-up and data generation are excluded (both sides share them).
     python workflows/compare_plain_dask.py                      # CPU, small sizes
     python workflows/compare_plain_dask.py --backend gpu --size large --json out.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,6 +58,7 @@ def plain_svd_naive(x):
 
 def _plain_partial(parts):
     import dask.dataframe as dd
+
     frame = dd.dispatch.concat(list(parts))
     g = frame.groupby("key", sort=False).agg({"int64": ["max", "count"], "float64": ["sum", "count"]})
     g.columns = ["max", "count", "sum", "n"]
@@ -65,17 +67,23 @@ def _plain_partial(parts):
 
 def _plain_combine(partials):
     import dask.dataframe as dd
-    g = dd.dispatch.concat(list(partials)).groupby(level=0).agg(
-        {"max": "max", "count": "sum", "sum": "sum", "n": "sum"})
+
+    g = (
+        dd.dispatch.concat(list(partials))
+        .groupby(level=0)
+        .agg({"max": "max", "count": "sum", "sum": "sum", "n": "sum"})
+    )
     out = g[["max", "count"]].copy()
     out["mean"] = g["sum"] / g["n"]
     import pandas as pd
+
     out.columns = pd.MultiIndex.from_tuples([("int64", "max"), ("int64", "count"), ("float64", "mean")])
     return out
 
 
 def _plain_whole(parts):
     import dask.dataframe as dd
+
     return dd.dispatch.concat(list(parts)).groupby("key", sort=False).agg(AGG)
 
 
@@ -84,14 +92,19 @@ def plain_groupby_concat(df, nworkers):
     (on one worker: concatenate everything and aggregate once, one task)."""
     import dask
     import dask.dataframe as dd
+
     parts = df.to_delayed()
     if nworkers == 1:
-        return dd.from_delayed([dask.delayed(_plain_whole)(parts)], verify_meta=False,
-                               meta=_plain_whole([df._meta]))
+        return dd.from_delayed(
+            [dask.delayed(_plain_whole)(parts)], verify_meta=False, meta=_plain_whole([df._meta])
+        )
     size = -(-len(parts) // nworkers)
-    partials = [dask.delayed(_plain_partial)(parts[i:i + size]) for i in range(0, len(parts), size)]
-    return dd.from_delayed([dask.delayed(_plain_combine)(partials)], verify_meta=False,
-                           meta=_plain_combine([_plain_partial([df._meta])]))
+    partials = [dask.delayed(_plain_partial)(parts[i : i + size]) for i in range(0, len(parts), size)]
+    return dd.from_delayed(
+        [dask.delayed(_plain_combine)(partials)],
+        verify_meta=False,
+        meta=_plain_combine([_plain_partial([df._meta])]),
+    )
 
 
 def plain_groupby_same(df, plan, nworkers):
@@ -156,10 +169,18 @@ def compare(s, name: str, params: dict, plain: dict, rounds: int, check) -> list
     g_med = statistics.median(times["gpuscale"])
     for label, ts in times.items():
         med = statistics.median(ts)
-        rows.append({"case": name, "side": label, "median_s": med, "times_s": ts,
-                     "ratio_to_gpuscale": med / g_med, "agrees": check.same(answers[label], ref),
-                     "params": {**params, **{k: v["value"] for k, v in ctx.choices.items()}},
-                     "plan": (info.get("plan") or {}).get("strategy") or info.get("route", {}).get("name")})
+        rows.append(
+            {
+                "case": name,
+                "side": label,
+                "median_s": med,
+                "times_s": ts,
+                "ratio_to_gpuscale": med / g_med,
+                "agrees": check.same(answers[label], ref),
+                "params": {**params, **{k: v["value"] for k, v in ctx.choices.items()}},
+                "plan": (info.get("plan") or {}).get("strategy") or info.get("route", {}).get("name"),
+            }
+        )
     return rows
 
 
@@ -196,37 +217,74 @@ def main(argv=None) -> int:
     rows: list[dict] = []
     with gpuscale.session(a.backend, a.protocol, workers=a.workers) as s:
         if "svd" in cases:
-            rows += compare(s, "svd", SIZES[a.size]["svd"],
-                            {"plain, same algorithm (Gram + eigvalsh)": lambda d, i: plain_svd_same(d["x"]),
-                             "plain, as users write it (da.linalg.svd)": lambda d, i: plain_svd_naive(d["x"])},
-                            a.rounds, SvdCheck)
+            rows += compare(
+                s,
+                "svd",
+                SIZES[a.size]["svd"],
+                {
+                    "plain, same algorithm (Gram + eigvalsh)": lambda d, i: plain_svd_same(d["x"]),
+                    "plain, as users write it (da.linalg.svd)": lambda d, i: plain_svd_naive(d["x"]),
+                },
+                a.rounds,
+                SvdCheck,
+            )
         if "groupby" in cases:
-            rows += compare(s, "groupby", SIZES[a.size]["groupby"],
-                            {"plain, same plan (by hand)":
-                                 lambda d, i: plain_groupby_same(d, i["plan"], len(s.client.nthreads())),
-                             "plain, as users write it (groupby.agg defaults)": lambda d, i: plain_groupby_naive(d)},
-                            a.rounds, GroupbyCheck)
+            rows += compare(
+                s,
+                "groupby",
+                SIZES[a.size]["groupby"],
+                {
+                    "plain, same plan (by hand)": lambda d, i: plain_groupby_same(
+                        d, i["plan"], len(s.client.nthreads())
+                    ),
+                    "plain, as users write it (groupby.agg defaults)": lambda d, i: plain_groupby_naive(d),
+                },
+                a.rounds,
+                GroupbyCheck,
+            )
         device = s.spec.cls
         family = s.family.name
 
     from rich.console import Console
     from rich.table import Table
-    t = Table(title=f"gpuscale vs plain Dask on {family} ({device}), size {a.size}, "
-                    f"median of {a.rounds} alternating rounds", title_justify="left")
+
+    t = Table(
+        title=f"gpuscale vs plain Dask on {family} ({device}), size {a.size}, "
+        f"median of {a.rounds} alternating rounds",
+        title_justify="left",
+    )
     for col in ("case", "side", "median", "vs gpuscale", "agrees"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["case"], r["side"], f"{r['median_s'] * 1e3:.1f} ms", f"{r['ratio_to_gpuscale']:.3f}x",
-                  "yes" if r["agrees"] else "NO")
+        t.add_row(
+            r["case"],
+            r["side"],
+            f"{r['median_s'] * 1e3:.1f} ms",
+            f"{r['ratio_to_gpuscale']:.3f}x",
+            "yes" if r["agrees"] else "NO",
+        )
     Console().print(t)
-    overhead = {r["case"]: 1 / r["ratio_to_gpuscale"] - 1 for r in rows if r["side"].startswith("plain, same")}
-    Console().print("gpuscale overhead vs the same algorithm in plain Dask: "
-                    + ", ".join(f"{k} {v * 100:+.1f}%" for k, v in overhead.items()))
+    overhead = {
+        r["case"]: 1 / r["ratio_to_gpuscale"] - 1 for r in rows if r["side"].startswith("plain, same")
+    }
+    Console().print(
+        "gpuscale overhead vs the same algorithm in plain Dask: "
+        + ", ".join(f"{k} {v * 100:+.1f}%" for k, v in overhead.items())
+    )
     if a.json_path:
         with open(a.json_path, "w") as f:
-            json.dump({"backend": a.backend, "family": family, "size": a.size, "rows": rows,
-                       "versions": gpuscale.machine.versions() if hasattr(gpuscale, "machine") else {}},
-                      f, indent=2, default=str)
+            json.dump(
+                {
+                    "backend": a.backend,
+                    "family": family,
+                    "size": a.size,
+                    "rows": rows,
+                    "versions": gpuscale.machine.versions() if hasattr(gpuscale, "machine") else {},
+                },
+                f,
+                indent=2,
+                default=str,
+            )
     return 0 if all(r["agrees"] for r in rows) else 1
 
 

@@ -12,6 +12,7 @@
     PYTHONPATH=.:tests python workflows/fallback_cost.py --backend auditdevice
     python workflows/fallback_cost.py --backend gpu          # 1: the wrappers' cost on a GPU session
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,9 @@ CALLS = 6  # wrapped calls in chain(): __gt__, __getitem__, assign, rename, grou
 
 
 def frame():
-    return dask.datasets.timeseries(end="2000-01-08", freq="10s", seed=0,
-                                    dtypes={"id": int, "name": "string", "x": float, "y": float})
+    return dask.datasets.timeseries(
+        end="2000-01-08", freq="10s", seed=0, dtypes={"id": int, "name": "string", "x": float, "y": float}
+    )
 
 
 def chain(df, rename: bool = True):
@@ -67,9 +69,12 @@ def fallback_cost(s, repeat: int) -> dict:
         t0 = time.perf_counter()
         chain(frame(), rename=False).compute()
         native.append(time.perf_counter() - t0)
-    return {"fallback_s": statistics.median(falls), "native_s": statistics.median(native),
-            "bytes_to_host": sum(f["bytes_to_host"] for f in moved),
-            "bytes_to_device": sum(f["bytes_to_device"] for f in moved)}
+    return {
+        "fallback_s": statistics.median(falls),
+        "native_s": statistics.median(native),
+        "bytes_to_host": sum(f["bytes_to_host"] for f in moved),
+        "bytes_to_device": sum(f["bytes_to_device"] for f in moved),
+    }
 
 
 def main(argv=None) -> int:
@@ -79,19 +84,24 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.backend == "auditdevice":
         import auditfam
+
         os.environ[auditfam.UNSUPPORTED] = "rename"  # before the workers start: they inherit it
         auditfam.register_device()
     with gpuscale.session(backend=args.backend, workers=2, threads_per_worker=1) as s:
         failing = os.environ.pop("AUDITFAM_UNSUPPORTED", None)  # building asks only the client's TagFrame:
-        b = build_cost(s, args.repeat)                           # no call fails, nothing falls back
+        b = build_cost(s, args.repeat)  # no call fails, nothing falls back
         if failing is not None:
             os.environ["AUDITFAM_UNSUPPORTED"] = failing
-        print(f"building the chain: {b['wrapped_ms']:.2f} ms wrapped vs {b['plain_ms']:.2f} ms plain "
-              f"({b['per_call_us']:+.1f} us per wrapped call), {args.backend}")
+        print(
+            f"building the chain: {b['wrapped_ms']:.2f} ms wrapped vs {b['plain_ms']:.2f} ms plain "
+            f"({b['per_call_us']:+.1f} us per wrapped call), {args.backend}"
+        )
         if args.backend == "auditdevice":
             f = fallback_cost(s, max(3, args.repeat // 4))
-            print(f"computing it: {f['fallback_s']:.3f} s with the rename on the host vs {f['native_s']:.3f} s "
-                  f"on the family; moved {f['bytes_to_host']:,} B to the host, {f['bytes_to_device']:,} B back")
+            print(
+                f"computing it: {f['fallback_s']:.3f} s with the rename on the host vs {f['native_s']:.3f} s "
+                f"on the family; moved {f['bytes_to_host']:,} B to the host, {f['bytes_to_device']:,} B back"
+            )
     return 0
 
 

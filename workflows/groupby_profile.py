@@ -16,6 +16,7 @@ the part that costs:
     python workflows/groupby_profile.py --backend gpu --gpus 0            # 100 M rows, 1 M keys
     python workflows/groupby_profile.py --backend cpu --rows 400000 --keys 10000 --json p.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,6 +39,7 @@ from gpuscale.workloads.groupby import AGG, make_partition
 def _sync():
     try:
         import cupy
+
         cupy.cuda.runtime.deviceSynchronize()
     except ImportError:  # no device: nothing to wait for
         pass
@@ -46,6 +48,7 @@ def _sync():
 def _steps(parts, by, spec):
     """The route's steps on one worker, each timed with the device synchronized."""
     from dask.dataframe.dispatch import concat
+
     out = {}
     _sync()
     t = time.perf_counter()
@@ -117,15 +120,22 @@ def main(argv=None) -> int:
         baseline = runner.task_count(client)
 
         # round trips
-        rows["empty task, submit -> result"] = _median(lambda: client.submit(_noop, pure=False).result(), a.rounds * 4)
-        rows["client.run (the device synchronize's round trip)"] = _median(lambda: fam.synchronize(client),
-                                                                           a.rounds * 4)
+        rows["empty task, submit -> result"] = _median(
+            lambda: client.submit(_noop, pure=False).result(), a.rounds * 4
+        )
+        rows["client.run (the device synchronize's round trip)"] = _median(
+            lambda: fam.synchronize(client), a.rounds * 4
+        )
         keys = df.__dask_keys__()
         from gpuscale.routes import locality
-        rows["where the blocks live (who_has)"] = _median(lambda: locality.blocks_by_worker(df, keys), a.rounds * 4)
+
+        rows["where the blocks live (who_has)"] = _median(
+            lambda: locality.blocks_by_worker(df, keys), a.rounds * 4
+        )
         # client side of the route
         rows["client: groupby_agg(...) builds the graph"] = _median(
-            lambda: gdf.groupby_agg(df, "key", AGG, groups=a.keys, rows=a.rows), a.rounds * 4)
+            lambda: gdf.groupby_agg(df, "key", AGG, groups=a.keys, rows=a.rows), a.rounds * 4
+        )
 
         def persist_parts():
             r = gdf.groupby_agg(df, "key", AGG, groups=a.keys, rows=a.rows).result
@@ -138,12 +148,17 @@ def main(argv=None) -> int:
             fam.synchronize(client)
             t3 = time.perf_counter()
             return t1 - t0, t2 - t1, t3 - t2
+
         split = [persist_parts() for _ in range(a.rounds + 1)][1:]
-        for i, label in enumerate(("client: persist call", "submit -> result in memory", "device synchronize")):
+        for i, label in enumerate(
+            ("client: persist call", "submit -> result in memory", "device synchronize")
+        ):
             rows[f"route end to end: {label}"] = statistics.median(x[i] for x in split)
 
         # the work inside one task
-        steps = [client.submit(_steps, parts, ["key"], spec, pure=False).result() for _ in range(a.rounds + 1)][1:]
+        steps = [
+            client.submit(_steps, parts, ["key"], spec, pure=False).result() for _ in range(a.rounds + 1)
+        ][1:]
         for k in steps[0]:
             rows[f"in the task: {k}"] = statistics.median(x[k] for x in steps)
 
@@ -163,8 +178,11 @@ def main(argv=None) -> int:
             fut = one_submit()
             fam.synchronize(client)
             return time.perf_counter() - t0, fut
-        for label, run in (("gpuscale groupby_agg (as shipped)", lambda: runner.timed(client, fam, route)),
-                           ("client.submit of the one-call task on the futures", timed_submit)):
+
+        for label, run in (
+            ("gpuscale groupby_agg (as shipped)", lambda: runner.timed(client, fam, route)),
+            ("client.submit of the one-call task on the futures", timed_submit),
+        ):
             ts = []
             for _ in range(a.rounds + 1):
                 runner.settle(client, baseline)
@@ -175,14 +193,26 @@ def main(argv=None) -> int:
         device = s.spec.describe() if hasattr(s.spec, "describe") else fam.name
 
     width = max(len(k) for k in rows)
-    print(f"groupby profile: {a.rows:,} rows, {a.keys:,} keys, {a.partitions} partitions, "
-          f"{fam.name} family, medians of {a.rounds}")
+    print(
+        f"groupby profile: {a.rows:,} rows, {a.keys:,} keys, {a.partitions} partitions, "
+        f"{fam.name} family, medians of {a.rounds}"
+    )
     for k, v in rows.items():
         print(f"  {k:<{width}}  {v * 1e3:9.3f} ms")
     if a.json_path:
-        pathlib.Path(a.json_path).write_text(json.dumps(
-            {"rows": a.rows, "keys": a.keys, "partitions": a.partitions, "family": fam.name,
-             "device": str(device), "seconds": rows}, indent=2))
+        pathlib.Path(a.json_path).write_text(
+            json.dumps(
+                {
+                    "rows": a.rows,
+                    "keys": a.keys,
+                    "partitions": a.partitions,
+                    "family": fam.name,
+                    "device": str(device),
+                    "seconds": rows,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -18,6 +18,7 @@ On the CPU family the session converts nothing (NumPy and pandas are its own) an
 ``to_backend("pandas")`` returns the frame: the ratio is about 1 and says only that the script
 works.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,15 +72,21 @@ def main(argv=None) -> int:
 
     t0 = time.perf_counter()
     pdf = make_frame(a.gb * 1e9)
-    print(f"pandas frame: {len(pdf):,} rows x {pdf.shape[1]} columns, {pdf.memory_usage().sum() / 1e9:.3f} GB "
-          f"(made in {time.perf_counter() - t0:.1f} s)", flush=True)
+    print(
+        f"pandas frame: {len(pdf):,} rows x {pdf.shape[1]} columns, {pdf.memory_usage().sum() / 1e9:.3f} GB "
+        f"(made in {time.perf_counter() - t0:.1f} s)",
+        flush=True,
+    )
     expected = pdf[list("abcd")].sum().to_numpy()
     times: dict[str, list[tuple[float, float]]] = {"session": [], "by_hand": []}
     checks: dict[str, dict] = {}
     with gpuscale.session(backend=a.backend, workers=a.workers) as s:
         fam = s.family
-        print(f"{fam.name} family, {len(s.client.scheduler_info(n_workers=-1)['workers'])} worker(s); "
-              f"by hand: .to_backend({fam.dataframe_backend!r})", flush=True)
+        print(
+            f"{fam.name} family, {len(s.client.scheduler_info(n_workers=-1)['workers'])} worker(s); "
+            f"by hand: .to_backend({fam.dataframe_backend!r})",
+            flush=True,
+        )
 
         def session_way():
             return dd.from_pandas(pdf, npartitions=a.partitions)  # converted by the session
@@ -90,42 +97,78 @@ def main(argv=None) -> int:
             return ddf.to_backend(fam.dataframe_backend)
 
         for i in range(a.repeat):
-            order = (("session", session_way), ("by_hand", by_hand)) if i % 2 == 0 else \
-                (("by_hand", by_hand), ("session", session_way))
+            order = (
+                (("session", session_way), ("by_hand", by_hand))
+                if i % 2 == 0
+                else (("by_hand", by_hand), ("session", session_way))
+            )
             for label, build in order:
                 with s.audit(phase=label) as audit:
                     client_s, cluster_s, ddf = timed(build, s.client)
                     sums = np.asarray(gpuscale.backends.to_host(ddf[list("abcd")].sum().compute()))
                     kinds = partition_types(ddf, s.client)
                 times[label].append((client_s, cluster_s))
-                checks[label] = {"sums_match": bool(np.allclose(sums, expected, rtol=1e-9)),
-                                 "partition_types": kinds, "audit_clean": audit.summary["clean"],
-                                 "foreign": [f"{f['prefix']}: {f['tasks']} x {f['type']}"
-                                             for f in audit.summary["foreign"]],
-                                 "conversions": [{k: c[k] for k in ("function", "where", "converted_blocks", "bytes")}
-                                                 for c in audit.summary["conversions"]]}
-                print(f"  {label:8} client {client_s:7.3f} s  cluster {cluster_s:7.3f} s  total "
-                      f"{client_s + cluster_s:7.3f} s", flush=True)
+                checks[label] = {
+                    "sums_match": bool(np.allclose(sums, expected, rtol=1e-9)),
+                    "partition_types": kinds,
+                    "audit_clean": audit.summary["clean"],
+                    "foreign": [
+                        f"{f['prefix']}: {f['tasks']} x {f['type']}" for f in audit.summary["foreign"]
+                    ],
+                    "conversions": [
+                        {k: c[k] for k in ("function", "where", "converted_blocks", "bytes")}
+                        for c in audit.summary["conversions"]
+                    ],
+                }
+                print(
+                    f"  {label:8} client {client_s:7.3f} s  cluster {cluster_s:7.3f} s  total "
+                    f"{client_s + cluster_s:7.3f} s",
+                    flush=True,
+                )
                 del ddf
                 time.sleep(0.2)  # let the workers release the partitions
 
-    med = {k: (statistics.median(c for c, _ in v), statistics.median(w for _, w in v)) for k, v in times.items()}
+    med = {
+        k: (statistics.median(c for c, _ in v), statistics.median(w for _, w in v)) for k, v in times.items()
+    }
     tot = {k: c + w for k, (c, w) in med.items()}
     ratio = tot["session"] / tot["by_hand"] if tot["by_hand"] else float("nan")
-    print(f"\nmedian of {a.repeat}: session {tot['session']:.3f} s (client {med['session'][0]:.3f} + cluster "
-          f"{med['session'][1]:.3f}); by hand {tot['by_hand']:.3f} s (client {med['by_hand'][0]:.3f} + cluster "
-          f"{med['by_hand'][1]:.3f}); ratio session / by hand = {ratio:.2f}")
+    print(
+        f"\nmedian of {a.repeat}: session {tot['session']:.3f} s (client {med['session'][0]:.3f} + cluster "
+        f"{med['session'][1]:.3f}); by hand {tot['by_hand']:.3f} s (client {med['by_hand'][0]:.3f} + cluster "
+        f"{med['by_hand'][1]:.3f}); ratio session / by hand = {ratio:.2f}"
+    )
     for label, c in checks.items():
-        print(f"  {label}: partitions {c['partition_types']}, sums match: {c['sums_match']}, audit clean: "
-              f"{c['audit_clean']}{' ' + str(c['foreign']) if c['foreign'] else ''}")
-    ok = all(c["sums_match"] for c in checks.values()) and checks["session"]["audit_clean"] and all(
-        t.partition(".")[0] == fam.dataframe_module for c in checks.values() for t in c["partition_types"])
+        print(
+            f"  {label}: partitions {c['partition_types']}, sums match: {c['sums_match']}, audit clean: "
+            f"{c['audit_clean']}{' ' + str(c['foreign']) if c['foreign'] else ''}"
+        )
+    ok = (
+        all(c["sums_match"] for c in checks.values())
+        and checks["session"]["audit_clean"]
+        and all(
+            t.partition(".")[0] == fam.dataframe_module for c in checks.values() for t in c["partition_types"]
+        )
+    )
     if a.json_path:
         with open(a.json_path, "w") as f:
-            json.dump({"backend": a.backend, "family": fam.name, "rows": len(pdf), "gb": a.gb,
-                       "partitions": a.partitions, "repeat": a.repeat, "times_s": times,
-                       "median_s": {k: {"client": c, "cluster": w, "total": c + w} for k, (c, w) in med.items()},
-                       "ratio_session_over_by_hand": ratio, "checks": checks, "ok": ok}, f, indent=1)
+            json.dump(
+                {
+                    "backend": a.backend,
+                    "family": fam.name,
+                    "rows": len(pdf),
+                    "gb": a.gb,
+                    "partitions": a.partitions,
+                    "repeat": a.repeat,
+                    "times_s": times,
+                    "median_s": {k: {"client": c, "cluster": w, "total": c + w} for k, (c, w) in med.items()},
+                    "ratio_session_over_by_hand": ratio,
+                    "checks": checks,
+                    "ok": ok,
+                },
+                f,
+                indent=1,
+            )
     print("ok" if ok else "NOT OK")
     return 0 if ok else 1
 

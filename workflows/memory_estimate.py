@@ -15,6 +15,7 @@ sizes stream or spill and their verdicts' estimates are checked too.
 Sizes are workflows/library.yaml's smallest, x1, x2, x4 in elements (the largest that fits a
 2 GB worker without spilling); the same session runs them all (one worker, 2 threads, 2 GB).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,6 +58,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cap", default=None, help="GPU family: --device-memory-limit for the session")
     a = ap.parse_args(argv)
     import gpuscale
+
     rows = []
     if a.backend == "cpu":
         settings = {"workers": 1, "threads_per_worker": 2, "memory_limit": "2GB"}
@@ -69,34 +71,63 @@ def main(argv=None) -> int:
                 try:
                     r = s.run(wl, repeat=1, warmup=0, write=False, **params)
                 except gpuscale.UserError as e:  # refused by the memory check: a row, not the end
-                    rows.append({"workload": wl, "params": params, "verdict": "does not fit",
-                                 "refused": str(e), "ratio": None})
+                    rows.append(
+                        {
+                            "workload": wl,
+                            "params": params,
+                            "verdict": "does not fit",
+                            "refused": str(e),
+                            "ratio": None,
+                        }
+                    )
                     print(f"{wl:14} {json.dumps(params):48} refused: {e}", flush=True)
                     continue
                 except Exception as e:  # noqa: BLE001 - a run that fails is a row of the table, not the end
-                    rows.append({"workload": wl, "params": params, "error": f"{type(e).__name__}: {e}"[:300],
-                                 "ratio": None})
-                    print(f"{wl:14} {json.dumps(params):48} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                    rows.append(
+                        {
+                            "workload": wl,
+                            "params": params,
+                            "error": f"{type(e).__name__}: {e}"[:300],
+                            "ratio": None,
+                        }
+                    )
+                    print(
+                        f"{wl:14} {json.dumps(params):48} failed: {type(e).__name__}: {str(e)[:200]}",
+                        flush=True,
+                    )
                     continue
                 m = r.memory or {}
                 meas = m.get("measured") or {}
-                row = {"workload": wl, "params": params, "verdict": m.get("verdict"),
-                       "estimate_bytes": m.get("estimate_bytes"), "estimated_peak": m.get("peak_bytes"),
-                       "compared_with": meas.get("estimated_peak_bytes"), "measured_peak": meas.get("peak_bytes"),
-                       "ratio": meas.get("peak_over_estimate"), "spilled_bytes": meas.get("spilled_bytes"),
-                       "valid": r.valid}
+                row = {
+                    "workload": wl,
+                    "params": params,
+                    "verdict": m.get("verdict"),
+                    "estimate_bytes": m.get("estimate_bytes"),
+                    "estimated_peak": m.get("peak_bytes"),
+                    "compared_with": meas.get("estimated_peak_bytes"),
+                    "measured_peak": meas.get("peak_bytes"),
+                    "ratio": meas.get("peak_over_estimate"),
+                    "spilled_bytes": meas.get("spilled_bytes"),
+                    "valid": r.valid,
+                }
                 rows.append(row)
-                print(f"{wl:14} {json.dumps(params):48} {row['verdict'] or '':12} est "
-                      f"{format_bytes(row['compared_with'] or row['estimated_peak'] or 0):>10} "
-                      f"measured {format_bytes(row['measured_peak'] or 0):>10}  ratio {row['ratio']}  "
-                      f"valid {r.valid}", flush=True)
+                print(
+                    f"{wl:14} {json.dumps(params):48} {row['verdict'] or '':12} est "
+                    f"{format_bytes(row['compared_with'] or row['estimated_peak'] or 0):>10} "
+                    f"measured {format_bytes(row['measured_peak'] or 0):>10}  ratio {row['ratio']}  "
+                    f"valid {r.valid}",
+                    flush=True,
+                )
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(rows, fh, indent=1)
     ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
     inside = sum(0.5 <= x <= 1.1 for x in ratios)
     refused = sum(1 for r in rows if r.get("refused"))
-    print(f"{inside} of {len(ratios)} within 0.5-1.1" + (f"; {refused} refused by the memory check" if refused else ""))
+    print(
+        f"{inside} of {len(ratios)} within 0.5-1.1"
+        + (f"; {refused} refused by the memory check" if refused else "")
+    )
     return 0
 
 

@@ -87,6 +87,7 @@ that cannot start in time is listed under ``skipped``. Order: wire, serialize, u
     python workflows/p2p_wire.py --smoke                     # CPU: dask (tcp, NumPy) + serialize
     python workflows/p2p_wire.py --smoke --sections ucxx,info # CPU with ucxx: host-memory plumbing
 """
+
 from __future__ import annotations
 
 import argparse
@@ -137,36 +138,72 @@ UCXX_CASES = [  # most telling first: a run short of time drops the last ones
     ("MAX_RNDV_RAILS=2 (ucxx sets 1)", {"UCX_MAX_RNDV_RAILS": "2"}, {}),
     ("RNDV_FRAG_SIZE=host:512K,cuda:256M", {"UCX_RNDV_FRAG_SIZE": "host:512K,cuda:256M"}, {}),
 ]
-UCXX_QUICK = ("default", "progress thread", "TLS=^cuda_ipc (cuda_ipc off)", "RNDV_SCHEME=get_zcopy",
-              "own GPU only visible")
+UCXX_QUICK = (
+    "default",
+    "progress thread",
+    "TLS=^cuda_ipc (cuda_ipc off)",
+    "RNDV_SCHEME=get_zcopy",
+    "own GPU only visible",
+)
 
 # (label, cluster spec, environment). cluster: gpuscale (gpuscale.session, the issue's row_p2p),
 # cuda (dask_cuda.LocalCUDACluster as given), local (distributed.LocalCluster, CPU).
 DASK_CASES = [
     ("gpuscale ucx (issue: RMM pool 0.8, CuPy via RMM)", {"cluster": "gpuscale", "protocol": "ucx"}, {}),
     ("dask-cuda ucx, no RMM pool", {"cluster": "cuda", "protocol": "ucx"}, {}),
-    ("dask-cuda ucx, RMM pool 4GB, CuPy via RMM",
-     {"cluster": "cuda", "protocol": "ucx", "rmm_pool_size": "4GB", "external_libs": ["cupy"]}, {}),
-    ("gpuscale ucx + multi-buffer", {"cluster": "gpuscale", "protocol": "ucx"},
-     {"DASK_DISTRIBUTED_UCXX__MULTI_BUFFER": "True"}),
-    ("gpuscale ucx + UCXPY_PROGRESS_MODE=thread", {"cluster": "gpuscale", "protocol": "ucx"},
-     {"UCXPY_PROGRESS_MODE": "thread"}),
-    ("gpuscale ucx + comm offload off", {"cluster": "gpuscale", "protocol": "ucx"},
-     {"DASK_DISTRIBUTED__COMM__OFFLOAD": "False"}),
+    (
+        "dask-cuda ucx, RMM pool 4GB, CuPy via RMM",
+        {"cluster": "cuda", "protocol": "ucx", "rmm_pool_size": "4GB", "external_libs": ["cupy"]},
+        {},
+    ),
+    (
+        "gpuscale ucx + multi-buffer",
+        {"cluster": "gpuscale", "protocol": "ucx"},
+        {"DASK_DISTRIBUTED_UCXX__MULTI_BUFFER": "True"},
+    ),
+    (
+        "gpuscale ucx + UCXPY_PROGRESS_MODE=thread",
+        {"cluster": "gpuscale", "protocol": "ucx"},
+        {"UCXPY_PROGRESS_MODE": "thread"},
+    ),
+    (
+        "gpuscale ucx + comm offload off",
+        {"cluster": "gpuscale", "protocol": "ucx"},
+        {"DASK_DISTRIBUTED__COMM__OFFLOAD": "False"},
+    ),
     ("gpuscale ucx + best ucxx env", {"cluster": "gpuscale", "protocol": "ucx", "best_ucxx": True}, {}),
     ("gpuscale tcp (reference)", {"cluster": "gpuscale", "protocol": "tcp", "max_rounds": 3}, {}),
 ]
-DASK_QUICK = ("gpuscale ucx (issue: RMM pool 0.8, CuPy via RMM)", "dask-cuda ucx, no RMM pool",
-              "gpuscale ucx + best ucxx env", "gpuscale tcp (reference)")
+DASK_QUICK = (
+    "gpuscale ucx (issue: RMM pool 0.8, CuPy via RMM)",
+    "dask-cuda ucx, no RMM pool",
+    "gpuscale ucx + best ucxx env",
+    "gpuscale tcp (reference)",
+)
 DASK_SMOKE = [
     ("LocalCluster tcp (NumPy)", {"cluster": "local", "protocol": "tcp"}, {}),
     ("gpuscale cpu tcp (NumPy)", {"cluster": "gpuscale", "protocol": "tcp"}, {}),
 ]
-UCX_CONFIG_KEYS = ("TLS", "RNDV_SCHEME", "RNDV_THRESH", "RNDV_FRAG_SIZE", "RNDV_FRAG_MEM_TYPES",
-                   "MAX_RNDV_RAILS", "CUDA_IPC_CACHE", "MEMTYPE_CACHE", "MEMTYPE_REG_WHOLE_ALLOC_TYPES",
-                   "PROTO_ENABLE", "CUDA_COPY_MAX_REG_RATIO", "RNDV_PIPELINE_SHM_ENABLE")
-UCXX_DEFAULTS = {"UCX_MAX_RNDV_RAILS": "1", "UCX_RNDV_THRESH": "8192", "UCX_RNDV_FRAG_MEM_TYPE": "cuda",
-                 "UCX_MEMTYPE_CACHE": "n"}
+UCX_CONFIG_KEYS = (
+    "TLS",
+    "RNDV_SCHEME",
+    "RNDV_THRESH",
+    "RNDV_FRAG_SIZE",
+    "RNDV_FRAG_MEM_TYPES",
+    "MAX_RNDV_RAILS",
+    "CUDA_IPC_CACHE",
+    "MEMTYPE_CACHE",
+    "MEMTYPE_REG_WHOLE_ALLOC_TYPES",
+    "PROTO_ENABLE",
+    "CUDA_COPY_MAX_REG_RATIO",
+    "RNDV_PIPELINE_SHM_ENABLE",
+)
+UCXX_DEFAULTS = {
+    "UCX_MAX_RNDV_RAILS": "1",
+    "UCX_RNDV_THRESH": "8192",
+    "UCX_RNDV_FRAG_MEM_TYPE": "cuda",
+    "UCX_MEMTYPE_CACHE": "n",
+}
 """What ``import ucxx`` puts in the environment when unset (ucxx/__init__.py, 0.52)."""
 
 
@@ -188,14 +225,32 @@ def fmt_size(n: int | None) -> str:
     return f"{n} B"
 
 
-def make_row(section: str, case: str, size: int | None, times=None, *, warmup=None, note: str = "",
-             error: str | None = None, bw: bool = True, **extra) -> dict:
+def make_row(
+    section: str,
+    case: str,
+    size: int | None,
+    times=None,
+    *,
+    warmup=None,
+    note: str = "",
+    error: str | None = None,
+    bw: bool = True,
+    **extra,
+) -> dict:
     times = [float(t) for t in (times or [])]
     med = statistics.median(times) if times else None
-    row = {"section": section, "case": case, "size_bytes": size, "median_s": med,
-           "min_s": min(times) if times else None,
-           "GiBps": size / med / GiB if (bw and med and size) else None, "pct_of_wire": None,
-           "note": note, "error": error, "times_s": times}
+    row = {
+        "section": section,
+        "case": case,
+        "size_bytes": size,
+        "median_s": med,
+        "min_s": min(times) if times else None,
+        "GiBps": size / med / GiB if (bw and med and size) else None,
+        "pct_of_wire": None,
+        "note": note,
+        "error": error,
+        "times_s": times,
+    }
     if warmup is not None:
         row["warmup_s"] = [float(t) for t in warmup]
     row.update(extra)
@@ -224,6 +279,7 @@ def _ptr(obj):
         return int(cai["data"][0])
     try:
         import numpy as np
+
         return int(np.frombuffer(obj, dtype=np.uint8).ctypes.data)
     except Exception:  # noqa: BLE001 - not a buffer: no address to compare
         return None
@@ -237,6 +293,7 @@ def _flush_c_stdio() -> None:
     """Flush C stdio (UCX prints with printf) before os._exit, which skips it."""
     with contextlib.suppress(Exception):
         import ctypes
+
         ctypes.CDLL(None).fflush(None)
 
 
@@ -267,13 +324,32 @@ def run_child(kind: str, spec: dict, timeout: float, env: dict | None = None) ->
     with tempfile.TemporaryDirectory(prefix=f"p2p-{kind}-") as d:
         out = pathlib.Path(d) / "result.json"
         full_env = {**os.environ, **{k: str(v) for k, v in (env or {}).items()}}
-        full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        full_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+        )
         full_env["PYTHONUNBUFFERED"] = "1"
         spec = {**spec, "tmpdir": d, "timeout": timeout}
-        cmd = [sys.executable, str(HERE), "--_child", kind, "--_spec", json.dumps(spec), "--_result", str(out)]
+        cmd = [
+            sys.executable,
+            str(HERE),
+            "--_child",
+            kind,
+            "--_spec",
+            json.dumps(spec),
+            "--_result",
+            str(out),
+        ]
         error = None
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
-                             cwd=d, start_new_session=True, errors="replace")
+        p = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=full_env,
+            cwd=d,
+            start_new_session=True,
+            errors="replace",
+        )
         try:
             output, _ = p.communicate(timeout=max(1.0, timeout))
         except subprocess.TimeoutExpired:
@@ -298,14 +374,19 @@ def run_child(kind: str, spec: dict, timeout: float, env: dict | None = None) ->
 
 def child_wire(spec: dict, em: Emitter) -> None:
     import cupy as cp
+
     rt = cp.cuda.runtime
     n = rt.getDeviceCount()
     if n < 2:
         raise RuntimeError(f"{n} GPU(s) visible: the wire needs 2")
     rounds, warm = spec["rounds"], 2
-    em.extra(can_access_peer={"0->1": bool(rt.deviceCanAccessPeer(0, 1)),
-                              "1->0": bool(rt.deviceCanAccessPeer(1, 0))},
-             devices=[_text(rt.getDeviceProperties(i).get("name")) for i in range(2)])
+    em.extra(
+        can_access_peer={
+            "0->1": bool(rt.deviceCanAccessPeer(0, 1)),
+            "1->0": bool(rt.deviceCanAccessPeer(1, 0)),
+        },
+        devices=[_text(rt.getDeviceProperties(i).get("name")) for i in range(2)],
+    )
     bufs = {}
     for size in spec["sizes"]:
         with cp.cuda.Device(0):
@@ -344,10 +425,28 @@ def child_wire(spec: dict, em: Emitter) -> None:
             try:
                 host, dev, ok = peer_copy(size)
                 err = None if ok else "copied data is wrong"
-                em.row(make_row("wire", f"memcpyPeer 0->1, {label}", size, host[warm:], warmup=host[:warm],
-                                note=note + "; host-timed (synchronize + perf_counter)", error=err))
-                em.row(make_row("wire", f"memcpyPeer 0->1, {label}, CUDA events", size, dev[warm:],
-                                warmup=dev[:warm], note="device-timed", error=err))
+                em.row(
+                    make_row(
+                        "wire",
+                        f"memcpyPeer 0->1, {label}",
+                        size,
+                        host[warm:],
+                        warmup=host[:warm],
+                        note=note + "; host-timed (synchronize + perf_counter)",
+                        error=err,
+                    )
+                )
+                em.row(
+                    make_row(
+                        "wire",
+                        f"memcpyPeer 0->1, {label}, CUDA events",
+                        size,
+                        dev[warm:],
+                        warmup=dev[:warm],
+                        note="device-timed",
+                        error=err,
+                    )
+                )
             except Exception as e:  # noqa: BLE001 - one failed copy is a row, not the end
                 em.row(make_row("wire", f"memcpyPeer 0->1, {label}", size, error=err_text(e)))
 
@@ -374,22 +473,42 @@ def child_wire(spec: dict, em: Emitter) -> None:
                     stream.synchronize()
                     times.append(time.perf_counter() - t0)
                 del other
-            em.row(make_row("wire", "same-GPU copy on GPU 0 (reference)", size, times[warm:], warmup=times[:warm],
-                            note="device memory read + write on one GPU"))
+            em.row(
+                make_row(
+                    "wire",
+                    "same-GPU copy on GPU 0 (reference)",
+                    size,
+                    times[warm:],
+                    warmup=times[:warm],
+                    note="device memory read + write on one GPU",
+                )
+            )
         except Exception as e:  # noqa: BLE001
             em.row(make_row("wire", "same-GPU copy on GPU 0 (reference)", size, error=err_text(e)))
 
 
 # ----- ucxx alone
 def _schedule(spec: dict) -> list[tuple[str, int, int]]:
-    return [(mode, size, r) for mode in spec["modes"] for size in spec["sizes"]
-            for r in range(spec["warmup"] + spec["rounds"])]
+    return [
+        (mode, size, r)
+        for mode in spec["modes"]
+        for size in spec["sizes"]
+        for r in range(spec["warmup"] + spec["rounds"])
+    ]
 
 
 def _ucxx_peer(role: str, spec: dict, q, port, path: str) -> None:
     """One side of the ucxx-alone transfer (a spawned process; its own GPU view)."""
-    res = {"role": role, "t": {}, "tdone": {}, "alloc": {}, "bad": 0, "error": None, "info": {},
-           "done": False}
+    res = {
+        "role": role,
+        "t": {},
+        "tdone": {},
+        "alloc": {},
+        "bad": 0,
+        "error": None,
+        "info": {},
+        "done": False,
+    }
     told = False
 
     def save():
@@ -402,15 +521,18 @@ def _ucxx_peer(role: str, spec: dict, q, port, path: str) -> None:
         import asyncio
 
         import numpy as np
+
         gpu = spec["xp"] == "cupy"
         rmm = None
         if gpu:
             try:  # as distributed-ucxx does: the CUDA context exists before UCX starts
                 from ucxx._cuda_context import ensure_cuda_context
+
                 ensure_cuda_context(0)
             except Exception as e:  # noqa: BLE001 - cupy makes one below anyway
                 res["info"]["ensure_cuda_context"] = err_text(e)
             import cupy as xp
+
             xp.cuda.Device(0).use()
             xp.empty(1)
             try:
@@ -420,6 +542,7 @@ def _ucxx_peer(role: str, spec: dict, q, port, path: str) -> None:
             pool = spec.get("rmm_pool")
             if pool and rmm is not None:
                 from rmm.allocators.cupy import rmm_cupy_allocator
+
                 if pool <= 1:  # a fraction of the device, as gpuscale's rmm_pool_size 0.8
                     pool = int(pool * xp.cuda.runtime.memGetInfo()[1])
                 pool = pool // 256 * 256
@@ -429,9 +552,14 @@ def _ucxx_peer(role: str, spec: dict, q, port, path: str) -> None:
         else:
             xp = np
         import ucxx
+
         ucxx.init(options={}, env_takes_precedence=True, progress_mode=spec.get("progress_mode"))
-        res["info"]["progress_mode"] = spec.get("progress_mode") or os.environ.get("UCXPY_PROGRESS_MODE", "thread")
-        res["info"]["recv_alloc"] = "rmm.DeviceBuffer" if (gpu and rmm is not None) else f"{xp.__name__}.empty"
+        res["info"]["progress_mode"] = spec.get("progress_mode") or os.environ.get(
+            "UCXPY_PROGRESS_MODE", "thread"
+        )
+        res["info"]["recv_alloc"] = (
+            "rmm.DeviceBuffer" if (gpu and rmm is not None) else f"{xp.__name__}.empty"
+        )
         if spec.get("info") and role == "recv":
             with contextlib.suppress(Exception):
                 res["info"]["active_transports"] = sorted(ucxx.get_active_transports())
@@ -570,6 +698,7 @@ def _ucxx_peer(role: str, spec: dict, q, port, path: str) -> None:
 def child_ucxx(spec: dict, em: Emitter) -> None:
     import multiprocessing as mp
     import queue
+
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     d = pathlib.Path(spec["tmpdir"])
@@ -606,7 +735,9 @@ def child_ucxx(spec: dict, em: Emitter) -> None:
             side[role] = {}
     errors = [f"{role}: {side[role]['error']}" for role in side if side[role].get("error")]
     error = "; ".join(([error] if error else []) + errors) or None
-    em.extra(peer_info={role: side[role].get("info", {}) for role in side}, setup_s=time.perf_counter() - t_start)
+    em.extra(
+        peer_info={role: side[role].get("info", {}) for role in side}, setup_s=time.perf_counter() - t_start
+    )
     s, r = side.get("send", {}), side.get("recv", {})
     warm = spec["warmup"]
     any_row = False
@@ -620,21 +751,42 @@ def child_ucxx(spec: dict, em: Emitter) -> None:
             any_row = True
             alloc = r.get("alloc", {}).get(key, [])[warm:]
             done = s.get("tdone", {}).get(key, [])[warm:]
-            em.row(make_row("ucxx", f"{label} | {mode}", size, dts[warm:], warmup=dts[:warm],
-                            note=("receiver allocates + 2 header messages, as distributed-ucxx"
-                                  if mode == "dask_like" else "recv preposted into a reused buffer"),
-                            error=error or (f"{r.get('bad')} round(s) received wrong data" if r.get("bad") else None),
-                            env=spec.get("env", {}), options=spec.get("options", {}),
-                            recv_alloc_median_s=_median(alloc) if mode == "dask_like" else None,
-                            sender_done_median_s=_median(done)))
+            em.row(
+                make_row(
+                    "ucxx",
+                    f"{label} | {mode}",
+                    size,
+                    dts[warm:],
+                    warmup=dts[:warm],
+                    note=(
+                        "receiver allocates + 2 header messages, as distributed-ucxx"
+                        if mode == "dask_like"
+                        else "recv preposted into a reused buffer"
+                    ),
+                    error=error or (f"{r.get('bad')} round(s) received wrong data" if r.get("bad") else None),
+                    env=spec.get("env", {}),
+                    options=spec.get("options", {}),
+                    recv_alloc_median_s=_median(alloc) if mode == "dask_like" else None,
+                    sender_done_median_s=_median(done),
+                )
+            )
     if not any_row:
-        em.row(make_row("ucxx", f"{label}", None, error=error or "no transfer completed",
-                        env=spec.get("env", {}), options=spec.get("options", {})))
+        em.row(
+            make_row(
+                "ucxx",
+                f"{label}",
+                None,
+                error=error or "no transfer completed",
+                env=spec.get("env", {}),
+                options=spec.get("options", {}),
+            )
+        )
 
 
 # ----- dask
 def _make_block(module: str, nbytes: int, seed: int):
     import importlib
+
     xp = importlib.import_module(module)
     a = xp.full(max(1, nbytes // 8), float(seed))
     _sync(xp)
@@ -647,19 +799,32 @@ def _first_element(a) -> float:
 
 def _transfer_logs(dask_worker) -> dict:
     def conv(e):
-        return {"duration": e.get("duration"), "total": e.get("total"), "who": str(e.get("who")),
-                "keys": [str(k) for k in (e.get("keys") or {})]}
-    return {"in": [conv(e) for e in list(dask_worker.transfer_incoming_log)],
-            "out": [conv(e) for e in list(dask_worker.transfer_outgoing_log)]}
+        return {
+            "duration": e.get("duration"),
+            "total": e.get("total"),
+            "who": str(e.get("who")),
+            "keys": [str(k) for k in (e.get("keys") or {})],
+        }
+
+    return {
+        "in": [conv(e) for e in list(dask_worker.transfer_incoming_log)],
+        "out": [conv(e) for e in list(dask_worker.transfer_outgoing_log)],
+    }
 
 
 def _worker_state(dask_worker=None) -> dict:
     """What transport settings this worker process really runs with."""
-    out = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
-           "env": {k: v for k, v in os.environ.items()
-                   if k.startswith(("UCX_", "UCXPY_", "DASK_DISTRIBUTED_UCXX", "DASK_DISTRIBUTED__COMM"))}}
+    out = {
+        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "env": {
+            k: v
+            for k, v in os.environ.items()
+            if k.startswith(("UCX_", "UCXPY_", "DASK_DISTRIBUTED_UCXX", "DASK_DISTRIBUTED__COMM"))
+        },
+    }
     with contextlib.suppress(Exception):
         import distributed_ucxx.ucxx as du
+
         out["multi_buffer"] = du.multi_buffer
         if du.ucxx is not None:
             ctx = du.ucxx.core._ctx
@@ -668,33 +833,45 @@ def _worker_state(dask_worker=None) -> dict:
                 out["active_transports"] = sorted(du.ucxx.get_active_transports())
     with contextlib.suppress(Exception):
         import rmm
+
         out["rmm_resource"] = type(rmm.mr.get_current_device_resource()).__name__
     with contextlib.suppress(Exception):
         import cupy
+
         alloc = cupy.cuda.get_allocator()
         out["cupy_allocator"] = getattr(alloc, "__qualname__", None) or repr(alloc)[:80]
     with contextlib.suppress(Exception):
         from distributed.comm import utils as cu
+
         out["offload_threshold"] = cu.OFFLOAD_THRESHOLD
     return out
 
 
 def child_dask(spec: dict, em: Emitter) -> None:
     from distributed import Client, LocalCluster, wait
+
     xp = spec["xp"]
     label = spec["label"]
     t_start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         if spec["cluster"] == "gpuscale":
             import gpuscale
+
             kw = {"gpus": "0,1"} if xp == "cupy" else {"workers": 2, "threads_per_worker": 1}
-            s = stack.enter_context(gpuscale.session("gpu" if xp == "cupy" else "cpu", spec["protocol"],
-                                                     collection="array", **kw))
+            s = stack.enter_context(
+                gpuscale.session("gpu" if xp == "cupy" else "cpu", spec["protocol"], collection="array", **kw)
+            )
             client = s.client
         elif spec["cluster"] == "cuda":
             from dask_cuda import LocalCUDACluster
-            kwargs = {"CUDA_VISIBLE_DEVICES": "0,1", "n_workers": 2, "threads_per_worker": 1,
-                      "protocol": spec["protocol"], "dashboard_address": ":0"}
+
+            kwargs = {
+                "CUDA_VISIBLE_DEVICES": "0,1",
+                "n_workers": 2,
+                "threads_per_worker": 1,
+                "protocol": spec["protocol"],
+                "dashboard_address": ":0",
+            }
             if spec.get("rmm_pool_size"):
                 kwargs["rmm_pool_size"] = spec["rmm_pool_size"]
             if spec.get("external_libs"):
@@ -702,8 +879,15 @@ def child_dask(spec: dict, em: Emitter) -> None:
             cluster = stack.enter_context(LocalCUDACluster(**kwargs))
             client = stack.enter_context(Client(cluster))
         else:
-            cluster = stack.enter_context(LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                                       protocol=spec["protocol"], dashboard_address=":0"))
+            cluster = stack.enter_context(
+                LocalCluster(
+                    n_workers=2,
+                    threads_per_worker=1,
+                    processes=True,
+                    protocol=spec["protocol"],
+                    dashboard_address=":0",
+                )
+            )
             client = stack.enter_context(Client(cluster))
         workers = client.scheduler_info(n_workers=-1)["workers"]
         order = sorted(workers, key=lambda a: (str(workers[a].get("name")), a))
@@ -713,9 +897,14 @@ def child_dask(spec: dict, em: Emitter) -> None:
         state = {}
         with contextlib.suppress(Exception):
             state = client.run(_worker_state, workers=[w0, w1])
-        em.extra(startup_s=time.perf_counter() - t_start, scheduler=client.scheduler.address,
-                 workers={"w0 (sender)": {"address": w0, "name": workers[w0].get("name"), **state.get(w0, {})},
-                          "w1 (receiver)": {"address": w1, "name": workers[w1].get("name"), **state.get(w1, {})}})
+        em.extra(
+            startup_s=time.perf_counter() - t_start,
+            scheduler=client.scheduler.address,
+            workers={
+                "w0 (sender)": {"address": w0, "name": workers[w0].get("name"), **state.get(w0, {})},
+                "w1 (receiver)": {"address": w1, "name": workers[w1].get("name"), **state.get(w1, {})},
+            },
+        )
         rounds = min(spec["rounds"], spec.get("max_rounds") or spec["rounds"])
         keys_by_size = {}
         rows = []
@@ -723,8 +912,9 @@ def child_dask(spec: dict, em: Emitter) -> None:
             times, warm, keys, wrong = [], [], [], 0
             try:
                 for r in range(rounds + 2):  # two untimed rounds: connections, IPC handles, pools
-                    f = client.submit(_make_block, xp, size, r + 1, workers=[w0], allow_other_workers=False,
-                                      pure=False)
+                    f = client.submit(
+                        _make_block, xp, size, r + 1, workers=[w0], allow_other_workers=False, pure=False
+                    )
                     wait(f, timeout=60)
                     t0 = time.perf_counter()
                     g = client.submit(_first_element, f, workers=[w1], allow_other_workers=False, pure=False)
@@ -737,9 +927,17 @@ def child_dask(spec: dict, em: Emitter) -> None:
                         keys.append(str(f.key))
                     del f, g
                 keys_by_size[size] = keys
-                row = make_row("dask", label, size, times, warmup=warm,
-                               error=f"{wrong} round(s) read a wrong value" if wrong else None,
-                               note="submit dependent task on w1 -> result (row_p2p)", net_s=None, net_GiBps=None)
+                row = make_row(
+                    "dask",
+                    label,
+                    size,
+                    times,
+                    warmup=warm,
+                    error=f"{wrong} round(s) read a wrong value" if wrong else None,
+                    note="submit dependent task on w1 -> result (row_p2p)",
+                    net_s=None,
+                    net_GiBps=None,
+                )
             except Exception as e:  # noqa: BLE001 - the size fails, the case goes on
                 row = make_row("dask", label, size, times, warmup=warm, error=err_text(e))
             rows.append(row)
@@ -765,6 +963,7 @@ def child_serialize(spec: dict, em: Emitter) -> None:
     import importlib
 
     from distributed.protocol import Serialize, deserialize, dumps, loads, serialize
+
     xp = importlib.import_module(spec["xp"])
     gpu = spec["xp"] == "cupy"
     fam = ("cuda", "dask", "pickle", "error") if gpu else ("dask", "pickle", "error")
@@ -797,8 +996,14 @@ def child_serialize(spec: dict, em: Emitter) -> None:
         try:
             header, frames = serialize(x, serializers=fam)
             zero = bool(frames) and _ptr(frames[0]) == xptr
-            attempt(f"serialize ({header.get('serializer')})", size, lambda: serialize(x, serializers=fam),
-                    note=f"{len(frames)} frame(s); zero_copy={zero}", frames=len(frames), zero_copy=zero)
+            attempt(
+                f"serialize ({header.get('serializer')})",
+                size,
+                lambda: serialize(x, serializers=fam),
+                note=f"{len(frames)} frame(s); zero_copy={zero}",
+                frames=len(frames),
+                zero_copy=zero,
+            )
         except Exception as e:  # noqa: BLE001
             em.row(make_row("serialize", "serialize", size, error=err_text(e)))
         msg = {"status": "OK", "data": {"block": Serialize(x)}}
@@ -806,24 +1011,40 @@ def child_serialize(spec: dict, em: Emitter) -> None:
         if frames is not None:
             sizes = [getattr(f, "nbytes", None) or len(f) for f in frames]
             dev = sum(1 for f in frames if hasattr(f, "__cuda_array_interface__"))
-            em.data["rows"][-1].update(frames=len(frames), device_frames=dev, frame_bytes=sizes[:20],
-                                       zero_copy=any(_ptr(f) == xptr for f in frames),
-                                       note=f"{len(frames)} frame(s), {dev} on the device; "
-                                            f"largest {fmt_size(max(sizes))}")
+            em.data["rows"][-1].update(
+                frames=len(frames),
+                device_frames=dev,
+                frame_bytes=sizes[:20],
+                zero_copy=any(_ptr(f) == xptr for f in frames),
+                note=f"{len(frames)} frame(s), {dev} on the device; largest {fmt_size(max(sizes))}",
+            )
             em.save()
-            back = attempt("loads (deserialize) get_data reply", size, lambda: loads(frames, deserializers=fam))
+            back = attempt(
+                "loads (deserialize) get_data reply", size, lambda: loads(frames, deserializers=fam)
+            )
             if back is not None:
                 y = back["data"]["block"]
                 same = any(_ptr(f) == _ptr(y) for f in frames)
-                em.data["rows"][-1].update(zero_copy=same, result_type=type(y).__name__,
-                                           note=f"result {type(y).__name__}; zero_copy={same}")
+                em.data["rows"][-1].update(
+                    zero_copy=same,
+                    result_type=type(y).__name__,
+                    note=f"result {type(y).__name__}; zero_copy={same}",
+                )
                 em.save()
         if gpu:
-            attempt("dask serializer (host copy: the tcp path)", size,
-                    lambda: serialize(x, serializers=("dask",)), bw=True, note="device -> host copy of the block")
-        attempt("serialize + deserialize round trip", size,
-                lambda: deserialize(*serialize(x, serializers=fam), deserializers=fam),
-                note="in one process, no comm")
+            attempt(
+                "dask serializer (host copy: the tcp path)",
+                size,
+                lambda: serialize(x, serializers=("dask",)),
+                bw=True,
+                note="device -> host copy of the block",
+            )
+        attempt(
+            "serialize + deserialize round trip",
+            size,
+            lambda: deserialize(*serialize(x, serializers=fam), deserializers=fam),
+            note="in one process, no comm",
+        )
         msg = frames = back = None
         if gpu:
             try:
@@ -832,28 +1053,42 @@ def child_serialize(spec: dict, em: Emitter) -> None:
                 rmm = None
                 em.row(make_row("serialize", "rmm.DeviceBuffer alloc", size, error=err_text(e)))
             if rmm is not None:
-                attempt("rmm.DeviceBuffer alloc+free, default resource (receiver, no pool)", size,
-                        lambda: rmm.DeviceBuffer(size=size),
-                        note="distributed-ucxx's device_array without a pool: cudaMalloc + cudaFree")
+                attempt(
+                    "rmm.DeviceBuffer alloc+free, default resource (receiver, no pool)",
+                    size,
+                    lambda: rmm.DeviceBuffer(size=size),
+                    note="distributed-ucxx's device_array without a pool: cudaMalloc + cudaFree",
+                )
             attempt("cupy.empty alloc+free (CuPy pool)", size, lambda: xp.empty(size, dtype=xp.uint8))
             rt = xp.cuda.runtime
 
             def raw():
                 p = rt.malloc(size)
                 rt.free(p)
+
             attempt("cudaMalloc + cudaFree", size, raw)
         x = None  # free the block before the next size
     if gpu:
         xp.get_default_memory_pool().free_all_blocks()
-        attempt("deviceSynchronize, idle", None, lambda: None, note="what each synchronize costs when nothing runs")
+        attempt(
+            "deviceSynchronize, idle",
+            None,
+            lambda: None,
+            note="what each synchronize costs when nothing runs",
+        )
         try:
             import rmm
+
             biggest = max(spec["sizes"])
             pool = ((2 * biggest + 256 * MiB) // 256) * 256
             rmm.reinitialize(pool_allocator=True, initial_pool_size=pool)
             for size in spec["sizes"]:
-                attempt("rmm.DeviceBuffer alloc+free, RMM pool", size, lambda: rmm.DeviceBuffer(size=size),
-                        note=f"pool of {fmt_size(pool) or pool}")
+                attempt(
+                    "rmm.DeviceBuffer alloc+free, RMM pool",
+                    size,
+                    lambda: rmm.DeviceBuffer(size=size),
+                    note=f"pool of {fmt_size(pool) or pool}",
+                )
         except Exception as e:  # noqa: BLE001
             em.row(make_row("serialize", "rmm.DeviceBuffer alloc+free, RMM pool", None, error=err_text(e)))
 
@@ -880,6 +1115,7 @@ def child_main(kind: str, spec_text: str, result: str) -> int:
 def ucx_tool(name: str) -> tuple[str | None, dict, str]:
     """(path, environment, why not) of a UCX binary from the libucx wheel, else from PATH."""
     import importlib.util
+
     env = dict(os.environ)
     try:
         spec = importlib.util.find_spec("libucx")
@@ -890,7 +1126,9 @@ def ucx_tool(name: str) -> tuple[str | None, dict, str]:
         exe = base / "bin" / name
         if exe.exists():
             libs = [str(base / "lib")] + [str(p) for p in base.parent.glob("libucx*.libs")]
-            env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [os.environ.get("LD_LIBRARY_PATH", "")]).rstrip(os.pathsep)
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [os.environ.get("LD_LIBRARY_PATH", "")]).rstrip(
+                os.pathsep
+            )
             path = str(exe)
             if not os.access(path, os.X_OK):
                 copy = pathlib.Path(tempfile.gettempdir()) / f"p2p-{name}"
@@ -919,8 +1157,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def perftest(label: str, test: str, size: int, env_extra: dict, timeout: float, iters: int,
-             mem: str = "cuda", flags: tuple = ()) -> tuple[dict, str]:
+def perftest(
+    label: str,
+    test: str,
+    size: int,
+    env_extra: dict,
+    timeout: float,
+    iters: int,
+    mem: str = "cuda",
+    flags: tuple = (),
+) -> tuple[dict, str]:
     """One ucx_perftest client/server pair: server on GPU 1, client on GPU 0 (both see both)."""
     exe, env, why = ucx_tool("ucx_perftest")
     case = f"ucx_perftest {test} ({label})"
@@ -932,12 +1178,33 @@ def perftest(label: str, test: str, size: int, env_extra: dict, timeout: float, 
     output = ""
     cmd: list[str] = []
     try:
-        server = subprocess.Popen([exe, "-p", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, env={**env, "CUDA_VISIBLE_DEVICES": "1,0"}, start_new_session=True,
-                                  errors="replace")
+        server = subprocess.Popen(
+            [exe, "-p", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**env, "CUDA_VISIBLE_DEVICES": "1,0"},
+            start_new_session=True,
+            errors="replace",
+        )
         time.sleep(1.5)
-        cmd = [exe, "127.0.0.1", "-p", str(port), "-t", test, "-m", mem, "-s", str(size),
-               "-n", str(iters), "-w", str(max(2, iters // 4)), *flags]
+        cmd = [
+            exe,
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-t",
+            test,
+            "-m",
+            mem,
+            "-s",
+            str(size),
+            "-n",
+            str(iters),
+            "-w",
+            str(max(2, iters // 4)),
+            *flags,
+        ]
         rc, output = run_tool(cmd, {**env, "CUDA_VISIBLE_DEVICES": "0,1"}, timeout)
         if rc != 0 and "connect" in output.lower():
             time.sleep(2)
@@ -958,19 +1225,38 @@ def perftest(label: str, test: str, size: int, env_extra: dict, timeout: float, 
                 final = [float(x) for x in line.split(":", 1)[1].split()]
             break
     if not final or len(final) < 6:
-        return make_row("ucxx", case, size, error="no 'Final:' line: " + err_text(output[-500:]),
-                        env=env_extra, cmd=" ".join(cmd)), output
+        return make_row(
+            "ucxx",
+            case,
+            size,
+            error="no 'Final:' line: " + err_text(output[-500:]),
+            env=env_extra,
+            cmd=" ".join(cmd),
+        ), output
     # columns: iterations, latency 50%ile / average / overall (usec), bandwidth average / overall
     # (MB/s: perftest's MB is 2^20 bytes), message rate average / overall
     if test.endswith("_lat"):
         t = final[1] * 1e-6
-        row = make_row("ucxx", case, size, [t], note="one-way latency (perftest's half round trip, 50th "
-                                                     f"percentile) of {int(final[0])} ping-pongs", env=env_extra)
+        row = make_row(
+            "ucxx",
+            case,
+            size,
+            [t],
+            note="one-way latency (perftest's half round trip, 50th "
+            f"percentile) of {int(final[0])} ping-pongs",
+            env=env_extra,
+        )
     else:
         bw = final[5] / 1024.0
-        row = make_row("ucxx", case, size, [size / (bw * GiB)] if bw > 0 else [],
-                       note=f"streaming tag_bw, window of outstanding sends; {final[5]:.0f} MB/s overall over "
-                            f"{int(final[0])} iterations", env=env_extra)
+        row = make_row(
+            "ucxx",
+            case,
+            size,
+            [size / (bw * GiB)] if bw > 0 else [],
+            note=f"streaming tag_bw, window of outstanding sends; {final[5]:.0f} MB/s overall over "
+            f"{int(final[0])} iterations",
+            env=env_extra,
+        )
     row["perftest_final"] = final
     return row, output
 
@@ -992,6 +1278,7 @@ class Study:
         self.versions = {}
         with contextlib.suppress(Exception):
             from gpuscale import machine
+
             self.versions = machine.versions()
 
     def left(self) -> float:
@@ -1008,11 +1295,21 @@ class Study:
     def save(self, complete: bool = False) -> None:
         if not self.a.out:
             return
-        data = {"issue": 25, "device": self.device, "gpus": self.ngpus, "versions": self.versions,
-                "args": {k: v for k, v in vars(self.a).items() if not k.startswith("_")},
-                "elapsed_s": time.perf_counter() - self.t0, "complete": complete,
-                "wire_reference_GiBps": wire_reference(self.rows), "targets": targets(self.rows),
-                "rows": self.rows, "cases": self.cases, "info": self.info, "skipped": self.skipped}
+        data = {
+            "issue": 25,
+            "device": self.device,
+            "gpus": self.ngpus,
+            "versions": self.versions,
+            "args": {k: v for k, v in vars(self.a).items() if not k.startswith("_")},
+            "elapsed_s": time.perf_counter() - self.t0,
+            "complete": complete,
+            "wire_reference_GiBps": wire_reference(self.rows),
+            "targets": targets(self.rows),
+            "rows": self.rows,
+            "cases": self.cases,
+            "info": self.info,
+            "skipped": self.skipped,
+        }
         path = pathlib.Path(self.a.out)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".part")
@@ -1023,18 +1320,27 @@ class Study:
         annotate(rows, self.rows)
         self.rows.extend(rows)
         for r in rows:
-            what = (f"median {r['median_s']:.5f} s" + (f", {r['GiBps']:.1f} GiB/s" if r.get("GiBps") else "")
-                    if r.get("median_s") is not None else "")
-            print(f"[p2p] {r['section']:9} {r['case'][:70]:70} {fmt_size(r['size_bytes']):>8} {what}"
-                  + (f"  ERROR {r['error'][:140]}" if r.get("error") else ""), file=sys.stderr, flush=True)
+            what = (
+                f"median {r['median_s']:.5f} s" + (f", {r['GiBps']:.1f} GiB/s" if r.get("GiBps") else "")
+                if r.get("median_s") is not None
+                else ""
+            )
+            print(
+                f"[p2p] {r['section']:9} {r['case'][:70]:70} {fmt_size(r['size_bytes']):>8} {what}"
+                + (f"  ERROR {r['error'][:140]}" if r.get("error") else ""),
+                file=sys.stderr,
+                flush=True,
+            )
         self.save()
 
-    def child(self, kind: str, label: str, spec: dict, want: float, env: dict | None = None,
-              need: float = 15.0) -> tuple[dict, str] | None:
+    def child(
+        self, kind: str, label: str, spec: dict, want: float, env: dict | None = None, need: float = 15.0
+    ) -> tuple[dict, str] | None:
         t = self.timeout(want, need)
         if t is None:
-            self.skipped.append(f"{kind} / {label}: time budget spent (run {self.a.budget:.0f} s, or the "
-                                f"section's share)")
+            self.skipped.append(
+                f"{kind} / {label}: time budget spent (run {self.a.budget:.0f} s, or the section's share)"
+            )
             self.save()
             return None
         t_case = time.perf_counter()
@@ -1043,11 +1349,21 @@ class Study:
         why = "; ".join(x for x in (error, result.get("error")) if x)
         if why and not result.get("complete"):
             # the rows measured before the failure stand; the failure is a row of its own
-            rows.append(make_row(kind, f"{label} (case failed)" if rows else label, None,
-                                 error=err_text(why, 1500)))
-        self.cases.append({"section": kind, "case": label, "env": env or {}, "spec": spec,
-                           "wall_s": time.perf_counter() - t_case, "extra": result.get("extra", {}),
-                           "error": why or None, "output_tail": output[-1500:] if why else ""})
+            rows.append(
+                make_row(kind, f"{label} (case failed)" if rows else label, None, error=err_text(why, 1500))
+            )
+        self.cases.append(
+            {
+                "section": kind,
+                "case": label,
+                "env": env or {},
+                "spec": spec,
+                "wall_s": time.perf_counter() - t_case,
+                "extra": result.get("extra", {}),
+                "error": why or None,
+                "output_tail": output[-1500:] if why else "",
+            }
+        )
         self.add(rows)
         return result, output
 
@@ -1055,8 +1371,12 @@ class Study:
 def wire_reference(rows: list[dict]) -> dict:
     ref = {}
     for r in rows:
-        if (r["section"] == "wire" and r["case"] == "memcpyPeer 0->1, peer access" and r.get("GiBps")
-                and not r.get("error")):
+        if (
+            r["section"] == "wire"
+            and r["case"] == "memcpyPeer 0->1, peer access"
+            and r.get("GiBps")
+            and not r.get("error")
+        ):
             ref[str(r["size_bytes"])] = r["GiBps"]
     return ref
 
@@ -1073,8 +1393,11 @@ def annotate(new: list[dict], old: list[dict]) -> None:
                 r["wire_from"] = "issue (367 GiB/s)"
             if w:
                 r["pct_of_wire"] = 100.0 * r["GiBps"] / w
-    tiny = {(r["section"], r["case"]): r["median_s"] for r in old + new
-            if r["section"] in ("dask", "ucxx") and r["size_bytes"] == TINY and r.get("median_s")}
+    tiny = {
+        (r["section"], r["case"]): r["median_s"]
+        for r in old + new
+        if r["section"] in ("dask", "ucxx") and r["size_bytes"] == TINY and r.get("median_s")
+    }
     for r in new:
         base = tiny.get((r["section"], r["case"]))
         if r["size_bytes"] not in (None, TINY) and r.get("median_s") and base:
@@ -1089,11 +1412,21 @@ def targets(rows: list[dict]) -> list[dict]:
         if r["section"] != "dask" or "ucx" not in r["case"] or r.get("error") or not r.get("GiBps"):
             continue
         if r["size_bytes"] == GiB:
-            out.append({"target": f"{r['case']}: 1 GiB p2p >= 180 GiB/s", "value": r["GiBps"],
-                        "ok": r["GiBps"] >= 180})
+            out.append(
+                {
+                    "target": f"{r['case']}: 1 GiB p2p >= 180 GiB/s",
+                    "value": r["GiBps"],
+                    "ok": r["GiBps"] >= 180,
+                }
+            )
         if r["size_bytes"] == 64 * MiB and r.get("pct_of_wire") is not None:
-            out.append({"target": f"{r['case']}: 64 MiB >= 50% of wire", "value": r["pct_of_wire"],
-                        "ok": r["pct_of_wire"] >= 50})
+            out.append(
+                {
+                    "target": f"{r['case']}: 64 MiB >= 50% of wire",
+                    "value": r["pct_of_wire"],
+                    "ok": r["pct_of_wire"] >= 50,
+                }
+            )
     return out
 
 
@@ -1101,14 +1434,23 @@ def section_wire(st: Study) -> None:
     st.child("wire", "wire", {"sizes": st.a.sizes, "rounds": st.a.rounds}, 90)
 
 
-def _ucxx_spec(st: Study, label: str, options: dict, modes=("prepost", "dask_like"), rounds=None,
-               sizes=None) -> dict:
+def _ucxx_spec(
+    st: Study, label: str, options: dict, modes=("prepost", "dask_like"), rounds=None, sizes=None
+) -> dict:
     gpu = st.xp == "cupy"
-    return {"xp": st.xp, "sizes": sizes or [TINY] + st.a.sizes, "rounds": rounds or st.a.rounds, "warmup": 2,
-            "modes": list(modes), "progress_mode": options.get("progress_mode", "blocking"),
-            "devices": options.get("devices", {"send": "0,1", "recv": "1,0"}) if gpu else {},
-            "rmm_pool": options.get("rmm_pool"), "info": options.get("info", False), "options": options,
-            "error_handling": options.get("error_handling", True)}
+    return {
+        "xp": st.xp,
+        "sizes": sizes or [TINY] + st.a.sizes,
+        "rounds": rounds or st.a.rounds,
+        "warmup": 2,
+        "modes": list(modes),
+        "progress_mode": options.get("progress_mode", "blocking"),
+        "devices": options.get("devices", {"send": "0,1", "recv": "1,0"}) if gpu else {},
+        "rmm_pool": options.get("rmm_pool"),
+        "info": options.get("info", False),
+        "options": options,
+        "error_handling": options.get("error_handling", True),
+    }
 
 
 def section_ucxx(st: Study) -> None:
@@ -1117,13 +1459,18 @@ def section_ucxx(st: Study) -> None:
     # -e: endpoints with error handling, as ucxx / distributed-ucxx always create them (UCX then
     # uses only transports and protocols that support it)
     ucxx_env, big = dict(UCXX_DEFAULTS), max(st.a.sizes)
-    plan = [("ucxx's settings, error handling (-e)", ucxx_env, size, "tag_lat", 10, ("-e",)) for size in st.a.sizes]
+    plan = [
+        ("ucxx's settings, error handling (-e)", ucxx_env, size, "tag_lat", 10, ("-e",))
+        for size in st.a.sizes
+    ]
     plan += [("ucxx's settings", ucxx_env, size, "tag_lat", 10, ()) for size in st.a.sizes]
     plan += [("UCX defaults", {}, big, "tag_lat", 10, ()), ("UCX defaults", {}, big, "tag_bw", 20, ())]
     if st.a.quick:
         plan = [p for p in plan if p[2] == big][:2]
     for i, (label, env, options) in enumerate(cases):
-        st.child("ucxx", f"ucxx {label}", {**_ucxx_spec(st, label, options), "env": env}, 60, env=env, need=20)
+        st.child(
+            "ucxx", f"ucxx {label}", {**_ucxx_spec(st, label, options), "env": env}, 60, env=env, need=20
+        )
         if i == 0:
             for cfg_label, penv, size, test, iters, flags in plan:
                 t = st.timeout(20, 8)
@@ -1136,13 +1483,20 @@ def section_ucxx(st: Study) -> None:
                     row = make_row("ucxx", f"ucx_perftest {test} ({cfg_label})", size, error=err_text(e))
                 st.add([row])
 
+
 def best_ucxx_env(st: Study) -> tuple[dict, str]:
     """The env-only ucxx case that beat the default's dask_like time at the largest size by 10%."""
     size = max(st.a.sizes)
     med = {}
     for r in st.rows:
-        if (r["section"] == "ucxx" and r["case"].endswith("| dask_like") and r["size_bytes"] == size
-                and r.get("median_s") and not r.get("error") and not r.get("options")):
+        if (
+            r["section"] == "ucxx"
+            and r["case"].endswith("| dask_like")
+            and r["size_bytes"] == size
+            and r.get("median_s")
+            and not r.get("error")
+            and not r.get("options")
+        ):
             med[r["case"].split(" | ")[0]] = (r["median_s"], r.get("env", {}))
     base = med.get("ucxx default")
     if not base:
@@ -1187,15 +1541,24 @@ def section_dask(st: Study) -> None:
             label = f"{label} ({', '.join(f'{k}={v}' for k, v in best.items())})"
         if not st.a.smoke:
             wait_gpus_free(st)
-        spec = {"xp": xp, "sizes": st.a.sizes, "rounds": st.a.rounds,
-                **{k: v for k, v in cluster.items() if k != "best_ucxx"}}
+        spec = {
+            "xp": xp,
+            "sizes": st.a.sizes,
+            "rounds": st.a.rounds,
+            **{k: v for k, v in cluster.items() if k != "best_ucxx"},
+        }
         st.child("dask", label, spec, 120 if cluster["protocol"] == "tcp" else 90, env=env, need=40)
 
 
 def section_serialize(st: Study) -> None:
     xp = st.xp
-    st.child("serialize", f"serialize ({xp})", {"xp": xp, "sizes": st.a.sizes, "rounds": st.a.rounds}, 60,
-             env=None if st.a.smoke else {"CUDA_VISIBLE_DEVICES": "0"})
+    st.child(
+        "serialize",
+        f"serialize ({xp})",
+        {"xp": xp, "sizes": st.a.sizes, "rounds": st.a.rounds},
+        60,
+        env=None if st.a.smoke else {"CUDA_VISIBLE_DEVICES": "0"},
+    )
 
 
 def section_info(st: Study) -> None:
@@ -1210,13 +1573,22 @@ def section_info(st: Study) -> None:
                 break
             rc, out = run_tool([exe, flag], env, t)
             if flag == "-d":
-                keep = [ln for ln in out.splitlines()
-                        if re.search(r"Transport:|Device:|Memory domain:|Component:|bandwidth|latency|"
-                                     r"System device|max_zcopy|reg_cost|Type:", ln)]
+                keep = [
+                    ln
+                    for ln in out.splitlines()
+                    if re.search(
+                        r"Transport:|Device:|Memory domain:|Component:|bandwidth|latency|"
+                        r"System device|max_zcopy|reg_cost|Type:",
+                        ln,
+                    )
+                ]
                 out = "\n".join(keep)
             elif flag == "-c":
-                keep = [ln for ln in out.splitlines()
-                        if any(ln.startswith(f"UCX_{k}=") for k in UCX_CONFIG_KEYS) or "CUDA_IPC" in ln]
+                keep = [
+                    ln
+                    for ln in out.splitlines()
+                    if any(ln.startswith(f"UCX_{k}=") for k in UCX_CONFIG_KEYS) or "CUDA_IPC" in ln
+                ]
                 out = "\n".join(keep)
             info[f"ucx_info {flag}"] = {"rc": rc, "output": out[:12000]}
     smi = shutil.which("nvidia-smi")
@@ -1225,10 +1597,17 @@ def section_info(st: Study) -> None:
         info["nvidia-smi topo -m"] = {"rc": rc, "output": out[:4000]}
     st.save()
     # the protocols UCX chose, printed by UCX itself, on one ucxx transfer and one ucx_perftest run
-    spec = _ucxx_spec(st, "proto info", {"info": True}, modes=("prepost",), rounds=1,
-                      sizes=sorted({TINY, *st.a.sizes}))
-    res = st.child("ucxx", "ucxx UCX_PROTO_INFO=y", {**spec, "env": {"UCX_PROTO_INFO": "y"}}, 60,
-                   env={"UCX_PROTO_INFO": "y"}, need=20)
+    spec = _ucxx_spec(
+        st, "proto info", {"info": True}, modes=("prepost",), rounds=1, sizes=sorted({TINY, *st.a.sizes})
+    )
+    res = st.child(
+        "ucxx",
+        "ucxx UCX_PROTO_INFO=y",
+        {**spec, "env": {"UCX_PROTO_INFO": "y"}},
+        60,
+        env={"UCX_PROTO_INFO": "y"},
+        need=20,
+    )
     if res is not None:
         result, output = res
         info["ucxx_peer_info"] = result.get("extra", {}).get("peer_info")
@@ -1236,9 +1615,16 @@ def section_info(st: Study) -> None:
     if exe is not None and st.timeout(30, 12):
         size = max(st.a.sizes)
         try:
-            row, output = perftest("ucxx's settings, error handling (-e), UCX_PROTO_INFO=y", "tag_lat", size,
-                                   {**UCXX_DEFAULTS, "UCX_PROTO_INFO": "y"}, st.timeout(30, 12) or 12, 5,
-                                   flags=("-e",), mem=st.mem)
+            row, output = perftest(
+                "ucxx's settings, error handling (-e), UCX_PROTO_INFO=y",
+                "tag_lat",
+                size,
+                {**UCXX_DEFAULTS, "UCX_PROTO_INFO": "y"},
+                st.timeout(30, 12) or 12,
+                5,
+                flags=("-e",),
+                mem=st.mem,
+            )
             st.add([row])
             info["proto_info_perftest"] = proto_tables(output)
         except Exception as e:  # noqa: BLE001
@@ -1285,18 +1671,28 @@ def print_table(st: Study) -> None:
     cols = ("section", "case", "size", "median s", "min s", "GiB/s", "% wire", "net GiB/s", "note / error")
     lines = []
     for r in st.rows:
-        lines.append((r["section"], r["case"], fmt_size(r["size_bytes"]),
-                      f"{r['median_s']:.5f}" if r.get("median_s") is not None else "",
-                      f"{r['min_s']:.5f}" if r.get("min_s") is not None else "",
-                      f"{r['GiBps']:.1f}" if r.get("GiBps") else "",
-                      f"{r['pct_of_wire']:.0f}%" if r.get("pct_of_wire") is not None else "",
-                      f"{r['net_GiBps']:.1f}" if r.get("net_GiBps") else "",
-                      ("ERROR " + r["error"].replace("\n", " ")[:100]) if r.get("error")
-                      else extra_note(r)))
+        lines.append(
+            (
+                r["section"],
+                r["case"],
+                fmt_size(r["size_bytes"]),
+                f"{r['median_s']:.5f}" if r.get("median_s") is not None else "",
+                f"{r['min_s']:.5f}" if r.get("min_s") is not None else "",
+                f"{r['GiBps']:.1f}" if r.get("GiBps") else "",
+                f"{r['pct_of_wire']:.0f}%" if r.get("pct_of_wire") is not None else "",
+                f"{r['net_GiBps']:.1f}" if r.get("net_GiBps") else "",
+                ("ERROR " + r["error"].replace("\n", " ")[:100]) if r.get("error") else extra_note(r),
+            )
+        )
     widths = [min(70, max([len(c)] + [len(x[i]) for x in lines])) for i, c in enumerate(cols[:-1])]
-    print(f"\np2p study (issue 25) on {st.device}; versions: "
-          + ", ".join(f"{k} {st.versions.get(k)}" for k in ("dask", "distributed", "dask-cuda", "cupy")
-                      if st.versions.get(k)))
+    print(
+        f"\np2p study (issue 25) on {st.device}; versions: "
+        + ", ".join(
+            f"{k} {st.versions.get(k)}"
+            for k in ("dask", "distributed", "dask-cuda", "cupy")
+            if st.versions.get(k)
+        )
+    )
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)) + "  " + cols[-1])
     prev = None
     for x in lines:
@@ -1314,8 +1710,10 @@ def print_table(st: Study) -> None:
         print(f"\nbest UCX setting from the ucxx section: {st.info['best_ucxx_env']}")
     for s in st.skipped:
         print(f"skipped: {s}")
-    print(f"\n{len(st.rows)} rows, {sum(1 for r in st.rows if r.get('error'))} with errors, "
-          f"{time.perf_counter() - st.t0:.0f} s" + (f"; JSON: {st.a.out}" if st.a.out else ""))
+    print(
+        f"\n{len(st.rows)} rows, {sum(1 for r in st.rows if r.get('error'))} with errors, "
+        f"{time.perf_counter() - st.t0:.0f} s" + (f"; JSON: {st.a.out}" if st.a.out else "")
+    )
 
 
 def extra_note(r: dict) -> str:
@@ -1335,24 +1733,41 @@ def extra_note(r: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", "--json", dest="out", default="p2p-wire.json", help="JSON written after every case")
+    ap.add_argument(
+        "--out", "--json", dest="out", default="p2p-wire.json", help="JSON written after every case"
+    )
     ap.add_argument("--sizes", default=None, help="block sizes, e.g. 64MiB,1GiB (smoke: 64KiB,4MiB)")
-    ap.add_argument("--rounds", type=int, default=None, help="timed rounds per measurement (default 10; smoke 3)")
-    ap.add_argument("--sections", default=None, help=f"any of {','.join(SECTIONS)} (default: all; smoke: "
-                                                     "dask,serialize; ucxx,info also run there on host "
-                                                     "memory where ucxx is installed)")
+    ap.add_argument(
+        "--rounds", type=int, default=None, help="timed rounds per measurement (default 10; smoke 3)"
+    )
+    ap.add_argument(
+        "--sections",
+        default=None,
+        help=f"any of {','.join(SECTIONS)} (default: all; smoke: "
+        "dask,serialize; ucxx,info also run there on host "
+        "memory where ucxx is installed)",
+    )
     ap.add_argument("--quick", action="store_true", help="the grid's main cases only, 5 rounds")
-    ap.add_argument("--smoke", action="store_true", help="CPU: the dask section over tcp with NumPy blocks "
-                                                         "and the serialize section (CI)")
-    ap.add_argument("--budget", type=float, default=330.0, help="seconds for the whole run; later cases are "
-                                                                "skipped once it is spent (default 330)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CPU: the dask section over tcp with NumPy blocks and the serialize section (CI)",
+    )
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=330.0,
+        help="seconds for the whole run; later cases are skipped once it is spent (default 330)",
+    )
     ap.add_argument("--_child", help=argparse.SUPPRESS)
     ap.add_argument("--_spec", help=argparse.SUPPRESS)
     ap.add_argument("--_result", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a._child:
         return child_main(a._child, a._spec, a._result)
-    a.sizes = [parse_size(s) for s in (a.sizes or ("64KiB,4MiB" if a.smoke else "64MiB,1GiB")).split(",") if s]
+    a.sizes = [
+        parse_size(s) for s in (a.sizes or ("64KiB,4MiB" if a.smoke else "64MiB,1GiB")).split(",") if s
+    ]
     a.rounds = a.rounds or (3 if a.smoke else 5 if a.quick else 10)
     a.sections = a.sections or ("dask,serialize" if a.smoke else ",".join(SECTIONS))
     wanted = [s.strip() for s in a.sections.split(",") if s.strip()]
@@ -1361,6 +1776,7 @@ def main(argv=None) -> int:
         ap.error(f"unknown section(s) {sorted(unknown)}: use {','.join(SECTIONS)}")
     try:
         from gpuscale import machine
+
         gpus = machine.gpus()
     except Exception:  # noqa: BLE001 - no NVML: no GPUs to use
         gpus = []
@@ -1372,13 +1788,20 @@ def main(argv=None) -> int:
             print(f"p2p_wire: needs 2 GPUs, this machine has {len(gpus)} (use --smoke on a CPU)")
             return 2
         nv = gpus[0].get("nvlink_peers")
-        device = f"{len(gpus)} x {gpus[0]['name']}" + (f" (GPU 0 NVLink peers {nv})" if nv is not None else "")
+        device = f"{len(gpus)} x {gpus[0]['name']}" + (
+            f" (GPU 0 NVLink peers {nv})" if nv is not None else ""
+        )
     st = Study(a, len(gpus), device)
     st.save()
     # each section's share of the budget at most (the dask section, last, gets what is left)
     shares = {"wire": 60, "serialize": 45, "ucxx": 125, "info": 40, "dask": None}
-    for name, fn in (("wire", section_wire), ("serialize", section_serialize), ("ucxx", section_ucxx),
-                     ("info", section_info), ("dask", section_dask)):
+    for name, fn in (
+        ("wire", section_wire),
+        ("serialize", section_serialize),
+        ("ucxx", section_ucxx),
+        ("info", section_info),
+        ("dask", section_dask),
+    ):
         if name not in wanted:
             continue
         share = shares[name] if len(wanted) > 1 else None
@@ -1386,8 +1809,18 @@ def main(argv=None) -> int:
         try:
             fn(st)
         except Exception as e:  # noqa: BLE001 - a section's bug is a row, the study goes on
-            st.add([make_row(name, f"{name} section", None, error=err_text(traceback.format_exc(), 1500)
-                             if not isinstance(e, KeyboardInterrupt) else "interrupted")])
+            st.add(
+                [
+                    make_row(
+                        name,
+                        f"{name} section",
+                        None,
+                        error=err_text(traceback.format_exc(), 1500)
+                        if not isinstance(e, KeyboardInterrupt)
+                        else "interrupted",
+                    )
+                ]
+            )
     st.save(complete=True)
     print_table(st)
     return 0 if any(r.get("median_s") is not None for r in st.rows) else 1

@@ -11,6 +11,7 @@ for, set on every batched stream of the running cluster (client, scheduler, work
     python workflows/round_trip.py --backend gpu --gpus 0 --intervals dask,0.002,0.0005,0
     python workflows/round_trip.py --backend cpu --intervals 0.002,0 --runs groupby:rows=100000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,9 @@ def set_everywhere(client, seconds: float | None) -> None:
     client.run_on_scheduler(_set_scheduler, d["scheduler -> worker"] if seconds is None else seconds)
     messages.apply_workers(client, d["worker -> scheduler"] if seconds is None else seconds)
     if seconds is None:  # the scheduler -> client stream has its own default
-        client.run_on_scheduler(messages._scheduler_to_client, client_id=client.id,
-                                seconds=d["scheduler -> client"])
+        client.run_on_scheduler(
+            messages._scheduler_to_client, client_id=client.id, seconds=d["scheduler -> client"]
+        )
 
 
 def hops(client, n: int) -> dict:
@@ -65,9 +67,16 @@ def hops(client, n: int) -> dict:
         _, start, end = f.result()
         t4 = time.time()
         done.wait(5)
-        rows.append({"submit_call": t1 - t0, "to_task_start": start - t0, "task": end - start,
-                     "task_end_to_client_knows": seen.get("t", t4) - end,
-                     "knows_to_result": t4 - seen.get("t", t4), "total": t4 - t0})
+        rows.append(
+            {
+                "submit_call": t1 - t0,
+                "to_task_start": start - t0,
+                "task": end - start,
+                "task_end_to_client_knows": seen.get("t", t4) - end,
+                "knows_to_result": t4 - seen.get("t", t4),
+                "total": t4 - t0,
+            }
+        )
     rows = rows[1:]
     return {k: statistics.median(r[k] for r in rows) for k in rows[0]}
 
@@ -99,9 +108,12 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", default=None)
     ap.add_argument("--intervals", default="dask,0.002,0", help="'dask' or seconds, comma-separated")
     ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--runs", default="groupby:rows=10000000,keys=1000;svd:rows=200000,cols=1000;"
-                                      "map_overlap:n=4000;stencil:n=4000;merge:rows=2000000",
-                    help="gpuscale runs 'workload:k=v,k=v;...' timed at every interval ('' for none)")
+    ap.add_argument(
+        "--runs",
+        default="groupby:rows=10000000,keys=1000;svd:rows=200000,cols=1000;"
+        "map_overlap:n=4000;stencil:n=4000;merge:rows=2000000",
+        help="gpuscale runs 'workload:k=v,k=v;...' timed at every interval ('' for none)",
+    )
     ap.add_argument("--json", dest="json_path")
     a = ap.parse_args(argv)
     kw = {"backend": a.backend}
@@ -110,42 +122,67 @@ def main(argv=None) -> int:
     runs = []
     for item in filter(None, a.runs.split(";")):
         name, _, params = item.partition(":")
-        runs.append((name, {k: int(v) if v.isdigit() else v for k, v in
-                            (x.split("=") for x in filter(None, params.split(",")))}))
+        runs.append(
+            (
+                name,
+                {
+                    k: int(v) if v.isdigit() else v
+                    for k, v in (x.split("=") for x in filter(None, params.split(",")))
+                },
+            )
+        )
     out = {"backend": a.backend, "rows": []}
     with gpuscale.session(**kw) as s:
         c = s.client
-        print(f"{s.family.name}: {len(c.scheduler_info(n_workers=-1)['workers'])} worker(s) x "
-              f"{s.spec.threads_per_worker} thread(s)", flush=True)
+        print(
+            f"{s.family.name}: {len(c.scheduler_info(n_workers=-1)['workers'])} worker(s) x "
+            f"{s.spec.threads_per_worker} thread(s)",
+            flush=True,
+        )
         for wl, params in runs:  # warm every workload once first (imports, kernels, pools)
             s.run(wl, repeat=1, warmup=1, write=False, audit=False, **params)
         for iv in a.intervals.split(","):
             seconds = None if iv == "dask" else float(iv)
             set_everywhere(c, seconds)
-            row = {"interval": iv, "streams": messages.intervals(c), "hops": hops(c, a.rounds),
-                   "chain_10_s": chain(c, 10, max(3, a.rounds // 4)), "ones_sum_s": ones_sum(max(3, a.rounds // 4))}
+            row = {
+                "interval": iv,
+                "streams": messages.intervals(c),
+                "hops": hops(c, a.rounds),
+                "chain_10_s": chain(c, 10, max(3, a.rounds // 4)),
+                "ones_sum_s": ones_sum(max(3, a.rounds // 4)),
+            }
             with Client(c.scheduler.address, security=c.security, set_as_default=False) as plain:
-                plain.scheduler_comm.interval = messages.DASK_DEFAULTS["client -> scheduler"] if seconds is None \
-                    else seconds
+                plain.scheduler_comm.interval = (
+                    messages.DASK_DEFAULTS["client -> scheduler"] if seconds is None else seconds
+                )
                 row["plain_client_hops"] = hops(plain, a.rounds)
             row["runs"] = {}
             for wl, params in runs:
                 rec = s.run(wl, repeat=max(5, a.rounds // 2), warmup=1, write=False, audit=False, **params)
                 split = rec.info.get("time_split") or {}
-                row["runs"][f"{wl} {params}"] = {"median_s": rec.median_s, "valid": rec.valid,
-                                                 **{k: split.get(k) for k in ("compute_s", "transfer_s", "other_s",
-                                                                              "tasks")}}
+                row["runs"][f"{wl} {params}"] = {
+                    "median_s": rec.median_s,
+                    "valid": rec.valid,
+                    **{k: split.get(k) for k in ("compute_s", "transfer_s", "other_s", "tasks")},
+                }
             out["rows"].append(row)
             h = row["hops"]
             print(f"\ninterval {iv}: streams {row['streams']}")
             print("  submit -> result " + " | ".join(f"{k} {v * 1e3:.2f} ms" for k, v in h.items()))
-            print("  plain client     "
-                  + " | ".join(f"{k} {v * 1e3:.2f} ms" for k, v in row["plain_client_hops"].items()))
-            print(f"  chain of 10 dependent tasks {row['chain_10_s'] * 1e3:.1f} ms; da.ones(1000, chunks=100).sum() "
-                  f"{row['ones_sum_s'] * 1e3:.1f} ms")
+            print(
+                "  plain client     "
+                + " | ".join(f"{k} {v * 1e3:.2f} ms" for k, v in row["plain_client_hops"].items())
+            )
+            print(
+                f"  chain of 10 dependent tasks {row['chain_10_s'] * 1e3:.1f} ms; da.ones(1000, "
+                "chunks=100).sum() "
+                f"{row['ones_sum_s'] * 1e3:.1f} ms"
+            )
             for k, v in row["runs"].items():
-                print(f"  {k:50} {v['median_s'] * 1e3:8.2f} ms  (compute {(v['compute_s'] or 0) * 1e3:.2f} ms, "
-                      f"other {(v['other_s'] or 0) * 1e3:.2f} ms, {v['tasks']} tasks)  valid {v['valid']}")
+                print(
+                    f"  {k:50} {v['median_s'] * 1e3:8.2f} ms  (compute {(v['compute_s'] or 0) * 1e3:.2f} ms, "
+                    f"other {(v['other_s'] or 0) * 1e3:.2f} ms, {v['tasks']} tasks)  valid {v['valid']}"
+                )
             if a.json_path:
                 pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))
     return 0

@@ -12,6 +12,7 @@ was sent, how long it ran), then the wait after the last task, then the synchron
         --runs svd:rows=20000,cols=20 svd:rows=200000,cols=1000 groupby:rows=10000000,keys=1000
     python workflows/run_timeline.py --backend cpu --runs groupby:rows=100000 --rounds 3
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,12 @@ from gpuscale.runs import runner
 from gpuscale.workloads import Context
 from gpuscale.workloads import get as get_workload
 
-STEPS = (("build", "start", "built"), ("persist call", "built", "persisted"),
-         ("wait", "persisted", "in memory"), ("synchronize", "in memory", "synchronized"))
+STEPS = (
+    ("build", "start", "built"),
+    ("persist call", "built", "persisted"),
+    ("wait", "persisted", "in memory"),
+    ("synchronize", "in memory", "synchronized"),
+)
 
 
 def _echo(x):
@@ -83,15 +88,26 @@ def one_run(s, name: str, params: dict, rounds: int, profile: bool) -> dict:
     steps = {label: statistics.median(r["marks"][b] - r["marks"][a] for r in runs) for label, a, b in STEPS}
     med = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
     t0 = med["marks"]["persisted"]
-    timeline = [{"task": x["task"], "starts_after_sent_ms": 1e3 * (x["start"] - t0),
-                 "runs_ms": 1e3 * (x["stop"] - x["start"])} for x in med["tasks"]]
+    timeline = [
+        {
+            "task": x["task"],
+            "starts_after_sent_ms": 1e3 * (x["start"] - t0),
+            "runs_ms": 1e3 * (x["stop"] - x["start"]),
+        }
+        for x in med["tasks"]
+    ]
     last = max((x["stop"] for x in med["tasks"]), default=t0)
-    row = {"run": f"{name} " + ",".join(f"{k}={v}" for k, v in params.items()),
-           "median_s": statistics.median(r["seconds"] for r in runs), "steps_s": steps,
-           "tasks": statistics.median(len(r["tasks"]) for r in runs),
-           "median_run": {"timeline": timeline,
-                          "last_task_end_to_in_memory_ms": 1e3 * (med["marks"]["in memory"] - last),
-                          "plan": {k: v.get("value") for k, v in ctx.choices.items()}}}
+    row = {
+        "run": f"{name} " + ",".join(f"{k}={v}" for k, v in params.items()),
+        "median_s": statistics.median(r["seconds"] for r in runs),
+        "steps_s": steps,
+        "tasks": statistics.median(len(r["tasks"]) for r in runs),
+        "median_run": {
+            "timeline": timeline,
+            "last_task_end_to_in_memory_ms": 1e3 * (med["marks"]["in memory"] - last),
+            "plan": {k: v.get("value") for k, v in ctx.choices.items()},
+        },
+    }
     if profile:
         prof = cProfile.Profile()
         prof.enable()
@@ -117,8 +133,12 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--gpus", default=None)
     ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--runs", nargs="+", default=["svd:rows=20000,cols=20", "groupby:rows=100000,keys=1000"],
-                    help="workload:param=value,... (one per run)")
+    ap.add_argument(
+        "--runs",
+        nargs="+",
+        default=["svd:rows=20000,cols=20", "groupby:rows=100000,keys=1000"],
+        help="workload:param=value,... (one per run)",
+    )
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--profile", action="store_true", help="add the client thread's cProfile of one run")
     ap.add_argument("--json", dest="json_path", default=None)
@@ -126,26 +146,41 @@ def main(argv=None) -> int:
     opts = {k: v for k, v in (("gpus", a.gpus), ("workers", a.workers)) if v is not None}
     with gpuscale.session(a.backend, **opts) as s:
         from distributed import Client
+
         rt = submit_round_trip(s.client, a.rounds * 3)
         with Client(s.client.scheduler.address, security=s.client.security, set_as_default=False) as plain:
             rt_plain = submit_round_trip(plain, a.rounds * 3)
         rows = [one_run(s, *parse_run(r), a.rounds, a.profile) for r in a.runs]
         family = s.family.name
-    print(f"{family} family; submit round trip: this session's client {rt * 1e3:.2f} ms, "
-          f"a plain distributed.Client {rt_plain * 1e3:.2f} ms")
+    print(
+        f"{family} family; submit round trip: this session's client {rt * 1e3:.2f} ms, "
+        f"a plain distributed.Client {rt_plain * 1e3:.2f} ms"
+    )
     for r in rows:
         st = r["steps_s"]
-        print(f"\n{r['run']}: median {r['median_s'] * 1e3:.2f} ms ({r['median_s'] / rt_plain:.2f} x plain submit), "
-              f"{r['tasks']:g} tasks; " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in st.items()) + " ms")
+        print(
+            f"\n{r['run']}: median {r['median_s'] * 1e3:.2f} ms ({r['median_s'] / rt_plain:.2f} x plain "
+            "submit), "
+            f"{r['tasks']:g} tasks; " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in st.items()) + " ms"
+        )
         for x in r["median_run"]["timeline"]:
-            print(f"    {x['task']:<40} starts {x['starts_after_sent_ms']:7.2f} ms after the graph is sent, "
-                  f"runs {x['runs_ms']:7.2f} ms")
-        print(f"    last task's end -> client knows: {r['median_run']['last_task_end_to_in_memory_ms']:.2f} ms")
+            print(
+                f"    {x['task']:<40} starts {x['starts_after_sent_ms']:7.2f} ms after the graph is sent, "
+                f"runs {x['runs_ms']:7.2f} ms"
+            )
+        print(
+            f"    last task's end -> client knows: {r['median_run']['last_task_end_to_in_memory_ms']:.2f} ms"
+        )
         if "profile" in r:
             print(r["profile"])
     if a.json_path:
-        pathlib.Path(a.json_path).write_text(json.dumps(
-            {"family": family, "submit_s": rt, "plain_submit_s": rt_plain, "runs": rows}, indent=2, default=str))
+        pathlib.Path(a.json_path).write_text(
+            json.dumps(
+                {"family": family, "submit_s": rt, "plain_submit_s": rt_plain, "runs": rows},
+                indent=2,
+                default=str,
+            )
+        )
     return 0
 
 

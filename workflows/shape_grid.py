@@ -30,6 +30,7 @@ library alone, and the fixed cost of a run on a warm session.
     python workflows/shape_grid.py --smoke                                      # CPU, seconds
     python workflows/shape_grid.py --parts fixed --rounds 5                     # fixed costs alone
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,15 +70,17 @@ def default_partitions(s, rows: int) -> int:
     return int(ctx.choices["partitions"]["value"])
 
 
-def groupby_cell(s, rows: int, keys: int, rounds: int, explore: bool, plans: bool = False,
-                 once_over_s: float | None = None) -> list[dict]:
+def groupby_cell(
+    s, rows: int, keys: int, rounds: int, explore: bool, plans: bool = False, once_over_s: float | None = None
+) -> list[dict]:
     parts = default_partitions(s, rows)
     df = peer._groupby_data(s, rows, keys, parts)
     threads = s.spec.threads_per_worker  # as the groupby workload plans (one-thread workers: per-worker)
     plan = gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows, threads=threads).plan
     sides = {
-        "gpuscale default": lambda: gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows,
-                                                                   threads=threads).result,
+        "gpuscale default": lambda: (
+            gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows, threads=threads).result
+        ),
         "plain, backend switched only": lambda: df.groupby("key").agg(AGG),
         "plain, split_out=1": lambda: df.groupby("key").agg(AGG, split_out=1),
         "plain, repartition(1)": lambda: df.repartition(npartitions=1).groupby("key").agg(AGG, split_out=1),
@@ -85,25 +88,60 @@ def groupby_cell(s, rows: int, keys: int, rounds: int, explore: bool, plans: boo
     if plans:  # gpuscale's route with the other one-partition plan, on the same data and rounds
         for other in {"tree", "per-worker"} - {plan.strategy}:
             forced = dataclasses.replace(plan, strategy=other, split_out=1)
-            sides[f"gpuscale route, {other} plan"] = \
-                lambda forced=forced: gpuscale.dataframe.groupby_agg(df, "key", AGG, plan=forced).result
+            sides[f"gpuscale route, {other} plan"] = lambda forced=forced: (
+                gpuscale.dataframe.groupby_agg(df, "key", AGG, plan=forced).result
+            )
     res = peer.measure(s, sides, rounds, peer.frame_host, peer.frame_same, once_over_s)
     alone = _alone(s, df, rounds)
-    out = [{**r, "partitions": parts, "plan": plan.strategy if r["side"] == "gpuscale default" else
-            r["side"].split(", ")[1].split()[0] if r["side"].startswith("gpuscale route,") else ""} for r in res]
+    out = [
+        {
+            **r,
+            "partitions": parts,
+            "plan": plan.strategy
+            if r["side"] == "gpuscale default"
+            else r["side"].split(", ")[1].split()[0]
+            if r["side"].startswith("gpuscale route,")
+            else "",
+        }
+        for r in res
+    ]
     g = next(r for r in out if r["side"] == "gpuscale default")["median_s"]
-    out.append({"side": f"{s.family.dataframe_module} alone", "median_s": alone, "vs_gpuscale": alone / g,
-                "agrees": True, "partitions": 1, "plan": ""})
+    out.append(
+        {
+            "side": f"{s.family.dataframe_module} alone",
+            "median_s": alone,
+            "vs_gpuscale": alone / g,
+            "agrees": True,
+            "partitions": 1,
+            "plan": "",
+        }
+    )
     if explore:
         for n in EXPLORE:
             if n == parts or n > rows:
                 continue
             d = peer._groupby_data(s, rows, keys, n)
             pl = gpuscale.dataframe.groupby_agg(d, "key", AGG, groups=keys, rows=rows).plan
-            r = peer.measure(s, {"gpuscale route": lambda: gpuscale.dataframe.groupby_agg(
-                d, "key", AGG, groups=keys, rows=rows).result}, rounds, peer.frame_host, peer.frame_same)[0]
-            out.append({**r, "side": f"gpuscale route, {n} partitions", "vs_gpuscale": r["median_s"] / g,
-                        "partitions": n, "plan": pl.strategy})
+            r = peer.measure(
+                s,
+                {
+                    "gpuscale route": lambda: (
+                        gpuscale.dataframe.groupby_agg(d, "key", AGG, groups=keys, rows=rows).result
+                    )
+                },
+                rounds,
+                peer.frame_host,
+                peer.frame_same,
+            )[0]
+            out.append(
+                {
+                    **r,
+                    "side": f"gpuscale route, {n} partitions",
+                    "vs_gpuscale": r["median_s"] / g,
+                    "partitions": n,
+                    "plan": pl.strategy,
+                }
+            )
     return [{"rows": rows, "keys": keys, **r} for r in out]
 
 
@@ -129,6 +167,7 @@ def _alone_frames(parts_a, parts_b, op: str):
     """The library alone on one worker: one frame (two for merge), the operation timed inside
     the task with the device synchronized."""
     from dask.dataframe.dispatch import concat
+
     a = concat(list(parts_a))
     b = concat(list(parts_b)) if parts_b else None
     peer._sync_here()
@@ -147,7 +186,7 @@ def frame_ops(s, rounds: int, smoke: bool) -> list[dict]:
     """merge / sort_values / set_index: ``s.run`` (defaults) against the library alone on the
     workload's own generated data (one frame on one worker); row counts compared."""
     rows_out = []
-    for rows in (FRAME_ROWS_SMOKE if smoke else FRAME_ROWS_FULL):
+    for rows in FRAME_ROWS_SMOKE if smoke else FRAME_ROWS_FULL:
         for name, extra in FRAME_CASES:
             params = {"rows": rows, **extra}
             rec = s.run(name, repeat=rounds, warmup=1, write=False, audit=False, **params)
@@ -164,15 +203,26 @@ def frame_ops(s, rounds: int, smoke: bool) -> list[dict]:
             op = extra.get("method", "merge")
             times, n = [], None
             for _ in range(rounds + 1):
-                fut = s.client.compute(dask.delayed(_alone_frames)([parts[0]],
-                                                                   [parts[1]] if len(parts) > 1 else None, op))
+                fut = s.client.compute(
+                    dask.delayed(_alone_frames)([parts[0]], [parts[1]] if len(parts) > 1 else None, op)
+                )
                 t, n = fut.result()
                 times.append(t)
                 del fut
             alone = statistics.median(times[1:])
-            rows_out.append({"workload": name, "op": op, "rows": rows, "median_s": rec.median_s, "valid": rec.valid,
-                             "partitions": rec.choices.get("partitions", {}).get("value"),
-                             "alone_s": alone, "vs_alone": rec.median_s / alone, "alone_rows": n})
+            rows_out.append(
+                {
+                    "workload": name,
+                    "op": op,
+                    "rows": rows,
+                    "median_s": rec.median_s,
+                    "valid": rec.valid,
+                    "partitions": rec.choices.get("partitions", {}).get("value"),
+                    "alone_s": alone,
+                    "vs_alone": rec.median_s / alone,
+                    "alone_rows": n,
+                }
+            )
     return rows_out
 
 
@@ -182,8 +232,11 @@ def print_frames(rows: list[dict]) -> None:
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r['op']:12} {r['rows']:>12,} {r['median_s']:>9.4f} {r['alone_s']:>9.4f} {r['vs_alone']:>6.2f}  "
-              f"{'yes' if r['valid'] else 'NO'}")
+        print(
+            f"{r['op']:12} {r['rows']:>12,} {r['median_s']:>9.4f} {r['alone_s']:>9.4f} {r['vs_alone']:>6.2f} "
+            " "
+            f"{'yes' if r['valid'] else 'NO'}"
+        )
 
 
 def _interval_text(seconds) -> str:
@@ -205,9 +258,11 @@ def fixed_costs(s, rounds: int, smoke: bool, spec_path: str | None = None) -> li
             client.submit(_echo, len(trips), pure=False).result()
             trips.append(time.perf_counter() - t0)
         return statistics.median(trips[1:])
+
     submit = round_trip(s.client)
     # Dask's own client (its 10 ms / 2 ms stream intervals) on the same cluster
     from distributed import Client
+
     with Client(s.client.scheduler.address, security=s.client.security, set_as_default=False) as plain:
         plain_submit = round_trip(plain)
     sums = []
@@ -215,13 +270,29 @@ def fixed_costs(s, rounds: int, smoke: bool, spec_path: str | None = None) -> li
         t0 = time.perf_counter()
         da.ones(1000, chunks=100).sum().compute()
         sums.append(time.perf_counter() - t0)
-    rows = [{"workload": "client.submit(f, x).result()", "size": "this session's client", "median_s": submit,
-             "vs_submit": 1.0, "vs_dask_submit": submit / plain_submit},
-            {"workload": "client.submit(f, x).result()", "size": "a plain distributed.Client", "median_s": plain_submit,
-             "vs_submit": plain_submit / submit, "vs_dask_submit": 1.0},
-            {"workload": "da.ones(1000, chunks=100).sum()", "size": "10 chunks",
-             "median_s": statistics.median(sums[1:]), "vs_submit": statistics.median(sums[1:]) / submit,
-             "vs_dask_submit": statistics.median(sums[1:]) / plain_submit}]
+    rows = [
+        {
+            "workload": "client.submit(f, x).result()",
+            "size": "this session's client",
+            "median_s": submit,
+            "vs_submit": 1.0,
+            "vs_dask_submit": submit / plain_submit,
+        },
+        {
+            "workload": "client.submit(f, x).result()",
+            "size": "a plain distributed.Client",
+            "median_s": plain_submit,
+            "vs_submit": plain_submit / submit,
+            "vs_dask_submit": 1.0,
+        },
+        {
+            "workload": "da.ones(1000, chunks=100).sum()",
+            "size": "10 chunks",
+            "median_s": statistics.median(sums[1:]),
+            "vs_submit": statistics.median(sums[1:]) / submit,
+            "vs_dask_submit": statistics.median(sums[1:]) / plain_submit,
+        },
+    ]
     for name, w in spec["workloads"].items():
         size = dict(w["sizes"][0])
         params = {**(w.get("params") or {}), **size}
@@ -231,22 +302,41 @@ def fixed_costs(s, rounds: int, smoke: bool, spec_path: str | None = None) -> li
         try:
             rec = s.run(name, repeat=max(3, rounds), warmup=1, write=False, audit=False, **params)
             split = rec.info.get("time_split") or {}
-            rows.append({"workload": name, "size": ", ".join(f"{k}={v}" for k, v in size.items()),
-                         "median_s": rec.median_s, "vs_submit": rec.median_s / submit,
-                         "vs_dask_submit": rec.median_s / plain_submit,
-                         "compute_s": split.get("compute_s"), "rest_s": split.get("other_s"),
-                         "tasks": split.get("tasks"), "valid": rec.valid})
+            rows.append(
+                {
+                    "workload": name,
+                    "size": ", ".join(f"{k}={v}" for k, v in size.items()),
+                    "median_s": rec.median_s,
+                    "vs_submit": rec.median_s / submit,
+                    "vs_dask_submit": rec.median_s / plain_submit,
+                    "compute_s": split.get("compute_s"),
+                    "rest_s": split.get("other_s"),
+                    "tasks": split.get("tasks"),
+                    "valid": rec.valid,
+                }
+            )
         except Exception as e:  # noqa: BLE001 - a row that fails is a row of the table
-            rows.append({"workload": name, "size": str(size), "median_s": math.nan, "vs_submit": math.nan,
-                         "error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"})
+            rows.append(
+                {
+                    "workload": name,
+                    "size": str(size),
+                    "median_s": math.nan,
+                    "vs_submit": math.nan,
+                    "error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}",
+                }
+            )
     return rows
 
 
 def print_grid(rows: list[dict]) -> None:
-    print(f"\ngroupby grid ({len({(r['rows'], r['keys']) for r in rows})} cells): median seconds; "
-          "ratios are gpuscale default / other")
-    head = f"{'rows':>12} {'keys':>11} {'parts':>5} {'plan':10} {'gpuscale':>9} {'best plain':>10} {'way':24} " \
-           f"{'alone':>9} {'/alone':>7} {'/plain':>7}  ok"
+    print(
+        f"\ngroupby grid ({len({(r['rows'], r['keys']) for r in rows})} cells): median seconds; "
+        "ratios are gpuscale default / other"
+    )
+    head = (
+        f"{'rows':>12} {'keys':>11} {'parts':>5} {'plan':10} {'gpuscale':>9} {'best plain':>10} {'way':24} "
+        f"{'alone':>9} {'/alone':>7} {'/plain':>7}  ok"
+    )
     print(head)
     print("-" * len(head))
     for cell in sorted({(r["rows"], r["keys"]) for r in rows}):
@@ -256,64 +346,100 @@ def print_grid(rows: list[dict]) -> None:
         alone = next(r for r in rs if r["side"].endswith("alone"))
         ok = all(r["agrees"] for r in rs)
         bad = [f"{r['side']}: {r.get('disagreement', '')}" for r in rs if not r["agrees"]]
-        print(f"{cell[0]:>12,} {cell[1]:>11,} {g['partitions']:>5} {g['plan']:10} {g['median_s']:>9.4f} "
-              f"{plain['median_s']:>10.4f} "
-              f"{(plain['side'][7:] + (' (1 run)' if plain.get('runs') == 1 else ''))[:24]:24} "
-              f"{alone['median_s']:>9.4f} "
-              f"{g['median_s'] / alone['median_s']:>7.2f} {g['median_s'] / plain['median_s']:>7.2f}  "
-              f"{'yes' if ok else 'NO ' + '; '.join(bad)}")
+        print(
+            f"{cell[0]:>12,} {cell[1]:>11,} {g['partitions']:>5} {g['plan']:10} {g['median_s']:>9.4f} "
+            f"{plain['median_s']:>10.4f} "
+            f"{(plain['side'][7:] + (' (1 run)' if plain.get('runs') == 1 else ''))[:24]:24} "
+            f"{alone['median_s']:>9.4f} "
+            f"{g['median_s'] / alone['median_s']:>7.2f} {g['median_s'] / plain['median_s']:>7.2f}  "
+            f"{'yes' if ok else 'NO ' + '; '.join(bad)}"
+        )
         for r in rs:
             if r["side"].startswith("gpuscale route,"):
                 print(f"{'':>25}{r['partitions']:>5} {r['plan']:10} {r['median_s']:>9.4f}  ({r['side']})")
 
 
 def print_fixed(rows: list[dict], spec: str) -> None:
-    print(f"\nfixed cost on a warm session: each workload at the first size of {spec} (median of its "
-          "timed repeats) vs Dask's submit round trip")
-    print("(x submit: this session's own round trip; x Dask's: a plain distributed.Client's on the same cluster;"
-          " compute / rest: the run's time with a task computing on some worker / the rest, medians)")
-    head = (f"{'workload':34} {'size':34} {'median s':>9} {'x submit':>9} {'x Dask':>7} {'tasks':>6} "
-            f"{'compute ms':>11} {'rest ms':>8}")
+    print(
+        f"\nfixed cost on a warm session: each workload at the first size of {spec} (median of its "
+        "timed repeats) vs Dask's submit round trip"
+    )
+    print(
+        "(x submit: this session's own round trip; x Dask's: a plain distributed.Client's on the same "
+        "cluster;"
+        " compute / rest: the run's time with a task computing on some worker / the rest, medians)"
+    )
+    head = (
+        f"{'workload':34} {'size':34} {'median s':>9} {'x submit':>9} {'x Dask':>7} {'tasks':>6} "
+        f"{'compute ms':>11} {'rest ms':>8}"
+    )
     print(head)
     print("-" * len(head))
 
     def ms(v):
         return f"{v * 1e3:.1f}" if isinstance(v, (int, float)) else "-"
+
     for r in rows:
-        print(f"{r['workload']:34} {r['size'][:34]:34} {r['median_s']:>9.4f} {r['vs_submit']:>9.1f} "
-              f"{r.get('vs_dask_submit', math.nan):>7.1f} {r.get('tasks') if r.get('tasks') is not None else '-':>6} "
-              f"{ms(r.get('compute_s')):>11} {ms(r.get('rest_s')):>8}"
-              + (f"  {r['error']}" if r.get("error") else "") + ("" if r.get("valid", True) else "  INVALID"))
+        print(
+            f"{r['workload']:34} {r['size'][:34]:34} {r['median_s']:>9.4f} {r['vs_submit']:>9.1f} "
+            f"{r.get('vs_dask_submit', math.nan):>7.1f} "
+            f"{r.get('tasks') if r.get('tasks') is not None else '-':>6} "
+            f"{ms(r.get('compute_s')):>11} {ms(r.get('rest_s')):>8}"
+            + (f"  {r['error']}" if r.get("error") else "")
+            + ("" if r.get("valid", True) else "  INVALID")
+        )
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--gpus", default=None)
-    ap.add_argument("--for", dest="collection", default=None, choices=("array", "dataframe"),
-                    help="lay the session's cluster out for this collection, like `run groupby` does "
-                         "(default: a session's layout)")
+    ap.add_argument(
+        "--for",
+        dest="collection",
+        default=None,
+        choices=("array", "dataframe"),
+        help="lay the session's cluster out for this collection, like `run groupby` does "
+        "(default: a session's layout)",
+    )
     ap.add_argument("--smoke", action="store_true", help="CPU-sized grid (seconds)")
     ap.add_argument("--rows", default=None, help="comma-separated row counts")
     ap.add_argument("--keys", default=None, help="comma-separated key counts ('half': rows / 2)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--explore", action="store_true", help="also gpuscale's route at other partition counts")
-    ap.add_argument("--plans", action="store_true",
-                    help="also gpuscale's route with the other one-partition plan (tree / per-worker)")
+    ap.add_argument(
+        "--plans",
+        action="store_true",
+        help="also gpuscale's route with the other one-partition plan (tree / per-worker)",
+    )
     ap.add_argument("--parts", default="groupby,frames,fixed")
-    ap.add_argument("--fixed-spec", default=None,
-                    help="bench YAML whose first size of each workload the fixed table runs (default: "
-                         "workflows/auto.yaml, every workload at its smallest size; tiny.yaml with --smoke)")
-    ap.add_argument("--max-bytes", type=float, default=None,
-                    help="skip cells whose data exceeds this many bytes (default: a quarter of the workers' memory)")
-    ap.add_argument("--once-over", type=float, default=20.0, metavar="SECONDS",
-                    help="a plain-Dask side whose warm-up takes longer is timed by that one run "
-                         "(so the whole grid fits one call; default 20)")
+    ap.add_argument(
+        "--fixed-spec",
+        default=None,
+        help="bench YAML whose first size of each workload the fixed table runs (default: "
+        "workflows/auto.yaml, every workload at its smallest size; tiny.yaml with --smoke)",
+    )
+    ap.add_argument(
+        "--max-bytes",
+        type=float,
+        default=None,
+        help="skip cells whose data exceeds this many bytes (default: a quarter of the workers' memory)",
+    )
+    ap.add_argument(
+        "--once-over",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="a plain-Dask side whose warm-up takes longer is timed by that one run "
+        "(so the whole grid fits one call; default 20)",
+    )
     ap.add_argument("--json", dest="json_path")
     a = ap.parse_args(argv)
     rows_list = [int(x) for x in a.rows.split(",")] if a.rows else (SMOKE_ROWS if a.smoke else FULL_ROWS)
-    keys_list = [k if k == "half" else int(k) for k in (a.keys.split(",") if a.keys else
-                                                         (SMOKE_KEYS if a.smoke else FULL_KEYS))]
+    keys_list = [
+        k if k == "half" else int(k)
+        for k in (a.keys.split(",") if a.keys else (SMOKE_KEYS if a.smoke else FULL_KEYS))
+    ]
     kw = {"backend": a.backend}
     if a.gpus:
         kw["gpus"] = a.gpus
@@ -323,13 +449,16 @@ def main(argv=None) -> int:
     with gpuscale.session(**kw) as s:
         mem = sum(s.family.worker_memory(s.client).values())
         limit = a.max_bytes or mem / 4
-        print(f"{s.family.name} session: {len(s.client.scheduler_info(n_workers=-1)['workers'])} worker(s) x "
-              f"{s.spec.threads_per_worker} thread(s), "
-              f"{mem / 2**30:.0f} GiB; cells over {limit / 2**30:.1f} GiB of data skipped; Dask's control "
-              f"streams: {_interval_text(s.spec.choices['message_interval']['value'])} "
-              "(cluster.message-interval)")
+        print(
+            f"{s.family.name} session: {len(s.client.scheduler_info(n_workers=-1)['workers'])} worker(s) x "
+            f"{s.spec.threads_per_worker} thread(s), "
+            f"{mem / 2**30:.0f} GiB; cells over {limit / 2**30:.1f} GiB of data skipped; Dask's control "
+            f"streams: {_interval_text(s.spec.choices['message_interval']['value'])} "
+            "(cluster.message-interval)"
+        )
         out["message_interval"] = s.spec.choices["message_interval"]
         from gpuscale.cluster import messages
+
         out["streams"] = messages.intervals(s.client)  # read off the real streams, not the plan
         print(f"control stream intervals in force (s): {out['streams']}")
         if "groupby" in a.parts:

@@ -20,6 +20,7 @@ device; target: <= 3 at 3 x CAP); the JSON also has the ratio to the same size i
     python workflows/spill_gpu.py --cap 2GB --json spill.json        # on the GPU machine
     python workflows/spill_gpu.py --smoke                            # CPU, seconds (spills to disk)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,11 +50,12 @@ def sizes(workload: str, data_bytes: int) -> dict:
 def write_npy(path: str, rows: int, cols: int, seed: int) -> None:
     """A float64 matrix, written block by block (never whole in memory)."""
     import numpy as np
+
     a = np.lib.format.open_memmap(path, mode="w+", dtype="float64", shape=(rows, cols))
     rng = np.random.default_rng(seed)
     step = max(1, (256 * 2**20) // (cols * 8))
     for i in range(0, rows, step):
-        a[i:i + step] = rng.random((min(step, rows - i), cols))
+        a[i : i + step] = rng.random((min(step, rows - i), cols))
     a.flush()
     del a
 
@@ -62,41 +64,58 @@ def write_parquet(folder: str, rows: int, keys: int, seed: int) -> None:
     """Rows of (key, int64, float64) in files of ~256 MB."""
     import numpy as np
     import pandas as pd
+
     os.makedirs(folder, exist_ok=True)
     rng = np.random.default_rng(seed)
     step = (256 * 2**20) // GROUPBY_ROW_BYTES
     for n, i in enumerate(range(0, rows, step)):
         m = min(step, rows - i)
-        pd.DataFrame({"key": rng.integers(0, keys, m), "int64": rng.integers(0, 1000, m),
-                      "float64": rng.random(m)}).to_parquet(os.path.join(folder, f"part-{n:04d}.parquet"))
+        pd.DataFrame(
+            {"key": rng.integers(0, keys, m), "int64": rng.integers(0, 1000, m), "float64": rng.random(m)}
+        ).to_parquet(os.path.join(folder, f"part-{n:04d}.parquet"))
 
 
 def row_of(r, wl, source, way, f, gb, base):
     m = r.memory or {}
     per_gb = r.median_s / gb
-    return {"workload": wl, "source": source, "device_spill": way, "factor": f, "data_gb": round(gb, 2),
-            "verdict": m.get("verdict"), "median_s": round(r.median_s, 4), "s_per_gb": round(per_gb, 4),
-            "vs_in_memory": round(per_gb / base, 2) if base else None, "valid": r.valid,
-            "generate_s": round(r.generate_s, 2),
-            "spill_choice": ((r.explained or {}).get("cluster") or {}).get("device_spill"),
-            "measured": {k: v for k, v in (m.get("measured") or {}).items() if k != "workers"}}
+    return {
+        "workload": wl,
+        "source": source,
+        "device_spill": way,
+        "factor": f,
+        "data_gb": round(gb, 2),
+        "verdict": m.get("verdict"),
+        "median_s": round(r.median_s, 4),
+        "s_per_gb": round(per_gb, 4),
+        "vs_in_memory": round(per_gb / base, 2) if base else None,
+        "valid": r.valid,
+        "generate_s": round(r.generate_s, 2),
+        "spill_choice": ((r.explained or {}).get("cluster") or {}).get("device_spill"),
+        "measured": {k: v for k, v in (m.get("measured") or {}).items() if k != "workers"},
+    }
 
 
 def show(row) -> None:
-    print(f"{row['workload']:8} {row['source']:9} {row['device_spill'] or 'default':11} {row['factor']:5.1f} x cap "
-          f"{format_bytes(int(row['data_gb'] * 1e9)):>10}  {row['verdict'] or '-':12} median {row['median_s']:8.4f} s "
-          f"{row['s_per_gb']:8.4f} s/GB  x{row['vs_in_memory']}  valid {row['valid']}"
-          + _measured(row.get("measured") or {}), flush=True)
+    print(
+        f"{row['workload']:8} {row['source']:9} {row['device_spill'] or 'default':11} {row['factor']:5.1f} x "
+        "cap "
+        f"{format_bytes(int(row['data_gb'] * 1e9)):>10}  {row['verdict'] or '-':12} median "
+        f"{row['median_s']:8.4f} s "
+        f"{row['s_per_gb']:8.4f} s/GB  x{row['vs_in_memory']}  valid {row['valid']}"
+        + _measured(row.get("measured") or {}),
+        flush=True,
+    )
 
 
 def _measured(m: dict) -> str:
     """The record's measured memory: the peak against the estimate, what spilled."""
     if not m.get("peak_bytes"):
         return ""
-    return (f"  peak {format_bytes(m['peak_bytes'])}"
-            + (f" ({m['peak_over_estimate']:g} x est.)" if m.get("peak_over_estimate") else "")
-            + f", spilled {format_bytes(m.get('spilled_bytes') or 0)}")
-
+    return (
+        f"  peak {format_bytes(m['peak_bytes'])}"
+        + (f" ({m['peak_over_estimate']:g} x est.)" if m.get("peak_over_estimate") else "")
+        + f", spilled {format_bytes(m.get('spilled_bytes') or 0)}"
+    )
 
 
 def main(argv=None) -> int:
@@ -105,17 +124,26 @@ def main(argv=None) -> int:
     ap.add_argument("--cap", default="2GB", help="device memory limit (GPU) or host memory limit (CPU)")
     ap.add_argument("--workloads", default="svd,groupby")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--files", default="yes", choices=["yes", "no"], help="also the runs on files, per spill way")
+    ap.add_argument(
+        "--files", default="yes", choices=["yes", "no"], help="also the runs on files, per spill way"
+    )
     ap.add_argument("--huge", type=int, default=0, help="rows of one uncapped svd x 200 (0: none)")
-    ap.add_argument("--parts", default="memory,generated,files",
-                    help="which rows: memory (uncapped reference), generated (capped), files (capped, per way)")
-    ap.add_argument("--memory-ways", default="default",
-                    help="the uncapped rows under these spill ways too (e.g. default,cudf: what cuDF's "
-                         "spilling costs a run that fits)")
+    ap.add_argument(
+        "--parts",
+        default="memory,generated,files",
+        help="which rows: memory (uncapped reference), generated (capped), files (capped, per way)",
+    )
+    ap.add_argument(
+        "--memory-ways",
+        default="default",
+        help="the uncapped rows under these spill ways too (e.g. default,cudf: what cuDF's "
+        "spilling costs a run that fits)",
+    )
     ap.add_argument("--json", help="write the rows here (after every row)")
     ap.add_argument("--smoke", action="store_true", help="CPU, one 400 MB worker: seconds")
     a = ap.parse_args(argv)
     import gpuscale
+
     factors = FACTORS
     warmup = 1
     if a.smoke:  # the script works: svd only, in memory and at 1.5 x, no warm-up, no files
@@ -141,7 +169,7 @@ def main(argv=None) -> int:
 
     same: dict[tuple, float] = {}
     parts = set(a.parts.split(","))
-    for way in (a.memory_ways.split(",") if not a.smoke and "memory" in parts else ()):
+    for way in a.memory_ways.split(",") if not a.smoke and "memory" in parts else ():
         # the same sizes with the device uncapped: in memory, the reference
         with gpuscale.session(backend=a.backend, **({} if way == "default" else {"device_spill": way})) as s:
             for wl in a.workloads.split(","):
@@ -153,9 +181,12 @@ def main(argv=None) -> int:
                         same[wl, f] = r.median_s / gb
                         base.setdefault(wl, r.median_s / gb)
                     add(row_of(r, wl, "in memory", None if way == "default" else way, f, gb, base.get(wl)))
-    with (gpuscale.session(backend=a.backend, **settings) if "generated" in parts or a.smoke
-          else contextlib.nullcontext()) as s:
-        for wl in (a.workloads.split(",") if s is not None else ()):
+    with (
+        gpuscale.session(backend=a.backend, **settings)
+        if "generated" in parts or a.smoke
+        else contextlib.nullcontext()
+    ) as s:
+        for wl in a.workloads.split(",") if s is not None else ():
             for f in factors:
                 params = sizes(wl, int(f * cap))
                 r = s.run(wl, repeat=a.repeat, warmup=warmup, write=False, **params)
@@ -185,16 +216,29 @@ def main(argv=None) -> int:
                     for way in WAYS[wl]:
                         try:
                             with gpuscale.session(backend=a.backend, device_spill=way, **settings) as s:
-                                r = s.run(wl, data=path, repeat=a.repeat, warmup=warmup, write=False, **run_args)
+                                r = s.run(
+                                    wl, data=path, repeat=a.repeat, warmup=warmup, write=False, **run_args
+                                )
                             row = row_of(r, wl, "file", way, f, gb, base.get(wl))
                             if (wl, f) in same:
                                 row["vs_same_size_in_memory"] = round(row["s_per_gb"] / same[wl, f], 2)
                             add(row)
                         except Exception as e:  # noqa: BLE001 - one way failing is a finding, not the end
                             where = traceback.format_exc()[-4000:]  # the finding's where, not only its what
-                            rows.append({"workload": wl, "source": "file", "device_spill": way, "factor": f,
-                                         "error": f"{type(e).__name__}: {e}"[:500], "traceback": where})
-                            print(f"{wl} file {way} {f}: {type(e).__name__}: {str(e)[:300]}\n{where}", flush=True)
+                            rows.append(
+                                {
+                                    "workload": wl,
+                                    "source": "file",
+                                    "device_spill": way,
+                                    "factor": f,
+                                    "error": f"{type(e).__name__}: {e}"[:500],
+                                    "traceback": where,
+                                }
+                            )
+                            print(
+                                f"{wl} file {way} {f}: {type(e).__name__}: {str(e)[:300]}\n{where}",
+                                flush=True,
+                            )
                             save()
                     shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
         finally:

@@ -23,6 +23,7 @@ Sides (``--sides``, default: every side that can run here):
 
 Exit 3 when any answer differs from pandas' (or a side failed a query), else 0.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,6 +81,7 @@ def _dask_runner():
     def run(q, suite, folder):
         out = q.dask({t: dd.read_parquet(p) for t, p in paths(suite, folder).items()})
         return dask.compute(out)[0] if dask.is_dask_collection(out) else out
+
     return run
 
 
@@ -87,33 +89,48 @@ def _dask_runner():
 def open_side(name: str):
     if name == "dask-cpu":
         from distributed import Client, LocalCluster
-        with LocalCluster(dashboard_address=None) as cluster, Client(cluster), \
-                dask.config.set({"dataframe.backend": "pandas"}):
+
+        with (
+            LocalCluster(dashboard_address=None) as cluster,
+            Client(cluster),
+            dask.config.set({"dataframe.backend": "pandas"}),
+        ):
             yield _dask_runner()
     elif name == "dask-cudf":
         from dask_cuda import LocalCUDACluster
         from distributed import Client
-        with LocalCUDACluster(dashboard_address=None) as cluster, Client(cluster), \
-                dask.config.set({"dataframe.backend": "cudf"}):
+
+        with (
+            LocalCUDACluster(dashboard_address=None) as cluster,
+            Client(cluster),
+            dask.config.set({"dataframe.backend": "cudf"}),
+        ):
             yield _dask_runner()
     elif name in ("gpuscale-cpu", "gpuscale-gpu"):
         import gpuscale
+
         with gpuscale.session(backend=name.split("-")[1]) as s:
-            print(f"{name}: " + "; ".join(f"{a.dask_key}={a.value} ({a.source}, {a.rule})" for a in s.applied),
-                  file=sys.stderr)
+            print(
+                f"{name}: " + "; ".join(f"{a.dask_key}={a.value} ({a.source}, {a.rule})" for a in s.applied),
+                file=sys.stderr,
+            )
             yield _dask_runner()
     elif name == "polars-gpu":
         import polars as pl
+
         engine = pl.GPUEngine(raise_on_fail=True)
 
         def run(q, suite, folder):
-            plan = pl.SQLContext({t: pl.scan_parquet(p) for t, p in paths(suite, folder).items()}).execute(q.sql)
+            plan = pl.SQLContext({t: pl.scan_parquet(p) for t, p in paths(suite, folder).items()}).execute(
+                q.sql
+            )
             try:
                 return plan.collect(engine=engine)
             except pl.exceptions.ComputeError as e:
                 if "GPU not possible" not in str(e):
                     raise
                 return OnCpu(plan.collect())  # what Polars does by default where its GPU engine cannot
+
         yield run
     elif name == "duckdb":
         import duckdb
@@ -123,6 +140,7 @@ def open_side(name: str):
             for t, p in paths(suite, folder).items():
                 con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{p}')")
             return con.sql(q.sql).df()
+
         yield run
     else:
         raise SystemExit(f"unknown side {name!r}; choose from {', '.join(SIDES)}")
@@ -141,11 +159,19 @@ class OnCpu:
 def available_sides() -> list[str]:
     """Every side whose libraries are importable here (GPU sides only with a GPU)."""
     from gpuscale import machine
+
     gpu = bool(machine.gpus())
-    need = {"dask-cudf": ("dask_cuda", "dask_cudf"), "gpuscale-gpu": ("dask_cuda", "dask_cudf"),
-            "polars-gpu": ("polars", "cudf_polars"), "duckdb": ("duckdb",)}
-    return [s for s in SIDES if (gpu or s not in GPU_SIDES)
-            and all(importlib.util.find_spec(m) for m in need.get(s, ()))]
+    need = {
+        "dask-cudf": ("dask_cuda", "dask_cudf"),
+        "gpuscale-gpu": ("dask_cuda", "dask_cudf"),
+        "polars-gpu": ("polars", "cudf_polars"),
+        "duckdb": ("duckdb",),
+    }
+    return [
+        s
+        for s in SIDES
+        if (gpu or s not in GPU_SIDES) and all(importlib.util.find_spec(m) for m in need.get(s, ()))
+    ]
 
 
 # ---------------------------------------------------------------------------------------
@@ -165,8 +191,13 @@ def time_query(run, q, suite, folder, repeat: int, max_time: float, want: pd.Dat
     except Exception as e:  # noqa: BLE001 - a side that cannot run a query is a row, not a stop
         return {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:600]}"}
     diff = queries.same_answer(got, want)
-    return {"median_s": statistics.median(times), "times_s": times, "valid": diff is None, "diff": diff,
-            **({"on_cpu": True} if isinstance(got, OnCpu) else {})}
+    return {
+        "median_s": statistics.median(times),
+        "times_s": times,
+        "valid": diff is None,
+        "diff": diff,
+        **({"on_cpu": True} if isinstance(got, OnCpu) else {}),
+    }
 
 
 def references(sets) -> dict:
@@ -190,20 +221,37 @@ def run_all(args) -> dict:
     if args.prepare_only:
         return None
     sides = args.sides.split(",") if args.sides else available_sides()
-    d = {"sides": sides, "repeat": args.repeat, "max_time": args.max_time, "machine": _machine(),
-         "sets": [{"suite": s.name, "size": z, "queries": [(q.name, q.title) for q in s.queries]}
-                  for s, z, _ in sets], "cells": _resumed(args.resume, sides)}
+    d = {
+        "sides": sides,
+        "repeat": args.repeat,
+        "max_time": args.max_time,
+        "machine": _machine(),
+        "sets": [
+            {"suite": s.name, "size": z, "queries": [(q.name, q.title) for q in s.queries]}
+            for s, z, _ in sets
+        ],
+        "cells": _resumed(args.resume, sides),
+    }
     for side in sides:
-        todo = [(suite, size, folder, q) for suite, size, folder in sets for q in suite.queries
-                if f"{suite.name}|{size}|{q.name}|{side}" not in d["cells"]]
+        todo = [
+            (suite, size, folder, q)
+            for suite, size, folder in sets
+            for q in suite.queries
+            if f"{suite.name}|{size}|{q.name}|{side}" not in d["cells"]
+        ]
         if not todo:
             continue
         with open_side(side) as run:
             for suite, size, folder, q in todo:
-                r = time_query(run, q, suite, folder, args.repeat, args.max_time, refs[(suite.name, size, q.name)])
+                r = time_query(
+                    run, q, suite, folder, args.repeat, args.max_time, refs[(suite.name, size, q.name)]
+                )
                 d["cells"][f"{suite.name}|{size}|{q.name}|{side}"] = r
-                print(f"{side:13s} {suite.name} {size} {q.name}: "
-                      f"{r.get('median_s', float('nan')):.4f} s {'ok' if r.get('valid') else r}", file=sys.stderr)
+                print(
+                    f"{side:13s} {suite.name} {size} {q.name}: "
+                    f"{r.get('median_s', float('nan')):.4f} s {'ok' if r.get('valid') else r}",
+                    file=sys.stderr,
+                )
                 if args.json:  # every cell measured so far survives an interruption
                     _write(args.json, d)
     return d
@@ -219,6 +267,7 @@ def _resumed(path: str | None, sides: list[str]) -> dict:
 
 def _machine() -> dict:
     from gpuscale import machine
+
     return {"versions": machine.versions(), "hardware": machine.hardware()}
 
 
@@ -231,11 +280,13 @@ def _write(path: str, d: dict) -> None:
 # ---------------------------------------------------------------------------------------
 # Tables
 # ---------------------------------------------------------------------------------------
-RATIOS = (("gpu vs cpu", "dask-cpu", "gpuscale-gpu", "x faster than plain Dask on the CPU"),
-          ("/cudf", "gpuscale-gpu", "dask-cudf", "gpuscale's time over dask-cudf by hand's"),
-          ("/polars", "gpuscale-gpu", "polars-gpu", "gpuscale's time over Polars GPU's"),
-          ("/duckdb", "gpuscale-gpu", "duckdb", "gpuscale's time over DuckDB's"),
-          ("cpu/dask", "gpuscale-cpu", "dask-cpu", "gpuscale CPU session's time over plain Dask's"))
+RATIOS = (
+    ("gpu vs cpu", "dask-cpu", "gpuscale-gpu", "x faster than plain Dask on the CPU"),
+    ("/cudf", "gpuscale-gpu", "dask-cudf", "gpuscale's time over dask-cudf by hand's"),
+    ("/polars", "gpuscale-gpu", "polars-gpu", "gpuscale's time over Polars GPU's"),
+    ("/duckdb", "gpuscale-gpu", "duckdb", "gpuscale's time over DuckDB's"),
+    ("cpu/dask", "gpuscale-cpu", "dask-cpu", "gpuscale CPU session's time over plain Dask's"),
+)
 
 
 def geomean(xs):
@@ -263,8 +314,10 @@ def tables(d: dict) -> tuple[str, bool]:
             rows.append(row)
         rows.append(["geomean"] + [""] * len(sides) + [f"{geomean(cols[r[0]]):.2f}" for r in ratios])
         widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
-        lines.append(f"\n{s['suite']} {s['size']}: median of the warm runs (each cell's times_s in --json), "
-                     "seconds (* wrong answer, E error, c Polars' CPU engine: not in ratios)")
+        lines.append(
+            f"\n{s['suite']} {s['size']}: median of the warm runs (each cell's times_s in --json), "
+            "seconds (* wrong answer, E error, c Polars' CPU engine: not in ratios)"
+        )
         for r in [head] + rows:
             lines.append("  ".join(str(v).rjust(w) for v, w in zip(r, widths)))
     lines.append("\nratios: " + "; ".join(f"{r[0]}: {r[3]}" for r in RATIOS))
@@ -289,14 +342,27 @@ def main(argv=None) -> int:
     ap.add_argument("--tpch-scale", default="10", help="TPC-H scale factors, comma-separated")
     ap.add_argument("--sides", default=None, help=f"comma-separated, from {', '.join(SIDES)}")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per query after one warm-up")
-    ap.add_argument("--max-time", type=float, default=10.0,
-                    help="fewer timed runs where the next would take them past this many seconds (at least one)")
-    ap.add_argument("--data", default=None, help="where the data sets are made and kept (default: a temporary folder)")
+    ap.add_argument(
+        "--max-time",
+        type=float,
+        default=10.0,
+        help="fewer timed runs where the next would take them past this many seconds (at least one)",
+    )
+    ap.add_argument(
+        "--data", default=None, help="where the data sets are made and kept (default: a temporary folder)"
+    )
     ap.add_argument("--json", default=None, help="write every timing and check here")
-    ap.add_argument("--resume", default=None, metavar="JSON",
-                    help="keep the cells an interrupted run wrote to JSON (same data and sides) and time the rest")
-    ap.add_argument("--prepare-only", action="store_true",
-                    help="make the data sets and pandas' answers in --data, time nothing")
+    ap.add_argument(
+        "--resume",
+        default=None,
+        metavar="JSON",
+        help="keep the cells an interrupted run wrote to JSON (same data and sides) and time the rest",
+    )
+    ap.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="make the data sets and pandas' answers in --data, time nothing",
+    )
     args = ap.parse_args(argv)
     with contextlib.ExitStack() as stack:
         if args.data is None:

@@ -5,6 +5,7 @@ sections flattened to dotted keys), and ``{gpuscale-fields} module:Model`` the f
 pydantic model (the result record). Names, types, defaults and descriptions come from the
 models (descriptions are their attribute docstrings), so there is no second list to keep in step.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -15,8 +16,12 @@ import annotated_types
 from pydantic import BaseModel
 from sphinx.util.docutils import SphinxDirective
 
-_BOUNDS = ((annotated_types.Gt, ">"), (annotated_types.Ge, ">="), (annotated_types.Lt, "<"),
-           (annotated_types.Le, "<="))
+_BOUNDS = (
+    (annotated_types.Gt, ">"),
+    (annotated_types.Ge, ">="),
+    (annotated_types.Lt, "<"),
+    (annotated_types.Le, "<="),
+)
 
 
 def _bounds(metadata) -> str:
@@ -91,6 +96,7 @@ def settings_rows(model: type[BaseModel], prefix: str = ""):
 
 def setting_keys() -> list[str]:
     from gpuscale import config
+
     return [key for key, _ in settings_rows(config.Settings)]
 
 
@@ -101,6 +107,7 @@ def _one_line(text: str | None) -> str:
 def _flags() -> dict[str, str]:
     """Keyword -> the CLI flag of the same name (``memory_limit`` -> ``--memory-limit``)."""
     from gpuscale import cli
+
     cmd = cli.run.get_command(None, "svd")
     return {p.name: "/".join(p.opts + p.secondary_opts) for p in cmd.params if p.opts}
 
@@ -128,19 +135,26 @@ class SettingsTable(SphinxDirective):
 
     def run(self):
         from gpuscale import config
+
         keyword_of = {key: kw for kw, key in config.KEYWORDS.items()}
         flags = _flags()
         groups: dict[str, list[tuple[str, str, str]]] = {}
         for key, field in settings_rows(config.Settings):
             section = key.rpartition(".")[0] or "top level"
             env = "DASK_GPUSCALE__" + key.replace("-", "_").replace(".", "__").upper()
-            facts = [f"``{type_text(field.annotation, field.metadata)}``", _default_fact(field), f"env ``{env}``"]
+            facts = [
+                f"``{type_text(field.annotation, field.metadata)}``",
+                _default_fact(field),
+                f"env ``{env}``",
+            ]
             kw = keyword_of.get(key)
             if kw:
                 facts.append(f"keyword ``{kw}``")
                 if kw in flags:
                     facts.append(f"flag ``{flags[kw]}``")
-            groups.setdefault(section, []).append((f"``{key}``", " · ".join(facts), _one_line(field.description)))
+            groups.setdefault(section, []).append(
+                (f"``{key}``", " · ".join(facts), _one_line(field.description))
+            )
         lines: list[str] = []
         for section, items in groups.items():
             lines += [f".. rubric:: {section}", ""] + definitions(items)

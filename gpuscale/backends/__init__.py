@@ -12,6 +12,7 @@ entry-point group (:mod:`.registry`); an entry point names a :class:`Family` ins
 Data moves between families in :mod:`.convert` only; :mod:`.host_collections` decides what a
 session does with the collections Dask builds from host objects (``session.host-collections``).
 """
+
 from __future__ import annotations
 
 from .convert import finished_by_type, to_host
@@ -30,8 +31,23 @@ from .registry import (
     vocabulary,
 )
 
-__all__ = ["Family", "Knobs", "Selection", "aliases", "choices", "chunk_libraries", "families", "family_of",
-           "names", "register", "select", "unregister", "vocabulary", "to_host", "finished"]
+__all__ = [
+    "Family",
+    "Knobs",
+    "Selection",
+    "aliases",
+    "choices",
+    "chunk_libraries",
+    "families",
+    "family_of",
+    "names",
+    "register",
+    "select",
+    "unregister",
+    "vocabulary",
+    "to_host",
+    "finished",
+]
 
 
 def finished(x):

@@ -25,6 +25,7 @@ Conversions go through the host (:func:`to_host`) and then the family's module
 (``<array_module>.asarray``, ``<dataframe_module>.from_pandas``), so a family registered by a
 plugin needs nothing more. Nothing here imports a GPU library at module level.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -60,7 +61,6 @@ def _finished_identity(x):
     return x
 
 
-
 def convert_array(block, module: str):
     """A block as ``module``'s array type (runs on workers): itself when it has it, else
     ``<module>.asarray`` of its host copy (a host block read from a file goes straight to the
@@ -84,6 +84,7 @@ def empty_array(family: Family, ndim: int, dtype):
     """An empty ``ndim``-D block of ``dtype`` on ``family``'s array library: the ``meta`` of a
     Dask array whose chunks the family's tasks build."""
     import numpy as np
+
     return convert_array(np.empty((0,) * ndim, dtype=dtype), family.array_module)
 
 
@@ -103,8 +104,10 @@ def from_memory(obj: Any, family: Family, *, chunks=None, npartitions: int | Non
     ``chunks`` (arrays; default: row blocks of the family's ``chunk_bytes``) and
     ``npartitions`` (frames; default: from the family's ``partition_bytes``)."""
     if dask.is_dask_collection(obj):
-        raise TypeError("from_memory takes in-memory data; convert Dask collections with "
-                        "gpuscale.backends.convert.to_backend (Session.to_backend)")
+        raise TypeError(
+            "from_memory takes in-memory data; convert Dask collections with "
+            "gpuscale.backends.convert.to_backend (Session.to_backend)"
+        )
     if _is_frame(obj):
         return _frame(obj, family, npartitions)
     if hasattr(obj, "shape") and hasattr(obj, "dtype"):
@@ -116,6 +119,7 @@ def _array(a, family: Family, chunks):
     import dask.array as da
     from dask.array.core import normalize_chunks
     from dask.highlevelgraph import HighLevelGraph
+
     if chunks is None:
         chunks = ("auto",) + (-1,) * (a.ndim - 1) if a.ndim else ()
     chunks = normalize_chunks(chunks, a.shape, limit=family.knobs.chunk_bytes, dtype=a.dtype)
@@ -127,12 +131,14 @@ def _array(a, family: Family, chunks):
         sl = tuple(slice(starts[d][i], starts[d][i] + chunks[d][i]) for d, i in enumerate(idx))
         dsk[(name, *idx)] = (convert_array, a[sl], module)
     meta = empty_array(family, a.ndim, a.dtype)
-    return da.Array(HighLevelGraph.from_collections(name, dsk, dependencies=()), name, chunks,
-                    dtype=a.dtype, meta=meta)
+    return da.Array(
+        HighLevelGraph.from_collections(name, dsk, dependencies=()), name, chunks, dtype=a.dtype, meta=meta
+    )
 
 
 def _frame(df, family: Family, npartitions: int | None):
     import dask.dataframe as dd
+
     module = family.dataframe_module
     n = len(df)
     if npartitions is None:
@@ -140,15 +146,16 @@ def _frame(df, family: Family, npartitions: int | None):
         npartitions = max(1, math.ceil(nbytes / family.knobs.partition_bytes))
     npartitions = max(1, min(npartitions, n or 1))
     bounds = [round(i * n / npartitions) for i in range(npartitions + 1)]
-    parts = [(df.iloc[bounds[i]:bounds[i + 1]], module) for i in range(npartitions)]
+    parts = [(df.iloc[bounds[i] : bounds[i + 1]], module) for i in range(npartitions)]
     meta = convert_frame(df.iloc[:0], module)
     return dd.from_map(_convert_frame_args, parts, meta=meta, label=PREFIX, enforce_metadata=False)
 
 
 def collection_kind(obj) -> str | None:
-    """"array" for a Dask array, "dataframe" for a Dask DataFrame or Series, else None."""
+    """ "array" for a Dask array, "dataframe" for a Dask DataFrame or Series, else None."""
     import dask.array as da
     import dask.dataframe as dd
+
     if isinstance(obj, da.Array):
         return "array"
     if isinstance(obj, (dd.DataFrame, dd.Series)):
@@ -161,11 +168,15 @@ def to_backend(obj, family: Family):
     has it already, else Dask's ``to_backend`` (``map_blocks`` / ``map_partitions`` of the chunk
     library's converter: CuPy / cuDF from NumPy / pandas and back)."""
     import dask.dataframe as dd
+
     collection = collection_kind(obj)
     if collection is None:
         raise TypeError(f"to_backend converts Dask arrays, DataFrames and Series, not {type(obj).__name__}")
-    target, module = (family.array_backend, family.array_module) if collection == "array" else \
-        (family.dataframe_backend, family.dataframe_module)
+    target, module = (
+        (family.array_backend, family.array_module)
+        if collection == "array"
+        else (family.dataframe_backend, family.dataframe_module)
+    )
     if type(obj._meta).__module__.partition(".")[0] == module.partition(".")[0]:
         return obj  # on the family already
     family.check(family.names[0], collection)
@@ -173,14 +184,18 @@ def to_backend(obj, family: Family):
     if collection == "dataframe" and family.dataframe_module == "pandas" and _default_str() is not None:
         strings = _na_strings(out._meta)
         if strings:  # cuDF -> pandas gives "string" (pd.NA) columns; pandas' own default is "str"
-            out = out.astype(dict.fromkeys(strings, _default_str())) if isinstance(out, dd.DataFrame) \
+            out = (
+                out.astype(dict.fromkeys(strings, _default_str()))
+                if isinstance(out, dd.DataFrame)
                 else out.astype(_default_str())
+            )
     return out
 
 
 def _default_str():
     """pandas' default string dtype when it is the NaN-missing ``str`` (pandas >= 3), else None."""
     import pandas as pd
+
     dt = pd.Series(["a"]).dtype
     return dt if isinstance(dt, pd.StringDtype) and dt.na_value is not pd.NA else None
 
@@ -188,6 +203,7 @@ def _default_str():
 def _na_strings(meta) -> list:
     """The columns (or [the Series' name]) of ``meta`` with the pd.NA-missing ``string`` dtype."""
     import pandas as pd
+
     dtypes = meta.dtypes.items() if isinstance(meta, pd.DataFrame) else [(meta.name, meta.dtype)]
     return [c for c, dt in dtypes if isinstance(dt, pd.StringDtype) and dt.na_value is pd.NA]
 
@@ -236,10 +252,19 @@ def on_workers(obj, family: Family, conversion: str):
     if kind == "array":
         import dask.array as da
         from dask.highlevelgraph import HighLevelGraph
-        return da.Array(HighLevelGraph.from_collections(name, dsk, dependencies=()), name, obj.chunks,
-                        dtype=obj.dtype, meta=empty_array(family, obj.ndim, obj.dtype))
+
+        return da.Array(
+            HighLevelGraph.from_collections(name, dsk, dependencies=()),
+            name,
+            obj.chunks,
+            dtype=obj.dtype,
+            meta=empty_array(family, obj.ndim, obj.dtype),
+        )
     import dask.dataframe as dd
-    return dd.from_graph(_Graph(dsk, token), convert_frame(obj._meta, module), obj.divisions, new_keys, PREFIX)
+
+    return dd.from_graph(
+        _Graph(dsk, token), convert_frame(obj._meta, module), obj.divisions, new_keys, PREFIX
+    )
 
 
 class _Graph(dict):
@@ -293,7 +318,9 @@ def host_copy(frame, family: Family, conversion: str):
     these host outputs as allowed, with the conversion's reason, not as foreign chunks. The
     family travels with each task: unpickling it imports the module that registers its chunk
     types with :func:`to_host` (a worker may not have imported it otherwise)."""
-    return frame.map_partitions(_host_part_noted, family, conversion, meta=to_host(frame._meta), token="to_host")
+    return frame.map_partitions(
+        _host_part_noted, family, conversion, meta=to_host(frame._meta), token="to_host"
+    )
 
 
 def _host_part_noted(part, family: Family, conversion: str):
@@ -324,12 +351,14 @@ def _noted(conversion: str, block, host_copy: bool = False) -> None:
     by its key. Nothing outside a ``distributed`` worker."""
     try:
         from distributed import get_worker
+
         worker = get_worker()
     except (ImportError, ValueError):
         return
     plugins = [p for p in list(worker.plugins.values()) if hasattr(p, "note_conversion")]
     if plugins:
         from dask.sizeof import sizeof
+
         nbytes = int(sizeof(block))
         key = worker.get_current_task() if host_copy else None
         for p in plugins:

@@ -1,4 +1,5 @@
 """The CPU family: NumPy arrays and pandas frames on a ``distributed.LocalCluster``."""
+
 from __future__ import annotations
 
 from .family import Family, Knobs

@@ -38,6 +38,7 @@ Dask has no hook that runs when building an expression fails (``new_collection``
 by name into each module), and its optimizer runs at compute time, when the user's call site
 is gone; see docs/fallback.md for the limits.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -58,12 +59,33 @@ from ..errors import UserError
 from . import _dask_private, convert, host_collections
 from .family import HOST_CHUNKS
 
-EXCLUDED = frozenset({
-    "compute", "persist", "head", "tail", "visualize", "explain", "pprint", "analyze", "optimize",
-    "simplify", "lower_once", "lower_completely", "to_backend", "to_delayed", "to_dask_array", "to_html",
-    "to_string", "to_records", "enforce_runtime_divisions", "memory_usage_per_partition", "get_partition",
-    "dask", "expr",
-})
+EXCLUDED = frozenset(
+    {
+        "compute",
+        "persist",
+        "head",
+        "tail",
+        "visualize",
+        "explain",
+        "pprint",
+        "analyze",
+        "optimize",
+        "simplify",
+        "lower_once",
+        "lower_completely",
+        "to_backend",
+        "to_delayed",
+        "to_dask_array",
+        "to_html",
+        "to_string",
+        "to_records",
+        "enforce_runtime_divisions",
+        "memory_usage_per_partition",
+        "get_partition",
+        "dask",
+        "expr",
+    }
+)
 """Methods never retried on the host: those that compute what is already built (a task that
 fails on a worker fails the same way under a host copy of its input) or leave the family."""
 
@@ -114,10 +136,15 @@ class Fallback:
         return {**asdict(self), "where": self.where}
 
     def line_text(self) -> str:
-        how = (f"{self.partitions} partition(s) copied to pandas" if self.to_host else
-               f"made by Dask's host backend, {self.partitions} partition(s)")
-        return (f"{self.where}: {self.operation} failed on the {self.family} family ({self.error}); "
-                f"ran on the host ({how}; {self.returns})")
+        how = (
+            f"{self.partitions} partition(s) copied to pandas"
+            if self.to_host
+            else f"made by Dask's host backend, {self.partitions} partition(s)"
+        )
+        return (
+            f"{self.where}: {self.operation} failed on the {self.family} family ({self.error}); "
+            f"ran on the host ({how}; {self.returns})"
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -156,19 +183,28 @@ def _fall_back(s, fn, self, name, args, kwargs, err: Exception, caller):
     if site is None:
         raise err  # gpuscale's own code: left as it fails
     operation = f"{type(self).__name__}.{name}"
-    fb = Fallback(id=uuid.uuid4().hex[:12], operation=operation, file=site[0], line=site[1],
-                  error=_one_line(err), family=s.family.name,
-                  to_host=uuid.uuid4().hex[:12], back=uuid.uuid4().hex[:12])
+    fb = Fallback(
+        id=uuid.uuid4().hex[:12],
+        operation=operation,
+        file=site[0],
+        line=site[1],
+        error=_one_line(err),
+        family=s.family.name,
+        to_host=uuid.uuid4().hex[:12],
+        back=uuid.uuid4().hex[:12],
+    )
     moved: list = []
     try:
         h_self, h_args, h_kwargs = _host(s, (self, args, kwargs), fb, moved)
         if not moved:
             raise err  # nothing of the family's involved: not its gap
         if s.mode == "strict":
-            raise UserError(f"{fb.where}: {operation} fails on the {fb.family} family ({fb.error}) "
-                            "(session.host-collections is strict: no host fallback)",
-                            "run it on the host with .to_backend('pandas') and back, or set "
-                            "session.host-collections to convert (host_collections='convert')") from err
+            raise UserError(
+                f"{fb.where}: {operation} fails on the {fb.family} family ({fb.error}) "
+                "(session.host-collections is strict: no host fallback)",
+                "run it on the host with .to_backend('pandas') and back, or set "
+                "session.host-collections to convert (host_collections='convert')",
+            ) from err
         out = fn(h_self, *h_args, **h_kwargs)
     except UserError:
         raise
@@ -189,16 +225,27 @@ def create(s, fn: Callable, label: str, args: tuple, kwargs: dict, err: Exceptio
     raises too; strict mode raises a one-line UserError."""
     site = host_collections.call_site(caller)
     kind = "array" if label.startswith("dask.array.") else "dataframe"
-    own = getattr(s.family, f"{kind}_backend") != HOST_BACKENDS[f"{kind}.backend"]  # a Dask backend of its own
+    own = (
+        getattr(s.family, f"{kind}_backend") != HOST_BACKENDS[f"{kind}.backend"]
+    )  # a Dask backend of its own
     if site is None or not own or isinstance(err, NEVER):
         raise err
-    fb = Fallback(id=uuid.uuid4().hex[:12], operation=label, file=site[0], line=site[1], error=_one_line(err),
-                  family=s.family.name, back=uuid.uuid4().hex[:12])
+    fb = Fallback(
+        id=uuid.uuid4().hex[:12],
+        operation=label,
+        file=site[0],
+        line=site[1],
+        error=_one_line(err),
+        family=s.family.name,
+        back=uuid.uuid4().hex[:12],
+    )
     if s.mode == "strict":
-        raise UserError(f"{fb.where}: {label} fails under the {fb.family} family's Dask backend ({fb.error}) "
-                        "(session.host-collections is strict: no host fallback)",
-                        "read on the host with dask.config.set({'dataframe.backend': 'pandas'}) and "
-                        "s.to_backend(collection), or set session.host-collections to convert") from err
+        raise UserError(
+            f"{fb.where}: {label} fails under the {fb.family} family's Dask backend ({fb.error}) "
+            "(session.host-collections is strict: no host fallback)",
+            "read on the host with dask.config.set({'dataframe.backend': 'pandas'}) and "
+            "s.to_backend(collection), or set session.host-collections to convert",
+        ) from err
     try:
         with dask.config.set(HOST_BACKENDS):
             out = fn(*args, **kwargs)
@@ -211,11 +258,20 @@ def create(s, fn: Callable, label: str, args: tuple, kwargs: dict, err: Exceptio
     fb.partitions = host_collections._blocks(out)
     result = convert.on_workers(out, s.family, fb.back)
     fb.returns = "its result on the family"
-    convs = [host_collections.Conversion(
-        id=fb.back, function=f"fallback {label}", file=fb.file, line=fb.line, collection=kind,
-        from_type=f"{type(meta).__module__.partition('.')[0]}.{type(meta).__name__}",
-        to_module=s.family.chunk_module(kind), partitions=fb.partitions, action="fallback",
-        why=f"host fallback of {label}: {fb.error}")]
+    convs = [
+        host_collections.Conversion(
+            id=fb.back,
+            function=f"fallback {label}",
+            file=fb.file,
+            line=fb.line,
+            collection=kind,
+            from_type=f"{type(meta).__module__.partition('.')[0]}.{type(meta).__name__}",
+            to_module=s.family.chunk_module(kind),
+            partitions=fb.partitions,
+            action="fallback",
+            why=f"host fallback of {label}: {fb.error}",
+        )
+    ]
     return _announce(s, fb, convs, result)
 
 
@@ -266,8 +322,9 @@ def _back(s, out, fb: Fallback):
     if kind == "dataframe":
         module = s.family.dataframe_module
         meta = convert.convert_frame(out._meta, module)
-        back = out.map_partitions(convert._convert_part_noted, module, fb.back, meta=meta,
-                                  enforce_metadata=False, token="from_host")
+        back = out.map_partitions(
+            convert._convert_part_noted, module, fb.back, meta=meta, enforce_metadata=False, token="from_host"
+        )
         s.host_of[back._name] = out
         fb.prefixes = sorted(set(fb.prefixes) | _prefixes(out))
         return back
@@ -280,17 +337,42 @@ def _record(s, fb: Fallback, moved: list, result):
     """Count, name and announce ``fb`` (its conversions in the scope; the warning once per site)."""
     Conversion = host_collections.Conversion
     fb.partitions = sum(int(x.npartitions) for x in {id(m): m for m in moved}.values())
-    fb.returns = ("its result back on the family" if convert.collection_kind(result) == "dataframe" else
-                  "a host object whose results go back" if type(result) in _WRAPPED_TYPES else "a value")
+    fb.returns = (
+        "its result back on the family"
+        if convert.collection_kind(result) == "dataframe"
+        else "a host object whose results go back"
+        if type(result) in _WRAPPED_TYPES
+        else "a value"
+    )
     meta = moved[0]._meta
     from_type = f"{type(meta).__module__.partition('.')[0]}.{type(meta).__name__}"
     why = f"host fallback of {fb.operation}: {fb.error}"
-    convs = [Conversion(id=fb.to_host, function=f"fallback {fb.operation}", file=fb.file, line=fb.line,
-                        collection="dataframe", from_type=from_type, to_module=HOST_CHUNKS["dataframe"],
-                        partitions=fb.partitions, action="fallback", why=why),
-             Conversion(id=fb.back, function=f"fallback {fb.operation}", file=fb.file, line=fb.line,
-                        collection="dataframe", from_type="pandas.DataFrame", to_module=s.family.dataframe_module,
-                        partitions=getattr(result, "npartitions", 0) or 0, action="fallback", why=why)]
+    convs = [
+        Conversion(
+            id=fb.to_host,
+            function=f"fallback {fb.operation}",
+            file=fb.file,
+            line=fb.line,
+            collection="dataframe",
+            from_type=from_type,
+            to_module=HOST_CHUNKS["dataframe"],
+            partitions=fb.partitions,
+            action="fallback",
+            why=why,
+        ),
+        Conversion(
+            id=fb.back,
+            function=f"fallback {fb.operation}",
+            file=fb.file,
+            line=fb.line,
+            collection="dataframe",
+            from_type="pandas.DataFrame",
+            to_module=s.family.dataframe_module,
+            partitions=getattr(result, "npartitions", 0) or 0,
+            action="fallback",
+            why=why,
+        ),
+    ]
     return _announce(s, fb, convs, result)
 
 
@@ -308,6 +390,7 @@ def _announce(s, fb: Fallback, convs: list, result):
 def _prefixes(x) -> set[str]:
     """The task prefixes of a collection's graph (empty for anything else)."""
     from dask.utils import key_split
+
     try:
         graph = x.__dask_graph__()
     except Exception:  # noqa: BLE001 - not a collection, or one whose graph cannot be built here
@@ -340,7 +423,11 @@ def _wrap(name: str, fn: Callable) -> Callable:
 def _methods(cls: type, dunders: tuple[str, ...]):
     for name, fn in list(vars(cls).items()):
         public = not name.startswith("_") and name not in EXCLUDED
-        if (public or name in dunders) and callable(fn) and not isinstance(fn, (type, staticmethod, classmethod)):
+        if (
+            (public or name in dunders)
+            and callable(fn)
+            and not isinstance(fn, (type, staticmethod, classmethod))
+        ):
             yield name, fn
 
 
@@ -359,7 +446,7 @@ def install(family=None) -> None:
     and groupby objects override some), called with the host-collection wrappers. ``family``:
     its DataFrame libraries (``knobs.pre_import["dataframe"]``: cuDF, dask-cudf) are imported
     first, so the subclasses they define exist."""
-    for module in (family.knobs.pre_import.get("dataframe", ()) if family is not None else ()):
+    for module in family.knobs.pre_import.get("dataframe", ()) if family is not None else ():
         if importlib.util.find_spec(module.partition(".")[0]) is not None:
             with contextlib.suppress(Exception):  # a broken install: its own import reports it
                 importlib.import_module(module)

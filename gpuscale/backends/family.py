@@ -1,6 +1,7 @@
 """A backend family: its chunk libraries and where their chunks live, the cluster kind that
 runs them, and the knobs that make them fast (:class:`Knobs`); subclass :class:`Family` to
 change how it probes, synchronizes or sizes memory."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -160,8 +161,7 @@ class Family:
             raise missing_module(miss[0], f"backend '{requested}'", miss[1])
         ok, why = self.probe()
         if not ok:
-            raise UserError(f"backend '{requested}' cannot run here: {why}",
-                            "use --backend cpu (or auto)")
+            raise UserError(f"backend '{requested}' cannot run here: {why}", "use --backend cpu (or auto)")
 
     # -- behaviour ----------------------------------------------------------------------
     def synchronize(self, client) -> None:
@@ -177,6 +177,7 @@ class Family:
     def worker_memory(self, client) -> dict[str, int]:
         """Memory per worker that holds this family's chunks (host memory limit on CPU)."""
         from ..cluster import workers
+
         info = workers(client)
         return {addr: int(w.get("memory_limit") or 0) for addr, w in info.items()}
 
@@ -195,7 +196,11 @@ class Family:
         Dask collection modules it needs to unpack a graph. Seconds taken."""
         t0 = time.perf_counter()
         client.run(_warm_worker, self.array_module, self.dataframe_module)
-        modules = {self.array_module, self.dataframe_module, *(m for ms in self.knobs.pre_import.values() for m in ms)}
+        modules = {
+            self.array_module,
+            self.dataframe_module,
+            *(m for ms in self.knobs.pre_import.values() for m in ms),
+        }
         client.run_on_scheduler(_warm_scheduler, sorted(modules))
         self.synchronize(client)
         return time.perf_counter() - t0
@@ -207,8 +212,11 @@ class Family:
         libraries to build collections (cuDF takes 2 s to import) and would otherwise import
         them after the cluster is up, while here the import overlaps the workers' start.
         Errors are left to the real import, which reports them."""
-        todo = [m for m in self.knobs.pre_import.get(collection or "session", ())
-                if m not in sys.modules and importlib.util.find_spec(m.split(".")[0]) is not None]
+        todo = [
+            m
+            for m in self.knobs.pre_import.get(collection or "session", ())
+            if m not in sys.modules and importlib.util.find_spec(m.split(".")[0]) is not None
+        ]
         if not todo:
             return None
 
@@ -240,7 +248,10 @@ class Family:
         """The loss (and the columns it hits) when ``writer`` writes partitions like ``meta``
         with this family's chunk library; None when the writer keeps them whole."""
         lossy = self.lossy_writers.get(writer)
-        if lossy is None or type(meta).__module__.partition(".")[0] != self.dataframe_module.partition(".")[0]:
+        if (
+            lossy is None
+            or type(meta).__module__.partition(".")[0] != self.dataframe_module.partition(".")[0]
+        ):
             return None
         columns = lossy.loses(meta)
         return (lossy, columns) if columns else None
@@ -249,8 +260,15 @@ class Family:
         """The dask.config values this family sets (scoped to a session or run)."""
         return {"array.backend": self.array_backend, "dataframe.backend": self.dataframe_backend}
 
-    def worker_layout(self, collection: str | None, cores: int, gpus: int = 0, *,
-                      workers: int | None = None, threads: int | None = None) -> tuple[int, int, str]:
+    def worker_layout(
+        self,
+        collection: str | None,
+        cores: int,
+        gpus: int = 0,
+        *,
+        workers: int | None = None,
+        threads: int | None = None,
+    ) -> tuple[int, int, str]:
         """(workers, threads per worker, why) of a cluster of processes on ``cores`` cores: the
         one rule behind ``gpuscale run WORKLOAD`` (``collection``: the workload's), ``cluster up``
         / ``cluster show`` / ``gpuscale.session()`` (``collection`` None, or ``--for``) and
@@ -270,11 +288,18 @@ class Family:
         tpw = self.knobs.threads_per_worker.get(collection or "session")
         if tpw is None:
             from distributed.deploy.utils import nprocesses_nthreads
+
             n, t = nprocesses_nthreads(cores)
             return n, t, f"distributed's default split of {cores} cores"
         tpw = max(1, min(tpw, cores))
-        return max(1, cores // tpw), tpw, (f"{self.name} family for {collection or 'session'} work: "
-                                           f"{tpw} thread(s) per worker on {cores} cores")
+        return (
+            max(1, cores // tpw),
+            tpw,
+            (
+                f"{self.name} family for {collection or 'session'} work: "
+                f"{tpw} thread(s) per worker on {cores} cores"
+            ),
+        )
 
 
 def _warm_worker(array_module: str, dataframe_module: str) -> None:

@@ -3,6 +3,7 @@
 Nothing here imports a GPU library at module level; the functions that run on workers
 import CuPy when they run.
 """
+
 from __future__ import annotations
 
 from .convert import finished_by_type, to_host
@@ -14,6 +15,7 @@ GPU_INSTALL = "pip install 'gpuscale[gpu]'  (CuPy, cuDF, dask-cuda for CUDA 13)"
 
 def _device_synchronize() -> None:
     import cupy
+
     cupy.cuda.runtime.deviceSynchronize()
 
 
@@ -21,12 +23,14 @@ def _synced(block):
     """The block, once its device has finished every queued kernel (runs inside the task that
     returns it)."""
     import cupy
+
     cupy.cuda.runtime.deviceSynchronize()
     return block
 
 
 def _device_total_memory() -> int:
     import cupy
+
     return int(cupy.cuda.runtime.memGetInfo()[1])
 
 
@@ -42,15 +46,18 @@ def _device_watch(start: bool, dask_worker=None) -> dict:
     * cuDF's spilling (``--device-spill cudf``): its spill manager's totals (bytes, seconds).
     Nothing here raises: a part that cannot be read is absent."""
     import sys
+
     state = dask_worker.__dict__.setdefault("_gpuscale_device_watch", {"moved": {}, "pushed": 0})
     out: dict = {}
     try:
         import rmm.mr
+
         stats = _statistics_adaptor()
         if start:
             if stats is None:
-                rmm.mr.set_current_device_resource(rmm.mr.StatisticsResourceAdaptor(
-                    rmm.mr.get_current_device_resource()))
+                rmm.mr.set_current_device_resource(
+                    rmm.mr.StatisticsResourceAdaptor(rmm.mr.get_current_device_resource())
+                )
                 stats = _statistics_adaptor()
             while state["pushed"]:  # a run that ended in an error never read its counter
                 stats.pop_counters()
@@ -77,12 +84,14 @@ def _device_watch(start: bool, dask_worker=None) -> dict:
 
             def count(key, value, label=label, weight=weight):
                 moved[label] += int(weight(key, value))
+
             callbacks.append(count)
         out[label] = moved[label]
     cudf = sys.modules.get("cudf")
     if cudf is not None:
         try:
             from cudf.core.buffer.spill_manager import get_global_manager
+
             mgr = get_global_manager()
             if mgr is not None:
                 nbytes, secs = mgr.statistics.spill_totals.get(("gpu", "cpu"), (0, 0.0))
@@ -96,6 +105,7 @@ def _statistics_adaptor():
     """RMM's statistics adaptor in the worker's resource chain (cuDF's spilling may have put
     its own adaptor above it since), or None."""
     import rmm.mr
+
     mr = rmm.mr.get_current_device_resource()
     for _ in range(16):
         if isinstance(mr, rmm.mr.StatisticsResourceAdaptor):
@@ -113,6 +123,7 @@ class GpuFamily(Family):
         if miss:
             return False, f"{miss[0]} is not installed"
         from .. import machine
+
         n = len(machine.gpus())
         if n == 0:
             return False, "no CUDA GPU is visible (NVML reports none)"
@@ -129,9 +140,11 @@ class GpuFamily(Family):
         # measured slower on an H200 (shape_grid.py, same machine: groupby at 10 M rows
         # 0.027-0.029 s with a wrapper task against 0.020-0.022 s with the round trip)
         import dask.array as da
+
         if isinstance(collection, da.Array):
             return collection.map_blocks(_synced, dtype=collection.dtype, meta=collection._meta)
         import dask.dataframe as dd
+
         if not isinstance(collection, (dd.DataFrame, dd.Series)):  # a Delayed answers any attribute
             return None
         finish = getattr(type(collection.expr), "finished_by", None)
@@ -139,6 +152,7 @@ class GpuFamily(Family):
         if expr is None:
             return None
         from dask.dataframe.dask_expr._collection import new_collection
+
         return new_collection(expr)
 
     def worker_memory(self, client) -> dict[str, int]:
@@ -187,11 +201,12 @@ FAMILY = GpuFamily(
         # dask-cuda's everywhere (cuDF spills frames only, and costs every run: the reason below)
         device_spill={"array": "dask-cuda", "dataframe": "dask-cuda", "session": "dask-cuda"},
         # measured on an H200 (workflows/spill_gpu.py, shape_grid.py; docs/bench-h200/session12)
-        device_spill_reason=("cuDF's spilling moved a 1.4 GB Parquet groupby at a 1 GB cap 2.9 x faster "
-                             "(0.80 s vs 2.31 s), but it is on for every run of the cluster, and a 100 M-row "
-                             "groupby that fits took 3.0-3.5 s with it against 0.043-0.059 s without"),
-        pre_import={"array": ("cupy",), "dataframe": ("cupy", "cudf", "dask_cudf"),
-                    "session": ("cupy",)},
+        device_spill_reason=(
+            "cuDF's spilling moved a 1.4 GB Parquet groupby at a 1 GB cap 2.9 x faster "
+            "(0.80 s vs 2.31 s), but it is on for every run of the cluster, and a 100 M-row "
+            "groupby that fits took 3.0-3.5 s with it against 0.043-0.059 s without"
+        ),
+        pre_import={"array": ("cupy",), "dataframe": ("cupy", "cudf", "dask_cudf"), "session": ("cupy",)},
         # CuPy's FFT of a real block first makes a complex copy (2 x the block), and cuFFT's
         # work area is as large again as the output: the device allocator's peak on an H200 was
         # 7 x the real input of a one-chunk 4096 x 4096 and 8192 x 4096 transform, against the
@@ -210,12 +225,18 @@ FAMILY = GpuFamily(
     # workflows/spill_gpu.py on an H200: capped at 8 GB, svd at 3 x the cap spilled through
     # dask-cuda at 48 x the in-memory time per byte (~2.5 GB/s device <-> host), groupby 17 x;
     # capped at 2 GB and streamed, 0.75 x and 2.15 x (docs/benchmarks.md, "Streaming on the GPU")
-    stream_first=("on an H200 at 3 x a capped device, spilling through dask-cuda took 48 x (svd) and 17 x "
-                  "(groupby) the in-memory time per byte, making the blocks again 0.75 x and 2.15 x"),
+    stream_first=(
+        "on an H200 at 3 x a capped device, spilling through dask-cuda took 48 x (svd) and 17 x "
+        "(groupby) the in-memory time per byte, making the blocks again 0.75 x and 2.15 x"
+    ),
     # cuDF writes float64 in CSV with 9 significant digits (rapidsai/cudf#6418, open since 2020):
     # read back, the data is not the data. pandas writes the shortest text that reads back exact.
-    lossy_writers={"to_csv": LossyWriter("cuDF's CSV writer keeps 9 significant digits of float64 values "
-                                         "(rapidsai/cudf#6418)", ("float64",))},
+    lossy_writers={
+        "to_csv": LossyWriter(
+            "cuDF's CSV writer keeps 9 significant digits of float64 values (rapidsai/cudf#6418)",
+            ("float64",),
+        )
+    },
 )
 
 

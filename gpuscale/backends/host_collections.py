@@ -91,6 +91,7 @@ Limits (documented in docs/guide/own-data.md)
       own (``delayed(make_meta)(...).compute()``, on the session's cluster) before the
       collection exists: that task's pandas output is listed by the audit. Give ``meta=``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -112,11 +113,33 @@ from .family import HOST_CHUNKS, Family
 MODES = ("convert", "warn", "strict", "off")
 
 FUNCTIONS: dict[str, tuple[str, ...]] = {
-    "dask.array": ("from_array", "asarray", "asanyarray", "from_zarr", "from_delayed", "from_npy_stack",
-                   "from_tiledb"),
-    "dask.dataframe": ("from_pandas", "from_dict", "from_array", "from_dask_array", "from_map", "from_delayed",
-                       "read_csv", "read_table", "read_fwf", "read_json", "read_hdf", "read_orc", "read_parquet",
-                       "read_sql", "read_sql_table", "read_sql_query"),
+    "dask.array": (
+        "from_array",
+        "asarray",
+        "asanyarray",
+        "from_zarr",
+        "from_delayed",
+        "from_npy_stack",
+        "from_tiledb",
+    ),
+    "dask.dataframe": (
+        "from_pandas",
+        "from_dict",
+        "from_array",
+        "from_dask_array",
+        "from_map",
+        "from_delayed",
+        "read_csv",
+        "read_table",
+        "read_fwf",
+        "read_json",
+        "read_hdf",
+        "read_orc",
+        "read_parquet",
+        "read_sql",
+        "read_sql_table",
+        "read_sql_query",
+    ),
     "dask.datasets": ("timeseries",),
 }
 """The creation functions wrapped in a session (module -> attribute names). Those that dispatch
@@ -208,26 +231,39 @@ class Scope:
         if site is None:
             return out  # built by gpuscale's own code (a workload, a route): left as built
         file, line = site
-        conv = Conversion(id=uuid.uuid4().hex[:12], function=function, file=file, line=line,
-                          collection=collection, from_type=f"{module}.{type(meta).__name__}",
-                          to_module=self.family.chunk_module(collection), partitions=_blocks(out),
-                          action=self.mode)
+        conv = Conversion(
+            id=uuid.uuid4().hex[:12],
+            function=function,
+            file=file,
+            line=line,
+            collection=collection,
+            from_type=f"{module}.{type(meta).__name__}",
+            to_module=self.family.chunk_module(collection),
+            partitions=_blocks(out),
+            action=self.mode,
+        )
         if self.mode == "strict":
-            raise UserError(f"{conv.where}: {_what(conv)} inside a session of the {self.family.name} family "
-                            "(session.host-collections is strict)", _fix(conv))
+            raise UserError(
+                f"{conv.where}: {_what(conv)} inside a session of the {self.family.name} family "
+                "(session.host-collections is strict)",
+                _fix(conv),
+            )
         if self.mode == "warn":
             with self.lock:
                 first = (file, line) not in self.warned
                 self.warned.add((file, line))
             if first:
-                warnings.warn_explicit(f"{conv.where}: {_what(conv)}, which stays on the host inside a session "
-                                       f"of the {self.family.name} family; {_fix(conv)}",
-                                       HostCollectionWarning, file, line)
+                warnings.warn_explicit(
+                    f"{conv.where}: {_what(conv)}, which stays on the host inside a session "
+                    f"of the {self.family.name} family; {_fix(conv)}",
+                    HostCollectionWarning,
+                    file,
+                    line,
+                )
             return out
         with self.lock:
             self.conversions.append(conv)
         return convert.on_workers(out, self.family, conv.id)
-
 
     def write(self, df, writer: str, function: str, caller):
         """The frame ``writer`` (``"to_csv"``, Dask's ``function``) should write, called from
@@ -244,13 +280,23 @@ class Scope:
         lossy, columns = hit
         file, line = site
         meta = df._meta
-        conv = Conversion(id=uuid.uuid4().hex[:12], function=function, file=file, line=line, collection="dataframe",
-                          from_type=f"{type(meta).__module__.partition('.')[0]}.{type(meta).__name__}",
-                          to_module=HOST_CHUNKS["dataframe"], partitions=_blocks(df), action=self.mode,
-                          why=f"{lossy.reason}: columns {', '.join(columns)}")
+        conv = Conversion(
+            id=uuid.uuid4().hex[:12],
+            function=function,
+            file=file,
+            line=line,
+            collection="dataframe",
+            from_type=f"{type(meta).__module__.partition('.')[0]}.{type(meta).__name__}",
+            to_module=HOST_CHUNKS["dataframe"],
+            partitions=_blocks(df),
+            action=self.mode,
+            why=f"{lossy.reason}: columns {', '.join(columns)}",
+        )
         what = f"{function} of {conv.partitions} {conv.from_type} partition(s) loses data ({conv.why})"
-        fix = (f"write through the host library with df.to_backend('{HOST_CHUNKS['dataframe']}').{writer}(...), "
-               "or write Parquet, or set session.host-collections to convert (host_collections='convert')")
+        fix = (
+            f"write through the host library with df.to_backend('{HOST_CHUNKS['dataframe']}').{writer}(...), "
+            "or write Parquet, or set session.host-collections to convert (host_collections='convert')"
+        )
         if self.mode == "strict":
             raise UserError(f"{conv.where}: {what} (session.host-collections is strict)", fix)
         if self.mode == "warn":
@@ -282,8 +328,11 @@ def _what(conv: Conversion) -> str:
 
 def _fix(conv: Conversion) -> str:
     name = conv.function.rpartition(".")[2]
-    build = (f"build it on the backend with s.to_backend(obj) instead of {name}(obj)" if name in IN_MEMORY
-             else "convert it on the workers with s.to_backend(collection)")
+    build = (
+        f"build it on the backend with s.to_backend(obj) instead of {name}(obj)"
+        if name in IN_MEMORY
+        else "convert it on the workers with s.to_backend(collection)"
+    )
     return f"{build}, or set session.host-collections to convert (host_collections='convert')"
 
 
@@ -321,8 +370,12 @@ def call_site(frame) -> tuple[str, int] | None:
 # ---------------------------------------------------------------------------------------
 # The scope and the wrappers
 # ---------------------------------------------------------------------------------------
-_SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("gpuscale_host_collections", default=None)
-_INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("gpuscale_host_collections_inside", default=False)
+_SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar(
+    "gpuscale_host_collections", default=None
+)
+_INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "gpuscale_host_collections_inside", default=False
+)
 _LOCK = threading.Lock()
 _USERS = 0
 _ORIGINALS: dict[tuple[str, str], Callable] = {}
@@ -428,8 +481,10 @@ def _install(family: Family | None = None) -> None:
             return
         if _FALLBACK is not None:
             _FALLBACK.install(family)
-        for table, wrap in ((FUNCTIONS, lambda module, name, fn: _wrap(module, name, fn)),
-                            (WRITERS, lambda module, name, fn: _wrap_writer(name, fn))):
+        for table, wrap in (
+            (FUNCTIONS, lambda module, name, fn: _wrap(module, name, fn)),
+            (WRITERS, lambda module, name, fn: _wrap_writer(name, fn)),
+        ):
             for module, names in table.items():
                 try:
                     mod = importlib.import_module(module)
@@ -453,7 +508,10 @@ def _uninstall() -> None:
             _FALLBACK.uninstall()
         for (module, name), fn in _ORIGINALS.items():
             mod = sys.modules.get(module)
-            if mod is not None and getattr(getattr(mod, name, None), "__gpuscale_host_collections__", None) is fn:
+            if (
+                mod is not None
+                and getattr(getattr(mod, name, None), "__gpuscale_host_collections__", None) is fn
+            ):
                 setattr(mod, name, fn)
         _ORIGINALS.clear()
 

@@ -4,6 +4,7 @@ The built-ins (:mod:`.cpu`, :mod:`.gpu`) and the families of installed packages 
 ``gpuscale.backends`` entry-point group; an entry point names a :class:`~.family.Family`
 instance) are registered on first use; :func:`select` resolves a name (or ``auto``) to one.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -36,6 +37,7 @@ def _load() -> None:
         return
     _LOADED = True
     from . import cpu, gpu
+
     register(cpu.FAMILY)
     register(gpu.FAMILY)
     for ep in importlib.metadata.entry_points(group="gpuscale.backends"):
@@ -112,11 +114,16 @@ def select(backend: str, collection: str | None = None, *, check: bool = True) -
         for fam in fams:
             ok, why = fam.probe()
             if ok and fam.missing(collection) is None:
-                return Selection("auto", fam, f"auto chose {fam.name}: {why}"
-                                 + (f" ({'; '.join(reasons)})" if reasons else ""))
+                return Selection(
+                    "auto",
+                    fam,
+                    f"auto chose {fam.name}: {why}" + (f" ({'; '.join(reasons)})" if reasons else ""),
+                )
             reasons.append(f"not {fam.name}: {why}")
-        raise UserError("auto found no usable backend family: " + "; ".join(reasons),
-                        "install the CPU stack with: pip install gpuscale")
+        raise UserError(
+            "auto found no usable backend family: " + "; ".join(reasons),
+            "install the CPU stack with: pip install gpuscale",
+        )
     for fam in fams:
         if backend in fam.names:
             if check:
@@ -132,6 +139,8 @@ def family_of(collection) -> Family:
     for fam in families():
         if top in (fam.array_module, fam.dataframe_module):
             return fam
-    raise UserError(f"no backend family handles {type(meta).__module__}.{type(meta).__name__} chunks",
-                    "convert the collection to one of: "
-                    + ", ".join(f"{f.array_module}/{f.dataframe_module}" for f in families()))
+    raise UserError(
+        f"no backend family handles {type(meta).__module__}.{type(meta).__name__} chunks",
+        "convert the collection to one of: "
+        + ", ".join(f"{f.array_module}/{f.dataframe_module}" for f in families()),
+    )

@@ -14,6 +14,7 @@ then the family's knob. An argument given to the call itself (``merge(..., shuff
 is Dask's business and always wins. The measurements behind each family's value are in
 docs/decisions.md, under the rule id.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,8 +45,13 @@ class Applied:
 
     def choice(self) -> dict[str, Any]:
         """The shape every explained choice has (:func:`gpuscale.choices.choice`)."""
-        return {"value": self.value, "source": self.source, "rule": f"{self.rule}: {self.why}",
-                "rule_id": self.rule, "dask_key": self.dask_key}
+        return {
+            "value": self.value,
+            "source": self.source,
+            "rule": f"{self.rule}: {self.why}",
+            "rule_id": self.rule,
+            "dask_key": self.dask_key,
+        }
 
 
 def plan(family: Family, setting: str, source: str) -> tuple[Applied, ...]:
@@ -65,14 +71,23 @@ def _shuffle(family: Family, setting: str, source: str) -> Applied:
         return applied(setting, source, "shuffle.setting", f"{SHUFFLE_SETTING} is {setting}")
     yours = dask.config.get(SHUFFLE_KEY, None)
     if yours:
-        return applied(yours, "dask.config", "shuffle.yours",
-                       f"{SHUFFLE_KEY} is set in Dask's config (yours): kept")
+        return applied(
+            yours, "dask.config", "shuffle.yours", f"{SHUFFLE_KEY} is set in Dask's config (yours): kept"
+        )
     method = family.knobs.shuffle_method
     if method is None:
-        return applied(None, "family", "shuffle.dask-default",
-                       f"the {family.name} family keeps Dask's default (P2P under distributed)")
-    return applied(method, "family", "shuffle.family",
-                   f"the {family.name} family's shuffle: {method} keeps its chunks where they live")
+        return applied(
+            None,
+            "family",
+            "shuffle.dask-default",
+            f"the {family.name} family keeps Dask's default (P2P under distributed)",
+        )
+    return applied(
+        method,
+        "family",
+        "shuffle.family",
+        f"the {family.name} family's shuffle: {method} keeps its chunks where they live",
+    )
 
 
 def dask_settings(applied: tuple[Applied, ...]) -> dict[str, Any]:

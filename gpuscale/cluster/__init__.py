@@ -10,6 +10,7 @@ Ctrl-C. One small module per kind: ``local`` (LocalCluster), ``cuda`` (LocalCUDA
 ``existing`` (a running scheduler), and the deploy targets on other hosts ``ssh``
 (SSHCluster), ``slurm`` (dask-jobqueue's SLURMCluster) and ``srun`` (its SLURMRunner).
 """
+
 from __future__ import annotations
 
 import ast
@@ -32,13 +33,19 @@ from ..choices import choice  # noqa: E402 - after the warnings filter above
 from ..errors import UserError  # noqa: E402 - after the warnings filter above
 from . import messages, protocols  # noqa: E402 - after the warnings filter above
 
-KINDS = {"local": "gpuscale.cluster.local", "cuda": "gpuscale.cluster.cuda",
-         "existing": "gpuscale.cluster.existing", "ssh": "gpuscale.cluster.ssh",
-         "slurm": "gpuscale.cluster.slurm", "srun": "gpuscale.cluster.srun"}
+KINDS = {
+    "local": "gpuscale.cluster.local",
+    "cuda": "gpuscale.cluster.cuda",
+    "existing": "gpuscale.cluster.existing",
+    "ssh": "gpuscale.cluster.ssh",
+    "slurm": "gpuscale.cluster.slurm",
+    "srun": "gpuscale.cluster.srun",
+}
 
 
 class ClusterSpec(BaseModel):
     """Everything needed to start the cluster, resolved to concrete values."""
+
     model_config = ConfigDict(frozen=True)
 
     kind: str
@@ -130,8 +137,10 @@ def check_addresses(host: str | None, dashboard: str | None) -> None:
     if not colon:
         name, port = "", text
     if not port.isdigit() or int(port) > 65535:
-        raise UserError(f"--dashboard-address {text!r} is not [HOST]:PORT",
-                        "e.g. --dashboard-address 127.0.0.1:8787 (port 0: any free port)")
+        raise UserError(
+            f"--dashboard-address {text!r} is not [HOST]:PORT",
+            "e.g. --dashboard-address 127.0.0.1:8787 (port 0: any free port)",
+        )
     if name:
         _check_bindable(name.strip("[]"), f"--dashboard-address {text}")
 
@@ -139,6 +148,7 @@ def check_addresses(host: str | None, dashboard: str | None) -> None:
 def _check_bindable(host: str, what: str) -> None:
     """A socket can listen on ``host`` here (port 0), or a UserError naming ``what``."""
     import socket
+
     fix = "give an address of this machine (127.0.0.1, a local interface's address, or 0.0.0.0 for all)"
     try:
         family, kind, proto, _, addr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
@@ -156,6 +166,7 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
     describe for this family, with the choices behind it (nothing is started). ``served``: a
     cluster kept up for other processes (``cluster up``), which :mod:`.security` protects."""
     from . import security
+
     settings = resolved.settings
     if settings.scheduler or settings.scheduler_file:
         kind = "existing"
@@ -163,13 +174,18 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
         deploy = settings.cluster.deploy
         kind = family.cluster_kind if deploy == "local" else deploy
     tls = settings.cluster.security == "tls" or served
-    proto, proto_choice = protocols.choose(settings.protocol, resolved.sources.get("protocol", "default"),
-                                           family, kind, tls)
+    proto, proto_choice = protocols.choose(
+        settings.protocol, resolved.sources.get("protocol", "default"), family, kind, tls
+    )
     spec = _kind(kind).spec(resolved, family, collection, proto)
     interval = messages.choose(resolved, kind)
     first = {} if kind == "existing" else {"protocol": proto_choice}  # a running cluster has its own
-    spec = spec.model_copy(update={"message_interval": interval["value"],
-                                   "choices": {**first, **spec.choices, "message_interval": interval}})
+    spec = spec.model_copy(
+        update={
+            "message_interval": interval["value"],
+            "choices": {**first, **spec.choices, "message_interval": interval},
+        }
+    )
     if kind in ("local", "cuda"):
         check_addresses(settings.cluster.host, settings.cluster.dashboard_address)
     if kind in ("local", "cuda") and settings.cluster.host:
@@ -193,8 +209,12 @@ def rmm_pool(c, family) -> tuple[Any, dict[str, Any] | None]:
         pool, source = family.knobs.rmm_pool_size, f"{family.name} family default (fraction of device memory)"
     if pool is None:
         return None, None
-    return pool, {"pool_size": pool, "maximum_pool_size": c.rmm.maximum_pool_size,
-                  "external_libs": list(c.rmm.external_libs), "source": source}
+    return pool, {
+        "pool_size": pool,
+        "maximum_pool_size": c.rmm.maximum_pool_size,
+        "external_libs": list(c.rmm.external_libs),
+        "source": source,
+    }
 
 
 def spilling_choice(family) -> dict[str, Any]:
@@ -204,15 +224,21 @@ def spilling_choice(family) -> dict[str, Any]:
     through the workers' own config)."""
     if family.spill_to is None:
         return choice(None, "family", f"the {family.name} family does not spill: data must fit")
-    fractions = {k: dask.config.get(f"distributed.worker.memory.{k}")
-                 for k in ("target", "spill", "pause", "terminate")}
-    return choice(fractions, "dask config",
-                  f"{family.spill_to}: each worker's local directory on its host, above target x its memory "
-                  "limit (distributed.worker.memory.*, this process's Dask config)")
+    fractions = {
+        k: dask.config.get(f"distributed.worker.memory.{k}")
+        for k in ("target", "spill", "pause", "terminate")
+    }
+    return choice(
+        fractions,
+        "dask config",
+        f"{family.spill_to}: each worker's local directory on its host, above target x its memory "
+        "limit (distributed.worker.memory.*, this process's Dask config)",
+    )
 
 
-def per_host_entry(spec: "ClusterSpec", worker_class: str, workers: Any, threads: Any,
-                   memory: Any = None) -> dict[str, Any]:
+def per_host_entry(
+    spec: "ClusterSpec", worker_class: str, workers: Any, threads: Any, memory: Any = None
+) -> dict[str, Any]:
     """What one host's workers get, from what the spec recorded: the worker class and count
     as the kind words them, threads, and the spec's choices of memory limit (``memory``: as
     the kind words it instead), RMM pool, spilling (GPU: the device memory limit),
@@ -221,14 +247,21 @@ def per_host_entry(spec: "ClusterSpec", worker_class: str, workers: Any, threads
 
     def shown(name: str) -> Any:
         c = ch.get(name) or {}  # the value; the rule where it says more (None, "auto", "default")
-        return c.get("rule") if c.get("value") in (None, "auto", "default") and c.get("rule") else c.get("value")
+        return (
+            c.get("rule") if c.get("value") in (None, "auto", "default") and c.get("rule") else c.get("value")
+        )
 
     spill = "device_memory_limit" if "device_memory_limit" in ch else "spilling"
-    return {"worker_class": worker_class, "workers": workers, "threads_per_worker": threads,
-            "memory_limit": shown("memory_limit") if memory is None else memory,
-            "rmm_pool_size": (spec.rmm or {}).get("pool_size"),
-            spill: shown(spill), "transports": shown("transports"),
-            "tls": spec.security == "tls"}
+    return {
+        "worker_class": worker_class,
+        "workers": workers,
+        "threads_per_worker": threads,
+        "memory_limit": shown("memory_limit") if memory is None else memory,
+        "rmm_pool_size": (spec.rmm or {}).get("pool_size"),
+        spill: shown(spill),
+        "transports": shown("transports"),
+        "tls": spec.security == "tls",
+    }
 
 
 def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> dict[str, Any]:
@@ -242,7 +275,9 @@ def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> d
         return choice(None, "family", f"the {family.name} family uses no RMM pool")
     if setting is None:
         return choice(None, source, "no pool (set by you)")
-    return choice(None, source, f"{setting!r} was set, but the {family.name} family's cluster has no RMM pool")
+    return choice(
+        None, source, f"{setting!r} was set, but the {family.name} family's cluster has no RMM pool"
+    )
 
 
 @contextlib.contextmanager
@@ -265,8 +300,11 @@ def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]
         status = getattr(getattr(cluster, "scheduler", None), "status", None)
         gone = getattr(status, "name", None) in ("closing", "closed", "failed")
         # a scheduler on another host (ssh): its client has lost it
-        gone = gone or (cluster is not None and client is not None
-                        and str(getattr(client, "status", "running")) not in ("running", "newly-created"))
+        gone = gone or (
+            cluster is not None
+            and client is not None
+            and str(getattr(client, "status", "running")) not in ("running", "newly-created")
+        )
         with contextlib.ExitStack() as quick:
             if gone:
                 quick.enter_context(dask.config.set({"distributed.comm.timeouts.connect": "1s"}))
@@ -292,8 +330,10 @@ def _quiet(name: str) -> Iterator[None]:
 
 def start_error(spec: ClusterSpec, exc: BaseException) -> UserError:
     other = "" if spec.family == "cpu" else ", or use --backend cpu"
-    return UserError(f"could not start {spec.cls} ({type(exc).__name__}: {exc})",
-                     f"check `gpuscale cluster show` and `gpuscale info`{other}")
+    return UserError(
+        f"could not start {spec.cls} ({type(exc).__name__}: {exc})",
+        f"check `gpuscale cluster show` and `gpuscale info`{other}",
+    )
 
 
 MAIN_GUARD = 'if __name__ == "__main__":'
@@ -330,8 +370,11 @@ def unguarded_main_call() -> str | None:
     except (OSError, SyntaxError, ValueError):
         return None
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and _is_main_guard(node.test) and \
-                node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno):
+        if (
+            isinstance(node, ast.If)
+            and _is_main_guard(node.test)
+            and node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno)
+        ):
             return None
     return f"{path}:{line}"
 
@@ -341,8 +384,9 @@ def _is_main_guard(test: ast.expr) -> bool:
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
         return False
     sides = [test.left, test.comparators[0]]
-    return any(isinstance(a, ast.Name) and a.id == "__name__" for a in sides) and \
-        any(isinstance(a, ast.Constant) and a.value == "__main__" for a in sides)
+    return any(isinstance(a, ast.Name) and a.id == "__name__" for a in sides) and any(
+        isinstance(a, ast.Constant) and a.value == "__main__" for a in sides
+    )
 
 
 def check_main_guard() -> None:
@@ -350,9 +394,11 @@ def check_main_guard() -> None:
     ``__main__`` guard (see :func:`unguarded_main_call`)."""
     where = unguarded_main_call()
     if where:
-        raise UserError(f"{where} starts a cluster outside `{MAIN_GUARD}`, so every worker process would "
-                        "run this script again as it starts",
-                        f"put the code that starts it under `{MAIN_GUARD}` (or run it in a notebook)")
+        raise UserError(
+            f"{where} starts a cluster outside `{MAIN_GUARD}`, so every worker process would "
+            "run this script again as it starts",
+            f"put the code that starts it under `{MAIN_GUARD}` (or run it in a notebook)",
+        )
 
 
 def construct(spec: ClusterSpec, factory):
@@ -363,12 +409,15 @@ def construct(spec: ClusterSpec, factory):
     An ordinary exception becomes the one-line :func:`start_error`."""
     from distributed.core import Status
     from distributed.deploy.spec import SpecCluster
+
     check_main_guard()
     from .detach import MODULE as detach
+
     before = set(SpecCluster._instances)
     config = messages.construct_config(spec.message_interval)
-    preload = list(config.get("distributed.worker.preload") or dask.config.get("distributed.worker.preload", None)
-                   or [])
+    preload = list(
+        config.get("distributed.worker.preload") or dask.config.get("distributed.worker.preload", None) or []
+    )
     config["distributed.worker.preload"] = preload if detach in preload else [detach, *preload]
     try:
         # the workers' nannies keep this config (their processes inherit it), restarts included
@@ -389,6 +438,7 @@ def planned_worker_memory(spec: ClusterSpec) -> list[int]:
     it once running: device memory per GPU for a GPU cluster, the host memory limit
     otherwise; [] when unknown (a running scheduler's)."""
     from .. import machine
+
     if spec.scheduler is not None:
         return []
     if spec.gpus is not None:

@@ -3,6 +3,7 @@
 CuPy is routed through RMM (``rmm_allocator_external_lib_list``) whenever a pool is set, so
 CuPy and cuDF share one pool instead of CuPy starving beside it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,25 +29,34 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         gpus = list(c.gpus)
         unknown = [g for g in gpus if visible and g not in visible]
         if unknown:
-            raise UserError(f"GPU(s) {unknown} are not visible here (visible: {visible})",
-                            "pick visible GPUs with --gpus, e.g. --gpus " + ",".join(map(str, visible)))
+            raise UserError(
+                f"GPU(s) {unknown} are not visible here (visible: {visible})",
+                "pick visible GPUs with --gpus, e.g. --gpus " + ",".join(map(str, visible)),
+            )
     else:
         gpus = visible
         if not gpus:
             notes.append("no GPU is visible here: this spec cannot start on this machine")
     if c.workers is not None:
         if gpus and c.workers > len(gpus):
-            raise UserError(f"--workers {c.workers} exceeds the {len(gpus)} GPU(s) selected",
-                            "a GPU cluster runs one worker per GPU: lower --workers or add --gpus")
-        gpus = gpus[:c.workers]
+            raise UserError(
+                f"--workers {c.workers} exceeds the {len(gpus)} GPU(s) selected",
+                "a GPU cluster runs one worker per GPU: lower --workers or add --gpus",
+            )
+        gpus = gpus[: c.workers]
     family_threads = family.knobs.threads_per_worker.get(collection or "session")
     threads = c.threads_per_worker or family_threads or 1
 
     pool, rmm = rmm_pool(c, family)
     pool_rule = None
-    kwargs = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)) or None, "n_workers": len(gpus) or None,
-              "threads_per_worker": threads, "memory_limit": c.memory_limit,
-              "dashboard_address": c.dashboard_address, **proto.transport_kwargs(c.ucx)}
+    kwargs = {
+        "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)) or None,
+        "n_workers": len(gpus) or None,
+        "threads_per_worker": threads,
+        "memory_limit": c.memory_limit,
+        "dashboard_address": c.dashboard_address,
+        **proto.transport_kwargs(c.ucx),
+    }
     if pool is not None:
         kwargs["rmm_pool_size"] = pool
         if c.rmm.maximum_pool_size is not None:
@@ -57,7 +67,9 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
         known = [sizes[g] for g in gpus if g in sizes]
         if isinstance(pool, float) and pool <= 1 and known:
-            pool_rule += f": {pool:g} x {format_bytes(min(known))} = {format_bytes(int(pool * min(known)))} per GPU"
+            pool_rule += (
+                f": {pool:g} x {format_bytes(min(known))} = {format_bytes(int(pool * min(known)))} per GPU"
+            )
     knobs = worker_knobs(resolved, family, collection, proto, gpus)
     kwargs.update(knobs.options)
     dask_config = dict(knobs.dask_config)
@@ -67,7 +79,9 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
 
     if c.ucx.nvlink:
         if not proto.switches_transports:
-            raise UserError(f"NVLink was requested over {proto.name.upper()}", "use --protocol ucx with NVLink")
+            raise UserError(
+                f"NVLink was requested over {proto.name.upper()}", "use --protocol ucx with NVLink"
+            )
         if len(gpus) < 2:
             notes.append("warning: NVLink requested but only one GPU is used; it carries nothing here")
         elif not machine.nvlink_connected(gpus):
@@ -76,26 +90,49 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     limit = memory_bytes(c.memory_limit, 1, max(1, len(gpus)))
     choices = {
         "transports": proto.transports_choice(c.ucx, transports, src),
-        "gpus": choice(list(gpus), src.get("cluster.gpus", "default"), None) if c.gpus is not None
+        "gpus": choice(list(gpus), src.get("cluster.gpus", "default"), None)
+        if c.gpus is not None
         else choice(list(gpus), "rule", f"every visible GPU ({len(gpus)})"),
-        "workers": choice(len(gpus), src.get("cluster.workers", "flag"), None) if c.workers is not None
+        "workers": choice(len(gpus), src.get("cluster.workers", "flag"), None)
+        if c.workers is not None
         else choice(len(gpus), "rule", f"one worker per selected GPU: {len(gpus)} GPU(s) {list(gpus)}"),
         "threads_per_worker": choice(threads, src.get("cluster.threads-per-worker", "flag"), None)
-        if c.threads_per_worker is not None else
-        choice(threads, "family", f"{family.name} family for {collection or 'session'} work: "
-                                  f"{family_threads} thread(s) per worker") if family_threads is not None
+        if c.threads_per_worker is not None
+        else choice(
+            threads,
+            "family",
+            f"{family.name} family for {collection or 'session'} work: {family_threads} thread(s) per worker",
+        )
+        if family_threads is not None
         else choice(threads, "rule", None),
-        "memory_limit": memory_choice(resolved, limit, "auto: this machine's {host} of host memory split "
-                                      f"over {max(1, len(gpus))} worker(s) = {{value}} each"),
+        "memory_limit": memory_choice(
+            resolved,
+            limit,
+            "auto: this machine's {host} of host memory split "
+            f"over {max(1, len(gpus))} worker(s) = {{value}} each",
+        ),
         "rmm_pool_size": rmm_choice(resolved, family, pool, pool_rule),
         **knobs.choices,
     }
     return ClusterSpec(
-        kind="cuda", cls="dask_cuda.LocalCUDACluster", family=family.name, protocol=proto.name,
-        workers=len(gpus), threads_per_worker=threads, memory_limit=c.memory_limit,
-        memory_limit_bytes=limit, gpus=gpus, transports=transports or {"selection": proto.transport_label()},
-        rmm=rmm, pre_import=pre, dashboard_address=c.dashboard_address, notes=notes, kwargs=kwargs,
-        dask_config=dask_config, choices=choices)
+        kind="cuda",
+        cls="dask_cuda.LocalCUDACluster",
+        family=family.name,
+        protocol=proto.name,
+        workers=len(gpus),
+        threads_per_worker=threads,
+        memory_limit=c.memory_limit,
+        memory_limit_bytes=limit,
+        gpus=gpus,
+        transports=transports or {"selection": proto.transport_label()},
+        rmm=rmm,
+        pre_import=pre,
+        dashboard_address=c.dashboard_address,
+        notes=notes,
+        kwargs=kwargs,
+        dask_config=dask_config,
+        choices=choices,
+    )
 
 
 def device_limit_choice(resolved, gpus) -> dict:
@@ -110,11 +147,19 @@ def device_limit_choice(resolved, gpus) -> dict:
         return choice(c.device_memory_limit, src, "no spilling: the data must fit the device")
     at = f" = {format_bytes(int(f * device))} per GPU" if device else ""
     if src == "default":
-        return choice("default", src, f"dask-cuda's default: task outputs spill device -> host above "
-                                      f"{f:g} of the device{at} (then to disk past the host memory limit)")
+        return choice(
+            "default",
+            src,
+            f"dask-cuda's default: task outputs spill device -> host above "
+            f"{f:g} of the device{at} (then to disk past the host memory limit)",
+        )
     if device is None:
-        return choice(c.device_memory_limit, src, f"task outputs spill device -> host above {c.device_memory_limit}")
-    return choice(c.device_memory_limit, src, f"task outputs spill device -> host above {f:.3g} of the device{at}")
+        return choice(
+            c.device_memory_limit, src, f"task outputs spill device -> host above {c.device_memory_limit}"
+        )
+    return choice(
+        c.device_memory_limit, src, f"task outputs spill device -> host above {f:.3g} of the device{at}"
+    )
 
 
 @dataclasses.dataclass
@@ -148,9 +193,12 @@ def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
         options["device_memory_limit"] = dml
     spill = device_spill_choice(resolved, family, collection, gpus)
     environ = dict(family.knobs.worker_environ.get(proto.name, {}))
-    env_rule = (", ".join(f"{k}={v}" for k, v in environ.items())
-                + f" in each worker process before it starts (measured: backends/{family.name}.py)"
-                if environ else "nothing set")
+    env_rule = (
+        ", ".join(f"{k}={v}" for k, v in environ.items())
+        + f" in each worker process before it starts (measured: backends/{family.name}.py)"
+        if environ
+        else "nothing set"
+    )
     if spill["value"] == "cudf":
         options["enable_cudf_spill"] = True
         options["cudf_spill_stats"] = 1  # its spill totals, for the record's measured spilling
@@ -160,19 +208,27 @@ def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
         limit_bytes = _device_limit_bytes(dml, gpus)
         if limit_bytes:  # cuDF spills its buffers above the same line dask-cuda would
             environ["CUDF_SPILL_DEVICE_LIMIT"] = str(limit_bytes)
-    return WorkerKnobs(options, environ, {
-        "device_memory_limit": device_limit_choice(resolved, gpus),
-        "device_spill": spill,
-        "worker_environ": choice({k: v for k, v in environ.items() if k in family.knobs.worker_environ.get(
-            proto.name, {})}, "family", f"{family.name} family over {proto.name}: {env_rule}"),
-    }, transports)
+    return WorkerKnobs(
+        options,
+        environ,
+        {
+            "device_memory_limit": device_limit_choice(resolved, gpus),
+            "device_spill": spill,
+            "worker_environ": choice(
+                {k: v for k, v in environ.items() if k in family.knobs.worker_environ.get(proto.name, {})},
+                "family",
+                f"{family.name} family over {proto.name}: {env_rule}",
+            ),
+        },
+        transports,
+    )
 
 
 SPILL_WAYS = {
     "dask-cuda": "dask-cuda moves whole task outputs device -> host over the device memory limit",
     "cudf": "cuDF spills single device buffers, also inside a running task, over the device memory "
-            "limit (enable_cudf_spill), on top of dask-cuda's whole task outputs; CuPy arrays are not "
-            "cuDF's buffers",
+    "limit (enable_cudf_spill), on top of dask-cuda's whole task outputs; CuPy arrays are not "
+    "cuDF's buffers",
 }
 
 
@@ -190,8 +246,11 @@ def device_spill_choice(resolved, family, collection, gpus) -> dict:
     key = collection or "session"
     way = family.knobs.device_spill.get(key, "dask-cuda")
     why = family.knobs.device_spill_reason if key != "array" else ""  # cuDF spills frames, not CuPy arrays
-    return choice(way, "family", f"{family.name} family for {key} work: {SPILL_WAYS[way]}"
-                                 + (f" (measured: {why})" if why else ""))
+    return choice(
+        way,
+        "family",
+        f"{family.name} family for {key} work: {SPILL_WAYS[way]}" + (f" (measured: {why})" if why else ""),
+    )
 
 
 def _device_limit_bytes(setting, gpus) -> int | None:
@@ -219,6 +278,7 @@ def pool_bytes(pool, total_bytes: int) -> int | None:
         return None
     if isinstance(pool, str):
         from dask.utils import parse_bytes
+
         pool = parse_bytes(pool)
     pool = float(pool)
     return int(pool * total_bytes) if pool <= 1 else int(pool)
@@ -230,27 +290,32 @@ def check_free_memory(spec: ClusterSpec, gpus: list[dict]) -> None:
     if not spec.rmm:
         return
     from dask.utils import format_bytes
+
     for g in gpus:
         if g["index"] not in spec.gpus or g.get("free_bytes") is None:
             continue
         want = pool_bytes(spec.rmm["pool_size"], g["memory_bytes"])
         if want is not None and want > g["free_bytes"]:
             raise UserError(
-                f"GPU {g['index']} has {format_bytes(g['free_bytes'])} free of {format_bytes(g['memory_bytes'])} "
+                f"GPU {g['index']} has {format_bytes(g['free_bytes'])} free of "
+                f"{format_bytes(g['memory_bytes'])} "
                 f"(another process holds the rest), but the RMM pool asks {format_bytes(want)} "
                 f"(pool size {spec.rmm['pool_size']!r}, {spec.rmm['source']})",
                 "free that GPU (nvidia-smi lists who holds it), pick others with --gpus, use the running "
-                "cluster with --scheduler, or set a smaller pool with --rmm-pool-size")
+                "cluster with --scheduler, or set a smaller pool with --rmm-pool-size",
+            )
 
 
 def start(spec: ClusterSpec, security=None):
     from distributed import Client
 
     from . import security as tls
+
     if not spec.gpus:
         raise UserError("no GPU is visible to start a LocalCUDACluster", "use --backend cpu (or auto)")
     check_free_memory(spec, machine.gpus())
     from dask_cuda import LocalCUDACluster
+
     kwargs = dict(spec.kwargs)
     if spec.security == "tls":
         kwargs["security"] = security or tls.temporary()
@@ -290,6 +355,7 @@ def _client_spills_like_workers(workers_spill: bool) -> None:
         return
     import cudf
     from cudf.core.buffer import spill_manager
+
     if cudf.get_option("spill") != workers_spill:
         cudf.set_option("spill", workers_spill)
     have = spill_manager.get_global_manager() is not None
@@ -314,7 +380,9 @@ def _all_started(client, spec: ClusterSpec) -> None:
         client.wait_for_workers(spec.workers, timeout=STARTED_WAIT_S)
     except TimeoutError:
         started = len(client.scheduler_info(n_workers=-1)["workers"])
-        raise UserError(f"{spec.workers - started} of {spec.workers} GPU worker(s) failed to start (the "
-                        "workers' error is in the log: run again with --debug to see it)",
-                        "check the GPUs and the CUDA stack with `gpuscale info`, and the workers' "
-                        "settings with `gpuscale cluster show`") from None
+        raise UserError(
+            f"{spec.workers - started} of {spec.workers} GPU worker(s) failed to start (the "
+            "workers' error is in the log: run again with --debug to see it)",
+            "check the GPUs and the CUDA stack with `gpuscale info`, and the workers' "
+            "settings with `gpuscale cluster show`",
+        ) from None

@@ -13,6 +13,7 @@ It also drops the worker's multi-line "Compute Failed" log of a failed task
 (:func:`quiet_task_failures`): the failure goes back to the client, which reports it; and it
 sends the worker's log lines below ERROR to the session's log file (:mod:`gpuscale.cluster.logs`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,6 +29,7 @@ def dask_setup(worker=None) -> None:
         os.setpgrp()
     quiet_task_failures()
     from . import logs
+
     logs.in_worker()
 
 
@@ -46,13 +48,18 @@ class _DropCancelled:
     which the worker reports as a warning into the terminal of the command that was stopped."""
 
     def filter(self, record) -> bool:
-        return not (str(record.msg).startswith("Async instruction for") and "CancelledError" in record.getMessage())
+        return not (
+            str(record.msg).startswith("Async instruction for") and "CancelledError" in record.getMessage()
+        )
 
 
 def quiet_task_failures() -> None:
     import logging
-    for name, kind in (("distributed.worker", _DropComputeFailed),
-                       ("distributed.worker.state_machine", _DropCancelled)):
+
+    for name, kind in (
+        ("distributed.worker", _DropComputeFailed),
+        ("distributed.worker.state_machine", _DropCancelled),
+    ):
         log = logging.getLogger(name)
         if not any(isinstance(f, kind) for f in log.filters):
             log.addFilter(kind())
@@ -65,8 +72,8 @@ def dask_teardown(worker=None) -> None:
     into the terminal of `cluster up` after `cluster down`. The process is ending on purpose:
     its exit loggers are quieted (:func:`gpuscale.errors.quiet_exit_logs`)."""
     from ..errors import quiet_exit_logs
-    quiet_exit_logs()
 
+    quiet_exit_logs()
 
 
 class QuietOnClose(SchedulerPlugin):
@@ -81,4 +88,5 @@ class QuietOnClose(SchedulerPlugin):
 
     async def before_close(self) -> None:
         from ..errors import quiet_exit_logs
+
         quiet_exit_logs()

@@ -1,5 +1,6 @@
 """An existing scheduler, named by its address or by Dask's scheduler file: connect, never
 start or stop workers."""
+
 from __future__ import annotations
 
 import contextlib
@@ -22,17 +23,22 @@ def address_from_file(path, *, trusted: bool) -> str:
     file another user can change is refused (:func:`gpuscale.trust.read_trusted`): it chooses
     the cluster this process connects to, which can run code in it."""
     from .. import trust
+
     p = pathlib.Path(path).expanduser()
     try:
         address = json.loads(trust.read_trusted(p, "scheduler file", trusted))["address"]
     except UserError:
         raise
     except FileNotFoundError:
-        raise UserError(f"scheduler file {path} does not exist",
-                        "give the --scheduler-file that `gpuscale cluster up` wrote (is it still running?)") from None
+        raise UserError(
+            f"scheduler file {path} does not exist",
+            "give the --scheduler-file that `gpuscale cluster up` wrote (is it still running?)",
+        ) from None
     except (OSError, ValueError, KeyError, TypeError):
-        raise UserError(f"scheduler file {path} is not a Dask scheduler file (no 'address')",
-                        "give the file `gpuscale cluster up --scheduler-file` or `dask scheduler` wrote") from None
+        raise UserError(
+            f"scheduler file {path} is not a Dask scheduler file (no 'address')",
+            "give the file `gpuscale cluster up --scheduler-file` or `dask scheduler` wrote",
+        ) from None
     return str(address)
 
 
@@ -41,9 +47,11 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     notes = ["workers, threads and memory are whatever the running cluster has"]
     if settings.scheduler_file:
         if settings.scheduler:
-            raise UserError(f"both a scheduler address ({settings.scheduler}, from {src.get('scheduler')}) and a "
-                            f"scheduler file ({settings.scheduler_file}, from {src.get('scheduler-file')}) were given",
-                            "give one: --scheduler ADDRESS or --scheduler-file PATH")
+            raise UserError(
+                f"both a scheduler address ({settings.scheduler}, from {src.get('scheduler')}) and a "
+                f"scheduler file ({settings.scheduler_file}, from {src.get('scheduler-file')}) were given",
+                "give one: --scheduler ADDRESS or --scheduler-file PATH",
+            )
         address = address_from_file(settings.scheduler_file, trusted=settings.cluster.trust_files)
         notes.append(f"address read from the scheduler file {settings.scheduler_file}")
     else:
@@ -56,17 +64,26 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     theirs = choice(None, "cluster", f"whatever the running cluster at {address} has")
     how = "scheduler file" if settings.scheduler_file else "scheduler address"
     choices = {
-        "protocol": choice(used.name, how if used.name != settings.protocol
-                           else src.get("protocol", "default")),
+        "protocol": choice(
+            used.name, how if used.name != settings.protocol else src.get("protocol", "default")
+        ),
         "transports": used.transports_choice(settings.cluster.ucx, {}, src),
-        "workers": theirs, "threads_per_worker": dict(theirs), "memory_limit": dict(theirs),
+        "workers": theirs,
+        "threads_per_worker": dict(theirs),
+        "memory_limit": dict(theirs),
         "rmm_pool_size": rmm_choice(resolved, family),
     }
-    return ClusterSpec(kind="existing", cls="distributed.Client (existing scheduler)",
-                       family=family.name, protocol=used.name, scheduler=address,
-                       connect_timeout=settings.cluster.connect_timeout, notes=notes,
-                       kwargs={"address": address, "timeout": settings.cluster.connect_timeout},
-                       choices=choices)
+    return ClusterSpec(
+        kind="existing",
+        cls="distributed.Client (existing scheduler)",
+        family=family.name,
+        protocol=used.name,
+        scheduler=address,
+        connect_timeout=settings.cluster.connect_timeout,
+        notes=notes,
+        kwargs={"address": address, "timeout": settings.cluster.connect_timeout},
+        choices=choices,
+    )
 
 
 def answers(address: str, timeout_s: float = 2.0, tries: int = 3) -> bool:
@@ -89,8 +106,10 @@ def answers(address: str, timeout_s: float = 2.0, tries: int = 3) -> bool:
 class _DropReconnect(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         # the reconnect's give-up line, and the tracebacks of its cancelled comms
-        return not (str(record.msg).startswith(("Failed to reconnect to scheduler", "Batched Comm Closed")) or
-                    (record.levelno >= logging.ERROR and record.exc_info is not None))
+        return not (
+            str(record.msg).startswith(("Failed to reconnect to scheduler", "Batched Comm Closed"))
+            or (record.levelno >= logging.ERROR and record.exc_info is not None)
+        )
 
 
 @contextlib.contextmanager
@@ -114,15 +133,24 @@ def start(spec: ClusterSpec, security=None):
     from distributed import Client
 
     from . import security as tls
+
     kwargs = dict(spec.kwargs)
     if spec.security == "tls":
         kwargs["security"] = security or tls.load(spec.credentials)
     try:
         client = Client(**kwargs)
     except (OSError, TimeoutError) as e:
-        hint = "" if spec.security == "tls" else (" (a `gpuscale cluster up` scheduler speaks TLS: give its "
-                                                  "tls:// address with --credentials, or --scheduler-file)")
-        raise UserError(f"no scheduler answered at {spec.scheduler} within "
-                        f"{spec.connect_timeout:g} s ({type(e).__name__}){hint}",
-                        "start one (`dask scheduler`) or fix --scheduler / the profile's address") from None
+        hint = (
+            ""
+            if spec.security == "tls"
+            else (
+                " (a `gpuscale cluster up` scheduler speaks TLS: give its "
+                "tls:// address with --credentials, or --scheduler-file)"
+            )
+        )
+        raise UserError(
+            f"no scheduler answered at {spec.scheduler} within "
+            f"{spec.connect_timeout:g} s ({type(e).__name__}){hint}",
+            "start one (`dask scheduler`) or fix --scheduler / the profile's address",
+        ) from None
     return None, client

@@ -1,4 +1,5 @@
 """``distributed.LocalCluster``: the CPU family's cluster."""
+
 from __future__ import annotations
 
 import logging
@@ -18,8 +19,10 @@ MIN_WORKER_BYTES = 256 * 2**20
 MAX_WORKERS_PER_CORE = 4
 MAX_THREADS_PER_WORKER = 64
 MAX_THREADS_PER_CORE = 16
-MEMORY_LIMIT_FORMS = ("use auto, a size with a unit like '8GB', a whole number of bytes, or a fraction "
-                      "0 < f <= 1 of this machine's memory like 0.5")
+MEMORY_LIMIT_FORMS = (
+    "use auto, a size with a unit like '8GB', a whole number of bytes, or a fraction "
+    "0 < f <= 1 of this machine's memory like 0.5"
+)
 
 
 def _memory_setting(limit):
@@ -27,6 +30,7 @@ def _memory_setting(limit):
     fraction of this machine's memory when 0 < f <= 1, a byte count when whole and > 1 (0: no
     limit); anything else numeric (1.5, negative) is refused, as are negative sizes."""
     from dask.utils import parse_bytes
+
     if limit is None or (isinstance(limit, str) and limit.strip().lower() == "auto"):
         return limit
     if isinstance(limit, bool):
@@ -45,8 +49,10 @@ def _memory_setting(limit):
         if number <= 1:
             return float(number)
         if not float(number).is_integer():
-            raise UserError(f"memory limit {limit!r} is neither a fraction (0 < f <= 1) nor a whole number "
-                            "of bytes", MEMORY_LIMIT_FORMS)
+            raise UserError(
+                f"memory limit {limit!r} is neither a fraction (0 < f <= 1) nor a whole number of bytes",
+                MEMORY_LIMIT_FORMS,
+            )
         return int(number)
     try:
         n = parse_bytes(limit)
@@ -56,8 +62,9 @@ def _memory_setting(limit):
         raise UserError(f"memory limit {limit!r} is negative", MEMORY_LIMIT_FORMS)
     host = machine.cpu()["memory_bytes"]
     if n > host:  # distributed would quietly cap it at the machine's memory
-        raise UserError(f"memory limit {limit!r} is more than this machine's {format_bytes(host)}",
-                        MEMORY_LIMIT_FORMS)
+        raise UserError(
+            f"memory limit {limit!r} is more than this machine's {format_bytes(host)}", MEMORY_LIMIT_FORMS
+        )
     return limit
 
 
@@ -66,6 +73,7 @@ def memory_bytes(limit, threads: int, cores: int) -> int | None:
     anything starts) when it is not one of :data:`MEMORY_LIMIT_FORMS`, below
     :data:`MIN_WORKER_BYTES` or above this machine's memory."""
     from distributed.worker_memory import parse_memory_limit
+
     setting = _memory_setting(limit)
     try:
         value = parse_memory_limit(setting, threads, cores, logger=logger)
@@ -75,11 +83,17 @@ def memory_bytes(limit, threads: int, cores: int) -> int | None:
         return None
     host = machine.cpu()["memory_bytes"]
     if value < MIN_WORKER_BYTES:
-        raise UserError(f"memory limit {limit!r} gives each worker {format_bytes(value)}, less than the "
-                        f"{format_bytes(MIN_WORKER_BYTES)} a worker needs", MEMORY_LIMIT_FORMS)
+        raise UserError(
+            f"memory limit {limit!r} gives each worker {format_bytes(value)}, less than the "
+            f"{format_bytes(MIN_WORKER_BYTES)} a worker needs",
+            MEMORY_LIMIT_FORMS,
+        )
     if value > host:
-        raise UserError(f"memory limit {limit!r} gives each worker {format_bytes(value)}, more than this "
-                        f"machine's {format_bytes(host)}", MEMORY_LIMIT_FORMS)
+        raise UserError(
+            f"memory limit {limit!r} gives each worker {format_bytes(value)}, more than this "
+            f"machine's {format_bytes(host)}",
+            MEMORY_LIMIT_FORMS,
+        )
     return value
 
 
@@ -91,17 +105,23 @@ def check_layout(workers: int, threads: int, cores: int) -> None:
     host = machine.cpu()["memory_bytes"]
     most = max(1, min(MAX_WORKERS_PER_CORE * cores, host // MIN_WORKER_BYTES))
     if workers > most:
-        raise UserError(f"--workers {workers} is more than this machine holds ({cores} usable core(s), "
-                        f"{format_bytes(host)}: at most {most} worker processes)",
-                        f"use --workers {most} or fewer, or leave it unset")
+        raise UserError(
+            f"--workers {workers} is more than this machine holds ({cores} usable core(s), "
+            f"{format_bytes(host)}: at most {most} worker processes)",
+            f"use --workers {most} or fewer, or leave it unset",
+        )
     if threads > MAX_THREADS_PER_WORKER:
-        raise UserError(f"--threads-per-worker {threads} is more than a worker can use (at most "
-                        f"{MAX_THREADS_PER_WORKER})", f"use --threads-per-worker {min(MAX_THREADS_PER_WORKER, cores)} "
-                        "or fewer, or leave it unset")
+        raise UserError(
+            f"--threads-per-worker {threads} is more than a worker can use (at most "
+            f"{MAX_THREADS_PER_WORKER})",
+            f"use --threads-per-worker {min(MAX_THREADS_PER_WORKER, cores)} or fewer, or leave it unset",
+        )
     if workers * threads > MAX_THREADS_PER_CORE * cores:
-        raise UserError(f"{workers} worker(s) x {threads} thread(s) is more than this machine holds "
-                        f"({cores} usable core(s): at most {MAX_THREADS_PER_CORE * cores} threads in all)",
-                        "use fewer --workers or --threads-per-worker, or leave them unset")
+        raise UserError(
+            f"{workers} worker(s) x {threads} thread(s) is more than this machine holds "
+            f"({cores} usable core(s): at most {MAX_THREADS_PER_CORE * cores} threads in all)",
+            "use fewer --workers or --threads-per-worker, or leave them unset",
+        )
 
 
 def check_total(workers: int, limit: int | None) -> None:
@@ -110,10 +130,12 @@ def check_total(workers: int, limit: int | None) -> None:
     out-of-memory killer instead of distributed's spilling and pausing."""
     host = machine.cpu()["memory_bytes"]
     if limit and workers * limit > host:
-        raise UserError(f"{workers} worker(s) x {format_bytes(limit)} (--memory-limit) is "
-                        f"{format_bytes(workers * limit)}, more than this machine's {format_bytes(host)}",
-                        f"use --memory-limit {format_bytes(host // workers)} or less, fewer --workers, or "
-                        "--memory-limit auto")
+        raise UserError(
+            f"{workers} worker(s) x {format_bytes(limit)} (--memory-limit) is "
+            f"{format_bytes(workers * limit)}, more than this machine's {format_bytes(host)}",
+            f"use --memory-limit {format_bytes(host // workers)} or less, fewer --workers, or "
+            "--memory-limit auto",
+        )
 
 
 def memory_choice(resolved, value: int | None, auto_rule: str) -> dict:
@@ -122,10 +144,16 @@ def memory_choice(resolved, value: int | None, auto_rule: str) -> dict:
     setting = resolved.settings.cluster.memory_limit
     source = resolved.sources.get("cluster.memory-limit", "default")
     if setting == "auto":
-        rule = auto_rule.format(host=format_bytes(machine.cpu()["memory_bytes"]), value=format_bytes(value or 0))
+        rule = auto_rule.format(
+            host=format_bytes(machine.cpu()["memory_bytes"]), value=format_bytes(value or 0)
+        )
         return choice(value, source, rule, setting=setting)
-    return choice(value, source, None if value is None else f"{setting!r} = {format_bytes(value)} per worker",
-                  setting=setting)
+    return choice(
+        value,
+        source,
+        None if value is None else f"{setting!r} = {format_bytes(value)} per worker",
+        setting=setting,
+    )
 
 
 def layout(settings, family, collection, cores: int) -> tuple[int, int, str]:
@@ -144,9 +172,14 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     notes = [f"layout: {why}"]
     if any(v is not None for v in (c.ucx.nvlink, c.ucx.infiniband, c.ucx.rdmacm)):
         notes.append("UCX transport switches apply to GPU clusters only; ignored here")
-    kwargs = {"n_workers": workers, "threads_per_worker": threads, "processes": True,
-              "memory_limit": _memory_setting(c.memory_limit), "protocol": proto.name,
-              "dashboard_address": c.dashboard_address}
+    kwargs = {
+        "n_workers": workers,
+        "threads_per_worker": threads,
+        "processes": True,
+        "memory_limit": _memory_setting(c.memory_limit),
+        "protocol": proto.name,
+        "dashboard_address": c.dashboard_address,
+    }
     if proto.bind_host:
         kwargs["host"] = proto.bind_host
     limit = memory_bytes(c.memory_limit, threads, cores)
@@ -156,22 +189,37 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     family_threads = family.knobs.threads_per_worker.get(collection or "session")
     choices = {
         "transports": proto.transports_choice(c.ucx, {}, src),
-        "workers": choice(workers, src.get("cluster.workers", "flag"), None) if c.workers is not None
+        "workers": choice(workers, src.get("cluster.workers", "flag"), None)
+        if c.workers is not None
         else choice(workers, "rule", why),
         "threads_per_worker": choice(threads, src.get("cluster.threads-per-worker", "flag"), None)
-        if c.threads_per_worker is not None else choice(threads, "family" if family_threads is not None
-                                                        else "rule", why),
-        "memory_limit": memory_choice(resolved, limit, "auto: this machine's {host} x min(1, "
-                                      f"{threads} thread(s) / {cores} core(s)) = {{value}} per worker "
-                                      "(distributed's rule)"),
+        if c.threads_per_worker is not None
+        else choice(threads, "family" if family_threads is not None else "rule", why),
+        "memory_limit": memory_choice(
+            resolved,
+            limit,
+            "auto: this machine's {host} x min(1, "
+            f"{threads} thread(s) / {cores} core(s)) = {{value}} per worker "
+            "(distributed's rule)",
+        ),
         "rmm_pool_size": rmm_choice(resolved, family),
         **spill_choices(family, limit, threads, worker_config),
     }
     return ClusterSpec(
-        kind="local", cls="distributed.LocalCluster", family=family.name, protocol=proto.name,
-        workers=workers, threads_per_worker=threads, memory_limit=c.memory_limit,
-        memory_limit_bytes=limit, dashboard_address=c.dashboard_address, notes=notes, kwargs=kwargs,
-        dask_config=worker_config, choices=choices)
+        kind="local",
+        cls="distributed.LocalCluster",
+        family=family.name,
+        protocol=proto.name,
+        workers=workers,
+        threads_per_worker=threads,
+        memory_limit=c.memory_limit,
+        memory_limit_bytes=limit,
+        dashboard_address=c.dashboard_address,
+        notes=notes,
+        kwargs=kwargs,
+        dask_config=worker_config,
+        choices=choices,
+    )
 
 
 def spill_choices(family, limit: int | None, threads: int, worker_config: dict) -> dict:
@@ -189,14 +237,23 @@ def spill_choices(family, limit: int | None, threads: int, worker_config: dict) 
         worker_config["distributed.worker.memory.target"] = target
     directory = dask.config.get("temporary-directory", None)
     return {
-        "spill_to": choice(family.spill_to, "family", "distributed's spilling: managed data over the target "
-                           "goes to the worker's local directory, read back when a task needs it"),
-        "memory_target_fraction": choice(target if target is not None else
-                                         dask.config.get("distributed.worker.memory.target"),
-                                         "rule" if target is not None else "dask config", why),
-        "spill_directory": choice(directory or tempfile.gettempdir(), "dask config" if directory else "default",
-                                  "temporary-directory (dask config; default the system's temp folder): each "
-                                  "worker's local directory, where it spills, is made there"),
+        "spill_to": choice(
+            family.spill_to,
+            "family",
+            "distributed's spilling: managed data over the target "
+            "goes to the worker's local directory, read back when a task needs it",
+        ),
+        "memory_target_fraction": choice(
+            target if target is not None else dask.config.get("distributed.worker.memory.target"),
+            "rule" if target is not None else "dask config",
+            why,
+        ),
+        "spill_directory": choice(
+            directory or tempfile.gettempdir(),
+            "dask config" if directory else "default",
+            "temporary-directory (dask config; default the system's temp folder): each "
+            "worker's local directory, where it spills, is made there",
+        ),
     }
 
 
@@ -204,6 +261,7 @@ def start(spec: ClusterSpec, security=None):
     from distributed import Client, LocalCluster
 
     from . import security as tls
+
     kwargs = dict(spec.kwargs)
     if spec.security == "tls":
         kwargs["security"] = security or tls.temporary()

@@ -4,11 +4,12 @@ distributed logs what it does at WARNING and INFO (a P2P shuffle "initialized" /
 a worker's memory at 80 %, a worker restarted): news for whoever debugs the cluster, noise
 before a command's own output or its one-line error. While a session of gpuscale's is open,
 this process's stream handlers of Dask's loggers pass only ERROR and above, and a file handler
-takes their WARNING lines and above (the INFO lines were never shown); the worker processes of a cluster the session
-starts do the same (their preload calls :func:`in_worker`, which reads the file from
+takes their WARNING lines and above (the INFO lines were never shown); the worker processes of
+a cluster the session starts do the same (their preload calls :func:`in_worker`, which reads the file from
 :data:`CONFIG_KEY` in the config the nannies hand them). The file is created with its first
 line: a run that logged nothing leaves none.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,8 +43,13 @@ class _LazyFile(logging.FileHandler):
 
 
 def _stderr_handlers(log: logging.Logger) -> list[logging.Handler]:
-    return [h for h in log.handlers if isinstance(h, logging.StreamHandler)
-            and not isinstance(h, logging.FileHandler) and getattr(h, "stream", None) in (sys.stderr, sys.__stderr__)]
+    return [
+        h
+        for h in log.handlers
+        if isinstance(h, logging.StreamHandler)
+        and not isinstance(h, logging.FileHandler)
+        and getattr(h, "stream", None) in (sys.stderr, sys.__stderr__)
+    ]
 
 
 def to_file(path: str | pathlib.Path, loggers: tuple[str, ...] = LOGGERS) -> Callable[[], None]:
@@ -64,6 +70,7 @@ def to_file(path: str | pathlib.Path, loggers: tuple[str, ...] = LOGGERS) -> Cal
         for step in reversed(undo):
             step()
         handler.close()
+
     return restore
 
 
@@ -75,6 +82,7 @@ def kept_off_stderr(path: str | pathlib.Path | None) -> Iterator[None]:
         yield
         return
     import dask
+
     restore = to_file(path)
     try:
         with dask.config.set({CONFIG_KEY: str(path)}):
@@ -87,6 +95,7 @@ def path_under(results_dir: str | pathlib.Path) -> pathlib.Path:
     """The log file of a session opened now: ``RESULTS_DIR/logs/<UTC time>-<pid>.log``."""
     import datetime
     import os
+
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
     return (pathlib.Path(results_dir).expanduser() / "logs" / f"{stamp}-{os.getpid()}.log").resolve()
 
@@ -101,6 +110,7 @@ def in_worker() -> None:
     warnings included (a task's library warning, e.g. pandas' DtypeWarning for a CSV column
     whose type changes, which the run then reports in its own line)."""
     import dask
+
     path = dask.config.get(CONFIG_KEY, None)
     if path:
         logging.captureWarnings(True)

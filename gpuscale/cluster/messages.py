@@ -30,6 +30,7 @@ worker preload does not reach, through :func:`apply_workers` once started), and 
 streams on any cluster (a running one's scheduler-to-worker streams are its owner's to set);
 ``dask`` leaves Dask's. One module decides and applies it; the spec records the choice.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,8 +45,12 @@ from ..choices import choice
 MODULE = __name__
 AUTO_S = 0.002
 """``auto``'s interval, in seconds, on every stream gpuscale sets."""
-DASK_DEFAULTS = {"client -> scheduler": 0.010, "scheduler -> worker": 0.005,
-                 "scheduler -> client": 0.002, "worker -> scheduler": 0.002}
+DASK_DEFAULTS = {
+    "client -> scheduler": 0.010,
+    "scheduler -> worker": 0.005,
+    "scheduler -> client": 0.002,
+    "worker -> scheduler": 0.002,
+}
 """distributed's own intervals (seconds), fixed in its code."""
 CONFIG_KEY = "gpuscale-internal.message-interval"
 """Where the chosen interval (seconds) travels to the processes a cluster start spawns."""
@@ -61,16 +66,23 @@ def choose(resolved, kind: str) -> dict[str, Any]:
     if setting == "dask":
         return choice(None, source, f"dask: distributed's own intervals ({dask_ms})")
     seconds = AUTO_S if setting == "auto" else float(setting)
-    where = {"existing": "this client's streams (client -> scheduler, scheduler -> client); the running "
-                         "cluster's scheduler <-> worker streams keep what its owner set",
-             "slurm": "client <-> scheduler and scheduler -> each worker; the workers in SLURM jobs start "
-                      "from the job script without gpuscale's preload and keep Dask's worker -> scheduler",
-             }.get(kind, "every batched stream: client <-> scheduler, scheduler <-> each worker")
-    why = (f"auto: {seconds * 1e3:g} ms on {where}, instead of Dask's ({dask_ms}): a run of a few tasks "
-           "waits out each interval after the release of the previous result (measured on 2 cores: "
-           "submit-to-result 11-13 ms -> 6-9 ms; a 1 600-task graph and the halo exchanges no slower); dask: "
-           "Dask's own"
-           ) if setting == "auto" else f"{seconds * 1e3:g} ms on {where} (set by you; dask: Dask's own, {dask_ms})"
+    where = {
+        "existing": "this client's streams (client -> scheduler, scheduler -> client); the running "
+        "cluster's scheduler <-> worker streams keep what its owner set",
+        "slurm": "client <-> scheduler and scheduler -> each worker; the workers in SLURM jobs start "
+        "from the job script without gpuscale's preload and keep Dask's worker -> scheduler",
+    }.get(kind, "every batched stream: client <-> scheduler, scheduler <-> each worker")
+    why = (
+        (
+            f"auto: {seconds * 1e3:g} ms on {where}, instead of Dask's ({dask_ms}): a run of a few tasks "
+            "waits out each interval after the release of the previous result (measured on 2 cores: "
+            "submit-to-result 11-13 ms -> 6-9 ms; a 1 600-task graph and the halo exchanges no slower); "
+            "dask: "
+            "Dask's own"
+        )
+        if setting == "auto"
+        else f"{seconds * 1e3:g} ms on {where} (set by you; dask: Dask's own, {dask_ms})"
+    )
     return choice(seconds, "rule" if setting == "auto" else source, why)
 
 
@@ -156,11 +168,15 @@ def apply_workers(client, seconds: float | None) -> None:
 def intervals(client) -> dict[str, Any]:
     """The intervals in force now (seconds), read from the streams themselves: for a test or
     a record to show what the processes really use."""
+
     def on_scheduler(dask_scheduler=None, client_id: str = "") -> dict[str, Any]:
         c = dask_scheduler.client_comms.get(client_id)
-        return {"scheduler -> client": getattr(c, "interval", None),
-                "scheduler -> worker": sorted({getattr(s, "interval", None) for s in
-                                               dask_scheduler.stream_comms.values()})}
+        return {
+            "scheduler -> client": getattr(c, "interval", None),
+            "scheduler -> worker": sorted(
+                {getattr(s, "interval", None) for s in dask_scheduler.stream_comms.values()}
+            ),
+        }
 
     def on_worker(dask_worker=None):
         return getattr(getattr(dask_worker, "batched_stream", None), "interval", None)

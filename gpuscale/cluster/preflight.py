@@ -38,6 +38,7 @@ the host and the fix when it cannot.
   ``off`` never. The decision is recorded (``cluster.preflight.probe``: value, source, rule)
   with every pair measured.
 """
+
 from __future__ import annotations
 
 import functools
@@ -48,8 +49,8 @@ from typing import Any
 from ..choices import choice
 from ..errors import UserError
 
-MiB = 2 ** 20
-GiB = 2 ** 30
+MiB = 2**20
+GiB = 2**30
 PROBE_BYTES = 64 * MiB
 """The block each probed pair moves."""
 PROBE_TRIES = 3
@@ -69,6 +70,7 @@ PROBE_SETTING = "cluster.bandwidth-probe"
 def _providers() -> dict[str, list[str]]:
     """Top-level module -> the installed distributions providing it (~0.2 s to scan: once)."""
     import importlib.metadata
+
     try:
         return dict(importlib.metadata.packages_distributions())
     except Exception:  # noqa: BLE001 - broken metadata somewhere on the path: ask by module name
@@ -99,6 +101,7 @@ def _host(address: str) -> str:
     if scheme in ("tcp", "tls", "ucx", "ucxx") and ":" in rest:  # host:port, [v6]:port
         return rest.rsplit(":", 1)[0].strip("[]")
     from distributed.comm import get_address_host
+
     try:
         return get_address_host(address)
     except Exception:  # noqa: BLE001 - a scheme this process has no backend for: host of scheme://host:port
@@ -117,11 +120,14 @@ def _own_gpu(gpus: list[dict]) -> dict | None:
     """The GPU a worker holds: the first of its ``CUDA_VISIBLE_DEVICES`` (dask-cuda puts each
     worker's own GPU first); None without that variable or a match."""
     import os
+
     first = (os.environ.get("CUDA_VISIBLE_DEVICES") or "").split(",")[0].strip()
     if not first:
         return None
     for g in gpus:
-        if (first.isdigit() and g["index"] == int(first)) or (first.startswith("GPU-") and g["uuid"].startswith(first)):
+        if (first.isdigit() and g["index"] == int(first)) or (
+            first.startswith("GPU-") and g["uuid"].startswith(first)
+        ):
             return g
     return None
 
@@ -132,12 +138,17 @@ def _worker_facts() -> dict[str, Any]:
     import socket
 
     from gpuscale import machine
+
     gs = machine.gpus()
     own = _own_gpu(gs)
-    return {"hostname": socket.gethostname(), "gpus": len(gs),
-            "gpu": own["index"] if own else None, "gpu_name": own["name"] if own else None,
-            "nvlink_peers": {str(g["index"]): list(g["nvlink_peers"]) for g in gs},
-            "infiniband": machine.infiniband()}
+    return {
+        "hostname": socket.gethostname(),
+        "gpus": len(gs),
+        "gpu": own["index"] if own else None,
+        "gpu_name": own["name"] if own else None,
+        "nvlink_peers": {str(g["index"]): list(g["nvlink_peers"]) for g in gs},
+        "infiniband": machine.infiniband(),
+    }
 
 
 def facts(client) -> dict[str, dict[str, Any]]:
@@ -164,9 +175,17 @@ def hosts(seen: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for address, w in sorted(seen.items()):
         peers = w.get("nvlink_peers") or {}
-        h = out.setdefault(_host(address), {"hostname": w["hostname"], "workers": 0, "gpus": [],
-                                            "nvlink": _nvlink_all(peers), "nvlink_peers": peers,
-                                            "infiniband": w.get("infiniband") or []})
+        h = out.setdefault(
+            _host(address),
+            {
+                "hostname": w["hostname"],
+                "workers": 0,
+                "gpus": [],
+                "nvlink": _nvlink_all(peers),
+                "nvlink_peers": peers,
+                "infiniband": w.get("infiniband") or [],
+            },
+        )
         h["workers"] += 1
         h["gpus"].append(w["gpus"])
     return out
@@ -183,9 +202,14 @@ def seen_from(checked: dict[str, Any] | None) -> dict[str, dict[str, Any]] | Non
     if not checked or "worker_gpus" not in checked:
         return None
     hs = checked.get("hosts") or {}
-    return {a: {"gpu": g, "nvlink_peers": (hs.get(_host(a)) or {}).get("nvlink_peers") or {},
-                "infiniband": (hs.get(_host(a)) or {}).get("infiniband") or []}
-            for a, g in checked["worker_gpus"].items()}
+    return {
+        a: {
+            "gpu": g,
+            "nvlink_peers": (hs.get(_host(a)) or {}).get("nvlink_peers") or {},
+            "infiniband": (hs.get(_host(a)) or {}).get("infiniband") or [],
+        }
+        for a, g in checked["worker_gpus"].items()
+    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -231,17 +255,23 @@ def expectation(a: str, b: str, seen: dict[str, dict[str, Any]], gpu: bool) -> t
             if gpu and t["nvlink"]:
                 return 20 * GiB, "UCX between GPUs of one host over NVLink (cuda_ipc): at least 20 GiB/s"
             if gpu:
-                return 2 * GiB, ("UCX between GPUs of one host without NVLink (PCIe peer-to-peer or staged "
-                                 "through host memory): at least 2 GiB/s")
+                return 2 * GiB, (
+                    "UCX between GPUs of one host without NVLink (PCIe peer-to-peer or staged "
+                    "through host memory): at least 2 GiB/s"
+                )
             return 2 * GiB, "UCX within one host (shared memory): at least 2 GiB/s"
         if t["infiniband"]:
             rates = [min(p["rate_gbps"] or 0 for p in _active_ib(seen[w]["infiniband"])) for w in (a, b)]
             gbps = min(rates)
             if gbps > 0:
-                return gbps * 1e9 / 8 / 2, (f"UCX over InfiniBand: at least half the slower host's active port "
-                                            f"rate ({gbps:g} Gb/s / 8 / 2 = {gbps / 16:g} GB/s)")
-        return 100 * MiB, ("UCX between hosts without InfiniBand active on both (TCP underneath): at least "
-                           "100 MiB/s (a 1 GbE link)")
+                return gbps * 1e9 / 8 / 2, (
+                    f"UCX over InfiniBand: at least half the slower host's active port "
+                    f"rate ({gbps:g} Gb/s / 8 / 2 = {gbps / 16:g} GB/s)"
+                )
+        return 100 * MiB, (
+            "UCX between hosts without InfiniBand active on both (TCP underneath): at least "
+            "100 MiB/s (a 1 GbE link)"
+        )
     if t["same_host"]:
         return 500 * MiB, f"{t['transport'].upper()} within one host (loopback): at least 500 MiB/s"
     return 100 * MiB, f"{t['transport'].upper()} between hosts: at least 100 MiB/s (a 1 GbE link)"
@@ -255,12 +285,16 @@ def probe_pairs(addresses: list[str]) -> list[tuple[str, str]]:
         by_host.setdefault(_host(a), []).append(a)
     names = sorted(by_host)
     out = [(by_host[h][0], by_host[h][1]) for h in names if len(by_host[h]) > 1]
-    out += [(by_host[h][0], by_host[k][0]) for i, h in enumerate(names) for k in names[i + 1:]]
+    out += [(by_host[h][0], by_host[k][0]) for i, h in enumerate(names) for k in names[i + 1 :]]
     return out
 
 
-def pairs(addresses: list[str], seen: dict[str, dict[str, Any]] | None = None,
-          probe: dict[str, Any] | None = None, source: str | None = None) -> dict[str, Any]:
+def pairs(
+    addresses: list[str],
+    seen: dict[str, dict[str, Any]] | None = None,
+    probe: dict[str, Any] | None = None,
+    source: str | None = None,
+) -> dict[str, Any]:
     """The record's ``cluster.pairs``: the transport between every two workers (up to
     :data:`PAIRS_BY_WORKER_UP_TO` workers), else between every two hosts and within each host
     of several workers, from the addresses and what the preflight saw (``seen``: NVLink,
@@ -276,7 +310,7 @@ def pairs(addresses: list[str], seen: dict[str, dict[str, Any]] | None = None,
     if len(addresses) <= PAIRS_BY_WORKER_UP_TO:
         items = []
         for i, a in enumerate(addresses):
-            for b in addresses[i + 1:]:
+            for b in addresses[i + 1 :]:
                 t = transport(a, b, seen)
                 items.append({"between": [a, b], **t, "gib_s": measured.get(frozenset((a, b)))})
         return {"by": "worker", "from": source, "pairs": items}
@@ -291,12 +325,24 @@ def pairs(addresses: list[str], seen: dict[str, dict[str, Any]] | None = None,
             t = transport(ws[0], ws[1], seen)
             nv = (seen or {}).get(ws[0], {}).get("nvlink_peers")
             t["nvlink"] = _nvlink_all(nv) if nv is not None else None
-            items.append({"between": [h, h], "workers": [len(ws), len(ws)], **t,
-                          "gib_s": measured.get(frozenset((ws[0], ws[1])))})
-        for k in names[i + 1:]:
+            items.append(
+                {
+                    "between": [h, h],
+                    "workers": [len(ws), len(ws)],
+                    **t,
+                    "gib_s": measured.get(frozenset((ws[0], ws[1]))),
+                }
+            )
+        for k in names[i + 1 :]:
             t = transport(ws[0], by_host[k][0], seen)
-            items.append({"between": [h, k], "workers": [len(ws), len(by_host[k])], **t,
-                          "gib_s": measured.get(frozenset((h, k)))})
+            items.append(
+                {
+                    "between": [h, k],
+                    "workers": [len(ws), len(by_host[k])],
+                    **t,
+                    "gib_s": measured.get(frozenset((h, k))),
+                }
+            )
     return {"by": "host", "from": source, "pairs": items}
 
 
@@ -307,18 +353,21 @@ def _probe_block(module: str, nbytes: int):
     """On the pair's first worker: a block of random float64 values of the family's array
     module (random: no compression makes it cheaper to move)."""
     import importlib
+
     xp = importlib.import_module(module)
     return xp.random.random(nbytes // 8)
 
 
-async def _probe_fetch(key: str, source: str, tries: int, budget_s: float, timeout_s: float,
-                       dask_worker=None) -> dict[str, Any]:
+async def _probe_fetch(
+    key: str, source: str, tries: int, budget_s: float, timeout_s: float, dask_worker=None
+) -> dict[str, Any]:
     """On the pair's second worker: fetch ``key`` from ``source`` the way Dask moves a task's
     input (``get_data`` over the worker's own connection pool and credentials), ``tries``
     times or until ``budget_s`` is spent; seconds of each, bytes, or the error."""
     import asyncio
 
     from distributed.worker import get_data_from_worker
+
     times: list[float] = []
     nbytes = None
     spent = 0.0
@@ -327,7 +376,8 @@ async def _probe_fetch(key: str, source: str, tries: int, budget_s: float, timeo
         t0 = time.perf_counter()
         try:
             response = await asyncio.wait_for(
-                get_data_from_worker(dask_worker.rpc, [key], source, who=dask_worker.address), timeout_s)
+                get_data_from_worker(dask_worker.rpc, [key], source, who=dask_worker.address), timeout_s
+            )
         except asyncio.TimeoutError:
             return {"error": f"no answer within {timeout_s:g} s", "seconds": times}
         except Exception as e:  # noqa: BLE001 - any failure to move the block fails the pair
@@ -358,19 +408,37 @@ def _probe_decision(setting: str, source: str, scheme: str, workers: int) -> dic
     if setting == "on":
         return choice(True, source, f"on: probe over any protocol (this cluster: {scheme})")
     if scheme == "ucx":
-        return choice(True, source, "auto: the workers speak UCX, which picks NVLink / InfiniBand / shared "
-                                    "memory / TCP itself and falls back silently: probe")
-    return choice(False, source, f"auto: probes over UCX only; over {scheme} the path is the hosts' network, "
-                                 "used as it is (--bandwidth-probe on asks for a probe)")
+        return choice(
+            True,
+            source,
+            "auto: the workers speak UCX, which picks NVLink / InfiniBand / shared "
+            "memory / TCP itself and falls back silently: probe",
+        )
+    return choice(
+        False,
+        source,
+        f"auto: probes over UCX only; over {scheme} the path is the hosts' network, "
+        "used as it is (--bandwidth-probe on asks for a probe)",
+    )
 
 
-def probe(client, family, addresses: list[str], seen: dict[str, dict[str, Any]], decision: dict[str, Any],
-          *, nbytes: int = PROBE_BYTES, tries: int = PROBE_TRIES, budget_s: float = PROBE_BUDGET_S,
-          timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+def probe(
+    client,
+    family,
+    addresses: list[str],
+    seen: dict[str, dict[str, Any]],
+    decision: dict[str, Any],
+    *,
+    nbytes: int = PROBE_BYTES,
+    tries: int = PROBE_TRIES,
+    budget_s: float = PROBE_BUDGET_S,
+    timeout_s: float = PROBE_TIMEOUT_S,
+) -> dict[str, Any]:
     """Time the pairs of :func:`probe_pairs` (see the module's docstring) and refuse, in one
     line, a pair that cannot move the block or moves it far under its expectation. Returns
     the decision with what was measured."""
     from distributed import wait
+
     out = {**decision, "block_bytes": nbytes, "tries": tries, "budget_s": budget_s, "pairs": []}
     if not decision["value"]:
         return out
@@ -380,24 +448,37 @@ def probe(client, family, addresses: list[str], seen: dict[str, dict[str, Any]],
     blocks = {}
     tag = uuid.uuid4().hex[:8]
     for src in dict.fromkeys(s for s, _ in todo):
-        blocks[src] = client.submit(_probe_block, family.array_module, nbytes, workers=[src],
-                                    allow_other_workers=False, pure=False, key=f"gpuscale-probe-{tag}-{len(blocks)}")
+        blocks[src] = client.submit(
+            _probe_block,
+            family.array_module,
+            nbytes,
+            workers=[src],
+            allow_other_workers=False,
+            pure=False,
+            key=f"gpuscale-probe-{tag}-{len(blocks)}",
+        )
     try:
         try:
             wait(list(blocks.values()), timeout=max(timeout_s, budget_s))
         except TimeoutError:
             pass  # the pairs of a block not made are listed as not measured
         for src, dst in todo:
-            entry: dict[str, Any] = {"from": src, "to": dst, "hosts": [_host(src), _host(dst)],
-                                     "transport": transport(src, dst, seen)["label"]}
+            entry: dict[str, Any] = {
+                "from": src,
+                "to": dst,
+                "hosts": [_host(src), _host(dst)],
+                "transport": transport(src, dst, seen)["label"],
+            }
             expected, rule = expectation(src, dst, seen, gpu)
             entry.update(expected_gib_s=round(expected / GiB, 3), expectation=rule)
             out["pairs"].append(entry)
             left = budget_s - (time.perf_counter() - t0)
             fut = blocks[src]
             if fut.status != "finished":
-                entry["not_measured"] = (f"the block was not made on {src} ({fut.status}"
-                                         f"{': ' + repr(fut.exception()) if fut.status == 'error' else ''})")
+                entry["not_measured"] = (
+                    f"the block was not made on {src} ({fut.status}"
+                    f"{': ' + repr(fut.exception()) if fut.status == 'error' else ''})"
+                )
                 continue
             if left <= 0:
                 entry["not_measured"] = f"the probe's {budget_s:g} s budget was spent"
@@ -422,8 +503,10 @@ def _fix(a: str, b: str) -> str:
     ha, hb = _host(a), _host(b)
     where = f"between {ha} and {hb}" if ha != hb else f"on {ha}"
     ucx = ", UCX_TLS / UCX_NET_DEVICES and the InfiniBand / NVLink setup" if _scheme(a) == "ucx" else ""
-    return (f"check the workers' network {where} (firewall, routes{ucx}), or skip this check with "
-            "--bandwidth-probe off")
+    return (
+        f"check the workers' network {where} (firewall, routes{ucx}), or skip this check with "
+        "--bandwidth-probe off"
+    )
 
 
 def _size(nbytes: int) -> str:
@@ -431,14 +514,20 @@ def _size(nbytes: int) -> str:
 
 
 def _refuse_unreachable(src: str, dst: str, nbytes: int, error: str) -> None:
-    raise UserError(f"worker {dst} on host {_host(dst)} could not fetch a {_size(nbytes)} block from "
-                    f"worker {src} on host {_host(src)} over {_scheme(src)} ({error})", _fix(src, dst))
+    raise UserError(
+        f"worker {dst} on host {_host(dst)} could not fetch a {_size(nbytes)} block from "
+        f"worker {src} on host {_host(src)} over {_scheme(src)} ({error})",
+        _fix(src, dst),
+    )
 
 
 def _refuse_slow(src: str, dst: str, nbytes: int, rate: float, expected: float, rule: str) -> None:
-    raise UserError(f"workers {src} on host {_host(src)} and {dst} on host {_host(dst)} moved a "
-                    f"{_size(nbytes)} block at {rate / MiB:.1f} MiB/s, under 1/{FAR_BELOW} of the "
-                    f"{expected / MiB:.0f} MiB/s expected ({rule})", _fix(src, dst))
+    raise UserError(
+        f"workers {src} on host {_host(src)} and {dst} on host {_host(dst)} moved a "
+        f"{_size(nbytes)} block at {rate / MiB:.1f} MiB/s, under 1/{FAR_BELOW} of the "
+        f"{expected / MiB:.0f} MiB/s expected ({rule})",
+        _fix(src, dst),
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -451,17 +540,21 @@ def check(client, family, probe_setting: str = "auto", probe_source: str = "defa
     bandwidth probe (decided by ``probe_setting``: auto / on / off, from ``probe_source``)
     and the seconds taken."""
     from distributed.versions import required_packages
+
     t0 = time.perf_counter()
     from . import workers
+
     listed = workers(client)
     names = packages(family)
     versions = client.get_versions(check=False, packages=names)
     answered = versions["workers"]
     for address in sorted(listed):
         if address not in answered:
-            raise UserError(f"worker {address} on host {_host(address)} is listed by the scheduler but does not "
-                            "answer it (network, firewall, or the host is down)",
-                            f"make {_host(address)} reachable from the scheduler's host, or stop that worker")
+            raise UserError(
+                f"worker {address} on host {_host(address)} is listed by the scheduler but does not "
+                "answer it (network, firewall, or the host is down)",
+                f"make {_host(address)} reachable from the scheduler's host, or stop that worker",
+            )
     mine = versions["client"]["packages"]
     compared = ["python", *required_packages, *names]
     for address in sorted(answered):
@@ -470,20 +563,34 @@ def check(client, family, probe_setting: str = "auto", probe_source: str = "defa
         if wrong:
             what = ", ".join(f"{p} {w or 'missing'} (this client: {c or 'missing'})" for p, w, c in wrong)
             p, _, c = wrong[0]
-            fix = (f"install {p}=={c} in the workers' environment on {_host(address)}" if c else
-                   f"use a client with {p} installed, or remove it on {_host(address)}")
-            raise UserError(f"worker {address} on host {_host(address)} has {what}",
-                            f"{fix}, or run this client from the workers' environment")
+            fix = (
+                f"install {p}=={c} in the workers' environment on {_host(address)}"
+                if c
+                else f"use a client with {p} installed, or remove it on {_host(address)}"
+            )
+            raise UserError(
+                f"worker {address} on host {_host(address)} has {what}",
+                f"{fix}, or run this client from the workers' environment",
+            )
     seen = facts(client) if answered else {}
     for address, w in sorted(seen.items()):
         if family.cluster_kind == "cuda" and w["gpus"] == 0:
-            raise UserError(f"worker {address} on host {_host(address)} ({w['hostname']}) sees no GPU, but the "
-                            f"{family.name} family's work runs on GPUs",
-                            "start that host's workers with `dask cuda worker` on a GPU node (check "
-                            "CUDA_VISIBLE_DEVICES there), or use --backend cpu")
+            raise UserError(
+                f"worker {address} on host {_host(address)} ({w['hostname']}) sees no GPU, but the "
+                f"{family.name} family's work runs on GPUs",
+                "start that host's workers with `dask cuda worker` on a GPU node (check "
+                "CUDA_VISIBLE_DEVICES there), or use --backend cpu",
+            )
     addresses = sorted(seen)
     scheme = _scheme(addresses[0]) if addresses else "tcp"
     decision = _probe_decision(probe_setting, probe_source, scheme, len(addresses))
     measured = probe(client, family, addresses, seen, decision)
-    return {"ok": True, "workers": len(answered), "hosts": hosts(seen), "compared": compared,
-            "worker_gpus": worker_gpus(seen), "probe": measured, "seconds": round(time.perf_counter() - t0, 3)}
+    return {
+        "ok": True,
+        "workers": len(answered),
+        "hosts": hosts(seen),
+        "compared": compared,
+        "worker_gpus": worker_gpus(seen),
+        "probe": measured,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }

@@ -9,6 +9,7 @@ Both built-ins are registered here; installed packages add protocols through the
 ``gpuscale.protocols`` entry-point group (an entry point names a :class:`Protocol` instance),
 as families and workloads arrive through theirs.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -57,12 +58,18 @@ class Protocol:
         protocol's selection, noting switches it ignores."""
         switches = set_switches(ucx)
         if switches and self.switches_transports:
-            return choice(transports or switches, sources.get(f"cluster.ucx.{next(iter(switches))}", "flag"),
-                          "switches you set: " + ", ".join(f"{k}={v}" for k, v in switches.items()))
+            return choice(
+                transports or switches,
+                sources.get(f"cluster.ucx.{next(iter(switches))}", "flag"),
+                "switches you set: " + ", ".join(f"{k}={v}" for k, v in switches.items()),
+            )
         label = self.transport_label()
-        return choice(transports or {"selection": label}, "rule",
-                      f"{self.description}: transports {label}"
-                      + ("; UCX switches apply to GPU clusters only (ignored)" if switches else ""))
+        return choice(
+            transports or {"selection": label},
+            "rule",
+            f"{self.description}: transports {label}"
+            + ("; UCX switches apply to GPU clusters only (ignored)" if switches else ""),
+        )
 
 
 def set_switches(ucx) -> dict[str, bool]:
@@ -92,8 +99,14 @@ def register(p: Protocol) -> Protocol:
 
 
 register(Protocol("tcp", "TCP sockets (distributed's default)", bind_host="127.0.0.1"))
-register(UcxProtocol("ucx", "UCX through distributed-ucxx: NVLink / InfiniBand / shared memory",
-                     module="distributed_ucxx", install=UCX_INSTALL))
+register(
+    UcxProtocol(
+        "ucx",
+        "UCX through distributed-ucxx: NVLink / InfiniBand / shared memory",
+        module="distributed_ucxx",
+        install=UCX_INSTALL,
+    )
+)
 
 
 def _load() -> None:
@@ -104,8 +117,10 @@ def _load() -> None:
     for ep in importlib.metadata.entry_points(group="gpuscale.protocols"):
         obj = ep.load()
         if not isinstance(obj, Protocol):
-            raise TypeError(f"gpuscale.protocols entry point '{ep.name}' ({ep.value}) names a "
-                            f"{type(obj).__name__}, not a gpuscale Protocol")
+            raise TypeError(
+                f"gpuscale.protocols entry point '{ep.name}' ({ep.value}) names a "
+                f"{type(obj).__name__}, not a gpuscale Protocol"
+            )
         register(obj)
 
 
@@ -125,23 +140,32 @@ def choose(setting: str, source: str, family, kind: str, tls: bool) -> tuple[Pro
     (``Knobs.protocol``) for a cluster started on this machine without TLS (``tls``) when it
     is installed, else TCP. Rule ids are explained in docs/decisions.md."""
     if setting != AUTO:
-        return get(setting), choice(setting, source, f"protocol.setting: {setting}, set by you",
-                                    rule_id="protocol.setting")
+        return get(setting), choice(
+            setting, source, f"protocol.setting: {setting}, set by you", rule_id="protocol.setting"
+        )
     wanted = family.knobs.protocol
     tcp = get("tcp")
     if wanted is None or wanted == "tcp":
-        return tcp, _auto(tcp, "protocol.tcp", f"the {family.name} family's clusters talk TCP (distributed's default)")
+        return tcp, _auto(
+            tcp, "protocol.tcp", f"the {family.name} family's clusters talk TCP (distributed's default)"
+        )
     if kind not in HERE:
         return tcp, _auto(tcp, "protocol.remote", f"a cluster on other hosts: TCP (TLS), not {wanted}")
     if tls:
         return tcp, _auto(tcp, "protocol.tls", f"TLS is asked for: TCP, as {wanted} has no TLS")
     p = get(wanted)
     if not p.available():
-        return tcp, _auto(tcp, "protocol.not-installed",
-                          f"{wanted} is the {family.name} family's transport but is not installed "
-                          f"({p.install}): TCP")
-    return p, _auto(p, "protocol.family", f"the {family.name} family's transport: {p.description}; "
-                                          "results reach the client without a copy through host memory")
+        return tcp, _auto(
+            tcp,
+            "protocol.not-installed",
+            f"{wanted} is the {family.name} family's transport but is not installed ({p.install}): TCP",
+        )
+    return p, _auto(
+        p,
+        "protocol.family",
+        f"the {family.name} family's transport: {p.description}; "
+        "results reach the client without a copy through host memory",
+    )
 
 
 def _auto(p: Protocol, rule_id: str, why: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ choice with its source and rule, and where a client finds its credentials.
 UCX has no TLS: a protected cluster over UCX is refused unless ``cluster.security`` is
 ``off``, set by you.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,9 +49,11 @@ def _source(resolved) -> str:
 
 
 def _ucx_refusal(proto_name: str, why: str) -> UserError:
-    return UserError(f"{why}, but {proto_name.upper()} has no TLS: anyone who reaches its ports could run "
-                     "code as you", f"use --protocol tcp (TLS), or pass --security off to run {proto_name} "
-                     "unprotected on a network you trust")
+    return UserError(
+        f"{why}, but {proto_name.upper()} has no TLS: anyone who reaches its ports could run code as you",
+        f"use --protocol tcp (TLS), or pass --security off to run {proto_name} "
+        "unprotected on a network you trust",
+    )
 
 
 def apply(spec, resolved, proto, *, served: bool = False):
@@ -68,30 +71,51 @@ def apply(spec, resolved, proto, *, served: bool = False):
         value = "off"
     elif setting == "tls" or served or spec.kind in REMOTE:
         if not encrypts:
-            raise _ucx_refusal(proto.name, "this cluster is protected with TLS (cluster.security "
-                                           f"{setting}{'' if setting == 'tls' else ' for cluster up'})")
+            raise _ucx_refusal(
+                proto.name,
+                "this cluster is protected with TLS (cluster.security "
+                f"{setting}{'' if setting == 'tls' else ' for cluster up'})",
+            )
         value = "tls"
-        rule = ("set by you: " if setting == "tls" else "auto: a cluster kept up for other processes is "
-                                                         "protected: ") + \
-            ("TLS with a temporary CA and certificate (distributed's Security.temporary)" +
-             (", written for clients to one file readable by its owner only (mode 0600) beside the "
-              "scheduler file" if served else ", held in memory by this process"))
+        rule = (
+            "set by you: "
+            if setting == "tls"
+            else "auto: a cluster kept up for other processes is protected: "
+        ) + (
+            "TLS with a temporary CA and certificate (distributed's Security.temporary)"
+            + (
+                ", written for clients to one file readable by its owner only (mode 0600) beside the "
+                "scheduler file"
+                if served
+                else ", held in memory by this process"
+            )
+        )
         if spec.kind in REMOTE and setting == "auto" and not served:
             rule = "auto: a cluster on other hosts is protected: " + rule.split(" is protected: ", 1)[1]
         if spec.kind == "srun":
-            rule = rule.split(", held in memory")[0] + (", written by rank 0 beside the scheduler file (mode "
-                                                        "0600) before its scheduler listens, read there by every rank")
+            rule = rule.split(", held in memory")[0] + (
+                ", written by rank 0 beside the scheduler file (mode "
+                "0600) before its scheduler listens, read there by every rank"
+            )
     else:
         value = "off"
-        rule = (f"auto: this process's own cluster, plain {proto.name} on "
-                f"{spec.kwargs.get('host') or 'its bind address'} for the life of the run")
+        rule = (
+            f"auto: this process's own cluster, plain {proto.name} on "
+            f"{spec.kwargs.get('host') or 'its bind address'} for the life of the run"
+        )
     kwargs = dict(spec.kwargs)
     if value == "tls" and spec.kind not in REMOTE:  # ssh / slurm: set by their start
         kwargs["protocol"] = "tls"
-    return spec.model_copy(update={
-        "security": value, "kwargs": kwargs,
-        "choices": {**spec.choices, "security": choice(value, source if setting != "auto" else "rule", rule,
-                                                       setting=setting)}})
+    return spec.model_copy(
+        update={
+            "security": value,
+            "kwargs": kwargs,
+            "choices": {
+                **spec.choices,
+                "security": choice(value, source if setting != "auto" else "rule", rule, setting=setting),
+            },
+        }
+    )
 
 
 def _for_client(spec, resolved):
@@ -102,34 +126,69 @@ def _for_client(spec, resolved):
     scheme = address.split("://", 1)[0]
     creds, creds_source = None, None
     if c.credentials:
-        creds, creds_source = pathlib.Path(c.credentials).expanduser(), \
-            resolved.sources.get("cluster.credentials", "flag")
+        creds, creds_source = (
+            pathlib.Path(c.credentials).expanduser(),
+            resolved.sources.get("cluster.credentials", "flag"),
+        )
     elif resolved.settings.scheduler_file:
         near = beside(resolved.settings.scheduler_file)
         if near.exists():
             creds, creds_source = near, "beside the scheduler file"
     if scheme != "tls":
         if setting == "tls":
-            raise UserError(f"cluster.security is tls ({_source(resolved)}), but the scheduler address "
-                            f"{address} is not tls://", "give its tls:// address (or --scheduler-file), "
-                            "or drop --security tls")
-        return spec.model_copy(update={"security": "off", "choices": {**spec.choices, "security": choice(
-            "off", "scheduler address", f"the scheduler's address is {scheme}://: no TLS", setting=setting)}})
+            raise UserError(
+                f"cluster.security is tls ({_source(resolved)}), but the scheduler address "
+                f"{address} is not tls://",
+                "give its tls:// address (or --scheduler-file), or drop --security tls",
+            )
+        return spec.model_copy(
+            update={
+                "security": "off",
+                "choices": {
+                    **spec.choices,
+                    "security": choice(
+                        "off",
+                        "scheduler address",
+                        f"the scheduler's address is {scheme}://: no TLS",
+                        setting=setting,
+                    ),
+                },
+            }
+        )
     if setting == "off":
-        raise UserError(f"cluster.security is off ({_source(resolved)}), but the scheduler at {address} "
-                        "accepts TLS clients only", "drop --security off and give its credentials with "
-                        "--credentials PATH (or --scheduler-file)")
+        raise UserError(
+            f"cluster.security is off ({_source(resolved)}), but the scheduler at {address} "
+            "accepts TLS clients only",
+            "drop --security off and give its credentials with --credentials PATH (or --scheduler-file)",
+        )
     if creds is None:
-        where = (f" (none beside {resolved.settings.scheduler_file}: {beside(resolved.settings.scheduler_file)})"
-                 if resolved.settings.scheduler_file else "")
-        raise UserError(f"the scheduler at {address} accepts TLS clients only and no credentials were "
-                        f"given{where}", "pass --credentials PATH, the *.tls.pem file `gpuscale cluster up` "
-                        "wrote beside its scheduler file (or --scheduler-file PATH to find it there)")
+        where = (
+            f" (none beside {resolved.settings.scheduler_file}: {beside(resolved.settings.scheduler_file)})"
+            if resolved.settings.scheduler_file
+            else ""
+        )
+        raise UserError(
+            f"the scheduler at {address} accepts TLS clients only and no credentials were given{where}",
+            "pass --credentials PATH, the *.tls.pem file `gpuscale cluster up` "
+            "wrote beside its scheduler file (or --scheduler-file PATH to find it there)",
+        )
     check_credentials(creds, c.trust_files)
-    return spec.model_copy(update={"security": "tls", "credentials": str(creds), "choices": {
-        **spec.choices, "security": choice("tls", "scheduler address",
-                                           f"the scheduler's address is tls://: TLS with the credentials "
-                                           f"in {creds} ({creds_source})", setting=setting)}})
+    return spec.model_copy(
+        update={
+            "security": "tls",
+            "credentials": str(creds),
+            "choices": {
+                **spec.choices,
+                "security": choice(
+                    "tls",
+                    "scheduler address",
+                    f"the scheduler's address is tls://: TLS with the credentials "
+                    f"in {creds} ({creds_source})",
+                    setting=setting,
+                ),
+            },
+        }
+    )
 
 
 def check_credentials(path: pathlib.Path, trusted: bool) -> None:
@@ -138,16 +197,20 @@ def check_credentials(path: pathlib.Path, trusted: bool) -> None:
     credentials another user can change: whoever wrote them chose the cluster this client
     trusts (:func:`gpuscale.trust.read_trusted`)."""
     from .. import trust
+
     if not path.is_file():
-        raise UserError(f"credentials file {path} does not exist",
-                        "give the *.tls.pem file `gpuscale cluster up` wrote beside its scheduler file")
+        raise UserError(
+            f"credentials file {path} does not exist",
+            "give the *.tls.pem file `gpuscale cluster up` wrote beside its scheduler file",
+        )
     try:
         trust.read_trusted(path, "credentials file", trusted)
     except PermissionError:
-        raise UserError(f"credentials file {path} is not readable by this user (uid {os.getuid()}): the "
-                        "cluster it protects accepts only its owner's clients",
-                        "run as the user who started the cluster, or ask them for a copy of your own "
-                        "(chmod 600)") from None
+        raise UserError(
+            f"credentials file {path} is not readable by this user (uid {os.getuid()}): the "
+            "cluster it protects accepts only its owner's clients",
+            "run as the user who started the cluster, or ask them for a copy of your own (chmod 600)",
+        ) from None
     check_pem(path)
 
 
@@ -156,21 +219,25 @@ def check_pem(path: pathlib.Path) -> None:
     certificate with its key (what :func:`load` gives TLS); Python's ``ssl`` reads it as the
     connection would."""
     import ssl
+
     try:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         context.load_verify_locations(cafile=str(path))
         context.load_cert_chain(str(path))
     except (ssl.SSLError, ValueError) as e:
         why = getattr(e, "reason", None) or str(e) or type(e).__name__
-        raise UserError(f"credentials file {path} is not a PEM file holding a CA certificate, a certificate "
-                        f"and its key ({why})",
-                        "give the *.tls.pem file `gpuscale cluster up` wrote beside its scheduler file") from None
+        raise UserError(
+            f"credentials file {path} is not a PEM file holding a CA certificate, a certificate "
+            f"and its key ({why})",
+            "give the *.tls.pem file `gpuscale cluster up` wrote beside its scheduler file",
+        ) from None
 
 
 def load(path: str | os.PathLike):
     """A client's :class:`~distributed.Security` from a credentials file (CA, certificate and
     key in one PEM file), encryption required."""
     from distributed import Security
+
     p = str(pathlib.Path(path).expanduser())
     return Security(tls_ca_file=p, tls_client_cert=p, tls_client_key=p, require_encryption=True)
 
@@ -180,9 +247,18 @@ def every_role(path: str | os.PathLike):
     credentials file at ``path``: for a cluster whose workers are started elsewhere with that
     path on their command line (``dask worker --tls-ca-file F --tls-cert F --tls-key F``)."""
     from distributed import Security
+
     p = str(pathlib.Path(path).expanduser())
-    return Security(require_encryption=True, tls_ca_file=p, tls_client_cert=p, tls_client_key=p,
-                    tls_scheduler_cert=p, tls_scheduler_key=p, tls_worker_cert=p, tls_worker_key=p)
+    return Security(
+        require_encryption=True,
+        tls_ca_file=p,
+        tls_client_cert=p,
+        tls_client_key=p,
+        tls_scheduler_cert=p,
+        tls_scheduler_key=p,
+        tls_worker_cert=p,
+        tls_worker_key=p,
+    )
 
 
 def as_client(sec):
@@ -192,18 +268,27 @@ def as_client(sec):
     if sec is None or sec.tls_client_cert or not sec.tls_worker_cert:
         return sec
     from distributed import Security
-    return Security(require_encryption=sec.require_encryption, tls_ca_file=sec.tls_ca_file,
-                    tls_client_cert=sec.tls_worker_cert, tls_client_key=sec.tls_worker_key)
+
+    return Security(
+        require_encryption=sec.require_encryption,
+        tls_ca_file=sec.tls_ca_file,
+        tls_client_cert=sec.tls_worker_cert,
+        tls_client_key=sec.tls_worker_key,
+    )
 
 
 def temporary():
     """New credentials for a cluster this process starts (:meth:`distributed.Security.temporary`)."""
     from distributed import Security
+
     try:
         return Security.temporary()
     except ImportError:
         from ..errors import missing_module
-        raise missing_module("cryptography", "TLS (cluster.security tls)", "pip install cryptography") from None
+
+        raise missing_module(
+            "cryptography", "TLS (cluster.security tls)", "pip install cryptography"
+        ) from None
 
 
 def write(security, path: pathlib.Path) -> pathlib.Path:
@@ -211,6 +296,7 @@ def write(security, path: pathlib.Path) -> pathlib.Path:
     self-signed one) to ``path``, created with mode 0600 (never readable by others, not even
     for a moment), atomically and never through a link (:mod:`gpuscale.records.atomic`)."""
     from ..records import atomic
+
     pem = security.tls_client_key.strip() + "\n" + security.tls_client_cert.strip() + "\n"
     with atomic.written(path, replace=True, mode=0o600, what="credentials file") as (f, _):
         f.write(pem.encode())

@@ -16,6 +16,7 @@ TLS (the default, as for every cluster on other hosts): the workers read the cre
 (``--tls-ca-file F --tls-cert F --tls-key F``, never key material), so it must be on a
 filesystem the compute nodes share, like the home folders of most SLURM clusters.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -34,11 +35,16 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     settings, src = resolved.settings, resolved.sources
     c, sl = settings.cluster, settings.cluster.slurm
     if proto.name != "tcp":
-        raise UserError(f"cluster.deploy is slurm, but --protocol {proto.name} is not wired for SLURM jobs",
-                        "use --protocol tcp (TLS by default) with --deploy slurm")
+        raise UserError(
+            f"cluster.deploy is slurm, but --protocol {proto.name} is not wired for SLURM jobs",
+            "use --protocol tcp (TLS by default) with --deploy slurm",
+        )
     if sl.cores < sl.processes:
-        raise UserError(f"cluster.slurm.cores is {sl.cores} but cluster.slurm.processes is {sl.processes}: "
-                        "each worker process needs at least one core", "raise cores or lower processes")
+        raise UserError(
+            f"cluster.slurm.cores is {sl.cores} but cluster.slurm.processes is {sl.processes}: "
+            "each worker process needs at least one core",
+            "raise cores or lower processes",
+        )
     gpu = family.cluster_kind == "cuda"
     threads = sl.cores // sl.processes
     workers = sl.jobs * sl.processes
@@ -59,30 +65,54 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
             else:
                 extra += [flag, str(v)]
         prologue = [f"export {k}={shlex.quote(v)}" for k, v in knobs.environ.items()]
-    job = {"cores": sl.cores, "memory": sl.memory, "processes": sl.processes, "queue": sl.queue,
-           "account": sl.account, "walltime": sl.walltime, "job_extra_directives": list(sl.job_extra),
-           "python": sl.python or sys.executable, "log_directory": sl.log_directory,
-           "worker_extra_args": extra, "job_name": "gpuscale-worker",
-           **({"job_script_prologue": prologue} if prologue else {})}
+    job = {
+        "cores": sl.cores,
+        "memory": sl.memory,
+        "processes": sl.processes,
+        "queue": sl.queue,
+        "account": sl.account,
+        "walltime": sl.walltime,
+        "job_extra_directives": list(sl.job_extra),
+        "python": sl.python or sys.executable,
+        "log_directory": sl.log_directory,
+        "worker_extra_args": extra,
+        "job_name": "gpuscale-worker",
+        **({"job_script_prologue": prologue} if prologue else {}),
+    }
     if gpu:
         job["worker_command"] = GPU_WORKER
     scheduler_options: dict = {"dashboard_address": c.dashboard_address or ":0"}
     if c.host:
         scheduler_options["host"] = c.host
     kwargs = {"n_workers": workers, "scheduler_options": scheduler_options, **job}
-    worker = f"`python -m {GPU_WORKER}` (one worker per GPU of the node)" if gpu else \
-        "dask-jobqueue's default worker (python -m distributed.cli.dask_worker)"
+    worker = (
+        f"`python -m {GPU_WORKER}` (one worker per GPU of the node)"
+        if gpu
+        else "dask-jobqueue's default worker (python -m distributed.cli.dask_worker)"
+    )
     per_job = f"{sl.cores} core(s), {sl.memory}, {sl.processes} worker process(es) of {threads} thread(s)"
     choices = {
         "transports": proto.transports_choice(c.ucx, {}, src),
-        "jobs": choice(sl.jobs, src.get("cluster.slurm.jobs", "default"),
-                       f"{sl.jobs} SLURM job(s) submitted at start, each {per_job}"),
-        "workers": choice(None if gpu else workers, "rule",
-                          f"{worker} in each job: {'one per GPU' if gpu else f'{sl.jobs} x {sl.processes}'}"),
-        "threads_per_worker": choice(threads, src.get("cluster.slurm.cores", "default"),
-                                     f"cores / processes = {sl.cores} / {sl.processes} (dask-jobqueue's rule)"),
-        "memory_limit": choice(sl.memory, src.get("cluster.slurm.memory", "default"),
-                               f"per job, split between its {sl.processes} worker process(es)"),
+        "jobs": choice(
+            sl.jobs,
+            src.get("cluster.slurm.jobs", "default"),
+            f"{sl.jobs} SLURM job(s) submitted at start, each {per_job}",
+        ),
+        "workers": choice(
+            None if gpu else workers,
+            "rule",
+            f"{worker} in each job: {'one per GPU' if gpu else f'{sl.jobs} x {sl.processes}'}",
+        ),
+        "threads_per_worker": choice(
+            threads,
+            src.get("cluster.slurm.cores", "default"),
+            f"cores / processes = {sl.cores} / {sl.processes} (dask-jobqueue's rule)",
+        ),
+        "memory_limit": choice(
+            sl.memory,
+            src.get("cluster.slurm.memory", "default"),
+            f"per job, split between its {sl.processes} worker process(es)",
+        ),
         "rmm_pool_size": rmm_choice(resolved, family, pool, rmm["source"] if rmm else None),
     }
     if knobs is not None:
@@ -90,11 +120,20 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     else:
         choices["spilling"] = spilling_choice(family)
     where = f"partition {sl.queue}" if sl.queue else "the default partition"
-    return ClusterSpec(kind="slurm", cls=CLS, family=family.name, protocol=proto.name,
-                       workers=None if gpu else workers, threads_per_worker=threads, memory_limit=sl.memory,
-                       rmm=rmm, dashboard_address=c.dashboard_address,
-                       notes=[f"scheduler in this process; workers: {worker} in {sl.jobs} SLURM job(s) on "
-                              f"{where} (sbatch)"], kwargs=kwargs, choices=choices)
+    return ClusterSpec(
+        kind="slurm",
+        cls=CLS,
+        family=family.name,
+        protocol=proto.name,
+        workers=None if gpu else workers,
+        threads_per_worker=threads,
+        memory_limit=sl.memory,
+        rmm=rmm,
+        dashboard_address=c.dashboard_address,
+        notes=[f"scheduler in this process; workers: {worker} in {sl.jobs} SLURM job(s) on {where} (sbatch)"],
+        kwargs=kwargs,
+        choices=choices,
+    )
 
 
 def per_host(spec: ClusterSpec) -> dict[str, dict]:
@@ -108,10 +147,16 @@ def per_host(spec: ClusterSpec) -> dict[str, dict]:
     cls = f"python -m {GPU_WORKER}" if gpu else "python -m distributed.cli.dask_worker"
     workers = "one per GPU of the node" if gpu else kw["processes"]
     mem = spec.choices["memory_limit"]  # per job, split between its worker processes
-    return {"(this machine)": {"scheduler": True, "worker_entries": 0},
-            node: {"scheduler": False, "worker_entries": 1,
-                   **per_host_entry(spec, cls, workers, spec.threads_per_worker,
-                                    memory=f"{mem['value']} {mem['rule']}")}}
+    return {
+        "(this machine)": {"scheduler": True, "worker_entries": 0},
+        node: {
+            "scheduler": False,
+            "worker_entries": 1,
+            **per_host_entry(
+                spec, cls, workers, spec.threads_per_worker, memory=f"{mem['value']} {mem['rule']}"
+            ),
+        },
+    }
 
 
 def _job_kwargs(spec: ClusterSpec, security) -> dict:
@@ -131,6 +176,7 @@ def commands(spec: ClusterSpec) -> list[str]:
     except ImportError:
         return ["(the job script needs dask-jobqueue: pip install 'gpuscale[slurm]')"]
     from . import security as tls
+
     sec = tls.every_role(spec.credentials or "CREDENTIALS_FILE") if spec.security == "tls" else None
     scheme = "tls" if sec is not None else "tcp"
     job = SLURMJob(f"{scheme}://SCHEDULER_ADDRESS", name="WORKER_NAME", **_job_kwargs(spec, sec))
@@ -139,24 +185,38 @@ def commands(spec: ClusterSpec) -> list[str]:
 
 def start(spec: ClusterSpec, security=None):
     from distributed import Client
+
     try:
         from dask_jobqueue import SLURMCluster
     except ImportError:
-        raise missing_module("dask_jobqueue", "cluster.deploy slurm (dask-jobqueue's SLURMCluster)",
-                             "pip install 'gpuscale[slurm]'") from None
+        raise missing_module(
+            "dask_jobqueue",
+            "cluster.deploy slurm (dask-jobqueue's SLURMCluster)",
+            "pip install 'gpuscale[slurm]'",
+        ) from None
     from . import security as tls
+
     sec = None
     if spec.security == "tls":
         if not spec.credentials:
-            raise UserError("a SLURM cluster with TLS needs its credentials in a file the compute nodes read",
-                            "give `cluster up` a --scheduler-file on a filesystem the nodes share (the "
-                            "credentials go beside it), or --security off on a network you trust")
+            raise UserError(
+                "a SLURM cluster with TLS needs its credentials in a file the compute nodes read",
+                "give `cluster up` a --scheduler-file on a filesystem the nodes share (the "
+                "credentials go beside it), or --security off on a network you trust",
+            )
         sec = tls.every_role(spec.credentials)
     kwargs = dict(spec.kwargs)
     job = _job_kwargs(spec, sec)
-    cluster = construct(spec, lambda: SLURMCluster(
-        n_workers=kwargs["n_workers"], scheduler_options=kwargs["scheduler_options"],
-        security=sec, protocol=job.pop("protocol"), **{k: v for k, v in job.items() if k != "security"}))
+    cluster = construct(
+        spec,
+        lambda: SLURMCluster(
+            n_workers=kwargs["n_workers"],
+            scheduler_options=kwargs["scheduler_options"],
+            security=sec,
+            protocol=job.pop("protocol"),
+            **{k: v for k, v in job.items() if k != "security"},
+        ),
+    )
     try:
         return cluster, Client(cluster, security=sec)
     except BaseException:

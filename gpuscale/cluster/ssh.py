@@ -14,6 +14,7 @@ configuration, ``distributed.comm.tls.*``, which SSHCluster hands to them: these
 a host), so that file (written beside the scheduler file, mode 0600) must be readable at the
 same path on every host, as on a shared home or a shared filesystem.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,9 +45,11 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     c, ssh = settings.cluster, settings.cluster.ssh
     hosts = list(ssh.hosts or ())
     if len(hosts) < 2:
-        raise UserError(f"cluster.deploy is ssh but cluster.ssh.hosts names {len(hosts)} host(s)",
-                        "list the scheduler's host first, then one entry per worker process, e.g. "
-                        "--ssh-hosts node1,node1,node2 (or in a profile, see clusters/ssh.yaml)")
+        raise UserError(
+            f"cluster.deploy is ssh but cluster.ssh.hosts names {len(hosts)} host(s)",
+            "list the scheduler's host first, then one entry per worker process, e.g. "
+            "--ssh-hosts node1,node1,node2 (or in a profile, see clusters/ssh.yaml)",
+        )
     gpu = family.cluster_kind == "cuda"
     worker_class = "dask_cuda.CUDAWorker" if gpu else "distributed.Nanny"
     threads = c.threads_per_worker or family.knobs.threads_per_worker.get(collection or "session")
@@ -64,35 +67,59 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         worker_options.update(knobs.options)
     # the scheduler listens on the address its host was named by, which the other hosts reach
     scheduler_options = {"host": hosts[0], "port": 0, "dashboard_address": c.dashboard_address or ":0"}
-    if proto.name != "tcp":  # the workers take the scheme of the scheduler's address (tcp: the default; TLS: at start)
+    if (
+        proto.name != "tcp"
+    ):  # the workers take the scheme of the scheduler's address (tcp: the default; TLS: at start)
         scheduler_options["protocol"] = proto.name
-    kwargs = {"hosts": hosts, "connect_options": _connect_options(ssh), "worker_options": worker_options,
-              "scheduler_options": scheduler_options, "worker_class": worker_class,
-              "remote_python": ssh.remote_python or sys.executable}
+    kwargs = {
+        "hosts": hosts,
+        "connect_options": _connect_options(ssh),
+        "worker_options": worker_options,
+        "scheduler_options": scheduler_options,
+        "worker_class": worker_class,
+        "remote_python": ssh.remote_python or sys.executable,
+    }
     n = len(hosts) - 1
     per = "one worker per GPU of each host" if gpu else f"{n} worker process(es)"
     choices = {
         "transports": proto.transports_choice(c.ucx, knobs.transports if knobs is not None else {}, src),
-        "hosts": choice(hosts, src.get("cluster.ssh.hosts", "flag"),
-                        f"scheduler on {hosts[0]}; {per} on {', '.join(hosts[1:])} (one per entry after the first)"),
+        "hosts": choice(
+            hosts,
+            src.get("cluster.ssh.hosts", "flag"),
+            f"scheduler on {hosts[0]}; {per} on {', '.join(hosts[1:])} (one per entry after the first)",
+        ),
         "workers": choice(None if gpu else n, "rule", f"{worker_class} on each entry after the first: {per}"),
-        "threads_per_worker": choice(threads, src.get("cluster.threads-per-worker", "family"),
-                                     None if threads else "Dask's default: the remote host's cores"),
-        "memory_limit": choice(c.memory_limit, src.get("cluster.memory-limit", "default"),
-                               "auto: Dask's default on each host" if c.memory_limit == "auto" else None),
-        "rmm_pool_size": rmm_choice(resolved, family, pool,
-                                    rmm["source"] if rmm else None),
+        "threads_per_worker": choice(
+            threads,
+            src.get("cluster.threads-per-worker", "family"),
+            None if threads else "Dask's default: the remote host's cores",
+        ),
+        "memory_limit": choice(
+            c.memory_limit,
+            src.get("cluster.memory-limit", "default"),
+            "auto: Dask's default on each host" if c.memory_limit == "auto" else None,
+        ),
+        "rmm_pool_size": rmm_choice(resolved, family, pool, rmm["source"] if rmm else None),
     }
     if knobs is not None:
         choices.update(knobs.choices)
     else:
         choices["spilling"] = spilling_choice(family)
-    return ClusterSpec(kind="ssh", cls="distributed.deploy.ssh.SSHCluster", family=family.name,
-                       protocol=proto.name, workers=None if gpu else n, threads_per_worker=threads,
-                       memory_limit=c.memory_limit, rmm=rmm, dashboard_address=c.dashboard_address,
-                       notes=[f"scheduler on {hosts[0]} over ssh; workers: {worker_class} on "
-                              f"{', '.join(hosts[1:])}"], kwargs=kwargs, choices=choices,
-                       dask_config=knobs.dask_config if knobs is not None else {})
+    return ClusterSpec(
+        kind="ssh",
+        cls="distributed.deploy.ssh.SSHCluster",
+        family=family.name,
+        protocol=proto.name,
+        workers=None if gpu else n,
+        threads_per_worker=threads,
+        memory_limit=c.memory_limit,
+        rmm=rmm,
+        dashboard_address=c.dashboard_address,
+        notes=[f"scheduler on {hosts[0]} over ssh; workers: {worker_class} on {', '.join(hosts[1:])}"],
+        kwargs=kwargs,
+        choices=choices,
+        dask_config=knobs.dask_config if knobs is not None else {},
+    )
 
 
 def commands(spec: ClusterSpec) -> list[str]:
@@ -101,20 +128,39 @@ def commands(spec: ClusterSpec) -> list[str]:
     kw = spec.kwargs
     protocol = "tls" if spec.security == "tls" else None
     opts = kw["connect_options"]
-    ssh = ["ssh"] + (["-p", str(opts["port"])] if "port" in opts else []) + \
-        [f"-i {k}" for k in opts.get("client_keys", [])]
+    ssh = (
+        ["ssh"]
+        + (["-p", str(opts["port"])] if "port" in opts else [])
+        + [f"-i {k}" for k in opts.get("client_keys", [])]
+    )
 
     def on(host, *argv):
         target = f"{opts['username']}@{host}" if opts.get("username") else host
         return " ".join([*ssh, target, *argv])
 
     sched_opts = dict(kw["scheduler_options"], **({"protocol": protocol} if protocol else {}))
-    lines = [on(kw["hosts"][0], kw["remote_python"], "-m", "distributed.cli.dask_spec", "--spec",
-                shlex.quote(json.dumps({"cls": "distributed.Scheduler", "opts": sched_opts})))]
+    lines = [
+        on(
+            kw["hosts"][0],
+            kw["remote_python"],
+            "-m",
+            "distributed.cli.dask_spec",
+            "--spec",
+            shlex.quote(json.dumps({"cls": "distributed.Scheduler", "opts": sched_opts})),
+        )
+    ]
     for host in kw["hosts"][1:]:
-        lines.append(on(host, kw["remote_python"], "-m", "distributed.cli.dask_spec", "SCHEDULER_ADDRESS",
-                        "--spec", shlex.quote(json.dumps({0: {"cls": kw["worker_class"],
-                                                              "opts": kw["worker_options"]}}))))
+        lines.append(
+            on(
+                host,
+                kw["remote_python"],
+                "-m",
+                "distributed.cli.dask_spec",
+                "SCHEDULER_ADDRESS",
+                "--spec",
+                shlex.quote(json.dumps({0: {"cls": kw["worker_class"], "opts": kw["worker_options"]}})),
+            )
+        )
     return lines
 
 
@@ -136,7 +182,9 @@ def per_host(spec: ClusterSpec) -> dict[str, dict]:
     for host, e in out.items():
         n = e["worker_entries"]
         if n:
-            workers = (f"{n} x {cls}: one worker per GPU of {host}" + (" each" if n > 1 else "")) if gpu else n
+            workers = (
+                (f"{n} x {cls}: one worker per GPU of {host}" + (" each" if n > 1 else "")) if gpu else n
+            )
             e.update(per_host_entry(spec, cls, workers, threads))
     return out
 
@@ -144,9 +192,15 @@ def per_host(spec: ClusterSpec) -> dict[str, dict]:
 def tls_config(credentials: str) -> dict:
     """Dask's configuration that makes every process SSHCluster starts speak TLS with the
     credentials file at this path (the same path on every host)."""
-    return {"distributed.comm.require-encryption": True, "distributed.comm.tls.ca-file": credentials,
-            **{f"distributed.comm.tls.{role}.{part}": credentials
-               for role in ("scheduler", "worker", "client") for part in ("cert", "key")}}
+    return {
+        "distributed.comm.require-encryption": True,
+        "distributed.comm.tls.ca-file": credentials,
+        **{
+            f"distributed.comm.tls.{role}.{part}": credentials
+            for role in ("scheduler", "worker", "client")
+            for part in ("cert", "key")
+        },
+    }
 
 
 def start(spec: ClusterSpec, security=None):
@@ -155,17 +209,22 @@ def start(spec: ClusterSpec, security=None):
     import dask.config
     from distributed import Client
     from distributed.deploy.ssh import SSHCluster
+
     if importlib.util.find_spec("asyncssh") is None:
-        raise missing_module("asyncssh", "cluster.deploy ssh (distributed's SSHCluster)",
-                             "pip install 'gpuscale[ssh]'") from None
+        raise missing_module(
+            "asyncssh", "cluster.deploy ssh (distributed's SSHCluster)", "pip install 'gpuscale[ssh]'"
+        ) from None
     from . import security as tls
+
     kwargs = dict(spec.kwargs)
     config: dict = {}
     if spec.security == "tls":
         if not spec.credentials:
-            raise UserError("an ssh cluster with TLS needs its credentials in a file every host reads",
-                            "give `cluster up` a --scheduler-file on a filesystem the hosts share (the "
-                            "credentials go beside it), or --security off on a network you trust")
+            raise UserError(
+                "an ssh cluster with TLS needs its credentials in a file every host reads",
+                "give `cluster up` a --scheduler-file on a filesystem the hosts share (the "
+                "credentials go beside it), or --security off on a network you trust",
+            )
         config = tls_config(spec.credentials)
         kwargs["scheduler_options"] = {**kwargs["scheduler_options"], "protocol": "tls"}
         kwargs["security"] = security or tls.load(spec.credentials)

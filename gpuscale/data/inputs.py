@@ -15,6 +15,7 @@
 
 No GPU library is imported here: the GPU family's readers and converters import theirs.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +28,14 @@ import numpy as np
 from ..backends import convert
 from ..errors import UserError, missing_module
 
-SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".parq": "parquet", ".csv": "csv",
-            ".npy": "npy", ".zarr": "zarr"}
+SUFFIXES = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".parq": "parquet",
+    ".csv": "csv",
+    ".npy": "npy",
+    ".zarr": "zarr",
+}
 CSV_COMPRESSED = (".gz", ".bz2", ".xz", ".zst")  # x.csv.gz: read whole (not splittable)
 ZARR_MARKERS = ("zarr.json", ".zarray", ".zgroup")
 FORMAT_NAMES = {"parquet": "Parquet", "csv": "CSV", "npy": ".npy", "zarr": "Zarr"}
@@ -43,18 +50,18 @@ host's available memory."""
 class Source:
     """The user's data, as far as it can be known without a cluster."""
 
-    collection: str                  # "array" | "dataframe"
-    format: str                      # parquet | csv | npy | zarr | dask
-    path: str | None = None          # absolute path of a file source
-    obj: Any = None                  # the user's Dask collection (format "dask")
-    shape: tuple | None = None       # arrays: the shape; frames: (rows or None, columns)
-    dtype: str | None = None         # arrays
-    meta: Any = None                 # frames: an empty frame with the columns and dtypes
-    nbytes: int | None = None        # size in memory, when known without reading the data
+    collection: str  # "array" | "dataframe"
+    format: str  # parquet | csv | npy | zarr | dask
+    path: str | None = None  # absolute path of a file source
+    obj: Any = None  # the user's Dask collection (format "dask")
+    shape: tuple | None = None  # arrays: the shape; frames: (rows or None, columns)
+    dtype: str | None = None  # arrays
+    meta: Any = None  # frames: an empty frame with the columns and dtypes
+    nbytes: int | None = None  # size in memory, when known without reading the data
     file_bytes: int | None = None
     stored_chunks: tuple | None = None  # zarr: the store's chunk shape
     absent_chunks: tuple[int, int, Any] | None = None  # zarr: (absent, of all, fill value) when any
-    chunk_type: str | None = None    # a collection's chunk / partition type
+    chunk_type: str | None = None  # a collection's chunk / partition type
 
     @property
     def columns(self) -> dict[str, str] | None:
@@ -81,9 +88,13 @@ class Source:
             d["stored_chunks"] = list(self.stored_chunks)
         if self.absent_chunks is not None:
             absent, total, fill = self.absent_chunks
-            d["absent_chunks"] = {"absent": absent, "of": total, "read_as": fill,
-                                  "note": f"{absent} of {total} chunks are not in the store: Zarr reads "
-                                          f"them as the fill value {fill!r}"}
+            d["absent_chunks"] = {
+                "absent": absent,
+                "of": total,
+                "read_as": fill,
+                "note": f"{absent} of {total} chunks are not in the store: Zarr reads "
+                f"them as the fill value {fill!r}",
+            }
         if self.chunk_type:
             d["chunk_type"] = self.chunk_type
         return d
@@ -98,8 +109,12 @@ def type_name(obj) -> str:
 
 
 def _supported(formats=None) -> str:
-    names = {"parquet": ".parquet (file or folder)", "csv": ".csv (file or folder)",
-             "npy": ".npy", "zarr": ".zarr"}
+    names = {
+        "parquet": ".parquet (file or folder)",
+        "csv": ".csv (file or folder)",
+        "npy": ".npy",
+        "zarr": ".zarr",
+    }
     return ", ".join(names[f] for f in (formats or names))
 
 
@@ -115,15 +130,19 @@ def detect_format(path: pathlib.Path) -> str:
         if any((path / m).exists() for m in ZARR_MARKERS):
             return "zarr"
         files = [p for p in path.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
-        if (path / "_metadata").exists() or any(p.suffix.lower() in (".parquet", ".pq", ".parq")
-                                                for p in files):
+        if (path / "_metadata").exists() or any(
+            p.suffix.lower() in (".parquet", ".pq", ".parq") for p in files
+        ):
             return "parquet"
         if any(p.suffix.lower() == ".csv" for p in files):
             return "csv"
-        raise UserError(f"cannot tell what the folder {path} holds (no Parquet, CSV or Zarr files in it)",
-                        f"give one of: {_supported()}")
-    raise UserError(f"unsupported input file type '{path.suffix or path.name}' ({path})",
-                    f"give one of: {_supported()}")
+        raise UserError(
+            f"cannot tell what the folder {path} holds (no Parquet, CSV or Zarr files in it)",
+            f"give one of: {_supported()}",
+        )
+    raise UserError(
+        f"unsupported input file type '{path.suffix or path.name}' ({path})", f"give one of: {_supported()}"
+    )
 
 
 def inspect(data, formats: tuple[str, ...] | None = None) -> Source:
@@ -136,40 +155,64 @@ def inspect(data, formats: tuple[str, ...] | None = None) -> Source:
 def inspect_collection(obj) -> Source:
     import dask.array as da
     import dask.dataframe as dd
+
     if isinstance(obj, da.Array):
         shape = tuple(obj.shape)
         known = all(not (isinstance(n, float) and np.isnan(n)) for n in shape)
-        return Source("array", "dask", obj=obj, shape=shape, dtype=str(obj.dtype),
-                      nbytes=int(obj.nbytes) if known else None, chunk_type=type_name(obj._meta))
+        return Source(
+            "array",
+            "dask",
+            obj=obj,
+            shape=shape,
+            dtype=str(obj.dtype),
+            nbytes=int(obj.nbytes) if known else None,
+            chunk_type=type_name(obj._meta),
+        )
     if isinstance(obj, dd.DataFrame):
-        return Source("dataframe", "dask", obj=obj, shape=(None, len(obj.columns)), meta=obj._meta,
-                      chunk_type=type_name(obj._meta))
+        return Source(
+            "dataframe",
+            "dask",
+            obj=obj,
+            shape=(None, len(obj.columns)),
+            meta=obj._meta,
+            chunk_type=type_name(obj._meta),
+        )
     if isinstance(obj, dd.Series):
         raise UserError("got a Dask Series", "pass a DataFrame (series.to_frame())")
     kind = type_name(obj)
     if hasattr(obj, "shape") and hasattr(obj, "dtype") and not hasattr(obj, "columns"):
-        raise UserError(f"got an in-memory {kind}, not a Dask array",
-                        "wrap it with dask.array.from_array(x, chunks=(rows_per_block, -1))")
+        raise UserError(
+            f"got an in-memory {kind}, not a Dask array",
+            "wrap it with dask.array.from_array(x, chunks=(rows_per_block, -1))",
+        )
     if hasattr(obj, "columns"):
-        raise UserError(f"got an in-memory {kind}, not a Dask DataFrame",
-                        "wrap it with dask.dataframe.from_pandas(df, npartitions=N)")
-    raise UserError(f"cannot use a {kind} as data",
-                    f"give a Dask array or DataFrame, or a path to one of: {_supported()}")
+        raise UserError(
+            f"got an in-memory {kind}, not a Dask DataFrame",
+            "wrap it with dask.dataframe.from_pandas(df, npartitions=N)",
+        )
+    raise UserError(
+        f"cannot use a {kind} as data", f"give a Dask array or DataFrame, or a path to one of: {_supported()}"
+    )
 
 
 def inspect_path(path, formats: tuple[str, ...] | None = None) -> Source:
     p = pathlib.Path(path).expanduser()
     if not p.exists():
         where = p.parent if str(p.parent) not in ("", ".") else pathlib.Path.cwd()
-        raise UserError(f"input {path} does not exist",
-                        f"check the path (relative paths start in {where.resolve()})")
+        raise UserError(
+            f"input {path} does not exist", f"check the path (relative paths start in {where.resolve()})"
+        )
     if not (p.is_file() or p.is_dir()):  # a FIFO, socket or device: reading it would block or never end
-        raise UserError(f"input {path} is not a regular file or folder (a pipe, socket or device)",
-                        "write the data to a file first and give that file")
+        raise UserError(
+            f"input {path} is not a regular file or folder (a pipe, socket or device)",
+            "write the data to a file first and give that file",
+        )
     fmt = detect_format(p)
     if formats is not None and fmt not in formats:
-        raise UserError(f"{path} is {FORMAT_NAMES[fmt]}, which this workload does not read",
-                        f"give one of: {_supported(formats)}")
+        raise UserError(
+            f"{path} is {FORMAT_NAMES[fmt]}, which this workload does not read",
+            f"give one of: {_supported(formats)}",
+        )
     p = p.resolve()
     if fmt == "npy":
         return _inspect_npy(p)
@@ -184,8 +227,10 @@ def unreadable(path, fmt: str, e: BaseException) -> UserError:
         if mismatch is not None:
             return mismatch
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    return UserError(f"cannot read {path} as {FORMAT_NAMES[fmt]}: {type(e).__name__}: {first[:300]}",
-                     f"check that it is a valid {FORMAT_NAMES[fmt]} file")
+    return UserError(
+        f"cannot read {path} as {FORMAT_NAMES[fmt]}: {type(e).__name__}: {first[:300]}",
+        f"check that it is a valid {FORMAT_NAMES[fmt]} file",
+    )
 
 
 def _inspect_npy(p: pathlib.Path) -> Source:
@@ -193,20 +238,30 @@ def _inspect_npy(p: pathlib.Path) -> Source:
         raise UserError(f"{p} is a folder, not a .npy file", "give the .npy file itself")
     with open(p, "rb") as f:
         if f.read(6) != b"\x93NUMPY":
-            raise UserError(f"{p} is not a .npy file (it has no NumPy header)",
-                            "give a file written by numpy.save")
+            raise UserError(
+                f"{p} is not a .npy file (it has no NumPy header)", "give a file written by numpy.save"
+            )
     try:
         a = np.load(p, mmap_mode="r", allow_pickle=False)
     except Exception as e:  # noqa: BLE001 - any failure to parse the header is the user's file
         raise unreadable(p, "npy", e) from None
     if not isinstance(a, np.ndarray):
-        raise UserError(f"{p} holds several arrays (an .npz archive), not one .npy array",
-                        "save one array with numpy.save(path, x)")
+        raise UserError(
+            f"{p} holds several arrays (an .npz archive), not one .npy array",
+            "save one array with numpy.save(path, x)",
+        )
     shape, dtype = tuple(int(n) for n in a.shape), a.dtype
     del a
-    return Source("array", "npy", path=str(p), shape=shape, dtype=str(dtype),
-                  nbytes=int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
-                  file_bytes=p.stat().st_size, chunk_type="numpy.ndarray")
+    return Source(
+        "array",
+        "npy",
+        path=str(p),
+        shape=shape,
+        dtype=str(dtype),
+        nbytes=int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
+        file_bytes=p.stat().st_size,
+        chunk_type="numpy.ndarray",
+    )
 
 
 def _import_zarr():
@@ -225,9 +280,12 @@ def _inspect_zarr(p: pathlib.Path) -> Source:
         raise unreadable(p, "zarr", e) from None
     if not hasattr(node, "dtype"):
         names = [n for n, a in node.arrays()] if hasattr(node, "arrays") else []
-        raise UserError(f"{p} is a Zarr group, not an array",
-                        f"give the array inside it: {', '.join(f'{p}/{n}' for n in names[:5])}"
-                        if names else "give the path of a Zarr array")
+        raise UserError(
+            f"{p} is a Zarr group, not an array",
+            f"give the array inside it: {', '.join(f'{p}/{n}' for n in names[:5])}"
+            if names
+            else "give the path of a Zarr array",
+        )
     shape = tuple(int(n) for n in node.shape)
     dtype = np.dtype(node.dtype)
     absent = None
@@ -238,15 +296,23 @@ def _inspect_zarr(p: pathlib.Path) -> Source:
             absent = (total - stored, total, fill.item() if hasattr(fill, "item") else fill)
     except Exception:  # noqa: BLE001 - a store that cannot list its chunks: not counted
         pass
-    return Source("array", "zarr", path=str(p), shape=shape, dtype=str(dtype),
-                  nbytes=int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
-                  stored_chunks=tuple(int(c) for c in node.chunks), chunk_type="numpy.ndarray",
-                  absent_chunks=absent)
+    return Source(
+        "array",
+        "zarr",
+        path=str(p),
+        shape=shape,
+        dtype=str(dtype),
+        nbytes=int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
+        stored_chunks=tuple(int(c) for c in node.chunks),
+        chunk_type="numpy.ndarray",
+        absent_chunks=absent,
+    )
 
 
 def _frame_reader(p: pathlib.Path, fmt: str, blocksize=None):
     """Dask's reader call for a frame source under the active ``dataframe.backend``."""
     import dask.dataframe as dd
+
     if fmt == "parquet":
         return dd.read_parquet(str(p))
     target = str(p / "*.csv") if p.is_dir() else str(p)
@@ -257,6 +323,7 @@ def _frame_reader(p: pathlib.Path, fmt: str, blocksize=None):
 
 def _inspect_frame(p: pathlib.Path, fmt: str) -> Source:
     import dask
+
     try:
         with dask.config.set({"dataframe.backend": "pandas"}):
             df = _frame_reader(p, fmt)  # lazy: reads the footer / a sample for the meta
@@ -272,13 +339,24 @@ def _inspect_frame(p: pathlib.Path, fmt: str) -> Source:
         if _csv_header_only(p):
             rows = 0
     if rows == 0:
-        raise UserError(f"{p} has no rows (only {'a header' if fmt == 'csv' else 'a schema'}: columns "
-                        f"{', '.join(map(str, meta.columns))})", "give a file with data rows")
+        raise UserError(
+            f"{p} has no rows (only {'a header' if fmt == 'csv' else 'a schema'}: columns "
+            f"{', '.join(map(str, meta.columns))})",
+            "give a file with data rows",
+        )
     size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
     if fmt == "csv":
         nbytes = 2 * size  # parsed numbers take about as much as their text; strings more
-    return Source("dataframe", fmt, path=str(p), shape=(rows, len(meta.columns)), meta=meta,
-                  nbytes=nbytes, file_bytes=size, chunk_type="pandas.DataFrame")
+    return Source(
+        "dataframe",
+        fmt,
+        path=str(p),
+        shape=(rows, len(meta.columns)),
+        meta=meta,
+        nbytes=nbytes,
+        file_bytes=size,
+        chunk_type="pandas.DataFrame",
+    )
 
 
 def _csv_header_only(p: pathlib.Path) -> bool:
@@ -294,8 +372,7 @@ def _csv_header_only(p: pathlib.Path) -> bool:
     return True
 
 
-ONE_SCHEMA_FIX = "give files with one schema (cast the column to one type and write them again) or " \
-    "one file"
+ONE_SCHEMA_FIX = "give files with one schema (cast the column to one type and write them again) or one file"
 
 
 def _arrow_kind(t) -> str | None:
@@ -303,6 +380,7 @@ def _arrow_kind(t) -> str | None:
     columns mix (each file reads on its own, the aggregations take both), as do string types
     of any width and a dictionary (categorical) of them; an all-null column mixes with any."""
     import pyarrow.types as pat
+
     if pat.is_dictionary(t):
         t = t.value_type
     if pat.is_null(t):
@@ -328,6 +406,7 @@ def _check_parquet_schemas(p: pathlib.Path) -> None:
         return
     import pyarrow.dataset as pads
     import pyarrow.parquet as pq
+
     try:
         files = sorted(pads.dataset(str(p), format="parquet").files)
     except Exception:  # noqa: BLE001 - the reader's own error (already raised) is the one to show
@@ -351,16 +430,18 @@ def _check_parquet_schemas(p: pathlib.Path) -> None:
             missing = sorted(columns_of_first - set(fields))
             has, lacks = (first_name, name) if missing else (name, first_name)
             col = (missing or sorted(set(fields) - columns_of_first))[0]
-            raise UserError(f"{p}: column {col!r} is in {has} but not in {lacks}",
-                            "give files with the same columns (add or drop the column and write them "
-                            "again) or one file")
+            raise UserError(
+                f"{p}: column {col!r} is in {has} but not in {lacks}",
+                "give files with the same columns (add or drop the column and write them again) or one file",
+            )
         for col, t in fields.items():
             seen = first.get(col)
             if seen is None or _arrow_kind(seen[1]) is None:
                 first[col] = (name, t)
             elif _arrow_kind(t) is not None and _arrow_kind(t) != _arrow_kind(seen[1]):
-                raise UserError(f"{p}: column {col!r} is {seen[1]} in {seen[0]} but {t} in {name}",
-                                ONE_SCHEMA_FIX)
+                raise UserError(
+                    f"{p}: column {col!r} is {seen[1]} in {seen[0]} but {t} in {name}", ONE_SCHEMA_FIX
+                )
 
 
 def _csv_files(p: pathlib.Path) -> list[pathlib.Path]:
@@ -371,6 +452,7 @@ def _csv_files(p: pathlib.Path) -> list[pathlib.Path]:
 def _csv_header(f: pathlib.Path) -> list[str] | None:
     """The column names on a CSV file's first line (None for an empty file)."""
     import csv
+
     with open(f, "rb") as fh:
         line = fh.readline(1 << 20)
     text = line.decode("utf-8", errors="replace").lstrip("\ufeff").rstrip("\r\n")
@@ -394,12 +476,15 @@ def _check_csv_headers(p: pathlib.Path) -> None:
         if ref is None:
             ref, ref_file = cols, f
         elif cols != ref:
+
             def show(c):
                 text = ",".join(c)
                 return text if len(text) <= 200 else text[:200] + "..."
-            raise UserError(f"{p}: {f.name} has the header '{show(cols)}' but {ref_file.name} has "
-                            f"'{show(ref)}'", "give CSV files with the same header (the same columns in "
-                            "the same order) or one file")
+
+            raise UserError(
+                f"{p}: {f.name} has the header '{show(cols)}' but {ref_file.name} has '{show(ref)}'",
+                "give CSV files with the same header (the same columns in the same order) or one file",
+            )
 
 
 def _csv_dtype_mismatch(path, e: BaseException) -> UserError | None:
@@ -407,6 +492,7 @@ def _csv_dtype_mismatch(path, e: BaseException) -> UserError | None:
     file holds another type further on, in a later block or file) as one line naming the
     column(s) and both types; None for any other error."""
     import re
+
     text = str(e)
     if not text.startswith("Mismatched dtypes found"):
         return None
@@ -421,19 +507,23 @@ def _csv_dtype_mismatch(path, e: BaseException) -> UserError | None:
     def kind(t):
         return "text (str)" if t in ("str", "object", "string") else t
 
-    cols = "; ".join(f"column {c!r} was read as {kind(want)} but holds {kind(found)} further on"
-                     for c, found, want in rows[:5])
+    cols = "; ".join(
+        f"column {c!r} was read as {kind(want)} but holds {kind(found)} further on"
+        for c, found, want in rows[:5]
+    )
     more = f" (and {len(rows) - 5} more columns)" if len(rows) > 5 else ""
-    return UserError(f"{path}: {cols}{more} (Dask types the columns from the first rows of the first "
-                     "file)",
-                     "give files in which each column holds one type throughout (clean or cast it and "
-                     "write them again), or write the data as Parquet with one schema")
+    return UserError(
+        f"{path}: {cols}{more} (Dask types the columns from the first rows of the first file)",
+        "give files in which each column holds one type throughout (clean or cast it and "
+        "write them again), or write the data as Parquet with one schema",
+    )
 
 
 def _parquet_size(p: pathlib.Path) -> tuple[int | None, int | None]:
     """Rows and uncompressed bytes from the Parquet footers (no data read)."""
     try:
         import pyarrow.dataset as pads
+
         rows = nbytes = 0
         for frag in pads.dataset(str(p), format="parquet").get_fragments():
             md = frag.metadata
@@ -455,20 +545,23 @@ def read_rows(fmt: str, path: str, start: int, stop: int, module: str):
             block = np.array(np.load(path, mmap_mode="r")[start:stop])
         else:
             import zarr
+
             block = zarr.open_array(path, mode="r")[start:stop]
     except MemoryError:
         raise
     except Exception as e:  # noqa: BLE001 - a damaged file or store is the user's to fix
-        raise UserError(f"{path}: rows {start}:{stop} cannot be read ({type(e).__name__}: {e})",
-                        f"the {FORMAT_NAMES.get(fmt, fmt)} data is damaged there (a corrupt or truncated "
-                        "chunk / file): write it again") from None
+        raise UserError(
+            f"{path}: rows {start}:{stop} cannot be read ({type(e).__name__}: {e})",
+            f"the {FORMAT_NAMES.get(fmt, fmt)} data is damaged there (a corrupt or truncated "
+            "chunk / file): write it again",
+        ) from None
     return convert.convert_array(block, module)
 
 
-def open_source(src: Source, family, *, chunk_rows: int | None = None,
-                partition_bytes: int | None = None):
+def open_source(src: Source, family, *, chunk_rows: int | None = None, partition_bytes: int | None = None):
     """A Dask collection of ``src`` with ``family``'s chunk type (lazy)."""
     import dask
+
     if src.format == "dask":
         return convert.to_backend(src.obj, family)
     p = pathlib.Path(src.path)
@@ -483,6 +576,7 @@ def open_source(src: Source, family, *, chunk_rows: int | None = None,
     import dask.array as da
     from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
+
     if src.format == "zarr":
         _import_zarr()
     m = src.shape[0]
@@ -493,11 +587,17 @@ def open_source(src: Source, family, *, chunk_rows: int | None = None,
     row_chunks = tuple(min(rows, m - i) for i in range(0, m, rows)) or (0,)
     rest = tuple((d,) for d in src.shape[1:])
     tail = (0,) * len(rest)
-    dsk = {(name, i, *tail): (read_rows, src.format, str(p), start, start + n, module)
-           for i, (start, n) in enumerate(zip(np.cumsum((0,) + row_chunks[:-1]).tolist(), row_chunks))}
-    return da.Array(HighLevelGraph.from_collections(name, dsk, dependencies=()), name,
-                    (row_chunks, *rest), dtype=src.dtype,
-                    meta=convert.empty_array(family, len(src.shape), src.dtype))
+    dsk = {
+        (name, i, *tail): (read_rows, src.format, str(p), start, start + n, module)
+        for i, (start, n) in enumerate(zip(np.cumsum((0,) + row_chunks[:-1]).tolist(), row_chunks))
+    }
+    return da.Array(
+        HighLevelGraph.from_collections(name, dsk, dependencies=()),
+        name,
+        (row_chunks, *rest),
+        dtype=src.dtype,
+        meta=convert.empty_array(family, len(src.shape), src.dtype),
+    )
 
 
 def check_finite(x, where: str) -> None:
@@ -506,11 +606,14 @@ def check_finite(x, where: str) -> None:
     (an SVD of them is undefined: LAPACK fails or answers NaN)."""
     import dask
     import dask.array as da
+
     if np.dtype(x.dtype).kind not in "fc":
         return
     bad = ~da.isfinite(x)
-    count, first_row = dask.compute(bad.sum(), da.argmax(bad.any(axis=tuple(range(1, x.ndim))), axis=0)
-                                    if x.ndim > 1 else da.argmax(bad, axis=0))
+    count, first_row = dask.compute(
+        bad.sum(),
+        da.argmax(bad.any(axis=tuple(range(1, x.ndim))), axis=0) if x.ndim > 1 else da.argmax(bad, axis=0),
+    )
     count, first_row = int(count), int(first_row)
     if not count:
         return
@@ -519,8 +622,10 @@ def check_finite(x, where: str) -> None:
         row = np.asarray(convert.to_host(x[first_row].compute()))
         col = int(np.argmax(~np.isfinite(row.ravel())))
         where_col = f", column {col}"
-    raise UserError(f"{where} holds {count} NaN / inf value(s), the first at row {first_row}{where_col}",
-                    "clean the data first (drop those rows, or numpy.nan_to_num) and save it again")
+    raise UserError(
+        f"{where} holds {count} NaN / inf value(s), the first at row {first_row}{where_col}",
+        "clean the data first (drop those rows, or numpy.nan_to_num) and save it again",
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -564,17 +669,22 @@ def parse_agg(text: str) -> dict[str, list[str]]:
     """``'price:mean,max;qty:sum'`` -> ``{'price': ['mean', 'max'], 'qty': ['sum']}``; a ``;`` in
     a column name is written ``\\;`` (:data:`ESCAPE`)."""
     from ..routes.dataframe import AGGREGATIONS
+
     spec: dict[str, list[str]] = {}
     items = [i.strip() for i in split_escaped(text, ";")]
     if not any(items):
-        raise ValueError(f"empty aggregation spec; write COLUMN:AGG[,AGG][;COLUMN:AGG...], e.g. {AGG_EXAMPLE}")
+        raise ValueError(
+            f"empty aggregation spec; write COLUMN:AGG[,AGG][;COLUMN:AGG...], e.g. {AGG_EXAMPLE}"
+        )
     for item in items:
         if not item:
             continue
         col, sep, aggs = item.rpartition(":")
         col = unescape(col.strip())
         if not sep or not col:
-            raise ValueError(f"'{item}' is not COLUMN:AGG[,AGG]; e.g. {AGG_EXAMPLE} (a ';' in a column name: \\;)")
+            raise ValueError(
+                f"'{item}' is not COLUMN:AGG[,AGG]; e.g. {AGG_EXAMPLE} (a ';' in a column name: \\;)"
+            )
         names = [a.strip() for a in aggs.split(",")]
         if not all(names):
             raise ValueError(f"'{item}' has an empty aggregation; e.g. {AGG_EXAMPLE}")
@@ -582,8 +692,10 @@ def parse_agg(text: str) -> dict[str, list[str]]:
         if bad:
             raise ValueError(f"unknown aggregation(s) {bad} in '{item}'; use: {', '.join(AGGREGATIONS)}")
         if col in spec:
-            raise ValueError(f"column '{col}' appears twice; list all its aggregations once, "
-                             f"e.g. {col}:{','.join(spec[col] + names)}")
+            raise ValueError(
+                f"column '{col}' appears twice; list all its aggregations once, "
+                f"e.g. {col}:{','.join(spec[col] + names)}"
+            )
         spec[col] = names
     return spec
 
@@ -592,7 +704,9 @@ def parse_by(text: str) -> list[str]:
     """``'a,b'`` -> ``['a', 'b']``; a ``,`` in a column name is written ``\\,`` (:data:`ESCAPE`)."""
     cols = [unescape(c.strip()) for c in split_escaped(text, ",")]
     if not all(cols):
-        raise ValueError("empty column name; write --by COLUMN or --by COL1,COL2 (a ',' in a column name: \\,)")
+        raise ValueError(
+            "empty column name; write --by COLUMN or --by COL1,COL2 (a ',' in a column name: \\,)"
+        )
     if len(set(cols)) != len(cols):
         raise ValueError("a column appears twice")
     return cols
@@ -605,6 +719,7 @@ def parse_by(text: str) -> list[str]:
 class RunInputs:
     """What a run on the user's data takes, checked: the source (None: generated data), the
     validation level, the ``--output`` path and whether it may be replaced."""
+
     source: Source | None
     validate: str | None
     output: pathlib.Path | None
@@ -614,12 +729,16 @@ class RunInputs:
 def host_fits(nbytes: int, what: str) -> None:
     """``--validate full`` needs ``nbytes`` on the client: refuse it when that will not fit."""
     import psutil
+
     avail = int(psutil.virtual_memory().available)
     if nbytes > FULL_FIT_FRACTION * avail:
         from dask.utils import format_bytes
-        raise UserError(f"--validate full needs about {format_bytes(nbytes)} of host memory for {what}, "
-                        f"more than {int(FULL_FIT_FRACTION * 100)}% of the {format_bytes(avail)} available",
-                        "use --validate fast (identities and a sample, computed on the cluster)")
+
+        raise UserError(
+            f"--validate full needs about {format_bytes(nbytes)} of host memory for {what}, "
+            f"more than {int(FULL_FIT_FRACTION * 100)}% of the {format_bytes(avail)} available",
+            "use --validate fast (identities and a sample, computed on the cluster)",
+        )
 
 
 def check_params(cls, params: dict[str, Any], data) -> None:
@@ -631,33 +750,43 @@ def check_params(cls, params: dict[str, Any], data) -> None:
     generation = [k for k in given if k in getattr(cls, "generation_params", ())]
     if generation:
         flags = ", ".join("--" + f.replace("_", "-") for f in generation)
-        raise UserError(f"{flags} {'describes' if len(generation) == 1 else 'describe'} generated data, "
-                        "but an input was given",
-                        f"leave {flags} out: the input's own shape and chunks are used")
+        raise UserError(
+            f"{flags} {'describes' if len(generation) == 1 else 'describe'} generated data, "
+            "but an input was given",
+            f"leave {flags} out: the input's own shape and chunks are used",
+        )
 
 
-def check_run(cls, p, *, data=None, validate: str | None = None, output=None,
-              overwrite: bool = False) -> RunInputs:
+def check_run(
+    cls, p, *, data=None, validate: str | None = None, output=None, overwrite: bool = False
+) -> RunInputs:
     """Check a run of workload ``cls`` with parameters ``p`` on ``data`` (a path, a Dask
     collection, or None for generated data), the validation level and ``output``. ``cls``
     must read data (``input_formats``) when ``data`` is given (the caller, which knows the
     workloads, says which do)."""
     from . import outputs
+
     name = cls.name
     if validate is not None and validate not in VALIDATE_LEVELS:
-        raise UserError(f"--validate must be one of {', '.join(VALIDATE_LEVELS)}, got {validate!r}",
-                        "e.g. --validate fast")
+        raise UserError(
+            f"--validate must be one of {', '.join(VALIDATE_LEVELS)}, got {validate!r}",
+            "e.g. --validate fast",
+        )
     if validate in ("fast", "full") and not getattr(cls, "validation_levels", False):
-        raise UserError(f"workload '{name}' has one validation; --validate {validate} does not apply",
-                        "leave --validate out, or use --validate off to skip it")
+        raise UserError(
+            f"workload '{name}' has one validation; --validate {validate} does not apply",
+            "leave --validate out, or use --validate off to skip it",
+        )
     user_only = [f for f in getattr(cls, "input_params", ()) if getattr(p, f, None) is not None]
     source = None
     if data is None:
         if user_only:
             flags = ", ".join("--" + f.replace("_", "-") for f in user_only)
-            raise UserError(f"{flags} {'describes' if len(user_only) == 1 else 'describe'} your own data, "
-                            "but no input was given",
-                            f"add --input PATH (or data=...), or leave {flags} out for generated data")
+            raise UserError(
+                f"{flags} {'describes' if len(user_only) == 1 else 'describe'} your own data, "
+                "but no input was given",
+                f"add --input PATH (or data=...), or leave {flags} out for generated data",
+            )
         if validate == "full" and hasattr(cls, "host_bytes"):
             host_fits(cls().host_bytes(p), "a host copy of the generated data")
     else:
@@ -665,20 +794,27 @@ def check_run(cls, p, *, data=None, validate: str | None = None, output=None,
         generation = [f for f in getattr(cls, "generation_params", ()) if f in p.model_fields_set]
         if generation:
             flags = ", ".join("--" + f.replace("_", "-") for f in generation)
-            raise UserError(f"{flags} {'describes' if len(generation) == 1 else 'describe'} generated data, "
-                            "but an input was given",
-                            f"leave {flags} out: the input's own shape and chunks are used")
+            raise UserError(
+                f"{flags} {'describes' if len(generation) == 1 else 'describe'} generated data, "
+                "but an input was given",
+                f"leave {flags} out: the input's own shape and chunks are used",
+            )
         source = inspect(data, formats)
         if source.collection != cls.collection:
-            want = "an array (.npy, Zarr, a Dask array)" if cls.collection == "array" else \
-                "a DataFrame (Parquet, CSV, a Dask DataFrame)"
-            raise UserError(f"{name} works on {want}, got a {source.collection}",
-                            f"give {name} {want}")
+            want = (
+                "an array (.npy, Zarr, a Dask array)"
+                if cls.collection == "array"
+                else "a DataFrame (Parquet, CSV, a Dask DataFrame)"
+            )
+            raise UserError(f"{name} works on {want}, got a {source.collection}", f"give {name} {want}")
         cls().check_input(p, source)
         if validate == "full" and source.nbytes:
             host_fits(3 * source.nbytes, source.label)
-    out = outputs.check(output, overwrite, getattr(cls, "output_formats", ()), name) \
-        if output is not None else None
+    out = (
+        outputs.check(output, overwrite, getattr(cls, "output_formats", ()), name)
+        if output is not None
+        else None
+    )
     if out is not None and source is not None and source.path and out == pathlib.Path(source.path):
         raise UserError(f"--output {output} is the input file", "write the result to another path")
     return RunInputs(source, validate, out, overwrite)

@@ -10,6 +10,7 @@ Formats: ``.parquet`` / ``.csv`` for DataFrame results (the group keys become co
 ``(column, aggregation)`` pairs are flattened to ``column_aggregation``), ``.npy`` (the
 singular values) / ``.npz`` (``s``, and ``u``, ``vt`` when they were computed) for SVD.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -30,14 +31,17 @@ def check(path, overwrite: bool, suffixes: tuple[str, ...], workload: str = "thi
     if not suffixes:
         raise UserError(f"workload '{workload}' writes no --output", "leave --output out")
     if suffix not in suffixes:
-        raise UserError(f"--output {path}: {workload} writes {' or '.join(suffixes)} files, "
-                        f"not '{p.suffix or p.name}'",
-                        f"name the output e.g. result{suffixes[0]}")
+        raise UserError(
+            f"--output {path}: {workload} writes {' or '.join(suffixes)} files, not '{p.suffix or p.name}'",
+            f"name the output e.g. result{suffixes[0]}",
+        )
     atomic.check_target(p, "--output")
     if p.is_dir():
         raise UserError(f"--output {path} is a folder", "give a file path (folders are never replaced)")
     if p.exists() and not overwrite:
-        raise UserError(f"--output {path} already exists", "pass --overwrite to replace it, or choose another path")
+        raise UserError(
+            f"--output {path} already exists", "pass --overwrite to replace it, or choose another path"
+        )
     parent = p.parent if str(p.parent) else pathlib.Path(".")
     if not parent.is_dir():
         raise UserError(f"--output {path}: the folder {parent} does not exist", "create it first")
@@ -45,8 +49,10 @@ def check(path, overwrite: bool, suffixes: tuple[str, ...], workload: str = "thi
         with tempfile.NamedTemporaryFile(dir=parent, prefix=".gpuscale-probe-"):
             pass
     except OSError as e:
-        raise UserError(f"--output {path}: the folder {parent} is not writable ({e.strerror or e})",
-                        "choose a writable folder") from None
+        raise UserError(
+            f"--output {path}: the folder {parent} is not writable ({e.strerror or e})",
+            "choose a writable folder",
+        ) from None
     return p.absolute().parent.resolve() / p.name  # a link there is refused above, never followed
 
 
@@ -60,16 +66,20 @@ def write(value: Any, path: pathlib.Path, overwrite: bool = False) -> dict[str, 
         with atomic.written(path, replace=overwrite, what="--output") as (f, tmp):
             what = _write(value, suffix, f, tmp)
     except FileExistsError:
-        raise UserError(f"--output {path} appeared while the work ran", "pass --overwrite, or "
-                        "choose another path") from None
+        raise UserError(
+            f"--output {path} appeared while the work ran", "pass --overwrite, or choose another path"
+        ) from None
     except OSError as e:
-        raise UserError(f"could not write --output {path}: {e.strerror or e}",
-                        "check the disk space and permissions of its folder") from None
+        raise UserError(
+            f"could not write --output {path}: {e.strerror or e}",
+            "check the disk space and permissions of its folder",
+        ) from None
     return {"path": str(path), "format": WRITERS[suffix], "bytes": path.stat().st_size, "holds": what}
 
 
 def _write(value, suffix: str, f, tmp: str) -> str:
     import numpy as np
+
     if suffix == ".npy":
         np.save(f, value["s"])
         return "s"
@@ -88,6 +98,7 @@ def _write(value, suffix: str, f, tmp: str) -> str:
 def flat_frame(df):
     """A pandas frame with its index as columns and ``(column, agg)`` names as ``column_agg``."""
     import pandas as pd
+
     df = df.copy()
     if isinstance(df.columns, pd.MultiIndex):
         df.columns = ["_".join(str(p) for p in c if str(p)) for c in df.columns]

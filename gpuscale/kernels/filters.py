@@ -3,6 +3,7 @@
 The current CuPy API is ``cupyx.scipy.ndimage`` (``cupyx.scipy.ndimage.filters`` is gone in
 CuPy 14). The module is chosen by the chunk's type.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,6 +15,7 @@ ndimage_for = Dispatch("ndimage_for")
 @ndimage_for.register(np.ndarray)
 def _scipy_ndimage(block):
     import scipy.ndimage
+
     return scipy.ndimage
 
 
@@ -24,6 +26,7 @@ def _register_cupy():
     @ndimage_for.register(cupy.ndarray)
     def _cupyx_ndimage(block):
         import cupyx.scipy.ndimage
+
         return cupyx.scipy.ndimage
 
 

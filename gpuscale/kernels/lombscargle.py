@@ -26,6 +26,7 @@ float32 kernels are compiled with fast math (``fastmath=True`` / ``--use_fast_ma
 float64 ones without. ``auto`` takes the first of :data:`AUTO_ORDER` that the chunk type
 supports (:func:`impls_for`, a dispatch on the chunk type).
 """
+
 from __future__ import annotations
 
 import functools
@@ -97,6 +98,7 @@ pgram_vectorized.kernel = "NumPy-API array calls"
 @functools.lru_cache(maxsize=None)
 def _cpu_kernel(dtype: str):
     import numba
+
     fast = dtype == "float32"
     one = numba.njit(fastmath=fast, nogil=True)(_power_one)
 
@@ -122,6 +124,7 @@ pgram_numba.kernel = "numba.njit"
 def _cuda_kernel(dtype: str):
     global cuda
     from numba import cuda
+
     fast = dtype == "float32"
     one = cuda.jit(device=True, fastmath=fast)(_power_one)
 
@@ -149,6 +152,7 @@ def pgram_numba_cuda(t, y, f, stream=0, threads=THREADS, max_blocks=None):
 def _pgram_numba_cuda_on_cupy(t, y, f):
     import cupy
     from numba import cuda as numba_cuda
+
     stream = numba_cuda.external_stream(cupy.cuda.get_current_stream().ptr)
     return pgram_numba_cuda(t, y, f, stream=stream)
 
@@ -193,17 +197,21 @@ def cuda_source(dtype: str) -> str:
 @functools.lru_cache(maxsize=None)
 def _raw_kernel(dtype: str):
     import cupy
+
     options = ("--use_fast_math",) if dtype == "float32" else ()
     return cupy.RawKernel(cuda_source(dtype), "lombscargle", options=options)
 
 
 def pgram_cupy(t, y, f):
     import cupy
+
     t, y, f = (cupy.ascontiguousarray(a) for a in (t, y, f))
     out = cupy.empty_like(f)
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     blocks = max(1, min(math.ceil(f.shape[0] / THREADS), 32 * sms))
-    _raw_kernel(f.dtype.name)((blocks,), (THREADS,), (np.int32(t.shape[0]), np.int32(f.shape[0]), t, y, f, out))
+    _raw_kernel(f.dtype.name)(
+        (blocks,), (THREADS,), (np.int32(t.shape[0]), np.int32(f.shape[0]), t, y, f, out)
+    )
     return out
 
 
@@ -229,8 +237,7 @@ def _register_cupy():
 
     @impls_for.register(cupy.ndarray)
     def _cupy(array_type=None):
-        return {"cupy": pgram_cupy, "numba-cuda": _pgram_numba_cuda_on_cupy,
-                "vectorized": pgram_vectorized}
+        return {"cupy": pgram_cupy, "numba-cuda": _pgram_numba_cuda_on_cupy, "vectorized": pgram_vectorized}
 
 
 def supported(array_type) -> dict:

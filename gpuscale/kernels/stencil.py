@@ -14,6 +14,7 @@ arrays in Numba's CUDA simulator, which is how CI runs it without a GPU.
 :func:`smooth3x3` picks the kernel by the block's type; ``smooth3x3.dispatch(type).kernel``
 names the kernel for a chunk type without running it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -22,7 +23,7 @@ import math
 import numpy as np
 from dask.utils import Dispatch
 
-THREADS = (32, 8)          # (x: columns, y: rows) per block
+THREADS = (32, 8)  # (x: columns, y: rows) per block
 MAX_BLOCKS = (65535, 65535)
 
 
@@ -36,9 +37,17 @@ def _mean3x3_cpu(a, out, ninth):
             if i == 0 or j == 0 or i == h - 1 or j == w - 1:
                 out[i, j] = a[i, j]
             else:
-                s = (a[i - 1, j - 1] + a[i - 1, j] + a[i - 1, j + 1]
-                     + a[i, j - 1] + a[i, j] + a[i, j + 1]
-                     + a[i + 1, j - 1] + a[i + 1, j] + a[i + 1, j + 1])
+                s = (
+                    a[i - 1, j - 1]
+                    + a[i - 1, j]
+                    + a[i - 1, j + 1]
+                    + a[i, j - 1]
+                    + a[i, j]
+                    + a[i, j + 1]
+                    + a[i + 1, j - 1]
+                    + a[i + 1, j]
+                    + a[i + 1, j + 1]
+                )
                 out[i, j] = s * ninth
 
 
@@ -51,9 +60,17 @@ def _mean3x3_gpu(a, out, ninth):
             if i == 0 or j == 0 or i == h - 1 or j == w - 1:
                 out[i, j] = a[i, j]
             else:
-                s = (a[i - 1, j - 1] + a[i - 1, j] + a[i - 1, j + 1]
-                     + a[i, j - 1] + a[i, j] + a[i, j + 1]
-                     + a[i + 1, j - 1] + a[i + 1, j] + a[i + 1, j + 1])
+                s = (
+                    a[i - 1, j - 1]
+                    + a[i - 1, j]
+                    + a[i - 1, j + 1]
+                    + a[i, j - 1]
+                    + a[i, j]
+                    + a[i, j + 1]
+                    + a[i + 1, j - 1]
+                    + a[i + 1, j]
+                    + a[i + 1, j + 1]
+                )
                 out[i, j] = s * ninth
 
 
@@ -61,6 +78,7 @@ def _mean3x3_gpu(a, out, ninth):
 @functools.lru_cache(maxsize=None)
 def _cpu_kernel():
     import numba
+
     return numba.njit(nogil=True)(_mean3x3_cpu)
 
 
@@ -79,14 +97,17 @@ mean3x3_numba.kernel = "numba.njit"
 def _cuda_kernel():
     global cuda
     from numba import cuda
+
     return cuda.jit(_mean3x3_gpu)  # compiles on first launch, once per dtype and layout
 
 
 def launch_config(shape, threads=THREADS, max_blocks=MAX_BLOCKS):
     """One thread per pixel, up to the grid limits (grid-stride covers the rest)."""
     h, w = shape
-    blocks = (max(1, min(math.ceil(w / threads[0]), max_blocks[0])),
-              max(1, min(math.ceil(h / threads[1]), max_blocks[1])))
+    blocks = (
+        max(1, min(math.ceil(w / threads[0]), max_blocks[0])),
+        max(1, min(math.ceil(h / threads[1]), max_blocks[1])),
+    )
     return blocks, threads
 
 
@@ -116,6 +137,7 @@ def _register_cupy():
 
     def mean3x3_cupy_stream(a):
         from numba import cuda
+
         stream = cuda.external_stream(cupy.cuda.get_current_stream().ptr)
         return mean3x3_cuda(a, stream=stream)
 

@@ -24,6 +24,7 @@ where gpuscale is to write; :func:`own_file` opens a file gpuscale keeps open (a
 >>> (d / "a.txt").read_text(), sorted(p.name for p in d.iterdir())
 ('hello', ['a.txt'])
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,8 +38,10 @@ from typing import IO, Iterator
 from ..errors import UserError, signals_deferred
 
 TMP_SUFFIX = ".gpuscale-tmp"
-REFUSED_FIX = ("gpuscale never writes through a link or over another user's file: remove it, or choose a "
-               "path in a folder only you can write")
+REFUSED_FIX = (
+    "gpuscale never writes through a link or over another user's file: remove it, or choose a "
+    "path in a folder only you can write"
+)
 
 
 def umask() -> int:
@@ -54,14 +57,19 @@ def _refusal(path, what: str, st: os.stat_result, folder: bool = False) -> UserE
             target = os.readlink(path)
         except OSError:
             target = "?"
-        return UserError(f"{what} {path} is a symbolic link (to {target}, made by uid {st.st_uid})", REFUSED_FIX)
+        return UserError(
+            f"{what} {path} is a symbolic link (to {target}, made by uid {st.st_uid})", REFUSED_FIX
+        )
     if st.st_uid != os.geteuid():
-        return UserError(f"{what} {path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})", REFUSED_FIX)
+        return UserError(
+            f"{what} {path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})", REFUSED_FIX
+        )
     if folder and stat.S_ISDIR(st.st_mode):
         return None
     if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-        return UserError(f"{what} {path} is not a plain file of its own (a hard link or a special file)",
-                         REFUSED_FIX)
+        return UserError(
+            f"{what} {path} is not a plain file of its own (a hard link or a special file)", REFUSED_FIX
+        )
     return None
 
 
@@ -96,8 +104,14 @@ def own_file(path: str | os.PathLike, what: str = "file") -> int:
 
 
 @contextlib.contextmanager
-def written(path: str | os.PathLike, *, replace: bool = False, text: bool = False,
-            mode: int | None = None, what: str = "file") -> Iterator[tuple[IO, str]]:
+def written(
+    path: str | os.PathLike,
+    *,
+    replace: bool = False,
+    text: bool = False,
+    mode: int | None = None,
+    what: str = "file",
+) -> Iterator[tuple[IO, str]]:
     """``(file, temp_path)`` to write ``path`` through; see the module. ``mode``: the file's
     permissions (default: what ``open`` would give, 0666 less the umask); ``what`` names the
     file in errors. Raises OSError (``FileExistsError`` when ``path`` exists and ``replace``

@@ -9,6 +9,7 @@
 
 Each returns the Figure (its axes carry the labels); :func:`draw_all` writes the PNGs.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,18 @@ def speedup_rows(frame: pd.DataFrame) -> pd.DataFrame:
         if host.empty or dev.empty:
             continue
         h, d = host.loc[host["median_s"].idxmin()], dev.loc[dev["median_s"].idxmin()]
-        out.append({"workload": wl, "size": size, "protocol": proto, "host": h["family"], "device": d["family"],
-                    "host_s": h["median_s"], "device_s": d["median_s"], "speedup": h["median_s"] / d["median_s"]})
+        out.append(
+            {
+                "workload": wl,
+                "size": size,
+                "protocol": proto,
+                "host": h["family"],
+                "device": d["family"],
+                "host_s": h["median_s"],
+                "device_s": d["median_s"],
+                "speedup": h["median_s"] / d["median_s"],
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -62,8 +73,13 @@ def speedup(frame: pd.DataFrame) -> Figure | None:
     bars = ax.bar(xs, rows["speedup"], color=["tab:green" if s >= 1 else "tab:red" for s in rows["speedup"]])
     ax.set_yscale("log")
     ax.axhline(1.0, color="grey", lw=1)
-    ax.set_xticks(list(xs), [f"{w}\n{s}" for w, s in zip(rows["workload"], rows["size"])], rotation=60,
-                  ha="right", fontsize=7)
+    ax.set_xticks(
+        list(xs),
+        [f"{w}\n{s}" for w, s in zip(rows["workload"], rows["size"])],
+        rotation=60,
+        ha="right",
+        fontsize=7,
+    )
     ax.bar_label(bars, labels=[f"{s:.2g}x" for s in rows["speedup"]], fontsize=7)
     ax.set_xlabel("workload and size")
     ax.set_ylabel(f"speedup ({rows['host'].iloc[0]} median / {rows['device'].iloc[0]} median)")
@@ -72,8 +88,9 @@ def speedup(frame: pd.DataFrame) -> Figure | None:
 
 
 def _series(frame: pd.DataFrame) -> pd.Series:
-    return (frame["backend"] + " " + frame["protocol"] + " "
-            + frame["workers"].astype("string").fillna("?") + "w")
+    return (
+        frame["backend"] + " " + frame["protocol"] + " " + frame["workers"].astype("string").fillna("?") + "w"
+    )
 
 
 def time_vs_size(frame: pd.DataFrame) -> Figure | None:
@@ -105,8 +122,9 @@ def time_vs_size(frame: pd.DataFrame) -> Figure | None:
 def spread(frame: pd.DataFrame, records: list) -> Figure | None:
     by_name = {pathlib.Path(r.path).name: r for r in records if r.path}
     ran = _ran(frame)
-    cases = [(row, by_name.get(pathlib.Path(row["record"]).name))
-             for _, row in ran.iterrows() if row["record"]]
+    cases = [
+        (row, by_name.get(pathlib.Path(row["record"]).name)) for _, row in ran.iterrows() if row["record"]
+    ]
     cases = [(row, r) for row, r in cases if r is not None]
     if not cases:
         return None
@@ -116,9 +134,16 @@ def spread(frame: pd.DataFrame, records: list) -> Figure | None:
         ax.scatter([i] * len(r.times_s), r.times_s, s=12, color="tab:blue", alpha=0.7)
         ax.hlines(r.median_s, i - 0.3, i + 0.3, color="black")
     ax.set_yscale("log")
-    ax.set_xticks(range(len(cases)), [f"{row['workload']} {row['size']}\n{row['backend']} {row['protocol']} "
-                                      f"{row['workers']}w" for row, _ in cases], rotation=60, ha="right",
-                  fontsize=7)
+    ax.set_xticks(
+        range(len(cases)),
+        [
+            f"{row['workload']} {row['size']}\n{row['backend']} {row['protocol']} {row['workers']}w"
+            for row, _ in cases
+        ],
+        rotation=60,
+        ha="right",
+        fontsize=7,
+    )
     ax.set_xlabel("case")
     ax.set_ylabel("time per repeat (s); bar: median")
     ax.set_title("per-repeat spread")

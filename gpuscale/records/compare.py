@@ -38,6 +38,7 @@ Cases pair by workload, every parameter, family, protocol and workers. Two recor
 with each other when their workload and parameters agree (family, protocol and workers may
 differ: that is the comparison), and are refused otherwise.
 """
+
 from __future__ import annotations
 
 import json
@@ -81,7 +82,13 @@ def parse_pct(text: str | float, what: str) -> float:
 
 
 def key(r) -> tuple:
-    return (r.workload, json.dumps(r.params, sort_keys=True, default=str), r.family, r.protocol, workers_of(r))
+    return (
+        r.workload,
+        json.dumps(r.params, sort_keys=True, default=str),
+        r.family,
+        r.protocol,
+        workers_of(r),
+    )
 
 
 def _side(path: str | os.PathLike) -> dict[tuple, list]:
@@ -103,6 +110,7 @@ def _u_cdf(n: int, m: int) -> np.ndarray:
     """P(U <= u), u = 0 .. n m, of the Mann-Whitney statistic of n and m exchangeable values."""
     if n * m > EXACT_PAIRS:
         from scipy import stats
+
         mean, sd = n * m / 2, math.sqrt(n * m * (n + m + 1) / 12)
         return stats.norm.cdf((np.arange(n * m + 1) + 0.5 - mean) / sd)
     # p[i][j]: the distribution for i and j values; p(i, j, u) = i/(i+j) p(i-1, j, u-j) + j/(i+j) p(i, j-1, u)
@@ -111,14 +119,16 @@ def _u_cdf(n: int, m: int) -> np.ndarray:
         new = [np.ones(1)]  # j = 0: U = 0
         for j in range(1, m + 1):
             p = np.zeros(i * j + 1)
-            p[j:j + len(row[j])] += i / (i + j) * row[j]
-            p[:len(new[j - 1])] += j / (i + j) * new[j - 1]
+            p[j : j + len(row[j])] += i / (i + j) * row[j]
+            p[: len(new[j - 1])] += j / (i + j) * new[j - 1]
             new.append(p)
         row = new
     return np.cumsum(row[m])
 
 
-def hodges_lehmann(a: list[float], b: list[float], confidence: float) -> tuple[float, float | None, float | None]:
+def hodges_lehmann(
+    a: list[float], b: list[float], confidence: float
+) -> tuple[float, float | None, float | None]:
     """(estimate, lo, hi) of log B - log A: the median of every pairwise difference and its
     distribution-free interval (None, None when the repeats are too few for ``confidence``)."""
     d = np.sort(np.subtract.outer(np.log(b), np.log(a)).ravel())
@@ -132,6 +142,7 @@ def hodges_lehmann(a: list[float], b: list[float], confidence: float) -> tuple[f
 
 def _z(confidence: float) -> float:
     from scipy import stats
+
     return float(stats.norm.ppf((1 + confidence) / 2))
 
 
@@ -144,14 +155,22 @@ def within_run(ra, rb, confidence: float) -> dict[str, Any]:
     if lo is None:
         return {**welch(a, b, confidence), "unit": "repeats", "n": min(len(a), len(b))}
     se = (hi - lo) / (2 * _z(confidence))
-    return {"est": est, "lo": lo, "hi": hi, "se": se, "unit": "repeats", "n": min(len(a), len(b)),
-            "how": "ranks"}
+    return {
+        "est": est,
+        "lo": lo,
+        "hi": hi,
+        "se": se,
+        "unit": "repeats",
+        "n": min(len(a), len(b)),
+        "how": "ranks",
+    }
 
 
 def welch(a: list[float], b: list[float], confidence: float) -> dict[str, Any]:
     """Mean log b - mean log a with Welch's t interval (lo, hi, se None with fewer than two
     repeats on a side)."""
     from scipy import stats
+
     la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
     est = statistics.fmean(lb) - statistics.fmean(la)
     if len(la) < 2 or len(lb) < 2:
@@ -160,7 +179,7 @@ def welch(a: list[float], b: list[float], confidence: float) -> dict[str, Any]:
     se = math.sqrt(va + vb)
     if se == 0:
         return {"est": est, "lo": est, "hi": est, "se": 0.0, "how": "welch"}
-    df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1))
+    df = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1))
     t = float(stats.t.ppf((1 + confidence) / 2, df))
     return {"est": est, "lo": est - t * se, "hi": est + t * se, "se": se, "how": "welch"}
 
@@ -169,6 +188,7 @@ def across_runs(runs_a: list, runs_b: list, confidence: float) -> dict[str, Any]
     """Several runs on a side: Welch's t interval on the means of the runs' median log times
     (a side with one run borrows the other side's variance)."""
     from scipy import stats
+
     la = [math.log(statistics.median(clean_times(r))) for r in runs_a]
     lb = [math.log(statistics.median(clean_times(r))) for r in runs_b]
     va = statistics.variance(la) if len(la) > 1 else None
@@ -204,8 +224,14 @@ def widened(s: dict[str, Any], between: float, confidence: float) -> dict[str, A
         return s
     se = math.sqrt(s["se"] ** 2 + between)
     z = _z(confidence)
-    return {**s, "se": se, "lo": min(s["lo"], s["est"] - z * se), "hi": max(s["hi"], s["est"] + z * se),
-            "unit": "runs", "n": 1}
+    return {
+        **s,
+        "se": se,
+        "lo": min(s["lo"], s["est"] - z * se),
+        "hi": max(s["hi"], s["est"] + z * se),
+        "unit": "runs",
+        "n": 1,
+    }
 
 
 def verdict(lo: float | None, hi: float | None, margin: float) -> str:
@@ -250,6 +276,7 @@ def mde(s: dict[str, Any], margin: float, confidence: float) -> float | None:
     if s["se"] is None:
         return None
     from scipy import stats
+
     return math.exp(math.log1p(margin) + (_z(confidence) + float(stats.norm.ppf(POWER))) * s["se"])
 
 
@@ -258,13 +285,17 @@ def _pairs(a, b, sa: dict, sb: dict) -> tuple[list, list[str], list[str]]:
     if pathlib.Path(a).is_file() and pathlib.Path(b).is_file():
         (ka, ra), (kb, rb) = next(iter(sa.items())), next(iter(sb.items()))
         if ka[:2] != kb[:2]:
-            raise UserError(f"{a} is {_label(ka)} and {b} is {_label(kb)}: different work, no ratio between them",
-                            "compare two records of the same workload and parameters")
+            raise UserError(
+                f"{a} is {_label(ka)} and {b} is {_label(kb)}: different work, no ratio between them",
+                "compare two records of the same workload and parameters",
+            )
         return [(ka, ra, rb)], [], []
     pairs = [(k, sa[k], sb[k]) for k in sa if k in sb]
     if not pairs:
-        raise UserError(f"'{a}' and '{b}' hold no case in common (workload, parameters, family, protocol, "
-                        "workers)", "compare folders of the same sweep or two records of the same case")
+        raise UserError(
+            f"'{a}' and '{b}' hold no case in common (workload, parameters, family, protocol, workers)",
+            "compare folders of the same sweep or two records of the same case",
+        )
     return pairs, [_label(k) for k in sa if k not in sb], [_label(k) for k in sb if k not in sa]
 
 
@@ -275,9 +306,16 @@ def _interval(runs_a: list, runs_b: list, confidence: float) -> dict[str, Any]:
     return within_run(runs_a[0], runs_b[0], confidence)
 
 
-def compare(a: str | os.PathLike, b: str | os.PathLike, *, confidence: float = 0.95, margin: float = 0.05,
-            fail_if_slower: float | None = None, fail_if_inconclusive: bool = False,
-            between_run: float = ASSUMED_BETWEEN_RUN) -> dict[str, Any]:
+def compare(
+    a: str | os.PathLike,
+    b: str | os.PathLike,
+    *,
+    confidence: float = 0.95,
+    margin: float = 0.05,
+    fail_if_slower: float | None = None,
+    fail_if_inconclusive: bool = False,
+    between_run: float = ASSUMED_BETWEEN_RUN,
+) -> dict[str, Any]:
     """Every case of A and B paired: ratio, interval, verdict, ``mde``, ``resolve``. ``failed``
     lists the cases the gate fails (``fail_if_slower``, a fraction: slower than it with
     confidence; with ``fail_if_inconclusive`` also not shown to be within it)."""
@@ -286,33 +324,59 @@ def compare(a: str | os.PathLike, b: str | os.PathLike, *, confidence: float = 0
     sa, sb = _side(a), _side(b)
     if not sa or not sb:
         empty = a if not sa else b
-        raise UserError(f"'{empty}' holds no gpuscale result records",
-                        "give two bench folders, results folders or record files")
+        raise UserError(
+            f"'{empty}' holds no gpuscale result records",
+            "give two bench folders, results folders or record files",
+        )
     pairs, only_a, only_b = _pairs(a, b, sa, sb)
     pairs = sorted(pairs, key=lambda p: (p[0][0], str(p[0][1:])))
     stats_ = [_interval(ra, rb, confidence) for _, ra, rb in pairs]
     one_run = [s for s in stats_ if s["unit"] == "repeats"]
     estimated = between_run_variance([(s["est"], s["se"] ** 2 if s["se"] else None) for s in one_run])
-    between = max(estimated, between_run ** 2)
-    cases = [_case(k, ra, rb, widened(s, between, confidence) if s["unit"] == "repeats" else s,
-                   confidence, margin, fail_if_slower, fail_if_inconclusive)
-             for (k, ra, rb), s in zip(pairs, stats_)]
+    between = max(estimated, between_run**2)
+    cases = [
+        _case(
+            k,
+            ra,
+            rb,
+            widened(s, between, confidence) if s["unit"] == "repeats" else s,
+            confidence,
+            margin,
+            fail_if_slower,
+            fail_if_inconclusive,
+        )
+        for (k, ra, rb), s in zip(pairs, stats_)
+    ]
     counts = {v: sum(c["verdict"] == v for c in cases) for v in VERDICTS}
-    return {"a": str(a), "b": str(b), "method": METHOD, "confidence": confidence, "margin": margin,
-            "fail_if_slower": fail_if_slower, "fail_if_inconclusive": fail_if_inconclusive,
-            "between_run_sd": math.sqrt(between) if one_run else None,
-            "between_runs": _between_note(one_run, estimated, between_run),
-            "cases": cases, "counts": counts, "only_a": only_a, "only_b": only_b,
-            "failed": [c for c in cases if c["gate"] in ("slower", "inconclusive")]}
+    return {
+        "a": str(a),
+        "b": str(b),
+        "method": METHOD,
+        "confidence": confidence,
+        "margin": margin,
+        "fail_if_slower": fail_if_slower,
+        "fail_if_inconclusive": fail_if_inconclusive,
+        "between_run_sd": math.sqrt(between) if one_run else None,
+        "between_runs": _between_note(one_run, estimated, between_run),
+        "cases": cases,
+        "counts": counts,
+        "only_a": only_a,
+        "only_b": only_b,
+        "failed": [c for c in cases if c["gate"] in ("slower", "inconclusive")],
+    }
 
 
 def _between_note(one_run: list, estimated: float, assumed: float) -> str:
     if not one_run:
         return "measured: several runs a side, the run is the unit"
-    if estimated > assumed ** 2:
-        return f"{100 * math.sqrt(estimated):.1f}% from the cases' scatter (one run a side, DerSimonian-Laird)"
-    return (f"{100 * assumed:.1f}% assumed (one run a side cannot show it; run each side several times "
-            "into its folder to measure it, or set --between-run)")
+    if estimated > assumed**2:
+        return (
+            f"{100 * math.sqrt(estimated):.1f}% from the cases' scatter (one run a side, DerSimonian-Laird)"
+        )
+    return (
+        f"{100 * assumed:.1f}% assumed (one run a side cannot show it; run each side several times "
+        "into its folder to measure it, or set --between-run)"
+    )
 
 
 def _case(k, runs_a, runs_b, s, confidence, margin, fail_if_slower, fail_if_inconclusive) -> dict[str, Any]:
@@ -321,16 +385,33 @@ def _case(k, runs_a, runs_b, s, confidence, margin, fail_if_slower, fail_if_inco
     hi = None if s["hi"] is None else math.exp(s["hi"])
     v = verdict(lo, hi, margin)
     gate = None if fail_if_slower is None else gate_of(lo, hi, fail_if_slower, fail_if_inconclusive)
-    return {"workload": ra.workload, "size": size_label(shown_params(ra.params)), "params": ra.params,
-            "backend": ra.backend, "family": ra.family, "protocol": ra.protocol, "workers": k[4],
-            "a_median_s": statistics.median(clean_times(ra)), "b_median_s": statistics.median(clean_times(rb)),
-            "a_repeats": len(ra.times_s), "b_repeats": len(rb.times_s), "a_runs": len(runs_a),
-            "b_runs": len(runs_b), "ratio": math.exp(s["est"]), "lo": lo, "hi": hi, "unit": s["unit"],
-            "how": s.get("how"),
-            "verdict": v, "mde": mde(s, margin, confidence),
-            "resolve": resolve(s, margin) if v == "inconclusive" else None,
-            "gate": gate, "a_record": ra.path, "b_record": rb.path,
-            "slower_than_limit": gate == "slower"}
+    return {
+        "workload": ra.workload,
+        "size": size_label(shown_params(ra.params)),
+        "params": ra.params,
+        "backend": ra.backend,
+        "family": ra.family,
+        "protocol": ra.protocol,
+        "workers": k[4],
+        "a_median_s": statistics.median(clean_times(ra)),
+        "b_median_s": statistics.median(clean_times(rb)),
+        "a_repeats": len(ra.times_s),
+        "b_repeats": len(rb.times_s),
+        "a_runs": len(runs_a),
+        "b_runs": len(runs_b),
+        "ratio": math.exp(s["est"]),
+        "lo": lo,
+        "hi": hi,
+        "unit": s["unit"],
+        "how": s.get("how"),
+        "verdict": v,
+        "mde": mde(s, margin, confidence),
+        "resolve": resolve(s, margin) if v == "inconclusive" else None,
+        "gate": gate,
+        "a_record": ra.path,
+        "b_record": rb.path,
+        "slower_than_limit": gate == "slower",
+    }
 
 
 def _label(k: tuple) -> str:

@@ -24,6 +24,7 @@ layer recorded (nothing is decided here).
 ``gpuscale explain`` (:func:`gpuscale.runs.preview.preview`) shows the same section for a run
 that has not happened, so the two can be compared key by key.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -36,9 +37,10 @@ FAMILY_KNOBS = {
     "shuffle_method": "shuffle used when a result is split over partitions (None: Dask's default)",
     "split_out_budget_bytes": "a groupby result estimated under this stays in one partition",
     "split_every": "fan-in of tree reductions (None: all partials in one combine)",
-    "groupby_concat_min_fraction": "a groupby runs per-worker (concatenate, aggregate once) when a partition's "
-                                   "groups are at least this fraction of its rows (0: always; always too where "
-                                   "each worker runs one thread)",
+    "groupby_concat_min_fraction": "a groupby runs per-worker (concatenate, aggregate once) when a "
+    "partition's "
+    "groups are at least this fraction of its rows (0: always; always too where "
+    "each worker runs one thread)",
     "pre_import": "libraries each worker imports at start",
 }
 
@@ -47,19 +49,27 @@ def cluster_knobs(resolved, selection, spec) -> dict[str, dict[str, Any]]:
     """The cluster's knobs: the backend as set, the family as selected, then the spec's own
     choices."""
     source = resolved.sources.get("backend", "default")
-    return {"backend": choice(selection.requested, source),
-            "family": choice(selection.family.name, "rule" if selection.requested == "auto" else source,
-                             selection.reason),
-            **{k: dict(v) for k, v in spec.choices.items()}}
+    return {
+        "backend": choice(selection.requested, source),
+        "family": choice(
+            selection.family.name, "rule" if selection.requested == "auto" else source, selection.reason
+        ),
+        **{k: dict(v) for k, v in spec.choices.items()},
+    }
 
 
 def family_knobs(family, collection: str | None) -> dict[str, dict[str, Any]]:
     d = family.knobs.as_dict(collection)
-    return {k: choice(d[k], "family", f"{family.name} family default: {why}")
-            for k, why in FAMILY_KNOBS.items() if k in d}
+    return {
+        k: choice(d[k], "family", f"{family.name} family default: {why}")
+        for k, why in FAMILY_KNOBS.items()
+        if k in d
+    }
 
 
-def workload_knobs(choices: dict[str, dict], decisions: dict[str, dict] | None = None) -> dict[str, dict[str, Any]]:
+def workload_knobs(
+    choices: dict[str, dict], decisions: dict[str, dict] | None = None
+) -> dict[str, dict[str, Any]]:
     out = {k: dict(v) for k, v in choices.items()}
     for k, d in (decisions or {}).items():
         planned = choices.get(k, {})
@@ -73,11 +83,20 @@ def session_knobs(applied) -> dict[str, dict[str, Any]]:
     return {a.name: a.choice() for a in applied}
 
 
-def explained(resolved, selection, spec, collection: str | None, choices: dict[str, dict],
-              decisions: dict[str, dict] | None = None, session=()) -> dict[str, dict[str, dict[str, Any]]]:
+def explained(
+    resolved,
+    selection,
+    spec,
+    collection: str | None,
+    choices: dict[str, dict],
+    decisions: dict[str, dict] | None = None,
+    session=(),
+) -> dict[str, dict[str, dict[str, Any]]]:
     """Every knob of a run by scope: ``{"cluster": ..., "family": ..., "workload": ...,
     "session": ...}`` (``session``: the session's applied Dask settings)."""
-    return {"cluster": cluster_knobs(resolved, selection, spec),
-            "family": family_knobs(selection.family, collection),
-            "workload": workload_knobs(choices, decisions),
-            "session": session_knobs(session)}
+    return {
+        "cluster": cluster_knobs(resolved, selection, spec),
+        "family": family_knobs(selection.family, collection),
+        "workload": workload_knobs(choices, decisions),
+        "session": session_knobs(session),
+    }

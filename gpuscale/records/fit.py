@@ -13,6 +13,7 @@ column widths itself, at render time, for the width it is given:
 * when even the longest words do not fit side by side, each row is shown as lines of
   ``header: value`` instead of a grid.
 """
+
 from __future__ import annotations
 
 import copy
@@ -108,14 +109,24 @@ class FitTable(Table):
             return
         kept, widths = layout
         grid = copy.copy(self)
-        grid.columns = [dataclasses.replace(self.columns[i], _index=n, width=w, overflow="fold",
-                                            _cells=[_break_paths(c, w) for c in self._cells(console, self.columns[i],
-                                                                                            header=False)])
-                        for n, (i, w) in enumerate(zip(kept, widths))]
-        left_out = [_text(console, self.columns[i].header).plain for i in range(len(self.columns)) if i not in kept]
+        grid.columns = [
+            dataclasses.replace(
+                self.columns[i],
+                _index=n,
+                width=w,
+                overflow="fold",
+                _cells=[_break_paths(c, w) for c in self._cells(console, self.columns[i], header=False)],
+            )
+            for n, (i, w) in enumerate(zip(kept, widths))
+        ]
+        left_out = [
+            _text(console, self.columns[i].header).plain for i in range(len(self.columns)) if i not in kept
+        ]
         if left_out:
-            note = (f"not shown at {options.max_width} columns: {', '.join(left_out)} (a wider terminal "
-                    "shows them; --json has every field)")
+            note = (
+                f"not shown at {options.max_width} columns: {', '.join(left_out)} (a wider terminal "
+                "shows them; --json has every field)"
+            )
             grid.caption = f"{grid.caption}\n{note}" if grid.caption else note
             grid.caption_justify = "left"
         width = sum(widths) + self._overhead(kept)  # titles wrap at the table's width: paths break at a "/"
@@ -133,8 +144,13 @@ class FitTable(Table):
                 if isinstance(cell, Text) and not cell.plain.strip():
                     continue
                 head = _text(console, column.header).plain if self.show_header else ""
-                yield _break_paths(Text.assemble((f"{head}: " if head else "", "bold"), cell, overflow="fold"),
-                                   width) if isinstance(cell, Text) else cell
+                yield (
+                    _break_paths(
+                        Text.assemble((f"{head}: " if head else "", "bold"), cell, overflow="fold"), width
+                    )
+                    if isinstance(cell, Text)
+                    else cell
+                )
             if self.show_header:
                 yield Text("")
         if self.caption:

@@ -15,6 +15,7 @@
 (``gpuscale results chart DIR``); a folder of records without a ledger works too (one row per
 record).
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,10 @@ def read_ledger(out: str | os.PathLike) -> dict[str, Any] | None:
         return None
     data = json.loads(p.read_text())
     if data.get("schema") != LEDGER_SCHEMA or data.get("schema_version") != LEDGER_VERSION:
-        raise UserError(f"{p} is not a gpuscale bench ledger of version {LEDGER_VERSION}",
-                        "give a folder written by `gpuscale bench` of this version, or another --out")
+        raise UserError(
+            f"{p} is not a gpuscale bench ledger of version {LEDGER_VERSION}",
+            "give a folder written by `gpuscale bench` of this version, or another --out",
+        )
     return data
 
 
@@ -51,8 +54,11 @@ def write_ledger(out: str | os.PathLike, spec: dict[str, Any], cases: list[dict[
     """Write the ledger atomically (a run cut short keeps every case it finished)."""
     d = pathlib.Path(out)
     d.mkdir(parents=True, exist_ok=True)
-    body = json.dumps({"schema": LEDGER_SCHEMA, "schema_version": LEDGER_VERSION, "spec": spec,
-                       "cases": cases}, indent=1, default=str)
+    body = json.dumps(
+        {"schema": LEDGER_SCHEMA, "schema_version": LEDGER_VERSION, "spec": spec, "cases": cases},
+        indent=1,
+        default=str,
+    )
     with atomic.written(d / LEDGER, replace=True, text=True) as (f, _):
         f.write(body)
     return d / LEDGER
@@ -62,13 +68,18 @@ def finished(case: dict[str, Any], out: str | os.PathLike) -> bool:
     """A case that needs no new run: it ran to a record (valid or not) that is still there
     (``record``: its path relative to the bench folder, so the folder can move). Failed
     cases (no record) run again."""
-    return case.get("status") == "ok" and bool(case.get("record")) and (pathlib.Path(out) / case["record"]).is_file()
+    return (
+        case.get("status") == "ok"
+        and bool(case.get("record"))
+        and (pathlib.Path(out) / case["record"]).is_file()
+    )
 
 
 def redraw(out: str | os.PathLike) -> dict[str, Any]:
     """Table (Parquet + CSV), charts (PNG) and report.html of a bench folder, from its ledger
     and records. Returns ``{"table": [paths], "charts": {name: path}, "report": path, "rows": n}``."""
     from . import charts, report, table
+
     d = pathlib.Path(out)
     if not d.is_dir():
         raise UserError(f"'{d}' is not a folder", "give the --out folder of `gpuscale bench`")
@@ -76,13 +87,20 @@ def redraw(out: str | os.PathLike) -> dict[str, Any]:
     recs = results.find(d)
     frame = table.build(recs, ledger["cases"] if ledger else None, base=d)
     if frame.empty:
-        raise UserError(f"'{d}' holds no bench cases and no result records",
-                        "run `gpuscale bench SPEC --out DIR` first")
+        raise UserError(
+            f"'{d}' holds no bench cases and no result records", "run `gpuscale bench SPEC --out DIR` first"
+        )
     paths = table.write(frame, d)
     drawn = charts.draw_all(frame, recs, d)
-    title = f"gpuscale bench: {ledger['spec'].get('name', d.name)}" if ledger else f"gpuscale results: {d.name}"
+    title = (
+        f"gpuscale bench: {ledger['spec'].get('name', d.name)}" if ledger else f"gpuscale results: {d.name}"
+    )
     page = d / "report.html"
     with atomic.written(page, replace=True, text=True, what="report") as (f, _):
         f.write(report.bench_html(title, frame, {k: p.name for k, p in drawn.items()}))
-    return {"table": [str(p) for p in paths], "charts": {k: str(p) for k, p in drawn.items()},
-            "report": str(page), "rows": len(frame)}
+    return {
+        "table": [str(p) for p in paths],
+        "charts": {k: str(p) for k, p in drawn.items()},
+        "report": str(page),
+        "rows": len(frame),
+    }

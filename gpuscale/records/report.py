@@ -1,4 +1,5 @@
 """Rendering: rich tables for the terminal, HTML for notebooks. No computation here."""
+
 from __future__ import annotations
 
 import contextlib
@@ -21,8 +22,10 @@ def case_line(i: int, total: int, case: dict[str, Any]) -> str:
     status = case.get("status") or "?"
     if status == "ok" and case.get("valid") is False:
         status = "INVALID"
-    what = (f"{case['workload']} {case.get('size', '')} {case['backend']} {case['protocol']} "
-            f"{case['workers'] if case.get('workers') is not None else 'default'}w")
+    what = (
+        f"{case['workload']} {case.get('size', '')} {case['backend']} {case['protocol']} "
+        f"{case['workers'] if case.get('workers') is not None else 'default'}w"
+    )
     tail = _fmt_s(case["median_s"]) if case.get("median_s") is not None and status == "ok" else ""
     if case.get("error"):
         tail = (tail + "  " if tail else "") + case["error"]
@@ -36,32 +39,50 @@ def sweep_progress(description: str, total: int) -> Iterator[Callable[[dict], No
     line per case on stderr (logs of long GPU runs keep every case)."""
     count = [0]
     if not sys.stderr.isatty():
+
         def line(case):
             count[0] += 1
             sys.stderr.write(case_line(count[0], total, case) + "\n")
             sys.stderr.flush()
+
         yield line
         return
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     console = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
         task = bar.add_task(description, total=total)
 
         def advance(case):
             count[0] += 1
             if case.get("status") != "skipped":
                 bar.console.print(escape(case_line(count[0], total, case)))
-            bar.update(task, advance=1, description=f"{description}: {case['workload']} {case.get('size', '')}")
+            bar.update(
+                task, advance=1, description=f"{description}: {case['workload']} {case.get('size', '')}"
+            )
+
         yield advance
 
 
 def grid(title: str, **kwargs) -> Table:
     """A table with a header row and no borders, its columns two spaces apart (the lists:
     records, comparisons, workloads, audit prefixes)."""
-    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                 padding=(0, 1, 0, 0), **kwargs)
+    return Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1, 0, 0),
+        **kwargs,
+    )
 
 
 def _fmt_s(x: float | None) -> str:
@@ -73,18 +94,29 @@ def dashboard_text(r) -> str:
     was during the run."""
     if r.dashboard_link_live:
         return f"{r.dashboard_link} (live)"
-    why = "its cluster has closed" if r.dashboard_link_live is False else \
-        "a running cluster's; it may still answer"
+    why = (
+        "its cluster has closed"
+        if r.dashboard_link_live is False
+        else "a running cluster's; it may still answer"
+    )
     return f"{r.dashboard_link} (was, during the run: {why})"
 
 
 def result_table(r) -> Table:
-    t = Table(title=f"gpuscale {r.workload} on {r.family} ({r.backend}), {r.protocol}",
-              show_header=False, title_justify="left")
+    t = Table(
+        title=f"gpuscale {r.workload} on {r.family} ({r.backend}), {r.protocol}",
+        show_header=False,
+        title_justify="left",
+    )
     t.add_column(style="bold")
     t.add_column()
-    valid = "[green]valid[/green]" if r.valid else "[yellow]not validated[/yellow]" if r.valid is None \
+    valid = (
+        "[green]valid[/green]"
+        if r.valid
+        else "[yellow]not validated[/yellow]"
+        if r.valid is None
         else "[red bold]INVALID[/red bold]"
+    )
     t.add_row("result", f"{valid}  ({r.validation.get('method', '')})")
     t.add_row("median / min", f"{_fmt_s(r.median_s)} / {_fmt_s(r.min_s)}  over {len(r.times_s)} repeat(s)")
     if r.repeats and r.repeats.get("mode") == "auto":
@@ -93,39 +125,60 @@ def result_table(r) -> Table:
     t.add_row("warm-up", ", ".join(_fmt_s(x) for x in r.warmup_s) or "-")
     split = r.info.get("time_split") or {}
     if split.get("available"):
-        t.add_row("median repeat", f"compute on workers {_fmt_s(split['compute_s'])}, transfers "
-                  f"{_fmt_s(split['transfer_s'])}, the rest {_fmt_s(split['other_s'])} [dim](graph, scheduling, "
-                  f"round trips, synchronize; {split['tasks']:.0f} task(s))[/dim]")
-    t.add_row("start-up / generate / validate",
-              f"{_fmt_s(r.startup_s)} / {_fmt_s(r.generate_s)} / {_fmt_s(r.validate_s)}")
+        t.add_row(
+            "median repeat",
+            f"compute on workers {_fmt_s(split['compute_s'])}, transfers "
+            f"{_fmt_s(split['transfer_s'])}, the rest {_fmt_s(split['other_s'])} [dim](graph, scheduling, "
+            f"round trips, synchronize; {split['tasks']:.0f} task(s))[/dim]",
+        )
+    t.add_row(
+        "start-up / generate / validate",
+        f"{_fmt_s(r.startup_s)} / {_fmt_s(r.generate_s)} / {_fmt_s(r.validate_s)}",
+    )
     t.add_row("params", ", ".join(f"{k}={v}" for k, v in r.params.items()))
     if r.data.get("format"):  # the user's own data (--input / data=)
-        what = r.data.get("shape") or f"{r.data.get('rows')} rows x {len(r.data.get('columns') or {})} columns"
+        what = (
+            r.data.get("shape") or f"{r.data.get('rows')} rows x {len(r.data.get('columns') or {})} columns"
+        )
         t.add_row("data", escape(f"{r.data['source']} ({r.data['format']}, {what})"))
     t.add_row("backend", escape(r.backend_reason))
     running = r.cluster.get("running", {})
-    t.add_row("cluster", f"{r.cluster.get('cls')}: {running.get('workers', r.cluster.get('workers'))} "
-              f"worker(s), {running.get('threads', '?')} thread(s)")
+    t.add_row(
+        "cluster",
+        f"{r.cluster.get('cls')}: {running.get('workers', r.cluster.get('workers'))} "
+        f"worker(s), {running.get('threads', '?')} thread(s)",
+    )
     hosts = r.cluster.get("hosts") or {}
     if len(hosts) > 1 or r.cluster.get("tls"):
-        t.add_row("  hosts", escape(", ".join(f"{h} ({v['workers']} worker(s))" for h, v in hosts.items()))
-                  + ("  [dim](TLS)[/dim]" if r.cluster.get("tls") else ""))
+        t.add_row(
+            "  hosts",
+            escape(", ".join(f"{h} ({v['workers']} worker(s))" for h, v in hosts.items()))
+            + ("  [dim](TLS)[/dim]" if r.cluster.get("tls") else ""),
+        )
     for key, label in (("workers_lost", "lost during the run"), ("workers_joined", "joined during the run")):
         if r.cluster.get(key):
             t.add_row(f"  {label}", escape(", ".join(r.cluster[key])))
     if r.dashboard_link:
         t.add_row("dashboard", escape(dashboard_text(r)))
     for name, c in r.choices.items():
-        rule = (f"  [dim]({c['source']}: {escape(c['rule'])})[/dim]" if c.get("rule")
-                else f"  [dim]({c['source']})[/dim]")
+        rule = (
+            f"  [dim]({c['source']}: {escape(c['rule'])})[/dim]"
+            if c.get("rule")
+            else f"  [dim]({c['source']})[/dim]"
+        )
         t.add_row(f"  {name}", f"{escape(str(c['value']))}{rule}")
     route = r.info.get("route")
     if route:
         t.add_row("  svd route", escape(f"{route['name']}: {route['reason']}"))
     for c in r.validation.get("checks", []):
         mark = "[green]ok[/green]" if c["ok"] else "[red]FAIL[/red]"
-        val = ("" if c.get("value") is None else f" {c['value']:.3g}" if isinstance(c["value"], float)
-               else f" {c['value']}")
+        val = (
+            ""
+            if c.get("value") is None
+            else f" {c['value']:.3g}"
+            if isinstance(c["value"], float)
+            else f" {c['value']}"
+        )
         lim = "" if c.get("limit") is None else f" (limit {c['limit']})"
         t.add_row("  check", f"{mark} {escape(c['name'] + val + lim)}")
     for label, text in audit_lines(getattr(r, "audit", None)):
@@ -134,29 +187,51 @@ def result_table(r) -> Table:
         t.add_row("trace", f"{escape(r.trace)}  [dim](gpuscale trace summarize DIR)[/dim]")
     out = r.info.get("output")
     if out:
-        t.add_row("output", escape(f"{out['path']} ({out.get('holds', '')})" if out.get("written")
-                                   else f"{out['path']}: NOT written ({out.get('why')})"))
+        t.add_row(
+            "output",
+            escape(
+                f"{out['path']} ({out.get('holds', '')})"
+                if out.get("written")
+                else f"{out['path']}: NOT written ({out.get('why')})"
+            ),
+        )
     if r.path:
-        t.add_row("record", f"{escape(r.path)}\n[bold]{r.short_id}[/bold] [dim](its id: gpuscale results show "
-                            f"{r.short_id})[/dim]")
+        t.add_row(
+            "record",
+            f"{escape(r.path)}\n[bold]{r.short_id}[/bold] [dim](its id: gpuscale results show "
+            f"{r.short_id})[/dim]",
+        )
     return t
 
 
 def result_html(r) -> str:
-    rows = [("workload", r.workload), ("backend", f"{r.backend} → {r.family}"), ("protocol", r.protocol),
-            ("valid", "✅" if r.valid else "not validated" if r.valid is None else "❌ INVALID"),
-            ("median", _fmt_s(r.median_s)),
-            ("times", ", ".join(_fmt_s(x) for x in r.times_s)),
-            ("params", ", ".join(f"{k}={v}" for k, v in r.params.items())),
-            ("choices", "; ".join(f"{k}={v['value']} ({v['source']})" for k, v in r.choices.items())),
-            ("backend audit", "-" if not getattr(r, "audit", None)
-             else verdict(r.audit) if not r.audit["foreign_tasks"] else
-             f"{r.audit['foreign_tasks']} task(s) of another family than {r.audit['expected']['family']}: "
-             + "; ".join(f"{f['prefix']}: {f['fix']}" for f in r.audit["foreign"])),
-            *([("dashboard", dashboard_text(r))] if r.dashboard_link else []),
-            ("record", r.path or "(not written)")]
-    body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
-                   f"{html.escape(str(v))}</td></tr>" for k, v in rows)
+    rows = [
+        ("workload", r.workload),
+        ("backend", f"{r.backend} → {r.family}"),
+        ("protocol", r.protocol),
+        ("valid", "✅" if r.valid else "not validated" if r.valid is None else "❌ INVALID"),
+        ("median", _fmt_s(r.median_s)),
+        ("times", ", ".join(_fmt_s(x) for x in r.times_s)),
+        ("params", ", ".join(f"{k}={v}" for k, v in r.params.items())),
+        ("choices", "; ".join(f"{k}={v['value']} ({v['source']})" for k, v in r.choices.items())),
+        (
+            "backend audit",
+            "-"
+            if not getattr(r, "audit", None)
+            else verdict(r.audit)
+            if not r.audit["foreign_tasks"]
+            else f"{r.audit['foreign_tasks']} task(s) of another family than "
+            f"{r.audit['expected']['family']}: "
+            + "; ".join(f"{f['prefix']}: {f['fix']}" for f in r.audit["foreign"]),
+        ),
+        *([("dashboard", dashboard_text(r))] if r.dashboard_link else []),
+        ("record", r.path or "(not written)"),
+    ]
+    body = "".join(
+        f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
+        f"{html.escape(str(v))}</td></tr>"
+        for k, v in rows
+    )
     return f"<table><caption>gpuscale result</caption>{body}</table>"
 
 
@@ -173,16 +248,26 @@ def session_html(s) -> str:
         else:
             try:
                 from ..cluster import workers as _workers
+
                 ws = _workers(s.client)
                 workers, threads = str(len(ws)), str(sum(w.get("nthreads", 0) for w in ws.values()))
             except Exception as e:  # noqa: BLE001 - a repr must not raise
                 workers = f"? (scheduler unreachable: {type(e).__name__})"
     dash = f"<a href='{html.escape(link)}' target='_blank'>{html.escape(link)}</a>" if link else "(closed)"
-    rows = [("backend", f"{s.selection.requested} → {s.family.name}"), ("cluster", s.spec.cls),
-            ("protocol", s.spec.protocol), ("scheduler", scheduler), ("workers", workers),
-            ("threads", threads), ("dashboard", None)]
-    body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>"
-                   f"{html.escape(str(v)) if v is not None else dash}</td></tr>" for k, v in rows)
+    rows = [
+        ("backend", f"{s.selection.requested} → {s.family.name}"),
+        ("cluster", s.spec.cls),
+        ("protocol", s.spec.protocol),
+        ("scheduler", scheduler),
+        ("workers", workers),
+        ("threads", threads),
+        ("dashboard", None),
+    ]
+    body = "".join(
+        f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>"
+        f"{html.escape(str(v)) if v is not None else dash}</td></tr>"
+        for k, v in rows
+    )
     return f"<table><caption>gpuscale session</caption>{body}</table>"
 
 
@@ -191,9 +276,22 @@ def spec_table(spec, resolved, selection) -> Table:
     t.add_column(style="bold")
     t.add_column()
     d = spec.model_dump(mode="json")
-    for key in ("cls", "family", "protocol", "scheduler", "workers", "threads_per_worker", "memory_limit",
-                "gpus", "transports", "rmm", "pre_import", "dashboard_address", "security",
-                "credentials"):
+    for key in (
+        "cls",
+        "family",
+        "protocol",
+        "scheduler",
+        "workers",
+        "threads_per_worker",
+        "memory_limit",
+        "gpus",
+        "transports",
+        "rmm",
+        "pre_import",
+        "dashboard_address",
+        "security",
+        "credentials",
+    ):
         v = d.get(key)
         if key == "memory_limit" and d.get("memory_limit_bytes"):
             v = f"{v} ({format_bytes(d['memory_limit_bytes'])} per worker)"
@@ -225,16 +323,22 @@ def info_table(info: dict[str, Any]) -> Table:
         t.add_row("GPUs", "none visible")
     for g in gpus:
         peers = ", ".join(map(str, g["nvlink_peers"])) or "none"
-        t.add_row(f"GPU {g['index']}", f"{g['name']}, {format_bytes(g['memory_bytes'])}, NVLink peers: {peers}")
+        t.add_row(
+            f"GPU {g['index']}", f"{g['name']}, {format_bytes(g['memory_bytes'])}, NVLink peers: {peers}"
+        )
     gd = info.get("gpu_dashboard")
     if gd:
-        t.add_row("GPU dashboard", escape(gd["message"]) if gd["available"]
-                  else f"[dim]{escape(gd['message'])}[/dim]")
+        t.add_row(
+            "GPU dashboard",
+            escape(gd["message"]) if gd["available"] else f"[dim]{escape(gd['message'])}[/dim]",
+        )
     for mod, st in info["stacks"].items():
         t.add_row(mod, (st["version"] or "installed") if st["importable"] else "[dim]not installed[/dim]")
     for fam in info["backends"]:
-        t.add_row(f"backend {fam['name']}", ("[green]usable[/green]: " if fam["usable"] else "[dim]unusable[/dim]: ")
-                  + escape(fam["why"]))
+        t.add_row(
+            f"backend {fam['name']}",
+            ("[green]usable[/green]: " if fam["usable"] else "[dim]unusable[/dim]: ") + escape(fam["why"]),
+        )
     for name, v in info["versions"].items():
         if name in ("dask", "distributed", "numpy", "pandas", "gpuscale", "python"):
             t.add_row(name, str(v))
@@ -246,17 +350,27 @@ def workloads_table(items: list[dict]) -> Table:
     t.add_column("workload", style="bold")
     t.add_column("what it does; its parameters (default)")
     for w in items:
-        params = "\n".join(escape(f"--{k} ({v['default']})"
-                                   + (f" {{{'|'.join(map(str, v['choices']))}}}" if v.get("choices") else "")
-                                   + f": {v['help']}") for k, v in w["params"].items())
-        t.add_row(f"{w['name']}\n[dim]{w['collection']}[/dim]",
-                  f"[italic]{escape(w['description'])}[/italic]\n{params}")
+        params = "\n".join(
+            escape(
+                f"--{k} ({v['default']})"
+                + (f" {{{'|'.join(map(str, v['choices']))}}}" if v.get("choices") else "")
+                + f": {v['help']}"
+            )
+            for k, v in w["params"].items()
+        )
+        t.add_row(
+            f"{w['name']}\n[dim]{w['collection']}[/dim]",
+            f"[italic]{escape(w['description'])}[/italic]\n{params}",
+        )
     return t
 
 
-MEMORY_VERDICT = {"fits": "[green]fits in memory[/green]", "spills": "[yellow]fits with spilling[/yellow]",
-                 "streams": "[yellow]streams (made block by block in every pass)[/yellow]",
-                 "does not fit": "[red bold]does NOT fit[/red bold]"}
+MEMORY_VERDICT = {
+    "fits": "[green]fits in memory[/green]",
+    "spills": "[yellow]fits with spilling[/yellow]",
+    "streams": "[yellow]streams (made block by block in every pass)[/yellow]",
+    "does not fit": "[red bold]does NOT fit[/red bold]",
+}
 
 
 def memory_table(m: dict[str, Any], title: str) -> Table:
@@ -265,30 +379,58 @@ def memory_table(m: dict[str, Any], title: str) -> Table:
     t = Table(title=title, show_header=False, title_justify="left")
     t.add_column(style="bold")
     t.add_column()
-    t.add_row("estimate", escape(f"{format_bytes(m['estimate_bytes'])}: " + " + ".join(
-        f"{k} {format_bytes(v)}" for k, v in m["parts"].items())))
+    t.add_row(
+        "estimate",
+        escape(
+            f"{format_bytes(m['estimate_bytes'])}: "
+            + " + ".join(f"{k} {format_bytes(v)}" for k, v in m["parts"].items())
+        ),
+    )
     if m.get("workers") and m.get("worker_limit_bytes"):
-        t.add_row("per worker", escape(
-            f"baseline {format_bytes(m['baseline_bytes'])} + working set {format_bytes(m['working_set_bytes'])} "
-            + (f"+ what cannot spill {format_bytes(m['held_bytes'])} " if m.get("held_bytes") else "")
-            + f"+ data {format_bytes(m['per_worker_bytes'])} against {format_bytes(m['usable_bytes'])} in memory "
-            f"of {format_bytes(m['worker_limit_bytes'])} ({m['workers']} worker(s))") + ": "
-            + MEMORY_VERDICT.get(m.get("verdict"), str(m.get("verdict"))))
+        t.add_row(
+            "per worker",
+            escape(
+                f"baseline {format_bytes(m['baseline_bytes'])} + working set "
+                f"{format_bytes(m['working_set_bytes'])} "
+                + (f"+ what cannot spill {format_bytes(m['held_bytes'])} " if m.get("held_bytes") else "")
+                + f"+ data {format_bytes(m['per_worker_bytes'])} against {format_bytes(m['usable_bytes'])} "
+                "in memory "
+                f"of {format_bytes(m['worker_limit_bytes'])} ({m['workers']} worker(s))"
+            )
+            + ": "
+            + MEMORY_VERDICT.get(m.get("verdict"), str(m.get("verdict"))),
+        )
         if m.get("spill_bytes_per_worker"):
-            t.add_row("spill", escape(f"{format_bytes(m['spill_bytes_per_worker'])} per worker to "
-                                      f"{m['budget'].get('spill_to') or 'nowhere (this family does not spill)'}"
-                                      + (f", {format_bytes(m['budget']['spill_space'])} free per worker"
-                                         if m['budget'].get('spill_space') is not None else "")))
+            t.add_row(
+                "spill",
+                escape(
+                    f"{format_bytes(m['spill_bytes_per_worker'])} per worker to "
+                    f"{m['budget'].get('spill_to') or 'nowhere (this family does not spill)'}"
+                    + (
+                        f", {format_bytes(m['budget']['spill_space'])} free per worker"
+                        if m["budget"].get("spill_space") is not None
+                        else ""
+                    )
+                ),
+            )
         t.add_row("baseline", escape(m.get("baseline_source", "")))
     t.add_row("rule", escape(m["rule"]))
     meas = m.get("measured")
     if meas and meas.get("peak_bytes"):
-        t.add_row("measured", escape(
-            ("device allocations' " if meas.get("memory") == "device" else "")
-            + f"peak {format_bytes(meas['peak_bytes'])} per worker"
-            + (f" = {meas['peak_over_estimate']:g} x the estimate" if meas.get("peak_over_estimate") else "")
-            + f"; spilled {format_bytes(meas['spilled_bytes'])}"
-            + (" device -> host" if meas.get("memory") == "device" else "")))
+        t.add_row(
+            "measured",
+            escape(
+                ("device allocations' " if meas.get("memory") == "device" else "")
+                + f"peak {format_bytes(meas['peak_bytes'])} per worker"
+                + (
+                    f" = {meas['peak_over_estimate']:g} x the estimate"
+                    if meas.get("peak_over_estimate")
+                    else ""
+                )
+                + f"; spilled {format_bytes(meas['spilled_bytes'])}"
+                + (" device -> host" if meas.get("memory") == "device" else "")
+            ),
+        )
     if not m.get("fits", True):
         t.add_row("override", escape(m["override"]))
     return t
@@ -305,40 +447,76 @@ def audit_lines(a: dict[str, Any] | None) -> list[tuple[str, str]]:
     prefixes = {r["prefix"] for r in a["prefixes"]}
     kinds = ", ".join(f"{k} {n}" for k, n in a["kinds"].items() if n)
     if verdict(a) == "clean":
-        head = (f"[green]clean[/green]: {a['tasks']} task output(s) in {len(prefixes)} prefix(es), "
-                f"{format_bytes(a['bytes'])}, none of another family than {fam} ({escape(kinds)})")
+        head = (
+            f"[green]clean[/green]: {a['tasks']} task output(s) in {len(prefixes)} prefix(es), "
+            f"{format_bytes(a['bytes'])}, none of another family than {fam} ({escape(kinds)})"
+        )
     elif verdict(a) == "nothing seen":
         head = "[yellow]nothing seen[/yellow]: 0 task outputs, so nothing to call clean"
     else:
         foreign = {(f["prefix"], f["type"]) for f in a["foreign"]}
-        head = (f"[red bold]{len(foreign)} prefix(es) produced chunks of another family than {fam}[/red bold]: "
-                f"{a['foreign_tasks']} task(s), {format_bytes(a['foreign_bytes'])}"
-                + (" [red](strict: error)[/red]" if a.get("strict") else ""))
+        head = (
+            f"[red bold]{len(foreign)} prefix(es) produced chunks of another family than {fam}[/red bold]: "
+            f"{a['foreign_tasks']} task(s), {format_bytes(a['foreign_bytes'])}"
+            + (" [red](strict: error)[/red]" if a.get("strict") else "")
+        )
     rows = [("audit", head)]
     for f in a["foreign"]:
-        rows.append(("  foreign", escape(f"{f['prefix']} ({f['phase']}): {f['tasks']} task(s), "
-                                         f"{format_bytes(f['bytes'])} of {f['type']}; fix: {f['fix']}")))
+        rows.append(
+            (
+                "  foreign",
+                escape(
+                    f"{f['prefix']} ({f['phase']}): {f['tasks']} task(s), "
+                    f"{format_bytes(f['bytes'])} of {f['type']}; fix: {f['fix']}"
+                ),
+            )
+        )
     for f in a.get("allowed", []):
-        rows.append(("  allowed", escape(f"{f['prefix']} ({f['phase']}): {f['tasks']} task(s), "
-                                         f"{format_bytes(f['bytes'])} of {f['type']}: {f['allowed']}")))
+        rows.append(
+            (
+                "  allowed",
+                escape(
+                    f"{f['prefix']} ({f['phase']}): {f['tasks']} task(s), "
+                    f"{format_bytes(f['bytes'])} of {f['type']}: {f['allowed']}"
+                ),
+            )
+        )
     for c in a.get("conversions", []):  # collections built from host objects, converted by the session
-        rows.append(("  converted", escape(f"{c['function'] or 'a collection'} at {c['where'] or '?'}: "
-                                           f"{c['converted_blocks']} block(s) of {c['partitions'] or '?'}, "
-                                           f"{format_bytes(c['bytes'])} of {c['from_type'] or 'host data'} "
-                                           f"-> {c['to_module'] or '?'} on the workers (for you)"
-                                           + (f": {c['why']}" if c.get("why") else ""))))
+        rows.append(
+            (
+                "  converted",
+                escape(
+                    f"{c['function'] or 'a collection'} at {c['where'] or '?'}: "
+                    f"{c['converted_blocks']} block(s) of {c['partitions'] or '?'}, "
+                    f"{format_bytes(c['bytes'])} of {c['from_type'] or 'host data'} "
+                    f"-> {c['to_module'] or '?'} on the workers (for you)"
+                    + (f": {c['why']}" if c.get("why") else "")
+                ),
+            )
+        )
     for f in a.get("fallbacks", []):  # calls the family could not run, run on the host
-        rows.append(("  host fallback", escape(f"{f['operation']} at {f['where']}: {f['partitions']} partition(s), "
-                                               f"{format_bytes(f['bytes_to_host'])} to the host, "
-                                               f"{format_bytes(f['bytes_to_device'])} back ({f['error']})")))
+        rows.append(
+            (
+                "  host fallback",
+                escape(
+                    f"{f['operation']} at {f['where']}: {f['partitions']} partition(s), "
+                    f"{format_bytes(f['bytes_to_host'])} to the host, "
+                    f"{format_bytes(f['bytes_to_device'])} back ({f['error']})"
+                ),
+            )
+        )
     if a["transfer_count"]:
         directions: dict[str, list[int]] = {}
         for c in a["transfers"]:
             d = directions.setdefault(c["direction"], [0, 0])
             d[0] += c["count"]
             d[1] += c["bytes"]
-        rows.append(("  family changes", escape(", ".join(f"{d}: {n} ({format_bytes(b)})"
-                                                          for d, (n, b) in directions.items()))))
+        rows.append(
+            (
+                "  family changes",
+                escape(", ".join(f"{d}: {n} ({format_bytes(b)})" for d, (n, b) in directions.items())),
+            )
+        )
     return rows
 
 
@@ -346,11 +524,17 @@ def audit_table(a: dict[str, Any], source: str | None = None):
     """``gpuscale audit report``: the summary, every (phase, prefix, type) row, and the family
     changes."""
     from rich.console import Group
-    head = Table(title=f"gpuscale backend audit{f': {escape(source)}' if source else ''}",
-                 show_header=False, title_justify="left")
+
+    head = Table(
+        title=f"gpuscale backend audit{f': {escape(source)}' if source else ''}",
+        show_header=False,
+        title_justify="left",
+    )
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("expected", escape(f"{a['expected']['family']} family ({' / '.join(a['expected']['modules'])})"))
+    head.add_row(
+        "expected", escape(f"{a['expected']['family']} family ({' / '.join(a['expected']['modules'])})")
+    )
     if a.get("scope"):
         head.add_row("scope", escape(a["scope"]))
     runs = a.get("runs") or {}
@@ -361,24 +545,60 @@ def audit_table(a: dict[str, Any], source: str | None = None):
     for n in a.get("notes", []):
         head.add_row("note", escape(n))
     rows = grid("task outputs by prefix")
-    for col, just in (("phase", "left"), ("prefix", "left"), ("type", "left"), ("kind", "left"),
-                      ("tasks", "right"), ("bytes", "right"), ("", "left")):
+    for col, just in (
+        ("phase", "left"),
+        ("prefix", "left"),
+        ("type", "left"),
+        ("kind", "left"),
+        ("tasks", "right"),
+        ("bytes", "right"),
+        ("", "left"),
+    ):
         rows.add_column(col, justify=just, no_wrap=just == "right")
     for r in a["prefixes"]:
-        mark = ("[red bold]FOREIGN[/red bold]" if r["foreign"] else "[yellow]allowed[/yellow]" if r.get("allowed")
-                else "ok" if r["chunk"] else "[dim]not a chunk[/dim]")
-        rows.add_row(r["phase"], escape(r["prefix"]), escape(r["type"]), f"{r['kind']} ({r['family'] or '-'})",
-                     str(r["tasks"]), format_bytes(r["bytes"]), mark)
+        mark = (
+            "[red bold]FOREIGN[/red bold]"
+            if r["foreign"]
+            else "[yellow]allowed[/yellow]"
+            if r.get("allowed")
+            else "ok"
+            if r["chunk"]
+            else "[dim]not a chunk[/dim]"
+        )
+        rows.add_row(
+            r["phase"],
+            escape(r["prefix"]),
+            escape(r["type"]),
+            f"{r['kind']} ({r['family'] or '-'})",
+            str(r["tasks"]),
+            format_bytes(r["bytes"]),
+            mark,
+        )
     parts = [head, rows]
     if a["transfers"]:
         tr = grid("family changes (a task read a chunk of another family)")
-        for col, just in (("phase", "left"), ("from prefix", "left"), ("from type", "left"),
-                          ("to prefix", "left"), ("to type", "left"), ("direction", "left"),
-                          ("count", "right"), ("bytes", "right")):
+        for col, just in (
+            ("phase", "left"),
+            ("from prefix", "left"),
+            ("from type", "left"),
+            ("to prefix", "left"),
+            ("to type", "left"),
+            ("direction", "left"),
+            ("count", "right"),
+            ("bytes", "right"),
+        ):
             tr.add_column(col, justify=just, no_wrap=just == "right")
         for c in a["transfers"]:
-            tr.add_row(c["phase"], escape(c["from_prefix"]), escape(c["from_type"]), escape(c["to_prefix"]),
-                       escape(c["to_type"]), c["direction"], str(c["count"]), format_bytes(c["bytes"]))
+            tr.add_row(
+                c["phase"],
+                escape(c["from_prefix"]),
+                escape(c["from_type"]),
+                escape(c["to_prefix"]),
+                escape(c["to_type"]),
+                c["direction"],
+                str(c["count"]),
+                format_bytes(c["bytes"]),
+            )
         parts.append(tr)
     return Group(*parts)
 
@@ -395,10 +615,17 @@ def _fmt_value(v) -> str:
     return str(v)
 
 
-PER_HOST_COLUMNS = (("worker_class", "worker class"), ("workers", "workers"), ("threads_per_worker", "threads"),
-                    ("memory_limit", "memory limit"), ("rmm_pool_size", "RMM pool"),
-                    ("device_memory_limit", "spills device -> host above"), ("spilling", "spilling"),
-                    ("transports", "transports"), ("tls", "TLS"))
+PER_HOST_COLUMNS = (
+    ("worker_class", "worker class"),
+    ("workers", "workers"),
+    ("threads_per_worker", "threads"),
+    ("memory_limit", "memory limit"),
+    ("rmm_pool_size", "RMM pool"),
+    ("device_memory_limit", "spills device -> host above"),
+    ("spilling", "spilling"),
+    ("transports", "transports"),
+    ("tls", "TLS"),
+)
 
 
 def per_host_table(per_host: dict[str, dict[str, Any]]):
@@ -410,13 +637,20 @@ def per_host_table(per_host: dict[str, dict[str, Any]]):
     for _, title in present:
         t.add_column(title, overflow="fold")
     for host, e in per_host.items():
-        runs = ", ".join(([("scheduler")] if e.get("scheduler") else []) +
-                         ([f"{e['worker_entries']} worker entr{'y' if e['worker_entries'] == 1 else 'ies'}"]
-                          if e.get("worker_entries") else []))
+        runs = ", ".join(
+            ([("scheduler")] if e.get("scheduler") else [])
+            + (
+                [f"{e['worker_entries']} worker entr{'y' if e['worker_entries'] == 1 else 'ies'}"]
+                if e.get("worker_entries")
+                else []
+            )
+        )
         cells = []
         for k, _ in present:
             v = e.get(k)
-            cells.append("-" if k not in e else ("on" if v is True else "off" if v is False else _fmt_value(v)))
+            cells.append(
+                "-" if k not in e else ("on" if v is True else "off" if v is False else _fmt_value(v))
+            )
         t.add_row(escape(host), escape(runs), *(escape(c) for c in cells))
     return t
 
@@ -425,28 +659,57 @@ def explain_table(d: dict[str, Any], rules: bool = False):
     """``gpuscale explain``: the plan, every knob with its value and source (and, with ``rules``,
     the rule behind it), the memory headroom. A knob's name is never wrapped."""
     from rich.console import Group
+
     spec = d["cluster"]
-    head = Table(title=f"gpuscale explain {escape(d['workload'])} on {d['family']} ({escape(d['backend'])}): "
-                       "nothing started", show_header=False, title_justify="left")
+    head = Table(
+        title=f"gpuscale explain {escape(d['workload'])} on {d['family']} ({escape(d['backend'])}): "
+        "nothing started",
+        show_header=False,
+        title_justify="left",
+    )
     head.add_column(style="bold")
     head.add_column()
     head.add_row("params", escape(", ".join(f"{k}={v}" for k, v in d["params"].items())))
     head.add_row("backend", escape(d["reason"]))
-    head.add_row("cluster", escape(f"{spec['cls']}: {spec.get('workers')} worker(s) x "
-                                   f"{spec.get('threads_per_worker')} thread(s), {spec['protocol']}"))
+    head.add_row(
+        "cluster",
+        escape(
+            f"{spec['cls']}: {spec.get('workers')} worker(s) x "
+            f"{spec.get('threads_per_worker')} thread(s), {spec['protocol']}"
+        ),
+    )
     run = d["run"]
-    timed = (f"{run['repeat']} timed repeat(s)" if run["repeat"] != "auto" else
-             "timed repeats until the median's relative error <= {:g}% ({}..{} repeats, at most {:g} s)".format(
-                 run["auto_repeat"]["target_error"] * 100, run["auto_repeat"]["min_repeats"],
-                 run["auto_repeat"]["max_repeats"], run["auto_repeat"]["max_time"]))
-    head.add_row("run", escape(f"{run['warmup']} warm-up + {timed}, memory check "
-                               f"{'on' if run['memory_check'] else 'off'}, strict backend "
-                               f"{'on' if run['strict_backend'] else 'off'}"))
+    timed = (
+        f"{run['repeat']} timed repeat(s)"
+        if run["repeat"] != "auto"
+        else "timed repeats until the median's relative error <= {:g}% ({}..{} repeats, "
+        "at most {:g} s)".format(
+            run["auto_repeat"]["target_error"] * 100,
+            run["auto_repeat"]["min_repeats"],
+            run["auto_repeat"]["max_repeats"],
+            run["auto_repeat"]["max_time"],
+        )
+    )
+    head.add_row(
+        "run",
+        escape(
+            f"{run['warmup']} warm-up + {timed}, memory check "
+            f"{'on' if run['memory_check'] else 'off'}, strict backend "
+            f"{'on' if run['strict_backend'] else 'off'}"
+        ),
+    )
     head.add_row("audit", escape(f"{d['audit']['scope']}; foreign chunks: {d['audit']['on_foreign_chunks']}"))
-    rows = [(f"{scope}.{name}", _fmt_value(e["value"]), str(e["source"]), e.get("rule") or "")
-            for scope, items in d["explained"].items() for name, e in items.items()]
-    knobs = Table(title="every knob: value, source" + ("" if rules else " (the rule behind each: --rules)"),
-                  title_justify="left", box=None, pad_edge=False)
+    rows = [
+        (f"{scope}.{name}", _fmt_value(e["value"]), str(e["source"]), e.get("rule") or "")
+        for scope, items in d["explained"].items()
+        for name, e in items.items()
+    ]
+    knobs = Table(
+        title="every knob: value, source" + ("" if rules else " (the rule behind each: --rules)"),
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+    )
     knobs.add_column("knob", no_wrap=True, min_width=max((len(r[0]) for r in rows), default=4))
     knobs.add_column("value", overflow="fold")
     knobs.add_column("source", no_wrap=True, min_width=max((len(r[2]) for r in rows), default=6))
@@ -455,6 +718,7 @@ def explain_table(d: dict[str, Any], rules: bool = False):
     if rules:
         from rich.padding import Padding
         from rich.text import Text
+
         said = [Text("the rule behind each value", style="italic")]
         for name, _, _, rule in rows:
             if rule:
@@ -481,11 +745,26 @@ def explain_table(d: dict[str, Any], rules: bool = False):
 def bench_html(title: str, frame, charts: dict[str, str]) -> str:
     """report.html of a bench folder: the charts (``<img>`` of the PNGs beside it, by relative
     name) and the tidy table."""
-    imgs = "".join(f"<figure><img src='{html.escape(src)}' alt='{html.escape(name)}' style='max-width:100%'>"
-                   f"<figcaption>{html.escape(name.replace('_', ' '))}</figcaption></figure>"
-                   for name, src in charts.items())
-    cols = ["workload", "size", "backend", "family", "protocol", "workers", "repeats", "median_s", "stdev_s",
-            "iqr_s", "valid", "error", "record"]
+    imgs = "".join(
+        f"<figure><img src='{html.escape(src)}' alt='{html.escape(name)}' style='max-width:100%'>"
+        f"<figcaption>{html.escape(name.replace('_', ' '))}</figcaption></figure>"
+        for name, src in charts.items()
+    )
+    cols = [
+        "workload",
+        "size",
+        "backend",
+        "family",
+        "protocol",
+        "workers",
+        "repeats",
+        "median_s",
+        "stdev_s",
+        "iqr_s",
+        "valid",
+        "error",
+        "record",
+    ]
     head = "".join(f"<th>{c}</th>" for c in cols)
 
     def cell(c, v):
@@ -495,34 +774,54 @@ def bench_html(title: str, frame, charts: dict[str, str]) -> str:
             return _fmt_s(float(v))
         return str(v)
 
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell(c, row[c]))}</td>" for c in cols) + "</tr>"
-                   for _, row in frame.iterrows())
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell(c, row[c]))}</td>" for c in cols) + "</tr>"
+        for _, row in frame.iterrows()
+    )
     failed = int(frame["error"].fillna("").astype(bool).sum())
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            "<style>body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;font-size:12px}"
-            "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}</style></head><body>"
-            f"<h1>{html.escape(title)}</h1><p>{len(frame)} case(s), {failed} with an error</p>"
-            f"{imgs}<h2>cases</h2><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-            "</body></html>")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        "<style>body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;font-size:12px}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1><p>{len(frame)} case(s), {failed} with an error</p>"
+        f"{imgs}<h2>cases</h2><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        "</body></html>"
+    )
 
 
 def records_table(recs: list, title: str, base: str | None = None) -> Table:
     """``gpuscale results list``: one row per record, newest first, named by its short id
     (``results show ID``; the path, relative to ``base``, in a wide terminal or ``--json``)."""
     from .table import varying, workers_of
+
     apart = varying(r.params for r in recs)
     t = grid(escape(title))
-    for col, keep in (("id", True), ("when (UTC)", False), ("workload", False), ("backend", False),
-                      ("cluster", True), ("median", True), ("valid", True)):
+    for col, keep in (
+        ("id", True),
+        ("when (UTC)", False),
+        ("workload", False),
+        ("backend", False),
+        ("cluster", True),
+        ("median", True),
+        ("valid", True),
+    ):
         t.add_column(col, no_wrap=keep)
     for col in ("stdev", "repeats", "record"):
         t.add_column(col, no_wrap=col != "record", optional=True)
     for r in recs:
         valid = "yes" if r.valid else "-" if r.valid is None else "[red]NO[/red]"
-        t.add_row(r.short_id, r.timestamp[:16].replace("T", " "), escape(run_label(r.workload, r.params, apart)),
-                  escape(backend_label(r.backend, r.family)), cluster_label(r.protocol, workers_of(r)),
-                  _fmt_s(r.median_s), valid, _fmt_s(r.stdev_s), str(len(r.times_s)),
-                  escape(os.path.relpath(r.path, base) if base and r.path else r.path or ""))
+        t.add_row(
+            r.short_id,
+            r.timestamp[:16].replace("T", " "),
+            escape(run_label(r.workload, r.params, apart)),
+            escape(backend_label(r.backend, r.family)),
+            cluster_label(r.protocol, workers_of(r)),
+            _fmt_s(r.median_s),
+            valid,
+            _fmt_s(r.stdev_s),
+            str(len(r.times_s)),
+            escape(os.path.relpath(r.path, base) if base and r.path else r.path or ""),
+        )
     return t
 
 
@@ -530,6 +829,7 @@ def run_label(workload: str, params: dict[str, Any], keep=()) -> str:
     """A workload with its parameters that are not at their defaults or are in ``keep`` (those
     that tell a table's rows apart): ``svd rows=2000, cols=10``."""
     from .table import brief_params
+
     return f"{workload} {brief_params(workload, params, keep)}"
 
 
@@ -541,29 +841,47 @@ def cluster_label(protocol: str, workers) -> str:
     return f"{protocol} {workers if workers is not None else '?'}w"
 
 
-VERDICT_STYLE = {"faster": "green", "slower": "red bold", "same": "dim", "inconclusive": "yellow", "n/a": "yellow"}
+VERDICT_STYLE = {
+    "faster": "green",
+    "slower": "red bold",
+    "same": "dim",
+    "inconclusive": "yellow",
+    "n/a": "yellow",
+}
 
 
 def compare_table(c: dict[str, Any]) -> Table:
     """``gpuscale results compare``: ratio B / A per case with its interval, verdict and the
     minimum detectable effect; the caption says whether the spread between runs is in it."""
-    t = grid(escape(f"B / A: {c['b']} vs {c['a']} ({c['method']})"),
-             caption=escape(f"between runs: {c['between_runs']}"), caption_justify="left")
+    t = grid(
+        escape(f"B / A: {c['b']} vs {c['a']} ({c['method']})"),
+        caption=escape(f"between runs: {c['between_runs']}"),
+        caption_justify="left",
+    )
     t.add_column("case")
     for col in ("A median", "B median", "B / A", f"{int(c['confidence'] * 100)}% interval"):
         t.add_column(col, no_wrap=True)
     t.add_column("verdict")
     t.add_column("detectable", optional=True)
     from .table import varying
+
     apart = varying(p["params"] for p in c["cases"])
     for p in c["cases"]:
         ci = "-" if p["lo"] is None else f"{p['lo']:.3f}..{p['hi']:.3f}"
         style = VERDICT_STYLE.get(p["verdict"], "")
-        case = (f"{run_label(p['workload'], p['params'], apart)} {backend_label(p['backend'], p['family'])} "
-                f"{cluster_label(p['protocol'], p['workers'])}")
-        t.add_row(escape(case), _fmt_s(p["a_median_s"]), _fmt_s(p["b_median_s"]), f"{p['ratio']:.3f}", ci,
-                  f"[{style}]{escape(verdict_text(p))}[/{style}]",
-                  "-" if p["mde"] is None else f">= {100 * (p['mde'] - 1):.0f}% slower")
+        case = (
+            f"{run_label(p['workload'], p['params'], apart)} {backend_label(p['backend'], p['family'])} "
+            f"{cluster_label(p['protocol'], p['workers'])}"
+        )
+        t.add_row(
+            escape(case),
+            _fmt_s(p["a_median_s"]),
+            _fmt_s(p["b_median_s"]),
+            f"{p['ratio']:.3f}",
+            ci,
+            f"[{style}]{escape(verdict_text(p))}[/{style}]",
+            "-" if p["mde"] is None else f">= {100 * (p['mde'] - 1):.0f}% slower",
+        )
     for side in ("only_a", "only_b"):
         for label in c[side]:
             t.add_row(escape(label), "", "", "", "", f"[yellow]only in {side[-1].upper()}[/yellow]", "")

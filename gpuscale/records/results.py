@@ -5,6 +5,7 @@ tuned choice with its source and rule, protocol, the resolved cluster spec), wha
 (every timing, median, min, start-up and generation), whether it was right (the
 validation with each check), and where (versions and hardware), plus a timestamp.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -29,6 +30,7 @@ SCHEMA_VERSION = 1
 class Result(BaseModel):
     """One run's record (schema ``gpuscale.result``): a field's docstring is its description, and
     the record reference (docs/reference/records.md) is generated from this model."""
+
     model_config = ConfigDict(populate_by_name=True, use_attribute_docstrings=True)
 
     schema_name: str = Field(SCHEMA, alias="schema")
@@ -58,7 +60,8 @@ class Result(BaseModel):
     choices: dict[str, dict[str, Any]]
     """Every tuned choice with its value, source and rule."""
     cluster: dict[str, Any]
-    """The resolved cluster spec, its hosts and workers, TLS, the preflight and the transport per worker pair."""
+    """The resolved cluster spec, its hosts and workers, TLS, the preflight and the transport
+    per worker pair."""
     settings_sources: dict[str, str] = Field(default_factory=dict)
     """Where each setting came from (default, profile, env, flag...)."""
     times_s: list[float]
@@ -140,6 +143,7 @@ class Result(BaseModel):
 
     def _repr_html_(self) -> str:
         from .report import result_html
+
         return result_html(self)
 
 
@@ -157,13 +161,21 @@ def disturbed_info(times: list[float], disturbed: dict[int, str] | None) -> dict
     if not disturbed:
         return {}
     left_out = len(disturbed) < len(times)
-    return {"disturbed_repeats": {
-        "repeats": {str(i): why for i, why in sorted(disturbed.items())},
-        "left_out_of_median": left_out,
-        "note": (f"{len(disturbed)} of {len(times)} timed repeat(s) were disturbed (workers lost or "
-                 f"joined, tasks recomputed, other clients' tasks: each one's reason is under repeats); "
-                 + ("median, min, stdev and IQR leave them out" if left_out else
-                                    "every repeat was disturbed, so the statistics keep them all"))}}
+    return {
+        "disturbed_repeats": {
+            "repeats": {str(i): why for i, why in sorted(disturbed.items())},
+            "left_out_of_median": left_out,
+            "note": (
+                f"{len(disturbed)} of {len(times)} timed repeat(s) were disturbed (workers lost or "
+                f"joined, tasks recomputed, other clients' tasks: each one's reason is under repeats); "
+                + (
+                    "median, min, stdev and IQR leave them out"
+                    if left_out
+                    else "every repeat was disturbed, so the statistics keep them all"
+                )
+            ),
+        }
+    }
 
 
 def spread(times: list[float]) -> dict[str, float | None]:
@@ -199,11 +211,15 @@ def check_writable(results_dir: str | os.PathLike) -> pathlib.Path:
             pass
         free = shutil.disk_usage(d).free
     except OSError as e:
-        raise UserError(f"results dir '{d}' is not writable ({e.strerror or e})",
-                        "pass --results-dir to a writable folder") from None
+        raise UserError(
+            f"results dir '{d}' is not writable ({e.strerror or e})",
+            "pass --results-dir to a writable folder",
+        ) from None
     if free < RECORD_SPACE_BYTES:
-        raise UserError(f"results dir '{d}' has {free} bytes free, less than the {RECORD_SPACE_BYTES} a "
-                        "record may need", "free some space there or pass --results-dir to another disk")
+        raise UserError(
+            f"results dir '{d}' has {free} bytes free, less than the {RECORD_SPACE_BYTES} a record may need",
+            "free some space there or pass --results-dir to another disk",
+        )
     return d
 
 
@@ -223,13 +239,18 @@ def write(result: Result, results_dir: str | os.PathLike) -> pathlib.Path:
             f.write(result.model_copy(update={"dashboard_link_live": link_live_after_run(result)}).to_json())
     except (OSError, UserError) as e:  # UserError: a link or another user's file where it goes
         result.path = None
-        raise RecordNotWritten(str(d), getattr(e, "strerror", None) or str(e),
-                               json.dumps(result.to_dict(), default=str)) from None
+        raise RecordNotWritten(
+            str(d), getattr(e, "strerror", None) or str(e), json.dumps(result.to_dict(), default=str)
+        ) from None
     return final
 
 
 def is_record(data: Any) -> bool:
-    return isinstance(data, dict) and data.get("schema") == SCHEMA and data.get("schema_version") == SCHEMA_VERSION
+    return (
+        isinstance(data, dict)
+        and data.get("schema") == SCHEMA
+        and data.get("schema_version") == SCHEMA_VERSION
+    )
 
 
 def find(*paths: str | os.PathLike) -> list[Result]:
@@ -257,23 +278,35 @@ def find(*paths: str | os.PathLike) -> list[Result]:
 
 
 def latest(results_dir: str | os.PathLike, *, with_trace: bool = False, with_audit: bool = False) -> Result:
-    """"The latest run": the newest record under ``results_dir`` (by timestamp), or the newest
+    """ "The latest run": the newest record under ``results_dir`` (by timestamp), or the newest
     whose trace folder is still there (``with_trace``) / that holds a backend audit
     (``with_audit``); what ``trace summarize`` and ``audit report`` read when given no path."""
     d = pathlib.Path(results_dir).expanduser()
     if not d.is_dir():
-        raise UserError(f"no records: the results dir '{d}' does not exist",
-                        "run a workload first (gpuscale run WORKLOAD), or give a path")
+        raise UserError(
+            f"no records: the results dir '{d}' does not exist",
+            "run a workload first (gpuscale run WORKLOAD), or give a path",
+        )
     recs = find(d)
     if with_trace:
-        recs = [r for r in recs if r.trace and (pathlib.Path(r.trace).expanduser() / "summary.json").is_file()]
+        recs = [
+            r for r in recs if r.trace and (pathlib.Path(r.trace).expanduser() / "summary.json").is_file()
+        ]
     if with_audit:
         recs = [r for r in recs if r.audit]
     if not recs:
-        what = ("no record with a trace folder that is still there" if with_trace else
-                "no record with a backend audit" if with_audit else "no records")
-        fix = ("run a workload with --trace DIR, or give a trace folder" if with_trace else
-               "run a workload first (gpuscale run WORKLOAD), or give a path")
+        what = (
+            "no record with a trace folder that is still there"
+            if with_trace
+            else "no record with a backend audit"
+            if with_audit
+            else "no records"
+        )
+        fix = (
+            "run a workload with --trace DIR, or give a trace folder"
+            if with_trace
+            else "run a workload first (gpuscale run WORKLOAD), or give a path"
+        )
         raise UserError(f"{what} under '{d}'", fix)
     return recs[0]
 
@@ -281,8 +314,10 @@ def latest(results_dir: str | os.PathLike, *, with_trace: bool = False, with_aud
 def load(path: str | os.PathLike) -> Result:
     data = json.loads(pathlib.Path(path).read_text())
     if data.get("schema") != SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
-        raise UserError(f"{path} is not a gpuscale result record of schema version {SCHEMA_VERSION}",
-                        "give a file written by `gpuscale run` of this version")
+        raise UserError(
+            f"{path} is not a gpuscale result record of schema version {SCHEMA_VERSION}",
+            "give a file written by `gpuscale run` of this version",
+        )
     r = Result.model_validate(data)
     r.dashboard_link_live = link_live_after_run(r)
     return r
@@ -305,10 +340,15 @@ def by_id(ref: str, results_dir: str | os.PathLike) -> Result:
     if len({r.id for r in found}) == 1:  # one record (maybe copied into two folders there)
         return found[0]
     if found:
-        raise UserError(f"record id '{ref}' is ambiguous under '{d}': "
-                        + ", ".join(f"{r.id} ({r.workload})" for r in found[:5]), "give more of the id")
-    raise UserError(f"'{ref}' is neither a path nor the id of a record under '{d}'",
-                    "see `gpuscale results list` for the ids, or give a path")
+        raise UserError(
+            f"record id '{ref}' is ambiguous under '{d}': "
+            + ", ".join(f"{r.id} ({r.workload})" for r in found[:5]),
+            "give more of the id",
+        )
+    raise UserError(
+        f"'{ref}' is neither a path nor the id of a record under '{d}'",
+        "see `gpuscale results list` for the ids, or give a path",
+    )
 
 
 def locate(ref: str | os.PathLike, results_dir: str | os.PathLike) -> str:

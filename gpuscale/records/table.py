@@ -8,6 +8,7 @@ workload's memory estimate: the case's data size), ``valid``, ``record`` (path, 
 bench folder) and ``error``
 (one line; empty when the case ran and validated).
 """
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,25 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-COLUMNS = ["case", "workload", "size", "params", "backend", "family", "protocol", "workers", "repeats",
-           "median_s", "stdev_s", "iqr_s", "min_s", "estimate_bytes", "valid", "record", "error"]
+COLUMNS = [
+    "case",
+    "workload",
+    "size",
+    "params",
+    "backend",
+    "family",
+    "protocol",
+    "workers",
+    "repeats",
+    "median_s",
+    "stdev_s",
+    "iqr_s",
+    "min_s",
+    "estimate_bytes",
+    "valid",
+    "record",
+    "error",
+]
 
 
 def size_label(size: dict[str, Any]) -> str:
@@ -37,13 +55,17 @@ def brief_params(workload: str, params: dict[str, Any], keep: Iterable[str] = ()
     ``defaults`` when there is none to show."""
     from .. import workloads
     from ..errors import UserError
+
     try:
         fields = workloads.get(workload).Params.model_fields
     except UserError:  # a record of a workload this install lacks
         fields = {}
     keep = set(keep)
-    shown = {k: v for k, v in shown_params(params).items()
-             if k in keep or k not in fields or fields[k].default != v}
+    shown = {
+        k: v
+        for k, v in shown_params(params).items()
+        if k in keep or k not in fields or fields[k].default != v
+    }
     return ", ".join(f"{k}={v}" for k, v in shown.items()) or "defaults"
 
 
@@ -63,29 +85,56 @@ def record_row(r, case: dict[str, Any] | None = None) -> dict[str, Any]:
     """One row from a record (and the ledger's case, when there is one)."""
     case = case or {}
     failed = [c["name"] for c in r.validation.get("checks", []) if not c.get("ok")]
-    error = case.get("error") or (None if r.valid is not False else
-                                  "failed validation: " + (", ".join(failed) or "see the record"))
-    return {"case": case.get("id", r.id), "workload": r.workload,
-            "size": case.get("size") or size_label(shown_params(r.params)),
-            "params": json.dumps(r.params, sort_keys=True, default=str), "backend": r.backend,
-            "family": r.family, "protocol": r.protocol, "workers": workers_of(r), "repeats": len(r.times_s),
-            "median_s": r.median_s, "stdev_s": r.stdev_s, "iqr_s": r.iqr_s, "min_s": r.min_s,
-            "estimate_bytes": (r.memory or {}).get("estimate_bytes"), "valid": r.valid,
-            "record": r.path, "error": error}
+    error = case.get("error") or (
+        None if r.valid is not False else "failed validation: " + (", ".join(failed) or "see the record")
+    )
+    return {
+        "case": case.get("id", r.id),
+        "workload": r.workload,
+        "size": case.get("size") or size_label(shown_params(r.params)),
+        "params": json.dumps(r.params, sort_keys=True, default=str),
+        "backend": r.backend,
+        "family": r.family,
+        "protocol": r.protocol,
+        "workers": workers_of(r),
+        "repeats": len(r.times_s),
+        "median_s": r.median_s,
+        "stdev_s": r.stdev_s,
+        "iqr_s": r.iqr_s,
+        "min_s": r.min_s,
+        "estimate_bytes": (r.memory or {}).get("estimate_bytes"),
+        "valid": r.valid,
+        "record": r.path,
+        "error": error,
+    }
 
 
 def case_row(case: dict[str, Any]) -> dict[str, Any]:
     """A row for a case that left no record (it failed, or has not run yet)."""
-    return {"case": case["id"], "workload": case["workload"], "size": case.get("size"),
-            "params": json.dumps(case["params"], sort_keys=True, default=str), "backend": case["backend"],
-            "family": case.get("family"), "protocol": case["protocol"], "workers": case.get("workers"),
-            "repeats": 0, "median_s": None, "stdev_s": None, "iqr_s": None, "min_s": None,
-            "estimate_bytes": None, "valid": None, "record": None,
-            "error": case.get("error") or ("not run yet" if case.get("status") is None else None)}
+    return {
+        "case": case["id"],
+        "workload": case["workload"],
+        "size": case.get("size"),
+        "params": json.dumps(case["params"], sort_keys=True, default=str),
+        "backend": case["backend"],
+        "family": case.get("family"),
+        "protocol": case["protocol"],
+        "workers": case.get("workers"),
+        "repeats": 0,
+        "median_s": None,
+        "stdev_s": None,
+        "iqr_s": None,
+        "min_s": None,
+        "estimate_bytes": None,
+        "valid": None,
+        "record": None,
+        "error": case.get("error") or ("not run yet" if case.get("status") is None else None),
+    }
 
 
-def build(records: list, cases: list[dict[str, Any]] | None = None,
-          base: str | os.PathLike | None = None) -> pd.DataFrame:
+def build(
+    records: list, cases: list[dict[str, Any]] | None = None, base: str | os.PathLike | None = None
+) -> pd.DataFrame:
     """The table: one row per ledger case (in the spec's order) or, without a ledger, one row
     per record (oldest first). ``record`` holds paths relative to ``base`` (the bench
     folder), as the ledger does; records are matched by file name (it holds the record's id)."""
@@ -112,6 +161,7 @@ def build(records: list, cases: list[dict[str, Any]] | None = None,
 def write(frame: pd.DataFrame, out: str | os.PathLike) -> list[pathlib.Path]:
     """``table.parquet`` and ``table.csv`` under ``out``."""
     from . import atomic
+
     d = pathlib.Path(out)
     pq, csv = d / "table.parquet", d / "table.csv"
     with atomic.written(pq, replace=True, what="table") as (f, _):

@@ -6,6 +6,7 @@ size against the backend family's per-partition budget, and picks the family's s
 method (the task shuffle keeps cuDF on the device; P2P goes through host memory). The plan
 it chose, with the numbers behind it, comes back with the result.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,15 +27,21 @@ from . import locality
 AGGREGATIONS = ("sum", "mean", "min", "max", "count", "size", "std", "var", "first", "last")
 BYTES_PER_VALUE = 8
 # Aggregations the per-worker route decomposes: partial aggregations, and how partials combine.
-DECOMPOSE = {"sum": (("sum",), "sum"), "count": (("count",), "sum"), "min": (("min",), "min"),
-             "max": (("max",), "max"), "mean": (("sum", "count"), None)}
+DECOMPOSE = {
+    "sum": (("sum",), "sum"),
+    "count": (("count",), "sum"),
+    "min": (("min",), "min"),
+    "max": (("max",), "max"),
+    "mean": (("sum", "count"), None),
+}
 
 
 @dataclasses.dataclass
 class GroupbyDecision:
     """How a groupby runs (strategy, result partitions, fan-in, shuffle) and why; the result's
     ``plan`` (recorded as the run's ``info.plan``)."""
-    strategy: str            # "per-worker" | "tree" | "shuffle"
+
+    strategy: str  # "per-worker" | "tree" | "shuffle"
     split_out: int
     split_every: int
     shuffle_method: str | None
@@ -63,8 +70,9 @@ def count_groups(df, by: list[str]):
         return key.nunique_approx(), "nunique_approx (HyperLogLog)"
     if len(by) == 1:
         return key.nunique(dropna=False), "an exact distinct count (nunique; HyperLogLog needs pandas)"
-    return key.drop_duplicates(split_out=1).shape[0], \
-        "an exact distinct count (drop_duplicates; HyperLogLog needs pandas)"
+    return key.drop_duplicates(split_out=1).shape[
+        0
+    ], "an exact distinct count (drop_duplicates; HyperLogLog needs pandas)"
 
 
 def check_columns(df, by, agg, where: str = "the DataFrame") -> tuple[list[str], dict[str, list[str]]]:
@@ -76,8 +84,10 @@ def check_columns(df, by, agg, where: str = "the DataFrame") -> tuple[list[str],
         raise UserError("no group-by column given", "name at least one column to group by")
     missing = [c for c in by if c not in df.columns]
     if missing:
-        raise UserError(f"group-by column(s) {missing} are not in {where}",
-                        f"choose from: {', '.join(map(str, df.columns))}")
+        raise UserError(
+            f"group-by column(s) {missing} are not in {where}",
+            f"choose from: {', '.join(map(str, df.columns))}",
+        )
     return by, _normalize_agg(df, by, agg, where)
 
 
@@ -86,27 +96,43 @@ def _normalize_agg(df, by: list[str], agg, where: str = "the DataFrame") -> dict
         agg = {c: [agg] for c in df.columns if c not in by}
     spec = {c: ([a] if isinstance(a, str) else list(a)) for c, a in dict(agg).items()}
     if not spec or not all(spec.values()):
-        raise UserError("no aggregation given", "name a column and its aggregations, e.g. {'price': ['mean']}")
+        raise UserError(
+            "no aggregation given", "name a column and its aggregations, e.g. {'price': ['mean']}"
+        )
     missing = [c for c in spec if c not in df.columns]
     if missing:
-        raise UserError(f"column(s) {missing} are not in {where}",
-                        f"choose from: {', '.join(map(str, df.columns))}")
+        raise UserError(
+            f"column(s) {missing} are not in {where}", f"choose from: {', '.join(map(str, df.columns))}"
+        )
     meta = getattr(df, "_meta", df)
     for col, aggs in spec.items():
         bad = [a for a in aggs if a not in AGGREGATIONS]
         if bad:
-            raise UserError(f"unknown aggregation(s) {bad} for column '{col}'",
-                            f"use: {', '.join(AGGREGATIONS)}")
+            raise UserError(
+                f"unknown aggregation(s) {bad} for column '{col}'", f"use: {', '.join(AGGREGATIONS)}"
+            )
         numeric = meta[col].dtype.kind in "biuf"
         if not numeric and any(a in ("sum", "mean", "std", "var") for a in aggs):
-            raise UserError(f"column '{col}' ({meta[col].dtype}) is not numeric and cannot "
-                            f"be aggregated with {aggs}", "use count/min/max/first/last for it")
+            raise UserError(
+                f"column '{col}' ({meta[col].dtype}) is not numeric and cannot be aggregated with {aggs}",
+                "use count/min/max/first/last for it",
+            )
     return spec
 
 
-def choose_groupby(df, by, agg, *, groups: int | None = None, rows: int | None = None,
-                 split_out: int | str = "auto", family=None, worker_bytes: int | None = None,
-                 room_bytes: int | None = None, threads: int | None = None) -> GroupbyDecision:
+def choose_groupby(
+    df,
+    by,
+    agg,
+    *,
+    groups: int | None = None,
+    rows: int | None = None,
+    split_out: int | str = "auto",
+    family=None,
+    worker_bytes: int | None = None,
+    room_bytes: int | None = None,
+    threads: int | None = None,
+) -> GroupbyDecision:
     """Choose how to run ``df.groupby(by).agg(agg)``.
 
     * the result is estimated at ``groups`` x (key + aggregate columns) x 8 B; over the family's
@@ -125,6 +151,7 @@ def choose_groupby(df, by, agg, *, groups: int | None = None, rows: int | None =
     source = "given"
     if groups is None or rows is None:
         import dask
+
         est, how = count_groups(df, by)
         est_groups, est_rows = dask.compute(est, df.shape[0])
         source = f"estimated with {how}" if groups is None else source
@@ -132,25 +159,46 @@ def choose_groupby(df, by, agg, *, groups: int | None = None, rows: int | None =
         rows = int(est_rows) if rows is None else rows
     width = len(by) + sum(len(a) for a in spec.values())
     decomposable = all(a in DECOMPOSE for aggs in spec.values() for a in aggs)
-    return decide_groupby(groups=groups, rows=rows, npartitions=df.npartitions, width=width,
-                          decomposable=decomposable, family=fam, split_out=split_out,
-                          groups_source=source, worker_bytes=worker_bytes, room_bytes=room_bytes,
-                          threads=threads)
+    return decide_groupby(
+        groups=groups,
+        rows=rows,
+        npartitions=df.npartitions,
+        width=width,
+        decomposable=decomposable,
+        family=fam,
+        split_out=split_out,
+        groups_source=source,
+        worker_bytes=worker_bytes,
+        room_bytes=room_bytes,
+        threads=threads,
+    )
 
 
-ONE_THREAD = ("measured on 2 CPU workers x 1 thread, 1 M-40 M rows x 10-100 k keys: per-worker beat the "
-              "tree in 6 of 9 cells, by up to 26 %, and lost by at most 8 %; on one worker of 2 threads "
-              "it lost 2-3x from 10 M rows: docs/bench-cpu/session11")
+ONE_THREAD = (
+    "measured on 2 CPU workers x 1 thread, 1 M-40 M rows x 10-100 k keys: per-worker beat the "
+    "tree in 6 of 9 cells, by up to 26 %, and lost by at most 8 %; on one worker of 2 threads "
+    "it lost 2-3x from 10 M rows: docs/bench-cpu/session11"
+)
 """Why the per-worker route is taken on one-thread workers whatever the share of groups."""
 
 CONCAT_COPIES = 2
 """The per-worker route holds a worker's partitions concatenated and the aggregation's tables."""
 
 
-def decide_groupby(*, groups: int, rows: int, npartitions: int, width: int, decomposable: bool,
-                   family, split_out: int | str = "auto", groups_source: str = "given",
-                   worker_bytes: int | None = None, room_bytes: int | None = None,
-                   threads: int | None = None) -> GroupbyDecision:
+def decide_groupby(
+    *,
+    groups: int,
+    rows: int,
+    npartitions: int,
+    width: int,
+    decomposable: bool,
+    family,
+    split_out: int | str = "auto",
+    groups_source: str = "given",
+    worker_bytes: int | None = None,
+    room_bytes: int | None = None,
+    threads: int | None = None,
+) -> GroupbyDecision:
     """The plan of :func:`choose_groupby` from numbers alone (no frame, nothing computed):
     ``width`` = key + aggregate columns, ``decomposable`` = every aggregation is one the
     per-worker route splits (see ``DECOMPOSE``). ``gpuscale explain`` plans with it.
@@ -168,52 +216,86 @@ def decide_groupby(*, groups: int, rows: int, npartitions: int, width: int, deco
     budget = knobs.split_out_budget_bytes
     nparts = npartitions
     split_every = knobs.split_every or max(2, nparts)
-    size = (f"estimated result {groups:,} groups x {width * BYTES_PER_VALUE} B = "
-            f"{result_bytes / 1e6:.3g} MB")
+    size = f"estimated result {groups:,} groups x {width * BYTES_PER_VALUE} B = {result_bytes / 1e6:.3g} MB"
     if split_out != "auto":
         n = int(split_out)
         if n < 1:
             raise UserError(f"split_out must be >= 1, got {n}", "use 1 for a tree reduction")
-        return GroupbyDecision("shuffle" if n > 1 else "tree", n, split_every,
-                           knobs.shuffle_method if n > 1 else None, groups, source, result_bytes,
-                           budget, f"split_out={n} set by you")
+        return GroupbyDecision(
+            "shuffle" if n > 1 else "tree",
+            n,
+            split_every,
+            knobs.shuffle_method if n > 1 else None,
+            groups,
+            source,
+            result_bytes,
+            budget,
+            f"split_out={n} set by you",
+        )
     if result_bytes > budget:
         n = min(max(2, math.ceil(result_bytes / budget)), max(2, nparts))
-        why = (f"split_out={n}: {size} exceeds the {fam.name} budget of {budget / 1e6:.4g} MB: "
-               f"{knobs.shuffle_method or 'Dask default'} shuffle")
-        return GroupbyDecision("shuffle", n, split_every, knobs.shuffle_method, groups, source,
-                           result_bytes, budget, why)
+        why = (
+            f"split_out={n}: {size} exceeds the {fam.name} budget of {budget / 1e6:.4g} MB: "
+            f"{knobs.shuffle_method or 'Dask default'} shuffle"
+        )
+        return GroupbyDecision(
+            "shuffle", n, split_every, knobs.shuffle_method, groups, source, result_bytes, budget, why
+        )
     per_part = max(1, rows // max(1, nparts))
     fraction = min(groups, per_part) / per_part
     least = knobs.groupby_concat_min_fraction
     one_thread = threads == 1 and fraction < least  # the share rule alone would take the tree
     if one_thread:
         least = 0.0
-    too_big = worker_bytes is not None and room_bytes is not None and CONCAT_COPIES * worker_bytes > room_bytes
+    too_big = (
+        worker_bytes is not None and room_bytes is not None and CONCAT_COPIES * worker_bytes > room_bytes
+    )
     if (nparts > 1 or least == 0) and fraction >= least and decomposable and not too_big:
         under = f"split_out=1 ({size}, under the {fam.name} budget of {budget / 1e6:.4g} MB); per-worker: "
         if one_thread:
-            why = under + f"each worker runs one thread, so one task per worker loses no parallelism ({ONE_THREAD})"
+            why = (
+                under
+                + f"each worker runs one thread, so one task per worker loses no parallelism ({ONE_THREAD})"
+            )
         elif least == 0:
-            why = under + (f"the {fam.name} family aggregates each worker's partitions in one task "
-                           f"(groupby_concat_min_fraction 0: Dask's tree costs more than the work there)")
+            why = under + (
+                f"the {fam.name} family aggregates each worker's partitions in one task "
+                f"(groupby_concat_min_fraction 0: Dask's tree costs more than the work there)"
+            )
         else:
-            why = under + (f"a partition of ~{per_part:,} rows would keep ~{fraction:.0%} of them "
-                           f"as groups (>= {least:.0%}), so each worker concatenates its partitions and "
-                           "aggregates once")
+            why = under + (
+                f"a partition of ~{per_part:,} rows would keep ~{fraction:.0%} of them "
+                f"as groups (>= {least:.0%}), so each worker concatenates its partitions and "
+                "aggregates once"
+            )
         return GroupbyDecision("per-worker", 1, split_every, None, groups, source, result_bytes, budget, why)
-    why = (f"split_out=1: {size}, under the {fam.name} per-partition budget of "
-           f"{budget / 1e6:.4g} MB: tree reduction (fan-in {split_every}), no shuffle")
+    why = (
+        f"split_out=1: {size}, under the {fam.name} per-partition budget of "
+        f"{budget / 1e6:.4g} MB: tree reduction (fan-in {split_every}), no shuffle"
+    )
     if too_big and decomposable:
-        why += (f"; not per-worker: concatenating a worker's {worker_bytes / 1e6:.4g} MB (x{CONCAT_COPIES}) "
-                f"would not fit the {room_bytes / 1e6:.4g} MB its tasks may hold")
+        why += (
+            f"; not per-worker: concatenating a worker's {worker_bytes / 1e6:.4g} MB (x{CONCAT_COPIES}) "
+            f"would not fit the {room_bytes / 1e6:.4g} MB its tasks may hold"
+        )
     return GroupbyDecision("tree", 1, split_every, None, groups, source, result_bytes, budget, why)
 
 
-def groupby_agg(df, by, agg, *, groups: int | None = None, rows: int | None = None,
-                split_out: int | str = "auto", plan: GroupbyDecision | None = None,
-                family=None, worker_bytes: int | None = None, room_bytes: int | None = None,
-                threads: int | None = None, sort: bool | None = None) -> GroupbyResult:
+def groupby_agg(
+    df,
+    by,
+    agg,
+    *,
+    groups: int | None = None,
+    rows: int | None = None,
+    split_out: int | str = "auto",
+    plan: GroupbyDecision | None = None,
+    family=None,
+    worker_bytes: int | None = None,
+    room_bytes: int | None = None,
+    threads: int | None = None,
+    sort: bool | None = None,
+) -> GroupbyResult:
     """``df.groupby(by, sort=sort).agg(agg)`` with the tuned plan; lazy. Works in any Client
     context.
 
@@ -226,14 +308,25 @@ def groupby_agg(df, by, agg, *, groups: int | None = None, rows: int | None = No
     the unsorted result after saved nothing (``docs/benchmarks.md``, "The fixed cost per run, step by step").
     """
     by_list = [by] if isinstance(by, str) else list(by)
-    plan = plan or choose_groupby(df, by_list, agg, groups=groups, rows=rows, split_out=split_out,
-                                family=family, worker_bytes=worker_bytes, room_bytes=room_bytes,
-                                threads=threads)
+    plan = plan or choose_groupby(
+        df,
+        by_list,
+        agg,
+        groups=groups,
+        rows=rows,
+        split_out=split_out,
+        family=family,
+        worker_bytes=worker_bytes,
+        room_bytes=room_bytes,
+        threads=threads,
+    )
     spec = _normalize_agg(df, by_list, agg)
     if sort and plan.split_out > 1:
-        raise UserError(f"sort=True needs the result in one partition; this plan splits it over "
-                        f"{plan.split_out} ({plan.reason})",
-                        "pass split_out=1 (the result must fit one worker), or sort the result yourself")
+        raise UserError(
+            f"sort=True needs the result in one partition; this plan splits it over "
+            f"{plan.split_out} ({plan.reason})",
+            "pass split_out=1 (the result must fit one worker), or sort the result yourself",
+        )
     if plan.strategy == "per-worker":
         return GroupbyResult(_per_worker_agg(df, by_list, spec, bool(sort)), plan)
     kwargs: dict[str, Any] = {"split_out": plan.split_out, "split_every": plan.split_every}
@@ -253,6 +346,7 @@ def _flat(col, agg) -> str:
 
 def _partial(parts, by, spec):
     from dask.dataframe.dispatch import concat
+
     frame = concat(list(parts)) if len(parts) > 1 else parts[0]
     partial_spec = {c: sorted({p for a in aggs for p in DECOMPOSE[a][0]}) for c, aggs in spec.items()}
     g = frame.groupby(by[0] if len(by) == 1 else by, sort=False).agg(partial_spec)
@@ -262,6 +356,7 @@ def _partial(parts, by, spec):
 
 def _combine(partials, by, spec, sort: bool = False):
     from dask.dataframe.dispatch import concat
+
     frame = concat(list(partials)) if len(partials) > 1 else partials[0]
     how = {}
     for c, aggs in spec.items():
@@ -284,6 +379,7 @@ def _combine(partials, by, spec, sort: bool = False):
     for i, col in enumerate(out.values()):
         result[f"{i}"] = col
     import pandas as pd
+
     result.columns = pd.MultiIndex.from_tuples(list(out))
     return result
 
@@ -298,6 +394,7 @@ def _worker_groups(df, keys) -> list[list[int]]:
     n = df.npartitions
     try:
         from distributed import default_client
+
         nworkers = max(1, cluster.size(default_client())[0])
     except (ValueError, ImportError):
         nworkers = 1
@@ -313,9 +410,16 @@ def _meta_of(fn, metas: list, *args):
     the metas' types, columns, dtypes and index, ``args``): running an operation on empty cuDF
     frames costs milliseconds of client time on every call (and a pandas merge of empty
     frames 3 ms on this project's CI machine)."""
+
     def shape(m):
-        return (type(m).__module__, type(m).__name__, tuple((str(c), str(t)) for c, t in m.dtypes.items()),
-                str(m.index.dtype), m.index.name)
+        return (
+            type(m).__module__,
+            type(m).__name__,
+            tuple((str(c), str(t)) for c, t in m.dtypes.items()),
+            str(m.index.dtype),
+            m.index.name,
+        )
+
     key = (fn.__module__, fn.__qualname__, tuple(shape(m) for m in metas), repr(args))
     if key not in _META_CACHE:
         _META_CACHE[key] = fn(*metas, *args)
@@ -327,6 +431,7 @@ def _whole(parts, by, spec, sort: bool = False):
     ``sort``), with the library's own aggregations (no partials to combine: measured on one
     H100, 100 M rows / 1 M keys, 32 ms against 42 ms for partial + combine)."""
     from dask.dataframe.dispatch import concat
+
     frame = concat(list(parts)) if len(parts) > 1 else parts[0]
     return frame.groupby(by[0] if len(by) == 1 else by, sort=sort).agg(spec)
 
@@ -393,9 +498,14 @@ class _TaskFrame(FromGraph):
             if not istask(layer.get(k)):
                 return None
             layer[k] = (fn, layer[k])
-        return _TaskFrame(layer, self.operand("_meta"), self.operand("divisions"), self.operand("keys"),
-                          self.operand("name_prefix"),
-                          _determ_token=tokenize(self.deterministic_token, fn.__module__, fn.__qualname__))
+        return _TaskFrame(
+            layer,
+            self.operand("_meta"),
+            self.operand("divisions"),
+            self.operand("keys"),
+            self.operand("name_prefix"),
+            _determ_token=tokenize(self.deterministic_token, fn.__module__, fn.__qualname__),
+        )
 
     def submitted(self, client):
         """This frame persisted on ``client`` through ``client.submit`` of its one task, or None
@@ -405,6 +515,7 @@ class _TaskFrame(FromGraph):
         measured on an H200, a 10 M-row groupby's persist call took 2.3 ms and its task started
         4.3 ms after it, against 3 ms after a ``submit`` (``workflows/run_timeline.py``)."""
         from distributed import Future
+
         keys = self.operand("keys")
         layer = self.operand("layer")
         if len(keys) != 1:
@@ -417,8 +528,16 @@ class _TaskFrame(FromGraph):
             return None
         (key,) = self.__dask_keys__()
         future = client.submit(_apply, *call, key=key)
-        return new_collection(_TaskFrame({key: future}, self.operand("_meta"), self.operand("divisions"), [key],
-                                         self.operand("name_prefix"), _determ_token=tokenize(key, "submitted")))
+        return new_collection(
+            _TaskFrame(
+                {key: future},
+                self.operand("_meta"),
+                self.operand("divisions"),
+                [key],
+                self.operand("name_prefix"),
+                _determ_token=tokenize(key, "submitted"),
+            )
+        )
 
 
 def _call_of(task, futures: dict):
@@ -442,6 +561,7 @@ def _call_of(task, futures: dict):
             return futures.get(a, a)
         except TypeError:  # unhashable: a value, not a key
             return a
+
     try:
         args = [arg(a) for a in task[1:]]
     except ValueError:
@@ -463,6 +583,7 @@ def _apply(wrappers, func, *args):
 @dataclasses.dataclass
 class FrameRoute:
     """A route's lazy result and how it runs (``plan``: "one task" or "dask"), with why."""
+
     result: Any
     plan: str
     reason: str
@@ -478,6 +599,7 @@ def one_single_thread_worker() -> str | None:
     Dask's way."""
     try:
         from distributed import default_client
+
         client = default_client()
     except (ImportError, ValueError):
         return None
@@ -497,6 +619,7 @@ def _sort_meta(meta, by, index: bool):
 
 def _whole_merge(lefts, rights, on, how):
     from dask.dataframe.dispatch import concat
+
     left = concat(list(lefts)) if len(lefts) > 1 else lefts[0]
     right = concat(list(rights)) if len(rights) > 1 else rights[0]
     return left.merge(right, on=on, how=how)
@@ -504,6 +627,7 @@ def _whole_merge(lefts, rights, on, how):
 
 def _whole_sort(parts, by, index: bool):
     from dask.dataframe.dispatch import concat
+
     frame = concat(list(parts)) if len(parts) > 1 else parts[0]
     out = frame.sort_values(by)
     return out.set_index(by) if index else out
@@ -531,9 +655,14 @@ def merge(left, right, on, how: str = "inner", shuffle_method: str | None = None
     why = one_single_thread_worker()
     if why:
         meta = _meta_of(_merge_meta, [left._meta, right._meta], on, how)
-        return FrameRoute(_one_task("gpuscale-merge", _whole_merge, [left, right], (on, how), meta), "one task", why)
-    return FrameRoute(left.merge(right, on=on, how=how, shuffle_method=shuffle_method), "dask",
-                      f"Dask's hash join (shuffle {shuffle_method or 'Dask default'}): several workers or threads")
+        return FrameRoute(
+            _one_task("gpuscale-merge", _whole_merge, [left, right], (on, how), meta), "one task", why
+        )
+    return FrameRoute(
+        left.merge(right, on=on, how=how, shuffle_method=shuffle_method),
+        "dask",
+        f"Dask's hash join (shuffle {shuffle_method or 'Dask default'}): several workers or threads",
+    )
 
 
 def sort(df, by: str, *, index: bool = False, shuffle_method: str | None = None) -> FrameRoute:
@@ -544,10 +673,17 @@ def sort(df, by: str, *, index: bool = False, shuffle_method: str | None = None)
     if why:
         meta = _meta_of(_sort_meta, [df._meta], by, index)
         return FrameRoute(_one_task("gpuscale-sort", _whole_sort, [df], (by, index), meta), "one task", why)
-    res = (df.set_index(by, shuffle_method=shuffle_method) if index
-           else df.sort_values(by, shuffle_method=shuffle_method))
-    return FrameRoute(res, "dask", f"Dask's {'set_index' if index else 'sort_values'} "
-                                   f"(shuffle {shuffle_method or 'Dask default'}): several workers or threads")
+    res = (
+        df.set_index(by, shuffle_method=shuffle_method)
+        if index
+        else df.sort_values(by, shuffle_method=shuffle_method)
+    )
+    return FrameRoute(
+        res,
+        "dask",
+        f"Dask's {'set_index' if index else 'sort_values'} "
+        f"(shuffle {shuffle_method or 'Dask default'}): several workers or threads",
+    )
 
 
 def ready_to_persist(collection):
@@ -558,6 +694,7 @@ def ready_to_persist(collection):
     computation on it failed with "lost dependencies"; optimized first, the keys match. Other
     collections pass through."""
     import dask.dataframe as dd
+
     if isinstance(collection, (dd.DataFrame, dd.Series)):
         return collection.optimize()
     return collection

@@ -23,6 +23,7 @@ Every function here takes and returns Dask collections and imports no GPU librar
 functions call NumPy's API, which CuPy arrays implement (NEP 18), so the same code runs on
 either backend.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -150,8 +151,10 @@ def _all_finite(a) -> np.ndarray:
 
 
 # Host values by design: one number each, fetched by the client to choose the route.
-audit.allow("condition_from_eigenvalues", "the condition estimate (one float64 on the host) that "
-            "the client reads to choose the SVD route")
+audit.allow(
+    "condition_from_eigenvalues",
+    "the condition estimate (one float64 on the host) that the client reads to choose the SVD route",
+)
 audit.allow("all_finite", "one bool on the host that the client reads to check CholeskyQR2 for breakdown")
 
 
@@ -163,26 +166,36 @@ def _eps(dtype) -> float:
 
 def _prepare(x, notes: list[str]):
     if not isinstance(x, da.Array):
-        raise UserError(f"svd takes a Dask array, got {type(x).__name__}",
-                        "wrap it with dask.array.from_array(x, chunks=(rows_per_block, -1))")
+        raise UserError(
+            f"svd takes a Dask array, got {type(x).__name__}",
+            "wrap it with dask.array.from_array(x, chunks=(rows_per_block, -1))",
+        )
     if x.ndim != 2:
-        raise UserError(f"svd needs a 2-D array, got {x.ndim}-D with shape {x.shape}",
-                        "reshape it to (rows, columns)")
+        raise UserError(
+            f"svd needs a 2-D array, got {x.ndim}-D with shape {x.shape}", "reshape it to (rows, columns)"
+        )
     m, n = x.shape
     if n > m:
-        raise UserError(f"svd is for tall-skinny arrays: {m} rows < {n} columns",
-                        "pass the transpose (x.T), whose singular values are the same")
+        raise UserError(
+            f"svd is for tall-skinny arrays: {m} rows < {n} columns",
+            "pass the transpose (x.T), whose singular values are the same",
+        )
     if x.dtype.kind not in "biuf":
         what = "complex" if x.dtype.kind == "c" else str(x.dtype)
-        raise UserError(f"svd takes real numbers, got {what} ({x.dtype}) elements",
-                        "pass x.real, abs(x) or x.astype('float64') as you intend"
-                        if x.dtype.kind == "c" else "convert it with x.astype('float64')")
+        raise UserError(
+            f"svd takes real numbers, got {what} ({x.dtype}) elements",
+            "pass x.real, abs(x) or x.astype('float64') as you intend"
+            if x.dtype.kind == "c"
+            else "convert it with x.astype('float64')",
+        )
     if x.dtype.kind != "f":
         notes.append(f"converted {x.dtype} input to float64")
         x = x.astype(np.float64)
     if x.numblocks[1] > 1:
-        notes.append(f"rechunked {x.numblocks[1]} column blocks into one (row blocks kept): "
-                     "every route needs whole rows in a block")
+        notes.append(
+            f"rechunked {x.numblocks[1]} column blocks into one (row blocks kept): "
+            "every route needs whole rows in a block"
+        )
         x = x.rechunk({1: -1})
     return x
 
@@ -202,8 +215,9 @@ def _sum_of(fn, blocks, *args):
     return total
 
 
-def _block_sum(x, fn, *args, split_every=None, then=None, then_args=(), then_shape=None,
-               then_dtype=np.float64):
+def _block_sum(
+    x, fn, *args, split_every=None, then=None, then_args=(), then_shape=None, then_dtype=np.float64
+):
     """sum over row blocks of fn(block, *args), each an n x n matrix, as a tree reduction;
     for persisted blocks on several workers (and no ``split_every``) the first level sums
     each worker's own blocks (:mod:`gpuscale.routes.locality`). ``then``: the array is
@@ -220,8 +234,17 @@ def _block_sum(x, fn, *args, split_every=None, then=None, then_args=(), then_sha
     groups, threads = placed or (None, None)
     # the names change with what is in memory and where (locality.memory_state): a graph of
     # another shape never reuses these keys
-    token = tokenize(x, fn, *args, split_every, groups, threads, then, then_args,
-                     [locality.memory_state(c) for c in (x, *args)])
+    token = tokenize(
+        x,
+        fn,
+        *args,
+        split_every,
+        groups,
+        threads,
+        then,
+        then_args,
+        [locality.memory_state(c) for c in (x, *args)],
+    )
     name = f"{fn.__name__.strip('_')}-sum-{token}"
     arg_keys = [a.__dask_keys__()[0][0] if a.ndim == 2 else a.__dask_keys__()[0] for a in args]
     dsk: dict = {}
@@ -254,7 +277,7 @@ def _block_sum(x, fn, *args, split_every=None, then=None, then_args=(), then_sha
         nxt = []
         for i in range(0, len(level), fan):
             key = (f"{name}-tree{depth}", i // fan)
-            dsk[key] = (_sum_list, level[i:i + fan])
+            dsk[key] = (_sum_list, level[i : i + fan])
             nxt.append(key)
         level, depth = nxt, depth + 1
     # one task left (one block, or one worker's): it is the sum itself, not a task copying it
@@ -305,6 +328,7 @@ def _fetch(a):
     cluster (no new graph), computed otherwise."""
     try:
         from distributed import futures_of
+
         futures = futures_of(a)
     except ImportError:
         futures = []
@@ -317,7 +341,7 @@ def _gram_route(x, g, compute_uv, dtype):
     n = x.shape[1]
     if compute_uv:
         packed = _single(g, _gram_uv_packed, (2 * n + 1, n))
-        s, vt, m = packed[0], packed[1:n + 1], packed[n + 1:]
+        s, vt, m = packed[0], packed[1 : n + 1], packed[n + 1 :]
         return s.astype(dtype), _project(x, m, dtype), vt.astype(dtype)
     w = _single(g, _eigvalsh_desc, (n,))
     return _single(w, _sqrt_clip, (n,)).astype(dtype), None, None
@@ -334,8 +358,9 @@ def _gram_uv_packed(g):
 
 def _project(x, m, dtype):
     """X @ m block by block (m is n x n): U from V and s, or from R^-1 Ur."""
-    return da.blockwise(_matmul_block, "ij", x, "ij", m, "kl", dtype=dtype,
-                        meta=x._meta.astype(dtype), concatenate=True)
+    return da.blockwise(
+        _matmul_block, "ij", x, "ij", m, "kl", dtype=dtype, meta=x._meta.astype(dtype), concatenate=True
+    )
 
 
 def _cholqr2_parts(x, g, split_every):
@@ -352,7 +377,7 @@ def _cholqr2_route(r, x, compute_uv, dtype):
     n = x.shape[1]
     if compute_uv:
         packed = _single(r, _svd_packed, (2 * n + 1, n))
-        ur, s, vt = packed[:n], packed[n], packed[n + 1:]
+        ur, s, vt = packed[:n], packed[n], packed[n + 1 :]
         m = _one_task(_inv_times, [r, ur.rechunk(ur.shape)], (n, n))
         u = _project(x, m, dtype)
         return s.astype(dtype), u, vt.astype(dtype)
@@ -381,8 +406,14 @@ def _tsqr_route(x, compute_uv, dtype):
     return _single(r, _svdvals, (n,)).astype(dtype), None, None
 
 
-def svd(x, compute_uv: bool = False, route: str = "auto", *, tol: float | None = None,
-        split_every: int | None = None) -> SVDResult:
+def svd(
+    x,
+    compute_uv: bool = False,
+    route: str = "auto",
+    *,
+    tol: float | None = None,
+    split_every: int | None = None,
+) -> SVDResult:
     """SVD of a tall-skinny 2-D Dask array, by the fastest route that holds ``tol``.
 
     Parameters
@@ -413,8 +444,12 @@ def svd(x, compute_uv: bool = False, route: str = "auto", *, tol: float | None =
     eps = _eps(dtype)
     gram_max_cond = tol / (GRAM_ERROR_FACTOR * eps)
     cholqr2_max_cond = CHOLQR2_LIMIT / math.sqrt(eps)
-    limits = {"tol": tol, "eps": eps, "gram_max_condition": gram_max_cond,
-              "cholqr2_max_condition": cholqr2_max_cond}
+    limits = {
+        "tol": tol,
+        "eps": eps,
+        "gram_max_condition": gram_max_cond,
+        "cholqr2_max_condition": cholqr2_max_cond,
+    }
 
     if route == "tsqr":
         s, u, vt = _tsqr_route(x, compute_uv, dtype)
@@ -444,8 +479,15 @@ def svd(x, compute_uv: bool = False, route: str = "auto", *, tol: float | None =
         # a row (eigenvalues, s, estimate), 2 scheduling rounds fewer (measured on an H200:
         # 2.6-2.8 ms each, ``workflows/run_timeline.py``). G is not kept: the rare input too
         # ill-conditioned for the Gram route makes it again for CholeskyQR2.
-        s_gram = _block_sum(x, _gram_block, split_every=split_every, then=_singular_values_of_gram,
-                            then_args=(np.dtype(dtype).str,), then_shape=(n,), then_dtype=dtype)
+        s_gram = _block_sum(
+            x,
+            _gram_block,
+            split_every=split_every,
+            then=_singular_values_of_gram,
+            then_args=(np.dtype(dtype).str,),
+            then_shape=(n,),
+            then_dtype=dtype,
+        )
         (s_gram,) = dask.persist(s_gram)
         cond = condition_from_singular_values(np.asarray(to_host(_fetch(s_gram))))
         g = None
@@ -456,8 +498,10 @@ def svd(x, compute_uv: bool = False, route: str = "auto", *, tol: float | None =
             s, u, vt = _gram_route(x, g, True, dtype)
         else:
             s, u, vt = s_gram, None, None
-        why = (f"condition estimate {cond:.3g} from the Gram spectrum: predicted error "
-               f"{predicted:.2g} x s_max <= tol {tol:g}, one pass suffices")
+        why = (
+            f"condition estimate {cond:.3g} from the Gram spectrum: predicted error "
+            f"{predicted:.2g} x s_max <= tol {tol:g}, one pass suffices"
+        )
         return SVDResult(s, u, vt, Route("gram", why, cond, nums), notes)
     if cond <= cholqr2_max_cond:
         r = _cholqr2_parts(x, gram(x, split_every) if g is None else g, split_every)
@@ -469,13 +513,17 @@ def svd(x, compute_uv: bool = False, route: str = "auto", *, tol: float | None =
             finite = False
         if finite:
             s, u, vt = _cholqr2_route(r, x, compute_uv, dtype)
-            why = (f"condition estimate {cond:.3g}: Gram route would give ~{predicted:.2g} x s_max "
-                   f"> tol {tol:g}; CholeskyQR2 holds up to {cholqr2_max_cond:.3g}")
+            why = (
+                f"condition estimate {cond:.3g}: Gram route would give ~{predicted:.2g} x s_max "
+                f"> tol {tol:g}; CholeskyQR2 holds up to {cholqr2_max_cond:.3g}"
+            )
             return SVDResult(s, u, vt, Route("cholqr2", why, cond, nums), notes)
         why_extra = "; Cholesky broke down (not positive definite in floating point)"
     else:
         why_extra = ""
     s, u, vt = _tsqr_route(x, compute_uv, dtype)
-    why = (f"condition estimate {cond:.3g} is past what CholeskyQR2 carries "
-           f"({cholqr2_max_cond:.3g}){why_extra}: TSQR, accurate at any condition")
+    why = (
+        f"condition estimate {cond:.3g} is past what CholeskyQR2 carries "
+        f"({cholqr2_max_cond:.3g}){why_extra}: TSQR, accurate at any condition"
+    )
     return SVDResult(s, u, vt, Route("tsqr", why, cond, nums), notes)

@@ -5,6 +5,7 @@ the blocks each worker already holds, then combine one partial per worker: one t
 worker instead of one per block. For collections not in memory on a distributed cluster
 there is no placement to read, and the caller falls back to its plain tree.
 """
+
 from __future__ import annotations
 
 from dask.core import flatten
@@ -26,6 +27,7 @@ def placement(collection, keys: list) -> tuple[list[list[int]], list[int]] | Non
     call to the scheduler; None as there."""
     try:
         from distributed import default_client
+
         client = default_client()
     except (ImportError, ValueError):
         return None

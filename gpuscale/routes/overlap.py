@@ -8,6 +8,7 @@ trip; workflows/shape_grid.py --parts fixed). :func:`map_overlap` pads that one 
 worker with the same boundary rule (NumPy's / CuPy's ``pad``), applies the function and trims,
 in one ``map_blocks`` task; arrays of several chunks keep Dask's own.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,12 +29,16 @@ class OverlapRoute:
 
 def _pad_apply_trim(block, func, depth: tuple[int, ...], mode: str | None, value, kwargs: dict):
     import importlib
+
     xp = importlib.import_module(type(block).__module__.partition(".")[0])
     if not hasattr(xp, "pad"):
         import numpy as xp
     width = [(d, d) for d in depth]
-    padded = xp.pad(block, width, mode="constant", constant_values=value) if mode is None \
+    padded = (
+        xp.pad(block, width, mode="constant", constant_values=value)
+        if mode is None
         else xp.pad(block, width, mode=mode)
+    )
     out = func(padded, **kwargs)
     return out[tuple(slice(d, out.shape[i] - d) for i, d in enumerate(depth))]
 
@@ -47,9 +52,22 @@ def map_overlap(x, func: Callable, depth: int, boundary, dtype=None, **kwargs) -
     known = mode is not None or isinstance(boundary, (int, float)) and not isinstance(boundary, bool)
     if one_chunk and known and depth > 0 and all(depth <= s for s in x.shape):
         depths = (depth,) * x.ndim
-        y = x.map_blocks(_pad_apply_trim, func, depths, mode, None if mode else boundary, kwargs,
-                         dtype=dtype or x.dtype, meta=x._meta)
-        return OverlapRoute(y, "one chunk", f"one chunk: padded on its worker ({boundary}) and filtered in one task")
+        y = x.map_blocks(
+            _pad_apply_trim,
+            func,
+            depths,
+            mode,
+            None if mode else boundary,
+            kwargs,
+            dtype=dtype or x.dtype,
+            meta=x._meta,
+        )
+        return OverlapRoute(
+            y, "one chunk", f"one chunk: padded on its worker ({boundary}) and filtered in one task"
+        )
     y = x.map_overlap(func, depth=depth, boundary=boundary, dtype=dtype or x.dtype, **kwargs)
-    return OverlapRoute(y, "dask", "Dask's map_overlap "
-                        f"({'several chunks' if not one_chunk else 'boundary ' + repr(boundary)})")
+    return OverlapRoute(
+        y,
+        "dask",
+        f"Dask's map_overlap ({'several chunks' if not one_chunk else 'boundary ' + repr(boundary)})",
+    )

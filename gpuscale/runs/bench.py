@@ -29,6 +29,7 @@ record and runs the others (failed ones included).
 parameters, backend and protocol names, cluster settings) and fails with one line naming the
 key and the fix.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -77,8 +78,17 @@ class Spec(BaseModel):
         return config.repeat_value(v)
 
 
-NOT_IN_CLUSTER = ("backend", "protocol", "workers", "repeat", "warmup", "memory_check", "results_dir",
-                  "strict_backend", "in_cluster")
+NOT_IN_CLUSTER = (
+    "backend",
+    "protocol",
+    "workers",
+    "repeat",
+    "warmup",
+    "memory_check",
+    "results_dir",
+    "strict_backend",
+    "in_cluster",
+)
 """Keywords that ``cluster:`` may not hold (the spec has its own keys for them, or the sweep
 decides them)."""
 
@@ -95,17 +105,35 @@ def _spec_error(path: str, e: ValidationError) -> UserError:
     where = _where(loc)
     if err["type"] == "extra_forbidden":
         parent = Spec if len(loc) == 1 else WorkloadSpec
-        return UserError(f"{path}: unknown key {shown(loc[-1], 80)} at {where}",
-                         f"allowed keys there: {', '.join(parent.model_fields)}")
+        return UserError(
+            f"{path}: unknown key {shown(loc[-1], 80)} at {where}",
+            f"allowed keys there: {', '.join(parent.model_fields)}",
+        )
     if err["type"] == "missing":
-        return UserError(f"{path}: the key '{where}' is missing", "e.g. workloads: {svd: {sizes: [{rows: 20000}]}}")
-    return UserError(f"{path}: {where}: {err['msg']} (got {shown(err.get('input'))})",
-                     "see the spec format in gpuscale/runs/bench.py or workflows/tiny.yaml")
+        return UserError(
+            f"{path}: the key '{where}' is missing", "e.g. workloads: {svd: {sizes: [{rows: 20000}]}}"
+        )
+    return UserError(
+        f"{path}: {where}: {err['msg']} (got {shown(err.get('input'))})",
+        "see the spec format in gpuscale/runs/bench.py or workflows/tiny.yaml",
+    )
 
 
 def _id(case: dict[str, Any]) -> str:
-    body = {k: case[k] for k in ("workload", "params", "backend", "protocol", "workers", "cluster", "repeat",
-                                 "warmup", "memory_check")}
+    body = {
+        k: case[k]
+        for k in (
+            "workload",
+            "params",
+            "backend",
+            "protocol",
+            "workers",
+            "cluster",
+            "repeat",
+            "warmup",
+            "memory_check",
+        )
+    }
     return hashlib.sha1(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -113,35 +141,43 @@ def load_spec(path: str | os.PathLike) -> tuple[Spec, list[dict[str, Any]]]:
     """Read and check a spec; returns it and its cases (dicts: id, workload, size, params,
     backend, family, protocol, workers, collection, ...). Starts nothing."""
     import yaml
+
     p = pathlib.Path(path)
     if not p.is_file():
         raise UserError(f"no spec file '{p}'", "give a YAML file, e.g. workflows/tiny.yaml")
     from .. import trust
+
     trust.warn_if_others_can_change(p, "bench spec")
     try:
         raw = trust.load_yaml(trust.read_bounded(p, "bench spec"), f"bench spec {p}")
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise UserError(f"{p}: not valid YAML{at} ({getattr(e, 'problem', None) or e})",
-                        "fix the YAML syntax") from None
+        raise UserError(
+            f"{p}: not valid YAML{at} ({getattr(e, 'problem', None) or e})", "fix the YAML syntax"
+        ) from None
     if not isinstance(raw, dict):
-        raise UserError(f"{p}: the spec must be a mapping with a 'workloads' key",
-                        "e.g. workloads: {svd: {sizes: [{rows: 20000}]}}")
+        raise UserError(
+            f"{p}: the spec must be a mapping with a 'workloads' key",
+            "e.g. workloads: {svd: {sizes: [{rows: 20000}]}}",
+        )
     try:
         spec = Spec.model_validate(raw)
     except ValidationError as e:
         raise _spec_error(str(p), e) from None
     bad = sorted(set(spec.cluster) - (set(config.KEYWORDS) - set(NOT_IN_CLUSTER)))
     if bad:
-        raise UserError(f"{p}: unknown key {shown(bad[0], 80)} at cluster",
-                        f"cluster settings: {', '.join(sorted(set(config.KEYWORDS) - set(NOT_IN_CLUSTER)))}"
-                        f"; backends / protocols / workers / repeat / warmup are top-level keys")
+        raise UserError(
+            f"{p}: unknown key {shown(bad[0], 80)} at cluster",
+            f"cluster settings: {', '.join(sorted(set(config.KEYWORDS) - set(NOT_IN_CLUSTER)))}"
+            f"; backends / protocols / workers / repeat / warmup are top-level keys",
+        )
     families = {}
     for backend, protocol, workers in itertools.product(spec.backends, spec.protocols, spec.workers):
         try:
-            _, selection, _ = session_mod.configure(check=False, backend=backend, protocol=protocol,
-                                                    workers=workers, **spec.cluster)
+            _, selection, _ = session_mod.configure(
+                check=False, backend=backend, protocol=protocol, workers=workers, **spec.cluster
+            )
         except UserError as e:
             raise UserError(f"{p}: backends / protocols / workers / cluster: {e.problem}", e.fix) from None
         families[backend] = selection.family.name
@@ -154,27 +190,47 @@ def load_spec(path: str | os.PathLike) -> tuple[Spec, list[dict[str, Any]]]:
         wspec = wspec or WorkloadSpec()
         grid_keys = list(wspec.grid)
         known = set(cls.Params.model_fields)
-        sections = [("params", wspec.params), *((f"sizes[{i}]", s) for i, s in enumerate(wspec.sizes)),
-                    ("grid", wspec.grid)]
+        sections = [
+            ("params", wspec.params),
+            *((f"sizes[{i}]", s) for i, s in enumerate(wspec.sizes)),
+            ("grid", wspec.grid),
+        ]
         for section, keys in sections:
             for k in keys:
                 if str(k).replace("-", "_") not in known:
-                    raise UserError(f"{p}: unknown parameter '{k}' at workloads.{name}.{section}",
-                                    f"{name}'s parameters: {', '.join(sorted(known))}")
+                    raise UserError(
+                        f"{p}: unknown parameter '{k}' at workloads.{name}.{section}",
+                        f"{name}'s parameters: {', '.join(sorted(known))}",
+                    )
         for si, size in enumerate(wspec.sizes):
             for combo in itertools.product(*(wspec.grid[k] for k in grid_keys)):
                 params = {**wspec.params, **size, **dict(zip(grid_keys, combo))}
                 try:
                     cls.parse(params)
                 except UserError as e:
-                    raise UserError(f"{p}: workloads.{name} (sizes[{si}] with params / grid: {shown(params, 200)}): "
-                                    f"{e.problem}", e.fix) from None
+                    raise UserError(
+                        f"{p}: workloads.{name} (sizes[{si}] with params / grid: {shown(params, 200)}): "
+                        f"{e.problem}",
+                        e.fix,
+                    ) from None
                 label = size_label({**size, **dict(zip(grid_keys, combo))})
-                for backend, protocol, workers in itertools.product(spec.backends, spec.protocols, spec.workers):
-                    case = {"workload": name, "size": label, "params": params, "backend": backend,
-                            "family": families[backend], "protocol": protocol, "workers": workers,
-                            "collection": cls.collection, "cluster": spec.cluster, "repeat": spec.repeat,
-                            "warmup": spec.warmup, "memory_check": spec.memory_check}
+                for backend, protocol, workers in itertools.product(
+                    spec.backends, spec.protocols, spec.workers
+                ):
+                    case = {
+                        "workload": name,
+                        "size": label,
+                        "params": params,
+                        "backend": backend,
+                        "family": families[backend],
+                        "protocol": protocol,
+                        "workers": workers,
+                        "collection": cls.collection,
+                        "cluster": spec.cluster,
+                        "repeat": spec.repeat,
+                        "warmup": spec.warmup,
+                        "memory_check": spec.memory_check,
+                    }
                     case["id"] = _id(case)
                     cases.append(case)
     return spec, cases
@@ -198,8 +254,9 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
 
 
-def run(spec_path: str | os.PathLike, out: str | os.PathLike, *,
-        progress: CaseProgress | None = None) -> dict[str, Any]:
+def run(
+    spec_path: str | os.PathLike, out: str | os.PathLike, *, progress: CaseProgress | None = None
+) -> dict[str, Any]:
     """Run the sweep of ``spec_path`` into ``out`` (resuming what is there), then write the
     table, charts and report.html. Returns ``{"cases": [...], "ran", "skipped", "failed",
     "outputs": folder.redraw's answer}``."""
@@ -208,12 +265,16 @@ def run(spec_path: str | os.PathLike, out: str | os.PathLike, *,
     previous = folder.read_ledger(out) if out.exists() else None
     old = {c["id"]: c for c in (previous or {}).get("cases", [])}
     from ..records import results
+
     results.check_writable(folder.records_dir(out))
     ledger = []
     for c in cases:
         prev = old.get(c["id"])
-        ledger.append({**c, **{k: prev.get(k) for k in ("status", "record", "error", "median_s", "valid")}}
-                      if prev is not None and folder.finished(prev, out) else {**c, "status": None})
+        ledger.append(
+            {**c, **{k: prev.get(k) for k in ("status", "record", "error", "median_s", "valid")}}
+            if prev is not None and folder.finished(prev, out)
+            else {**c, "status": None}
+        )
     spec_dict = spec.model_dump(mode="json")
     folder.write_ledger(out, spec_dict, ledger)
     groups: dict[tuple, list[dict[str, Any]]] = {}
@@ -229,7 +290,9 @@ def run(spec_path: str | os.PathLike, out: str | os.PathLike, *,
                     advance({**c, "status": "skipped"})
             if not todo:
                 continue
-            _run_group(spec, out, ledger, spec_dict, todo, backend, protocol, workers, collection, advance, counts)
+            _run_group(
+                spec, out, ledger, spec_dict, todo, backend, protocol, workers, collection, advance, counts
+            )
     return {"cases": ledger, **counts, "outputs": folder.redraw(out)}
 
 
@@ -241,8 +304,13 @@ def _run_group(spec, out, ledger, spec_dict, todo, backend, protocol, workers, c
         advance(c)
 
     try:
-        s = session_mod.Session(backend=backend, protocol=protocol, workers=workers, collection=collection,
-                                **{"results_dir": str(out), **spec.cluster})
+        s = session_mod.Session(
+            backend=backend,
+            protocol=protocol,
+            workers=workers,
+            collection=collection,
+            **{"results_dir": str(out), **spec.cluster},
+        )
         s.__enter__()
     except Exception as e:  # noqa: BLE001 - the sweep goes on without this cluster
         why = f"cluster did not start: {_one_line(e)}"
@@ -252,12 +320,25 @@ def _run_group(spec, out, ledger, spec_dict, todo, backend, protocol, workers, c
     with contextlib.closing(s):
         for c in todo:
             try:
-                r = s.run(c["workload"], repeat=spec.repeat, warmup=spec.warmup, memory_check=spec.memory_check,
-                          results_dir=str(folder.records_dir(out)), **c["params"])
+                r = s.run(
+                    c["workload"],
+                    repeat=spec.repeat,
+                    warmup=spec.warmup,
+                    memory_check=spec.memory_check,
+                    results_dir=str(folder.records_dir(out)),
+                    **c["params"],
+                )
             except Exception as e:  # noqa: BLE001 - one failing case must not stop the sweep
                 done(c, status="failed", error=_one_line(e), record=None)
                 continue
             failed = [x["name"] for x in r.validation.get("checks", []) if not x.get("ok")]
-            done(c, status="ok", record=os.path.relpath(r.path, out), median_s=r.median_s, valid=r.valid,
-                 error=None if r.valid is not False
-                 else "failed validation: " + (", ".join(failed) or "see the record"))
+            done(
+                c,
+                status="ok",
+                record=os.path.relpath(r.path, out),
+                median_s=r.median_s,
+                valid=r.valid,
+                error=None
+                if r.valid is not False
+                else "failed validation: " + (", ".join(failed) or "see the record"),
+            )

@@ -1,5 +1,6 @@
 """One-shot runs: check everything, build the cluster for one workload, run it, close it
 (``gpuscale run`` and ``gpuscale.run(...)``)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -12,15 +13,30 @@ from . import remote, runner
 from .session import Session, check_run, finish, refuse_planned
 
 
-def run(workload: str, *, backend: str | None = None, protocol: str | None = None,
-        profile: str | None = None, repeat: int | None = None, warmup: int | None = None,
-        memory_check: bool | None = None, results_dir: str | None = None, write: bool = True,
-        cluster_settings: dict | None = None, trace: str | None = None,
-        data: Any = None, validate: str | None = None, output: str | None = None,
-        overwrite: bool = False, strict_backend: bool | None = None, in_cluster: bool | str | None = None,
-        on_ready: Callable[[Session], Any] | None = None,
-        hold: Callable[[Session, results.Result], Any] | None = None,
-        progress: runner.Progress | None = None, **params: Any) -> results.Result:
+def run(
+    workload: str,
+    *,
+    backend: str | None = None,
+    protocol: str | None = None,
+    profile: str | None = None,
+    repeat: int | None = None,
+    warmup: int | None = None,
+    memory_check: bool | None = None,
+    results_dir: str | None = None,
+    write: bool = True,
+    cluster_settings: dict | None = None,
+    trace: str | None = None,
+    data: Any = None,
+    validate: str | None = None,
+    output: str | None = None,
+    overwrite: bool = False,
+    strict_backend: bool | None = None,
+    in_cluster: bool | str | None = None,
+    on_ready: Callable[[Session], Any] | None = None,
+    hold: Callable[[Session, results.Result], Any] | None = None,
+    progress: runner.Progress | None = None,
+    **params: Any,
+) -> results.Result:
     """One-shot: check everything, build the cluster for this workload, run it, close it.
 
     Workload parameters are keywords (``rows=...``); cluster settings go in
@@ -42,10 +58,17 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
 
     cls = workloads.get(workload)
     p, _ = check_run(cls, params, data=data, validate=validate, output=output, overwrite=overwrite)
-    settings = config.merge_keywords(cluster_settings, backend=backend, protocol=protocol,
-                                     results_dir=results_dir, repeat=repeat, warmup=warmup,
-                                     memory_check=memory_check, strict_backend=strict_backend,
-                                     in_cluster=in_cluster)
+    settings = config.merge_keywords(
+        cluster_settings,
+        backend=backend,
+        protocol=protocol,
+        results_dir=results_dir,
+        repeat=repeat,
+        warmup=warmup,
+        memory_check=memory_check,
+        strict_backend=strict_backend,
+        in_cluster=in_cluster,
+    )
     s = Session(profile=profile, collection=cls.collection, **settings)
     if data is None and s.settings.run.memory_check and s.spec.kind in ("local", "cuda"):
         refuse_planned(cls, p, s.family, s.spec)  # what `explain` says, before the cluster starts
@@ -53,15 +76,35 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
         results.check_writable(s.settings.results_dir)
     if trace is not None:
         from ..trace import check_dir
+
         check_dir(trace)  # before the cluster starts
-    s.placement = remote.placement(s.resolved, s.spec, trace=trace, data=data, output=output,
-                                   hooks=on_ready is not None or hold is not None)
+    s.placement = remote.placement(
+        s.resolved,
+        s.spec,
+        trace=trace,
+        data=data,
+        output=output,
+        hooks=on_ready is not None or hold is not None,
+    )
     from ..cluster import existing
+
     try:
         with existing.reconnect_reported() if s.spec.kind == "existing" else _nothing():
-            return _run(s, cls, workload, write=write, trace=trace, data=data, validate=validate,
-                        output=output, overwrite=overwrite, on_ready=on_ready, hold=hold, progress=progress,
-                        params=params)
+            return _run(
+                s,
+                cls,
+                workload,
+                write=write,
+                trace=trace,
+                data=data,
+                validate=validate,
+                output=output,
+                overwrite=overwrite,
+                on_ready=on_ready,
+                hold=hold,
+                progress=progress,
+                params=params,
+            )
     except (UserError, ClusterGone):
         raise
     except Exception as e:  # noqa: BLE001 - a failure because the scheduler went away says so
@@ -73,27 +116,53 @@ def run(workload: str, *, backend: str | None = None, protocol: str | None = Non
 _nothing = contextlib.nullcontext
 
 
-def _run(s: Session, cls, workload: str, *, write: bool, trace, data, validate, output, overwrite,
-         on_ready, hold, progress, params: dict[str, Any]) -> results.Result:
+def _run(
+    s: Session,
+    cls,
+    workload: str,
+    *,
+    write: bool,
+    trace,
+    data,
+    validate,
+    output,
+    overwrite,
+    on_ready,
+    hold,
+    progress,
+    params: dict[str, Any],
+) -> results.Result:
     """The run on the session's cluster (started here, or joined), the runner in this process
     or in the cluster as ``s.placement`` says."""
     if s.placement.where == "cluster":
         try:
             with phase("the run on a worker of the cluster"):
-                result = remote.run_in_cluster(s, cls.name, s.placement, data=data, validate=validate,
-                                               params=params)
+                result = remote.run_in_cluster(
+                    s, cls.name, s.placement, data=data, validate=validate, params=params
+                )
             return finish(result, s.settings.results_dir if write else None)
         except remote.NotServed as e:
             if s.settings.run.in_cluster is True:
-                raise UserError(f"--in-cluster: {e}", "install the same gpuscale on the workers, or drop "
-                                                      "--in-cluster") from None
-            s.placement = remote.Placement("client", s.placement.source,
-                                           f"auto: {e}, so the runner stays in this process")
+                raise UserError(
+                    f"--in-cluster: {e}", "install the same gpuscale on the workers, or drop --in-cluster"
+                ) from None
+            s.placement = remote.Placement(
+                "client", s.placement.source, f"auto: {e}, so the runner stays in this process"
+            )
     with s:
         if on_ready is not None:
             on_ready(s)
-        result = s.run(workload, write=write, trace=trace, data=data, validate=validate,
-                       output=output, overwrite=overwrite, progress=progress, **params)
+        result = s.run(
+            workload,
+            write=write,
+            trace=trace,
+            data=data,
+            validate=validate,
+            output=output,
+            overwrite=overwrite,
+            progress=progress,
+            **params,
+        )
         if hold is not None:
             hold(s, result)
     if s.spec.kind != "existing":  # the cluster it started is closed: its dashboard is gone

@@ -5,6 +5,7 @@ check (:mod:`gpuscale.memory`) and runner placement
 (:func:`gpuscale.runs.remote.placement`) a run would use, with every knob laid out as the
 record's ``explained`` section lays it out (:mod:`gpuscale.records.explained`).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,9 +18,16 @@ from . import remote, runner
 from .session import configure, planned_memory, session_plan
 
 
-def preview(workload: str, *, backend: str | None = None, protocol: str | None = None,
-            profile: str | None = None, cluster_settings: dict | None = None,
-            placement_args: dict[str, Any] | None = None, **params: Any) -> dict[str, Any]:
+def preview(
+    workload: str,
+    *,
+    backend: str | None = None,
+    protocol: str | None = None,
+    profile: str | None = None,
+    cluster_settings: dict | None = None,
+    placement_args: dict[str, Any] | None = None,
+    **params: Any,
+) -> dict[str, Any]:
     """What ``gpuscale run`` with the same arguments would do, starting nothing: settings and
     their sources, family, cluster spec, the workload's choices, every knob explained, the
     memory headroom and the audit settings, as a plain dict."""
@@ -31,48 +39,73 @@ def preview(workload: str, *, backend: str | None = None, protocol: str | None =
     notes: list[str] = []
     usable, why = fam.probe()
     if not usable:
-        notes.append(f"the {fam.name} family cannot run here ({why}): this is the plan a run "
-                     "would follow where it can")
+        notes.append(
+            f"the {fam.name} family cannot run here ({why}): this is the plan a run would follow where it can"
+        )
     try:
         wl, ctx, memory = planned_memory(cls, p, fam, spec)
     except ImportError as e:
-        raise UserError(f"explaining {cls.name} on the {fam.name} family needs the module "
-                        f"'{e.name}' here (the workload's plan asks it)",
-                        "explain it where that family's libraries are installed") from None
+        raise UserError(
+            f"explaining {cls.name} on the {fam.name} family needs the module "
+            f"'{e.name}' here (the workload's plan asks it)",
+            "explain it where that family's libraries are installed",
+        ) from None
     run_cfg = resolved.settings.run
     memory["checked"] = bool(run_cfg.memory_check)
     if run_cfg.memory_check and not memory["fits"]:
         notes.append("the run would stop before starting work: " + str(_memory.error(cls.name, memory)))
     if spec.workers is not None and spec.threads_per_worker is not None:
-        notes.append(f"thread-based rules used the planned {spec.workers} worker(s) x "
-                     f"{spec.threads_per_worker} thread(s)")
+        notes.append(
+            f"thread-based rules used the planned {spec.workers} worker(s) x "
+            f"{spec.threads_per_worker} thread(s)"
+        )
     elif spec.scheduler is not None:
-        notes.append(f"the running cluster at {spec.scheduler} is not asked: thread-based rules assumed "
-                     f"{ctx.total_threads} thread(s) and memory is not checked; a run uses what it has")
+        notes.append(
+            f"the running cluster at {spec.scheduler} is not asked: thread-based rules assumed "
+            f"{ctx.total_threads} thread(s) and memory is not checked; a run uses what it has"
+        )
     strict = getattr(run_cfg, "strict_backend", False)
-    knobs = explained(resolved, selection, spec, cls.collection, ctx.choices, session=session_plan(resolved, fam))
+    knobs = explained(
+        resolved, selection, spec, cls.collection, ctx.choices, session=session_plan(resolved, fam)
+    )
     try:
         knobs["cluster"]["runner"] = remote.placement(resolved, spec, **(placement_args or {})).entry()
     except UserError as e:
-        knobs["cluster"]["runner"] = {"value": None, "source": resolved.sources.get("run.in-cluster", "default"),
-                                      "rule": str(e)}
+        knobs["cluster"]["runner"] = {
+            "value": None,
+            "source": resolved.sources.get("run.in-cluster", "default"),
+            "rule": str(e),
+        }
         notes.append(f"the run would stop before starting work: {e}")
     per_host = {"per_host": spec.per_host} if spec.per_host is not None else {}
     return {
-        "workload": cls.name, "collection": cls.collection,
+        "workload": cls.name,
+        "collection": cls.collection,
         "params": wl.record_params(p, ctx) if hasattr(wl, "record_params") else p.model_dump(mode="json"),
-        "backend": selection.requested, "family": fam.name, "reason": selection.reason,
-        "cluster": spec.model_dump(mode="json"), **per_host, "profile": resolved.profile,
+        "backend": selection.requested,
+        "family": fam.name,
+        "reason": selection.reason,
+        "cluster": spec.model_dump(mode="json"),
+        **per_host,
+        "profile": resolved.profile,
         "settings_sources": resolved.sources,
-        "run": {"warmup": run_cfg.warmup, "repeat": run_cfg.repeat, "memory_check": run_cfg.memory_check,
-                "strict_backend": strict,
-                **({"auto_repeat": run_cfg.auto_repeat.model_dump()} if run_cfg.repeat == "auto" else {})},
+        "run": {
+            "warmup": run_cfg.warmup,
+            "repeat": run_cfg.repeat,
+            "memory_check": run_cfg.memory_check,
+            "strict_backend": strict,
+            **({"auto_repeat": run_cfg.auto_repeat.model_dump()} if run_cfg.repeat == "auto" else {}),
+        },
         "choices": ctx.choices,
         "explained": knobs,
         "memory": memory,
-        "audit": {"scope": runner.AUDIT_SCOPE, "expected_family": fam.name,
-                  "strict_backend": strict,
-                  "on_foreign_chunks": "error, exit 2 (the record is written first)" if strict
-                  else "reported in the record and the run summary"},
+        "audit": {
+            "scope": runner.AUDIT_SCOPE,
+            "expected_family": fam.name,
+            "strict_backend": strict,
+            "on_foreign_chunks": "error, exit 2 (the record is written first)"
+            if strict
+            else "reported in the record and the run summary",
+        },
         "notes": notes,
     }

@@ -22,6 +22,7 @@ plus, within a pass, its elapsed time scaled by the share of its tasks not done 
 scheduler's task stream against the tasks still waiting or running); with neither it says
 unknown. Validation is not estimated (it differs from a pass): the estimate is up to it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -106,8 +107,10 @@ class Tracker:
         self._start_pass()
         if self.large and self.done == 1:
             left = self.left_s()
-            self.write(f"gpuscale: estimate: the first run took {duration(self.pass_s[0])}; the "
-                       f"{self.total - self.done} left take about {duration(left or 0)}, then validation")
+            self.write(
+                f"gpuscale: estimate: the first run took {duration(self.pass_s[0])}; the "
+                f"{self.total - self.done} left take about {duration(left or 0)}, then validation"
+            )
 
     # -- what the runner says before the work -------------------------------------------
     def planned(self, client, name: str, memory: dict[str, Any], runs: int, validate: bool) -> None:
@@ -120,11 +123,14 @@ class Tracker:
         if not self.large:
             return
         where = {"spills": ", spilling to disk", "streams": ", made again block by block in each"}.get(
-            memory.get("verdict"), "")
-        self.write(f"gpuscale: estimate: {name} makes about {format_bytes(data)} of data{where}, in each of "
-                   f"{runs} run(s){' and validation' if validate else ''}; its time is unknown until the "
-                   f"first run ends; progress every {duration(_env_float(EVERY_ENV, DEFAULT_EVERY_S))} on "
-                   "stderr where it is not a terminal")
+            memory.get("verdict"), ""
+        )
+        self.write(
+            f"gpuscale: estimate: {name} makes about {format_bytes(data)} of data{where}, in each of "
+            f"{runs} run(s){' and validation' if validate else ''}; its time is unknown until the "
+            f"first run ends; progress every {duration(_env_float(EVERY_ENV, DEFAULT_EVERY_S))} on "
+            "stderr where it is not a terminal"
+        )
 
     # -- what is shown --------------------------------------------------------------------
     def phase(self) -> str | None:
@@ -146,7 +152,11 @@ class Tracker:
     def _share(self) -> tuple[int, int] | None:
         """(finished, all) tasks of the run going on now, asked of the scheduler at most every
         :data:`TASKS_EVERY_S` (None: no run going on, or the scheduler cannot say)."""
-        if self.client is None or self._cursor is None or (self.total is not None and self.done >= self.total):
+        if (
+            self.client is None
+            or self._cursor is None
+            or (self.total is not None and self.done >= self.total)
+        ):
             return None
         at, said = self._tasks
         if time.monotonic() - at < TASKS_EVERY_S:
@@ -240,6 +250,7 @@ def _write_to(stream) -> Callable[[str], None]:
         with contextlib.suppress(Exception):
             stream.write(text + "\n")
             stream.flush()
+
     return write
 
 
@@ -281,9 +292,16 @@ def _on_terminal(stream, large: float) -> Iterator[Tracker]:
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     console = Console(file=stream)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[count]}"),
-                  TimeElapsedColumn(), console=console, transient=True) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[count]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
         tracker = Tracker(lambda text: bar.console.print(escape(text), soft_wrap=True), large)
         task = bar.add_task("starting", total=None, count="")
         with _ticking(0.2, lambda stop: _redraw(bar, task, tracker)):
@@ -295,5 +313,10 @@ def _redraw(bar, task, tracker: Tracker) -> None:
     what = f"{tracker.label}: {phase}" if tracker.label else phase
     count = f"{tracker.done}/{tracker.total}" if tracker.total is not None else ""
     tasks = tracker.in_pass()
-    bar.update(task, description=what + (f" ({tasks})" if tasks else ""), total=tracker.total,
-               completed=tracker.done, count=count)
+    bar.update(
+        task,
+        description=what + (f" ({tasks})" if tasks else ""),
+        total=tracker.total,
+        completed=tracker.done,
+        count=count,
+    )

@@ -7,6 +7,7 @@ worker of the running cluster the run joins (:class:`Placement`, recorded as the
 built, for this process to write. The record comes back as JSON text and is read as data
 (:func:`_record`); what else a Dask cluster may send its clients is in docs/threat-model.md.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,13 +43,16 @@ class Placement:
         return {"where": self.where, "worker": self.worker}
 
 
-IN_CLUSTER_WHY = ("the runner goes to a worker of the running cluster, which has imported the chunk "
-                  "libraries and holds the device context already, so this process imports neither; "
-                  "the record comes back here and is written here")
+IN_CLUSTER_WHY = (
+    "the runner goes to a worker of the running cluster, which has imported the chunk "
+    "libraries and holds the device context already, so this process imports neither; "
+    "the record comes back here and is written here"
+)
 
 
-def placement(resolved, spec, *, trace: Any = None, data: Any = None, output: Any = None,
-              hooks: bool = False) -> Placement:
+def placement(
+    resolved, spec, *, trace: Any = None, data: Any = None, output: Any = None, hooks: bool = False
+) -> Placement:
     """Where ``api.run`` runs the runner, from the ``run.in-cluster`` setting (auto / true /
     false): auto takes the cluster when the run joins a running scheduler and writes no files
     of its own but the record (no ``--trace``, ``--output``, ``--dashboard``; ``data`` a path,
@@ -59,24 +63,42 @@ def placement(resolved, spec, *, trace: Any = None, data: Any = None, output: An
         return Placement("client", source, "run.in-cluster is false: the runner stays in this process")
     if spec.kind != "existing":
         if setting is True:
-            raise UserError("--in-cluster runs the runner on a running cluster's worker, but no scheduler "
-                            "was named", "add --scheduler ADDRESS (e.g. from `gpuscale cluster up`) or drop "
-                                         "--in-cluster")
-        return Placement("client", source, "auto: this run starts its own cluster, whose workers are as "
-                                           "new as this process; the runner stays here")
-    blockers = [why for why, present in (
-        ("--trace writes its folder from this process", trace is not None),
-        ("--output writes the result file from this process", output is not None),
-        ("--dashboard holds the cluster from this process", hooks),
-        ("data= is a collection in this process", data is not None and not isinstance(data, (str, os.PathLike))),
-    ) if present]
+            raise UserError(
+                "--in-cluster runs the runner on a running cluster's worker, but no scheduler was named",
+                "add --scheduler ADDRESS (e.g. from `gpuscale cluster up`) or drop --in-cluster",
+            )
+        return Placement(
+            "client",
+            source,
+            "auto: this run starts its own cluster, whose workers are as "
+            "new as this process; the runner stays here",
+        )
+    blockers = [
+        why
+        for why, present in (
+            ("--trace writes its folder from this process", trace is not None),
+            ("--output writes the result file from this process", output is not None),
+            ("--dashboard holds the cluster from this process", hooks),
+            (
+                "data= is a collection in this process",
+                data is not None and not isinstance(data, (str, os.PathLike)),
+            ),
+        )
+        if present
+    ]
     if blockers:
         if setting is True:
-            raise UserError(f"--in-cluster cannot run this: {'; '.join(blockers)}",
-                            "drop --in-cluster (the runner then stays in this process)")
+            raise UserError(
+                f"--in-cluster cannot run this: {'; '.join(blockers)}",
+                "drop --in-cluster (the runner then stays in this process)",
+            )
         return Placement("client", source, f"auto: {'; '.join(blockers)}, so the runner stays here")
-    return Placement("cluster", source, ("auto: a running scheduler was named; " if setting == "auto" else
-                                         "run.in-cluster is true: ") + IN_CLUSTER_WHY)
+    return Placement(
+        "cluster",
+        source,
+        ("auto: a running scheduler was named; " if setting == "auto" else "run.in-cluster is true: ")
+        + IN_CLUSTER_WHY,
+    )
 
 
 class NotServed(Exception):
@@ -84,8 +106,15 @@ class NotServed(Exception):
     version); ``api.run`` runs it in this process instead (or fails, when it was asked for)."""
 
 
-def run_in_cluster(session, workload: str, where: Placement, *, data: Any = None,
-                   validate: str | None = None, params: dict[str, Any]):
+def run_in_cluster(
+    session,
+    workload: str,
+    where: Placement,
+    *,
+    data: Any = None,
+    validate: str | None = None,
+    params: dict[str, Any],
+):
     """Run ``session.record(workload, ...)`` in a task on a worker of the running cluster the
     session names and return the record it built (not written: the caller writes it). The task
     secedes from the worker's thread pool and opens its own client, so the runner's tasks run
@@ -93,21 +122,36 @@ def run_in_cluster(session, workload: str, where: Placement, *, data: Any = None
 
     Raises :class:`NotServed` when the workers cannot import this version of gpuscale."""
     from ..cluster import existing, preflight
+
     t0 = time.perf_counter()
     _, client = existing.start(session.spec)
     try:
         connect_s = time.perf_counter() - t0
         checked = preflight.check(  # before any work; its runner does not check again
-            client, session.family, session.settings.cluster.bandwidth_probe,
-            session.resolved.sources.get(preflight.PROBE_SETTING, "default"))
+            client,
+            session.family,
+            session.settings.cluster.bandwidth_probe,
+            session.resolved.sources.get(preflight.PROBE_SETTING, "default"),
+        )
         if isinstance(data, (str, os.PathLike)):
             data = os.path.abspath(os.fspath(data))  # the worker's working folder is not ours
-        request = {"version": __version__, "resolved": session.resolved, "selection": session.selection,
-                   "spec": session.spec, "collection": session.collection, "workload": workload,
-                   "placement": where, "client": client.id, "data": data, "validate": validate,
-                   "params": params}
+        request = {
+            "version": __version__,
+            "resolved": session.resolved,
+            "selection": session.selection,
+            "spec": session.spec,
+            "collection": session.collection,
+            "workload": workload,
+            "placement": where,
+            "client": client.id,
+            "data": data,
+            "validate": validate,
+            "params": params,
+        }
         t1 = time.perf_counter()
-        future = client.submit(_runner, request, pure=False, key=f"gpuscale-runner-{workload}-{uuid.uuid4().hex[:8]}")
+        future = client.submit(
+            _runner, request, pure=False, key=f"gpuscale-runner-{workload}-{uuid.uuid4().hex[:8]}"
+        )
         try:
             result = _record(future.result())
         except ImportError as e:
@@ -117,8 +161,10 @@ def run_in_cluster(session, workload: str, where: Placement, *, data: Any = None
         except RuntimeError as e:  # the scheduler unpickles the task first
             if "deserialization of the task graph" in str(e):
                 cause = e.__cause__ or e.__context__
-                raise NotServed(f"the scheduler cannot read this gpuscale's runner task "
-                                f"({type(cause).__name__}: {cause}; another gpuscale version there?)") from None
+                raise NotServed(
+                    f"the scheduler cannot read this gpuscale's runner task "
+                    f"({type(cause).__name__}: {cause}; another gpuscale version there?)"
+                ) from None
             raise
         round_trip_s = time.perf_counter() - t1
     finally:
@@ -126,11 +172,15 @@ def run_in_cluster(session, workload: str, where: Placement, *, data: Any = None
             client.close()
     result.cluster["preflight"] = checked
     from .session import _pairs
+
     addresses = [a for h in (result.cluster.get("hosts") or {}).values() for a in h.get("addresses", [])]
     result.cluster["pairs"] = _pairs(addresses, checked)
     runner = result.info.setdefault("runner", {})
-    runner.update(client_connect_s=connect_s, round_trip_s=round_trip_s,
-                  dispatch_s=max(0.0, round_trip_s - runner.get("runner_s", 0.0)))
+    runner.update(
+        client_connect_s=connect_s,
+        round_trip_s=round_trip_s,
+        dispatch_s=max(0.0, round_trip_s - runner.get("runner_s", 0.0)),
+    )
     result.startup_s = connect_s + (result.startup_s or 0.0)
     return result
 
@@ -149,16 +199,23 @@ def _runner(request: dict[str, Any]):
     spec = spec.model_copy(update={"scheduler": address, "kwargs": {**spec.kwargs, "address": address}})
     s = Session.planned(request["resolved"], request["selection"], spec, request["collection"])
     from ..cluster import security
+
     s.security = security.as_client(worker.security)  # the client's credentials file may not be on this host
     s.check_first = False  # its client ran the preflight (gpuscale.cluster.preflight)
     s.placement = dataclasses.replace(request["placement"], worker=worker.address)
     client_id = request["client"]
     with s:
+
         def cancelled() -> bool:
             return not s.client.run_on_scheduler(_has_client, client_id)
 
-        result = s.record(request["workload"], data=request["data"], validate=request["validate"],
-                          cancelled=cancelled, **request["params"])
+        result = s.record(
+            request["workload"],
+            data=request["data"],
+            validate=request["validate"],
+            cancelled=cancelled,
+            **request["params"],
+        )
     result.info["runner"].update(pid=os.getpid(), runner_s=time.perf_counter() - t0)
     return result.to_json()
 
@@ -169,15 +226,19 @@ def _record(text: Any):
     import json
 
     from ..records import results
+
     if not isinstance(text, str):
-        raise UserError(f"the cluster's runner sent back a {type(text).__name__}, not a record's JSON text",
-                        "check that the cluster's workers run this version of gpuscale, or pass --no-in-cluster")
+        raise UserError(
+            f"the cluster's runner sent back a {type(text).__name__}, not a record's JSON text",
+            "check that the cluster's workers run this version of gpuscale, or pass --no-in-cluster",
+        )
     try:
         return results.Result.model_validate(json.loads(text))
     except ValueError as e:
-        raise UserError(f"the cluster's runner sent back a record that does not read as one ({shown(str(e), 120)})",
-                        "check that the cluster's workers run this version of gpuscale, or pass "
-                        "--no-in-cluster") from None
+        raise UserError(
+            f"the cluster's runner sent back a record that does not read as one ({shown(str(e), 120)})",
+            "check that the cluster's workers run this version of gpuscale, or pass --no-in-cluster",
+        ) from None
 
 
 def _has_client(client_id: str, dask_scheduler=None) -> bool:

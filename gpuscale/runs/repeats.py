@@ -17,6 +17,7 @@ moving the median. Auto stops
 The settings live in ``run.auto-repeat`` (gpuscale.yaml, :class:`gpuscale.config.AutoRepeatSettings`);
 the record's ``repeats`` says what was asked, how many were taken and why they stopped.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +36,7 @@ def median_interval(times: list[float]) -> tuple[float, float] | None:
     xs = sorted(times)
     best = None
     for j in range(1, n // 2 + 1):  # 1-based order statistics x_(j) .. x_(n+1-j)
-        covered = sum(math.comb(n, i) for i in range(j, n - j + 1)) / 2 ** n
+        covered = sum(math.comb(n, i) for i in range(j, n - j + 1)) / 2**n
         if covered < COVERAGE:
             break
         best = (xs[j - 1], xs[n - j])
@@ -54,6 +55,7 @@ def relative_error(times: list[float]) -> float | None:
 @dataclasses.dataclass(frozen=True)
 class Policy:
     """``repeat``: a whole number (fixed) or ``"auto"`` with its settings."""
+
     repeat: int | str
     target_error: float
     min_repeats: int
@@ -89,19 +91,29 @@ class Policy:
     def describe(self, times: list[float], stopped: str) -> dict[str, Any]:
         """The record's ``repeats``: what was asked, how many taken, why they stopped."""
         err = relative_error(times)
-        d: dict[str, Any] = {"mode": "auto" if self.auto else "fixed", "taken": len(times),
-                             "stopped": stopped, "relative_error": err}
+        d: dict[str, Any] = {
+            "mode": "auto" if self.auto else "fixed",
+            "taken": len(times),
+            "stopped": stopped,
+            "relative_error": err,
+        }
         if not self.auto:
             d["why"] = f"{self.repeat} repeat(s) asked"
             return d
         shown = "-" if err is None else f"{err * 100:.2f}%"
-        d.update(target_error=self.target_error, min_repeats=self.min_repeats, max_repeats=self.max_repeats,
-                 max_time_s=self.max_time_s)
-        d["why"] = {"target": f"relative error of the median {shown} <= target {self.target_error * 100:g}%",
-                    "max-repeats": f"max-repeats {self.max_repeats} reached; relative error {shown} > "
-                                   f"target {self.target_error * 100:g}%",
-                    "max-time": f"max-time {self.max_time_s:g} s reached (or the next repeat would pass "
-                                f"it); relative error {shown} > target {self.target_error * 100:g}%"}[stopped]
+        d.update(
+            target_error=self.target_error,
+            min_repeats=self.min_repeats,
+            max_repeats=self.max_repeats,
+            max_time_s=self.max_time_s,
+        )
+        d["why"] = {
+            "target": f"relative error of the median {shown} <= target {self.target_error * 100:g}%",
+            "max-repeats": f"max-repeats {self.max_repeats} reached; relative error {shown} > "
+            f"target {self.target_error * 100:g}%",
+            "max-time": f"max-time {self.max_time_s:g} s reached (or the next repeat would pass "
+            f"it); relative error {shown} > target {self.target_error * 100:g}%",
+        }[stopped]
         return d
 
 
@@ -110,7 +122,12 @@ def policy(repeat: int | str, settings=None) -> Policy:
     (:class:`gpuscale.config.AutoRepeatSettings`; None: its defaults)."""
     if settings is None:
         from ..config import AutoRepeatSettings
+
         settings = AutoRepeatSettings()
-    return Policy("auto" if repeat == "auto" else int(repeat), target_error=settings.target_error,
-                  min_repeats=settings.min_repeats, max_repeats=settings.max_repeats,
-                  max_time_s=settings.max_time)
+    return Policy(
+        "auto" if repeat == "auto" else int(repeat),
+        target_error=settings.target_error,
+        min_repeats=settings.min_repeats,
+        max_repeats=settings.max_repeats,
+        max_time_s=settings.max_time,
+    )

@@ -11,6 +11,7 @@ collection triggered by an allocation count lands on the same repeat run after r
 one traverses the whole heap of this process, which holds the client and, for a cluster it
 started, the scheduler (tens of milliseconds: one repeat of a 20 ms run took 5 x the others).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -88,8 +89,11 @@ def worker_set(client) -> frozenset[str]:
 
 def _changed(before: frozenset[str], after: frozenset[str]) -> str:
     lost, joined = len(before - after), len(after - before)
-    return ", ".join(x for x in (f"{lost} worker(s) lost" if lost else "",
-                                 f"{joined} worker(s) joined" if joined else "") if x)
+    return ", ".join(
+        x
+        for x in (f"{lost} worker(s) lost" if lost else "", f"{joined} worker(s) joined" if joined else "")
+        if x
+    )
 
 
 @contextlib.contextmanager
@@ -111,6 +115,7 @@ def collector_held() -> Iterator[Callable[[], ContextManager[None]]]:
             if was:
                 gc.enable()
             gc.collect(0)
+
     try:
         yield paused
     finally:
@@ -185,6 +190,7 @@ def _submitted(client, collection):
     if "dask.dataframe" not in sys.modules:  # no frame can exist without it
         return None
     import dask.dataframe as dd
+
     if not isinstance(collection, (dd.DataFrame, dd.Series)):
         return None
     submit = getattr(type(collection.expr), "submitted", None)
@@ -238,6 +244,7 @@ def _synchronized(family, obj):
             whole = False
             return c
         return wrapped
+
     if isinstance(obj, dict):
         return {k: one(v) for k, v in obj.items()}, whole
     return one(obj), whole
@@ -262,7 +269,10 @@ def time_split(client, cursors: list[int | None], end: int | None, elapsed: list
     ``other_s``, the rest of the repeat: building and sending the graph, scheduling, round
     trips, the device synchronize. Medians over the repeats, and each repeat's own."""
     if end is None or any(c is None for c in cursors) or not cursors:
-        return {"available": False, "why": "this distributed has no task-stream cursor (get_task_stream_index)"}
+        return {
+            "available": False,
+            "why": "this distributed has no task-stream cursor (get_task_stream_index)",
+        }
     try:
         records = client.sync(client.scheduler.get_task_stream, start_index=cursors[0])
     except Exception as e:  # noqa: BLE001
@@ -270,19 +280,37 @@ def time_split(client, cursors: list[int | None], end: int | None, elapsed: list
     bounds = [*cursors, end]
     per = []
     for i, t in enumerate(elapsed):
-        recs = one_task_per_thread(records[bounds[i] - cursors[0]:bounds[i + 1] - cursors[0]])
-        comp = [(s["start"], s["stop"]) for r in recs for s in r["startstops"] if s.get("action") == "compute"]
-        xfer = [(s["start"], s["stop"]) for r in recs for s in r["startstops"] if s.get("action") == "transfer"]
+        recs = one_task_per_thread(records[bounds[i] - cursors[0] : bounds[i + 1] - cursors[0]])
+        comp = [
+            (s["start"], s["stop"]) for r in recs for s in r["startstops"] if s.get("action") == "compute"
+        ]
+        xfer = [
+            (s["start"], s["stop"]) for r in recs for s in r["startstops"] if s.get("action") == "transfer"
+        ]
         c = min(length(union(comp)), t)
         x = min(length(minus(union(xfer), union(comp))), t - c)
-        per.append({"elapsed_s": t, "compute_s": c, "transfer_s": x, "other_s": max(0.0, t - c - x),
-                    "tasks": len(recs), "busy_s": sum(b - a for a, b in comp)})
-    med = {k: statistics.median(r[k] for r in per) for k in ("elapsed_s", "compute_s", "transfer_s", "other_s",
-                                                            "tasks", "busy_s")}
-    return {"available": True, **med, "repeats": per,
-            "how": "the scheduler's task stream between each repeat's cursors: compute = wall time with a "
-                   "task computing on some worker; transfer = fetching with none computing; other = the rest "
-                   "(graph, scheduling, round trips, device synchronize)"}
+        per.append(
+            {
+                "elapsed_s": t,
+                "compute_s": c,
+                "transfer_s": x,
+                "other_s": max(0.0, t - c - x),
+                "tasks": len(recs),
+                "busy_s": sum(b - a for a, b in comp),
+            }
+        )
+    med = {
+        k: statistics.median(r[k] for r in per)
+        for k in ("elapsed_s", "compute_s", "transfer_s", "other_s", "tasks", "busy_s")
+    }
+    return {
+        "available": True,
+        **med,
+        "repeats": per,
+        "how": "the scheduler's task stream between each repeat's cursors: compute = wall time with a "
+        "task computing on some worker; transfer = fetching with none computing; other = the rest "
+        "(graph, scheduling, round trips, device synchronize)",
+    }
 
 
 Progress = Callable[[str, int], ContextManager[Callable[[], None]]]
@@ -302,9 +330,19 @@ def _no_phase(name: str, **args):
     yield
 
 
-def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _repeats.Policy,
-            memory_check: bool = True, tracer=None, audit: bool = True,
-            cancelled: Callable[[], bool] | None = None, progress: Progress | None = None) -> Outcome:
+def execute(
+    workload: Workload,
+    p,
+    ctx: Context,
+    *,
+    warmup: int,
+    repeat: int | _repeats.Policy,
+    memory_check: bool = True,
+    tracer=None,
+    audit: bool = True,
+    cancelled: Callable[[], bool] | None = None,
+    progress: Progress | None = None,
+) -> Outcome:
     """``tracer``: a :class:`gpuscale.trace.Capture` whose ``phase`` marks prepare (the memory
     check, the audit's set-up: gpuscale's own cost before the data exists) / generate / warmup /
     compute / validate (besides the ``span`` that groups their tasks on the dashboard).
@@ -335,8 +373,9 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _
     runs = warmup + (repeat if isinstance(repeat, _repeats.Policy) else _repeats.policy(repeat)).most
     _progress.planned(client, workload.name, memory, runs, ctx.validate != "off")
     try:
-        outcome = _run(workload, p, ctx, warmup, repeat, phase, auditor, cancelled or _never, progress or _silent,
-                       stream)
+        outcome = _run(
+            workload, p, ctx, warmup, repeat, phase, auditor, cancelled or _never, progress or _silent, stream
+        )
     except BaseException as e:
         if auditor is not None:
             auditor.stop()
@@ -351,8 +390,10 @@ def execute(workload: Workload, p, ctx: Context, *, warmup: int, repeat: int | _
     return outcome
 
 
-AUDIT_SCOPE = ("generate (the data) and compute (warm-up + timed repeats); validation is not "
-               "audited: it builds host references on purpose")
+AUDIT_SCOPE = (
+    "generate (the data) and compute (warm-up + timed repeats); validation is not "
+    "audited: it builds host references on purpose"
+)
 
 
 def _never() -> bool:
@@ -364,26 +405,50 @@ def _go_on(cancelled: Callable[[], bool], before: str) -> None:
         raise Cancelled(f"the run was called off before {before}")
 
 
-def _run(workload: Workload, p, ctx: Context, warmup: int, repeat: int | _repeats.Policy, phase, auditor,
-         cancelled: Callable[[], bool], progress: Progress, stream: bool = False) -> Outcome:
+def _run(
+    workload: Workload,
+    p,
+    ctx: Context,
+    warmup: int,
+    repeat: int | _repeats.Policy,
+    phase,
+    auditor,
+    cancelled: Callable[[], bool],
+    progress: Progress,
+    stream: bool = False,
+) -> Outcome:
     policy = repeat if isinstance(repeat, _repeats.Policy) else _repeats.policy(repeat)
     client = ctx.client
     watching = _watch.start(client)  # before generate: the data's keys are the run's too
     try:
-        return _watched(workload, p, ctx, warmup, policy, phase, auditor, cancelled, progress, watching,
-                        stream)
+        return _watched(
+            workload, p, ctx, warmup, policy, phase, auditor, cancelled, progress, watching, stream
+        )
     except BaseException:
         _watch.stop(client, watching, failed=True)  # off a shared scheduler, where it is still there
         raise
 
 
-def _watched(workload: Workload, p, ctx: Context, warmup: int, policy: _repeats.Policy, phase, auditor,
-             cancelled: Callable[[], bool], progress: Progress, watching: str | None,
-             stream: bool = False) -> Outcome:
+def _watched(
+    workload: Workload,
+    p,
+    ctx: Context,
+    warmup: int,
+    policy: _repeats.Policy,
+    phase,
+    auditor,
+    cancelled: Callable[[], bool],
+    progress: Progress,
+    watching: str | None,
+    stream: bool = False,
+) -> Outcome:
     client = ctx.client
     fam = ctx.family
-    with named_phase("generate (loading the data)"), span("gpuscale", workload.name, "generate"), \
-            phase("generate"):
+    with (
+        named_phase("generate (loading the data)"),
+        span("gpuscale", workload.name, "generate"),
+        phase("generate"),
+    ):
         if stream:  # made block by block inside every pass: nothing is held (the memory check)
             t0 = time.perf_counter()
             data = workload.load(p, ctx)
@@ -414,7 +479,11 @@ def _watched(workload: Workload, p, ctx: Context, warmup: int, policy: _repeats.
     def one(i: int, name: str, index: int, total: str, advance, held=contextlib.nullcontext) -> float:
         """One repeat, its progress step included: an interruption anywhere in it names it."""
         nonlocal out, unsettled, workers_now
-        step = f"warm-up {index + 1} of {warmup}" if name == "warmup" else f"timed repeat {index + 1} of {timed_total}"
+        step = (
+            f"warm-up {index + 1} of {warmup}"
+            if name == "warmup"
+            else f"timed repeat {index + 1} of {timed_total}"
+        )
         with named_phase(step):
             out = None  # release the previous result before timing the next one
             _go_on(cancelled, f"run {i + 1} of {total}")
@@ -451,14 +520,29 @@ def _watched(workload: Workload, p, ctx: Context, warmup: int, policy: _repeats.
     notes = _watch.stop(client, watching)
     disturbed = _watch.merge(disturbed, _watch.by_repeat(notes, windows, running))
     out.info["disturbance_checks"] = _watch.checks(notes is not None)
-    audit = auditor.finish("compute", runs={"generate": 1, "compute": warmup + len(times)}) \
-        if auditor is not None else None
+    audit = (
+        auditor.finish("compute", runs={"generate": 1, "compute": warmup + len(times)})
+        if auditor is not None
+        else None
+    )
 
     _go_on(cancelled, "validation")
     with named_phase("validation"), span("gpuscale", workload.name, "validate"), phase("validate"):
         t0 = time.perf_counter()
         validation = Validation.off() if ctx.validate == "off" else workload.validate(out, data, p, ctx)
         validate_s = time.perf_counter() - t0
-    return Outcome(times, warm, generate_s, validate_s, validation, out.info, 0, 0,
-                   unsettled, audit=audit, output=out, repeats=policy.describe(times, stopped),
-                   disturbed=disturbed)
+    return Outcome(
+        times,
+        warm,
+        generate_s,
+        validate_s,
+        validation,
+        out.info,
+        0,
+        0,
+        unsettled,
+        audit=audit,
+        output=out,
+        repeats=policy.describe(times, stopped),
+        disturbed=disturbed,
+    )

@@ -18,6 +18,7 @@ link before the work and call :func:`hold` after it without the library knowing 
 Other processes connect with ``gpuscale.session(scheduler=ADDRESS)``, ``gpuscale run ...
 --scheduler ADDRESS`` or ``distributed.Client(scheduler_file=PATH)``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,7 +48,7 @@ class _Terminated(BaseException):
 def scheduler_stopped(session) -> bool:
     """True once the session's scheduler has stopped (or its client lost it for good)."""
     cluster = getattr(session, "cluster", None)
-    scheduler = getattr(cluster, "scheduler", None)   # in-process scheduler of a local cluster
+    scheduler = getattr(cluster, "scheduler", None)  # in-process scheduler of a local cluster
     status = getattr(scheduler, "status", None)
     if status is not None and getattr(status, "name", str(status)) in ("closing", "closed", "failed"):
         return True
@@ -57,8 +58,9 @@ def scheduler_stopped(session) -> bool:
     return str(getattr(client, "status", "running")) not in ("running", "newly-created")
 
 
-def hold(session, *, before: Callable[[], Any] | None = None, poll_s: float = 0.2,
-         timeout_s: float | None = None) -> str:
+def hold(
+    session, *, before: Callable[[], Any] | None = None, poll_s: float = 0.2, timeout_s: float | None = None
+) -> str:
     """Block until Ctrl-C, SIGTERM or the scheduler stopping; return ``"interrupt"``,
     ``"terminate"``, ``"scheduler stopped"`` (or ``"timeout"`` after ``timeout_s``).
 
@@ -70,8 +72,10 @@ def hold(session, *, before: Callable[[], Any] | None = None, poll_s: float = 0.
     previous = None
     main = threading.current_thread() is threading.main_thread()
     if main:
+
         def _on_term(signum, frame):
             raise _Terminated()
+
         previous = signal.signal(signal.SIGTERM, _on_term)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
@@ -104,15 +108,19 @@ def check_scheduler_file(path: str | os.PathLike, credentials: bool = False) -> 
         raise UserError(f"--scheduler-file {path} is a folder", "give a file path, e.g. scheduler.json")
     parent = p.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise UserError(f"--scheduler-file {path}: folder {parent} does not exist or is not writable",
-                        "create the folder or choose another path")
+        raise UserError(
+            f"--scheduler-file {path}: folder {parent} does not exist or is not writable",
+            "create the folder or choose another path",
+        )
     from ..cluster import security
     from ..records import atomic
+
     atomic.check_target(p, "scheduler file")
     atomic.check_target(_lock_path(p), "lock file")
     if credentials:
         atomic.check_target(security.beside(p), "credentials file")
     from .. import trust
+
     trust.warn_if_others_can_change(p, "scheduler file", folder=True)
     return p
 
@@ -126,6 +134,7 @@ def _answers(address: str, timeout_s: float = 1.0) -> bool:
     import socket
 
     from distributed.comm import parse_address, parse_host_port
+
     try:
         host, port = parse_host_port(parse_address(address)[1])
         with socket.create_connection((host, port), timeout=timeout_s):
@@ -144,6 +153,7 @@ def claim(path: pathlib.Path) -> Iterator[None]:
     import fcntl
 
     from ..records import atomic
+
     lock = _lock_path(path)
     while True:
         fd = atomic.own_file(lock, "lock file")
@@ -152,9 +162,12 @@ def claim(path: pathlib.Path) -> Iterator[None]:
         except BlockingIOError:
             owner = os.read(fd, 64).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise UserError(f"scheduler file {path} belongs to another `gpuscale cluster up` (pid {owner}), "
-                            "still running", "stop it first (`gpuscale cluster down --scheduler-file "
-                            f"{path}`) or give this cluster another --scheduler-file") from None
+            raise UserError(
+                f"scheduler file {path} belongs to another `gpuscale cluster up` (pid {owner}), "
+                "still running",
+                "stop it first (`gpuscale cluster down --scheduler-file "
+                f"{path}`) or give this cluster another --scheduler-file",
+            ) from None
         try:  # the file we locked may have been removed by its owner as we opened it: lock anew
             same = os.fstat(fd).st_ino == os.stat(lock).st_ino
         except FileNotFoundError:
@@ -168,8 +181,10 @@ def claim(path: pathlib.Path) -> Iterator[None]:
             with contextlib.suppress(UserError):  # not a scheduler file, or not ours: it is replaced
                 address = address_from_file(path)
         if address is not None and _answers(address):
-            raise UserError(f"scheduler file {path} names a scheduler that is running ({address})",
-                            "stop that scheduler first or give this cluster another --scheduler-file")
+            raise UserError(
+                f"scheduler file {path} names a scheduler that is running ({address})",
+                "stop that scheduler first or give this cluster another --scheduler-file",
+            )
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         yield
@@ -186,7 +201,10 @@ def write_scheduler_file(client, path: pathlib.Path) -> None:
     file others can write: :mod:`gpuscale.trust`); ``Client(scheduler_file=path)`` reads it."""
     from ..cluster import identity
     from ..records import atomic
-    with atomic.written(path, replace=True, text=True, mode=0o644 & ~atomic.umask(), what="scheduler file") as (f, _):
+
+    with atomic.written(
+        path, replace=True, text=True, mode=0o644 & ~atomic.umask(), what="scheduler file"
+    ) as (f, _):
         f.write(json.dumps(identity(client), indent=2, default=str))
 
 
@@ -200,8 +218,13 @@ def _remove_if(path: pathlib.Path, still_ours: Callable[[pathlib.Path], bool]) -
 class Served:
     """A cluster ``up`` started: its open session and the scheduler file written (if any)."""
 
-    def __init__(self, session, scheduler_file: pathlib.Path | None = None, warm_up_s: float | None = None,
-                 credentials: pathlib.Path | None = None):
+    def __init__(
+        self,
+        session,
+        scheduler_file: pathlib.Path | None = None,
+        warm_up_s: float | None = None,
+        credentials: pathlib.Path | None = None,
+    ):
         self.session = session
         self.scheduler_file = scheduler_file
         self.warm_up_s = warm_up_s
@@ -216,16 +239,24 @@ class Served:
         layout's rule (the one ``gpuscale run`` applies: :meth:`Family.worker_layout`)."""
         s = self.session
         from ..cluster import workers as _workers
+
         workers = _workers(s.client)
-        return {"scheduler": self.address, "dashboard": s.dashboard_link,
-                "scheduler_file": str(self.scheduler_file) if self.scheduler_file else None,
-                "cls": s.spec.cls, "family": s.family.name, "protocol": s.spec.protocol,
-                "workers": len(workers), "threads": sum(w.get("nthreads", 0) for w in workers.values()),
-                "tls": s.spec.security == "tls",
-                "credentials": str(self.credentials) if self.credentials else None,
-                "threads_per_worker": s.spec.threads_per_worker,
-                "layout": (s.spec.choices.get("threads_per_worker") or {}).get("rule") or "set by you",
-                "warm_up_s": self.warm_up_s, "pid": os.getpid()}
+        return {
+            "scheduler": self.address,
+            "dashboard": s.dashboard_link,
+            "scheduler_file": str(self.scheduler_file) if self.scheduler_file else None,
+            "cls": s.spec.cls,
+            "family": s.family.name,
+            "protocol": s.spec.protocol,
+            "workers": len(workers),
+            "threads": sum(w.get("nthreads", 0) for w in workers.values()),
+            "tls": s.spec.security == "tls",
+            "credentials": str(self.credentials) if self.credentials else None,
+            "threads_per_worker": s.spec.threads_per_worker,
+            "layout": (s.spec.choices.get("threads_per_worker") or {}).get("rule") or "set by you",
+            "warm_up_s": self.warm_up_s,
+            "pid": os.getpid(),
+        }
 
 
 def sigterm_as_interrupt():
@@ -259,9 +290,15 @@ def deferred_stop() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def up(*, profile: str | None = None, collection: str | None = None,
-       scheduler_file: str | os.PathLike | None = None, start_timeout_s: float = 60,
-       warm_up: bool = True, **settings: Any) -> Iterator[Served]:
+def up(
+    *,
+    profile: str | None = None,
+    collection: str | None = None,
+    scheduler_file: str | os.PathLike | None = None,
+    start_timeout_s: float = 60,
+    warm_up: bool = True,
+    **settings: Any,
+) -> Iterator[Served]:
     """Start the cluster these settings describe (the spec ``cluster show`` prints) and yield a
     :class:`Served` once every planned worker has joined and warmed up (``warm_up``:
     :meth:`gpuscale.backends.Family.warm_up`, so a later run's first task does not pay the
@@ -272,15 +309,20 @@ def up(*, profile: str | None = None, collection: str | None = None,
     written (mode 0600) beside the scheduler file for the clients of its owner; with no
     scheduler file they stay in this process (``cluster.security off`` serves plain TCP)."""
     from ..cluster import detach, security
+
     s = Session(profile=profile, collection=collection, served=True, **settings)
     if s.spec.kind == "existing":
         key = "scheduler" if s.resolved.settings.scheduler else "scheduler-file"
         named = s.spec.scheduler if key == "scheduler" else s.resolved.settings.scheduler_file
-        raise UserError(f"`cluster up` starts a cluster, but a running scheduler was named "
-                        f"({named}, from {s.resolved.sources.get(key, 'settings')})",
-                        "drop --scheduler (or use a profile without 'scheduler:'); to use a running "
-                        "cluster pass --scheduler to `gpuscale run` instead")
-    path = check_scheduler_file(scheduler_file, credentials=s.spec.security == "tls") if scheduler_file else None
+        raise UserError(
+            f"`cluster up` starts a cluster, but a running scheduler was named "
+            f"({named}, from {s.resolved.sources.get(key, 'settings')})",
+            "drop --scheduler (or use a profile without 'scheduler:'); to use a running "
+            "cluster pass --scheduler to `gpuscale run` instead",
+        )
+    path = (
+        check_scheduler_file(scheduler_file, credentials=s.spec.security == "tls") if scheduler_file else None
+    )
     creds = security.beside(path) if path is not None and s.spec.security == "tls" else None
     with contextlib.ExitStack() as stack:
         if path is not None:
@@ -311,6 +353,7 @@ def address_from_file(path: str | os.PathLike, trusted: bool = False) -> str:
     """The address in a scheduler file (:func:`gpuscale.cluster.existing.address_from_file`);
     ``trusted``: also when another user can change it (``cluster.trust-files``)."""
     from ..cluster.existing import address_from_file as read
+
     return read(path, trusted=trusted)
 
 
@@ -329,8 +372,14 @@ def in_flight(client) -> dict[str, Any]:
     return client.run_on_scheduler(_in_flight, client.id)
 
 
-def down(address: str, *, timeout_s: float = DOWN_TIMEOUT_S, force: bool = False,
-         credentials: str | os.PathLike | None = None, trusted: bool = False) -> dict[str, Any]:
+def down(
+    address: str,
+    *,
+    timeout_s: float = DOWN_TIMEOUT_S,
+    force: bool = False,
+    credentials: str | os.PathLike | None = None,
+    trusted: bool = False,
+) -> dict[str, Any]:
     """Stop the scheduler at ``address`` and its workers (``Client.shutdown()``); a ``tls://``
     one with the ``credentials`` file (:mod:`gpuscale.cluster.security`), refused when another
     user can change it unless ``trusted``.
@@ -343,34 +392,44 @@ def down(address: str, *, timeout_s: float = DOWN_TIMEOUT_S, force: bool = False
     from distributed import Client
 
     from ..cluster import security
+
     if "://" not in address:
         address = f"tcp://{address}"
     kw = {}
     if address.startswith("tls://"):
         if credentials is None:
-            raise UserError(f"the scheduler at {address} accepts TLS clients only",
-                            "pass --credentials PATH (the *.tls.pem file beside its scheduler file) or "
-                            "--scheduler-file PATH")
+            raise UserError(
+                f"the scheduler at {address} accepts TLS clients only",
+                "pass --credentials PATH (the *.tls.pem file beside its scheduler file) or "
+                "--scheduler-file PATH",
+            )
         security.check_credentials(pathlib.Path(credentials).expanduser(), trusted)
         kw["security"] = security.load(credentials)
     try:
         client = Client(address, timeout=timeout_s, set_as_default=False, **kw)
     except (OSError, TimeoutError):
-        raise UserError(f"no scheduler answered at {address} within {timeout_s:g} s",
-                        "check the address `gpuscale cluster up` printed (is that cluster still "
-                        "running?) or raise --timeout") from None
+        raise UserError(
+            f"no scheduler answered at {address} within {timeout_s:g} s",
+            "check the address `gpuscale cluster up` printed (is that cluster still "
+            "running?) or raise --timeout",
+        ) from None
     except ValueError as e:
-        raise UserError(f"cannot connect to {address!r} ({e})",
-                        "give a scheduler address like tcp://127.0.0.1:8786") from None
+        raise UserError(
+            f"cannot connect to {address!r} ({e})", "give a scheduler address like tcp://127.0.0.1:8786"
+        ) from None
     try:
         from ..cluster import workers as _workers
+
         workers = len(_workers(client))
         busy = in_flight(client)
         if not force and (busy["clients"] or busy["processing"]):
-            raise UserError(f"runs are in flight on the cluster at {address}: {len(busy['clients'])} "
-                            f"other client(s) hold {busy['tasks']} task(s), {busy['processing']} being "
-                            f"processed", "wait for them to finish, or pass --force to stop it anyway "
-                            "(those runs then end with exit 4)")
+            raise UserError(
+                f"runs are in flight on the cluster at {address}: {len(busy['clients'])} "
+                f"other client(s) hold {busy['tasks']} task(s), {busy['processing']} being "
+                f"processed",
+                "wait for them to finish, or pass --force to stop it anyway "
+                "(those runs then end with exit 4)",
+            )
         client.shutdown()
     finally:
         with contextlib.suppress(Exception):

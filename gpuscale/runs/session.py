@@ -12,6 +12,7 @@ and :func:`finish` writes a record. ``gpuscale.session(...)`` is :func:`session`
 
 Keywords are the same names as the CLI flags (``config.KEYWORDS`` maps both onto settings).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +36,14 @@ from ..records.explained import explained
 from . import repeats, runner
 
 
-def configure(*, profile: str | None = None, collection: str | None = None, check: bool = True,
-              served: bool = False, **settings: Any):
+def configure(
+    *,
+    profile: str | None = None,
+    collection: str | None = None,
+    check: bool = True,
+    served: bool = False,
+    **settings: Any,
+):
     """Resolve settings, select the family and build the cluster spec, starting nothing;
     with ``check``, fail now when the family or the protocol cannot run here. ``served``: the
     cluster is kept up for other processes (``cluster up``: protected by default).
@@ -51,16 +58,25 @@ def configure(*, profile: str | None = None, collection: str | None = None, chec
     return resolved, selection, spec
 
 
-def check_run(cls, params: dict[str, Any], *, data: Any = None, validate: str | None = None,
-              output: Any = None, overwrite: bool = False):
+def check_run(
+    cls,
+    params: dict[str, Any],
+    *,
+    data: Any = None,
+    validate: str | None = None,
+    output: Any = None,
+    overwrite: bool = False,
+):
     """Everything about a run of workload ``cls`` that needs no cluster: its parameters, then
     the user's data, validation level and ``--output`` (:func:`gpuscale.data.inputs.check_run`).
     Returns ``(params, inputs.RunInputs)``."""
     inputs.check_params(cls, params, data)
     p = cls.parse(params)  # bad parameters fail before anything starts
     if data is not None and not cls.input_formats:
-        raise UserError(f"workload '{cls.name}' runs on generated data only",
-                        f"--input / data= work with: {', '.join(workloads.readers())}")
+        raise UserError(
+            f"workload '{cls.name}' runs on generated data only",
+            f"--input / data= work with: {', '.join(workloads.readers())}",
+        )
     return p, inputs.check_run(cls, p, data=data, validate=validate, output=output, overwrite=overwrite)
 
 
@@ -83,6 +99,7 @@ def planned_memory(cls, p, family, spec) -> tuple[Any, Any, dict[str, Any]]:
 
 def _planned_memory(cls, p, family, spec):
     from .. import memory
+
     wl = cls()
     ctx = workloads.Context(family, spec, None)
     ctx.memory = memory.planned(spec, family, cluster.planned_worker_memory(spec))
@@ -91,21 +108,32 @@ def _planned_memory(cls, p, family, spec):
 
 
 def _limit_settable(spec, family) -> bool:
-    return spec.kind == "local" and family.memory == "host" and bool(spec.memory_limit_bytes) \
+    return (
+        spec.kind == "local"
+        and family.memory == "host"
+        and bool(spec.memory_limit_bytes)
         and bool(spec.workers)
+    )
 
 
 def with_limit(spec, family, limit: int):
     """``spec`` with workers of ``limit`` bytes, its spill target's rule applied again
     (:func:`gpuscale.memory.target_fraction`, as :func:`gpuscale.cluster.local.spill_choices`)."""
     from .. import memory
+
     key = "distributed.worker.memory.target"
     target, _ = memory.target_fraction(limit, spec.threads_per_worker or 1, family)
     dask_config = {k: v for k, v in spec.dask_config.items() if k != key}
     if target is not None:
         dask_config[key] = target
-    return spec.model_copy(update={"memory_limit": limit, "memory_limit_bytes": limit,
-                                   "kwargs": {**spec.kwargs, "memory_limit": limit}, "dask_config": dask_config})
+    return spec.model_copy(
+        update={
+            "memory_limit": limit,
+            "memory_limit_bytes": limit,
+            "kwargs": {**spec.kwargs, "memory_limit": limit},
+            "dask_config": dask_config,
+        }
+    )
 
 
 def least_limit(cls, p, family, spec, top: int) -> int | None:
@@ -133,6 +161,7 @@ def refuse_planned(cls, p, family, spec) -> None:
     """Refuse, before the cluster starts, a run whose planned memory check does not fit (the
     verdict ``explain`` gives); the running cluster's own check follows once it is up."""
     from .. import memory
+
     _, _, verdict = planned_memory(cls, p, family, spec)
     if not verdict["fits"]:
         raise memory.error(cls.name, verdict)
@@ -145,12 +174,24 @@ class Session:
     Ctrl-C; inside the block ``array.backend`` / ``dataframe.backend`` are the family's.
     """
 
-    def __init__(self, backend: str | None = None, protocol: str | None = None, *,
-                 profile: str | None = None, collection: str | None = None, served: bool = False,
-                 **settings: Any):
+    def __init__(
+        self,
+        backend: str | None = None,
+        protocol: str | None = None,
+        *,
+        profile: str | None = None,
+        collection: str | None = None,
+        served: bool = False,
+        **settings: Any,
+    ):
         resolved, selection, spec = configure(
-            profile=profile, collection=collection, backend=backend, protocol=protocol, served=served,
-            **settings)
+            profile=profile,
+            collection=collection,
+            backend=backend,
+            protocol=protocol,
+            served=served,
+            **settings,
+        )
         self._init(resolved, selection, spec, collection)
         if not served:
             self.dask_log = logs.path_under(self.settings.results_dir)
@@ -209,25 +250,36 @@ class Session:
         stack = contextlib.ExitStack()
         try:
             stack.enter_context(logs.kept_off_stderr(self.dask_log))
-            with phase("connecting to the cluster" if self.spec.kind == "existing" else "the cluster's start-up"):
+            with phase(
+                "connecting to the cluster" if self.spec.kind == "existing" else "the cluster's start-up"
+            ):
                 t0 = time.perf_counter()
                 self.family.import_in_background(self.collection)  # overlaps the cluster's start
                 self.client, self.cluster = stack.enter_context(cluster.connect(self.spec, self.security))
                 if self.spec.kind == "existing" and self.check_first:
                     from ..cluster import preflight
+
                     self.preflight = preflight.check(
-                        self.client, self.family, self.settings.cluster.bandwidth_probe,
-                        self.resolved.sources.get(preflight.PROBE_SETTING, "default"))
-                elif self.spec.kind != "existing" and (self.family.cluster_kind == "cuda" or
-                                                       self.spec.kind in ("ssh", "slurm", "srun")):
+                        self.client,
+                        self.family,
+                        self.settings.cluster.bandwidth_probe,
+                        self.resolved.sources.get(preflight.PROBE_SETTING, "default"),
+                    )
+                elif self.spec.kind != "existing" and (
+                    self.family.cluster_kind == "cuda" or self.spec.kind in ("ssh", "slurm", "srun")
+                ):
                     self.topology = _topology(self.client)
                 self.startup_s = time.perf_counter() - t0
                 self._dashboard_link = _ask_dashboard_link(self.client)
                 self.applied = session_plan(self.resolved, self.family)
-                stack.enter_context(dask.config.set({**self.family.dask_config(),
-                                                     **session_knobs.dask_settings(self.applied)}))
+                stack.enter_context(
+                    dask.config.set(
+                        {**self.family.dask_config(), **session_knobs.dask_settings(self.applied)}
+                    )
+                )
                 self._host_scope = stack.enter_context(
-                    host_collections.scope(self.family, self.settings.session.host_collections))
+                    host_collections.scope(self.family, self.settings.session.host_collections)
+                )
         except BaseException:
             stack.close()
             raise
@@ -264,11 +316,25 @@ class Session:
             raise UserError("this session is not open", "use it as `with gpuscale.session(...) as s:`")
 
     # -- work -------------------------------------------------------------------------
-    def run(self, workload: str, *, repeat: int | None = None, warmup: int | None = None,
-            memory_check: bool | None = None, results_dir: str | None = None, write: bool = True,
-            trace: str | None = None, data: Any = None, validate: str | None = None,
-            output: str | None = None, overwrite: bool = False, strict_backend: bool | None = None,
-            audit: bool = True, progress: runner.Progress | None = None, **params: Any) -> results.Result:
+    def run(
+        self,
+        workload: str,
+        *,
+        repeat: int | None = None,
+        warmup: int | None = None,
+        memory_check: bool | None = None,
+        results_dir: str | None = None,
+        write: bool = True,
+        trace: str | None = None,
+        data: Any = None,
+        validate: str | None = None,
+        output: str | None = None,
+        overwrite: bool = False,
+        strict_backend: bool | None = None,
+        audit: bool = True,
+        progress: runner.Progress | None = None,
+        **params: Any,
+    ) -> results.Result:
         """Run a workload on this session's cluster: timed, validated and recorded.
 
         The backend audit (:mod:`gpuscale.audit`) records the type of every task's output
@@ -291,22 +357,47 @@ class Session:
         out_dir = results_dir or self.settings.results_dir
         if write:
             results.check_writable(out_dir)
-        result = self.record(workload, repeat=repeat, warmup=warmup, memory_check=memory_check,
-                             results_dir=results_dir, trace=trace, data=data, validate=validate,
-                             output=output, overwrite=overwrite, strict_backend=strict_backend,
-                             audit=audit, progress=progress, **params)
+        result = self.record(
+            workload,
+            repeat=repeat,
+            warmup=warmup,
+            memory_check=memory_check,
+            results_dir=results_dir,
+            trace=trace,
+            data=data,
+            validate=validate,
+            output=output,
+            overwrite=overwrite,
+            strict_backend=strict_backend,
+            audit=audit,
+            progress=progress,
+            **params,
+        )
         finish(result, out_dir if write else None)
         unwritten = (result.info or {}).get("output") or {}
         if unwritten.get("written") is False and result.valid is not False:  # valid, but --output failed
             raise OutputNotWritten(unwritten["why"], result)
         return result
 
-    def record(self, workload: str, *, repeat: int | None = None, warmup: int | None = None,
-               memory_check: bool | None = None, results_dir: str | None = None,
-               trace: str | None = None, data: Any = None, validate: str | None = None,
-               output: str | None = None, overwrite: bool = False, strict_backend: bool | None = None,
-               audit: bool = True, cancelled: Callable[[], bool] | None = None,
-               progress: runner.Progress | None = None, **params: Any) -> results.Result:
+    def record(
+        self,
+        workload: str,
+        *,
+        repeat: int | None = None,
+        warmup: int | None = None,
+        memory_check: bool | None = None,
+        results_dir: str | None = None,
+        trace: str | None = None,
+        data: Any = None,
+        validate: str | None = None,
+        output: str | None = None,
+        overwrite: bool = False,
+        strict_backend: bool | None = None,
+        audit: bool = True,
+        cancelled: Callable[[], bool] | None = None,
+        progress: runner.Progress | None = None,
+        **params: Any,
+    ) -> results.Result:
         """:meth:`run` up to its record, which is neither written nor judged by
         ``strict_backend`` (:func:`finish` does both): a runner in the cluster returns it to the
         client that asked. ``cancelled()`` is asked between repeats (see
@@ -318,27 +409,42 @@ class Session:
         run_cfg = self.settings.run
         if trace is not None:
             from ..trace import check_dir
+
             check_dir(trace)
         sources = dict(self.resolved.sources)
-        for key, value in (("run.repeat", repeat), ("run.warmup", warmup),
-                           ("run.memory-check", memory_check), ("results-dir", results_dir),
-                           ("run.strict-backend", strict_backend)):
+        for key, value in (
+            ("run.repeat", repeat),
+            ("run.warmup", warmup),
+            ("run.memory-check", memory_check),
+            ("results-dir", results_dir),
+            ("run.strict-backend", strict_backend),
+        ):
             if value is not None:
                 sources[key] = "keyword"
         strict = run_cfg.strict_backend if strict_backend is None else bool(strict_backend)
         if strict and not audit:
-            raise UserError("strict_backend needs the backend audit, but audit=False was given",
-                            "leave audit on (the default) or drop strict_backend")
-        ctx = workloads.Context(self.family, self.spec, self.client, data=user.source,
-                                validate=user.validate)
+            raise UserError(
+                "strict_backend needs the backend audit, but audit=False was given",
+                "leave audit on (the default) or drop strict_backend",
+            )
+        ctx = workloads.Context(self.family, self.spec, self.client, data=user.source, validate=user.validate)
         at_start = set(self._workers())
         with contextlib.ExitStack() as stack:  # the trace folder is written on leaving
             tracer = stack.enter_context(self._capture(trace, cls.name)) if trace is not None else None
             outcome = runner.execute(
-                cls(), p, ctx, warmup=run_cfg.warmup if warmup is None else warmup,
-                repeat=repeats.policy(_repeat(run_cfg.repeat if repeat is None else repeat), run_cfg.auto_repeat),
-                memory_check=run_cfg.memory_check if memory_check is None else memory_check, tracer=tracer,
-                audit=audit, cancelled=cancelled, progress=progress)
+                cls(),
+                p,
+                ctx,
+                warmup=run_cfg.warmup if warmup is None else warmup,
+                repeat=repeats.policy(
+                    _repeat(run_cfg.repeat if repeat is None else repeat), run_cfg.auto_repeat
+                ),
+                memory_check=run_cfg.memory_check if memory_check is None else memory_check,
+                tracer=tracer,
+                audit=audit,
+                cancelled=cancelled,
+                progress=progress,
+            )
             if outcome.audit is not None:
                 outcome.audit["strict"] = strict
             if tracer is not None:
@@ -348,27 +454,54 @@ class Session:
                 written = _write_output(cls(), p, outcome, user)
             info = self.cluster_info(since=at_start)
             result = results.Result.build(
-                workload=cls.name, params=cls().record_params(p, ctx), data=cls().record_data(p, ctx),
-                backend=self.selection.requested, family=self.family.name,
-                backend_reason=self.selection.reason, protocol=self.spec.protocol,
-                knobs=self._knobs(cls.collection, info), choices=ctx.choices,
-                cluster=info, settings_sources=sources,
-                times_s=outcome.times_s, **results.summary(outcome.times_s, outcome.disturbed),
-                warmup_s=outcome.warmup_s, startup_s=self.startup_s,
-                generate_s=outcome.generate_s, validate_s=outcome.validate_s,
-                valid=outcome.validation.valid, validation=outcome.validation.to_dict(),
-                info={**outcome.info, "unsettled_repeats": outcome.settle_warnings, **written,
-                      "dask_log": logs.written(self.dask_log),
-                      **results.disturbed_info(outcome.times_s, outcome.disturbed)},
+                workload=cls.name,
+                params=cls().record_params(p, ctx),
+                data=cls().record_data(p, ctx),
+                backend=self.selection.requested,
+                family=self.family.name,
+                backend_reason=self.selection.reason,
+                protocol=self.spec.protocol,
+                knobs=self._knobs(cls.collection, info),
+                choices=ctx.choices,
+                cluster=info,
+                settings_sources=sources,
+                times_s=outcome.times_s,
+                **results.summary(outcome.times_s, outcome.disturbed),
+                warmup_s=outcome.warmup_s,
+                startup_s=self.startup_s,
+                generate_s=outcome.generate_s,
+                validate_s=outcome.validate_s,
+                valid=outcome.validation.valid,
+                validation=outcome.validation.to_dict(),
+                info={
+                    **outcome.info,
+                    "unsettled_repeats": outcome.settle_warnings,
+                    **written,
+                    "dask_log": logs.written(self.dask_log),
+                    **results.disturbed_info(outcome.times_s, outcome.disturbed),
+                },
                 repeats=outcome.repeats,
-                memory={"estimate_bytes": outcome.estimate_bytes, "capacity_bytes": outcome.capacity_bytes,
-                        **(outcome.memory or {})},
-                audit=outcome.audit, explained=explained(
-                    self.resolved, self.selection, self.spec, cls.collection, ctx.choices, ctx.decisions,
-                    self.applied),
-                versions=machine.versions(), hardware=machine.hardware(),
-                dashboard_link=self.dashboard_link, dashboard_link_live=True if self.dashboard_link else None,
-                trace=str(tracer.path) if tracer is not None else None)
+                memory={
+                    "estimate_bytes": outcome.estimate_bytes,
+                    "capacity_bytes": outcome.capacity_bytes,
+                    **(outcome.memory or {}),
+                },
+                audit=outcome.audit,
+                explained=explained(
+                    self.resolved,
+                    self.selection,
+                    self.spec,
+                    cls.collection,
+                    ctx.choices,
+                    ctx.decisions,
+                    self.applied,
+                ),
+                versions=machine.versions(),
+                hardware=machine.hardware(),
+                dashboard_link=self.dashboard_link,
+                dashboard_link_live=True if self.dashboard_link else None,
+                trace=str(tracer.path) if tracer is not None else None,
+            )
             if self.placement is not None:
                 result.explained["cluster"]["runner"] = self.placement.entry()
                 result.info["runner"] = self.placement.describe()
@@ -376,8 +509,9 @@ class Session:
                 tracer.annotate(result_id=result.id)
         return result
 
-    def to_backend(self, obj: Any, backend: str | None = None, *, chunks=None,
-                   npartitions: int | None = None):
+    def to_backend(
+        self, obj: Any, backend: str | None = None, *, chunks=None, npartitions: int | None = None
+    ):
         """Your Dask array or DataFrame with this session's chunk type (NumPy <-> CuPy,
         pandas <-> cuDF), or ``backend``'s (e.g. ``"cpu"`` to bring GPU data back); returned
         as it is when it has that type already. Lazy: converts block by block when computed.
@@ -388,6 +522,7 @@ class Session:
         ``from_array`` / ``from_pandas``); ``chunks`` / ``npartitions`` default to the
         family's chunk and partition budgets."""
         from ..backends import convert
+
         family = self.family if backend is None else backends.select(backend).family
         if not dask.is_dask_collection(obj) and hasattr(obj, "shape"):
             return convert.from_memory(obj, family, chunks=chunks, npartitions=npartitions)
@@ -414,16 +549,26 @@ class Session:
         ``.summary`` holds the summary after the block. An error in the block writes nothing."""
         self._require_open()
         with self._capture(directory) as tracer, tracer.phase(phase):
-            tracer.notes += [f"the session applied {a.dask_key} = {a.value} ({a.source}, rule {a.rule})"
-                             for a in self.applied]
+            tracer.notes += [
+                f"the session applied {a.dask_key} = {a.value} ({a.source}, rule {a.rule})"
+                for a in self.applied
+            ]
             with audit_mod.audit(self.client, self.family, phase=phase) as a:  # summary.json's "audit"
                 yield tracer
             tracer.audit = a.summary
 
     def _capture(self, directory: str, workload: str | None = None):
         from ..trace import capture
-        return capture(self.client, directory, workload=workload, backend=self.selection.requested,
-                       family=self.family.name, protocol=self.spec.protocol, nvtx=self.family.nvtx_phases)
+
+        return capture(
+            self.client,
+            directory,
+            workload=workload,
+            backend=self.selection.requested,
+            family=self.family.name,
+            protocol=self.spec.protocol,
+            nvtx=self.family.nvtx_phases,
+        )
 
     def _workers(self) -> dict[str, dict[str, Any]]:
         return cluster.workers(self.client) if self.client is not None else {}
@@ -449,13 +594,17 @@ class Session:
         info = self.spec.model_dump(mode="json")
         if self.client is not None:
             workers = self._workers()
-            info["running"] = {"workers": len(workers),
-                               "threads": sum(w.get("nthreads", 0) for w in workers.values()),
-                               "scheduler": self.client.scheduler.address}
+            info["running"] = {
+                "workers": len(workers),
+                "threads": sum(w.get("nthreads", 0) for w in workers.values()),
+                "scheduler": self.client.scheduler.address,
+            }
             hosts: dict[str, dict[str, Any]] = {}
             for addr, w in sorted(workers.items()):
-                h = hosts.setdefault(w.get("host") or addr.split("://")[-1].rsplit(":", 1)[0],
-                                     {"workers": 0, "threads": 0, "addresses": []})
+                h = hosts.setdefault(
+                    w.get("host") or addr.split("://")[-1].rsplit(":", 1)[0],
+                    {"workers": 0, "threads": 0, "addresses": []},
+                )
                 h["workers"] += 1
                 h["threads"] += w.get("nthreads", 0)
                 h["addresses"].append(addr)
@@ -471,6 +620,7 @@ class Session:
 
     def _repr_html_(self) -> str:
         from ..records.report import session_html
+
         return session_html(self)
 
 
@@ -485,6 +635,7 @@ def _topology(client) -> dict[str, Any] | None:
     """What the workers see (hosts, NVLink, RDMA ports, the GPU each holds), for the record;
     None when they cannot say (it names the transports, and never fails a run)."""
     from ..cluster import preflight
+
     try:
         seen = preflight.facts(client)
     except Exception:  # noqa: BLE001 - a record without the NVLink facts, not a failed run
@@ -492,11 +643,13 @@ def _topology(client) -> dict[str, Any] | None:
     return {"hosts": preflight.hosts(seen), "worker_gpus": preflight.worker_gpus(seen)}
 
 
-def _pairs(addresses: list[str], checked: dict[str, Any] | None,
-           topology: dict[str, Any] | None = None) -> dict[str, Any]:
+def _pairs(
+    addresses: list[str], checked: dict[str, Any] | None, topology: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The record's ``cluster.pairs`` (:func:`gpuscale.cluster.preflight.pairs`): the transport
     per worker pair from what the preflight (or the started cluster's workers) saw."""
     from ..cluster import preflight
+
     seen = preflight.seen_from(checked)
     source = "preflight"
     if seen is None:
@@ -531,9 +684,9 @@ def _write_output(workload, p, outcome, user) -> dict[str, Any]:
     if user.output is None:
         return {}
     if outcome.validation.valid is False:
-        return {"output": {"path": str(user.output), "written": False,
-                           "why": "the result failed validation"}}
+        return {"output": {"path": str(user.output), "written": False, "why": "the result failed validation"}}
     from ..data import outputs
+
     value = workload.output_value(outcome.output, p, user.output.suffix.lower())
     try:
         return {"output": {**outputs.write(value, user.output, user.overwrite), "written": True}}

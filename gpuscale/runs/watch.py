@@ -20,6 +20,7 @@ asks the scheduler for its workers also returns the stream position and how many
 clients' tasks are processing at that moment (:func:`after_repeat`): a long task of another
 client that spans a repeat without finishing in it still counts.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -149,8 +150,9 @@ def stop(client, name: str | None, *, failed: bool = False) -> list[tuple[int, s
         return None
 
 
-def by_repeat(notes: list[tuple[int, str, str]] | None, windows: list[tuple[int | None, int | None]],
-              running: list[int]) -> dict[int, str]:
+def by_repeat(
+    notes: list[tuple[int, str, str]] | None, windows: list[tuple[int | None, int | None]], running: list[int]
+) -> dict[int, str]:
     """``{repeat: why}`` for the repeats whose window (task-stream cursors before and after
     it) holds notes, or that ended with other clients' tasks processing (``running``)."""
     out: dict[int, str] = {}
@@ -169,8 +171,15 @@ def by_repeat(notes: list[tuple[int, str, str]] | None, windows: list[tuple[int 
         if kinds["foreign"] or still:
             clients = {c for c in kinds["foreign"] if c != "None"}
             n = len(kinds["foreign"])
-            said = (f"{n} task(s) of {len(clients)} other client(s) ran" if clients else
-                    f"{n} task(s) of other clients ran") if n else ""
+            said = (
+                (
+                    f"{n} task(s) of {len(clients)} other client(s) ran"
+                    if clients
+                    else f"{n} task(s) of other clients ran"
+                )
+                if n
+                else ""
+            )
             if still:
                 said += (", " if said else "") + f"{still} task(s) of other clients still running at its end"
             parts.append(said)
@@ -182,17 +191,24 @@ def by_repeat(notes: list[tuple[int, str, str]] | None, windows: list[tuple[int 
 def _prefixes(keys: list[str], most: int = 3) -> str:
     """`` (a, b, ...)``: the tasks' names without their tokens, the first few, for the reason."""
     from dask.utils import key_split
+
     names = sorted({key_split(k) for k in keys})
     return f" ({', '.join(names[:most])}{', ...' if len(names) > most else ''})" if names else ""
 
 
 def checks(watched: bool) -> dict[str, Any]:
     """The record's ``info.disturbance_checks``: what could flag a timed repeat in this run."""
-    return {"workers": True, "tasks": watched,
-            "how": "workers lost or joined (the scheduler's workers after each repeat)" + (
-                "; this run's tasks recomputed or retried, and other clients' tasks, from a scheduler "
-                "plugin placed by task-stream cursors (gpuscale.runs.watch)" if watched else
-                "; tasks were not watched: the scheduler could not take gpuscale's plugin")}
+    return {
+        "workers": True,
+        "tasks": watched,
+        "how": "workers lost or joined (the scheduler's workers after each repeat)"
+        + (
+            "; this run's tasks recomputed or retried, and other clients' tasks, from a scheduler "
+            "plugin placed by task-stream cursors (gpuscale.runs.watch)"
+            if watched
+            else "; tasks were not watched: the scheduler could not take gpuscale's plugin"
+        ),
+    }
 
 
 def merge(*found: dict[int, str]) -> dict[int, str]:

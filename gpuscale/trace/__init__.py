@@ -37,10 +37,20 @@ Capture any code on any Client::
 use the same object. ``gpuscale trace summarize DIR`` and ``gpuscale trace compare A B`` read
 the folders back (:func:`load`, :func:`compare`).
 """
+
 from __future__ import annotations
 
 from .collect import Capture, capture, check_dir
 from .summary import FILES, SCHEMA, SCHEMA_VERSION, Summary, compare, load
 
-__all__ = ["Capture", "capture", "check_dir", "Summary", "load", "compare", "SCHEMA",
-           "SCHEMA_VERSION", "FILES"]
+__all__ = [
+    "Capture",
+    "capture",
+    "check_dir",
+    "Summary",
+    "load",
+    "compare",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "FILES",
+]

@@ -15,6 +15,7 @@ on a busy machine it can be off by tens of milliseconds; the summary's ``clock``
 range seen). The client's phase marks are shifted by an offset measured on entry from the
 fastest of a few round trips (0 when within that round trip's uncertainty).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,27 +46,35 @@ def check_dir(directory: str | os.PathLike) -> pathlib.Path:
     or be an empty folder of this user's (never a link), and its nearest existing parent must
     be writable. Writes nothing."""
     from ..records import atomic
+
     d = pathlib.Path(directory).expanduser().absolute()
     atomic.check_target(d, "trace dir", folder=True)  # a link, or another user's folder
     if d.exists() or d.is_symlink():
         if not d.is_dir():
-            raise UserError(f"trace dir '{d}' exists and is not a folder",
-                            "pass --trace a new or empty folder")
+            raise UserError(
+                f"trace dir '{d}' exists and is not a folder", "pass --trace a new or empty folder"
+            )
         if any(d.iterdir()):
-            raise UserError(f"trace dir '{d}' exists and is not empty",
-                            "pass --trace a new or empty folder (one folder per run)")
+            raise UserError(
+                f"trace dir '{d}' exists and is not empty",
+                "pass --trace a new or empty folder (one folder per run)",
+            )
     parent = d.parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
-        raise UserError(f"trace dir '{d}' cannot be created: '{parent}' is not a folder",
-                        "pass --trace a folder under a writable folder")
+        raise UserError(
+            f"trace dir '{d}' cannot be created: '{parent}' is not a folder",
+            "pass --trace a folder under a writable folder",
+        )
     try:
         probe = tempfile.mkdtemp(dir=parent, prefix=".gpuscale-probe-")
         os.rmdir(probe)
     except OSError as e:
-        raise UserError(f"trace dir '{d}' is not writable ({e.strerror or e})",
-                        "pass --trace a folder under a writable folder") from None
+        raise UserError(
+            f"trace dir '{d}' is not writable ({e.strerror or e})",
+            "pass --trace a folder under a writable folder",
+        ) from None
     return d
 
 
@@ -92,6 +101,7 @@ class MemorySampler(WorkerPlugin):
 
     def setup(self, worker):
         from tornado.ioloop import PeriodicCallback
+
         self.worker = worker
         self.host_peak = 0
         self.samples = 0
@@ -111,6 +121,7 @@ class MemorySampler(WorkerPlugin):
         if self.gpu:
             try:
                 from distributed.diagnostics import nvml
+
                 self.gpu_peak = max(self.gpu_peak, int(nvml.real_time()["memory-used"]))
             except Exception as e:  # noqa: BLE001 - keep sampling host memory
                 self.gpu, self.gpu_error = False, f"{type(e).__name__}: {e}"
@@ -136,14 +147,21 @@ class MemorySampler(WorkerPlugin):
 
 
 def _p2p_sent(worker) -> int:
-    return int(sum(v for k, v in list(worker.digests_total.items())
-                   if isinstance(k, tuple) and len(k) == 2 + len(P2P_SENT) and k[0] == "p2p"
-                   and k[2:] == P2P_SENT))
+    return int(
+        sum(
+            v
+            for k, v in list(worker.digests_total.items())
+            if isinstance(k, tuple) and len(k) == 2 + len(P2P_SENT) and k[0] == "p2p" and k[2:] == P2P_SENT
+        )
+    )
 
 
 def _scheduler_mark(dask_scheduler=None) -> dict[str, Any]:
-    return {"time": time(), "index": dask_scheduler.get_task_stream_index(),
-            "monitor_count": dask_scheduler.monitor.count}
+    return {
+        "time": time(),
+        "index": dask_scheduler.get_task_stream_index(),
+        "monitor_count": dask_scheduler.monitor.count,
+    }
 
 
 def _worker_mark(dask_worker=None) -> dict[str, Any]:
@@ -153,19 +171,37 @@ def _worker_mark(dask_worker=None) -> dict[str, Any]:
 def _scheduler_collect(start_index: int, t0: float, dask_scheduler=None) -> dict[str, Any]:
     """The window's task stream (compact) and the workers' facts."""
     from dask.utils import key_split
+
     plugin = dask_scheduler._task_stream_plugin()
     records = dask_scheduler.get_task_stream(start_index=start_index)
     lost = max(0, (plugin.index - start_index) - len(records))
     tasks = []
     for r in records:
-        stops = [{"action": s["action"], "start": s["start"], "stop": s["stop"],
-                  **({"source": s["source"]} if "source" in s else {})}
-                 for s in r.get("startstops", ()) if s["stop"] >= t0]
+        stops = [
+            {
+                "action": s["action"],
+                "start": s["start"],
+                "stop": s["stop"],
+                **({"source": s["source"]} if "source" in s else {}),
+            }
+            for s in r.get("startstops", ())
+            if s["stop"] >= t0
+        ]
         if stops:
-            tasks.append({"key": str(r["key"]), "group": key_split(r["key"]), "worker": r.get("worker"),
-                          "thread": r.get("thread"), "status": r.get("status"), "startstops": stops})
-    workers = {addr: {"name": str(ws.name), "nthreads": ws.nthreads, "memory_limit": ws.memory_limit}
-               for addr, ws in dask_scheduler.workers.items()}
+            tasks.append(
+                {
+                    "key": str(r["key"]),
+                    "group": key_split(r["key"]),
+                    "worker": r.get("worker"),
+                    "thread": r.get("thread"),
+                    "status": r.get("status"),
+                    "startstops": stops,
+                }
+            )
+    workers = {
+        addr: {"name": str(ws.name), "nthreads": ws.nthreads, "memory_limit": ws.memory_limit}
+        for addr, ws in dask_scheduler.workers.items()
+    }
     return {"tasks": tasks, "lost_tasks": lost, "workers": workers, "address": dask_scheduler.address}
 
 
@@ -173,14 +209,27 @@ def _worker_collect(t0: float, plugin_name: str, dask_worker=None) -> dict[str, 
     """Incoming transfers that ended after ``t0``, P2P bytes sent, and the memory peaks."""
     log = list(dask_worker.transfer_incoming_log)
     maxlen = dask_worker.transfer_incoming_log.maxlen
-    incoming = [{"source": e["who"], "start": e["start"], "stop": e["stop"], "bytes": int(e["total"]),
-                 "keys": len(e["keys"])} for e in log if e["stop"] >= t0]
+    incoming = [
+        {
+            "source": e["who"],
+            "start": e["start"],
+            "stop": e["stop"],
+            "bytes": int(e["total"]),
+            "keys": len(e["keys"]),
+        }
+        for e in log
+        if e["stop"] >= t0
+    ]
     # a full log whose oldest entry began inside the window may have dropped earlier ones
     truncated = bool(maxlen and len(log) >= maxlen and log and log[0]["start"] > t0)
     plugin = dask_worker.plugins.get(plugin_name)
-    return {"incoming": incoming, "transfer_log_truncated": truncated,
-            "p2p_sent": _p2p_sent(dask_worker), "memory": plugin.result() if plugin else None,
-            "clock": plugin.clock() if plugin else None}
+    return {
+        "incoming": incoming,
+        "transfer_log_truncated": truncated,
+        "p2p_sent": _p2p_sent(dask_worker),
+        "memory": plugin.result() if plugin else None,
+        "clock": plugin.clock() if plugin else None,
+    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -200,14 +249,30 @@ class Capture:
     none); ``"cdn"`` loads it from cdn.bokeh.org (a file ~1 MB smaller).
     """
 
-    def __init__(self, client, directory: str | os.PathLike, *, workload: str | None = None,
-                 backend: str | None = None, family: str | None = None, protocol: str | None = None,
-                 nvtx: bool = False, report: bool = True, report_mode: str = "inline",
-                 sample_interval: float = 0.1, code: str | None = None):
+    def __init__(
+        self,
+        client,
+        directory: str | os.PathLike,
+        *,
+        workload: str | None = None,
+        backend: str | None = None,
+        family: str | None = None,
+        protocol: str | None = None,
+        nvtx: bool = False,
+        report: bool = True,
+        report_mode: str = "inline",
+        sample_interval: float = 0.1,
+        code: str | None = None,
+    ):
         self.client = client
         self.path = check_dir(directory)
-        self.labels: dict[str, Any] = {"workload": workload, "backend": backend, "family": family,
-                                       "protocol": protocol, "result_id": None}
+        self.labels: dict[str, Any] = {
+            "workload": workload,
+            "backend": backend,
+            "family": family,
+            "protocol": protocol,
+            "result_id": None,
+        }
         self.nvtx = nvtx
         self.report = report
         self.report_mode = report_mode
@@ -251,8 +316,15 @@ class Capture:
                 yield
             finally:
                 self._depth -= 1
-                self.phases.append({"name": name, "start": start, "stop": time() + self._offset,
-                                    "depth": depth, "args": args})
+                self.phases.append(
+                    {
+                        "name": name,
+                        "start": start,
+                        "stop": time() + self._offset,
+                        "depth": depth,
+                        "args": args,
+                    }
+                )
 
     # -- lifecycle ---------------------------------------------------------------------
     def __enter__(self) -> "Capture":
@@ -287,9 +359,13 @@ class Capture:
         report = None
         if self.report:
             try:
-                report = c.sync(c.scheduler.performance_report, start=self.t0,
-                                last_count=self._mark["monitor_count"],
-                                code=self.code or self._default_code(), mode=self.report_mode)
+                report = c.sync(
+                    c.scheduler.performance_report,
+                    start=self.t0,
+                    last_count=self._mark["monitor_count"],
+                    code=self.code or self._default_code(),
+                    mode=self.report_mode,
+                )
             except Exception as e:  # noqa: BLE001 - e.g. bokeh missing on the scheduler
                 notes.append(f"performance report not written: {type(e).__name__}: {e}")
         self._collected = {"scheduler": sched, "workers": workers, "report": report, "notes": notes}
@@ -343,8 +419,10 @@ class Capture:
                 self._tmp = tmp
                 TEMP_PATHS.add(str(tmp))
         except OSError as e:
-            raise UserError(f"trace dir '{self.path}' cannot be written ({e.strerror or e})",
-                            "pass --trace a folder under a writable folder") from None
+            raise UserError(
+                f"trace dir '{self.path}' cannot be written ({e.strerror or e})",
+                "pass --trace a folder under a writable folder",
+            ) from None
 
     def _discard(self) -> None:
         if self._plugin is not None:
@@ -362,6 +440,7 @@ class Capture:
 
     def _write(self) -> None:
         from . import events, intervals, render, summary
+
         col = self._collected
         window = (self.t0, self.t1)
         tasks, workers = intervals.one_task_per_thread(col["scheduler"]["tasks"]), col["scheduler"]["workers"]
@@ -371,36 +450,60 @@ class Capture:
         if col["report"] is not None:
             _write_text(tmp / "performance-report.html", col["report"])
             files["performance_report"] = "performance-report.html"
-        _write_json(tmp / "trace.json", events.chrome_trace(window, self.phases, tasks, transfers, workers,
-                                                                  clock=self.clock))
+        _write_json(
+            tmp / "trace.json",
+            events.chrome_trace(window, self.phases, tasks, transfers, workers, clock=self.clock),
+        )
         files["trace"] = "trace.json"
-        comm = summary.comm_matrix(window, transfers, workers,
-                                   {a: w["p2p_sent"] - self._p2p0.get(a, {}).get("p2p_sent", 0)
-                                    for a, w in col["workers"].items()})
+        comm = summary.comm_matrix(
+            window,
+            transfers,
+            workers,
+            {a: w["p2p_sent"] - self._p2p0.get(a, {}).get("p2p_sent", 0) for a, w in col["workers"].items()},
+        )
         _write_json(tmp / "comm.json", comm)
         files["comm"] = "comm.json"
         files["index"] = "index.html"
         files["summary"] = "summary.json"
         notes = list(col["notes"]) + self.notes
         if col["scheduler"]["lost_tasks"]:
-            notes.append(f"{col['scheduler']['lost_tasks']} task(s) fell out of the scheduler's task "
-                         "stream buffer (distributed.scheduler.dashboard.tasks.task-stream-length)")
+            notes.append(
+                f"{col['scheduler']['lost_tasks']} task(s) fell out of the scheduler's task "
+                "stream buffer (distributed.scheduler.dashboard.tasks.task-stream-length)"
+            )
         if any(w["transfer_log_truncated"] for w in col["workers"].values()):
-            notes.append("a worker's transfer log overflowed during the window "
-                         "(distributed.admin.low-level-log-length): bytes moved are a lower bound")
+            notes.append(
+                "a worker's transfer log overflowed during the window "
+                "(distributed.admin.low-level-log-length): bytes moved are a lower bound"
+            )
         for addr, w in sorted(col["workers"].items()):
             lo, hi = (w.get("clock") or {}).get("scheduler_delay_s", (0.0, 0.0))
             if hi - lo > CLOCK_NOTE_S:
-                notes.append(f"worker {workers.get(addr, {}).get('name', addr)}'s clock correction "
-                             f"(Dask's scheduler_delay) varied by {(hi - lo) * 1e3:.0f} ms during the "
-                             "window: its task and transfer times are uncertain by about that much")
-        s = summary.build(window, self.phases, tasks, workers, transfers, comm,
-                          {a: w["memory"] for a, w in col["workers"].items() if w["memory"]},
-                          labels={**self.labels, "protocol": self.labels["protocol"]
-                                  or col["scheduler"]["address"].split("://")[0]},
-                          scheduler=col["scheduler"]["address"], files=files, notes=notes,
-                          clock={"client": self.clock, "workers": {a: w["clock"] for a, w in
-                                                                   sorted(col["workers"].items()) if w["clock"]}})
+                notes.append(
+                    f"worker {workers.get(addr, {}).get('name', addr)}'s clock correction "
+                    f"(Dask's scheduler_delay) varied by {(hi - lo) * 1e3:.0f} ms during the "
+                    "window: its task and transfer times are uncertain by about that much"
+                )
+        s = summary.build(
+            window,
+            self.phases,
+            tasks,
+            workers,
+            transfers,
+            comm,
+            {a: w["memory"] for a, w in col["workers"].items() if w["memory"]},
+            labels={
+                **self.labels,
+                "protocol": self.labels["protocol"] or col["scheduler"]["address"].split("://")[0],
+            },
+            scheduler=col["scheduler"]["address"],
+            files=files,
+            notes=notes,
+            clock={
+                "client": self.clock,
+                "workers": {a: w["clock"] for a, w in sorted(col["workers"].items()) if w["clock"]},
+            },
+        )
         if self.audit is not None:
             s.audit = self.audit
         _write_text(tmp / "index.html", render.index_html(s))
@@ -408,8 +511,11 @@ class Capture:
         try:
             os.rename(tmp, self.path)  # replaces an empty folder; fails on a non-empty one
         except OSError as e:
-            raise UserError(f"trace dir '{self.path}' could not be written ({e.strerror or e}); "
-                            "was it filled while the run went on", "pass --trace a new folder") from None
+            raise UserError(
+                f"trace dir '{self.path}' could not be written ({e.strerror or e}); "
+                "was it filled while the run went on",
+                "pass --trace a new folder",
+            ) from None
         TEMP_PATHS.discard(str(tmp))
         self._tmp = None
         self._made = []

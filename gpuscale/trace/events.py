@@ -9,6 +9,7 @@ complete events on one track must nest. Every duration event is ``ph: "X"`` with
 ts, dur, pid, tid (and cat, args), in microseconds since the window opened, clipped to the
 window; naming events are ``ph: "M"`` with name, ph, pid, tid, args.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable
@@ -42,30 +43,48 @@ def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
     return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": args}
 
 
-def _x(name: str, cat: str, start: float, stop: float, t0: float, pid: int, tid: int,
-       args: dict[str, Any]) -> dict[str, Any]:
+def _x(
+    name: str, cat: str, start: float, stop: float, t0: float, pid: int, tid: int, args: dict[str, Any]
+) -> dict[str, Any]:
     ts = round((start - t0) * US, 3)  # both ends rounded: a task that starts as another stops still does
-    return {"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": round(round((stop - t0) * US, 3) - ts, 3),
-            "pid": pid, "tid": tid, "args": args}
+    return {
+        "name": name,
+        "cat": cat,
+        "ph": "X",
+        "ts": ts,
+        "dur": round(round((stop - t0) * US, 3) - ts, 3),
+        "pid": pid,
+        "tid": tid,
+        "args": args,
+    }
 
 
 def worker_order(workers: dict[str, dict], *extra: Iterable[str]) -> list[str]:
     """Worker addresses in a stable order: the scheduler's workers by name (numbers as
     numbers), then any other address seen."""
+
     def key(addr: str):
         name = str(workers[addr].get("name", addr))
         return (0, int(name), addr) if name.isdigit() else (1, name, addr)
+
     seen = set(workers)
     more = sorted({a for it in extra for a in it if a and a not in seen})
     return sorted(workers, key=key) + more
 
 
-def chrome_trace(window: tuple[float, float], phases: list[dict], tasks: list[dict],
-                 transfers: dict[str, list[dict]], workers: dict[str, dict],
-                 clock: dict[str, float] | None = None) -> dict[str, Any]:
+def chrome_trace(
+    window: tuple[float, float],
+    phases: list[dict],
+    tasks: list[dict],
+    transfers: dict[str, list[dict]],
+    workers: dict[str, dict],
+    clock: dict[str, float] | None = None,
+) -> dict[str, Any]:
     t0 = window[0]
-    ev: list[dict[str, Any]] = [_meta("process_name", 0, 0, name="gpuscale"),
-                                _meta("process_sort_index", 0, 0, sort_index=0)]
+    ev: list[dict[str, Any]] = [
+        _meta("process_name", 0, 0, name="gpuscale"),
+        _meta("process_sort_index", 0, 0, sort_index=0),
+    ]
     depths = sorted({p["depth"] for p in phases}) or [0]
     for d in depths:
         ev.append(_meta("thread_name", 0, 1 + d, name="phases" if d == 0 else f"phases (nested {d})"))
@@ -93,7 +112,9 @@ def chrome_trace(window: tuple[float, float], phases: list[dict], tasks: list[di
                 if not c:
                     continue
                 item = (*c, (t["group"], s["action"], {"key": t["key"], "action": s["action"]}))
-                (by_thread.setdefault(t.get("thread"), []) if s["action"] == "compute" else other).append(item)
+                (by_thread.setdefault(t.get("thread"), []) if s["action"] == "compute" else other).append(
+                    item
+                )
         tid = 0
         for thread in sorted(by_thread, key=lambda x: (x is None, str(x))):
             for i, lane in enumerate(pack(by_thread[thread])):
@@ -112,15 +133,33 @@ def chrome_trace(window: tuple[float, float], phases: list[dict], tasks: list[di
             c = clip(tr["start"], tr["stop"], window)
             if c:
                 dur = max(tr["stop"] - tr["start"], 1e-9)
-                items.append((*c, {"source": tr["source"], "destination": addr, "bytes": tr["bytes"],
-                                   "keys": tr["keys"], "bandwidth_bytes_per_s": tr["bytes"] / dur}))
+                items.append(
+                    (
+                        *c,
+                        {
+                            "source": tr["source"],
+                            "destination": addr,
+                            "bytes": tr["bytes"],
+                            "keys": tr["keys"],
+                            "bandwidth_bytes_per_s": tr["bytes"] / dur,
+                        },
+                    )
+                )
         for i, lane in enumerate(pack(items)):
             tid += 1
             ev.append(_meta("thread_name", pid, tid, name=f"transfers in {i}"))
             ev.append(_meta("thread_sort_index", pid, tid, sort_index=tid))
-            ev += [_x(f"from {name_of.get(a['source'], a['source'])}", "transfer", s, e, t0, pid, tid, a)
-                   for s, e, a in lane]
-    return {"traceEvents": ev, "displayTimeUnit": "ms",
-            "otherData": {"source": "gpuscale", "window_s": window[1] - window[0],
-                          "clock": "scheduler time; ts in microseconds since the window opened",
-                          "client_clock": clock or {}}}
+            ev += [
+                _x(f"from {name_of.get(a['source'], a['source'])}", "transfer", s, e, t0, pid, tid, a)
+                for s, e, a in lane
+            ]
+    return {
+        "traceEvents": ev,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "source": "gpuscale",
+            "window_s": window[1] - window[0],
+            "clock": "scheduler time; ts in microseconds since the window opened",
+            "client_clock": clock or {},
+        },
+    }

@@ -8,6 +8,7 @@ that round trip between two tasks, so a thread's next task can seem to start bef
 previous one stopped. One thread runs one task at a time: :func:`one_task_per_thread` puts such a
 task back after its predecessor, so the union of compute time is not shrunk by clock noise.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -61,7 +62,8 @@ def one_task_per_thread(tasks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
         t["startstops"] = [dict(s) for s in t.get("startstops", ())]
         if t.get("thread") is not None:
             by_thread[(t.get("worker"), t["thread"])] += [
-                (s["start"], i, j) for j, s in enumerate(t["startstops"]) if s.get("action") == "compute"]
+                (s["start"], i, j) for j, s in enumerate(t["startstops"]) if s.get("action") == "compute"
+            ]
     for items in by_thread.values():
         end = None
         for _, i, j in sorted(items):

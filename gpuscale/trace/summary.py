@@ -11,6 +11,7 @@ Alongside: ``task_thread_s`` (compute summed over threads) and ``utilization``
 transfers (what Dask's own bandwidth counters mean); ``transfer_share`` in comm.json is the
 fraction of the wall time with any transfer in flight.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -31,11 +32,30 @@ SCHEMA_VERSION = 1
 FILES = ("performance-report.html", "trace.json", "comm.json", "summary.json", "index.html")
 TOP_GROUPS = 10
 OPERATIONS: dict[str, tuple[str, ...]] = {
-    "shuffle": ("shuffle-transfer", "hash-join-transfer", "shuffle-barrier", "p2pshuffle", "split-taskshuffle",
-                "group-taskshuffle", "taskshuffle", "shuffle-split", "shuffle-group", "disk-shuffle"),
+    "shuffle": (
+        "shuffle-transfer",
+        "hash-join-transfer",
+        "shuffle-barrier",
+        "p2pshuffle",
+        "split-taskshuffle",
+        "group-taskshuffle",
+        "taskshuffle",
+        "shuffle-split",
+        "shuffle-group",
+        "disk-shuffle",
+    ),
     "merge": ("hashjoinp2p", "blockwisemerge", "broadcastjoin", "merge", "join"),
-    "read": ("readparquet", "fusedparquetio", "fusedio", "read-parquet", "readcsv", "read-csv", "frompandas",
-             "fromdict", "frommap"),
+    "read": (
+        "readparquet",
+        "fusedparquetio",
+        "fusedio",
+        "read-parquet",
+        "readcsv",
+        "read-csv",
+        "frompandas",
+        "fromdict",
+        "frommap",
+    ),
 }
 """Task-group prefixes (``dask.utils.key_split`` of the group's name) by the kind of operation
 they belong to: a trace's ``operations`` adds up each kind's task time, so a slow shuffle or
@@ -46,6 +66,7 @@ SLOW_SHARE = 0.5
 
 class Summary(BaseModel):
     """summary.json. Fields about a workload are null for ``Session.trace`` / bare captures."""
+
     model_config = ConfigDict(populate_by_name=True)
 
     schema_name: str = Field(SCHEMA, alias="schema")
@@ -100,8 +121,12 @@ class Summary(BaseModel):
 # ---------------------------------------------------------------------------------------
 # Building
 # ---------------------------------------------------------------------------------------
-def comm_matrix(window: tuple[float, float], transfers: dict[str, list[dict]], workers: dict[str, dict],
-                p2p_sent: dict[str, int]) -> dict[str, Any]:
+def comm_matrix(
+    window: tuple[float, float],
+    transfers: dict[str, list[dict]],
+    workers: dict[str, dict],
+    p2p_sent: dict[str, int],
+) -> dict[str, Any]:
     """comm.json: bytes and bandwidth per (source, destination) from the incoming transfer logs."""
     pairs: dict[tuple[str, str], dict[str, Any]] = {}
     spans = []
@@ -121,30 +146,55 @@ def comm_matrix(window: tuple[float, float], transfers: dict[str, list[dict]], w
     rows = []
     for (src, dst), p in sorted(pairs.items()):
         matrix[index[src]][index[dst]] = p["bytes"]
-        rows.append({"source": src, "destination": dst, "bytes": p["bytes"], "transfers": p["transfers"],
-                     "busy_s": p["busy_s"],
-                     "bandwidth_bytes_per_s": p["bytes"] / p["busy_s"] if p["busy_s"] > 0 else None})
+        rows.append(
+            {
+                "source": src,
+                "destination": dst,
+                "bytes": p["bytes"],
+                "transfers": p["transfers"],
+                "busy_s": p["busy_s"],
+                "bandwidth_bytes_per_s": p["bytes"] / p["busy_s"] if p["busy_s"] > 0 else None,
+            }
+        )
     wall = window[1] - window[0]
     in_flight = length(union(spans))
-    return {"schema": "gpuscale.trace.comm", "schema_version": SCHEMA_VERSION,
-            "workers": order, "names": {a: workers.get(a, {}).get("name", a) for a in order},
-            "pairs": rows, "bytes_matrix": matrix,
-            "bytes_moved": sum(p["bytes"] for p in pairs.values()),
-            "transfers": sum(p["transfers"] for p in pairs.values()),
-            "transfer_busy_s": sum(p["busy_s"] for p in pairs.values()),
-            "wall_s": wall, "transfer_in_flight_s": in_flight,
-            "transfer_share": in_flight / wall if wall > 0 else 0.0,
-            "p2p_bytes_sent": {a: int(v) for a, v in sorted(p2p_sent.items())},
-            "note": "from the workers' incoming transfer logs (task dependencies fetched between "
-                    "workers); P2P shuffle traffic goes through its own comms and is counted only "
-                    "per sender in p2p_bytes_sent"}
+    return {
+        "schema": "gpuscale.trace.comm",
+        "schema_version": SCHEMA_VERSION,
+        "workers": order,
+        "names": {a: workers.get(a, {}).get("name", a) for a in order},
+        "pairs": rows,
+        "bytes_matrix": matrix,
+        "bytes_moved": sum(p["bytes"] for p in pairs.values()),
+        "transfers": sum(p["transfers"] for p in pairs.values()),
+        "transfer_busy_s": sum(p["busy_s"] for p in pairs.values()),
+        "wall_s": wall,
+        "transfer_in_flight_s": in_flight,
+        "transfer_share": in_flight / wall if wall > 0 else 0.0,
+        "p2p_bytes_sent": {a: int(v) for a, v in sorted(p2p_sent.items())},
+        "note": "from the workers' incoming transfer logs (task dependencies fetched between "
+        "workers); P2P shuffle traffic goes through its own comms and is counted only "
+        "per sender in p2p_bytes_sent",
+    }
 
 
-def build(window: tuple[float, float], phases: list[dict], tasks: list[dict], workers: dict[str, dict],
-          transfers: dict[str, list[dict]], comm: dict[str, Any], memory: dict[str, dict], *,
-          labels: dict[str, Any], scheduler: str | None,
-          files: dict[str, str], notes: list[str], clock: dict[str, Any] | None = None) -> Summary:
+def build(
+    window: tuple[float, float],
+    phases: list[dict],
+    tasks: list[dict],
+    workers: dict[str, dict],
+    transfers: dict[str, list[dict]],
+    comm: dict[str, Any],
+    memory: dict[str, dict],
+    *,
+    labels: dict[str, Any],
+    scheduler: str | None,
+    files: dict[str, str],
+    notes: list[str],
+    clock: dict[str, Any] | None = None,
+) -> Summary:
     from .._version import __version__
+
     t0, t1 = window
     wall = t1 - t0
     compute_spans = []
@@ -161,8 +211,9 @@ def build(window: tuple[float, float], phases: list[dict], tasks: list[dict], wo
         if secs or any(s["action"] == "compute" for s in t["startstops"]):
             groups[t["group"]]["seconds"] += secs
             groups[t["group"]]["tasks"] += 1
-    transfer_spans = [c for items in transfers.values() for tr in items
-                      if (c := clip(tr["start"], tr["stop"], window))]
+    transfer_spans = [
+        c for items in transfers.values() for tr in items if (c := clip(tr["start"], tr["stop"], window))
+    ]
     compute_u = union(compute_spans)
     task_thread_s = sum(e - s for s, e in compute_spans)
     threads = sum(int(w.get("nthreads") or 0) for w in workers.values())
@@ -171,34 +222,72 @@ def build(window: tuple[float, float], phases: list[dict], tasks: list[dict], wo
     transfer_s = length(minus(transfer_u, compute_u))
     top = sorted(groups.items(), key=lambda kv: -kv[1]["seconds"])[:TOP_GROUPS]
     ops = operations(groups, task_thread_s)
-    notes = notes + [f"{kind}s took {o['share'] * 100:.0f}% of the task time ({o['tasks']} task(s)): the "
-                     "trace's operations and top task groups show which" for kind, o in ops.items()
-                     if kind != "other" and o["share"] > SLOW_SHARE]
+    notes = notes + [
+        f"{kind}s took {o['share'] * 100:.0f}% of the task time ({o['tasks']} task(s)): the "
+        "trace's operations and top task groups show which"
+        for kind, o in ops.items()
+        if kind != "other" and o["share"] > SLOW_SHARE
+    ]
     mem = {a: {"name": workers.get(a, {}).get("name", a), **m} for a, m in sorted(memory.items())}
     busy = comm["transfer_busy_s"]
     return Summary(
-        gpuscale_version=__version__, scheduler=scheduler, **labels,
-        workers=len(workers), threads=threads, wall_s=wall, compute_s=compute_s, transfer_s=transfer_s,
-        idle_s=max(0.0, wall - compute_s - transfer_s), task_thread_s=task_thread_s,
+        gpuscale_version=__version__,
+        scheduler=scheduler,
+        **labels,
+        workers=len(workers),
+        threads=threads,
+        wall_s=wall,
+        compute_s=compute_s,
+        transfer_s=transfer_s,
+        idle_s=max(0.0, wall - compute_s - transfer_s),
+        task_thread_s=task_thread_s,
         utilization=task_thread_s / (wall * threads) if wall > 0 and threads else 0.0,
         tasks=sum(g["tasks"] for g in groups.values()),
-        top_task_groups=[{"name": k, "seconds": v["seconds"], "tasks": v["tasks"],
-                          "share": v["seconds"] / task_thread_s if task_thread_s else 0.0} for k, v in top],
-        bytes_moved=comm["bytes_moved"], transfers=comm["transfers"], transfer_busy_s=busy,
+        top_task_groups=[
+            {
+                "name": k,
+                "seconds": v["seconds"],
+                "tasks": v["tasks"],
+                "share": v["seconds"] / task_thread_s if task_thread_s else 0.0,
+            }
+            for k, v in top
+        ],
+        bytes_moved=comm["bytes_moved"],
+        transfers=comm["transfers"],
+        transfer_busy_s=busy,
         bandwidth_bytes_per_s=comm["bytes_moved"] / busy if busy > 0 else None,
-        transfer_share=comm["transfer_share"], p2p_bytes_sent=sum(comm["p2p_bytes_sent"].values()),
-        pairs=[{**p, "source_name": comm["names"].get(p["source"]),
-                "destination_name": comm["names"].get(p["destination"])} for p in comm["pairs"]],
+        transfer_share=comm["transfer_share"],
+        p2p_bytes_sent=sum(comm["p2p_bytes_sent"].values()),
+        pairs=[
+            {
+                **p,
+                "source_name": comm["names"].get(p["source"]),
+                "destination_name": comm["names"].get(p["destination"]),
+            }
+            for p in comm["pairs"]
+        ],
         memory=mem,
-        phases=[{"name": p["name"], "start_s": p["start"] - t0, "duration_s": p["stop"] - p["start"],
-                 "depth": p["depth"], **({"args": p["args"]} if p.get("args") else {})}
-                for p in sorted(phases, key=lambda p: (p["start"], p["depth"]))],
-        operations=ops, files=files, notes=notes, clock=clock or {})
+        phases=[
+            {
+                "name": p["name"],
+                "start_s": p["start"] - t0,
+                "duration_s": p["stop"] - p["start"],
+                "depth": p["depth"],
+                **({"args": p["args"]} if p.get("args") else {}),
+            }
+            for p in sorted(phases, key=lambda p: (p["start"], p["depth"]))
+        ],
+        operations=ops,
+        files=files,
+        notes=notes,
+        clock=clock or {},
+    )
 
 
 def operation_of(group: str) -> str:
     """The kind of operation (:data:`OPERATIONS`) a task group belongs to, or ``other``."""
     from dask.utils import key_split
+
     prefix = key_split(group)
     for kind, prefixes in OPERATIONS.items():
         if prefix in prefixes or any(prefix.startswith(p + "-") for p in prefixes):
@@ -241,15 +330,20 @@ def _read(directory: str | os.PathLike) -> tuple[pathlib.Path, dict[str, Any]]:
 def _validate(d: pathlib.Path, data: dict[str, Any]) -> Summary:
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise UserError(f"'{d}' holds a trace of schema version {version!r}; this gpuscale reads "
-                        f"version {SCHEMA_VERSION}", "use the gpuscale version that wrote it, or re-capture")
+        raise UserError(
+            f"'{d}' holds a trace of schema version {version!r}; this gpuscale reads "
+            f"version {SCHEMA_VERSION}",
+            "use the gpuscale version that wrote it, or re-capture",
+        )
     try:
         return Summary.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(map(str, err["loc"])) or "?"
-        raise UserError(f"'{d / 'summary.json'}' is not a valid trace summary ({where}: {err['msg']})",
-                        "re-capture it with --trace") from None
+        raise UserError(
+            f"'{d / 'summary.json'}' is not a valid trace summary ({where}: {err['msg']})",
+            "re-capture it with --trace",
+        ) from None
 
 
 def load(directory: str | os.PathLike) -> Summary:
@@ -257,11 +351,18 @@ def load(directory: str | os.PathLike) -> Summary:
     return _validate(*_read(directory))
 
 
-COMPARED = (("wall_s", "wall", "s"), ("compute_s", "compute", "s"), ("transfer_s", "transfer", "s"),
-            ("idle_s", "idle + overhead", "s"), ("task_thread_s", "task thread time", "s"),
-            ("bytes_moved", "bytes moved", "bytes"), ("transfers", "transfers", "count"),
-            ("bandwidth_bytes_per_s", "bandwidth", "bytes/s"), ("transfer_share", "transfer share", "ratio"),
-            ("p2p_bytes_sent", "P2P bytes sent", "bytes"))
+COMPARED = (
+    ("wall_s", "wall", "s"),
+    ("compute_s", "compute", "s"),
+    ("transfer_s", "transfer", "s"),
+    ("idle_s", "idle + overhead", "s"),
+    ("task_thread_s", "task thread time", "s"),
+    ("bytes_moved", "bytes moved", "bytes"),
+    ("transfers", "transfers", "count"),
+    ("bandwidth_bytes_per_s", "bandwidth", "bytes/s"),
+    ("transfer_share", "transfer share", "ratio"),
+    ("p2p_bytes_sent", "P2P bytes sent", "bytes"),
+)
 
 
 def compare(a: str | os.PathLike, b: str | os.PathLike) -> dict[str, Any]:
@@ -270,14 +371,18 @@ def compare(a: str | os.PathLike, b: str | os.PathLike) -> dict[str, Any]:
     (da, ra), (db, rb) = _read(a), _read(b)
     va, vb = ra.get("schema_version"), rb.get("schema_version")
     if va != vb:
-        raise UserError(f"'{da}' is trace schema version {va!r} but '{db}' is version {vb!r}",
-                        "compare traces written by the same gpuscale version")
+        raise UserError(
+            f"'{da}' is trace schema version {va!r} but '{db}' is version {vb!r}",
+            "compare traces written by the same gpuscale version",
+        )
     sa, sb = _validate(da, ra), _validate(db, rb)
     rows = []
     for key, label, unit in COMPARED:
         x, y = getattr(sa, key), getattr(sb, key)
         ratio = y / x if x and y is not None else None
         rows.append({"metric": key, "label": label, "unit": unit, "a": x, "b": y, "ratio": ratio})
-    about = {k: [getattr(sa, k), getattr(sb, k)]
-             for k in ("workload", "backend", "family", "protocol", "workers", "threads", "result_id")}
+    about = {
+        k: [getattr(sa, k), getattr(sb, k)]
+        for k in ("workload", "backend", "family", "protocol", "workers", "threads", "result_id")
+    }
     return {"a": str(da), "b": str(db), "schema_version": va, "about": about, "rows": rows}

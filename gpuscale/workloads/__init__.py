@@ -11,11 +11,38 @@ plugins by name); installed packages add workloads through the
 ``gpuscale.workloads`` entry-point group (an entry point names a :class:`Workload` subclass),
 and notebooks with the ``@gpuscale.workload`` decorator (:mod:`.decorator`).
 """
+
 from __future__ import annotations
 
-from .base import Check, Context, Output, Params, Validation, Workload, choices, describe, parameter_flags, value_kind
+from .base import (
+    Check,
+    Context,
+    Output,
+    Params,
+    Validation,
+    Workload,
+    choices,
+    describe,
+    parameter_flags,
+    value_kind,
+)
 from .registry import BUILTINS, get, names, readers, register, unregister
 
-__all__ = ["Check", "Context", "Output", "Params", "Validation", "Workload", "choices", "describe", "value_kind",
-           "parameter_flags", "BUILTINS", "get", "names", "readers", "register", "unregister"]
-
+__all__ = [
+    "Check",
+    "Context",
+    "Output",
+    "Params",
+    "Validation",
+    "Workload",
+    "choices",
+    "describe",
+    "value_kind",
+    "parameter_flags",
+    "BUILTINS",
+    "get",
+    "names",
+    "readers",
+    "register",
+    "unregister",
+]

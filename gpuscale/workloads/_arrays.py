@@ -3,6 +3,7 @@
 Validation never reuses the computation under test: references are NumPy on host copies
 (small sizes) or identities evaluated by a different route (large sizes), in float64.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -46,8 +47,15 @@ Uncapped, transpose_sum 7000^2 on 2 x 400 MB workers took 98 MB blocks and a wor
 killed at 95 % of its memory."""
 
 
-def plan_square_chunk(ctx: Context, given: int | None, rows: int, cols: int, itemsize: int,
-                      name: str = "chunk", minimum: int = 1) -> int:
+def plan_square_chunk(
+    ctx: Context,
+    given: int | None,
+    rows: int,
+    cols: int,
+    itemsize: int,
+    name: str = "chunk",
+    minimum: int = 1,
+) -> int:
     """Side of square chunks: the flag, else min(family chunk budget capped by worker memory,
     enough blocks for every thread), at least ``minimum``."""
     if given is not None:
@@ -57,11 +65,16 @@ def plan_square_chunk(ctx: Context, given: int | None, rows: int, cols: int, ite
     per_side = max(1, math.ceil(math.sqrt(ctx.total_threads)))
     by_threads = max(1, math.ceil(max(rows, cols) / per_side))
     side = max(min(by_bytes, by_threads), minimum)
-    return ctx.choose(name, side, "rule",
-                      f"min(sqrt({ctx.family.name} chunk budget {budget / MiB:.0f} MiB / "
-                      f"{itemsize} B) = {by_bytes}, {max(rows, cols)} / ceil(sqrt({ctx.total_threads} "
-                      f"threads)) = {by_threads})" + (f", at least {minimum}" if minimum > 1 else "")
-                      + (f" ({capped})" if capped else ""))
+    return ctx.choose(
+        name,
+        side,
+        "rule",
+        f"min(sqrt({ctx.family.name} chunk budget {budget / MiB:.0f} MiB / "
+        f"{itemsize} B) = {by_bytes}, {max(rows, cols)} / ceil(sqrt({ctx.total_threads} "
+        f"threads)) = {by_threads})"
+        + (f", at least {minimum}" if minimum > 1 else "")
+        + (f" ({capped})" if capped else ""),
+    )
 
 
 def plan_lanes(ctx: Context, given: int | None, lanes: int, lane_bytes: int, name: str) -> int:
@@ -72,10 +85,14 @@ def plan_lanes(ctx: Context, given: int | None, lanes: int, lane_bytes: int, nam
     by_bytes = max(1, budget // max(1, lane_bytes))
     by_threads = max(1, math.ceil(lanes / ctx.total_threads))
     n = min(by_bytes, by_threads, lanes)
-    return ctx.choose(name, n, "rule",
-                      f"min({ctx.family.name} chunk budget {budget / MiB:.0f} MiB / "
-                      f"{lane_bytes} B per lane = {by_bytes}, {lanes} lanes / {ctx.total_threads} "
-                      f"threads = {by_threads})" + (f" ({capped})" if capped else ""))
+    return ctx.choose(
+        name,
+        n,
+        "rule",
+        f"min({ctx.family.name} chunk budget {budget / MiB:.0f} MiB / "
+        f"{lane_bytes} B per lane = {by_bytes}, {lanes} lanes / {ctx.total_threads} "
+        f"threads = {by_threads})" + (f" ({capped})" if capped else ""),
+    )
 
 
 def uniform(seed: int, shape, chunks, dtype: str):
@@ -105,8 +122,9 @@ def max_error(got, ref, scale: float | None = None) -> float:
     return err / s if s > 0 else err
 
 
-def close(name: str, got, ref, tol: float, detail: str = "max |got - ref| / max |ref|",
-          scale: float | None = None) -> Check:
+def close(
+    name: str, got, ref, tol: float, detail: str = "max |got - ref| / max |ref|", scale: float | None = None
+) -> Check:
     err = max_error(got, ref, scale)
     return Check(name, err <= tol, err, tol, detail)
 
@@ -134,7 +152,7 @@ def mean_filter_reference(x: np.ndarray, size: int, rows=None, cols=None) -> np.
     out = np.zeros((i1 - i0, j1 - j0))
     for di in range(size):
         for dj in range(size):
-            out += padded[di:di + out.shape[0], dj:dj + out.shape[1]]
+            out += padded[di : di + out.shape[0], dj : dj + out.shape[1]]
     return out / (size * size)
 
 

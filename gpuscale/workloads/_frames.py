@@ -3,6 +3,7 @@
 pandas and dask.dataframe are imported where used: a workload's command is built (and its
 runner may be sent to a cluster) without them.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -23,17 +24,22 @@ FULL_CHECK_ROWS = 2_000_000
 """Frames up to this many rows are checked whole against pandas on the host."""
 
 
-def plan_partitions(ctx: Context, given: int | None, rows: int, row_bytes: int,
-                    name: str = "partitions") -> int:
+def plan_partitions(
+    ctx: Context, given: int | None, rows: int, row_bytes: int, name: str = "partitions"
+) -> int:
     if given is not None:
         return ctx.choose(name, given, "flag")
     budget, capped = ctx.capped(ctx.knobs.partition_bytes, PARTITION_COPIES, "partition")
     by_bytes = math.ceil(rows * row_bytes / budget)
     n = min(rows, max(by_bytes, ctx.total_threads))
-    return ctx.choose(name, n, "rule",
-                      f"max({rows:,} rows x {row_bytes} B / {ctx.family.name} partition budget "
-                      f"{budget / 2**20:.0f} MiB = {by_bytes}, "
-                      f"{ctx.total_threads} threads)" + (f" ({capped})" if capped else ""))
+    return ctx.choose(
+        name,
+        n,
+        "rule",
+        f"max({rows:,} rows x {row_bytes} B / {ctx.family.name} partition budget "
+        f"{budget / 2**20:.0f} MiB = {by_bytes}, "
+        f"{ctx.total_threads} threads)" + (f" ({capped})" if capped else ""),
+    )
 
 
 P2P_EXTRA_ROW_BYTES = 16
@@ -56,6 +62,7 @@ def p2p_shard_bytes(rows: int, row_bytes: int, ctx: Context) -> int:
     not write to disk)."""
     import dask
     from dask.utils import parse_bytes
+
     b = ctx.memory
     workers = max(1, (b.workers if b is not None and b.workers else None) or ctx.spec.workers or 1)
     shards = rows * (row_bytes + P2P_EXTRA_ROW_BYTES)
@@ -87,6 +94,7 @@ def from_partitions(make, rows: int, parts: int, ctx: Context, *extra):
     """A Dask DataFrame of ``parts`` partitions, each built on a worker by
     ``make((index, start, size, array_module, frame_module, *extra))``."""
     import dask.dataframe as dd
+
     fam = ctx.family
     args = partition_args(rows, parts, fam.array_module, fam.dataframe_module, *extra)
     meta = make((0, 0, 0, fam.array_module, fam.dataframe_module, *extra))
@@ -96,5 +104,6 @@ def from_partitions(make, rows: int, parts: int, ctx: Context, *extra):
 def host_frame(df) -> pd.DataFrame:
     """A pandas copy of a (computed) pandas or cuDF frame."""
     import pandas as pd
+
     df = to_host(df)
     return df if isinstance(df, pd.DataFrame) else pd.DataFrame(df)

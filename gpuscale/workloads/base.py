@@ -1,6 +1,7 @@
 """What a workload is: its parameters (:class:`Params`), the :class:`Context` it plans and runs
 in (choices recorded with their sources), the :class:`Workload` hooks, and the
 :class:`Validation` / :class:`Output` it returns."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,6 +16,7 @@ from ..errors import UserError, shown
 
 class Params(BaseModel):
     """Base for workload parameters: unknown names are errors, values are checked."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -30,6 +32,7 @@ class Check:
 @dataclasses.dataclass
 class Validation:
     """The outcome of checking a result against an independent reference."""
+
     method: str
     checks: list[Check]
     level: str | None = None
@@ -47,8 +50,11 @@ class Validation:
         return cls("not validated (--validate off)", [], "off")
 
     def to_dict(self) -> dict:
-        d = {"valid": self.valid, "method": self.method,
-             "checks": [dataclasses.asdict(c) for c in self.checks]}
+        d = {
+            "valid": self.valid,
+            "method": self.method,
+            "checks": [dataclasses.asdict(c) for c in self.checks],
+        }
         if self.level is not None:
             d["level"] = self.level
         return d
@@ -57,6 +63,7 @@ class Validation:
 @dataclasses.dataclass
 class Output:
     """What one timed run produced: Dask collections to persist, plus what it learned."""
+
     collections: dict[str, Any]
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -64,17 +71,18 @@ class Output:
 @dataclasses.dataclass
 class Context:
     """What a workload may know about where it runs."""
-    family: Any                       # backends.Family
-    spec: Any                         # cluster.ClusterSpec
-    client: Any = None                # distributed.Client (None while only planning)
+
+    family: Any  # backends.Family
+    spec: Any  # cluster.ClusterSpec
+    client: Any = None  # distributed.Client (None while only planning)
     choices: dict[str, dict] = dataclasses.field(default_factory=dict)
     decisions: dict[str, dict] = dataclasses.field(default_factory=dict)
     """Choices a route could only make at run time (from the data), by the same names as the
     planned ``choices`` they settle (e.g. svd's ``route``: planned "auto", decided "gram")."""
-    data: Any = None                  # the user's data (inputs.Source), None for generated data
-    validate: str | None = None       # off | fast | full; None: the workload's default
+    data: Any = None  # the user's data (inputs.Source), None for generated data
+    validate: str | None = None  # off | fast | full; None: the workload's default
     data_description: dict | None = None  # the record's ``data`` for user data (set by from_data)
-    memory: Any = None                # memory.Budget: what each worker has (None: unknown)
+    memory: Any = None  # memory.Budget: what each worker has (None: unknown)
 
     @property
     def knobs(self):
@@ -84,6 +92,7 @@ class Context:
     def total_threads(self) -> int:
         if self.client is not None:
             from ..cluster import workers
+
             info = workers(self.client)
             return max(1, sum(w.get("nthreads", 1) for w in info.values()))
         return max(1, (self.spec.workers or 1) * (self.spec.threads_per_worker or 1))
@@ -119,7 +128,7 @@ class Workload:
 
     name: ClassVar[str]
     description: ClassVar[str]
-    collection: ClassVar[str]          # "array" or "dataframe"
+    collection: ClassVar[str]  # "array" or "dataframe"
     Params: ClassVar[type[Params]]
     input_formats: ClassVar[tuple[str, ...]] = ()
     output_formats: ClassVar[tuple[str, ...]] = ()
@@ -216,11 +225,15 @@ class Workload:
             field = str(err["loc"][0]) if err["loc"] else "?"
             flag = "--" + field.replace("_", "-")
             if err["type"] == "extra_forbidden":
-                raise UserError(f"workload '{cls.name}' has no parameter {flag}",
-                                f"its parameters: {', '.join(parameter_flags(cls))}") from None
+                raise UserError(
+                    f"workload '{cls.name}' has no parameter {flag}",
+                    f"its parameters: {', '.join(parameter_flags(cls))}",
+                ) from None
             msg = err["msg"].removeprefix("Value error, ")
-            raise UserError(f"{cls.name} {flag}: {msg} (got {shown(err.get('input'))})",
-                            f"see `gpuscale workloads` for {cls.name}'s parameters") from None
+            raise UserError(
+                f"{cls.name} {flag}: {msg} (got {shown(err.get('input'))})",
+                f"see `gpuscale workloads` for {cls.name}'s parameters",
+            ) from None
         _check_sizes(cls.name, p)
         cls().check(p)
         return p
@@ -235,10 +248,17 @@ int64 on the way."""
 def _check_sizes(name: str, p) -> None:
     """Refuse a size past :data:`MAX_SIZE` in one line naming the flag."""
     for field, value in p:
-        if isinstance(value, int) and not isinstance(value, bool) and field != "seed" and abs(value) > MAX_SIZE:
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and field != "seed"
+            and abs(value) > MAX_SIZE
+        ):
             flag = "--" + field.replace("_", "-")
-            raise UserError(f"{name} {flag} {value} is beyond any machine (at most 2**53 = {MAX_SIZE})",
-                            f"use a smaller {flag}")
+            raise UserError(
+                f"{name} {flag} {value} is beyond any machine (at most 2**53 = {MAX_SIZE})",
+                f"use a smaller {flag}",
+            )
 
 
 def parameter_flags(cls) -> list[str]:
@@ -292,7 +312,9 @@ def describe(cls) -> dict:
     for fname, field in cls.Params.model_fields.items():
         ann = field.annotation
         params[fname.replace("_", "-")] = {
-            "default": field.default, "type": getattr(ann, "__name__", str(ann)).replace("typing.", ""),
-            "choices": choices(ann), "help": field.description or ""}
-    return {"name": cls.name, "collection": cls.collection, "description": cls.description,
-            "params": params}
+            "default": field.default,
+            "type": getattr(ann, "__name__", str(ann)).replace("typing.", ""),
+            "choices": choices(ann),
+            "help": field.description or "",
+        }
+    return {"name": cls.name, "collection": cls.collection, "description": cls.description, "params": params}

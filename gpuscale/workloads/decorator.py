@@ -81,6 +81,7 @@ in the ``gpuscale.workloads`` entry-point group::
 
 and ``gpuscale run twice_sum --backend gpu --n 20000`` works once the package is installed.
 """
+
 from __future__ import annotations
 
 import functools
@@ -102,8 +103,11 @@ _ALWAYS_RESERVED = frozenset({"workload", "help", "h"})  # the run's first argum
 
 def _keywords(fn) -> set[str]:
     """The named parameters of ``fn`` (not ``self``, not ``**params``)."""
-    return {name for name, prm in inspect.signature(fn).parameters.items()
-            if name != "self" and prm.kind not in (prm.VAR_POSITIONAL, prm.VAR_KEYWORD)}
+    return {
+        name
+        for name, prm in inspect.signature(fn).parameters.items()
+        if name != "self" and prm.kind not in (prm.VAR_POSITIONAL, prm.VAR_KEYWORD)
+    }
 
 
 @functools.cache
@@ -120,6 +124,7 @@ def reserved() -> frozenset[str]:
     no import circle (tests/test_layout.py)."""
     from .. import api, cli, config
     from ..runs.session import Session
+
     names = set(_ALWAYS_RESERVED) | set(config.KEYWORDS)
     for fn in (Session.run, Session.record, api.run, api.explain):
         names |= _keywords(fn)
@@ -128,26 +133,38 @@ def reserved() -> frozenset[str]:
         names.add(param.name)
         for opt in (*param.opts, *param.secondary_opts):
             if opt.startswith("--no-"):
-                opt = opt[len("--no-"):]
+                opt = opt[len("--no-") :]
             names.add(opt.lstrip("-").replace("-", "_"))
     return frozenset(names)
 
 
-
-
-def workload(name: str, *, params: type[BaseModel] | dict[str, Any] | None = None,
-             collection: str | None = None, description: str | None = None,
-             generate: Callable | None = None, validate: Callable | None = None,
-             check: Callable | None = None, plan: Callable | None = None,
-             estimate_bytes: Callable | None = None, describe_data: Callable | None = None,
-             replace: bool = False):
+def workload(
+    name: str,
+    *,
+    params: type[BaseModel] | dict[str, Any] | None = None,
+    collection: str | None = None,
+    description: str | None = None,
+    generate: Callable | None = None,
+    validate: Callable | None = None,
+    check: Callable | None = None,
+    plan: Callable | None = None,
+    estimate_bytes: Callable | None = None,
+    describe_data: Callable | None = None,
+    replace: bool = False,
+):
     """Register a function (the compute step) or a class as the workload ``name``.
 
     Returns the registered :class:`Workload` subclass. See the module docstring."""
     if not isinstance(name, str) or not name or name.startswith("-") or any(c.isspace() for c in name):
         raise UserError(f"a workload name must be a word, got {name!r}", "e.g. @gpuscale.workload('my_sum')")
-    given = {"generate": generate, "validate": validate, "check": check, "plan": plan,
-             "estimate_bytes": estimate_bytes, "describe_data": describe_data}
+    given = {
+        "generate": generate,
+        "validate": validate,
+        "check": check,
+        "plan": plan,
+        "estimate_bytes": estimate_bytes,
+        "describe_data": describe_data,
+    }
 
     def decorate(obj):
         if isinstance(obj, type) and issubclass(obj, Workload):
@@ -156,17 +173,30 @@ def workload(name: str, *, params: type[BaseModel] | dict[str, Any] | None = Non
             inst = obj()
             hooks = {h: getattr(inst, h) for h in HOOKS if callable(getattr(inst, h, None))}
             hooks.update({k: v for k, v in given.items() if v is not None})
-            cls = _from_hooks(name, hooks, params if params is not None else getattr(obj, "Params", None),
-                              collection or getattr(obj, "collection", None),
-                              description or getattr(obj, "description", None) or _first_line(obj),
-                              obj.__name__, obj.__module__)
+            cls = _from_hooks(
+                name,
+                hooks,
+                params if params is not None else getattr(obj, "Params", None),
+                collection or getattr(obj, "collection", None),
+                description or getattr(obj, "description", None) or _first_line(obj),
+                obj.__name__,
+                obj.__module__,
+            )
         elif callable(obj):
             hooks = {"compute": obj, **{k: v for k, v in given.items() if v is not None}}
-            cls = _from_hooks(name, hooks, params, collection, description or _first_line(obj),
-                              getattr(obj, "__name__", name), getattr(obj, "__module__", __name__))
+            cls = _from_hooks(
+                name,
+                hooks,
+                params,
+                collection,
+                description or _first_line(obj),
+                getattr(obj, "__name__", name),
+                getattr(obj, "__module__", __name__),
+            )
         else:
-            raise TypeError(f"@gpuscale.workload({name!r}) decorates a function or a class, "
-                            f"not {type(obj).__name__}")
+            raise TypeError(
+                f"@gpuscale.workload({name!r}) decorates a function or a class, not {type(obj).__name__}"
+            )
         return _register(cls, replace)
 
     return decorate
@@ -180,8 +210,10 @@ def _register(cls: type[Workload], replace: bool) -> type[Workload]:
     registry.load_builtins()
     old = registry.registered(cls.name)
     if old is not None and cls.name not in registry.DECORATED and not replace:
-        raise UserError(f"workload '{cls.name}' already exists ({old.__module__}.{old.__name__})",
-                        "choose another name, or pass replace=True to shadow it")
+        raise UserError(
+            f"workload '{cls.name}' already exists ({old.__module__}.{old.__name__})",
+            "choose another name, or pass replace=True to shadow it",
+        )
     registry.DECORATED.add(cls.name)
     return registry.register(cls)
 
@@ -213,18 +245,31 @@ def _from_workload_class(obj, name, params, collection, description):
 
 def _from_hooks(name, hooks, params, collection, description, qualname, module):
     if "compute" not in hooks:
-        raise TypeError(f"workload '{name}' has no compute step: decorate the compute function, or "
-                        "give the class a compute method")
+        raise TypeError(
+            f"workload '{name}' has no compute step: decorate the compute function, or "
+            "give the class a compute method"
+        )
     if "validate" not in hooks:
-        raise TypeError(f"workload '{name}' has no validate hook: gpuscale records only validated "
-                        "results; pass validate=fn (fn(result, data, p, ctx) -> bool / Check(s) / "
-                        "Validation)")
+        raise TypeError(
+            f"workload '{name}' has no validate hook: gpuscale records only validated "
+            "results; pass validate=fn (fn(result, data, p, ctx) -> bool / Check(s) / "
+            "Validation)"
+        )
     model = params_model(name, params if params is not None else {})
     _check_names(name, model)
-    return type(_camel(name), (FunctionWorkload,), {
-        "name": name, "description": description or name, "collection": _collection(name, collection),
-        "Params": model, "hooks": dict(hooks), "__module__": module, "__qualname__": qualname,
-    })
+    return type(
+        _camel(name),
+        (FunctionWorkload,),
+        {
+            "name": name,
+            "description": description or name,
+            "collection": _collection(name, collection),
+            "Params": model,
+            "hooks": dict(hooks),
+            "__module__": module,
+            "__qualname__": qualname,
+        },
+    )
 
 
 def _collection(name, collection) -> str:
@@ -243,10 +288,12 @@ def _check_names(name: str, model) -> None:
     if taken:
         listed = ", ".join(f"'{t}'" for t in taken)
         one = len(taken) == 1
-        raise UserError(f"workload '{name}': parameter {listed} {'is' if one else 'are'} gpuscale's own "
-                        f"keyword{'' if one else 's'} (Session.run / gpuscale.run / the run flags), so "
-                        f"{'it' if one else 'they'} could never be set",
-                        f"rename {'it' if one else 'them'} (e.g. '{taken[0]}' -> 'my_{taken[0]}')")
+        raise UserError(
+            f"workload '{name}': parameter {listed} {'is' if one else 'are'} gpuscale's own "
+            f"keyword{'' if one else 's'} (Session.run / gpuscale.run / the run flags), so "
+            f"{'it' if one else 'they'} could never be set",
+            f"rename {'it' if one else 'them'} (e.g. '{taken[0]}' -> 'my_{taken[0]}')",
+        )
 
 
 def params_model(name: str, params) -> type[Params]:
@@ -257,14 +304,17 @@ def params_model(name: str, params) -> type[Params]:
             return params
         return type(params.__name__, (params, Params), {"__module__": params.__module__})
     if not isinstance(params, dict):
-        raise TypeError(f"workload '{name}': params must be a dict or a pydantic model class, "
-                        f"not {type(params).__name__}")
+        raise TypeError(
+            f"workload '{name}': params must be a dict or a pydantic model class, not {type(params).__name__}"
+        )
     _check_names(name, params)  # before pydantic sees (and warns about) a name like `validate`
     fields: dict[str, Any] = {}
     for key, spec in params.items():
         if not isinstance(key, str) or not key.isidentifier():
-            raise UserError(f"workload '{name}': parameter name {key!r} is not an identifier",
-                            "use letters, digits and _ (it becomes --" + str(key).replace("_", "-") + ")")
+            raise UserError(
+                f"workload '{name}': parameter name {key!r} is not an identifier",
+                "use letters, digits and _ (it becomes --" + str(key).replace("_", "-") + ")",
+            )
         fields[key] = _field(name, key, spec)
     return create_model(f"{_camel(name)}Params", __base__=Params, **fields)
 
@@ -277,8 +327,10 @@ def _field(name: str, key: str, spec):
     if isinstance(spec, FieldInfo):
         default = spec.default
         if default is PydanticUndefined or default is None:
-            raise UserError(f"workload '{name}': parameter '{key}' needs a default to infer its type",
-                            f"write {key}=(type, Field(...)) or give the Field a default")
+            raise UserError(
+                f"workload '{name}': parameter '{key}' needs a default to infer its type",
+                f"write {key}=(type, Field(...)) or give the Field a default",
+            )
         return (type(default), spec)
     if isinstance(spec, tuple) and len(spec) in (2, 3) and _is_type(spec[0]):
         ann, default = spec[0], spec[1]
@@ -287,8 +339,10 @@ def _field(name: str, key: str, spec):
         help_ = spec[2] if len(spec) == 3 else ""
         return (ann, Field(default, description=help_))
     if spec is None:
-        raise UserError(f"workload '{name}': parameter '{key}' has default None, so its type is unknown",
-                        f"write {key}=(int | None, None) (or another type)")
+        raise UserError(
+            f"workload '{name}': parameter '{key}' has default None, so its type is unknown",
+            f"write {key}=(int | None, None) (or another type)",
+        )
     return (type(spec), Field(spec, description=""))
 
 
@@ -320,8 +374,9 @@ def as_validation(value, name: str) -> Validation:
     if isinstance(value, Check):
         return Validation(method, [value])
     if isinstance(value, dict):
-        return Validation(method, [v if isinstance(v, Check) else Check(str(k), bool(v))
-                                   for k, v in value.items()])
+        return Validation(
+            method, [v if isinstance(v, Check) else Check(str(k), bool(v)) for k, v in value.items()]
+        )
     if isinstance(value, (list, tuple)) and all(isinstance(c, Check) for c in value):
         return Validation(method, list(value))
     try:
@@ -329,8 +384,10 @@ def as_validation(value, name: str) -> Validation:
     except (TypeError, ValueError):
         ok = None
     if ok is None:
-        raise UserError(f"workload '{name}': validate returned {type(value).__name__}",
-                        "return a bool, a Check, a list of Checks, {name: bool} or a Validation")
+        raise UserError(
+            f"workload '{name}': validate returned {type(value).__name__}",
+            "return a bool, a Check, a list of Checks, {name: bool} or a Validation",
+        )
     return Validation(method, [Check("validate", ok)])
 
 

@@ -13,6 +13,7 @@ length, ``TOL``):
   ``numpy.fft.fft`` on the host (one product per side checks every coefficient of every
   lane); ``SAMPLE_LANES`` random lanes recomputed with ``numpy.fft.fft`` on the host.
 """
+
 from __future__ import annotations
 
 import dask
@@ -31,10 +32,14 @@ SAMPLE_LANES = 4
 class FFTParams(Params):
     rows: PositiveInt = Field(2_000, description="rows of the array")
     cols: PositiveInt = Field(4_096, description="columns of the array")
-    axis: int = Field(1, description="axis to transform: 0 (down columns) or 1 (along rows); "
-                      "-1 and -2 count from the end")
-    chunk: PositiveInt | None = Field(None, description="lanes (rows for --axis 1, columns for "
-                                      "--axis 0) per chunk (default: from the backend's chunk size)")
+    axis: int = Field(
+        1, description="axis to transform: 0 (down columns) or 1 (along rows); -1 and -2 count from the end"
+    )
+    chunk: PositiveInt | None = Field(
+        None,
+        description="lanes (rows for --axis 1, columns for "
+        "--axis 0) per chunk (default: from the backend's chunk size)",
+    )
     dtype: Dtype = dtype_field()
     seed: int = seed_field()
 
@@ -55,10 +60,13 @@ class FFT(Workload):
 
     def check(self, p) -> None:
         from ..errors import UserError
+
         lanes = p.cols if p.axis == 0 else p.rows
         if p.chunk is not None and p.chunk > lanes:
-            raise UserError(f"fft --chunk {p.chunk} is more than the {lanes} lanes across --axis {p.axis}",
-                            f"use --chunk <= {lanes} (or leave it out)")
+            raise UserError(
+                f"fft --chunk {p.chunk} is more than the {lanes} lanes across --axis {p.axis}",
+                f"use --chunk <= {lanes} (or leave it out)",
+            )
 
     def plan(self, p, ctx: Context) -> None:
         n = p.cols if p.axis == 1 else p.rows
@@ -80,8 +88,12 @@ class FFT(Workload):
         return int(ctx.family.knobs.fft_work_copies * c * n * np.dtype(p.dtype).itemsize)
 
     def describe_data(self, p) -> dict:
-        return {"shape": [p.rows, p.cols], "dtype": p.dtype, "axis": p.axis,
-                "source": "generated, uniform [0, 1)"}
+        return {
+            "shape": [p.rows, p.cols],
+            "dtype": p.dtype,
+            "axis": p.axis,
+            "source": "generated, uniform [0, 1)",
+        }
 
     def generate(self, p, ctx: Context):
         c = ctx.choices["chunk"]["value"]
@@ -105,8 +117,11 @@ class FFT(Workload):
             return Validation("full reference (numpy.fft.fft on a host copy)", checks)
         x64 = x.astype(np.float64)
         energy_X, energy_x, dc, lane_sums = dask.compute(
-            (abs(X.astype(np.complex128)) ** 2).sum(), (x64 ** 2).sum(),
-            X[:, 0] if p.axis == 1 else X[0, :], x64.sum(axis=p.axis))
+            (abs(X.astype(np.complex128)) ** 2).sum(),
+            (x64**2).sum(),
+            X[:, 0] if p.axis == 1 else X[0, :],
+            x64.sum(axis=p.axis),
+        )
         energy_X, energy_x = float(host(energy_X)), float(host(energy_x))
         rel = abs(energy_X - n * energy_x) / (n * energy_x) if energy_x else abs(energy_X)
         checks.append(Check("Parseval: sum |X|^2 = N sum |x|^2", rel <= tol, rel, tol, "relative difference"))
@@ -120,16 +135,26 @@ class FFT(Workload):
             xv, ref_xv = dask.compute(X.astype(np.complex128) @ vb, x64 @ fvb)
         else:
             xv, ref_xv = dask.compute(vb @ X.astype(np.complex128), fvb @ x64)
-        checks.append(close("X v = x (F v) for a random v, every lane", host(xv), host(ref_xv), tol,
-                            "max |Xv - x Fv| / (sqrt(N) max |x| sum |v|)", scale * np.abs(v).sum()))
+        checks.append(
+            close(
+                "X v = x (F v) for a random v, every lane",
+                host(xv),
+                host(ref_xv),
+                tol,
+                "max |Xv - x Fv| / (sqrt(N) max |x| sum |v|)",
+                scale * np.abs(v).sum(),
+            )
+        )
         lanes = x.shape[1 - p.axis]
-        pick = np.sort(np.random.default_rng(p.seed + 5).choice(lanes, size=min(lanes, SAMPLE_LANES),
-                                                                replace=False))
+        pick = np.sort(
+            np.random.default_rng(p.seed + 5).choice(lanes, size=min(lanes, SAMPLE_LANES), replace=False)
+        )
         if p.axis == 1:
             xs, Xs = dask.compute(x[pick, :], X[pick, :])
         else:
             xs, Xs = dask.compute(x[:, pick], X[:, pick])
         ref = np.fft.fft(host(xs).astype(np.float64), axis=p.axis)
         checks.append(close(f"{len(pick)} sampled lanes vs numpy.fft.fft", host(Xs), ref, tol, detail, scale))
-        return Validation("Parseval + zero frequency = lane sums + X v = x (F v) + sampled lanes "
-                          "(numpy.fft.fft)", checks)
+        return Validation(
+            "Parseval + zero frequency = lane sums + X v = x (F v) + sampled lanes (numpy.fft.fft)", checks
+        )

@@ -21,6 +21,7 @@ groups must be the result's, any ``count`` must not exceed them; and a seeded sa
 compared. ``--validate full`` recomputes the whole result with pandas on the host (when the
 frame fits in host memory). ``--validate off`` skips validation.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -60,16 +61,23 @@ tree's own combines, a worker's peak was within this estimate)."""
 class GroupbyParams(Params):
     rows: PositiveInt = Field(2_000_000, description="rows of the frame")
     keys: PositiveInt = Field(10_000, description="distinct keys (cardinality), at most rows")
-    partitions: PositiveInt | None = Field(None, description="partitions (default: from the "
-                                           "backend's partition size and the cluster's threads)")
+    partitions: PositiveInt | None = Field(
+        None, description="partitions (default: from the backend's partition size and the cluster's threads)"
+    )
     split_out: Union[Literal["auto"], PositiveInt] = Field(
-        "auto", description="result partitions (auto: 1 when the result fits the budget)")
+        "auto", description="result partitions (auto: 1 when the result fits the budget)"
+    )
     seed: int = Field(0, description="random seed")
-    by: Optional[list[str]] = Field(None, description="with --input: column(s) to group by, e.g. "
-                                    "--by store or --by store,day (a ',' in a name: \\,)")
+    by: Optional[list[str]] = Field(
+        None,
+        description="with --input: column(s) to group by, e.g. "
+        "--by store or --by store,day (a ',' in a name: \\,)",
+    )
     agg: Optional[dict[str, list[str]]] = Field(
-        None, description="with --input: aggregations per column, e.g. --agg 'price:mean,max;qty:sum'; "
-                           "a ';' in a column name is written \\; (--agg 'a\\;b:sum'), a backslash \\\\")
+        None,
+        description="with --input: aggregations per column, e.g. --agg 'price:mean,max;qty:sum'; "
+        "a ';' in a column name is written \\; (--agg 'a\\;b:sum'), a backslash \\\\",
+    )
 
     @field_validator("by", mode="before")
     @classmethod
@@ -93,11 +101,13 @@ def make_partition(args):
     xp = importlib.import_module(array_module)
     lib = importlib.import_module(frame_module)
     rs = xp.random.RandomState(seed * 1_000_003 + i)
-    return lib.DataFrame({
-        "key": rs.randint(0, keys, size=n, dtype="int64"),
-        "int64": rs.randint(0, 1_000_000, size=n, dtype="int64"),
-        "float64": rs.random_sample(n),
-    })
+    return lib.DataFrame(
+        {
+            "key": rs.randint(0, keys, size=n, dtype="int64"),
+            "int64": rs.randint(0, 1_000_000, size=n, dtype="int64"),
+            "float64": rs.random_sample(n),
+        }
+    )
 
 
 @register
@@ -114,23 +124,37 @@ class Groupby(Workload):
 
     def check(self, p) -> None:
         if p.keys > p.rows:
-            raise UserError(f"--keys {p.keys} > --rows {p.rows}: there cannot be more groups than rows",
-                            "make --keys at most --rows")
+            raise UserError(
+                f"--keys {p.keys} > --rows {p.rows}: there cannot be more groups than rows",
+                "make --keys at most --rows",
+            )
         if p.partitions is not None and p.partitions > p.rows:
-            raise UserError(f"--partitions {p.partitions} > --rows {p.rows}",
-                            "use at most one partition per row")
+            raise UserError(
+                f"--partitions {p.partitions} > --rows {p.rows}", "use at most one partition per row"
+            )
 
     def plan(self, p, ctx: Context) -> None:
         from ..routes import dataframe as routes
+
         if ctx.data is not None:
             return self._plan_input(p, ctx)
         plan_partitions(ctx, p.partitions, p.rows, ROW_BYTES)
         # generated data: keys and rows are known, so the whole plan is made here (and
         # `gpuscale explain` shows it); compute() makes the same plan and records it again
-        _record_plan(ctx, p, routes.decide_groupby(
-            groups=p.keys, rows=p.rows, npartitions=ctx.choices["partitions"]["value"],
-            width=1 + sum(len(a) for a in AGG.values()), decomposable=True, family=ctx.family,
-            split_out=p.split_out, **_room(p, ctx)))
+        _record_plan(
+            ctx,
+            p,
+            routes.decide_groupby(
+                groups=p.keys,
+                rows=p.rows,
+                npartitions=ctx.choices["partitions"]["value"],
+                width=1 + sum(len(a) for a in AGG.values()),
+                decomposable=True,
+                family=ctx.family,
+                split_out=p.split_out,
+                **_room(p, ctx),
+            ),
+        )
 
     def estimate_bytes(self, p, ctx: Context) -> int:
         return sum(self.estimate_memory(p, ctx).values())
@@ -153,15 +177,22 @@ class Groupby(Workload):
         parts = ctx.choices.get("partitions", {}).get("value") or 1
         inter = min(data, result * parts) if strategy == "tree" else data
         full = _full_check(p, ctx)
-        return {"inputs": data, "intermediates": inter, "results": result, "validation": 2 * data if full else 0}
+        return {
+            "inputs": data,
+            "intermediates": inter,
+            "results": result,
+            "validation": 2 * data if full else 0,
+        }
 
     def streams(self, p, ctx: Context) -> str | None:
         if ctx.data is not None or ctx.choices.get("groupby_strategy", {}).get("value") != "tree":
             return None  # the user's data is read once and held; other plans hold the frame's rows
-        return ("the frame is generated partition by partition from its seed, and the tree plan "
-                "aggregates each partition as it is made: every pass (each timed repeat, the "
-                "validation) makes its partitions again and holds only their partials; the "
-                "timings include making them")
+        return (
+            "the frame is generated partition by partition from its seed, and the tree plan "
+            "aggregates each partition as it is made: every pass (each timed repeat, the "
+            "validation) makes its partitions again and holds only their partials; the "
+            "timings include making them"
+        )
 
     def stream_block_bytes(self, p, ctx: Context) -> int:
         parts = ctx.choices.get("partitions", {}).get("value")
@@ -177,21 +208,42 @@ class Groupby(Workload):
         return max(int(PARTITION_COPIES * p.rows * ROW_BYTES / parts), combine_bytes(p, ctx))
 
     def describe_data(self, p) -> dict:
-        return {"rows": p.rows, "columns": {"key": "int64", "int64": "int64", "float64": "float64"},
-                "source": f"generated, {p.keys:,} keys"}
+        return {
+            "rows": p.rows,
+            "columns": {"key": "int64", "int64": "int64", "float64": "float64"},
+            "source": f"generated, {p.keys:,} keys",
+        }
 
     def generate(self, p, ctx: Context):
-        return from_partitions(make_partition, p.rows, ctx.choices["partitions"]["value"], ctx, p.keys, p.seed)
+        return from_partitions(
+            make_partition, p.rows, ctx.choices["partitions"]["value"], ctx, p.keys, p.seed
+        )
 
     def compute(self, data, p, ctx: Context) -> Output:
         from ..routes import dataframe as routes
+
         if isinstance(data, dict):  # the user's frame, with its rows and estimated groups
-            res = routes.groupby_agg(data["df"], p.by, p.agg, groups=data["groups"], rows=data["rows"],
-                                     split_out=p.split_out, family=ctx.family,
-                                     **_room_for(data.get("bytes"), ctx))
+            res = routes.groupby_agg(
+                data["df"],
+                p.by,
+                p.agg,
+                groups=data["groups"],
+                rows=data["rows"],
+                split_out=p.split_out,
+                family=ctx.family,
+                **_room_for(data.get("bytes"), ctx),
+            )
         else:
-            res = routes.groupby_agg(data, "key", AGG, groups=p.keys, rows=p.rows, split_out=p.split_out,
-                                     family=ctx.family, **_room(p, ctx))
+            res = routes.groupby_agg(
+                data,
+                "key",
+                AGG,
+                groups=p.keys,
+                rows=p.rows,
+                split_out=p.split_out,
+                family=ctx.family,
+                **_room(p, ctx),
+            )
         _record_plan(ctx, p, res.plan)
         return Output({"result": res.result}, {"plan": res.plan.to_dict()})
 
@@ -204,6 +256,7 @@ class Groupby(Workload):
             checks: list[Check] = []
             if level == "full":
                 from ..data.inputs import host_fits
+
                 host_fits(self.host_bytes(p), "a pandas copy of the frame")
             frame = _host_frame(data.compute())
             ref = frame.groupby("key").agg(AGG)
@@ -214,11 +267,16 @@ class Groupby(Workload):
         # one task compares the counts where they are (on the device for cuDF): only scalars
         # and the sampled groups come back (10 partitions of 100 M rows on an H200: 11 tasks
         # instead of 35).
-        sample = [int(k) for k in np.sort(np.random.default_rng(p.seed + 11).choice(
-            p.keys, size=_sample_size(p, ctx), replace=False))]
+        sample = [
+            int(k)
+            for k in np.sort(
+                np.random.default_rng(p.seed + 11).choice(p.keys, size=_sample_size(p, ctx), replace=False)
+            )
+        ]
         fan = ctx.choices.get("split_every", {}).get("value") or ctx.knobs.split_every or 8
-        rows, n_got, n_counts, total, same, picked, subset = _sampled_check(data, out.collections["result"], sample,
-                                                                            fan)
+        rows, n_got, n_counts, total, same, picked, subset = _sampled_check(
+            data, out.collections["result"], sample, fan
+        )
         checks: list[Check] = [Check("counts sum to rows", total == rows == p.rows, total, p.rows)]
         checks.append(Check("every group's count = value_counts(key)", same, n_got, n_counts))
         ref = _host_frame(subset).groupby("key").agg(AGG)
@@ -232,19 +290,26 @@ class Groupby(Workload):
 
     def check_input(self, p, source) -> None:
         from ..routes import dataframe as routes
+
         if not p.by or not p.agg:
             missing = " and ".join(f for f, v in (("--by", p.by), ("--agg", p.agg)) if not v)
             cols = ", ".join(map(str, source.meta.columns))
-            raise UserError(f"groupby on your own data needs {missing} (columns: {cols})",
-                            f"e.g. --by COLUMN {AGG_EXAMPLE} (API: by=..., agg={{column: [aggs]}})")
+            raise UserError(
+                f"groupby on your own data needs {missing} (columns: {cols})",
+                f"e.g. --by COLUMN {AGG_EXAMPLE} (API: by=..., agg={{column: [aggs]}})",
+            )
         routes.check_columns(source.meta, p.by, p.agg, where=source.label)
 
     def _plan_input(self, p, ctx: Context) -> None:
         src = ctx.data
         if src.format == "csv":
-            ctx.choose("csv_blocksize", ctx.knobs.partition_bytes, "family",
-                       f"{ctx.family.name} partition budget {ctx.knobs.partition_bytes / 2**20:.0f} MiB "
-                       "per CSV block")
+            ctx.choose(
+                "csv_blocksize",
+                ctx.knobs.partition_bytes,
+                "family",
+                f"{ctx.family.name} partition budget {ctx.knobs.partition_bytes / 2**20:.0f} MiB "
+                "per CSV block",
+            )
 
     def from_data(self, source, p, ctx: Context):
         import dask
@@ -252,14 +317,22 @@ class Groupby(Workload):
 
         from ..data import inputs
         from ..routes import dataframe as routes
+
         notes: list[str] = []
         df = inputs.open_source(source, ctx.family, partition_bytes=ctx.knobs.partition_bytes)
-        if source.format == "dask" and source.chunk_type and \
-                source.chunk_type.split(".")[0] != ctx.family.dataframe_module:
-            notes.append(f"moved {source.chunk_type} partitions to {ctx.family.dataframe_module} "
-                         f"(the session's {ctx.family.name} family)")
+        if (
+            source.format == "dask"
+            and source.chunk_type
+            and source.chunk_type.split(".")[0] != ctx.family.dataframe_module
+        ):
+            notes.append(
+                f"moved {source.chunk_type} partitions to {ctx.family.dataframe_module} "
+                f"(the session's {ctx.family.name} family)"
+            )
         routes.check_columns(df, p.by, p.agg, where=source.label)
-        df = ctx.client.persist(routes.ready_to_persist(df))  # read once: the estimate and every repeat use it
+        df = ctx.client.persist(
+            routes.ready_to_persist(df)
+        )  # read once: the estimate and every repeat use it
         try:
             wait(df)
             count, how = routes.count_groups(df, p.by)
@@ -269,16 +342,25 @@ class Groupby(Workload):
                 raise
             raise inputs.unreadable(source.path, source.format, e) from None
         rows, groups = int(rows), max(1, min(int(rows), int(round(float(groups)))))
-        ctx.choose("partitions", df.npartitions, "data",
-                   "your DataFrame's partitions" if source.path is None else
-                   f"Dask's {inputs.FORMAT_NAMES[source.format]} reader")
+        ctx.choose(
+            "partitions",
+            df.npartitions,
+            "data",
+            "your DataFrame's partitions"
+            if source.path is None
+            else f"Dask's {inputs.FORMAT_NAMES[source.format]} reader",
+        )
         ctx.choose("groups", groups, "estimated", f"{how} of the group-by key(s), one pass over the data")
         if ctx.validate == "full":
             nbytes = source.nbytes or int(df.memory_usage(deep=True).sum().compute())
             inputs.host_fits(3 * nbytes, source.label)
         desc = source.describe()
-        desc.update(rows=rows, partitions=df.npartitions, columns=source.columns,
-                    chunk_type=inputs.type_name(df._meta))  # what the workers hold, as read
+        desc.update(
+            rows=rows,
+            partitions=df.npartitions,
+            columns=source.columns,
+            chunk_type=inputs.type_name(df._meta),
+        )  # what the workers hold, as read
         if notes:
             desc["notes"] = notes
         ctx.data_description = desc
@@ -319,6 +401,7 @@ def _sampled_check(data, result, sample: list[int], fan: int = 8):
     never holds more than ``fan`` partitions' counts), ``_verdict`` once."""
     from dask.base import tokenize
     from dask.delayed import Delayed
+
     dsk, dkeys = locality.graph_and_keys(data)
     rdsk, rkeys = locality.graph_and_keys(result)
     dsk.update(rdsk)
@@ -330,7 +413,7 @@ def _sampled_check(data, result, sample: list[int], fan: int = 8):
     fan, level = max(2, fan), 0
     while len(facts) > fan:
         level += 1
-        groups = [facts[i:i + fan] for i in range(0, len(facts), fan)]
+        groups = [facts[i : i + fan] for i in range(0, len(facts), fan)]
         facts = []
         for i, g in enumerate(groups):
             dsk[(f"{name}-merge-{level}", i)] = (_merge_facts, g)
@@ -349,20 +432,35 @@ def _merge_facts(facts):
     """Runs on a worker: several partitions' facts as one (rows summed, counts per key summed,
     sampled rows concatenated)."""
     from dask.dataframe.dispatch import concat
-    return (sum(f[0] for f in facts), concat([f[1] for f in facts]).groupby(level=0).sum(),
-            concat([f[2] for f in facts]))
+
+    return (
+        sum(f[0] for f in facts),
+        concat([f[1] for f in facts]).groupby(level=0).sum(),
+        concat([f[2] for f in facts]),
+    )
 
 
 def _verdict(facts, result_parts, sample):
     """Runs on a worker, on the chunk library (pandas or cuDF): see :func:`_sampled_check`."""
     from dask.dataframe.dispatch import concat
+
     result = concat(list(result_parts)) if len(result_parts) > 1 else result_parts[0]
     counts = concat([f[1] for f in facts]).groupby(level=0).sum().sort_index()
     got = result[("int64", "count")].sort_index()
-    same = len(got) == len(counts) and bool((got.index == counts.index).all()) and \
-        bool((got.values == counts.values).all())
-    return (int(sum(f[0] for f in facts)), len(got), len(counts), int(got.sum()), bool(same),
-            _rows_of(result, sample), concat([f[2] for f in facts]))
+    same = (
+        len(got) == len(counts)
+        and bool((got.index == counts.index).all())
+        and bool((got.values == counts.values).all())
+    )
+    return (
+        int(sum(f[0] for f in facts)),
+        len(got),
+        len(counts),
+        int(got.sum()),
+        bool(same),
+        _rows_of(result, sample),
+        concat([f[2] for f in facts]),
+    )
 
 
 def _rows_of(frame, keys):
@@ -393,7 +491,9 @@ def _room_for(nbytes: int | None, ctx: Context) -> dict[str, int | None]:
     hold one partition at a time. With it, the workers' threads (one-thread workers take the
     per-worker plan whatever the share of groups)."""
     b = ctx.memory
-    threads = (b.threads if b is not None and b.workers else None) or getattr(ctx.spec, "threads_per_worker", None)
+    threads = (b.threads if b is not None and b.workers else None) or getattr(
+        ctx.spec, "threads_per_worker", None
+    )
     out: dict[str, int | None] = {"threads": threads} if threads else {}
     if b is None or not b.workers or not nbytes:
         return out
@@ -405,13 +505,23 @@ def _record_plan(ctx: Context, p, plan) -> None:
     given = p.split_out != "auto"
     ctx.choose("groupby_strategy", plan.strategy, "flag" if given else "rule", plan.reason)
     ctx.choose("split_out", plan.split_out, "flag" if given else "rule", None if given else plan.reason)
-    ctx.choose("shuffle_method", plan.shuffle_method, "rule" if plan.split_out > 1 else "family",
-               f"no shuffle: split_out=1 ({plan.strategy})" if plan.split_out == 1 else
-               f"{ctx.family.name} family's shuffle for split_out={plan.split_out}")
-    ctx.choose("split_every", plan.split_every, "family",
-               f"{ctx.family.name} fan-in {ctx.knobs.split_every}" if ctx.knobs.split_every else
-               f"{ctx.family.name}: all partials in one combine (max(2, {ctx.choices['partitions']['value']} "
-               "partitions))")
+    ctx.choose(
+        "shuffle_method",
+        plan.shuffle_method,
+        "rule" if plan.split_out > 1 else "family",
+        f"no shuffle: split_out=1 ({plan.strategy})"
+        if plan.split_out == 1
+        else f"{ctx.family.name} family's shuffle for split_out={plan.split_out}",
+    )
+    ctx.choose(
+        "split_every",
+        plan.split_every,
+        "family",
+        f"{ctx.family.name} fan-in {ctx.knobs.split_every}"
+        if ctx.knobs.split_every
+        else f"{ctx.family.name}: all partials in one combine (max(2, {ctx.choices['partitions']['value']} "
+        "partitions))",
+    )
 
 
 SAMPLE_RTOL = {"float64": 1e-9, "float32": 1e-3}
@@ -421,6 +531,7 @@ VAR_RTOL = {"float64": 1e-7, "float32": 1e-2}
 def _validate_user(out: Output, df, p, level: str) -> Validation:
     """Validation without a known answer (see the module docstring)."""
     import pandas as pd
+
     by, spec = p.by, p.agg
     key = by[0] if len(by) == 1 else by
     got = _host_frame(out.collections["result"].compute())
@@ -430,14 +541,24 @@ def _validate_user(out: Output, df, p, level: str) -> Validation:
         return Validation("full reference (pandas on the whole frame)", checks, "full")
     checks: list[Check] = []
     # an independent count of every group's rows
-    sizes = df[key].value_counts(split_out=1, sort=False) if len(by) == 1 else df.groupby(by).size(split_out=1)
+    sizes = (
+        df[key].value_counts(split_out=1, sort=False) if len(by) == 1 else df.groupby(by).size(split_out=1)
+    )
     keyed = df[by].dropna().shape[0]
     sizes, keyed, rows = dask.compute(sizes, keyed, df.shape[0])
     sizes = to_host(sizes).sort_index()
     total, keyed, rows = int(sizes.sum()), int(keyed), int(rows)
-    checks.append(Check("group counts sum to the rows", total == keyed, total, keyed,
-                        f"{rows - keyed} of {rows} rows have a missing key (not grouped)" if keyed != rows
-                        else "independent count (value_counts / groupby().size())"))
+    checks.append(
+        Check(
+            "group counts sum to the rows",
+            total == keyed,
+            total,
+            keyed,
+            f"{rows - keyed} of {rows} rows have a missing key (not grouped)"
+            if keyed != rows
+            else "independent count (value_counts / groupby().size())",
+        )
+    )
     same = _same_index(sizes.index, got.index)
     checks.append(Check("same groups as the independent count", same, len(got), len(sizes)))
     if same:
@@ -461,8 +582,9 @@ def _validate_user(out: Output, df, p, level: str) -> Validation:
     subset = _host_frame(df[mask].compute()) if n else _host_frame(df._meta)
     subset = subset.reset_index(drop=True)
     checks += _compare_frame(picked, subset, key, spec, f"{n} sampled groups", only=picked.index)
-    return Validation(f"all group counts (independent count) + {n} sampled groups recomputed with pandas",
-                      checks, "fast")
+    return Validation(
+        f"all group counts (independent count) + {n} sampled groups recomputed with pandas", checks, "fast"
+    )
 
 
 def _compare_frame(got: pd.DataFrame, frame: pd.DataFrame, key, spec, what: str, only=None) -> list[Check]:
@@ -470,6 +592,7 @@ def _compare_frame(got: pd.DataFrame, frame: pd.DataFrame, key, spec, what: str,
     aggregation: exact for counts, min, max, first, last and integer sums; floats relative to
     the group's scale (sum / mean of |x|, mean of x^2 for var and std)."""
     import pandas as pd
+
     ref = frame.groupby(key).agg(spec)
     if only is not None:
         ref = ref[ref.index.isin(only)]
@@ -499,10 +622,10 @@ def _compare_frame(got: pd.DataFrame, frame: pd.DataFrame, key, spec, what: str,
                 scale = xf.abs().groupby(groupers).agg(a)
                 tol = SAMPLE_RTOL[dt]
             else:  # var, std: compare variances against 2 mean(x^2)
-                scale = (xf ** 2).groupby(groupers).mean() * 2
+                scale = (xf**2).groupby(groupers).mean() * 2
                 tol = VAR_RTOL[dt]
                 if a == "std":
-                    g, r = g ** 2, r ** 2
+                    g, r = g**2, r**2
             scale = scale.reindex(ref.index).to_numpy(dtype=np.float64)
             diff = np.abs(g - r)
             diff[np.isnan(g) & np.isnan(r)] = 0.0

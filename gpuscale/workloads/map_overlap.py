@@ -12,6 +12,7 @@ tolerance by dtype on max |error|, ``TOL`` (pixels are in [0, 1)):
 * large: tiles that straddle chunk boundaries (where a halo bug shows) and the two corners
   (where the mirroring shows), each recomputed from its pixels plus the halo.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,8 +44,11 @@ BOUNDARY = "reflect"  # dask's "reflect" repeats the edge pixel (NumPy's "symmet
 class MapOverlapParams(Params):
     n: PositiveInt = Field(8_000, description="rows = columns of the image")
     size: PositiveInt = Field(5, description="odd window width; the halo is size // 2 pixels")
-    chunk: PositiveInt | None = Field(None, description="chunk side, at least the halo (default: "
-                                      "from the backend's chunk size and the cluster's threads)")
+    chunk: PositiveInt | None = Field(
+        None,
+        description="chunk side, at least the halo (default: "
+        "from the backend's chunk size and the cluster's threads)",
+    )
     dtype: Dtype = dtype_field()
     seed: int = seed_field()
 
@@ -52,18 +56,23 @@ class MapOverlapParams(Params):
     @classmethod
     def _odd(cls, v: int) -> int:
         if v % 2 == 0:
-            raise ValueError(f"the window width must be odd (a centre pixel plus a halo each side), "
-                             f"e.g. {v + 1}")
+            raise ValueError(
+                f"the window width must be odd (a centre pixel plus a halo each side), e.g. {v + 1}"
+            )
         return v
 
 
 def check_halo(workload: str, halo: int, chunk: int | None, n: int) -> None:
     if halo > n:
-        raise UserError(f"{workload}: the halo ({halo} pixels) is wider than the image ({n})",
-                        "use a smaller --size or a larger --n")
+        raise UserError(
+            f"{workload}: the halo ({halo} pixels) is wider than the image ({n})",
+            "use a smaller --size or a larger --n",
+        )
     if chunk is not None and halo > chunk:
-        raise UserError(f"{workload}: the halo ({halo} pixels) is wider than a chunk (--chunk {chunk})",
-                        f"use --chunk >= {halo} or a smaller --size")
+        raise UserError(
+            f"{workload}: the halo ({halo} pixels) is wider than a chunk (--chunk {chunk})",
+            f"use --chunk >= {halo} or a smaller --size",
+        )
 
 
 @register
@@ -80,8 +89,12 @@ class MapOverlap(UniformMatrix, Workload):
         halo = p.size // 2
         plan_square_chunk(ctx, p.chunk, p.n, p.n, np.dtype(p.dtype).itemsize, minimum=halo)
         ctx.choose("halo", halo, "rule", f"--size {p.size} // 2")
-        ctx.choose("overlap", "auto", "rule", "one padded task when the array is one chunk, else Dask's "
-                   "map_overlap (gpuscale.routes.overlap)")
+        ctx.choose(
+            "overlap",
+            "auto",
+            "rule",
+            "one padded task when the array is one chunk, else Dask's map_overlap (gpuscale.routes.overlap)",
+        )
 
     def estimate_bytes(self, p, ctx: Context) -> int:
         return sum(self.estimate_memory(p, ctx).values())
@@ -93,8 +106,11 @@ class MapOverlap(UniformMatrix, Workload):
         block's size, and the trimmed result is a view that keeps it whole. The one-chunk route
         pads inside its one task (no stored padded block)."""
         pad = padded_bytes(p, ctx)
-        return {"inputs": p.n * p.n * np.dtype(p.dtype).itemsize,
-                "intermediates": 0 if _one_chunk(p, ctx) else pad, "results": pad}
+        return {
+            "inputs": p.n * p.n * np.dtype(p.dtype).itemsize,
+            "intermediates": 0 if _one_chunk(p, ctx) else pad,
+            "results": pad,
+        }
 
     def task_bytes(self, p, ctx: Context) -> int:
         """One filter task's peak beyond the stored blocks: its output, a padded block
@@ -109,6 +125,7 @@ class MapOverlap(UniformMatrix, Workload):
 
     def compute(self, x, p, ctx: Context) -> Output:
         from ..routes import overlap
+
         route = overlap.map_overlap(x, uniform_filter, p.size // 2, BOUNDARY, x.dtype, size=p.size)
         ctx.decide("overlap", route.plan, "rule", route.reason)
         return Output({"result": route.result})
@@ -143,6 +160,7 @@ def validate_smoothing(y, x, size: int, tol: float, seed: int) -> Validation:
     tiles = boundary_tiles(x.shape, x.chunks, TILE, np.random.default_rng(seed + 9))
     for (i0, i1), (j0, j1) in tiles:
         ref = mean_filter_reference(x, size, (i0, i1), (j0, j1))
-        checks.append(close(f"tile [{i0}:{i1}, {j0}:{j1}]", host(y[i0:i1, j0:j1]), ref, tol, detail, scale=1.0))
-    return Validation("tiles across chunk boundaries and at the corners vs host float64 mean filter",
-                      checks)
+        checks.append(
+            close(f"tile [{i0}:{i1}, {j0}:{j1}]", host(y[i0:i1, j0:j1]), ref, tol, detail, scale=1.0)
+        )
+    return Validation("tiles across chunk boundaries and at the corners vs host float64 mean filter", checks)

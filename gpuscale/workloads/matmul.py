@@ -11,6 +11,7 @@ Validation (float64 reference; tolerance by dtype on max |error| / max |C|, ``TO
   the size of the summed terms); and ``SAMPLE_ROWS`` random rows of C against x[rows] @ y
   (each a vector-matrix product).
 """
+
 from __future__ import annotations
 
 import dask
@@ -27,8 +28,9 @@ SAMPLE_ROWS = 8
 
 class MatmulParams(Params):
     n: PositiveInt = Field(3_000, description="rows = columns of both matrices")
-    chunk: PositiveInt | None = Field(None, description="chunk side (default: from the backend's "
-                                      "chunk size and the cluster's threads)")
+    chunk: PositiveInt | None = Field(
+        None, description="chunk side (default: from the backend's chunk size and the cluster's threads)"
+    )
     dtype: Dtype = dtype_field()
     seed: int = seed_field()
 
@@ -51,8 +53,10 @@ class Matmul(Workload):
 
     def generate(self, p, ctx: Context):
         c = ctx.choices["chunk"]["value"]
-        return {"x": uniform(p.seed, (p.n, p.n), (c, c), p.dtype),
-                "y": uniform(p.seed + 1, (p.n, p.n), (c, c), p.dtype)}
+        return {
+            "x": uniform(p.seed, (p.n, p.n), (c, c), p.dtype),
+            "y": uniform(p.seed + 1, (p.n, p.n), (c, c), p.dtype),
+        }
 
     def compute(self, data, p, ctx: Context) -> Output:
         return Output({"result": data["x"] @ data["y"]})
@@ -68,10 +72,19 @@ class Matmul(Workload):
         rows = np.sort(rng.choice(p.n, size=min(p.n, SAMPLE_ROWS), replace=False))
         x64, y64 = x.astype(np.float64), y.astype(np.float64)
         cz, xyz, bound, c_rows, ref_rows = dask.compute(
-            c.astype(np.float64) @ zb, x64 @ (y64 @ zb), abs(x64) @ (abs(y64) @ azb), c[rows], x64[rows] @ y64)
+            c.astype(np.float64) @ zb, x64 @ (y64 @ zb), abs(x64) @ (abs(y64) @ azb), c[rows], x64[rows] @ y64
+        )
         # scale: |x| (|y| |z|), the size of the terms summed (rounding errors scale with it)
-        checks.append(close("Freivalds: C z = x (y z)", host(cz), host(xyz), tol,
-                            "max |Cz - x(yz)| / max |x| (|y| |z|)", float(host(bound).max())))
+        checks.append(
+            close(
+                "Freivalds: C z = x (y z)",
+                host(cz),
+                host(xyz),
+                tol,
+                "max |Cz - x(yz)| / max |x| (|y| |z|)",
+                float(host(bound).max()),
+            )
+        )
         checks.append(close(f"{len(rows)} sampled rows vs x[rows] @ y", host(c_rows), host(ref_rows), tol))
         method = "Freivalds' check (C z = x (y z), random z) + sampled rows"
         if p.n * p.n <= _arrays.FULL_CHECK_ELEMENTS:

@@ -18,6 +18,7 @@ Validation:
 * small (rows + right_rows <= ``FULL_CHECK_ROWS``): the whole result equals pandas'
   ``merge`` of host copies (rows compared after sorting by key, y).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -34,12 +35,18 @@ PRIMES = (1_000_003, 999_983, 998_244_353)
 
 
 class MergeParams(Params):
-    rows: PositiveInt = Field(2_000_000, description="rows of the left frame (its keys: 0..rows-1, once each)")
+    rows: PositiveInt = Field(
+        2_000_000, description="rows of the left frame (its keys: 0..rows-1, once each)"
+    )
     right_rows: PositiveInt | None = Field(None, description="rows of the right frame (default: --rows)")
-    match_fraction: float = Field(0.3, ge=0.0, le=1.0, description="fraction of right rows whose "
-                                  "key matches a left row, 0..1")
-    partitions: PositiveInt | None = Field(None, description="partitions of the left frame (default: "
-                                           "from the backend's partition size and the cluster's threads)")
+    match_fraction: float = Field(
+        0.3, ge=0.0, le=1.0, description="fraction of right rows whose key matches a left row, 0..1"
+    )
+    partitions: PositiveInt | None = Field(
+        None,
+        description="partitions of the left frame (default: "
+        "from the backend's partition size and the cluster's threads)",
+    )
     seed: int = Field(0, description="random seed")
 
 
@@ -78,19 +85,34 @@ class Merge(Workload):
 
     def check(self, p) -> None:
         from ..errors import UserError
+
         if p.partitions is not None and p.partitions > p.rows:
-            raise UserError(f"merge --partitions {p.partitions} > --rows {p.rows}",
-                            "use at most one partition per row")
+            raise UserError(
+                f"merge --partitions {p.partitions} > --rows {p.rows}", "use at most one partition per row"
+            )
 
     def plan(self, p, ctx: Context) -> None:
         left = plan_partitions(ctx, p.partitions, p.rows, ROW_BYTES, "partitions")
         right_rows = self.right_rows(p)
-        ctx.choose("right_partitions", max(1, min(right_rows, round(left * right_rows / p.rows))), "rule",
-                   "the left frame's partitions scaled by --right-rows / --rows")
-        ctx.choose("shuffle_method", ctx.knobs.shuffle_method, "family",
-                   "None: Dask's default" if ctx.knobs.shuffle_method is None else None)
-        ctx.choose("join", "auto", "rule", "one task (the library's own merge) when one worker with one thread is "
-                   "the whole cluster, else Dask's hash join (gpuscale.routes.dataframe.merge)")
+        ctx.choose(
+            "right_partitions",
+            max(1, min(right_rows, round(left * right_rows / p.rows))),
+            "rule",
+            "the left frame's partitions scaled by --right-rows / --rows",
+        )
+        ctx.choose(
+            "shuffle_method",
+            ctx.knobs.shuffle_method,
+            "family",
+            "None: Dask's default" if ctx.knobs.shuffle_method is None else None,
+        )
+        ctx.choose(
+            "join",
+            "auto",
+            "rule",
+            "one task (the library's own merge) when one worker with one thread is "
+            "the whole cluster, else Dask's hash join (gpuscale.routes.dataframe.merge)",
+        )
 
     def estimate_bytes(self, p, ctx: Context) -> int:
         return sum(self.estimate_memory(p, ctx).values())
@@ -110,8 +132,12 @@ class Merge(Workload):
         check = 2 * max(p.rows * ROW_BYTES, right * ROW_BYTES, result) if full else 0
         if not p2p(ctx):
             return {"peak": 4 * both, "validation": check}
-        return {"inputs": both, "shuffle_buffers": p2p_shard_bytes(p.rows + right, ROW_BYTES, ctx),
-                "results": result, "validation": check}
+        return {
+            "inputs": both,
+            "shuffle_buffers": p2p_shard_bytes(p.rows + right, ROW_BYTES, ctx),
+            "results": result,
+            "validation": check,
+        }
 
     def task_bytes(self, p, ctx: Context) -> int:
         """P2P: one transfer task's peak on the larger side's partitions
@@ -123,21 +149,36 @@ class Merge(Workload):
         return p2p_task_bytes(rows, ROW_BYTES)
 
     def describe_data(self, p) -> dict:
-        return {"left": {"rows": p.rows, "columns": {"key": "int64", "x": "int64"}},
-                "right": {"rows": self.right_rows(p), "columns": {"key": "int64", "y": "float64"}},
-                "source": f"generated, {p.match_fraction:g} of right keys match"}
+        return {
+            "left": {"rows": p.rows, "columns": {"key": "int64", "x": "int64"}},
+            "right": {"rows": self.right_rows(p), "columns": {"key": "int64", "y": "float64"}},
+            "source": f"generated, {p.match_fraction:g} of right keys match",
+        }
 
     def generate(self, p, ctx: Context):
         c = ctx.choices
         left = from_partitions(make_left, p.rows, c["partitions"]["value"], ctx, p.rows)
-        right = from_partitions(make_right, self.right_rows(p), c["right_partitions"]["value"], ctx,
-                                p.rows, p.match_fraction, p.seed)
+        right = from_partitions(
+            make_right,
+            self.right_rows(p),
+            c["right_partitions"]["value"],
+            ctx,
+            p.rows,
+            p.match_fraction,
+            p.seed,
+        )
         return {"left": left, "right": right}
 
     def compute(self, data, p, ctx: Context) -> Output:
         from ..routes import dataframe as gdf
-        route = gdf.merge(data["left"], data["right"], on="key", how="inner",
-                          shuffle_method=ctx.choices["shuffle_method"]["value"])
+
+        route = gdf.merge(
+            data["left"],
+            data["right"],
+            on="key",
+            how="inner",
+            shuffle_method=ctx.choices["shuffle_method"]["value"],
+        )
         ctx.decide("join", route.plan, "rule", route.reason)
         return Output({"result": route.result})
 
@@ -145,21 +186,39 @@ class Merge(Workload):
         res, left, right = out.collections["result"], data["left"], data["right"]
         right_rows = self.right_rows(p)
         matching = right[right["key"] < p.rows]
-        counts = dask.compute(res.shape[0], matching.shape[0], (res["x"] != res["key"] * 7 + 3).sum(),
-                              (res["key"] >= p.rows).sum(), res["y"].sum(), matching["y"].sum())
+        counts = dask.compute(
+            res.shape[0],
+            matching.shape[0],
+            (res["x"] != res["key"] * 7 + 3).sum(),
+            (res["key"] >= p.rows).sum(),
+            res["y"].sum(),
+            matching["y"].sum(),
+        )
         got_rows, expected_rows, bad_x, outside = (int(v) for v in counts[:4])
         y_res, y_ref = (float(v) for v in counts[4:])
-        checks = [Check("rows = right keys below --rows", got_rows == expected_rows, got_rows, expected_rows),
-                  Check("x = 7 key + 3 in every row (pairs the right left row)", bad_x == 0, bad_x, 0,
-                        "mismatching rows"),
-                  Check("every key is a left key", outside == 0, outside, 0, "rows with key >= --rows")]
+        checks = [
+            Check("rows = right keys below --rows", got_rows == expected_rows, got_rows, expected_rows),
+            Check(
+                "x = 7 key + 3 in every row (pairs the right left row)",
+                bad_x == 0,
+                bad_x,
+                0,
+                "mismatching rows",
+            ),
+            Check("every key is a left key", outside == 0, outside, 0, "rows with key >= --rows"),
+        ]
         rel = abs(y_res - y_ref) / max(abs(y_ref), 1e-300) if y_ref else abs(y_res)
         checks.append(Check("sum y = sum y of matching right rows", rel <= 1e-9, rel, 1e-9, "relative"))
         sigma = math.sqrt(max(p.match_fraction * (1 - p.match_fraction), 1e-12) / right_rows)
         frac = expected_rows / right_rows
-        checks.append(Check("matching fraction ~ --match-fraction (6 sigma)",
-                            abs(frac - p.match_fraction) <= 6 * sigma + 1e-12, frac,
-                            f"{p.match_fraction:g} +- {6 * sigma:.2g}"))
+        checks.append(
+            Check(
+                "matching fraction ~ --match-fraction (6 sigma)",
+                abs(frac - p.match_fraction) <= 6 * sigma + 1e-12,
+                frac,
+                f"{p.match_fraction:g} +- {6 * sigma:.2g}",
+            )
+        )
         method = "row count + per-row pairing (x = 7 key + 3) + sum of y"
         if p.rows + right_rows <= _frames.FULL_CHECK_ROWS:
             lh, rh = (host_frame(d.compute()) for d in (left, right))
@@ -173,8 +232,12 @@ class Merge(Workload):
 def _same_rows(got, ref) -> Check:
     cols = ["key", "x", "y"]
     if sorted(got.columns) != sorted(cols) or len(got) != len(ref):
-        return Check("same rows as pandas merge", False, f"{len(got)} rows, {list(got.columns)}",
-                     f"{len(ref)} rows, {cols}")
+        return Check(
+            "same rows as pandas merge",
+            False,
+            f"{len(got)} rows, {list(got.columns)}",
+            f"{len(ref)} rows, {cols}",
+        )
     a = got[cols].sort_values(["key", "y"]).to_numpy()
     b = ref[cols].sort_values(["key", "y"]).to_numpy()
     bad = int((a != b).any(axis=1).sum())

@@ -10,6 +10,7 @@ Validation (float64; tolerance by dtype on max |error| / max |reference|, ``TOL`
   different route from Dask's reduction tree; std = sqrt(E[x^2] - E[x]^2);
 * small (rows x cols <= ``FULL_CHECK_ELEMENTS``): also against NumPy on a host copy.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,10 +29,12 @@ class ReductionParams(Params):
     rows: PositiveInt = Field(10_000, description="rows of the array")
     cols: PositiveInt = Field(5_000, description="columns of the array")
     op: Literal["sum", "mean", "std"] = Field("sum", description="the reduction")
-    axis: int | None = Field(None, description="reduce along 0 or 1 (-2, -1 count from the end); "
-                             "default: the whole array")
-    chunk: PositiveInt | None = Field(None, description="chunk side (default: from the backend's "
-                                      "chunk size and the cluster's threads)")
+    axis: int | None = Field(
+        None, description="reduce along 0 or 1 (-2, -1 count from the end); default: the whole array"
+    )
+    chunk: PositiveInt | None = Field(
+        None, description="chunk side (default: from the backend's chunk size and the cluster's threads)"
+    )
     dtype: Dtype = dtype_field()
     seed: int = seed_field()
 
@@ -39,8 +42,10 @@ class ReductionParams(Params):
     @classmethod
     def _axis_in_range(cls, v):
         if v is not None and not -2 <= v <= 1:
-            raise ValueError(f"axis {v} is out of range for a 2-D array; use 0 or 1 (or -2, -1), "
-                             "or leave it out for the whole array")
+            raise ValueError(
+                f"axis {v} is out of range for a 2-D array; use 0 or 1 (or -2, -1), "
+                "or leave it out for the whole array"
+            )
         return None if v is None else v % 2
 
 
@@ -56,8 +61,11 @@ def _moments(b, axis=None):
 
 def host_moments(x, axis):
     """Per-block moments, brought to the host and added up there: (count, sum, sumsq)."""
-    chunks = ((3,), (1,) * x.numblocks[0] if axis in (None, 0) else x.chunks[0],
-              (1,) * x.numblocks[1] if axis in (None, 1) else x.chunks[1])
+    chunks = (
+        (3,),
+        (1,) * x.numblocks[0] if axis in (None, 0) else x.chunks[0],
+        (1,) * x.numblocks[1] if axis in (None, 1) else x.chunks[1],
+    )
     parts = host(x.map_blocks(_moments, axis=axis, new_axis=0, chunks=chunks, dtype=np.float64))
     count, total, squares = parts.sum(axis=(1, 2) if axis is None else 1 + axis)
     return count, total, squares
@@ -81,8 +89,12 @@ class Reduction(UniformMatrix, Workload):
 
     def plan(self, p, ctx: Context) -> None:
         plan_square_chunk(ctx, p.chunk, p.rows, p.cols, np.dtype(p.dtype).itemsize)
-        ctx.choose("split_every", ctx.knobs.split_every, "family",
-                   "None: Dask's default fan-in" if ctx.knobs.split_every is None else None)
+        ctx.choose(
+            "split_every",
+            ctx.knobs.split_every,
+            "family",
+            "None: Dask's default fan-in" if ctx.knobs.split_every is None else None,
+        )
 
     def estimate_bytes(self, p, ctx: Context) -> int:
         return sum(self.estimate_memory(p, ctx).values())
@@ -98,8 +110,11 @@ class Reduction(UniformMatrix, Workload):
         br, bc = math.ceil(rows / c), math.ceil(cols / c)
         kept = {None: 1, 0: cols, 1: rows}[p.axis]  # values of the result
         per_block = {None: 1, 0: min(c, cols), 1: min(c, rows)}[p.axis]
-        return {"inputs": rows * cols * np.dtype(p.dtype).itemsize,
-                "intermediates": br * bc * per_block * 3 * 8, "results": kept * 8}
+        return {
+            "inputs": rows * cols * np.dtype(p.dtype).itemsize,
+            "intermediates": br * bc * per_block * 3 * 8,
+            "results": kept * 8,
+        }
 
     def task_bytes(self, p, ctx: Context) -> int:
         """One task's temporaries, two float64 blocks: Dask's var/std chunk step

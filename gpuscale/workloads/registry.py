@@ -1,5 +1,6 @@
 """The registry of workloads: built-ins by name (imported one at a time), then the
 ``gpuscale.workloads`` entry points."""
+
 from __future__ import annotations
 
 import importlib
@@ -17,9 +18,20 @@ DECORATED: set[str] = set()
 """Names registered by ``@gpuscale.workload``: decorating one again replaces it."""
 _LOADED = False
 _BUILTINS_LOADED = False
-BUILTINS = {"svd": "svd", "groupby": "groupby", "transpose_sum": "transpose_sum", "matmul": "matmul",
-            "fft": "fft", "reduction": "reduction", "slice": "slicing", "map_overlap": "map_overlap",
-            "stencil": "stencil", "lombscargle": "lombscargle", "merge": "merge", "shuffle": "shuffle"}
+BUILTINS = {
+    "svd": "svd",
+    "groupby": "groupby",
+    "transpose_sum": "transpose_sum",
+    "matmul": "matmul",
+    "fft": "fft",
+    "reduction": "reduction",
+    "slice": "slicing",
+    "map_overlap": "map_overlap",
+    "stencil": "stencil",
+    "lombscargle": "lombscargle",
+    "merge": "merge",
+    "shuffle": "shuffle",
+}
 """Built-in workload name -> its module under ``gpuscale.workloads``. ``get(name)`` imports only
 that module: ``gpuscale run groupby`` does not pay for importing every workload's libraries
 (dask.array, SciPy-style kernels, ...), a second of a run against a running cluster.

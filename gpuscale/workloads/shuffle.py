@@ -14,6 +14,7 @@ Validation (per-partition statistics gathered from every output partition):
 * small (rows <= ``FULL_CHECK_ROWS``): the whole result, on the host, is sorted by key and
   holds exactly the input's (key, id) rows.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -37,10 +38,12 @@ KEY_SUM_RTOL = 1e-12
 
 class ShuffleParams(Params):
     rows: PositiveInt = Field(2_000_000, description="rows of the frame")
-    method: Literal["sort_values", "set_index"] = Field("sort_values", description="how to sort: "
-                                                       "sort_values('key') or set_index('key')")
-    partitions: PositiveInt | None = Field(None, description="partitions (default: from the "
-                                           "backend's partition size and the cluster's threads)")
+    method: Literal["sort_values", "set_index"] = Field(
+        "sort_values", description="how to sort: sort_values('key') or set_index('key')"
+    )
+    partitions: PositiveInt | None = Field(
+        None, description="partitions (default: from the backend's partition size and the cluster's threads)"
+    )
     seed: int = Field(0, description="random seed")
 
 
@@ -56,11 +59,16 @@ def partition_stats(part, on_index: bool) -> dict:
     """Small facts about one output partition (runs on a worker; pandas or cuDF)."""
     key = part.index.to_series() if on_index else part["key"]
     n = len(part)
-    return {"rows": n, "sorted": bool(key.is_monotonic_increasing),
-            "kmin": float(key.min()) if n else None, "kmax": float(key.max()) if n else None,
-            "key_sum": float(key.sum()) if n else 0.0,
-            "id_sum": int(part["id"].sum()) if n else 0,
-            "id_min": int(part["id"].min()) if n else None, "id_max": int(part["id"].max()) if n else None}
+    return {
+        "rows": n,
+        "sorted": bool(key.is_monotonic_increasing),
+        "kmin": float(key.min()) if n else None,
+        "kmax": float(key.max()) if n else None,
+        "key_sum": float(key.sum()) if n else 0.0,
+        "id_sum": int(part["id"].sum()) if n else 0,
+        "id_min": int(part["id"].min()) if n else None,
+        "id_max": int(part["id"].max()) if n else None,
+    }
 
 
 @register
@@ -72,15 +80,25 @@ class Shuffle(Workload):
 
     def check(self, p) -> None:
         if p.partitions is not None and p.partitions > p.rows:
-            raise UserError(f"shuffle --partitions {p.partitions} > --rows {p.rows}",
-                            "use at most one partition per row")
+            raise UserError(
+                f"shuffle --partitions {p.partitions} > --rows {p.rows}", "use at most one partition per row"
+            )
 
     def plan(self, p, ctx: Context) -> None:
         plan_partitions(ctx, p.partitions, p.rows, ROW_BYTES)
-        ctx.choose("shuffle_method", ctx.knobs.shuffle_method, "family",
-                   "None: Dask's default" if ctx.knobs.shuffle_method is None else None)
-        ctx.choose("sort", "auto", "rule", "one task (the library's own sort) when one worker with one thread is "
-                   "the whole cluster, else Dask's (gpuscale.routes.dataframe.sort)")
+        ctx.choose(
+            "shuffle_method",
+            ctx.knobs.shuffle_method,
+            "family",
+            "None: Dask's default" if ctx.knobs.shuffle_method is None else None,
+        )
+        ctx.choose(
+            "sort",
+            "auto",
+            "rule",
+            "one task (the library's own sort) when one worker with one thread is "
+            "the whole cluster, else Dask's (gpuscale.routes.dataframe.sort)",
+        )
 
     def estimate_bytes(self, p, ctx: Context) -> int:
         return sum(self.estimate_memory(p, ctx).values())
@@ -98,8 +116,12 @@ class Shuffle(Workload):
         check = 2 * data if full else 0
         if not p2p(ctx):
             return {"peak": TASK_ROUTE_COPIES * data, "validation": check}
-        return {"inputs": data, "shuffle_buffers": p2p_shard_bytes(p.rows, ROW_BYTES, ctx),
-                "results": data, "validation": check}
+        return {
+            "inputs": data,
+            "shuffle_buffers": p2p_shard_bytes(p.rows, ROW_BYTES, ctx),
+            "results": data,
+            "validation": check,
+        }
 
     def task_bytes(self, p, ctx: Context) -> int:
         """P2P: one transfer task's peak (:func:`gpuscale.workloads._frames.p2p_task_bytes`);
@@ -110,16 +132,21 @@ class Shuffle(Workload):
         return p2p_task_bytes(math.ceil(p.rows / parts), ROW_BYTES)
 
     def describe_data(self, p) -> dict:
-        return {"rows": p.rows, "columns": {"key": "float64", "id": "int64"},
-                "source": "generated, key uniform [0, 1)"}
+        return {
+            "rows": p.rows,
+            "columns": {"key": "float64", "id": "int64"},
+            "source": "generated, key uniform [0, 1)",
+        }
 
     def generate(self, p, ctx: Context):
         return from_partitions(make_partition, p.rows, ctx.choices["partitions"]["value"], ctx, p.seed)
 
     def compute(self, df, p, ctx: Context) -> Output:
         from ..routes import dataframe as gdf
-        route = gdf.sort(df, "key", index=p.method == "set_index",
-                         shuffle_method=ctx.choices["shuffle_method"]["value"])
+
+        route = gdf.sort(
+            df, "key", index=p.method == "set_index", shuffle_method=ctx.choices["shuffle_method"]["value"]
+        )
         ctx.decide("sort", route.plan, "rule", route.reason)
         return Output({"result": route.result})
 
@@ -129,10 +156,19 @@ class Shuffle(Workload):
         stats = dask.compute(*[dask.delayed(partition_stats)(d, on_index) for d in res.to_delayed()])
         key_sum = float(df["key"].sum().compute())
         full = [s for s in stats if s["rows"]]
-        checks = [Check("every partition sorted", all(s["sorted"] for s in full),
-                        sum(not s["sorted"] for s in full), 0, "unsorted partitions")]
+        checks = [
+            Check(
+                "every partition sorted",
+                all(s["sorted"] for s in full),
+                sum(not s["sorted"] for s in full),
+                0,
+                "unsorted partitions",
+            )
+        ]
         order = sum(a["kmax"] > b["kmin"] for a, b in zip(full, full[1:]))
-        checks.append(Check("partitions in order (max <= next min)", order == 0, order, 0, "overlapping pairs"))
+        checks.append(
+            Check("partitions in order (max <= next min)", order == 0, order, 0, "overlapping pairs")
+        )
         if on_index:
             divs = res.divisions
             known = res.known_divisions
@@ -141,17 +177,28 @@ class Shuffle(Workload):
                 # the sortedness check above is the whole contract
                 checks.append(Check("single partition: divisions not needed", True, "unknown", "-"))
             else:
-                inside = known and all(s["rows"] == 0 or (divs[i] <= s["kmin"] and s["kmax"] <= divs[i + 1])
-                                       for i, s in enumerate(stats))
-                checks.append(Check("divisions known and every partition inside its own", bool(inside),
-                                    str(known), "True"))
+                inside = known and all(
+                    s["rows"] == 0 or (divs[i] <= s["kmin"] and s["kmax"] <= divs[i + 1])
+                    for i, s in enumerate(stats)
+                )
+                checks.append(
+                    Check(
+                        "divisions known and every partition inside its own", bool(inside), str(known), "True"
+                    )
+                )
         rows = sum(s["rows"] for s in stats)
         checks.append(Check("rows", rows == p.rows, rows, p.rows))
         id_sum = sum(s["id_sum"] for s in stats)
         ids = (min((s["id_min"] for s in full), default=None), max((s["id_max"] for s in full), default=None))
         ok = id_sum == p.rows * (p.rows - 1) // 2 and ids == (0, p.rows - 1)
-        checks.append(Check("ids: 0..rows-1, sum rows(rows-1)/2", ok, f"{ids}, sum {id_sum}",
-                            f"(0, {p.rows - 1}), sum {p.rows * (p.rows - 1) // 2}"))
+        checks.append(
+            Check(
+                "ids: 0..rows-1, sum rows(rows-1)/2",
+                ok,
+                f"{ids}, sum {id_sum}",
+                f"(0, {p.rows - 1}), sum {p.rows * (p.rows - 1) // 2}",
+            )
+        )
         got_keys = sum(s["key_sum"] for s in stats)
         rel = abs(got_keys - key_sum) / abs(key_sum) if key_sum else abs(got_keys)
         checks.append(Check("key sum preserved", rel <= KEY_SUM_RTOL, rel, KEY_SUM_RTOL, "relative"))
@@ -165,7 +212,14 @@ class Shuffle(Workload):
             a = got[["key", "id"]].sort_values(["key", "id"]).to_numpy()
             b = host_frame(df.compute())[["key", "id"]].sort_values(["key", "id"]).to_numpy()
             bad = int((a != b).any(axis=1).sum()) if a.shape == b.shape else -1
-            checks.append(Check("same (key, id) rows as the input (pandas)", bad == 0, bad, 0,
-                                "mismatching rows (-1: row counts differ)"))
+            checks.append(
+                Check(
+                    "same (key, id) rows as the input (pandas)",
+                    bad == 0,
+                    bad,
+                    0,
+                    "mismatching rows (-1: row counts differ)",
+                )
+            )
             method = "full reference (host copies, pandas) + " + method
         return Validation(method, checks)

@@ -11,6 +11,7 @@ Validation (exact: a copy changes no value):
 * large: ``SAMPLES`` random elements of the result against the source elements at
   (i * step, j * col_step), fetched by point indexing (``vindex``) from the source.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,7 +22,16 @@ from pydantic import Field, PositiveInt
 
 from ..errors import UserError
 from . import Check, Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import SAMPLES, Dtype, UniformMatrix, dtype_field, host, plan_square_chunk, seed_field, shape_check
+from ._arrays import (
+    SAMPLES,
+    Dtype,
+    UniformMatrix,
+    dtype_field,
+    host,
+    plan_square_chunk,
+    seed_field,
+    shape_check,
+)
 
 
 class SliceParams(Params):
@@ -29,8 +39,9 @@ class SliceParams(Params):
     cols: PositiveInt = Field(5_000, description="columns of the array")
     step: PositiveInt = Field(3, description="take every step-th row")
     col_step: PositiveInt = Field(1, description="take every col-step-th column")
-    chunk: PositiveInt | None = Field(None, description="chunk side (default: from the backend's "
-                                      "chunk size and the cluster's threads)")
+    chunk: PositiveInt | None = Field(
+        None, description="chunk side (default: from the backend's chunk size and the cluster's threads)"
+    )
     dtype: Dtype = dtype_field()
     seed: int = seed_field()
 
@@ -55,17 +66,19 @@ class Slice(UniformMatrix, Workload):
 
     def check(self, p) -> None:
         if p.step > p.rows:
-            raise UserError(f"slice --step {p.step} is larger than --rows {p.rows}",
-                            f"use --step <= {p.rows}")
+            raise UserError(
+                f"slice --step {p.step} is larger than --rows {p.rows}", f"use --step <= {p.rows}"
+            )
         if p.col_step > p.cols:
-            raise UserError(f"slice --col-step {p.col_step} is larger than --cols {p.cols}",
-                            f"use --col-step <= {p.cols}")
+            raise UserError(
+                f"slice --col-step {p.col_step} is larger than --cols {p.cols}", f"use --col-step <= {p.cols}"
+            )
 
     def plan(self, p, ctx: Context) -> None:
         plan_square_chunk(ctx, p.chunk, p.rows, p.cols, np.dtype(p.dtype).itemsize)
 
     def compute(self, x, p, ctx: Context) -> Output:
-        return Output({"result": x[::p.step, ::p.col_step].map_blocks(_copy, dtype=x.dtype)})
+        return Output({"result": x[:: p.step, :: p.col_step].map_blocks(_copy, dtype=x.dtype)})
 
     def validate(self, out: Output, x, p, ctx: Context) -> Validation:
         y = out.collections["result"]
@@ -73,7 +86,7 @@ class Slice(UniformMatrix, Workload):
         if not checks[0].ok:
             return Validation("shape", checks)
         if p.rows * p.cols <= _arrays.FULL_CHECK_ELEMENTS:
-            checks.append(_exact("every element vs numpy slice", host(y), host(x)[::p.step, ::p.col_step]))
+            checks.append(_exact("every element vs numpy slice", host(y), host(x)[:: p.step, :: p.col_step]))
             return Validation("full reference (NumPy slice of a host copy), exact", checks)
         rng = np.random.default_rng(p.seed + 3)
         i = rng.integers(0, y.shape[0], SAMPLES)

@@ -11,6 +11,7 @@ every pixel at small sizes, tiles across chunk boundaries and at the corners at 
 tolerance by dtype, ``TOL``. A halo narrower than the window (``HALO = 0``) or a kernel that
 reads the wrong neighbour fails it; the tests run both.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,9 @@ SIZE = 3
 
 class StencilParams(Params):
     n: PositiveInt = Field(8_000, description="rows = columns of the image")
-    chunk: PositiveInt | None = Field(None, description="chunk side (default: from the backend's "
-                                      "chunk size and the cluster's threads)")
+    chunk: PositiveInt | None = Field(
+        None, description="chunk side (default: from the backend's chunk size and the cluster's threads)"
+    )
     dtype: Dtype = dtype_field()
     seed: int = seed_field()
 
@@ -48,13 +50,22 @@ class Stencil(UniformMatrix, Workload):
     def plan(self, p, ctx: Context) -> None:
         plan_square_chunk(ctx, p.chunk, p.n, p.n, np.dtype(p.dtype).itemsize, minimum=max(1, self.HALO))
         ctx.choose("halo", self.HALO, "rule", "3x3 window: one pixel each side")
-        ctx.choose("kernel", kernels.kernel_for(array_module(ctx).ndarray), "rule",
-                   "by chunk type: numba.njit for NumPy, numba.cuda.jit for CuPy")
-        ctx.choose("overlap", "auto", "rule", "one padded task when the array is one chunk, else Dask's "
-                   "map_overlap (gpuscale.routes.overlap)")
+        ctx.choose(
+            "kernel",
+            kernels.kernel_for(array_module(ctx).ndarray),
+            "rule",
+            "by chunk type: numba.njit for NumPy, numba.cuda.jit for CuPy",
+        )
+        ctx.choose(
+            "overlap",
+            "auto",
+            "rule",
+            "one padded task when the array is one chunk, else Dask's map_overlap (gpuscale.routes.overlap)",
+        )
 
     def compute(self, x, p, ctx: Context) -> Output:
         from ..routes import overlap
+
         route = overlap.map_overlap(x, kernels.smooth_block, self.HALO, BOUNDARY, x.dtype)
         ctx.decide("overlap", route.plan, "rule", route.reason)
         return Output({"result": route.result})

@@ -20,6 +20,7 @@ V, the residuals of a seeded sample of triplets; ``--validate full`` also recomp
 singular value with ``numpy.linalg.svd`` on the host (and every triplet's residual) when that
 fits in host memory. ``--validate off`` skips validation.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,24 +38,31 @@ from . import Check, Context, Output, Params, Validation, Workload, register
 
 FULL_CHECK_ELEMENTS = 4_000_000
 # value-check tolerance (x s_max), Frobenius identity (relative), triplet residual (x s_max)
-TOL = {"float64": {"values": 1e-10, "frobenius": 1e-9, "residual": 1e-9},
-       "float32": {"values": 1e-4, "frobenius": 1e-4, "residual": 1e-3},
-       # your float16 data (--input): the checks' own sums run in it (eps 9.8e-4); about 5 eps
-       "float16": {"values": 5e-3, "frobenius": 5e-3, "residual": 1e-2}}
+TOL = {
+    "float64": {"values": 1e-10, "frobenius": 1e-9, "residual": 1e-9},
+    "float32": {"values": 1e-4, "frobenius": 1e-4, "residual": 1e-3},
+    # your float16 data (--input): the checks' own sums run in it (eps 9.8e-4); about 5 eps
+    "float16": {"values": 5e-3, "frobenius": 5e-3, "residual": 1e-2},
+}
 TSQR_FLOAT32_VALUES = 1e-4
 
 
 class SVDParams(Params):
     rows: PositiveInt = Field(200_000, description="rows of the matrix")
     cols: PositiveInt = Field(100, description="columns (rows >= cols)")
-    chunk_rows: PositiveInt | None = Field(None, description="rows per block (default: chosen "
-                                           "from the backend's chunk size and the cluster's threads)")
+    chunk_rows: PositiveInt | None = Field(
+        None,
+        description="rows per block (default: chosen "
+        "from the backend's chunk size and the cluster's threads)",
+    )
     dtype: Literal["float64", "float32"] = Field("float64", description="element type")
     compute_uv: bool = Field(False, description="also form U and V^T")
     route: Literal["auto", "gram", "cholqr2", "tsqr"] = Field(
-        "auto", description="SVD route (auto: fastest that holds the accuracy target)")
-    condition: float | None = Field(None, ge=1, description="build a matrix with this condition "
-                                    "number and a known log-spaced spectrum")
+        "auto", description="SVD route (auto: fastest that holds the accuracy target)"
+    )
+    condition: float | None = Field(
+        None, ge=1, description="build a matrix with this condition number and a known log-spaced spectrum"
+    )
     seed: int = Field(0, description="random seed")
 
 
@@ -71,40 +79,64 @@ class SVD(Workload):
 
     def check(self, p) -> None:
         if p.cols > p.rows:
-            raise UserError(f"svd needs a tall matrix: --cols {p.cols} > --rows {p.rows}",
-                            "make --rows at least --cols")
+            raise UserError(
+                f"svd needs a tall matrix: --cols {p.cols} > --rows {p.rows}", "make --rows at least --cols"
+            )
         if p.chunk_rows is not None and p.chunk_rows > p.rows:
-            raise UserError(f"--chunk-rows {p.chunk_rows} is larger than the array's {p.rows} rows",
-                            f"use --chunk-rows <= {p.rows} (or leave it out)")
+            raise UserError(
+                f"--chunk-rows {p.chunk_rows} is larger than the array's {p.rows} rows",
+                f"use --chunk-rows <= {p.rows} (or leave it out)",
+            )
         if p.chunk_rows is not None and p.chunk_rows < p.cols and p.route == "tsqr":
-            raise UserError(f"--chunk-rows {p.chunk_rows} < --cols {p.cols}: TSQR needs blocks at "
-                            "least as tall as they are wide", f"use --chunk-rows >= {p.cols}")
+            raise UserError(
+                f"--chunk-rows {p.chunk_rows} < --cols {p.cols}: TSQR needs blocks at "
+                "least as tall as they are wide",
+                f"use --chunk-rows >= {p.cols}",
+            )
 
     def plan(self, p, ctx: Context) -> None:
         src = ctx.data
         if src is not None and src.format == "dask":
             rows = src.obj.chunks[0]
-            ctx.choose("chunk_rows", "input", "data",
-                       f"your array's own row blocks: {len(rows)} block(s) of {_span(rows)} rows")
+            ctx.choose(
+                "chunk_rows",
+                "input",
+                "data",
+                f"your array's own row blocks: {len(rows)} block(s) of {_span(rows)} rows",
+            )
         elif src is not None:
             m, n = src.shape
             rows = _chunk_rule(m, n, np.dtype(src.dtype).itemsize, ctx, p.route)
             stored = src.stored_chunks[0] if src.stored_chunks else None
             if stored:  # whole stored chunks per block: each is read once
                 rows = min(m, max(stored, rows // stored * stored))
-            ctx.choose("chunk_rows", rows, "rule", _chunk_why(m, n, np.dtype(src.dtype).itemsize, ctx, p.route)
-                       + (f", rounded to the store's {stored}-row chunks" if stored else ""))
+            ctx.choose(
+                "chunk_rows",
+                rows,
+                "rule",
+                _chunk_why(m, n, np.dtype(src.dtype).itemsize, ctx, p.route)
+                + (f", rounded to the store's {stored}-row chunks" if stored else ""),
+            )
         elif p.chunk_rows is not None:
             ctx.choose("chunk_rows", p.chunk_rows, "flag")
         else:
             itemsize = np.dtype(p.dtype).itemsize
             rows = _chunk_rule(p.rows, p.cols, itemsize, ctx, p.route)
             ctx.choose("chunk_rows", rows, "rule", _chunk_why(p.rows, p.cols, itemsize, ctx, p.route))
-        ctx.choose("route", p.route, "flag" if p.route != "auto" else "default",
-                   "auto: Gram if its predicted error holds the tolerance, else CholeskyQR2, "
-                   "else TSQR" if p.route == "auto" else None)
-        ctx.choose("tree_fan_in", ctx.knobs.split_every, "family",
-                   "None: one combine step" if ctx.knobs.split_every is None else None)
+        ctx.choose(
+            "route",
+            p.route,
+            "flag" if p.route != "auto" else "default",
+            "auto: Gram if its predicted error holds the tolerance, else CholeskyQR2, else TSQR"
+            if p.route == "auto"
+            else None,
+        )
+        ctx.choose(
+            "tree_fan_in",
+            ctx.knobs.split_every,
+            "family",
+            "None: one combine step" if ctx.knobs.split_every is None else None,
+        )
 
     def _data_bytes(self, p, ctx: Context) -> int:
         if ctx.data is not None:
@@ -112,8 +144,9 @@ class SVD(Workload):
             if src.nbytes is None:
                 return 0  # unknown row count: not estimated
             # kept as given when float, converted to float64 otherwise
-            return src.nbytes * (1 if np.dtype(src.dtype).kind == "f" else
-                                 max(1, 8 // np.dtype(src.dtype).itemsize))
+            return src.nbytes * (
+                1 if np.dtype(src.dtype).kind == "f" else max(1, 8 // np.dtype(src.dtype).itemsize)
+            )
         return p.rows * p.cols * np.dtype(p.dtype).itemsize
 
     def estimate_bytes(self, p, ctx: Context) -> int:
@@ -130,10 +163,12 @@ class SVD(Workload):
     def streams(self, p, ctx: Context) -> str | None:
         if ctx.data is not None or p.condition is not None or p.compute_uv or p.route == "tsqr":
             return None
-        return ("the matrix is generated block by block from its seed, and the Gram / CholeskyQR2 "
-                "routes read it block by block: every pass (each timed repeat, the validation) "
-                "generates its blocks again instead of holding the matrix; the timings include "
-                "generating it")
+        return (
+            "the matrix is generated block by block from its seed, and the Gram / CholeskyQR2 "
+            "routes read it block by block: every pass (each timed repeat, the validation) "
+            "generates its blocks again instead of holding the matrix; the timings include "
+            "generating it"
+        )
 
     def stream_block_bytes(self, p, ctx: Context) -> int:
         rows = ctx.choices.get("chunk_rows", {}).get("value")
@@ -145,11 +180,16 @@ class SVD(Workload):
         itemsize = np.dtype(ctx.data.dtype).itemsize if ctx.data is not None else np.dtype(p.dtype).itemsize
         if not isinstance(rows, int):
             return 0
-        return int(SVD_COPIES.get(p.route, 3) * rows * cols * max(itemsize, 8 if ctx.data is not None else itemsize))
+        return int(
+            SVD_COPIES.get(p.route, 3) * rows * cols * max(itemsize, 8 if ctx.data is not None else itemsize)
+        )
 
     def describe_data(self, p) -> dict:
-        return {"shape": [p.rows, p.cols], "dtype": p.dtype,
-                "source": "generated" + (f", condition {p.condition:g}" if p.condition else ", uniform")}
+        return {
+            "shape": [p.rows, p.cols],
+            "dtype": p.dtype,
+            "source": "generated" + (f", condition {p.condition:g}" if p.condition else ", uniform"),
+        }
 
     def host_bytes(self, p) -> int:
         """Host memory ``--validate full`` needs on generated data (X and its SVD workspace)."""
@@ -159,40 +199,55 @@ class SVD(Workload):
         shape = source.shape
         where = source.label
         if len(shape) != 2:
-            raise UserError(f"svd needs a 2-D array, but {where} is {len(shape)}-D with shape {tuple(shape)}",
-                            "give a (rows, columns) matrix, e.g. save x.reshape(-1, 1) for one column")
+            raise UserError(
+                f"svd needs a 2-D array, but {where} is {len(shape)}-D with shape {tuple(shape)}",
+                "give a (rows, columns) matrix, e.g. save x.reshape(-1, 1) for one column",
+            )
         m, n = shape
         kind = np.dtype(source.dtype).kind
         if kind not in "biuf":
-            raise UserError(f"svd takes real numbers, but {where} holds {source.dtype}",
-                            "save it as float64 (x.astype('float64')), or x.real / abs(x) for complex data")
+            raise UserError(
+                f"svd takes real numbers, but {where} holds {source.dtype}",
+                "save it as float64 (x.astype('float64')), or x.real / abs(x) for complex data",
+            )
         if isinstance(m, float) and math.isnan(m):
             return  # rows unknown until the chunk sizes are computed (when the data loads)
         if m == 0 or n == 0:
             raise UserError(f"{where} is empty (shape {tuple(shape)})", "give a matrix with rows and columns")
         if n > m:
-            raise UserError(f"svd is for tall-skinny arrays: {where} has {m} rows < {n} columns",
-                            "save the transpose (x.T), whose singular values are the same")
+            raise UserError(
+                f"svd is for tall-skinny arrays: {where} has {m} rows < {n} columns",
+                "save the transpose (x.T), whose singular values are the same",
+            )
 
     def from_data(self, source, p, ctx: Context):
         from ..data import inputs
+
         notes: list[str] = []
         rows = ctx.choices["chunk_rows"]["value"]
         x = inputs.open_source(source, ctx.family, chunk_rows=rows if rows != "input" else None)
         if source.format == "dask" and backends_name(source.obj) != ctx.family.name:
-            notes.append(f"moved {source.chunk_type} chunks to {ctx.family.array_module} "
-                         f"(the session's {ctx.family.name} family)")
+            notes.append(
+                f"moved {source.chunk_type} chunks to {ctx.family.array_module} "
+                f"(the session's {ctx.family.name} family)"
+            )
         if any(math.isnan(c) for c in x.chunks[0]):
             x = x.compute_chunk_sizes()
             notes.append("computed the unknown row-block sizes (one pass over the data)")
             self.check_input(p, dataclasses.replace(source, shape=tuple(x.shape)))
         if x.numblocks[1] > 1:
-            notes.append(f"joined {x.numblocks[1]} column blocks into one (row blocks kept): every SVD "
-                         "route needs whole rows in a block")
+            notes.append(
+                f"joined {x.numblocks[1]} column blocks into one (row blocks kept): every SVD "
+                "route needs whole rows in a block"
+            )
             x = x.rechunk({1: -1})
         desc = source.describe()
-        desc.update(shape=list(x.shape), bytes=int(x.nbytes), chunk_type=inputs.type_name(x._meta),
-                    chunks={"row_blocks": len(x.chunks[0]), "rows_per_block": _span(x.chunks[0])})
+        desc.update(
+            shape=list(x.shape),
+            bytes=int(x.nbytes),
+            chunk_type=inputs.type_name(x._meta),
+            chunks={"row_blocks": len(x.chunks[0]), "rows_per_block": _span(x.chunks[0])},
+        )
         if notes:
             desc["notes"] = notes
         ctx.data_description = desc
@@ -203,6 +258,7 @@ class SVD(Workload):
         over the blocks in memory), the count and the first position in the error."""
         if ctx.data is not None:
             from ..data import inputs
+
             inputs.check_finite(data["x"], ctx.data.label)
 
     def output_value(self, out: Output, p, suffix: str):
@@ -215,6 +271,7 @@ class SVD(Workload):
 
     def generate(self, p, ctx: Context):
         import dask.array as da  # here, not at the top: the CLI builds this workload's command
+
         chunk = ctx.choices["chunk_rows"]["value"]
         rng = da.random.default_rng(p.seed)
         if p.condition is None:
@@ -224,17 +281,22 @@ class SVD(Workload):
         q, _ = da.linalg.tsqr(g)
         s_true = np.logspace(0, -math.log10(p.condition), p.cols)
         v, _ = np.linalg.qr(np.random.default_rng(p.seed + 1).standard_normal((p.cols, p.cols)))
-        core = (s_true[:, None] * v.T)  # diag(s) V^T, host; moved to the backend below
+        core = s_true[:, None] * v.T  # diag(s) V^T, host; moved to the backend below
         # one task that builds the block on the backend (no host chunk: the backend audit)
         core_b = from_memory(core, ctx.family, chunks=core.shape)
-        x = da.blockwise(np.matmul, "ij", q, "ik", core_b, "kj", dtype=np.float64,
-                         concatenate=True, meta=q._meta).astype(p.dtype).rechunk((chunk, p.cols))
+        x = (
+            da.blockwise(
+                np.matmul, "ij", q, "ik", core_b, "kj", dtype=np.float64, concatenate=True, meta=q._meta
+            )
+            .astype(p.dtype)
+            .rechunk((chunk, p.cols))
+        )
         return {"x": x, "s_true": s_true}
 
     def compute(self, data, p, ctx: Context) -> Output:
         from ..routes import linalg
-        res = linalg.svd(data["x"], compute_uv=p.compute_uv, route=p.route,
-                         split_every=ctx.knobs.split_every)
+
+        res = linalg.svd(data["x"], compute_uv=p.compute_uv, route=p.route, split_every=ctx.knobs.split_every)
         ctx.decide("route", res.route.name, "rule" if p.route == "auto" else "flag", res.route.reason)
         return Output(res.collections(), {"route": res.route.to_dict(), "notes": res.notes})
 
@@ -255,30 +317,57 @@ class SVD(Workload):
         fro2, xz = dask.compute((x.astype(np.float64) ** 2).sum(), (x.astype(np.float64) @ zb))
         fro2 = float(to_host(fro2))
         xz = np.asarray(to_host(xz))
-        rel = abs(float((s ** 2).sum()) - fro2) / fro2 if fro2 else abs(float((s ** 2).sum()))
-        checks.append(Check("sum s^2 = ||X||_F^2", rel <= tol["frobenius"], rel, tol["frobenius"],
-                            "relative difference (||X||_F^2 by a separate sum of squares)"))
+        rel = abs(float((s**2).sum()) - fro2) / fro2 if fro2 else abs(float((s**2).sum()))
+        checks.append(
+            Check(
+                "sum s^2 = ||X||_F^2",
+                rel <= tol["frobenius"],
+                rel,
+                tol["frobenius"],
+                "relative difference (||X||_F^2 by a separate sum of squares)",
+            )
+        )
         lower = float(np.linalg.norm(xz) / np.linalg.norm(z))
-        checks.append(Check("||Xz||/||z|| <= s_max <= ||X||_F",
-                            lower <= smax * (1 + tol["frobenius"]) and smax <= math.sqrt(fro2) * (1 + tol["frobenius"]),
-                            smax, f"[{lower:.6g}, {math.sqrt(fro2):.6g}]"))
+        checks.append(
+            Check(
+                "||Xz||/||z|| <= s_max <= ||X||_F",
+                lower <= smax * (1 + tol["frobenius"]) and smax <= math.sqrt(fro2) * (1 + tol["frobenius"]),
+                smax,
+                f"[{lower:.6g}, {math.sqrt(fro2):.6g}]",
+            )
+        )
         values_tol = tol["values"]
         method = "identities"
         host_x = None
         if not user and data["s_true"] is not None:
             err = float(np.abs(s - data["s_true"]).max() / data["s_true"][0])
-            checks.append(Check("every s_i vs known spectrum", err <= values_tol, err, values_tol,
-                                "max |s_i - s_true_i| / s_max"))
+            checks.append(
+                Check(
+                    "every s_i vs known spectrum",
+                    err <= values_tol,
+                    err,
+                    values_tol,
+                    "max |s_i - s_true_i| / s_max",
+                )
+            )
             method = "known spectrum + identities"
         elif level == "full" or (level is None and rows * cols <= FULL_CHECK_ELEMENTS):
             if level == "full":
                 from ..data.inputs import host_fits
+
                 host_fits(3 * rows * cols * 8, "a host copy of X and its SVD")
             host_x = np.asarray(to_host(x.compute()), dtype=np.float64)
             ref = np.linalg.svd(host_x, compute_uv=False)
             err = float(np.abs(s - ref).max() / ref[0]) if ref.size and ref[0] else float(np.abs(s).max())
-            checks.append(Check("every s_i vs numpy.linalg.svd", err <= values_tol, err, values_tol,
-                                "max |s_i - s_ref_i| / s_max"))
+            checks.append(
+                Check(
+                    "every s_i vs numpy.linalg.svd",
+                    err <= values_tol,
+                    err,
+                    values_tol,
+                    "max |s_i - s_ref_i| / s_max",
+                )
+            )
             method = "full reference (numpy.linalg.svd) + identities"
         if "vt" in out.collections:
             vt_all = np.asarray(to_host(out.collections["vt"].compute()), dtype=np.float64)
@@ -298,8 +387,15 @@ class SVD(Workload):
                 u = np.asarray(to_host(u), dtype=np.float64)
                 what = f"triplets {idx}"
             worst = float(np.linalg.norm(xv - u * s[idx][None, :], axis=0).max()) / (smax or 1.0)
-            checks.append(Check("triplet residuals ||Xv_i - s_i u_i||", worst <= tol["residual"], worst,
-                                tol["residual"], f"{what}, relative to s_max"))
+            checks.append(
+                Check(
+                    "triplet residuals ||Xv_i - s_i u_i||",
+                    worst <= tol["residual"],
+                    worst,
+                    tol["residual"],
+                    f"{what}, relative to s_max",
+                )
+            )
             method += " + triplet residuals"
         return Validation(method, checks, level)
 
@@ -324,10 +420,12 @@ def _chunk_rule(rows: int, cols: int, itemsize: int, ctx: Context, route: str = 
 def _chunk_why(rows: int, cols: int, itemsize: int, ctx: Context, route: str = "auto") -> str:
     budget, capped = _budget(ctx, route)
     by_bytes = max(1, budget // (cols * itemsize))
-    return (f"min({ctx.family.name} chunk budget {budget / 2**20:.0f} MiB / "
-            f"{cols * itemsize} B per row = {by_bytes}, rows / {ctx.total_threads} "
-            f"threads = {math.ceil(rows / ctx.total_threads)}), at least --cols {cols}"
-            + (f" ({capped})" if capped else ""))
+    return (
+        f"min({ctx.family.name} chunk budget {budget / 2**20:.0f} MiB / "
+        f"{cols * itemsize} B per row = {by_bytes}, rows / {ctx.total_threads} "
+        f"threads = {math.ceil(rows / ctx.total_threads)}), at least --cols {cols}"
+        + (f" ({capped})" if capped else "")
+    )
 
 
 def _span(sizes) -> str | list:
@@ -337,6 +435,7 @@ def _span(sizes) -> str | list:
 
 def backends_name(collection) -> str | None:
     from .. import backends
+
     try:
         return backends.family_of(collection).name
     except UserError:

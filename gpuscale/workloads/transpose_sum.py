@@ -9,6 +9,7 @@ Validation (float64 reference; relative tolerance by dtype, ``TOL``):
 * large: against the identity sum(x + x^T) = 2 sum(x), with sum(x) added up on the host from
   per-block float64 partial sums (no transpose, no Dask reduction tree).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,9 @@ TOL = {"float64": 1e-10, "float32": 1e-4}
 
 class TransposeSumParams(Params):
     n: PositiveInt = Field(5_000, description="rows = columns of the matrix")
-    chunk: PositiveInt | None = Field(None, description="chunk side (default: from the backend's "
-                                      "chunk size and the cluster's threads)")
+    chunk: PositiveInt | None = Field(
+        None, description="chunk side (default: from the backend's chunk size and the cluster's threads)"
+    )
     dtype: Dtype = dtype_field()
     seed: int = seed_field()
 
@@ -55,8 +57,12 @@ class TransposeSum(UniformMatrix, Workload):
         tol = TOL[p.dtype]
         if p.n * p.n <= _arrays.FULL_CHECK_ELEMENTS:
             a = host(x).astype(np.float64)
-            return Validation("full reference (NumPy on a host copy)",
-                              [close("sum vs numpy (x + x.T).sum()", got, (a + a.T).sum(), tol)])
+            return Validation(
+                "full reference (NumPy on a host copy)",
+                [close("sum vs numpy (x + x.T).sum()", got, (a + a.T).sum(), tol)],
+            )
         ref = 2.0 * float(block_sums(x).sum())
-        return Validation("identity sum(x + x^T) = 2 sum(x), from per-block float64 sums",
-                          [close("sum vs 2 * sum(x)", got, ref, tol)])
+        return Validation(
+            "identity sum(x + x^T) = 2 sum(x), from per-block float64 sums",
+            [close("sum vs 2 * sum(x)", got, ref, tol)],
+        )

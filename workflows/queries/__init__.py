@@ -7,6 +7,7 @@ runs on cuDF), ``pandas`` (the reference, on pandas frames; the same function wh
 API is the same) and ``sql`` (DuckDB, and Polars' SQL front end, CPU or GPU engine). A suite
 (:mod:`.h2o`, :mod:`.tpch`) makes its data and lists its queries.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -80,8 +81,9 @@ def same_answer(got, want: pd.DataFrame, rtol: float = 1e-6) -> str | None:
                 i = int(np.argmax(~np.isclose(a, b, rtol=rtol, atol=1e-9, equal_nan=True)))
                 return f"column {c}: {a[i]!r} != {b[i]!r} (row {i} sorted)"
         elif pd.api.types.is_datetime64_any_dtype(b):
-            if not (pd.to_datetime(a).astype("datetime64[ns]").to_numpy() ==
-                    b.astype("datetime64[ns]").to_numpy()).all():
+            if not (
+                pd.to_datetime(a).astype("datetime64[ns]").to_numpy() == b.astype("datetime64[ns]").to_numpy()
+            ).all():
                 return f"column {c}: timestamps differ"
         elif not (_text(a).to_numpy() == _text(b).to_numpy()).all():
             return f"column {c}: values differ"
@@ -103,8 +105,11 @@ def _same_fingerprints(got: pd.DataFrame, want: pd.DataFrame, rtol: float) -> st
         if _number(want[c]):
             a = pd.to_numeric(got[c], errors="coerce").astype("float64")
             b = want[c].astype("float64")
-            for what, x, y in (("sum", a.sum(), b.sum()), ("sum of squares", (a * a).sum(), (b * b).sum()),
-                               ("missing", a.isna().sum(), b.isna().sum())):
+            for what, x, y in (
+                ("sum", a.sum(), b.sum()),
+                ("sum of squares", (a * a).sum(), (b * b).sum()),
+                ("missing", a.isna().sum(), b.isna().sum()),
+            ):
                 if not np.isclose(x, y, rtol=rtol, atol=1e-6):
                     return f"column {c}: {what} {x!r} != {y!r}"
         else:
@@ -115,12 +120,14 @@ def _same_fingerprints(got: pd.DataFrame, want: pd.DataFrame, rtol: float) -> st
 
 
 def _sorted(df: pd.DataFrame) -> pd.DataFrame:
-    keys = pd.DataFrame({c: (_text(df[c]) if not _number(df[c]) else
-                             df[c].astype("float64").round(6)) for c in df.columns})
+    keys = pd.DataFrame(
+        {c: (_text(df[c]) if not _number(df[c]) else df[c].astype("float64").round(6)) for c in df.columns}
+    )
     order = keys.sort_values(list(keys.columns), kind="stable").index
     return df.loc[order].reset_index(drop=True)
 
 
 def suites() -> dict[str, Suite]:
     from . import h2o, tpch
+
     return {s.name: s for s in (h2o.GROUPBY, h2o.JOIN, tpch.SUITE)}

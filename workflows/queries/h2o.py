@@ -5,6 +5,7 @@ table shapes, made with NumPy and written as Parquet. The Dask code is what a us
 each question with operations both pandas and cuDF have: aggregations by dictionary (cuDF's
 groupby takes no named aggregations), q8 as a shuffle by key then the top two of each group in
 each partition, q9's r² from grouped sums rather than a per-group Python ``apply``."""
+
 from __future__ import annotations
 
 import pathlib
@@ -28,21 +29,25 @@ def _ids(prefix_width: int, codes: np.ndarray, n: int) -> pa.Array:
 def make_groupby(folder: pathlib.Path, rows: int, seed: int = 108) -> None:
     rng = np.random.default_rng(seed)
     small = max(rows // K, 1)
-    table = pa.table({
-        "id1": _ids(3, rng.integers(1, K + 1, rows), K),
-        "id2": _ids(3, rng.integers(1, K + 1, rows), K),
-        "id3": _ids(10, rng.integers(1, small + 1, rows), small),
-        "id4": rng.integers(1, K + 1, rows), "id5": rng.integers(1, K + 1, rows),
-        "id6": rng.integers(1, small + 1, rows),
-        "v1": rng.integers(1, 6, rows), "v2": rng.integers(1, 6, rows),
-        "v3": np.round(rng.random(rows) * 100, 4),
-    })
+    table = pa.table(
+        {
+            "id1": _ids(3, rng.integers(1, K + 1, rows), K),
+            "id2": _ids(3, rng.integers(1, K + 1, rows), K),
+            "id3": _ids(10, rng.integers(1, small + 1, rows), small),
+            "id4": rng.integers(1, K + 1, rows),
+            "id5": rng.integers(1, K + 1, rows),
+            "id6": rng.integers(1, small + 1, rows),
+            "v1": rng.integers(1, 6, rows),
+            "v2": rng.integers(1, 6, rows),
+            "v3": np.round(rng.random(rows) * 100, 4),
+        }
+    )
     pq.write_table(table, folder / "x.parquet")
 
 
 def _split_xlr(rng, n: int):
     key = rng.permutation(np.arange(1, int(n * 1.1) + 1))
-    return key[:int(n * 0.9)], key[int(n * 0.9):n], key[n:int(n * 1.1)]
+    return key[: int(n * 0.9)], key[int(n * 0.9) : n], key[n : int(n * 1.1)]
 
 
 def _sample_all(rng, keys: np.ndarray, size: int) -> np.ndarray:
@@ -56,8 +61,9 @@ def _with_strings(cols: dict) -> pa.Table:
     for i, s in (("id1", "id4"), ("id2", "id5"), ("id3", "id6")):
         if i in cols:
             out[s] = pa.compute.binary_join_element_wise("id", pa.array(cols[i]).cast(pa.string()), "")
-    order = [c for c in ("id1", "id2", "id3", "id4", "id5", "id6") if c in out] + \
-        [c for c in ("v1", "v2") if c in out]
+    order = [c for c in ("id1", "id2", "id3", "id4", "id5", "id6") if c in out] + [
+        c for c in ("v1", "v2") if c in out
+    ]
     return pa.table({c: out[c] for c in order})
 
 
@@ -68,13 +74,37 @@ def make_join(folder: pathlib.Path, rows: int, seed: int = 108) -> None:
     lhs = lambda k: np.concatenate([k[0], k[1]])  # noqa: E731
     rhs = lambda k: np.concatenate([k[0], k[2]])  # noqa: E731
     v = lambda n: np.round(rng.random(n) * 100, 6)  # noqa: E731
-    pq.write_table(_with_strings({"id1": _sample_all(rng, lhs(key1), rows), "id2": _sample_all(rng, lhs(key2), rows),
-                                  "id3": _sample_all(rng, lhs(key3), rows), "v1": v(rows)}), folder / "x.parquet")
-    pq.write_table(_with_strings({"id1": _sample_all(rng, rhs(key1), n1), "v2": v(n1)}), folder / "small.parquet")
-    pq.write_table(_with_strings({"id1": _sample_all(rng, rhs(key1), n2), "id2": _sample_all(rng, rhs(key2), n2),
-                                  "v2": v(n2)}), folder / "medium.parquet")
-    pq.write_table(_with_strings({"id1": _sample_all(rng, rhs(key1), rows), "id2": _sample_all(rng, rhs(key2), rows),
-                                  "id3": _sample_all(rng, rhs(key3), rows), "v2": v(rows)}), folder / "big.parquet")
+    pq.write_table(
+        _with_strings(
+            {
+                "id1": _sample_all(rng, lhs(key1), rows),
+                "id2": _sample_all(rng, lhs(key2), rows),
+                "id3": _sample_all(rng, lhs(key3), rows),
+                "v1": v(rows),
+            }
+        ),
+        folder / "x.parquet",
+    )
+    pq.write_table(
+        _with_strings({"id1": _sample_all(rng, rhs(key1), n1), "v2": v(n1)}), folder / "small.parquet"
+    )
+    pq.write_table(
+        _with_strings(
+            {"id1": _sample_all(rng, rhs(key1), n2), "id2": _sample_all(rng, rhs(key2), n2), "v2": v(n2)}
+        ),
+        folder / "medium.parquet",
+    )
+    pq.write_table(
+        _with_strings(
+            {
+                "id1": _sample_all(rng, rhs(key1), rows),
+                "id2": _sample_all(rng, rhs(key2), rows),
+                "id3": _sample_all(rng, rhs(key3), rows),
+                "v2": v(rows),
+            }
+        ),
+        folder / "big.parquet",
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -83,11 +113,13 @@ def make_join(folder: pathlib.Path, rows: int, seed: int = 108) -> None:
 def _agg(by, spec: dict, names: list[str] | None = None):
     """``x.groupby(by).agg(spec)``, its columns renamed to ``names`` where given (a list of
     functions for one column makes two levels of column names)."""
+
     def query(t):
         r = t["x"].groupby(by).agg(spec)
         if names:
             r.columns = names
         return r.reset_index()
+
     return query
 
 
@@ -112,8 +144,9 @@ def _q8_pandas(t):
 def _q9(t):
     x = t["x"][["id2", "id4", "v1", "v2"]]
     x = x.assign(v1v1=x.v1 * x.v1, v2v2=x.v2 * x.v2, v1v2=x.v1 * x.v2)
-    s = x.groupby(["id2", "id4"]).agg({"v1": ["count", "sum"], "v2": "sum", "v1v1": "sum", "v2v2": "sum",
-                                       "v1v2": "sum"})
+    s = x.groupby(["id2", "id4"]).agg(
+        {"v1": ["count", "sum"], "v2": "sum", "v1v1": "sum", "v2v2": "sum", "v1v2": "sum"}
+    )
     s.columns = ["n", "s1", "s2", "s11", "s22", "s12"]
     s = s.reset_index()
     cov = s.s12 - s.s1 * s.s2 / s.n
@@ -133,39 +166,79 @@ def _q10(t):
 
 
 GROUPBY_QUERIES = (
-    Query("q1", "sum v1 by id1", _agg("id1", {"v1": "sum"}),
-          "SELECT id1, sum(v1) AS v1 FROM x GROUP BY id1"),
-    Query("q2", "sum v1 by id1:id2", _agg(["id1", "id2"], {"v1": "sum"}),
-          "SELECT id1, id2, sum(v1) AS v1 FROM x GROUP BY id1, id2"),
-    Query("q3", "sum v1 mean v3 by id3", _agg("id3", {"v1": "sum", "v3": "mean"}),
-          "SELECT id3, sum(v1) AS v1, avg(v3) AS v3 FROM x GROUP BY id3"),
-    Query("q4", "mean v1:v3 by id4", _agg("id4", {"v1": "mean", "v2": "mean", "v3": "mean"}),
-          "SELECT id4, avg(v1) AS v1, avg(v2) AS v2, avg(v3) AS v3 FROM x GROUP BY id4"),
-    Query("q5", "sum v1:v3 by id6", _agg("id6", {"v1": "sum", "v2": "sum", "v3": "sum"}),
-          "SELECT id6, sum(v1) AS v1, sum(v2) AS v2, sum(v3) AS v3 FROM x GROUP BY id6"),
-    Query("q6", "median v3 sd v3 by id4 id5", _agg(["id4", "id5"], {"v3": ["median", "std"]}, ["median_v3", "sd_v3"]),
-          "SELECT id4, id5, median(v3) AS median_v3, stddev_samp(v3) AS sd_v3 FROM x GROUP BY id4, id5"),
-    Query("q7", "max v1 - min v2 by id3", _q7,
-          "SELECT id3, max(v1) - min(v2) AS range_v1_v2 FROM x GROUP BY id3"),
-    Query("q8", "largest two v3 by id6", _q8,
-          "SELECT id6, v3 FROM (SELECT id6, v3, row_number() OVER (PARTITION BY id6 ORDER BY v3 DESC) AS r "
-          "FROM x) WHERE r <= 2", pandas=_q8_pandas),
-    Query("q9", "regression v1 v2 by id2 id4", _q9,
-          "SELECT id2, id4, pow(s12 - s1 * s2 / n, 2) / ((s11 - s1 * s1 / n) * (s22 - s2 * s2 / n)) AS r2 FROM "
-          "(SELECT id2, id4, count(v1) AS n, sum(v1) AS s1, sum(v2) AS s2, sum(v1 * v1) AS s11, sum(v2 * v2) AS s22, "
-          "sum(v1 * v2) AS s12 FROM x GROUP BY id2, id4) AS s", pandas=_q9_pandas),
-    Query("q10", "sum v3 count by id1:id6",
-          _q10,
-          "SELECT id1, id2, id3, id4, id5, id6, sum(v3) AS v3, count(*) AS count FROM x "
-          "GROUP BY id1, id2, id3, id4, id5, id6"),
+    Query("q1", "sum v1 by id1", _agg("id1", {"v1": "sum"}), "SELECT id1, sum(v1) AS v1 FROM x GROUP BY id1"),
+    Query(
+        "q2",
+        "sum v1 by id1:id2",
+        _agg(["id1", "id2"], {"v1": "sum"}),
+        "SELECT id1, id2, sum(v1) AS v1 FROM x GROUP BY id1, id2",
+    ),
+    Query(
+        "q3",
+        "sum v1 mean v3 by id3",
+        _agg("id3", {"v1": "sum", "v3": "mean"}),
+        "SELECT id3, sum(v1) AS v1, avg(v3) AS v3 FROM x GROUP BY id3",
+    ),
+    Query(
+        "q4",
+        "mean v1:v3 by id4",
+        _agg("id4", {"v1": "mean", "v2": "mean", "v3": "mean"}),
+        "SELECT id4, avg(v1) AS v1, avg(v2) AS v2, avg(v3) AS v3 FROM x GROUP BY id4",
+    ),
+    Query(
+        "q5",
+        "sum v1:v3 by id6",
+        _agg("id6", {"v1": "sum", "v2": "sum", "v3": "sum"}),
+        "SELECT id6, sum(v1) AS v1, sum(v2) AS v2, sum(v3) AS v3 FROM x GROUP BY id6",
+    ),
+    Query(
+        "q6",
+        "median v3 sd v3 by id4 id5",
+        _agg(["id4", "id5"], {"v3": ["median", "std"]}, ["median_v3", "sd_v3"]),
+        "SELECT id4, id5, median(v3) AS median_v3, stddev_samp(v3) AS sd_v3 FROM x GROUP BY id4, id5",
+    ),
+    Query(
+        "q7",
+        "max v1 - min v2 by id3",
+        _q7,
+        "SELECT id3, max(v1) - min(v2) AS range_v1_v2 FROM x GROUP BY id3",
+    ),
+    Query(
+        "q8",
+        "largest two v3 by id6",
+        _q8,
+        "SELECT id6, v3 FROM (SELECT id6, v3, row_number() OVER (PARTITION BY id6 ORDER BY v3 DESC) AS r "
+        "FROM x) WHERE r <= 2",
+        pandas=_q8_pandas,
+    ),
+    Query(
+        "q9",
+        "regression v1 v2 by id2 id4",
+        _q9,
+        "SELECT id2, id4, pow(s12 - s1 * s2 / n, 2) / ((s11 - s1 * s1 / n) * (s22 - s2 * s2 / n)) AS r2 FROM "
+        "(SELECT id2, id4, count(v1) AS n, sum(v1) AS s1, sum(v2) AS s2, sum(v1 * v1) AS s11, sum(v2 * v2) "
+        "AS s22, "
+        "sum(v1 * v2) AS s12 FROM x GROUP BY id2, id4) AS s",
+        pandas=_q9_pandas,
+    ),
+    Query(
+        "q10",
+        "sum v3 count by id1:id6",
+        _q10,
+        "SELECT id1, id2, id3, id4, id5, id6, sum(v3) AS v3, count(*) AS count FROM x "
+        "GROUP BY id1, id2, id3, id4, id5, id6",
+    ),
 )
 
 # ---------------------------------------------------------------------------------------
 # join q1-q5
 # ---------------------------------------------------------------------------------------
 X_COLUMNS = ("id1", "id2", "id3", "id4", "id5", "id6", "v1")
-RIGHT_COLUMNS = {"small": ("id1", "id4", "v2"), "medium": ("id1", "id2", "id4", "id5", "v2"),
-                 "big": ("id1", "id2", "id3", "id4", "id5", "id6", "v2")}
+RIGHT_COLUMNS = {
+    "small": ("id1", "id4", "v2"),
+    "medium": ("id1", "id2", "id4", "id5", "v2"),
+    "big": ("id1", "id2", "id3", "id4", "id5", "id6", "v2"),
+}
 
 
 def _join(right: str, on: str, how: str = "inner") -> tuple:
@@ -179,13 +252,16 @@ def _join(right: str, on: str, how: str = "inner") -> tuple:
     return (lambda t: t["x"].merge(t[right], on=on, how=how)), sql
 
 
-JOIN_QUERIES = tuple(Query(name, title, *_join(right, on, how)) for name, title, right, on, how in (
-    ("j1", "small inner on int", "small", "id1", "inner"),
-    ("j2", "medium inner on int", "medium", "id2", "inner"),
-    ("j3", "medium outer on int", "medium", "id2", "left"),
-    ("j4", "medium inner on factor", "medium", "id5", "inner"),
-    ("j5", "big inner on int", "big", "id3", "inner"),
-))
+JOIN_QUERIES = tuple(
+    Query(name, title, *_join(right, on, how))
+    for name, title, right, on, how in (
+        ("j1", "small inner on int", "small", "id1", "inner"),
+        ("j2", "medium inner on int", "medium", "id2", "inner"),
+        ("j3", "medium outer on int", "medium", "id2", "left"),
+        ("j4", "medium inner on factor", "medium", "id5", "inner"),
+        ("j5", "big inner on int", "big", "id3", "inner"),
+    )
+)
 
 GROUPBY = Suite("h2o-groupby", ("x",), GROUPBY_QUERIES, make_groupby)
 JOIN = Suite("h2o-join", ("x", "small", "medium", "big"), JOIN_QUERIES, make_join)

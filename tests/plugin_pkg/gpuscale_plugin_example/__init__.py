@@ -1,5 +1,6 @@
 """An example plugin: ``y = factor * x`` for a random vector, written as plain functions with
 ``@gpuscale.workload`` and registered through the ``gpuscale.workloads`` entry point."""
+
 from __future__ import annotations
 
 import dask.array as da
@@ -23,15 +24,19 @@ def validate(result, x, p):
     return [Check("sum(y) = factor * sum(x)", rel <= 1e-12, rel, 1e-12, "relative")]
 
 
-@gpuscale.workload("plugin_scale", params={
-    "n": (int, 100_000, "length of the vector"),
-    "factor": Field(2.0, ge=0, description="scale factor, >= 0"),
-    "seed": 0,
-}, generate=generate, validate=validate)
+@gpuscale.workload(
+    "plugin_scale",
+    params={
+        "n": (int, 100_000, "length of the vector"),
+        "factor": Field(2.0, ge=0, description="scale factor, >= 0"),
+        "seed": 0,
+    },
+    generate=generate,
+    validate=validate,
+)
 def scale(x, p, ctx):
     """y = factor * x of a random vector (an example plugin)."""
     return x * p.factor
-
 
 
 # A transport through the ``gpuscale.protocols`` entry point: distributed's own WebSocket comm,
