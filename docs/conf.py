@@ -27,6 +27,7 @@ extensions = [
     "sphinx.ext.viewcode",
     "sphinx_click",
     "gpuscale_docs",
+    "gpuscale_bench",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
