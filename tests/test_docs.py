@@ -240,3 +240,17 @@ def test_benchmark_tables_come_from_the_stored_results(built):
     assert len(ours) == 12
     for r in ours:
         assert f"{r['rows']:,} {r['keys']:,} {r['partitions']} {r['plan']} {r['median_s']:.4f}" in page, r
+
+
+def test_notebooks_are_pages_of_the_site(built):
+    """Each notebook under notebooks/ is rendered (not executed) as a page the guide links."""
+    notebooks = sorted((REPO / "notebooks").glob("*.ipynb"))
+    assert notebooks
+    guide = (DOCS / "guide" / "notebooks.md").read_text()
+    for nb in notebooks:
+        page = built / "notebooks" / f"{nb.stem}.html"
+        assert page.is_file(), f"{nb.name} is not a page of the site"
+        first = json.loads(nb.read_text())["cells"][0]
+        heading = "".join(first["source"]).splitlines()[0].lstrip("# ").replace("`", "").strip()
+        assert " ".join(html.unescape(heading).split()) in text_of(page), nb.name
+        assert f"notebooks/{nb.stem}" in guide, f"docs/guide/notebooks.md does not link {nb.name}"
