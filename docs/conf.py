@@ -2,15 +2,36 @@
 
 Build: ``sphinx-build -W --keep-going -b html docs docs/_build/html`` (``pip install ".[docs]"``);
 ``tests/test_docs.py`` builds it the same way.
+
+The notebooks live in the repository's ``notebooks/``; the build copies them into ``docs/notebooks/``
+(git-ignored) and renders them as they are committed, without executing them.
 """
 
 from __future__ import annotations
 
 import pathlib
+import shutil
 import sys
 
 DOCS = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS / "_ext"))
+
+
+def _copy_notebooks() -> None:
+    """``notebooks/*.ipynb`` into ``docs/notebooks/``: a copy only where the notebook changed, so
+    an unchanged notebook is not read again."""
+    out = DOCS / "notebooks"
+    out.mkdir(exist_ok=True)
+    sources = sorted((DOCS.parent / "notebooks").glob("*.ipynb"))
+    for nb in sources:
+        copy = out / nb.name
+        if not copy.is_file() or copy.read_bytes() != nb.read_bytes():
+            shutil.copyfile(nb, copy)
+    for stale in set(out.glob("*.ipynb")) - {out / nb.name for nb in sources}:
+        stale.unlink()
+
+
+_copy_notebooks()
 
 import gpuscale  # noqa: E402
 
@@ -21,15 +42,16 @@ release = gpuscale.__version__
 version = release
 
 extensions = [
-    "myst_parser",
+    "myst_nb",  # Markdown pages (MyST, myst-parser's features) and the notebooks
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
     "sphinx_click",
     "gpuscale_docs",
+    "gpuscale_bench",
 ]
 
-source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 root_doc = "index"
 exclude_patterns = ["_build", "bench-*", "Thumbs.db", ".DS_Store"]
 
@@ -38,6 +60,9 @@ exclude_patterns = ["_build", "bench-*", "Thumbs.db", ".DS_Store"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 4
 suppress_warnings = []
+
+# Notebooks: rendered as committed (without outputs), never executed at build time.
+nb_execution_mode = "off"
 
 # Python API: the docstrings are prose with Sphinx roles and, here and there, numpydoc sections.
 autodoc_member_order = "bysource"

@@ -85,7 +85,8 @@ def test_the_site_builds_without_a_warning(built):
         "reference/settings",
         "reference/records",
         "reference/exit-codes",
-        "benchmarks",
+        "benchmarks/index",
+        "benchmarks/user-queries",
         "guide/own-data",
     ):
         assert (built / f"{page}.html").is_file(), page
@@ -167,17 +168,94 @@ def test_exit_codes_page_lists_every_code():
         assert f"\n| {code} |" in text, code
 
 
+HISTORY = re.compile(
+    r"\bsession ?\d|\bissues? ?#?\d|\bissue-\d+|\bpreviously\b"
+    r"|\b(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|\w+teenth"
+    r"|\d+(st|nd|rd|th)) (GPU )?session\b",
+    re.I,
+)
+"""How the project was developed, not what it is: a numbered or ordinal work session, an issue
+number. ``session`` alone is the product's word (``gpuscale.session``), so only these forms match."""
+
+NAMED = re.compile(r"session[-_ ]?\d|issue[-_ ]?#?\d", re.I)
+
+
 def test_docs_say_what_is_true_now():
-    """The pages describe the tool as it is: no development history (work sessions, issue numbers)."""
-    history = re.compile(
-        r"\bissues? \d+|\bissue-\d+|\b(first|second|third|fourth|fifth|sixth|seventh|eighth|"
-        r"ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|\d+(st|nd|rd|th)) (GPU )?session\b"
-        r"|\bsession \d+\b",
-        re.I,
-    )
+    """README and every page describe the tool as it is: no development history."""
     for page in [REPO / "README.md", *DOCS.rglob("*.md")]:
         if "_build" in page.parts:
             continue
         for n, line in enumerate(page.read_text().splitlines(), 1):
-            m = history.search(line)
-            assert not m, f"{page.relative_to(REPO)}:{n}: {m.group(0)!r}"
+            m = HISTORY.search(line)
+            assert not m, f"{page.relative_to(REPO)}:{n}: {m.group(0)!r} tells how the project was developed"
+
+
+def test_history_words_match_the_development_sense_only():
+    """The check above finds the development sense and leaves the product's ``session`` alone."""
+    found = [HISTORY.search(s) for s in ("in session12 we", "after issue #25", "the fourteenth session")]
+    assert all(found), found
+    for fine in ("with gpuscale.session(backend='gpu') as s:", "a session's client", "a GPU session"):
+        assert not HISTORY.search(fine), fine
+
+
+def test_file_names_say_what_they_hold():
+    """No file or folder under the repository is named for a work session or an issue."""
+    skip = {".git", "_build", "__pycache__", ".venv", ".pytest_cache", "node_modules"}
+    for path in REPO.rglob("*"):
+        rel = path.relative_to(REPO)
+        if skip & set(rel.parts):
+            continue
+        assert not NAMED.search(path.name), f"{rel}: named for how the project was developed"
+
+
+def test_every_stored_result_is_used():
+    """Each file under docs/bench-* is named (its folder and file name) by a page, README, the code,
+    a test or a workflow: a result nothing reads any more is dropped (git keeps it)."""
+    texts = [REPO / "README.md", *DOCS.rglob("*.md"), *DOCS.glob("_ext/*.py")]
+    for folder in ("gpuscale", "workflows", "tests"):
+        texts += [p for p in (REPO / folder).rglob("*.py")]
+    corpus = "\n".join(p.read_text() for p in texts if "_build" not in p.parts)
+    for stored in sorted(p for d in DOCS.glob("bench-*") for p in d.rglob("*") if p.is_file()):
+        rel = stored.relative_to(DOCS)
+        named = f"{rel.parent.name}/{rel.name}" if len(rel.parts) > 2 else rel.as_posix()
+        assert named in corpus, f"docs/{rel}: no page, test or workflow uses it"
+
+
+def test_benchmark_tables_come_from_the_stored_results(built):
+    """The user-query page shows what workflows/user_queries.py's tables() prints for its stored
+    JSON; the shape grid's cells are computed from the stored grid, not copied."""
+    sys.path.insert(0, str(REPO / "workflows"))
+    try:
+        import user_queries
+    finally:
+        sys.path.remove(str(REPO / "workflows"))
+    stored = json.loads((DOCS / "bench-h200" / "user-queries" / "h200-sf10-1e7.json").read_text())
+    page = text_of(built / "benchmarks" / "user-queries.html")
+    printed = user_queries.tables(stored)[0]
+    source = (DOCS / "benchmarks" / "user-queries.md").read_text()
+    for line in printed.strip().splitlines():
+        assert " ".join(html.unescape(line).split()) in page, line
+    rows = [line for line in printed.splitlines() if line.strip().startswith(("q1 ", "j1 ", "t1 "))]
+    assert len(rows) == 3 and not any(r in source for r in rows)  # built from the file, not copied
+    grid = json.loads((DOCS / "bench-h200" / "fixed-cost" / "shape-grid.json").read_text())["grid"]
+    ours = [r for r in grid if r["side"] == "gpuscale default"]
+    page = text_of(built / "benchmarks" / "dataframe.html")
+    assert len(ours) == 12
+    source = (DOCS / "benchmarks" / "dataframe.md").read_text()
+    for r in ours:
+        assert f"{r['rows']:,} {r['keys']:,} {r['partitions']} {r['plan']} {r['median_s']:.4f}" in page, r
+        assert f"{r['median_s']:.4f}" not in source, r
+
+
+def test_notebooks_are_pages_of_the_site(built):
+    """Each notebook under notebooks/ is rendered (not executed) as a page the guide links."""
+    notebooks = sorted((REPO / "notebooks").glob("*.ipynb"))
+    assert notebooks
+    guide = (DOCS / "guide" / "notebooks.md").read_text()
+    for nb in notebooks:
+        page = built / "notebooks" / f"{nb.stem}.html"
+        assert page.is_file(), f"{nb.name} is not a page of the site"
+        first = json.loads(nb.read_text())["cells"][0]
+        heading = "".join(first["source"]).splitlines()[0].lstrip("# ").replace("`", "").strip()
+        assert " ".join(html.unescape(heading).split()) in text_of(page), nb.name
+        assert f"notebooks/{nb.stem}" in guide, f"docs/guide/notebooks.md does not link {nb.name}"

@@ -200,7 +200,7 @@ FAMILY = GpuFamily(
         worker_environ={"ucx": {"DASK_DISTRIBUTED__COMM__OFFLOAD": "False"}},
         # dask-cuda's everywhere (cuDF spills frames only, and costs every run: the reason below)
         device_spill={"array": "dask-cuda", "dataframe": "dask-cuda", "session": "dask-cuda"},
-        # measured on an H200 (workflows/spill_gpu.py, shape_grid.py; docs/bench-h200/session12)
+        # measured on an H200 (workflows/spill_gpu.py, shape_grid.py; docs/bench-h200/device-spill)
         device_spill_reason=(
             "cuDF's spilling moved a 1.4 GB Parquet groupby at a 1 GB cap 2.9 x faster "
             "(0.80 s vs 2.31 s), but it is on for every run of the cluster, and a 100 M-row "
@@ -224,7 +224,7 @@ FAMILY = GpuFamily(
     spill_to="host",
     # workflows/spill_gpu.py on an H200: capped at 8 GB, svd at 3 x the cap spilled through
     # dask-cuda at 48 x the in-memory time per byte (~2.5 GB/s device <-> host), groupby 17 x;
-    # capped at 2 GB and streamed, 0.75 x and 2.15 x (docs/benchmarks.md, "Streaming on the GPU")
+    # capped at 2 GB and streamed, 0.75 x and 2.15 x (docs/benchmarks/larger-than-memory.md)
     stream_first=(
         "on an H200 at 3 x a capped device, spilling through dask-cuda took 48 x (svd) and 17 x "
         "(groupby) the in-memory time per byte, making the blocks again 0.75 x and 2.15 x"

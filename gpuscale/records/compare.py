@@ -65,7 +65,7 @@ POWER = 0.8
 VERDICTS = ("faster", "slower", "same", "inconclusive", "n/a")
 ASSUMED_BETWEEN_RUN = 0.10
 """The spread between two runs of the same code (standard deviation of log B / A) assumed where
-each side holds one run (docs/benchmarks.md, "Timing noise and comparing runs", has the runs
+each side holds one run (docs/benchmarks/cpu.md, "Timing noise and comparing runs", has the runs
 behind it)."""
 
 

@@ -177,7 +177,7 @@ def choose_groupby(
 ONE_THREAD = (
     "measured on 2 CPU workers x 1 thread, 1 M-40 M rows x 10-100 k keys: per-worker beat the "
     "tree in 6 of 9 cells, by up to 26 %, and lost by at most 8 %; on one worker of 2 threads "
-    "it lost 2-3x from 10 M rows: docs/bench-cpu/session11"
+    "it lost 2-3x from 10 M rows: docs/bench-cpu/groupby-plan"
 )
 """Why the per-worker route is taken on one-thread workers whatever the share of groups."""
 
@@ -305,7 +305,7 @@ def groupby_agg(
     groups in the order the aggregation gives them, True sorts them by key (pandas' default;
     one result partition only). Sorting costs: measured on an H200, cuDF's sorted aggregation
     of 10 M rows took 6.4-8.7 ms against 4.3-5.6 ms unsorted (10 to 5 M keys), and sorting
-    the unsorted result after saved nothing (``docs/benchmarks.md``, "The fixed cost per run, step by step").
+    the unsorted result after saved nothing (``docs/benchmarks/dataframe.md``).
     """
     by_list = [by] if isinstance(by, str) else list(by)
     plan = plan or choose_groupby(
