@@ -70,9 +70,10 @@ def _host_share(value: Any, host: int) -> Any:
     return value
 
 
-def decisions(choices: dict[str, dict], host: int) -> dict[str, dict[str, Any]]:
-    """``choices`` (name -> recorded choice) as name -> value, source, rule id, with the
-    host's memory taken out of the values derived from it."""
+def decisions(choices: dict[str, Any], host: int, ids: dict[str, str | None] | None = None) -> dict[str, Any]:
+    """``choices`` (name -> recorded choice or decision) as name -> value, source, rule id (a
+    decision's, else ``ids``' or the record's), with the host's memory taken out of the values
+    derived from it."""
     import tempfile
 
     out = {}
@@ -86,7 +87,8 @@ def decisions(choices: dict[str, dict], host: int) -> dict[str, dict[str, Any]]:
             value = "<host>"
         elif name == "spill_directory" and value == tempfile.gettempdir():
             value = "<tmp>"
-        out[name] = {"value": value, "source": c.get("source"), "rule_id": c.get("rule_id")}
+        rule_id = getattr(c, "rule_id", None) or (ids or {}).get(name) or c.get("rule_id")
+        out[name] = {"value": value, "source": c.get("source"), "rule_id": rule_id}
     return out
 
 
@@ -107,7 +109,7 @@ def layout(spec, host: int) -> dict[str, Any]:
 def collect() -> dict[str, Any]:
     """Every case's decisions and layout, in this process (held to :data:`CORES` cores)."""
     import gpuscale.api as api
-    from gpuscale import machine
+    from gpuscale import config, machine, workloads
     from gpuscale.runs.session import configure
 
     facts = machine.cpu()
@@ -118,7 +120,11 @@ def collect() -> dict[str, Any]:
         plan = api.explain(kw.pop("workload"), **kw)
         cluster = dict(plan["explained"]["cluster"])
         cluster.pop("runner", None)  # where the runner runs: not the cluster layer's
-        out["explain"].append({"case": case, "decisions": decisions(cluster, host)})
+        settings = config.merge_keywords(kw.get("cluster_settings"), backend=kw.get("backend"))
+        collection = workloads.get(case["workload"]).collection
+        _, _, spec = configure(collection=collection, check=False, protocol=kw.get("protocol"), **settings)
+        ids = {k: getattr(v, "rule_id", None) for k, v in spec.choices.items()}
+        out["explain"].append({"case": case, "decisions": decisions(cluster, host, ids)})
     for case in SESSIONS:
         kw = dict(case)
         _, _, spec = configure(collection=kw.pop("collection", None), check=False, **kw)

@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field
 # system"): on a loaded machine it is only slow, and the warning would break the one-line output
 warnings.filterwarnings("ignore", message="Creating scratch directories is taking a surprisingly long time")
 
-from ..choices import choice  # noqa: E402 - after the warnings filter above
 from ..errors import UserError  # noqa: E402 - after the warnings filter above
+from ..plan import Decision, Facts, layout  # noqa: E402 - after the warnings filter above
 from . import messages, protocols  # noqa: E402 - after the warnings filter above
 
 KINDS = {
@@ -84,9 +84,10 @@ class ClusterSpec(BaseModel):
     commands: list[str] = Field(default_factory=list, exclude=True)
     """What a deploy target runs on other hosts (the ssh commands, the SLURM job script's
     lines), for ``cluster show``."""
-    choices: dict[str, dict[str, Any]] = Field(default_factory=dict, exclude=True)
-    """Each cluster knob as the kind chose it (:func:`gpuscale.choices.choice`: value, source,
-    rule): protocol, transports, GPUs, workers, threads per worker, memory limit, RMM pool.
+    choices: dict[str, Any] = Field(default_factory=dict, exclude=True)
+    """Each cluster knob as the kind chose it (a :class:`gpuscale.plan.Decision`, which reads
+    as the recorded ``{"value", "source", "rule"}``): protocol, transports, GPUs, workers,
+    threads per worker, memory limit, RMM pool.
     Not part of the printed spec (``cluster show`` / the record's ``cluster``); the record's
     ``explained.cluster`` holds it."""
 
@@ -177,12 +178,16 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
     proto, proto_choice = protocols.choose(
         settings.protocol, resolved.sources.get("protocol", "default"), family, kind, tls
     )
-    spec = _kind(kind).spec(resolved, family, collection, proto)
+    if kind == "existing":  # a running cluster has its own layout and protocol
+        spec = _kind(kind).spec(resolved, family, collection, proto)
+    else:
+        planned = layout(resolved, family, collection, kind, Facts.here())
+        spec = _kind(kind).spec(resolved, family, collection, proto, planned)
     interval = messages.choose(resolved, kind)
-    first = {} if kind == "existing" else {"protocol": proto_choice}  # a running cluster has its own
+    first = {} if kind == "existing" else {"protocol": proto_choice}
     spec = spec.model_copy(
         update={
-            "message_interval": interval["value"],
+            "message_interval": interval.value,
             "choices": {**first, **spec.choices, "message_interval": interval},
         }
     )
@@ -217,22 +222,25 @@ def rmm_pool(c, family) -> tuple[Any, dict[str, Any] | None]:
     }
 
 
-def spilling_choice(family) -> dict[str, Any]:
+def spilling_choice(family) -> Decision:
     """Where CPU workers on other hosts spill: their local directory, above the fractions of
     their memory limit in this process's Dask config, which the deploy target hands to every
     worker (SSHCluster through ``DASK_INTERNAL_INHERIT_CONFIG``, dask-jobqueue's job script
     through the workers' own config)."""
     if family.spill_to is None:
-        return choice(None, "family", f"the {family.name} family does not spill: data must fit")
+        return Decision(
+            None, "family", f"the {family.name} family does not spill: data must fit", "spill.none"
+        )
     fractions = {
         k: dask.config.get(f"distributed.worker.memory.{k}")
         for k in ("target", "spill", "pause", "terminate")
     }
-    return choice(
+    return Decision(
         fractions,
         "dask config",
         f"{family.spill_to}: each worker's local directory on its host, above target x its memory "
         "limit (distributed.worker.memory.*, this process's Dask config)",
+        "spill.remote",
     )
 
 
@@ -264,19 +272,22 @@ def per_host_entry(
     }
 
 
-def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> dict[str, Any]:
+def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> Decision:
     """The RMM pool choice: ``pool`` as the cluster kind set it (None: no pool) and the rule
     it gave, else why there is none."""
     setting = resolved.settings.cluster.rmm.pool_size
     source = resolved.sources.get("cluster.rmm.pool-size", "default")
     if pool is not None:
-        return choice(pool, "family" if setting == "auto" else source, rule)
+        return Decision(pool, "family" if setting == "auto" else source, rule, "rmm.pool")
     if setting == "auto":
-        return choice(None, "family", f"the {family.name} family uses no RMM pool")
+        return Decision(None, "family", f"the {family.name} family uses no RMM pool", "rmm.family-none")
     if setting is None:
-        return choice(None, source, "no pool (set by you)")
-    return choice(
-        None, source, f"{setting!r} was set, but the {family.name} family's cluster has no RMM pool"
+        return Decision(None, source, "no pool (set by you)", "rmm.none")
+    return Decision(
+        None,
+        source,
+        f"{setting!r} was set, but the {family.name} family's cluster has no RMM pool",
+        "rmm.unused",
     )
 
 

@@ -14,13 +14,13 @@ from typing import Any
 from dask.utils import format_bytes, parse_bytes
 
 from .. import machine, memory
-from ..choices import choice
 from ..errors import UserError
+from ..plan import Decision, Layout
 from . import ClusterSpec, construct, messages, rmm_choice, rmm_pool
 from .local import memory_bytes, memory_choice
 
 
-def spec(resolved, family, collection, proto) -> ClusterSpec:
+def spec(resolved, family, collection, proto, layout: Layout) -> ClusterSpec:
     settings, src = resolved.settings, resolved.sources
     c = settings.cluster
     visible = [g["index"] for g in machine.gpus()]
@@ -44,8 +44,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
                 "a GPU cluster runs one worker per GPU: lower --workers or add --gpus",
             )
         gpus = gpus[: c.workers]
-    family_threads = family.knobs.threads_per_worker.get(collection or "session")
-    threads = c.threads_per_worker or family_threads or 1
+    threads = layout.threads.value
 
     pool, rmm = rmm_pool(c, family)
     pool_rule = None
@@ -90,21 +89,18 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     limit = memory_bytes(c.memory_limit, 1, max(1, len(gpus)))
     choices = {
         "transports": proto.transports_choice(c.ucx, transports, src),
-        "gpus": choice(list(gpus), src.get("cluster.gpus", "default"), None)
+        "gpus": Decision(list(gpus), src.get("cluster.gpus", "default"), None, "gpus.set")
         if c.gpus is not None
-        else choice(list(gpus), "rule", f"every visible GPU ({len(gpus)})"),
-        "workers": choice(len(gpus), src.get("cluster.workers", "flag"), None)
+        else Decision(list(gpus), "rule", f"every visible GPU ({len(gpus)})", "gpus.visible"),
+        "workers": Decision(len(gpus), src.get("cluster.workers", "flag"), None, "layout.set")
         if c.workers is not None
-        else choice(len(gpus), "rule", f"one worker per selected GPU: {len(gpus)} GPU(s) {list(gpus)}"),
-        "threads_per_worker": choice(threads, src.get("cluster.threads-per-worker", "flag"), None)
-        if c.threads_per_worker is not None
-        else choice(
-            threads,
-            "family",
-            f"{family.name} family for {collection or 'session'} work: {family_threads} thread(s) per worker",
-        )
-        if family_threads is not None
-        else choice(threads, "rule", None),
+        else Decision(
+            len(gpus),
+            "rule",
+            f"one worker per selected GPU: {len(gpus)} GPU(s) {list(gpus)}",
+            "layout.per-gpu",
+        ),
+        "threads_per_worker": layout.threads,
         "memory_limit": memory_choice(
             resolved,
             limit,
@@ -135,7 +131,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     )
 
 
-def device_limit_choice(resolved, gpus) -> dict:
+def device_limit_choice(resolved, gpus) -> Decision:
     """Where GPU workers start spilling device -> host (dask-cuda's ``device_memory_limit``)."""
     c = resolved.settings.cluster
     src = resolved.sources.get("cluster.device-memory-limit", "default")
@@ -144,21 +140,30 @@ def device_limit_choice(resolved, gpus) -> dict:
     device = min(known) if known else None
     f = memory.device_spill_fraction(c.device_memory_limit, device)
     if f is None:
-        return choice(c.device_memory_limit, src, "no spilling: the data must fit the device")
+        return Decision(
+            c.device_memory_limit, src, "no spilling: the data must fit the device", "device-limit.off"
+        )
     at = f" = {format_bytes(int(f * device))} per GPU" if device else ""
     if src == "default":
-        return choice(
+        return Decision(
             "default",
             src,
             f"dask-cuda's default: task outputs spill device -> host above "
             f"{f:g} of the device{at} (then to disk past the host memory limit)",
+            "device-limit.dask-cuda",
         )
     if device is None:
-        return choice(
-            c.device_memory_limit, src, f"task outputs spill device -> host above {c.device_memory_limit}"
+        return Decision(
+            c.device_memory_limit,
+            src,
+            f"task outputs spill device -> host above {c.device_memory_limit}",
+            "device-limit.set",
         )
-    return choice(
-        c.device_memory_limit, src, f"task outputs spill device -> host above {f:.3g} of the device{at}"
+    return Decision(
+        c.device_memory_limit,
+        src,
+        f"task outputs spill device -> host above {f:.3g} of the device{at}",
+        "device-limit.set",
     )
 
 
@@ -171,7 +176,7 @@ class WorkerKnobs:
 
     options: dict[str, Any]
     environ: dict[str, str]
-    choices: dict[str, dict]
+    choices: dict[str, Decision]
     transports: dict[str, bool]
     """The UCX switches among ``options`` (``enable_nvlink``...), for the transports choice."""
 
@@ -199,7 +204,7 @@ def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
         if environ
         else "nothing set"
     )
-    if spill["value"] == "cudf":
+    if spill.value == "cudf":
         options["enable_cudf_spill"] = True
         options["cudf_spill_stats"] = 1  # its spill totals, for the record's measured spilling
         # on from the worker's first cuDF buffer (dask-cuda's plugin turns it on later, after which
@@ -214,10 +219,11 @@ def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
         {
             "device_memory_limit": device_limit_choice(resolved, gpus),
             "device_spill": spill,
-            "worker_environ": choice(
+            "worker_environ": Decision(
                 {k: v for k, v in environ.items() if k in family.knobs.worker_environ.get(proto.name, {})},
                 "family",
                 f"{family.name} family over {proto.name}: {env_rule}",
+                "worker-environ.family",
             ),
         },
         transports,
@@ -232,7 +238,7 @@ SPILL_WAYS = {
 }
 
 
-def device_spill_choice(resolved, family, collection, gpus) -> dict:
+def device_spill_choice(resolved, family, collection, gpus) -> Decision:
     """How GPU workers spill (``cluster.device-spill``; auto: the family's knob for the work's
     collection), or that they do not (``--device-memory-limit 0``)."""
     c = resolved.settings.cluster
@@ -240,16 +246,17 @@ def device_spill_choice(resolved, family, collection, gpus) -> dict:
     sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
     known = [sizes[g] for g in gpus if g in sizes]
     if memory.device_spill_fraction(c.device_memory_limit, min(known) if known else None) is None:
-        return choice("off", "rule", "--device-memory-limit 0: nothing spills")
+        return Decision("off", "rule", "--device-memory-limit 0: nothing spills", "device-spill.off")
     if c.device_spill != "auto":
-        return choice(c.device_spill, src, SPILL_WAYS[c.device_spill])
+        return Decision(c.device_spill, src, SPILL_WAYS[c.device_spill], "device-spill.set")
     key = collection or "session"
     way = family.knobs.device_spill.get(key, "dask-cuda")
     why = family.knobs.device_spill_reason if key != "array" else ""  # cuDF spills frames, not CuPy arrays
-    return choice(
+    return Decision(
         way,
         "family",
         f"{family.name} family for {key} work: {SPILL_WAYS[way]}" + (f" (measured: {why})" if why else ""),
+        "device-spill.family",
     )
 
 

@@ -12,8 +12,8 @@ import time
 from typing import Iterator
 from urllib.parse import urlsplit
 
-from ..choices import choice
 from ..errors import UserError
+from ..plan import Decision
 from . import ClusterSpec, protocols, rmm_choice
 
 
@@ -61,16 +61,19 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     used = protocols.of_address(address)
     if used.name == "tls":
         used = protocols.get("tcp")  # TLS over TCP sockets: the transport is tcp
-    theirs = choice(None, "cluster", f"whatever the running cluster at {address} has")
+    theirs = Decision(None, "cluster", f"whatever the running cluster at {address} has", "cluster.running")
     how = "scheduler file" if settings.scheduler_file else "scheduler address"
     choices = {
-        "protocol": choice(
-            used.name, how if used.name != settings.protocol else src.get("protocol", "default")
+        "protocol": Decision(
+            used.name,
+            how if used.name != settings.protocol else src.get("protocol", "default"),
+            None,
+            "protocol.running",
         ),
         "transports": used.transports_choice(settings.cluster.ucx, {}, src),
         "workers": theirs,
-        "threads_per_worker": dict(theirs),
-        "memory_limit": dict(theirs),
+        "threads_per_worker": theirs,
+        "memory_limit": theirs,
         "rmm_pool_size": rmm_choice(resolved, family),
     }
     return ClusterSpec(

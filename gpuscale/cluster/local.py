@@ -7,8 +7,8 @@ import logging
 from dask.utils import format_bytes
 
 from .. import machine, memory
-from ..choices import choice
 from ..errors import UserError
+from ..plan import Decision, Layout
 from . import ClusterSpec, construct, rmm_choice
 
 logger = logging.getLogger(__name__)
@@ -138,38 +138,30 @@ def check_total(workers: int, limit: int | None) -> None:
         )
 
 
-def memory_choice(resolved, value: int | None, auto_rule: str) -> dict:
+def memory_choice(resolved, value: int | None, auto_rule: str) -> Decision:
     """The memory limit per worker as chosen: ``value`` bytes; ``auto_rule`` (formatted with
     ``host`` = this machine's memory and ``value``) says how ``auto`` came to it."""
     setting = resolved.settings.cluster.memory_limit
     source = resolved.sources.get("cluster.memory-limit", "default")
+    extra = {"setting": setting}
     if setting == "auto":
-        rule = auto_rule.format(
-            host=format_bytes(machine.cpu()["memory_bytes"]), value=format_bytes(value or 0)
-        )
-        return choice(value, source, rule, setting=setting)
-    return choice(
-        value,
-        source,
-        None if value is None else f"{setting!r} = {format_bytes(value)} per worker",
-        setting=setting,
+        host = machine.cpu()["memory_bytes"]
+        rule = auto_rule.format(host=format_bytes(host), value=format_bytes(value or 0))
+        return Decision(value, source, rule, "memory.auto", {"host_bytes": host}, extra)
+    if value is None:
+        return Decision(value, source, None, "memory.none", extra=extra)
+    return Decision(
+        value, source, f"{setting!r} = {format_bytes(value)} per worker", "memory.set", extra=extra
     )
 
 
-def layout(settings, family, collection, cores: int) -> tuple[int, int, str]:
-    """(workers, threads per worker, why) on ``cores`` cores: the family's rule
-    (:meth:`gpuscale.backends.family.Family.worker_layout`) with what the user set."""
-    c = settings.cluster
-    return family.worker_layout(collection, cores, 0, workers=c.workers, threads=c.threads_per_worker)
-
-
-def spec(resolved, family, collection, proto) -> ClusterSpec:
+def spec(resolved, family, collection, proto, layout: Layout) -> ClusterSpec:
     settings, src = resolved.settings, resolved.sources
-    cores = machine.usable_cores()
-    workers, threads, why = layout(settings, family, collection, cores)
+    cores = layout.cores
+    workers, threads = layout.workers.value, layout.threads.value
     check_layout(workers, threads, cores)
     c = settings.cluster
-    notes = [f"layout: {why}"]
+    notes = [f"layout: {layout.why}"]
     if any(v is not None for v in (c.ucx.nvlink, c.ucx.infiniband, c.ucx.rdmacm)):
         notes.append("UCX transport switches apply to GPU clusters only; ignored here")
     kwargs = {
@@ -186,15 +178,10 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     if c.memory_limit != "auto":  # distributed's auto shares the machine by threads over cores
         check_total(workers, limit)
     worker_config: dict = {}
-    family_threads = family.knobs.threads_per_worker.get(collection or "session")
     choices = {
         "transports": proto.transports_choice(c.ucx, {}, src),
-        "workers": choice(workers, src.get("cluster.workers", "flag"), None)
-        if c.workers is not None
-        else choice(workers, "rule", why),
-        "threads_per_worker": choice(threads, src.get("cluster.threads-per-worker", "flag"), None)
-        if c.threads_per_worker is not None
-        else choice(threads, "family" if family_threads is not None else "rule", why),
+        "workers": layout.workers,
+        "threads_per_worker": layout.threads,
         "memory_limit": memory_choice(
             resolved,
             limit,
@@ -231,28 +218,36 @@ def spill_choices(family, limit: int | None, threads: int, worker_config: dict) 
     import dask
 
     if family.spill_to is None:
-        return {"spill_to": choice(None, "family", f"the {family.name} family does not spill: data must fit")}
+        return {
+            "spill_to": Decision(
+                None, "family", f"the {family.name} family does not spill: data must fit", "spill.none"
+            )
+        }
     target, why = memory.target_fraction(limit, threads, family)
     if target is not None:
         worker_config["distributed.worker.memory.target"] = target
     directory = dask.config.get("temporary-directory", None)
     return {
-        "spill_to": choice(
+        "spill_to": Decision(
             family.spill_to,
             "family",
             "distributed's spilling: managed data over the target "
             "goes to the worker's local directory, read back when a task needs it",
+            "spill.disk",
         ),
-        "memory_target_fraction": choice(
+        "memory_target_fraction": Decision(
             target if target is not None else dask.config.get("distributed.worker.memory.target"),
             "rule" if target is not None else "dask config",
             why,
+            "spill.target" if target is not None else "spill.target-dask",
+            {"limit_bytes": limit, "threads": threads},
         ),
-        "spill_directory": choice(
+        "spill_directory": Decision(
             directory or tempfile.gettempdir(),
             "dask config" if directory else "default",
             "temporary-directory (dask config; default the system's temp folder): each "
             "worker's local directory, where it spills, is made there",
+            "spill.directory",
         ),
     }
 

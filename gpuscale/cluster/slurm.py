@@ -22,8 +22,8 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ..choices import choice
 from ..errors import UserError, missing_module
+from ..plan import Decision, Layout
 from . import ClusterSpec, construct, per_host_entry, rmm_choice, rmm_pool, spilling_choice
 from .cuda import worker_knobs
 
@@ -31,7 +31,7 @@ CLS = "dask_jobqueue.SLURMCluster"
 GPU_WORKER = "dask cuda worker"  # run as `python -m dask cuda worker` (dask's CLI, dask-cuda's sub-command)
 
 
-def spec(resolved, family, collection, proto) -> ClusterSpec:
+def spec(resolved, family, collection, proto, layout: Layout) -> ClusterSpec:
     settings, src = resolved.settings, resolved.sources
     c, sl = settings.cluster, settings.cluster.slurm
     if proto.name != "tcp":
@@ -46,7 +46,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
             "raise cores or lower processes",
         )
     gpu = family.cluster_kind == "cuda"
-    threads = sl.cores // sl.processes
+    threads = layout.threads.value
     workers = sl.jobs * sl.processes
     extra: list[str] = []
     pool, rmm = rmm_pool(c, family) if gpu else (None, None)
@@ -93,25 +93,24 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     per_job = f"{sl.cores} core(s), {sl.memory}, {sl.processes} worker process(es) of {threads} thread(s)"
     choices = {
         "transports": proto.transports_choice(c.ucx, {}, src),
-        "jobs": choice(
+        "jobs": Decision(
             sl.jobs,
             src.get("cluster.slurm.jobs", "default"),
             f"{sl.jobs} SLURM job(s) submitted at start, each {per_job}",
+            "slurm.jobs",
         ),
-        "workers": choice(
+        "workers": Decision(
             None if gpu else workers,
             "rule",
             f"{worker} in each job: {'one per GPU' if gpu else f'{sl.jobs} x {sl.processes}'}",
+            "slurm.workers",
         ),
-        "threads_per_worker": choice(
-            threads,
-            src.get("cluster.slurm.cores", "default"),
-            f"cores / processes = {sl.cores} / {sl.processes} (dask-jobqueue's rule)",
-        ),
-        "memory_limit": choice(
+        "threads_per_worker": layout.threads,
+        "memory_limit": Decision(
             sl.memory,
             src.get("cluster.slurm.memory", "default"),
             f"per job, split between its {sl.processes} worker process(es)",
+            "slurm.memory",
         ),
         "rmm_pool_size": rmm_choice(resolved, family, pool, rmm["source"] if rmm else None),
     }
@@ -142,11 +141,11 @@ def per_host(spec: ClusterSpec) -> dict[str, dict]:
     nodes are SLURM's choice, known once the jobs start."""
     kw = spec.kwargs
     gpu = kw.get("worker_command") == GPU_WORKER
-    jobs = (spec.choices.get("jobs") or {}).get("value")
+    jobs = spec.choices["jobs"].value
     node = f"each SLURM job's node ({jobs} job(s))"
     cls = f"python -m {GPU_WORKER}" if gpu else "python -m distributed.cli.dask_worker"
     workers = "one per GPU of the node" if gpu else kw["processes"]
-    mem = spec.choices["memory_limit"]  # per job, split between its worker processes
+    mem = spec.choices["memory_limit"].record()  # per job, split between its worker processes
     return {
         "(this machine)": {"scheduler": True, "worker_entries": 0},
         node: {

@@ -20,8 +20,8 @@ import asyncio
 import os
 import pathlib
 
-from ..choices import choice
 from ..errors import UserError, missing_module
+from ..plan import Decision, Layout
 from . import ClusterSpec, construct, rmm_choice, rmm_pool
 
 CLS = "dask_jobqueue.slurm.SLURMRunner"
@@ -32,7 +32,7 @@ def scheduler_file() -> pathlib.Path:
     return pathlib.Path.cwd() / f"scheduler-{os.environ.get('SLURM_JOB_ID', '{job_id}')}.json"
 
 
-def spec(resolved, family, collection, proto) -> ClusterSpec:
+def spec(resolved, family, collection, proto, layout: Layout) -> ClusterSpec:
     settings, src = resolved.settings, resolved.sources
     c = settings.cluster
     if proto.name != "tcp":
@@ -41,8 +41,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
             "use --protocol tcp (TLS by default) with --deploy srun",
         )
     gpu = family.cluster_kind == "cuda"
-    per_task = os.environ.get("SLURM_CPUS_PER_TASK")
-    threads = c.threads_per_worker or (int(per_task) if per_task and per_task.isdigit() else 1)
+    threads = layout.threads.value
     worker_class = "dask_cuda.CUDAWorker" if gpu else "distributed.Worker"
     worker_options: dict = {"nthreads": threads}
     if c.memory_limit != "auto":
@@ -60,21 +59,20 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     }
     choices = {
         "transports": proto.transports_choice(c.ucx, {}, src),
-        "workers": choice(
+        "workers": Decision(
             workers,
             "rule",
             f"{worker_class} on every srun task from rank 2 (rank 0: the "
             "scheduler, rank 1: this client)" + (": one per GPU it sees" if gpu else ""),
+            "srun.workers",
+            {"ntasks": ntasks},
         ),
-        "threads_per_worker": choice(
-            threads,
-            src.get("cluster.threads-per-worker", "rule"),
-            None if c.threads_per_worker else "SLURM_CPUS_PER_TASK (1 when unset)",
-        ),
-        "memory_limit": choice(
+        "threads_per_worker": layout.threads,
+        "memory_limit": Decision(
             c.memory_limit,
             src.get("cluster.memory-limit", "default"),
             "auto: Dask's default on each node" if c.memory_limit == "auto" else None,
+            "memory.host-default" if c.memory_limit == "auto" else "memory.set",
         ),
         "rmm_pool_size": rmm_choice(resolved, family, pool, rmm["source"] if rmm else None),
     }

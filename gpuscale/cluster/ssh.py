@@ -21,8 +21,8 @@ import json
 import shlex
 import sys
 
-from ..choices import choice
 from ..errors import UserError, missing_module
+from ..plan import Decision, Layout
 from . import ClusterSpec, construct, per_host_entry, rmm_choice, rmm_pool, spilling_choice
 from .cuda import worker_knobs
 
@@ -40,7 +40,7 @@ def _connect_options(ssh) -> dict:
     return opts
 
 
-def spec(resolved, family, collection, proto) -> ClusterSpec:
+def spec(resolved, family, collection, proto, layout: Layout) -> ClusterSpec:
     settings, src = resolved.settings, resolved.sources
     c, ssh = settings.cluster, settings.cluster.ssh
     hosts = list(ssh.hosts or ())
@@ -52,7 +52,7 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
         )
     gpu = family.cluster_kind == "cuda"
     worker_class = "dask_cuda.CUDAWorker" if gpu else "distributed.Nanny"
-    threads = c.threads_per_worker or family.knobs.threads_per_worker.get(collection or "session")
+    threads = layout.threads.value
     worker_options: dict = {}
     if threads:
         worker_options["nthreads"] = threads
@@ -83,21 +83,21 @@ def spec(resolved, family, collection, proto) -> ClusterSpec:
     per = "one worker per GPU of each host" if gpu else f"{n} worker process(es)"
     choices = {
         "transports": proto.transports_choice(c.ucx, knobs.transports if knobs is not None else {}, src),
-        "hosts": choice(
+        "hosts": Decision(
             hosts,
             src.get("cluster.ssh.hosts", "flag"),
             f"scheduler on {hosts[0]}; {per} on {', '.join(hosts[1:])} (one per entry after the first)",
+            "ssh.hosts",
         ),
-        "workers": choice(None if gpu else n, "rule", f"{worker_class} on each entry after the first: {per}"),
-        "threads_per_worker": choice(
-            threads,
-            src.get("cluster.threads-per-worker", "family"),
-            None if threads else "Dask's default: the remote host's cores",
+        "workers": Decision(
+            None if gpu else n, "rule", f"{worker_class} on each entry after the first: {per}", "ssh.workers"
         ),
-        "memory_limit": choice(
+        "threads_per_worker": layout.threads,
+        "memory_limit": Decision(
             c.memory_limit,
             src.get("cluster.memory-limit", "default"),
             "auto: Dask's default on each host" if c.memory_limit == "auto" else None,
+            "memory.host-default" if c.memory_limit == "auto" else "memory.set",
         ),
         "rmm_pool_size": rmm_choice(resolved, family, pool, rmm["source"] if rmm else None),
     }
