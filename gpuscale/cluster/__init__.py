@@ -2,11 +2,13 @@
 
 :func:`build_spec` turns resolved settings + the selected backend family into a
 :class:`ClusterSpec` (class, workers, threads, memory, protocol, transports, RMM) without
-starting anything; ``gpuscale cluster show`` prints it. Each kind records why it chose what it
-chose (``ClusterSpec.choices``: value, source and rule with its numbers), which ``explain`` and
-every record lay out. :func:`connect` starts (or connects
-to) the cluster the spec describes and always closes what it started, on success, error and
-Ctrl-C. One small module per kind: ``local`` (LocalCluster), ``cuda`` (LocalCUDACluster),
+starting anything; ``gpuscale cluster show`` prints it. The rules decide first
+(:func:`gpuscale.plan.cluster.plan_cluster`: the kind, the transport, the worker layout), then
+the cluster's kind turns that plan into its class's arguments, recording each decision behind
+them (``ClusterSpec.choices``: :class:`gpuscale.plan.Decision`), which ``explain`` and every
+record lay out. :func:`connect` starts (or connects to) the cluster the spec describes and
+always closes what it started, on success, error and Ctrl-C. One small :class:`.kind.Kind`
+per kind, each in its module: ``local`` (LocalCluster), ``cuda`` (LocalCUDACluster),
 ``existing`` (a running scheduler), and the deploy targets on other hosts ``ssh``
 (SSHCluster), ``slurm`` (dask-jobqueue's SLURMCluster) and ``srun`` (its SLURMRunner).
 """
@@ -30,17 +32,19 @@ from pydantic import BaseModel, ConfigDict, Field
 warnings.filterwarnings("ignore", message="Creating scratch directories is taking a surprisingly long time")
 
 from ..errors import UserError  # noqa: E402 - after the warnings filter above
-from ..plan import Decision, Facts, layout  # noqa: E402 - after the warnings filter above
-from . import messages, protocols  # noqa: E402 - after the warnings filter above
+from ..plan.decision import Decision  # noqa: E402 - after the warnings filter above
+from . import messages, protocols  # noqa: E402, F401 - after the warnings filter above
+from .kind import Kind  # noqa: E402 - after the warnings filter above
 
 KINDS = {
-    "local": "gpuscale.cluster.local",
-    "cuda": "gpuscale.cluster.cuda",
-    "existing": "gpuscale.cluster.existing",
-    "ssh": "gpuscale.cluster.ssh",
-    "slurm": "gpuscale.cluster.slurm",
-    "srun": "gpuscale.cluster.srun",
+    "local": "gpuscale.cluster.local:Local",
+    "cuda": "gpuscale.cluster.cuda:Cuda",
+    "existing": "gpuscale.cluster.existing:Existing",
+    "ssh": "gpuscale.cluster.ssh:Ssh",
+    "slurm": "gpuscale.cluster.slurm:Slurm",
+    "srun": "gpuscale.cluster.srun:Srun",
 }
+"""Each cluster kind's :class:`~gpuscale.cluster.kind.Kind`, as ``module:Class``."""
 
 
 class ClusterSpec(BaseModel):
@@ -122,8 +126,10 @@ def workers(client) -> dict[str, dict[str, Any]]:
     return dict(identity(client).get("workers") or {})
 
 
-def _kind(name: str):
-    return importlib.import_module(KINDS[name])
+def kind(name: str) -> Kind:
+    """The cluster kind of this name."""
+    module, _, cls = KINDS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)()
 
 
 def check_addresses(host: str | None, dashboard: str | None) -> None:
@@ -164,43 +170,34 @@ def _check_bindable(host: str, what: str) -> None:
 
 def build_spec(resolved, family, collection: str | None = None, *, served: bool = False) -> ClusterSpec:
     """The cluster the resolved settings (``config.Resolved``: values and their sources)
-    describe for this family, with the choices behind it (nothing is started). ``served``: a
+    describe for this family, with the decisions behind it (nothing is started): the plan
+    (:func:`gpuscale.plan.cluster.plan_cluster`) as its kind's arguments. ``served``: a
     cluster kept up for other processes (``cluster up``), which :mod:`.security` protects."""
+    from ..plan.cluster import plan_cluster
     from . import security
 
-    settings = resolved.settings
-    if settings.scheduler or settings.scheduler_file:
-        kind = "existing"
-    else:
-        deploy = settings.cluster.deploy
-        kind = family.cluster_kind if deploy == "local" else deploy
-    tls = settings.cluster.security == "tls" or served
-    proto, proto_choice = protocols.choose(
-        settings.protocol, resolved.sources.get("protocol", "default"), family, kind, tls
-    )
-    if kind == "existing":  # a running cluster has its own layout and protocol
-        spec = _kind(kind).spec(resolved, family, collection, proto)
-    else:
-        planned = layout(resolved, family, collection, kind, Facts.here())
-        spec = _kind(kind).spec(resolved, family, collection, proto, planned)
-    interval = messages.choose(resolved, kind)
-    first = {} if kind == "existing" else {"protocol": proto_choice}
+    plan = plan_cluster(resolved, family, collection, served=served)
+    k = kind(plan.kind)
+    spec = k.spec(plan)
+    first = {} if plan.kind == "existing" else {"protocol": plan.protocol}  # a running one has its own
     spec = spec.model_copy(
         update={
-            "message_interval": interval.value,
-            "choices": {**first, **spec.choices, "message_interval": interval},
+            "message_interval": plan.message_interval.value,
+            "choices": {**first, **spec.choices, "message_interval": plan.message_interval},
         }
     )
-    if kind in ("local", "cuda"):
-        check_addresses(settings.cluster.host, settings.cluster.dashboard_address)
-    if kind in ("local", "cuda") and settings.cluster.host:
-        spec = spec.model_copy(update={"kwargs": {**spec.kwargs, "host": settings.cluster.host}})
-    spec = security.apply(spec, resolved, proto, served=served)
-    mod = _kind(kind)
-    if hasattr(mod, "commands"):  # a deploy target on other hosts: what it would run there
-        spec = spec.model_copy(update={"commands": mod.commands(spec)})
-    if hasattr(mod, "per_host"):  # ... and what each host's workers get (TLS decided above)
-        spec = spec.model_copy(update={"per_host": mod.per_host(spec)})
+    host = resolved.settings.cluster.host
+    if plan.kind in ("local", "cuda"):
+        check_addresses(host, resolved.settings.cluster.dashboard_address)
+    if plan.kind in ("local", "cuda") and host:
+        spec = spec.model_copy(update={"kwargs": {**spec.kwargs, "host": host}})
+    spec = security.apply(spec, resolved, plan.transport, served=served)
+    commands = k.commands(spec)  # a deploy target on other hosts: what it would run there
+    if commands is not None:
+        spec = spec.model_copy(update={"commands": commands})
+    per_host = k.per_host(spec)  # ... and what each host's workers get (TLS decided above)
+    if per_host is not None:
+        spec = spec.model_copy(update={"per_host": per_host})
     return spec
 
 
@@ -298,11 +295,11 @@ def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]
     transport was checked when it was configured (``runs.session.configure``). ``security``:
     a :class:`distributed.Security` to use instead of the spec's (a runner on a worker passes
     its worker's)."""
-    mod = _kind(spec.kind)
+    k = kind(spec.kind)
     cluster = None
     client = None
     try:
-        cluster, client = mod.start(spec, security)
+        cluster, client = k.start(spec, security)
         messages.apply_client(client, spec.message_interval)
         yield client, cluster
     finally:

@@ -8,8 +8,9 @@ from dask.utils import format_bytes
 
 from .. import machine, memory
 from ..errors import UserError
-from ..plan import Decision, Layout
+from ..plan.decision import Decision
 from . import ClusterSpec, construct, rmm_choice
+from .kind import Kind
 
 logger = logging.getLogger(__name__)
 
@@ -155,60 +156,6 @@ def memory_choice(resolved, value: int | None, auto_rule: str) -> Decision:
     )
 
 
-def spec(resolved, family, collection, proto, layout: Layout) -> ClusterSpec:
-    settings, src = resolved.settings, resolved.sources
-    cores = layout.cores
-    workers, threads = layout.workers.value, layout.threads.value
-    check_layout(workers, threads, cores)
-    c = settings.cluster
-    notes = [f"layout: {layout.why}"]
-    if any(v is not None for v in (c.ucx.nvlink, c.ucx.infiniband, c.ucx.rdmacm)):
-        notes.append("UCX transport switches apply to GPU clusters only; ignored here")
-    kwargs = {
-        "n_workers": workers,
-        "threads_per_worker": threads,
-        "processes": True,
-        "memory_limit": _memory_setting(c.memory_limit),
-        "protocol": proto.name,
-        "dashboard_address": c.dashboard_address,
-    }
-    if proto.bind_host:
-        kwargs["host"] = proto.bind_host
-    limit = memory_bytes(c.memory_limit, threads, cores)
-    if c.memory_limit != "auto":  # distributed's auto shares the machine by threads over cores
-        check_total(workers, limit)
-    worker_config: dict = {}
-    choices = {
-        "transports": proto.transports_choice(c.ucx, {}, src),
-        "workers": layout.workers,
-        "threads_per_worker": layout.threads,
-        "memory_limit": memory_choice(
-            resolved,
-            limit,
-            "auto: this machine's {host} x min(1, "
-            f"{threads} thread(s) / {cores} core(s)) = {{value}} per worker "
-            "(distributed's rule)",
-        ),
-        "rmm_pool_size": rmm_choice(resolved, family),
-        **spill_choices(family, limit, threads, worker_config),
-    }
-    return ClusterSpec(
-        kind="local",
-        cls="distributed.LocalCluster",
-        family=family.name,
-        protocol=proto.name,
-        workers=workers,
-        threads_per_worker=threads,
-        memory_limit=c.memory_limit,
-        memory_limit_bytes=limit,
-        dashboard_address=c.dashboard_address,
-        notes=notes,
-        kwargs=kwargs,
-        dask_config=worker_config,
-        choices=choices,
-    )
-
-
 def spill_choices(family, limit: int | None, threads: int, worker_config: dict) -> dict:
     """Where the workers spill and from what share of their memory (the spill target's rule is
     :func:`gpuscale.memory.target_fraction`); a lowered target goes into ``worker_config``
@@ -252,23 +199,83 @@ def spill_choices(family, limit: int | None, threads: int, worker_config: dict) 
     }
 
 
-def start(spec: ClusterSpec, security=None):
-    from distributed import Client, LocalCluster
+class Local(Kind):
+    """``distributed.LocalCluster``: the CPU family's processes on this machine, laid out by the plan."""
 
-    from . import security as tls
+    name = "local"
 
-    kwargs = dict(spec.kwargs)
-    if spec.security == "tls":
-        kwargs["security"] = security or tls.temporary()
-    import dask
+    def spec(self, plan) -> ClusterSpec:
+        resolved, family, proto = plan.resolved, plan.family, plan.transport
+        layout = plan.layout
+        settings, src = resolved.settings, resolved.sources
+        cores = layout.cores
+        workers, threads = layout.workers.value, layout.threads.value
+        check_layout(workers, threads, cores)
+        c = settings.cluster
+        notes = [f"layout: {layout.why}"]
+        if any(v is not None for v in (c.ucx.nvlink, c.ucx.infiniband, c.ucx.rdmacm)):
+            notes.append("UCX transport switches apply to GPU clusters only; ignored here")
+        kwargs = {
+            "n_workers": workers,
+            "threads_per_worker": threads,
+            "processes": True,
+            "memory_limit": _memory_setting(c.memory_limit),
+            "protocol": proto.name,
+            "dashboard_address": c.dashboard_address,
+        }
+        if proto.bind_host:
+            kwargs["host"] = proto.bind_host
+        limit = memory_bytes(c.memory_limit, threads, cores)
+        if c.memory_limit != "auto":  # distributed's auto shares the machine by threads over cores
+            check_total(workers, limit)
+        worker_config: dict = {}
+        choices = {
+            "transports": proto.transports_choice(c.ucx, {}, src),
+            "workers": layout.workers,
+            "threads_per_worker": layout.threads,
+            "memory_limit": memory_choice(
+                resolved,
+                limit,
+                "auto: this machine's {host} x min(1, "
+                f"{threads} thread(s) / {cores} core(s)) = {{value}} per worker "
+                "(distributed's rule)",
+            ),
+            "rmm_pool_size": rmm_choice(resolved, family),
+            **spill_choices(family, limit, threads, worker_config),
+        }
+        return ClusterSpec(
+            kind="local",
+            cls="distributed.LocalCluster",
+            family=family.name,
+            protocol=proto.name,
+            workers=workers,
+            threads_per_worker=threads,
+            memory_limit=c.memory_limit,
+            memory_limit_bytes=limit,
+            dashboard_address=c.dashboard_address,
+            notes=notes,
+            kwargs=kwargs,
+            dask_config=worker_config,
+            choices=choices,
+        )
 
-    def make():
-        with dask.config.set(spec.dask_config):
-            return LocalCluster(**kwargs)
+    def start(self, spec: ClusterSpec, security=None):
+        from distributed import Client, LocalCluster
 
-    cluster = construct(spec, make)
-    try:
-        return cluster, Client(cluster)
-    except BaseException:
-        cluster.close()
-        raise
+        from . import security as tls
+
+        kwargs = dict(spec.kwargs)
+        if spec.security == "tls":
+            kwargs["security"] = security or tls.temporary()
+        import dask
+
+        def make():
+            with dask.config.set(spec.dask_config):
+                return LocalCluster(**kwargs)
+
+        cluster = construct(spec, make)
+        try:
+            return cluster, Client(cluster)
+        except BaseException:
+            cluster.close()
+            raise

@@ -40,7 +40,7 @@ import dask.config
 from distributed import Scheduler, Worker
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from ..plan import Decision
+from ..plan.decision import Decision
 
 MODULE = __name__
 AUTO_S = 0.002

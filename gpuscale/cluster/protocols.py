@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UserError, missing_module
-from ..plan import Decision
+from ..plan.decision import Decision
 
 SWITCHES = ("nvlink", "infiniband", "rdmacm")
 """The UCX transport switches of ``cluster.ucx`` (None: UCX chooses)."""
