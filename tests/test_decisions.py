@@ -50,3 +50,81 @@ def test_a_sessions_cluster_decisions_and_layout_are_unchanged(today):
     for got, want in zip(today["sessions"], GOLDEN["sessions"]):
         assert _compare(got["decisions"], want["decisions"]) == [], want["case"]
         assert got["layout"] == want["layout"], want["case"]
+
+
+def _plan(collection=None, facts=None, slurm=None, **settings):
+    from gpuscale import backends, config
+    from gpuscale.plan.cluster import plan_cluster
+
+    nested = config.keywords_to_nested({"backend": "cpu", **settings})
+    if slurm:
+        nested["cluster"]["slurm"] = slurm
+    resolved = config.resolve(None, nested)
+    return plan_cluster(resolved, backends.select("cpu").family, collection, facts=facts)
+
+
+def test_a_decision_reads_as_the_choice_it_records():
+    """A spec's decisions are frozen Decisions that read (and pickle, for a runner on a worker)
+    as the record's ``{"value", "source", "rule"}``; a documented rule adds its id to both."""
+    import pickle
+
+    from gpuscale.plan import Decision
+    from gpuscale.runs.session import configure
+
+    _, _, spec = configure(backend="cpu", protocol="auto", workers=1, check=False)
+    protocol, workers = spec.choices["protocol"], spec.choices["workers"]
+    assert isinstance(protocol, Decision) and isinstance(workers, Decision)
+    assert dict(protocol) == {
+        "value": "tcp",
+        "source": "rule",
+        "rule": "protocol.tcp: auto: the cpu family's clusters talk TCP (distributed's default)",
+        "setting": "auto",
+        "rule_id": "protocol.tcp",
+    }
+    assert dict(workers) == {"value": 1, "source": "flag", "rule": None} and workers.rule_id == "layout.set"
+    assert json.loads(json.dumps(dict(workers))) == dict(workers) == pickle.loads(pickle.dumps(workers))
+    with pytest.raises(AttributeError):
+        workers.value = 2
+
+
+def test_a_plan_on_given_facts_lays_out_their_cores():
+    """The layout is decided once from the machine's facts: 8 cores give the CPU family 2
+    workers x 4 threads for array work and 8 x 1 for frames, and the kind's spec reads it."""
+    from gpuscale.cluster import kind
+    from gpuscale.plan import Facts
+
+    facts = Facts(cores=8, memory_bytes=64 * 2**30)
+    for collection, (workers, threads) in (("array", (2, 4)), ("dataframe", (8, 1))):
+        plan = _plan(collection, facts)
+        assert (plan.layout.workers.value, plan.layout.threads.value) == (workers, threads)
+        assert plan.layout.threads.rule_id == "layout.family" and plan.layout.cores == 8
+        spec = kind(plan.kind).spec(plan)
+        assert (spec.kwargs["n_workers"], spec.kwargs["threads_per_worker"]) == (workers, threads)
+        assert spec.choices["threads_per_worker"] == plan.layout.threads
+
+
+@pytest.mark.parametrize(
+    ("settings", "threads", "rule_id"),
+    [
+        ({"deploy": "ssh", "ssh_hosts": "a,b"}, 4, "layout.family"),
+        ({"deploy": "ssh", "ssh_hosts": "a,b", "threads_per_worker": 3}, 3, "layout.set"),
+        ({"deploy": "srun", "threads_per_worker": 3}, 3, "layout.set"),
+        ({"deploy": "slurm", "slurm": {"cores": 8, "processes": 2}}, 4, "layout.slurm-job"),
+    ],
+)
+def test_every_cluster_kind_takes_its_threads_from_the_plans_layout(settings, threads, rule_id):
+    from gpuscale.cluster import kind
+
+    plan = _plan("array", **settings)
+    spec = kind(plan.kind).spec(plan)
+    assert spec.threads_per_worker == plan.layout.threads.value == threads
+    assert spec.choices["threads_per_worker"].rule_id == rule_id
+
+
+def test_each_cluster_kind_is_a_kind_of_its_name():
+    from gpuscale.cluster import KINDS, kind
+    from gpuscale.cluster.kind import Kind
+
+    for name in KINDS:
+        k = kind(name)
+        assert isinstance(k, Kind) and k.name == name

@@ -347,6 +347,7 @@ class Cuda(Kind):
                 limit,
                 "auto: this machine's {host} of host memory split "
                 f"over {max(1, len(gpus))} worker(s) = {{value}} each",
+                plan.facts.memory_bytes,
             ),
             "rmm_pool_size": rmm_choice(resolved, family, pool, pool_rule),
             **knobs.choices,

@@ -98,12 +98,12 @@ def memory_bytes(limit, threads: int, cores: int) -> int | None:
     return value
 
 
-def check_layout(workers: int, threads: int, cores: int) -> None:
-    """Refuse, before anything starts, a layout this machine cannot hold: more than
-    :data:`MAX_WORKERS_PER_CORE` worker processes per usable core or fewer than
-    :data:`MIN_WORKER_BYTES` of its memory each, more than :data:`MAX_THREADS_PER_WORKER`
-    threads per worker or :data:`MAX_THREADS_PER_CORE` threads per core in all."""
-    host = machine.cpu()["memory_bytes"]
+def check_layout(workers: int, threads: int, cores: int, host: int) -> None:
+    """Refuse, before anything starts, a layout a machine of ``cores`` usable cores and
+    ``host`` bytes of memory cannot hold: more than :data:`MAX_WORKERS_PER_CORE` worker
+    processes per core or fewer than :data:`MIN_WORKER_BYTES` of its memory each, more than
+    :data:`MAX_THREADS_PER_WORKER` threads per worker or :data:`MAX_THREADS_PER_CORE` threads
+    per core in all."""
     most = max(1, min(MAX_WORKERS_PER_CORE * cores, host // MIN_WORKER_BYTES))
     if workers > most:
         raise UserError(
@@ -125,11 +125,10 @@ def check_layout(workers: int, threads: int, cores: int) -> None:
         )
 
 
-def check_total(workers: int, limit: int | None) -> None:
-    """Refuse, before anything starts, worker limits that add up to more than this machine's
-    memory: each worker could grow to its limit, and together they would meet the host's
-    out-of-memory killer instead of distributed's spilling and pausing."""
-    host = machine.cpu()["memory_bytes"]
+def check_total(workers: int, limit: int | None, host: int) -> None:
+    """Refuse, before anything starts, worker limits that add up to more than the machine's
+    ``host`` bytes of memory: each worker could grow to its limit, and together they would
+    meet the host's out-of-memory killer instead of distributed's spilling and pausing."""
     if limit and workers * limit > host:
         raise UserError(
             f"{workers} worker(s) x {format_bytes(limit)} (--memory-limit) is "
@@ -139,14 +138,13 @@ def check_total(workers: int, limit: int | None) -> None:
         )
 
 
-def memory_choice(resolved, value: int | None, auto_rule: str) -> Decision:
+def memory_choice(resolved, value: int | None, auto_rule: str, host: int) -> Decision:
     """The memory limit per worker as chosen: ``value`` bytes; ``auto_rule`` (formatted with
-    ``host`` = this machine's memory and ``value``) says how ``auto`` came to it."""
+    ``host`` = the machine's memory and ``value``) says how ``auto`` came to it."""
     setting = resolved.settings.cluster.memory_limit
     source = resolved.sources.get("cluster.memory-limit", "default")
     extra = {"setting": setting}
     if setting == "auto":
-        host = machine.cpu()["memory_bytes"]
         rule = auto_rule.format(host=format_bytes(host), value=format_bytes(value or 0))
         return Decision(value, source, rule, "memory.auto", {"host_bytes": host}, extra)
     if value is None:
@@ -210,7 +208,8 @@ class Local(Kind):
         settings, src = resolved.settings, resolved.sources
         cores = layout.cores
         workers, threads = layout.workers.value, layout.threads.value
-        check_layout(workers, threads, cores)
+        host = plan.facts.memory_bytes
+        check_layout(workers, threads, cores, host)
         c = settings.cluster
         notes = [f"layout: {layout.why}"]
         if any(v is not None for v in (c.ucx.nvlink, c.ucx.infiniband, c.ucx.rdmacm)):
@@ -227,7 +226,7 @@ class Local(Kind):
             kwargs["host"] = proto.bind_host
         limit = memory_bytes(c.memory_limit, threads, cores)
         if c.memory_limit != "auto":  # distributed's auto shares the machine by threads over cores
-            check_total(workers, limit)
+            check_total(workers, limit, host)
         worker_config: dict = {}
         choices = {
             "transports": proto.transports_choice(c.ucx, {}, src),
@@ -239,6 +238,7 @@ class Local(Kind):
                 "auto: this machine's {host} x min(1, "
                 f"{threads} thread(s) / {cores} core(s)) = {{value}} per worker "
                 "(distributed's rule)",
+                host,
             ),
             "rmm_pool_size": rmm_choice(resolved, family),
             **spill_choices(family, limit, threads, worker_config),
