@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 warnings.filterwarnings("ignore", message="Creating scratch directories is taking a surprisingly long time")
 
 from ..errors import UserError  # noqa: E402 - after the warnings filter above
+from ..plan.cluster import plan_cluster  # noqa: E402 - after the warnings filter above
 from ..plan.decision import Decision  # noqa: E402 - after the warnings filter above
 from . import messages, protocols  # noqa: E402, F401 - after the warnings filter above
 from .kind import Kind  # noqa: E402 - after the warnings filter above
@@ -173,7 +174,6 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
     describe for this family, with the decisions behind it (nothing is started): the plan
     (:func:`gpuscale.plan.cluster.plan_cluster`) as its kind's arguments. ``served``: a
     cluster kept up for other processes (``cluster up``), which :mod:`.security` protects."""
-    from ..plan.cluster import plan_cluster
     from . import security
 
     plan = plan_cluster(resolved, family, collection, served=served)
