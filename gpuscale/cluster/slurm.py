@@ -62,7 +62,7 @@ class Slurm(Kind):
                 "each worker process needs at least one core",
                 "raise cores or lower processes",
             )
-        gpu = family.cluster_kind == "cuda"
+        gpu = plan.gpu_workers
         threads = layout.threads.value
         workers = sl.jobs * sl.processes
         extra: list[str] = []

@@ -87,7 +87,7 @@ class Srun(Kind):
                 f"cluster.deploy is srun, but --protocol {proto.name} is not wired for srun tasks",
                 "use --protocol tcp (TLS by default) with --deploy srun",
             )
-        gpu = family.cluster_kind == "cuda"
+        gpu = plan.gpu_workers
         threads = layout.threads.value
         worker_class = "dask_cuda.CUDAWorker" if gpu else "distributed.Worker"
         worker_options: dict = {"nthreads": threads}

@@ -73,7 +73,7 @@ class Ssh(Kind):
                 "list the scheduler's host first, then one entry per worker process, e.g. "
                 "--ssh-hosts node1,node1,node2 (or in a profile, see clusters/ssh.yaml)",
             )
-        gpu = family.cluster_kind == "cuda"
+        gpu = plan.gpu_workers
         worker_class = "dask_cuda.CUDAWorker" if gpu else "distributed.Nanny"
         threads = layout.threads.value
         worker_options: dict = {}

@@ -32,6 +32,8 @@ class ClusterPlan:
     tls: bool
     """The cluster is to speak TLS (asked for, or kept up for other processes)."""
     served: bool
+    gpu_workers: bool
+    """The workers are the family's GPU workers (one per GPU, dask-cuda's), wherever they run."""
 
 
 def kind_of(resolved, family) -> str:
@@ -69,4 +71,5 @@ def plan_cluster(
         layout=None if kind == "existing" else layout(resolved, family, collection, kind, facts),
         tls=tls,
         served=served,
+        gpu_workers=family.cluster_kind == "cuda",
     )
