@@ -33,7 +33,6 @@ warnings.filterwarnings("ignore", message="Creating scratch directories is takin
 
 from ..errors import UserError  # noqa: E402 - after the warnings filter above
 from ..plan.cluster import plan_cluster  # noqa: E402 - after the warnings filter above
-from ..plan.decision import Decision  # noqa: E402 - after the warnings filter above
 from . import messages, protocols  # noqa: E402, F401 - after the warnings filter above
 from .kind import Kind  # noqa: E402 - after the warnings filter above
 
@@ -201,46 +200,6 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
     return spec
 
 
-def rmm_pool(c, family) -> tuple[Any, dict[str, Any] | None]:
-    """The RMM pool per GPU worker from the cluster settings ``c`` (``auto``: the family's knob)
-    and the spec's ``rmm`` entry, with where the size came from; ``(None, None)``: no pool.
-    Every cluster kind that starts GPU workers (cuda, ssh, slurm, srun) asks here."""
-    pool = c.rmm.pool_size
-    source = "set by you"
-    if pool == "auto":
-        pool, source = family.knobs.rmm_pool_size, f"{family.name} family default (fraction of device memory)"
-    if pool is None:
-        return None, None
-    return pool, {
-        "pool_size": pool,
-        "maximum_pool_size": c.rmm.maximum_pool_size,
-        "external_libs": list(c.rmm.external_libs),
-        "source": source,
-    }
-
-
-def spilling_choice(family) -> Decision:
-    """Where CPU workers on other hosts spill: their local directory, above the fractions of
-    their memory limit in this process's Dask config, which the deploy target hands to every
-    worker (SSHCluster through ``DASK_INTERNAL_INHERIT_CONFIG``, dask-jobqueue's job script
-    through the workers' own config)."""
-    if family.spill_to is None:
-        return Decision(
-            None, "family", f"the {family.name} family does not spill: data must fit", "spill.none"
-        )
-    fractions = {
-        k: dask.config.get(f"distributed.worker.memory.{k}")
-        for k in ("target", "spill", "pause", "terminate")
-    }
-    return Decision(
-        fractions,
-        "dask config",
-        f"{family.spill_to}: each worker's local directory on its host, above target x its memory "
-        "limit (distributed.worker.memory.*, this process's Dask config)",
-        "spill.remote",
-    )
-
-
 def per_host_entry(
     spec: "ClusterSpec", worker_class: str, workers: Any, threads: Any, memory: Any = None
 ) -> dict[str, Any]:
@@ -267,25 +226,6 @@ def per_host_entry(
         "transports": shown("transports"),
         "tls": spec.security == "tls",
     }
-
-
-def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> Decision:
-    """The RMM pool choice: ``pool`` as the cluster kind set it (None: no pool) and the rule
-    it gave, else why there is none."""
-    setting = resolved.settings.cluster.rmm.pool_size
-    source = resolved.sources.get("cluster.rmm.pool-size", "default")
-    if pool is not None:
-        return Decision(pool, "family" if setting == "auto" else source, rule, "rmm.pool")
-    if setting == "auto":
-        return Decision(None, "family", f"the {family.name} family uses no RMM pool", "rmm.family-none")
-    if setting is None:
-        return Decision(None, source, "no pool (set by you)", "rmm.none")
-    return Decision(
-        None,
-        source,
-        f"{setting!r} was set, but the {family.name} family's cluster has no RMM pool",
-        "rmm.unused",
-    )
 
 
 @contextlib.contextmanager

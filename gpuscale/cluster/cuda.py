@@ -16,45 +16,10 @@ from dask.utils import format_bytes, parse_bytes
 from .. import machine, memory
 from ..errors import UserError
 from ..plan.decision import Decision
-from . import ClusterSpec, construct, messages, rmm_choice, rmm_pool
+from ..plan.memory import device_limit_choice, device_spill_choice, memory_choice, rmm_choice, rmm_pool
+from . import ClusterSpec, construct, messages
 from .kind import Kind
-from .local import memory_bytes, memory_choice
-
-
-def device_limit_choice(resolved, gpus) -> Decision:
-    """Where GPU workers start spilling device -> host (dask-cuda's ``device_memory_limit``)."""
-    c = resolved.settings.cluster
-    src = resolved.sources.get("cluster.device-memory-limit", "default")
-    sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
-    known = [sizes[g] for g in gpus if g in sizes]
-    device = min(known) if known else None
-    f = memory.device_spill_fraction(c.device_memory_limit, device)
-    if f is None:
-        return Decision(
-            c.device_memory_limit, src, "no spilling: the data must fit the device", "device-limit.off"
-        )
-    at = f" = {format_bytes(int(f * device))} per GPU" if device else ""
-    if src == "default":
-        return Decision(
-            "default",
-            src,
-            f"dask-cuda's default: task outputs spill device -> host above "
-            f"{f:g} of the device{at} (then to disk past the host memory limit)",
-            "device-limit.dask-cuda",
-        )
-    if device is None:
-        return Decision(
-            c.device_memory_limit,
-            src,
-            f"task outputs spill device -> host above {c.device_memory_limit}",
-            "device-limit.set",
-        )
-    return Decision(
-        c.device_memory_limit,
-        src,
-        f"task outputs spill device -> host above {f:.3g} of the device{at}",
-        "device-limit.set",
-    )
+from .local import memory_bytes
 
 
 @dataclasses.dataclass
@@ -117,36 +82,6 @@ def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
             ),
         },
         transports,
-    )
-
-
-SPILL_WAYS = {
-    "dask-cuda": "dask-cuda moves whole task outputs device -> host over the device memory limit",
-    "cudf": "cuDF spills single device buffers, also inside a running task, over the device memory "
-    "limit (enable_cudf_spill), on top of dask-cuda's whole task outputs; CuPy arrays are not "
-    "cuDF's buffers",
-}
-
-
-def device_spill_choice(resolved, family, collection, gpus) -> Decision:
-    """How GPU workers spill (``cluster.device-spill``; auto: the family's knob for the work's
-    collection), or that they do not (``--device-memory-limit 0``)."""
-    c = resolved.settings.cluster
-    src = resolved.sources.get("cluster.device-spill", "default")
-    sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
-    known = [sizes[g] for g in gpus if g in sizes]
-    if memory.device_spill_fraction(c.device_memory_limit, min(known) if known else None) is None:
-        return Decision("off", "rule", "--device-memory-limit 0: nothing spills", "device-spill.off")
-    if c.device_spill != "auto":
-        return Decision(c.device_spill, src, SPILL_WAYS[c.device_spill], "device-spill.set")
-    key = collection or "session"
-    way = family.knobs.device_spill.get(key, "dask-cuda")
-    why = family.knobs.device_spill_reason if key != "array" else ""  # cuDF spills frames, not CuPy arrays
-    return Decision(
-        way,
-        "family",
-        f"{family.name} family for {key} work: {SPILL_WAYS[way]}" + (f" (measured: {why})" if why else ""),
-        "device-spill.family",
     )
 
 

@@ -14,7 +14,8 @@ from urllib.parse import urlsplit
 
 from ..errors import UserError
 from ..plan.decision import Decision
-from . import ClusterSpec, protocols, rmm_choice
+from ..plan.memory import rmm_choice
+from . import ClusterSpec, protocols
 from .kind import Kind
 
 

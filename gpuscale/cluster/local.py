@@ -6,10 +6,10 @@ import logging
 
 from dask.utils import format_bytes
 
-from .. import machine, memory
+from .. import machine
 from ..errors import UserError
-from ..plan.decision import Decision
-from . import ClusterSpec, construct, rmm_choice
+from ..plan.memory import memory_choice, rmm_choice, spill_choices
+from . import ClusterSpec, construct
 from .kind import Kind
 
 logger = logging.getLogger(__name__)
@@ -136,65 +136,6 @@ def check_total(workers: int, limit: int | None, host: int) -> None:
             f"use --memory-limit {format_bytes(host // workers)} or less, fewer --workers, or "
             "--memory-limit auto",
         )
-
-
-def memory_choice(resolved, value: int | None, auto_rule: str, host: int) -> Decision:
-    """The memory limit per worker as chosen: ``value`` bytes; ``auto_rule`` (formatted with
-    ``host`` = the machine's memory and ``value``) says how ``auto`` came to it."""
-    setting = resolved.settings.cluster.memory_limit
-    source = resolved.sources.get("cluster.memory-limit", "default")
-    extra = {"setting": setting}
-    if setting == "auto":
-        rule = auto_rule.format(host=format_bytes(host), value=format_bytes(value or 0))
-        return Decision(value, source, rule, "memory.auto", {"host_bytes": host}, extra)
-    if value is None:
-        return Decision(value, source, None, "memory.none", extra=extra)
-    return Decision(
-        value, source, f"{setting!r} = {format_bytes(value)} per worker", "memory.set", extra=extra
-    )
-
-
-def spill_choices(family, limit: int | None, threads: int, worker_config: dict) -> dict:
-    """Where the workers spill and from what share of their memory (the spill target's rule is
-    :func:`gpuscale.memory.target_fraction`); a lowered target goes into ``worker_config``
-    (the spec's ``dask_config``, in force while the workers start)."""
-    import tempfile
-
-    import dask
-
-    if family.spill_to is None:
-        return {
-            "spill_to": Decision(
-                None, "family", f"the {family.name} family does not spill: data must fit", "spill.none"
-            )
-        }
-    target, why = memory.target_fraction(limit, threads, family)
-    if target is not None:
-        worker_config["distributed.worker.memory.target"] = target
-    directory = dask.config.get("temporary-directory", None)
-    return {
-        "spill_to": Decision(
-            family.spill_to,
-            "family",
-            "distributed's spilling: managed data over the target "
-            "goes to the worker's local directory, read back when a task needs it",
-            "spill.disk",
-        ),
-        "memory_target_fraction": Decision(
-            target if target is not None else dask.config.get("distributed.worker.memory.target"),
-            "rule" if target is not None else "dask config",
-            why,
-            "spill.target" if target is not None else "spill.target-dask",
-            {"limit_bytes": limit, "threads": threads},
-        ),
-        "spill_directory": Decision(
-            directory or tempfile.gettempdir(),
-            "dask config" if directory else "default",
-            "temporary-directory (dask config; default the system's temp folder): each "
-            "worker's local directory, where it spills, is made there",
-            "spill.directory",
-        ),
-    }
 
 
 class Local(Kind):

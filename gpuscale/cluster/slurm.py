@@ -24,7 +24,8 @@ import sys
 
 from ..errors import UserError, missing_module
 from ..plan.decision import Decision
-from . import ClusterSpec, construct, per_host_entry, rmm_choice, rmm_pool, spilling_choice
+from ..plan.memory import rmm_choice, rmm_pool, spilling_choice
+from . import ClusterSpec, construct, per_host_entry
 from .cuda import worker_knobs
 from .kind import Kind
 

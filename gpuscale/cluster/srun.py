@@ -22,7 +22,8 @@ import pathlib
 
 from ..errors import UserError, missing_module
 from ..plan.decision import Decision
-from . import ClusterSpec, construct, rmm_choice, rmm_pool
+from ..plan.memory import rmm_choice, rmm_pool
+from . import ClusterSpec, construct
 from .kind import Kind
 
 CLS = "dask_jobqueue.slurm.SLURMRunner"
