@@ -66,6 +66,7 @@ def _plan(collection=None, facts=None, slurm=None, **settings):
 def test_a_decision_reads_as_the_choice_it_records():
     """A spec's decisions are frozen Decisions that read (and pickle, for a runner on a worker)
     as the record's ``{"value", "source", "rule"}``; a documented rule adds its id to both."""
+    import dataclasses
     import pickle
 
     from gpuscale.plan import Decision
@@ -85,6 +86,8 @@ def test_a_decision_reads_as_the_choice_it_records():
     assert json.loads(json.dumps(dict(workers))) == dict(workers) == pickle.loads(pickle.dumps(workers))
     with pytest.raises(AttributeError):
         workers.value = 2
+    other = dataclasses.replace(workers, rule_id="layout.fill")
+    assert dict(other) == dict(workers) and other != workers  # one record, two rules
 
 
 def test_a_plan_on_given_facts_lays_out_their_cores():

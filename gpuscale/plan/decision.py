@@ -50,5 +50,16 @@ class Decision(Mapping):
     def __len__(self) -> int:
         return len(self.record())
 
+    def __eq__(self, other: object) -> bool:
+        """Two decisions are equal field by field; a decision and a mapping when the mapping is
+        its record."""
+        if isinstance(other, Decision):
+            return all(getattr(self, f) == getattr(other, f) for f in self.__slots__)
+        if isinstance(other, Mapping):
+            return self.record() == dict(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # values may be dicts
+
     def __repr__(self) -> str:
         return f"Decision({self.rule_id or '-'}: {self.value!r} from {self.source})"
