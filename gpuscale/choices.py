@@ -1,6 +1,7 @@
 """One explained choice: ``{"value", "source", "rule"}``, the shape every layer records its
-decisions in (the cluster layer on its :class:`~gpuscale.cluster.ClusterSpec`, workloads with
-``Context.choose``) and :mod:`gpuscale.records.explained` lays out.
+decisions in (the cluster layer as :class:`gpuscale.plan.Decision` records on its
+:class:`~gpuscale.cluster.ClusterSpec`, workloads with ``Context.choose``) and
+:mod:`gpuscale.records.explained` lays out.
 
 Sources: ``default`` / ``user-yaml`` / ``profile`` / ``env`` / ``dask.config`` / ``flag`` /
 ``keyword`` (the settings layer the value came from), ``family`` (the backend family's

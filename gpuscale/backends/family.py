@@ -260,6 +260,11 @@ class Family:
         """The dask.config values this family sets (scoped to a session or run)."""
         return {"array.backend": self.array_backend, "dataframe.backend": self.dataframe_backend}
 
+    def worker_threads(self, collection: str | None) -> int | None:
+        """This family's threads per worker for ``collection`` work (None: a cluster for any
+        work, the ``session`` entry); None where the family leaves it to the cluster kind."""
+        return self.knobs.threads_per_worker.get(collection or "session")
+
     def worker_layout(
         self,
         collection: str | None,
@@ -269,10 +274,23 @@ class Family:
         workers: int | None = None,
         threads: int | None = None,
     ) -> tuple[int, int, str]:
-        """(workers, threads per worker, why) of a cluster of processes on ``cores`` cores: the
-        one rule behind ``gpuscale run WORKLOAD`` (``collection``: the workload's), ``cluster up``
-        / ``cluster show`` / ``gpuscale.session()`` (``collection`` None, or ``--for``) and
-        ``explain``, so the same flags give the same layout everywhere.
+        """(workers, threads per worker, why) of :meth:`layout_rule`."""
+        return self.layout_rule(collection, cores, gpus, workers=workers, threads=threads)[:3]
+
+    def layout_rule(
+        self,
+        collection: str | None,
+        cores: int,
+        gpus: int = 0,
+        *,
+        workers: int | None = None,
+        threads: int | None = None,
+    ) -> tuple[int, int, str, str]:
+        """(workers, threads per worker, why, rule id) of a cluster of processes on ``cores``
+        cores: the one rule behind ``gpuscale run WORKLOAD`` (``collection``: the workload's),
+        ``cluster up`` / ``cluster show`` / ``gpuscale.session()`` (``collection`` None, or
+        ``--for``) and ``explain``, so the same flags give the same layout everywhere
+        (:func:`gpuscale.plan.layout` applies it).
 
         ``workers`` / ``threads``: what the user set (None: not set). Unset, the family's
         ``threads_per_worker`` for the collection decides and workers fill the cores; a
@@ -280,17 +298,27 @@ class Family:
         family's is the array layout's, so ``cluster up`` builds what ``run svd`` builds);
         a family without one gets distributed's default split."""
         if workers and threads:
-            return workers, threads, "set by you"
+            return workers, threads, "set by you", "layout.set"
         if workers:
-            return workers, max(1, cores // workers), "workers set by you, threads fill the cores"
+            return (
+                workers,
+                max(1, cores // workers),
+                "workers set by you, threads fill the cores",
+                "layout.fill",
+            )
         if threads:
-            return max(1, cores // threads), threads, "threads set by you, workers fill the cores"
-        tpw = self.knobs.threads_per_worker.get(collection or "session")
+            return (
+                max(1, cores // threads),
+                threads,
+                "threads set by you, workers fill the cores",
+                "layout.fill",
+            )
+        tpw = self.worker_threads(collection)
         if tpw is None:
             from distributed.deploy.utils import nprocesses_nthreads
 
             n, t = nprocesses_nthreads(cores)
-            return n, t, f"distributed's default split of {cores} cores"
+            return n, t, f"distributed's default split of {cores} cores", "layout.distributed"
         tpw = max(1, min(tpw, cores))
         return (
             max(1, cores // tpw),
@@ -299,6 +327,7 @@ class Family:
                 f"{self.name} family for {collection or 'session'} work: "
                 f"{tpw} thread(s) per worker on {cores} cores"
             ),
+            "layout.family",
         )
 
 

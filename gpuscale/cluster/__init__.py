@@ -2,11 +2,13 @@
 
 :func:`build_spec` turns resolved settings + the selected backend family into a
 :class:`ClusterSpec` (class, workers, threads, memory, protocol, transports, RMM) without
-starting anything; ``gpuscale cluster show`` prints it. Each kind records why it chose what it
-chose (``ClusterSpec.choices``: value, source and rule with its numbers), which ``explain`` and
-every record lay out. :func:`connect` starts (or connects
-to) the cluster the spec describes and always closes what it started, on success, error and
-Ctrl-C. One small module per kind: ``local`` (LocalCluster), ``cuda`` (LocalCUDACluster),
+starting anything; ``gpuscale cluster show`` prints it. The rules decide first
+(:func:`gpuscale.plan.cluster.plan_cluster`: the kind, the transport, the worker layout), then
+the cluster's kind turns that plan into its class's arguments, recording each decision behind
+them (``ClusterSpec.choices``: :class:`gpuscale.plan.Decision`), which ``explain`` and every
+record lay out. :func:`connect` starts (or connects to) the cluster the spec describes and
+always closes what it started, on success, error and Ctrl-C. One small :class:`.kind.Kind`
+per kind, each in its module: ``local`` (LocalCluster), ``cuda`` (LocalCUDACluster),
 ``existing`` (a running scheduler), and the deploy targets on other hosts ``ssh``
 (SSHCluster), ``slurm`` (dask-jobqueue's SLURMCluster) and ``srun`` (its SLURMRunner).
 """
@@ -29,18 +31,20 @@ from pydantic import BaseModel, ConfigDict, Field
 # system"): on a loaded machine it is only slow, and the warning would break the one-line output
 warnings.filterwarnings("ignore", message="Creating scratch directories is taking a surprisingly long time")
 
-from ..choices import choice  # noqa: E402 - after the warnings filter above
 from ..errors import UserError  # noqa: E402 - after the warnings filter above
-from . import messages, protocols  # noqa: E402 - after the warnings filter above
+from ..plan.cluster import plan_cluster  # noqa: E402 - after the warnings filter above
+from . import messages, protocols  # noqa: E402, F401 - after the warnings filter above
+from .kind import Kind  # noqa: E402 - after the warnings filter above
 
 KINDS = {
-    "local": "gpuscale.cluster.local",
-    "cuda": "gpuscale.cluster.cuda",
-    "existing": "gpuscale.cluster.existing",
-    "ssh": "gpuscale.cluster.ssh",
-    "slurm": "gpuscale.cluster.slurm",
-    "srun": "gpuscale.cluster.srun",
+    "local": "gpuscale.cluster.local:Local",
+    "cuda": "gpuscale.cluster.cuda:Cuda",
+    "existing": "gpuscale.cluster.existing:Existing",
+    "ssh": "gpuscale.cluster.ssh:Ssh",
+    "slurm": "gpuscale.cluster.slurm:Slurm",
+    "srun": "gpuscale.cluster.srun:Srun",
 }
+"""Each cluster kind's :class:`~gpuscale.cluster.kind.Kind`, as ``module:Class``."""
 
 
 class ClusterSpec(BaseModel):
@@ -84,9 +88,10 @@ class ClusterSpec(BaseModel):
     commands: list[str] = Field(default_factory=list, exclude=True)
     """What a deploy target runs on other hosts (the ssh commands, the SLURM job script's
     lines), for ``cluster show``."""
-    choices: dict[str, dict[str, Any]] = Field(default_factory=dict, exclude=True)
-    """Each cluster knob as the kind chose it (:func:`gpuscale.choices.choice`: value, source,
-    rule): protocol, transports, GPUs, workers, threads per worker, memory limit, RMM pool.
+    choices: dict[str, Any] = Field(default_factory=dict, exclude=True)
+    """Each cluster knob as the kind chose it (a :class:`gpuscale.plan.Decision`, which reads
+    as the recorded ``{"value", "source", "rule"}``): protocol, transports, GPUs, workers,
+    threads per worker, memory limit, RMM pool.
     Not part of the printed spec (``cluster show`` / the record's ``cluster``); the record's
     ``explained.cluster`` holds it."""
 
@@ -121,8 +126,10 @@ def workers(client) -> dict[str, dict[str, Any]]:
     return dict(identity(client).get("workers") or {})
 
 
-def _kind(name: str):
-    return importlib.import_module(KINDS[name])
+def kind(name: str) -> Kind:
+    """The cluster kind of this name."""
+    module, _, cls = KINDS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)()
 
 
 def check_addresses(host: str | None, dashboard: str | None) -> None:
@@ -163,77 +170,34 @@ def _check_bindable(host: str, what: str) -> None:
 
 def build_spec(resolved, family, collection: str | None = None, *, served: bool = False) -> ClusterSpec:
     """The cluster the resolved settings (``config.Resolved``: values and their sources)
-    describe for this family, with the choices behind it (nothing is started). ``served``: a
+    describe for this family, with the decisions behind it (nothing is started): the plan
+    (:func:`gpuscale.plan.cluster.plan_cluster`) as its kind's arguments. ``served``: a
     cluster kept up for other processes (``cluster up``), which :mod:`.security` protects."""
     from . import security
 
-    settings = resolved.settings
-    if settings.scheduler or settings.scheduler_file:
-        kind = "existing"
-    else:
-        deploy = settings.cluster.deploy
-        kind = family.cluster_kind if deploy == "local" else deploy
-    tls = settings.cluster.security == "tls" or served
-    proto, proto_choice = protocols.choose(
-        settings.protocol, resolved.sources.get("protocol", "default"), family, kind, tls
-    )
-    spec = _kind(kind).spec(resolved, family, collection, proto)
-    interval = messages.choose(resolved, kind)
-    first = {} if kind == "existing" else {"protocol": proto_choice}  # a running cluster has its own
+    plan = plan_cluster(resolved, family, collection, served=served)
+    k = kind(plan.kind)
+    spec = k.spec(plan)
+    first = {} if plan.kind == "existing" else {"protocol": plan.protocol}  # a running one has its own
     spec = spec.model_copy(
         update={
-            "message_interval": interval["value"],
-            "choices": {**first, **spec.choices, "message_interval": interval},
+            "message_interval": plan.message_interval.value,
+            "choices": {**first, **spec.choices, "message_interval": plan.message_interval},
         }
     )
-    if kind in ("local", "cuda"):
-        check_addresses(settings.cluster.host, settings.cluster.dashboard_address)
-    if kind in ("local", "cuda") and settings.cluster.host:
-        spec = spec.model_copy(update={"kwargs": {**spec.kwargs, "host": settings.cluster.host}})
-    spec = security.apply(spec, resolved, proto, served=served)
-    mod = _kind(kind)
-    if hasattr(mod, "commands"):  # a deploy target on other hosts: what it would run there
-        spec = spec.model_copy(update={"commands": mod.commands(spec)})
-    if hasattr(mod, "per_host"):  # ... and what each host's workers get (TLS decided above)
-        spec = spec.model_copy(update={"per_host": mod.per_host(spec)})
+    host = resolved.settings.cluster.host
+    if plan.kind in ("local", "cuda"):
+        check_addresses(host, resolved.settings.cluster.dashboard_address)
+    if plan.kind in ("local", "cuda") and host:
+        spec = spec.model_copy(update={"kwargs": {**spec.kwargs, "host": host}})
+    spec = security.apply(spec, resolved, plan.transport, served=served)
+    commands = k.commands(spec)  # a deploy target on other hosts: what it would run there
+    if commands is not None:
+        spec = spec.model_copy(update={"commands": commands})
+    per_host = k.per_host(spec)  # ... and what each host's workers get (TLS decided above)
+    if per_host is not None:
+        spec = spec.model_copy(update={"per_host": per_host})
     return spec
-
-
-def rmm_pool(c, family) -> tuple[Any, dict[str, Any] | None]:
-    """The RMM pool per GPU worker from the cluster settings ``c`` (``auto``: the family's knob)
-    and the spec's ``rmm`` entry, with where the size came from; ``(None, None)``: no pool.
-    Every cluster kind that starts GPU workers (cuda, ssh, slurm, srun) asks here."""
-    pool = c.rmm.pool_size
-    source = "set by you"
-    if pool == "auto":
-        pool, source = family.knobs.rmm_pool_size, f"{family.name} family default (fraction of device memory)"
-    if pool is None:
-        return None, None
-    return pool, {
-        "pool_size": pool,
-        "maximum_pool_size": c.rmm.maximum_pool_size,
-        "external_libs": list(c.rmm.external_libs),
-        "source": source,
-    }
-
-
-def spilling_choice(family) -> dict[str, Any]:
-    """Where CPU workers on other hosts spill: their local directory, above the fractions of
-    their memory limit in this process's Dask config, which the deploy target hands to every
-    worker (SSHCluster through ``DASK_INTERNAL_INHERIT_CONFIG``, dask-jobqueue's job script
-    through the workers' own config)."""
-    if family.spill_to is None:
-        return choice(None, "family", f"the {family.name} family does not spill: data must fit")
-    fractions = {
-        k: dask.config.get(f"distributed.worker.memory.{k}")
-        for k in ("target", "spill", "pause", "terminate")
-    }
-    return choice(
-        fractions,
-        "dask config",
-        f"{family.spill_to}: each worker's local directory on its host, above target x its memory "
-        "limit (distributed.worker.memory.*, this process's Dask config)",
-    )
 
 
 def per_host_entry(
@@ -264,22 +228,6 @@ def per_host_entry(
     }
 
 
-def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> dict[str, Any]:
-    """The RMM pool choice: ``pool`` as the cluster kind set it (None: no pool) and the rule
-    it gave, else why there is none."""
-    setting = resolved.settings.cluster.rmm.pool_size
-    source = resolved.sources.get("cluster.rmm.pool-size", "default")
-    if pool is not None:
-        return choice(pool, "family" if setting == "auto" else source, rule)
-    if setting == "auto":
-        return choice(None, "family", f"the {family.name} family uses no RMM pool")
-    if setting is None:
-        return choice(None, source, "no pool (set by you)")
-    return choice(
-        None, source, f"{setting!r} was set, but the {family.name} family's cluster has no RMM pool"
-    )
-
-
 @contextlib.contextmanager
 def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]]:
     """Start (or join) the cluster and yield ``(client, cluster)``; ``cluster`` is None for an
@@ -287,11 +235,11 @@ def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]
     transport was checked when it was configured (``runs.session.configure``). ``security``:
     a :class:`distributed.Security` to use instead of the spec's (a runner on a worker passes
     its worker's)."""
-    mod = _kind(spec.kind)
+    k = kind(spec.kind)
     cluster = None
     client = None
     try:
-        cluster, client = mod.start(spec, security)
+        cluster, client = k.start(spec, security)
         messages.apply_client(client, spec.message_interval)
         yield client, cluster
     finally:

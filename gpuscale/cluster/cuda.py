@@ -14,152 +14,12 @@ from typing import Any
 from dask.utils import format_bytes, parse_bytes
 
 from .. import machine, memory
-from ..choices import choice
 from ..errors import UserError
-from . import ClusterSpec, construct, messages, rmm_choice, rmm_pool
-from .local import memory_bytes, memory_choice
-
-
-def spec(resolved, family, collection, proto) -> ClusterSpec:
-    settings, src = resolved.settings, resolved.sources
-    c = settings.cluster
-    visible = [g["index"] for g in machine.gpus()]
-    notes: list[str] = []
-    if c.gpus is not None:
-        gpus = list(c.gpus)
-        unknown = [g for g in gpus if visible and g not in visible]
-        if unknown:
-            raise UserError(
-                f"GPU(s) {unknown} are not visible here (visible: {visible})",
-                "pick visible GPUs with --gpus, e.g. --gpus " + ",".join(map(str, visible)),
-            )
-    else:
-        gpus = visible
-        if not gpus:
-            notes.append("no GPU is visible here: this spec cannot start on this machine")
-    if c.workers is not None:
-        if gpus and c.workers > len(gpus):
-            raise UserError(
-                f"--workers {c.workers} exceeds the {len(gpus)} GPU(s) selected",
-                "a GPU cluster runs one worker per GPU: lower --workers or add --gpus",
-            )
-        gpus = gpus[: c.workers]
-    family_threads = family.knobs.threads_per_worker.get(collection or "session")
-    threads = c.threads_per_worker or family_threads or 1
-
-    pool, rmm = rmm_pool(c, family)
-    pool_rule = None
-    kwargs = {
-        "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)) or None,
-        "n_workers": len(gpus) or None,
-        "threads_per_worker": threads,
-        "memory_limit": c.memory_limit,
-        "dashboard_address": c.dashboard_address,
-        **proto.transport_kwargs(c.ucx),
-    }
-    if pool is not None:
-        kwargs["rmm_pool_size"] = pool
-        if c.rmm.maximum_pool_size is not None:
-            kwargs["rmm_maximum_pool_size"] = c.rmm.maximum_pool_size
-        if c.rmm.external_libs:
-            kwargs["rmm_allocator_external_lib_list"] = list(c.rmm.external_libs)
-        pool_rule = rmm["source"]
-        sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
-        known = [sizes[g] for g in gpus if g in sizes]
-        if isinstance(pool, float) and pool <= 1 and known:
-            pool_rule += (
-                f": {pool:g} x {format_bytes(min(known))} = {format_bytes(int(pool * min(known)))} per GPU"
-            )
-    knobs = worker_knobs(resolved, family, collection, proto, gpus)
-    kwargs.update(knobs.options)
-    dask_config = dict(knobs.dask_config)
-    pre = list(family.knobs.pre_import.get(collection or "session", ()))
-    if pre:
-        kwargs["pre_import"] = pre
-
-    if c.ucx.nvlink:
-        if not proto.switches_transports:
-            raise UserError(
-                f"NVLink was requested over {proto.name.upper()}", "use --protocol ucx with NVLink"
-            )
-        if len(gpus) < 2:
-            notes.append("warning: NVLink requested but only one GPU is used; it carries nothing here")
-        elif not machine.nvlink_connected(gpus):
-            notes.append(f"warning: NVLink requested but GPUs {gpus} are not all NVLink-connected")
-    transports = knobs.transports
-    limit = memory_bytes(c.memory_limit, 1, max(1, len(gpus)))
-    choices = {
-        "transports": proto.transports_choice(c.ucx, transports, src),
-        "gpus": choice(list(gpus), src.get("cluster.gpus", "default"), None)
-        if c.gpus is not None
-        else choice(list(gpus), "rule", f"every visible GPU ({len(gpus)})"),
-        "workers": choice(len(gpus), src.get("cluster.workers", "flag"), None)
-        if c.workers is not None
-        else choice(len(gpus), "rule", f"one worker per selected GPU: {len(gpus)} GPU(s) {list(gpus)}"),
-        "threads_per_worker": choice(threads, src.get("cluster.threads-per-worker", "flag"), None)
-        if c.threads_per_worker is not None
-        else choice(
-            threads,
-            "family",
-            f"{family.name} family for {collection or 'session'} work: {family_threads} thread(s) per worker",
-        )
-        if family_threads is not None
-        else choice(threads, "rule", None),
-        "memory_limit": memory_choice(
-            resolved,
-            limit,
-            "auto: this machine's {host} of host memory split "
-            f"over {max(1, len(gpus))} worker(s) = {{value}} each",
-        ),
-        "rmm_pool_size": rmm_choice(resolved, family, pool, pool_rule),
-        **knobs.choices,
-    }
-    return ClusterSpec(
-        kind="cuda",
-        cls="dask_cuda.LocalCUDACluster",
-        family=family.name,
-        protocol=proto.name,
-        workers=len(gpus),
-        threads_per_worker=threads,
-        memory_limit=c.memory_limit,
-        memory_limit_bytes=limit,
-        gpus=gpus,
-        transports=transports or {"selection": proto.transport_label()},
-        rmm=rmm,
-        pre_import=pre,
-        dashboard_address=c.dashboard_address,
-        notes=notes,
-        kwargs=kwargs,
-        dask_config=dask_config,
-        choices=choices,
-    )
-
-
-def device_limit_choice(resolved, gpus) -> dict:
-    """Where GPU workers start spilling device -> host (dask-cuda's ``device_memory_limit``)."""
-    c = resolved.settings.cluster
-    src = resolved.sources.get("cluster.device-memory-limit", "default")
-    sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
-    known = [sizes[g] for g in gpus if g in sizes]
-    device = min(known) if known else None
-    f = memory.device_spill_fraction(c.device_memory_limit, device)
-    if f is None:
-        return choice(c.device_memory_limit, src, "no spilling: the data must fit the device")
-    at = f" = {format_bytes(int(f * device))} per GPU" if device else ""
-    if src == "default":
-        return choice(
-            "default",
-            src,
-            f"dask-cuda's default: task outputs spill device -> host above "
-            f"{f:g} of the device{at} (then to disk past the host memory limit)",
-        )
-    if device is None:
-        return choice(
-            c.device_memory_limit, src, f"task outputs spill device -> host above {c.device_memory_limit}"
-        )
-    return choice(
-        c.device_memory_limit, src, f"task outputs spill device -> host above {f:.3g} of the device{at}"
-    )
+from ..plan.decision import Decision
+from ..plan.memory import device_limit_choice, device_spill_choice, memory_choice, rmm_choice, rmm_pool
+from . import ClusterSpec, construct, messages
+from .kind import Kind
+from .local import memory_bytes
 
 
 @dataclasses.dataclass
@@ -171,7 +31,7 @@ class WorkerKnobs:
 
     options: dict[str, Any]
     environ: dict[str, str]
-    choices: dict[str, dict]
+    choices: dict[str, Decision]
     transports: dict[str, bool]
     """The UCX switches among ``options`` (``enable_nvlink``...), for the transports choice."""
 
@@ -199,7 +59,7 @@ def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
         if environ
         else "nothing set"
     )
-    if spill["value"] == "cudf":
+    if spill.value == "cudf":
         options["enable_cudf_spill"] = True
         options["cudf_spill_stats"] = 1  # its spill totals, for the record's measured spilling
         # on from the worker's first cuDF buffer (dask-cuda's plugin turns it on later, after which
@@ -214,42 +74,14 @@ def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
         {
             "device_memory_limit": device_limit_choice(resolved, gpus),
             "device_spill": spill,
-            "worker_environ": choice(
+            "worker_environ": Decision(
                 {k: v for k, v in environ.items() if k in family.knobs.worker_environ.get(proto.name, {})},
                 "family",
                 f"{family.name} family over {proto.name}: {env_rule}",
+                "worker-environ.family",
             ),
         },
         transports,
-    )
-
-
-SPILL_WAYS = {
-    "dask-cuda": "dask-cuda moves whole task outputs device -> host over the device memory limit",
-    "cudf": "cuDF spills single device buffers, also inside a running task, over the device memory "
-    "limit (enable_cudf_spill), on top of dask-cuda's whole task outputs; CuPy arrays are not "
-    "cuDF's buffers",
-}
-
-
-def device_spill_choice(resolved, family, collection, gpus) -> dict:
-    """How GPU workers spill (``cluster.device-spill``; auto: the family's knob for the work's
-    collection), or that they do not (``--device-memory-limit 0``)."""
-    c = resolved.settings.cluster
-    src = resolved.sources.get("cluster.device-spill", "default")
-    sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
-    known = [sizes[g] for g in gpus if g in sizes]
-    if memory.device_spill_fraction(c.device_memory_limit, min(known) if known else None) is None:
-        return choice("off", "rule", "--device-memory-limit 0: nothing spills")
-    if c.device_spill != "auto":
-        return choice(c.device_spill, src, SPILL_WAYS[c.device_spill])
-    key = collection or "session"
-    way = family.knobs.device_spill.get(key, "dask-cuda")
-    why = family.knobs.device_spill_reason if key != "array" else ""  # cuDF spills frames, not CuPy arrays
-    return choice(
-        way,
-        "family",
-        f"{family.name} family for {key} work: {SPILL_WAYS[way]}" + (f" (measured: {why})" if why else ""),
     )
 
 
@@ -306,37 +138,6 @@ def check_free_memory(spec: ClusterSpec, gpus: list[dict]) -> None:
             )
 
 
-def start(spec: ClusterSpec, security=None):
-    from distributed import Client
-
-    from . import security as tls
-
-    if not spec.gpus:
-        raise UserError("no GPU is visible to start a LocalCUDACluster", "use --backend cpu (or auto)")
-    check_free_memory(spec, machine.gpus())
-    from dask_cuda import LocalCUDACluster
-
-    kwargs = dict(spec.kwargs)
-    if spec.security == "tls":
-        kwargs["security"] = security or tls.temporary()
-    import dask
-
-    def make():
-        with dask.config.set(spec.dask_config):  # the nannies read it as they spawn the workers
-            return LocalCUDACluster(**kwargs)
-
-    cluster = construct(spec, make)
-    try:
-        client = Client(cluster)
-        _all_started(client, spec)
-        messages.apply_workers(client, spec.message_interval)  # dask-cuda's workers miss the preload's
-        _client_spills_like_workers(bool(kwargs.get("enable_cudf_spill")))
-        return cluster, client
-    except BaseException:
-        cluster.close()
-        raise
-
-
 def _client_spills_like_workers(workers_spill: bool) -> None:
     """This process's cuDF spilling set as the workers': a cuDF frame pickles with its buffers'
     kind, and the other side rebuilds it only if it spills the same way.
@@ -386,3 +187,152 @@ def _all_started(client, spec: ClusterSpec) -> None:
             "check the GPUs and the CUDA stack with `gpuscale info`, and the workers' "
             "settings with `gpuscale cluster show`",
         ) from None
+
+
+class Cuda(Kind):
+    """``dask_cuda.LocalCUDACluster``: one worker per selected GPU of this machine."""
+
+    name = "cuda"
+
+    def spec(self, plan) -> ClusterSpec:
+        resolved, family, proto = plan.resolved, plan.family, plan.transport
+        layout = plan.layout
+        collection = plan.collection
+        settings, src = resolved.settings, resolved.sources
+        c = settings.cluster
+        visible = [g["index"] for g in machine.gpus()]
+        notes: list[str] = []
+        if c.gpus is not None:
+            gpus = list(c.gpus)
+            unknown = [g for g in gpus if visible and g not in visible]
+            if unknown:
+                raise UserError(
+                    f"GPU(s) {unknown} are not visible here (visible: {visible})",
+                    "pick visible GPUs with --gpus, e.g. --gpus " + ",".join(map(str, visible)),
+                )
+        else:
+            gpus = visible
+            if not gpus:
+                notes.append("no GPU is visible here: this spec cannot start on this machine")
+        if c.workers is not None:
+            if gpus and c.workers > len(gpus):
+                raise UserError(
+                    f"--workers {c.workers} exceeds the {len(gpus)} GPU(s) selected",
+                    "a GPU cluster runs one worker per GPU: lower --workers or add --gpus",
+                )
+            gpus = gpus[: c.workers]
+        threads = layout.threads.value
+
+        pool, rmm = rmm_pool(c, family)
+        pool_rule = None
+        kwargs = {
+            "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)) or None,
+            "n_workers": len(gpus) or None,
+            "threads_per_worker": threads,
+            "memory_limit": c.memory_limit,
+            "dashboard_address": c.dashboard_address,
+            **proto.transport_kwargs(c.ucx),
+        }
+        if pool is not None:
+            kwargs["rmm_pool_size"] = pool
+            if c.rmm.maximum_pool_size is not None:
+                kwargs["rmm_maximum_pool_size"] = c.rmm.maximum_pool_size
+            if c.rmm.external_libs:
+                kwargs["rmm_allocator_external_lib_list"] = list(c.rmm.external_libs)
+            pool_rule = rmm["source"]
+            sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
+            known = [sizes[g] for g in gpus if g in sizes]
+            if isinstance(pool, float) and pool <= 1 and known:
+                each = format_bytes(int(pool * min(known)))
+                pool_rule += f": {pool:g} x {format_bytes(min(known))} = {each} per GPU"
+        knobs = worker_knobs(resolved, family, collection, proto, gpus)
+        kwargs.update(knobs.options)
+        dask_config = dict(knobs.dask_config)
+        pre = list(family.knobs.pre_import.get(collection or "session", ()))
+        if pre:
+            kwargs["pre_import"] = pre
+
+        if c.ucx.nvlink:
+            if not proto.switches_transports:
+                raise UserError(
+                    f"NVLink was requested over {proto.name.upper()}", "use --protocol ucx with NVLink"
+                )
+            if len(gpus) < 2:
+                notes.append("warning: NVLink requested but only one GPU is used; it carries nothing here")
+            elif not machine.nvlink_connected(gpus):
+                notes.append(f"warning: NVLink requested but GPUs {gpus} are not all NVLink-connected")
+        transports = knobs.transports
+        limit = memory_bytes(c.memory_limit, 1, max(1, len(gpus)))
+        choices = {
+            "transports": proto.transports_choice(c.ucx, transports, src),
+            "gpus": Decision(list(gpus), src.get("cluster.gpus", "default"), None, "gpus.set")
+            if c.gpus is not None
+            else Decision(list(gpus), "rule", f"every visible GPU ({len(gpus)})", "gpus.visible"),
+            "workers": Decision(len(gpus), src.get("cluster.workers", "flag"), None, "layout.set")
+            if c.workers is not None
+            else Decision(
+                len(gpus),
+                "rule",
+                f"one worker per selected GPU: {len(gpus)} GPU(s) {list(gpus)}",
+                "layout.per-gpu",
+            ),
+            "threads_per_worker": layout.threads,
+            "memory_limit": memory_choice(
+                resolved,
+                limit,
+                "auto: this machine's {host} of host memory split "
+                f"over {max(1, len(gpus))} worker(s) = {{value}} each",
+                plan.facts.memory_bytes,
+            ),
+            "rmm_pool_size": rmm_choice(resolved, family, pool, pool_rule),
+            **knobs.choices,
+        }
+        return ClusterSpec(
+            kind="cuda",
+            cls="dask_cuda.LocalCUDACluster",
+            family=family.name,
+            protocol=proto.name,
+            workers=len(gpus),
+            threads_per_worker=threads,
+            memory_limit=c.memory_limit,
+            memory_limit_bytes=limit,
+            gpus=gpus,
+            transports=transports or {"selection": proto.transport_label()},
+            rmm=rmm,
+            pre_import=pre,
+            dashboard_address=c.dashboard_address,
+            notes=notes,
+            kwargs=kwargs,
+            dask_config=dask_config,
+            choices=choices,
+        )
+
+    def start(self, spec: ClusterSpec, security=None):
+        from distributed import Client
+
+        from . import security as tls
+
+        if not spec.gpus:
+            raise UserError("no GPU is visible to start a LocalCUDACluster", "use --backend cpu (or auto)")
+        check_free_memory(spec, machine.gpus())
+        from dask_cuda import LocalCUDACluster
+
+        kwargs = dict(spec.kwargs)
+        if spec.security == "tls":
+            kwargs["security"] = security or tls.temporary()
+        import dask
+
+        def make():
+            with dask.config.set(spec.dask_config):  # the nannies read it as they spawn the workers
+                return LocalCUDACluster(**kwargs)
+
+        cluster = construct(spec, make)
+        try:
+            client = Client(cluster)
+            _all_started(client, spec)
+            messages.apply_workers(client, spec.message_interval)  # dask-cuda's workers miss the preload's
+            _client_spills_like_workers(bool(kwargs.get("enable_cudf_spill")))
+            return cluster, client
+        except BaseException:
+            cluster.close()
+            raise

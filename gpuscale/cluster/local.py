@@ -6,10 +6,11 @@ import logging
 
 from dask.utils import format_bytes
 
-from .. import machine, memory
-from ..choices import choice
+from .. import machine
 from ..errors import UserError
-from . import ClusterSpec, construct, rmm_choice
+from ..plan.memory import memory_choice, rmm_choice, spill_choices
+from . import ClusterSpec, construct
+from .kind import Kind
 
 logger = logging.getLogger(__name__)
 
@@ -97,12 +98,12 @@ def memory_bytes(limit, threads: int, cores: int) -> int | None:
     return value
 
 
-def check_layout(workers: int, threads: int, cores: int) -> None:
-    """Refuse, before anything starts, a layout this machine cannot hold: more than
-    :data:`MAX_WORKERS_PER_CORE` worker processes per usable core or fewer than
-    :data:`MIN_WORKER_BYTES` of its memory each, more than :data:`MAX_THREADS_PER_WORKER`
-    threads per worker or :data:`MAX_THREADS_PER_CORE` threads per core in all."""
-    host = machine.cpu()["memory_bytes"]
+def check_layout(workers: int, threads: int, cores: int, host: int) -> None:
+    """Refuse, before anything starts, a layout a machine of ``cores`` usable cores and
+    ``host`` bytes of memory cannot hold: more than :data:`MAX_WORKERS_PER_CORE` worker
+    processes per core or fewer than :data:`MIN_WORKER_BYTES` of its memory each, more than
+    :data:`MAX_THREADS_PER_WORKER` threads per worker or :data:`MAX_THREADS_PER_CORE` threads
+    per core in all."""
     most = max(1, min(MAX_WORKERS_PER_CORE * cores, host // MIN_WORKER_BYTES))
     if workers > most:
         raise UserError(
@@ -124,11 +125,10 @@ def check_layout(workers: int, threads: int, cores: int) -> None:
         )
 
 
-def check_total(workers: int, limit: int | None) -> None:
-    """Refuse, before anything starts, worker limits that add up to more than this machine's
-    memory: each worker could grow to its limit, and together they would meet the host's
-    out-of-memory killer instead of distributed's spilling and pausing."""
-    host = machine.cpu()["memory_bytes"]
+def check_total(workers: int, limit: int | None, host: int) -> None:
+    """Refuse, before anything starts, worker limits that add up to more than the machine's
+    ``host`` bytes of memory: each worker could grow to its limit, and together they would
+    meet the host's out-of-memory killer instead of distributed's spilling and pausing."""
     if limit and workers * limit > host:
         raise UserError(
             f"{workers} worker(s) x {format_bytes(limit)} (--memory-limit) is "
@@ -138,142 +138,85 @@ def check_total(workers: int, limit: int | None) -> None:
         )
 
 
-def memory_choice(resolved, value: int | None, auto_rule: str) -> dict:
-    """The memory limit per worker as chosen: ``value`` bytes; ``auto_rule`` (formatted with
-    ``host`` = this machine's memory and ``value``) says how ``auto`` came to it."""
-    setting = resolved.settings.cluster.memory_limit
-    source = resolved.sources.get("cluster.memory-limit", "default")
-    if setting == "auto":
-        rule = auto_rule.format(
-            host=format_bytes(machine.cpu()["memory_bytes"]), value=format_bytes(value or 0)
+class Local(Kind):
+    """``distributed.LocalCluster``: the CPU family's processes on this machine, laid out by the plan."""
+
+    name = "local"
+
+    def spec(self, plan) -> ClusterSpec:
+        resolved, family, proto = plan.resolved, plan.family, plan.transport
+        layout = plan.layout
+        settings, src = resolved.settings, resolved.sources
+        cores = layout.cores
+        workers, threads = layout.workers.value, layout.threads.value
+        host = plan.facts.memory_bytes
+        check_layout(workers, threads, cores, host)
+        c = settings.cluster
+        notes = [f"layout: {layout.why}"]
+        if any(v is not None for v in (c.ucx.nvlink, c.ucx.infiniband, c.ucx.rdmacm)):
+            notes.append("UCX transport switches apply to GPU clusters only; ignored here")
+        kwargs = {
+            "n_workers": workers,
+            "threads_per_worker": threads,
+            "processes": True,
+            "memory_limit": _memory_setting(c.memory_limit),
+            "protocol": proto.name,
+            "dashboard_address": c.dashboard_address,
+        }
+        if proto.bind_host:
+            kwargs["host"] = proto.bind_host
+        limit = memory_bytes(c.memory_limit, threads, cores)
+        if c.memory_limit != "auto":  # distributed's auto shares the machine by threads over cores
+            check_total(workers, limit, host)
+        worker_config: dict = {}
+        choices = {
+            "transports": proto.transports_choice(c.ucx, {}, src),
+            "workers": layout.workers,
+            "threads_per_worker": layout.threads,
+            "memory_limit": memory_choice(
+                resolved,
+                limit,
+                "auto: this machine's {host} x min(1, "
+                f"{threads} thread(s) / {cores} core(s)) = {{value}} per worker "
+                "(distributed's rule)",
+                host,
+            ),
+            "rmm_pool_size": rmm_choice(resolved, family),
+            **spill_choices(family, limit, threads, worker_config),
+        }
+        return ClusterSpec(
+            kind="local",
+            cls="distributed.LocalCluster",
+            family=family.name,
+            protocol=proto.name,
+            workers=workers,
+            threads_per_worker=threads,
+            memory_limit=c.memory_limit,
+            memory_limit_bytes=limit,
+            dashboard_address=c.dashboard_address,
+            notes=notes,
+            kwargs=kwargs,
+            dask_config=worker_config,
+            choices=choices,
         )
-        return choice(value, source, rule, setting=setting)
-    return choice(
-        value,
-        source,
-        None if value is None else f"{setting!r} = {format_bytes(value)} per worker",
-        setting=setting,
-    )
 
+    def start(self, spec: ClusterSpec, security=None):
+        from distributed import Client, LocalCluster
 
-def layout(settings, family, collection, cores: int) -> tuple[int, int, str]:
-    """(workers, threads per worker, why) on ``cores`` cores: the family's rule
-    (:meth:`gpuscale.backends.family.Family.worker_layout`) with what the user set."""
-    c = settings.cluster
-    return family.worker_layout(collection, cores, 0, workers=c.workers, threads=c.threads_per_worker)
+        from . import security as tls
 
+        kwargs = dict(spec.kwargs)
+        if spec.security == "tls":
+            kwargs["security"] = security or tls.temporary()
+        import dask
 
-def spec(resolved, family, collection, proto) -> ClusterSpec:
-    settings, src = resolved.settings, resolved.sources
-    cores = machine.usable_cores()
-    workers, threads, why = layout(settings, family, collection, cores)
-    check_layout(workers, threads, cores)
-    c = settings.cluster
-    notes = [f"layout: {why}"]
-    if any(v is not None for v in (c.ucx.nvlink, c.ucx.infiniband, c.ucx.rdmacm)):
-        notes.append("UCX transport switches apply to GPU clusters only; ignored here")
-    kwargs = {
-        "n_workers": workers,
-        "threads_per_worker": threads,
-        "processes": True,
-        "memory_limit": _memory_setting(c.memory_limit),
-        "protocol": proto.name,
-        "dashboard_address": c.dashboard_address,
-    }
-    if proto.bind_host:
-        kwargs["host"] = proto.bind_host
-    limit = memory_bytes(c.memory_limit, threads, cores)
-    if c.memory_limit != "auto":  # distributed's auto shares the machine by threads over cores
-        check_total(workers, limit)
-    worker_config: dict = {}
-    family_threads = family.knobs.threads_per_worker.get(collection or "session")
-    choices = {
-        "transports": proto.transports_choice(c.ucx, {}, src),
-        "workers": choice(workers, src.get("cluster.workers", "flag"), None)
-        if c.workers is not None
-        else choice(workers, "rule", why),
-        "threads_per_worker": choice(threads, src.get("cluster.threads-per-worker", "flag"), None)
-        if c.threads_per_worker is not None
-        else choice(threads, "family" if family_threads is not None else "rule", why),
-        "memory_limit": memory_choice(
-            resolved,
-            limit,
-            "auto: this machine's {host} x min(1, "
-            f"{threads} thread(s) / {cores} core(s)) = {{value}} per worker "
-            "(distributed's rule)",
-        ),
-        "rmm_pool_size": rmm_choice(resolved, family),
-        **spill_choices(family, limit, threads, worker_config),
-    }
-    return ClusterSpec(
-        kind="local",
-        cls="distributed.LocalCluster",
-        family=family.name,
-        protocol=proto.name,
-        workers=workers,
-        threads_per_worker=threads,
-        memory_limit=c.memory_limit,
-        memory_limit_bytes=limit,
-        dashboard_address=c.dashboard_address,
-        notes=notes,
-        kwargs=kwargs,
-        dask_config=worker_config,
-        choices=choices,
-    )
+        def make():
+            with dask.config.set(spec.dask_config):
+                return LocalCluster(**kwargs)
 
-
-def spill_choices(family, limit: int | None, threads: int, worker_config: dict) -> dict:
-    """Where the workers spill and from what share of their memory (the spill target's rule is
-    :func:`gpuscale.memory.target_fraction`); a lowered target goes into ``worker_config``
-    (the spec's ``dask_config``, in force while the workers start)."""
-    import tempfile
-
-    import dask
-
-    if family.spill_to is None:
-        return {"spill_to": choice(None, "family", f"the {family.name} family does not spill: data must fit")}
-    target, why = memory.target_fraction(limit, threads, family)
-    if target is not None:
-        worker_config["distributed.worker.memory.target"] = target
-    directory = dask.config.get("temporary-directory", None)
-    return {
-        "spill_to": choice(
-            family.spill_to,
-            "family",
-            "distributed's spilling: managed data over the target "
-            "goes to the worker's local directory, read back when a task needs it",
-        ),
-        "memory_target_fraction": choice(
-            target if target is not None else dask.config.get("distributed.worker.memory.target"),
-            "rule" if target is not None else "dask config",
-            why,
-        ),
-        "spill_directory": choice(
-            directory or tempfile.gettempdir(),
-            "dask config" if directory else "default",
-            "temporary-directory (dask config; default the system's temp folder): each "
-            "worker's local directory, where it spills, is made there",
-        ),
-    }
-
-
-def start(spec: ClusterSpec, security=None):
-    from distributed import Client, LocalCluster
-
-    from . import security as tls
-
-    kwargs = dict(spec.kwargs)
-    if spec.security == "tls":
-        kwargs["security"] = security or tls.temporary()
-    import dask
-
-    def make():
-        with dask.config.set(spec.dask_config):
-            return LocalCluster(**kwargs)
-
-    cluster = construct(spec, make)
-    try:
-        return cluster, Client(cluster)
-    except BaseException:
-        cluster.close()
-        raise
+        cluster = construct(spec, make)
+        try:
+            return cluster, Client(cluster)
+        except BaseException:
+            cluster.close()
+            raise

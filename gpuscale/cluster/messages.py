@@ -40,7 +40,7 @@ import dask.config
 from distributed import Scheduler, Worker
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from ..choices import choice
+from ..plan.decision import Decision
 
 MODULE = __name__
 AUTO_S = 0.002
@@ -57,14 +57,14 @@ CONFIG_KEY = "gpuscale-internal.message-interval"
 SETTING = "cluster.message-interval"
 
 
-def choose(resolved, kind: str) -> dict[str, Any]:
+def choose(resolved, kind: str) -> Decision:
     """The interval (seconds, or None: Dask's own) for a cluster of ``kind``, with the rule.
     ``existing``: only this client's two streams are set."""
     setting = resolved.settings.cluster.message_interval
     source = resolved.sources.get(SETTING, "default")
     dask_ms = ", ".join(f"{k} {v * 1e3:g} ms" for k, v in DASK_DEFAULTS.items())
     if setting == "dask":
-        return choice(None, source, f"dask: distributed's own intervals ({dask_ms})")
+        return Decision(None, source, f"dask: distributed's own intervals ({dask_ms})", "messages.dask")
     seconds = AUTO_S if setting == "auto" else float(setting)
     where = {
         "existing": "this client's streams (client -> scheduler, scheduler -> client); the running "
@@ -83,7 +83,8 @@ def choose(resolved, kind: str) -> dict[str, Any]:
         if setting == "auto"
         else f"{seconds * 1e3:g} ms on {where} (set by you; dask: Dask's own, {dask_ms})"
     )
-    return choice(seconds, "rule" if setting == "auto" else source, why)
+    auto = setting == "auto"
+    return Decision(seconds, "rule" if auto else source, why, "messages.auto" if auto else "messages.set")
 
 
 def construct_config(seconds: float | None) -> dict[str, Any]:

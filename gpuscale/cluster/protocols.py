@@ -17,8 +17,8 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
-from ..choices import choice
 from ..errors import UserError, missing_module
+from ..plan.decision import Decision
 
 SWITCHES = ("nvlink", "infiniband", "rdmacm")
 """The UCX transport switches of ``cluster.ucx`` (None: UCX chooses)."""
@@ -52,23 +52,25 @@ class Protocol:
         """Keyword arguments for LocalCUDACluster that pick this protocol's transports."""
         return {"protocol": self.name}
 
-    def transports_choice(self, ucx, transports: dict[str, Any], sources: dict[str, str]) -> dict[str, Any]:
+    def transports_choice(self, ucx, transports: dict[str, Any], sources: dict[str, str]) -> Decision:
         """The spec's transports (``transports``; empty: this protocol's own selection) as a
         recorded choice: the switches the user set where this protocol honours them, else the
         protocol's selection, noting switches it ignores."""
         switches = set_switches(ucx)
         if switches and self.switches_transports:
-            return choice(
+            return Decision(
                 transports or switches,
                 sources.get(f"cluster.ucx.{next(iter(switches))}", "flag"),
                 "switches you set: " + ", ".join(f"{k}={v}" for k, v in switches.items()),
+                "transports.switches",
             )
         label = self.transport_label()
-        return choice(
+        return Decision(
             transports or {"selection": label},
             "rule",
             f"{self.description}: transports {label}"
             + ("; UCX switches apply to GPU clusters only (ignored)" if switches else ""),
+            "transports.protocol",
         )
 
 
@@ -134,14 +136,14 @@ HERE = ("local", "cuda")
 """Cluster kinds started on this machine: ``auto`` may pick the family's transport for them."""
 
 
-def choose(setting: str, source: str, family, kind: str, tls: bool) -> tuple[Protocol, dict[str, Any]]:
+def choose(setting: str, source: str, family, kind: str, tls: bool) -> tuple[Protocol, Decision]:
     """The transport of a cluster of ``kind`` for ``family`` and its recorded choice, from the
     ``protocol`` setting (from settings layer ``source``). ``auto``: the family's transport
     (``Knobs.protocol``) for a cluster started on this machine without TLS (``tls``) when it
     is installed, else TCP. Rule ids are explained in docs/decisions.md."""
     if setting != AUTO:
-        return get(setting), choice(
-            setting, source, f"protocol.setting: {setting}, set by you", rule_id="protocol.setting"
+        return get(setting), Decision(
+            setting, source, f"{setting}, set by you", "protocol.setting", documented=True
         )
     wanted = family.knobs.protocol
     tcp = get("tcp")
@@ -168,8 +170,8 @@ def choose(setting: str, source: str, family, kind: str, tls: bool) -> tuple[Pro
     )
 
 
-def _auto(p: Protocol, rule_id: str, why: str) -> dict[str, Any]:
-    return choice(p.name, "rule", f"{rule_id}: auto: {why}", setting=AUTO, rule_id=rule_id)
+def _auto(p: Protocol, rule_id: str, why: str) -> Decision:
+    return Decision(p.name, "rule", f"auto: {why}", rule_id, extra={"setting": AUTO}, documented=True)
 
 
 def get(name: str) -> Protocol:

@@ -20,9 +20,11 @@ import asyncio
 import os
 import pathlib
 
-from ..choices import choice
 from ..errors import UserError, missing_module
-from . import ClusterSpec, construct, rmm_choice, rmm_pool
+from ..plan.decision import Decision
+from ..plan.memory import rmm_choice, rmm_pool
+from . import ClusterSpec, construct
+from .kind import Kind
 
 CLS = "dask_jobqueue.slurm.SLURMRunner"
 
@@ -30,72 +32,6 @@ CLS = "dask_jobqueue.slurm.SLURMRunner"
 def scheduler_file() -> pathlib.Path:
     """Where the ranks meet: SLURMRunner's default name, in the working folder."""
     return pathlib.Path.cwd() / f"scheduler-{os.environ.get('SLURM_JOB_ID', '{job_id}')}.json"
-
-
-def spec(resolved, family, collection, proto) -> ClusterSpec:
-    settings, src = resolved.settings, resolved.sources
-    c = settings.cluster
-    if proto.name != "tcp":
-        raise UserError(
-            f"cluster.deploy is srun, but --protocol {proto.name} is not wired for srun tasks",
-            "use --protocol tcp (TLS by default) with --deploy srun",
-        )
-    gpu = family.cluster_kind == "cuda"
-    per_task = os.environ.get("SLURM_CPUS_PER_TASK")
-    threads = c.threads_per_worker or (int(per_task) if per_task and per_task.isdigit() else 1)
-    worker_class = "dask_cuda.CUDAWorker" if gpu else "distributed.Worker"
-    worker_options: dict = {"nthreads": threads}
-    if c.memory_limit != "auto":
-        worker_options["memory_limit"] = c.memory_limit
-    pool, rmm = rmm_pool(c, family) if gpu else (None, None)
-    if pool is not None:
-        worker_options["rmm_pool_size"] = pool
-    ntasks = os.environ.get("SLURM_NTASKS")
-    workers = int(ntasks) - 2 if ntasks and ntasks.isdigit() and not gpu else None
-    kwargs = {
-        "scheduler_file": str(scheduler_file()),
-        "worker_class": worker_class,
-        "worker_options": worker_options,
-        "scheduler_options": {"dashboard_address": c.dashboard_address or ":0"},
-    }
-    choices = {
-        "transports": proto.transports_choice(c.ucx, {}, src),
-        "workers": choice(
-            workers,
-            "rule",
-            f"{worker_class} on every srun task from rank 2 (rank 0: the "
-            "scheduler, rank 1: this client)" + (": one per GPU it sees" if gpu else ""),
-        ),
-        "threads_per_worker": choice(
-            threads,
-            src.get("cluster.threads-per-worker", "rule"),
-            None if c.threads_per_worker else "SLURM_CPUS_PER_TASK (1 when unset)",
-        ),
-        "memory_limit": choice(
-            c.memory_limit,
-            src.get("cluster.memory-limit", "default"),
-            "auto: Dask's default on each node" if c.memory_limit == "auto" else None,
-        ),
-        "rmm_pool_size": rmm_choice(resolved, family, pool, rmm["source"] if rmm else None),
-    }
-    return ClusterSpec(
-        kind="srun",
-        cls=CLS,
-        family=family.name,
-        protocol=proto.name,
-        workers=workers,
-        threads_per_worker=threads,
-        memory_limit=c.memory_limit,
-        rmm=rmm,
-        dashboard_address=c.dashboard_address,
-        notes=[
-            "inside an allocation: srun -n N (N >= 3) gpuscale run WORKLOAD --deploy srun; rank 0 "
-            "the scheduler, rank 1 this client, ranks 2.. workers, meeting through "
-            f"{kwargs['scheduler_file']}"
-        ],
-        kwargs=kwargs,
-        choices=choices,
-    )
 
 
 def _runner_class():
@@ -121,57 +57,6 @@ def _runner_class():
     return Runner
 
 
-def start(spec: ClusterSpec, security=None):
-    from distributed import Client
-
-    if not os.environ.get("SLURM_PROCID") or not os.environ.get("SLURM_JOB_ID"):
-        raise UserError(
-            "cluster.deploy is srun, but this process is not an srun task (no SLURM_PROCID / SLURM_JOB_ID)",
-            "start it inside an allocation as `srun -n 3 gpuscale run WORKLOAD "
-            "--deploy srun` (3 tasks or more), or use --deploy slurm",
-        )
-    try:
-        Runner = _runner_class()
-    except ImportError:
-        raise missing_module(
-            "dask_jobqueue",
-            "cluster.deploy srun (dask-jobqueue's SLURMRunner)",
-            "pip install 'gpuscale[slurm]'",
-        ) from None
-    from . import security as tls
-
-    kw = spec.kwargs
-    sec = None
-    creds = tls.beside(kw["scheduler_file"])
-    if spec.security == "tls":
-        sec = tls.every_role(creds)
-        Runner.credentials = creds
-    scheduler_options = {**kw["scheduler_options"], **({"security": sec, "protocol": "tls"} if sec else {})}
-    worker_options = {**kw["worker_options"], **({"security": sec} if sec else {})}
-
-    def make():  # ranks other than 1 serve in here until the client is done, then exit (SystemExit)
-        return Runner(
-            scheduler_file=kw["scheduler_file"],
-            scheduler_options=scheduler_options,
-            worker_class=kw["worker_class"],
-            worker_options=worker_options,
-        )
-
-    runner = construct(spec, make)
-    if sec is not None:  # SLURMRunner's own rpc to its scheduler has no credentials: its close would time out
-        from distributed.core import rpc
-
-        runner.scheduler_comm = rpc(
-            runner.scheduler_address, connection_args=sec.get_connection_args("client")
-        )
-    try:
-        client = Client(runner.scheduler_address, security=sec)
-    except BaseException:
-        runner.close()
-        raise
-    return _Closing(runner, creds if sec else None), client
-
-
 class _Closing:
     """The runner as :func:`gpuscale.cluster.connect` closes it: stop the scheduler (every task
     then exits), remove the credentials file rank 0 wrote."""
@@ -186,3 +71,130 @@ class _Closing:
         finally:
             if self.credentials is not None:
                 self.credentials.unlink(missing_ok=True)
+
+
+class Srun(Kind):
+    """dask-jobqueue's ``SLURMRunner``: the tasks of an ``srun``, one role per rank."""
+
+    name = "srun"
+
+    def spec(self, plan) -> ClusterSpec:
+        resolved, family, proto = plan.resolved, plan.family, plan.transport
+        layout = plan.layout
+        settings, src = resolved.settings, resolved.sources
+        c = settings.cluster
+        if proto.name != "tcp":
+            raise UserError(
+                f"cluster.deploy is srun, but --protocol {proto.name} is not wired for srun tasks",
+                "use --protocol tcp (TLS by default) with --deploy srun",
+            )
+        gpu = plan.gpu_workers
+        threads = layout.threads.value
+        worker_class = "dask_cuda.CUDAWorker" if gpu else "distributed.Worker"
+        worker_options: dict = {"nthreads": threads}
+        if c.memory_limit != "auto":
+            worker_options["memory_limit"] = c.memory_limit
+        pool, rmm = rmm_pool(c, family) if gpu else (None, None)
+        if pool is not None:
+            worker_options["rmm_pool_size"] = pool
+        ntasks = os.environ.get("SLURM_NTASKS")
+        workers = int(ntasks) - 2 if ntasks and ntasks.isdigit() and not gpu else None
+        kwargs = {
+            "scheduler_file": str(scheduler_file()),
+            "worker_class": worker_class,
+            "worker_options": worker_options,
+            "scheduler_options": {"dashboard_address": c.dashboard_address or ":0"},
+        }
+        choices = {
+            "transports": proto.transports_choice(c.ucx, {}, src),
+            "workers": Decision(
+                workers,
+                "rule",
+                f"{worker_class} on every srun task from rank 2 (rank 0: the "
+                "scheduler, rank 1: this client)" + (": one per GPU it sees" if gpu else ""),
+                "srun.workers",
+                {"ntasks": ntasks},
+            ),
+            "threads_per_worker": layout.threads,
+            "memory_limit": Decision(
+                c.memory_limit,
+                src.get("cluster.memory-limit", "default"),
+                "auto: Dask's default on each node" if c.memory_limit == "auto" else None,
+                "memory.host-default" if c.memory_limit == "auto" else "memory.set",
+            ),
+            "rmm_pool_size": rmm_choice(resolved, family, pool, rmm["source"] if rmm else None),
+        }
+        return ClusterSpec(
+            kind="srun",
+            cls=CLS,
+            family=family.name,
+            protocol=proto.name,
+            workers=workers,
+            threads_per_worker=threads,
+            memory_limit=c.memory_limit,
+            rmm=rmm,
+            dashboard_address=c.dashboard_address,
+            notes=[
+                "inside an allocation: srun -n N (N >= 3) gpuscale run WORKLOAD --deploy srun; rank 0 "
+                "the scheduler, rank 1 this client, ranks 2.. workers, meeting through "
+                f"{kwargs['scheduler_file']}"
+            ],
+            kwargs=kwargs,
+            choices=choices,
+        )
+
+    def start(self, spec: ClusterSpec, security=None):
+        from distributed import Client
+
+        if not os.environ.get("SLURM_PROCID") or not os.environ.get("SLURM_JOB_ID"):
+            raise UserError(
+                "cluster.deploy is srun, but this process is not an srun task "
+                "(no SLURM_PROCID / SLURM_JOB_ID)",
+                "start it inside an allocation as `srun -n 3 gpuscale run WORKLOAD "
+                "--deploy srun` (3 tasks or more), or use --deploy slurm",
+            )
+        try:
+            Runner = _runner_class()
+        except ImportError:
+            raise missing_module(
+                "dask_jobqueue",
+                "cluster.deploy srun (dask-jobqueue's SLURMRunner)",
+                "pip install 'gpuscale[slurm]'",
+            ) from None
+        from . import security as tls
+
+        kw = spec.kwargs
+        sec = None
+        creds = tls.beside(kw["scheduler_file"])
+        if spec.security == "tls":
+            sec = tls.every_role(creds)
+            Runner.credentials = creds
+        scheduler_options = {
+            **kw["scheduler_options"],
+            **({"security": sec, "protocol": "tls"} if sec else {}),
+        }
+        worker_options = {**kw["worker_options"], **({"security": sec} if sec else {})}
+
+        def make():  # ranks other than 1 serve in here until the client is done, then exit (SystemExit)
+            return Runner(
+                scheduler_file=kw["scheduler_file"],
+                scheduler_options=scheduler_options,
+                worker_class=kw["worker_class"],
+                worker_options=worker_options,
+            )
+
+        runner = construct(spec, make)
+        if (
+            sec is not None
+        ):  # SLURMRunner's own rpc to its scheduler has no credentials: its close would time out
+            from distributed.core import rpc
+
+            runner.scheduler_comm = rpc(
+                runner.scheduler_address, connection_args=sec.get_connection_args("client")
+            )
+        try:
+            client = Client(runner.scheduler_address, security=sec)
+        except BaseException:
+            runner.close()
+            raise
+        return _Closing(runner, creds if sec else None), client

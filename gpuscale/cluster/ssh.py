@@ -21,10 +21,12 @@ import json
 import shlex
 import sys
 
-from ..choices import choice
 from ..errors import UserError, missing_module
-from . import ClusterSpec, construct, per_host_entry, rmm_choice, rmm_pool, spilling_choice
+from ..plan.decision import Decision
+from ..plan.memory import rmm_choice, rmm_pool, spilling_choice
+from . import ClusterSpec, construct, per_host_entry
 from .cuda import worker_knobs
+from .kind import Kind
 
 
 def _connect_options(ssh) -> dict:
@@ -38,155 +40,6 @@ def _connect_options(ssh) -> dict:
     if ssh.known_hosts:
         opts["known_hosts"] = ssh.known_hosts
     return opts
-
-
-def spec(resolved, family, collection, proto) -> ClusterSpec:
-    settings, src = resolved.settings, resolved.sources
-    c, ssh = settings.cluster, settings.cluster.ssh
-    hosts = list(ssh.hosts or ())
-    if len(hosts) < 2:
-        raise UserError(
-            f"cluster.deploy is ssh but cluster.ssh.hosts names {len(hosts)} host(s)",
-            "list the scheduler's host first, then one entry per worker process, e.g. "
-            "--ssh-hosts node1,node1,node2 (or in a profile, see clusters/ssh.yaml)",
-        )
-    gpu = family.cluster_kind == "cuda"
-    worker_class = "dask_cuda.CUDAWorker" if gpu else "distributed.Nanny"
-    threads = c.threads_per_worker or family.knobs.threads_per_worker.get(collection or "session")
-    worker_options: dict = {}
-    if threads:
-        worker_options["nthreads"] = threads
-    if c.memory_limit != "auto":
-        worker_options["memory_limit"] = c.memory_limit
-    pool, rmm = rmm_pool(c, family) if gpu else (None, None)
-    if pool is not None:
-        worker_options["rmm_pool_size"] = pool
-    knobs = None
-    if gpu:  # device memory limit, spilling, UCX transports, worker environment: as on local GPUs
-        knobs = worker_knobs(resolved, family, collection, proto, [])  # the hosts' GPUs are not known here
-        worker_options.update(knobs.options)
-    # the scheduler listens on the address its host was named by, which the other hosts reach
-    scheduler_options = {"host": hosts[0], "port": 0, "dashboard_address": c.dashboard_address or ":0"}
-    if (
-        proto.name != "tcp"
-    ):  # the workers take the scheme of the scheduler's address (tcp: the default; TLS: at start)
-        scheduler_options["protocol"] = proto.name
-    kwargs = {
-        "hosts": hosts,
-        "connect_options": _connect_options(ssh),
-        "worker_options": worker_options,
-        "scheduler_options": scheduler_options,
-        "worker_class": worker_class,
-        "remote_python": ssh.remote_python or sys.executable,
-    }
-    n = len(hosts) - 1
-    per = "one worker per GPU of each host" if gpu else f"{n} worker process(es)"
-    choices = {
-        "transports": proto.transports_choice(c.ucx, knobs.transports if knobs is not None else {}, src),
-        "hosts": choice(
-            hosts,
-            src.get("cluster.ssh.hosts", "flag"),
-            f"scheduler on {hosts[0]}; {per} on {', '.join(hosts[1:])} (one per entry after the first)",
-        ),
-        "workers": choice(None if gpu else n, "rule", f"{worker_class} on each entry after the first: {per}"),
-        "threads_per_worker": choice(
-            threads,
-            src.get("cluster.threads-per-worker", "family"),
-            None if threads else "Dask's default: the remote host's cores",
-        ),
-        "memory_limit": choice(
-            c.memory_limit,
-            src.get("cluster.memory-limit", "default"),
-            "auto: Dask's default on each host" if c.memory_limit == "auto" else None,
-        ),
-        "rmm_pool_size": rmm_choice(resolved, family, pool, rmm["source"] if rmm else None),
-    }
-    if knobs is not None:
-        choices.update(knobs.choices)
-    else:
-        choices["spilling"] = spilling_choice(family)
-    return ClusterSpec(
-        kind="ssh",
-        cls="distributed.deploy.ssh.SSHCluster",
-        family=family.name,
-        protocol=proto.name,
-        workers=None if gpu else n,
-        threads_per_worker=threads,
-        memory_limit=c.memory_limit,
-        rmm=rmm,
-        dashboard_address=c.dashboard_address,
-        notes=[f"scheduler on {hosts[0]} over ssh; workers: {worker_class} on {', '.join(hosts[1:])}"],
-        kwargs=kwargs,
-        choices=choices,
-        dask_config=knobs.dask_config if knobs is not None else {},
-    )
-
-
-def commands(spec: ClusterSpec) -> list[str]:
-    """The ssh commands SSHCluster runs for this spec (Dask adds the client's configuration to
-    each in ``DASK_INTERNAL_INHERIT_CONFIG``: with TLS, the credentials file's path)."""
-    kw = spec.kwargs
-    protocol = "tls" if spec.security == "tls" else None
-    opts = kw["connect_options"]
-    ssh = (
-        ["ssh"]
-        + (["-p", str(opts["port"])] if "port" in opts else [])
-        + [f"-i {k}" for k in opts.get("client_keys", [])]
-    )
-
-    def on(host, *argv):
-        target = f"{opts['username']}@{host}" if opts.get("username") else host
-        return " ".join([*ssh, target, *argv])
-
-    sched_opts = dict(kw["scheduler_options"], **({"protocol": protocol} if protocol else {}))
-    lines = [
-        on(
-            kw["hosts"][0],
-            kw["remote_python"],
-            "-m",
-            "distributed.cli.dask_spec",
-            "--spec",
-            shlex.quote(json.dumps({"cls": "distributed.Scheduler", "opts": sched_opts})),
-        )
-    ]
-    for host in kw["hosts"][1:]:
-        lines.append(
-            on(
-                host,
-                kw["remote_python"],
-                "-m",
-                "distributed.cli.dask_spec",
-                "SCHEDULER_ADDRESS",
-                "--spec",
-                shlex.quote(json.dumps({0: {"cls": kw["worker_class"], "opts": kw["worker_options"]}})),
-            )
-        )
-    return lines
-
-
-def per_host(spec: ClusterSpec) -> dict[str, dict]:
-    """Per host of ``cluster.ssh.hosts`` (in their order): whether it runs the scheduler, how
-    many worker entries it has, and what its workers get (:func:`gpuscale.cluster.per_host_entry`,
-    from this spec's worker options and choices)."""
-    kw = spec.kwargs
-    hosts, opts, cls = kw["hosts"], kw["worker_options"], kw["worker_class"]
-    gpu = cls == "dask_cuda.CUDAWorker"
-    out: dict[str, dict] = {}
-    for i, host in enumerate(hosts):
-        e = out.setdefault(host, {"scheduler": False, "worker_entries": 0})
-        if i == 0:
-            e["scheduler"] = True
-        else:
-            e["worker_entries"] += 1
-    threads = opts.get("nthreads") or (spec.choices.get("threads_per_worker") or {}).get("rule")
-    for host, e in out.items():
-        n = e["worker_entries"]
-        if n:
-            workers = (
-                (f"{n} x {cls}: one worker per GPU of {host}" + (" each" if n > 1 else "")) if gpu else n
-            )
-            e.update(per_host_entry(spec, cls, workers, threads))
-    return out
 
 
 def tls_config(credentials: str) -> dict:
@@ -203,37 +56,196 @@ def tls_config(credentials: str) -> dict:
     }
 
 
-def start(spec: ClusterSpec, security=None):
-    import importlib.util
+class Ssh(Kind):
+    """distributed's ``SSHCluster``: the scheduler on the first host, a worker process per further entry."""
 
-    import dask.config
-    from distributed import Client
-    from distributed.deploy.ssh import SSHCluster
+    name = "ssh"
 
-    if importlib.util.find_spec("asyncssh") is None:
-        raise missing_module(
-            "asyncssh", "cluster.deploy ssh (distributed's SSHCluster)", "pip install 'gpuscale[ssh]'"
-        ) from None
-    from . import security as tls
-
-    kwargs = dict(spec.kwargs)
-    config: dict = {}
-    if spec.security == "tls":
-        if not spec.credentials:
+    def spec(self, plan) -> ClusterSpec:
+        resolved, family, proto = plan.resolved, plan.family, plan.transport
+        layout = plan.layout
+        collection = plan.collection
+        settings, src = resolved.settings, resolved.sources
+        c, ssh = settings.cluster, settings.cluster.ssh
+        hosts = list(ssh.hosts or ())
+        if len(hosts) < 2:
             raise UserError(
-                "an ssh cluster with TLS needs its credentials in a file every host reads",
-                "give `cluster up` a --scheduler-file on a filesystem the hosts share (the "
-                "credentials go beside it), or --security off on a network you trust",
+                f"cluster.deploy is ssh but cluster.ssh.hosts names {len(hosts)} host(s)",
+                "list the scheduler's host first, then one entry per worker process, e.g. "
+                "--ssh-hosts node1,node1,node2 (or in a profile, see clusters/ssh.yaml)",
             )
-        config = tls_config(spec.credentials)
-        kwargs["scheduler_options"] = {**kwargs["scheduler_options"], "protocol": "tls"}
-        kwargs["security"] = security or tls.load(spec.credentials)
-    # SSHCluster hands this process's Dask configuration to every remote process
-    # (DASK_INTERNAL_INHERIT_CONFIG): the TLS paths and the workers' pre-spawn environment
-    with dask.config.set({**config, **spec.dask_config}):
-        cluster = construct(spec, lambda: SSHCluster(**kwargs))
-    try:
-        return cluster, Client(cluster)
-    except BaseException:
-        cluster.close()
-        raise
+        gpu = plan.gpu_workers
+        worker_class = "dask_cuda.CUDAWorker" if gpu else "distributed.Nanny"
+        threads = layout.threads.value
+        worker_options: dict = {}
+        if threads:
+            worker_options["nthreads"] = threads
+        if c.memory_limit != "auto":
+            worker_options["memory_limit"] = c.memory_limit
+        pool, rmm = rmm_pool(c, family) if gpu else (None, None)
+        if pool is not None:
+            worker_options["rmm_pool_size"] = pool
+        knobs = None
+        if gpu:  # device memory limit, spilling, UCX transports, worker environment: as on local GPUs
+            knobs = worker_knobs(
+                resolved, family, collection, proto, []
+            )  # the hosts' GPUs are not known here
+            worker_options.update(knobs.options)
+        # the scheduler listens on the address its host was named by, which the other hosts reach
+        scheduler_options = {"host": hosts[0], "port": 0, "dashboard_address": c.dashboard_address or ":0"}
+        if (
+            proto.name != "tcp"
+        ):  # the workers take the scheme of the scheduler's address (tcp: the default; TLS: at start)
+            scheduler_options["protocol"] = proto.name
+        kwargs = {
+            "hosts": hosts,
+            "connect_options": _connect_options(ssh),
+            "worker_options": worker_options,
+            "scheduler_options": scheduler_options,
+            "worker_class": worker_class,
+            "remote_python": ssh.remote_python or sys.executable,
+        }
+        n = len(hosts) - 1
+        per = "one worker per GPU of each host" if gpu else f"{n} worker process(es)"
+        choices = {
+            "transports": proto.transports_choice(c.ucx, knobs.transports if knobs is not None else {}, src),
+            "hosts": Decision(
+                hosts,
+                src.get("cluster.ssh.hosts", "flag"),
+                f"scheduler on {hosts[0]}; {per} on {', '.join(hosts[1:])} (one per entry after the first)",
+                "ssh.hosts",
+            ),
+            "workers": Decision(
+                None if gpu else n,
+                "rule",
+                f"{worker_class} on each entry after the first: {per}",
+                "ssh.workers",
+            ),
+            "threads_per_worker": layout.threads,
+            "memory_limit": Decision(
+                c.memory_limit,
+                src.get("cluster.memory-limit", "default"),
+                "auto: Dask's default on each host" if c.memory_limit == "auto" else None,
+                "memory.host-default" if c.memory_limit == "auto" else "memory.set",
+            ),
+            "rmm_pool_size": rmm_choice(resolved, family, pool, rmm["source"] if rmm else None),
+        }
+        if knobs is not None:
+            choices.update(knobs.choices)
+        else:
+            choices["spilling"] = spilling_choice(family)
+        return ClusterSpec(
+            kind="ssh",
+            cls="distributed.deploy.ssh.SSHCluster",
+            family=family.name,
+            protocol=proto.name,
+            workers=None if gpu else n,
+            threads_per_worker=threads,
+            memory_limit=c.memory_limit,
+            rmm=rmm,
+            dashboard_address=c.dashboard_address,
+            notes=[f"scheduler on {hosts[0]} over ssh; workers: {worker_class} on {', '.join(hosts[1:])}"],
+            kwargs=kwargs,
+            choices=choices,
+            dask_config=knobs.dask_config if knobs is not None else {},
+        )
+
+    def start(self, spec: ClusterSpec, security=None):
+        import importlib.util
+
+        import dask.config
+        from distributed import Client
+        from distributed.deploy.ssh import SSHCluster
+
+        if importlib.util.find_spec("asyncssh") is None:
+            raise missing_module(
+                "asyncssh", "cluster.deploy ssh (distributed's SSHCluster)", "pip install 'gpuscale[ssh]'"
+            ) from None
+        from . import security as tls
+
+        kwargs = dict(spec.kwargs)
+        config: dict = {}
+        if spec.security == "tls":
+            if not spec.credentials:
+                raise UserError(
+                    "an ssh cluster with TLS needs its credentials in a file every host reads",
+                    "give `cluster up` a --scheduler-file on a filesystem the hosts share (the "
+                    "credentials go beside it), or --security off on a network you trust",
+                )
+            config = tls_config(spec.credentials)
+            kwargs["scheduler_options"] = {**kwargs["scheduler_options"], "protocol": "tls"}
+            kwargs["security"] = security or tls.load(spec.credentials)
+        # SSHCluster hands this process's Dask configuration to every remote process
+        # (DASK_INTERNAL_INHERIT_CONFIG): the TLS paths and the workers' pre-spawn environment
+        with dask.config.set({**config, **spec.dask_config}):
+            cluster = construct(spec, lambda: SSHCluster(**kwargs))
+        try:
+            return cluster, Client(cluster)
+        except BaseException:
+            cluster.close()
+            raise
+
+    def commands(self, spec: ClusterSpec) -> list[str]:
+        """The ssh commands SSHCluster runs for this spec (Dask adds the client's configuration to
+        each in ``DASK_INTERNAL_INHERIT_CONFIG``: with TLS, the credentials file's path)."""
+        kw = spec.kwargs
+        protocol = "tls" if spec.security == "tls" else None
+        opts = kw["connect_options"]
+        ssh = (
+            ["ssh"]
+            + (["-p", str(opts["port"])] if "port" in opts else [])
+            + [f"-i {k}" for k in opts.get("client_keys", [])]
+        )
+
+        def on(host, *argv):
+            target = f"{opts['username']}@{host}" if opts.get("username") else host
+            return " ".join([*ssh, target, *argv])
+
+        sched_opts = dict(kw["scheduler_options"], **({"protocol": protocol} if protocol else {}))
+        lines = [
+            on(
+                kw["hosts"][0],
+                kw["remote_python"],
+                "-m",
+                "distributed.cli.dask_spec",
+                "--spec",
+                shlex.quote(json.dumps({"cls": "distributed.Scheduler", "opts": sched_opts})),
+            )
+        ]
+        for host in kw["hosts"][1:]:
+            lines.append(
+                on(
+                    host,
+                    kw["remote_python"],
+                    "-m",
+                    "distributed.cli.dask_spec",
+                    "SCHEDULER_ADDRESS",
+                    "--spec",
+                    shlex.quote(json.dumps({0: {"cls": kw["worker_class"], "opts": kw["worker_options"]}})),
+                )
+            )
+        return lines
+
+    def per_host(self, spec: ClusterSpec) -> dict[str, dict]:
+        """Per host of ``cluster.ssh.hosts`` (in their order): whether it runs the scheduler, how
+        many worker entries it has, and what its workers get (:func:`gpuscale.cluster.per_host_entry`,
+        from this spec's worker options and choices)."""
+        kw = spec.kwargs
+        hosts, opts, cls = kw["hosts"], kw["worker_options"], kw["worker_class"]
+        gpu = cls == "dask_cuda.CUDAWorker"
+        out: dict[str, dict] = {}
+        for i, host in enumerate(hosts):
+            e = out.setdefault(host, {"scheduler": False, "worker_entries": 0})
+            if i == 0:
+                e["scheduler"] = True
+            else:
+                e["worker_entries"] += 1
+        threads = opts.get("nthreads") or (spec.choices.get("threads_per_worker") or {}).get("rule")
+        for host, e in out.items():
+            n = e["worker_entries"]
+            if n:
+                workers = (
+                    (f"{n} x {cls}: one worker per GPU of {host}" + (" each" if n > 1 else "")) if gpu else n
+                )
+                e.update(per_host_entry(spec, cls, workers, threads))
+        return out

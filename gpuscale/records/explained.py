@@ -6,7 +6,8 @@ layer recorded (nothing is decided here).
 
 ``cluster``
     backend (the settings' value and its source) and family (``backends.select``'s reason),
-    then what the cluster layer chose (``ClusterSpec.choices``): protocol and transports, GPUs,
+    then what the cluster layer decided (``ClusterSpec.choices``, :class:`gpuscale.plan.Decision`
+    records): protocol and transports, GPUs,
     workers, threads per worker, memory limit, the RMM pool; a run adds where its runner ran
     (``runs.remote.Placement``).
 ``family``
@@ -30,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..choices import choice
+from ..plan import Decision
 
 FAMILY_KNOBS = {
     "chunk_bytes": "target bytes of one array chunk (row block)",
@@ -47,14 +49,14 @@ FAMILY_KNOBS = {
 
 def cluster_knobs(resolved, selection, spec) -> dict[str, dict[str, Any]]:
     """The cluster's knobs: the backend as set, the family as selected, then the spec's own
-    choices."""
+    decisions, each as its record."""
     source = resolved.sources.get("backend", "default")
     return {
         "backend": choice(selection.requested, source),
         "family": choice(
             selection.family.name, "rule" if selection.requested == "auto" else source, selection.reason
         ),
-        **{k: dict(v) for k, v in spec.choices.items()},
+        **{k: v.record() if isinstance(v, Decision) else dict(v) for k, v in spec.choices.items()},
     }
 
 

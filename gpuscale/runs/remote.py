@@ -124,7 +124,7 @@ def run_in_cluster(
     from ..cluster import existing, preflight
 
     t0 = time.perf_counter()
-    _, client = existing.start(session.spec)
+    _, client = existing.Existing().start(session.spec)
     try:
         connect_s = time.perf_counter() - t0
         checked = preflight.check(  # before any work; its runner does not check again

@@ -118,7 +118,7 @@ def _limit_settable(spec, family) -> bool:
 
 def with_limit(spec, family, limit: int):
     """``spec`` with workers of ``limit`` bytes, its spill target's rule applied again
-    (:func:`gpuscale.memory.target_fraction`, as :func:`gpuscale.cluster.local.spill_choices`)."""
+    (:func:`gpuscale.memory.target_fraction`, as :func:`gpuscale.plan.memory.spill_choices`)."""
     from .. import memory
 
     key = "distributed.worker.memory.target"

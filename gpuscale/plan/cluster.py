@@ -1,0 +1,75 @@
+"""The plan of one cluster: which kind, over which transport, laid out how."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..cluster import messages, protocols
+from .decision import Decision
+from .layout import Facts, Layout, layout
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterPlan:
+    """What the rules decided for one cluster before its kind turns it into arguments
+    (:class:`gpuscale.cluster.kind.Kind`): the kind, the transport, the worker layout and the
+    message interval, with the settings and facts they came from."""
+
+    kind: str
+    """``local``, ``cuda``, ``existing``, ``ssh``, ``slurm`` or ``srun``."""
+    resolved: Any
+    """The settings and their sources (``config.Resolved``)."""
+    family: Any
+    collection: str | None
+    facts: Facts
+    transport: Any
+    """The :class:`gpuscale.cluster.protocols.Protocol` chosen (``protocol``'s value names it)."""
+    protocol: Decision
+    message_interval: Decision
+    layout: Layout | None
+    """None for a running cluster (``existing``): it has its own."""
+    tls: bool
+    """The cluster is to speak TLS (asked for, or kept up for other processes)."""
+    served: bool
+    gpu_workers: bool
+    """The workers are the family's GPU workers (one per GPU, dask-cuda's), wherever they run."""
+
+
+def kind_of(resolved, family) -> str:
+    """The cluster kind the settings ask for: a running scheduler's, the deploy target on other
+    hosts, else the family's kind on this machine."""
+    settings = resolved.settings
+    if settings.scheduler or settings.scheduler_file:
+        return "existing"
+    deploy = settings.cluster.deploy
+    return family.cluster_kind if deploy == "local" else deploy
+
+
+def plan_cluster(
+    resolved, family, collection: str | None = None, *, served: bool = False, facts: Facts | None = None
+) -> ClusterPlan:
+    """The plan of the cluster the resolved settings describe for ``family``'s ``collection``
+    work on a machine of ``facts`` (None: this one). ``served``: a cluster kept up for other
+    processes (``cluster up``)."""
+    settings = resolved.settings
+    kind = kind_of(resolved, family)
+    facts = facts or Facts.here()
+    tls = settings.cluster.security == "tls" or served
+    transport, protocol = protocols.choose(
+        settings.protocol, resolved.sources.get("protocol", "default"), family, kind, tls
+    )
+    return ClusterPlan(
+        kind=kind,
+        resolved=resolved,
+        family=family,
+        collection=collection,
+        facts=facts,
+        transport=transport,
+        protocol=protocol,
+        message_interval=messages.choose(resolved, kind),
+        layout=None if kind == "existing" else layout(resolved, family, collection, kind, facts),
+        tls=tls,
+        served=served,
+        gpu_workers=family.cluster_kind == "cuda",
+    )
