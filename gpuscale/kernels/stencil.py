@@ -9,7 +9,7 @@ of the image is a full window.
 The CUDA kernel is grid-stride with one thread per pixel (x over columns, so neighbouring
 threads read neighbouring memory); it is compiled once per dtype per process. It runs on
 CuPy arrays (on CuPy's current stream) and, under ``NUMBA_ENABLE_CUDASIM=1``, on NumPy
-arrays in Numba's CUDA simulator, which is how CI runs it without a GPU.
+arrays in Numba's CUDA simulator.
 
 :func:`smooth3x3` picks the kernel by the block's type; ``smooth3x3.dispatch(type).kernel``
 names the kernel for a chunk type without running it.
@@ -115,7 +115,7 @@ def mean3x3_cuda(a, stream=0, threads=THREADS, max_blocks=MAX_BLOCKS):
     """3x3 mean of a device block with ``numba.cuda.jit`` (a NumPy block in the simulator).
 
     ``threads`` / ``max_blocks`` shape the launch; a small ``max_blocks`` makes every thread
-    stride over several pixels (the simulator test uses that to exercise the grid-stride)."""
+    stride over several pixels."""
     a = a if a.flags.c_contiguous else a.copy()  # (a method: NumPy or CuPy) rows that coalesce
     out = np.empty_like(a)  # NEP 18: a CuPy array for a CuPy block
     blocks, threads = launch_config(a.shape, threads, max_blocks)
