@@ -253,7 +253,7 @@ def _later_if_in_gc_callback(signum: int, frame) -> bool:
 
 ESCALATE_AFTER_S = 15.0
 """An interrupted process still running this long after the signal gets it again; one more
-period later it ends hard."""
+period later it ends hard (see docs/decisions.md, rule ``interrupt.escalate``)."""
 _stand_down: threading.Event | None = None
 """Set as the current :func:`sigterm_raises` block ends: its escalation (if any) stands down."""
 
@@ -302,8 +302,7 @@ def end_child_processes(only_starting: bool = False) -> None:
     """Kill (SIGKILL) this process's child processes, except multiprocessing's resource tracker
     (it removes what the killed ones leave). ``only_starting``: only worker processes
     multiprocessing spawned (``spawn_main``) that are still there after an interrupted command
-    closed its cluster, which would otherwise print a traceback as this process exits. Never
-    raises."""
+    closed its cluster (see docs/decisions.md, rule ``interrupt.children``). Never raises."""
     try:
         import psutil
 

@@ -1,6 +1,7 @@
 """The package, its tests and its workflows speak of gpuscale itself, never of how it was made: a
 line that names a numbered work period, a numbered ticket or an ordinal one fails, with its file
-and line."""
+and line. Evidence lives in docs/decisions.md, and every rule the package cites there has its
+section."""
 
 from __future__ import annotations
 
@@ -80,3 +81,39 @@ def test_no_file_says_how_the_project_was_developed(rel):
     assert not found, "; ".join(f"{rel}:{n}: {words!r}" for n, words in found) + (
         ": say what the code does, and put evidence in docs/decisions.md or docs/benchmarks.md"
     )
+
+
+CITED = re.compile(r"\brule\s+`{0,2}([a-z][a-z0-9-]*\.[a-z0-9.-]*[a-z0-9])`{0,2}")
+"""A rule id as the package cites it: ``rule ``groupby.combine-copies```` (with or without quotes)."""
+SECTION = re.compile(r"^(?:#+ |- )(`[a-z][a-z0-9-]*\.[a-z0-9.*-]+`(?:, `[^`]+`)*)", re.MULTILINE)
+
+
+def documented_rules(markdown: str) -> set[str]:
+    """The rule ids docs/decisions.md explains: those its headings and list items start with."""
+    return {rule for m in SECTION.finditer(markdown) for rule in re.findall(r"`([^`]+)`", m.group(1))}
+
+
+def cited_rules(text: str) -> set[str]:
+    """The rule ids a source file cites beside docs/decisions.md (whitespace runs as one space)."""
+    flat = " ".join(text.split())
+    if "decisions.md" not in flat:
+        return set()
+    return set(CITED.findall(flat))
+
+
+def test_the_rule_patterns_read_a_heading_and_a_wrapped_citation():
+    markdown = "## Memory\n\n### `memory.block-copies`: three blocks\n- `protocol.tls`: TLS\n"
+    code = '"""Blocks (see\n    docs/decisions.md, rule\n    ``memory.block-copies``)."""\n'
+    assert documented_rules(markdown) == {"memory.block-copies", "protocol.tls"}
+    assert cited_rules(code) == {"memory.block-copies"}
+
+
+def test_every_rule_the_package_cites_has_its_section_in_decisions():
+    documented = documented_rules((ROOT / "docs" / "decisions.md").read_text())
+    missing = sorted(
+        f"{path.relative_to(ROOT).as_posix()}: {rule}"
+        for path in sorted((ROOT / "gpuscale").rglob("*.py"))
+        for rule in cited_rules(path.read_text())
+        if rule not in documented
+    )
+    assert not missing, f"rules cited without a section in docs/decisions.md: {missing}; add the section"
