@@ -1,28 +1,11 @@
-"""How a command ends: the exit codes, the exceptions that carry them, and the phase a run was in.
+"""How a command ends: the exit codes (:data:`EXIT_CODES`, the one definition;
+docs/reference/exit-codes.md lists them), the exceptions that carry them, and the phase a run
+was in.
 
-Exit codes (the one definition; docs/reference/exit-codes.md lists them):
-
-====  ==========================================================================
-0     ok
-1     unexpected internal error (a bug: one line, the traceback with ``--debug``)
-2     bad input (:class:`UserError`), refused before anything starts where possible
-3     a check failed: the result failed validation, a bench case failed, or
-      ``results compare --fail-if-slower`` found a slower case
-4     the cluster went away under the run (:class:`ClusterGone`)
-5     the run finished but its record could not be written (:class:`RecordNotWritten`): the
-      record is printed to stdout instead; or its ``--output`` could not be
-      (:class:`OutputNotWritten`): the record is written, saying so
-129   interrupted by SIGHUP (the terminal closed, the ssh session dropped)
-130   interrupted by SIGINT (Ctrl-C)
-143   interrupted by SIGTERM
-====  ==========================================================================
-
-Every check of user input raises :class:`UserError` with a message that names the problem
-*and* the fix. The CLI prints ``gpuscale: error: <message>`` on one line and exits 2; the
-Python API lets it propagate (it is a ``ValueError``, so notebooks show it plainly). A script
-that does not catch it ends the same way, with one line and no traceback
-(:func:`install_excepthook`, which ``import gpuscale`` calls); Python's exit status for an
-uncaught exception is 1.
+Every check of user input raises :class:`UserError` with a message that names the problem *and*
+the fix. The CLI prints ``gpuscale: error: <message>`` on one line and exits 2; the Python API
+lets it propagate (a ``ValueError``); an uncaught one in a script ends with the same line and
+exit status 1, no traceback (:func:`install_excepthook`, which ``import gpuscale`` calls).
 """
 
 from __future__ import annotations
