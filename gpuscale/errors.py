@@ -1,28 +1,11 @@
-"""How a command ends: the exit codes, the exceptions that carry them, and the phase a run was in.
+"""How a command ends: the exit codes (:data:`EXIT_CODES`, the one definition;
+docs/reference/exit-codes.md lists them), the exceptions that carry them, and the phase a run
+was in.
 
-Exit codes (the one definition; docs/reference/exit-codes.md lists them):
-
-====  ==========================================================================
-0     ok
-1     unexpected internal error (a bug: one line, the traceback with ``--debug``)
-2     bad input (:class:`UserError`), refused before anything starts where possible
-3     a check failed: the result failed validation, a bench case failed, or
-      ``results compare --fail-if-slower`` found a slower case
-4     the cluster went away under the run (:class:`ClusterGone`)
-5     the run finished but its record could not be written (:class:`RecordNotWritten`): the
-      record is printed to stdout instead; or its ``--output`` could not be
-      (:class:`OutputNotWritten`): the record is written, saying so
-129   interrupted by SIGHUP (the terminal closed, the ssh session dropped)
-130   interrupted by SIGINT (Ctrl-C)
-143   interrupted by SIGTERM
-====  ==========================================================================
-
-Every check of user input raises :class:`UserError` with a message that names the problem
-*and* the fix. The CLI prints ``gpuscale: error: <message>`` on one line and exits 2; the
-Python API lets it propagate (it is a ``ValueError``, so notebooks show it plainly). A script
-that does not catch it ends the same way, with one line and no traceback
-(:func:`install_excepthook`, which ``import gpuscale`` calls); Python's exit status for an
-uncaught exception is 1.
+Every check of user input raises :class:`UserError` with a message that names the problem *and*
+the fix. The CLI prints ``gpuscale: error: <message>`` on one line and exits 2; the Python API
+lets it propagate (a ``ValueError``); an uncaught one in a script ends with the same line and
+exit status 1, no traceback (:func:`install_excepthook`, which ``import gpuscale`` calls).
 """
 
 from __future__ import annotations
@@ -74,8 +57,7 @@ SHOWN_CHARS = 24
 
 def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     """``repr(value)`` for a one-line message, cut to about ``limit`` characters (through
-    :mod:`reprlib`, so a huge value is never rendered whole), with the length of a long
-    string: a 1 MB environment variable stays one readable line."""
+    :mod:`reprlib`, so a huge value is never rendered whole), with the length of a long string."""
     import reprlib
 
     r = reprlib.Repr()
@@ -96,10 +78,10 @@ def missing_module(module: str, purpose: str, install: str) -> UserError:
 
 
 def install_excepthook() -> None:
-    """An uncaught :class:`UserError` (or :class:`ClusterGone`, :class:`RecordNotWritten`,
-    whose record goes to stdout first) in a script prints ``gpuscale: error: <message>`` on one
-    line instead of a traceback; every other exception goes to the hook there was before.
-    Installed once; notebooks (IPython) do not use ``sys.excepthook`` and are unaffected."""
+    """An uncaught :class:`UserError`, :class:`ClusterGone`, :class:`RecordNotWritten` (whose
+    record goes to stdout first) or :class:`OutputNotWritten` in a script prints ``gpuscale:
+    error: <message>`` on one line instead of a traceback; every other exception goes to the
+    previous hook. Idempotent; IPython does not use ``sys.excepthook``."""
     previous = sys.excepthook
     if getattr(previous, "_gpuscale", False):
         return
@@ -188,12 +170,11 @@ def interrupt_exit_code(exc: BaseException) -> int:
 
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
-    """SIGTERM raises :class:`Terminated` in the main thread for the block (so what was being
-    started is closed and temp files are removed, not orphaned), SIGHUP :class:`HungUp` (unless
-    ignored, as under ``nohup``), and Ctrl-C its usual KeyboardInterrupt; both quiet the loggers
-    that would print the cut-off work's tracebacks
-    (:func:`quiet_exit_logs`) first. The previous handlers come back after it. Elsewhere than
-    the main thread signals cannot be handled: a no-op."""
+    """For the block, in the main thread: SIGTERM raises :class:`Terminated`, SIGHUP
+    :class:`HungUp` (unless ignored, as under ``nohup``), Ctrl-C KeyboardInterrupt, each after
+    :func:`quiet_exit_logs`; an interrupted block that does not end escalates
+    (:func:`_escalate_later`). The previous handlers come back after it. In another thread: a
+    no-op."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -236,10 +217,8 @@ def sigterm_raises() -> Iterator[None]:
 
 
 def _later_if_in_gc_callback(signum: int, frame) -> bool:
-    """Whether the signal landed inside a garbage-collection callback (distributed registers
-    one) or an object's ``__del__``: an exception raised there is printed as "Exception
-    ignored" and dropped, so the run would go on. Then the signal is sent again 50 ms later,
-    to land after it."""
+    """Whether the signal landed inside a garbage-collection callback or a ``__del__``, where a
+    raised exception is printed and dropped; if so, the signal is sent again 50 ms later."""
     import gc
 
     codes = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
@@ -256,17 +235,17 @@ def _later_if_in_gc_callback(signum: int, frame) -> bool:
 
 
 ESCALATE_AFTER_S = 15.0
-"""An interrupted process still running this long after the signal gets it again (the first
-may have landed where a library dropped it); one more period later it ends hard."""
+"""An interrupted process still running this long after the signal gets it again; one more
+period later it ends hard (see docs/decisions.md, rule ``interrupt.escalate``)."""
 _stand_down: threading.Event | None = None
 """Set as the current :func:`sigterm_raises` block ends: its escalation (if any) stands down."""
 
 
 def _escalate_later(sig: int, code: int) -> None:
     """Once per :func:`sigterm_raises` block: a daemon thread that repeats the signal after
-    :data:`ESCALATE_AFTER_S` if the block has not ended by then, and after twice that kills the
-    worker processes this one started and exits with ``code``, saying so in one line. A run
-    that stops in time never sees it."""
+    :data:`ESCALATE_AFTER_S` if the block has not ended, and after twice that removes
+    :data:`TEMP_PATHS`, kills the worker processes, releases the semaphores and exits with
+    ``code``, saying so in one line."""
     if _stand_down is None or getattr(_stand_down, "escalating", False):
         return
     done = _stand_down
@@ -303,16 +282,10 @@ def _escalate_later(sig: int, code: int) -> None:
 
 
 def end_child_processes(only_starting: bool = False) -> None:
-    """Kill (SIGKILL) this process's child processes, multiprocessing's resource tracker
-    excepted: it removes, as it exits, what a killed process left (killed with the workers it
-    could not, and the semaphores stayed in /dev/shm: 6 per worker on every hard exit, seen
-    there in groups of 6). ``only_starting``: only the worker
-    processes multiprocessing spawned (``spawn_main``) that are still there when an interrupted
-    command has closed its cluster: one it was still starting, which the close did not reach.
-    Such a child, left to itself, reads its start-up data from a pipe that closes as this
-    process exits and prints a traceback ("EOFError: Ran out of input") after the command's
-    one line (seen once in CI, SIGTERM during the cluster's start-up); killed first, it prints
-    nothing."""
+    """Kill (SIGKILL) this process's child processes, except multiprocessing's resource tracker
+    (it removes what the killed ones leave). ``only_starting``: only worker processes
+    multiprocessing spawned (``spawn_main``) that are still there after an interrupted command
+    closed its cluster (see docs/decisions.md, rule ``interrupt.children``). Never raises."""
     try:
         import psutil
 
@@ -334,11 +307,9 @@ def _tracker_pid() -> int | None:
 
 
 def release_semaphores() -> None:
-    """Before a hard exit (``os._exit``, which runs no finalizer): unlink the named semaphores
-    this process made (each worker's nanny makes 6, its two spawn-context queues) and tell the
-    resource tracker, as their finalizers would at a normal exit. Without it they stay in
-    /dev/shm, or the tracker, left to clean them, warns "There appear to be N leaked
-    semaphore objects" after the command's line."""
+    """Before a hard exit (``os._exit`` runs no finalizer): unlink the named semaphores this
+    process made (the nannies' queues) and tell the resource tracker, as their finalizers would
+    at a normal exit, so none stay in /dev/shm and the tracker warns of no leak."""
     util = sys.modules.get("multiprocessing.util")
     synchronize = sys.modules.get("multiprocessing.synchronize")
     if util is None or synchronize is None:
@@ -363,11 +334,9 @@ def _raise_or_defer(exc: BaseException) -> None:
 
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Hold back the interruption :func:`sigterm_raises` would raise for the block, and raise
-    it as the block ends. For a few statements that must not be cut in two: a temp file made
-    and its name handed to the code that removes it (cut between, the file would be
-    orphaned). Blocking the signal itself would not do: another thread may take it and the
-    handler still runs in the main thread."""
+    """Hold back the interruption :func:`sigterm_raises` would raise in the block and raise it
+    as the block ends: for statements that must not be cut in two (a temp file made and
+    registered for removal). Blocking the signal would not do: another thread may take it."""
     global _deferring
     _deferring += 1
     try:
@@ -384,10 +353,8 @@ NOISY_ON_EXIT = ("asyncio", "distributed", "tornado", "bokeh")
 
 
 def quiet_exit_logs() -> None:
-    """The process is ending on purpose (a signal, or a one-line failure): workers cut off
-    mid-start or mid-task leave asyncio tasks whose failure would be logged with a traceback
-    ("Task exception was never retrieved", "Nanny failed to start") as it exits, so those
-    loggers are quieted."""
+    """Quiet the loggers of :data:`NOISY_ON_EXIT` (and their children) for a process ending on
+    purpose: the asyncio tasks of work cut off would otherwise log tracebacks as it exits."""
     import logging
 
     names = [
@@ -398,11 +365,9 @@ def quiet_exit_logs() -> None:
 
 
 class _DropCancelledTraceback:
-    """A logging filter: distributed's ``log_errors`` logs a coroutine's CancelledError with a
-    traceback (to the logger of the module the coroutine is in) before re-raising it. In a
-    process gpuscale runs, a cancelled coroutine is a cluster being closed on purpose (a
-    Nanny's close cut short when ``cluster down`` stopped the scheduler under ``cluster up``),
-    never news to the user."""
+    """A logging filter that drops records of a CancelledError: distributed's ``log_errors``
+    logs one with a traceback when a coroutine is cancelled, which in gpuscale's processes is a
+    cluster closed on purpose."""
 
     def filter(self, record) -> bool:
         import asyncio
@@ -423,22 +388,16 @@ CLOSING_LOGGERS = (
 """The modules whose coroutines ``log_errors`` wraps on a cluster's way down."""
 
 RESOURCE_TRACKER_WARNINGS = "ignore:resource_tracker:UserWarning"
-"""A ``-W`` option: multiprocessing's resource tracker process warns at exit about the
-semaphores a process cut off before its finalizers ran left (and then removes them itself),
-after the command's one line: the tracker is started with the interpreter's ``-W`` options
-(``sys.warnoptions``), so the option must be in place before the first worker starts. The
-semaphores a run makes are the nannies' (in this process, none in the workers), released as
-the cluster closes, at a normal exit, or before a hard one (:func:`release_semaphores`): the
-filter is for what is out of its hands (a SIGKILL); ``GPUSCALE_DEBUG=1`` lifts it."""
+"""A ``-W`` option that silences the resource tracker's exit-time warning about leaked
+semaphores. The tracker takes the interpreter's ``-W`` options when it starts, so this must be
+in place before the first worker does. A run releases its semaphores itself
+(:func:`release_semaphores`); the filter covers a SIGKILL. ``GPUSCALE_DEBUG=1`` lifts it."""
 
 
 def quiet_shutdown_noise(tracker: bool = True) -> None:
-    """For the CLI process, before anything starts: the cancelled-close tracebacks and the
-    resource tracker's leak warnings that an on-purpose stop leaves are not printed (the
-    command's own line says what happened). ``tracker=False`` (``GPUSCALE_DEBUG=1``) leaves the
-    tracker's warnings on: a run that leaks a semaphore says so (none does on the CPU family:
-    the nannies' queues, the only semaphores a run makes, 6 per worker, are released as its
-    cluster closes or, cut off, as the process exits; tests/test_cli.py runs it so)."""
+    """For the CLI process, before anything starts: filter the cancelled-close tracebacks of
+    :data:`CLOSING_LOGGERS` and, with ``tracker`` (off under ``GPUSCALE_DEBUG=1``), the resource
+    tracker's leak warnings; the command's own line says what happened."""
     import logging
     import sys
 
@@ -473,8 +432,7 @@ def phase(name: str) -> Iterator[None]:
 _phases: list[str] = []
 """The phases open now, innermost last (what a hard exit names)."""
 TEMP_PATHS: set[str] = set()
-"""Temporary files and folders being filled now (a trace's folder): a hard exit after an
-ignored signal removes them (:func:`_escalate_later`)."""
+"""Temporary files and folders being filled now (a trace's folder), removed by a hard exit."""
 
 
 def phase_of(exc: BaseException, default: str = "start-up") -> str:

@@ -65,8 +65,7 @@ def _versions() -> tuple[tuple[str, str | None], ...]:
 
 
 def versions() -> dict[str, str | None]:
-    """Versions of the stack this process runs (read once per process: a runner in a cluster
-    kept up for later runs pays it on its first record only)."""
+    """Versions of the stack this process runs (read once per process)."""
     return dict(_versions())
 
 

@@ -1,13 +1,11 @@
 """Dask's own log lines below ERROR go to a log file instead of stderr.
 
-distributed logs what it does at WARNING and INFO (a P2P shuffle "initialized" / "deactivated",
-a worker's memory at 80 %, a worker restarted): news for whoever debugs the cluster, noise
-before a command's own output or its one-line error. While a session of gpuscale's is open,
-this process's stream handlers of Dask's loggers pass only ERROR and above, and a file handler
-takes their WARNING lines and above (the INFO lines were never shown); the worker processes of
-a cluster the session starts do the same (their preload calls :func:`in_worker`, which reads the file from
-:data:`CONFIG_KEY` in the config the nannies hand them). The file is created with its first
-line: a run that logged nothing leaves none.
+While a gpuscale session is open, this process's stream handlers of Dask's loggers pass only
+ERROR and above, and a file handler takes their WARNING lines and above (a P2P shuffle
+"initialized", a worker's memory at 80 %, a worker restarted); the worker processes of a cluster
+the session starts do the same (their preload calls :func:`in_worker`, which reads the file from
+:data:`CONFIG_KEY`). The file is created with its first line: a run that logged nothing leaves
+none.
 """
 
 from __future__ import annotations

@@ -1,34 +1,12 @@
-"""How soon Dask's control messages leave: the send interval of its batched streams.
+"""The send interval of Dask's batched control streams (``distributed.batched.BatchedSend``).
 
-Dask sends its control messages (a new graph, "compute this task", "this task finished",
-"release these keys") over batched streams (``distributed.batched.BatchedSend``): after one
-batch leaves, the next waits until the stream's interval has passed since. The intervals are
-fixed in distributed's code, not in its configuration:
-
-========================  =======
-client -> scheduler       10 ms
-scheduler -> worker        5 ms
-scheduler -> client        2 ms
-worker -> scheduler        2 ms
-========================  =======
-
-They trade latency for fewer writes when thousands of small tasks finish at once. A run of a
-few large tasks pays them instead: releasing the previous result is a message, so the next
-graph waits out the client's 10 ms, and the scheduler's "free these keys" to a worker holds its
-next "compute" for 5 ms. Measured on a 2-core machine (``client.submit(f, x).result()`` back to
-back): 11-13 ms with Dask's intervals, 6-9 ms at 2 ms on every stream, 4-6.5 ms at 1 ms or 0.
-A 1 600-task graph was no slower at any of them, but on 2 cores the halo exchanges of
-map_overlap / stencil (hundreds of messages per run) measured up to 30 % slower at 1 ms and
-none at 2 ms, so ``auto`` is 2 ms: Dask's own shortest interval, on every stream.
-``workflows/shape_grid.py --parts fixed`` compares the two on any cluster (run it once with
-``--message-interval dask`` in ``DASK_GPUSCALE__CLUSTER__MESSAGE_INTERVAL``).
-
-The setting ``cluster.message-interval`` (``auto`` | ``dask`` | a duration) chooses them:
-``auto`` is :data:`AUTO_S` on every stream of a cluster gpuscale starts (its scheduler and its
-workers through the preloads :func:`construct_config` adds; dask-cuda's workers, which the
-worker preload does not reach, through :func:`apply_workers` once started), and on this client's own two
-streams on any cluster (a running one's scheduler-to-worker streams are its owner's to set);
-``dask`` leaves Dask's. One module decides and applies it; the spec records the choice.
+distributed fixes the intervals in its code (:data:`DASK_DEFAULTS`). The setting
+``cluster.message-interval`` (``auto`` | ``dask`` | a duration) chooses them: ``auto`` is
+:data:`AUTO_S` on every stream of a cluster gpuscale starts (scheduler and workers through the
+preloads :func:`construct_config` adds; dask-cuda's workers, which the worker preload does not
+reach, through :func:`apply_workers`), and on this client's own two streams on any cluster (a
+running cluster's scheduler-to-worker streams are its owner's); ``dask`` leaves Dask's. The spec
+records the choice. Why 2 ms: see docs/decisions.md, rule ``message-interval.auto``.
 """
 
 from __future__ import annotations
@@ -75,10 +53,8 @@ def choose(resolved, kind: str) -> Decision:
     why = (
         (
             f"auto: {seconds * 1e3:g} ms on {where}, instead of Dask's ({dask_ms}): a run of a few tasks "
-            "waits out each interval after the release of the previous result (measured on 2 cores: "
-            "submit-to-result 11-13 ms -> 6-9 ms; a 1 600-task graph and the halo exchanges no slower); "
-            "dask: "
-            "Dask's own"
+            "waits out each interval after the release of the previous result (docs/decisions.md, "
+            "rule message-interval.auto); dask: Dask's own"
         )
         if setting == "auto"
         else f"{seconds * 1e3:g} ms on {where} (set by you; dask: Dask's own, {dask_ms})"
@@ -157,9 +133,8 @@ def _worker_stream(seconds: float, dask_worker=None) -> None:
 
 def apply_workers(client, seconds: float | None) -> None:
     """Each worker's worker -> scheduler stream at ``seconds``, set now through ``client.run``,
-    for workers whose processes the preload did not reach: dask-cuda's workers kept Dask's 2 ms
-    with ``0`` asked (seen on an H200, ``workflows/shape_grid.py --parts fixed``). A worker
-    that restarts later has only what its preload gives it."""
+    for workers the preload does not reach (dask-cuda's). A worker that restarts later has only
+    what its preload gives it. Never raises."""
     if seconds is None or client is None:
         return
     with contextlib.suppress(Exception):  # the interval is a speed setting: never the run's end

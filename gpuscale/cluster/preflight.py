@@ -1,42 +1,22 @@
 """Preflight: before any work on a running cluster (``run --scheduler / --scheduler-file``, a
-session joining one), check that it can run this client's work, and refuse in one line naming
-the host and the fix when it cannot.
+session joining one), check that it can run this client's work; refuse in one line
+(:class:`~gpuscale.errors.UserError`) naming the host, or worker pair, and the fix when it
+cannot.
 
-* Every worker the scheduler lists answers it: distributed's :meth:`Client.get_versions`
-  broadcasts from the scheduler to every worker and leaves out the ones it cannot reach.
-* Each worker's versions match the client's, as :meth:`Client.get_versions` reports them (the
-  installed distributions' metadata, Dask's own way): Python, Dask's required packages (dask,
-  distributed, cloudpickle, msgpack, tornado, toolz: a graph pickled by one is read by the
-  other), gpuscale, and the family's chunk libraries (NumPy / pandas, CuPy / cuDF, under their
-  distribution names, e.g. cupy-cuda13x). ``get_versions(check=True)`` only warns, with a table
-  of every package that differs anywhere; here the ones that matter refuse the work.
-* GPUs seen per host (:func:`gpuscale.machine.gpus` on each worker): a GPU family's worker
-  that sees none is refused; the counts go into the record (``cluster.preflight``).
-* The interconnect each host has (:func:`facts`, one ``client.run``): whether its GPUs are
-  NVLink-connected (NVML's P2P status, :func:`gpuscale.machine.gpus`), which GPU each worker
-  holds (the first of its ``CUDA_VISIBLE_DEVICES``, as dask-cuda sets it) and its RDMA ports
-  (``/sys/class/infiniband``: device, state, rate; :func:`gpuscale.machine.infiniband`).
-  Reported per host, and per worker pair in the record (:func:`pairs`, ``cluster.pairs``).
-* The bandwidth probe (setting ``cluster.bandwidth-probe``, flag ``--bandwidth-probe``):
-  a block of :data:`PROBE_BYTES` made with the family's array module (random values, so no
-  compression helps) on one worker of each pair, fetched by the other worker the way Dask
-  moves a task's input (``get_data`` from its peer, over the cluster's own comm and
-  credentials), best of :data:`PROBE_TRIES`, all pairs within :data:`PROBE_BUDGET_S` seconds
-  (pairs left when it is spent are listed as not measured). The pairs: one worker pair per
-  pair of hosts, and one pair within each host that has more than one worker. Each pair is
-  compared with what its transport should give (:func:`expectation`, the rule is recorded
-  with the number); a pair that cannot move the block (UCX "Destination is unreachable", no
-  connection within :data:`PROBE_TIMEOUT_S` seconds) or moves it at under
-  1/:data:`FAR_BELOW` of that is refused in one line naming both workers, their hosts and the
-  fix.
-
-  The rule for when it runs: ``auto`` (the default) probes when the cluster's workers speak
-  UCX, where UCX picks NVLink, InfiniBand, shared memory or TCP by itself and a missing
-  transport falls back silently to a far slower one; over TCP / TLS the path is the hosts'
-  network, which a run uses as it is, so the cheap path stays cheap (one ``client.run`` for
-  the facts, no data moved). ``on`` probes over any protocol (what the tests do on TCP);
-  ``off`` never. The decision is recorded (``cluster.preflight.probe``: value, source, rule)
-  with every pair measured.
+* Every worker the scheduler lists answers :meth:`Client.get_versions`.
+* Each worker's versions match the client's: Python, Dask's required packages, gpuscale and the
+  family's chunk libraries under their distribution names (:func:`packages`).
+* A GPU family's worker sees a GPU (:func:`gpuscale.machine.gpus`).
+* The interconnect of each host (:func:`facts`): NVLink between its GPUs, the GPU each worker
+  holds, its RDMA ports; reported per host and per worker pair (:func:`pairs`, the record's
+  ``cluster.pairs``).
+* The bandwidth probe (setting ``cluster.bandwidth-probe``: ``auto`` | ``on`` | ``off``): one
+  worker of each pair of :func:`probe_pairs` fetches a block of :data:`PROBE_BYTES` from the other
+  the way Dask moves a task's input, best of :data:`PROBE_TRIES`, all within
+  :data:`PROBE_BUDGET_S`. A pair that cannot move the block within :data:`PROBE_TIMEOUT_S`, or
+  moves it at under 1/:data:`FAR_BELOW` of :func:`expectation`, is refused. ``auto`` probes over
+  UCX only; the decision and every pair measured are recorded (``cluster.preflight.probe``). Why:
+  see docs/decisions.md, rule ``bandwidth-probe.auto``.
 """
 
 from __future__ import annotations
@@ -68,7 +48,7 @@ PROBE_SETTING = "cluster.bandwidth-probe"
 
 @functools.cache
 def _providers() -> dict[str, list[str]]:
-    """Top-level module -> the installed distributions providing it (~0.2 s to scan: once)."""
+    """Top-level module -> the installed distributions providing it (scanned once)."""
     import importlib.metadata
 
     try:
@@ -350,8 +330,8 @@ def pairs(
 # the probe
 # ---------------------------------------------------------------------------------------
 def _probe_block(module: str, nbytes: int):
-    """On the pair's first worker: a block of random float64 values of the family's array
-    module (random: no compression makes it cheaper to move)."""
+    """On the pair's first worker: a block of random float64 values (incompressible) of the
+    family's array module."""
     import importlib
 
     xp = importlib.import_module(module)

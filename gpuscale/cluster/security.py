@@ -1,25 +1,23 @@
 """Who may talk to a cluster: TLS through distributed's :class:`~distributed.Security`.
 
-One decision lives here, :func:`apply`: whether the cluster a spec describes speaks TLS
-(``cluster.security``: ``auto`` / ``tls`` / ``off``), recorded as the spec's ``security``
-choice with its source and rule, and where a client finds its credentials.
+:func:`apply` decides whether the cluster a spec describes speaks TLS (``cluster.security``:
+``auto`` / ``tls`` / ``off``), records it as the spec's ``security`` choice, and says where a
+client finds its credentials:
 
-* A cluster kept up for others (``gpuscale cluster up``, ``served``): ``auto`` means TLS. Its
-  credentials come from :meth:`distributed.Security.temporary` (a fresh self-signed CA
-  + key, one for every role) and are written by :func:`write` to one PEM file readable by its
-  owner only (mode 0600) beside the scheduler file (:func:`beside`): whoever can read that
-  file can use the cluster, nobody else can. Dask's own command lines read the same file
-  (``dask worker tls://... --tls-ca-file F --tls-cert F --tls-key F``).
-* A cluster for one run or one session of this process: ``auto`` means plain TCP on
-  loopback for the life of the run (``tls`` still gives it in-memory temporary credentials).
-* A running scheduler: its address says (``tls://``); the credentials are the
-  ``cluster.credentials`` setting, else the file beside ``scheduler-file``. A ``tls://``
-  scheduler without readable credentials is refused here, in one line naming the fix, and so
-  are credentials another user can change, unless ``cluster.trust-files`` says they are
-  trusted (:mod:`gpuscale.trust`).
+* a cluster kept up for others (``gpuscale cluster up``) or on other hosts: ``auto`` means TLS
+  with temporary self-signed credentials (:meth:`distributed.Security.temporary`); for one kept
+  up, :func:`write` puts them in one PEM file of mode 0600 beside the scheduler file
+  (:func:`beside`), which Dask's own command lines read too (``--tls-ca-file F --tls-cert F
+  --tls-key F``);
+* a cluster for one run or session of this process: ``auto`` means plain TCP on loopback
+  (``tls`` gives it in-memory temporary credentials);
+* a running scheduler: TLS when its address is ``tls://``, with the ``cluster.credentials``
+  file, else the one beside ``scheduler-file``; credentials that are missing, unreadable, not
+  PEM, or changeable by another user (unless ``cluster.trust-files`` trusts them,
+  :mod:`gpuscale.trust`) are refused in one line.
 
-UCX has no TLS: a protected cluster over UCX is refused unless ``cluster.security`` is
-``off``, set by you.
+UCX has no TLS: a protected cluster over UCX is refused unless ``cluster.security`` is ``off``,
+set by you.
 """
 
 from __future__ import annotations

@@ -397,11 +397,10 @@ def _arrow_kind(t) -> str | None:
 
 
 def _check_parquet_schemas(p: pathlib.Path) -> None:
-    """A folder of Parquet files must agree on its columns and their types: compared from each
-    file's footer (no data read), before any cluster starts. Dask takes the first file's
-    schema for the whole frame, so a column missing from another file fails as it loads and
-    one of another type (double here, string there) fails in the aggregation, on the workers.
-    A file whose footer cannot be read is named here too."""
+    """Refuse, before any cluster starts, a folder of Parquet files that disagree on their
+    columns or their types (:func:`_arrow_kind`), or a file whose footer cannot be read,
+    compared from each file's footer (no data read). Dask takes the first file's schema for the
+    whole frame, so such a folder would fail later, on the workers."""
     if not p.is_dir():
         return
     import pyarrow.dataset as pads
@@ -462,9 +461,9 @@ def _csv_header(f: pathlib.Path) -> list[str] | None:
 
 
 def _check_csv_headers(p: pathlib.Path) -> None:
-    """Every CSV file of a folder must have the first file's header: Dask reads the first
-    file's header and drops every other file's first line, so other columns (or the same in
-    another order) would be read under the wrong names. One line per file is read."""
+    """Refuse a folder of CSV files whose headers differ from the first file's: Dask reads the
+    first file's header and drops every other file's first line, so other columns would be read
+    under the wrong names. Reads one line per file."""
     files = [f for f in _csv_files(p) if f.suffix.lower() == ".csv"]
     if len(files) < 2:
         return
@@ -601,9 +600,8 @@ def open_source(src: Source, family, *, chunk_rows: int | None = None, partition
 
 
 def check_finite(x, where: str) -> None:
-    """Count the NaN / inf values of a (persisted) Dask array on the workers, one pass over
-    its blocks; raise a UserError with the count and the first position when there are any
-    (an SVD of them is undefined: LAPACK fails or answers NaN)."""
+    """Count the NaN / inf values of a (persisted) Dask array on the workers, one pass over its
+    blocks; raise a UserError with the count and the first position when there are any."""
     import dask
     import dask.array as da
 

@@ -1,14 +1,12 @@
-"""``--output PATH``: a run's result written to a file, atomically, never over a file unasked.
+"""``--output PATH``: a run's result written to a file, whole or not at all, never over a file
+unasked.
 
-:func:`check` runs before any work (type known, not a folder, free unless ``overwrite``,
-its folder writable); :func:`write` writes to a temporary sibling, flushes it to disk and
-then links it into place (``os.link`` fails if the name appeared meanwhile) or, with
-``overwrite``, renames it over the old file (:mod:`gpuscale.records.atomic`). A failure or
-an interruption leaves no partial file behind.
+:func:`check` runs before any work (type known, not a folder, free unless ``overwrite``, its
+folder writable); :func:`write` writes through :func:`gpuscale.records.atomic.written`.
 
 Formats: ``.parquet`` / ``.csv`` for DataFrame results (the group keys become columns and
-``(column, aggregation)`` pairs are flattened to ``column_aggregation``), ``.npy`` (the
-singular values) / ``.npz`` (``s``, and ``u``, ``vt`` when they were computed) for SVD.
+``(column, aggregation)`` pairs are flattened to ``column_aggregation``), ``.npy`` (the singular
+values) / ``.npz`` (``s``, and ``u``, ``vt`` when they were computed) for SVD.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""``uniform_filter`` on a chunk: ``scipy.ndimage`` for NumPy, ``cupyx.scipy.ndimage`` for CuPy.
-
-The current CuPy API is ``cupyx.scipy.ndimage`` (``cupyx.scipy.ndimage.filters`` is gone in
-CuPy 14). The module is chosen by the chunk's type.
+"""``uniform_filter`` on a chunk: ``scipy.ndimage`` for NumPy, ``cupyx.scipy.ndimage`` for CuPy,
+chosen by the chunk's type.
 """
 
 from __future__ import annotations

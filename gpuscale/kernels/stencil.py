@@ -1,18 +1,14 @@
 """3x3 mean smoothing of a 2-D block: ``numba.njit`` on the CPU, ``numba.cuda.jit`` on a GPU.
 
-Both kernels take a block and return one of the same shape and dtype: every pixel with all
-eight neighbours in the block becomes the mean of its 3x3 window (summed in the block's
-dtype, times 1/9 in that dtype); pixels on the block's own edge are copied unchanged. Under
-``map_overlap(depth=1)`` those edge pixels are the halo, which is trimmed away, so every pixel
-of the image is a full window.
-
-The CUDA kernel is grid-stride with one thread per pixel (x over columns, so neighbouring
-threads read neighbouring memory); it is compiled once per dtype per process. It runs on
-CuPy arrays (on CuPy's current stream) and, under ``NUMBA_ENABLE_CUDASIM=1``, on NumPy
-arrays in Numba's CUDA simulator, which is how CI runs it without a GPU.
+Both kernels return a block of the input's shape and dtype: every pixel with all eight
+neighbours in the block becomes the mean of its 3x3 window (summed in the block's dtype, times
+1/9); pixels on the block's edge are copied unchanged (under ``map_overlap(depth=1)`` they are
+the halo, trimmed away). The CUDA kernel is grid-stride, one thread per pixel, compiled once per
+dtype per process; it runs on CuPy arrays (on CuPy's current stream) and, under
+``NUMBA_ENABLE_CUDASIM=1``, on NumPy arrays in Numba's CUDA simulator.
 
 :func:`smooth3x3` picks the kernel by the block's type; ``smooth3x3.dispatch(type).kernel``
-names the kernel for a chunk type without running it.
+names it without running it.
 """
 
 from __future__ import annotations
@@ -115,7 +111,7 @@ def mean3x3_cuda(a, stream=0, threads=THREADS, max_blocks=MAX_BLOCKS):
     """3x3 mean of a device block with ``numba.cuda.jit`` (a NumPy block in the simulator).
 
     ``threads`` / ``max_blocks`` shape the launch; a small ``max_blocks`` makes every thread
-    stride over several pixels (the simulator test uses that to exercise the grid-stride)."""
+    stride over several pixels."""
     a = a if a.flags.c_contiguous else a.copy()  # (a method: NumPy or CuPy) rows that coalesce
     out = np.empty_like(a)  # NEP 18: a CuPy array for a CuPy block
     blocks, threads = launch_config(a.shape, threads, max_blocks)

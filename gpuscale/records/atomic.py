@@ -1,21 +1,15 @@
-"""Files written whole or not at all, never through a link: the one rule for every file
-gpuscale creates beside a path you chose (``--output``, run records, bench folders, the
-scheduler file, credentials and the lock of ``cluster up``).
+"""Files written whole or not at all, never through a link: every file gpuscale creates beside a
+path you chose (``--output``, run records, bench folders, the scheduler file, credentials, the
+lock of ``cluster up``).
 
-:func:`written` yields an open temporary sibling of ``path`` (``.NAME.XXXX.gpuscale-tmp``)
-and its name; when the block ends without an exception the file is flushed to disk and put
-in place: linked (``os.link`` fails if the name exists, so nothing is ever overwritten) or,
-with ``replace``, renamed over the old file. The temporary file is removed on every way out,
-a Ctrl-C or SIGTERM included: its creation runs with interruptions deferred
-(:func:`gpuscale.errors.signals_deferred`), so a signal cannot land between the file being
-made and its name reaching the ``finally`` that removes it.
-
-In a folder other users can write (a shared home, ``/tmp``) a file is created only by
-``mkstemp`` (``O_CREAT | O_EXCL``: never an existing name, never through a link) and put in
-place by a rename or a link, which replace or refuse a planted link but never follow it.
-:func:`check_target` refuses, in one line and before any work, a link or another user's file
-where gpuscale is to write; :func:`own_file` opens a file gpuscale keeps open (a lock) with
-``O_NOFOLLOW`` and checks that it is this user's own.
+:func:`written` yields an open temporary sibling of ``path`` (``.NAME.XXXX.gpuscale-tmp``, made
+by ``mkstemp``: never an existing name, never through a link) and its name; when the block ends
+without an exception the file is flushed to disk and linked into place (``os.link``: never over
+an existing name) or, with ``replace``, renamed over the old file. The temporary file is removed
+on every way out, an interruption included (it is made under
+:func:`gpuscale.errors.signals_deferred`). :func:`check_target` refuses, in one line and before
+any work, a link or another user's file where gpuscale is to write; :func:`own_file` opens a
+file gpuscale keeps open (a lock) with ``O_NOFOLLOW``, only if it is this user's own.
 
 >>> import pathlib, tempfile
 >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -112,11 +106,10 @@ def written(
     mode: int | None = None,
     what: str = "file",
 ) -> Iterator[tuple[IO, str]]:
-    """``(file, temp_path)`` to write ``path`` through; see the module. ``mode``: the file's
-    permissions (default: what ``open`` would give, 0666 less the umask); ``what`` names the
-    file in errors. Raises OSError (``FileExistsError`` when ``path`` exists and ``replace``
-    is false) for the caller to turn into its own one-line error; a link or another user's
-    file at ``path`` is a UserError (:func:`check_target`)."""
+    """``(file, temp_path)`` to write ``path`` through (see the module). ``mode``: the file's
+    permissions (default 0666 less the umask); ``what`` names the file in errors. Raises OSError
+    (``FileExistsError`` when ``path`` exists and ``replace`` is false), or UserError for a link
+    or another user's file at ``path`` (:func:`check_target`)."""
     path = pathlib.Path(path)
     check_target(path, what)
     tmp = None

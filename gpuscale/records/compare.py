@@ -1,42 +1,31 @@
-"""Compare two sets of records (two bench folders, two records folders or two record files):
-per case, the ratio B / A with a confidence interval, a verdict that says when the runs cannot
-tell, and the smallest change they could have shown.
-
-One run per side: the ratio is the Hodges-Lehmann estimate on log times (the median of every
-log t_B - log t_A, i.e. the median ratio of a B repeat to an A repeat) with its
-distribution-free interval from the Mann-Whitney rank statistic (exact distribution up to
-``EXACT_PAIRS`` pairs, normal beyond). Ranks make it robust the way pyperf's and asv's
-statistics are: one repeat 5 x the others moves the interval by one pair of ranks, not by its
-size; repeats the record flags as disturbed (``info.disturbed_repeats``) are left out. Ranks
-need enough repeats for the confidence asked (at 95 %, 4 + 4 or 3 + 5); with fewer, Welch's t
-interval on log times is used (``how``), and with fewer than two a side the verdict is ``n/a``.
-
-The repeats inside one run do not see how much a whole run moves (another load on the machine,
-another cluster): two runs of the same code on 2 shared cores have differed by 10-30 %. That
-spread enters in two ways. Where a side holds several runs of a case (records of the same case
-in its folder), the run is the unit: each run's median log time, and a Welch t interval on the
-difference of their means (a side with one run borrows the other's variance). With one run a
-side the records cannot show it, so an assumed spread, ``between_run`` (default
-:data:`ASSUMED_BETWEEN_RUN`, a standard deviation of the log ratio; ``--between-run PCT``), is
-added to every case's variance; with three or more paired cases it is estimated from the cases
-too (DerSimonian-Laird's between-study variance: how much more the cases' log ratios scatter
-than their own intervals explain) and the larger counts (``between_run_sd``). A drift that
-moves every case alike does not scatter them, which is why the assumed floor stays. Runs of A
-and B interleaved in time on a quiet machine may pass ``between_run=0``.
-
-Verdict, with a margin m (default 5 %): ``slower`` when the whole interval lies above 1 + m,
-``faster`` when it lies below 1 / (1 + m), ``same`` when it lies within both (no change of m
-or more, with confidence), else ``inconclusive``, with what would resolve it (``resolve``: the
-repeats, or runs, per side at which an interval as wide as this one shrunk would clear the
-nearest bound, None when the estimate sits on it). ``mde`` is the minimum detectable effect:
-the slowdown (ratio) that these runs would call ``slower`` in 80 % of tries. The gate,
-``--fail-if-slower PCT`` (exit :data:`SLOWER_EXIT`), fails a case whose interval lies wholly
-above 1 + PCT and, with ``--fail-if-inconclusive``, one whose interval reaches above it (not
-shown to be within PCT).
+"""Compare two sets of records (two bench folders, two records folders or two record files): per
+case, the ratio B / A with a confidence interval, a verdict, and the smallest change the runs
+could have shown.
 
 Cases pair by workload, every parameter, family, protocol and workers. Two record files pair
-with each other when their workload and parameters agree (family, protocol and workers may
-differ: that is the comparison), and are refused otherwise.
+when their workload and parameters agree (family, protocol and workers may differ) and are
+refused otherwise. Repeats a record flags as disturbed (``info.disturbed_repeats``) are left
+out.
+
+The interval, by what a side holds:
+
+* one run a side: the Hodges-Lehmann estimate on log times with its distribution-free
+  Mann-Whitney interval (exact up to :data:`EXACT_PAIRS` pairs, normal beyond); too few repeats
+  for ranks at the confidence asked: Welch's t interval on log times (``how``); fewer than two
+  repeats a side: verdict ``n/a``. The assumed between-run spread ``between_run`` (default
+  :data:`ASSUMED_BETWEEN_RUN`, ``--between-run PCT``) is added to each case's variance, or, with
+  three or more paired cases, the larger of it and the DerSimonian-Laird estimate from the cases
+  (``between_run_sd``); ``between_run=0`` adds none.
+* several runs on a side: the run is the unit: Welch's t interval on the difference of the
+  runs' mean median log times (a side with one run borrows the other's variance).
+
+Verdict, with a margin m (default 5 %): ``slower`` when the whole interval lies above 1 + m,
+``faster`` when it lies below 1 / (1 + m), ``same`` when it lies within both, else
+``inconclusive``, with ``resolve`` (the repeats, or runs, per side at which such an interval
+would clear the nearest bound). ``mde``: the ratio these runs would call ``slower`` with
+probability :data:`POWER`. The gate ``--fail-if-slower PCT`` (exit :data:`SLOWER_EXIT`) fails a
+case whose interval lies wholly above 1 + PCT and, with ``--fail-if-inconclusive``, one whose
+interval reaches above it. Why this method: see docs/decisions.md, rule ``compare.between-run``.
 """
 
 from __future__ import annotations
@@ -65,8 +54,7 @@ POWER = 0.8
 VERDICTS = ("faster", "slower", "same", "inconclusive", "n/a")
 ASSUMED_BETWEEN_RUN = 0.10
 """The spread between two runs of the same code (standard deviation of log B / A) assumed where
-each side holds one run (docs/benchmarks/cpu.md, "Timing noise and comparing runs", has the runs
-behind it)."""
+each side holds one run."""
 
 
 def parse_pct(text: str | float, what: str) -> float:

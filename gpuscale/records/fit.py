@@ -1,17 +1,14 @@
 """Tables that fit the terminal without cutting a value: :class:`FitTable`.
 
-rich shrinks a table that is wider than the terminal by squeezing columns and ends a word
-that no longer fits with an ellipsis (``work…``, ``n=20…``). A :class:`FitTable` decides the
-column widths itself, at render time, for the width it is given:
+A :class:`FitTable` decides its column widths at render time, for the width it is given:
 
 * a column is never narrower than its longest word (its longest cell, for a ``no_wrap``
-  column), so wrapping happens between words and never inside a name or a number; a path
-  longer than its column breaks after a ``/``;
+  column), so text wraps between words; a path longer than its column breaks after a ``/``;
 * the space left goes first to the columns that then fit on one line;
-* ``optional`` columns are left out, last first, while the table does not fit on one line per
-  row; the caption names what was left out;
+* ``optional`` columns are left out, last first, while a row does not fit on one line; the
+  caption names them;
 * when even the longest words do not fit side by side, each row is shown as lines of
-  ``header: value`` instead of a grid.
+  ``header: value``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,18 @@
 """The capture object: a context manager around any code on any ``distributed.Client``.
 
-On entry it makes sure the scheduler's task stream is recording, notes where the task
-stream and the scheduler's system monitor stand, the workers' P2P counters, and the clock
-offset to the scheduler, and registers a small worker plugin that samples each worker's
-process memory (and, on GPU workers, device memory through nvml) every ``sample_interval``
-seconds. :meth:`Capture.phase` marks named phases (and pushes NVTX ranges when asked and the
-``nvtx`` package is importable). On exit it collects the window's task stream, the workers'
-incoming transfer logs and memory peaks and Dask's performance report, and writes the folder
-(see :mod:`gpuscale.trace`). Nothing here imports a GPU library at module level.
+On entry it makes sure the scheduler's task stream is recording, notes where the task stream and
+the scheduler's system monitor stand, the workers' P2P counters, and the clock offset to the
+scheduler, and registers a worker plugin that samples each worker's process memory (and, on GPU
+workers, device memory through nvml) every ``sample_interval`` seconds. :meth:`Capture.phase`
+marks named phases (and NVTX ranges when asked and ``nvtx`` is importable). On exit it collects
+the window's task stream, the workers' incoming transfer logs and memory peaks and Dask's
+performance report, and writes the folder (see :mod:`gpuscale.trace`). No GPU library is
+imported at module level.
 
-Times are the scheduler's clock. Workers' task stream and transfer logs are shifted to it by
-Dask (each worker's ``scheduler_delay``, re-estimated at every heartbeat from one round trip:
-on a busy machine it can be off by tens of milliseconds; the summary's ``clock`` records the
-range seen). The client's phase marks are shifted by an offset measured on entry from the
-fastest of a few round trips (0 when within that round trip's uncertainty).
+Times are the scheduler's clock. Dask shifts the workers' task stream and transfer logs to it
+(each worker's ``scheduler_delay``, re-estimated at every heartbeat; the summary's ``clock``
+records the range seen). The client's phase marks are shifted by an offset measured on entry
+(:meth:`Capture._sync_clock`).
 """
 
 from __future__ import annotations
@@ -239,15 +238,12 @@ class Capture:
     """Trace everything the cluster of ``client`` does between ``__enter__`` and ``__exit__``
     into ``directory`` (see :mod:`gpuscale.trace`).
 
-    ``workload``, ``backend``, ``family``, ``protocol`` and ``result_id`` only label the
-    summary (:meth:`annotate` sets them later); ``nvtx=True`` pushes an NVTX range (domain
-    ``gpuscale``) around every phase when the ``nvtx`` package is importable. After exit,
-    ``summary`` holds the :class:`~gpuscale.trace.Summary` and ``path`` the folder.
-
-    ``report_mode`` is Bokeh's resources mode of the performance report: ``"inline"`` (the
-    default) puts BokehJS in the file, so it renders without internet (cluster nodes often have
-    none); ``"cdn"`` loads it from cdn.bokeh.org (a file ~1 MB smaller).
-    """
+    ``workload``, ``backend``, ``family``, ``protocol`` and ``result_id`` only label the summary
+    (:meth:`annotate` sets them later); ``nvtx=True`` pushes an NVTX range (domain ``gpuscale``)
+    around every phase when the ``nvtx`` package is importable. After exit, ``summary`` holds
+    the :class:`~gpuscale.trace.Summary` and ``path`` the folder. ``report_mode`` is Bokeh's
+    resources mode of the performance report: ``"inline"`` (default: renders without internet)
+    or ``"cdn"`` (a smaller file that loads BokehJS from cdn.bokeh.org)."""
 
     def __init__(
         self,

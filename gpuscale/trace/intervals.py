@@ -1,12 +1,11 @@
-"""Interval arithmetic over the task stream's start and stop times, shared by a trace's
-summary and a record's time split.
+"""Interval arithmetic over the task stream's start and stop times, shared by a trace's summary
+and a record's time split.
 
 Workers stamp a task's start and stop with their own clock plus their estimate of the
-scheduler's clock offset (``Worker.scheduler_delay`` in distributed), which each heartbeat
-re-estimates from one round trip. On a loaded machine the estimate moves by a good part of
-that round trip between two tasks, so a thread's next task can seem to start before its
-previous one stopped. One thread runs one task at a time: :func:`one_task_per_thread` puts such a
-task back after its predecessor, so the union of compute time is not shrunk by clock noise.
+scheduler's clock offset (``Worker.scheduler_delay``), which moves between heartbeats, so a
+thread's next task can seem to start before its previous one stopped.
+:func:`one_task_per_thread` puts such a task back after its predecessor, so clock noise does not
+shrink the union of compute time.
 """
 
 from __future__ import annotations

@@ -41,10 +41,9 @@ def array_module(ctx: Context):
 
 
 BLOCK_COPIES = 3
-"""Blocks one running array task holds at its peak (two inputs and its output: ``x + x.T``,
-a block product), for capping the chunk budget by worker memory (:meth:`Context.capped`).
-Uncapped, transpose_sum 7000^2 on 2 x 400 MB workers took 98 MB blocks and a worker was
-killed at 95 % of its memory."""
+"""Blocks one running array task holds at its peak (two inputs and its output: ``x + x.T``, a
+block product), for capping the chunk budget by worker memory (:meth:`Context.capped`; see
+docs/decisions.md, rule ``memory.block-copies``)."""
 
 
 def plan_square_chunk(

@@ -113,15 +113,10 @@ def _keywords(fn) -> set[str]:
 @functools.cache
 def reserved() -> frozenset[str]:
     """Names a workload parameter may not take: every keyword of :meth:`Session.run` /
-    :meth:`Session.record`, ``gpuscale.run`` and ``gpuscale.explain`` (which take the
-    workload's parameters as ``**params`` beside them), every ``config.KEYWORDS`` setting, and
-    every flag of ``gpuscale`` and ``gpuscale run`` (its shared and data flags), read from where
-    they are declared, so a keyword added there is reserved here too. A parameter of one of
-    these names would be bound to gpuscale's keyword, never to the workload.
-
-    This module is the declaration facade (``gpuscale.workload``): nothing below the CLI and
-    the API imports it (``gpuscale.workload`` reaches it lazily), so reading them here makes
-    no import circle (tests/test_layout.py)."""
+    :meth:`Session.record`, ``gpuscale.run`` and ``gpuscale.explain`` (which take the workload's
+    parameters as ``**params`` beside them), every ``config.KEYWORDS`` setting, and every flag
+    of ``gpuscale`` and ``gpuscale run``, read from where they are declared. Only the CLI and
+    the API import this module, so reading them here makes no import circle."""
     from .. import api, cli, config
     from ..runs.session import Session
 

@@ -52,10 +52,8 @@ PARTIAL_ROW_BYTES = 8 * (1 + 4)
 COUNT_ROW_BYTES = 16
 """A key's count in the fast check (key, count)."""
 COMBINE_COPIES = 3
-"""A combine task holds its inputs, their concatenation and the grouped output (measured: 6 M
-rows, 100,000 keys, 143 partitions, fan-in 8 on 2 x 1 thread: the fast check that gathered every
-partition's counts in one task added 150 MiB to a worker's peak; combined 8 at a time, with the
-tree's own combines, a worker's peak was within this estimate)."""
+"""A combine task holds its inputs, their concatenation and the grouped output (see
+docs/decisions.md, rule ``groupby.combine-copies``)."""
 
 
 class GroupbyParams(Params):
@@ -161,13 +159,12 @@ class Groupby(Workload):
 
     def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
         """The frame (persisted: it may spill); the plan's intermediates (the per-worker route
-        concatenates each worker's partitions, a shuffle moves the frame's partials: as large
-        as the frame; a tree holds one partial per partition, at most the result each);
-        the result (groups x the aggregate columns); the full check's copy (``validation``):
-        Dask's compute of the frame concatenates its partitions into one on a worker and
-        serializes that for the client, the frame twice over on that worker (measured: 5 M rows,
-        2 partitions, one worker: the full check added 410 MiB to the run's peak, 3.6 x the
-        frame). Like every part it is spread over the workers, though it lands on one."""
+        concatenates each worker's partitions, a shuffle moves the frame's partials: as large as
+        the frame; a tree holds one partial per partition, at most the result each); the result
+        (groups x the aggregate columns); the full check's copy (``validation``): twice the
+        frame, which Dask's compute concatenates and serializes on one worker
+        (docs/decisions.md, rule ``groupby.full-check-copy``), spread over the workers like
+        every part."""
         if ctx.data is not None:  # the input's size in memory when known (files), else unknown
             data = ctx.data.nbytes or 0
             return {"inputs": data, "intermediates": data, "results": data}
@@ -265,8 +262,7 @@ class Groupby(Workload):
         # Independent of the result: a count of every key (value_counts), the row count, and
         # the rows of keys sampled from the key range. One task per partition gathers all three,
         # one task compares the counts where they are (on the device for cuDF): only scalars
-        # and the sampled groups come back (10 partitions of 100 M rows on an H200: 11 tasks
-        # instead of 35).
+        # and the sampled groups come back.
         sample = [
             int(k)
             for k in np.sort(
@@ -486,10 +482,9 @@ def _room(p, ctx: Context) -> dict[str, int | None]:
 
 def _room_for(nbytes: int | None, ctx: Context) -> dict[str, int | None]:
     """:func:`_room` for a frame of ``nbytes`` (the user's: its size in memory; None: unknown,
-    not checked). On a GPU capped at 1 GB, a 3 GB Parquet frame concatenated per worker peaked
-    at 10.5 GB of device memory (spilling 26 GB device -> host on the way): the tree's partials
-    hold one partition at a time. With it, the workers' threads (one-thread workers take the
-    per-worker plan whatever the share of groups)."""
+    not checked), with the workers' threads. The per-worker plan concatenates a worker's
+    partitions, the tree holds one partition at a time (docs/decisions.md, rule
+    ``groupby.per-worker-room``)."""
     b = ctx.memory
     threads = (b.threads if b is not None and b.workers else None) or getattr(
         ctx.spec, "threads_per_worker", None

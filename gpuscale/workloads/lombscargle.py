@@ -16,9 +16,8 @@ float64 on host copies of the same inputs; every frequency when samples x freqs 
 ``FULL_CHECK_WORK``, else ``FULL_CHECK_WORK / samples`` random frequencies plus the peak:
 
 * max |P - P_scipy| / max P_scipy <= ``TOL[dtype]``: 1e-9 for float64; for float32
-  max(1e-3, 1e-6 x fmax x SPAN): its phases w t (up to fmax x SPAN radians, reduced by
-  fast-math sin/cos) carry rounding of about 1e-7 x w t each, and the sums add float32
-  rounding (seen: 1e-5 on an H100 and 5e-7 on a CPU at 5,000 samples, fmax x SPAN = 1,000);
+  max(1e-3, 1e-6 x fmax x SPAN) (:func:`tolerance`; see docs/decisions.md, rule
+  ``lombscargle.float32-tolerance``);
 * the peak is at the injected frequency w0, within the resolution max(2 pi / SPAN, 2 grid steps);
 * 0 <= P <= sum y^2 (Cauchy-Schwarz bounds each of the two terms by sum y^2 / 2).
 """

@@ -33,9 +33,7 @@ BUILTINS = {
     "shuffle": "shuffle",
 }
 """Built-in workload name -> its module under ``gpuscale.workloads``. ``get(name)`` imports only
-that module: ``gpuscale run groupby`` does not pay for importing every workload's libraries
-(dask.array, SciPy-style kernels, ...), a second of a run against a running cluster.
-tests/test_workloads.py keeps this map equal to what the modules register."""
+that module, not every workload's libraries; it must equal what the modules register."""
 
 
 def register(cls: type[Workload]) -> type[Workload]:

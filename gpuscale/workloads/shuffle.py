@@ -30,9 +30,8 @@ from ._frames import from_partitions, host_frame, p2p, p2p_shard_bytes, p2p_task
 
 ROW_BYTES = 16
 TASK_ROUTE_COPIES = 5
-"""Frames a task-based shuffle or one-task sort holds at its peak (the GPU family's route):
-the device allocator's peak on an H200 was 4.77 x the frame at 4, 8 and 16 M rows
-(``workflows/memory_estimate.py --backend gpu --scale 4``), against 4 counted before."""
+"""Frames a task-based shuffle or one-task sort holds at its peak (the GPU family's route; see
+docs/decisions.md, rule ``memory.task-route-copies``)."""
 KEY_SUM_RTOL = 1e-12
 
 

@@ -9,7 +9,7 @@ Data: ``n`` x ``n`` uniform [0, 1) pixels in square chunks.
 Validation: as ``map_overlap`` (a float64 mean filter on the host that sums shifted windows:
 every pixel at small sizes, tiles across chunk boundaries and at the corners at large ones),
 tolerance by dtype, ``TOL``. A halo narrower than the window (``HALO = 0``) or a kernel that
-reads the wrong neighbour fails it; the tests run both.
+reads the wrong neighbour fails it.
 """
 
 from __future__ import annotations
