@@ -168,46 +168,6 @@ def test_exit_codes_page_lists_every_code():
         assert f"\n| {code} |" in text, code
 
 
-HISTORY = re.compile(
-    r"\bsession ?\d|\bissues? ?#?\d|\bissue-\d+|\bpreviously\b"
-    r"|\b(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|\w+teenth"
-    r"|\d+(st|nd|rd|th)) (GPU )?session\b",
-    re.I,
-)
-"""How the project was developed, not what it is: a numbered or ordinal work session, an issue
-number. ``session`` alone is the product's word (``gpuscale.session``), so only these forms match."""
-
-NAMED = re.compile(r"session[-_ ]?\d|issue[-_ ]?#?\d", re.I)
-
-
-def test_docs_say_what_is_true_now():
-    """README and every page describe the tool as it is: no development history."""
-    for page in [REPO / "README.md", *DOCS.rglob("*.md")]:
-        if "_build" in page.parts:
-            continue
-        for n, line in enumerate(page.read_text().splitlines(), 1):
-            m = HISTORY.search(line)
-            assert not m, f"{page.relative_to(REPO)}:{n}: {m.group(0)!r} tells how the project was developed"
-
-
-def test_history_words_match_the_development_sense_only():
-    """The check above finds the development sense and leaves the product's ``session`` alone."""
-    found = [HISTORY.search(s) for s in ("in session12 we", "after issue #25", "the fourteenth session")]
-    assert all(found), found
-    for fine in ("with gpuscale.session(backend='gpu') as s:", "a session's client", "a GPU session"):
-        assert not HISTORY.search(fine), fine
-
-
-def test_file_names_say_what_they_hold():
-    """No file or folder under the repository is named for a work session or an issue."""
-    skip = {".git", "_build", "__pycache__", ".venv", ".pytest_cache", "node_modules"}
-    for path in REPO.rglob("*"):
-        rel = path.relative_to(REPO)
-        if skip & set(rel.parts):
-            continue
-        assert not NAMED.search(path.name), f"{rel}: named for how the project was developed"
-
-
 def test_every_stored_result_is_used():
     """Each file under docs/bench-* is named (its folder and file name) by a page, README, the code,
     a test or a workflow: a result nothing reads any more is dropped (git keeps it)."""
