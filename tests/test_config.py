@@ -402,6 +402,24 @@ def test_profile_by_path(tmp_path):
     assert r.settings.cluster.gpus == (0, 1)
 
 
+def test_a_profile_cannot_name_another_profile(tmp_path, process_env):
+    """``profile`` is declared not settable by a profile (config.Knob.in_profile): a profile's
+    own ``profile:`` key is left out and its other keys count, so the profile your Dask YAML
+    names stays the one named (the profile layer sits above that YAML)."""
+    assert not config.BY_KEY["profile"].knob.in_profile
+    p = write_profile(
+        tmp_path / "p.yaml", {"version": 1, "gpuscale": {"profile": "gpu-ucx", "protocol": "tcp"}}
+    )
+    ydir = tmp_path / "dask-yaml"
+    ydir.mkdir()
+    (ydir / "gpuscale.yaml").write_text(yaml.safe_dump({"gpuscale": {"profile": str(p)}}))
+    process_env.add_yaml_dir(ydir)
+    r = config.resolve()
+    assert r.profile == str(p)
+    assert (r.settings.profile, r.sources["profile"]) == (str(p), "user-yaml")
+    assert (r.settings.protocol, r.sources["protocol"]) == ("tcp", "profile")
+
+
 @pytest.mark.parametrize(
     "body, needles",
     [
