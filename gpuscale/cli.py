@@ -373,13 +373,13 @@ def _declaration(setting, help_: str | None = None) -> tuple[list[str], dict[str
 
 
 def _declarations(scopes: tuple[str, ...]) -> list[tuple[list[str], dict[str, Any]]]:
-    return [_declaration(s) for s in config.FLAGS.values() if s.flag.scope in scopes]
+    return [_declaration(s) for scope in scopes for s in config.FLAGS.values() if s.flag.scope == scope]
 
 
 def setting_options(*scopes: str) -> list[click.Option]:
-    """The flags of the settings whose ``Flag.scope`` is one of ``scopes``, in declaration order
-    (``cluster``: every command that builds a cluster; ``client``: those that may use a running
-    one by its scheduler file; ``run``: run and explain)."""
+    """The flags of the settings whose ``Flag.scope`` is one of ``scopes``, scope by scope, each
+    in declaration order (``cluster``: every command that builds a cluster; ``client``: those
+    that may use a running one by its scheduler file; ``run``: run and explain)."""
     return [attrs.pop("cls", click.Option)(decls, **attrs) for decls, attrs in _declarations(scopes)]
 
 
