@@ -10,7 +10,7 @@ reads your inputs and writes outputs, ``audit`` and ``trace/`` watch any of it.
 
 from __future__ import annotations
 
-from . import config  # noqa: E402,F401  (merges gpuscale.yaml into dask.config first)
+from . import config  # noqa: E402,F401  (merges the settings' defaults into dask.config first)
 from ._version import __version__
 from .errors import UserError, install_excepthook  # noqa: E402
 

@@ -1,11 +1,12 @@
 """Command line: parse flags, call :mod:`gpuscale.api`, render with :mod:`gpuscale.records.report`
 and :mod:`gpuscale.trace.render`.
 
-Flags map one-to-one onto API keywords (``config.KEYWORDS``); no click object reaches
-library code. Every failure is one line on stderr, ``gpuscale: error: <problem>; <fix>``, with
-the exit code :mod:`gpuscale.errors` defines (2 bad input, 3 a check failed, 4 the cluster went
-away, 5 the record could not be written, 130 / 143 interrupted, 1 anything unexpected); no
-traceback unless ``gpuscale --debug`` (or ``GPUSCALE_DEBUG=1``).
+The settings' flags are built from their declaration (``config.Flag``) and map one-to-one onto
+API keywords (``config.KEYWORDS``); no click object reaches library code. Every failure is one
+line on stderr, ``gpuscale: error: <problem>; <fix>``, with the exit code
+:mod:`gpuscale.errors` defines (2 bad input, 3 a check failed, 4 the cluster went away, 5 the
+record could not be written, 130 / 143 interrupted, 1 anything unexpected); no traceback unless
+``gpuscale --debug`` (or ``GPUSCALE_DEBUG=1``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import click
 
-from . import errors
+from . import config, errors
 from ._version import __version__
 from .errors import UserError
 
@@ -143,66 +144,47 @@ class Context(click.Context):
     formatter_class = Formatter
 
 
-PANELS: dict[str, tuple[str, ...]] = {
-    "Your data (instead of generated data)": ("input_path", "output_path", "overwrite", "validate"),
-    "Run and output": (
-        "repeat",
-        "target_error",
-        "max_repeats",
-        "max_time",
-        "warmup",
-        "results_dir",
-        "trace_dir",
-        "no_memory_check",
-        "strict_backend",
-        "dashboard",
-        "rules",
-        "as_json",
-    ),
-    "Backend and cluster": (
-        "backend",
-        "protocol",
-        "profile",
-        "collection",
-        "workers",
-        "threads_per_worker",
-        "memory_limit",
-        "dashboard_address",
-        "host",
-        "message_interval",
-    ),
-    "GPU workers and UCX": (
-        "gpus",
-        "device_memory_limit",
-        "device_spill",
-        "rmm_pool_size",
-        "nvlink",
-        "infiniband",
-    ),
-    "A cluster that is already running": (
-        "scheduler",
-        "scheduler_file",
-        "credentials",
-        "trust_cluster_files",
-        "in_cluster",
-        "bandwidth_probe",
-    ),
-    "Clusters on other hosts (SSH, SLURM) and TLS": ("deploy", "ssh_hosts", "slurm_jobs", "security"),
+PANELS: dict[str, str] = {
+    "data": "Your data (instead of generated data)",
+    "run": "Run and output",
+    "cluster": "Backend and cluster",
+    "gpu": "GPU workers and UCX",
+    "running": "A cluster that is already running",
+    "hosts": "Clusters on other hosts (SSH, SLURM) and TLS",
 }
-"""``--help``'s sections, by parameter name, in order after the command's own (a workload's
-parameters first)."""
+"""``--help``'s sections, in order after the command's own (a workload's parameters first): a
+setting's flag names its section (``config.Flag.panel``), the other options are in
+:data:`PANEL_OF`."""
+
+PANEL_OF: dict[str, str] = {
+    "input_path": "data",
+    "output_path": "data",
+    "overwrite": "data",
+    "validate": "data",
+    "trace_dir": "run",
+    "dashboard": "run",
+    "rules": "run",
+    "as_json": "run",
+    "collection": "cluster",
+}
+"""The section of each option that is not a setting's flag, by parameter name."""
+
+
+def _panel(param: click.Parameter) -> str | None:
+    setting = config.FLAGS.get(param.name or "")
+    return setting.flag.panel if setting is not None else PANEL_OF.get(param.name or "")
 
 
 def write_panels(ctx, formatter, params, first: str, suffix: str = "") -> None:
     """The options among ``params`` under the headings of :data:`PANELS` (their ``suffix``
-    appended), the ones no panel names first under ``first``, ``--help`` last; all under
-    ``first`` when they would make one panel."""
-    owner = {name: title for title, names in PANELS.items() for name in names}
-    panels: dict[str, list] = {first: [], **{title: [] for title in PANELS}}
+    appended), the ones in no panel first under ``first``, ``--help`` last; all under ``first``
+    when they would make one panel."""
+    panels: dict[str, list] = {first: [], **{title: [] for title in PANELS.values()}}
     options = [p for p in params if isinstance(p, click.Option) and not p.hidden]
     for p in options:
         if "--help" not in p.opts:
-            panels[owner.get(p.name, first)].append(p.get_help_record(ctx))
+            panel = _panel(p)
+            panels[PANELS[panel] if panel else first].append(p.get_help_record(ctx))
     shown = [[title, rows] for title, rows in panels.items() if rows] or [[first, []]]
     if len(shown) == 1:
         shown[0][0] = first
@@ -332,153 +314,98 @@ class BackendOption(click.Option):
         return super().get_help_record(ctx)
 
 
+class Whole(Typed):
+    """A whole-number flag checked where it is given (``--warmup``, ``--repeat``): anything but
+    a whole number >= ``minimum`` (or one of ``values``) is a one-line error naming the flag."""
+
+    def __init__(self, minimum: int, values: list | None = None):
+        super().__init__("int-or-choice" if values else "int", values)
+        self.minimum = minimum
+
+    def convert(self, value, param, ctx):
+        v = super().convert(value, param, ctx)
+        if isinstance(v, str) and v.strip().lower() in self.values:
+            return v.strip().lower()
+        flag = param.opts[0] if param is not None else "the value"
+        n = v if isinstance(v, int) else None
+        if self.values and (n is None or n < self.minimum):
+            words = " or ".join(map(str, self.values))
+            raise UserError(
+                f"{flag} must be a whole number >= {self.minimum} or {words}, got {v!r}",
+                f"e.g. {flag} 5 or {flag} {self.values[0]}",
+            )
+        if n is None:
+            raise UserError(f"{flag} must be a whole number, got {v!r}", f"e.g. {flag} 3")
+        if n < self.minimum:
+            raise UserError(
+                f"{flag} must be >= {self.minimum}, got {n}", f"e.g. {flag} {max(self.minimum, 3)}"
+            )
+        return n
+
+
 INT, FLOAT = Typed("int"), Typed("float")
-REPEAT = Typed("int-or-choice", ["auto"])
 
 
-def cluster_options(f):
-    """Flags that select the backend and shape the cluster (shared by run / cluster show)."""
-    opts = [
-        click.option("--backend", cls=BackendOption, type=BackendName()),
-        click.option(
-            "--protocol",
-            metavar="auto|tcp|ucx",
-            help="auto (default: a GPU cluster here uses ucx where installed, else tcp) | tcp | ucx",
-        ),
-        click.option("--profile", metavar="NAME|PATH", help="a profile name from clusters/ or a YAML path"),
-        click.option(
-            "--scheduler",
-            metavar="ADDRESS",
-            help="address of a running scheduler to use instead of a new cluster",
-        ),
-        click.option("--workers", type=INT, help="number of workers (GPU: at most one per GPU)"),
-        click.option("--threads-per-worker", type=INT, help="threads per worker"),
-        click.option(
-            "--memory-limit", metavar="SIZE", help="host memory per worker: auto, bytes, '8GB' or a fraction"
-        ),
-        click.option(
-            "--device-memory-limit",
-            metavar="SIZE",
-            help="GPU workers spill device -> host above this: default (0.8 of the device), "
-            "'16GB', a fraction, or 0 (no spilling)",
-        ),
-        click.option(
-            "--device-spill",
-            type=click.Choice(["auto", "dask-cuda", "cudf"]),
-            help="how GPU workers spill: auto (the family's rule), dask-cuda or cudf",
-        ),
-        click.option("--gpus", metavar="LIST", help="GPUs to use, e.g. 0,1 (default: all visible)"),
-        click.option(
-            "--nvlink/--no-nvlink", default=None, help="force UCX NVLink on/off (default: UCX chooses)"
-        ),
-        click.option("--infiniband/--no-infiniband", default=None, help="force UCX InfiniBand on/off"),
-        click.option(
-            "--rmm-pool-size",
-            metavar="SIZE",
-            help="RMM pool per GPU worker: bytes, '40GB', a fraction, or none",
-        ),
-        click.option(
-            "--dashboard-address", metavar="HOST:PORT", help="dashboard bind address (default 127.0.0.1:0)"
-        ),
-        click.option(
-            "--host",
-            metavar="ADDRESS",
-            help="bind address of a cluster started here (default: the protocol's; "
-            "tcp: 127.0.0.1); other hosts reach it there",
-        ),
-        click.option(
-            "--security",
-            metavar="auto|tls|off",
-            help="auto | tls | off: TLS between client, scheduler and workers "
-            "(auto: on for `cluster up`, off for a run's own loopback cluster)",
-        ),
-        click.option(
-            "--deploy",
-            metavar="local|ssh|slurm|srun",
-            help="local | ssh | slurm | srun: start the cluster on this machine, over ssh "
-            "on --ssh-hosts (distributed's SSHCluster), in SLURM jobs (dask-jobqueue's "
-            "SLURMCluster), or on the tasks of `srun -n N gpuscale ...` (its "
-            "SLURMRunner: rank 0 scheduler, rank 1 client, others workers)",
-        ),
-        click.option(
-            "--ssh-hosts",
-            metavar="H0,H1,...",
-            help="with --deploy ssh: the scheduler's host, then one entry per worker process",
-        ),
-        click.option(
-            "--slurm-jobs",
-            metavar="N",
-            help="with --deploy slurm: SLURM jobs to submit (default 1; "
-            "cores, memory, partition: cluster.slurm.* settings)",
-        ),
-        click.option(
-            "--credentials",
-            metavar="PATH",
-            help="TLS credentials of a client (the *.tls.pem file `cluster up` writes beside its "
-            "scheduler file; default: the one beside --scheduler-file)",
-        ),
-        click.option(
-            "--trust-cluster-files",
-            is_flag=True,
-            default=None,
-            help="use a scheduler file / credentials that another user can change (a cluster "
-            "can run code in its clients; default: refused)",
-        ),
-        click.option(
-            "--message-interval",
-            metavar="auto|dask|DURATION",
-            help="how long Dask's batched control streams wait between sends (auto: 2 ms; dask: "
-            "distributed's 10/5/2/2 ms; e.g. 2ms)",
-        ),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
+def _declaration(setting, help_: str | None = None) -> tuple[list[str], dict[str, Any]]:
+    """The click declaration of a setting's flag (``config.Flag``): its options and attributes
+    (``cls``: the option class)."""
+    flag = setting.flag
+    attrs: dict[str, Any] = {"help": (flag.help if help_ is None else help_) or None}
+    if flag.metavar:
+        attrs["metavar"] = flag.metavar
+    opts = list(setting.opts)
+    if flag.kind == "pair":
+        opts = ["/".join(opts)]
+        attrs["default"] = None  # not given: the setting's layers decide
+    elif flag.kind == "switch":
+        attrs.update(is_flag=True, default=None, **({} if flag.value is True else {"flag_value": flag.value}))
+    elif flag.kind == "backend":
+        attrs.update(cls=BackendOption, type=BackendName())
+    elif flag.kind == "choice":
+        attrs["type"] = click.Choice([str(v) for v in typing.get_args(setting.field.annotation)])
+    elif flag.kind in ("int", "float"):
+        attrs["type"] = {"int": INT, "float": FLOAT}[flag.kind]
+    elif flag.kind == "count":
+        attrs["type"] = Whole(0)
+    elif flag.kind == "repeat":
+        attrs["type"] = Whole(1, ["auto"])
+    return [*opts, setting.name], attrs
 
 
-CLUSTER_KEYS = (
-    "backend",
-    "protocol",
-    "scheduler",
-    "scheduler_file",
-    "workers",
-    "threads_per_worker",
-    "memory_limit",
-    "device_memory_limit",
-    "device_spill",
-    "gpus",
-    "nvlink",
-    "infiniband",
-    "rmm_pool_size",
-    "dashboard_address",
-    "host",
-    "security",
-    "credentials",
-    "trust_cluster_files",
-    "deploy",
-    "ssh_hosts",
-    "slurm_jobs",
-    "message_interval",
-)
-AUTO_REPEAT_KEYS = ("target_error", "max_repeats", "max_time")
-PREFLIGHT_KEYS = ("bandwidth_probe",)
+def _declarations(scopes: tuple[str, ...]) -> list[tuple[list[str], dict[str, Any]]]:
+    return [_declaration(s) for scope in scopes for s in config.FLAGS.values() if s.flag.scope == scope]
 
 
-def scheduler_file_option(f):
-    """``--scheduler-file PATH``: use the running cluster named by Dask's scheduler file (run,
-    explain, cluster show; ``cluster up`` has its own, the file it writes)."""
-    return click.option(
-        "--scheduler-file",
-        metavar="PATH",
-        help="use the running cluster whose Dask scheduler file this is (e.g. from "
-        "`cluster up --scheduler-file`); its TLS credentials are read from beside it",
-    )(f)
+def setting_options(*scopes: str) -> list[click.Option]:
+    """The flags of the settings whose ``Flag.scope`` is one of ``scopes``, scope by scope, each
+    in declaration order (``cluster``: every command that builds a cluster; ``client``: those
+    that may use a running one by its scheduler file; ``run``: run and explain)."""
+    return [attrs.pop("cls", click.Option)(decls, **attrs) for decls, attrs in _declarations(scopes)]
+
+
+def setting_flags(*scopes: str) -> typing.Callable:
+    """A decorator adding :func:`setting_options` to a command."""
+
+    def decorate(f):
+        for decls, attrs in reversed(_declarations(scopes)):
+            f = click.option(*decls, **attrs)(f)
+        return f
+
+    return decorate
+
+
+def setting_option(name: str, help_: str) -> typing.Callable:
+    """A decorator adding the flag of the setting ``name`` (its parameter name) with a command's
+    own help."""
+    decls, attrs = _declaration(config.FLAGS[name], help_)
+    return click.option(*decls, **attrs)
 
 
 def _split(kwargs: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
-    profile = kwargs.pop("profile", None)
-    settings = {k: kwargs.pop(k) for k in CLUSTER_KEYS + AUTO_REPEAT_KEYS + PREFLIGHT_KEYS if k in kwargs}
-    return profile, settings
+    """A command's keyword arguments -> (profile, the settings its flags set, by keyword); what
+    is left in ``kwargs`` is the command's own (a workload's parameters)."""
+    settings = {k: kwargs.pop(k) for k in config.FLAGS if k in kwargs}
+    return settings.pop(config.PROFILE_FLAG, None), settings
 
 
 def _set_debug(ctx, param, value):
@@ -561,72 +488,14 @@ def _param_option(fname: str, field) -> click.Option:
 
 
 def run_params() -> list[click.Parameter]:
-    """The flags every workload's ``run`` (and ``explain``) command takes: the cluster flags
-    and the run flags (``gpuscale run --help`` lists them)."""
+    """The flags every workload's ``run`` (and ``explain``) command takes: the settings' flags
+    (``config.Flag``) and the run's own (``gpuscale run --help`` lists them)."""
 
-    @cluster_options
-    @scheduler_file_option
-    @click.option(
-        "--repeat",
-        type=REPEAT,
-        help="timed repeats: a number (default 3) or auto: repeat until the median's "
-        "relative error is <= --target-error, capped by --max-repeats / --max-time",
-    )
-    @click.option(
-        "--target-error",
-        "target_error",
-        metavar="PCT",
-        help="--repeat auto: relative standard error of the median to reach (default 2%)",
-    )
-    @click.option(
-        "--max-repeats",
-        "max_repeats",
-        type=INT,
-        help="--repeat auto: at most this many timed repeats (default 50)",
-    )
-    @click.option(
-        "--max-time",
-        "max_time",
-        type=FLOAT,
-        help="--repeat auto: at most this many seconds of timed repeats (default 60)",
-    )
-    @click.option("--warmup", type=INT, help="untimed warm-up runs (default 1)")
-    @click.option(
-        "--results-dir", metavar="DIR", help="where to write the result record (default ./gpuscale-results)"
-    )
     @click.option(
         "--trace",
         "trace_dir",
         metavar="DIR",
         help="capture a trace of the run into this new or empty folder (see `gpuscale trace`)",
-    )
-    @click.option(
-        "--no-memory-check",
-        "no_memory_check",
-        is_flag=True,
-        help="run even if the size looks too big for the cluster's memory",
-    )
-    @click.option(
-        "--strict-backend",
-        "strict_backend",
-        is_flag=True,
-        help="fail (exit 2) when the backend audit sees chunks of another family than the "
-        "backend's (NumPy / pandas under a GPU backend, CuPy / cuDF under a CPU one)",
-    )
-    @click.option(
-        "--in-cluster/--no-in-cluster",
-        "in_cluster",
-        default=None,
-        help="with --scheduler: run the runner on a worker of that cluster, which has its "
-        "libraries loaded (default: auto, when the run writes no file but its record)",
-    )
-    @click.option(
-        "--bandwidth-probe",
-        "bandwidth_probe",
-        metavar="auto|on|off",
-        help="with --scheduler: before any work, time a 64 MiB block between worker pairs (one "
-        "per host pair, one within each host) and refuse a pair far below its transport "
-        "(auto: over ucx only)",
     )
     @click.option(
         "--dashboard",
@@ -639,14 +508,14 @@ def run_params() -> list[click.Parameter]:
     def flags():
         pass
 
-    return flags.__click_params__[::-1]
+    return [*setting_options("cluster", "client", "run"), *flags.__click_params__[::-1]]
 
 
 def _workload_command(cls) -> click.Command:
     params = [_param_option(fname, field) for fname, field in cls.Params.model_fields.items()]
     params += _data_options(cls)
 
-    def command(as_json, no_memory_check, repeat, warmup, results_dir, **kwargs):
+    def command(as_json, **kwargs):
         from . import api
         from .records import report
         from .runs import progress
@@ -661,23 +530,13 @@ def _workload_command(cls) -> click.Command:
             sys.stdout.flush()
 
         hooks = _dashboard_hooks(show) if kwargs.pop("dashboard", False) else {}
-        strict = kwargs.pop("strict_backend", False)
-        in_cluster = kwargs.pop("in_cluster", None)
         profile, settings = _split(kwargs)
         wl_params = {k: v for k, v in kwargs.items() if v is not None}
-        settings.update(
-            repeat=_repeat(repeat),
-            warmup=_int(warmup, "--warmup", minimum=0),
-            memory_check=False if no_memory_check else None,
-            strict_backend=True if strict else None,
-            in_cluster=in_cluster,
-        )
         try:
             with errors.phase("the run"), progress.shown() as tracker:
                 r = api.run(
                     cls.name,
                     profile=profile,
-                    results_dir=results_dir,
                     cluster_settings=settings,
                     trace=trace_dir,
                     progress=tracker,
@@ -804,30 +663,6 @@ def _dashboard_hooks(show) -> dict[str, Any]:
     return {"on_ready": on_ready, "hold": hold}
 
 
-def _repeat(value) -> int | str | None:
-    """``--repeat``: a whole number >= 1, or ``auto``."""
-    if isinstance(value, str) and value.strip().lower() == "auto":
-        return "auto"
-    try:
-        return _int(value, "--repeat")
-    except UserError:
-        raise UserError(
-            f"--repeat must be a whole number >= 1 or auto, got {value!r}", "e.g. --repeat 5 or --repeat auto"
-        ) from None
-
-
-def _int(value, flag: str, minimum: int = 1) -> int | None:
-    if value is None:
-        return None
-    try:
-        v = int(value)
-    except ValueError:
-        raise UserError(f"{flag} must be a whole number, got {value!r}", f"e.g. {flag} 3") from None
-    if v < minimum:
-        raise UserError(f"{flag} must be >= {minimum}, got {v}", f"e.g. {flag} {max(minimum, 3)}")
-    return v
-
-
 # ---------------------------------------------------------------------------------------
 # cluster show
 # ---------------------------------------------------------------------------------------
@@ -837,8 +672,7 @@ def cluster():
 
 
 @cluster.command("show", cls=Panelled, context_settings=CONTEXT)
-@cluster_options
-@scheduler_file_option
+@setting_flags("cluster", "client")
 @click.option(
     "--for",
     "collection",
@@ -872,7 +706,7 @@ def cluster_show(as_json, collection, **kwargs):
 
 
 @cluster.command("up", cls=Panelled, context_settings=CONTEXT)
-@cluster_options
+@setting_flags("cluster")
 @click.option(
     "--for",
     "collection",
@@ -950,19 +784,15 @@ def cluster_up(as_json, scheduler_file, collection, **kwargs):
 
 @cluster.command("down", context_settings=CONTEXT)
 @click.argument("address", required=False)
-@click.option("--scheduler-file", metavar="PATH", help="read the address from this scheduler file")
-@click.option(
-    "--credentials",
-    metavar="PATH",
-    help="TLS credentials for a tls:// ADDRESS (default: the file beside --scheduler-file)",
+@setting_option("scheduler_file", "read the address from this scheduler file")
+@setting_option(
+    "credentials", "TLS credentials for a tls:// ADDRESS (default: the file beside --scheduler-file)"
 )
 @click.option("--timeout", help="seconds to wait for the scheduler to answer (default 3)")
 @click.option("--force", is_flag=True, help="stop it even while runs are in flight (they end with exit 4)")
-@click.option(
-    "--trust-cluster-files",
-    is_flag=True,
-    default=None,
-    help="use a scheduler file / credentials that another user can change (default: the "
+@setting_option(
+    "trust_cluster_files",
+    "use a scheduler file / credentials that another user can change (default: the "
     "setting cluster.trust-files, false)",
 )
 def cluster_down(address, scheduler_file, credentials, timeout, force, trust_cluster_files):
@@ -986,8 +816,6 @@ def cluster_down(address, scheduler_file, credentials, timeout, force, trust_clu
                 f"--timeout must be a positive number of seconds, got {timeout!r}", "e.g. --timeout 5"
             )
     if trust_cluster_files is None:
-        from . import config
-
         trust_cluster_files = config.resolve().settings.cluster.trust_files
     if scheduler_file is not None:
         address = serve.address_from_file(scheduler_file, trusted=trust_cluster_files)
@@ -1067,8 +895,6 @@ def trace_group():
 
 def _results_dir() -> str:
     """The results dir of the settings (``--results-dir``'s default: ./gpuscale-results)."""
-    from . import config
-
     return config.resolve(None, {}).settings.results_dir
 
 
@@ -1173,32 +999,13 @@ NOT_PLANNED = {
 
 
 def _explain_callback(cls):
-    def explain(
-        as_json=False,
-        no_memory_check=False,
-        repeat=None,
-        warmup=None,
-        strict_backend=False,
-        in_cluster=None,
-        trace_dir=None,
-        output_path=None,
-        dashboard=False,
-        rules=False,
-        **kwargs,
-    ):
+    def explain(as_json=False, trace_dir=None, output_path=None, dashboard=False, rules=False, **kwargs):
         from . import api
         from .records import report
 
         unused = [flag for key, flag in NOT_PLANNED.items() if kwargs.pop(key, None) not in (None, False)]
         profile, settings = _split(kwargs)
         wl_params = {k: v for k, v in kwargs.items() if v is not None}
-        settings.update(
-            repeat=_repeat(repeat),
-            warmup=_int(warmup, "--warmup", minimum=0),
-            memory_check=False if no_memory_check else None,
-            strict_backend=True if strict_backend else None,
-            in_cluster=in_cluster,
-        )
         d = api.explain(
             cls.name,
             profile=profile,
@@ -1329,9 +1136,7 @@ def results_list(directory, as_json):
 
 @results_group.command("show", context_settings=CONTEXT)
 @click.argument("ref", metavar="ID|RECORD")
-@click.option(
-    "--results-dir", metavar="DIR", default=None, help="where an ID is looked up (default ./gpuscale-results)"
-)
+@setting_option("results_dir", "where an ID is looked up (default ./gpuscale-results)")
 @json_option("the record")
 def results_show(ref, results_dir, as_json):
     """One record's run summary, as `gpuscale run` showed it, with its full path: by the id
@@ -1369,12 +1174,7 @@ def results_chart(directory, as_json):
 @results_group.command("compare", context_settings=CONTEXT)
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
-@click.option(
-    "--results-dir",
-    metavar="DIR",
-    default=None,
-    help="where a record ID given as A or B is looked up (default ./gpuscale-results)",
-)
+@setting_option("results_dir", "where a record ID given as A or B is looked up (default ./gpuscale-results)")
 @click.option(
     "--fail-if-slower",
     "fail_if_slower",

@@ -1,23 +1,32 @@
-"""Configuration: package defaults, profiles, env vars and flags, merged and validated.
+"""Configuration: the settings' one declaration, and their layers merged and validated.
 
-The defaults live in ``gpuscale.yaml`` beside this module and are merged into
-``dask.config`` under ``gpuscale`` when the package is imported, so ``dask.config.get
-("gpuscale.protocol")`` and ``DASK_GPUSCALE__PROTOCOL=ucx`` work as for any Dask setting.
+Every setting is declared once, as a field of :class:`Settings` (or of one of its sections):
+its name, type, default and description (the field's docstring), and, in a :class:`Knob` in
+its annotation, its keyword and its CLI flag (:class:`Flag`). Everything else is written from
+that: the package defaults (:data:`DEFAULTS`, merged into ``dask.config`` under ``gpuscale`` on
+import, so ``dask.config.get("gpuscale.protocol")`` and ``DASK_GPUSCALE__PROTOCOL=ucx`` work as
+for any Dask setting; ``gpuscale/gpuscale.yaml`` is their commented copy, rewritten by
+:data:`REWRITE_DEFAULTS`), the keyword map (:data:`KEYWORDS`), the shared CLI flags and their
+groups (``cli.setting_options``), the names a workload parameter may not take
+(``workloads.decorator.reserved``) and the settings reference (``docs/_ext/gpuscale_docs.py``).
 
 :func:`resolve` builds the settings for one run, with this precedence (highest first)::
 
     flag / keyword  >  dask.config.set(...)  >  env var  >  profile  >  user YAML  >  defaults
 
-and remembers which layer every value came from (``Resolved.sources``). Validation is one
-pydantic model (:class:`Settings`); ``tests/test_config.py`` keeps it in sync with the YAML.
+and remembers which layer every value came from (``Resolved.sources``). Validation is the
+same pydantic model (:class:`Settings`).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import pathlib
-from typing import Any, Literal, Union
+import re
+import textwrap
+from typing import Annotated, Any, Literal, Union
 
 import dask.config
 import yaml
@@ -32,16 +41,90 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 
 from .errors import UserError, shown
 
 HERE = pathlib.Path(__file__).resolve().parent
 DEFAULTS_FILE = HERE / "gpuscale.yaml"
+"""The defaults written out with their descriptions (:func:`defaults_yaml`), for reading and
+for copying into a Dask config folder; the package merges :data:`DEFAULTS`, not this file."""
 PROFILE_VERSION = 1
 
-with DEFAULTS_FILE.open() as _f:
-    DEFAULTS: dict = yaml.safe_load(_f)
-dask.config.update_defaults(DEFAULTS)
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """A setting's command-line flag; ``cli.setting_options`` builds the click option from it."""
+
+    help: str
+    """The flag's ``--help`` line."""
+    panel: str
+    """The section of ``--help`` it is listed in (a key of ``cli.PANELS``)."""
+    scope: Literal["cluster", "client", "run"] = "cluster"
+    """The commands that take it: ``cluster`` (run, explain, cluster show and cluster up),
+    ``client`` (those but cluster up, whose flag of that name is where it writes) or ``run``
+    (run and explain)."""
+    kind: Literal["text", "int", "float", "choice", "count", "repeat", "switch", "pair", "backend"] = "text"
+    """How the value is read: ``text`` as given (the settings schema checks it), ``int`` /
+    ``float`` converted where they convert, ``choice`` one of the setting's Literal values,
+    ``count`` a whole number >= 0 and ``repeat`` one >= 1 or auto (checked at the flag), ``switch``
+    a flag without value that sets :attr:`value`, ``pair`` ``--NAME/--no-NAME``, ``backend`` a
+    backend name (the registry's)."""
+    metavar: str | None = None
+    spelled: str | None = None
+    """The flag when it is not ``--`` and the keyword (``--no-memory-check``)."""
+    value: Any = True
+    """What a ``switch`` sets."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """Who may set a setting beyond the layers every setting has (the defaults, Dask's YAML
+    files, ``dask.config.set`` and ``DASK_GPUSCALE__...`` environment variables)."""
+
+    keyword: str | bool = True
+    """Its keyword in the Python API (``session(workers=2)``, ``cluster_settings``): True for
+    the field's own name, a name, or False for none."""
+    flag: Flag | None = None
+    """Its CLI flag, None for none."""
+    in_profile: bool = True
+    """Whether a profile may set it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One declared setting, as :data:`SETTINGS` lists it."""
+
+    key: str
+    """Its dotted key under ``gpuscale`` (``cluster.workers``)."""
+    field: FieldInfo
+    knob: Knob
+
+    @property
+    def keyword(self) -> str | None:
+        kw = self.knob.keyword
+        return (self.key.rpartition(".")[2].replace("-", "_") if kw is True else kw) or None
+
+    @property
+    def name(self) -> str:
+        """The flag's parameter name: its keyword, else the field's name."""
+        return self.keyword or self.key.rpartition(".")[2].replace("-", "_")
+
+    @property
+    def flag(self) -> Flag | None:
+        return self.knob.flag
+
+    @property
+    def opts(self) -> tuple[str, ...]:
+        """The flag as typed (``--nvlink``, ``--no-nvlink``); none without a flag."""
+        if self.flag is None:
+            return ()
+        flag = self.flag.spelled or "--" + self.name.replace("_", "-")
+        return (flag, "--no-" + flag[2:]) if self.flag.kind == "pair" else (flag,)
+
+    @property
+    def env(self) -> str:
+        return "DASK_GPUSCALE__" + self.key.replace("-", "_").replace(".", "__").upper()
 
 
 def _hyphen(name: str) -> str:
@@ -74,16 +157,26 @@ Size = Union[PositiveInt, float, str, None]
 
 
 class UcxSettings(_Section):
-    nvlink: bool | None = None
+    nvlink: Annotated[
+        bool | None, Knob(flag=Flag("force UCX NVLink on/off (default: UCX chooses)", "gpu", kind="pair"))
+    ] = None
     """UCX over NVLink between GPUs: true / false forces it; null lets UCX choose (recommended)."""
-    infiniband: bool | None = None
+    infiniband: Annotated[bool | None, Knob(flag=Flag("force UCX InfiniBand on/off", "gpu", kind="pair"))] = (
+        None
+    )
     """UCX over InfiniBand: true / false forces it; null lets UCX choose."""
     rdmacm: bool | None = None
     """UCX's RDMA connection manager: true / false forces it; null lets UCX choose."""
 
 
 class RmmSettings(_Section):
-    pool_size: Size = "auto"
+    pool_size: Annotated[
+        Size,
+        Knob(
+            "rmm_pool_size",
+            Flag("RMM pool per GPU worker: bytes, '40GB', a fraction, or none", "gpu", metavar="SIZE"),
+        ),
+    ] = "auto"
     """RMM pool per GPU worker: auto (the family's default), bytes, a size like ``"40GB"``, a
     fraction of the device, or null (no pool)."""
     maximum_pool_size: Size = None
@@ -109,7 +202,17 @@ class RmmSettings(_Section):
 class SshSettings(_Section):
     """``cluster.deploy: ssh`` (:mod:`gpuscale.cluster.ssh`, distributed's SSHCluster)."""
 
-    hosts: tuple[str, ...] | None = None
+    hosts: Annotated[
+        tuple[str, ...] | None,
+        Knob(
+            "ssh_hosts",
+            Flag(
+                "with --deploy ssh: the scheduler's host, then one entry per worker process",
+                "hosts",
+                metavar="H0,H1,...",
+            ),
+        ),
+    ] = None
     """The scheduler's host first, then one entry per worker process (repeat a host for more)."""
     username: str | None = None
     """The ssh user (null: yours, or your ssh configuration's)."""
@@ -134,7 +237,18 @@ class SlurmSettings(_Section):
     """``cluster.deploy: slurm`` (:mod:`gpuscale.cluster.slurm`, dask-jobqueue's SLURMCluster):
     what each job asks SLURM for and runs."""
 
-    jobs: PositiveInt = 1
+    jobs: Annotated[
+        PositiveInt,
+        Knob(
+            "slurm_jobs",
+            Flag(
+                "with --deploy slurm: SLURM jobs to submit (default 1; cores, memory, partition: "
+                "cluster.slurm.* settings)",
+                "hosts",
+                metavar="N",
+            ),
+        ),
+    ] = 1
     """Jobs submitted at start (each runs ``processes`` worker processes)."""
     queue: str | None = None
     """The partition (``#SBATCH -p``); None: the cluster's default."""
@@ -164,42 +278,156 @@ class SlurmSettings(_Section):
 
 
 class ClusterSettings(_Section):
-    workers: PositiveInt | None = None
+    workers: Annotated[
+        PositiveInt | None,
+        Knob(flag=Flag("number of workers (GPU: at most one per GPU)", "cluster", kind="int")),
+    ] = None
     """Number of workers; null: the family chooses (CPU: from the cores; GPU: one per GPU)."""
-    threads_per_worker: PositiveInt | None = None
+    threads_per_worker: Annotated[
+        PositiveInt | None, Knob(flag=Flag("threads per worker", "cluster", kind="int"))
+    ] = None
     """Threads per worker; null: the family chooses, for the workload's collection."""
-    memory_limit: Size = "auto"
+    memory_limit: Annotated[
+        Size,
+        Knob(
+            flag=Flag("host memory per worker: auto, bytes, '8GB' or a fraction", "cluster", metavar="SIZE")
+        ),
+    ] = "auto"
     """Host memory per worker: auto, bytes, a size like ``"8GB"``, or a fraction of this
     machine's memory."""
-    device_memory_limit: Size = "default"
+    device_memory_limit: Annotated[
+        Size,
+        Knob(
+            flag=Flag(
+                "GPU workers spill device -> host above this: default (0.8 of the device), '16GB', "
+                "a fraction, or 0 (no spilling)",
+                "gpu",
+                metavar="SIZE",
+            )
+        ),
+    ] = "default"
     """GPU workers: device memory above which task outputs spill to host (dask-cuda's
     ``device_memory_limit``): default (dask-cuda's 0.8 of the device), a size, a fraction, or
     0 (no spilling)."""
-    device_spill: Literal["auto", "dask-cuda", "cudf"] = "auto"
+    device_spill: Annotated[
+        Literal["auto", "dask-cuda", "cudf"],
+        Knob(
+            flag=Flag(
+                "how GPU workers spill: auto (the family's rule), dask-cuda or cudf", "gpu", kind="choice"
+            )
+        ),
+    ] = "auto"
     """GPU workers: how data over ``device_memory_limit`` leaves the device (:mod:`gpuscale.cluster.cuda`):
     dask-cuda's whole task outputs, or cuDF's own spilling of single buffers on top of it;
     auto: the family's knob for the work's collection. (dask-cuda 26 removed JIT-unspill.)"""
-    gpus: tuple[NonNegativeInt, ...] | None = None
+    gpus: Annotated[
+        tuple[NonNegativeInt, ...] | None,
+        Knob(flag=Flag("GPUs to use, e.g. 0,1 (default: all visible)", "gpu", metavar="LIST")),
+    ] = None
     """The GPUs to use, e.g. ``"0,1"``; null: every visible GPU."""
-    dashboard_address: str | None = "127.0.0.1:0"
+    dashboard_address: Annotated[
+        str | None,
+        Knob(flag=Flag("dashboard bind address (default 127.0.0.1:0)", "cluster", metavar="HOST:PORT")),
+    ] = "127.0.0.1:0"
     """Where a cluster started here serves its dashboard, ``[HOST]:PORT`` (port 0: any free one)."""
     connect_timeout: float = Field(10.0, gt=0)
     """Seconds to wait for a running scheduler to answer."""
-    host: str | None = None
+    host: Annotated[
+        str | None,
+        Knob(
+            flag=Flag(
+                "bind address of a cluster started here (default: the protocol's; tcp: 127.0.0.1); "
+                "other hosts reach it there",
+                "cluster",
+                metavar="ADDRESS",
+            )
+        ),
+    ] = None
     """Address a cluster this process starts binds its scheduler and workers to (None: the
     protocol's, loopback for tcp); another host reaches it there."""
-    security: Literal["auto", "tls", "off"] = "auto"
+    security: Annotated[
+        Literal["auto", "tls", "off"],
+        Knob(
+            flag=Flag(
+                "auto | tls | off: TLS between client, scheduler and workers (auto: on for `cluster up`, "
+                "off for a run's own loopback cluster)",
+                "hosts",
+                metavar="auto|tls|off",
+            )
+        ),
+    ] = "auto"
     """TLS (:mod:`gpuscale.cluster.security`): auto protects a cluster kept up for others
     (``cluster up``) and leaves a run's own loopback cluster plain; tls / off force it."""
-    bandwidth_probe: Literal["auto", "on", "off"] = "auto"
+    credentials: Annotated[
+        str | None,
+        Knob(
+            flag=Flag(
+                "TLS credentials of a client (the *.tls.pem file `cluster up` writes beside its scheduler "
+                "file; default: the one beside --scheduler-file)",
+                "running",
+                metavar="PATH",
+            )
+        ),
+    ] = None
+    """A client's TLS credentials (the PEM file ``cluster up`` writes beside its scheduler
+    file); None: the one beside ``scheduler-file``."""
+    trust_files: Annotated[
+        bool,
+        Knob(
+            "trust_cluster_files",
+            Flag(
+                "use a scheduler file / credentials that another user can change (a cluster can run "
+                "code in its clients; default: refused)",
+                "running",
+                kind="switch",
+            ),
+        ),
+    ] = False
+    """Use a scheduler file or credentials file that another user can change
+    (:mod:`gpuscale.trust`); false: refuse them, since a cluster can run code in its clients."""
+    bandwidth_probe: Annotated[
+        Literal["auto", "on", "off"],
+        Knob(
+            flag=Flag(
+                "with --scheduler: before any work, time a 64 MiB block between worker pairs (one per "
+                "host pair, one within each host) and refuse a pair far below its transport (auto: over "
+                "ucx only)",
+                "running",
+                scope="run",
+                metavar="auto|on|off",
+            )
+        ),
+    ] = "auto"
     """The preflight's worker-to-worker bandwidth probe on a running cluster
     (:mod:`gpuscale.cluster.preflight`): ``auto`` probes when its workers speak UCX, ``on``
     over any protocol, ``off`` never."""
-    message_interval: Union[Literal["auto", "dask"], float] = "auto"
+    message_interval: Annotated[
+        Union[Literal["auto", "dask"], float],
+        Knob(
+            flag=Flag(
+                "how long Dask's batched control streams wait between sends (auto: 2 ms; dask: "
+                "distributed's 10/5/2/2 ms; e.g. 2ms)",
+                "cluster",
+                metavar="auto|dask|DURATION",
+            )
+        ),
+    ] = "auto"
     """The send interval of Dask's batched control streams (:mod:`gpuscale.cluster.messages`):
     auto (2 ms on the streams gpuscale can set), dask (distributed's own 10/5/2/2 ms), or a
     duration ("2ms", seconds as a number) from 0 to 1 s."""
-    deploy: Literal["local", "ssh", "slurm", "srun"] = "local"
+    deploy: Annotated[
+        Literal["local", "ssh", "slurm", "srun"],
+        Knob(
+            flag=Flag(
+                "local | ssh | slurm | srun: start the cluster on this machine, over ssh on --ssh-hosts "
+                "(distributed's SSHCluster), in SLURM jobs (dask-jobqueue's SLURMCluster), or on the "
+                "tasks of `srun -n N gpuscale ...` (its SLURMRunner: rank 0 scheduler, rank 1 client, "
+                "others workers)",
+                "hosts",
+                metavar="local|ssh|slurm|srun",
+            )
+        ),
+    ] = "local"
     """Where a cluster this process starts runs: on this machine (the family's local cluster),
     on ``ssh.hosts`` through distributed's SSHCluster, in SLURM jobs through dask-jobqueue's
     SLURMCluster (``slurm``), or on the tasks of the ``srun`` this process is one of, through
@@ -208,12 +436,6 @@ class ClusterSettings(_Section):
     """``deploy: ssh``: the hosts and how to reach them."""
     slurm: SlurmSettings = SlurmSettings()
     """``deploy: slurm``: what each job asks SLURM for and runs."""
-    credentials: str | None = None
-    """A client's TLS credentials (the PEM file ``cluster up`` writes beside its scheduler
-    file); None: the one beside ``scheduler-file``."""
-    trust_files: bool = False
-    """Use a scheduler file or credentials file that another user can change
-    (:mod:`gpuscale.trust`); false: refuse them, since a cluster can run code in its clients."""
     ucx: UcxSettings = UcxSettings()
     """UCX transports (``protocol: ucx``)."""
     rmm: RmmSettings = RmmSettings()
@@ -285,14 +507,41 @@ class AutoRepeatSettings(_Section):
     error is at most ``target_error``, with at least ``min_repeats`` and at most ``max_repeats``
     repeats and ``max_time`` seconds of timed repeats."""
 
-    target_error: float = Field(0.02, gt=0, lt=1)
+    target_error: Annotated[
+        float,
+        Knob(
+            flag=Flag(
+                "--repeat auto: relative standard error of the median to reach (default 2%)",
+                "run",
+                scope="run",
+                metavar="PCT",
+            )
+        ),
+    ] = Field(0.02, gt=0, lt=1)
     """Relative error of the median to reach: 0.02 or ``"2%"`` (half-width of its
     distribution-free 68 % interval over the median)."""
-    min_repeats: int = Field(3, ge=3)
+    min_repeats: Annotated[int, Knob()] = Field(3, ge=3)
     """At least this many timed repeats."""
-    max_repeats: PositiveInt = 50
+    max_repeats: Annotated[
+        PositiveInt,
+        Knob(
+            flag=Flag(
+                "--repeat auto: at most this many timed repeats (default 50)", "run", scope="run", kind="int"
+            )
+        ),
+    ] = 50
     """At most this many timed repeats."""
-    max_time: float = Field(60.0, gt=0)
+    max_time: Annotated[
+        float,
+        Knob(
+            flag=Flag(
+                "--repeat auto: at most this many seconds of timed repeats (default 60)",
+                "run",
+                scope="run",
+                kind="float",
+            )
+        ),
+    ] = Field(60.0, gt=0)
     """Seconds of timed repeats at most: stop before a repeat would pass it."""
 
     @field_validator("target_error", mode="before")
@@ -319,18 +568,66 @@ MAX_WARMUP = 1_000
 
 
 class RunSettings(_Section):
-    warmup: NonNegativeInt = Field(1, le=MAX_WARMUP)
+    warmup: Annotated[
+        NonNegativeInt,
+        Knob(flag=Flag("untimed warm-up runs (default 1)", "run", scope="run", kind="count")),
+    ] = Field(1, le=MAX_WARMUP)
     """Untimed repeats before the timed ones."""
-    repeat: Union[PositiveInt, Literal["auto"]] = 3
+    repeat: Annotated[
+        Union[PositiveInt, Literal["auto"]],
+        Knob(
+            flag=Flag(
+                "timed repeats: a number (default 3) or auto: repeat until the median's relative error "
+                "is <= --target-error, capped by --max-repeats / --max-time",
+                "run",
+                scope="run",
+                kind="repeat",
+            )
+        ),
+    ] = 3
     """Timed repeats: a whole number, or ``auto`` (see ``auto_repeat``)."""
     auto_repeat: AutoRepeatSettings = AutoRepeatSettings()
     """``repeat: auto``: when to stop repeating."""
-    memory_check: bool = True
+    memory_check: Annotated[
+        bool,
+        Knob(
+            flag=Flag(
+                "run even if the size looks too big for the cluster's memory",
+                "run",
+                scope="run",
+                kind="switch",
+                spelled="--no-memory-check",
+                value=False,
+            )
+        ),
+    ] = True
     """Refuse, before any work, sizes that cannot fit the cluster's memory."""
-    strict_backend: bool = False
+    strict_backend: Annotated[
+        bool,
+        Knob(
+            flag=Flag(
+                "fail (exit 2) when the backend audit sees chunks of another family than the backend's "
+                "(NumPy / pandas under a GPU backend, CuPy / cuDF under a CPU one)",
+                "run",
+                scope="run",
+                kind="switch",
+            )
+        ),
+    ] = False
     """Fail the run (exit 2, after writing the record) when the backend audit sees chunks of
     another family."""
-    in_cluster: Union[bool, Literal["auto"]] = "auto"
+    in_cluster: Annotated[
+        Union[bool, Literal["auto"]],
+        Knob(
+            flag=Flag(
+                "with --scheduler: run the runner on a worker of that cluster, which has its libraries "
+                "loaded (default: auto, when the run writes no file but its record)",
+                "running",
+                scope="run",
+                kind="pair",
+            )
+        ),
+    ] = "auto"
     """With a running scheduler: run the runner on one of its workers (``runs.remote.placement``)."""
 
     @field_validator("repeat", mode="before")
@@ -364,12 +661,12 @@ objects inside its block (:mod:`gpuscale.backends.host_collections`)."""
 
 
 class SessionSettings(_Section):
-    host_collections: Literal["convert", "warn", "strict", "off"] = "convert"
+    host_collections: Annotated[Literal["convert", "warn", "strict", "off"], Knob()] = "convert"
     """Collections that Dask builds from host objects inside a session's block
     (``dd.from_pandas``, ``da.from_array(numpy)``, ``dask.datasets.timeseries``...), under a
     family whose chunks are not NumPy / pandas: ``convert`` them on the workers, ``warn`` once
     per call site, raise (``strict``) or leave them (``off``)."""
-    shuffle_method: Literal["auto", "dask", "tasks", "p2p", "disk"] = "auto"
+    shuffle_method: Annotated[Literal["auto", "dask", "tasks", "p2p", "disk"], Knob()] = "auto"
     """Dask DataFrame shuffles of all the work in a session's block
     (:mod:`gpuscale.backends.session_knobs`): ``auto`` (the family's), ``dask`` (Dask's own
     choice) or a method Dask knows."""
@@ -381,20 +678,64 @@ class SessionSettings(_Section):
 
 
 class Settings(_Section):
-    profile: str | None = None
+    profile: Annotated[
+        str | None,
+        Knob(
+            False,
+            Flag("a profile name from clusters/ or a YAML path", "cluster", metavar="NAME|PATH"),
+            in_profile=False,
+        ),
+    ] = None
     """A profile from ``clusters/`` (or a YAML path) merged above the package defaults."""
-    backend: str = "auto"
+    backend: Annotated[str, Knob(flag=Flag("", "cluster", kind="backend"))] = "auto"
     """The family (``auto``, ``cpu``, ``gpu``) or a chunk library (``numpy``, ``pandas``,
     ``cupy``, ``cudf``), or an installed family; auto: the GPU when one is usable, else the CPU."""
-    protocol: str = "auto"
+    protocol: Annotated[
+        str,
+        Knob(
+            flag=Flag(
+                "auto (default: a GPU cluster here uses ucx where installed, else tcp) | tcp | ucx",
+                "cluster",
+                metavar="auto|tcp|ucx",
+            )
+        ),
+    ] = "auto"
     """How workers talk: ``auto`` (a GPU cluster started here uses UCX where it is installed,
     else TCP; rule ids ``protocol.*``), ``tcp`` or ``ucx`` (or an installed transport)."""
-    scheduler: str | None = None
+    scheduler: Annotated[
+        str | None,
+        Knob(
+            flag=Flag(
+                "address of a running scheduler to use instead of a new cluster", "running", metavar="ADDRESS"
+            )
+        ),
+    ] = None
     """Address of a running scheduler to use; null: start a cluster."""
-    scheduler_file: str | None = None
+    scheduler_file: Annotated[
+        str | None,
+        Knob(
+            flag=Flag(
+                "use the running cluster whose Dask scheduler file this is (e.g. from `cluster up "
+                "--scheduler-file`); its TLS credentials are read from beside it",
+                "running",
+                scope="client",
+                metavar="PATH",
+            )
+        ),
+    ] = None
     """Dask's scheduler file of a running cluster (``cluster up --scheduler-file``); its TLS
     credentials are read from beside it."""
-    results_dir: str = "gpuscale-results"
+    results_dir: Annotated[
+        str,
+        Knob(
+            flag=Flag(
+                "where to write the result record (default ./gpuscale-results)",
+                "run",
+                scope="run",
+                metavar="DIR",
+            )
+        ),
+    ] = "gpuscale-results"
     """Where records (and Dask's log lines) are written."""
     cluster: ClusterSettings = ClusterSettings()
     """The cluster: its workers, memory, transports and where it runs."""
@@ -425,45 +766,79 @@ class Settings(_Section):
 
 
 # --------------------------------------------------------------------------------------
-# Keyword names shared by the CLI flags and the Python API (one table, no second mapping)
+# What the declaration writes: the settings, the keyword map, the defaults
 # --------------------------------------------------------------------------------------
-KEYWORDS: dict[str, str] = {
-    "backend": "backend",
-    "protocol": "protocol",
-    "scheduler": "scheduler",
-    "scheduler_file": "scheduler-file",
-    "host": "cluster.host",
-    "security": "cluster.security",
-    "credentials": "cluster.credentials",
-    "trust_cluster_files": "cluster.trust-files",
-    "bandwidth_probe": "cluster.bandwidth-probe",
-    "message_interval": "cluster.message-interval",
-    "deploy": "cluster.deploy",
-    "ssh_hosts": "cluster.ssh.hosts",
-    "slurm_jobs": "cluster.slurm.jobs",
-    "results_dir": "results-dir",
-    "workers": "cluster.workers",
-    "threads_per_worker": "cluster.threads-per-worker",
-    "memory_limit": "cluster.memory-limit",
-    "device_memory_limit": "cluster.device-memory-limit",
-    "device_spill": "cluster.device-spill",
-    "gpus": "cluster.gpus",
-    "dashboard_address": "cluster.dashboard-address",
-    "nvlink": "cluster.ucx.nvlink",
-    "infiniband": "cluster.ucx.infiniband",
-    "rmm_pool_size": "cluster.rmm.pool-size",
-    "warmup": "run.warmup",
-    "repeat": "run.repeat",
-    "target_error": "run.auto-repeat.target-error",
-    "min_repeats": "run.auto-repeat.min-repeats",
-    "max_repeats": "run.auto-repeat.max-repeats",
-    "max_time": "run.auto-repeat.max-time",
-    "memory_check": "run.memory-check",
-    "strict_backend": "run.strict-backend",
-    "in_cluster": "run.in-cluster",
-    "host_collections": "session.host-collections",
-    "shuffle_method": "session.shuffle-method",
-}
+def _declared(model: type[BaseModel], prefix: str = "") -> list[Setting]:
+    out: list[Setting] = []
+    for name, field in model.model_fields.items():
+        key = prefix + _hyphen(name)
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            out += _declared(field.annotation, key + ".")
+        else:
+            knob = next((m for m in field.metadata if isinstance(m, Knob)), Knob(keyword=False))
+            out.append(Setting(key, field, knob))
+    return out
+
+
+SETTINGS: tuple[Setting, ...] = tuple(_declared(Settings))
+"""Every setting, in declaration order."""
+
+BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}
+
+KEYWORDS: dict[str, str] = {s.keyword: s.key for s in SETTINGS if s.keyword}
+"""Keyword -> dotted key: the names shared by the CLI flags and the Python API."""
+
+FLAGS: dict[str, Setting] = {s.name: s for s in SETTINGS if s.flag is not None}
+"""The settings that have a CLI flag, by the flag's parameter name (``cli.setting_options``)."""
+
+PROFILE_FLAG = BY_KEY["profile"].name
+"""The flag that names the profile layer: the API takes it as ``profile=``, beside the keywords."""
+
+DEFAULTS: dict = {"gpuscale": Settings().model_dump(mode="json", by_alias=True)}
+dask.config.update_defaults(DEFAULTS)
+
+
+def defaults_yaml() -> str:
+    """:data:`DEFAULTS` as commented YAML (``gpuscale/gpuscale.yaml``): each setting under its
+    description."""
+    lines = [
+        "# gpuscale's defaults, written from the settings' declaration (gpuscale.config.Settings);",
+        f"# rewrite with: {REWRITE_DEFAULTS}",
+        "# gpuscale merges them into dask.config under `gpuscale` when it is imported. Override them",
+        "# with your own Dask YAML files (this one copied into ~/.config/dask/, say), a profile",
+        "# (--profile NAME|PATH), DASK_GPUSCALE__... environment variables, dask.config.set, or",
+        "# flags / keywords (highest); `gpuscale cluster show` prints the result and where each",
+        "# value came from.",
+        "gpuscale:",
+    ]
+    _yaml_section(Settings, DEFAULTS["gpuscale"], "  ", lines)
+    return "\n".join(lines) + "\n"
+
+
+def write_defaults_yaml(path: pathlib.Path = DEFAULTS_FILE) -> None:
+    """Write :func:`defaults_yaml` to ``path`` (``gpuscale/gpuscale.yaml``)."""
+    path.write_text(defaults_yaml())
+
+
+REWRITE_DEFAULTS = 'python -c "from gpuscale import config; config.write_defaults_yaml()"'
+"""The command that rewrites ``gpuscale/gpuscale.yaml`` from the declaration."""
+
+
+def _yaml_section(model: type[BaseModel], values: dict, indent: str, lines: list[str]) -> None:
+    for name, field in model.model_fields.items():
+        key = _hyphen(name)
+        text = re.sub(r":\w+:`~?([^`]+)`", r"\1", " ".join((field.description or "").split()))
+        text = text.replace("``", "`")
+        lines += textwrap.wrap(
+            text, 100 - len(indent), initial_indent=indent + "# ", subsequent_indent=indent + "# "
+        )
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            lines.append(f"{indent}{key}:")
+            _yaml_section(ann, values[key], indent + "  ", lines)
+        else:
+            flow = yaml.safe_dump([values[key]], default_flow_style=True, width=1_000).strip()
+            lines.append(f"{indent}{key}: {flow[1:-1]}")
 
 
 def keywords_to_nested(kwargs: dict[str, Any]) -> dict:
@@ -488,6 +863,12 @@ def _set_path(d: dict, path: list[str], value: Any) -> None:
     for p in path[:-1]:
         d = d.setdefault(p, {})
     d[path[-1]] = value
+
+
+def _drop_path(d: dict, path: list[str]) -> None:
+    for p in path[:-1]:
+        d = d.get(p) if isinstance(d.get(p), dict) else {}
+    d.pop(path[-1], None)
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -626,7 +1007,9 @@ def resolve(profile: str | None = None, overrides: dict | None = None) -> Resolv
     label, prof = (None, {})
     if profile:
         label, prof = load_profile(profile)
-        prof.pop("profile", None)
+        for setting in SETTINGS:
+            if not setting.knob.in_profile:
+                _drop_path(prof, setting.key.split("."))
 
     layers = [
         ("default", defaults),

@@ -198,6 +198,9 @@ def test_typed_values_reach_the_plan_converted(cli):
         (("svd", "--condition", "big"), "svd --condition: Input should be a valid number"),
         (("groupby", "--split-out", "many"), "groupby --split-out"),
         (("svd", "--workers", "two"), "gpuscale.cluster.workers (from a flag)"),
+        (("svd", "--warmup", "x"), "--warmup must be a whole number, got 'x'; e.g. --warmup 3"),
+        (("svd", "--warmup", "-1"), "--warmup must be >= 0, got -1; e.g. --warmup 3"),
+        (("svd", "--repeat", "0"), "--repeat must be a whole number >= 1 or auto, got 0"),
         (
             ("svd", "--max-time", "soon", "--repeat", "auto"),
             "gpuscale.run.auto-repeat.max-time (from a flag)",
@@ -215,14 +218,17 @@ def test_bad_typed_values_are_one_line(cli, args, words):
 
 def test_every_shared_flag_is_a_reserved_workload_parameter_name():
     """A workload parameter named like a shared flag would give its command two options of one
-    name (click keeps one and warns): every shared flag's name is reserved for the decorator."""
+    name (click keeps one and warns): every shared flag's name, its ``--no-`` form included, is
+    reserved for the decorator."""
+    from gpuscale import config
     from gpuscale.cli import run_params
     from gpuscale.workloads.decorator import reserved as reserved_names
 
     flags = {o for p in run_params() for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}
     names = reserved_names()
-    reserved = {"--" + r.replace("_", "-") for r in names} | {"--no-" + r.replace("_", "-") for r in names}
-    assert flags <= reserved, sorted(flags - reserved)
+    assert {o[2:].replace("-", "_") for o in flags} <= names, sorted(flags)
+    # the declaration's flags are all among them: a flag declared on a setting is shared
+    assert {o for s in config.FLAGS.values() for o in s.opts} <= flags
 
 
 def test_workload_help_puts_its_own_parameters_first_and_groups_the_shared_flags(cli):

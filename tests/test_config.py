@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
+import click
 import dask.config
 import pytest
 import yaml
@@ -43,16 +44,188 @@ def write_profile(path: pathlib.Path, body: dict | str) -> pathlib.Path:
 # ---------------------------------------------------------------------------------------
 # Defaults and schema
 # ---------------------------------------------------------------------------------------
-def test_schema_in_sync_with_yaml():
-    assert config.schema_keys() == config.default_keys()
+def test_the_defaults_file_is_what_the_declaration_writes():
+    """gpuscale/gpuscale.yaml is the declaration's output, word for word: a default or a
+    description changed in config.py and not rewritten here fails, naming the command."""
+    text = config.DEFAULTS_FILE.read_text()
+    assert text == config.defaults_yaml(), f"gpuscale/gpuscale.yaml is stale; run {config.REWRITE_DEFAULTS}"
+    assert yaml.safe_load(text) == config.DEFAULTS
     # and the YAML's values are the schema's defaults (one source of truth for both)
+    assert config.schema_keys() == config.default_keys() == {s.key for s in config.SETTINGS}
     defaults = config.Settings().model_dump(by_alias=True)
     assert (
-        config.Settings.model_validate(config.normalize(config.DEFAULTS["gpuscale"])).model_dump(
+        config.Settings.model_validate(config.normalize(yaml.safe_load(text)["gpuscale"])).model_dump(
             by_alias=True
         )
         == defaults
     )
+
+
+def test_the_keyword_map_is_the_declarations_keywords():
+    """Every keyword is declared on its setting (config.Knob): the map is exactly those, and a
+    keyword names one setting."""
+    declared = [(s.keyword, s.key) for s in config.SETTINGS if s.keyword]
+    assert config.KEYWORDS == dict(declared)
+    assert len(declared) == len(config.KEYWORDS), "a keyword is declared on two settings"
+    assert config.KEYWORDS["trust_cluster_files"] == "cluster.trust-files"  # a keyword of its own
+    assert config.KEYWORDS["min_repeats"] == "run.auto-repeat.min-repeats"  # a keyword, no flag
+    assert "min_repeats" not in config.FLAGS and "profile" in config.FLAGS
+    assert "profile" not in config.KEYWORDS  # the API's own profile=, beside the keywords
+
+
+def test_a_setting_declared_in_a_model_gets_keyword_flag_and_default():
+    """Declaring a setting is all it takes: the walk over the models finds its keyword, flag,
+    environment variable and default, and the CLI builds its option from them."""
+    from typing import Annotated
+
+    from gpuscale import cli
+
+    class Extra(config._Section):
+        chunk_budget: Annotated[
+            int, config.Knob(flag=config.Flag("bytes of one chunk", "run", scope="run", kind="int"))
+        ] = 1024
+        """Bytes of one chunk."""
+        quiet: Annotated[bool, config.Knob("hush", config.Flag("say less", "run", kind="switch"))] = False
+        """Say less."""
+
+    class Top(config._Section):
+        extra: Extra = Extra()
+        """A section."""
+
+    budget, quiet = config._declared(Top)
+    assert (budget.key, budget.keyword, budget.opts, budget.env) == (
+        "extra.chunk-budget",
+        "chunk_budget",
+        ("--chunk-budget",),
+        "DASK_GPUSCALE__EXTRA__CHUNK_BUDGET",
+    )
+    assert (quiet.keyword, quiet.opts) == ("hush", ("--hush",))
+    decls, attrs = cli._declaration(quiet)
+    assert decls == ["--hush", "hush"] and attrs["is_flag"] and attrs["default"] is None
+    option = click.Option(*cli._declaration(budget)[:1], **cli._declaration(budget)[1])
+    assert (option.name, option.opts, option.type.name) == ("chunk_budget", ["--chunk-budget"], "int")
+    assert Top().model_dump(by_alias=True) == {"extra": {"chunk-budget": 1024, "quiet": False}}
+
+
+def test_every_settings_flag_is_built_from_its_declaration():
+    """The flags of run / explain / cluster show / cluster up that set a setting are exactly the
+    declared ones for those commands (config.Flag.scope), with the declared spelling, help,
+    metavar and section; cluster down's take the declaration with help of their own."""
+    from gpuscale import cli
+
+    def flags_of(cmd):
+        return {p.name: p for p in cmd.params if p.name in config.FLAGS}
+
+    commands = {
+        ("cluster", "client", "run"): cli.run.get_command(None, "svd"),
+        ("cluster", "client"): cli.cluster.commands["show"],
+        ("cluster",): cli.cluster.commands["up"],
+    }
+    for scopes, cmd in commands.items():
+        declared = {n for n, s in config.FLAGS.items() if s.flag.scope in scopes}
+        got = flags_of(cmd)
+        if cmd.name == "up":  # its --scheduler-file is where it writes the file, not a setting
+            got.pop("scheduler_file")
+        assert set(got) == declared, (cmd.name, sorted(set(got) ^ declared))
+        for name, p in got.items():
+            s = config.FLAGS[name]
+            assert (p.opts + p.secondary_opts) == list(s.opts), name
+            assert p.metavar == s.flag.metavar, name
+            assert p.help == (s.flag.help or None) or s.flag.kind == "backend", name
+            assert cli._panel(p) == s.flag.panel in cli.PANELS, name
+    down = flags_of(cli.cluster.commands["down"])
+    assert set(down) == {"scheduler_file", "credentials", "trust_cluster_files"}
+    assert [p.opts for p in down.values()] == [list(config.FLAGS[n].opts) for n in down]
+
+
+# --------------------------------------------------------------------------------------
+# No second declaration: the modules other than config.py spell no list of settings
+# --------------------------------------------------------------------------------------
+FLAG_AND_KEYWORD_MODULES = (
+    "gpuscale/cli.py",
+    "gpuscale/api.py",
+    "gpuscale/runs/session.py",
+    "gpuscale/runs/oneshot.py",
+    "gpuscale/workloads/decorator.py",
+    "docs/_ext/gpuscale_docs.py",
+)
+"""Where flags and keywords meet the settings: here even a list of keyword names is a second
+declaration (elsewhere, words like ``workers`` or ``protocol`` also name record columns)."""
+
+OWN_FLAG_OF_THE_SAME_NAME = {("gpuscale/cli.py", "cluster_up", "--scheduler-file")}
+"""``cluster up --scheduler-file PATH`` is where it writes the file, not the setting."""
+
+
+def second_declarations(source: str, path: str) -> list[str]:
+    """Where ``source`` declares settings again: a literal collection of two or more dotted
+    setting keys; a click option spelled like a setting's flag; in the modules of
+    :data:`FLAG_AND_KEYWORD_MODULES`, a literal collection (or a name -> name mapping) of two
+    or more setting keywords or flag names."""
+    import ast
+
+    dotted = {s.key for s in config.SETTINGS if "." in s.key}
+    names = set(config.KEYWORDS) | set(config.FLAGS)
+    flags = {o for s in config.SETTINGS for o in s.opts}
+    tree = ast.parse(source)
+    owner = {
+        id(call): fn.name
+        for fn in ast.walk(tree)
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for deco in fn.decorator_list
+        for call in ast.walk(deco)
+    }
+    found = []
+
+    def strings(nodes):
+        return [n.value for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+    for node in ast.walk(tree):
+        where = f"{path}:{getattr(node, 'lineno', 0)}"
+        items = None
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            items = strings(node.elts)
+        elif isinstance(node, ast.Dict):
+            values = strings(node.values)
+            items = values + (strings(node.keys) if len(values) == len(node.values) else [])
+        if items is not None:
+            if len([i for i in items if i in dotted]) >= 2:
+                found.append(f"{where}: setting keys {sorted(set(items) & dotted)}")
+            if path in FLAG_AND_KEYWORD_MODULES and len([i for i in items if i in names]) >= 2:
+                found.append(f"{where}: setting keywords {sorted(set(items) & names)}")
+        if isinstance(node, ast.Call):
+            func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if func in ("option", "Option"):
+                spelled = strings(node.args) + [
+                    o for a in node.args if isinstance(a, (ast.List, ast.Tuple)) for o in strings(a.elts)
+                ]
+                for flag in {f for s in spelled for f in s.split("/")} & flags:
+                    if (path, owner.get(id(node)), flag) not in OWN_FLAG_OF_THE_SAME_NAME:
+                        found.append(f"{where}: the flag {flag} declared by hand")
+    return found
+
+
+def test_the_check_finds_a_second_declaration():
+    """The check below is not vacuous: each form a second declaration takes is found."""
+    cli_py = FLAG_AND_KEYWORD_MODULES[0]
+    assert second_declarations('KEYS = ("workers", "threads_per_worker")', cli_py)
+    assert second_declarations('PANEL = {"gpus": "GPU", "nvlink": "GPU"}', cli_py)
+    assert second_declarations('M = {"w": "cluster.workers", "g": "cluster.gpus"}', "gpuscale/x.py")
+    assert second_declarations('o = click.option("--workers", type=int)', "gpuscale/x.py")
+    assert second_declarations('o = click.Option(["--nvlink/--no-nvlink"])', "gpuscale/x.py")
+    assert second_declarations('@click.option("--scheduler-file")\ndef f(): ...', cli_py)
+    # and not what is no declaration: one keyword, a record's columns outside the flag modules
+    assert not second_declarations('x = kwargs.pop("trace_dir"); y = d["workers"]', cli_py)
+    assert not second_declarations('COLUMNS = ("backend", "protocol", "workers")', "gpuscale/records/t.py")
+
+
+def test_no_module_but_the_declaration_declares_a_setting():
+    """config.py declares every setting once; no other module (nor the docs' extension) keeps
+    a list of settings, keywords or flags of its own that would have to be kept in step."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    sources = [p for p in sorted((root / "gpuscale").rglob("*.py")) if p != root / "gpuscale" / "config.py"]
+    sources += sorted((root / "docs" / "_ext").glob("*.py"))
+    found = [f for p in sources for f in second_declarations(p.read_text(), p.relative_to(root).as_posix())]
+    assert found == []
 
 
 def test_defaults_merged_into_dask_config():
@@ -178,7 +351,7 @@ def test_keywords_to_nested():
     with pytest.raises(UserError, match="unknown setting 'wrkers'.*workers"):
         config.keywords_to_nested({"wrkers": 2})
     # every keyword points at a key the schema knows
-    assert {v for v in config.KEYWORDS.values()} <= config.schema_keys()
+    assert set(config.KEYWORDS.values()) <= config.schema_keys()
 
 
 # ---------------------------------------------------------------------------------------
@@ -227,6 +400,24 @@ def test_profile_by_path(tmp_path):
     r = config.resolve(profile=str(p))
     assert r.settings.cluster.workers == 2
     assert r.settings.cluster.gpus == (0, 1)
+
+
+def test_a_profile_cannot_name_another_profile(tmp_path, process_env):
+    """``profile`` is declared not settable by a profile (config.Knob.in_profile): a profile's
+    own ``profile:`` key is left out and its other keys count, so the profile your Dask YAML
+    names stays the one named (the profile layer sits above that YAML)."""
+    assert not config.BY_KEY["profile"].knob.in_profile
+    p = write_profile(
+        tmp_path / "p.yaml", {"version": 1, "gpuscale": {"profile": "gpu-ucx", "protocol": "tcp"}}
+    )
+    ydir = tmp_path / "dask-yaml"
+    ydir.mkdir()
+    (ydir / "gpuscale.yaml").write_text(yaml.safe_dump({"gpuscale": {"profile": str(p)}}))
+    process_env.add_yaml_dir(ydir)
+    r = config.resolve()
+    assert r.profile == str(p)
+    assert (r.settings.profile, r.sources["profile"]) == (str(p), "user-yaml")
+    assert (r.settings.protocol, r.sources["protocol"]) == ("tcp", "profile")
 
 
 @pytest.mark.parametrize(

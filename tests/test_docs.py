@@ -142,6 +142,12 @@ def test_settings_reference_lists_every_setting(built):
         env = "DASK_GPUSCALE__" + key.replace("-", "_").replace(".", "__").upper()
         assert env in page, f"the settings reference has no {env}"
     assert keys == config.default_keys()  # the package defaults declare the same settings
+    # each setting's keyword and flag, as the declaration gives them
+    for s in config.SETTINGS:
+        if s.keyword:
+            assert f"keyword {s.keyword}" in page, s.key
+        if s.opts:
+            assert f"flag {'/'.join(s.opts)}" in page, s.key
 
 
 def test_every_setting_has_a_description():

@@ -180,7 +180,12 @@ def test_decorator_refusals(registered):
     )
 
 
-@pytest.mark.parametrize("name", ["audit", "data", "validate", "output", "overwrite", "min_repeats"])
+@pytest.mark.parametrize(
+    "name",
+    # Session.run's own keywords beside **params; a settings keyword without a flag; a flag's
+    # parameter that is no keyword (profile) and the --no- form of a declared flag
+    ["audit", "data", "validate", "output", "overwrite", "min_repeats", "profile", "no_memory_check"],
+)
 def test_a_parameter_named_like_a_run_keyword_is_refused_at_declaration_in_one_line(registered, name):
     """``s.run("w", audit=False)`` binds ``audit`` to Session.run's own keyword, never to the
     workload: such a parameter is refused when the workload is declared, naming it and the fix."""
@@ -218,22 +223,24 @@ def test_a_workload_subclass_with_a_run_keyword_parameter_is_refused_too(registe
 
 def test_every_run_and_settings_keyword_is_reserved():
     """Every keyword that sits beside a workload's ``**params`` (Session.run, Session.record,
-    gpuscale.run, gpuscale.explain) and every setting keyword is reserved: a keyword added there
-    later cannot be shadowed by a workload parameter."""
+    gpuscale.run, gpuscale.explain), every setting keyword and every settings flag (as declared
+    on the settings, ``--no-`` forms too) is reserved: one added there later cannot be shadowed
+    by a workload parameter."""
     import inspect
 
     from gpuscale import api, config
     from gpuscale.runs.session import Session
     from gpuscale.workloads.decorator import reserved
 
-    keywords = set(config.KEYWORDS)
+    keywords = set(config.KEYWORDS) | set(config.FLAGS)
+    keywords |= {o[2:].replace("-", "_") for s in config.FLAGS.values() for o in s.opts}
     for fn in (Session.run, Session.record, api.run, api.explain):
         keywords |= {
             n
             for n, prm in inspect.signature(fn).parameters.items()
             if n != "self" and prm.kind is not prm.VAR_KEYWORD
         }
-    assert {"audit", "data", "validate", "output", "overwrite", "min_repeats"} <= keywords
+    assert {"audit", "data", "validate", "output", "overwrite", "min_repeats", "no_memory_check"} <= keywords
     assert keywords <= reserved(), sorted(keywords - reserved())
 
 

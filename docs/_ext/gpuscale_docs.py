@@ -1,9 +1,10 @@
 """Reference tables generated from the code's own declarations at build time.
 
-``{gpuscale-settings}`` lays out every setting of :class:`gpuscale.config.Settings` (nested
-sections flattened to dotted keys), and ``{gpuscale-fields} module:Model`` the fields of one
-pydantic model (the result record). Names, types, defaults and descriptions come from the
-models (descriptions are their attribute docstrings), so there is no second list to keep in step.
+``{gpuscale-settings}`` lays out every setting as :data:`gpuscale.config.SETTINGS` declares it
+(nested sections flattened to dotted keys, with keyword and flag), and ``{gpuscale-fields}
+module:Model`` the fields of one pydantic model (the result record). Names, types, defaults and
+descriptions come from the models (descriptions are their attribute docstrings), so there is no
+second list to keep in step.
 """
 
 from __future__ import annotations
@@ -97,19 +98,11 @@ def settings_rows(model: type[BaseModel], prefix: str = ""):
 def setting_keys() -> list[str]:
     from gpuscale import config
 
-    return [key for key, _ in settings_rows(config.Settings)]
+    return [s.key for s in config.SETTINGS]
 
 
 def _one_line(text: str | None) -> str:
     return " ".join((text or "").split())
-
-
-def _flags() -> dict[str, str]:
-    """Keyword -> the CLI flag of the same name (``memory_limit`` -> ``--memory-limit``)."""
-    from gpuscale import cli
-
-    cmd = cli.run.get_command(None, "svd")
-    return {p.name: "/".join(p.opts + p.secondary_opts) for p in cmd.params if p.opts}
 
 
 def _default_fact(field) -> str:
@@ -127,6 +120,41 @@ def definitions(items: list[tuple[str, str, str]]) -> list[str]:
     return lines
 
 
+def setting_facts(setting) -> str:
+    """One setting's line of facts: type, default, environment variable, keyword, flag, and
+    "not in a profile" where a profile may not set it (``config.Knob``)."""
+    field = setting.field
+    facts = [
+        f"``{type_text(field.annotation, field.metadata)}``",
+        _default_fact(field),
+        f"env ``{setting.env}``",
+    ]
+    if setting.keyword:
+        facts.append(f"keyword ``{setting.keyword}``")
+    if setting.opts:
+        facts.append(f"flag ``{'/'.join(setting.opts)}``")
+    if not setting.knob.in_profile:
+        facts.append("not in a profile")
+    return " · ".join(facts)
+
+
+def settings_lines() -> list[str]:
+    """The settings reference (reST), from the declaration (``gpuscale.config.SETTINGS``), grouped
+    by section."""
+    from gpuscale import config
+
+    groups: dict[str, list[tuple[str, str, str]]] = {}
+    for setting in config.SETTINGS:
+        section = setting.key.rpartition(".")[0] or "top level"
+        groups.setdefault(section, []).append(
+            (f"``{setting.key}``", setting_facts(setting), _one_line(setting.field.description))
+        )
+    lines: list[str] = []
+    for section, items in groups.items():
+        lines += [f".. rubric:: {section}", ""] + definitions(items)
+    return lines
+
+
 class SettingsTable(SphinxDirective):
     """Every setting of ``gpuscale.config.Settings``, grouped by section: key, type, default,
     environment variable and, where there is one, keyword and flag, then the description."""
@@ -134,31 +162,7 @@ class SettingsTable(SphinxDirective):
     has_content = False
 
     def run(self):
-        from gpuscale import config
-
-        keyword_of = {key: kw for kw, key in config.KEYWORDS.items()}
-        flags = _flags()
-        groups: dict[str, list[tuple[str, str, str]]] = {}
-        for key, field in settings_rows(config.Settings):
-            section = key.rpartition(".")[0] or "top level"
-            env = "DASK_GPUSCALE__" + key.replace("-", "_").replace(".", "__").upper()
-            facts = [
-                f"``{type_text(field.annotation, field.metadata)}``",
-                _default_fact(field),
-                f"env ``{env}``",
-            ]
-            kw = keyword_of.get(key)
-            if kw:
-                facts.append(f"keyword ``{kw}``")
-                if kw in flags:
-                    facts.append(f"flag ``{flags[kw]}``")
-            groups.setdefault(section, []).append(
-                (f"``{key}``", " · ".join(facts), _one_line(field.description))
-            )
-        lines: list[str] = []
-        for section, items in groups.items():
-            lines += [f".. rubric:: {section}", ""] + definitions(items)
-        return self._parse(lines)
+        return self._parse(settings_lines())
 
     def _parse(self, lines: list[str]):
         return self.parse_text_to_nodes("\n".join(lines))

@@ -113,10 +113,17 @@ def _keywords(fn) -> set[str]:
 @functools.cache
 def reserved() -> frozenset[str]:
     """Names a workload parameter may not take: every keyword of :meth:`Session.run` /
-    :meth:`Session.record`, ``gpuscale.run`` and ``gpuscale.explain`` (which take the workload's
-    parameters as ``**params`` beside them), every ``config.KEYWORDS`` setting, and every flag
-    of ``gpuscale`` and ``gpuscale run``, read from where they are declared. Only the CLI and
-    the API import this module, so reading them here makes no import circle."""
+    :meth:`Session.record`, ``gpuscale.run`` and ``gpuscale.explain`` (which take the
+    workload's parameters as ``**params`` beside them), every setting's keyword
+    (``config.KEYWORDS``), and every flag of ``gpuscale`` and ``gpuscale run`` (the settings'
+    flags, as ``config.Flag`` declares them, and the run's and data flags; ``--no-`` forms too),
+    read from where they are declared, so a keyword or flag added there is reserved here too. A
+    parameter of one of these names would be bound to gpuscale's keyword, never to the workload,
+    or give its command two flags of one name.
+
+    This module is the declaration facade (``gpuscale.workload``): nothing below the CLI and
+    the API imports it (``gpuscale.workload`` reaches it lazily), so reading them here makes
+    no import circle (tests/test_layout.py)."""
     from .. import api, cli, config
     from ..runs.session import Session
 
@@ -127,9 +134,9 @@ def reserved() -> frozenset[str]:
     for param in (*cli.cli.params, *cli.run_params(), *cli._data_options(stub)):
         names.add(param.name)
         for opt in (*param.opts, *param.secondary_opts):
-            if opt.startswith("--no-"):
-                opt = opt[len("--no-") :]
-            names.add(opt.lstrip("-").replace("-", "_"))
+            names.add(opt.lstrip("-").replace("-", "_"))  # --no-memory-check: no_memory_check
+            if opt.startswith("--no-"):  # and a bool parameter memory_check (--memory-check/--no-...)
+                names.add(opt[len("--no-") :].replace("-", "_"))
     return frozenset(names)
 
 
