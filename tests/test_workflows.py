@@ -190,9 +190,11 @@ def test_tls_overhead_smoke(tmp_path):
     """Both sides ran (plain TCP and TLS clusters, alternating) and validated; the ratio is a
     number (the script measures it: no timed assertion here)."""
     d = run_script(tmp_path, "tls_overhead.py", "--smoke", "--rounds", "2")
+    assert d["schema"] == "gpuscale-workflow/tls_overhead" and d["version"] >= 2
     assert d["valid"] is True and [r["workload"] for r in d["rows"]] == ["svd", "groupby"]
     for r in d["rows"]:
         assert len(r["plain_s"]) == len(r["tls_s"]) == 2 and r["ratio"] > 0
+        assert r["lo"] <= r["ratio"] <= r["hi"] and r["verdict"] in ("faster", "slower", "not significant")
 
 
 def test_spill_gpu_smoke(tmp_path):
