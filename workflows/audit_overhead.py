@@ -5,8 +5,8 @@ first in every round.
 Per workload, two ratios (audited / not audited, medians over the rounds):
 
 * ``compute``: the runner's median timed repeat (``Result.median_s``): the per-task cost of the
-  audit's worker plugin (its ``transition`` hook) inside the timed work; the issue's target is
-  under 3% (ratio < 1.03) on svd and groupby;
+  audit's worker plugin (its ``transition`` hook) inside the timed work; the target is under 3%
+  (ratio < 1.03) on svd and groupby;
 * ``end to end``: the whole ``Session.run`` call, which for the audited side also includes
   registering the plugin and two ``client.run`` collections (outside the timed repeats).
 

@@ -667,7 +667,7 @@ def _med(results, row, prefix, size_has=""):
 
 
 def targets(results) -> list[dict]:
-    """The issues' targets, read off this run's rows (absent rows give no line). Absolute-time
+    """The performance targets, read off this run's rows (absent rows give no line). Absolute-time
     targets are H200 figures; the ratios hold on any GPU."""
     out = []
 

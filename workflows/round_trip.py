@@ -1,6 +1,6 @@
 """Where a run's fixed cost goes: one round trip split into its hops, at several stream intervals.
 
-Issue 21's smallest runs cost a few Dask round trips each. This script times the hops of
+The smallest runs cost a few Dask round trips each. This script times the hops of
 ``client.submit(f, x).result()`` from timestamps taken on one host (one clock): the client's
 submit call, the task's start and end inside the worker, the moment the client learns the
 result is in memory, and the moment ``result()`` has it. It also times a chain of dependent

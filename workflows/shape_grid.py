@@ -1,4 +1,4 @@
-"""Issue 21's grid in ONE run: gpuscale's defaults on every shape, against plain Dask and the
+"""The fixed-cost grid in ONE run: gpuscale's defaults on every shape, against plain Dask and the
 library alone, and the fixed cost of a run on a warm session.
 
 ``groupby``  rows x keys (default: rows {10 M, 100 M, 400 M} x keys {10, 1 000, 1 M, rows / 2},
@@ -20,7 +20,7 @@ library alone, and the fixed cost of a run on a warm session.
              Every answer is compared with gpuscale's (every group: counts and max exact, means
              to 1e-9); a disagreement is printed in the table.
 ``fixed``    every workload at its smallest size (the first size of workflows/auto.yaml, the
-             sizes issue 21 quotes: svd 20 k rows, groupby and merge 100 k; ``--fixed-spec
+             smallest sizes: svd 20 k rows, groupby and merge 100 k; ``--fixed-spec
              workflows/library.yaml`` for the library's first sizes) on the warm
              session (``s.run``: timed repeats of the workload's compute, medians) against Dask's
              own floor on the same cluster: ``client.submit(f, x).result()`` and a 10-chunk

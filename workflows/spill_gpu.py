@@ -1,4 +1,4 @@
-"""Issue 19 on the GPU: data larger than a capped device: streamed, or spilled device -> host.
+"""On the GPU: data larger than a capped device: streamed, or spilled device -> host.
 
 One run, every answer validated, every run gpuscale's default path (``s.run``: warm-up, timed
 repeats, validation) with nothing but the cap set (``--device-memory-limit CAP``), unless a
