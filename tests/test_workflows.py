@@ -52,7 +52,8 @@ def test_trace_overhead_smoke(tmp_path):
     assert all(r["valid"] for r in d["rows"])
     assert all(r["median_s"] > 0 and r["end_to_end_s"] > 0 for r in d["rows"])
     assert d["compute_ratio"] == d["traced"]["median_s"] / d["untraced"]["median_s"] > 0
-    assert d["end_to_end_ratio"] > 0
+    assert d["end_to_end_ratio"] > 0 and d["schema"] == "gpuscale-workflow/trace_overhead"
+    assert d["compute"]["verdict"] in ("faster", "slower", "not significant")
     for r in d["rows"]:
         if r["side"] == "traced":
             assert "summary.json" in r["trace_files"] and "trace.json" in r["trace_files"]
@@ -71,6 +72,7 @@ def test_audit_overhead_smoke(tmp_path):
         assert all(r["audit_tasks"] > 0 for r in c["rows"] if r["audited"])
         assert all(r["audit_tasks"] is None for r in c["rows"] if not r["audited"])
         assert c["clean"] and c["compute_ratio"] > 0 and c["end_to_end_ratio"] > 0
+        assert c["compute"]["verdict"] in ("faster", "slower", "not significant")
     assert 0 < d["hook"]["other_us"] < d["hook"]["memory_us"]
 
 
@@ -327,7 +329,8 @@ def test_a_study_alternates_the_sides_order_each_round_and_keeps_every_round():
     cells = study.run()
     assert opened == ["a", "b", "b", "a", "a", "b"]
     a = cells["x|a"]
-    assert a["valid"] and len(a["times_s"]) == 6 and len(a["rounds_s"]) == 3 and a["median_s"] >= 0.001
+    assert a["valid"] and len(a["times_s"]) == 6 and len(a["rounds"]) == 3 and a["median_s"] >= 0.001
+    assert len(harness.per_round(a)) == 3 and all(w >= 0.002 for w in harness.per_round(a, "wall_s"))
     assert cells["x|b"]["valid"] is False and cells["x|b"]["diff"] == "got 1, want 0"
     assert cells["boom|b"] == {"error": "ValueError: no such case on b"}
 

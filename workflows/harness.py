@@ -10,8 +10,8 @@ compared in one process, their ratios with a verdict, and versioned JSON.
   and ``build(env, case) -> (run, check)``: the callable to time and the check of its answer.
 * A :class:`Study` times every case on every side in one process, either side after side (each
   side's context opened once) or in rounds that alternate the sides' order, so a drift of the
-  machine hits every side alike. A cell is ``{"median_s", "times_s", "valid", "diff"}``, or
-  ``{"error"}`` where a side cannot run a case.
+  machine hits every side alike. A cell is ``{"median_s", "times_s", "valid", "diff",
+  "wall_s"}`` (and ``rounds``), or ``{"error"}`` where a side cannot run a case.
 * :func:`ratio` is side B's time over side A's with the interval of
   :mod:`gpuscale.records.compare` (Hodges-Lehmann on log times, Welch's t with few repeats):
   ``not significant`` when the interval holds 1, i.e. the spread cannot tell the sides apart.
@@ -163,7 +163,9 @@ class Study:
     """None: side after side, each side's context opened once and every case timed by
     :func:`bench_once`. A number: that many rounds, the sides' order alternating; each round opens
     each side's context again and adds ``repeat`` timed runs to every cell (warm-ups in every
-    round), and the cell keeps each round's median in ``rounds_s``."""
+    round), and the cell keeps each round's median, wall time and notes in ``rounds``
+    (:func:`per_round`). Every cell's ``wall_s`` is its whole measurement: build, warm-ups and
+    timed runs."""
 
     def run(
         self, env: Any = None, cells: dict | None = None, on_cell: Callable[[str, dict], None] | None = None
@@ -194,15 +196,51 @@ class Study:
 
     def _time(self, side: Side, env: Any, case: Any) -> dict:
         try:
+            t0 = time.perf_counter()
             run, check = side.build(env, case)
             if side.self_timed:
                 timed = run()
                 times, got = list(timed.times_s), timed.answer
             else:
                 times, got = bench_once(run, self.repeat, self.warmup, self.max_time)
-            return cell(times, check(got), **(side.notes(got) if side.notes else {}))
+            wall = time.perf_counter() - t0
+            return cell(times, check(got), wall_s=wall, **(side.notes(got) if side.notes else {}))
         except Exception as e:  # noqa: BLE001 - a side that cannot run a case is a row, not a stop
             return error_cell(e)
+
+
+def session_side(
+    name: str,
+    repeat: int,
+    warmup: int = 1,
+    *,
+    run_kw: Callable[[Any], dict] | None = None,
+    check: Callable[[Any, Any], str | None] | None = None,
+    notes: Callable[[Any], dict] | None = None,
+    open: Callable[[Any], ContextManager] | None = None,
+) -> Side:
+    """A side that runs a case ``(workload, params)`` with ``Session.run`` in the session it is
+    given (``env``, or what ``open`` yields), the runner timing its own repeats (validated, no
+    record written): ``run_kw(case)`` adds keywords to the call (``trace=``, ``audit=``),
+    ``check(case, result)`` more than the runner's validation, ``notes(result)`` keys for the
+    cell."""
+
+    def build(s, case):
+        workload, params = case
+
+        def run():
+            kw = run_kw(case) if run_kw else {}
+            res = s.run(workload, repeat=repeat, warmup=warmup, write=False, **kw, **params)
+            return Timed(res.times_s, res)
+
+        def checked(res):
+            if not res.valid:
+                return f"{workload} did not validate"
+            return check(case, res) if check else None
+
+        return run, checked
+
+    return Side(name, build, open=open, notes=notes, self_timed=True)
 
 
 def _opened(side: Side, env: Any) -> ContextManager:
@@ -210,14 +248,25 @@ def _opened(side: Side, env: Any) -> ContextManager:
 
 
 def _merged(old: dict | None, new: dict) -> dict:
-    """A cell over rounds: every timed run, each round's median, right only if every round was;
-    an error in any round stays the cell's."""
+    """A cell over rounds: every timed run, right only if every round was, and ``rounds``: each
+    round's cell but its times (median, check, wall time, notes); an error in any round stays
+    the cell's."""
+    if old is not None and "error" in old:
+        return old
+    if "error" in new:
+        return new
+    this = {k: v for k, v in new.items() if k != "times_s"}
     if old is None:
-        return new if "error" in new else {**new, "rounds_s": [new["median_s"]]}
-    if "error" in old or "error" in new:
-        return old if "error" in old else new
-    diff = old["diff"] or new["diff"]
-    return cell(old["times_s"] + new["times_s"], diff, rounds_s=old["rounds_s"] + [new["median_s"]])
+        return {**cell(new["times_s"], new["diff"]), "rounds": [this]}
+    return {
+        **cell(old["times_s"] + new["times_s"], old["diff"] or new["diff"]),
+        "rounds": old["rounds"] + [this],
+    }
+
+
+def per_round(c: dict, key: str = "median_s") -> list:
+    """One value of a cell per round (a cell timed side after side is one round)."""
+    return [r[key] for r in c["rounds"]] if "rounds" in c else [c[key]]
 
 
 # ---------------------------------------------------------------------------------------
@@ -231,7 +280,7 @@ def ratio(a: dict, b: dict, confidence: float = 0.95) -> dict:
 
     if "error" in a or "error" in b or not (a.get("valid") and b.get("valid")):
         return {"ratio": None, "lo": None, "hi": None, "verdict": "n/a"}
-    ta, tb = a.get("rounds_s", a["times_s"]), b.get("rounds_s", b["times_s"])
+    ta, tb = per_round(a), per_round(b)
     if len(ta) < 2 or len(tb) < 2:
         ta, tb = a["times_s"], b["times_s"]
     est, lo, hi = compare.hodges_lehmann(ta, tb, confidence)

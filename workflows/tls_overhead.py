@@ -35,28 +35,14 @@ def side(name: str, args) -> harness.Side:
     """A session of ``args.workers`` one-thread workers with ``security`` set for the side (one
     session at a time: a session's client is the process's default one)."""
     security = SIDES[name]
-
-    def build(s, case):
-        workload, params = case
-
-        def run():
-            res = s.run(workload, repeat=args.repeat, warmup=args.warmup, write=False, **params)
-            return harness.Timed(res.times_s, res)
-
-        def check(res):
-            if not res.valid:
-                return f"{workload} did not validate"
-            return None if res.cluster["tls"] == (security == "tls") else f"ran without {name}"
-
-        return run, check
-
-    return harness.Side(
+    return harness.session_side(
         name,
-        build,
+        args.repeat,
+        args.warmup,
+        check=lambda case, res: None if res.cluster["tls"] == (security == "tls") else f"ran without {name}",
         open=lambda _: gpuscale.session(
             backend="cpu", workers=args.workers, threads_per_worker=1, security=security
         ),
-        self_timed=True,
     )
 
 
@@ -83,12 +69,12 @@ def main(argv=None) -> int:
             {
                 "workload": name,
                 "params": sizes[name],
-                "plain_median_s": statistics.median(plain["rounds_s"]),
-                "tls_median_s": statistics.median(tls["rounds_s"]),
+                "plain_median_s": statistics.median(harness.per_round(plain)),
+                "tls_median_s": statistics.median(harness.per_round(tls)),
                 **r,
                 "rounds": args.rounds,
-                "plain_s": plain["rounds_s"],
-                "tls_s": tls["rounds_s"],
+                "plain_s": harness.per_round(plain),
+                "tls_s": harness.per_round(tls),
             }
         )
         print(
