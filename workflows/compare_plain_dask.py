@@ -22,11 +22,11 @@ Cluster start-up and data generation are excluded (both sides share them).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 
 import dask.array as da
+import harness
 import numpy as np
 
 import gpuscale
@@ -272,19 +272,17 @@ def main(argv=None) -> int:
         + ", ".join(f"{k} {v * 100:+.1f}%" for k, v in overhead.items())
     )
     if a.json_path:
-        with open(a.json_path, "w") as f:
-            json.dump(
-                {
-                    "backend": a.backend,
-                    "family": family,
-                    "size": a.size,
-                    "rows": rows,
-                    "versions": gpuscale.machine.versions() if hasattr(gpuscale, "machine") else {},
-                },
-                f,
-                indent=2,
-                default=str,
-            )
+        harness.write(
+            a.json_path,
+            "compare_plain_dask",
+            {
+                "backend": a.backend,
+                "family": family,
+                "size": a.size,
+                "rows": rows,
+                "versions": gpuscale.machine.versions() if hasattr(gpuscale, "machine") else {},
+            },
+        )
     return 0 if all(r["agrees"] for r in rows) else 1
 
 

@@ -20,13 +20,12 @@ the part that costs:
 from __future__ import annotations
 
 import argparse
-import json
-import pathlib
 import statistics
 import sys
 import time
 
 import dask.dataframe as dd
+import harness
 from distributed import futures_of, wait
 
 import gpuscale
@@ -200,18 +199,17 @@ def main(argv=None) -> int:
     for k, v in rows.items():
         print(f"  {k:<{width}}  {v * 1e3:9.3f} ms")
     if a.json_path:
-        pathlib.Path(a.json_path).write_text(
-            json.dumps(
-                {
-                    "rows": a.rows,
-                    "keys": a.keys,
-                    "partitions": a.partitions,
-                    "family": fam.name,
-                    "device": str(device),
-                    "seconds": rows,
-                },
-                indent=2,
-            )
+        harness.write(
+            a.json_path,
+            "groupby_profile",
+            {
+                "rows": a.rows,
+                "keys": a.keys,
+                "partitions": a.partitions,
+                "family": fam.name,
+                "device": str(device),
+                "seconds": rows,
+            },
         )
     return 0
 

@@ -15,14 +15,13 @@ for, set on every batched stream of the running cluster (client, scheduler, work
 from __future__ import annotations
 
 import argparse
-import json
-import pathlib
 import statistics
 import sys
 import threading
 import time
 
 import dask.array as da
+import harness
 from distributed import Client
 
 import gpuscale
@@ -184,7 +183,7 @@ def main(argv=None) -> int:
                     f"other {(v['other_s'] or 0) * 1e3:.2f} ms, {v['tasks']} tasks)  valid {v['valid']}"
                 )
             if a.json_path:
-                pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))
+                harness.write(a.json_path, "round_trip", out)
     return 0
 
 

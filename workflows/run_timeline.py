@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
-import pathlib
 import pstats
 import statistics
 import sys
 import time
 
+import harness
 from dask.utils import key_split
 
 import gpuscale
@@ -174,12 +173,10 @@ def main(argv=None) -> int:
         if "profile" in r:
             print(r["profile"])
     if a.json_path:
-        pathlib.Path(a.json_path).write_text(
-            json.dumps(
-                {"family": family, "submit_s": rt, "plain_submit_s": rt_plain, "runs": rows},
-                indent=2,
-                default=str,
-            )
+        harness.write(
+            a.json_path,
+            "run_timeline",
+            {"family": family, "submit_s": rt, "plain_submit_s": rt_plain, "runs": rows},
         )
     return 0
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import sys
@@ -33,6 +32,7 @@ import tempfile
 import time
 import traceback
 
+import harness
 from dask.utils import format_bytes, parse_bytes
 
 SVD_COLS = 100
@@ -158,9 +158,7 @@ def main(argv=None) -> int:
 
     def save():
         if a.json:
-            with open(a.json + ".tmp", "w") as fh:
-                json.dump({"cap": a.cap, "backend": a.backend, "rows": rows}, fh, indent=1)
-            os.replace(a.json + ".tmp", a.json)
+            harness.write(a.json, "spill_gpu", {"cap": a.cap, "backend": a.backend, "rows": rows})
 
     def add(row):
         rows.append(row)
