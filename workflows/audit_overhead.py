@@ -55,9 +55,7 @@ TARGET = 1.03
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="auto")
-    ap.add_argument("--protocol", default=None)
-    ap.add_argument("--workers", type=int, default=None)
+    harness.add_cluster(ap, "auto", protocol=True, workers=True)
     ap.add_argument(
         "--workloads", default="svd,groupby", help=f"comma-separated, of: {', '.join(SIZES['cpu'])}"
     )

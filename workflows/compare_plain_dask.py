@@ -204,11 +204,9 @@ class GroupbyCheck:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="auto")
-    ap.add_argument("--protocol", default=None)
+    harness.add_cluster(ap, "auto", protocol=True, workers=True)
     ap.add_argument("--size", choices=sorted(SIZES), default="small")
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds (plus one warm-up round)")
-    ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--cases", default="svd,groupby")
     ap.add_argument("--json", dest="json_path", default=None, help="also write the rows as JSON here")
     a = ap.parse_args(argv)

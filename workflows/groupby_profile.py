@@ -97,8 +97,7 @@ def _median(f, n):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="auto")
-    ap.add_argument("--gpus", default=None)
+    harness.add_cluster(ap, "auto", gpus=True)
     ap.add_argument("--rows", type=int, default=100_000_000)
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=10)

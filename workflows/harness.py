@@ -2,8 +2,8 @@
 compared in one process, their ratios with a verdict, and versioned JSON.
 
 * :func:`add_common` declares ``--json``, ``--repeat``, ``--warmup``, ``--rounds``, ``--max-time``
-  and ``--resume`` once (a script adds its own sizes and ``--sides``, checked by
-  :func:`pick_sides`).
+  and ``--resume`` once, :func:`add_cluster` ``--backend``, ``--protocol``, ``--gpus`` and
+  ``--workers`` (a script adds its own sizes and ``--sides``, checked by :func:`pick_sides`).
 * :func:`bench_once` times one callable: warm-ups, then up to ``repeat`` timed calls, fewer where
   the next would take them past ``max_time`` seconds.
 * A :class:`Side` is a name, an optional context opened around its calls (a cluster, a session)
@@ -70,6 +70,29 @@ def add_common(
             default=None,
             metavar="JSON",
             help="keep the cells an interrupted run wrote to JSON (same data and sides) and time the rest",
+        )
+    return ap
+
+
+def add_cluster(
+    ap: argparse.ArgumentParser,
+    backend: str = "auto",
+    *,
+    protocol: bool = False,
+    gpus: bool = False,
+    workers: bool | int = False,
+) -> argparse.ArgumentParser:
+    """The cluster flags of ``gpuscale.session``: ``--backend`` (default ``backend``), and where
+    asked ``--protocol``, ``--gpus`` and ``--workers`` (``True``: default None, the session's
+    choice; a number: that default)."""
+    ap.add_argument("--backend", default=backend, help=f"cpu, gpu or auto (default: {backend})")
+    if protocol:
+        ap.add_argument("--protocol", default=None, help="tcp, ucx, ... (default: the session's)")
+    if gpus:
+        ap.add_argument("--gpus", default=None, help="which GPUs, e.g. 0 or 0,1 (default: every one)")
+    if workers is not False:
+        ap.add_argument(
+            "--workers", type=int, default=None if workers is True else workers, help="worker processes"
         )
     return ap
 

@@ -60,11 +60,10 @@ def timed(build, client) -> tuple[float, float, object]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="gpu")
+    harness.add_cluster(ap, "gpu", workers=True)
     ap.add_argument("--gb", type=float, default=1.0, help="size of the pandas frame in GB (1e9 bytes)")
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--json", dest="json_path", default=None)
     a = ap.parse_args(argv)
     # from_pandas puts the frame in the graph, both ways: distributed says so once per persist

@@ -103,8 +103,7 @@ def ones_sum(n: int) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", default="cpu")
-    ap.add_argument("--gpus", default=None)
+    harness.add_cluster(ap, "cpu", gpus=True)
     ap.add_argument("--intervals", default="dask,0.002,0", help="'dask' or seconds, comma-separated")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument(

@@ -129,9 +129,7 @@ def submit_round_trip(client, n: int) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="auto")
-    ap.add_argument("--gpus", default=None)
-    ap.add_argument("--workers", type=int, default=None)
+    harness.add_cluster(ap, "auto", gpus=True, workers=True)
     ap.add_argument(
         "--runs",
         nargs="+",

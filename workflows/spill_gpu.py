@@ -120,7 +120,7 @@ def _measured(m: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", default="gpu")
+    harness.add_cluster(ap, "gpu")
     ap.add_argument("--cap", default="2GB", help="device memory limit (GPU) or host memory limit (CPU)")
     ap.add_argument("--workloads", default="svd,groupby")
     ap.add_argument("--repeat", type=int, default=3)

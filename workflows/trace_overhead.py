@@ -40,9 +40,7 @@ SIDES = ("untraced", "traced")
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="auto")
-    ap.add_argument("--protocol", default=None)
-    ap.add_argument("--workers", type=int, default=None)
+    harness.add_cluster(ap, "auto", protocol=True, workers=True)
     ap.add_argument("--workload", choices=sorted(SIZES["cpu"]), default="transpose_sum")
     harness.add_common(ap, repeat=3, warmup=1, rounds=5)
     ap.add_argument("--smoke", action="store_true", help="CPU, small sizes, 2 rounds: a quick check")
