@@ -333,6 +333,9 @@ def test_a_study_alternates_the_sides_order_each_round_and_keeps_every_round():
     assert len(harness.per_round(a)) == 3 and all(w >= 0.002 for w in harness.per_round(a, "wall_s"))
     assert cells["x|b"]["valid"] is False and cells["x|b"]["diff"] == "got 1, want 0"
     assert cells["boom|b"] == {"error": "ValueError: no such case on b"}
+    opened.clear()
+    again = study.run(cells={k: c for k, c in cells.items() if not k.endswith("|b")})
+    assert opened == ["b", "b", "b"] and again["x|a"] is cells["x|a"] and len(again["x|b"]["rounds"]) == 3
 
 
 def test_a_study_side_after_side_times_only_the_cells_it_lacks():

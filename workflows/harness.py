@@ -196,6 +196,7 @@ class Study:
         """Every cell (those in ``cells``, from an earlier run, are kept and not timed);
         ``on_cell(key, cell)`` after each one measured."""
         cells = dict(cells or {})
+        kept = set(cells)
         if self.rounds is None:
             for side in self.sides:
                 todo = [c for c in self.cases if f"{self.key(c)}|{side.name}" not in cells]
@@ -209,8 +210,11 @@ class Study:
             return cells
         for r in range(self.rounds):
             for side in self.sides if r % 2 == 0 else self.sides[::-1]:
+                todo = [c for c in self.cases if f"{self.key(c)}|{side.name}" not in kept]
+                if not todo:
+                    continue
                 with _opened(side, env) as senv:
-                    for case in self.cases:
+                    for case in todo:
                         k = f"{self.key(case)}|{side.name}"
                         cells[k] = _merged(cells.get(k), self._time(side, senv, case))
                         if on_cell:
