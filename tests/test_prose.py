@@ -94,7 +94,7 @@ def test_no_file_says_how_the_project_was_developed(rel):
         pytest.skip("not text")
     found = findings(text)
     assert not found, "; ".join(f"{rel}:{n}: {words!r}" for n, words in found) + (
-        ": say what the code does, and put evidence in docs/decisions.md or docs/benchmarks.md"
+        ": say what the code does, and put evidence in docs/decisions.md or docs/benchmarks/"
     )
 
 

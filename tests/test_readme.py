@@ -135,11 +135,11 @@ def _sales_and_x(folder: pathlib.Path) -> None:
 
 
 def _all_python_blocks() -> list[tuple[str, str]]:
-    """(where, block) for each Python block of README and the user-facing documentation pages
-    (benchmarks' notes left out), each distinct block once."""
+    """(where, block) for each Python block of README and the documentation pages,
+    each distinct block once."""
     pages = [
         REPO / "README.md",
-        *sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.parts and p.name != "benchmarks.md"),
+        *sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.parts),
     ]
     seen, out = set(), []
     for page in pages:

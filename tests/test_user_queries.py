@@ -115,3 +115,21 @@ def test_an_interrupted_run_resumes_timing_only_the_cells_it_lacks(small_run, tm
     assert {k for k in out["cells"] if k.startswith("h2o-join")} == {
         k for k in d["cells"] if k.startswith("h2o-join")
     }
+
+
+def test_the_published_h200_table_still_loads_and_prints_as_before():
+    """The H200 run in the docs was written before results carried a version: it loads as the
+    current version and prints the docs' table."""
+    import harness
+    import user_queries
+
+    path = ROOT / "docs" / "bench-h200" / "user-queries" / "h200-sf10-1e7.json"
+    d = harness.load(path, "user_queries")
+    assert d["schema"] == "gpuscale-workflow/user_queries" and d["version"] == harness.VERSION
+    text, ok = user_queries.tables(d)
+    assert text == user_queries.tables(json.loads(path.read_text()))[0] and ok is False
+    page = (ROOT / "docs" / "benchmarks" / "user-queries.md").read_text()
+    assert "{gpuscale-bench} bench-h200/user-queries/h200-sf10-1e7.json\n:view: user-queries" in page
+    rows = [line for line in text.splitlines() if line.strip().startswith(("q1 ", "j1 ", "t18 ", "geomean"))]
+    assert len(rows) == 6
+    assert "geomean" in text and "13.32   0.53     2.90     0.82      1.32" in text

@@ -5,8 +5,8 @@ first in every round.
 Per workload, two ratios (audited / not audited, medians over the rounds):
 
 * ``compute``: the runner's median timed repeat (``Result.median_s``): the per-task cost of the
-  audit's worker plugin (its ``transition`` hook) inside the timed work; the issue's target is
-  under 3% (ratio < 1.03) on svd and groupby;
+  audit's worker plugin (its ``transition`` hook) inside the timed work; the target is under 3%
+  (ratio < 1.03) on svd and groupby;
 * ``end to end``: the whole ``Session.run`` call, which for the audited side also includes
   registering the plugin and two ``client.run`` collections (outside the timed repeats).
 
@@ -25,10 +25,11 @@ but not part of the target (run it with ``--workloads svd,groupby,transpose_sum-
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
+
+import harness
 
 import gpuscale
 
@@ -54,9 +55,7 @@ TARGET = 1.03
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="auto")
-    ap.add_argument("--protocol", default=None)
-    ap.add_argument("--workers", type=int, default=None)
+    harness.add_cluster(ap, "auto", protocol=True, workers=True)
     ap.add_argument(
         "--workloads", default="svd,groupby", help=f"comma-separated, of: {', '.join(SIZES['cpu'])}"
     )
@@ -66,10 +65,8 @@ def main(argv=None) -> int:
         default=None,
         help="sizes (default: smoke with --smoke, else the family's: cpu or gpu)",
     )
-    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (each runs both sides)")
-    ap.add_argument("--repeat", type=int, default=3, help="timed repeats per run")
+    harness.add_common(ap, repeat=3, warmup=1, rounds=5)
     ap.add_argument("--smoke", action="store_true", help="CPU, small sizes, 2 rounds: a quick check")
-    ap.add_argument("--json", dest="json_path", default=None, help="also write the numbers as JSON here")
     a = ap.parse_args(argv)
     if a.smoke:
         a.backend = "cpu" if a.backend == "auto" else a.backend
@@ -120,9 +117,20 @@ def hook_cost(calls: int = 200_000) -> dict:
 
 
 def measure(a, case: str) -> dict:
+    """Both sides on one session, in alternating rounds."""
     workload = SIZES["cpu"][case][0]
     collection = gpuscale.workloads.get(workload).collection
-    rows: list[dict] = []
+
+    def notes(res):
+        return {
+            "audit_tasks": res.audit["tasks"] if res.audit else None,
+            "audit_clean": res.audit["clean"] if res.audit else None,
+        }
+
+    sides = [
+        harness.session_side(name, a.repeat, a.warmup, run_kw=lambda _, on=on: {"audit": on}, notes=notes)
+        for name, on in (("plain", False), ("audited", True))
+    ]
     with gpuscale.session(
         a.backend,
         a.protocol,
@@ -132,28 +140,30 @@ def measure(a, case: str) -> dict:
     ) as s:
         size = a.size or (s.family.name if s.family.name in SIZES else "cpu")
         params = SIZES[size][case][1]
-        for rnd in range(a.rounds):
-            order = (False, True) if rnd % 2 == 0 else (True, False)
-            for audited in order:
-                t0 = time.perf_counter()
-                r = s.run(workload, repeat=a.repeat, warmup=1, write=False, audit=audited, **params)
-                e2e = time.perf_counter() - t0
-                rows.append(
-                    {
-                        "round": rnd,
-                        "audited": audited,
-                        "median_s": r.median_s,
-                        "end_to_end_s": e2e,
-                        "valid": r.valid,
-                        "audit_tasks": r.audit["tasks"] if r.audit else None,
-                        "audit_clean": r.audit["clean"] if r.audit else None,
-                    }
-                )
+        study = harness.Study(sides, [(workload, params)], key=lambda _: case, rounds=a.rounds)
+        cells = study.run(env=s)
         family = s.family.name
         workers = len(s.client.scheduler_info(n_workers=-1)["workers"])
+    bad = {k: c["error"] for k, c in cells.items() if "error" in c}
+    if bad:
+        raise SystemExit(f"audit_overhead: {'; '.join(f'{k}: {e}' for k, e in bad.items())}")
+    plain, audited = cells[f"{case}|plain"], cells[f"{case}|audited"]
+    rows = [
+        {
+            "round": i,
+            "audited": on,
+            "median_s": r["median_s"],
+            "end_to_end_s": r["wall_s"],
+            "valid": r["valid"],
+            "audit_tasks": r["audit_tasks"],
+            "audit_clean": r["audit_clean"],
+        }
+        for on, c in ((False, plain), (True, audited))
+        for i, r in enumerate(c["rounds"])
+    ]
 
-    def med(audited, key):
-        return statistics.median(x[key] for x in rows if x["audited"] is audited)
+    def med(c, key):
+        return statistics.median(harness.per_round(c, key))
 
     out = {
         "case": case,
@@ -162,10 +172,11 @@ def measure(a, case: str) -> dict:
         "family": family,
         "workers": workers,
         "rows": rows,
-        "plain": {"median_s": med(False, "median_s"), "end_to_end_s": med(False, "end_to_end_s")},
-        "audited": {"median_s": med(True, "median_s"), "end_to_end_s": med(True, "end_to_end_s")},
+        "plain": {"median_s": med(plain, "median_s"), "end_to_end_s": med(plain, "wall_s")},
+        "audited": {"median_s": med(audited, "median_s"), "end_to_end_s": med(audited, "wall_s")},
         "tasks_per_run": statistics.median(x["audit_tasks"] for x in rows if x["audited"])
-        / (1 + a.repeat + 1),
+        / (a.warmup + a.repeat + 1),
+        "compute": harness.ratio(plain, audited),
     }
     out["compute_ratio"] = out["audited"]["median_s"] / out["plain"]["median_s"]
     out["end_to_end_ratio"] = out["audited"]["end_to_end_s"] / out["plain"]["end_to_end_s"]
@@ -204,7 +215,7 @@ def report(a, cases: list[dict], hook: dict) -> int:
             f"{c['tasks_per_run']:.0f}",
             f"{c['plain']['median_s'] * 1e3:.1f} ms",
             f"{c['audited']['median_s'] * 1e3:.1f} ms",
-            f"{c['compute_ratio']:.3f}x",
+            f"{c['compute_ratio']:.3f}x ({harness.ratio_text(c['compute'])})",
             f"{c['plain']['end_to_end_s']:.3f} s",
             f"{c['audited']['end_to_end_s']:.3f} s",
             f"{c['end_to_end_ratio']:.3f}x",
@@ -223,9 +234,8 @@ def report(a, cases: list[dict], hook: dict) -> int:
         "cases": cases,
         "hook": hook,
     }
-    if a.json_path:
-        with open(a.json_path, "w") as f:
-            json.dump(out, f, indent=2, default=str)
+    if a.json:
+        harness.write(a.json, "audit_overhead", out)
     return 0 if all(x["valid"] is not False for c in cases for x in c["rows"]) else 1
 
 

@@ -14,9 +14,9 @@ Exit 0 when every run was valid and clean.
 from __future__ import annotations
 
 import argparse
-import json
-import pathlib
 import sys
+
+import harness
 
 import gpuscale
 from gpuscale import workloads
@@ -59,9 +59,7 @@ def cases(small: bool) -> list[tuple[str, dict]]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="auto")
-    ap.add_argument("--gpus", default=None)
-    ap.add_argument("--workers", type=int, default=None)
+    harness.add_cluster(ap, "auto", gpus=True, workers=True)
     ap.add_argument("--small", action="store_true", help="CI sizes")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--results-dir", default=None)
@@ -111,9 +109,7 @@ def main(argv=None) -> int:
             )
             print(f"[audit] {label}: valid {r.valid}, clean {aud['clean']}", file=sys.stderr, flush=True)
             if a.json_path:  # what ran so far survives a cut-short run
-                pathlib.Path(a.json_path).write_text(
-                    json.dumps({"family": family, "rows": rows}, default=str)
-                )
+                harness.write(a.json_path, "audit_workloads", {"family": family, "rows": rows})
     t = Table(
         title=f"backend audit of every workload on the {family} family "
         f"({'CI sizes' if a.small else 'default sizes'}, generate + warm-up + {a.repeat} repeats)",
@@ -155,9 +151,7 @@ def main(argv=None) -> int:
             console.print(report.audit_table(r["audit"], r["case"]))
     ok = bool(rows) and all(r.get("valid") and r.get("clean") for r in rows)
     if a.json_path:
-        pathlib.Path(a.json_path).write_text(
-            json.dumps({"family": family, "rows": rows, "ok": ok}, indent=2, default=str)
-        )
+        harness.write(a.json_path, "audit_workloads", {"family": family, "rows": rows, "ok": ok})
     return 0 if ok else 1
 
 

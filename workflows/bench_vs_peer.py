@@ -57,6 +57,7 @@ import time
 import dask
 import dask.array as da
 import dask.dataframe as dd
+import harness
 import numpy as np
 from distributed import wait
 
@@ -667,7 +668,7 @@ def _med(results, row, prefix, size_has=""):
 
 
 def targets(results) -> list[dict]:
-    """The issues' targets, read off this run's rows (absent rows give no line). Absolute-time
+    """The performance targets, read off this run's rows (absent rows give no line). Absolute-time
     targets are H200 figures; the ratios hold on any GPU."""
     out = []
 
@@ -792,23 +793,19 @@ def main(argv=None) -> int:
     def save(goals=None):
         """The JSON so far, rewritten after every row: a run cut short keeps what it measured."""
         if a.json_path:
-            tmp = pathlib.Path(a.json_path + ".part")
-            tmp.write_text(
-                json.dumps(
-                    {
-                        "device": describe_device(ngpus),
-                        "versions": machine.versions(),
-                        "smoke": a.smoke,
-                        "complete": goals is not None,
-                        "results": results,
-                        "skipped": skipped,
-                        "targets": goals or [],
-                    },
-                    indent=2,
-                    default=str,
-                )
+            harness.write(
+                a.json_path,
+                "bench_vs_peer",
+                {
+                    "device": describe_device(ngpus),
+                    "versions": machine.versions(),
+                    "smoke": a.smoke,
+                    "complete": goals is not None,
+                    "results": results,
+                    "skipped": skipped,
+                    "targets": goals or [],
+                },
             )
-            tmp.replace(a.json_path)
 
     def note(rows):
         results.extend(rows)

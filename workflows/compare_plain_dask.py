@@ -22,11 +22,11 @@ Cluster start-up and data generation are excluded (both sides share them).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 
 import dask.array as da
+import harness
 import numpy as np
 
 import gpuscale
@@ -204,11 +204,9 @@ class GroupbyCheck:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="auto")
-    ap.add_argument("--protocol", default=None)
+    harness.add_cluster(ap, "auto", protocol=True, workers=True)
     ap.add_argument("--size", choices=sorted(SIZES), default="small")
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds (plus one warm-up round)")
-    ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--cases", default="svd,groupby")
     ap.add_argument("--json", dest="json_path", default=None, help="also write the rows as JSON here")
     a = ap.parse_args(argv)
@@ -272,19 +270,17 @@ def main(argv=None) -> int:
         + ", ".join(f"{k} {v * 100:+.1f}%" for k, v in overhead.items())
     )
     if a.json_path:
-        with open(a.json_path, "w") as f:
-            json.dump(
-                {
-                    "backend": a.backend,
-                    "family": family,
-                    "size": a.size,
-                    "rows": rows,
-                    "versions": gpuscale.machine.versions() if hasattr(gpuscale, "machine") else {},
-                },
-                f,
-                indent=2,
-                default=str,
-            )
+        harness.write(
+            a.json_path,
+            "compare_plain_dask",
+            {
+                "backend": a.backend,
+                "family": family,
+                "size": a.size,
+                "rows": rows,
+                "versions": gpuscale.machine.versions() if hasattr(gpuscale, "machine") else {},
+            },
+        )
     return 0 if all(r["agrees"] for r in rows) else 1
 
 

@@ -52,7 +52,7 @@ case "$stage" in
     $py -m gpuscale bench workflows/library.yaml --out "$out/bench-library"
     exit $? ;;
   trace)
-    # svd (the case: little data moves, the Gram route) and transpose_sum (all-to-all
+    # svd (little data moves, the Gram route) and transpose_sum (all-to-all
     # blocks: the bandwidth picture), each over tcp and ucx on GPUs 0,1, then trace compare.
     rc=0
     for w in "svd --rows 2000000 --cols 1000" "transpose_sum --n 40000 --chunk 4000"; do

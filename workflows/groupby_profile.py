@@ -20,13 +20,12 @@ the part that costs:
 from __future__ import annotations
 
 import argparse
-import json
-import pathlib
 import statistics
 import sys
 import time
 
 import dask.dataframe as dd
+import harness
 from distributed import futures_of, wait
 
 import gpuscale
@@ -98,8 +97,7 @@ def _median(f, n):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="auto")
-    ap.add_argument("--gpus", default=None)
+    harness.add_cluster(ap, "auto", gpus=True)
     ap.add_argument("--rows", type=int, default=100_000_000)
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=10)
@@ -200,18 +198,17 @@ def main(argv=None) -> int:
     for k, v in rows.items():
         print(f"  {k:<{width}}  {v * 1e3:9.3f} ms")
     if a.json_path:
-        pathlib.Path(a.json_path).write_text(
-            json.dumps(
-                {
-                    "rows": a.rows,
-                    "keys": a.keys,
-                    "partitions": a.partitions,
-                    "family": fam.name,
-                    "device": str(device),
-                    "seconds": rows,
-                },
-                indent=2,
-            )
+        harness.write(
+            a.json_path,
+            "groupby_profile",
+            {
+                "rows": a.rows,
+                "keys": a.keys,
+                "partitions": a.partitions,
+                "family": fam.name,
+                "device": str(device),
+                "seconds": rows,
+            },
         )
     return 0
 

@@ -22,13 +22,13 @@ works.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 import warnings
 
 import dask.dataframe as dd
+import harness
 import numpy as np
 import pandas as pd
 from distributed import futures_of, wait
@@ -60,11 +60,10 @@ def timed(build, client) -> tuple[float, float, object]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="gpu")
+    harness.add_cluster(ap, "gpu", workers=True)
     ap.add_argument("--gb", type=float, default=1.0, help="size of the pandas frame in GB (1e9 bytes)")
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--json", dest="json_path", default=None)
     a = ap.parse_args(argv)
     # from_pandas puts the frame in the graph, both ways: distributed says so once per persist
@@ -151,24 +150,23 @@ def main(argv=None) -> int:
         )
     )
     if a.json_path:
-        with open(a.json_path, "w") as f:
-            json.dump(
-                {
-                    "backend": a.backend,
-                    "family": fam.name,
-                    "rows": len(pdf),
-                    "gb": a.gb,
-                    "partitions": a.partitions,
-                    "repeat": a.repeat,
-                    "times_s": times,
-                    "median_s": {k: {"client": c, "cluster": w, "total": c + w} for k, (c, w) in med.items()},
-                    "ratio_session_over_by_hand": ratio,
-                    "checks": checks,
-                    "ok": ok,
-                },
-                f,
-                indent=1,
-            )
+        harness.write(
+            a.json_path,
+            "host_collections_cost",
+            {
+                "backend": a.backend,
+                "family": fam.name,
+                "rows": len(pdf),
+                "gb": a.gb,
+                "partitions": a.partitions,
+                "repeat": a.repeat,
+                "times_s": times,
+                "median_s": {k: {"client": c, "cluster": w, "total": c + w} for k, (c, w) in med.items()},
+                "ratio_session_over_by_hand": ratio,
+                "checks": checks,
+                "ok": ok,
+            },
+        )
     print("ok" if ok else "NOT OK")
     return 0 if ok else 1
 

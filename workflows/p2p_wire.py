@@ -1,4 +1,4 @@
-"""Where does a GPU block's point-to-point time go? (issue 25) One run prints the whole study.
+"""Where does a GPU block's point-to-point time go? One run prints the whole study.
 
 On 2 x H200 (NVLink NV18) a 1 GiB CuPy block moved by Dask from worker 0 to worker 1 took
 0.0174 s over ucx (57.5 GiB/s) while ``cudaMemcpyPeer`` moves 1 GiB in 2.72 ms (367 GiB/s).
@@ -49,7 +49,7 @@ pct_of_wire, note / error; times_s keeps every timed round, warmup_s the untimed
               worker's own transfer time (distributed's transfer_incoming_log: request sent
               to data deserialized), ``worker_out_median_s``: the sending worker's (write and
               the "OK" reply, no serialization). Cases (``DASK_CASES``): gpuscale's session
-              over ucx (what the issue measured: RMM pool 0.8 of the GPU, CuPy through RMM),
+              over ucx (gpuscale's setting: RMM pool 0.8 of the GPU, CuPy through RMM),
               dask-cuda without an RMM pool, with a small pool, distributed-ucxx's
               multi-buffer send, thread progress, comm offload off, the best UCX setting of
               the ucxx section if it beat the default by 10%, and tcp for reference.
@@ -74,7 +74,7 @@ means cuda_ipc was not used (check ``info.proto_info``: the transport named per 
 on in ucxx / Dask) excludes the fast path. ``dask_like`` minus ``prepost`` is allocation +
 headers + synchronization. Dask's ``worker_in`` minus ucxx ``dask_like`` is the event loop,
 offload threads and (de)serialization; Dask's total minus ``worker_in`` is the scheduler and
-the dependent task (about the 8-byte row). The targets (issue 25): p2p 1 GiB >= 180 GiB/s,
+the dependent task (about the 8-byte row). The targets: p2p 1 GiB >= 180 GiB/s,
 and >= 50% of the wire at 64 MiB (``targets`` in the JSON, the last lines of the table).
 
 Time: ``--budget`` (330 s) bounds the run; sections get at most 60 (wire), 45 (serialize),
@@ -112,8 +112,9 @@ ROOT = HERE.parent.parent
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 TINY = 8
 """Bytes of the tiny block whose time is the fixed cost of one transfer."""
-ISSUE_WIRE_GiBps = 1.0 / 0.00272
-"""The issue's wire figure (1 GiB in 2.72 ms), used only where this run has no wire row."""
+REFERENCE_WIRE_GiBps = 1.0 / 0.00272
+"""The reference wire figure (1 GiB in 2.72 ms on 2 x H200, the wire row of
+docs/bench-h200x2/p2p-wire/layers.json), used only where this run has no wire row."""
 SECTIONS = ("wire", "ucxx", "dask", "serialize", "info")
 
 # (label, UCX / ucxx environment, options). Options: progress_mode (distributed-ucxx uses
@@ -146,10 +147,10 @@ UCXX_QUICK = (
     "own GPU only visible",
 )
 
-# (label, cluster spec, environment). cluster: gpuscale (gpuscale.session, the issue's row_p2p),
+# (label, cluster spec, environment). cluster: gpuscale (gpuscale.session, bench_vs_peer.py's row_p2p),
 # cuda (dask_cuda.LocalCUDACluster as given), local (distributed.LocalCluster, CPU).
 DASK_CASES = [
-    ("gpuscale ucx (issue: RMM pool 0.8, CuPy via RMM)", {"cluster": "gpuscale", "protocol": "ucx"}, {}),
+    ("gpuscale ucx (RMM pool 0.8, CuPy via RMM)", {"cluster": "gpuscale", "protocol": "ucx"}, {}),
     ("dask-cuda ucx, no RMM pool", {"cluster": "cuda", "protocol": "ucx"}, {}),
     (
         "dask-cuda ucx, RMM pool 4GB, CuPy via RMM",
@@ -175,7 +176,7 @@ DASK_CASES = [
     ("gpuscale tcp (reference)", {"cluster": "gpuscale", "protocol": "tcp", "max_rounds": 3}, {}),
 ]
 DASK_QUICK = (
-    "gpuscale ucx (issue: RMM pool 0.8, CuPy via RMM)",
+    "gpuscale ucx (RMM pool 0.8, CuPy via RMM)",
     "dask-cuda ucx, no RMM pool",
     "gpuscale ucx + best ucxx env",
     "gpuscale tcp (reference)",
@@ -1296,7 +1297,6 @@ class Study:
         if not self.a.out:
             return
         data = {
-            "issue": 25,
             "device": self.device,
             "gpus": self.ngpus,
             "versions": self.versions,
@@ -1382,15 +1382,15 @@ def wire_reference(rows: list[dict]) -> dict:
 
 
 def annotate(new: list[dict], old: list[dict]) -> None:
-    """pct_of_wire (this run's wire, else the issue's 1 GiB figure), and for dask / ucxx rows the
+    """pct_of_wire (this run's wire, else the reference 1 GiB figure), and for dask / ucxx rows the
     time net of the same case's 8-byte time (``net_s``, ``net_GiBps``)."""
     ref = wire_reference(old + new)
     for r in new:
         if r.get("GiBps") and r["section"] in ("wire", "ucxx", "dask"):
             w = ref.get(str(r["size_bytes"]))
             if w is None and r["size_bytes"] == GiB:
-                w = ISSUE_WIRE_GiBps
-                r["wire_from"] = "issue (367 GiB/s)"
+                w = REFERENCE_WIRE_GiBps
+                r["wire_from"] = "reference (367 GiB/s)"
             if w:
                 r["pct_of_wire"] = 100.0 * r["GiBps"] / w
     tiny = {
@@ -1686,7 +1686,7 @@ def print_table(st: Study) -> None:
         )
     widths = [min(70, max([len(c)] + [len(x[i]) for x in lines])) for i, c in enumerate(cols[:-1])]
     print(
-        f"\np2p study (issue 25) on {st.device}; versions: "
+        f"\np2p study on {st.device}; versions: "
         + ", ".join(
             f"{k} {st.versions.get(k)}"
             for k in ("dask", "distributed", "dask-cuda", "cupy")
@@ -1702,7 +1702,7 @@ def print_table(st: Study) -> None:
         print("  ".join(v[:w].ljust(w) for v, w in zip(x, widths)) + "  " + x[-1])
     goals = targets(st.rows)
     if goals:
-        print("\ntargets (issue 25):")
+        print("\ntargets:")
         for g in goals:
             unit = "%" if "wire" in g["target"] else " GiB/s"
             print(f"  {'met ' if g['ok'] else 'NOT '} {g['target']}: {g['value']:.1f}{unit}")

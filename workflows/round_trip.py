@@ -1,6 +1,6 @@
 """Where a run's fixed cost goes: one round trip split into its hops, at several stream intervals.
 
-Issue 21's smallest runs cost a few Dask round trips each. This script times the hops of
+The smallest runs cost a few Dask round trips each. This script times the hops of
 ``client.submit(f, x).result()`` from timestamps taken on one host (one clock): the client's
 submit call, the task's start and end inside the worker, the moment the client learns the
 result is in memory, and the moment ``result()`` has it. It also times a chain of dependent
@@ -15,14 +15,13 @@ for, set on every batched stream of the running cluster (client, scheduler, work
 from __future__ import annotations
 
 import argparse
-import json
-import pathlib
 import statistics
 import sys
 import threading
 import time
 
 import dask.array as da
+import harness
 from distributed import Client
 
 import gpuscale
@@ -104,8 +103,7 @@ def ones_sum(n: int) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", default="cpu")
-    ap.add_argument("--gpus", default=None)
+    harness.add_cluster(ap, "cpu", gpus=True)
     ap.add_argument("--intervals", default="dask,0.002,0", help="'dask' or seconds, comma-separated")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument(
@@ -184,7 +182,7 @@ def main(argv=None) -> int:
                     f"other {(v['other_s'] or 0) * 1e3:.2f} ms, {v['tasks']} tasks)  valid {v['valid']}"
                 )
             if a.json_path:
-                pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))
+                harness.write(a.json_path, "round_trip", out)
     return 0
 
 

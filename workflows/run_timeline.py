@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
-import pathlib
 import pstats
 import statistics
 import sys
 import time
 
+import harness
 from dask.utils import key_split
 
 import gpuscale
@@ -130,9 +129,7 @@ def submit_round_trip(client, n: int) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="auto")
-    ap.add_argument("--gpus", default=None)
-    ap.add_argument("--workers", type=int, default=None)
+    harness.add_cluster(ap, "auto", gpus=True, workers=True)
     ap.add_argument(
         "--runs",
         nargs="+",
@@ -174,12 +171,10 @@ def main(argv=None) -> int:
         if "profile" in r:
             print(r["profile"])
     if a.json_path:
-        pathlib.Path(a.json_path).write_text(
-            json.dumps(
-                {"family": family, "submit_s": rt, "plain_submit_s": rt_plain, "runs": rows},
-                indent=2,
-                default=str,
-            )
+        harness.write(
+            a.json_path,
+            "run_timeline",
+            {"family": family, "submit_s": rt, "plain_submit_s": rt_plain, "runs": rows},
         )
     return 0
 

@@ -1,4 +1,4 @@
-"""Issue 21's grid in ONE run: gpuscale's defaults on every shape, against plain Dask and the
+"""The fixed-cost grid in ONE run: gpuscale's defaults on every shape, against plain Dask and the
 library alone, and the fixed cost of a run on a warm session.
 
 ``groupby``  rows x keys (default: rows {10 M, 100 M, 400 M} x keys {10, 1 000, 1 M, rows / 2},
@@ -20,7 +20,7 @@ library alone, and the fixed cost of a run on a warm session.
              Every answer is compared with gpuscale's (every group: counts and max exact, means
              to 1e-9); a disagreement is printed in the table.
 ``fixed``    every workload at its smallest size (the first size of workflows/auto.yaml, the
-             sizes issue 21 quotes: svd 20 k rows, groupby and merge 100 k; ``--fixed-spec
+             smallest sizes: svd 20 k rows, groupby and merge 100 k; ``--fixed-spec
              workflows/library.yaml`` for the library's first sizes) on the warm
              session (``s.run``: timed repeats of the workload's compute, medians) against Dask's
              own floor on the same cluster: ``client.submit(f, x).result()`` and a 10-chunk
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import pathlib
 import statistics
@@ -48,6 +47,7 @@ import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import bench_vs_peer as peer  # noqa: E402  (the measuring and checking helpers, one copy)
+import harness
 
 import gpuscale  # noqa: E402
 from gpuscale.runs import runner  # noqa: E402
@@ -392,8 +392,7 @@ def print_fixed(rows: list[dict], spec: str) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", default="cpu")
-    ap.add_argument("--gpus", default=None)
+    harness.add_cluster(ap, "cpu", gpus=True)
     ap.add_argument(
         "--for",
         dest="collection",
@@ -472,19 +471,19 @@ def main(argv=None) -> int:
                     out["grid"] += groupby_cell(s, rows, keys, a.rounds, a.explore, a.plans, a.once_over)
                     print(f"cell {rows:,} rows x {keys:,} keys: {time.perf_counter() - t0:.1f} s", flush=True)
                     if a.json_path:
-                        pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))
+                        harness.write(a.json_path, "shape_grid", out)
             print_grid(out["grid"])
         if "frames" in a.parts:
             out["frames"] = frame_ops(s, a.rounds, a.smoke)
             print_frames(out["frames"])
             if a.json_path:
-                pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))
+                harness.write(a.json_path, "shape_grid", out)
         if "fixed" in a.parts:
             out["fixed"] = fixed_costs(s, a.rounds, a.smoke, a.fixed_spec)
             out["fixed_spec"] = a.fixed_spec or ("tiny.yaml" if a.smoke else "auto.yaml")
             print_fixed(out["fixed"], pathlib.Path(out["fixed_spec"]).name)
     if a.json_path:
-        pathlib.Path(a.json_path).write_text(json.dumps(out, indent=1, default=str))
+        harness.write(a.json_path, "shape_grid", out)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Issue 19 on the GPU: data larger than a capped device: streamed, or spilled device -> host.
+"""On the GPU: data larger than a capped device: streamed, or spilled device -> host.
 
 One run, every answer validated, every run gpuscale's default path (``s.run``: warm-up, timed
 repeats, validation) with nothing but the cap set (``--device-memory-limit CAP``), unless a
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import sys
@@ -33,6 +32,7 @@ import tempfile
 import time
 import traceback
 
+import harness
 from dask.utils import format_bytes, parse_bytes
 
 SVD_COLS = 100
@@ -120,7 +120,7 @@ def _measured(m: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", default="gpu")
+    harness.add_cluster(ap, "gpu")
     ap.add_argument("--cap", default="2GB", help="device memory limit (GPU) or host memory limit (CPU)")
     ap.add_argument("--workloads", default="svd,groupby")
     ap.add_argument("--repeat", type=int, default=3)
@@ -158,9 +158,7 @@ def main(argv=None) -> int:
 
     def save():
         if a.json:
-            with open(a.json + ".tmp", "w") as fh:
-                json.dump({"cap": a.cap, "backend": a.backend, "rows": rows}, fh, indent=1)
-            os.replace(a.json + ".tmp", a.json)
+            harness.write(a.json, "spill_gpu", {"cap": a.cap, "backend": a.backend, "rows": rows})
 
     def add(row):
         rows.append(row)

@@ -1,19 +1,24 @@
 """What TLS costs on the CPU: the same workloads on two clusters of the same shape, one plain
 TCP (`cluster.security: off`) and one TLS (`tls`, distributed's Security.temporary), a new
 pair each round, the order alternating, so a busy machine's drift hits both sides alike. Prints
-one line per workload: the median of each side's per-round medians and the
-ratio TLS / plain with the spread of the per-round ratios.
+one line per workload: the median of each side's per-round medians and the ratio TLS / plain
+with its interval over the rounds, "not significant" where the rounds cannot tell the sides
+apart.
 
     python workflows/tls_overhead.py                       # svd and groupby, 2 workers x 1 thread
     python workflows/tls_overhead.py --rounds 7 --json out.json
+
+Exit 1 when a run did not validate (or ran on the wrong side).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
+import sys
 import time
+
+import harness
 
 import gpuscale
 
@@ -23,68 +28,77 @@ WORKLOADS = {
     "shuffle": {"rows": 2_000_000},
 }
 SMOKE = {"svd": {"rows": 50_000, "cols": 10}, "groupby": {"rows": 100_000, "keys": 100}}
+SIDES = {"plain": "off", "tls": "tls"}
 
 
-def main() -> None:
+def side(name: str, args) -> harness.Side:
+    """A session of ``args.workers`` one-thread workers with ``security`` set for the side (one
+    session at a time: a session's client is the process's default one)."""
+    security = SIDES[name]
+    return harness.session_side(
+        name,
+        args.repeat,
+        args.warmup,
+        check=lambda case, res: None if res.cluster["tls"] == (security == "tls") else f"ran without {name}",
+        open=lambda _: gpuscale.session(
+            backend="cpu", workers=args.workers, threads_per_worker=1, security=security
+        ),
+    )
+
+
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--repeat", type=int, default=3, help="timed repeats per run (their median is the run's)")
+    harness.add_common(ap, repeat=3, warmup=1, rounds=5)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes (CI)")
-    ap.add_argument("--json", dest="json_out", default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     sizes = SMOKE if args.smoke else WORKLOADS
-    times: dict[tuple[str, str], list[float]] = {}
-    valid = True
     t0 = time.perf_counter()
-    for r in range(args.rounds):
-        for side in ("off", "tls") if r % 2 == 0 else ("tls", "off"):
-            # one session at a time (a session's client is the process's default one)
-            with gpuscale.session(
-                backend="cpu", workers=args.workers, threads_per_worker=1, security=side
-            ) as s:
-                assert s.client.scheduler.address.startswith("tls://" if side == "tls" else "tcp://")
-                for name, params in sizes.items():
-                    res = s.run(name, repeat=args.repeat, warmup=1, write=False, **params)
-                    valid = valid and bool(res.valid) and res.cluster["tls"] == (side == "tls")
-                    times.setdefault((name, side), []).append(res.median_s)
+    study = harness.Study(
+        [side(n, args) for n in SIDES], list(sizes.items()), key=lambda c: c[0], rounds=args.rounds
+    )
+    cells = study.run()
     rows = []
     for name in sizes:
-        off, on = times[(name, "off")], times[(name, "tls")]
-        ratios = [b / a for a, b in zip(off, on)]
+        plain, tls = cells[f"{name}|plain"], cells[f"{name}|tls"]
+        if "error" in plain or "error" in tls:
+            print(f"{name:8s} {plain.get('error') or tls.get('error')}")
+            continue
+        r = harness.ratio(plain, tls)
         rows.append(
             {
                 "workload": name,
                 "params": sizes[name],
-                "plain_median_s": statistics.median(off),
-                "tls_median_s": statistics.median(on),
-                "ratio": statistics.median(ratios),
-                "ratio_min": min(ratios),
-                "ratio_max": max(ratios),
+                "plain_median_s": statistics.median(harness.per_round(plain)),
+                "tls_median_s": statistics.median(harness.per_round(tls)),
+                **r,
                 "rounds": args.rounds,
-                "plain_s": off,
-                "tls_s": on,
+                "plain_s": harness.per_round(plain),
+                "tls_s": harness.per_round(tls),
             }
         )
         print(
-            f"{name:8s} plain {statistics.median(off):.3f} s  tls {statistics.median(on):.3f} s  "
-            f"tls/plain {statistics.median(ratios):.3f} (rounds {min(ratios):.3f}..{max(ratios):.3f}, "
-            f"n={args.rounds})"
+            f"{name:8s} plain {rows[-1]['plain_median_s']:.3f} s  tls {rows[-1]['tls_median_s']:.3f} s  "
+            f"tls/plain {harness.ratio_text(r)} (n={args.rounds})"
         )
+    valid = len(rows) == len(sizes) and all(c.get("valid") for c in cells.values())
     out = {
         "workers": args.workers,
         "threads_per_worker": 1,
         "repeat": args.repeat,
         "valid": valid,
         "rows": rows,
+        "cells": cells,
         "wall_s": time.perf_counter() - t0,
     }
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(out, f, indent=1)
+    if args.json:
+        harness.write(args.json, "tls_overhead", out)
     if not valid:
-        raise SystemExit("a run did not validate (or ran on the wrong side)")
+        bad = [f"{k}: {c.get('error') or c.get('diff')}" for k, c in cells.items() if not c.get("valid")]
+        print(f"a run did not validate: {'; '.join(bad)}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
+import itertools
 import pathlib
 import statistics
 import sys
 import tempfile
-import time
+
+import harness
 
 import gpuscale
 
@@ -34,23 +35,20 @@ SIZES = {
         "shuffle": {"rows": 100_000_000, "partitions": 16},
     },
 }
+SIDES = ("untraced", "traced")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="auto")
-    ap.add_argument("--protocol", default=None)
-    ap.add_argument("--workers", type=int, default=None)
+    harness.add_cluster(ap, "auto", protocol=True, workers=True)
     ap.add_argument("--workload", choices=sorted(SIZES["cpu"]), default="transpose_sum")
-    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (each runs both sides)")
-    ap.add_argument("--repeat", type=int, default=3, help="timed repeats per run")
+    harness.add_common(ap, repeat=3, warmup=1, rounds=5)
     ap.add_argument("--smoke", action="store_true", help="CPU, small sizes, 2 rounds: a quick check")
     ap.add_argument(
         "--keep",
         default=None,
         help="keep the trace folders under this new folder (default: a temporary folder, removed at the end)",
     )
-    ap.add_argument("--json", dest="json_path", default=None, help="also write the numbers as JSON here")
     a = ap.parse_args(argv)
     if a.smoke:
         a.backend = "cpu" if a.backend == "auto" else a.backend
@@ -58,7 +56,6 @@ def main(argv=None) -> int:
         a.rounds = min(a.rounds, 2)
         a.repeat = min(a.repeat, 2)
 
-    rows: list[dict] = []
     with contextlib.ExitStack() as stack:
         keep = (
             pathlib.Path(a.keep)
@@ -67,11 +64,25 @@ def main(argv=None) -> int:
                 stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuscale-trace-overhead-"))
             )
         )
-        family, params = measure(a, keep, rows)
-    return report(a, family, params, rows, keep if a.keep else None)
+        family, params, cells = measure(a, keep)
+    return report(a, family, params, cells, keep if a.keep else None)
 
 
-def measure(a, keep: pathlib.Path, rows: list[dict]) -> tuple[str, dict]:
+def measure(a, keep: pathlib.Path) -> tuple[str, dict, dict]:
+    """Both sides in one session, in alternating rounds; the traced side writes round N's
+    folder under ``keep``."""
+    folders = (str(keep / f"round{n}") for n in itertools.count())
+
+    def notes(res):
+        files = sorted(p.name for p in pathlib.Path(res.trace).iterdir()) if res.trace else None
+        return {"trace": res.trace, "trace_files": files}
+
+    sides = [
+        harness.session_side("untraced", a.repeat, a.warmup, notes=notes),
+        harness.session_side(
+            "traced", a.repeat, a.warmup, run_kw=lambda _: {"trace": next(folders)}, notes=notes
+        ),
+    ]
     with gpuscale.session(
         a.backend,
         a.protocol,
@@ -81,34 +92,32 @@ def measure(a, keep: pathlib.Path, rows: list[dict]) -> tuple[str, dict]:
     ) as s:
         size = "smoke" if a.smoke else s.family.name
         params = SIZES[size if size in SIZES else "cpu"][a.workload]
-        family = s.family.name
-        for rnd in range(a.rounds):
-            order = ("untraced", "traced") if rnd % 2 == 0 else ("traced", "untraced")
-            for side in order:
-                trace = str(keep / f"round{rnd}") if side == "traced" else None
-                t0 = time.perf_counter()
-                r = s.run(a.workload, repeat=a.repeat, warmup=1, write=False, trace=trace, **params)
-                e2e = time.perf_counter() - t0
-                rows.append(
-                    {
-                        "round": rnd,
-                        "side": side,
-                        "median_s": r.median_s,
-                        "end_to_end_s": e2e,
-                        "valid": r.valid,
-                        "trace": r.trace,
-                        "trace_files": sorted(p.name for p in pathlib.Path(r.trace).iterdir())
-                        if r.trace
-                        else None,
-                    }
-                )
-    return family, params
+        study = harness.Study(sides, [(a.workload, params)], key=lambda c: c[0], rounds=a.rounds)
+        return s.family.name, params, study.run(env=s)
 
 
-def report(a, family: str, params: dict, rows: list[dict], keep: pathlib.Path | None) -> int:
+def report(a, family: str, params: dict, cells: dict, keep: pathlib.Path | None) -> int:
+    bad = {k: c["error"] for k, c in cells.items() if "error" in c}
+    if bad:
+        print(f"trace_overhead: {'; '.join(f'{k}: {e}' for k, e in bad.items())}", file=sys.stderr)
+        return 1
+    untraced, traced = (cells[f"{a.workload}|{side}"] for side in SIDES)
+    rows = [
+        {
+            "round": i,
+            "side": side,
+            "median_s": r["median_s"],
+            "end_to_end_s": r["wall_s"],
+            "valid": r["valid"],
+            "trace": r["trace"],
+            "trace_files": r["trace_files"],
+        }
+        for side, c in zip(SIDES, (untraced, traced))
+        for i, r in enumerate(c["rounds"])
+    ]
 
-    def med(side, key):
-        return statistics.median(r[key] for r in rows if r["side"] == side)
+    def med(c, key):
+        return statistics.median(harness.per_round(c, key))
 
     out = {
         "workload": a.workload,
@@ -118,11 +127,9 @@ def report(a, family: str, params: dict, rows: list[dict], keep: pathlib.Path | 
         "rounds": a.rounds,
         "repeat": a.repeat,
         "rows": rows,
-        "untraced": {
-            "median_s": med("untraced", "median_s"),
-            "end_to_end_s": med("untraced", "end_to_end_s"),
-        },
-        "traced": {"median_s": med("traced", "median_s"), "end_to_end_s": med("traced", "end_to_end_s")},
+        "untraced": {"median_s": med(untraced, "median_s"), "end_to_end_s": med(untraced, "wall_s")},
+        "traced": {"median_s": med(traced, "median_s"), "end_to_end_s": med(traced, "wall_s")},
+        "compute": harness.ratio(untraced, traced),
     }
     out["compute_ratio"] = out["traced"]["median_s"] / out["untraced"]["median_s"]
     out["end_to_end_ratio"] = out["traced"]["end_to_end_s"] / out["untraced"]["end_to_end_s"]
@@ -142,7 +149,7 @@ def report(a, family: str, params: dict, rows: list[dict], keep: pathlib.Path | 
         "compute (median repeat)",
         f"{out['untraced']['median_s'] * 1e3:.1f} ms",
         f"{out['traced']['median_s'] * 1e3:.1f} ms",
-        f"{out['compute_ratio']:.3f}x",
+        f"{out['compute_ratio']:.3f}x ({harness.ratio_text(out['compute'])} over the rounds)",
     )
     t.add_row(
         "end to end (Session.run)",
@@ -153,9 +160,8 @@ def report(a, family: str, params: dict, rows: list[dict], keep: pathlib.Path | 
     Console().print(t)
     if keep:
         Console().print(f"trace folders: {keep}")
-    if a.json_path:
-        with open(a.json_path, "w") as f:
-            json.dump(out, f, indent=2, default=str)
+    if a.json:
+        harness.write(a.json, "trace_overhead", out)
     return 0 if all(r["valid"] for r in rows) else 1
 
 

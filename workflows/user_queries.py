@@ -4,8 +4,10 @@ gpuscale session and the other ways a user would run them, side by side in one r
 Suites (workflows/queries/): the H2O db-benchmark questions (groupby q1-q10 and join q1-q5)
 on data generated to its published generators' specification, and analytic queries over
 TPC-H-shaped data from ``tpchgen-cli``. Each query reads its tables from Parquet and is timed
-warm (one warm-up, then ``--repeat`` runs; the median counts); every answer is checked against
-pandas on the same files.
+warm (``--warmup`` untimed runs, one by default, then ``--repeat`` timed runs; the median
+counts); every answer is checked against pandas on the same files. Each side is opened once
+and runs every query (workflows/harness.py's Study); ``--json`` is rewritten after every cell,
+so ``--resume`` continues a run cut short.
 
 Sides (``--sides``, default: every side that can run here):
 
@@ -28,16 +30,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
-import json
-import math
 import pathlib
-import statistics
 import sys
 import tempfile
 import time
 
 import dask
+import harness
 import pandas as pd
 import queries
 
@@ -177,27 +178,26 @@ def available_sides() -> list[str]:
 # ---------------------------------------------------------------------------------------
 # Timing and checking
 # ---------------------------------------------------------------------------------------
-def time_query(run, q, suite, folder, repeat: int, max_time: float, want: pd.DataFrame) -> dict:
-    """One warm-up, then up to ``repeat`` timed runs, fewer where the next would take the
-    timed runs past ``max_time`` seconds (at least one); the last answer checked against
-    ``want``."""
-    try:
-        run(q, suite, folder)
-        times: list[float] = []
-        while len(times) < repeat and (not times or sum(times) + times[-1] <= max_time):
-            t0 = time.perf_counter()
-            got = run(q, suite, folder)
-            times.append(time.perf_counter() - t0)
-    except Exception as e:  # noqa: BLE001 - a side that cannot run a query is a row, not a stop
-        return {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:600]}"}
-    diff = queries.same_answer(got, want)
-    return {
-        "median_s": statistics.median(times),
-        "times_s": times,
-        "valid": diff is None,
-        "diff": diff,
-        **({"on_cpu": True} if isinstance(got, OnCpu) else {}),
-    }
+def side(name: str, refs: dict) -> harness.Side:
+    """One side of the study: its cluster or engine opened once, each query checked against
+    pandas' answer."""
+
+    def build(run, case):
+        suite, size, folder, q = case
+        want = refs[(suite.name, size, q.name)]
+        return functools.partial(run, q, suite, folder), lambda got: queries.same_answer(got, want)
+
+    return harness.Side(
+        name,
+        build,
+        open=lambda _: open_side(name),
+        notes=lambda got: {"on_cpu": True} if isinstance(got, OnCpu) else {},
+    )
+
+
+def case_key(case) -> str:
+    suite, size, _, q = case
+    return f"{suite.name}|{size}|{q.name}"
 
 
 def references(sets) -> dict:
@@ -220,7 +220,7 @@ def run_all(args) -> dict:
     refs = references(sets)
     if args.prepare_only:
         return None
-    sides = args.sides.split(",") if args.sides else available_sides()
+    sides = harness.pick_sides(args.sides, SIDES, available_sides())
     d = {
         "sides": sides,
         "repeat": args.repeat,
@@ -232,28 +232,27 @@ def run_all(args) -> dict:
         ],
         "cells": _resumed(args.resume, sides),
     }
-    for side in sides:
-        todo = [
-            (suite, size, folder, q)
-            for suite, size, folder in sets
-            for q in suite.queries
-            if f"{suite.name}|{size}|{q.name}|{side}" not in d["cells"]
-        ]
-        if not todo:
-            continue
-        with open_side(side) as run:
-            for suite, size, folder, q in todo:
-                r = time_query(
-                    run, q, suite, folder, args.repeat, args.max_time, refs[(suite.name, size, q.name)]
-                )
-                d["cells"][f"{suite.name}|{size}|{q.name}|{side}"] = r
-                print(
-                    f"{side:13s} {suite.name} {size} {q.name}: "
-                    f"{r.get('median_s', float('nan')):.4f} s {'ok' if r.get('valid') else r}",
-                    file=sys.stderr,
-                )
-                if args.json:  # every cell measured so far survives an interruption
-                    _write(args.json, d)
+
+    def measured(key: str, r: dict) -> None:
+        suite, size, q, side_name = key.split("|")
+        print(
+            f"{side_name:13s} {suite} {size} {q}: "
+            f"{r.get('median_s', float('nan')):.4f} s {'ok' if r.get('valid') else r}",
+            file=sys.stderr,
+        )
+        d["cells"][key] = r
+        if args.json:  # every cell measured so far survives an interruption
+            harness.write(args.json, "user_queries", d)
+
+    study = harness.Study(
+        [side(name, refs) for name in sides],
+        [(suite, size, folder, q) for suite, size, folder in sets for q in suite.queries],
+        key=case_key,
+        repeat=args.repeat,
+        warmup=args.warmup,
+        max_time=args.max_time,
+    )
+    d["cells"] = study.run(cells=d["cells"], on_cell=measured)
     return d
 
 
@@ -261,7 +260,7 @@ def _resumed(path: str | None, sides: list[str]) -> dict:
     """The cells of an earlier, interrupted run of the same sides (``--resume``); {} without one."""
     if not path or not pathlib.Path(path).exists():
         return {}
-    cells = json.loads(pathlib.Path(path).read_text())["cells"]
+    cells = harness.load(path, "user_queries")["cells"]
     return {k: c for k, c in cells.items() if k.rsplit("|", 1)[1] in sides}
 
 
@@ -269,12 +268,6 @@ def _machine() -> dict:
     from gpuscale import machine
 
     return {"versions": machine.versions(), "hardware": machine.hardware()}
-
-
-def _write(path: str, d: dict) -> None:
-    tmp = pathlib.Path(f"{path}.tmp")
-    tmp.write_text(json.dumps(d, indent=1, default=str))
-    tmp.replace(path)
 
 
 # ---------------------------------------------------------------------------------------
@@ -289,9 +282,7 @@ RATIOS = (
 )
 
 
-def geomean(xs):
-    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+geomean = harness.geomean
 
 
 def tables(d: dict) -> tuple[str, bool]:
@@ -341,22 +332,9 @@ def main(argv=None) -> int:
     ap.add_argument("--h2o-rows", default="1e7", help="rows of the H2O data sets, comma-separated")
     ap.add_argument("--tpch-scale", default="10", help="TPC-H scale factors, comma-separated")
     ap.add_argument("--sides", default=None, help=f"comma-separated, from {', '.join(SIDES)}")
-    ap.add_argument("--repeat", type=int, default=3, help="timed runs per query after one warm-up")
-    ap.add_argument(
-        "--max-time",
-        type=float,
-        default=10.0,
-        help="fewer timed runs where the next would take them past this many seconds (at least one)",
-    )
+    harness.add_common(ap, repeat=3, warmup=1, max_time=10.0, resume=True)
     ap.add_argument(
         "--data", default=None, help="where the data sets are made and kept (default: a temporary folder)"
-    )
-    ap.add_argument("--json", default=None, help="write every timing and check here")
-    ap.add_argument(
-        "--resume",
-        default=None,
-        metavar="JSON",
-        help="keep the cells an interrupted run wrote to JSON (same data and sides) and time the rest",
     )
     ap.add_argument(
         "--prepare-only",
@@ -373,7 +351,7 @@ def main(argv=None) -> int:
     text, ok = tables(d)
     print(text)
     if args.json:
-        _write(args.json, d)
+        harness.write(args.json, "user_queries", d)
     return 0 if ok else 3
 
 
