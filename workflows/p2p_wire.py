@@ -113,7 +113,7 @@ KiB, MiB, GiB = 2**10, 2**20, 2**30
 TINY = 8
 """Bytes of the tiny block whose time is the fixed cost of one transfer."""
 REFERENCE_WIRE_GiBps = 1.0 / 0.00272
-"""The reference wire figure (1 GiB in 2.72 ms on 2 x H200, the wire row of
+"""The reference wire figure (1 GiB in 2.72 ms on 2 x H200; ``wire_reference_GiBps`` of
 docs/bench-h200x2/p2p-wire/layers.json), used only where this run has no wire row."""
 SECTIONS = ("wire", "ucxx", "dask", "serialize", "info")
 
