@@ -1,22 +1,9 @@
 """The explain / record cases whose output must not change when code moves between layers.
 
 ``tests/data/explained.json`` holds what ``gpuscale explain`` (the whole plan) and real CPU
-runs (the record's ``explained`` section) gave for :data:`EXPLAIN` and :data:`RUNS` before
-the cluster layer started recording its own choices (issue 17), with two intended changes
-since: each plan's ``settings_sources`` names the new setting ``session.host-collections``
-(default); and (issue 20) the settings ``scheduler-file``, ``cluster.host``,
-``cluster.security``, ``cluster.credentials``, ``cluster.deploy``, ``cluster.ssh.*``
-(default) in ``settings_sources``, the spec's
-``security`` / ``credentials`` fields and the cluster's ``security`` choice (plans and runs);
-and the setting ``cluster.bandwidth-probe`` (default) in each plan's ``settings_sources``; and
-three plans appended for clusters on other hosts (ssh CPU, ssh GPU over UCX, slurm GPU), whose
-``per_host`` lays out each host from the spec; and (issue 19, estimate accuracy) groupby's memory
-parts gain ``validation`` (the full check's concatenated frame) and merge's P2P join its parts
-(inputs, the P2P shards, results) and a working set; and every plan and run gains the
-``session`` scope (the shuffle method the session applies to user code) and the setting
-``session.shuffle-method`` (default) in ``settings_sources``; and the setting
-``cluster.trust-files`` (default) in ``settings_sources``. ``tests/test_explained.py`` compares
-today's output with it. Regenerate only for
+runs (the record's ``explained`` section) give for :data:`EXPLAIN` and :data:`RUNS`;
+``tests/test_explained.py`` compares today's output with it (git's history of the file says
+what changed in it and why). Regenerate only for
 an intended change of output:
 
     python tests/explained_cases.py  > tests/data/explained.json

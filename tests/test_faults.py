@@ -1,4 +1,4 @@
-"""Issue 24: faults and bad input end in one line, a documented exit code, nothing half-written.
+"""Faults and bad input end in one line, a documented exit code, nothing half-written.
 
 Real processes throughout: the `gpuscale` CLI as a subprocess (its stderr on a pseudo-terminal
 where a test needs the progress bar the CLI really draws there as the marker of a phase), real

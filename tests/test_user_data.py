@@ -1,4 +1,4 @@
-"""Users' own data and own Dask code (issue 7): the routes on user collections, sessions that
+"""Users' own data and own Dask code: the routes on user collections, sessions that
 switch and convert the user's collections, runs on user data (records, validation, --output),
 and the command line on real files. Real LocalClusters, real files in tmp_path; GPU halves
 are marked ``gpu`` (``pytest -m gpu`` on a GPU machine)."""
@@ -790,7 +790,7 @@ def test_cli_zarr_not_installed(cli, files, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------
-# A folder whose files disagree (issue 24): one line naming the column, the files, their types
+# A folder whose files disagree: one line naming the column, the files, their types
 # ---------------------------------------------------------------------------------------
 FLOATS = {"store": [1, 2, 1], "price": [1.0, 2.0, 3.0]}
 TEXT_PRICE = {"store": [1, 2, 2], "price": ["1.5", "x", "3"]}
