@@ -37,6 +37,7 @@ import dask
 from dask.base import tokenize
 from dask.utils import Dispatch
 
+from .. import _dask_compat
 from .family import Family
 
 PREFIX = "to_backend"
@@ -228,12 +229,12 @@ def on_workers(obj, family: Family, conversion: str):
     array's handle) stay as they are. Divisions, chunks and dtypes stay; the keys are new
     (``to_backend-...``). Lazy: nothing runs until it is computed; the graph is small and holds
     what the creation graph held (``from_pandas`` partitions: the data itself)."""
-    from dask._task_spec import Task, convert_legacy_graph
     from dask.core import flatten
+    from dask.task_spec import Task
 
     kind = collection_kind(obj)
     module = family.array_module if kind == "array" else family.dataframe_module
-    graph = convert_legacy_graph(dict(obj.__dask_graph__()))
+    graph = _dask_compat.graph_nodes(obj.__dask_graph__())
     keys = list(flatten(obj.__dask_keys__()))
     original = obj.name if kind == "array" else obj._name
     token = tokenize(original, module, conversion)
@@ -247,7 +248,7 @@ def on_workers(obj, family: Family, conversion: str):
         group = [graph[n] for n in owned[k]]
         inner = group[0] if len(group) == 1 else Task.fuse(*group, key=k)
         key = (name, *k[1:])
-        dsk[key] = Task(key, func, inner, module, conversion, _data_producer=inner.data_producer)
+        dsk[key] = _dask_compat.task_like(key, func, inner, module, conversion)
         new_keys.append(key)
     if kind == "array":
         import dask.array as da

@@ -30,7 +30,7 @@ and session. ``session.host-collections`` decides: ``convert`` and ``warn`` fall
 raises a one-line :class:`~gpuscale.errors.UserError` instead, ``off`` leaves Dask's error.
 
 Mechanism: the public methods (and the operators) of the collection classes (and of the
-groupby and ``.loc`` objects: :mod:`._dask_private`) are wrapped while a session of a
+groupby and ``.loc`` objects: :mod:`gpuscale._dask_compat`) are wrapped while a session of a
 non-host family is open, installed and removed with the creation-function wrappers of
 :mod:`.host_collections` and active only in a session block's context. An outer call that
 succeeds costs one context lookup per call; only a call that raised pays for the host try.
@@ -55,8 +55,9 @@ from typing import Any, Callable
 
 import dask
 
+from .. import _dask_compat
 from ..errors import UserError
-from . import _dask_private, convert, host_collections
+from . import convert, host_collections
 from .family import HOST_CHUNKS
 
 EXCLUDED = frozenset(
@@ -300,7 +301,7 @@ def _host(s, x, fb: Fallback, moved: list):
 
 
 def _indexer(x):
-    got = _dask_private.indexer_origin(x)
+    got = _dask_compat.indexer_origin(x)
     return None if got is None else (got[0], got[1], None, None)
 
 
@@ -451,7 +452,7 @@ def install(family=None) -> None:
             with contextlib.suppress(Exception):  # a broken install: its own import reports it
                 importlib.import_module(module)
     with _LOCK:
-        for base, dunders in _dask_private.classes():
+        for base, dunders in _dask_compat.classes():
             for cls in _with_subclasses(base):
                 _WRAPPED_TYPES.add(cls)
                 for name, fn in _methods(cls, dunders):
