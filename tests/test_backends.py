@@ -241,3 +241,15 @@ def test_backend_help_offers_the_families_and_names_the_library_aliases(cli):
     assert e.returncode == 0, e.stderr
     d = json.loads(e.stdout)
     assert (d["backend"], d["family"]) == ("pandas", "cpu")
+
+
+def test_where_a_familys_chunks_live_decides_its_memory_rules(cpu_family):
+    """A family declared with device memory (``memory="device"``) is budgeted as a device
+    family whatever its cluster kind: no host spill target, the device's fractions."""
+    from gpuscale import memory
+
+    dev = dataclasses.replace(cpu_family, name="test-device", memory="device")
+    assert dev.on_device and not cpu_family.on_device
+    assert memory.target_fraction(2**30, 1, cpu_family)[0] is not None
+    assert memory.target_fraction(2**30, 1, dev)[0] is None
+    assert "ran out of device memory" in str(memory.ran_out("svd", {}, dev, MemoryError()))
