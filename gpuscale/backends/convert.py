@@ -31,7 +31,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import math
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import dask
 from dask.base import tokenize
@@ -345,18 +345,28 @@ def _convert_part_noted(part, module: str, conversion: str):
     return out
 
 
+@runtime_checkable
+class ConversionCounter(Protocol):
+    """A worker plugin that counts the blocks converted on its worker
+    (:class:`gpuscale.audit.AuditPlugin`): ``conversion`` names the conversion, ``nbytes`` the
+    block's size, ``key`` the task that outputs a host copy (None: the block stays inside its
+    task)."""
+
+    def note_conversion(self, conversion: str, nbytes: int, key=None) -> None: ...
+
+
 def _noted(conversion: str, block, host_copy: bool = False) -> None:
-    """Tell the backend audits on this worker (plugins with a ``note_conversion`` method:
-    :class:`gpuscale.audit.AuditPlugin`) that a block of ``conversion`` was converted here, with
-    its bytes; ``host_copy``: the running task outputs the host copy (:func:`host_copy`), named
-    by its key. Nothing outside a ``distributed`` worker."""
+    """Tell the backend audits on this worker (its :class:`ConversionCounter` plugins) that a
+    block of ``conversion`` was converted here, with its bytes; ``host_copy``: the running task
+    outputs the host copy (:func:`host_copy`), named by its key. Nothing outside a
+    ``distributed`` worker."""
     try:
         from distributed import get_worker
 
         worker = get_worker()
     except (ImportError, ValueError):
         return
-    plugins = [p for p in list(worker.plugins.values()) if hasattr(p, "note_conversion")]
+    plugins = [p for p in list(worker.plugins.values()) if isinstance(p, ConversionCounter)]
     if plugins:
         from dask.sizeof import sizeof
 
