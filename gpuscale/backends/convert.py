@@ -236,8 +236,7 @@ def on_workers(obj, family: Family, conversion: str):
     module = family.array_module if kind == "array" else family.dataframe_module
     graph = _dask_compat.graph_nodes(obj.__dask_graph__())
     keys = list(flatten(obj.__dask_keys__()))
-    original = obj.name if kind == "array" else obj._name
-    token = tokenize(original, module, conversion)
+    token = tokenize(obj, module, conversion)
     name = f"{PREFIX}-{token}"
     func = _convert_block_noted if kind == "array" else _convert_part_noted
     owned = _owned(graph, keys)

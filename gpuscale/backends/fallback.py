@@ -54,6 +54,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 import dask
+from dask.base import tokenize
 
 from .. import _dask_compat
 from ..errors import UserError
@@ -290,7 +291,7 @@ def _host(s, x, fb: Fallback, moved: list):
         return {k: _host(s, v, fb, moved) for k, v in x.items()}
     if _on_family(s, x):
         moved.append(x)
-        known = s.host_of.get(x._name)
+        known = s.host_of.get(tokenize(x))
         return known if known is not None else convert.host_copy(x, s.family, fb.to_host)
     origin = getattr(x, "__dict__", {}).get("_gpuscale_origin") or _indexer(x)
     if origin is not None:
@@ -326,7 +327,7 @@ def _back(s, out, fb: Fallback):
         back = out.map_partitions(
             convert._convert_part_noted, module, fb.back, meta=meta, enforce_metadata=False, token="from_host"
         )
-        s.host_of[back._name] = out
+        s.host_of[tokenize(back)] = out
         fb.prefixes = sorted(set(fb.prefixes) | _prefixes(out))
         return back
     if kind is None and type(out) in _WRAPPED_TYPES and hasattr(out, "__dict__"):
