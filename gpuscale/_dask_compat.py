@@ -39,6 +39,7 @@ import sys
 DASK_CHECKED = "2026.8.0"
 DISTRIBUTED_CHECKED = "2026.8.0"
 
+# -- the host fallback's classes --------------------------------------------------------
 OPERATORS = (
     "__getitem__",
     "__add__",

@@ -144,3 +144,17 @@ def test_a_moved_from_graph_falls_back_to_dasks_public_from_graph(moved_from_gra
     assert _dask_compat.finished_by(df, _tagged) is None
     assert _dask_compat.submitted(df, None) is None
     assert _dask_compat.frame_persisted(df) is False
+
+
+def test_graph_nodes_without_dasks_converter_keep_nodes_and_refuse_old_tasks():
+    """The fallback of :func:`graph_nodes` gives what Dask's converter gives for a graph of
+    ``dask.task_spec`` nodes and values, and names Dask's version for an old-style task."""
+    from dask.task_spec import DataNode
+
+    x = dask.array.ones(4, chunks=2) + 1
+    graph = dict(x.__dask_graph__())
+    assert _dask_compat._graph_nodes_public(graph) == _dask_compat.graph_nodes(graph)
+    got = _dask_compat._graph_nodes_public({"a": 1})
+    assert isinstance(got["a"], DataNode) and got["a"]() == 1
+    with pytest.raises(TypeError, match=f"dask {dask.__version__} moved convert_legacy_graph"):
+        _dask_compat._graph_nodes_public({"a": 1, "b": (sum, ["a", 2])})
