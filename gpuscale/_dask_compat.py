@@ -213,24 +213,29 @@ def _task_frame_type():
         def submitted(self, client):
             """This frame persisted on ``client`` through ``client.submit`` of its one task, or
             None where that does not apply (several outputs, inputs that are not all futures)."""
-            from distributed import Future
-
-            keys = self.operand("keys")
-            layer = self.operand("layer")
-            if len(keys) != 1:
-                return None
-            futures = {k: v for k, v in layer.items() if isinstance(v, Future)}
-            if set(layer) - set(futures) - set(keys):
-                return None
-            call = _call_of(layer[keys[0]], futures)
-            if call is None:
-                return None
-            (key,) = self.__dask_keys__()
-            future = client.submit(_apply, *call, key=key)
-            return _new_collection()(self._like({key: future}, [key], tokenize(key, "submitted")))
+            return _submit(self, client)
 
     TaskFrame.__qualname__ = "TaskFrame"
     return TaskFrame
+
+
+def _submit(expr, client):
+    from dask.base import tokenize
+    from distributed import Future
+
+    keys = expr.operand("keys")
+    layer = expr.operand("layer")
+    if len(keys) != 1:
+        return None
+    futures = {k: v for k, v in layer.items() if isinstance(v, Future)}
+    if set(layer) - set(futures) - set(keys):
+        return None
+    call = _call_of(layer[keys[0]], futures)
+    if call is None:
+        return None
+    (key,) = expr.__dask_keys__()
+    future = client.submit(_apply, *call, key=key)
+    return _new_collection()(expr._like({key: future}, [key], tokenize(key, "submitted")))
 
 
 def __getattr__(name: str):
