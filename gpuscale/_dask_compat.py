@@ -241,8 +241,7 @@ def _submit(expr, client):
 def __getattr__(name: str):
     # ``TaskFrame`` by name, for pickle: a frame's expression sent to the scheduler names it.
     if name == "TaskFrame" and _task_frame_type() is not None:
-        globals()[name] = _task_frame_type()
-        return globals()[name]
+        return _task_frame_type()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -133,9 +133,8 @@ def moved_from_graph(monkeypatch):
     """The adapter as it runs on a Dask whose ``FromGraph`` it cannot import (Dask's own public
     ``from_graph`` still works)."""
     monkeypatch.setattr(_dask_compat, "_from_graph", lambda: None)
-    _dask_compat._task_frame_type.cache_clear()
-    yield
-    _dask_compat._task_frame_type.cache_clear()
+    assert _dask_compat._task_frame_type.__wrapped__() is None  # (uncached: the real lookup)
+    monkeypatch.setattr(_dask_compat, "_task_frame_type", lambda: None)
 
 
 def test_a_moved_from_graph_falls_back_to_dasks_public_from_graph(moved_from_graph):
