@@ -165,7 +165,7 @@ def device_fractions(setting, device_bytes: int | None) -> dict[str, float]:
 
 
 def _fractions(config_get, family=None, device_setting="default", device_bytes=None) -> dict[str, float]:
-    if family is not None and family.memory != "host":
+    if family is not None and family.on_device:
         return device_fractions(device_setting, device_bytes)
     out = {}
     for k, default in DEFAULT_FRACTIONS.items():
@@ -186,7 +186,7 @@ def planned(spec, family, limits: list[int]) -> Budget:
     the baseline assumed (the family's ``worker_growth_bytes`` plus :data:`PLANNED_BASELINE`
     for host memory)."""
     growth = family.knobs.worker_growth_bytes
-    base = (PLANNED_BASELINE if family.memory == "host" else 0) + growth
+    base = (0 if family.on_device else PLANNED_BASELINE) + growth
     limit = min(limits) if limits else None
     fractions, spill_to = _family_fractions(_with(spec), family, spec, limit)
     space = _planned_spill_space(spill_to, len(limits) or 1)
@@ -211,7 +211,7 @@ def _family_fractions(config_get, family, spec, device_bytes) -> tuple[dict[str,
     """The memory fractions and where data spills: distributed's (host memory, spilling to
     disk) for a host family; for a device family, the share of the device above which dask-cuda
     spills to host (``cluster.device-memory-limit``; 0: no spilling, data must fit)."""
-    if family.memory == "host":
+    if not family.on_device:
         return _fractions(config_get), family.spill_to
     setting = (getattr(spec, "kwargs", None) or {}).get("device_memory_limit", "default")
     fr = _fractions(config_get, family, setting, device_bytes)
@@ -240,7 +240,7 @@ def target_fraction(limit: int | None, threads: int, family) -> tuple[float | No
     import dask
 
     fr = _fractions(dask.config.get)
-    if family.spill_to is None or not limit or family.memory != "host":
+    if family.spill_to is None or not limit or family.on_device:
         return None, "distributed's default (no limit, or a family that does not spill)"
     base = PLANNED_BASELINE + family.knobs.worker_growth_bytes
     block = min(family.knobs.chunk_bytes, family.knobs.partition_bytes)
@@ -376,7 +376,7 @@ def measure(client, family, limits: dict[str, int], spec=None) -> Budget:
     states = client.run(worker_state, reset_peak=True) if limits else {}
     lim = [v for v in limits.values() if v]
     threads = max((s["threads"] for s in states.values()), default=1)
-    if family.memory == "host" and states:
+    if not family.on_device and states:
         rss = max(s["rss"] for s in states.values())
         base, source = (
             rss + growth,
@@ -388,7 +388,7 @@ def measure(client, family, limits: dict[str, int], spec=None) -> Budget:
     else:
         base, source = growth, f"assumed ({format_bytes(growth)})"
     fractions, spill_to = _family_fractions(dask.config.get, family, spec, min(lim) if lim else None)
-    if states and family.memory == "host":
+    if states and not family.on_device:
         fractions = next(iter(states.values()))["fractions"]
     space = None
     if spill_to is not None and states:
@@ -627,7 +627,7 @@ def ran_out(workload_name: str, h: dict[str, Any], family, exc: BaseException) -
     ``MemoryError``: CuPy's ``OutOfMemoryError``, RMM's and cuDF's ``MemoryError``, NumPy's): what
     it asked for, what the check had estimated, and the fix. The worker that raised it is still
     up (a task's error, not a dead process), so its cluster takes the next run."""
-    where = "device" if family.memory == "device" else "host"
+    where = "device" if family.on_device else "host"
     said = " ".join(str(exc).split())[:200] or type(exc).__name__
     est = h.get("estimate_bytes")
     per = h.get("per_worker_bytes")
@@ -697,7 +697,7 @@ class Watch:
 
     def __init__(self, client, family, budget: Budget | None):
         self.client, self.family = client, family
-        self.device = family.memory == "device"
+        self.device = family.on_device
         self.baseline = budget.baseline if budget is not None else 0
         self.start: dict[str, dict] = {}
         if self.device:
@@ -705,7 +705,7 @@ class Watch:
                 self.start = family.device_watch(client, True)
             except Exception:  # noqa: BLE001 - nothing measured; the run goes on
                 self.start = {}
-        elif budget is not None and family.memory == "host":
+        elif budget is not None and not family.on_device:
             self.start = budget.states
 
     def read(self, estimate: dict[str, Any] | None) -> dict[str, Any]:

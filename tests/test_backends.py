@@ -241,3 +241,35 @@ def test_backend_help_offers_the_families_and_names_the_library_aliases(cli):
     assert e.returncode == 0, e.stderr
     d = json.loads(e.stdout)
     assert (d["backend"], d["family"]) == ("pandas", "cpu")
+
+
+def test_where_a_familys_chunks_live_decides_its_memory_rules(cpu_family):
+    """A family declared with device memory (``memory="device"``) is budgeted as a device
+    family whatever its cluster kind: no host spill target, the device's fractions."""
+    from gpuscale import memory
+
+    dev = dataclasses.replace(cpu_family, name="test-device", memory="device")
+    assert dev.on_device and not cpu_family.on_device
+    assert memory.target_fraction(2**30, 1, cpu_family)[0] is not None
+    assert memory.target_fraction(2**30, 1, dev)[0] is None
+    assert "ran out of device memory" in str(memory.ran_out("svd", {}, dev, MemoryError()))
+
+
+def test_a_backend_plugin_that_names_no_family_is_skipped_with_its_name(tmp_path):
+    """An installed ``gpuscale.backends`` entry point must name a Family: one that names
+    anything else is skipped with a warning naming it, and the other families still load."""
+    import os
+    import subprocess
+    import sys
+
+    dist = tmp_path / "badfamily-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: badfamily\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[gpuscale.backends]\nbad = json:dumps\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    code = "from gpuscale import backends; print(backends.choices())"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "skipped backend plugin 'bad' (json:dumps): it names a function, not a gpuscale Family" in p.stderr
+    choices = json.loads(p.stdout.strip().replace("'", '"'))
+    assert choices[:3] == ["auto", "cpu", "gpu"] and "bad" not in choices

@@ -276,15 +276,14 @@ def test_a_one_task_route_runs_one_task_no_alias():
 def test_a_one_task_route_is_submitted_with_its_wrappers_and_its_answer():
     """The runner persists a one-task route's frame over futures through ``client.submit``
     (no expression sent for the scheduler to make a graph of): the scheduler holds one task,
-    running :func:`gdf._apply` with the finishing wrapper inside it, and the answer is pandas'.
-    A frame over lazy inputs is left to Dask's persist."""
-    from dask.dataframe.dask_expr._collection import new_collection
-
+    running :func:`gpuscale._dask_compat._apply` with the finishing wrapper inside it, and the
+    answer is pandas'. A frame over lazy inputs is left to Dask's persist."""
+    from gpuscale import _dask_compat
     from gpuscale.runs import runner
 
     with _one_thread_worker_frames(2, 300, 4_000) as (s, left, right, dl, dr):
         route = gdf.groupby_agg(dl, "key", {"x": ["sum", "max"]}, groups=300, threads=1).result
-        wrapped = new_collection(route.expr.finished_by(_tagged))
+        wrapped = _dask_compat.finished_by(route, _tagged)
         _, out = runner.timed(
             s.client, s.family, lambda: {"g": wrapped, "m": gdf.merge(dl, dr, "key").result}
         )
@@ -298,7 +297,7 @@ def test_a_one_task_route_is_submitted_with_its_wrappers_and_its_answer():
         pd.testing.assert_frame_equal(got.sort_index(), want, check_names=False)
         assert len(out["m"].compute()) == len(left.merge(right, on="key"))
         lazy = gdf.merge(dd.from_pandas(left, npartitions=2), dr, "key").result
-        assert lazy.expr.submitted(s.client) is None
+        assert _dask_compat.submitted(lazy, s.client) is None
         assert len(runner.persist(s.client, lazy).compute()) == len(left.merge(right, on="key"))
         # a Delayed answers every attribute (``.expr.submitted`` too): it must still be persisted
         import dask
@@ -327,9 +326,9 @@ def test_the_gpu_family_synchronizes_a_one_task_route_inside_its_task():
     task = dict(wrapped.__dask_graph__())[key]
     assert task[0] is gpu._synced and task[1][0] in (gdf._whole, gdf._combine), task
     # the nested task runs as one (checked here with a host function in the synchronize's place)
-    from dask.dataframe.dask_expr._collection import new_collection
+    from gpuscale import _dask_compat
 
-    got = new_collection(route.result.expr.finished_by(_tagged)).compute()
+    got = _dask_compat.finished_by(route.result, _tagged).compute()
     assert got.attrs.get("finished") is True
     pd.testing.assert_frame_equal(got, route.result.compute(), check_like=True)
     assert fam.synchronized(df.groupby("key").x.sum()) is None

@@ -21,7 +21,8 @@ import pytest
 import snippets
 
 import gpuscale
-from gpuscale.backends import _dask_private, host_collections
+from gpuscale import _dask_compat
+from gpuscale.backends import host_collections
 from gpuscale.backends.fallback import FallbackWarning
 from gpuscale.errors import UserError
 from gpuscale.records import report
@@ -101,9 +102,9 @@ def test_a_chain_the_family_cannot_run_gives_the_cpu_answer_and_is_reported(sess
 
 def test_the_adapter_finds_dasks_classes():
     """The one module naming Dask internals still finds them (a Dask that moves them fails here)."""
-    names = {cls.__name__ for cls, _ in _dask_private.classes()}
+    names = {cls.__name__ for cls, _ in _dask_compat.classes()}
     assert {"FrameBase", "DataFrame", "Series", "Index", "GroupBy", "SeriesGroupBy", "LocIndexer"} <= names, (
-        f"dask {dask.__version__} (checked: {_dask_private.DASK_CHECKED}) moved {names}"
+        f"dask {dask.__version__} (checked: {_dask_compat.DASK_CHECKED}) moved {names}"
     )
 
 

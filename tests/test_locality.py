@@ -117,7 +117,7 @@ def test_in_memory_reads_a_persisted_frame_through_its_futures(cpu_session):
     reads the futures directly, so the scheduler runs no alias tasks before it."""
     import dask.dataframe as dd
     import pandas as pd
-    from dask._task_spec import Alias
+    from dask.task_spec import Alias
     from distributed import futures_of, get_task_stream
 
     from gpuscale.routes import dataframe as gdf

@@ -31,12 +31,13 @@ from __future__ import annotations
 import importlib
 import itertools
 import math
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import dask
 from dask.base import tokenize
 from dask.utils import Dispatch
 
+from .. import _dask_compat
 from .family import Family
 
 PREFIX = "to_backend"
@@ -228,15 +229,14 @@ def on_workers(obj, family: Family, conversion: str):
     array's handle) stay as they are. Divisions, chunks and dtypes stay; the keys are new
     (``to_backend-...``). Lazy: nothing runs until it is computed; the graph is small and holds
     what the creation graph held (``from_pandas`` partitions: the data itself)."""
-    from dask._task_spec import Task, convert_legacy_graph
     from dask.core import flatten
+    from dask.task_spec import Task
 
     kind = collection_kind(obj)
     module = family.array_module if kind == "array" else family.dataframe_module
-    graph = convert_legacy_graph(dict(obj.__dask_graph__()))
+    graph = _dask_compat.graph_nodes(obj.__dask_graph__())
     keys = list(flatten(obj.__dask_keys__()))
-    original = obj.name if kind == "array" else obj._name
-    token = tokenize(original, module, conversion)
+    token = tokenize(obj, module, conversion)
     name = f"{PREFIX}-{token}"
     func = _convert_block_noted if kind == "array" else _convert_part_noted
     owned = _owned(graph, keys)
@@ -247,7 +247,7 @@ def on_workers(obj, family: Family, conversion: str):
         group = [graph[n] for n in owned[k]]
         inner = group[0] if len(group) == 1 else Task.fuse(*group, key=k)
         key = (name, *k[1:])
-        dsk[key] = Task(key, func, inner, module, conversion, _data_producer=inner.data_producer)
+        dsk[key] = _dask_compat.task_like(key, func, inner, module, conversion)
         new_keys.append(key)
     if kind == "array":
         import dask.array as da
@@ -344,18 +344,28 @@ def _convert_part_noted(part, module: str, conversion: str):
     return out
 
 
+@runtime_checkable
+class ConversionCounter(Protocol):
+    """A worker plugin that counts the blocks converted on its worker
+    (:class:`gpuscale.audit.AuditPlugin`): ``conversion`` names the conversion, ``nbytes`` the
+    block's size, ``key`` the task that outputs a host copy (None: the block stays inside its
+    task)."""
+
+    def note_conversion(self, conversion: str, nbytes: int, key=None) -> None: ...
+
+
 def _noted(conversion: str, block, host_copy: bool = False) -> None:
-    """Tell the backend audits on this worker (plugins with a ``note_conversion`` method:
-    :class:`gpuscale.audit.AuditPlugin`) that a block of ``conversion`` was converted here, with
-    its bytes; ``host_copy``: the running task outputs the host copy (:func:`host_copy`), named
-    by its key. Nothing outside a ``distributed`` worker."""
+    """Tell the backend audits on this worker (its :class:`ConversionCounter` plugins) that a
+    block of ``conversion`` was converted here, with its bytes; ``host_copy``: the running task
+    outputs the host copy (:func:`host_copy`), named by its key. Nothing outside a
+    ``distributed`` worker."""
     try:
         from distributed import get_worker
 
         worker = get_worker()
     except (ImportError, ValueError):
         return
-    plugins = [p for p in list(worker.plugins.values()) if hasattr(p, "note_conversion")]
+    plugins = [p for p in list(worker.plugins.values()) if isinstance(p, ConversionCounter)]
     if plugins:
         from dask.sizeof import sizeof
 

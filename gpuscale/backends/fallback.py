@@ -30,7 +30,7 @@ and session. ``session.host-collections`` decides: ``convert`` and ``warn`` fall
 raises a one-line :class:`~gpuscale.errors.UserError` instead, ``off`` leaves Dask's error.
 
 Mechanism: the public methods (and the operators) of the collection classes (and of the
-groupby and ``.loc`` objects: :mod:`._dask_private`) are wrapped while a session of a
+groupby and ``.loc`` objects: :mod:`gpuscale._dask_compat`) are wrapped while a session of a
 non-host family is open, installed and removed with the creation-function wrappers of
 :mod:`.host_collections` and active only in a session block's context. An outer call that
 succeeds costs one context lookup per call; only a call that raised pays for the host try.
@@ -54,9 +54,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 import dask
+from dask.base import tokenize
 
+from .. import _dask_compat
 from ..errors import UserError
-from . import _dask_private, convert, host_collections
+from . import convert, host_collections
 from .family import HOST_CHUNKS
 
 EXCLUDED = frozenset(
@@ -289,7 +291,7 @@ def _host(s, x, fb: Fallback, moved: list):
         return {k: _host(s, v, fb, moved) for k, v in x.items()}
     if _on_family(s, x):
         moved.append(x)
-        known = s.host_of.get(x._name)
+        known = s.host_of.get(tokenize(x))
         return known if known is not None else convert.host_copy(x, s.family, fb.to_host)
     origin = getattr(x, "__dict__", {}).get("_gpuscale_origin") or _indexer(x)
     if origin is not None:
@@ -300,7 +302,7 @@ def _host(s, x, fb: Fallback, moved: list):
 
 
 def _indexer(x):
-    got = _dask_private.indexer_origin(x)
+    got = _dask_compat.indexer_origin(x)
     return None if got is None else (got[0], got[1], None, None)
 
 
@@ -325,7 +327,7 @@ def _back(s, out, fb: Fallback):
         back = out.map_partitions(
             convert._convert_part_noted, module, fb.back, meta=meta, enforce_metadata=False, token="from_host"
         )
-        s.host_of[back._name] = out
+        s.host_of[tokenize(back)] = out
         fb.prefixes = sorted(set(fb.prefixes) | _prefixes(out))
         return back
     if kind is None and type(out) in _WRAPPED_TYPES and hasattr(out, "__dict__"):
@@ -451,7 +453,7 @@ def install(family=None) -> None:
             with contextlib.suppress(Exception):  # a broken install: its own import reports it
                 importlib.import_module(module)
     with _LOCK:
-        for base, dunders in _dask_private.classes():
+        for base, dunders in _dask_compat.classes():
             for cls in _with_subclasses(base):
                 _WRAPPED_TYPES.add(cls)
                 for name, fn in _methods(cls, dunders):

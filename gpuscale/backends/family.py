@@ -164,6 +164,13 @@ class Family:
             raise UserError(f"backend '{requested}' cannot run here: {why}", "use --backend cpu (or auto)")
 
     # -- behaviour ----------------------------------------------------------------------
+    @property
+    def on_device(self) -> bool:
+        """Its chunks live in device memory (:attr:`memory` ``"device"``): each worker holds a
+        device, whose memory the memory check budgets and :meth:`device_watch` measures; else
+        in the workers' host memory, under distributed's limits and spilling."""
+        return self.memory == "device"
+
     def synchronize(self, client) -> None:
         """Block until every worker's queued device work is done (no-op on the CPU)."""
 

@@ -6,6 +6,7 @@ import CuPy when they run.
 
 from __future__ import annotations
 
+from .. import _dask_compat
 from .convert import finished_by_type, to_host
 from .family import Family, Knobs, LossyWriter
 
@@ -135,25 +136,15 @@ class GpuFamily(Family):
     def synchronized(self, collection):
         # Arrays: one more function in each output block's task, fused into it by Dask's
         # blockwise fusion, so the timed wait ends with the device's work and synchronize()'s
-        # round trip is saved. Frames whose expression can put a function inside its output
-        # tasks (the one-task routes' ``finished_by``): the same. Other frames: not done,
-        # measured slower on an H200 (shape_grid.py, same machine: groupby at 10 M rows
-        # 0.027-0.029 s with a wrapper task against 0.020-0.022 s with the round trip)
+        # round trip is saved. Frames that can put a function inside their output tasks (the
+        # one-task routes, :func:`gpuscale._dask_compat.finished_by`): the same. Other frames:
+        # not done, measured slower on an H200 (shape_grid.py, same machine: groupby at 10 M
+        # rows 0.027-0.029 s with a wrapper task against 0.020-0.022 s with the round trip)
         import dask.array as da
 
         if isinstance(collection, da.Array):
             return collection.map_blocks(_synced, dtype=collection.dtype, meta=collection._meta)
-        import dask.dataframe as dd
-
-        if not isinstance(collection, (dd.DataFrame, dd.Series)):  # a Delayed answers any attribute
-            return None
-        finish = getattr(type(collection.expr), "finished_by", None)
-        expr = finish(collection.expr, _synced) if callable(finish) else None
-        if expr is None:
-            return None
-        from dask.dataframe.dask_expr._collection import new_collection
-
-        return new_collection(expr)
+        return _dask_compat.finished_by(collection, _synced)
 
     def worker_memory(self, client) -> dict[str, int]:
         return client.run(_device_total_memory)

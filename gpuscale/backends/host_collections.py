@@ -215,7 +215,7 @@ class Scope:
     fallbacks: list = field(default_factory=list)
     """Every host fallback made in the block (:class:`.fallback.Fallback`), in order."""
     host_of: dict = field(default_factory=dict, repr=False)
-    """A fallback's result on the family (by its name) -> the host collection it converted."""
+    """A fallback's result on the family (by its Dask token) -> the host collection it converted."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def apply(self, out, function: str, args: tuple, kwargs: dict, caller) -> Any:

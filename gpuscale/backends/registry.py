@@ -2,12 +2,14 @@
 
 The built-ins (:mod:`.cpu`, :mod:`.gpu`) and the families of installed packages (the
 ``gpuscale.backends`` entry-point group; an entry point names a :class:`~.family.Family`
-instance) are registered on first use; :func:`select` resolves a name (or ``auto``) to one.
+instance, and one that names anything else, or fails to load, is skipped with a warning naming
+it) are registered on first use; :func:`select` resolves a name (or ``auto``) to one.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import warnings
 from dataclasses import dataclass
 
 from ..errors import UserError
@@ -41,7 +43,13 @@ def _load() -> None:
     register(cpu.FAMILY)
     register(gpu.FAMILY)
     for ep in importlib.metadata.entry_points(group="gpuscale.backends"):
-        register(ep.load())
+        try:
+            family = ep.load()
+            if not isinstance(family, Family):
+                raise TypeError(f"it names a {type(family).__name__}, not a gpuscale Family")
+            register(family)
+        except Exception as e:  # noqa: BLE001  (one broken plugin must not hide the others)
+            warnings.warn(f"gpuscale: skipped backend plugin '{ep.name}' ({ep.value}): {e}", stacklevel=2)
 
 
 def families() -> list[Family]:

@@ -14,13 +14,9 @@ import math
 from typing import Any
 
 import pandas as pd
-from dask._task_spec import Alias
 from dask.base import tokenize
-from dask.core import istask
-from dask.dataframe.dask_expr._collection import new_collection
-from dask.dataframe.dask_expr.io.io import FromGraph
 
-from .. import backends, cluster
+from .. import _dask_compat, backends, cluster
 from ..errors import UserError
 from . import locality
 
@@ -476,105 +472,7 @@ def frame_of_task(dsk: dict, meta, key, prefix: str):
     ``key`` names the task by its content already (the routes put a token of their inputs in
     it), so the frame's name comes from it: ``from_graph`` tokenizes the whole layer and the
     meta, milliseconds of client time for a cuDF meta on every call."""
-    return new_collection(_TaskFrame(dsk, meta, (None, None), [key], prefix, _determ_token=tokenize(key)))
-
-
-class _TaskFrame(FromGraph):
-    """``FromGraph`` whose output tasks move to the frame's own keys instead of being aliased;
-    a key that is not a task of the layer (a future) keeps the alias."""
-
-    def _layer(self):
-        dsk = dict(self.operand("layer"))
-        for new, old in zip(self.__dask_keys__(), self.operand("keys")):
-            dsk[new] = dsk.pop(old) if istask(dsk.get(old)) else Alias(new, old)
-        return dsk
-
-    def finished_by(self, fn):
-        """This frame with ``fn(partition)`` run at the end of each output task, inside it (a
-        family's device synchronize: no round trip after the wait); None where an output is
-        not a task here (a future)."""
-        layer = dict(self.operand("layer"))
-        for k in self.operand("keys"):
-            if not istask(layer.get(k)):
-                return None
-            layer[k] = (fn, layer[k])
-        return _TaskFrame(
-            layer,
-            self.operand("_meta"),
-            self.operand("divisions"),
-            self.operand("keys"),
-            self.operand("name_prefix"),
-            _determ_token=tokenize(self.deterministic_token, fn.__module__, fn.__qualname__),
-        )
-
-    def submitted(self, client):
-        """This frame persisted on ``client`` through ``client.submit`` of its one task, or None
-        where that does not apply (several outputs, inputs that are not all futures: Dask's
-        own persist then). ``persist`` of a collection optimizes its expression, sends it to
-        the scheduler to be made into a graph there, and tokenizes the result's meta again:
-        measured on an H200, a 10 M-row groupby's persist call took 2.3 ms and its task started
-        4.3 ms after it, against 3 ms after a ``submit`` (``workflows/run_timeline.py``)."""
-        from distributed import Future
-
-        keys = self.operand("keys")
-        layer = self.operand("layer")
-        if len(keys) != 1:
-            return None
-        futures = {k: v for k, v in layer.items() if isinstance(v, Future)}
-        if set(layer) - set(futures) - set(keys):
-            return None
-        call = _call_of(layer[keys[0]], futures)
-        if call is None:
-            return None
-        (key,) = self.__dask_keys__()
-        future = client.submit(_apply, *call, key=key)
-        return new_collection(
-            _TaskFrame(
-                {key: future},
-                self.operand("_meta"),
-                self.operand("divisions"),
-                [key],
-                self.operand("name_prefix"),
-                _determ_token=tokenize(key, "submitted"),
-            )
-        )
-
-
-def _call_of(task, futures: dict):
-    """``(wrappers, function, *arguments)`` for :func:`_apply` from a task ``(function,
-    *arguments)`` inside any number of ``(wrapper, task)`` (:meth:`_TaskFrame.finished_by`),
-    with the keys of ``futures`` in the arguments (alone or in lists) replaced by the futures;
-    None for any other shape of task."""
-    wrappers = []
-    while istask(task) and len(task) == 2 and istask(task[1]):
-        wrappers.append(task[0])
-        task = task[1]
-    if not istask(task):
-        return None
-
-    def arg(a):
-        if isinstance(a, list):
-            return [arg(x) for x in a]
-        if istask(a):
-            raise ValueError(a)
-        try:
-            return futures.get(a, a)
-        except TypeError:  # unhashable: a value, not a key
-            return a
-
-    try:
-        args = [arg(a) for a in task[1:]]
-    except ValueError:
-        return None
-    return (tuple(reversed(wrappers)), task[0], *args)
-
-
-def _apply(wrappers, func, *args):
-    """``func(*args)`` passed through each of ``wrappers`` in turn (on a worker)."""
-    out = func(*args)
-    for w in wrappers:
-        out = w(out)
-    return out
+    return _dask_compat.one_task_frame(dsk, meta, key, prefix, tokenize(key))
 
 
 # ---------------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ def _futures_by_key(collection) -> dict | None:
     future; None unless every block is a future. A persisted Dask DataFrame's keys are aliases
     of its futures' keys (dask-expr renames them); a persisted array's keys are the futures'."""
     try:
-        from dask._task_spec import Alias
+        from dask.task_spec import Alias
         from distributed import Future
     except ImportError:
         return None

@@ -25,8 +25,9 @@ from typing import Any, Callable, ContextManager, Iterator
 
 import dask
 from dask.core import flatten
-from distributed import Future, KilledWorker, futures_of, span, wait
+from distributed import KilledWorker, futures_of, span, wait
 
+from .. import _dask_compat
 from .. import memory as _memory
 from ..audit import Audit
 from ..errors import phase as named_phase
@@ -152,19 +153,16 @@ def _persisted(c) -> bool:
     A DataFrame (dask-expr) is one only as a ``FromGraph`` of futures, which is read off its
     expression: asking any other expression for its graph or keys lowers and optimizes it
     whole, which took 10-20 ms of a 100 000-row groupby's 100 ms run, twice per repeat."""
-    expr = getattr(c, "expr", None)
-    if expr is not None and hasattr(expr, "operand"):
-        if type(expr).__name__ != "FromGraph":
-            return False
-        layer = expr.operand("layer")
-        return all(isinstance(layer.get(k), Future) for k in flatten(expr.operand("keys")))
+    held = _dask_compat.frame_persisted(c)
+    if held is not None:
+        return held
     return {f.key for f in futures_of(c)} >= set(flatten(c.__dask_keys__()))
 
 
 def persist(client, obj):
     """Persist a collection, or every collection in a dict (other values pass through).
     Collections that a route already persisted are not submitted again; a frame of one task
-    over futures (the one-task routes, :meth:`gpuscale.routes.dataframe._TaskFrame.submitted`)
+    over futures (the one-task routes, :func:`gpuscale._dask_compat.submitted`)
     goes through ``client.submit``."""
     if not isinstance(obj, dict):
         return persist(client, {None: obj})[None]

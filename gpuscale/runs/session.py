@@ -109,10 +109,7 @@ def _planned_memory(cls, p, family, spec):
 
 def _limit_settable(spec, family) -> bool:
     return (
-        spec.kind == "local"
-        and family.memory == "host"
-        and bool(spec.memory_limit_bytes)
-        and bool(spec.workers)
+        spec.kind == "local" and not family.on_device and bool(spec.memory_limit_bytes) and bool(spec.workers)
     )
 
 
@@ -266,7 +263,7 @@ class Session:
                         self.resolved.sources.get(preflight.PROBE_SETTING, "default"),
                     )
                 elif self.spec.kind != "existing" and (
-                    self.family.cluster_kind == "cuda" or self.spec.kind in ("ssh", "slurm", "srun")
+                    self.family.on_device or self.spec.kind in ("ssh", "slurm", "srun")
                 ):
                     self.topology = _topology(self.client)
                 self.startup_s = time.perf_counter() - t0

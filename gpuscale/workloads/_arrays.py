@@ -190,7 +190,7 @@ class UniformMatrix:
 
     @staticmethod
     def shape(p) -> tuple[int, int]:
-        return (p.n, p.n) if hasattr(p, "n") else (p.rows, p.cols)
+        return (p.n, p.n) if "n" in type(p).model_fields else (p.rows, p.cols)
 
     def estimate_bytes(self, p, ctx: Context) -> int:
         rows, cols = self.shape(p)

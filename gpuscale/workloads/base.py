@@ -5,6 +5,7 @@ in (choices recorded with their sources), the :class:`Workload` hooks, and the
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from typing import Any, ClassVar
 
@@ -278,7 +279,7 @@ def _plain(annotation) -> list:
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
         return _plain(typing.get_args(annotation)[0])
-    if origin is typing.Union or type(annotation).__name__ == "UnionType":
+    if origin is typing.Union or isinstance(annotation, types.UnionType):
         return [m for a in typing.get_args(annotation) if a is not type(None) for m in _plain(a)]
     return [annotation]
 

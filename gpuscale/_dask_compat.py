@@ -1,0 +1,350 @@
+"""The one module of gpuscale that reaches into Dask's internals: names Dask does not export
+(modules or attributes beginning with ``_``, the expression classes under
+``dask.dataframe.dask_expr``). Everything else in gpuscale uses the public APIs of dask and
+distributed (``dask.task_spec``, ``dask.dataframe``, ``dask.utils``, ``distributed``);
+tests/test_dask_compat.py fails on a private import anywhere else.
+
+Checked against dask 2026.8.0 and distributed 2026.8.0 (``DASK_CHECKED``,
+``DISTRIBUTED_CHECKED``); the GPU machines run dask 2026.7.1, whose internals used here are
+the same. What each function reads, and what it does when a Dask moves it:
+
+* :func:`classes`, :func:`indexer_origin` (the host fallback, :mod:`gpuscale.backends.fallback`):
+  the groupby and ``.loc`` classes of ``dask.dataframe.dask_expr._groupby`` / ``._indexing`` and
+  ``FrameBase`` of ``._collection``. Moved: those classes are left out (their calls are not
+  caught; the public ``DataFrame`` / ``Series`` / ``Index`` still are).
+* :func:`graph_nodes` (``dask._task_spec.convert_legacy_graph``) and :func:`task_like` (the
+  ``_data_producer`` argument of ``Task``), for :func:`gpuscale.backends.convert.on_workers`.
+  Moved: nodes that are already ``dask.task_spec`` nodes pass and plain values become
+  ``DataNode`` (a graph of old-style tuple tasks then raises a ``TypeError`` naming Dask's
+  version); a ``Task`` without the argument is made without it (Dask's ordering loses the hint
+  that the task produces data).
+* :func:`one_task_frame`, :func:`finished_by`, :func:`submitted`, :func:`frame_persisted`: a Dask
+  DataFrame whose one partition is a task of its own layer, a subclass of dask-expr's
+  ``FromGraph`` (``dask.dataframe.dask_expr.io.io``, its ``_layer`` and the
+  ``_determ_token`` operand) made into a collection by ``new_collection``
+  (``dask.dataframe.dask_expr._collection``). Moved: :func:`one_task_frame` builds the frame
+  with the public ``dask.dataframe.from_graph`` (one alias task more before the result is in
+  memory), :func:`finished_by` and :func:`submitted` answer None (the runner synchronizes
+  the devices after the wait and persists the frame with ``client.persist``), and
+  :func:`frame_persisted` answers False (a persisted frame is persisted again, which
+  submits nothing new).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+
+DASK_CHECKED = "2026.8.0"
+DISTRIBUTED_CHECKED = "2026.8.0"
+
+# -- the host fallback's classes --------------------------------------------------------
+OPERATORS = (
+    "__getitem__",
+    "__add__",
+    "__radd__",
+    "__sub__",
+    "__rsub__",
+    "__mul__",
+    "__rmul__",
+    "__truediv__",
+    "__rtruediv__",
+    "__floordiv__",
+    "__rfloordiv__",
+    "__mod__",
+    "__rmod__",
+    "__pow__",
+    "__rpow__",
+    "__and__",
+    "__rand__",
+    "__or__",
+    "__ror__",
+    "__xor__",
+    "__rxor__",
+    "__lt__",
+    "__le__",
+    "__gt__",
+    "__ge__",
+    "__eq__",
+    "__ne__",
+    "__invert__",
+    "__neg__",
+    "__abs__",
+)
+"""The dunder methods of a collection that build a new one (``df[mask]``, ``a > b``)."""
+
+
+def classes() -> list[tuple[type, tuple[str, ...]]]:
+    """(class, dunder methods to wrap besides its public ones) of every collection-like class
+    whose methods the fallback wraps: the frames, then the groupby objects and ``.loc``."""
+    import dask.dataframe as dd
+
+    out: list[tuple[type, tuple[str, ...]]] = [
+        (dd.DataFrame, OPERATORS),
+        (dd.Series, OPERATORS),
+        (dd.Index, OPERATORS),
+    ]
+    with contextlib.suppress(ImportError, AttributeError):
+        from dask.dataframe.dask_expr._collection import FrameBase
+
+        out.insert(0, (FrameBase, OPERATORS))
+    with contextlib.suppress(ImportError, AttributeError):
+        from dask.dataframe.dask_expr._groupby import GroupBy, SeriesGroupBy
+
+        out += [(GroupBy, ("__getitem__", "__getattr__")), (SeriesGroupBy, ())]
+    with contextlib.suppress(ImportError, AttributeError):
+        from dask.dataframe.dask_expr._indexing import LocIndexer
+
+        out.append((LocIndexer, ("__getitem__",)))
+    return out
+
+
+def indexer_origin(obj) -> tuple[object, str] | None:
+    """(the collection, "loc") for a ``df.loc`` indexer, else None."""
+    try:
+        from dask.dataframe.dask_expr._indexing import LocIndexer
+    except ImportError:
+        return None
+    return (obj.obj, "loc") if isinstance(obj, LocIndexer) else None
+
+
+# -- task graphs ---------------------------------------------------------------------------
+def graph_nodes(dsk) -> dict:
+    """``dsk`` (a collection's graph) with every value a ``dask.task_spec`` node: old-style
+    ``(function, *arguments)`` tuples become ``Task`` objects, plain values ``DataNode``."""
+    try:
+        from dask._task_spec import convert_legacy_graph
+    except ImportError:
+        return _graph_nodes_public(dsk)
+    return convert_legacy_graph(dict(dsk))
+
+
+def _graph_nodes_public(dsk) -> dict:
+    import dask
+    from dask.task_spec import DataNode, GraphNode
+
+    out = {}
+    for k, v in dict(dsk).items():
+        if isinstance(v, GraphNode):
+            out[k] = v
+        elif dask.istask(v):
+            raise TypeError(
+                f"dask {dask.__version__} moved convert_legacy_graph (checked: {DASK_CHECKED}) "
+                f"and the graph holds an old-style task under {k!r}"
+            )
+        else:
+            out[k] = DataNode(k, v)
+    return out
+
+
+def task_like(key, func, inner, *args):
+    """``Task(key, func, inner, *args)`` that produces data where ``inner`` (a task it wraps)
+    does: Dask's ordering schedules such tasks as the graph's roots."""
+    from dask.task_spec import Task
+
+    try:
+        return Task(key, func, inner, *args, _data_producer=inner.data_producer)
+    except TypeError:
+        return Task(key, func, inner, *args)
+
+
+# -- one-task frames -----------------------------------------------------------------------
+def _new_collection():
+    try:
+        from dask.dataframe.dask_expr._collection import new_collection
+    except ImportError:
+        return None
+    return new_collection
+
+
+def _from_graph():
+    """dask-expr's ``FromGraph`` expression class, or None where Dask moved it."""
+    try:
+        from dask.dataframe.dask_expr.io.io import FromGraph
+    except ImportError:
+        return None
+    return FromGraph
+
+
+@functools.cache
+def _task_frame_type():
+    """The expression class behind :func:`one_task_frame` (``gpuscale._dask_compat.TaskFrame``,
+    made on first use so that importing this module does not import ``dask.dataframe``), or
+    None where Dask moved ``FromGraph`` or ``new_collection``."""
+    FromGraph = _from_graph()
+    if FromGraph is None or _new_collection() is None:
+        return None
+    import dask
+    from dask.base import tokenize
+    from dask.task_spec import Alias
+
+    class TaskFrame(FromGraph):
+        """``FromGraph`` whose output tasks move to the frame's own keys instead of being
+        aliased; a key that is not a task of the layer (a future) keeps the alias."""
+
+        def _layer(self):
+            dsk = dict(self.operand("layer"))
+            for new, old in zip(self.__dask_keys__(), self.operand("keys")):
+                dsk[new] = dsk.pop(old) if dask.istask(dsk.get(old)) else Alias(new, old)
+            return dsk
+
+        def _like(self, layer: dict, keys: list, token: str):
+            return type(self)(
+                layer,
+                self.operand("_meta"),
+                self.operand("divisions"),
+                keys,
+                self.operand("name_prefix"),
+                _determ_token=token,
+            )
+
+        def finished_by(self, fn):
+            """This expression with ``fn(partition)`` run at the end of each output task, inside
+            it; None where an output is not a task here (a future)."""
+            layer = dict(self.operand("layer"))
+            for k in self.operand("keys"):
+                if not dask.istask(layer.get(k)):
+                    return None
+                layer[k] = (fn, layer[k])
+            token = tokenize(self.deterministic_token, fn.__module__, fn.__qualname__)
+            return self._like(layer, self.operand("keys"), token)
+
+        def submitted(self, client):
+            """This frame persisted on ``client`` through ``client.submit`` of its one task, or
+            None where that does not apply (several outputs, inputs that are not all futures)."""
+            return _submit(self, client)
+
+    TaskFrame.__qualname__ = "TaskFrame"
+    return TaskFrame
+
+
+def _submit(expr, client):
+    from dask.base import tokenize
+    from distributed import Future
+
+    keys = expr.operand("keys")
+    layer = expr.operand("layer")
+    if len(keys) != 1:
+        return None
+    futures = {k: v for k, v in layer.items() if isinstance(v, Future)}
+    if set(layer) - set(futures) - set(keys):
+        return None
+    call = _call_of(layer[keys[0]], futures)
+    if call is None:
+        return None
+    (key,) = expr.__dask_keys__()
+    future = client.submit(_apply, *call, key=key)
+    return _new_collection()(expr._like({key: future}, [key], tokenize(key, "submitted")))
+
+
+def __getattr__(name: str):
+    # ``TaskFrame`` by name, for pickle: a frame's expression sent to the scheduler names it.
+    if name == "TaskFrame" and _task_frame_type() is not None:
+        return _task_frame_type()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _call_of(task, futures: dict):
+    """``(wrappers, function, *arguments)`` for :func:`_apply` from a task ``(function,
+    *arguments)`` inside any number of ``(wrapper, task)`` (:func:`finished_by`), with the
+    keys of ``futures`` in the arguments (alone or in lists) replaced by the futures; None for
+    any other shape of task."""
+    import dask
+
+    wrappers = []
+    while dask.istask(task) and len(task) == 2 and dask.istask(task[1]):
+        wrappers.append(task[0])
+        task = task[1]
+    if not dask.istask(task):
+        return None
+
+    def arg(a):
+        if isinstance(a, list):
+            return [arg(x) for x in a]
+        if dask.istask(a):
+            raise ValueError(a)
+        try:
+            return futures.get(a, a)
+        except TypeError:  # unhashable: a value, not a key
+            return a
+
+    try:
+        args = [arg(a) for a in task[1:]]
+    except ValueError:
+        return None
+    return (tuple(reversed(wrappers)), task[0], *args)
+
+
+def _apply(wrappers, func, *args):
+    """``func(*args)`` passed through each of ``wrappers`` in turn (on a worker)."""
+    out = func(*args)
+    for w in wrappers:
+        out = w(out)
+    return out
+
+
+def one_task_frame(dsk: dict, meta, key, prefix: str, token: str):
+    """A one-partition Dask DataFrame whose partition is the task ``dsk[key]`` itself, under the
+    frame's own key (``dask.dataframe.from_graph`` keeps the task under ``key`` and adds an
+    alias task to it), named by ``token`` (``from_graph`` tokenizes the whole layer and meta)."""
+    cls = _task_frame_type()
+    if cls is None:
+        import dask.dataframe as dd
+
+        return dd.from_graph(dsk, meta, (None, None), [key], prefix)
+    return _new_collection()(cls(dsk, meta, (None, None), [key], prefix, _determ_token=token))
+
+
+def _task_frame_expr(collection):
+    if "dask.dataframe" not in sys.modules:  # no frame exists without it
+        return None
+    cls = _task_frame_type()
+    import dask.dataframe as dd
+
+    if cls is None or not isinstance(collection, (dd.DataFrame, dd.Series)):
+        return None  # (a Delayed answers every attribute: only frames are asked for ``expr``)
+    return collection.expr if isinstance(collection.expr, cls) else None
+
+
+def finished_by(collection, fn):
+    """A frame of :func:`one_task_frame` with ``fn(partition)`` run at the end of each output
+    task, inside it (a device family's synchronize: no round trip after the wait); None for
+    any other collection, and where an output is not a task (a future)."""
+    expr = _task_frame_expr(collection)
+    done = expr.finished_by(fn) if expr is not None else None
+    return _new_collection()(done) if done is not None else None
+
+
+def submitted(collection, client):
+    """A frame of :func:`one_task_frame` over futures persisted through ``client.submit`` of
+    its one task (no expression for the scheduler to make a graph of); None for any other
+    collection, which ``client.persist`` then persists. ``persist`` of a collection optimizes
+    its expression, sends it to the scheduler to be made into a graph there, and tokenizes the
+    result's meta again: measured on an H200, a 10 M-row groupby's persist call took 2.3 ms
+    and its task started 4.3 ms after it, against 3 ms after a ``submit``
+    (``workflows/run_timeline.py``)."""
+    expr = _task_frame_expr(collection)
+    return expr.submitted(client) if expr is not None else None
+
+
+def frame_persisted(collection) -> bool | None:
+    """For a Dask DataFrame, Series, Index or Scalar: whether every output is already a future
+    (``client.persist``'s result, a ``FromGraph`` of futures), read off its expression without
+    building its graph (that lowers and optimizes an expression whole); None for every other
+    collection (an array, a Delayed)."""
+    if "dask.dataframe" not in sys.modules:  # no frame exists without it
+        return None
+    import dask.dataframe as dd
+
+    if not isinstance(collection, (dd.DataFrame, dd.Series, dd.Index, dd.Scalar)):
+        return None
+    FromGraph = _from_graph()
+    if FromGraph is None or not isinstance(collection.expr, FromGraph):
+        return False
+    from dask.core import flatten
+    from distributed import Future
+
+    expr = collection.expr
+    layer = expr.operand("layer")
+    return all(isinstance(layer.get(k), Future) for k in flatten(expr.operand("keys")))
