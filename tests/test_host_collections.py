@@ -128,12 +128,12 @@ def test_convert_on_the_workers_recorded_and_audited(device):
     with gpuscale.session(backend="auditdevice", **ONE) as s:
         assert hc.installed() and dd.from_pandas is not original
         early = dd.from_pandas(PDF, npartitions=4)
-        early_line = here()  # noqa: E702
+        early_line = here() - 1  # the statement above
         with s.audit() as a:
             ddf = dd.from_pandas(PDF, npartitions=4)
-            line = here()  # noqa: E702
+            line = here() - 1  # the statement above
             x = da.from_array(np.arange(200.0).reshape(20, 10), chunks=(5, 10))
-            xline = here()  # noqa: E702
+            xline = here() - 1  # the statement above
             never = dd.from_pandas(PDF, npartitions=2)  # made, never computed
             assert type(ddf._meta) is auditfam.TagFrame and type(x._meta) is auditfam.TagArray
             assert ddf.divisions == original(PDF, npartitions=4).divisions
@@ -227,9 +227,9 @@ def test_warn_names_the_call_site_once_and_leaves_the_collection(device):
             warnings.simplefilter("always")
             for _ in range(3):
                 ddf = dd.from_pandas(PDF, npartitions=2)
-                line = here()  # noqa: E702
+                line = here() - 1  # the statement above
             x = da.from_array(np.ones((4, 4)), chunks=2)
-            xline = here()  # noqa: E702
+            xline = here() - 1  # the statement above
         with s.audit() as a:
             wait(ddf.persist())
     got = host_collection_warnings(record)
@@ -294,7 +294,7 @@ def test_lossy_writer_each_mode(device, tmp_path):
         assert type(ddf._meta) is auditfam.TagFrame
         with s.audit(phase="write") as a:
             ddf.to_csv(str(tmp_path / "convert" / "*.csv"), index=False)
-            line = here()  # noqa: E702
+            line = here() - 1  # the statement above
         (conv,) = a.summary["conversions"]
         assert (conv["function"], conv["where"], conv["to_module"]) == (
             "dask.dataframe.to_csv",
@@ -310,7 +310,7 @@ def test_lossy_writer_each_mode(device, tmp_path):
         with hc.scope(device, "warn"), warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
             dd.to_csv(ddf, str(tmp_path / "warn" / "*.csv"), index=False)
-            wline = here()  # noqa: E702
+            wline = here() - 1  # the statement above
         (w,) = host_collection_warnings(record)
         assert (w.filename, w.lineno) == (HERE, wline)
         assert "dask.dataframe.to_csv of 2 auditfam.TagFrame partition(s) loses data" in str(w.message)
