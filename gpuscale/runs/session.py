@@ -440,10 +440,9 @@ class Session:
                     _repeat(run_cfg.repeat if repeat is None else repeat), run_cfg.auto_repeat
                 ),
                 memory_check=run_cfg.memory_check if memory_check is None else memory_check,
-                tracer=tracer,
-                audit=audit,
-                cancelled=cancelled,
-                progress=progress,
+                observers=runner.default_observers(
+                    tracer=tracer, audit=audit, cancelled=cancelled, progress=progress
+                ),
             )
             if outcome.audit is not None:
                 outcome.audit["strict"] = strict
