@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator
 from dask.utils import format_bytes
 
 from .. import errors
-from .observe import GENERATE, Observer, Step
+from .observe import GENERATE, Observer, Outcome, Run, Step
 
 EVERY_ENV = "GPUSCALE_PROGRESS_EVERY"
 DEFAULT_EVERY_S = 60.0
@@ -234,7 +234,7 @@ class Repeats(Observer):
         self.progress = progress or _silent
         self._open: contextlib.ExitStack | None = None
 
-    def start(self, run) -> None:
+    def start(self, run: Run) -> None:
         self.run = run
         planned(run.client, run.workload.name, run.memory, run.most, run.ctx.validate != "off")
 
@@ -245,10 +245,10 @@ class Repeats(Observer):
         elif step.repeat:
             self._advance()
 
-    def after_repeats(self, run, outcome) -> None:
+    def after_repeats(self, run: Run, outcome: Outcome) -> None:
         self._close()
 
-    def failed(self, run, exc: BaseException) -> None:
+    def failed(self, run: Run, exc: BaseException) -> None:
         self._close(exc)
 
     def _close(self, exc: BaseException | None = None) -> None:

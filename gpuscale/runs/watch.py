@@ -26,7 +26,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from .observe import COMPUTE, GENERATE, Observer, Step
+from .observe import COMPUTE, GENERATE, Observer, Outcome, Run, Step
 
 try:
     from distributed.diagnostics.plugin import SchedulerPlugin
@@ -248,7 +248,7 @@ class Disturbances(Observer):
     after each repeat, and the notes of a :class:`Watch` placed from before generate (the
     data's keys are the run's too) to the end of the repeats."""
 
-    def start(self, run) -> None:
+    def start(self, run: Run) -> None:
         self.client = run.client
         self.name = start(self.client)
         self.workers: frozenset[str] = frozenset()
@@ -268,11 +268,11 @@ class Disturbances(Observer):
                 if self.workers != before:
                     self.disturbed[step.index] = _changed(before, self.workers)
 
-    def after_repeats(self, run, outcome) -> None:
+    def after_repeats(self, run: Run, outcome: Outcome) -> None:
         notes = stop(self.client, self.name)
         self.name = None
         outcome.disturbed = merge(self.disturbed, by_repeat(notes, self.windows, self.running))
         outcome.info["disturbance_checks"] = checks(notes is not None)
 
-    def failed(self, run, exc: BaseException) -> None:
+    def failed(self, run: Run, exc: BaseException) -> None:
         stop(self.client, self.name, failed=True)  # off a shared scheduler, where it is still there
