@@ -321,9 +321,7 @@ def submitted(collection, client):
     its one task (no expression for the scheduler to make a graph of); None for any other
     collection, which ``client.persist`` then persists. ``persist`` of a collection optimizes
     its expression, sends it to the scheduler to be made into a graph there, and tokenizes the
-    result's meta again: measured on an H200, a 10 M-row groupby's persist call took 2.3 ms
-    and its task started 4.3 ms after it, against 3 ms after a ``submit``
-    (``workflows/run_timeline.py``)."""
+    result's meta again (see docs/benchmarks/fixed-cost.md)."""
     expr = _task_frame_expr(collection)
     return expr.submitted(client) if expr is not None else None
 

@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import gc
 import statistics
-import sys
 import time
 import warnings
 from typing import Any, Callable, ContextManager, Iterator, Sequence
@@ -138,18 +137,9 @@ def persist(client, obj):
 
 
 def _submitted(client, collection):
-    """A one-task route's frame persisted through ``client.submit`` (its expression's
-    ``submitted``), or None for any other collection. Only Dask DataFrames and Series are
-    asked: a Delayed answers every attribute with another Delayed (which, called, would stand
-    in for a result never computed)."""
-    if "dask.dataframe" not in sys.modules:  # no frame can exist without it
-        return None
-    import dask.dataframe as dd
-
-    if not isinstance(collection, (dd.DataFrame, dd.Series)):
-        return None
-    submit = getattr(type(collection.expr), "submitted", None)
-    return submit(collection.expr, client) if callable(submit) else None
+    """A one-task route's frame persisted through ``client.submit``, or None for any other
+    collection (:func:`gpuscale._dask_compat.submitted`)."""
+    return _dask_compat.submitted(collection, client)
 
 
 def _futures(obj) -> list:
