@@ -278,7 +278,7 @@ def test_ctrl_c_stops_the_runner_in_the_cluster(cluster, tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
-    assert p.returncode == 130 and "interrupted" in err
+    assert p.returncode == 130 and "interrupted" in err, err
     deadline = time.monotonic() + 20
     while _scheduler_clients(client) - before and time.monotonic() < deadline:
         time.sleep(0.1)
