@@ -80,10 +80,13 @@ def test_a_10pct_slowdown_is_slower_or_says_what_resolves_it(runs):
 
 def test_interleaved_runs_on_one_cluster_need_no_assumed_spread(runs):
     """A and B ran alternately on one cluster, so between_run=0 is fair: the 10 % slowdown is
-    "slower" (or, on a noisy pair, "inconclusive" naming the repeats that would resolve it) in
-    at least 9 of 10 pairs (on a quiet machine "slower" in 10); "faster" the other way round; the
-    same code neither
-    (on a quiet machine "same"; with other work on the cores, often "inconclusive")."""
+    "slower" in most pairs and, on a noisy pair, "inconclusive" naming the repeats that would
+    resolve it (on a quiet machine "slower" in 10 of 10); "faster" the other way round; the same
+    code neither (on a quiet machine "same"; with other work on the cores, often "inconclusive").
+    Two pairs in 10 may miss: a neighbour's work on a shared 2-core machine can slow one whole
+    run of about a second by the same 10 % (seen: an A run that read "same" as its B, with a
+    narrow interval), which between_run=0 declares cannot happen; the default's assumed spread
+    between runs is what guards against it."""
 
     def verdicts(pairs):
         cases = [compare.compare(a, b, between_run=0)["cases"][0] for a, b in pairs]
@@ -98,8 +101,8 @@ def test_interleaved_runs_on_one_cluster_need_no_assumed_spread(runs):
     faster = verdicts(zip(runs["B"], runs["A"]))
     same = verdicts(zip(runs["A"], runs["AA"]))
     for got, want in ((slower, "slower"), (faster, "faster")):
-        assert sum(v == want or v.endswith(" repeats") for v in got) >= PAIRS - 1, got
-        assert got.count(want) >= 1, got  # what resolves the others is more repeats, never "same code"
+        assert sum(v == want or v.endswith(" repeats") for v in got) >= PAIRS - 2, got
+        assert got.count(want) > PAIRS // 2, got  # what resolves the others is more repeats
     # between_run=0 claims no drift between runs; a burst of other work between two runs a second
     # apart still moves one now and then (the default's assumed spread is what guards against it)
     assert same.count("slower") <= 2 and same.count("faster") <= 2, same
