@@ -1,8 +1,9 @@
 """The one module of gpuscale that reaches into Dask's internals: names Dask does not export
 (modules or attributes beginning with ``_``, the expression classes under
-``dask.dataframe.dask_expr``). Everything else in gpuscale uses the public APIs of dask and
-distributed (``dask.task_spec``, ``dask.dataframe``, ``dask.utils``, ``distributed``);
-tests/test_dask_compat.py fails on a private import anywhere else.
+``dask.dataframe.dask_expr``, distributed's modules other than what ``distributed`` exports,
+``distributed.diagnostics.plugin`` and ``distributed.comm``). Everything else in gpuscale uses
+the public APIs of dask and distributed; tests/test_dask_compat.py fails on an internal import
+anywhere else.
 
 Checked against dask 2026.8.0 and distributed 2026.8.0 (``DASK_CHECKED``,
 ``DISTRIBUTED_CHECKED``); the GPU machines run dask 2026.7.1, whose internals used here are
@@ -28,6 +29,11 @@ the same. What each function reads, and what it does when a Dask moves it:
   the devices after the wait and persists the frame with ``client.persist``), and
   :func:`frame_persisted` answers False (a persisted frame is persisted again, which
   submits nothing new).
+* distributed's helpers (:func:`default_split`, :func:`memory_limit_bytes`,
+  :func:`fetch_from_worker`, :func:`required_packages`, :func:`local_versions`, :func:`clock`,
+  :func:`nvml_status`, :func:`gpu_memory_used`, :func:`closing_half_built`): each names the
+  function or attribute it reads. Moved: the import fails, and so does the feature that
+  needs it, naming distributed's module.
 """
 
 from __future__ import annotations
@@ -346,3 +352,95 @@ def frame_persisted(collection) -> bool | None:
     expr = collection.expr
     layer = expr.operand("layer")
     return all(isinstance(layer.get(k), Future) for k in flatten(expr.operand("keys")))
+
+
+# -- distributed's helpers that it does not export ----------------------------------------
+def default_split(cores: int) -> tuple[int, int]:
+    """(workers, threads per worker) distributed's ``LocalCluster`` makes of ``cores``
+    (``distributed.deploy.utils.nprocesses_nthreads``)."""
+    from distributed.deploy.utils import nprocesses_nthreads
+
+    return nprocesses_nthreads(cores)
+
+
+def memory_limit_bytes(setting, threads: int, cores: int, logger) -> int | None:
+    """Per-worker bytes of a ``memory_limit`` setting as a worker reads it
+    (``distributed.worker_memory.parse_memory_limit``); raises ``ValueError`` / ``TypeError``
+    on a setting it cannot read."""
+    from distributed.worker_memory import parse_memory_limit
+
+    return parse_memory_limit(setting, threads, cores, logger=logger)
+
+
+def fetch_from_worker(dask_worker, key, source: str):
+    """The coroutine a worker awaits to fetch ``key`` from the worker at ``source``, as it
+    fetches a task's input (``distributed.worker.get_data_from_worker`` over its own pool)."""
+    from distributed.worker import get_data_from_worker
+
+    return get_data_from_worker(dask_worker.rpc, [key], source, who=dask_worker.address)
+
+
+def required_packages() -> list[str]:
+    """The packages distributed requires to match between client and workers
+    (``distributed.versions.required_packages``, names only)."""
+    from distributed.versions import required_packages as names
+
+    return list(names)
+
+
+def local_versions() -> dict[str, str | None]:
+    """Package versions of this process as ``Client.get_versions`` reports a worker's
+    (``distributed.versions.get_versions``)."""
+    from distributed.versions import get_versions
+
+    return dict(get_versions()["packages"])
+
+
+def clock() -> float:
+    """Seconds on the clock distributed stamps task start and stop with
+    (``distributed.metrics.time``)."""
+    from distributed.metrics import time
+
+    return time()
+
+
+NVML_STATES = ("on", "disabled-by-config", "no-nvml-library", "wsl-driver")
+
+
+def nvml_status() -> tuple[int, str, str]:
+    """(devices, state, minimum WSL driver) as ``distributed.diagnostics.nvml`` sees them; state
+    is one of :data:`NVML_STATES`. Raises what NVML raises."""
+    from distributed.diagnostics import nvml
+
+    count = nvml.device_get_count()
+    states = {
+        nvml.NVMLState.DISABLED_CONFIG: "disabled-by-config",
+        nvml.NVMLState.DISABLED_LIBRARY_NOT_FOUND: "no-nvml-library",
+        nvml.NVMLState.DISABLED_WSL_INSUFFICIENT_DRIVER: "wsl-driver",
+    }
+    return int(count or 0), states.get(nvml.NVML_STATE, "on"), str(nvml.MINIMUM_WSL_VERSION)
+
+
+def gpu_memory_used() -> int:
+    """Bytes in use on this process's GPU (``distributed.diagnostics.nvml.real_time``)."""
+    from distributed.diagnostics import nvml
+
+    return int(nvml.real_time()["memory-used"])
+
+
+@contextlib.contextmanager
+def closing_half_built():
+    """When the block raises (Ctrl-C included), close every cluster it created and mark it
+    closed, so distributed's exit hook does not close it again with workers still in
+    ``Status.init`` (``SpecCluster._instances``, the set of live clusters)."""
+    from distributed import SpecCluster, Status
+
+    before = set(SpecCluster._instances)
+    try:
+        yield
+    except BaseException:
+        for half in set(SpecCluster._instances) - before:
+            with contextlib.suppress(BaseException):
+                half.close(timeout=10)
+            half.status = Status.closed
+        raise

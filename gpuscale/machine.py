@@ -16,6 +16,8 @@ import platform
 
 import psutil
 
+from . import _dask_compat
+
 # Optional stacks: import name -> distribution names to look for (first found wins).
 STACKS: dict[str, tuple[str, ...]] = {
     "cupy": ("cupy-cuda13x", "cupy-cuda12x", "cupy"),
@@ -51,11 +53,9 @@ def stacks() -> dict[str, dict]:
 
 @functools.lru_cache(maxsize=1)
 def _versions() -> tuple[tuple[str, str | None], ...]:
-    from distributed.versions import get_versions
-
     from ._version import __version__
 
-    v = dict(get_versions()["packages"])
+    v = _dask_compat.local_versions()
     for name in CORE:
         v.setdefault(name, _dist_version((name,)))
     for module, info in stacks().items():
@@ -252,10 +252,7 @@ def gpu_dashboard() -> dict:
             "(on a GPU machine: pip install nvidia-ml-py, part of gpuscale[gpu])",
         }
     try:
-        from distributed.diagnostics import nvml
-
-        count = nvml.device_get_count()
-        state = nvml.NVML_STATE
+        count, state, wsl_minimum = _dask_compat.nvml_status()
     except Exception as e:  # noqa: BLE001 - any NVML failure means no plots
         return {
             "available": False,
@@ -263,7 +260,7 @@ def gpu_dashboard() -> dict:
             "devices": None,
             "message": f"no GPU plots: NVML failed ({type(e).__name__}: {e})",
         }
-    if state == nvml.NVMLState.DISABLED_CONFIG:  # the config changed after NVML was first asked
+    if state == "disabled-by-config":  # the config changed after NVML was first asked
         return {
             "available": False,
             "state": "disabled-by-config",
@@ -271,7 +268,7 @@ def gpu_dashboard() -> dict:
             "message": "no GPU plots: dask config distributed.diagnostics.nvml was false when NVML was "
             "first used in this process; set it to true for GPU plots",
         }
-    if state == nvml.NVMLState.DISABLED_LIBRARY_NOT_FOUND:
+    if state == "no-nvml-library":
         return {
             "available": False,
             "state": "no-nvml-library",
@@ -279,13 +276,13 @@ def gpu_dashboard() -> dict:
             "message": "no GPU plots, no GPU: pynvml is installed but the NVIDIA driver's NVML library was "
             "not found (no NVIDIA driver here)",
         }
-    if state == nvml.NVMLState.DISABLED_WSL_INSUFFICIENT_DRIVER:
+    if state == "wsl-driver":
         return {
             "available": False,
             "state": "wsl-driver",
             "devices": None,
             "message": f"no GPU plots: the WSL NVIDIA driver is older than "
-            f"{nvml.MINIMUM_WSL_VERSION}; update the Windows driver",
+            f"{wsl_minimum}; update the Windows driver",
         }
     if not count:
         return {

@@ -9,6 +9,7 @@ imports of other packages, so they do not count).
 
 from __future__ import annotations
 
+import argparse
 import ast
 import io
 import pathlib
@@ -62,6 +63,12 @@ def figures(root: pathlib.Path) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).parents[1] / "gpuscale")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "package", nargs="?", type=pathlib.Path, default=pathlib.Path(__file__).parents[1] / "gpuscale"
+    )
+    root = ap.parse_args().package
+    if not (root / "__init__.py").is_file():
+        sys.exit(f"code_figures: {root} is not a Python package; give a folder holding __init__.py")
     for k, v in figures(root).items():
         print(f"{k:32} {v}")

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from .. import _dask_compat
 from ..errors import UserError, missing_module
 
 HOST_CHUNKS: Mapping[str, str] = {"array": "numpy", "dataframe": "pandas"}
@@ -322,9 +323,7 @@ class Family:
             )
         tpw = self.worker_threads(collection)
         if tpw is None:
-            from distributed.deploy.utils import nprocesses_nthreads
-
-            n, t = nprocesses_nthreads(cores)
+            n, t = _dask_compat.default_split(cores)
             return n, t, f"distributed's default split of {cores} cores", "layout.distributed"
         tpw = max(1, min(tpw, cores))
         return (

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 # system"): on a loaded machine it is only slow, and the warning would break the one-line output
 warnings.filterwarnings("ignore", message="Creating scratch directories is taking a surprisingly long time")
 
+from .. import _dask_compat  # noqa: E402 - after the warnings filter above
 from ..errors import UserError  # noqa: E402 - after the warnings filter above
 from ..plan.cluster import plan_cluster  # noqa: E402 - after the warnings filter above
 from . import messages, protocols  # noqa: E402, F401 - after the warnings filter above
@@ -355,13 +356,9 @@ def construct(spec: ClusterSpec, factory):
     half-built cluster is closed here and marked closed, so distributed's exit hook does not
     try again on workers still in ``Status.init`` (it prints an AssertionError traceback).
     An ordinary exception becomes the one-line :func:`start_error`."""
-    from distributed.core import Status
-    from distributed.deploy.spec import SpecCluster
-
     check_main_guard()
     from .detach import MODULE as detach
 
-    before = set(SpecCluster._instances)
     config = messages.construct_config(spec.message_interval)
     preload = list(
         config.get("distributed.worker.preload") or dask.config.get("distributed.worker.preload", None) or []
@@ -369,16 +366,10 @@ def construct(spec: ClusterSpec, factory):
     config["distributed.worker.preload"] = preload if detach in preload else [detach, *preload]
     try:
         # the workers' nannies keep this config (their processes inherit it), restarts included
-        with dask.config.set(config):
+        with _dask_compat.closing_half_built(), dask.config.set(config):
             return factory()
-    except BaseException as e:
-        for half in set(SpecCluster._instances) - before:
-            with contextlib.suppress(BaseException):
-                half.close(timeout=10)
-            half.status = Status.closed
-        if isinstance(e, Exception):
-            raise start_error(spec, e) from None
-        raise
+    except Exception as e:
+        raise start_error(spec, e) from None
 
 
 def planned_worker_memory(spec: ClusterSpec) -> list[int]:

@@ -6,7 +6,7 @@ import logging
 
 from dask.utils import format_bytes
 
-from .. import machine
+from .. import _dask_compat, machine
 from ..errors import UserError
 from ..plan.memory import memory_choice, rmm_choice, spill_choices
 from . import ClusterSpec, construct
@@ -73,11 +73,9 @@ def memory_bytes(limit, threads: int, cores: int) -> int | None:
     """Per-worker bytes of a memory-limit setting, as distributed reads it; refused (before
     anything starts) when it is not one of :data:`MEMORY_LIMIT_FORMS`, below
     :data:`MIN_WORKER_BYTES` or above this machine's memory."""
-    from distributed.worker_memory import parse_memory_limit
-
     setting = _memory_setting(limit)
     try:
-        value = parse_memory_limit(setting, threads, cores, logger=logger)
+        value = _dask_compat.memory_limit_bytes(setting, threads, cores, logger)
     except (ValueError, TypeError):
         raise UserError(f"invalid memory limit {limit!r}", MEMORY_LIMIT_FORMS) from None
     if value is None:

@@ -26,6 +26,7 @@ import time
 import uuid
 from typing import Any
 
+from .. import _dask_compat
 from ..choices import choice
 from ..errors import UserError
 
@@ -346,8 +347,6 @@ async def _probe_fetch(
     times or until ``budget_s`` is spent; seconds of each, bytes, or the error."""
     import asyncio
 
-    from distributed.worker import get_data_from_worker
-
     times: list[float] = []
     nbytes = None
     spent = 0.0
@@ -356,7 +355,7 @@ async def _probe_fetch(
         t0 = time.perf_counter()
         try:
             response = await asyncio.wait_for(
-                get_data_from_worker(dask_worker.rpc, [key], source, who=dask_worker.address), timeout_s
+                _dask_compat.fetch_from_worker(dask_worker, key, source), timeout_s
             )
         except asyncio.TimeoutError:
             return {"error": f"no answer within {timeout_s:g} s", "seconds": times}
@@ -519,8 +518,6 @@ def check(client, family, probe_setting: str = "auto", probe_source: str = "defa
     seen: per host its workers, GPUs, NVLink and RDMA ports, the packages compared, the
     bandwidth probe (decided by ``probe_setting``: auto / on / off, from ``probe_source``)
     and the seconds taken."""
-    from distributed.versions import required_packages
-
     t0 = time.perf_counter()
     from . import workers
 
@@ -536,7 +533,7 @@ def check(client, family, probe_setting: str = "auto", probe_source: str = "defa
                 f"make {_host(address)} reachable from the scheduler's host, or stop that worker",
             )
     mine = versions["client"]["packages"]
-    compared = ["python", *required_packages, *names]
+    compared = ["python", *_dask_compat.required_packages(), *names]
     for address in sorted(answered):
         theirs = (answered[address] or {}).get("packages") or {}
         wrong = [(p, theirs.get(p), mine.get(p)) for p in compared if theirs.get(p) != mine.get(p)]

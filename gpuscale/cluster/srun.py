@@ -187,7 +187,7 @@ class Srun(Kind):
         if (
             sec is not None
         ):  # SLURMRunner's own rpc to its scheduler has no credentials: its close would time out
-            from distributed.core import rpc
+            from distributed import rpc
 
             runner.scheduler_comm = rpc(
                 runner.scheduler_address, connection_args=sec.get_connection_args("client")

@@ -154,8 +154,7 @@ class Ssh(Kind):
         import importlib.util
 
         import dask.config
-        from distributed import Client
-        from distributed.deploy.ssh import SSHCluster
+        from distributed import Client, SSHCluster
 
         if importlib.util.find_spec("asyncssh") is None:
             raise missing_module(

@@ -27,8 +27,8 @@ import uuid
 from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
-from distributed.metrics import time
 
+from .. import _dask_compat
 from ..errors import TEMP_PATHS, UserError, signals_deferred
 
 P2P_SENT = ("background-comms", "process", "bytes")
@@ -119,9 +119,7 @@ class MemorySampler(WorkerPlugin):
         self.host_peak = max(self.host_peak, self.worker.monitor.get_process_memory())
         if self.gpu:
             try:
-                from distributed.diagnostics import nvml
-
-                self.gpu_peak = max(self.gpu_peak, int(nvml.real_time()["memory-used"]))
+                self.gpu_peak = max(self.gpu_peak, _dask_compat.gpu_memory_used())
             except Exception as e:  # noqa: BLE001 - keep sampling host memory
                 self.gpu, self.gpu_error = False, f"{type(e).__name__}: {e}"
 
@@ -157,7 +155,7 @@ def _p2p_sent(worker) -> int:
 
 def _scheduler_mark(dask_scheduler=None) -> dict[str, Any]:
     return {
-        "time": time(),
+        "time": _dask_compat.clock(),
         "index": dask_scheduler.get_task_stream_index(),
         "monitor_count": dask_scheduler.monitor.count,
     }
@@ -307,7 +305,7 @@ class Capture:
                 stack.enter_context(_nvtx_range(name))
             depth = self._depth
             self._depth += 1
-            start = time() + self._offset
+            start = _dask_compat.clock() + self._offset
             try:
                 yield
             finally:
@@ -316,7 +314,7 @@ class Capture:
                     {
                         "name": name,
                         "start": start,
-                        "stop": time() + self._offset,
+                        "stop": _dask_compat.clock() + self._offset,
                         "depth": depth,
                         "args": args,
                     }
@@ -332,7 +330,7 @@ class Capture:
             self.client.register_plugin(MemorySampler(self.sample_interval), name=self._plugin)
             self._p2p0 = self.client.run(_worker_mark)
             self._mark = self._sync_clock()
-            self.t0 = time() + self._offset
+            self.t0 = _dask_compat.clock() + self._offset
         except BaseException:
             self._discard()
             raise
@@ -344,7 +342,7 @@ class Capture:
         called); labels can still be set until exit, which writes the folder."""
         if self._collected is not None:
             return
-        self.t1 = time() + self._offset
+        self.t1 = _dask_compat.clock() + self._offset
         c = self.client
         sched = c.run_on_scheduler(_scheduler_collect, self._mark["index"], self.t0)
         workers = c.run(_worker_collect, self.t0, self._plugin)
@@ -385,9 +383,9 @@ class Capture:
         (same host: one clock). Returns the last scheduler mark."""
         best = None
         for _ in range(rounds):
-            before = time()
+            before = _dask_compat.clock()
             mark = self.client.run_on_scheduler(_scheduler_mark)
-            after = time()
+            after = _dask_compat.clock()
             if best is None or after - before < best[0]:
                 best = (after - before, mark["time"] - (before + after) / 2)
         rtt, offset = best
