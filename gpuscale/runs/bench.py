@@ -78,19 +78,16 @@ class Spec(BaseModel):
         return config.repeat_value(v)
 
 
-NOT_IN_CLUSTER = (
-    "backend",
-    "protocol",
-    "workers",
-    "repeat",
-    "warmup",
-    "memory_check",
-    "results_dir",
-    "strict_backend",
-    "in_cluster",
-)
-"""Keywords that ``cluster:`` may not hold (the spec has its own keys for them, or the sweep
-decides them)."""
+SWEEP_SETS = ("results_dir", "strict_backend", "in_cluster")
+"""Run keywords the sweep sets itself: its records go under ``--out``, a case's family is the
+one it names, and its runner stays in this process."""
+
+
+def cluster_keywords() -> list[str]:
+    """The keywords ``cluster:`` may hold: every setting's, but those the spec has a key of its
+    own for (``backends`` for ``backend``) and :data:`SWEEP_SETS`."""
+    own = {k for k in config.KEYWORDS if k in Spec.model_fields or f"{k}s" in Spec.model_fields}
+    return sorted(set(config.KEYWORDS) - own - set(SWEEP_SETS))
 
 
 def _where(loc) -> str:
@@ -165,12 +162,13 @@ def load_spec(path: str | os.PathLike) -> tuple[Spec, list[dict[str, Any]]]:
         spec = Spec.model_validate(raw)
     except ValidationError as e:
         raise _spec_error(str(p), e) from None
-    bad = sorted(set(spec.cluster) - (set(config.KEYWORDS) - set(NOT_IN_CLUSTER)))
+    allowed = cluster_keywords()
+    bad = sorted(set(spec.cluster) - set(allowed))
     if bad:
         raise UserError(
             f"{p}: unknown key {shown(bad[0], 80)} at cluster",
-            f"cluster settings: {', '.join(sorted(set(config.KEYWORDS) - set(NOT_IN_CLUSTER)))}"
-            f"; backends / protocols / workers / repeat / warmup are top-level keys",
+            f"cluster settings: {', '.join(allowed)}; backends / protocols / workers / repeat / "
+            "warmup / memory_check are top-level keys",
         )
     families = {}
     for backend, protocol, workers in itertools.product(spec.backends, spec.protocols, spec.workers):
