@@ -165,3 +165,20 @@ def test_time_split_names_the_workers_compute(cpu_session, tmp_path):
     assert (
         json.loads(pathlib.Path(r.path).read_text())["info"]["time_split"]["compute_s"] == split["compute_s"]
     )
+
+
+def test_the_summary_names_the_command_that_shows_its_record(record, cli, tmp_path, monkeypatch):
+    """The run summary's ``results show ID`` works as printed, from where the run was started:
+    with ``--results-dir`` when the record lies outside the default folder, without it inside."""
+    import shlex
+
+    from gpuscale.records import report
+
+    r, d = record
+    printed = report.show_command(r.short_id, r.path)
+    assert printed == f"gpuscale results show {r.short_id} --results-dir {shlex.quote(str(d))}"
+    p = cli(*shlex.split(printed)[1:])
+    assert p.returncode == 0 and r.short_id in p.stdout, p.stderr
+    monkeypatch.chdir(tmp_path)
+    inside = tmp_path / "gpuscale-results" / "x.json"
+    assert report.show_command(r.short_id, str(inside)) == f"gpuscale results show {r.short_id}"

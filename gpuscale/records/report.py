@@ -6,6 +6,7 @@ import contextlib
 import html
 import json
 import os
+import shlex
 import sys
 from typing import Any, Callable, Iterator
 
@@ -13,6 +14,7 @@ from dask.utils import format_bytes
 from rich import box
 from rich.markup import escape
 
+from .. import config
 from ..audit import verdict
 from .fit import FitTable as Table  # every table here fits the terminal without cutting a value
 
@@ -198,10 +200,20 @@ def result_table(r) -> Table:
     if r.path:
         t.add_row(
             "record",
-            f"{escape(r.path)}\n[bold]{r.short_id}[/bold] [dim](its id: gpuscale results show "
-            f"{r.short_id})[/dim]",
+            f"{escape(r.path)}\n[bold]{r.short_id}[/bold] [dim](its id: "
+            f"{escape(show_command(r.short_id, r.path))})[/dim]",
         )
     return t
+
+
+def show_command(short_id: str, path: str) -> str:
+    """``gpuscale results show ID``, with ``--results-dir`` where the record lies outside the
+    folder the command looks in by default."""
+    folder = os.path.dirname(os.path.abspath(path))
+    default = os.path.abspath(os.path.expanduser(config.resolve(None, {}).settings.results_dir))
+    if folder == default:
+        return f"gpuscale results show {short_id}"
+    return f"gpuscale results show {short_id} --results-dir {shlex.quote(folder)}"
 
 
 def result_html(r) -> str:
