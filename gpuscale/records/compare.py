@@ -101,7 +101,7 @@ def _u_cdf(n: int, m: int) -> np.ndarray:
 
         mean, sd = n * m / 2, math.sqrt(n * m * (n + m + 1) / 12)
         return stats.norm.cdf((np.arange(n * m + 1) + 0.5 - mean) / sd)
-    # p[i][j]: the distribution for i and j values; p(i, j, u) = i/(i+j) p(i-1, j, u-j) + j/(i+j) p(i, j-1, u)
+    # p(i, j, u) = i/(i+j) p(i-1, j, u-j) + j/(i+j) p(i, j-1, u), for i and j values
     row = [np.ones(1) for _ in range(m + 1)]  # i = 0: U = 0 whatever j
     for i in range(1, n + 1):
         new = [np.ones(1)]  # j = 0: U = 0
