@@ -323,20 +323,16 @@ def finished_by(collection, fn):
 
 
 def submitted(collection, client):
-    """A frame of :func:`one_task_frame` over futures persisted through ``client.submit`` of
-    its one task (no expression for the scheduler to make a graph of); None for any other
-    collection, which ``client.persist`` then persists. ``persist`` of a collection optimizes
-    its expression, sends it to the scheduler to be made into a graph there, and tokenizes the
-    result's meta again (see docs/benchmarks/fixed-cost.md)."""
+    """A frame of :func:`one_task_frame` persisted through ``client.submit`` of its one task,
+    skipping ``client.persist``'s costs (docs/benchmarks/fixed-cost.md); None for any other
+    collection."""
     expr = _task_frame_expr(collection)
     return expr.submitted(client) if expr is not None else None
 
 
 def frame_persisted(collection) -> bool | None:
-    """For a Dask DataFrame, Series, Index or Scalar: whether every output is already a future
-    (``client.persist``'s result, a ``FromGraph`` of futures), read off its expression without
-    building its graph (that lowers and optimizes an expression whole); None for every other
-    collection (an array, a Delayed)."""
+    """For a Dask DataFrame, Series, Index or Scalar: whether every output is already a future,
+    read off its expression without building its graph; None for every other collection."""
     if "dask.dataframe" not in sys.modules:  # no frame exists without it
         return None
     import dask.dataframe as dd
