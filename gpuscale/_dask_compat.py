@@ -5,35 +5,22 @@
 the public APIs of dask and distributed; tests/test_dask_compat.py fails on an internal import
 anywhere else.
 
-Checked against dask 2026.8.0 and distributed 2026.8.0 (``DASK_CHECKED``,
-``DISTRIBUTED_CHECKED``); the GPU machines run dask 2026.7.1, whose internals used here are
-the same. What each function reads, and what it does when a Dask moves it:
+Checked against dask and distributed ``DASK_CHECKED`` / ``DISTRIBUTED_CHECKED``. What each
+part reads, and what it does when Dask moves it:
 
-* :func:`classes`, :func:`indexer_origin` (the host fallback, :mod:`gpuscale.backends.fallback`):
-  the groupby and ``.loc`` classes of ``dask.dataframe.dask_expr._groupby`` / ``._indexing`` and
-  ``FrameBase`` of ``._collection``. Moved: those classes are left out (their calls are not
-  caught; the public ``DataFrame`` / ``Series`` / ``Index`` still are).
-* :func:`graph_nodes` (``dask._task_spec.convert_legacy_graph``) and :func:`task_like` (the
-  ``_data_producer`` argument of ``Task``), for :func:`gpuscale.backends.convert.on_workers`.
-  Moved: nodes that are already ``dask.task_spec`` nodes pass and plain values become
-  ``DataNode`` (a graph of old-style tuple tasks then raises a ``TypeError`` naming Dask's
-  version); a ``Task`` without the argument is made without it (Dask's ordering loses the hint
-  that the task produces data).
-* :func:`one_task_frame`, :func:`finished_by`, :func:`submitted`, :func:`frame_persisted`: a Dask
-  DataFrame whose one partition is a task of its own layer, a subclass of dask-expr's
-  ``FromGraph`` (``dask.dataframe.dask_expr.io.io``, its ``_layer`` and the
-  ``_determ_token`` operand) made into a collection by ``new_collection``
-  (``dask.dataframe.dask_expr._collection``). Moved: :func:`one_task_frame` builds the frame
-  with the public ``dask.dataframe.from_graph`` (one alias task more before the result is in
-  memory), :func:`finished_by` and :func:`submitted` answer None (the runner synchronizes
-  the devices after the wait and persists the frame with ``client.persist``), and
-  :func:`frame_persisted` answers False (a persisted frame is persisted again, which
-  submits nothing new).
-* distributed's helpers (:func:`default_split`, :func:`memory_limit_bytes`,
-  :func:`fetch_from_worker`, :func:`required_packages`, :func:`local_versions`, :func:`clock`,
-  :func:`nvml_status`, :func:`gpu_memory_used`, :func:`closing_half_built`): each names the
-  function or attribute it reads. Moved: the import fails, and so does the feature that
-  needs it, naming distributed's module.
+* :func:`classes`, :func:`indexer_origin`: dask-expr's groupby, ``.loc`` and ``FrameBase``
+  classes. Moved: left out (the public ``DataFrame`` / ``Series`` / ``Index`` are still
+  wrapped).
+* :func:`graph_nodes` (``convert_legacy_graph``) and :func:`task_like` (``Task``'s
+  ``_data_producer``). Moved: ``dask.task_spec`` nodes pass, plain values become ``DataNode``,
+  old-style tuple tasks raise a ``TypeError`` naming Dask's version; a ``Task`` is made
+  without the hint.
+* :func:`one_task_frame`, :func:`finished_by`, :func:`submitted`, :func:`frame_persisted`: a
+  subclass of dask-expr's ``FromGraph`` made a collection by ``new_collection``. Moved: the
+  public ``dask.dataframe.from_graph`` (one alias task more), None from :func:`finished_by` and
+  :func:`submitted`, False from :func:`frame_persisted`.
+* distributed's helpers (:func:`default_split` ... :func:`closing_half_built`): each names what
+  it reads. Moved: the import fails, naming distributed's module.
 """
 
 from __future__ import annotations
@@ -323,20 +310,16 @@ def finished_by(collection, fn):
 
 
 def submitted(collection, client):
-    """A frame of :func:`one_task_frame` over futures persisted through ``client.submit`` of
-    its one task (no expression for the scheduler to make a graph of); None for any other
-    collection, which ``client.persist`` then persists. ``persist`` of a collection optimizes
-    its expression, sends it to the scheduler to be made into a graph there, and tokenizes the
-    result's meta again (see docs/benchmarks/fixed-cost.md)."""
+    """A frame of :func:`one_task_frame` persisted through ``client.submit`` of its one task,
+    skipping ``client.persist``'s costs (docs/benchmarks/fixed-cost.md); None for any other
+    collection."""
     expr = _task_frame_expr(collection)
     return expr.submitted(client) if expr is not None else None
 
 
 def frame_persisted(collection) -> bool | None:
-    """For a Dask DataFrame, Series, Index or Scalar: whether every output is already a future
-    (``client.persist``'s result, a ``FromGraph`` of futures), read off its expression without
-    building its graph (that lowers and optimizes an expression whole); None for every other
-    collection (an array, a Delayed)."""
+    """For a Dask DataFrame, Series, Index or Scalar: whether every output is already a future,
+    read off its expression without building its graph; None for every other collection."""
     if "dask.dataframe" not in sys.modules:  # no frame exists without it
         return None
     import dask.dataframe as dd

@@ -6,10 +6,7 @@
 ...     r = s.run("svd", rows=100_000, cols=50)
 ...     print(r.median_s, r.valid, s.dashboard_link)
 
-Keywords are the same names as the CLI flags (``config.KEYWORDS`` maps both onto settings);
-the CLI only parses flags and calls these functions. This module only gathers them: sessions
-live in :mod:`gpuscale.runs.session`, one-shot runs in :mod:`gpuscale.runs.oneshot`, the
-plan in :mod:`gpuscale.runs.preview`.
+Keywords are the same names as the CLI flags (``config.KEYWORDS`` maps both onto settings).
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """One explained choice: ``{"value", "source", "rule"}``, the shape every layer records its
-decisions in (the cluster layer as :class:`gpuscale.plan.Decision` records on its
-:class:`~gpuscale.cluster.ClusterSpec`, workloads with ``Context.choose``) and
-:mod:`gpuscale.records.explained` lays out.
-
-Sources: ``default`` / ``user-yaml`` / ``profile`` / ``env`` / ``dask.config`` / ``flag`` /
-``keyword`` (the settings layer the value came from), ``family`` (the backend family's
-default), ``rule`` (chosen by a rule: ``rule`` says which, with its numbers), ``cluster``
-(whatever a running cluster has).
+decisions in. Sources: a settings layer (``default`` / ``user-yaml`` / ``profile`` / ``env`` /
+``dask.config`` / ``flag`` / ``keyword``), ``family``, ``rule`` or ``cluster``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Configuration: the settings' one declaration, and their layers merged and validated.
 
-Every setting is declared once, as a field of :class:`Settings` (or of one of its sections):
-its name, type, default and description (the field's docstring), and, in a :class:`Knob` in
-its annotation, its keyword and its CLI flag (:class:`Flag`). Everything else is written from
-that: the package defaults (:data:`DEFAULTS`, merged into ``dask.config`` under ``gpuscale`` on
-import, so ``dask.config.get("gpuscale.protocol")`` and ``DASK_GPUSCALE__PROTOCOL=ucx`` work as
-for any Dask setting; ``gpuscale/gpuscale.yaml`` is their commented copy, rewritten by
-:data:`REWRITE_DEFAULTS`), the keyword map (:data:`KEYWORDS`), the shared CLI flags and their
-groups (``cli.setting_options``), the names a workload parameter may not take
-(``workloads.decorator.reserved``) and the settings reference (``docs/_ext/gpuscale_docs.py``).
+Every setting is declared once, as a field of :class:`Settings` (or of one of its sections),
+with its keyword and CLI flag in a :class:`Knob` in its annotation. Everything else is written
+from that: the defaults (:data:`DEFAULTS`, merged into ``dask.config`` under ``gpuscale`` on
+import; ``gpuscale/gpuscale.yaml`` is their commented copy), the keyword map
+(:data:`KEYWORDS`), the CLI flags and the settings reference.
 
 :func:`resolve` builds the settings for one run, with this precedence (highest first)::
 

@@ -1,6 +1,5 @@
-"""Tuned Dask DataFrame routes, importable as ``gpuscale.dataframe``: ``groupby_agg``,
-``merge`` and ``sort`` on any Dask DataFrame (pandas or cuDF partitions), with the plan each
-chose (``gpuscale/routes/dataframe.py`` holds them and explains the plans)."""
+"""Tuned Dask DataFrame routes: ``groupby_agg``, ``merge`` and ``sort`` on any Dask DataFrame
+(pandas or cuDF partitions), with the plan each chose."""
 
 from __future__ import annotations
 

@@ -171,10 +171,9 @@ def interrupt_exit_code(exc: BaseException) -> int:
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
     """For the block, in the main thread: SIGTERM raises :class:`Terminated`, SIGHUP
-    :class:`HungUp` (unless ignored, as under ``nohup``), Ctrl-C KeyboardInterrupt, each after
-    :func:`quiet_exit_logs`; an interrupted block that does not end escalates
-    (:func:`_escalate_later`). The previous handlers come back after it. In another thread: a
-    no-op."""
+    :class:`HungUp` (unless ignored), Ctrl-C KeyboardInterrupt, each after
+    :func:`quiet_exit_logs`; a block that does not end escalates (:func:`_escalate_later`). The
+    previous handlers come back after it. In another thread: a no-op."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -307,9 +306,8 @@ def _tracker_pid() -> int | None:
 
 
 def release_semaphores() -> None:
-    """Before a hard exit (``os._exit`` runs no finalizer): unlink the named semaphores this
-    process made (the nannies' queues) and tell the resource tracker, as their finalizers would
-    at a normal exit, so none stay in /dev/shm and the tracker warns of no leak."""
+    """Before a hard exit: unlink the named semaphores this process made and tell the resource
+    tracker, as their finalizers would at a normal exit."""
     util = sys.modules.get("multiprocessing.util")
     synchronize = sys.modules.get("multiprocessing.synchronize")
     if util is None or synchronize is None:
@@ -365,9 +363,7 @@ def quiet_exit_logs() -> None:
 
 
 class _DropCancelledTraceback:
-    """A logging filter that drops records of a CancelledError: distributed's ``log_errors``
-    logs one with a traceback when a coroutine is cancelled, which in gpuscale's processes is a
-    cluster closed on purpose."""
+    """A logging filter that drops records of a CancelledError (a cluster closed on purpose)."""
 
     def filter(self, record) -> bool:
         import asyncio

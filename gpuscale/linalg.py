@@ -1,6 +1,5 @@
-"""Tuned Dask array routes, importable as ``gpuscale.linalg``: ``svd(x)`` on any 2-D Dask array
-(NumPy or CuPy chunks) and the Gram matrix it starts from (``gpuscale/routes/linalg.py``
-holds them and explains the routes)."""
+"""Tuned Dask array routes: ``svd(x)`` on any 2-D Dask array (NumPy or CuPy chunks) and the
+Gram matrix it starts from."""
 
 from __future__ import annotations
 

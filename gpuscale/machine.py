@@ -1,9 +1,6 @@
 """What this machine is: CPU, memory, GPUs and their NVLink topology, InfiniBand ports,
-library versions.
-
-GPU facts come from NVML (``pynvml``, as distributed's own ``diagnostics.nvml`` uses), so
-nothing here creates a CUDA context or imports CuPy. Versions come from
-``distributed.versions.get_versions`` plus package metadata for the optional stacks.
+library versions. GPU facts come from NVML: nothing here creates a CUDA context or imports
+CuPy.
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ import psutil
 
 from . import _dask_compat
 
-# Optional stacks: import name -> distribution names to look for (first found wins).
+# optional stacks: import name -> distribution names to look for (first found wins)
 STACKS: dict[str, tuple[str, ...]] = {
     "cupy": ("cupy-cuda13x", "cupy-cuda12x", "cupy"),
     "cudf": ("cudf-cu13", "cudf-cu12", "cudf"),
@@ -225,13 +222,9 @@ def hardware() -> dict:
 
 
 def gpu_dashboard() -> dict:
-    """Whether GPU workers here can feed the dashboard's GPU plots.
-
-    Dask draws them (the GPU pages, ``/individual-gpu-memory`` and
-    ``/individual-gpu-utilization``, and GPU columns of the worker tables) from
-    ``distributed.diagnostics.nvml``, which needs ``pynvml``, the NVML library of the driver,
-    at least one device, and the dask config ``distributed.diagnostics.nvml`` left on.
-    Returns ``{"available", "state", "devices", "message"}``; the message names the fix.
+    """Whether GPU workers here can feed the dashboard's GPU plots (``pynvml``, the driver's
+    NVML, a device and ``distributed.diagnostics.nvml`` on): ``{"available", "state",
+    "devices", "message"}``, the message naming the fix.
     """
     import dask.config
 

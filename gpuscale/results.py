@@ -1,5 +1,4 @@
-"""Run records, importable as ``gpuscale.results``: the ``Result`` model and the functions that
-find, load and write records (``gpuscale/records/results.py`` holds them)."""
+"""Run records: the ``Result`` model and the functions that find, load and write them."""
 
 from __future__ import annotations
 

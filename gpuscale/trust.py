@@ -1,19 +1,8 @@
-"""Files gpuscale reads that another user may have written: who can change them, and reading
-them with bounds.
-
-* :func:`who_else_can_change` is the one rule for "can another user change this file": it is
-  owned by a uid other than this user's or root's, it is writable by its group or others, or
-  its folder is writable by group or others without the sticky bit (anyone who may write the
-  folder may replace the file). :func:`read_trusted` reads such a file only when the user
-  said they trust it (``cluster.trust-files``, ``--trust-cluster-files``): the scheduler file
-  and credentials of a running cluster, whose owner can run code in this process.
-  :func:`warn_if_others_can_change` only warns: profiles and bench specs.
-* :func:`read_bounded` refuses a file over :data:`MAX_INPUT_BYTES` before reading it, and
-  :func:`load_yaml` a YAML document that holds more than :data:`MAX_YAML_VALUES` values once
-  its aliases (``*name``) are expanded (the "billion laughs": a few hundred bytes of
-  aliases that expand to billions of values), or that refers to itself. Both are
-  :class:`~gpuscale.errors.UserError` in one line; YAML syntax errors stay
-  :class:`yaml.YAMLError` for the caller to word.
+"""Files gpuscale reads that another user may have written: who can change them
+(:func:`who_else_can_change`, the one rule), reading them only when trusted
+(:func:`read_trusted`) or with a warning (:func:`warn_if_others_can_change`), and reading
+them with bounds (:func:`read_bounded`, :func:`load_yaml`: one-line UserErrors; YAML syntax
+errors stay :class:`yaml.YAMLError`).
 """
 
 from __future__ import annotations
@@ -35,8 +24,9 @@ TRUST_SETTING = "cluster.trust-files"
 
 
 def who_else_can_change(path: str | os.PathLike, st: os.stat_result | None = None) -> str | None:
-    """Why a user other than this one (or root) can change ``path`` (``st``: its stat, if
-    already taken from an open file), or None when nobody else can."""
+    """Why a user other than this one (or root) can change ``path``: another owner, group or
+    others may write it, or :func:`folder_problem`; None when nobody else can. ``st``: its stat,
+    if taken already."""
     p = pathlib.Path(path)
     st = st if st is not None else os.stat(p)
     me = os.geteuid()
@@ -75,10 +65,9 @@ def _user(uid: int) -> str:
 
 
 def read_trusted(path: str | os.PathLike, what: str, trusted: bool) -> bytes:
-    """The content of ``path`` (``what`` names it: "scheduler file", "credentials file"),
-    read from one open file whose owner and mode were checked, so nobody can swap it between
-    the check and the read. Unless ``trusted``, a file another user can change is a
-    UserError naming the flag; ``FileNotFoundError`` / ``PermissionError`` propagate."""
+    """The content of ``path`` (``what`` names it), checked and read through one open file.
+    Unless ``trusted``, a file another user can change is a UserError naming the flag;
+    ``FileNotFoundError`` / ``PermissionError`` propagate."""
     with open(path, "rb") as f:
         why = None if trusted else who_else_can_change(path, os.fstat(f.fileno()))
         if why:
@@ -92,9 +81,8 @@ def read_trusted(path: str | os.PathLike, what: str, trusted: bool) -> bytes:
 
 
 def warn_if_others_can_change(path: str | os.PathLike, what: str, *, folder: bool = False) -> None:
-    """One warning line on stderr when another user can change ``path`` (a profile, a bench
-    spec: what it says is what this process will do), or (``folder``) replace the files in
-    ``path``'s folder (where ``cluster up`` writes a scheduler file its clients would refuse)."""
+    """One warning line on stderr when another user can change ``path``, or (``folder``)
+    replace the files in its folder. Never raises."""
     try:
         why = folder_problem(pathlib.Path(path).absolute().parent) if folder else who_else_can_change(path)
     except OSError:
@@ -127,7 +115,8 @@ def read_bounded(path: str | os.PathLike, what: str, limit: int = MAX_INPUT_BYTE
 
 def load_yaml(text: str, what: str, limit: int = MAX_YAML_VALUES) -> Any:
     """``yaml.safe_load(text)``, refusing (UserError) a document over ``limit`` values with
-    its aliases expanded, one that refers to itself, or one nested too deeply to read."""
+    its aliases expanded ("billion laughs"), one that refers to itself, or one nested too
+    deeply to read."""
     import yaml
 
     class Loader(yaml.SafeLoader):

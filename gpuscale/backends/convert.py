@@ -1,29 +1,16 @@
 """Data between families: the one place that puts data on a family's chunk libraries.
 
-* :func:`convert_array` / :func:`convert_frame`: one block (one partition) as a chunk
-  library's type; they run on workers (readers of the user's files, :func:`from_memory`'s
-  tasks). :func:`empty_array` is the empty block of a family: a Dask array's ``meta``.
-* :func:`from_memory`: in-memory data on a family, as a Dask collection
-  (``Session.to_backend(numpy_array)``).
+* :func:`convert_array` / :func:`convert_frame`: one block as a chunk library's type (on
+  workers);
+* :func:`from_memory`: in-memory data as a Dask collection whose every task builds its block
+  on the family, so no task outputs a chunk of another family;
+* :func:`to_backend`: an existing Dask collection on a family (Dask's own ``to_backend``);
+* :func:`on_workers`: a collection built from host objects, converted inside the tasks that
+  make its blocks, each block counted for the backend audit.
 
-  - A NumPy (or CuPy) array becomes a Dask array of the family's array type. Every task
-    converts its own block (the block's data travels inside the task), so no task outputs a
-    chunk of the other family: the backend audit (:mod:`gpuscale.audit`) sees only
-    ``to_backend`` tasks of the right type. This is the fix for ``da.from_array(numpy_array)``
-    under the GPU family, whose tasks hold NumPy chunks.
-  - A pandas (or cuDF) frame or series becomes a Dask DataFrame / Series the same way (the
-    fix for ``dd.from_pandas(df)``).
-
-* :func:`to_backend`: a Dask collection that exists already, on a family (Dask's own
-  ``to_backend``); the tasks that made it still produce what they produce.
-* :func:`on_workers`: a collection Dask built from host objects inside a session, put on the
-  family block by block (:mod:`.host_collections`): one more blockwise step after the tasks that
-  made it, which Dask fuses with them, so no task outputs the host chunk. Each converted block
-  is counted on its worker for the backend audit (``conversions``: partitions and bytes).
-
-Conversions go through the host (:func:`to_host`) and then the family's module
-(``<array_module>.asarray``, ``<dataframe_module>.from_pandas``), so a family registered by a
-plugin needs nothing more. Nothing here imports a GPU library at module level.
+Conversions go through the host (:func:`to_host`) and then ``<array_module>.asarray`` /
+``<dataframe_module>.from_pandas``, so a plugin family needs nothing more. Nothing here imports
+a GPU library at module level.
 """
 
 from __future__ import annotations
@@ -53,8 +40,7 @@ def _to_host_identity(x):
 
 
 finished_by_type = Dispatch("finished")
-""":func:`gpuscale.backends.finished` by the chunk's type: the families register their chunk types (no backend
-names here); anything else is returned as it is."""
+""":func:`gpuscale.backends.finished` by the chunk's type; anything else is returned as it is."""
 
 
 @finished_by_type.register(object)
@@ -64,8 +50,7 @@ def _finished_identity(x):
 
 def convert_array(block, module: str):
     """A block as ``module``'s array type (runs on workers): itself when it has it, else
-    ``<module>.asarray`` of its host copy (a host block read from a file goes straight to the
-    device on the GPU family)."""
+    ``<module>.asarray`` of its host copy."""
     if type(block).__module__.partition(".")[0] == module:
         return block
     return importlib.import_module(module).asarray(to_host(block))
@@ -82,8 +67,7 @@ def convert_frame(part, module: str):
 
 
 def empty_array(family: Family, ndim: int, dtype):
-    """An empty ``ndim``-D block of ``dtype`` on ``family``'s array library: the ``meta`` of a
-    Dask array whose chunks the family's tasks build."""
+    """An empty ``ndim``-D block of ``dtype`` on ``family``'s array library (a ``meta``)."""
     import numpy as np
 
     return convert_array(np.empty((0,) * ndim, dtype=dtype), family.array_module)
@@ -99,11 +83,10 @@ def _is_frame(obj) -> bool:
 
 
 def from_memory(obj: Any, family: Family, *, chunks=None, npartitions: int | None = None):
-    """``obj`` (an in-memory array, frame or series) on ``family``'s libraries, as a Dask
-    collection whose every task builds its block there (see the module docstring).
-
-    ``chunks`` (arrays; default: row blocks of the family's ``chunk_bytes``) and
-    ``npartitions`` (frames; default: from the family's ``partition_bytes``)."""
+    """``obj`` (an in-memory array, frame or series) as a Dask collection whose every task
+    builds its block on ``family``'s libraries. ``chunks`` (arrays; default: row blocks of the
+    family's ``chunk_bytes``), ``npartitions`` (frames; default: from ``partition_bytes``).
+    Raises TypeError for a Dask collection or anything not an array or frame."""
     if dask.is_dask_collection(obj):
         raise TypeError(
             "from_memory takes in-memory data; convert Dask collections with "
@@ -166,8 +149,7 @@ def collection_kind(obj) -> str | None:
 
 def to_backend(obj, family: Family):
     """``obj`` (a Dask array, DataFrame or Series) with ``family``'s chunk type: itself when it
-    has it already, else Dask's ``to_backend`` (``map_blocks`` / ``map_partitions`` of the chunk
-    library's converter: CuPy / cuDF from NumPy / pandas and back)."""
+    has it already, else Dask's ``to_backend``."""
     import dask.dataframe as dd
 
     collection = collection_kind(obj)
@@ -179,7 +161,7 @@ def to_backend(obj, family: Family):
         else (family.dataframe_backend, family.dataframe_module)
     )
     if type(obj._meta).__module__.partition(".")[0] == module.partition(".")[0]:
-        return obj  # on the family already
+        return obj
     family.check(family.names[0], collection)
     out = obj.to_backend(target)
     if collection == "dataframe" and family.dataframe_module == "pandas" and _default_str() is not None:
@@ -213,22 +195,12 @@ def _na_strings(meta) -> list:
 # A session's conversion of collections built from host objects (host_collections)
 # ---------------------------------------------------------------------------------------
 def on_workers(obj, family: Family, conversion: str):
-    """``obj`` (a Dask array, DataFrame or Series whose chunks are NumPy / pandas, as a creation
-    function returned it) with ``family``'s chunk type, converted on the workers block by block,
-    inside the tasks that make the blocks: no task outputs the host chunk.
-
-    Appending a ``map_blocks`` / ``map_partitions`` step is not enough: ``distributed`` computes
-    DataFrame expressions without blockwise fusion, and Dask never fuses ``from_pandas`` /
-    ``from_array`` / ``from_delayed`` data, so the host partitions would be task outputs of
-    their own. Instead the collection's (small: one or a few tasks per block) creation graph is
-    rewritten: each output block's task, together with the tasks only it depends on (the
-    ``timeseries`` task under its string conversion, the delayed call under ``from_delayed``),
-    is fused into one task (Dask's ``Task.fuse``) whose result :func:`convert_array` /
-    :func:`convert_frame` convert before it returns, counting the block under ``conversion``
-    (an id) for the workers' backend audits (:func:`_noted`). Tasks several blocks share (a Zarr
-    array's handle) stay as they are. Divisions, chunks and dtypes stay; the keys are new
-    (``to_backend-...``). Lazy: nothing runs until it is computed; the graph is small and holds
-    what the creation graph held (``from_pandas`` partitions: the data itself)."""
+    """``obj`` (a Dask collection with NumPy / pandas chunks, as a creation function returned
+    it) with ``family``'s chunk type, converted inside the tasks that make its blocks: no task
+    outputs the host chunk. Each output task is fused with the tasks only it depends on
+    (``Task.fuse``; a blockwise step after them would not be fused under ``distributed``), and
+    each converted block is counted under ``conversion`` (an id) for the backend audit. Tasks
+    several blocks share stay; divisions, chunks and dtypes stay; the keys are new. Lazy."""
     from dask.core import flatten
     from dask.task_spec import Task
 
@@ -268,9 +240,7 @@ def on_workers(obj, family: Family, conversion: str):
 
 
 class _Graph(dict):
-    """A graph whose Dask token is given (the converted collection's: its source's name, the
-    target module and the conversion), so naming the new collection does not hash the data
-    embedded in it again (``from_pandas`` partitions)."""
+    """A graph whose Dask token is given, so naming it does not hash the data embedded in it."""
 
     def __init__(self, dsk, token: str):
         super().__init__(dsk)
@@ -311,13 +281,10 @@ def _owned(graph: dict, keys: list) -> dict:
 
 
 def host_copy(frame, family: Family, conversion: str):
-    """``frame`` (a Dask DataFrame or Series of ``family``'s chunk library) with host chunks
-    (:func:`to_host`), copied on the workers, partition by partition, for a writer whose
-    chunk-library version loses data (:attr:`~.family.Family.lossy_writers`). Each copied
-    partition is counted under ``conversion`` with its task's key, so the backend audit lists
-    these host outputs as allowed, with the conversion's reason, not as foreign chunks. The
-    family travels with each task: unpickling it imports the module that registers its chunk
-    types with :func:`to_host` (a worker may not have imported it otherwise)."""
+    """``frame`` (a Dask DataFrame or Series of ``family``'s chunk library) with host chunks,
+    copied on the workers partition by partition, each counted under ``conversion`` with its
+    task's key (the backend audit allows these host outputs). The family travels with each
+    task: unpickling it registers its chunk types with :func:`to_host`."""
     return frame.map_partitions(
         _host_part_noted, family, conversion, meta=to_host(frame._meta), token="to_host"
     )
@@ -346,19 +313,16 @@ def _convert_part_noted(part, module: str, conversion: str):
 
 @runtime_checkable
 class ConversionCounter(Protocol):
-    """A worker plugin that counts the blocks converted on its worker
-    (:class:`gpuscale.audit.AuditPlugin`): ``conversion`` names the conversion, ``nbytes`` the
-    block's size, ``key`` the task that outputs a host copy (None: the block stays inside its
-    task)."""
+    """A worker plugin that counts the blocks converted on its worker: ``conversion`` names
+    the conversion, ``nbytes`` the block's size, ``key`` the task that outputs a host copy
+    (None: the block stays inside its task)."""
 
     def note_conversion(self, conversion: str, nbytes: int, key=None) -> None: ...
 
 
 def _noted(conversion: str, block, host_copy: bool = False) -> None:
-    """Tell the backend audits on this worker (its :class:`ConversionCounter` plugins) that a
-    block of ``conversion`` was converted here, with its bytes; ``host_copy``: the running task
-    outputs the host copy (:func:`host_copy`), named by its key. Nothing outside a
-    ``distributed`` worker."""
+    """Count ``block`` under ``conversion`` in this worker's :class:`ConversionCounter` plugins
+    (``host_copy``: with the running task's key). Nothing outside a ``distributed`` worker."""
     try:
         from distributed import get_worker
 

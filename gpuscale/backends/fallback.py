@@ -1,42 +1,14 @@
-"""Host fallback: a DataFrame operation the session's family cannot run runs on the host.
+"""Host fallback: a DataFrame call the session's family cannot run runs on the host.
 
-Inside a session of a family whose chunks are not pandas (the GPU family: cuDF), some Dask
-DataFrame code that works on the CPU raises where Dask builds the collection: building the
-``meta`` (an empty frame of the result) with the chunk library fails (``df[mask].rename(...)
-.groupby(...).size()`` on cuDF), Dask's client-side logic assumes pandas (``.loc["2000-01-02"]``
-compares the string with Timestamp divisions), or a writer takes only pandas partitions
-(``to_parquet(engine="pyarrow")``). This module decides, in one place, what then happens:
-
-1. the call raised, in the user's code (not gpuscale's: :func:`host_collections.call_site`),
-   on a collection of the family (or a groupby / ``.loc`` made from one);
-2. the same call is made again on host copies of the family's collections among its object
-   and arguments (:func:`convert.host_copy`: each partition copied to pandas on its worker,
-   counted); if that raises too, the CPU would fail as well and the *first* error is raised;
-3. the result, where it is a frame or series, goes back to the family partition by partition
-   (counted), so the code goes on on the device with the CPU's answer. A result that is a
-   groupby or ``.loc`` object stays on the host until its own call returns a collection.
-   A frame that came back from a fallback is not copied to the host again by the next one:
-   the host collection it came from is used (a chain of such calls stays on the host).
-
-A creation function that raises under the family's Dask backend (dask-cudf's ``read_parquet``
-refuses ``engine="pyarrow"``) is called again under Dask's host backends and its collection put
-on the family on the workers (:func:`create`, called by :mod:`.host_collections`' wrappers).
-
-Each fallback is recorded (:class:`Fallback`: operation, the user's file:line, the error, the
-partitions moved) with its two conversions (to the host and back), so the backend audit's
-``fallbacks`` names it with the bytes the workers moved each way, and its host tasks are
-listed as ``allowed``; a :class:`FallbackWarning` (one line) is issued once per operation, call site
-and session. ``session.host-collections`` decides: ``convert`` and ``warn`` fall back, ``strict``
-raises a one-line :class:`~gpuscale.errors.UserError` instead, ``off`` leaves Dask's error.
-
-Mechanism: the public methods (and the operators) of the collection classes (and of the
-groupby and ``.loc`` objects: :mod:`gpuscale._dask_compat`) are wrapped while a session of a
-non-host family is open, installed and removed with the creation-function wrappers of
-:mod:`.host_collections` and active only in a session block's context. An outer call that
-succeeds costs one context lookup per call; only a call that raised pays for the host try.
-Dask has no hook that runs when building an expression fails (``new_collection`` is imported
-by name into each module), and its optimizer runs at compute time, when the user's call site
-is gone; see docs/fallback.md for the limits.
+A call in the user's code on a collection of the family (or a groupby / ``.loc`` made from
+one) that raises is made again on host copies of the family's collections among its
+arguments; if that raises too, the first error is raised. A frame or series result goes back
+to the family partition by partition. A creation function that raises under the family's Dask
+backend is called again under Dask's host backends (:func:`create`). Each fallback is recorded
+(:class:`Fallback`, with its two conversions) and warned once per call site
+(:class:`FallbackWarning`); ``session.host-collections: strict`` raises a one-line UserError
+instead. The methods are wrapped while a session of a non-host family is open, with the
+wrappers of :mod:`.host_collections`. docs/fallback.md describes the behaviour and its limits.
 """
 
 from __future__ import annotations
@@ -166,7 +138,7 @@ def _on_family(s, x) -> bool:
 
 
 def call(s, fn: Callable, self, name: str, args: tuple, kwargs: dict, caller) -> Any:
-    """``fn(self, *args, **kwargs)``, with its host fallback (the module docstring)."""
+    """``fn(self, *args, **kwargs)``, with its host fallback."""
     made = getattr(self, "__dict__", {}).get("_gpuscale_fallback")
     try:
         out = fn(self, *args, **kwargs)
@@ -219,17 +191,14 @@ HOST_BACKENDS = {"dataframe.backend": "pandas", "array.backend": "numpy"}
 
 
 def create(s, fn: Callable, label: str, args: tuple, kwargs: dict, err: Exception, caller):
-    """A Dask creation function (``label``: ``dask.dataframe.read_parquet``) that raised under
-    the family's Dask backend (dask-cudf's ``read_parquet`` refuses ``engine="pyarrow"``):
-    called again with Dask's host backends, and its collection put on the family on the workers
-    (:func:`convert.on_workers`, counted), recorded as a fallback. Raises ``err`` where the
-    family has no Dask backend of its own, the call came from gpuscale's code, or the host
-    raises too; strict mode raises a one-line UserError."""
+    """A Dask creation function (``label``) that raised ``err`` under the family's Dask
+    backend, called again with Dask's host backends and its collection put on the family on
+    the workers, recorded as a fallback. Raises ``err`` where the family has no Dask backend of
+    its own, the call came from gpuscale's code, or the host raises too; strict mode raises a
+    one-line UserError."""
     site = host_collections.call_site(caller)
     kind = "array" if label.startswith("dask.array.") else "dataframe"
-    own = (
-        getattr(s.family, f"{kind}_backend") != HOST_BACKENDS[f"{kind}.backend"]
-    )  # a Dask backend of its own
+    own = getattr(s.family, f"{kind}_backend") != HOST_BACKENDS[f"{kind}.backend"]
     if site is None or not own or isinstance(err, NEVER):
         raise err
     fb = Fallback(
@@ -307,8 +276,8 @@ def _indexer(x):
 
 
 def _note_origin(out, self, name: str, args: tuple, kwargs: dict) -> None:
-    """Remember how a groupby (or another object that is not a collection) was made from a
-    collection, so a failing call on it can make it again on the host."""
+    """Mark ``out`` (a groupby or another wrapped non-collection) with how it was made, so a
+    failing call on it can make it again on the host."""
     if out is None or convert.collection_kind(out) or not hasattr(out, "__dict__"):
         return
     if type(out) in _WRAPPED_TYPES:
@@ -336,7 +305,7 @@ def _back(s, out, fb: Fallback):
 
 
 def _record(s, fb: Fallback, moved: list, result):
-    """Count, name and announce ``fb`` (its conversions in the scope; the warning once per site)."""
+    """Count, name and announce ``fb``; returns ``result``."""
     Conversion = host_collections.Conversion
     fb.partitions = sum(int(x.npartitions) for x in {id(m): m for m in moved}.values())
     fb.returns = (
@@ -410,7 +379,7 @@ def _wrap(name: str, fn: Callable) -> Callable:
     @functools.wraps(fn)
     def method(self, *args, **kwargs):
         s = _scope()
-        if s is None or _INSIDE.get() or host_collections._INSIDE.get():  # inside Dask's own call: left to it
+        if s is None or _INSIDE.get() or host_collections._INSIDE.get():
             return fn(self, *args, **kwargs)
         token = _INSIDE.set(True)
         try:
@@ -444,13 +413,11 @@ def _with_subclasses(cls: type) -> list[type]:
 
 
 def install(family=None) -> None:
-    """Wrap the collection classes' methods, and their subclasses' (dask-cudf's collections
-    and groupby objects override some), called with the host-collection wrappers. ``family``:
-    its DataFrame libraries (``knobs.pre_import["dataframe"]``: cuDF, dask-cudf) are imported
-    first, so the subclasses they define exist."""
+    """Wrap the methods of the collection classes and of their subclasses; ``family``'s
+    DataFrame libraries are imported first, so their subclasses exist."""
     for module in family.knobs.pre_import.get("dataframe", ()) if family is not None else ():
         if importlib.util.find_spec(module.partition(".")[0]) is not None:
-            with contextlib.suppress(Exception):  # a broken install: its own import reports it
+            with contextlib.suppress(Exception):
                 importlib.import_module(module)
     with _LOCK:
         for base, dunders in _dask_compat.classes():

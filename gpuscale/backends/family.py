@@ -1,6 +1,5 @@
-"""A backend family: its chunk libraries and where their chunks live, the cluster kind that
-runs them, and the knobs that make them fast (:class:`Knobs`); subclass :class:`Family` to
-change how it probes, synchronizes or sizes memory."""
+"""A backend family: its chunk libraries, where their chunks live, the cluster kind that runs
+them and its :class:`Knobs`."""
 
 from __future__ import annotations
 
@@ -60,19 +59,17 @@ class Knobs:
     each in the family's module."""
     device_spill: Mapping[str, str] = field(default_factory=dict)
     """How a device family's workers spill, by collection kind (``cluster.device-spill: auto``):
-    "dask-cuda" (whole task outputs over the device memory limit) or "cudf" (cuDF spills single
-    buffers, also inside a running task, on top of that; CuPy arrays are not its buffers)."""
+    "dask-cuda" (whole task outputs over the device memory limit) or "cudf" (also single cuDF
+    buffers, inside a running task)."""
     device_spill_reason: str = ""
-    """Why the family spills that way (the measurement), for ``explain``."""
+    """Why the family spills that way, for ``explain``."""
     fft_work_copies: float = 0.0
     """Copies of one FFT task's input block its library holds beyond the input and the complex
     output (the workload's data): 0 where the transform works lane by lane in the output."""
     worker_growth_bytes: int = 128 * 2**20
-    """What a worker's first tasks add to the memory it holds at start (the chunk library's
-    imports, one allocator arena per thread, memory the allocator keeps), added to the
-    measured baseline by the memory check (:mod:`gpuscale.memory`). Measured on the CPU: a
-    worker at 72 MiB at start peaked 60-100 MiB above its data and blocks in svd and groupby
-    runs that spilled."""
+    """What a worker's first tasks add to the memory it holds at start (imports, allocator
+    arenas), added to the measured baseline by the memory check (see docs/decisions.md, rule
+    ``memory.worker-growth``)."""
 
     def as_dict(self, collection: str | None = None) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -85,9 +82,7 @@ class Knobs:
 @dataclass(frozen=True)
 class LossyWriter:
     """A writer of a family's chunk library that does not keep the data: what it loses, and
-    the column dtypes it loses it for (empty: every frame). Inside a session the writer's Dask
-    function writes through the host library instead, or warns, or refuses, as
-    ``session.host-collections`` says (:mod:`gpuscale.backends.host_collections`)."""
+    the column dtypes it loses it for (empty: every frame)."""
 
     reason: str
     dtypes: tuple[str, ...] = ()
@@ -125,19 +120,15 @@ class Family:
     (``host -> device``)."""
     spill_to: str | None = None
     """Where a worker puts data that does not fit its memory: ``"disk"`` (distributed's
-    spilling to the worker's local directory, under ``distributed.worker.memory.*``) or None
-    (not carried yet: data must fit). The memory check's verdict reads it."""
+    spilling), ``"host"`` (a device family's) or None (data must fit)."""
     stream_first: str | None = None
-    """Set (to the measurement that says why) when making a workload's generated data again,
-    block by block in every pass, is cheaper than spilling it and reading it back: the memory
-    check then streams a run that would spill, where the workload can stream
-    (:meth:`gpuscale.workloads.Workload.streams`). None: spill first, stream only what cannot
-    spill."""
+    """Set (to the reason) when making a workload's generated data again in every pass is
+    cheaper than spilling it: the memory check then streams a run that would spill, where the
+    workload can (:meth:`gpuscale.workloads.Workload.streams`). None: spill first."""
     lossy_writers: Mapping[str, LossyWriter] = field(default_factory=dict)
     """Dask DataFrame writers (``"to_csv"``) whose partitions, written by this family's chunk
     library, lose data (:class:`LossyWriter`); a session writes them through the host library."""
 
-    # -- availability -----------------------------------------------------------------
     def missing(self, collection: str | None = None) -> tuple[str, str] | None:
         """The first required module that is not importable, with its install command."""
         needs = dict(self.requires)
@@ -164,22 +155,17 @@ class Family:
         if not ok:
             raise UserError(f"backend '{requested}' cannot run here: {why}", "use --backend cpu (or auto)")
 
-    # -- behaviour ----------------------------------------------------------------------
     @property
     def on_device(self) -> bool:
-        """Its chunks live in device memory (:attr:`memory` ``"device"``): each worker holds a
-        device, whose memory the memory check budgets and :meth:`device_watch` measures; else
-        in the workers' host memory, under distributed's limits and spilling."""
+        """Its chunks live in device memory (:attr:`memory` ``"device"``)."""
         return self.memory == "device"
 
     def synchronize(self, client) -> None:
         """Block until every worker's queued device work is done (no-op on the CPU)."""
 
     def synchronized(self, collection):
-        """``collection`` with every output block done on its device when its task ends (so
-        waiting for the blocks is waiting for the device, without :meth:`synchronize`'s round
-        trip to every worker), or None where this family cannot say so for it. Host families:
-        the collection itself (a task's end is its work's end)."""
+        """``collection`` with every output block done on its device when its task ends, or
+        None where this family cannot do so for it. Host families: the collection itself."""
         return collection
 
     def worker_memory(self, client) -> dict[str, int]:
@@ -191,17 +177,13 @@ class Family:
 
     def device_watch(self, client, start: bool) -> dict[str, dict]:
         """Per worker, what its device memory did during a run (:class:`gpuscale.memory.Watch`):
-        ``start=True`` begins counting (the allocator's peak from now, bytes spilled from now),
-        ``start=False`` reads and ends it. Host families: {} (their workers' memory is read from
-        the process, :func:`gpuscale.memory.worker_state`)."""
+        ``start=True`` begins counting, ``start=False`` reads and ends it. Host families: {}."""
         return {}
 
     def warm_up(self, client) -> float:
-        """Pay every worker's first-use costs now, for a cluster kept up for later runs
-        (``gpuscale cluster up``): imports of this family's chunk libraries and of gpuscale's
-        workloads, and a first small operation through each library (on a GPU: the CUDA
-        context, the first kernels, the memory pool's first allocations); on the scheduler, the
-        Dask collection modules it needs to unpack a graph. Seconds taken."""
+        """Pay every worker's first-use costs now (imports, a first small operation through
+        each chunk library) and the scheduler's imports, for a cluster kept up for later runs.
+        Returns the seconds taken."""
         t0 = time.perf_counter()
         client.run(_warm_worker, self.array_module, self.dataframe_module)
         modules = {
@@ -214,12 +196,9 @@ class Family:
         return time.perf_counter() - t0
 
     def import_in_background(self, collection: str | None) -> threading.Thread | None:
-        """Start importing the libraries this family's workers pre-import for ``collection``
-        (``knobs.pre_import``) in a daemon thread of this process, and return it (None: nothing
-        to import). A session calls it before starting its cluster: the client needs the same
-        libraries to build collections (cuDF takes 2 s to import) and would otherwise import
-        them after the cluster is up, while here the import overlaps the workers' start.
-        Errors are left to the real import, which reports them."""
+        """Start importing ``knobs.pre_import[collection]`` in a daemon thread of this process
+        (to overlap a cluster's start) and return it; None: nothing to import. Errors are left
+        to the real import."""
         todo = [
             m
             for m in self.knobs.pre_import.get(collection or "session", ())
@@ -244,11 +223,8 @@ class Family:
         return self.array_module if collection == "array" else self.dataframe_module
 
     def host_native(self, collection: str | None = None) -> bool:
-        """Whether the collections Dask builds from host objects (:data:`HOST_CHUNKS`: NumPy
-        arrays, pandas frames) are this family's already, for ``collection`` (None: both kinds).
-        A session of such a family has nothing to convert (the CPU family: NumPy and pandas are
-        its own libraries); any other (CuPy / cuDF) converts them, warns or refuses them, as
-        ``session.host-collections`` says."""
+        """Whether the chunks of collections Dask builds from host objects (:data:`HOST_CHUNKS`)
+        are this family's already, for ``collection`` (None: both kinds)."""
         kinds = (collection,) if collection else tuple(HOST_CHUNKS)
         return all(self.chunk_module(k).partition(".")[0] == HOST_CHUNKS[k] for k in kinds)
 
@@ -295,16 +271,11 @@ class Family:
         threads: int | None = None,
     ) -> tuple[int, int, str, str]:
         """(workers, threads per worker, why, rule id) of a cluster of processes on ``cores``
-        cores: the one rule behind ``gpuscale run WORKLOAD`` (``collection``: the workload's),
-        ``cluster up`` / ``cluster show`` / ``gpuscale.session()`` (``collection`` None, or
-        ``--for``) and ``explain``, so the same flags give the same layout everywhere
-        (:func:`gpuscale.plan.layout` applies it).
+        cores, for every command that lays one out (:func:`gpuscale.plan.layout` applies it).
 
         ``workers`` / ``threads``: what the user set (None: not set). Unset, the family's
-        ``threads_per_worker`` for the collection decides and workers fill the cores; a
-        cluster for any work (collection None) takes the family's ``session`` value (the CPU
-        family's is the array layout's, so ``cluster up`` builds what ``run svd`` builds);
-        a family without one gets distributed's default split."""
+        ``threads_per_worker`` for ``collection`` (None: ``session``) decides and workers fill
+        the cores; a family without one gets distributed's default split."""
         if workers and threads:
             return workers, threads, "set by you", "layout.set"
         if workers:
@@ -338,31 +309,28 @@ class Family:
 
 
 def _warm_worker(array_module: str, dataframe_module: str) -> None:
-    """Runs on each worker (:meth:`Family.warm_up`): what the first task would otherwise pay.
-    The frame library is optional (array-only installs)."""
-    importlib.import_module("gpuscale.workloads").names()  # every workload module (and plugin)
-    importlib.import_module("gpuscale.machine").versions()  # what a runner here records (read once)
+    """Runs on each worker (:meth:`Family.warm_up`). The frame library is optional."""
+    importlib.import_module("gpuscale.workloads").names()
+    importlib.import_module("gpuscale.machine").versions()
     xp = importlib.import_module(array_module)
     rs = xp.random.RandomState(0)
     keys = rs.randint(0, 10, size=1000, dtype="int64")
     values = rs.random_sample(1000)
-    float(values @ values) + float(keys.sum())  # float(): waits for the device
+    float(values @ values) + float(keys.sum())  # waits for the device
     if importlib.util.find_spec(dataframe_module.split(".")[0]) is None:
         return
     lib = importlib.import_module(dataframe_module)
     frame = lib.DataFrame({"k": keys, "v": values})
     frame.groupby("k", sort=True).agg({"v": ["max", "count", "mean", "sum"]})
     lib.concat([frame, frame]).sort_values("v").merge(frame, on="k", how="inner")
-    # what validation runs (the first kernels of each cost milliseconds on a GPU)
-    counts = frame["k"].value_counts(sort=False)
+    counts = frame["k"].value_counts(sort=False)  # what validation runs
     counts.groupby(level=0).sum().sort_index()
     frame[frame["k"].isin([1, 2])].sort_index()
 
 
 def _warm_scheduler(modules: list[str]) -> None:
-    """Runs in the scheduler (:meth:`Family.warm_up`): unpacking the first graph of each
-    collection kind would otherwise import these while the run waits (dask.dataframe: 0.6 s on
-    a CPU; cuDF, for a graph whose meta is a cuDF frame: 2 s)."""
+    """Runs in the scheduler (:meth:`Family.warm_up`): imports what unpacking a graph of each
+    collection kind needs."""
     for module in ("dask.array", "dask.dataframe", "gpuscale.workloads", *modules):
         if importlib.util.find_spec(module.split(".")[0]) is not None:
             importlib.import_module(module)

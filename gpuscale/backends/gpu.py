@@ -1,7 +1,6 @@
-"""The GPU family: CuPy arrays and cuDF frames on a ``dask_cuda.LocalCUDACluster``.
-
-Nothing here imports a GPU library at module level; the functions that run on workers
-import CuPy when they run.
+"""The GPU family: CuPy arrays and cuDF frames on a ``dask_cuda.LocalCUDACluster``. Nothing
+here imports a GPU library at module level. The measurements behind its knobs are in
+docs/decisions.md, under the rule ids cited beside them.
 """
 
 from __future__ import annotations
@@ -36,16 +35,11 @@ def _device_total_memory() -> int:
 
 
 def _device_watch(start: bool, dask_worker=None) -> dict:
-    """On a GPU worker (``client.run``): start or read what its device memory does in a run.
-
-    * the allocator's peak: RMM's statistics adaptor (``rmm.statistics``, enabled on the
-      worker's current device resource the first time; a counter pushed at the start, popped at
-      the read, so its peak is the most the run had allocated at once beyond what the worker
-      held before it; CuPy allocates through RMM on gpuscale's workers);
-    * dask-cuda's spilling: bytes its device buffer moved device -> host and its host buffer
-      host -> disk (counted by callbacks zict's ``Buffer`` calls for every key it moves);
-    * cuDF's spilling (``--device-spill cudf``): its spill manager's totals (bytes, seconds).
-    Nothing here raises: a part that cannot be read is absent."""
+    """On a GPU worker (``client.run``): start (``start=True``) or read what its device memory
+    does in a run: the allocator's peak beyond what the worker held at the start (an RMM
+    statistics counter pushed at the start, popped at the read), the bytes dask-cuda's buffers
+    moved device -> host and host -> disk, and cuDF's spill totals. Never raises: a part that
+    cannot be read is absent."""
     import sys
 
     state = dask_worker.__dict__.setdefault("_gpuscale_device_watch", {"moved": {}, "pushed": 0})
@@ -60,7 +54,7 @@ def _device_watch(start: bool, dask_worker=None) -> dict:
                     rmm.mr.StatisticsResourceAdaptor(rmm.mr.get_current_device_resource())
                 )
                 stats = _statistics_adaptor()
-            while state["pushed"]:  # a run that ended in an error never read its counter
+            while state["pushed"]:  # left by a run that ended in an error
                 stats.pop_counters()
                 state["pushed"] -= 1
             stats.push_counters()
@@ -103,8 +97,7 @@ def _device_watch(start: bool, dask_worker=None) -> dict:
 
 
 def _statistics_adaptor():
-    """RMM's statistics adaptor in the worker's resource chain (cuDF's spilling may have put
-    its own adaptor above it since), or None."""
+    """RMM's statistics adaptor anywhere in the worker's resource chain, or None."""
     import rmm.mr
 
     mr = rmm.mr.get_current_device_resource()
@@ -134,12 +127,7 @@ class GpuFamily(Family):
         client.run(_device_synchronize)
 
     def synchronized(self, collection):
-        # Arrays: one more function in each output block's task, fused into it by Dask's
-        # blockwise fusion, so the timed wait ends with the device's work and synchronize()'s
-        # round trip is saved. Frames that can put a function inside their output tasks (the
-        # one-task routes, :func:`gpuscale._dask_compat.finished_by`): the same. Other frames:
-        # not done, measured slower on an H200 (shape_grid.py, same machine: groupby at 10 M
-        # rows 0.027-0.029 s with a wrapper task against 0.020-0.022 s with the round trip)
+        # the wait runs inside each output task (fused); other frames: None (rule ``gpu.synchronized``)
         import dask.array as da
 
         if isinstance(collection, da.Array):
@@ -166,62 +154,35 @@ FAMILY = GpuFamily(
     requires_dataframe={"cudf": GPU_INSTALL, "dask_cudf": GPU_INSTALL},
     knobs=Knobs(
         threads_per_worker={"array": 1, "dataframe": 1, "session": 1},
-        # Big blocks: a GPU runs one task at a time, and large GEMMs / groupbys amortize launches.
+        # one task at a time per GPU: big blocks amortize the kernel launches
         chunk_bytes=1 * GiB,
         partition_bytes=1 * GiB,
-        # The task-based shuffle keeps cuDF partitions on the device; P2P goes through host memory.
-        shuffle_method="tasks",
-        # One GPU runs one task at a time, so splitting a groupby result gives no parallelism:
-        # on an H200 (workflows/shape_grid.py), 100 M rows / 50 M keys took 0.33 s split over 3
-        # partitions by the task shuffle and 0.15 s in one (plain Dask, repartition(1)); 400 M
-        # rows / 200 M keys (a 6.4 GB result) 0.99 s against 0.51 s. Results up to 8 GiB stay in
-        # one partition.
-        split_out_budget_bytes=8 * GiB,
-        split_every=None,  # one combine step: partials are few and the device is fast
-        # Dask's tree reduction costs ~65 ms more than the aggregation at 10 M rows on an H200
-        # (1 partition: 0.071 s; cuDF alone 0.005 s), per-worker's one task 0.026 s; at 100 M rows
-        # / 10 keys tree 0.09-0.11 s, cuDF alone 0.029 s (workflows/shape_grid.py --explore).
-        groupby_concat_min_fraction=0.0,
+        shuffle_method="tasks",  # rule ``shuffle.family``
+        split_out_budget_bytes=8 * GiB,  # rule ``gpu.split-out-budget``
+        split_every=None,
+        groupby_concat_min_fraction=0.0,  # rule ``gpu.per-worker-groupby``
         rmm_pool_size=0.8,
-        # TCP under `protocol: auto`; why not UCX yet: rule protocol.tcp in docs/decisions.md
-        protocol=None,
-        # workflows/p2p_wire.py on 2 x H200 (NVLink): a worker's receive of a 1 GiB CuPy block
-        # over ucx took 5.2 ms with distributed's comm offload (deserializing in a thread) and
-        # 3.9 ms without it, 64 MiB 2.5 ms and 1.3 ms (UCX alone: 2.8 ms and 0.23 ms)
-        worker_environ={"ucx": {"DASK_DISTRIBUTED__COMM__OFFLOAD": "False"}},
-        # dask-cuda's everywhere (cuDF spills frames only, and costs every run: the reason below)
+        protocol=None,  # rule ``protocol.tcp``
+        worker_environ={"ucx": {"DASK_DISTRIBUTED__COMM__OFFLOAD": "False"}},  # rule ``gpu.comm-offload``
+        # rule ``gpu.device-spill``
         device_spill={"array": "dask-cuda", "dataframe": "dask-cuda", "session": "dask-cuda"},
-        # measured on an H200 (workflows/spill_gpu.py, shape_grid.py; docs/bench-h200/device-spill)
         device_spill_reason=(
             "cuDF's spilling moved a 1.4 GB Parquet groupby at a 1 GB cap 2.9 x faster "
             "(0.80 s vs 2.31 s), but it is on for every run of the cluster, and a 100 M-row "
             "groupby that fits took 3.0-3.5 s with it against 0.043-0.059 s without"
         ),
         pre_import={"array": ("cupy",), "dataframe": ("cupy", "cudf", "dask_cudf"), "session": ("cupy",)},
-        # CuPy's FFT of a real block first makes a complex copy (2 x the block), and cuFFT's
-        # work area is as large again as the output: the device allocator's peak on an H200 was
-        # 7 x the real input of a one-chunk 4096 x 4096 and 8192 x 4096 transform, against the
-        # 4 x counted without them (workflows/memory_estimate.py --backend gpu --scale 4)
-        fft_work_copies=3.0,
-        # device memory a worker holds beyond its chunks: the CUDA context, cuBLAS / cuDF
-        # workspaces (assumed: the device's baseline is not measured yet)
-        worker_growth_bytes=512 * 2**20,
+        fft_work_copies=3.0,  # rule ``memory.fft-work-copies``
+        worker_growth_bytes=512 * 2**20,  # rule ``memory.worker-growth``
     ),
     auto_priority=10,
     nvtx_phases=True,
     memory="device",
-    # dask-cuda spills task outputs device -> host above cluster.device-memory-limit (its
-    # default 0.8 of the device), and host -> disk past the host memory limit
-    spill_to="host",
-    # workflows/spill_gpu.py on an H200: capped at 8 GB, svd at 3 x the cap spilled through
-    # dask-cuda at 48 x the in-memory time per byte (~2.5 GB/s device <-> host), groupby 17 x;
-    # capped at 2 GB and streamed, 0.75 x and 2.15 x (docs/benchmarks/larger-than-memory.md)
-    stream_first=(
+    spill_to="host",  # dask-cuda: device -> host over cluster.device-memory-limit, then disk
+    stream_first=(  # rule ``gpu.stream-first``
         "on an H200 at 3 x a capped device, spilling through dask-cuda took 48 x (svd) and 17 x "
         "(groupby) the in-memory time per byte, making the blocks again 0.75 x and 2.15 x"
     ),
-    # cuDF writes float64 in CSV with 9 significant digits (rapidsai/cudf#6418, open since 2020):
-    # read back, the data is not the data. pandas writes the shortest text that reads back exact.
     lossy_writers={
         "to_csv": LossyWriter(
             "cuDF's CSV writer keeps 9 significant digits of float64 values (rapidsai/cudf#6418)",

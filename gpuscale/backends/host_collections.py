@@ -1,95 +1,19 @@
 """Collections Dask builds from host objects, inside a session: put on the session's family.
 
-Inside ``with gpuscale.session(backend="gpu")`` Dask's creation functions that dispatch on
-``array.backend`` / ``dataframe.backend`` (``da.ones``, ``da.random``, ``dd.read_parquet``,
-``dd.read_csv``, ``dd.from_dict``) already make CuPy / cuDF chunks. Others build their chunks
-from what they are given or with host-only code, whatever the backend says: ``dd.from_pandas``,
-``da.from_array(numpy_array)``, ``da.from_zarr``, ``dask.datasets.timeseries``, ``dd.from_map``
-/ ``dd.from_delayed`` whose parts come back as pandas, ``dd.read_fwf`` / ``read_table`` /
-``read_sql_*``. Their chunks are NumPy / pandas (:data:`~.family.HOST_CHUNKS`), and the work on
-them silently runs on the host. The setting ``session.host-collections`` (keyword
-``host_collections``, env ``DASK_GPUSCALE__SESSION__HOST_COLLECTIONS``, profiles) says what a
-session does with them:
+Some of Dask's creation functions (``dd.from_pandas``, ``da.from_array(numpy_array)``,
+``dask.datasets.timeseries``...) make NumPy / pandas chunks whatever the backend says.
+``session.host-collections`` says what a session of a non-host family does with them:
+``convert`` (default) converts each block on the workers inside the tasks that make it
+(:func:`~.convert.on_workers`) and records the conversion; ``warn`` issues a
+:class:`HostCollectionWarning` once per call site; ``strict`` raises a one-line UserError;
+``off`` leaves Dask's behaviour. Writers a family declares lossy
+(:attr:`~.family.Family.lossy_writers`) write through the host library under ``convert``.
 
-``convert`` (default)
-    the collection the function returns gets one more blockwise step that converts each block
-    on the workers (:func:`gpuscale.backends.convert.on_workers`: ``convert_array`` /
-    ``convert_frame``, through the host, to the family's library). Dask fuses it with the tasks
-    that make the blocks, so no task outputs a host chunk and nothing passes through the
-    client. The conversion is recorded (function, the user's file:line, partitions) and the
-    backend audit's ``conversions`` names it with the partitions and bytes the workers
-    converted: "converted for you", not "ran on the backend from the start".
-``warn``
-    the collection stays as Dask built it; a :class:`HostCollectionWarning` names the user's
-    file:line and the fix, once per call site per session.
-``strict``
-    a one-line :class:`~gpuscale.errors.UserError` raised at that call, naming file:line and
-    the fix.
-``off``
-    nothing happens (Dask's own behaviour).
-
-The family decides whether there is anything to do (:meth:`~.family.Family.host_native`): under
-the CPU family NumPy and pandas are its own libraries, :func:`scope` installs nothing and every
-mode is a no-op.
-
-The mechanism, and why this one
-    Dask has no hook that runs when a collection is made. What it supports was studied first:
-
-    * ``array.backend`` / ``dataframe.backend`` and the backend entry points
-      (``dask.backends.CreationDispatch``) route only the creation functions registered with
-      them (``ones``, ``random``, ``from_dict``, ``read_parquet``, ``read_csv``, ``read_json``,
-      ``read_orc``, ``read_hdf``); gpuscale sets them already. ``from_pandas``, ``from_array``,
-      ``from_map``, ``from_delayed``, ``timeseries`` are not dispatched.
-    * ``to_backend`` (a collection method, ``DaskBackendEntrypoint.to_backend``) converts a
-      collection that exists, blockwise: that is what the conversion is (here through
-      ``convert``, so plugin families need nothing more, and each block is counted).
-    * dask-expr's optimizer (``simplify`` / ``tune`` / ``lower`` / ``fuse``) is class-based:
-      rewrites are methods of the expression classes, with no registry for an outside pass;
-      legacy arrays have the ``array_optimize`` config hook. Both run at compute time, on the
-      whole graph, where the user's call site is gone, and a config hook is process-global.
-    * ``dask.dataframe.get_collection_type`` (a public Dispatch) is asked for every new
-      DataFrame collection, but also for the intermediate collections a creation function
-      builds (``from_map`` makes ``FromMap`` and then wraps it in ``ArrowStringConversion``),
-      so it cannot tell the finished collection, and legacy ``dask.array`` has no equivalent.
-
-    So the public creation functions are wrapped, at their attribute in ``dask.array``,
-    ``dask.dataframe`` and ``dask.datasets`` (:data:`FUNCTIONS`), for as long as a session of a
-    non-host family is open: the wrapper calls Dask's function unchanged, then applies the
-    policy to the collection it returned (decided by its ``meta``: what Dask knows without
-    computing). The wrappers are installed when the first such session enters (importing
-    ``dask.array``, ``dask.dataframe`` and ``dask.datasets`` where installed) and Dask's
-    functions put back when the last one leaves (a count under a lock). What a wrapper does is
-    read from a :class:`contextvars.ContextVar` that :func:`scope` sets for the session's block,
-    so two sessions in two threads of one process each see their own family and mode, and code
-    in other threads (or after the block) calls straight through to Dask.
-
-Writers that lose data
-    A family may declare writers of its chunk library that do not keep the data
-    (:attr:`~.family.Family.lossy_writers`: cuDF's CSV writer keeps 9 significant digits of
-    float64, rapidsai/cudf#6418). Dask's writer functions (:data:`WRITERS`; ``df.to_csv`` calls
-    ``dask.dataframe.io.csv.to_csv``) are wrapped the same way: given a frame of the family
-    whose columns the writer loses, ``convert`` writes it through the host library (each
-    partition copied to pandas on its worker, inside the task that writes it: the files are
-    those plain Dask on the CPU writes) and records the conversion (the audit lists the host
-    copies as ``allowed``, with the reason); ``warn`` warns at the user's line; ``strict``
-    refuses there.
-
-Limits (documented in docs/guide/own-data.md)
-    * Names bound before the session (``from dask.dataframe import from_pandas`` at the top of
-      a notebook) hold Dask's function itself and bypass the wrapper; ``dd.from_pandas`` /
-      ``da.from_array`` / ``dask.datasets.timeseries`` (attribute lookups) are caught. The
-      backend audit still names such chunks.
-    * Threads started inside the block do not inherit its context (Python's default): their
-      collections are left as Dask builds them.
-    * Collections built while gpuscale itself runs code (a workload inside ``s.run``, a route,
-      ``s.to_backend``) are left as that code built them: the run's audit reports its chunks.
-    * Dask-internal calls of these functions (``from_zarr`` calling ``from_array``) are not
-      wrapped; the outer call is.
-    * The decision is by ``meta``: a ``from_map`` / ``from_delayed`` given a cuDF ``meta``
-      whose parts are pandas is not caught (its audit shows them).
-    * ``dd.from_map`` without ``meta=`` infers it by running the function once as a task of its
-      own (``delayed(make_meta)(...).compute()``, on the session's cluster) before the
-      collection exists: that task's pandas output is listed by the audit. Give ``meta=``.
+The public creation functions and writers (:data:`FUNCTIONS`, :data:`WRITERS`) are wrapped at
+their module attribute while such a session is open (why this hook: docs/decisions.md, rule
+``host-collections.wrappers``); a wrapper reads the session block's :class:`Scope` from a
+context variable, so code in other threads or outside the block calls straight through to
+Dask. The limits are in docs/guide/own-data.md.
 """
 
 from __future__ import annotations
@@ -142,10 +66,8 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     ),
     "dask.datasets": ("timeseries",),
 }
-"""The creation functions wrapped in a session (module -> attribute names). Those that dispatch
-on the backend (``read_parquet``, ``read_csv``, ``from_dict``...) return the family's chunks
-under the GPU family and pass through; under a family without a Dask backend of its own they
-return pandas, which is converted like the rest."""
+"""The creation functions wrapped in a session (module -> attribute names); those that
+dispatch on the backend pass through when they return the family's chunks."""
 
 WRITERS: dict[str, tuple[str, ...]] = {
     "dask.dataframe": ("to_csv",),
@@ -222,14 +144,14 @@ class Scope:
         """The policy for ``out``, what ``function`` returned when called from frame ``caller``."""
         collection = convert.collection_kind(out)
         if collection is None or any(out is a for a in itertools.chain(args, kwargs.values())):
-            return out  # not a collection, or one it was given (da.asarray(x) of a Dask array)
+            return out  # not a collection, or one it was given
         meta = out._meta
         module = type(meta).__module__.partition(".")[0]
         if module != HOST_CHUNKS[collection] or self.family.host_native(collection):
             return out
         site = call_site(caller)
         if site is None:
-            return out  # built by gpuscale's own code (a workload, a route): left as built
+            return out  # built by gpuscale's own code
         file, line = site
         conv = Conversion(
             id=uuid.uuid4().hex[:12],
@@ -266,9 +188,8 @@ class Scope:
         return convert.on_workers(out, self.family, conv.id)
 
     def write(self, df, writer: str, function: str, caller):
-        """The frame ``writer`` (``"to_csv"``, Dask's ``function``) should write, called from
-        frame ``caller``: ``df`` itself, or in ``convert`` mode its host copy when the family's
-        chunk library would lose some of its columns (:meth:`~.family.Family.lossy_writer`)."""
+        """The frame ``writer`` (``"to_csv"``) should write: ``df`` itself, or under ``convert``
+        its host copy when the family's chunk library would lose some of its columns."""
         if convert.collection_kind(df) != "dataframe":
             return df
         hit = self.family.lossy_writer(writer, df._meta)
@@ -349,13 +270,12 @@ def _within(name: str, roots) -> bool:
 
 def call_site(frame) -> tuple[str, int] | None:
     """(file, line) of the user's code that made the call whose caller is ``frame``: the first
-    frame outward that is not in Dask, distributed or toolz (:data:`LIBRARY_MODULES`); None when
-    gpuscale's own code is on the stack (a workload run by ``s.run``, a route, ``to_backend``)."""
+    frame outward not in :data:`LIBRARY_MODULES`; None when gpuscale's own code is on the stack."""
     user = None
     f = frame
     while f is not None:
         name = _module_of(f)
-        if name in WRAPPERS:  # a session's wrapper around Dask's call: part of the call
+        if name in WRAPPERS:
             f = f.f_back
             continue
         if name == "gpuscale" or name.startswith("gpuscale."):
@@ -389,11 +309,9 @@ def current() -> Scope | None:
 @contextlib.contextmanager
 def scope(family: Family, mode: str) -> Iterator[Scope | None]:
     """Apply ``mode`` (:data:`MODES`) to the host collections built in this block, for
-    ``family`` (``Session.__enter__`` enters it for the session's block). Yields the
-    :class:`Scope`, or None when there is nothing to do (``off``, or a family whose chunks are
-    NumPy and pandas): then an enclosing scope is off for the block too (a session's block
-    inside another's, or ``scope(family, "off")`` around code that wants Dask's own
-    behaviour)."""
+    ``family``. Yields the :class:`Scope`, or None when there is nothing to do (``off``, or a
+    host-native family); then an enclosing scope is off for the block too. Raises UserError
+    for an unknown mode."""
     if mode not in MODES:
         raise UserError(f"unknown session.host-collections mode {mode!r}", f"use one of: {', '.join(MODES)}")
     if mode == "off" or family.host_native():
@@ -416,7 +334,7 @@ def scope(family: Family, mode: str) -> Iterator[Scope | None]:
 def _reset(token) -> None:
     try:
         _SCOPE.reset(token)
-    except ValueError:  # left from another context (a session closed in another notebook cell)
+    except ValueError:  # set in another context
         _SCOPE.set(None)
 
 
@@ -431,7 +349,7 @@ def _wrap(module: str, name: str, fn: Callable) -> Callable:
         token = _INSIDE.set(True)
         try:
             out = fn(*args, **kwargs)
-        except Exception as err:  # noqa: BLE001 - the fallback decides (it raises err where it does not apply)
+        except Exception as err:  # noqa: BLE001 - the fallback raises err where it does not apply
             if _FALLBACK is None:
                 raise
             return _FALLBACK.create(s, fn, label, args, kwargs, err, sys._getframe(1))
@@ -463,9 +381,8 @@ def _wrap_writer(name: str, fn: Callable) -> Callable:
 
 
 _FALLBACK = None
-"""The module that runs on the host what the family cannot (:mod:`.fallback`): it registers
-itself here when imported (:func:`register_fallback`) and is installed and removed with these
-wrappers; a scope's creation function that raises goes to its ``create``."""
+""":mod:`.fallback`, once imported (it registers itself): installed and removed with these
+wrappers."""
 
 
 def register_fallback(module) -> None:

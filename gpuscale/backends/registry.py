@@ -1,9 +1,6 @@
-"""The registry of backend families: what a ``--backend`` name means.
-
-The built-ins (:mod:`.cpu`, :mod:`.gpu`) and the families of installed packages (the
-``gpuscale.backends`` entry-point group; an entry point names a :class:`~.family.Family`
-instance, and one that names anything else, or fails to load, is skipped with a warning naming
-it) are registered on first use; :func:`select` resolves a name (or ``auto``) to one.
+"""The registry of backend families. The built-ins and the ``gpuscale.backends`` entry points
+(each naming a :class:`~.family.Family`; one that fails to load is skipped with a warning) are
+registered on first use; :func:`select` resolves a name (or ``auto``) to one.
 """
 
 from __future__ import annotations
@@ -62,15 +59,13 @@ def names() -> list[str]:
 
 
 def choices() -> list[str]:
-    """What ``--backend`` offers: ``auto`` and each family's name, in the order registered
-    (``auto``, ``cpu``, ``gpu``, then installed families)."""
+    """What ``--backend`` offers: ``auto`` and each family's name, in the order registered."""
     _load()
     return ["auto"] + list(_FAMILIES)
 
 
 def aliases() -> dict[str, str]:
-    """The library names a family also answers to, each with its family's name (``numpy``:
-    ``cpu``, ``cudf``: ``gpu``); :func:`select` resolves them as it resolves the family's name."""
+    """Alias -> family name for the library names a family also answers to (``numpy``: ``cpu``)."""
     _load()
     return {n: f.name for f in _FAMILIES.values() for n in f.names if n != f.name}
 
@@ -87,11 +82,8 @@ def vocabulary() -> str:
 
 
 def chunk_libraries() -> dict[str, str]:
-    """Every registered family's chunk libraries, top-level module -> where its chunks live
-    (the family's ``memory``: "host" / "device"): the array modules, then the frame modules,
-    families in the order they were registered (the built-ins first, so the built-ins give
-    numpy, cupy, pandas, cudf). The backend audit names its chunk kinds and its directions
-    (``host -> device``) by it."""
+    """Every registered family's chunk libraries, top-level module -> its family's ``memory``
+    ("host" / "device"): the array modules, then the frame modules, in registration order."""
     _load()
     fams = list(_FAMILIES.values())
     out: dict[str, str] = {}

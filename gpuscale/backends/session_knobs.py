@@ -1,18 +1,7 @@
-"""The Dask settings a session applies to all the work in its block, not only gpuscale's own.
-
-Inside ``with gpuscale.session(...)`` (and every ``gpuscale run``) the user's own Dask code
-runs under the family's knobs too: a merge, a ``set_index`` or a ``groupby(split_out=...)``
-written for Dask DataFrame shuffles the way the family's chunks are fastest. :func:`plan`
-decides each value once, with its source and rule id; :meth:`Session.__enter__
-<gpuscale.runs.session.Session>` sets them with ``dask.config.set`` for the block; ``explain``
-and the record's ``explained["session"]`` lay them out; ``Session.applied`` shows them.
-
-Precedence, highest first: gpuscale's setting when not ``auto`` (``session.shuffle-method``:
-keyword, env, profile), then a value of Dask's own key that the user set before the block
-(``dask.config.set({"dataframe.shuffle.method": "p2p"})``, Dask YAML, ``DASK_DATAFRAME__...``),
-then the family's knob. An argument given to the call itself (``merge(..., shuffle_method=)``)
-is Dask's business and always wins. The measurements behind each family's value are in
-docs/decisions.md, under the rule id.
+"""The Dask settings a session applies to all the work in its block, not only gpuscale's own:
+:func:`plan` decides each value once, with its source and rule id, and the session sets them
+with ``dask.config.set`` for the block. Precedence and measurements: docs/decisions.md, rules
+``shuffle.setting``, ``shuffle.yours``, ``shuffle.family``.
 """
 
 from __future__ import annotations
@@ -56,8 +45,7 @@ class Applied:
 
 def plan(family: Family, setting: str, source: str) -> tuple[Applied, ...]:
     """What a session of ``family`` applies to user code, given ``session.shuffle-method``
-    (``setting``, from settings layer ``source``). Reads Dask's config as it is now (a value the
-    user set there wins)."""
+    (``setting``, from settings layer ``source``) and Dask's config as it is now."""
     return (_shuffle(family, setting, source),)
 
 

@@ -1,16 +1,9 @@
 """Cluster building: a printable spec first, then a thin start over it.
 
-:func:`build_spec` turns resolved settings + the selected backend family into a
-:class:`ClusterSpec` (class, workers, threads, memory, protocol, transports, RMM) without
-starting anything; ``gpuscale cluster show`` prints it. The rules decide first
-(:func:`gpuscale.plan.cluster.plan_cluster`: the kind, the transport, the worker layout), then
-the cluster's kind turns that plan into its class's arguments, recording each decision behind
-them (``ClusterSpec.choices``: :class:`gpuscale.plan.Decision`), which ``explain`` and every
-record lay out. :func:`connect` starts (or connects to) the cluster the spec describes and
-always closes what it started, on success, error and Ctrl-C. One small :class:`.kind.Kind`
-per kind, each in its module: ``local`` (LocalCluster), ``cuda`` (LocalCUDACluster),
-``existing`` (a running scheduler), and the deploy targets on other hosts ``ssh``
-(SSHCluster), ``slurm`` (dask-jobqueue's SLURMCluster) and ``srun`` (its SLURMRunner).
+:func:`build_spec` turns resolved settings and a backend family into a :class:`ClusterSpec`
+with the decisions behind it, starting nothing: the plan (:mod:`gpuscale.plan.cluster`) as one
+:class:`.kind.Kind`'s class arguments (:data:`KINDS`). :func:`connect` starts (or joins) the
+cluster a spec describes and closes what it started, on success, error and Ctrl-C.
 """
 
 from __future__ import annotations
@@ -27,8 +20,7 @@ from typing import Any, Iterator
 import dask.config
 from pydantic import BaseModel, ConfigDict, Field
 
-# distributed warns when a worker's scratch folder took seconds to make ("often a network file
-# system"): on a loaded machine it is only slow, and the warning would break the one-line output
+# on a loaded machine a slow scratch folder is no network file system; its warning breaks the one-line output
 warnings.filterwarnings("ignore", message="Creating scratch directories is taking a surprisingly long time")
 
 from .. import _dask_compat  # noqa: E402 - after the warnings filter above
@@ -82,39 +74,27 @@ class ClusterSpec(BaseModel):
     """Dask settings in force while the cluster starts (its worker processes take them), e.g.
     a lowered ``distributed.worker.memory.target``."""
     per_host: dict[str, dict[str, Any]] | None = Field(None, exclude=True)
-    """A deploy target on other hosts: per host, what runs there (the scheduler, worker
-    entries) and what its workers get (class, threads, memory limit, RMM pool, spilling,
-    transports, TLS), laid out from this spec by the kind's ``per_host``; ``explain`` and
-    ``cluster show`` print it. None for clusters on this machine or a running one."""
+    """A deploy target on other hosts: per host, what runs there and what its workers get
+    (:func:`per_host_entry`). None for clusters on this machine or a running one."""
     commands: list[str] = Field(default_factory=list, exclude=True)
     """What a deploy target runs on other hosts (the ssh commands, the SLURM job script's
     lines), for ``cluster show``."""
     choices: dict[str, Any] = Field(default_factory=dict, exclude=True)
-    """Each cluster knob as the kind chose it (a :class:`gpuscale.plan.Decision`, which reads
-    as the recorded ``{"value", "source", "rule"}``): protocol, transports, GPUs, workers,
-    threads per worker, memory limit, RMM pool.
-    Not part of the printed spec (``cluster show`` / the record's ``cluster``); the record's
-    ``explained.cluster`` holds it."""
+    """Each cluster knob as the kind chose it (a :class:`gpuscale.plan.Decision`); not part of
+    the printed spec, the record's ``explained.cluster`` holds it."""
 
 
 def identity(client) -> dict[str, Any]:
-    """The scheduler's identity with every worker, fetched and returned in one call.
-
-    ``Client.scheduler_info(n_workers=-1)`` fetches it, stores it on the client and returns
-    what is stored; the client's periodic update (every ``scheduler-info-interval``) stores an
-    identity without workers, and when that update lands between the fetch and the return the
-    caller gets no workers at all (seen as ``cluster up`` reporting 0 workers it had waited
-    for). This returns the fetched identity itself."""
+    """The scheduler's identity with every worker, as fetched. Not
+    ``Client.scheduler_info(n_workers=-1)``: it returns the client's stored copy, which its
+    periodic update may replace with one without workers before it returns."""
     return dict(client.sync(client.scheduler.identity, n_workers=-1))
 
 
 def size(client) -> tuple[int, int]:
-    """(workers, threads in all) of the client's cluster, as the client last heard: its own
-    copy of the scheduler's identity, which it refreshes every
-    ``distributed.client.scheduler-info-interval`` (2 s), so no round trip; one identity call
-    where it has none yet. For choices that change only speed (a route's shape), never an
-    answer: a worker that joined in the last interval is not counted yet. Measured on an H200,
-    the round trip it saves is 0.7 ms of a 10 M-row merge's 12 ms."""
+    """(workers, threads in all) of the client's cluster from the client's own copy of the
+    scheduler's identity (up to ``scheduler-info-interval`` old; one identity call where it has
+    none). For choices that change only speed, never an answer."""
     info = getattr(client, "_scheduler_identity", None) or {}
     if "n_workers" not in info or "total_threads" not in info:
         info = identity(client)
@@ -170,16 +150,15 @@ def _check_bindable(host: str, what: str) -> None:
 
 
 def build_spec(resolved, family, collection: str | None = None, *, served: bool = False) -> ClusterSpec:
-    """The cluster the resolved settings (``config.Resolved``: values and their sources)
-    describe for this family, with the decisions behind it (nothing is started): the plan
-    (:func:`gpuscale.plan.cluster.plan_cluster`) as its kind's arguments. ``served``: a
-    cluster kept up for other processes (``cluster up``), which :mod:`.security` protects."""
+    """The cluster ``resolved`` (``config.Resolved``) describes for ``family``, with the
+    decisions behind it; starts nothing. ``served``: a cluster kept up for other processes,
+    which :mod:`.security` protects."""
     from . import security
 
     plan = plan_cluster(resolved, family, collection, served=served)
     k = kind(plan.kind)
     spec = k.spec(plan)
-    first = {} if plan.kind == "existing" else {"protocol": plan.protocol}  # a running one has its own
+    first = {} if plan.kind == "existing" else {"protocol": plan.protocol}
     spec = spec.model_copy(
         update={
             "message_interval": plan.message_interval.value,
@@ -192,10 +171,10 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
     if plan.kind in ("local", "cuda") and host:
         spec = spec.model_copy(update={"kwargs": {**spec.kwargs, "host": host}})
     spec = security.apply(spec, resolved, plan.transport, served=served)
-    commands = k.commands(spec)  # a deploy target on other hosts: what it would run there
+    commands = k.commands(spec)
     if commands is not None:
         spec = spec.model_copy(update={"commands": commands})
-    per_host = k.per_host(spec)  # ... and what each host's workers get (TLS decided above)
+    per_host = k.per_host(spec)  # after security.apply: it shows TLS
     if per_host is not None:
         spec = spec.model_copy(update={"per_host": per_host})
     return spec
@@ -204,14 +183,13 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
 def per_host_entry(
     spec: "ClusterSpec", worker_class: str, workers: Any, threads: Any, memory: Any = None
 ) -> dict[str, Any]:
-    """What one host's workers get, from what the spec recorded: the worker class and count
-    as the kind words them, threads, and the spec's choices of memory limit (``memory``: as
-    the kind words it instead), RMM pool, spilling (GPU: the device memory limit),
-    transports, and its TLS."""
+    """What one host's workers get: the worker class, count and threads as the kind words
+    them, and the spec's choices of memory limit (or ``memory``), RMM pool, spilling,
+    transports and TLS."""
     ch = spec.choices
 
     def shown(name: str) -> Any:
-        c = ch.get(name) or {}  # the value; the rule where it says more (None, "auto", "default")
+        c = ch.get(name) or {}
         return (
             c.get("rule") if c.get("value") in (None, "auto", "default") and c.get("rule") else c.get("value")
         )
@@ -232,10 +210,8 @@ def per_host_entry(
 @contextlib.contextmanager
 def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]]:
     """Start (or join) the cluster and yield ``(client, cluster)``; ``cluster`` is None for an
-    existing scheduler. Whatever was started is closed on exit, error or Ctrl-C. The spec's
-    transport was checked when it was configured (``runs.session.configure``). ``security``:
-    a :class:`distributed.Security` to use instead of the spec's (a runner on a worker passes
-    its worker's)."""
+    existing scheduler. Whatever was started is closed on exit, error or Ctrl-C. ``security``:
+    a :class:`distributed.Security` to use instead of the spec's."""
     k = kind(spec.kind)
     cluster = None
     client = None
@@ -244,11 +220,10 @@ def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]
         messages.apply_client(client, spec.message_interval)
         yield client, cluster
     finally:
-        # A scheduler stopped from outside (`gpuscale cluster down`) answers nothing: close
-        # without waiting the whole connect timeout (30 s) for it at each step.
+        # a scheduler gone (stopped from outside, or lost on another host): close without
+        # waiting the connect timeout at each step
         status = getattr(getattr(cluster, "scheduler", None), "status", None)
         gone = getattr(status, "name", None) in ("closing", "closed", "failed")
-        # a scheduler on another host (ssh): its client has lost it
         gone = gone or (
             cluster is not None
             and client is not None
@@ -290,15 +265,9 @@ MAIN_GUARD = 'if __name__ == "__main__":'
 
 def unguarded_main_call() -> str | None:
     """``file:line`` of the user's script where it is starting a cluster outside
-    ``if __name__ == "__main__":``, when worker processes will re-run that script; else None.
-
-    Worker processes are spawned (distributed's ``multiprocessing-method``, "spawn" by
-    default), and a spawned process first imports the parent's main module the way
-    :mod:`multiprocessing` does: by its module name (not one named ``*.__main__``) or by its
-    file path. Module-level code outside the guard then runs again in every worker and starts
-    a cluster there: the worker fails to start (a hang with GPUs). This finds the outermost
-    frame of the main module's own code and asks whether its line lies inside the guard's
-    body. Notebooks, the REPL and ``python -c`` have no main file: None."""
+    ``if __name__ == "__main__":``, when spawned worker processes will import that script
+    again (and start a cluster each); else None (fork, a package's ``__main__``, notebooks,
+    the REPL, ``python -c``)."""
     method = dask.config.get("distributed.worker.multiprocessing-method", "spawn")
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
@@ -351,11 +320,10 @@ def check_main_guard() -> None:
 
 
 def construct(spec: ClusterSpec, factory):
-    """``factory()`` (a cluster class called with the spec's kwargs), made safe to interrupt:
-    when it raises, or Ctrl-C / SIGTERM lands while the workers are still starting, the
-    half-built cluster is closed here and marked closed, so distributed's exit hook does not
-    try again on workers still in ``Status.init`` (it prints an AssertionError traceback).
-    An ordinary exception becomes the one-line :func:`start_error`."""
+    """``factory()`` (a cluster class called with the spec's kwargs), safe to interrupt: when
+    it raises, or a signal lands while workers start, the half-built cluster is closed and
+    marked closed (else distributed's exit hook closes it again with a traceback). An ordinary
+    exception becomes the one-line :func:`start_error`."""
     check_main_guard()
     from .detach import MODULE as detach
 
@@ -365,7 +333,7 @@ def construct(spec: ClusterSpec, factory):
     )
     config["distributed.worker.preload"] = preload if detach in preload else [detach, *preload]
     try:
-        # the workers' nannies keep this config (their processes inherit it), restarts included
+        # the nannies keep this config for their workers, restarts included
         with _dask_compat.closing_half_built(), dask.config.set(config):
             return factory()
     except Exception as e:
@@ -374,8 +342,7 @@ def construct(spec: ClusterSpec, factory):
 
 def planned_worker_memory(spec: ClusterSpec) -> list[int]:
     """Memory per planned worker that holds the chunks, as ``Family.worker_memory`` reports
-    it once running: device memory per GPU for a GPU cluster, the host memory limit
-    otherwise; [] when unknown (a running scheduler's)."""
+    it once running; [] when unknown (a running scheduler's)."""
     from .. import machine
 
     if spec.scheduler is not None:

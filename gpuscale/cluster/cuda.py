@@ -1,7 +1,5 @@
-"""``dask_cuda.LocalCUDACluster``: the GPU family's cluster, one worker per GPU.
-
-CuPy is routed through RMM (``rmm_allocator_external_lib_list``) whenever a pool is set, so
-CuPy and cuDF share one pool instead of CuPy starving beside it.
+"""``dask_cuda.LocalCUDACluster``: the GPU family's cluster, one worker per GPU. With a pool,
+CuPy allocates through RMM too (``rmm_allocator_external_lib_list``), so both share it.
 """
 
 from __future__ import annotations
@@ -25,9 +23,8 @@ from .local import memory_bytes
 @dataclasses.dataclass
 class WorkerKnobs:
     """What a GPU worker gets beyond its pool, however it is started: ``options`` are keyword
-    arguments of ``LocalCUDACluster`` / ``dask_cuda.CUDAWorker`` (the ``dask cuda worker`` flags
-    of the same names), ``environ`` is set in each worker process before it starts (through
-    ``dask_config``: the nannies' pre-spawn environment), ``choices`` say why."""
+    arguments of ``LocalCUDACluster`` / ``CUDAWorker``, ``environ`` is set in each worker
+    process before it starts, ``choices`` say why."""
 
     options: dict[str, Any]
     environ: dict[str, str]
@@ -42,9 +39,8 @@ class WorkerKnobs:
 
 def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
     """The one rule for the device memory limit, the way workers spill, the UCX transports and
-    the family's worker environment: :func:`spec` (local GPUs), :mod:`.ssh` (CUDAWorker per
-    host) and :mod:`.slurm` (``dask cuda worker`` flags) all take them from here. ``gpus``: the
-    GPUs' indices when they are known here (local), else []."""
+    the family's worker environment, for every kind that starts GPU workers. ``gpus``: the
+    GPUs' indices when known here, else []."""
     c = resolved.settings.cluster
     transports = {k: v for k, v in proto.transport_kwargs(c.ucx).items() if k.startswith("enable_")}
     options: dict[str, Any] = dict(transports)
@@ -61,12 +57,11 @@ def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
     )
     if spill.value == "cudf":
         options["enable_cudf_spill"] = True
-        options["cudf_spill_stats"] = 1  # its spill totals, for the record's measured spilling
-        # on from the worker's first cuDF buffer (dask-cuda's plugin turns it on later, after which
-        # cuDF makes no manager: a worker got a spillable frame it could not rebuild on an H200)
+        options["cudf_spill_stats"] = 1
+        # from the first cuDF buffer: turned on later (dask-cuda's plugin), cuDF makes no manager
         environ["CUDF_SPILL"] = "on"
         limit_bytes = _device_limit_bytes(dml, gpus)
-        if limit_bytes:  # cuDF spills its buffers above the same line dask-cuda would
+        if limit_bytes:
             environ["CUDF_SPILL_DEVICE_LIMIT"] = str(limit_bytes)
     return WorkerKnobs(
         options,
@@ -117,8 +112,7 @@ def pool_bytes(pool, total_bytes: int) -> int | None:
 
 
 def check_free_memory(spec: ClusterSpec, gpus: list[dict]) -> None:
-    """Refuse to start when a selected GPU has less free memory than the RMM pool asks (another
-    process holds it, e.g. a running cluster): the workers would fail or hang allocating it."""
+    """Refuse (UserError) a selected GPU with less free memory than the RMM pool asks."""
     if not spec.rmm:
         return
     from dask.utils import format_bytes
@@ -140,18 +134,9 @@ def check_free_memory(spec: ClusterSpec, gpus: list[dict]) -> None:
 
 def _client_spills_like_workers(workers_spill: bool) -> None:
     """This process's cuDF spilling set as the workers': a cuDF frame pickles with its buffers'
-    kind, and the other side rebuilds it only if it spills the same way.
-
-    * Workers that spill with cuDF (``enable_cudf_spill``) send spillable frames, which this
-      process can only rebuild with a spill manager of its own (measured on an H200: a 3 GB
-      Parquet groupby at a 1 GB cap failed in the client with "cannot create
-      SpillableBufferOwner without a global spill manager"). Here it only spills on an
-      allocation that fails.
-    * Workers that do not are sent this process's frames (graphs, the metas P2P's shuffles
-      carry) and cannot rebuild spillable ones: after a session that turned spilling on here,
-      the next session of dask-cuda's spilling lost its worker to that error (measured on an
-      H200, the same script). So it is turned off again; a process that never imported cuDF
-      has nothing to undo."""
+    kind, and the other side rebuilds it only if it spills the same way (else "cannot create
+    SpillableBufferOwner without a global spill manager"), both ways. A process that never
+    imported cuDF has nothing to undo."""
     if not workers_spill and "cudf" not in sys.modules:
         return
     import cudf
@@ -163,7 +148,7 @@ def _client_spills_like_workers(workers_spill: bool) -> None:
     if workers_spill and not have:  # cuDF made its manager (none) on first use
         spill_manager.set_global_manager(spill_manager.SpillManager())
     elif have and not workers_spill:
-        with warnings.catch_warnings():  # "overwriting non-empty manager": frames made here keep theirs
+        with warnings.catch_warnings():  # "overwriting non-empty manager": frames keep theirs
             warnings.simplefilter("ignore")
             spill_manager.set_global_manager(None)
 
@@ -173,8 +158,8 @@ STARTED_WAIT_S = 10
 
 
 def _all_started(client, spec: ClusterSpec) -> None:
-    """dask-cuda logs a worker that fails to start and returns the cluster without it (seen on
-    an H200, where the run then waited forever for a worker): refuse in one line instead."""
+    """Refuse in one line a cluster missing a worker that failed to start (dask-cuda only
+    logs it and returns the cluster without it)."""
     if not spec.workers:
         return
     try:
@@ -323,14 +308,14 @@ class Cuda(Kind):
         import dask
 
         def make():
-            with dask.config.set(spec.dask_config):  # the nannies read it as they spawn the workers
+            with dask.config.set(spec.dask_config):
                 return LocalCUDACluster(**kwargs)
 
         cluster = construct(spec, make)
         try:
             client = Client(cluster)
             _all_started(client, spec)
-            messages.apply_workers(client, spec.message_interval)  # dask-cuda's workers miss the preload's
+            messages.apply_workers(client, spec.message_interval)
             _client_spills_like_workers(bool(kwargs.get("enable_cudf_spill")))
             return cluster, client
         except BaseException:

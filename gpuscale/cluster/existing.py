@@ -20,10 +20,8 @@ from .kind import Kind
 
 
 def address_from_file(path, *, trusted: bool) -> str:
-    """The scheduler address in Dask's scheduler file (``dask scheduler --scheduler-file``,
-    ``gpuscale cluster up --scheduler-file``). Unless ``trusted`` (``cluster.trust-files``), a
-    file another user can change is refused (:func:`gpuscale.trust.read_trusted`): it chooses
-    the cluster this process connects to, which can run code in it."""
+    """The scheduler address in Dask's scheduler file. Unless ``trusted``, a file another user
+    can change is refused (:func:`gpuscale.trust.read_trusted`). Raises UserError."""
     from .. import trust
 
     p = pathlib.Path(path).expanduser()
@@ -45,12 +43,12 @@ def address_from_file(path, *, trusted: bool) -> str:
 
 
 def answers(address: str, timeout_s: float = 2.0, tries: int = 3) -> bool:
-    """Whether anything still listens at the scheduler's address (host:port of any of
-    distributed's protocols); ``tries`` attempts over about ``timeout_s`` seconds, so a
-    scheduler that is merely busy is not declared gone. True if any attempt connects."""
+    """Whether anything still listens at the scheduler's address: True if any of ``tries``
+    connection attempts over about ``timeout_s`` seconds succeeds, or the address has no
+    host:port."""
     parts = urlsplit(address if "://" in address else f"tcp://{address}")
     if not parts.hostname or not parts.port:
-        return True  # cannot tell: do not claim it went away
+        return True
     for i in range(tries):
         try:
             with socket.create_connection((parts.hostname, parts.port), timeout=timeout_s / tries):
@@ -63,7 +61,6 @@ def answers(address: str, timeout_s: float = 2.0, tries: int = 3) -> bool:
 
 class _DropReconnect(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        # the reconnect's give-up line, and the tracebacks of its cancelled comms
         return not (
             str(record.msg).startswith(("Failed to reconnect to scheduler", "Batched Comm Closed"))
             or (record.levelno >= logging.ERROR and record.exc_info is not None)
@@ -73,11 +70,10 @@ class _DropReconnect(logging.Filter):
 @contextlib.contextmanager
 def reconnect_reported() -> Iterator[None]:
     """Drop distributed's client's "Failed to reconnect to scheduler" line and the tracebacks
-    it logs for comms cut off for the block: the run that loses its scheduler says so itself,
-    in one line (:class:`gpuscale.errors.ClusterGone`); any other failure still ends the run
-    with its own exception."""
+    of its cut comms for the block: a run that loses its scheduler says so in one line
+    (:class:`gpuscale.errors.ClusterGone`)."""
     logs = [logging.getLogger("distributed.client"), logging.getLogger("distributed.batched")]
-    f = _DropReconnect()  # the batched stream to a scheduler gone logs its CommClosedError at INFO
+    f = _DropReconnect()
     for log in logs:
         log.addFilter(f)
     try:
@@ -112,7 +108,7 @@ class Existing(Kind):
             address = f"{proto.name}://{address}"
         used = protocols.of_address(address)
         if used.name == "tls":
-            used = protocols.get("tcp")  # TLS over TCP sockets: the transport is tcp
+            used = protocols.get("tcp")
         theirs = Decision(
             None, "cluster", f"whatever the running cluster at {address} has", "cluster.running"
         )

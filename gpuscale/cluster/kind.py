@@ -7,13 +7,9 @@ from typing import Any, ClassVar
 
 
 class Kind:
-    """One kind of cluster (``local``, ``cuda``, ``existing``, ``ssh``, ``slurm``, ``srun``).
-
-    :meth:`spec` turns a :class:`gpuscale.plan.cluster.ClusterPlan` into a
-    :class:`gpuscale.cluster.ClusterSpec` (the class's keyword arguments and the decisions
-    behind them), deciding nothing the plan decided; :meth:`start` starts (or joins) the
-    cluster a spec describes. Kinds on other hosts also say what they run there
-    (:meth:`commands`) and what each host's workers get (:meth:`per_host`)."""
+    """One kind of cluster: :meth:`spec` turns a :class:`gpuscale.plan.cluster.ClusterPlan`
+    into a :class:`gpuscale.cluster.ClusterSpec`, deciding nothing the plan decided;
+    :meth:`start` starts (or joins) the cluster a spec describes."""
 
     name: ClassVar[str]
 

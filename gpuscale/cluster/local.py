@@ -29,7 +29,7 @@ MEMORY_LIMIT_FORMS = (
 def _memory_setting(limit):
     """The memory-limit setting in the form distributed reads, or a UserError: a number is a
     fraction of this machine's memory when 0 < f <= 1, a byte count when whole and > 1 (0: no
-    limit); anything else numeric (1.5, negative) is refused, as are negative sizes."""
+    limit); other numbers, negative sizes and sizes over the machine's memory are refused."""
     from dask.utils import parse_bytes
 
     if limit is None or (isinstance(limit, str) and limit.strip().lower() == "auto"):
@@ -62,7 +62,7 @@ def _memory_setting(limit):
     if n < 0:
         raise UserError(f"memory limit {limit!r} is negative", MEMORY_LIMIT_FORMS)
     host = machine.cpu()["memory_bytes"]
-    if n > host:  # distributed would quietly cap it at the machine's memory
+    if n > host:
         raise UserError(
             f"memory limit {limit!r} is more than this machine's {format_bytes(host)}", MEMORY_LIMIT_FORMS
         )
@@ -124,9 +124,7 @@ def check_layout(workers: int, threads: int, cores: int, host: int) -> None:
 
 
 def check_total(workers: int, limit: int | None, host: int) -> None:
-    """Refuse, before anything starts, worker limits that add up to more than the machine's
-    ``host`` bytes of memory: each worker could grow to its limit, and together they would
-    meet the host's out-of-memory killer instead of distributed's spilling and pausing."""
+    """Refuse (UserError) worker limits that add up to more than ``host`` bytes of memory."""
     if limit and workers * limit > host:
         raise UserError(
             f"{workers} worker(s) x {format_bytes(limit)} (--memory-limit) is "
@@ -164,7 +162,7 @@ class Local(Kind):
         if proto.bind_host:
             kwargs["host"] = proto.bind_host
         limit = memory_bytes(c.memory_limit, threads, cores)
-        if c.memory_limit != "auto":  # distributed's auto shares the machine by threads over cores
+        if c.memory_limit != "auto":
             check_total(workers, limit, host)
         worker_config: dict = {}
         choices = {

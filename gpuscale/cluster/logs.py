@@ -1,11 +1,6 @@
-"""Dask's own log lines below ERROR go to a log file instead of stderr.
-
-While a gpuscale session is open, this process's stream handlers of Dask's loggers pass only
-ERROR and above, and a file handler takes their WARNING lines and above (a P2P shuffle
-"initialized", a worker's memory at 80 %, a worker restarted); the worker processes of a cluster
-the session starts do the same (their preload calls :func:`in_worker`, which reads the file from
-:data:`CONFIG_KEY`). The file is created with its first line: a run that logged nothing leaves
-none.
+"""Dask's own log lines below ERROR go to a log file instead of stderr, in this process and
+in the worker processes of the clusters a session starts (:func:`in_worker`). The file is
+created with its first line.
 """
 
 from __future__ import annotations
@@ -104,9 +99,8 @@ def written(path: pathlib.Path | None) -> str | None:
 
 
 def in_worker() -> None:
-    """In a worker process: :func:`to_file` to the file the config names, if any, Python's
-    warnings included (a task's library warning, e.g. pandas' DtypeWarning for a CSV column
-    whose type changes, which the run then reports in its own line)."""
+    """In a worker process: :func:`to_file` to the file :data:`CONFIG_KEY` names, if any,
+    Python's warnings included."""
     import dask
 
     path = dask.config.get(CONFIG_KEY, None)

@@ -1,12 +1,7 @@
-"""The send interval of Dask's batched control streams (``distributed.batched.BatchedSend``).
-
-distributed fixes the intervals in its code (:data:`DASK_DEFAULTS`). The setting
-``cluster.message-interval`` (``auto`` | ``dask`` | a duration) chooses them: ``auto`` is
-:data:`AUTO_S` on every stream of a cluster gpuscale starts (scheduler and workers through the
-preloads :func:`construct_config` adds; dask-cuda's workers, which the worker preload does not
-reach, through :func:`apply_workers`), and on this client's own two streams on any cluster (a
-running cluster's scheduler-to-worker streams are its owner's); ``dask`` leaves Dask's. The spec
-records the choice. Why 2 ms: see docs/decisions.md, rule ``message-interval.auto``.
+"""The send interval of Dask's batched control streams (``distributed.batched.BatchedSend``),
+set by ``cluster.message-interval`` on every stream of a cluster gpuscale starts (preloads,
+and :func:`apply_workers` for dask-cuda's workers) and on this client's own streams on any
+cluster. See docs/decisions.md, rule ``message-interval.auto``.
 """
 
 from __future__ import annotations
@@ -64,9 +59,8 @@ def choose(resolved, kind: str) -> Decision:
 
 
 def construct_config(seconds: float | None) -> dict[str, Any]:
-    """The Dask settings a cluster start runs under so its scheduler and workers (their
-    processes inherit the configuration) set ``seconds`` on their streams: this module as a
-    scheduler and worker preload, the interval under :data:`CONFIG_KEY`. {} for Dask's own."""
+    """The Dask settings a cluster start runs under so its scheduler and workers set
+    ``seconds`` on their streams (this module as their preload); {} for Dask's own."""
     if seconds is None:
         return {}
     out: dict[str, Any] = {CONFIG_KEY: seconds}
@@ -78,14 +72,14 @@ def construct_config(seconds: float | None) -> dict[str, Any]:
 
 
 def _set(stream, seconds: float) -> None:
-    """One stream's interval; a stream distributed no longer has (renamed) is left alone."""
+    """One stream's interval; a stream without one is left alone."""
     if stream is not None and isinstance(getattr(stream, "interval", None), (int, float)):
         stream.interval = seconds
 
 
 class _WorkerStreams(SchedulerPlugin):
     """Scheduler plugin: each worker's scheduler -> worker stream gets the interval as the
-    worker joins (``add_worker`` runs after the scheduler made the stream)."""
+    worker joins."""
 
     name = "gpuscale-message-interval"
 
@@ -123,7 +117,7 @@ def apply_client(client, seconds: float | None) -> None:
     if seconds is None or client is None:
         return
     _set(getattr(client, "scheduler_comm", None), seconds)
-    with contextlib.suppress(Exception):  # a scheduler that refuses run_on_scheduler keeps its 2 ms
+    with contextlib.suppress(Exception):
         client.run_on_scheduler(_scheduler_to_client, client_id=client.id, seconds=seconds)
 
 
@@ -132,18 +126,17 @@ def _worker_stream(seconds: float, dask_worker=None) -> None:
 
 
 def apply_workers(client, seconds: float | None) -> None:
-    """Each worker's worker -> scheduler stream at ``seconds``, set now through ``client.run``,
-    for workers the preload does not reach (dask-cuda's). A worker that restarts later has only
-    what its preload gives it. Never raises."""
+    """Each worker's worker -> scheduler stream at ``seconds``, set now through ``client.run``
+    (for workers the preload does not reach; a worker that restarts later loses it). Never
+    raises."""
     if seconds is None or client is None:
         return
-    with contextlib.suppress(Exception):  # the interval is a speed setting: never the run's end
+    with contextlib.suppress(Exception):
         client.run(_worker_stream, seconds)
 
 
 def intervals(client) -> dict[str, Any]:
-    """The intervals in force now (seconds), read from the streams themselves: for a test or
-    a record to show what the processes really use."""
+    """The intervals in force now (seconds), read from the streams themselves."""
 
     def on_scheduler(dask_scheduler=None, client_id: str = "") -> dict[str, Any]:
         c = dask_scheduler.client_comms.get(client_id)

@@ -1,22 +1,10 @@
-"""Preflight: before any work on a running cluster (``run --scheduler / --scheduler-file``, a
-session joining one), check that it can run this client's work; refuse in one line
-(:class:`~gpuscale.errors.UserError`) naming the host, or worker pair, and the fix when it
-cannot.
-
-* Every worker the scheduler lists answers :meth:`Client.get_versions`.
-* Each worker's versions match the client's: Python, Dask's required packages, gpuscale and the
-  family's chunk libraries under their distribution names (:func:`packages`).
-* A GPU family's worker sees a GPU (:func:`gpuscale.machine.gpus`).
-* The interconnect of each host (:func:`facts`): NVLink between its GPUs, the GPU each worker
-  holds, its RDMA ports; reported per host and per worker pair (:func:`pairs`, the record's
-  ``cluster.pairs``).
-* The bandwidth probe (setting ``cluster.bandwidth-probe``: ``auto`` | ``on`` | ``off``): one
-  worker of each pair of :func:`probe_pairs` fetches a block of :data:`PROBE_BYTES` from the other
-  the way Dask moves a task's input, best of :data:`PROBE_TRIES`, all within
-  :data:`PROBE_BUDGET_S`. A pair that cannot move the block within :data:`PROBE_TIMEOUT_S`, or
-  moves it at under 1/:data:`FAR_BELOW` of :func:`expectation`, is refused. ``auto`` probes over
-  UCX only; the decision and every pair measured are recorded (``cluster.preflight.probe``). Why:
-  see docs/decisions.md, rule ``bandwidth-probe.auto``.
+"""Preflight: before any work on a running cluster, check that it can run this client's
+work, or refuse in one line (:class:`~gpuscale.errors.UserError`) naming the host or worker
+pair and the fix. :func:`check`: every listed worker answers, its versions match the
+client's (:func:`packages`), a GPU family's worker sees a GPU, each host's interconnect is
+recorded (:func:`facts`, :func:`pairs`), and the bandwidth probe (:func:`probe`; see
+docs/decisions.md, rule ``bandwidth-probe.auto``) refuses a pair far under its
+:func:`expectation`.
 """
 
 from __future__ import annotations
@@ -54,14 +42,13 @@ def _providers() -> dict[str, list[str]]:
 
     try:
         return dict(importlib.metadata.packages_distributions())
-    except Exception:  # noqa: BLE001 - broken metadata somewhere on the path: ask by module name
+    except Exception:  # noqa: BLE001 - broken metadata: ask by module name
         return {}
 
 
 def _distribution(module: str) -> str:
-    """The installed distribution that provides ``module`` (``cupy`` -> ``cupy-cuda13x``),
-    the name :func:`distributed.versions.get_versions` looks up; the module's own name when
-    none is found."""
+    """The installed distribution that provides ``module`` (``cupy`` -> ``cupy-cuda13x``);
+    the module's own name when none is found."""
     top = module.partition(".")[0]
     names = _providers().get(top) or []
     return names[0] if names else top
@@ -79,13 +66,13 @@ def packages(family) -> list[str]:
 
 def _host(address: str) -> str:
     scheme, _, rest = address.rpartition("://")
-    if scheme in ("tcp", "tls", "ucx", "ucxx") and ":" in rest:  # host:port, [v6]:port
+    if scheme in ("tcp", "tls", "ucx", "ucxx") and ":" in rest:
         return rest.rsplit(":", 1)[0].strip("[]")
     from distributed.comm import get_address_host
 
     try:
         return get_address_host(address)
-    except Exception:  # noqa: BLE001 - a scheme this process has no backend for: host of scheme://host:port
+    except Exception:  # noqa: BLE001 - a scheme this process has no backend for
         rest = address.split("://", 1)[-1]
         return rest.rsplit(":", 1)[0].strip("[]") if ":" in rest else rest
 
@@ -94,9 +81,6 @@ def _scheme(address: str) -> str:
     return address.split("://", 1)[0] if "://" in address else "tcp"
 
 
-# ---------------------------------------------------------------------------------------
-# what each worker sees
-# ---------------------------------------------------------------------------------------
 def _own_gpu(gpus: list[dict]) -> dict | None:
     """The GPU a worker holds: the first of its ``CUDA_VISIBLE_DEVICES`` (dask-cuda puts each
     worker's own GPU first); None without that variable or a match."""
@@ -150,9 +134,8 @@ def _active_ib(ports: list[dict]) -> list[dict]:
 
 
 def hosts(seen: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per host: its host name, workers, the GPUs each worker sees, whether the host's GPUs are
-    all NVLink-connected (None under two GPUs) with each GPU's NVLink peers, and its RDMA
-    ports."""
+    """Per host: its name, workers, the GPUs each worker sees, whether its GPUs are all
+    NVLink-connected (None under two), each GPU's NVLink peers, and its RDMA ports."""
     out: dict[str, dict[str, Any]] = {}
     for address, w in sorted(seen.items()):
         peers = w.get("nvlink_peers") or {}
@@ -193,9 +176,6 @@ def seen_from(checked: dict[str, Any] | None) -> dict[str, dict[str, Any]] | Non
     }
 
 
-# ---------------------------------------------------------------------------------------
-# per pair: the transport, what it should give
-# ---------------------------------------------------------------------------------------
 def _nvlink_pair(a: dict | None, b: dict | None) -> bool | None:
     """Whether the GPUs two workers of one host hold are NVLink peers; None when either holds
     no known GPU."""
@@ -277,10 +257,9 @@ def pairs(
     source: str | None = None,
 ) -> dict[str, Any]:
     """The record's ``cluster.pairs``: the transport between every two workers (up to
-    :data:`PAIRS_BY_WORKER_UP_TO` workers), else between every two hosts and within each host
-    of several workers, from the addresses and what the preflight saw (``seen``: NVLink,
-    InfiniBand; None: addresses only), with the probe's measurement where it timed that pair.
-    ``source`` says where ``seen`` came from (default: preflight, or addresses without it)."""
+    :data:`PAIRS_BY_WORKER_UP_TO` workers), else between every two hosts and within each host,
+    with the probe's measurement where it timed that pair. ``seen``: what the preflight saw
+    (None: addresses only); ``source`` says where it came from."""
     source = source or ("preflight" if seen else "addresses")
     measured = {}
     for p in (probe or {}).get("pairs") or []:
@@ -327,12 +306,8 @@ def pairs(
     return {"by": "host", "from": source, "pairs": items}
 
 
-# ---------------------------------------------------------------------------------------
-# the probe
-# ---------------------------------------------------------------------------------------
 def _probe_block(module: str, nbytes: int):
-    """On the pair's first worker: a block of random float64 values (incompressible) of the
-    family's array module."""
+    """On the pair's first worker: a block of random float64 values of ``module``."""
     import importlib
 
     xp = importlib.import_module(module)
@@ -343,8 +318,8 @@ async def _probe_fetch(
     key: str, source: str, tries: int, budget_s: float, timeout_s: float, dask_worker=None
 ) -> dict[str, Any]:
     """On the pair's second worker: fetch ``key`` from ``source`` the way Dask moves a task's
-    input (``get_data`` over the worker's own connection pool and credentials), ``tries``
-    times or until ``budget_s`` is spent; seconds of each, bytes, or the error."""
+    input, ``tries`` times or until ``budget_s`` is spent; the seconds of each and the bytes,
+    or the error."""
     import asyncio
 
     times: list[float] = []
@@ -359,7 +334,7 @@ async def _probe_fetch(
             )
         except asyncio.TimeoutError:
             return {"error": f"no answer within {timeout_s:g} s", "seconds": times}
-        except Exception as e:  # noqa: BLE001 - any failure to move the block fails the pair
+        except Exception as e:  # noqa: BLE001 - any failure fails the pair
             first = (str(e).strip().splitlines() or [""])[0]
             return {"error": f"{type(e).__name__}: {first}" if first else type(e).__name__, "seconds": times}
         dt = time.perf_counter() - t0
@@ -413,9 +388,10 @@ def probe(
     budget_s: float = PROBE_BUDGET_S,
     timeout_s: float = PROBE_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """Time the pairs of :func:`probe_pairs` (see the module's docstring) and refuse, in one
-    line, a pair that cannot move the block or moves it far under its expectation. Returns
-    the decision with what was measured."""
+    """Time the pairs of :func:`probe_pairs` (the fastest of ``tries`` fetches of ``nbytes``,
+    within ``budget_s``) and refuse, in one line, a pair that cannot move the block within
+    ``timeout_s`` or moves it under 1/:data:`FAR_BELOW` of its expectation. Returns the
+    decision with what was measured."""
     from distributed import wait
 
     out = {**decision, "block_bytes": nbytes, "tries": tries, "budget_s": budget_s, "pairs": []}
@@ -440,7 +416,7 @@ def probe(
         try:
             wait(list(blocks.values()), timeout=max(timeout_s, budget_s))
         except TimeoutError:
-            pass  # the pairs of a block not made are listed as not measured
+            pass  # its pairs are listed as not measured
         for src, dst in todo:
             entry: dict[str, Any] = {
                 "from": src,
@@ -509,15 +485,11 @@ def _refuse_slow(src: str, dst: str, nbytes: int, rate: float, expected: float, 
     )
 
 
-# ---------------------------------------------------------------------------------------
-# the check
-# ---------------------------------------------------------------------------------------
 def check(client, family, probe_setting: str = "auto", probe_source: str = "default") -> dict[str, Any]:
     """Check the running cluster behind ``client`` for ``family``'s work; raise a one-line
     :class:`UserError` naming the first host (or worker pair) that fails, else return what was
     seen: per host its workers, GPUs, NVLink and RDMA ports, the packages compared, the
-    bandwidth probe (decided by ``probe_setting``: auto / on / off, from ``probe_source``)
-    and the seconds taken."""
+    bandwidth probe (``probe_setting``: auto / on / off) and the seconds taken."""
     t0 = time.perf_counter()
     from . import workers
 

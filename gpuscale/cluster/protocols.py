@@ -1,13 +1,6 @@
-"""Transports, found by name in a registry (never in if-chains).
-
-``tcp`` ships with distributed. ``ucx`` comes from the ``distributed-ucxx`` package, which
-registers the "ucx" comm backend with distributed; with plain ``protocol="ucx"`` UCX picks
-its transports itself (NVLink, InfiniBand, shared memory), and the explicit switches are
-passed only where the user asked for them.
-
-Both built-ins are registered here; installed packages add protocols through the
-``gpuscale.protocols`` entry-point group (an entry point names a :class:`Protocol` instance),
-as families and workloads arrive through theirs.
+"""Transports, found by name in a registry: ``tcp`` (distributed's) and ``ucx``
+(``distributed-ucxx``; UCX picks its transports unless switches are set), and the
+:class:`Protocol` instances the ``gpuscale.protocols`` entry points name.
 """
 
 from __future__ import annotations
@@ -53,9 +46,8 @@ class Protocol:
         return {"protocol": self.name}
 
     def transports_choice(self, ucx, transports: dict[str, Any], sources: dict[str, str]) -> Decision:
-        """The spec's transports (``transports``; empty: this protocol's own selection) as a
-        recorded choice: the switches the user set where this protocol honours them, else the
-        protocol's selection, noting switches it ignores."""
+        """The spec's transports (empty: this protocol's own selection) as a recorded choice:
+        the switches the user set where this protocol honours them, else its selection."""
         switches = set_switches(ucx)
         if switches and self.switches_transports:
             return Decision(
@@ -87,7 +79,6 @@ class UcxProtocol(Protocol):
         return "automatic (UCX chooses)"
 
     def transport_kwargs(self, ucx) -> dict:
-        # Only what was asked for: None lets UCX choose (the fast default on NVLink machines).
         return {"protocol": self.name, **{f"enable_{k}": v for k, v in set_switches(ucx).items()}}
 
 
@@ -138,9 +129,9 @@ HERE = ("local", "cuda")
 
 def choose(setting: str, source: str, family, kind: str, tls: bool) -> tuple[Protocol, Decision]:
     """The transport of a cluster of ``kind`` for ``family`` and its recorded choice, from the
-    ``protocol`` setting (from settings layer ``source``). ``auto``: the family's transport
-    (``Knobs.protocol``) for a cluster started on this machine without TLS (``tls``) when it
-    is installed, else TCP. Rule ids are explained in docs/decisions.md."""
+    ``protocol`` setting. ``auto``: the family's transport for a cluster started on this
+    machine without TLS when it is installed, else TCP (docs/decisions.md, rules
+    ``protocol.*``)."""
     if setting != AUTO:
         return get(setting), Decision(
             setting, source, f"{setting}, set by you", "protocol.setting", documented=True
@@ -183,8 +174,8 @@ def get(name: str) -> Protocol:
 
 
 def of_address(address: str) -> Protocol:
-    """The protocol of a running scheduler's address (``tcp://...``): the registered one of
-    that scheme, else a bare :class:`Protocol` named by it (that cluster chose its transport)."""
+    """The protocol of a running scheduler's address: the registered one of its scheme, else
+    a bare :class:`Protocol` named by it."""
     scheme = address.split("://", 1)[0]
     _load()
     return _PROTOCOLS.get(scheme) or Protocol(scheme, scheme)

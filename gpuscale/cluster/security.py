@@ -1,23 +1,11 @@
 """Who may talk to a cluster: TLS through distributed's :class:`~distributed.Security`.
 
-:func:`apply` decides whether the cluster a spec describes speaks TLS (``cluster.security``:
-``auto`` / ``tls`` / ``off``), records it as the spec's ``security`` choice, and says where a
-client finds its credentials:
-
-* a cluster kept up for others (``gpuscale cluster up``) or on other hosts: ``auto`` means TLS
-  with temporary self-signed credentials (:meth:`distributed.Security.temporary`); for one kept
-  up, :func:`write` puts them in one PEM file of mode 0600 beside the scheduler file
-  (:func:`beside`), which Dask's own command lines read too (``--tls-ca-file F --tls-cert F
-  --tls-key F``);
-* a cluster for one run or session of this process: ``auto`` means plain TCP on loopback
-  (``tls`` gives it in-memory temporary credentials);
-* a running scheduler: TLS when its address is ``tls://``, with the ``cluster.credentials``
-  file, else the one beside ``scheduler-file``; credentials that are missing, unreadable, not
-  PEM, or changeable by another user (unless ``cluster.trust-files`` trusts them,
-  :mod:`gpuscale.trust`) are refused in one line.
-
-UCX has no TLS: a protected cluster over UCX is refused unless ``cluster.security`` is ``off``,
-set by you.
+:func:`apply` decides whether a spec's cluster speaks TLS (``cluster.security``). Under
+``auto``: a cluster kept up for others or on other hosts gets temporary self-signed
+credentials (kept up: written to a 0600 PEM file :func:`beside` the scheduler file); a
+cluster of this process alone plain TCP on loopback; a running scheduler TLS when its
+address is ``tls://``, with credentials checked by :func:`check_credentials`. UCX has no TLS:
+a protected cluster over UCX is refused unless ``cluster.security`` is ``off``.
 """
 
 from __future__ import annotations
@@ -102,7 +90,7 @@ def apply(spec, resolved, proto, *, served: bool = False):
             f"{spec.kwargs.get('host') or 'its bind address'} for the life of the run"
         )
     kwargs = dict(spec.kwargs)
-    if value == "tls" and spec.kind not in REMOTE:  # ssh / slurm: set by their start
+    if value == "tls" and spec.kind not in REMOTE:  # the remote kinds set it at start
         kwargs["protocol"] = "tls"
     return spec.model_copy(
         update={
@@ -190,10 +178,8 @@ def _for_client(spec, resolved):
 
 
 def check_credentials(path: pathlib.Path, trusted: bool) -> None:
-    """Refuse, in one line, credentials this user cannot read, that are not PEM credentials
-    (:func:`check_pem`) and (unless ``trusted``, the setting ``cluster.trust-files``)
-    credentials another user can change: whoever wrote them chose the cluster this client
-    trusts (:func:`gpuscale.trust.read_trusted`)."""
+    """Refuse, in one line, credentials that are missing, unreadable, not PEM
+    (:func:`check_pem`) or (unless ``trusted``) changeable by another user."""
     from .. import trust
 
     if not path.is_file():
@@ -213,9 +199,8 @@ def check_credentials(path: pathlib.Path, trusted: bool) -> None:
 
 
 def check_pem(path: pathlib.Path) -> None:
-    """Refuse, in one line, a credentials file that is not PEM with a CA certificate and a
-    certificate with its key (what :func:`load` gives TLS); Python's ``ssl`` reads it as the
-    connection would."""
+    """Refuse, in one line, a credentials file that ``ssl`` cannot read as a CA certificate
+    and a certificate with its key."""
     import ssl
 
     try:
@@ -242,8 +227,7 @@ def load(path: str | os.PathLike):
 
 def every_role(path: str | os.PathLike):
     """A :class:`~distributed.Security` whose every role (scheduler, worker, client) reads the
-    credentials file at ``path``: for a cluster whose workers are started elsewhere with that
-    path on their command line (``dask worker --tls-ca-file F --tls-cert F --tls-key F``)."""
+    credentials file at ``path``."""
     from distributed import Security
 
     p = str(pathlib.Path(path).expanduser())
@@ -260,9 +244,8 @@ def every_role(path: str | os.PathLike):
 
 
 def as_client(sec):
-    """A worker's :class:`~distributed.Security` as a client's (the runner a run sends into the
-    cluster connects from its worker): ``dask worker --tls-cert F --tls-key F`` sets only the
-    worker role, so the client role takes the worker's certificate and key."""
+    """A worker's :class:`~distributed.Security` as a client's: where only the worker role is
+    set, the client role takes the worker's certificate and key."""
     if sec is None or sec.tls_client_cert or not sec.tls_worker_cert:
         return sec
     from distributed import Security
@@ -290,9 +273,8 @@ def temporary():
 
 
 def write(security, path: pathlib.Path) -> pathlib.Path:
-    """Write ``security``'s key and certificate (which is also its CA: Security.temporary's
-    self-signed one) to ``path``, created with mode 0600 (never readable by others, not even
-    for a moment), atomically and never through a link (:mod:`gpuscale.records.atomic`)."""
+    """Write ``security``'s key and self-signed certificate (also its CA) to ``path``, created
+    with mode 0600, atomically and never through a link; returns ``path``."""
     from ..records import atomic
 
     pem = security.tls_client_key.strip() + "\n" + security.tls_client_cert.strip() + "\n"

@@ -1,20 +1,8 @@
 """Clusters in SLURM jobs: dask-jobqueue's :class:`~dask_jobqueue.SLURMCluster`
-(``cluster.deploy: slurm``).
-
-The scheduler runs in this process (on the login node, or wherever ``cluster up`` runs); each
-of ``cluster.slurm.jobs`` jobs asks SLURM for ``cores`` cores and ``memory`` and runs
-``processes`` worker processes sharing them (threads per worker: cores / processes). The CPU
-family's worker is dask-jobqueue's default (``python -m distributed.cli.dask_worker``); the GPU
-family's is ``python -m dask cuda worker`` with the family's RMM pool (``--rmm-pool-size``), one
-worker per GPU of the job's node (ask SLURM for the GPUs in ``job-extra``, e.g.
-``--gres=gpu:4``). Nothing is submitted by gpuscale itself: SLURMCluster runs ``sbatch`` with the
-job script ``cluster show`` prints (:attr:`ClusterSpec.commands`, built by dask-jobqueue's own
-job class, as ``SLURMCluster.job_script()`` does, without starting a scheduler).
-
-TLS (the default, as for every cluster on other hosts): the workers read the credentials file
-(written beside the scheduler file, mode 0600) by its path on their command line
-(``--tls-ca-file F --tls-cert F --tls-key F``, never key material), so it must be on a
-filesystem the compute nodes share, like the home folders of most SLURM clusters.
+(``cluster.deploy: slurm``; docs/guide/beyond-one-host.md). The scheduler runs in this
+process; each job runs ``processes`` workers (GPU: ``dask cuda worker``, one per GPU). Under
+TLS the workers read the credentials file by its path, so it must be on a filesystem the
+compute nodes share.
 """
 
 from __future__ import annotations
@@ -30,7 +18,7 @@ from .cuda import worker_knobs
 from .kind import Kind
 
 CLS = "dask_jobqueue.SLURMCluster"
-GPU_WORKER = "dask cuda worker"  # run as `python -m dask cuda worker` (dask's CLI, dask-cuda's sub-command)
+GPU_WORKER = "dask cuda worker"  # run as `python -m dask cuda worker`
 
 
 def _job_kwargs(spec: ClusterSpec, security) -> dict:
@@ -74,11 +62,11 @@ class Slurm(Kind):
                 extra += ["--rmm-maximum-pool-size", str(c.rmm.maximum_pool_size)]
         knobs = None
         prologue: list[str] = []
-        if gpu:  # device memory limit, spilling, worker environment: as on local GPUs, as flags
+        if gpu:  # as on local GPUs, as flags
             knobs = worker_knobs(resolved, family, collection, proto, [])
             for k, v in knobs.options.items():
                 flag = "--" + k.replace("_", "-")
-                if isinstance(v, bool):  # dask cuda worker's --enable-x / --disable-x pairs
+                if isinstance(v, bool):
                     extra.append(flag if v else flag.replace("--enable-", "--disable-"))
                 else:
                     extra += [flag, str(v)]
@@ -195,9 +183,9 @@ class Slurm(Kind):
             raise
 
     def commands(self, spec: ClusterSpec) -> list[str]:
-        """The job script SLURMCluster submits for this spec, line by line (dask-jobqueue's own
-        ``SLURMJob.job_script()``, which ``SLURMCluster.job_script()`` calls; nothing is started).
-        The scheduler's address and, with TLS, the credentials file are known at start only."""
+        """The job script SLURMCluster submits for this spec, line by line (dask-jobqueue's
+        ``SLURMJob.job_script()``; nothing is started), with placeholders for what is known at
+        start only."""
         try:
             from dask_jobqueue.slurm import SLURMJob
         except ImportError:
@@ -210,16 +198,15 @@ class Slurm(Kind):
         return job.job_script().splitlines()
 
     def per_host(self, spec: ClusterSpec) -> dict[str, dict]:
-        """The scheduler on this machine, and what the workers on each job's node get
-        (:func:`gpuscale.cluster.per_host_entry`, from this spec's job settings and choices); the
-        nodes are SLURM's choice, known once the jobs start."""
+        """The scheduler on this machine, and what the workers on each job's node get (the
+        nodes are SLURM's choice)."""
         kw = spec.kwargs
         gpu = kw.get("worker_command") == GPU_WORKER
         jobs = spec.choices["jobs"].value
         node = f"each SLURM job's node ({jobs} job(s))"
         cls = f"python -m {GPU_WORKER}" if gpu else "python -m distributed.cli.dask_worker"
         workers = "one per GPU of the node" if gpu else kw["processes"]
-        mem = spec.choices["memory_limit"].record()  # per job, split between its worker processes
+        mem = spec.choices["memory_limit"].record()
         return {
             "(this machine)": {"scheduler": True, "worker_entries": 0},
             node: {

@@ -1,17 +1,8 @@
-"""A cluster made of the tasks of an ``srun``: dask-jobqueue's :class:`~dask_jobqueue.slurm.SLURMRunner`
-(``cluster.deploy: srun``).
-
-Inside a SLURM allocation, ``srun -n N gpuscale run WORKLOAD --deploy srun`` starts the same
-command N times; each task's rank (``SLURM_PROCID``) gives its role: rank 0 runs the scheduler,
-rank 1 is this client (the run itself, its output and record), every further rank a worker
-(CPU: ``distributed.Worker`` with ``SLURM_CPUS_PER_TASK`` threads; GPU: ``dask_cuda.CUDAWorker``
-with the family's RMM pool, one worker per GPU the task sees). They meet through Dask's
-scheduler file ``scheduler-<job id>.json`` in the working folder (on a filesystem the nodes
-share). When the client is done it stops the scheduler, and every task exits.
-
-TLS (the default, as for every cluster on other hosts): rank 0 writes temporary credentials
-(:func:`gpuscale.cluster.security.write`, mode 0600) beside the scheduler file before its
-scheduler listens; every rank reads them from there by path.
+"""A cluster made of the tasks of an ``srun``: dask-jobqueue's
+:class:`~dask_jobqueue.slurm.SLURMRunner` (``cluster.deploy: srun``;
+docs/guide/beyond-one-host.md). Rank 0 runs the scheduler, rank 1 the client, every further
+rank a worker; they meet through the scheduler file in the working folder. Under TLS, rank 0
+writes the credentials beside it before its scheduler listens.
 """
 
 from __future__ import annotations
@@ -49,8 +40,7 @@ def _runner_class():
                 tls.write(tls.temporary(), self.credentials)
 
         async def before_worker_start(self) -> None:
-            # a worker reads its credentials as it is made: wait for the scheduler file, written
-            # once rank 0's scheduler listens, after the credentials
+            # the scheduler file is written after the credentials
             while not self.scheduler_file.exists():
                 await asyncio.sleep(0.2)
 
@@ -175,7 +165,7 @@ class Srun(Kind):
         }
         worker_options = {**kw["worker_options"], **({"security": sec} if sec else {})}
 
-        def make():  # ranks other than 1 serve in here until the client is done, then exit (SystemExit)
+        def make():  # ranks other than 1 serve in here until the client is done, then exit
             return Runner(
                 scheduler_file=kw["scheduler_file"],
                 scheduler_options=scheduler_options,

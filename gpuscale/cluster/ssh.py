@@ -1,18 +1,8 @@
-"""Clusters over SSH: distributed's :func:`~distributed.deploy.ssh.SSHCluster` (``cluster.deploy:
-ssh``).
-
-The first host of ``cluster.ssh.hosts`` runs the scheduler, every other entry one worker
-process (repeat a host for more; Dask's convention): ``distributed.Nanny`` for the CPU family,
-``dask_cuda.CUDAWorker`` for the GPU family (one worker per GPU of that host, with the
-family's RMM pool). Nothing is launched by gpuscale itself: SSHCluster connects with asyncssh
-and starts ``python -m distributed.cli.dask_spec`` on each host, the commands ``cluster show``
-prints (:attr:`ClusterSpec.commands`).
-
-TLS (the default for ``cluster up``) reaches the remote processes through Dask's own
-configuration, ``distributed.comm.tls.*``, which SSHCluster hands to them: these hold the
-*path* of the credentials file, never key material (a command line is visible to every user of
-a host), so that file (written beside the scheduler file, mode 0600) must be readable at the
-same path on every host, as on a shared home or a shared filesystem.
+"""Clusters over SSH: distributed's :func:`~distributed.deploy.ssh.SSHCluster`
+(``cluster.deploy: ssh``; docs/guide/beyond-one-host.md). The first host of
+``cluster.ssh.hosts`` runs the scheduler, every other entry one worker process (GPU: a
+``CUDAWorker`` per GPU). Under TLS the remote processes get the credentials file's path, never
+key material, so it must be readable at the same path on every host.
 """
 
 from __future__ import annotations
@@ -86,16 +76,11 @@ class Ssh(Kind):
         if pool is not None:
             worker_options["rmm_pool_size"] = pool
         knobs = None
-        if gpu:  # device memory limit, spilling, UCX transports, worker environment: as on local GPUs
-            knobs = worker_knobs(
-                resolved, family, collection, proto, []
-            )  # the hosts' GPUs are not known here
+        if gpu:  # as on local GPUs
+            knobs = worker_knobs(resolved, family, collection, proto, [])  # GPUs not known here
             worker_options.update(knobs.options)
-        # the scheduler listens on the address its host was named by, which the other hosts reach
         scheduler_options = {"host": hosts[0], "port": 0, "dashboard_address": c.dashboard_address or ":0"}
-        if (
-            proto.name != "tcp"
-        ):  # the workers take the scheme of the scheduler's address (tcp: the default; TLS: at start)
+        if proto.name != "tcp":  # the workers take the scheme of the scheduler's address
             scheduler_options["protocol"] = proto.name
         kwargs = {
             "hosts": hosts,
@@ -175,7 +160,6 @@ class Ssh(Kind):
             kwargs["scheduler_options"] = {**kwargs["scheduler_options"], "protocol": "tls"}
             kwargs["security"] = security or tls.load(spec.credentials)
         # SSHCluster hands this process's Dask configuration to every remote process
-        # (DASK_INTERNAL_INHERIT_CONFIG): the TLS paths and the workers' pre-spawn environment
         with dask.config.set({**config, **spec.dask_config}):
             cluster = construct(spec, lambda: SSHCluster(**kwargs))
         try:
@@ -185,8 +169,7 @@ class Ssh(Kind):
             raise
 
     def commands(self, spec: ClusterSpec) -> list[str]:
-        """The ssh commands SSHCluster runs for this spec (Dask adds the client's configuration to
-        each in ``DASK_INTERNAL_INHERIT_CONFIG``: with TLS, the credentials file's path)."""
+        """The ssh commands SSHCluster runs for this spec."""
         kw = spec.kwargs
         protocol = "tls" if spec.security == "tls" else None
         opts = kw["connect_options"]
@@ -226,9 +209,8 @@ class Ssh(Kind):
         return lines
 
     def per_host(self, spec: ClusterSpec) -> dict[str, dict]:
-        """Per host of ``cluster.ssh.hosts`` (in their order): whether it runs the scheduler, how
-        many worker entries it has, and what its workers get (:func:`gpuscale.cluster.per_host_entry`,
-        from this spec's worker options and choices)."""
+        """Per host of ``cluster.ssh.hosts`` (in their order): whether it runs the scheduler, its
+        worker entries, and what its workers get (:func:`gpuscale.cluster.per_host_entry`)."""
         kw = spec.kwargs
         hosts, opts, cls = kw["hosts"], kw["worker_options"], kw["worker_class"]
         gpu = cls == "dask_cuda.CUDAWorker"

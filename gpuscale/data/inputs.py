@@ -1,19 +1,15 @@
 """Users' own data: files and collections in, described for the record, on the right backend.
 
-* :func:`inspect` looks at a path (Parquet, CSV, ``.npy``, Zarr; a file or a folder) or at a
-  Dask collection the user has, without a cluster: format, shape or columns and dtypes, size.
-  Every problem (missing file, unknown type, unreadable file, Zarr not installed) is a
-  one-line :class:`~gpuscale.errors.UserError` naming the fix.
+* :func:`inspect` describes a path (Parquet, CSV, ``.npy``, Zarr; a file or a folder) or a
+  Dask collection without a cluster; every problem is a one-line
+  :class:`~gpuscale.errors.UserError` naming the fix.
 * :func:`open_source` opens it as a Dask collection on a backend family with Dask's own
-  readers (``dd.read_parquet`` / ``dd.read_csv`` under the family's ``dataframe.backend``, so
-  the GPU family reads straight into cuDF; ``da.from_zarr``; ``.npy`` memory-mapped block by
-  block on the workers), arrays moved to the family's chunk type and a collection the user
-  already has moved between families by :mod:`gpuscale.backends.convert` (the one place that
-  converts data).
-* :func:`parse_agg` / :func:`parse_by` read ``--agg`` / ``--by``, and :func:`check_run` does
-  every check of a run on user data that needs no cluster.
+  readers (the GPU family reads straight into cuDF), converting through
+  :mod:`gpuscale.backends.convert`.
+* :func:`parse_agg` / :func:`parse_by` read ``--agg`` / ``--by``; :func:`check_run` does every
+  check of a run on user data that needs no cluster.
 
-No GPU library is imported here: the GPU family's readers and converters import theirs.
+No GPU library is imported here.
 """
 
 from __future__ import annotations
@@ -397,10 +393,9 @@ def _arrow_kind(t) -> str | None:
 
 
 def _check_parquet_schemas(p: pathlib.Path) -> None:
-    """Refuse, before any cluster starts, a folder of Parquet files that disagree on their
-    columns or their types (:func:`_arrow_kind`), or a file whose footer cannot be read,
-    compared from each file's footer (no data read). Dask takes the first file's schema for the
-    whole frame, so such a folder would fail later, on the workers."""
+    """Refuse, before any cluster starts, a folder of Parquet files whose footers disagree on
+    their columns or types (:func:`_arrow_kind`) or cannot be read (Dask would take the first
+    file's schema and fail later, on the workers)."""
     if not p.is_dir():
         return
     import pyarrow.dataset as pads
@@ -408,7 +403,7 @@ def _check_parquet_schemas(p: pathlib.Path) -> None:
 
     try:
         files = sorted(pads.dataset(str(p), format="parquet").files)
-    except Exception:  # noqa: BLE001 - the reader's own error (already raised) is the one to show
+    except Exception:  # noqa: BLE001 - the reader's own error is the one to show
         return
     if len(files) < 2:
         return

@@ -10,14 +10,12 @@ from typing import Any, Iterator
 @dataclass(frozen=True, slots=True, eq=False)
 class Decision(Mapping):
     """A value as chosen: ``source`` is the settings layer it came from or ``rule`` / ``family``
-    / ``cluster`` (:mod:`gpuscale.choices` lists them), ``rule`` the sentence that says why
-    (None: nothing to say, e.g. a value set by you), ``rule_id`` the rule's id and ``numbers``
-    the facts and settings it used (cores, threads, bytes).
+    / ``cluster`` (:mod:`gpuscale.choices`), ``rule`` the sentence that says why (None: nothing
+    to say), ``rule_id`` the rule's id and ``numbers`` the facts and settings it used.
 
-    It reads as the recorded choice, the mapping ``{"value", "source", "rule", **extra}`` that
-    records and ``explain`` hold (:meth:`record`), so old records and new ones have one shape.
-    A ``documented`` rule (a section of docs/decisions.md) also names its id there: the record
-    has ``rule_id`` and its sentence starts with the id."""
+    It reads as the recorded mapping ``{"value", "source", "rule", **extra}`` (:meth:`record`).
+    A ``documented`` rule (a section of docs/decisions.md) also records ``rule_id``, and its
+    sentence starts with the id."""
 
     value: Any
     source: str

@@ -40,8 +40,7 @@ class Layout:
 
 def layout(resolved, family, collection: str | None, kind: str, facts: Facts) -> Layout:
     """The layout of a ``kind`` cluster for ``family``'s ``collection`` work, the one rule every
-    cluster kind reads (:meth:`gpuscale.backends.family.Family.layout_rule` for processes on this
-    machine).
+    cluster kind reads.
 
     * ``local``: workers and threads from the family's rule on ``facts.cores``;
     * ``cuda``: the threads you set, else the family's, else 1 (one worker per GPU);

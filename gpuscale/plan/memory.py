@@ -70,9 +70,7 @@ def spill_choices(family, limit: int | None, threads: int, worker_config: dict) 
 
 def spilling_choice(family) -> Decision:
     """Where CPU workers on other hosts spill: their local directory, above the fractions of
-    their memory limit in this process's Dask config, which the deploy target hands to every
-    worker (SSHCluster through ``DASK_INTERNAL_INHERIT_CONFIG``, dask-jobqueue's job script
-    through the workers' own config)."""
+    their memory limit in this process's Dask config, which the deploy target hands to them."""
     if family.spill_to is None:
         return Decision(
             None, "family", f"the {family.name} family does not spill: data must fit", "spill.none"
@@ -91,9 +89,9 @@ def spilling_choice(family) -> Decision:
 
 
 def rmm_pool(c, family) -> tuple[Any, dict[str, Any] | None]:
-    """The RMM pool per GPU worker from the cluster settings ``c`` (``auto``: the family's knob)
-    and the spec's ``rmm`` entry, with where the size came from; ``(None, None)``: no pool.
-    Every cluster kind that starts GPU workers (cuda, ssh, slurm, srun) asks here."""
+    """(the RMM pool per GPU worker, the spec's ``rmm`` entry) from the cluster settings ``c``
+    (``auto``: the family's knob), for every kind that starts GPU workers; ``(None, None)``: no
+    pool."""
     pool = c.rmm.pool_size
     source = "set by you"
     if pool == "auto":

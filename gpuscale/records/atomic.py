@@ -2,14 +2,10 @@
 path you chose (``--output``, run records, bench folders, the scheduler file, credentials, the
 lock of ``cluster up``).
 
-:func:`written` yields an open temporary sibling of ``path`` (``.NAME.XXXX.gpuscale-tmp``, made
-by ``mkstemp``: never an existing name, never through a link) and its name; when the block ends
-without an exception the file is flushed to disk and linked into place (``os.link``: never over
-an existing name) or, with ``replace``, renamed over the old file. The temporary file is removed
-on every way out, an interruption included (it is made under
-:func:`gpuscale.errors.signals_deferred`). :func:`check_target` refuses, in one line and before
-any work, a link or another user's file where gpuscale is to write; :func:`own_file` opens a
-file gpuscale keeps open (a lock) with ``O_NOFOLLOW``, only if it is this user's own.
+:func:`written` yields an open temporary sibling of ``path`` (made by ``mkstemp``); when the
+block ends without an exception the file is flushed to disk and linked into place (never over
+an existing name) or, with ``replace``, renamed over the old file. The temporary file is
+removed on every way out, an interruption included.
 
 >>> import pathlib, tempfile
 >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -106,7 +102,7 @@ def written(
     mode: int | None = None,
     what: str = "file",
 ) -> Iterator[tuple[IO, str]]:
-    """``(file, temp_path)`` to write ``path`` through (see the module). ``mode``: the file's
+    """``(file, temp_path)`` to write ``path`` through. ``mode``: the file's
     permissions (default 0666 less the umask); ``what`` names the file in errors. Raises OSError
     (``FileExistsError`` when ``path`` exists and ``replace`` is false), or UserError for a link
     or another user's file at ``path`` (:func:`check_target`)."""

@@ -7,17 +7,11 @@ when their workload and parameters agree (family, protocol and workers may diffe
 refused otherwise. Repeats a record flags as disturbed (``info.disturbed_repeats``) are left
 out.
 
-The interval, by what a side holds:
-
-* one run a side: the Hodges-Lehmann estimate on log times with its distribution-free
-  Mann-Whitney interval (exact up to :data:`EXACT_PAIRS` pairs, normal beyond); too few repeats
-  for ranks at the confidence asked: Welch's t interval on log times (``how``); fewer than two
-  repeats a side: verdict ``n/a``. The assumed between-run spread ``between_run`` (default
-  :data:`ASSUMED_BETWEEN_RUN`, ``--between-run PCT``) is added to each case's variance, or, with
-  three or more paired cases, the larger of it and the DerSimonian-Laird estimate from the cases
-  (``between_run_sd``); ``between_run=0`` adds none.
-* several runs on a side: the run is the unit: Welch's t interval on the difference of the
-  runs' mean median log times (a side with one run borrows the other's variance).
+The interval (docs/decisions.md, rule ``compare.between-run``): with one run a side, the
+Hodges-Lehmann estimate on log times with its Mann-Whitney interval (Welch's t where ranks are
+too few; ``n/a`` under two repeats a side), widened by the between-run spread (``between_run``,
+default :data:`ASSUMED_BETWEEN_RUN`, or the DerSimonian-Laird estimate when larger); with
+several runs on a side, Welch's t interval over the runs.
 
 Verdict, with a margin m (default 5 %): ``slower`` when the whole interval lies above 1 + m,
 ``faster`` when it lies below 1 / (1 + m), ``same`` when it lies within both, else
@@ -25,7 +19,7 @@ Verdict, with a margin m (default 5 %): ``slower`` when the whole interval lies 
 would clear the nearest bound). ``mde``: the ratio these runs would call ``slower`` with
 probability :data:`POWER`. The gate ``--fail-if-slower PCT`` (exit :data:`SLOWER_EXIT`) fails a
 case whose interval lies wholly above 1 + PCT and, with ``--fail-if-inconclusive``, one whose
-interval reaches above it. Why this method: see docs/decisions.md, rule ``compare.between-run``.
+interval reaches above it.
 """
 
 from __future__ import annotations
@@ -101,7 +95,7 @@ def _u_cdf(n: int, m: int) -> np.ndarray:
 
         mean, sd = n * m / 2, math.sqrt(n * m * (n + m + 1) / 12)
         return stats.norm.cdf((np.arange(n * m + 1) + 0.5 - mean) / sd)
-    # p[i][j]: the distribution for i and j values; p(i, j, u) = i/(i+j) p(i-1, j, u-j) + j/(i+j) p(i, j-1, u)
+    # p(i, j, u) = i/(i+j) p(i-1, j, u-j) + j/(i+j) p(i, j-1, u), for i and j values
     row = [np.ones(1) for _ in range(m + 1)]  # i = 0: U = 0 whatever j
     for i in range(1, n + 1):
         new = [np.ones(1)]  # j = 0: U = 0

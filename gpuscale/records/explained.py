@@ -2,28 +2,22 @@
 layer recorded (nothing is decided here).
 
 :func:`explained` lays the knobs of one run out by scope, each as ``{"value", "source",
-"rule"}`` (:func:`gpuscale.choices.choice`, whose docstring lists the sources):
+"rule"}`` (:func:`gpuscale.choices.choice`):
 
 ``cluster``
-    backend (the settings' value and its source) and family (``backends.select``'s reason),
-    then what the cluster layer decided (``ClusterSpec.choices``, :class:`gpuscale.plan.Decision`
-    records): protocol and transports, GPUs,
-    workers, threads per worker, memory limit, the RMM pool; a run adds where its runner ran
-    (``runs.remote.Placement``).
+    backend and family, then ``ClusterSpec.choices`` (protocol, transports, GPUs, workers,
+    threads, memory limit, RMM pool) and where the runner ran.
 ``family``
-    the backend family's knobs (chunk and partition budgets, shuffle method, split_out
-    budget, tree fan-in, pre-imports).
+    the backend family's knobs.
 ``session``
-    the Dask settings the session applies to all the work in its block, the user's own code
-    included (:mod:`gpuscale.backends.session_knobs`: the shuffle method).
+    the Dask settings the session applies to all the work in its block
+    (:mod:`gpuscale.backends.session_knobs`).
 ``workload``
-    the workload's own choices (``Context.choose``: chunk / partition sizes, split_out,
-    shuffle method, SVD route, ...). A choice a route settles at run time (``Context.decide``,
-    e.g. svd's ``route``: planned ``auto``, decided ``gram`` from the condition estimate)
-    shows the decision, with ``planned`` / ``planned_rule`` keeping the plan.
+    the workload's own choices (``Context.choose``); one a route settles at run time
+    (``Context.decide``) shows the decision, with ``planned`` / ``planned_rule`` keeping the
+    plan.
 
-``gpuscale explain`` (:func:`gpuscale.runs.preview.preview`) shows the same section for a run
-that has not happened, so the two can be compared key by key.
+``gpuscale explain`` shows the same section for a run that has not happened.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Tuned DataFrame routes on any Dask DataFrame (pandas or cuDF partitions).
 
-``groupby_agg`` chooses between a tree reduction (the result stays in one partition) and a
-shuffle (the result is split over ``split_out`` partitions) from an estimate of the result's
-size against the backend family's per-partition budget, and picks the family's shuffle
-method (the task shuffle keeps cuDF on the device; P2P goes through host memory). The plan
-it chose, with the numbers behind it, comes back with the result.
+``groupby_agg`` chooses per-worker, tree or shuffle from an estimate of the result's size
+against the backend family's budget and returns the plan with the result; ``merge`` and
+``sort`` run as one task where one single-threaded worker is the whole cluster. The graphs
+are built by hand (docs/decisions.md, rule ``routes.graph-by-hand``).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from . import locality
 
 AGGREGATIONS = ("sum", "mean", "min", "max", "count", "size", "std", "var", "first", "last")
 BYTES_PER_VALUE = 8
-# Aggregations the per-worker route decomposes: partial aggregations, and how partials combine.
+# aggregation -> (its partial aggregations, how partials combine), for the per-worker route
 DECOMPOSE = {
     "sum": (("sum",), "sum"),
     "count": (("count",), "sum"),
@@ -58,9 +57,8 @@ class GroupbyResult:
 
 
 def count_groups(df, by: list[str]):
-    """(lazy number of distinct ``by`` keys, how it is counted): Dask's ``nunique_approx``
-    (HyperLogLog, one pass) on pandas partitions; on others (cuDF) an exact distinct count,
-    since Dask's HyperLogLog hashes with pandas only (it fails on cuDF Series)."""
+    """(lazy number of distinct ``by`` keys, how it is counted): Dask's ``nunique_approx`` on
+    pandas partitions, an exact distinct count on others (Dask's HyperLogLog needs pandas)."""
     key = df[by[0]] if len(by) == 1 else df[by]
     if isinstance(df._meta, pd.DataFrame):
         return key.nunique_approx(), "nunique_approx (HyperLogLog)"
@@ -72,9 +70,9 @@ def count_groups(df, by: list[str]):
 
 
 def check_columns(df, by, agg, where: str = "the DataFrame") -> tuple[list[str], dict[str, list[str]]]:
-    """``(by, {column: [aggregations]})`` checked against a DataFrame's columns and dtypes (a
-    Dask DataFrame, or a pandas / cuDF frame such as its meta); one-line errors name the
-    columns there are (``where`` names the frame in them)."""
+    """``(by, {column: [aggregations]})`` checked against a frame's columns and dtypes (Dask,
+    pandas or cuDF); raises a one-line UserError naming the columns there are (``where`` names
+    the frame)."""
     by = [by] if isinstance(by, str) else list(by)
     if not by:
         raise UserError("no group-by column given", "name at least one column to group by")
@@ -133,12 +131,9 @@ def choose_groupby(
 
     * the result is estimated at ``groups`` x (key + aggregate columns) x 8 B; over the family's
       per-partition budget it is split over ``split_out`` partitions by the family's shuffle;
-    * under it, one output partition: if each input partition would still hold many groups
-      (groups >= the family's ``groupby_concat_min_fraction`` of its rows: 5 % on the CPU, where
-      per-partition aggregation shrinks the data and threads share it; always on the GPU, and
-      wherever ``threads`` says each worker runs one thread) every
-      worker concatenates its own partitions and aggregates once ("per-worker"), else each
-      partition is aggregated and partials are combined in a tree.
+    * under it, one output partition: "per-worker" (each worker concatenates its partitions
+      and aggregates once) where a partition's groups are at least the family's
+      ``groupby_concat_min_fraction`` of its rows or each worker runs one thread, else a tree.
 
     ``groups`` (distinct keys) and ``rows`` are estimated in one pass when not given.
     """
@@ -195,16 +190,12 @@ def decide_groupby(
     room_bytes: int | None = None,
     threads: int | None = None,
 ) -> GroupbyDecision:
-    """The plan of :func:`choose_groupby` from numbers alone (no frame, nothing computed):
-    ``width`` = key + aggregate columns, ``decomposable`` = every aggregation is one the
-    per-worker route splits (see ``DECOMPOSE``). ``gpuscale explain`` plans with it.
-    ``worker_bytes`` (the frame's bytes per worker) and ``room_bytes`` (what one worker's
-    running tasks may hold, :attr:`gpuscale.memory.Budget.task_room`): the per-worker
-    route, which concatenates a worker's partitions in one task, is taken only when
-    ``CONCAT_COPIES x worker_bytes`` fits the room (else partials combine in a tree, partition
-    by partition, and the inputs may spill). ``threads``: threads per worker; where each worker
-    runs one (:data:`ONE_THREAD`), the per-worker route loses no parallelism and is taken
-    whatever the share of groups."""
+    """The plan of :func:`choose_groupby` from numbers alone (nothing computed): ``width`` =
+    key + aggregate columns, ``decomposable`` = every aggregation is in ``DECOMPOSE``. The
+    per-worker route is taken only where ``CONCAT_COPIES x worker_bytes`` (the frame's bytes
+    per worker) fits ``room_bytes`` (what one worker's tasks may hold), and whatever the
+    share of groups where ``threads`` (per worker) is 1. Raises UserError for a
+    ``split_out`` under 1."""
     fam = family
     knobs = fam.knobs
     source = groups_source
@@ -240,7 +231,7 @@ def decide_groupby(
     per_part = max(1, rows // max(1, nparts))
     fraction = min(groups, per_part) / per_part
     least = knobs.groupby_concat_min_fraction
-    one_thread = threads == 1 and fraction < least  # the share rule alone would take the tree
+    one_thread = threads == 1 and fraction < least
     if one_thread:
         least = 0.0
     too_big = (
@@ -297,11 +288,14 @@ def groupby_agg(
 
     ``agg`` is a dict ``{column: "mean" | [aggs]}`` (or one aggregation for every column). The
     result has the same index and ``(column, aggregation)`` columns as Dask's / pandas' own.
-    ``sort``: as Dask's ``groupby(sort=...)``: None (Dask's and cuDF's default) leaves the
-    groups in the order the aggregation gives them, True sorts them by key (pandas' default;
-    one result partition only). Sorting costs: measured on an H200, cuDF's sorted aggregation
-    of 10 M rows took 6.4-8.7 ms against 4.3-5.6 ms unsorted (10 to 5 M keys), and sorting
-    the unsorted result after saved nothing (``docs/benchmarks/dataframe.md``).
+    ``sort``: as Dask's ``groupby(sort=...)``: None leaves the groups in the order the
+    aggregation gives them, True sorts them by key (one result partition only; its cost is in
+    docs/benchmarks/dataframe.md).
+
+    Returns
+    -------
+    GroupbyResult
+        ``result`` (a Dask DataFrame) and the ``plan`` (:class:`GroupbyDecision`).
     """
     by_list = [by] if isinstance(by, str) else list(by)
     plan = plan or choose_groupby(
@@ -333,9 +327,6 @@ def groupby_agg(
     return GroupbyResult(result, plan)
 
 
-# ---------------------------------------------------------------------------------------
-# per-worker route: concatenate each worker's partitions, aggregate once, combine once
-# ---------------------------------------------------------------------------------------
 def _flat(col, agg) -> str:
     return f"{col}\x1f{agg}"
 
@@ -360,7 +351,7 @@ def _combine(partials, by, spec, sort: bool = False):
             for p in DECOMPOSE[a][0]:
                 how[_flat(c, p)] = DECOMPOSE[p][1] if a == "mean" else DECOMPOSE[a][1]
     if len(partials) == 1:
-        g = frame.sort_index() if sort else frame  # one worker's partial already has one row per group
+        g = frame.sort_index() if sort else frame  # one row per group already
     else:
         level = list(range(len(by))) if len(by) > 1 else 0
         g = frame.groupby(level=level, sort=sort).agg(how)
@@ -381,9 +372,8 @@ def _combine(partials, by, spec, sort: bool = False):
 
 
 def _worker_groups(df, keys) -> list[list[int]]:
-    """Partition numbers grouped by the worker that holds them (persisted data on a
-    distributed cluster, :mod:`gpuscale.routes.locality`, evened out so no worker aggregates more than
-    its share), else in contiguous runs, one per worker."""
+    """Partition numbers grouped by the worker that holds them (persisted data, evened out by
+    :func:`locality.balance`), else in contiguous runs, one per worker."""
     groups = locality.blocks_by_worker(df, keys)
     if groups:
         return locality.balance(groups)
@@ -403,9 +393,7 @@ _META_CACHE: dict = {}
 
 def _meta_of(fn, metas: list, *args):
     """``fn(*metas, *args)``, the output meta of a hand-built route, computed once per (function,
-    the metas' types, columns, dtypes and index, ``args``): running an operation on empty cuDF
-    frames costs milliseconds of client time on every call (and a pandas merge of empty
-    frames 3 ms on this project's CI machine)."""
+    the metas' types, columns, dtypes and index, ``args``)."""
 
     def shape(m):
         return (
@@ -423,9 +411,8 @@ def _meta_of(fn, metas: list, *args):
 
 
 def _whole(parts, by, spec, sort: bool = False):
-    """All of the data on one worker: concatenate and aggregate once (sorted by key if
-    ``sort``), with the library's own aggregations (no partials to combine: measured on one
-    H100, 100 M rows / 1 M keys, 32 ms against 42 ms for partial + combine)."""
+    """All of the data on one worker: concatenate and aggregate once with the library's own
+    aggregations (sorted by key if ``sort``; rule ``routes.one-task``)."""
     from dask.dataframe.dispatch import concat
 
     frame = concat(list(parts)) if len(parts) > 1 else parts[0]
@@ -442,10 +429,7 @@ def _combined_meta(meta, by, spec):
 
 def _per_worker_agg(df, by, spec, sort: bool = False):
     """One task per worker (concatenate its partitions, aggregate) and one combining task; on
-    one worker, one task (:func:`_whole`). The graph is a few dict entries built by hand:
-    dask.delayed's argument unpacking and the meta computation cost tens of milliseconds of
-    client time per call, more than a GPU's whole aggregation. Persisted partitions are read
-    through their futures' own keys (:func:`gpuscale.routes.locality.in_memory`)."""
+    one worker, one task (:func:`_whole`)."""
     dsk, keys = locality.graph_and_keys(df)
     groups = _worker_groups(df, keys)
     name = f"gpuscale-groupby-{tokenize(keys, by, spec, sort, groups, locality.memory_state(df))}"
@@ -464,20 +448,12 @@ def _per_worker_agg(df, by, spec, sort: bool = False):
 
 
 def frame_of_task(dsk: dict, meta, key, prefix: str):
-    """A one-partition Dask DataFrame whose partition is the task ``dsk[key]`` itself, under
-    the frame's own name. ``dd.from_graph`` keeps the task under its key and adds an alias
-    from the frame's key to it, and the scheduler runs every alias as a task of its own: one
-    more worker -> scheduler -> worker round before the result is in memory (measured on an
-    H200, 5.5 ms per dependent task at 2 ms stream intervals: ``workflows/round_trip.py``).
-    ``key`` names the task by its content already (the routes put a token of their inputs in
-    it), so the frame's name comes from it: ``from_graph`` tokenizes the whole layer and the
-    meta, milliseconds of client time for a cuDF meta on every call."""
+    """A one-partition Dask DataFrame whose partition is the task ``dsk[key]`` itself (no
+    alias task, unlike ``dd.from_graph``), named from ``key``, which names the task by its
+    content."""
     return _dask_compat.one_task_frame(dsk, meta, key, prefix, tokenize(key))
 
 
-# ---------------------------------------------------------------------------------------
-# merge and sort: one task when one single-threaded worker holds everything
-# ---------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class FrameRoute:
     """A route's lazy result and how it runs (``plan``: "one task" or "dask"), with why."""
@@ -488,13 +464,8 @@ class FrameRoute:
 
 
 def one_single_thread_worker() -> str | None:
-    """Why one task does the whole job here, or None: the default client's cluster has exactly
-    one worker and it runs one task at a time (one thread: a GPU worker, or a CPU worker
-    started with one). Dask's hash join or sort then runs its many tasks one after another on
-    that worker, and adds their scheduling to the library's one call: measured on an H200,
-    a 10 M-row merge took 0.049 s through Dask and 0.004 s in cuDF alone
-    (workflows/shape_grid.py). Any other layout (several workers, threads to share) keeps
-    Dask's way."""
+    """Why one task does the whole job here (the default client's cluster is one worker with
+    one thread: rule ``routes.one-task``), or None."""
     try:
         from distributed import default_client
 
@@ -565,8 +536,8 @@ def merge(left, right, on, how: str = "inner", shuffle_method: str | None = None
 
 def sort(df, by: str, *, index: bool = False, shuffle_method: str | None = None) -> FrameRoute:
     """``df.sort_values(by)`` (``index=True``: ``df.set_index(by)``, sorted), lazy: one task
-    and one sorted partition when one single-threaded worker is the whole cluster (its
-    divisions are unknown: one partition needs none), else Dask's own with ``shuffle_method``."""
+    and one sorted partition (divisions unknown) when one single-threaded worker is the whole
+    cluster, else Dask's own with ``shuffle_method``."""
     why = one_single_thread_worker()
     if why:
         meta = _meta_of(_sort_meta, [df._meta], by, index)
@@ -586,11 +557,8 @@ def sort(df, by: str, *, index: bool = False, shuffle_method: str | None = None)
 
 def ready_to_persist(collection):
     """``collection`` as it should be handed to ``client.persist``: a Dask DataFrame optimized
-    first. Measured on an H200 (dask 2026.7.1, dask-cudf 26.10.2): ``client.persist`` of a cuDF
-    ``read_parquet`` of several files returned a collection whose keys were not the futures'
-    (the reader's partitions are combined while optimizing, under another name), so the next
-    computation on it failed with "lost dependencies"; optimized first, the keys match. Other
-    collections pass through."""
+    first, so its keys are the futures' (rule ``routes.persist-optimized``); others as they
+    are."""
     import dask.dataframe as dd
 
     if isinstance(collection, (dd.DataFrame, dd.Series)):

@@ -14,14 +14,11 @@ Three routes, chosen automatically and honest about accuracy:
     Dask's communication-avoiding TSQR (``dask.array.linalg.tsqr``), accurate for any
     condition number; the fallback.
 
-``route="auto"`` computes the Gram matrix first, reads the condition number off its
-spectrum, and takes ``gram`` when its predicted error is within ``tol`` x s_max, else
-``cholqr2`` while it can carry the condition, else ``tsqr``; the returned :class:`Route`
-says which and why, with the numbers. U is formed only when asked for.
-
-Every function here takes and returns Dask collections and imports no GPU library: block
-functions call NumPy's API, which CuPy arrays implement (NEP 18), so the same code runs on
-either backend.
+``route="auto"`` reads the condition number off the Gram spectrum and takes ``gram`` when
+its predicted error is within ``tol`` x s_max, else ``cholqr2`` while it can carry the
+condition, else ``tsqr``; the returned :class:`Route` says which and why. Block functions
+call NumPy's API, which CuPy arrays implement, so nothing here imports a GPU library. The
+graphs are built by hand (docs/decisions.md, rule ``routes.graph-by-hand``).
 """
 
 from __future__ import annotations
@@ -43,12 +40,12 @@ from . import locality
 
 ROUTES = ("auto", "gram", "cholqr2", "tsqr")
 
-# Default accuracy target for singular values, relative to s_max, by input dtype.
+# default accuracy target for singular values, relative to s_max, by input dtype
 TOLERANCE = {np.dtype("float64"): 1e-10, np.dtype("float32"): 1e-4}
-# Predicted error of the Gram route: GRAM_ERROR_FACTOR * eps * cond(X) (relative to s_max).
-# We measured 2.7e-9 at cond 1e7 in float64 (factor 1.2); 4 leaves a margin.
+# the Gram route's predicted error, relative to s_max: GRAM_ERROR_FACTOR * eps * cond(X)
+# (rule ``svd.gram-error-factor``)
 GRAM_ERROR_FACTOR = 4.0
-# CholeskyQR2 holds while cond(X) <= CHOLQR2_LIMIT * eps^-1/2 (1.3e7 in float64).
+# CholeskyQR2 holds while cond(X) <= CHOLQR2_LIMIT * eps^-1/2 (1.3e7 in float64)
 CHOLQR2_LIMIT = 0.2
 
 
@@ -79,9 +76,6 @@ class SVDResult:
         return {k: v for k, v in (("s", self.s), ("u", self.u), ("vt", self.vt)) if v is not None}
 
 
-# ---------------------------------------------------------------------------------------
-# Block functions (module level, so workers can unpickle them). NumPy API on any array type.
-# ---------------------------------------------------------------------------------------
 def _acc(b):
     """Accumulate in float64 whatever the input precision."""
     return b if b.dtype == np.float64 else b.astype(np.float64)
@@ -131,15 +125,13 @@ def _condition_from_eigenvalues(w) -> np.ndarray:
 
 def _singular_values_of_gram(g, dtype):
     """The singular values (descending, as ``dtype``) of X from its Gram matrix X^T X, once
-    computed (:func:`gpuscale.backends.finished`: the route persists them itself, so no family
-    wraps this task, and its time is then the device's too)."""
+    computed on the device (:func:`gpuscale.backends.finished`)."""
     return finished(_sqrt_clip(_eigvalsh_desc(g)).astype(dtype, copy=False))
 
 
 def condition_from_singular_values(s) -> float:
-    """s_max / s_min of a descending spectrum on the host (the square root of the Gram
-    spectrum's lambda_max / lambda_min, as :func:`_condition_from_eigenvalues`); inf where
-    s_min is 0 or anything is not finite."""
+    """s_max / s_min of a descending spectrum on the host; inf where s_min is 0 or anything is
+    not finite."""
     top, low = float(s[0]), float(s[-1])
     if not math.isfinite(top) or top <= 0 or not math.isfinite(low) or low <= 0:
         return math.inf
@@ -150,7 +142,6 @@ def _all_finite(a) -> np.ndarray:
     return np.array([bool(np.isfinite(a).all())])
 
 
-# Host values by design: one number each, fetched by the client to choose the route.
 audit.allow(
     "condition_from_eigenvalues",
     "the condition estimate (one float64 on the host) that the client reads to choose the SVD route",
@@ -158,7 +149,6 @@ audit.allow(
 audit.allow("all_finite", "one bool on the host that the client reads to check CholeskyQR2 for breakdown")
 
 
-# ---------------------------------------------------------------------------------------
 def _eps(dtype) -> float:
     """Every route accumulates in float64, so float64's epsilon bounds its rounding."""
     return float(np.finfo(np.float64).eps)
@@ -221,20 +211,13 @@ def _block_sum(
     """sum over row blocks of fn(block, *args), each an n x n matrix, as a tree reduction;
     for persisted blocks on several workers (and no ``split_every``) the first level sums
     each worker's own blocks (:mod:`gpuscale.routes.locality`). ``then``: the array is
-    ``then(sum, *then_args)`` (of ``then_shape`` and ``then_dtype``), computed in the sum's last task: one
-    scheduling round (worker -> scheduler -> worker) fewer than a task of its own.
-
-    The graph is built by hand (a few dict entries): dask's generic reduction and blockwise
-    machinery cost milliseconds of client time per call, which matters when the whole GPU
-    computation takes 0.1 s.
-    """
+    ``then(sum, *then_args)`` (of ``then_shape`` and ``then_dtype``), computed in the sum's
+    last task."""
     n = x.shape[1]
     row_keys = [row[0] for row in x.__dask_keys__()]
     placed = None if split_every else locality.placement(x, row_keys)
     groups, threads = placed or (None, None)
-    # the names change with what is in memory and where (locality.memory_state): a graph of
-    # another shape never reuses these keys
-    token = tokenize(
+    token = tokenize(  # with what is in memory and where: another graph never reuses these keys
         x,
         fn,
         *args,
@@ -250,9 +233,7 @@ def _block_sum(
     dsk: dict = {}
     level = []
     if groups and all(t == 1 for t in threads):
-        # one thread per worker (the GPU family's): a task per block would run one after the
-        # other anyway, so each worker's blocks go through one task, one scheduling round
-        # (worker -> scheduler -> worker) fewer before the sum
+        # one thread per worker: one task per worker's blocks
         for j, idx in enumerate(groups):
             key = (f"{name}-worker", j)
             dsk[key] = (_sum_of, fn, [row_keys[i] for i in idx], *arg_keys)
@@ -263,8 +244,7 @@ def _block_sum(
             dsk[key] = (fn, row_key, *arg_keys)
             level.append(key)
     if groups and 1 < len(groups) < len(level):
-        # persisted blocks on several workers: sum each worker's blocks where they are, then
-        # one partial per worker crosses the network (not one matrix per block)
+        # sum each worker's blocks where they are: one partial per worker crosses the network
         level_by_worker = []
         for j, idx in enumerate(groups):
             key = (f"{name}-worker", j)
@@ -280,7 +260,6 @@ def _block_sum(
             dsk[key] = (_sum_list, level[i : i + fan])
             nxt.append(key)
         level, depth = nxt, depth + 1
-    # one task left (one block, or one worker's): it is the sum itself, not a task copying it
     total = dsk.pop(level[0]) if len(level) == 1 else (_sum_list, level)
     if then is None:
         dsk[(name, 0, 0)] = total
@@ -306,7 +285,7 @@ def _single(a, fn, shape, dtype=np.float64):
 
 
 def _one_task(fn, inputs, shape, dtype=np.float64, meta=None):
-    """A one-chunk Dask array holding fn(*blocks) of one-chunk inputs (graph built by hand)."""
+    """A one-chunk Dask array holding fn(*blocks) of one-chunk inputs."""
     name = f"{fn.__name__.strip('_')}-{tokenize(fn, *inputs, [locality.memory_state(i) for i in inputs])}"
     key = (name,) + (0,) * len(shape)
     dsk = {key: (fn, *[_only_key(i) for i in inputs])}
@@ -430,10 +409,13 @@ def svd(
     split_every : int
         Fan-in of the Gram tree reduction (default: one combine step).
 
-    ``auto`` computes the Gram matrix and its spectrum eagerly to choose (one pass over X):
-    without U, s itself in one task after the Gram blocks (CholeskyQR2, for an input too
-    ill-conditioned for the Gram route, makes G again); with U, G is kept for the route it
-    picks. The named routes are fully lazy.
+    Returns
+    -------
+    SVDResult
+        ``s`` (and ``u``, ``vt``) as Dask arrays, with the :class:`Route` taken.
+
+    ``auto`` computes the Gram matrix and its spectrum eagerly to choose (one pass over X);
+    the named routes are fully lazy.
     """
     if route not in ROUTES:
         raise UserError(f"unknown svd route '{route}'", f"use one of: {', '.join(ROUTES)}")
@@ -462,11 +444,9 @@ def svd(
         s, u, vt = _cholqr2_route(r, x, compute_uv, dtype)
         return SVDResult(s, u, vt, Route("cholqr2", "asked for", None, limits), notes)
 
-    # auto: one pass for the Gram matrix; its spectrum gives the condition number.
     n = x.shape[1]
     if compute_uv:
-        # G, its eigenvalues, the Gram route's s and the estimate in one graph; only the
-        # estimate (one float) comes back before deciding, and G is kept for U
+        # only the estimate (one float) comes back before deciding; G is kept for U
         g = gram(x, split_every)
         w = _single(g, _eigvalsh_desc, (n,))
         s_gram = _single(w, _sqrt_clip, (n,)).astype(dtype)
@@ -474,11 +454,8 @@ def svd(
         g, w, s_gram, cond_arr = dask.persist(g, w, s_gram, cond_arr)
         cond = float(np.asarray(_fetch(cond_arr))[0])
     else:
-        # s alone: the sum's last task computes the spectrum too, and s (n numbers) comes
-        # back to read the estimate from: one task after the Gram blocks instead of three in
-        # a row (eigenvalues, s, estimate), 2 scheduling rounds fewer (measured on an H200:
-        # 2.6-2.8 ms each, ``workflows/run_timeline.py``). G is not kept: the rare input too
-        # ill-conditioned for the Gram route makes it again for CholeskyQR2.
+        # s in the sum's last task, the estimate read from it; G is not kept (CholeskyQR2
+        # makes it again)
         s_gram = _block_sum(
             x,
             _gram_block,

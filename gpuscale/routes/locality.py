@@ -1,9 +1,5 @@
-"""Where blocks live: group a persisted collection's blocks by the worker that holds them.
-
-Routes that end in a reduction (the Gram sum of the SVD, the per-worker groupby) first combine
-the blocks each worker already holds, then combine one partial per worker: one transfer per
-worker instead of one per block. For collections not in memory on a distributed cluster
-there is no placement to read, and the caller falls back to its plain tree.
+"""Where blocks live: group a persisted collection's blocks by the worker that holds them, so
+a route's reduction combines each worker's blocks first and moves one partial per worker.
 """
 
 from __future__ import annotations
@@ -36,11 +32,10 @@ def placement(collection, keys: list) -> tuple[list[list[int]], list[int]] | Non
         return None
     workers, threads_all = cluster.size(client)
     if workers == 1 and all(futures[k].status == "finished" for k in keys):
-        # one worker holds every block in memory: no need to ask the scheduler where
         return [list(range(len(keys)))], [threads_all]
     try:
         held = client.run_on_scheduler(_holders, [futures[k].key for k in keys])
-    except Exception:  # noqa: BLE001 - a scheduler that runs no functions: holders only, threads unknown
+    except Exception:  # noqa: BLE001 - a scheduler that runs no functions: threads unknown
         who = client.who_has([futures[k] for k in keys])
         held = [(sorted(who[futures[k].key])[0], None) if who.get(futures[k].key) else None for k in keys]
     groups: dict[str, list[int]] = {}
@@ -65,9 +60,8 @@ def _holders(keys: list, dask_scheduler=None) -> list:
 
 
 def _futures_by_key(collection) -> dict | None:
-    """Every key of the collection, and the key of the future it stands for, mapped to that
-    future; None unless every block is a future. A persisted Dask DataFrame's keys are aliases
-    of its futures' keys (dask-expr renames them); a persisted array's keys are the futures'."""
+    """Every key of the collection, and the key of the future it stands for (through aliases),
+    mapped to that future; None unless every block is a future."""
     try:
         from dask.task_spec import Alias
         from distributed import Future
@@ -89,12 +83,7 @@ def _futures_by_key(collection) -> dict | None:
 
 def in_memory(collection) -> tuple[dict, list] | None:
     """(a graph holding only the futures, their keys in block order) for a collection whose
-    every block is in memory on a cluster; None otherwise (lazy, partly computed, no cluster).
-
-    Every alias in a submitted graph is a task the scheduler runs on a worker before anything
-    that depends on it. Routes that read the futures' keys directly skip that round: measured
-    on one worker, a one-task graph over 10 aliased partitions took 30 ms to come back against
-    12 ms for the same task over the futures."""
+    every block is in memory on a cluster, so tasks skip the alias tasks; None otherwise."""
     futures = _futures_by_key(collection)
     if futures is None:
         return None
@@ -114,13 +103,9 @@ def graph_and_keys(collection) -> tuple[dict, list]:
 
 
 def memory_state(collection) -> list[str]:
-    """The keys of ``collection`` that are futures (in memory on a cluster), sorted; empty for a
-    lazy collection. Routes put it in their task names: Dask names a persisted collection like
-    its lazy self, and a scheduler that still knows a released key keeps that key's old task
-    when a new graph reuses the name. Measured on a GPU: an SVD over a persisted array reused
-    the Gram keys of an earlier SVD over the lazy array, whose task (fused with the lazy
-    host-to-device conversion) ran again, host data and all, on every repeat: 1.5 s instead of
-    0.04 s."""
+    """The keys of ``collection`` that are futures, sorted; empty for a lazy collection. Routes
+    put it in their task names: Dask names a persisted collection like its lazy self, and a
+    scheduler that still knows a released key keeps its old task when a new graph reuses it."""
     try:
         from distributed import futures_of
     except ImportError:
@@ -130,10 +115,8 @@ def memory_state(collection) -> list[str]:
 
 def balance(groups: list[list[int]]) -> list[list[int]]:
     """Even out groups with the fewest moves: each keeps at most ceil(total / groups) of its
-    own blocks, and the excess goes to the groups that are short. Placement after a persist
-    can be lopsided (16/12/8/4 of 40); the slowest worker then sets the time, while moving a
-    few blocks over NVLink costs milliseconds (measured on 4 x H200: 0.146 s per-worker groupby
-    following raw placement against 0.108 s with even contiguous runs)."""
+    own blocks, and the excess goes to the groups that are short (docs/decisions.md, rule
+    ``routes.balance``)."""
     total = sum(len(g) for g in groups)
     if not groups or total == 0:
         return groups
@@ -143,6 +126,6 @@ def balance(groups: list[list[int]]) -> list[list[int]]:
     for g in kept:
         while spare and len(g) < target:
             g.append(spare.pop(0))
-    for i in spare:  # only when every group is full (cannot happen, kept for safety)
+    for i in spare:  # cannot happen: every group is full
         min(kept, key=len).append(i)
     return [sorted(g) for g in kept if g]

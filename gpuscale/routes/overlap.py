@@ -1,12 +1,6 @@
-"""``map_overlap`` with a route: one blockwise task per chunk when the array is one chunk.
-
-Dask's ``map_overlap`` pads every chunk with its neighbours' edges (and the array's boundary),
-applies the function and trims: for an array of one chunk there are no neighbours, only the
-boundary, yet the overlap machinery still builds its graph on the client (measured on an H200:
-a 4000 x 4000 smoothing took ~0.1 s per run whatever the size, against a 10 ms submit round
-trip; workflows/shape_grid.py --parts fixed). :func:`map_overlap` pads that one block on its
-worker with the same boundary rule (NumPy's / CuPy's ``pad``), applies the function and trims,
-in one ``map_blocks`` task; arrays of several chunks keep Dask's own.
+"""``map_overlap`` with a route: an array of one chunk is padded with the same boundary rule,
+filtered and trimmed on its worker in one ``map_blocks`` task, without Dask's overlap graph
+(docs/decisions.md, rule ``routes.graph-by-hand``); arrays of several chunks keep Dask's own.
 """
 
 from __future__ import annotations

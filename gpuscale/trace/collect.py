@@ -1,18 +1,11 @@
 """The capture object: a context manager around any code on any ``distributed.Client``.
 
-On entry it makes sure the scheduler's task stream is recording, notes where the task stream and
-the scheduler's system monitor stand, the workers' P2P counters, and the clock offset to the
-scheduler, and registers a worker plugin that samples each worker's process memory (and, on GPU
-workers, device memory through nvml) every ``sample_interval`` seconds. :meth:`Capture.phase`
-marks named phases (and NVTX ranges when asked and ``nvtx`` is importable). On exit it collects
-the window's task stream, the workers' incoming transfer logs and memory peaks and Dask's
-performance report, and writes the folder (see :mod:`gpuscale.trace`). No GPU library is
+On entry it notes where the task stream, the scheduler's monitor and the workers' P2P counters
+stand and starts sampling each worker's memory (host, and device through nvml); on exit it
+collects the window and writes the folder (see :mod:`gpuscale.trace`). Times are the
+scheduler's clock: Dask shifts the workers' logs to it, and the client's phase marks are
+shifted by an offset measured on entry (:meth:`Capture._sync_clock`). No GPU library is
 imported at module level.
-
-Times are the scheduler's clock. Dask shifts the workers' task stream and transfer logs to it
-(each worker's ``scheduler_delay``, re-estimated at every heartbeat; the summary's ``clock``
-records the range seen). The client's phase marks are shifted by an offset measured on entry
-(:meth:`Capture._sync_clock`).
 """
 
 from __future__ import annotations
@@ -217,7 +210,7 @@ def _worker_collect(t0: float, plugin_name: str, dask_worker=None) -> dict[str, 
         for e in log
         if e["stop"] >= t0
     ]
-    # a full log whose oldest entry began inside the window may have dropped earlier ones
+    # a full log that starts inside the window may have dropped earlier entries
     truncated = bool(maxlen and len(log) >= maxlen and log and log[0]["start"] > t0)
     plugin = dask_worker.plugins.get(plugin_name)
     return {

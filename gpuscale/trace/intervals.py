@@ -1,11 +1,7 @@
 """Interval arithmetic over the task stream's start and stop times, shared by a trace's summary
-and a record's time split.
-
-Workers stamp a task's start and stop with their own clock plus their estimate of the
-scheduler's clock offset (``Worker.scheduler_delay``), which moves between heartbeats, so a
-thread's next task can seem to start before its previous one stopped.
-:func:`one_task_per_thread` puts such a task back after its predecessor, so clock noise does not
-shrink the union of compute time.
+and a record's time split. A worker's clock offset estimate moves between heartbeats, so a
+thread's task can seem to start before its previous one stopped: :func:`one_task_per_thread`
+puts it back after its predecessor.
 """
 
 from __future__ import annotations

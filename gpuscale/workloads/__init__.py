@@ -1,12 +1,7 @@
-"""Workloads describe; routes compute.
-
-A workload (:mod:`.base`) is a class: a pydantic ``Params`` model, cross-field ``check``,
-``plan`` (tuned choices with their sources), ``estimate_bytes`` (for the memory check),
-``generate`` (data on the active backend), ``compute`` (a route of :mod:`gpuscale.linalg` /
-:mod:`gpuscale.dataframe`) and ``validate`` (against an independent reference); it imports no
-GPU library at top level. :mod:`.registry` finds built-ins and plugins by name: installed
-packages add workloads through the ``gpuscale.workloads`` entry-point group, notebooks with
-``@gpuscale.workload`` (:mod:`.decorator`).
+"""Workloads describe; routes compute. A workload (:mod:`.base`) plans, generates, computes
+through a route and validates against an independent reference, importing no GPU library at
+top level; :mod:`.registry` finds built-ins, entry points and ``@gpuscale.workload``
+(:mod:`.decorator`) by name.
 """
 
 from __future__ import annotations

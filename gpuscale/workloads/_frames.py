@@ -1,7 +1,5 @@
 """Shared pieces of the DataFrame workloads: partition counts, generated frames, host copies.
-
-pandas and dask.dataframe are imported where used: a workload's command is built (and its
-runner may be sent to a cluster) without them.
+pandas and dask.dataframe are imported where used.
 """
 
 from __future__ import annotations
@@ -48,18 +46,15 @@ the transfer) and its index (``split_by_worker`` converts to Arrow with ``preser
 
 
 def p2p(ctx: Context) -> bool:
-    """Whether a sort or join shuffles with Dask's P2P: Dask's own route (not the one-task
-    route of one worker with one thread, :mod:`gpuscale.routes.dataframe`) with the family's
-    shuffle method, None meaning Dask's default (P2P under distributed)."""
+    """Whether a sort or join shuffles with Dask's P2P (Dask's own route, with the shuffle
+    method None or ``p2p``)."""
     method = ctx.choices.get("shuffle_method", {}).get("value", ctx.knobs.shuffle_method)
     return ctx.total_threads > 1 and method in (None, "p2p")
 
 
 def p2p_shard_bytes(rows: int, row_bytes: int, ctx: Context) -> int:
-    """The shards of ``rows`` rows in Dask's P2P buffers: pickled in the comm buffer until sent,
-    and, received and split by output partition, in the storage buffer until written to disk
-    (each at most its ``distributed.p2p`` buffer per worker; all of it in memory when P2P does
-    not write to disk)."""
+    """The shards of ``rows`` rows in Dask's P2P comm and storage buffers (each at most its
+    ``distributed.p2p`` buffer per worker; all in memory when P2P does not write to disk)."""
     import dask
     from dask.utils import parse_bytes
 
@@ -73,9 +68,8 @@ def p2p_shard_bytes(rows: int, row_bytes: int, ctx: Context) -> int:
 
 
 def p2p_task_bytes(partition_rows: int, row_bytes: int) -> int:
-    """One P2P transfer task's peak: the partition with its output partition's number, then in
-    ``split_by_worker`` that frame merged with each row's worker, its Arrow table and the table
-    sorted by worker, before it is cut into shards (three copies of the row as shipped)."""
+    """One P2P transfer task's peak: the partition with its output partition's number, and three
+    copies of the row as shipped (``split_by_worker``'s merge, Arrow table and sort)."""
     return int(partition_rows * (row_bytes + 8 + 3 * (row_bytes + P2P_EXTRA_ROW_BYTES)))
 
 

@@ -118,13 +118,10 @@ class Context:
 class Workload:
     """Base class. Subclasses set the class attributes and implement the methods.
 
-    Workloads that also run on the user's own data (``--input PATH``, ``data=``) name the
-    formats they read in ``input_formats``, implement ``check_input`` (before any cluster) and
-    ``from_data`` (instead of ``generate``), and validate without a known answer; parameters
-    in ``generation_params`` only describe generated data, those in ``input_params`` only
-    user data (each is left out of the other's record). ``output_formats`` are the
-    ``--output`` suffixes and ``output_value`` what is written; ``validation_levels``: the
-    workload honours ``--validate fast|full`` (``off`` works for every workload).
+    A workload that runs on the user's data names its ``input_formats`` and implements
+    ``check_input`` (before any cluster) and ``from_data``; ``generation_params`` /
+    ``input_params`` are left out of the other kind's record; ``output_formats`` are the
+    ``--output`` suffixes; ``validation_levels``: it honours ``--validate fast|full``.
     """
 
     name: ClassVar[str]
@@ -147,15 +144,12 @@ class Workload:
         return 0
 
     def streams(self, p, ctx: Context) -> str | None:
-        """Why this run's data can be made block by block inside each pass instead of held
-        (generated from a seed, and every pass reads it in blocks), or None. The memory check
-        streams a run whose data fits neither in memory nor in the spill space."""
+        """Why this run's data can be made again block by block inside each pass instead of
+        held, or None (the memory check streams a run whose data would not fit)."""
         return None
 
     def stream_block_bytes(self, p, ctx: Context) -> int:
-        """Bytes of one block a streaming pass makes (where :meth:`streams` says it can): the
-        memory check counts the blocks made ahead of their consumers
-        (:func:`gpuscale.memory.made_ahead`). Default 0."""
+        """Bytes of one block a streaming pass makes. Default 0."""
         return 0
 
     def task_bytes(self, p, ctx: Context) -> int:
@@ -181,10 +175,9 @@ class Workload:
     def describe_data(self, p) -> dict:
         return {}
 
-    # -- the user's own data ------------------------------------------------------------
     def check_input(self, p, source) -> None:
-        """Check the parameters against the user's data (an :class:`gpuscale.data.inputs.Source`:
-        shape / dtype or columns, known without a cluster); raise UserError."""
+        """Check the parameters against the user's data (a :class:`gpuscale.data.inputs.Source`)
+        without a cluster; raise UserError."""
 
     def from_data(self, source, p, ctx: Context) -> Any:
         """The user's data, opened or converted onto ``ctx.family``, in the form ``compute``
@@ -200,8 +193,7 @@ class Workload:
         return self.generate(p, ctx) if ctx.data is None else self.from_data(ctx.data, p, ctx)
 
     def check_loaded(self, data, p, ctx: Context) -> None:
-        """Checks of the loaded (persisted) data that need the workers, run once after
-        ``load`` and outside the timings: the user's data only (none by default)."""
+        """Checks of the loaded user data that need the workers, once after ``load``, untimed."""
 
     def record_params(self, p, ctx: Context) -> dict:
         """The record's ``params``: without those that only describe the other kind of data."""
@@ -214,7 +206,6 @@ class Workload:
             return self.describe_data(p)
         return ctx.data_description or ctx.data.describe()
 
-    # -- parameters ---------------------------------------------------------------------
     @classmethod
     def parse(cls, params: dict[str, Any]):
         """Validate parameters into ``Params``; one-line errors naming the flag and the fix."""
@@ -241,9 +232,8 @@ class Workload:
 
 
 MAX_SIZE = 2**53
-"""The largest whole-number parameter (other than a seed) a workload takes: sizes past it are
-beyond what a float64 can count exactly, far beyond any machine, and some overflow NumPy's
-int64 on the way."""
+"""The largest whole-number parameter (other than a seed) a workload takes: what a float64
+counts exactly."""
 
 
 def _check_sizes(name: str, p) -> None:
@@ -287,9 +277,7 @@ def _plain(annotation) -> list:
 def value_kind(annotation) -> tuple[str, list | None]:
     """What a parameter's flag takes, from its annotation: ``("bool", None)``, ``("int", None)``,
     ``("float", None)``, ``("choice", values)`` (a Literal), ``("int-or-choice", values)``
-    (``Literal["auto"] | int``) or ``("text", None)`` (anything else: lists, dicts, str).
-    The command line shows it (INTEGER, FLOAT, [a|b]) and converts to it; the model still
-    checks the value."""
+    (``Literal["auto"] | int``) or ``("text", None)`` (anything else)."""
     members = _plain(annotation)
     lits = [v for m in members if typing.get_origin(m) is typing.Literal for v in typing.get_args(m)]
     others = [m for m in members if typing.get_origin(m) is not typing.Literal]

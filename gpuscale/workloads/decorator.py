@@ -113,17 +113,10 @@ def _keywords(fn) -> set[str]:
 @functools.cache
 def reserved() -> frozenset[str]:
     """Names a workload parameter may not take: every keyword of :meth:`Session.run` /
-    :meth:`Session.record`, ``gpuscale.run`` and ``gpuscale.explain`` (which take the
-    workload's parameters as ``**params`` beside them), every setting's keyword
-    (``config.KEYWORDS``), and every flag of ``gpuscale`` and ``gpuscale run`` (the settings'
-    flags, as ``config.Flag`` declares them, and the run's and data flags; ``--no-`` forms too),
-    read from where they are declared, so a keyword or flag added there is reserved here too. A
-    parameter of one of these names would be bound to gpuscale's keyword, never to the workload,
-    or give its command two flags of one name.
-
-    This module is the declaration facade (``gpuscale.workload``): nothing below the CLI and
-    the API imports it (``gpuscale.workload`` reaches it lazily), so reading them here makes
-    no import circle (tests/test_layout.py)."""
+    :meth:`Session.record`, ``gpuscale.run`` and ``gpuscale.explain``, every setting's keyword
+    and every flag of ``gpuscale`` and ``gpuscale run`` (``--no-`` forms too), read from where
+    they are declared. Only the CLI and the API import this module, so reading them here makes
+    no import circle."""
     from .. import api, cli, config
     from ..runs.session import Session
 
@@ -134,8 +127,8 @@ def reserved() -> frozenset[str]:
     for param in (*cli.cli.params, *cli.run_params(), *cli._data_options(stub)):
         names.add(param.name)
         for opt in (*param.opts, *param.secondary_opts):
-            names.add(opt.lstrip("-").replace("-", "_"))  # --no-memory-check: no_memory_check
-            if opt.startswith("--no-"):  # and a bool parameter memory_check (--memory-check/--no-...)
+            names.add(opt.lstrip("-").replace("-", "_"))
+            if opt.startswith("--no-"):
                 names.add(opt[len("--no-") :].replace("-", "_"))
     return frozenset(names)
 
@@ -282,9 +275,7 @@ def _collection(name, collection) -> str:
 
 
 def _check_names(name: str, model) -> None:
-    """Refuse a parameter named like one of gpuscale's own keywords (:func:`reserved`):
-    ``s.run(name, audit=...)`` would bind it to ``Session.run``'s ``audit``, never to the
-    workload, and its flag would clash with the shared one."""
+    """Refuse a parameter named like one of gpuscale's own keywords (:func:`reserved`)."""
     fields = model if isinstance(model, dict) else model.model_fields
     taken = sorted(set(fields) & reserved())
     if taken:

@@ -79,8 +79,7 @@ class FFT(Workload):
         return 4 * p.rows * p.cols * np.dtype(p.dtype).itemsize
 
     def task_bytes(self, p, ctx: Context) -> int:
-        """What the family's FFT holds beyond its block and output (``Knobs.fft_work_copies`` of
-        the block: CuPy's complex copy and cuFFT's work area on the GPU; 0 on the CPU)."""
+        """What the family's FFT holds beyond its block and output (``Knobs.fft_work_copies``)."""
         c = ctx.choices.get("chunk", {}).get("value")
         if not isinstance(c, int):
             return 0
@@ -126,8 +125,7 @@ class FFT(Workload):
         rel = abs(energy_X - n * energy_x) / (n * energy_x) if energy_x else abs(energy_X)
         checks.append(Check("Parseval: sum |X|^2 = N sum |x|^2", rel <= tol, rel, tol, "relative difference"))
         checks.append(close("X[0] = lane sums", host(dc), host(lane_sums), tol, detail, scale))
-        # every coefficient at once: X v = x (F v) along the axis (F is symmetric), for a
-        # random v; a wrong coefficient X[l, k] moves lane l's value by its error times v_k
+        # every coefficient at once: X v = x (F v) (F is symmetric) for a random v
         v = np.random.default_rng(p.seed + 6).standard_normal(n)
         vb = from_memory(v.astype(np.complex128), ctx.family, chunks=v.shape)
         fvb = from_memory(np.fft.fft(v), ctx.family, chunks=v.shape)

@@ -13,13 +13,10 @@ Validation against pandas on the same data:
   of groups equals an exact ``nunique`` of the key column; a random sample of
   ``SAMPLE_GROUPS`` groups is recomputed with pandas from their rows and must match.
 
-On your own data (``--input`` Parquet / CSV with ``--by`` and ``--agg``, or ``data=`` a Dask
-DataFrame) ``--validate fast`` (the default there) counts every group's rows separately
-(``value_counts`` / ``groupby().size()``): the counts must sum to the rows with a key, the
-groups must be the result's, any ``count`` must not exceed them; and a seeded sample of
-``SAMPLE_GROUPS`` groups is recomputed with pandas from their rows, every aggregation
-compared. ``--validate full`` recomputes the whole result with pandas on the host (when the
-frame fits in host memory). ``--validate off`` skips validation.
+On your own data (``--by``, ``--agg``): ``fast`` (the default) counts every group's rows
+separately (the counts must sum to the rows with a key, the groups must be the result's, no
+``count`` may exceed them) and recomputes ``SAMPLE_GROUPS`` sampled groups with pandas;
+``full`` recomputes the whole result with pandas on the host, where it fits.
 """
 
 from __future__ import annotations
@@ -38,8 +35,8 @@ from ..routes import locality
 from . import Check, Context, Output, Params, Validation, Workload, register
 from ._frames import PARTITION_COPIES, from_partitions, host_frame, plan_partitions
 
-if TYPE_CHECKING:  # pandas and dask.dataframe are imported where used: the CLI builds this
-    import pandas as pd  # workload's command (and may send its runner to a cluster) without them
+if TYPE_CHECKING:  # imported where used: the CLI builds this workload's command without them
+    import pandas as pd
 
 AGG = {"int64": ["max", "count"], "float64": ["mean"]}
 ROW_BYTES = 24  # key + int64 + float64
@@ -137,8 +134,7 @@ class Groupby(Workload):
         if ctx.data is not None:
             return self._plan_input(p, ctx)
         plan_partitions(ctx, p.partitions, p.rows, ROW_BYTES)
-        # generated data: keys and rows are known, so the whole plan is made here (and
-        # `gpuscale explain` shows it); compute() makes the same plan and records it again
+        # keys and rows are known: the whole plan is made here, for `explain`
         _record_plan(
             ctx,
             p,
@@ -158,14 +154,10 @@ class Groupby(Workload):
         return sum(self.estimate_memory(p, ctx).values())
 
     def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
-        """The frame (persisted: it may spill); the plan's intermediates (the per-worker route
-        concatenates each worker's partitions, a shuffle moves the frame's partials: as large as
-        the frame; a tree holds one partial per partition, at most the result each); the result
-        (groups x the aggregate columns); the full check's copy (``validation``): twice the
-        frame, which Dask's compute concatenates and serializes on one worker
-        (docs/decisions.md, rule ``groupby.full-check-copy``), spread over the workers like
-        every part."""
-        if ctx.data is not None:  # the input's size in memory when known (files), else unknown
+        """The frame; the plan's intermediates (per-worker and shuffle: as large as the frame; a
+        tree: one partial per partition, at most the result each); the result; the full check's
+        copy, twice the frame (docs/decisions.md, rule ``groupby.full-check-copy``)."""
+        if ctx.data is not None:  # the input's size in memory where known
             data = ctx.data.nbytes or 0
             return {"inputs": data, "intermediates": data, "results": data}
         data = p.rows * ROW_BYTES
@@ -183,7 +175,7 @@ class Groupby(Workload):
 
     def streams(self, p, ctx: Context) -> str | None:
         if ctx.data is not None or ctx.choices.get("groupby_strategy", {}).get("value") != "tree":
-            return None  # the user's data is read once and held; other plans hold the frame's rows
+            return None
         return (
             "the frame is generated partition by partition from its seed, and the tree plan "
             "aggregates each partition as it is made: every pass (each timed repeat, the "
@@ -196,9 +188,8 @@ class Groupby(Workload):
         return int(p.rows * ROW_BYTES / parts) if ctx.data is None and parts else 0
 
     def task_bytes(self, p, ctx: Context) -> int:
-        """The larger of a partition's task (``PARTITION_COPIES`` partitions) and a combine's: the
-        tree's (and the fast check's) combine ``fan-in`` partials of up to ``keys`` groups each
-        (:func:`combine_bytes`), unspillable while it runs."""
+        """The larger of a partition's task (``PARTITION_COPIES`` partitions) and a combine's
+        (:func:`combine_bytes`)."""
         parts = ctx.choices.get("partitions", {}).get("value")
         if ctx.data is not None or not parts:
             return 0
@@ -219,7 +210,7 @@ class Groupby(Workload):
     def compute(self, data, p, ctx: Context) -> Output:
         from ..routes import dataframe as routes
 
-        if isinstance(data, dict):  # the user's frame, with its rows and estimated groups
+        if isinstance(data, dict):  # the user's frame
             res = routes.groupby_agg(
                 data["df"],
                 p.by,
@@ -259,10 +250,8 @@ class Groupby(Workload):
             ref = frame.groupby("key").agg(AGG)
             checks += _compare(got, ref, "all groups")
             return Validation("full reference (pandas on the same data)", checks, level)
-        # Independent of the result: a count of every key (value_counts), the row count, and
-        # the rows of keys sampled from the key range. One task per partition gathers all three,
-        # one task compares the counts where they are (on the device for cuDF): only scalars
-        # and the sampled groups come back.
+        # independent of the result: every key's count, the row count and the sampled keys'
+        # rows, compared on the workers (:func:`_sampled_check`)
         sample = [
             int(k)
             for k in np.sort(
@@ -279,7 +268,6 @@ class Groupby(Workload):
         checks += _compare(_host_frame(picked), ref, f"{len(sample)} sampled groups")
         return Validation("all counts (value_counts) + sampled groups recomputed with pandas", checks, level)
 
-    # -- the user's own data ------------------------------------------------------------
     def host_bytes(self, p) -> int:
         """Host memory ``--validate full`` needs on generated data (the frame, its groupby)."""
         return 3 * p.rows * ROW_BYTES
@@ -326,14 +314,12 @@ class Groupby(Workload):
                 f"(the session's {ctx.family.name} family)"
             )
         routes.check_columns(df, p.by, p.agg, where=source.label)
-        df = ctx.client.persist(
-            routes.ready_to_persist(df)
-        )  # read once: the estimate and every repeat use it
+        df = ctx.client.persist(routes.ready_to_persist(df))  # read once for the estimate and repeats
         try:
             wait(df)
             count, how = routes.count_groups(df, p.by)
             rows, groups = dask.compute(df.shape[0], count)
-        except Exception as e:  # noqa: BLE001 - a file that fails to parse is the user's to fix
+        except Exception as e:  # noqa: BLE001 - a file that fails to parse
             if source.path is None:
                 raise
             raise inputs.unreadable(source.path, source.format, e) from None
@@ -356,13 +342,13 @@ class Groupby(Workload):
             partitions=df.npartitions,
             columns=source.columns,
             chunk_type=inputs.type_name(df._meta),
-        )  # what the workers hold, as read
+        )
         if notes:
             desc["notes"] = notes
         ctx.data_description = desc
         nbytes = source.nbytes
         if not nbytes and ctx.memory is not None and ctx.memory.task_room is not None:
-            nbytes = int(df.memory_usage(deep=True).sum().compute())  # the plan's room check needs it
+            nbytes = int(df.memory_usage(deep=True).sum().compute())
         return {"df": df, "groups": groups, "rows": rows, "bytes": nbytes or None}
 
     def output_value(self, out: Output, p, suffix: str):
@@ -371,12 +357,11 @@ class Groupby(Workload):
 
 def combine_bytes(p, ctx: Context) -> int:
     """What one combine task holds at its peak: ``fan-in`` partials of up to ``keys`` groups
-    each (at most all the rows between them), ``COMBINE_COPIES`` times: the tree's partials
-    (``PARTIAL_ROW_BYTES`` a group), else the fast check's counts (``COUNT_ROW_BYTES``; none
-    when it is off or full). Generated data only."""
+    each, ``COMBINE_COPIES`` times: the tree's partials, else the fast check's counts (0 when
+    neither runs). Generated data only."""
     parts = ctx.choices.get("partitions", {}).get("value") or 1
     fan = min(parts, ctx.choices.get("split_every", {}).get("value") or parts)
-    rows_in = min(fan * p.keys, p.rows)  # fan partials of at most keys groups, from at most all rows
+    rows_in = min(fan * p.keys, p.rows)
     if ctx.choices.get("groupby_strategy", {}).get("value") == "tree":
         row = PARTIAL_ROW_BYTES
     elif ctx.validate in (None, "fast") and parts > 1 and not _full_check(p, ctx):
@@ -393,8 +378,7 @@ def _full_check(p, ctx: Context) -> bool:
 def _sampled_check(data, result, sample: list[int], fan: int = 8):
     """(rows, groups in the result, keys counted, the result's counts summed, every count equal
     to its key's, the result's rows of the sampled keys, the data's rows of them), in one
-    compute: ``_facts`` per data partition, combined ``fan`` at a time (``_merge_facts``: a task
-    never holds more than ``fan`` partitions' counts), ``_verdict`` once."""
+    compute whose tasks hold at most ``fan`` partitions' counts each."""
     from dask.base import tokenize
     from dask.delayed import Delayed
 
@@ -464,8 +448,8 @@ def _rows_of(frame, keys):
 
 
 def _sample_size(p, ctx: Context) -> int:
-    """Groups the sampled check recomputes: ``SAMPLE_GROUPS``, fewer when their rows (gathered
-    in one task) would take more than a quarter of what a worker's tasks may hold."""
+    """Groups the sampled check recomputes: ``SAMPLE_GROUPS``, fewer where their rows would
+    take more than a quarter of what a worker's tasks may hold."""
     n = min(SAMPLE_GROUPS, p.keys)
     room = ctx.memory.task_room if ctx.memory is not None else None
     if room:
@@ -475,16 +459,14 @@ def _sample_size(p, ctx: Context) -> int:
 
 
 def _room(p, ctx: Context) -> dict[str, int | None]:
-    """The generated frame's bytes per worker and what one worker's tasks may hold: the
-    per-worker plan is taken only when a worker's partitions fit it concatenated."""
+    """:func:`_room_for` the generated frame."""
     return _room_for(p.rows * ROW_BYTES, ctx)
 
 
 def _room_for(nbytes: int | None, ctx: Context) -> dict[str, int | None]:
-    """:func:`_room` for a frame of ``nbytes`` (the user's: its size in memory; None: unknown,
-    not checked), with the workers' threads. The per-worker plan concatenates a worker's
-    partitions, the tree holds one partition at a time (docs/decisions.md, rule
-    ``groupby.per-worker-room``)."""
+    """The keywords of :func:`gpuscale.routes.dataframe.decide_groupby` for a frame of
+    ``nbytes`` (None: not checked): threads, bytes per worker and what one worker's tasks may
+    hold (docs/decisions.md, rule ``groupby.per-worker-room``)."""
     b = ctx.memory
     threads = (b.threads if b is not None and b.workers else None) or getattr(
         ctx.spec, "threads_per_worker", None
@@ -535,7 +517,6 @@ def _validate_user(out: Output, df, p, level: str) -> Validation:
         checks = _compare_frame(got, frame, key, spec, "all groups")
         return Validation("full reference (pandas on the whole frame)", checks, "full")
     checks: list[Check] = []
-    # an independent count of every group's rows
     sizes = (
         df[key].value_counts(split_out=1, sort=False) if len(by) == 1 else df.groupby(by).size(split_out=1)
     )
@@ -583,9 +564,8 @@ def _validate_user(out: Output, df, p, level: str) -> Validation:
 
 
 def _compare_frame(got: pd.DataFrame, frame: pd.DataFrame, key, spec, what: str, only=None) -> list[Check]:
-    """``got`` against pandas' ``frame.groupby(key).agg(spec)`` (restricted to ``only``), every
-    aggregation: exact for counts, min, max, first, last and integer sums; floats relative to
-    the group's scale (sum / mean of |x|, mean of x^2 for var and std)."""
+    """``got`` against pandas' ``frame.groupby(key).agg(spec)`` (restricted to ``only``): exact
+    for counts, min, max, first, last and integer sums; floats relative to the group's scale."""
     import pandas as pd
 
     ref = frame.groupby(key).agg(spec)

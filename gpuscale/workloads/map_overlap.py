@@ -100,11 +100,8 @@ class MapOverlap(UniformMatrix, Workload):
         return sum(self.estimate_memory(p, ctx).values())
 
     def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
-        """The image; the padded blocks: Dask's map_overlap stores each chunk with its
-        neighbours' halos (``halo`` pixels each side; at the image's edges the mirrored ones) as
-        a task result before the filter reads it; the results: each filtered block is the padded
-        block's size, and the trimmed result is a view that keeps it whole. The one-chunk route
-        pads inside its one task (no stored padded block)."""
+        """The image; the padded blocks Dask's map_overlap stores (none on the one-chunk route);
+        the results, each a view that keeps its padded block whole."""
         pad = padded_bytes(p, ctx)
         return {
             "inputs": p.n * p.n * np.dtype(p.dtype).itemsize,
@@ -113,9 +110,8 @@ class MapOverlap(UniformMatrix, Workload):
         }
 
     def task_bytes(self, p, ctx: Context) -> int:
-        """One filter task's peak beyond the stored blocks: its output, a padded block
-        (ndimage's ``uniform_filter`` filters axis by axis into that one array); the one-chunk
-        route also holds the padded copy it makes itself."""
+        """One filter task's peak beyond the stored blocks: its padded-size output, and on the
+        one-chunk route its own padded copy."""
         c = ctx.choices.get("chunk", {}).get("value")
         if not isinstance(c, int):
             return 0
@@ -141,8 +137,7 @@ def _one_chunk(p, ctx: Context) -> bool:
 
 
 def padded_bytes(p, ctx: Context) -> int:
-    """Bytes of all the padded blocks: every chunk grows by the halo on each side (Dask's
-    map_overlap: the neighbour's edge inside the image, the mirrored edge at its border)."""
+    """Bytes of all the padded blocks: every chunk grows by the halo on each side."""
     c = ctx.choices.get("chunk", {}).get("value")
     halo = p.size // 2
     per_axis = p.n + 2 * halo * (math.ceil(p.n / c) if isinstance(c, int) else 1)

@@ -118,13 +118,9 @@ class Merge(Workload):
         return sum(self.estimate_memory(p, ctx).values())
 
     def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
-        """By route. Dask's hash join over P2P (the CPU family's default under distributed):
-        both frames; both sides' shards in P2P's buffers
-        (:func:`gpuscale.workloads._frames.p2p_shard_bytes`); the result (the matching right
-        rows, key, x and y). The task-based join and the one-task merge: four copies of both
-        frames, not measured apart. The full check (rows + right rows <= ``FULL_CHECK_ROWS``):
-        Dask's compute concatenates each frame (left, right, result, one after another) into one
-        partition on a worker and serializes it for the client, the largest twice over."""
+        """By route. P2P: both frames, both sides' shards in P2P's buffers, the result. The
+        task-based join and the one-task merge: four copies of both frames as one peak. The full
+        check (rows + right rows <= ``FULL_CHECK_ROWS``): twice the largest frame."""
         right = self.right_rows(p)
         both = (p.rows + right) * ROW_BYTES
         result = int(right * p.match_fraction) * (ROW_BYTES + 8)
@@ -140,8 +136,7 @@ class Merge(Workload):
         }
 
     def task_bytes(self, p, ctx: Context) -> int:
-        """P2P: one transfer task's peak on the larger side's partitions
-        (:func:`gpuscale.workloads._frames.p2p_task_bytes`); other routes: 0."""
+        """P2P: one transfer task's peak on the larger side's partitions; other routes: 0."""
         left, right = (ctx.choices.get(k, {}).get("value") for k in ("partitions", "right_partitions"))
         if not isinstance(left, int) or not isinstance(right, int) or not p2p(ctx):
             return 0

@@ -100,10 +100,8 @@ class Reduction(UniformMatrix, Workload):
         return sum(self.estimate_memory(p, ctx).values())
 
     def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
-        """The array; the tree's partials: per block the reduced block (count, sum and, for
-        std, the sum of squared deviations: at most three 8-byte fields), one row or column of it
-        along ``axis``, one value for the whole array; the result. The chunks' temporaries are
-        the working set (:meth:`task_bytes`), not data."""
+        """The array; the tree's partials (per block up to three 8-byte fields per value kept
+        along ``axis``); the result."""
         rows, cols = self.shape(p)
         c = ctx.choices.get("chunk", {}).get("value")
         c = c if isinstance(c, int) else max(rows, cols)
@@ -117,10 +115,8 @@ class Reduction(UniformMatrix, Workload):
         }
 
     def task_bytes(self, p, ctx: Context) -> int:
-        """One task's temporaries, two float64 blocks: Dask's var/std chunk step
-        (``moment_chunk``) holds ``d = A - mean`` and ``d**2`` while it sums them, and the
-        validation's per-block moments hold the block cast to float64 and its square; sum and
-        mean read the block in place (nothing beyond it when not validated)."""
+        """One task's temporaries: two float64 blocks (std's chunk step, and the validation's
+        per-block moments); 0 for sum and mean when not validated."""
         c = ctx.choices.get("chunk", {}).get("value")
         if not isinstance(c, int) or (p.op in ("sum", "mean") and ctx.validate == "off"):
             return 0

@@ -103,13 +103,9 @@ class Shuffle(Workload):
         return sum(self.estimate_memory(p, ctx).values())
 
     def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
-        """By route. Dask's P2P shuffle (the CPU family's default under distributed): the
-        frame; its shards in P2P's buffers (:func:`gpuscale.workloads._frames.p2p_shard_bytes`);
-        the sorted result. The task-based shuffle and the one-task sort: four copies of the
-        frame (the input, the split groups or the concatenated frame, the output and its sort),
-        not measured apart. The full check's copies (``validation``, rows <=
-        ``FULL_CHECK_ROWS``): Dask's compute concatenates the result's partitions, then the
-        input's, into one on a worker and serializes it for the client, the frame twice over."""
+        """By route. P2P: the frame, its shards in P2P's buffers, the sorted result. The
+        task-based shuffle and the one-task sort: ``TASK_ROUTE_COPIES`` frames as one peak. The
+        full check (rows <= ``FULL_CHECK_ROWS``): twice the frame."""
         data = p.rows * ROW_BYTES
         full = ctx.validate != "off" and p.rows <= _frames.FULL_CHECK_ROWS
         check = 2 * data if full else 0
@@ -123,8 +119,7 @@ class Shuffle(Workload):
         }
 
     def task_bytes(self, p, ctx: Context) -> int:
-        """P2P: one transfer task's peak (:func:`gpuscale.workloads._frames.p2p_task_bytes`);
-        other routes: 0 (their four copies are in the data parts)."""
+        """P2P: one transfer task's peak; other routes: 0."""
         parts = ctx.choices.get("partitions", {}).get("value")
         if not isinstance(parts, int) or not p2p(ctx):
             return 0

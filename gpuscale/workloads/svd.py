@@ -14,11 +14,9 @@ Validation (tolerances relative to s_max, by dtype; see ``TOL``):
   ``numpy.linalg.svd`` of the same matrix on the host;
 * with ``--compute-uv``: residuals ||X v_i - s_i u_i|| for the first and last triplets.
 
-On your own data (``--input x.npy`` / Zarr, ``data=`` a Dask array) nothing is known in
-advance: ``--validate fast`` (the default there) checks the identities above and, with U and
-V, the residuals of a seeded sample of triplets; ``--validate full`` also recomputes every
-singular value with ``numpy.linalg.svd`` on the host (and every triplet's residual) when that
-fits in host memory. ``--validate off`` skips validation.
+On your own data: ``fast`` (the default) checks the identities above and the residuals of a
+seeded sample of triplets; ``full`` also recomputes every singular value (and triplet
+residual) with ``numpy.linalg.svd`` on the host, where it fits.
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ FULL_CHECK_ELEMENTS = 4_000_000
 TOL = {
     "float64": {"values": 1e-10, "frobenius": 1e-9, "residual": 1e-9},
     "float32": {"values": 1e-4, "frobenius": 1e-4, "residual": 1e-3},
-    # your float16 data (--input): the checks' own sums run in it (eps 9.8e-4); about 5 eps
+    # your float16 data: the checks' own sums run in it; about 5 eps
     "float16": {"values": 5e-3, "frobenius": 5e-3, "residual": 1e-2},
 }
 TSQR_FLOAT32_VALUES = 1e-4
@@ -153,9 +151,8 @@ class SVD(Workload):
         return sum(self.estimate_memory(p, ctx).values())
 
     def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
-        """The matrix (persisted: it may spill); TSQR's Q blocks and a generated spectrum's Q
-        as large again; U as large again with --compute-uv. The Gram / CholeskyQR2 routes
-        hold only cols x cols beyond their blocks (the working set, :meth:`task_bytes`)."""
+        """The matrix; TSQR's Q blocks and a generated spectrum's Q as large again; U as large
+        again with --compute-uv."""
         data = self._data_bytes(p, ctx)
         inter = data if (p.route == "tsqr" or p.condition is not None) else 0
         return {"inputs": data, "intermediates": inter, "results": data if p.compute_uv else 0}
@@ -254,8 +251,7 @@ class SVD(Workload):
         return {"x": x, "s_true": None}
 
     def check_loaded(self, data, p, ctx: Context) -> None:
-        """Your matrix holds no NaN / inf: counted on the workers during the load (one pass
-        over the blocks in memory), the count and the first position in the error."""
+        """Refuse NaN / inf in the user's matrix, with the count and the first position."""
         if ctx.data is not None:
             from ..data import inputs
 
@@ -270,7 +266,7 @@ class SVD(Workload):
         return value
 
     def generate(self, p, ctx: Context):
-        import dask.array as da  # here, not at the top: the CLI builds this workload's command
+        import dask.array as da
 
         chunk = ctx.choices["chunk_rows"]["value"]
         rng = da.random.default_rng(p.seed)
