@@ -228,7 +228,10 @@ def _submit(expr, client):
         return None
     (key,) = expr.__dask_keys__()
     future = client.submit(_apply, *call, key=key)
-    return _new_collection()(expr._like({key: future}, [key], tokenize(key, "submitted")))
+    # named by this future (a Future tokenizes as its own object): dask-expr hands back a live
+    # expression of the same name instead of a new one, which would be an earlier submit's
+    # frame over an earlier future (another run's, of a client since closed), this one dropped
+    return _new_collection()(expr._like({key: future}, [key], tokenize(key, "submitted", future)))
 
 
 def __getattr__(name: str):

@@ -306,6 +306,25 @@ def test_a_one_task_route_is_submitted_with_its_wrappers_and_its_answer():
         assert futures_of(held["d"]) and held["d"].compute() == 7
 
 
+def test_a_one_task_route_persisted_while_its_last_result_is_held_gives_a_new_result():
+    """Dask hands back a live expression of the same name instead of making a new one: the
+    submitted frame of a one-task route is named by its own future, so persisting the route
+    again while an earlier result is held (an earlier repeat's, an earlier run's) gives a
+    frame over the new future, not the earlier frame with the new future dropped."""
+    from gpuscale.runs import runner
+
+    with _one_thread_worker_frames(1, 300, 4_000) as (s, left, right, dl, dr):
+
+        def build():
+            return gdf.groupby_agg(dl, "key", {"x": "sum"}, groups=300, threads=1).result
+
+        _, first = runner.timed(s.client, s.family, build)
+        _, second = runner.timed(s.client, s.family, build)
+        ((held,), (new,)) = futures_of(first), futures_of(second)
+        assert new is not held and new.status == "finished"
+        pd.testing.assert_frame_equal(second.compute(), first.compute())
+
+
 def _run_spec_func(key, dask_scheduler=None):
     spec = dask_scheduler.tasks[key].run_spec
     return getattr(getattr(spec, "func", None), "__name__", repr(spec))

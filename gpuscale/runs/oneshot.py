@@ -10,6 +10,7 @@ from .. import config, workloads
 from ..errors import ClusterGone, UserError, phase, phase_of
 from ..records import results
 from . import remote, runner
+from .observe import RunOptions
 from .session import Session, check_run, finish, refuse_planned
 
 
@@ -57,6 +58,15 @@ def run(
     """
 
     cls = workloads.get(workload)
+    options = RunOptions(
+        write=write,
+        trace=trace,
+        data=data,
+        validate=validate,
+        output=output,
+        overwrite=overwrite,
+        progress=progress,
+    )  # the rest are the session's settings
     p, _ = check_run(cls, params, data=data, validate=validate, output=output, overwrite=overwrite)
     settings = config.merge_keywords(
         cluster_settings,
@@ -90,21 +100,7 @@ def run(
 
     try:
         with existing.reconnect_reported() if s.spec.kind == "existing" else _nothing():
-            return _run(
-                s,
-                cls,
-                workload,
-                write=write,
-                trace=trace,
-                data=data,
-                validate=validate,
-                output=output,
-                overwrite=overwrite,
-                on_ready=on_ready,
-                hold=hold,
-                progress=progress,
-                params=params,
-            )
+            return _run(s, cls, options, params, on_ready=on_ready, hold=hold)
     except (UserError, ClusterGone):
         raise
     except Exception as e:  # noqa: BLE001 - a failure because the scheduler went away says so
@@ -116,31 +112,14 @@ def run(
 _nothing = contextlib.nullcontext
 
 
-def _run(
-    s: Session,
-    cls,
-    workload: str,
-    *,
-    write: bool,
-    trace,
-    data,
-    validate,
-    output,
-    overwrite,
-    on_ready,
-    hold,
-    progress,
-    params: dict[str, Any],
-) -> results.Result:
+def _run(s: Session, cls, options: RunOptions, params: dict[str, Any], *, on_ready, hold) -> results.Result:
     """The run on the session's cluster (started here, or joined), the runner in this process
     or in the cluster as ``s.placement`` says."""
     if s.placement.where == "cluster":
         try:
             with phase("the run on a worker of the cluster"):
-                result = remote.run_in_cluster(
-                    s, cls.name, s.placement, data=data, validate=validate, params=params
-                )
-            return finish(result, s.settings.results_dir if write else None)
+                result = remote.run_in_cluster(s, cls.name, s.placement, options, params)
+            return finish(result, s.settings.results_dir if options.write else None)
         except remote.NotServed as e:
             if s.settings.run.in_cluster is True:
                 raise UserError(
@@ -152,17 +131,7 @@ def _run(
     with s:
         if on_ready is not None:
             on_ready(s)
-        result = s.run(
-            workload,
-            write=write,
-            trace=trace,
-            data=data,
-            validate=validate,
-            output=output,
-            overwrite=overwrite,
-            progress=progress,
-            **params,
-        )
+        result = s.run_with(cls.name, options, params)
         if hold is not None:
             hold(s, result)
     if s.spec.kind != "existing":  # the cluster it started is closed: its dashboard is gone

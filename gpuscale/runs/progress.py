@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterator
 from dask.utils import format_bytes
 
 from .. import errors
+from .observe import GENERATE, Observer, Outcome, Run, Step
 
 EVERY_ENV = "GPUSCALE_PROGRESS_EVERY"
 DEFAULT_EVERY_S = 60.0
@@ -217,6 +218,47 @@ def _tasks_now(dask_scheduler=None) -> tuple[int | None, int]:
     groups = getattr(dask_scheduler, "task_groups", {}).values()  # state counts per group: no walk over tasks
     waiting = sum(tg.states.get(s, 0) for tg in groups for s in UNFINISHED)
     return index, waiting
+
+
+@contextlib.contextmanager
+def _silent(description: str, total: int) -> Iterator[Callable[[], None]]:
+    yield lambda: None
+
+
+class Repeats(Observer):
+    """Progress for a run: its plan told to the active tracker (:func:`planned`), then
+    ``progress`` (:data:`gpuscale.runs.runner.Progress`; None shows nothing) around the repeats,
+    from the end of generate, advanced after each repeat."""
+
+    def __init__(self, progress=None):
+        self.progress = progress or _silent
+        self._open: contextlib.ExitStack | None = None
+
+    def start(self, run: Run) -> None:
+        self.label, self.most = run.label, run.most  # not the run: its data goes with it
+        planned(run.client, run.workload.name, run.memory, run.most, run.ctx.validate != "off")
+
+    def after_step(self, step: Step, elapsed: float) -> None:
+        if step.kind == GENERATE:
+            self._open = contextlib.ExitStack()
+            self._advance = self._open.enter_context(self.progress(self.label, self.most))
+        elif step.repeat:
+            self._advance()
+
+    def after_repeats(self, run: Run, outcome: Outcome) -> None:
+        self._close()
+
+    def failed(self, run: Run, exc: BaseException) -> None:
+        self._close(exc)
+
+    def _close(self, exc: BaseException | None = None) -> None:
+        held, self._open = self._open, None
+        if held is None:
+            return
+        if exc is None:
+            held.close()
+        else:
+            held.__exit__(type(exc), exc, exc.__traceback__)
 
 
 def planned(client, name: str, memory: dict[str, Any], runs: int, validate: bool) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import UserError, shown
+from .observe import RunOptions
 from .session import Session
 
 
@@ -110,12 +111,11 @@ def run_in_cluster(
     session,
     workload: str,
     where: Placement,
-    *,
-    data: Any = None,
-    validate: str | None = None,
+    options: RunOptions,
     params: dict[str, Any],
 ):
-    """Run ``session.record(workload, ...)`` in a task on a worker of the running cluster the
+    """Run ``session.record(workload, ...)`` with ``options`` (its data and validation level:
+    the rest stay here) in a task on a worker of the running cluster the
     session names and return the record it built (not written: the caller writes it). The task
     secedes from the worker's thread pool and opens its own client, so the runner's tasks run
     beside it; it stops between repeats once this process's client has gone (Ctrl-C).
@@ -133,6 +133,7 @@ def run_in_cluster(
             session.settings.cluster.bandwidth_probe,
             session.resolved.sources.get(preflight.PROBE_SETTING, "default"),
         )
+        data = options.data
         if isinstance(data, (str, os.PathLike)):
             data = os.path.abspath(os.fspath(data))  # the worker's working folder is not ours
         request = {
@@ -145,7 +146,7 @@ def run_in_cluster(
             "placement": where,
             "client": client.id,
             "data": data,
-            "validate": validate,
+            "validate": options.validate,
             "params": params,
         }
         t1 = time.perf_counter()

@@ -1,10 +1,15 @@
 """Run a workload: memory check, generate, warm-up + timed repeats, validate.
 
+:func:`execute` reads like a benchmark loop (:class:`Run`): plan the run (the memory check),
+generate the data, the warm-ups, the timed repeats, validation; each step is named once (what
+an interruption in it names: :func:`gpuscale.errors.phase`) and everything a run records or
+shows besides its timings is an observer called at each step (:mod:`gpuscale.runs.observe`).
+
 Each repeat builds the graph afresh, persists it, waits, and synchronizes the devices before
 the clock stops. Before a repeat starts, the previous result is released and the runner waits
 until the scheduler has forgotten it (its task count is back to the data's), because
 persisting a graph whose keys are still in memory returns the old result at once and would
-time nothing. Phases run inside ``distributed.span`` so the dashboard groups their tasks.
+time nothing. Steps run inside ``distributed.span`` so the dashboard groups their tasks.
 
 Python's cyclic garbage collector stays out of the timed repeats (:func:`collector_held`): a
 collection triggered by an allocation count lands on the same repeat run after run, and a full
@@ -20,7 +25,7 @@ import gc
 import statistics
 import time
 import warnings
-from typing import Any, Callable, ContextManager, Iterator
+from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 import dask
 from dask.core import flatten
@@ -28,13 +33,14 @@ from distributed import KilledWorker, futures_of, span, wait
 
 from .. import _dask_compat
 from .. import memory as _memory
-from ..audit import Audit
+from ..audit import RunAudit
 from ..errors import phase as named_phase
 from ..trace.intervals import length, minus, one_task_per_thread, union
 from ..workloads import Context, Output, Validation, Workload
 from . import progress as _progress
 from . import repeats as _repeats
 from . import watch as _watch
+from .observe import COMPUTE, GENERATE, PREPARE, VALIDATE, WARMUP, Observer, Outcome, Progress, Run, Step
 
 SETTLE_TIMEOUT_S = 30.0
 GC_AFTER_S = 0.05
@@ -43,57 +49,8 @@ GC_AFTER_S = 0.05
 warnings.filterwarnings("ignore", message="Dask annotations .* detected", category=UserWarning)
 
 
-class Cancelled(Exception):
-    """The run was called off between two steps (``execute``'s ``cancelled()`` said so)."""
-
-
-@dataclasses.dataclass
-class Outcome:
-    times_s: list[float]
-    warmup_s: list[float]
-    generate_s: float
-    validate_s: float
-    validation: Validation
-    info: dict[str, Any]
-    estimate_bytes: int
-    capacity_bytes: int
-    settle_warnings: int
-    audit: dict[str, Any] | None = None
-    """The backend audit of generate + warm-up + timed repeats (:mod:`gpuscale.audit`)."""
-    memory: dict[str, Any] | None = None
-    """The memory check (:func:`gpuscale.memory.check`), and under ``measured`` what the
-    workers held at their peak and spilled (:class:`gpuscale.memory.Watch`)."""
-    output: Output | None = None
-    """The last repeat's result, persisted (what ``--output`` writes)."""
-    repeats: dict[str, Any] | None = None
-    """How many timed repeats were taken and why they stopped (:meth:`repeats.Policy.describe`)."""
-    disturbed: dict[int, str] = dataclasses.field(default_factory=dict)
-    """Timed repeats (index into ``times_s``) that were disturbed, and how: workers lost or
-    joined (:func:`_changed`), tasks of the run recomputed or retried, other clients' tasks
-    on the cluster (:mod:`gpuscale.runs.watch`); left out of the median by the record."""
-
-
 def _task_count(dask_scheduler=None) -> int:
     return len(dask_scheduler.tasks)
-
-
-def _workers(dask_scheduler=None) -> list[str]:
-    return sorted(dask_scheduler.workers)
-
-
-def worker_set(client) -> frozenset[str]:
-    """The workers the scheduler has now: a repeat during which this changed (a worker lost
-    and restarted by its nanny, or one joining) was disturbed."""
-    return frozenset(client.run_on_scheduler(_workers))
-
-
-def _changed(before: frozenset[str], after: frozenset[str]) -> str:
-    lost, joined = len(before - after), len(after - before)
-    return ", ".join(
-        x
-        for x in (f"{lost} worker(s) lost" if lost else "", f"{joined} worker(s) joined" if joined else "")
-        if x
-    )
 
 
 def _in_worker() -> bool:
@@ -328,21 +285,91 @@ def time_split(client, cursors: list[int | None], end: int | None, elapsed: list
     }
 
 
-Progress = Callable[[str, int], ContextManager[Callable[[], None]]]
-"""How a caller watches the repeats: ``progress(description, total)`` is a context manager
-around them that yields the function called after each one (the CLI hands in
-:class:`gpuscale.runs.progress.Tracker`, which shows every phase of the run; None shows
-nothing)."""
+AUDIT_SCOPE = (
+    "generate (the data) and compute (warm-up + timed repeats); validation is not "
+    "audited: it builds host references on purpose"
+)
 
 
-@contextlib.contextmanager
-def _silent(description: str, total: int) -> Iterator[Callable[[], None]]:
-    yield lambda: None
+class TimeSplit(Observer):
+    """The record's ``info.time_split`` (:func:`time_split`), from the task-stream cursor of
+    each timed repeat (:attr:`Step.cursor`)."""
+
+    def start(self, run: Run) -> None:
+        self.client = run.client
+        self.cursors: list[int | None] = []
+
+    def after_step(self, step: Step, elapsed: float) -> None:
+        if step.kind == COMPUTE:
+            self.cursors.append(step.cursor)
+
+    def after_repeats(self, run: Run, outcome: Outcome) -> None:
+        outcome.info["time_split"] = time_split(
+            self.client, self.cursors, stream_index(self.client), outcome.times_s
+        )
 
 
-@contextlib.contextmanager
-def _no_phase(name: str, **args):
-    yield
+class TracePhases(Observer):
+    """The phases of a trace (:meth:`gpuscale.trace.Capture.phase`): prepare (the memory check,
+    the audit's set-up: gpuscale's own cost before the data exists) / generate / warmup /
+    compute / validate, a repeat's with its index."""
+
+    def __init__(self, tracer):
+        self.tracer = tracer
+
+    def measuring(self, step: Step) -> ContextManager[Any]:
+        if step.repeat:
+            return self.tracer.phase(step.kind, repeat=step.index)
+        return self.tracer.phase(step.kind)
+
+
+class Cancelled(Exception):
+    """The run was called off between two steps (its ``cancelled()`` said so)."""
+
+
+class Cancellation(Observer):
+    """Asks ``cancelled()`` before each repeat and before validation; when it answers True the
+    run stops there with :class:`Cancelled` (a runner in the cluster whose client has gone)."""
+
+    def __init__(self, cancelled: Callable[[], bool]):
+        self.cancelled = cancelled
+
+    def start(self, run: Run) -> None:
+        self.total = run.total
+
+    def before_step(self, step: Step) -> None:
+        if step.repeat:
+            before = f"run {step.number} of {self.total}"
+        elif step.kind == VALIDATE:
+            before = "validation"
+        else:
+            return
+        if self.cancelled():
+            raise Cancelled(f"the run was called off before {before}")
+
+
+def default_observers(
+    *,
+    tracer=None,
+    audit: bool = True,
+    cancelled: Callable[[], bool] | None = None,
+    progress: Progress | None = None,
+) -> list[Observer]:
+    """What a run records and shows, in the order the runner calls them: the time split,
+    disturbances, the workers' peak memory (its device peak reset before the audit's set-up),
+    the backend audit (``audit``: over generate and over the warm-up + timed repeats;
+    validation is not audited, it builds host references on purpose), ``progress``
+    (:data:`Progress`), ``cancelled`` (:class:`Cancellation`) and the phases of ``tracer`` (a
+    :class:`gpuscale.trace.Capture`)."""
+    observers: list[Observer] = [TimeSplit(), _watch.Disturbances(), _memory.PeakWatch()]
+    if audit:
+        observers.append(RunAudit(AUDIT_SCOPE))
+    observers.append(_progress.Repeats(progress))
+    if cancelled is not None:
+        observers.append(Cancellation(cancelled))
+    if tracer is not None:
+        observers.append(TracePhases(tracer))
+    return observers
 
 
 def execute(
@@ -353,211 +380,184 @@ def execute(
     warmup: int,
     repeat: int | _repeats.Policy,
     memory_check: bool = True,
-    tracer=None,
-    audit: bool = True,
-    cancelled: Callable[[], bool] | None = None,
-    progress: Progress | None = None,
+    observers: Sequence[Observer] | None = None,
 ) -> Outcome:
-    """``tracer``: a :class:`gpuscale.trace.Capture` whose ``phase`` marks prepare (the memory
-    check, the audit's set-up: gpuscale's own cost before the data exists) / generate / warmup /
-    compute / validate (besides the ``span`` that groups their tasks on the dashboard).
-
-    ``cancelled``: asked before each repeat and before validation; when it answers True the
-    run stops there with :class:`Cancelled` (a runner in the cluster whose client has gone).
-
-    ``audit``: run the backend audit (:mod:`gpuscale.audit`) over generate and over the
-    warm-up + timed repeats (phase ``compute``); validation is not audited (it builds host
-    references on purpose).
-
-    ``progress``: see :data:`Progress`.
+    """Run ``workload``: the memory check (refusing what does not fit unless ``memory_check``
+    is False), generate, ``warmup`` warm-ups, the timed repeats, validation, with
+    ``observers`` (default: :func:`default_observers`) called at each step.
 
     ``repeat``: a whole number, or a :class:`gpuscale.runs.repeats.Policy` (``auto``: repeat
     until the median's relative error reaches its target, capped)."""
-    client = ctx.client
-    phase = tracer.phase if tracer is not None else _no_phase
-    fam = ctx.family
-    with named_phase("the memory check and the audit's set-up"), phase("prepare"):
-        ctx.memory = _memory.measure(client, fam, fam.worker_memory(client), ctx.spec)
-        workload.plan(p, ctx)
-        memory = _memory.check(workload, p, ctx, memory_check)
-        stream = memory.get("verdict") == "streams"
-        if stream:
-            ctx.decide("data_residency", "streamed", "rule", memory["streams"])
-        watch = _memory.Watch(client, fam, ctx.memory)
-        auditor = Audit(client, fam, scope=AUDIT_SCOPE).start() if audit else None
-    runs = warmup + (repeat if isinstance(repeat, _repeats.Policy) else _repeats.policy(repeat)).most
-    _progress.planned(client, workload.name, memory, runs, ctx.validate != "off")
-    try:
-        outcome = _run(
-            workload, p, ctx, warmup, repeat, phase, auditor, cancelled or _never, progress or _silent, stream
-        )
-    except BaseException as e:
-        if auditor is not None:
-            auditor.stop()
-        if isinstance(e, MemoryError):  # a worker's allocation failed (CuPy, RMM, cuDF, NumPy)
-            raise _memory.ran_out(workload.name, memory, fam, e) from None
-        if isinstance(e, KilledWorker):  # its workers died under a task, again and again
-            raise _memory.killed(workload.name, memory, e) from None
-        raise
-    measured = watch.read(memory)
-    outcome.memory = {**memory, **({"measured": measured} if measured else {})}
-    outcome.estimate_bytes, outcome.capacity_bytes = memory["estimate_bytes"], memory["capacity_bytes"]
-    return outcome
-
-
-AUDIT_SCOPE = (
-    "generate (the data) and compute (warm-up + timed repeats); validation is not "
-    "audited: it builds host references on purpose"
-)
-
-
-def _never() -> bool:
-    return False
-
-
-def _go_on(cancelled: Callable[[], bool], before: str) -> None:
-    if cancelled():
-        raise Cancelled(f"the run was called off before {before}")
-
-
-def _run(
-    workload: Workload,
-    p,
-    ctx: Context,
-    warmup: int,
-    repeat: int | _repeats.Policy,
-    phase,
-    auditor,
-    cancelled: Callable[[], bool],
-    progress: Progress,
-    stream: bool = False,
-) -> Outcome:
     policy = repeat if isinstance(repeat, _repeats.Policy) else _repeats.policy(repeat)
-    client = ctx.client
-    watching = _watch.start(client)  # before generate: the data's keys are the run's too
-    try:
-        return _watched(
-            workload, p, ctx, warmup, policy, phase, auditor, cancelled, progress, watching, stream
-        )
-    except BaseException:
-        _watch.stop(client, watching, failed=True)  # off a shared scheduler, where it is still there
-        raise
+    chosen = default_observers() if observers is None else list(observers)
+    return Runner(workload, p, ctx, warmup, policy, observers=chosen).execute(memory_check)
 
 
-def _watched(
-    workload: Workload,
-    p,
-    ctx: Context,
-    warmup: int,
-    policy: _repeats.Policy,
-    phase,
-    auditor,
-    cancelled: Callable[[], bool],
-    progress: Progress,
-    watching: str | None,
-    stream: bool = False,
-) -> Outcome:
-    client = ctx.client
-    fam = ctx.family
-    with (
-        named_phase("generate (loading the data)"),
-        span("gpuscale", workload.name, "generate"),
-        phase("generate"),
-    ):
-        if stream:  # made block by block inside every pass: nothing is held (the memory check)
-            t0 = time.perf_counter()
-            data = workload.load(p, ctx)
-            generate_s = time.perf_counter() - t0
-        else:
-            generate_s, data = timed(client, fam, lambda: workload.load(p, ctx))  # generated or the user's
-        workload.check_loaded(data, p, ctx)
-    if auditor is not None:
-        auditor.collect("generate")
-    baseline = task_count(client)
-    workers_now = worker_set(client)
-    disturbed: dict[int, str] = {}
+@dataclasses.dataclass
+class Runner(Run):
+    """A run's steps: :meth:`execute` plans it, then generate, the warm-ups, the timed
+    repeats and validation, calling ``observers`` at each step."""
 
-    times: list[float] = []
-    warm: list[float] = []
-    cursors: list[int | None] = []
-    windows: list[tuple[int | None, int | None]] = []  # task-stream cursors before / after each repeat
-    running: list[int] = []  # other clients' tasks processing as each repeat ended
+    observers: list[Observer] = dataclasses.field(default_factory=list)
     out: Output | None = None
-    unsettled = 0
-    info: dict[str, Any] = {}
+    """The last repeat's result (None between the release and the end of the next repeat, and
+    once the run has ended: the outcome holds it)."""
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The workload's ``info`` as its last build said it."""
+    baseline: int = 0
+    """Tasks on the scheduler once the data is persisted (what a settle waits to return to)."""
+    unsettled: int = 0
+    """Repeats before which the scheduler did not settle within :data:`SETTLE_TIMEOUT_S`."""
 
-    def build():
-        result = workload.compute(data, p, ctx)
-        info.update(result.info)
-        return result.collections
+    # -- the steps ------------------------------------------------------------------------
+    def execute(self, memory_check: bool) -> Outcome:
+        started: list[Observer] = []
+        try:
+            prepare = Step(PREPARE, "the memory check and the audit's set-up")
+            with self._step(prepare), self._measured(prepare):
+                self._plan(memory_check)
+                for o in self.observers:
+                    o.start(self)
+                    started.append(o)
+            outcome = self._work()
+        except BaseException as e:
+            for o in started:
+                o.failed(self, e)
+            if self.memory and isinstance(e, MemoryError):  # a worker's allocation failed
+                raise _memory.ran_out(self.workload.name, self.memory, self.family, e) from None
+            if self.memory and isinstance(e, KilledWorker):  # its workers died under a task, again and again
+                raise _memory.killed(self.workload.name, self.memory, e) from None
+            raise
+        finally:
+            self.out = None  # the outcome holds the last result: a run an observer keeps holds none
+        outcome.memory = dict(self.memory)
+        for o in self.observers:
+            o.finish(self, outcome)
+        outcome.estimate_bytes = self.memory["estimate_bytes"]
+        outcome.capacity_bytes = self.memory["capacity_bytes"]
+        return outcome
 
-    def one(i: int, name: str, index: int, total: str, advance, held=contextlib.nullcontext) -> float:
-        """One repeat, its progress step included: an interruption anywhere in it names it."""
-        nonlocal out, unsettled, workers_now
-        step = (
-            f"warm-up {index + 1} of {warmup}"
-            if name == "warmup"
-            else f"timed repeat {index + 1} of {timed_total}"
+    def _plan(self, memory_check: bool) -> None:
+        ctx, fam = self.ctx, self.family
+        ctx.memory = _memory.measure(self.client, fam, fam.worker_memory(self.client), ctx.spec)
+        self.workload.plan(self.p, ctx)
+        self.memory = _memory.check(self.workload, self.p, ctx, memory_check)
+        if self.streamed:
+            ctx.decide("data_residency", "streamed", "rule", self.memory["streams"])
+
+    @property
+    def streamed(self) -> bool:
+        """The data is made block by block inside every pass: nothing is held (the memory check)."""
+        return self.memory.get("verdict") == "streams"
+
+    def _work(self) -> Outcome:
+        """Generate, the warm-ups, the timed repeats, validation."""
+        data, generate_s = self._generate()
+        wl, p, ctx = self.workload, self.p, self.ctx
+
+        def build():
+            result = wl.compute(data, p, ctx)
+            self.info.update(result.info)
+            return result.collections
+
+        warm = [self._repeat(self._warmup(i), build) for i in range(self.warmup)]
+        times: list[float] = []
+        with collector_held(self.client) as paused:
+            t0 = time.perf_counter()
+            while (stopped := self.policy.stop(times, time.perf_counter() - t0)) is None:
+                times.append(self._repeat(self._timed(len(times)), build, paused))
+        outcome = Outcome(
+            times,
+            warm,
+            generate_s,
+            self.out.info,
+            self.unsettled,
+            output=self.out,
+            repeats=self.policy.describe(times, stopped),
         )
-        with named_phase(step):
-            out = None  # release the previous result before timing the next one
-            _go_on(cancelled, f"run {i + 1} of {total}")
-            if not settle(client, baseline):
-                unsettled += 1
-            if name == "compute":
-                cursors.append(stream_index(client))
-            with held(), span("gpuscale", workload.name, name), phase(name, repeat=index):
-                elapsed, collections = timed(client, fam, build)  # the phase ends before held()'s collection
-            out = Output(collections, dict(info))
+        for o in self.observers:
+            o.after_repeats(self, outcome)
+        self._validate(outcome, data)
+        return outcome
+
+    def _generate(self) -> tuple[Any, float]:
+        """The data (generated, or the user's, persisted) and the seconds it took; a streamed
+        run's data is made block by block inside every pass, so nothing is persisted."""
+        wl, p, ctx = self.workload, self.p, self.ctx
+        step = Step(GENERATE, "generate (loading the data)")
+        with self._step(step):
+            self._before(step)
+            with self._measured(step):
+                if self.streamed:
+                    t0 = time.perf_counter()
+                    data = wl.load(p, ctx)
+                    generate_s = time.perf_counter() - t0
+                else:
+                    generate_s, data = timed(self.client, self.family, lambda: wl.load(p, ctx))
+                wl.check_loaded(data, p, ctx)
+            self._after(step, generate_s)
+        self.baseline = task_count(self.client)
+        return data, generate_s
+
+    def _warmup(self, index: int) -> Step:
+        return Step(WARMUP, f"warm-up {index + 1} of {self.warmup}", index, index + 1)
+
+    def _timed(self, index: int) -> Step:
+        most = self.policy.most
+        of = f"{most}" if not self.policy.auto else f"at most {most}"
+        return Step(COMPUTE, f"timed repeat {index + 1} of {of}", index, self.warmup + index + 1)
+
+    def _validate(self, outcome: Outcome, data) -> None:
+        step = Step(VALIDATE, "validation")
+        with self._step(step):
+            self._before(step)
+            with self._measured(step):
+                t0 = time.perf_counter()
+                outcome.validation = (
+                    Validation.off()
+                    if self.ctx.validate == "off"
+                    else self.workload.validate(outcome.output, data, self.p, self.ctx)
+                )
+                outcome.validate_s = time.perf_counter() - t0
+            self._after(step, outcome.validate_s)
+
+    def _repeat(self, step: Step, build, held=contextlib.nullcontext) -> float:
+        """One repeat: the previous result released, the scheduler settled, the timed work;
+        an interruption anywhere in it names it."""
+        with self._step(step):
+            self.out = None  # release the previous result before timing the next one
+            self._before(step)
+            if not settle(self.client, self.baseline):
+                self.unsettled += 1
+            if step.kind == COMPUTE:
+                step.cursor = stream_index(self.client)
+            with held(), self._measured(step):  # the phase ends before held()'s collection
+                elapsed, collections = timed(self.client, self.family, build)
+            self.out = Output(collections, dict(self.info))
             collections = None
-            workers_before = workers_now
-            workers_now, after, still = _watch.after_repeat(client, watching)
-            if name == "compute":
-                windows.append((cursors[-1], after))
-                running.append(still)
-                if workers_now != workers_before:
-                    disturbed[index] = _changed(workers_before, workers_now)
-            advance()
+            self._after(step, elapsed)
         return elapsed
 
-    most = warmup + policy.most
-    total = f"{most}" if not policy.auto else f"at most {most}"
-    timed_total = f"{policy.most}" if not policy.auto else f"at most {policy.most}"
-    label = f"{workload.name} ({fam.name}{', repeat auto' if policy.auto else ''})"
-    with progress(label, most) as advance:
-        for i in range(warmup):
-            warm.append(one(i, "warmup", i, total, advance))
-        with collector_held(client) as paused:
-            t0 = time.perf_counter()
-            while (stopped := policy.stop(times, time.perf_counter() - t0)) is None:
-                times.append(one(warmup + len(times), "compute", len(times), total, advance, paused))
-    out.info["time_split"] = time_split(client, cursors, stream_index(client), times)
-    notes = _watch.stop(client, watching)
-    disturbed = _watch.merge(disturbed, _watch.by_repeat(notes, windows, running))
-    out.info["disturbance_checks"] = _watch.checks(notes is not None)
-    audit = (
-        auditor.finish("compute", runs={"generate": 1, "compute": warmup + len(times)})
-        if auditor is not None
-        else None
-    )
+    # -- what frames a step -------------------------------------------------------------------
+    def _step(self, step: Step) -> ContextManager[None]:
+        """The step named once: an interruption or a failure in it names it."""
+        return named_phase(step.name)
 
-    _go_on(cancelled, "validation")
-    with named_phase("validation"), span("gpuscale", workload.name, "validate"), phase("validate"):
-        t0 = time.perf_counter()
-        validation = Validation.off() if ctx.validate == "off" else workload.validate(out, data, p, ctx)
-        validate_s = time.perf_counter() - t0
-    return Outcome(
-        times,
-        warm,
-        generate_s,
-        validate_s,
-        validation,
-        out.info,
-        0,
-        0,
-        unsettled,
-        audit=audit,
-        output=out,
-        repeats=policy.describe(times, stopped),
-        disturbed=disturbed,
-    )
+    @contextlib.contextmanager
+    def _measured(self, step: Step) -> Iterator[None]:
+        """Around what a step measures: its dashboard span (the tasks grouped; none for
+        prepare, which runs no tasks of the run) and every observer's ``measuring``."""
+        with contextlib.ExitStack() as stack:
+            if step.kind != PREPARE:
+                stack.enter_context(span("gpuscale", self.workload.name, step.kind))
+            for o in self.observers:
+                stack.enter_context(o.measuring(step))
+            yield
+
+    def _before(self, step: Step) -> None:
+        for o in self.observers:
+            o.before_step(step)
+
+    def _after(self, step: Step, elapsed: float) -> None:
+        for o in self.observers:
+            o.after_step(step, elapsed)

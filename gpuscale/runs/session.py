@@ -34,6 +34,7 @@ from ..errors import OutputNotWritten, UserError, phase
 from ..records import results
 from ..records.explained import explained
 from . import repeats, runner
+from .observe import RunOptions
 
 
 def configure(
@@ -351,15 +352,12 @@ class Session:
         once it validated, atomically; an existing file only with ``overwrite=True``.
         ``progress``: how to show the repeats (:data:`gpuscale.runs.runner.Progress`; the CLI
         hands in a progress bar; None shows nothing)."""
-        out_dir = results_dir or self.settings.results_dir
-        if write:
-            results.check_writable(out_dir)
-        result = self.record(
-            workload,
+        options = RunOptions(
             repeat=repeat,
             warmup=warmup,
             memory_check=memory_check,
             results_dir=results_dir,
+            write=write,
             trace=trace,
             data=data,
             validate=validate,
@@ -368,9 +366,17 @@ class Session:
             strict_backend=strict_backend,
             audit=audit,
             progress=progress,
-            **params,
         )
-        finish(result, out_dir if write else None)
+        return self.run_with(workload, options, params)
+
+    def run_with(self, workload: str, options: RunOptions, params: dict[str, Any]) -> results.Result:
+        """:meth:`run` with its options as one record and the workload's parameters as a dict
+        (what ``gpuscale.run`` passes on)."""
+        out_dir = options.results_dir or self.settings.results_dir
+        if options.write:
+            results.check_writable(out_dir)
+        result = self._record(workload, options, params)
+        finish(result, out_dir if options.write else None)
         unwritten = (result.info or {}).get("output") or {}
         if unwritten.get("written") is False and result.valid is not False:  # valid, but --output failed
             raise OutputNotWritten(unwritten["why"], result)
@@ -398,28 +404,40 @@ class Session:
         """:meth:`run` up to its record, which is neither written nor judged by
         ``strict_backend`` (:func:`finish` does both): a runner in the cluster returns it to the
         client that asked. ``cancelled()`` is asked between repeats (see
-        :func:`gpuscale.runs.runner.execute`)."""
+        :class:`gpuscale.runs.runner.Cancellation`)."""
+        options = RunOptions(
+            repeat=repeat,
+            warmup=warmup,
+            memory_check=memory_check,
+            results_dir=results_dir,
+            trace=trace,
+            data=data,
+            validate=validate,
+            output=output,
+            overwrite=overwrite,
+            strict_backend=strict_backend,
+            audit=audit,
+            cancelled=cancelled,
+            progress=progress,
+        )
+        return self._record(workload, options, params)
+
+    def _record(self, workload: str, options: RunOptions, params: dict[str, Any]) -> results.Result:
         self._require_open()
         cls = workloads.get(workload)
-        p, user = check_run(cls, params, data=data, validate=validate, output=output, overwrite=overwrite)
+        o = options
+        p, user = check_run(
+            cls, params, data=o.data, validate=o.validate, output=o.output, overwrite=o.overwrite
+        )
         self.family.check(self.selection.requested, cls.collection)
         run_cfg = self.settings.run
-        if trace is not None:
+        if o.trace is not None:
             from ..trace import check_dir
 
-            check_dir(trace)
-        sources = dict(self.resolved.sources)
-        for key, value in (
-            ("run.repeat", repeat),
-            ("run.warmup", warmup),
-            ("run.memory-check", memory_check),
-            ("results-dir", results_dir),
-            ("run.strict-backend", strict_backend),
-        ):
-            if value is not None:
-                sources[key] = "keyword"
-        strict = run_cfg.strict_backend if strict_backend is None else bool(strict_backend)
-        if strict and not audit:
+            check_dir(o.trace)
+        sources = {**self.resolved.sources, **o.keyword_sources()}
+        strict = run_cfg.strict_backend if o.strict_backend is None else bool(o.strict_backend)
+        if strict and not o.audit:
             raise UserError(
                 "strict_backend needs the backend audit, but audit=False was given",
                 "leave audit on (the default) or drop strict_backend",
@@ -427,20 +445,19 @@ class Session:
         ctx = workloads.Context(self.family, self.spec, self.client, data=user.source, validate=user.validate)
         at_start = set(self._workers())
         with contextlib.ExitStack() as stack:  # the trace folder is written on leaving
-            tracer = stack.enter_context(self._capture(trace, cls.name)) if trace is not None else None
+            tracer = stack.enter_context(self._capture(o.trace, cls.name)) if o.trace is not None else None
             outcome = runner.execute(
                 cls(),
                 p,
                 ctx,
-                warmup=run_cfg.warmup if warmup is None else warmup,
+                warmup=run_cfg.warmup if o.warmup is None else o.warmup,
                 repeat=repeats.policy(
-                    _repeat(run_cfg.repeat if repeat is None else repeat), run_cfg.auto_repeat
+                    _repeat(run_cfg.repeat if o.repeat is None else o.repeat), run_cfg.auto_repeat
                 ),
-                memory_check=run_cfg.memory_check if memory_check is None else memory_check,
-                tracer=tracer,
-                audit=audit,
-                cancelled=cancelled,
-                progress=progress,
+                memory_check=run_cfg.memory_check if o.memory_check is None else o.memory_check,
+                observers=runner.default_observers(
+                    tracer=tracer, audit=o.audit, cancelled=o.cancelled, progress=o.progress
+                ),
             )
             if outcome.audit is not None:
                 outcome.audit["strict"] = strict

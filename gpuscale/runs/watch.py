@@ -26,6 +26,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from .observe import COMPUTE, GENERATE, Observer, Outcome, Run, Step
+
 try:
     from distributed.diagnostics.plugin import SchedulerPlugin
 except ImportError:  # pragma: no cover - distributed is a dependency
@@ -113,6 +115,25 @@ def _after_repeat(name: str | None, dask_scheduler=None) -> tuple[list[str], int
     except Exception:  # noqa: BLE001 - no cursor in this distributed: nothing to place notes by
         index = None
     return sorted(dask_scheduler.workers), index, len(plugin.running) if plugin is not None else 0
+
+
+def _workers(dask_scheduler=None) -> list[str]:
+    return sorted(dask_scheduler.workers)
+
+
+def worker_set(client) -> frozenset[str]:
+    """The workers the scheduler has now: a repeat during which this changed (a worker lost
+    and restarted by its nanny, or one joining) was disturbed."""
+    return frozenset(client.run_on_scheduler(_workers))
+
+
+def _changed(before: frozenset[str], after: frozenset[str]) -> str:
+    lost, joined = len(before - after), len(after - before)
+    return ", ".join(
+        x
+        for x in (f"{lost} worker(s) lost" if lost else "", f"{joined} worker(s) joined" if joined else "")
+        if x
+    )
 
 
 def start(client) -> str | None:
@@ -219,3 +240,39 @@ def merge(*found: dict[int, str]) -> dict[int, str]:
             if why:
                 out.setdefault(i, []).append(why)
     return {i: ", ".join(w) for i, w in sorted(out.items())}
+
+
+class Disturbances(Observer):
+    """What disturbed each timed repeat (the outcome's ``disturbed``, the record's
+    ``info.disturbance_checks``): the workers lost or joined, from the scheduler's workers
+    after each repeat, and the notes of a :class:`Watch` placed from before generate (the
+    data's keys are the run's too) to the end of the repeats."""
+
+    def start(self, run: Run) -> None:
+        self.client = run.client
+        self.name = start(self.client)
+        self.workers: frozenset[str] = frozenset()
+        self.windows: list[tuple[int | None, int | None]] = []  # cursors before / after each repeat
+        self.running: list[int] = []  # other clients' tasks processing as each repeat ended
+        self.disturbed: dict[int, str] = {}
+
+    def after_step(self, step: Step, elapsed: float) -> None:
+        if step.kind == GENERATE:
+            self.workers = worker_set(self.client)
+        elif step.repeat:
+            before = self.workers
+            self.workers, after, still = after_repeat(self.client, self.name)
+            if step.kind == COMPUTE:
+                self.windows.append((step.cursor, after))
+                self.running.append(still)
+                if self.workers != before:
+                    self.disturbed[step.index] = _changed(before, self.workers)
+
+    def after_repeats(self, run: Run, outcome: Outcome) -> None:
+        notes = stop(self.client, self.name)
+        self.name = None
+        outcome.disturbed = merge(self.disturbed, by_repeat(notes, self.windows, self.running))
+        outcome.info["disturbance_checks"] = checks(notes is not None)
+
+    def failed(self, run: Run, exc: BaseException) -> None:
+        stop(self.client, self.name, failed=True)  # off a shared scheduler, where it is still there
