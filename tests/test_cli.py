@@ -376,6 +376,18 @@ def test_gpuscale_help_lists_each_command_by_the_first_sentence_of_its_own_help(
     assert cli.get_command(None, "nosuch") is None
 
 
+def test_the_shell_completes_the_command_names_with_their_help_as_click_cuts_it():
+    import click
+
+    from gpuscale.cli import cli
+
+    ctx = click.Context(cli, info_name="gpuscale")
+    got = [(c.value, c.help) for c in cli.shell_complete(ctx, "")]
+    assert got == [(n, cli.get_command(ctx, n).get_short_help_str()) for n in cli.list_commands(ctx)]
+    assert [c.value for c in cli.shell_complete(ctx, "r")] == ["results", "run"]
+    assert "--debug" in [c.value for c in cli.shell_complete(ctx, "--")]
+
+
 IMPORTED = """
 import json, sys
 from gpuscale.cli import main

@@ -20,7 +20,7 @@ def load(path: str) -> Any:
 
 
 class LazyGroup(Group):
-    """A group whose commands are named in ``commands``: name -> (``"MODULE:NAME"``, the first
+    """A group whose commands are named in ``commands_by_path``: name -> (``"MODULE:NAME"``, the first
     sentence of the command's help). Its ``--help`` and the shell's completion list the commands
     with that sentence, importing none of them; a command's module is imported when the command
     is resolved (to run it or to show its own help)."""
@@ -41,12 +41,15 @@ class LazyGroup(Group):
             formatter.write_dl(rows)
 
     def shell_complete(self, ctx, incomplete):
+        """The commands starting with ``incomplete``, each with its sentence cut as click cuts a
+        command's help for the shell, then this group's options."""
         from click.shell_completion import CompletionItem
 
         names = [n for n in self.list_commands(ctx) if n.startswith(incomplete)]
-        return [
-            CompletionItem(n, help=self.commands_by_path[n][1]) for n in names
-        ] + click.Command.shell_complete(self, ctx, incomplete)
+        cut = [click.Command(n, help=self.commands_by_path[n][1]).get_short_help_str() for n in names]
+        return [CompletionItem(n, help=h) for n, h in zip(names, cut)] + click.Command.shell_complete(
+            self, ctx, incomplete
+        )
 
 
 class Deferred:
