@@ -50,12 +50,12 @@ PROFILE_VERSION = 1
 
 @dataclasses.dataclass(frozen=True)
 class Flag:
-    """A setting's command-line flag; ``cli.setting_options`` builds the click option from it."""
+    """A setting's command-line flag; ``cli.options.setting_options`` builds the click option from it."""
 
     help: str
     """The flag's ``--help`` line."""
     panel: str
-    """The section of ``--help`` it is listed in (a key of ``cli.PANELS``)."""
+    """The section of ``--help`` it is listed in (a key of ``cli.base.PANELS``)."""
     scope: Literal["cluster", "client", "run"] = "cluster"
     """The commands that take it: ``cluster`` (run, explain, cluster show and cluster up),
     ``client`` (those but cluster up, whose flag of that name is where it writes) or ``run``
@@ -785,7 +785,7 @@ KEYWORDS: dict[str, str] = {s.keyword: s.key for s in SETTINGS if s.keyword}
 """Keyword -> dotted key: the names shared by the CLI flags and the Python API."""
 
 FLAGS: dict[str, Setting] = {s.name: s for s in SETTINGS if s.flag is not None}
-"""The settings that have a CLI flag, by the flag's parameter name (``cli.setting_options``)."""
+"""The settings that have a CLI flag, by the flag's parameter name (``cli.options.setting_options``)."""
 
 PROFILE_FLAG = BY_KEY["profile"].name
 """The flag that names the profile layer: the API takes it as ``profile=``, beside the keywords."""

@@ -9,6 +9,7 @@ import pytest
 from conftest import files_under
 
 import gpuscale
+from gpuscale.cli import COMMANDS
 
 
 def only_json(stdout: str):
@@ -334,7 +335,9 @@ def _groups():
 
     from gpuscale.cli import cli
 
-    return [""] + sorted(name for name, c in cli.commands.items() if isinstance(c, click.Group))
+    return [""] + [
+        name for name in cli.list_commands(None) if isinstance(cli.get_command(None, name), click.Group)
+    ]
 
 
 @pytest.mark.parametrize("group", _groups(), ids=lambda g: g or "gpuscale")
@@ -360,6 +363,99 @@ def test_bare_group_under_dask_and_with_only_a_global_flag(cli):
     p = cli("--debug")
     assert p.returncode == 0 and p.stderr == ""
     assert p.stdout == cli("--help").stdout
+
+
+def test_gpuscale_help_lists_each_command_by_the_first_sentence_of_its_own_help():
+    """`gpuscale --help` lists the commands from gpuscale.cli.COMMANDS, importing none of them;
+    each sentence there is the one the command's own help starts with."""
+    from gpuscale.cli import cli
+
+    assert cli.list_commands(None) == sorted(COMMANDS)
+    for name, (_, sentence) in COMMANDS.items():
+        assert cli.get_command(None, name).get_short_help_str(limit=500) == sentence, name
+    assert cli.get_command(None, "nosuch") is None
+
+
+def test_the_shell_completes_the_command_names_with_their_help_as_click_cuts_it():
+    import click
+
+    from gpuscale.cli import cli
+
+    ctx = click.Context(cli, info_name="gpuscale")
+    got = [(c.value, c.help) for c in cli.shell_complete(ctx, "")]
+    assert got == [(n, cli.get_command(ctx, n).get_short_help_str()) for n in cli.list_commands(ctx)]
+    assert [c.value for c in cli.shell_complete(ctx, "r")] == ["results", "run"]
+    assert "--debug" in [c.value for c in cli.shell_complete(ctx, "--")]
+
+
+IMPORTED = """
+import json, sys
+from gpuscale.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as e:
+    assert not e.code, e.code
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def imported_by(cwd, *args) -> set[str]:
+    """The modules ``gpuscale *args`` imported, in a fresh process."""
+    import subprocess
+    import sys
+
+    from conftest import _clean_environ
+
+    p = subprocess.run(
+        [sys.executable, "-c", IMPORTED, *map(str, args)],
+        env=_clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    return set(json.loads(p.stdout.strip().splitlines()[-1]))
+
+
+COMMAND_MODULES = {f"gpuscale.cli.{path.partition(':')[0]}" for path, _ in COMMANDS.values()} | {
+    "gpuscale.cli.run_callback",
+    "gpuscale.cli.explain_callback",
+}
+"""Every module of gpuscale.cli that holds a command or what it does."""
+
+
+@pytest.mark.parametrize(
+    "args, loaded, not_loaded",
+    [
+        pytest.param(["--help"], set(), COMMAND_MODULES | {"distributed", "gpuscale.api"}, id="gpuscale"),
+        pytest.param(
+            ["run", "--help"], {"gpuscale.cli.run"}, COMMAND_MODULES - {"gpuscale.cli.run"}, id="run"
+        ),
+        pytest.param(
+            ["run", "svd", "--help"],
+            {"gpuscale.cli.run"},
+            {"gpuscale.cli.run_callback", "gpuscale.api"},
+            id="svd",
+        ),
+        pytest.param(
+            ["explain", "svd", "--help"],
+            {"gpuscale.cli.explain"},
+            {"gpuscale.cli.explain_callback", "gpuscale.api"},
+            id="explain-svd",
+        ),
+        pytest.param(
+            ["results", "list", "."], {"gpuscale.cli.results"}, {"gpuscale.cli.run", "pandas"}, id="list"
+        ),
+    ],
+)
+def test_a_command_imports_its_own_module_and_its_help_none_of_its_work(tmp_path, args, loaded, not_loaded):
+    """A command's module is imported when the command runs or shows its help, no other
+    command's; `gpuscale --help` imports none, and the help of `run` / `explain` imports none
+    of the cluster machinery their work needs."""
+    imported = imported_by(tmp_path, *args)
+    assert loaded <= imported
+    assert not imported & not_loaded, sorted(imported & not_loaded)
 
 
 def _explained(cli, *args):

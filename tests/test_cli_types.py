@@ -221,7 +221,7 @@ def test_every_shared_flag_is_a_reserved_workload_parameter_name():
     name (click keeps one and warns): every shared flag's name, its ``--no-`` form included, is
     reserved for the decorator."""
     from gpuscale import config
-    from gpuscale.cli import run_params
+    from gpuscale.cli.run import run_params
     from gpuscale.workloads.decorator import reserved as reserved_names
 
     flags = {o for p in run_params() for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}

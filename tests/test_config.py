@@ -78,7 +78,7 @@ def test_a_setting_declared_in_a_model_gets_keyword_flag_and_default():
     environment variable and default, and the CLI builds its option from them."""
     from typing import Annotated
 
-    from gpuscale import cli
+    from gpuscale.cli.options import declaration
 
     class Extra(config._Section):
         chunk_budget: Annotated[
@@ -100,9 +100,9 @@ def test_a_setting_declared_in_a_model_gets_keyword_flag_and_default():
         "DASK_GPUSCALE__EXTRA__CHUNK_BUDGET",
     )
     assert (quiet.keyword, quiet.opts) == ("hush", ("--hush",))
-    decls, attrs = cli._declaration(quiet)
+    decls, attrs = declaration(quiet)
     assert decls == ["--hush", "hush"] and attrs["is_flag"] and attrs["default"] is None
-    option = click.Option(*cli._declaration(budget)[:1], **cli._declaration(budget)[1])
+    option = click.Option(*declaration(budget)[:1], **declaration(budget)[1])
     assert (option.name, option.opts, option.type.name) == ("chunk_budget", ["--chunk-budget"], "int")
     assert Top().model_dump(by_alias=True) == {"extra": {"chunk-budget": 1024, "quiet": False}}
 
@@ -111,15 +111,17 @@ def test_every_settings_flag_is_built_from_its_declaration():
     """The flags of run / explain / cluster show / cluster up that set a setting are exactly the
     declared ones for those commands (config.Flag.scope), with the declared spelling, help,
     metavar and section; cluster down's take the declaration with help of their own."""
-    from gpuscale import cli
+    from gpuscale.cli.base import PANELS, panel
+    from gpuscale.cli.cluster import cluster
+    from gpuscale.cli.run import run
 
     def flags_of(cmd):
         return {p.name: p for p in cmd.params if p.name in config.FLAGS}
 
     commands = {
-        ("cluster", "client", "run"): cli.run.get_command(None, "svd"),
-        ("cluster", "client"): cli.cluster.commands["show"],
-        ("cluster",): cli.cluster.commands["up"],
+        ("cluster", "client", "run"): run.get_command(None, "svd"),
+        ("cluster", "client"): cluster.commands["show"],
+        ("cluster",): cluster.commands["up"],
     }
     for scopes, cmd in commands.items():
         declared = {n for n, s in config.FLAGS.items() if s.flag.scope in scopes}
@@ -132,8 +134,8 @@ def test_every_settings_flag_is_built_from_its_declaration():
             assert (p.opts + p.secondary_opts) == list(s.opts), name
             assert p.metavar == s.flag.metavar, name
             assert p.help == (s.flag.help or None) or s.flag.kind == "backend", name
-            assert cli._panel(p) == s.flag.panel in cli.PANELS, name
-    down = flags_of(cli.cluster.commands["down"])
+            assert panel(p) == s.flag.panel in PANELS, name
+    down = flags_of(cluster.commands["down"])
     assert set(down) == {"scheduler_file", "credentials", "trust_cluster_files"}
     assert [p.opts for p in down.values()] == [list(config.FLAGS[n].opts) for n in down]
 
@@ -142,7 +144,7 @@ def test_every_settings_flag_is_built_from_its_declaration():
 # No second declaration: the modules other than config.py spell no list of settings
 # --------------------------------------------------------------------------------------
 FLAG_AND_KEYWORD_MODULES = (
-    "gpuscale/cli.py",
+    *(f"gpuscale/cli/{p.name}" for p in sorted((REPO / "gpuscale" / "cli").glob("*.py"))),
     "gpuscale/api.py",
     "gpuscale/runs/session.py",
     "gpuscale/runs/oneshot.py",
@@ -152,7 +154,7 @@ FLAG_AND_KEYWORD_MODULES = (
 """Where flags and keywords meet the settings: here even a list of keyword names is a second
 declaration (elsewhere, words like ``workers`` or ``protocol`` also name record columns)."""
 
-OWN_FLAG_OF_THE_SAME_NAME = {("gpuscale/cli.py", "cluster_up", "--scheduler-file")}
+OWN_FLAG_OF_THE_SAME_NAME = {("gpuscale/cli/cluster.py", "cluster_up", "--scheduler-file")}
 """``cluster up --scheduler-file PATH`` is where it writes the file, not the setting."""
 
 

@@ -12,8 +12,9 @@ import sys
 import pytest
 from conftest import _clean_environ
 
-from gpuscale import cli as cli_mod
 from gpuscale import config, workloads
+from gpuscale.cli.cluster import cluster
+from gpuscale.cli.run import run
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -90,10 +91,10 @@ def test_docs_cluster_and_run_flags_exist():
         first = part.split()[0]
         flags.update(f for f in first.split("/") if f.startswith("--"))
     assert {"--backend", "--protocol", "--profile", "--scheduler", "--repeat", "--json"} <= flags
-    cmd = cli_mod.run.get_command(None, "svd")
+    cmd = run.get_command(None, "svd")
     options = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
     assert flags <= options, flags - options
-    show = cli_mod.cluster.get_command(None, "show")
+    show = cluster.get_command(None, "show")
     show_options = {o for p in show.params for o in (*p.opts, *p.secondary_opts)}
     run_only = {
         "--repeat",

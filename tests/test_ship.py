@@ -411,9 +411,9 @@ def test_compose_files_match_the_compose_schema(compose_schema, files, env):
 def _command_parses(words: list[str]) -> None:
     """The service's command, parsed by the real command line (nothing is run)."""
     if words[:2] == ["gpuscale", "run"]:
-        from gpuscale import cli
+        from gpuscale.cli.run import run
 
-        cli.run.get_command(None, words[2]).make_context(words[2], words[3:])
+        run.get_command(None, words[2]).make_context(words[2], words[3:])
     elif words[:2] == ["dask", "scheduler"]:
         from distributed.cli import dask_scheduler
 

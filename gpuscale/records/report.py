@@ -17,6 +17,7 @@ from rich.markup import escape
 from .. import config
 from ..audit import verdict
 from .fit import FitTable as Table  # every table here fits the terminal without cutting a value
+from .table import brief_params, varying, workers_of
 
 
 def case_line(i: int, total: int, case: dict[str, Any]) -> str:
@@ -804,8 +805,6 @@ def bench_html(title: str, frame, charts: dict[str, str]) -> str:
 def records_table(recs: list, title: str, base: str | None = None) -> Table:
     """``gpuscale results list``: one row per record, newest first, named by its short id
     (``results show ID``; the path, relative to ``base``, in a wide terminal or ``--json``)."""
-    from .table import varying, workers_of
-
     apart = varying(r.params for r in recs)
     t = grid(escape(title))
     for col, keep in (
@@ -840,8 +839,6 @@ def records_table(recs: list, title: str, base: str | None = None) -> Table:
 def run_label(workload: str, params: dict[str, Any], keep=()) -> str:
     """A workload with its parameters that are not at their defaults or are in ``keep`` (those
     that tell a table's rows apart): ``svd rows=2000, cols=10``."""
-    from .table import brief_params
-
     return f"{workload} {brief_params(workload, params, keep)}"
 
 
@@ -875,8 +872,6 @@ def compare_table(c: dict[str, Any]) -> Table:
         t.add_column(col, no_wrap=True)
     t.add_column("verdict")
     t.add_column("detectable", optional=True)
-    from .table import varying
-
     apart = varying(p["params"] for p in c["cases"])
     for p in c["cases"]:
         ci = "-" if p["lo"] is None else f"{p['lo']:.3f}..{p['hi']:.3f}"

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 COLUMNS = [
     "case",
@@ -138,6 +139,8 @@ def build(
     """The table: one row per ledger case (in the spec's order) or, without a ledger, one row
     per record (oldest first). ``record`` holds paths relative to ``base`` (the bench
     folder), as the ledger does; records are matched by file name (it holds the record's id)."""
+    import pandas as pd  # here: the commands that only read records import no pandas
+
     by_name = {pathlib.Path(r.path).name: r for r in records if r.path}
     rows = []
     if cases is not None:

@@ -117,14 +117,14 @@ def reserved() -> frozenset[str]:
     and every flag of ``gpuscale`` and ``gpuscale run`` (``--no-`` forms too), read from where
     they are declared. Only the CLI and the API import this module, so reading them here makes
     no import circle."""
-    from .. import api, cli, config
-    from ..runs.session import Session
+    from .. import api, config
+    from ..cli import cli, run
 
     names = set(_ALWAYS_RESERVED) | set(config.KEYWORDS)
-    for fn in (Session.run, Session.record, api.run, api.explain):
+    for fn in (api.Session.run, api.Session.record, api.run, api.explain):
         names |= _keywords(fn)
     stub = type("Stub", (), {"input_formats": ("npy",), "output_formats": ("npy",)})
-    for param in (*cli.cli.params, *cli.run_params(), *cli._data_options(stub)):
+    for param in (*cli.params, *run.run_params(), *run.data_options(stub)):
         names.add(param.name)
         for opt in (*param.opts, *param.secondary_opts):
             names.add(opt.lstrip("-").replace("-", "_"))
