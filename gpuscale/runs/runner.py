@@ -3,8 +3,7 @@
 :func:`execute` runs the steps (:class:`Runner`), each named once (:func:`gpuscale.errors.phase`)
 and spanned (``distributed.span``), calling the observers (:mod:`gpuscale.runs.observe`) at each.
 Before a repeat the previous result is released and the scheduler settles back to the data's
-tasks: persisting keys still in memory would time nothing. The cyclic collector stays out of
-the timed repeats (:func:`collector_held`; docs/benchmarks/cpu.md).
+tasks: persisting keys still in memory would time nothing.
 """
 
 from __future__ import annotations
@@ -62,10 +61,10 @@ def _freeze_collected() -> None:
 
 @contextlib.contextmanager
 def collector_held(client=None) -> Iterator[Callable[[], ContextManager[None]]]:
-    """For the timed repeats: one full collection, then everything alive frozen (``gc.freeze``),
-    here and, from a client process, on every worker of ``client``. Yields ``paused``, a context
-    without this process's automatic collections (each timed repeat) that collects the youngest
-    generation on its way out. The collector's state is restored at the end."""
+    """For the timed repeats (docs/benchmarks/cpu.md): a full collection, then ``gc.freeze``,
+    here and, from a client process, on ``client``'s workers. Yields ``paused``, a context
+    without this process's automatic collections that collects the youngest generation on its
+    way out. The collector's state is restored at the end."""
     was = gc.isenabled()
     frozen = False
     if client is not None and not _in_worker():

@@ -6,9 +6,6 @@ run ... --dashboard`` (:func:`hold` after the run), as plain functions free of c
 ...     print(served.describe())
 ...     serve.hold(served.session)   # until Ctrl-C, SIGTERM or `gpuscale cluster down ADDRESS`
 >>> serve.down("tcp://127.0.0.1:40000")                         # doctest: +SKIP
-
-Other processes connect with ``gpuscale.session(scheduler=ADDRESS)``, ``gpuscale run ...
---scheduler ADDRESS`` or ``distributed.Client(scheduler_file=PATH)``.
 """
 
 from __future__ import annotations
@@ -360,13 +357,12 @@ def down(
     trusted: bool = False,
 ) -> dict[str, Any]:
     """Stop the scheduler at ``address`` and its workers (``Client.shutdown()``); a ``tls://``
-    one with the ``credentials`` file (:mod:`gpuscale.cluster.security`), refused when another
-    user can change it unless ``trusted``.
+    one with the ``credentials`` file, refused when another user can change it unless
+    ``trusted``.
 
-    Returns ``{"scheduler": address, "workers": n, "in_flight": {...}}`` (workers it had, and
-    what runs held then). Raises :class:`UserError` when nothing answers within ``timeout_s``,
-    and, unless ``force``, while other clients hold tasks there or tasks are being processed
-    (a run in flight, which would fail with exit 4).
+    Returns ``{"scheduler": address, "workers": n, "in_flight": {...}}``. Raises
+    :class:`UserError` when nothing answers within ``timeout_s`` and, unless ``force``, while
+    runs are in flight there (other clients' tasks, or tasks being processed).
     """
     from distributed import Client
 
