@@ -1,54 +1,15 @@
 """Backend audit: which chunk library each task's output really was, on the workers.
 
-One ``--backend`` flag is worth little if part of the work silently runs on the other
-family's libraries (``da.from_array(numpy_array)`` stays NumPy under ``array.backend="cupy"``).
-The audit records, for every task that finishes on a worker, the type of its output, grouped
-by task prefix, with bytes; and every *family change* between a task and the dependencies it
-read (a NumPy chunk consumed by a task that produced CuPy: a host -> device copy).
-
-How it hooks in
-    :class:`AuditPlugin` is a ``distributed`` WorkerPlugin. Its ``transition`` hook runs on
-    the worker's event loop for each state change; on a change to ``memory`` after the task
-    ran there (or was scattered to it) it reads the worker's own bookkeeping of the task:
-    ``TaskState.type`` and ``TaskState.nbytes``, which the worker sets when it stores the
-    output, and the same two of each dependency. It never touches ``worker.data``, so a
-    spilled value is never read back. Copies fetched from other workers are not counted
-    (they are not new outputs). The per-task cost is a few dict lookups (a type's
-    classification is cached); ``workflows/audit_overhead.py`` measures it.
-
-What it can see
-    Task outputs. Intermediates inside one fused task (``from_array`` fused with the ``sum``
-    after it, say) are not outputs: the audit sees the fused task's prefix (``array-sum``)
-    and its output type. Tuples and other containers are recorded as ``other`` (their
-    elements show up in the ``getitem`` tasks that read them).
-
-Classification
-    A *chunk* is an output whose type has a ``shape`` and is not a NumPy scalar (array
-    chunks, DataFrame partitions, Series, Index). Its *kind* is the top-level module when it
-    is one of the registered families' chunk libraries (numpy / cupy / pandas / cudf for the
-    built-ins: :func:`gpuscale.backends.chunk_libraries`), else ``other``; its *family* is the
-    registered backend family whose ``array_module`` / ``dataframe_module`` is that module
-    (the expected family first). Where a kind's chunks live (host or device memory) is its
-    family's ``memory``. A chunk is *foreign* when it belongs to a family other than the
-    expected one: NumPy / pandas chunks under the GPU family, CuPy / cuDF chunks under the CPU
-    family. Scalars, tuples, dicts and unknown libraries are never foreign.
-
-:class:`Audit` (and :func:`audit`) registers the plugin under a name of its own (so audits
-may nest), collects per phase through ``client.run`` (each collect resets the workers'
-counts), and :func:`summarize` turns what came back into the ``audit`` dict that result
-records, trace summaries and ``gpuscale audit report`` share (schema ``gpuscale.audit``
-version 1). :func:`strict_error` is the one-line error of ``--strict-backend``.
-
-Conversions made for you
-    Inside a session, collections Dask builds from host objects are converted to the family on
-    the workers (``session.host-collections: convert``, :mod:`gpuscale.backends.host_collections`).
-    Their tasks then output the family's chunks, so the prefix rows alone cannot tell "converted
-    for you" from "ran on the backend from the start". The session records each conversion when
-    the collection is made (function, the user's file:line, partitions); each block converted on
-    a worker is counted by the plugin (:meth:`AuditPlugin.note_conversion`, called by the
-    conversion itself), and the summary's ``conversions`` lists every conversion made during the
-    audit or whose blocks were converted during it, with the partitions and host bytes converted
-    (an added key: every other key is as before).
+:class:`AuditPlugin`, a worker plugin, counts every task output stored on a worker (copies
+fetched from other workers aside) by task prefix and type, with bytes, from the worker's
+``TaskState`` bookkeeping (never ``worker.data``: nothing spilled is read back), and every family
+change between a task and the dependencies it read. A *chunk* (an output whose type has a
+``shape`` and is not a NumPy scalar) is *foreign* when its library (:func:`chunk_libraries`)
+belongs to another family than the expected one. :class:`Audit` and :func:`audit` register the
+plugin under a name of their own (audits may nest) and collect per phase; :func:`summarize`
+builds the ``audit`` dict (schema ``gpuscale.audit`` version 1) that records, trace summaries
+and ``gpuscale audit report`` share, naming the session's conversions and host fallbacks.
+docs/concepts/audit.md says what the audit sees.
 """
 
 from __future__ import annotations
@@ -73,15 +34,13 @@ NOTHING_SEEN = (
     "is audited where it is computed or persisted inside the block), so nothing is called clean"
 )
 COUNTED_STARTS = frozenset({"executing", "long-running", "resumed", "released"})
-"""Transitions to memory that are new outputs on this worker: a task ran here (or its
-result was scattered here: released -> memory); ``flight`` (a copy fetched from another
-worker) is not counted."""
+"""Start states of a transition to memory that make a new output here: the task ran here, or
+was scattered here (``released``); a copy fetched from another worker (``flight``) is not one."""
 
 
 def chunk_libraries() -> dict[str, str]:
-    """The chunk libraries named in the tables (any other is ``other``), each with where its
-    chunks live ("host" / "device"): the registered families' modules and their ``memory``
-    (numpy, cupy, pandas, cudf for the built-ins, in that order)."""
+    """The chunk libraries named as kinds (any other is ``other``), each with where its chunks
+    live ("host" / "device"): numpy, cupy, pandas, cudf for the built-in families."""
     from . import backends
 
     return backends.chunk_libraries()
@@ -115,7 +74,7 @@ def _numpy_scalar(typ) -> bool:
 
 class AuditPlugin(WorkerPlugin):
     """Counts task outputs by (prefix, type) and family changes between a task and its
-    dependencies, from the worker's TaskState bookkeeping (see the module docstring)."""
+    dependencies, from the worker's TaskState bookkeeping."""
 
     def __init__(self, owners: dict[str, str], kinds=None):
         self.owners = dict(owners)
@@ -128,8 +87,8 @@ class AuditPlugin(WorkerPlugin):
         self._types: dict = {}
         self._conversion_lock = threading.RLock()
         self._host_copy_keys: dict = {}
-        """task key -> conversion, for tasks that output a host copy on purpose (noted by the
-        task before it ends; kept across resets until its output is counted)."""
+        """task key -> conversion, for tasks that output a host copy on purpose (kept across
+        resets until that output is counted)."""
         self.reset()
 
     def reset(self) -> None:
@@ -140,10 +99,9 @@ class AuditPlugin(WorkerPlugin):
             self.host_copies: dict[tuple[str, str, str], list[int]] = {}
 
     def note_conversion(self, conversion: str, nbytes: int, key=None) -> None:
-        """A block of the session's conversion ``conversion`` was converted on this worker, from
-        ``nbytes`` of data (called from the task, on a worker thread). ``key``: the running task
-        outputs a host copy on purpose (a writer's, :func:`gpuscale.backends.convert.host_copy`):
-        its output is counted as that conversion's, not as a chunk of another family."""
+        """A block of ``conversion``, from ``nbytes`` of data, was converted on this worker
+        (called from the task's thread). ``key``: the running task outputs a host copy on purpose
+        (:func:`gpuscale.backends.convert.host_copy`), counted as that conversion's, not foreign."""
         with self._conversion_lock:
             row = self.conversions.setdefault(conversion, [0, 0])
             row[0] += 1
@@ -264,9 +222,8 @@ class Audit:
         return self
 
     def conversions(self) -> list[dict[str, Any]]:
-        """The session's conversions (``as_dict``) that this audit may name: those made since it
-        was created and any earlier one (``summarize`` keeps the earlier ones whose blocks the
-        workers converted during the audit)."""
+        """The session's conversions (``as_dict``), each marked ``made_in_audit`` or not
+        (``summarize`` keeps an earlier one only where its blocks were converted during the audit)."""
         if self._host is None:
             return []
         with self._host.lock:
@@ -274,9 +231,8 @@ class Audit:
         return [dict(c.as_dict(), made_in_audit=i >= self._host_first) for i, c in enumerate(made)]
 
     def fallbacks(self) -> list[dict[str, Any]]:
-        """The session's host fallbacks (:mod:`gpuscale.backends.fallback`) made since this
-        audit was created, and earlier ones (``summarize`` keeps those whose blocks moved during
-        it)."""
+        """The session's host fallbacks (:mod:`gpuscale.backends.fallback`), marked as
+        :meth:`conversions` marks conversions."""
         if self._host is None:
             return []
         with self._host.lock:
@@ -595,9 +551,8 @@ def _fallback_why(prefix: str, fallbacks: list[dict[str, Any]]) -> str | None:
 
 
 def _fallbacks(raw: dict[str, list[dict]], recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ``fallbacks`` list: every host fallback made during the audit or whose partitions
-    moved during it: operation, the user's file:line, the family's error, partitions, and the
-    bytes the workers copied to the host (``bytes_to_host``) and back (``bytes_to_device``)."""
+    """The ``fallbacks`` list: each host fallback made during the audit or whose partitions moved
+    during it, with the bytes copied to the host (``bytes_to_host``) and back (``bytes_to_device``)."""
     moved: dict[str, list[int]] = {}
     for reports in raw.values():
         for rep in reports:
@@ -643,12 +598,10 @@ def _host_copy_why(conversion: str, recorded: list[dict[str, Any]]) -> str:
 
 
 def _conversions(raw: dict[str, list[dict]], recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ``conversions`` list: every recorded conversion made during the audit
-    (``made_in_audit``) or with blocks converted during it, in the order they were made, with
-    the blocks the workers converted during it (``converted_blocks``: a block computed twice
-    counts twice), their host ``bytes`` and the phases; blocks of a conversion the session did
-    not record (another session's) are listed
-    with ``function`` None."""
+    """The ``conversions`` list: each recorded conversion made during the audit or with blocks
+    converted during it, in order, with those blocks (``converted_blocks``: one computed twice
+    counts twice), their host ``bytes`` and phases; another session's are listed with
+    ``function`` None."""
     done: dict[str, list] = {}
     for phase, reports in raw.items():
         for rep in reports:

@@ -1,41 +1,19 @@
-"""The memory model of a run, and its verdict: fits / fits with spilling / does not fit.
+"""The memory model of a run, and its verdict: fits / spills / streams / does not fit.
 
-A worker's memory holds three things:
+Per worker, against the smallest worker's limit ``L``: the baseline (a started worker plus the
+family's ``worker_growth_bytes``), the working set (``threads x`` one task's peak) and the data
+(the workload's estimate spread over the workers).
 
-* its **baseline**: what a started worker holds before any work (measured on each worker of
-  a running cluster: its process's resident memory; planned: assumed), plus the family's
-  ``worker_growth_bytes`` (imports and allocator arenas its first tasks add);
-* the **working set**: what its running tasks hold at once, ``threads x`` one task's peak
-  (:meth:`gpuscale.workloads.Workload.task_bytes`), which cannot be spilled;
-* the **data**: the workload's estimate by part (inputs, intermediates, results), spread
-  evenly over the workers. Data can be spilled where the family spills (``Family.spill_to``:
-  the CPU family spills to each worker's local directory, distributed's own spilling).
+* **fits**: the three <= ``spill x L``;
+* **spills**: baseline + working set + what cannot spill + the data kept (:func:`kept_bytes`)
+  <= ``PAUSE_MARGIN x pause x L``, and the rest fits the spill space;
+* **streams**: the data is made block by block in each pass, so baseline + working set + the
+  blocks made ahead (:func:`made_ahead`) must fit; a ``stream_first`` family streams what
+  would spill;
+* **does not fit**: otherwise (:func:`error`).
 
-Verdict, per worker, against the smallest worker's limit ``L`` and distributed's memory
-fractions (``target`` / ``spill`` / ``pause`` / ``terminate`` of ``distributed.worker.memory``):
-
-* **fits**: baseline + working set + data <= ``spill x L`` (nothing is spilled);
-* **spills**: baseline + working set + what cannot spill + the data kept in memory (up to the
-  ``target``, :func:`kept_bytes`) <= ``pause x L x 0.9`` (the work runs without pausing the
-  worker), and what does not fit under ``spill x L`` fits in the spill space (free disk of the
-  workers' local directory, shared by the workers on it);
-* **streams**: it fits neither way, but the workload can make its data block by block inside
-  each pass (:meth:`gpuscale.workloads.Workload.streams`: svd's generated matrix): nothing is
-  held between passes, so only baseline + working set + the blocks made ahead of their
-  consumers (:func:`made_ahead`) must fit; the timings then include
-  making the blocks, and the record says so. A family whose spilling costs more than making
-  the blocks again (``Family.stream_first``: the GPU's) streams a run that would spill;
-* **does not fit**: otherwise; one line with the numbers and the fix.
-
-The same budget caps the blocks the workloads choose: one task's
-working set gets at most half of what the worker has above its baseline, so a run the
-verdict admits is not killed by its own blocks (:meth:`Budget.cap`, through
-``Context.capped``).
-
-After the run, :class:`Watch` reads what each worker really held at its peak (Linux's VmHWM,
-reset before the work; on a GPU worker, the device allocator's peak during the run) and what
-it spilled (distributed's ``SpillBuffer`` metrics; dask-cuda's and cuDF's device -> host
-moves), put beside the estimate in the record.
+:meth:`Budget.cap` caps block sizes by the same budget; :class:`Watch` reads what the workers
+held and spilled (docs/guide/larger-than-memory.md).
 """
 
 from __future__ import annotations
@@ -54,12 +32,9 @@ from .errors import UserError
 from .runs.observe import Observer, Outcome, Run
 
 UNSPILLABLE_PARTS = ("shuffle_buffers", "validation")
-"""Parts of a workload's estimate that distributed cannot spill: P2P's comm and storage
-buffers (the shards of a sort or join in flight, outside the worker's spill buffer; the storage
-buffer writes to disk on its own past its limit) and the full check's concatenated copies
-(inside a task). They are held like the working set: a worker too small for them with the
-rest pauses, and P2P on paused workers can stall (merge 3 M rows on 2 x 400 MB workers paused
-and resumed for 15 minutes under a check that let the memory monitor evict them as data)."""
+"""Parts of a workload's estimate that distributed cannot spill (P2P's buffers, outside the
+worker's spill buffer; the full check's copies, inside a task): held like the working set
+(rule ``memory.unspillable``)."""
 
 PAUSE_MARGIN = 0.9
 """The working set (baseline + running tasks) must stay under this share of the pause
@@ -71,9 +46,8 @@ MIN_BLOCK_BYTES = 2**20
 """Blocks are never capped below this (a worker with no room left is refused by the verdict,
 not given a million tiny blocks)."""
 MAX_STREAMED = 1000
-"""Generated data that streams may be at most this many times the cluster's memory: each pass
-makes all of it again, so more would run for days (9.2e18 svd rows, 1e23 groupby rows); past it
-the verdict is "does not fit"."""
+"""Generated data that streams may be at most this many times the cluster's memory (each pass
+makes all of it again); past it the verdict is "does not fit"."""
 DEFAULT_FRACTIONS = {"target": 0.6, "spill": 0.7, "pause": 0.8, "terminate": 0.95}
 
 
@@ -209,9 +183,8 @@ def planned(spec, family, limits: list[int]) -> Budget:
 
 
 def _family_fractions(config_get, family, spec, device_bytes) -> tuple[dict[str, float], str | None]:
-    """The memory fractions and where data spills: distributed's (host memory, spilling to
-    disk) for a host family; for a device family, the share of the device above which dask-cuda
-    spills to host (``cluster.device-memory-limit``; 0: no spilling, data must fit)."""
+    """The memory fractions and where data spills: distributed's for a host family; for a
+    device family, from ``cluster.device-memory-limit`` (0: no spilling)."""
     if not family.on_device:
         return _fractions(config_get), family.spill_to
     setting = (getattr(spec, "kwargs", None) or {}).get("device_memory_limit", "default")
@@ -220,8 +193,8 @@ def _family_fractions(config_get, family, spec, device_bytes) -> tuple[dict[str,
 
 
 PLANNED_BASELINE = 80 * 2**20
-"""A started CPU worker's resident memory, assumed where none is running (measured on
-gpuscale's workers at start: 62-72 MiB; its first tasks add the family's growth)."""
+"""A started CPU worker's resident memory, assumed where none is running (rule
+``memory.worker-growth``)."""
 
 
 BLOCK_COPIES = 3
@@ -231,13 +204,10 @@ MIN_TARGET = 0.05
 
 
 def target_fraction(limit: int | None, threads: int, family) -> tuple[float | None, str]:  # host families
-    """The spill target for workers of ``limit`` bytes (``distributed.worker.memory.target``:
-    managed data above this share of the limit goes to disk), and its rule. distributed's
-    0.6 assumes the worker itself is small next to its limit; with a small limit the baseline
-    (:data:`PLANNED_BASELINE` + the family's growth) and the running tasks' blocks leave less,
-    so the target is what remains of the spill threshold after them (at least
-    :data:`MIN_TARGET`). None: distributed's own value stands (no spilling family, no limit,
-    or nothing to lower)."""
+    """The spill target (``distributed.worker.memory.target``) for workers of ``limit`` bytes,
+    and its rule: what the spill threshold leaves after the baseline and the running tasks'
+    blocks, at least :data:`MIN_TARGET`. None: distributed's own value stands (no limit, a
+    family that does not spill, or nothing to lower)."""
     import dask
 
     fr = _fractions(dask.config.get)
@@ -326,11 +296,8 @@ def worker_state(dask_worker, reset_peak: bool = False) -> dict[str, Any]:
 
 
 def _release_free() -> None:
-    """Hand back what the allocators hold free, so a worker's resident memory before a run is
-    what it holds: Arrow's memory pool (P2P shuffles move Arrow tables; its mimalloc / jemalloc
-    keeps freed pages resident for reuse) and glibc's heap (``malloc_trim``). Measured after a
-    4 M-row P2P sort on one worker: 520 MiB resident holding nothing, 190 MiB after the pool's
-    ``release_unused``; counted as baseline, the next run's estimate had that twice."""
+    """Hand back what Arrow's memory pool and glibc's heap hold free, so a worker's resident
+    memory before a run is what it holds (rule ``memory.release-free``)."""
     import sys
 
     pa = sys.modules.get("pyarrow")  # only where something has used it
@@ -522,14 +489,9 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
 
 
 def made_ahead(threads: int, block: int, data: int) -> int:
-    """Blocks a streaming worker holds beside its running tasks: distributed sends a worker
-    ``ceil(threads x worker-saturation)`` of the graph's first tasks at a time (root-task
-    queuing), so while one block's consumer runs, the blocks made after it wait in memory for
-    theirs. Measured with the device allocator's peak at a 1 GB cap on an H200 (one thread,
-    ``workflows/memory_estimate.py --backend gpu --cap 1GB``): streamed svd and groupby peaked
-    at 4.6-5.9 blocks (svd) and 3.9 partitions (groupby) where the running task was counted
-    at 3. Without queuing (a saturation of ``inf``) every block may be made at once: all the
-    data (per worker) is counted."""
+    """Bytes of blocks a streaming worker holds beside its running tasks: its
+    ``ceil(threads x worker-saturation)`` queued first tasks' blocks, at most ``data``; all of
+    ``data`` without queuing (a saturation of ``inf``; rule ``memory.made-ahead``)."""
     sat = dask.config.get("distributed.scheduler.worker-saturation", 1.1)
     try:
         sat = float(sat)
@@ -542,11 +504,8 @@ def made_ahead(threads: int, block: int, data: int) -> int:
 
 def kept_bytes(b: dict[str, Any], data: int) -> int:
     """Managed data a spilling worker keeps in memory (``b``: :meth:`Budget.to_dict`): up to the
-    target (the spill buffer's), on top of the baseline, the working set and what cannot spill.
-    Not less: distributed's memory monitor also evicts once the process passes the spill line,
-    but a check that counted on that (keeping only what the rest leaves under the line) admitted
-    map_overlap 6000^2 on 2 x 400 MB workers, whose workers were then killed, and merge 3 M rows,
-    whose workers paused and resumed for 15 minutes."""
+    spill target, on top of the baseline, the working set and what cannot spill (rule
+    ``memory.kept-target``)."""
     return min(data, int(b["limit"] * b["fractions"]["target"]))
 
 
@@ -578,8 +537,7 @@ def error(workload_name: str, h: dict[str, Any]) -> UserError:
         )
         room = b["fractions"]["pause"] * PAUSE_MARGIN - b["fractions"]["target"]
         need = int(fixed / room) + 1 if room > 0 else None
-        # blocks capped by this worker's memory grow with it (Budget.cap): the working set is
-        # TASK_SHARE of what the spill line leaves above the baseline, so solve for that too
+        # a working set capped by Budget.cap grows with the limit: solve for that too
         task_room = TASK_SHARE * (b["limit"] * b["fractions"]["spill"] - h["baseline_bytes"])
         grows = room - TASK_SHARE * b["fractions"]["spill"]
         if need is not None and h["working_set_bytes"] >= 0.9 * task_room and grows > 0:
@@ -624,10 +582,9 @@ def error(workload_name: str, h: dict[str, Any]) -> UserError:
 
 
 def ran_out(workload_name: str, h: dict[str, Any], family, exc: BaseException) -> UserError:
-    """The one line for a run whose worker could not allocate anyway (a task raised
-    ``MemoryError``: CuPy's ``OutOfMemoryError``, RMM's and cuDF's ``MemoryError``, NumPy's): what
-    it asked for, what the check had estimated, and the fix. The worker that raised it is still
-    up (a task's error, not a dead process), so its cluster takes the next run."""
+    """The one line for a run whose task raised ``MemoryError`` (CuPy's, RMM's, cuDF's,
+    NumPy's): what it asked for, the check's estimate, and the fix; the worker is still up, so
+    its cluster takes the next run."""
     where = "device" if family.on_device else "host"
     said = " ".join(str(exc).split())[:200] or type(exc).__name__
     est = h.get("estimate_bytes")
@@ -685,16 +642,10 @@ def check(workload, p, ctx, enforce: bool) -> dict[str, Any]:
 
 
 class Watch:
-    """What the workers really held and spilled during the work: :meth:`read` gives per worker
-    the peak and the bytes spilled since the start, and the largest peak against the
-    estimate's.
-
-    Host memory (the CPU family): from the states :func:`measure` read (peaks reset then), the
-    peak resident memory of each worker process and distributed's spill metrics. Device memory
-    (the GPU family, :meth:`Family.device_watch`): the device allocator's peak during the run and
-    the bytes moved device -> host -> disk, counted from the start of the watch; the estimate's
-    peak is compared without its baseline (the CUDA context and libraries, which the allocator
-    does not see)."""
+    """What the workers held and spilled during the work: :meth:`read` gives each worker's peak
+    and bytes spilled since the start, and the largest peak against the estimate's: peak
+    resident memory since :func:`measure` on the host; on a device
+    (:meth:`Family.device_watch`) the allocator's peak, against the estimate less its baseline."""
 
     def __init__(self, client, family, budget: Budget | None):
         self.client, self.family = client, family

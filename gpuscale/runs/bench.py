@@ -16,18 +16,12 @@ The spec (``workflows/library.yaml``, ``workflows/tiny.yaml``)::
         grid: {dtype: [float32, float64]}   # more parameters, every combination
         params: {seed: 1}              # fixed parameters
 
-Cases are workloads x sizes x grid x backends x protocols x worker counts. One cluster (a
-:class:`gpuscale.runs.session.Session`) serves every case of one (backend, protocol,
-workers, collection): array and DataFrame workloads get the cluster ``gpuscale run`` would
-build for them, so a case times what ``gpuscale run`` times. Every case is validated; a case
-that fails (an error, or a cluster that does not start) is recorded in the ledger with its
-one-line reason and the sweep goes on. The ledger (:mod:`gpuscale.records.folder`) is
-rewritten after each case, so a re-run into the same folder skips every case that has a
-record and runs the others (failed ones included).
-
-:func:`load_spec` checks everything that needs no cluster (keys, workloads, their
-parameters, backend and protocol names, cluster settings) and fails with one line naming the
-key and the fix.
+Cases are workloads x sizes x grid x backends x protocols x worker counts; one cluster (a
+:class:`~gpuscale.runs.session.Session`, the one ``gpuscale run`` would build) serves every case
+of one (backend, protocol, workers, collection). A failing case is recorded in the ledger
+(:mod:`gpuscale.records.folder`) with its one-line reason and the sweep goes on; the ledger is
+rewritten after each case, so a re-run into the same folder runs only the cases without a
+record. :func:`load_spec` checks everything that needs no cluster.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """What a run tells the concerns that watch it: the :class:`Observer` hooks, the :class:`Step`
-each hook is given, and the :class:`RunOptions` a run is asked with.
-
-The runner (:func:`gpuscale.runs.runner.execute`) reads like a benchmark loop: prepare (the
-memory check), generate, warm-ups, timed repeats, validate. Everything else that a run records
-or shows is an observer it calls at each step, in the order of its list, like the hooks of
-distributed's ``SchedulerPlugin`` / ``WorkerPlugin``: the backend audit
-(:class:`gpuscale.audit.RunAudit`), the workers' peak memory (:class:`gpuscale.memory.PeakWatch`),
-disturbances (:class:`gpuscale.runs.watch.Disturbances`), progress
-(:class:`gpuscale.runs.progress.Repeats`), the trace's phases, the dashboard's spans, the split
-of each repeat's time and cancellation (:mod:`gpuscale.runs.runner`). Every hook does nothing
-by default.
+each is given, the :class:`Run` and :class:`Outcome` they see, and the :class:`RunOptions` a run
+is asked with. The runner (:func:`gpuscale.runs.runner.execute`) calls its observers in the
+order of its list at each step.
 """
 
 from __future__ import annotations
@@ -25,8 +17,8 @@ REPEATS = (WARMUP, COMPUTE)
 
 @dataclasses.dataclass
 class Step:
-    """One step of a run. ``name`` is what an interruption in it names
-    (``interrupted (SIGTERM) during timed repeat 2 of 3``: :func:`gpuscale.errors.phase`)."""
+    """One step of a run; ``name`` is what an interruption in it names
+    (:func:`gpuscale.errors.phase`)."""
 
     kind: str
     """:data:`PREPARE`, :data:`GENERATE`, :data:`WARMUP`, :data:`COMPUTE` or :data:`VALIDATE`."""
@@ -45,15 +37,13 @@ class Step:
 
 Progress = Callable[[str, int], ContextManager[Callable[[], None]]]
 """How a caller watches the repeats: ``progress(description, total)`` is a context manager
-around them that yields the function called after each one (the CLI hands in
-:class:`gpuscale.runs.progress.Tracker`, which shows every phase of the run; None shows
-nothing)."""
+around them that yields the function called after each one (e.g.
+:class:`gpuscale.runs.progress.Tracker`)."""
 
 
 @dataclasses.dataclass
 class Run:
-    """A run under way, as its observers see it (the runner's steps:
-    :class:`gpuscale.runs.runner.Runner`)."""
+    """A run under way, as its observers see it."""
 
     workload: Any
     """The :class:`gpuscale.workloads.Workload` run."""
@@ -93,8 +83,7 @@ class Run:
 
 @dataclasses.dataclass
 class Outcome:
-    """What a run measured and what its observers saw (:meth:`gpuscale.runs.session.Session.record`
-    builds the record from it)."""
+    """What a run measured and what its observers saw: the record is built from it."""
 
     times_s: list[float]
     warmup_s: list[float]
@@ -109,28 +98,25 @@ class Outcome:
     audit: dict[str, Any] | None = None
     """The backend audit of generate + warm-up + timed repeats (:mod:`gpuscale.audit`)."""
     memory: dict[str, Any] | None = None
-    """The memory check (:func:`gpuscale.memory.check`), and under ``measured`` what the
-    workers held at their peak and spilled (:class:`gpuscale.memory.Watch`)."""
+    """The memory check (:func:`gpuscale.memory.check`), with ``measured``
+    (:class:`gpuscale.memory.Watch`)."""
     output: Any = None
-    """The last repeat's result, persisted (a :class:`gpuscale.workloads.Output`: what
-    ``--output`` writes)."""
+    """The last repeat's result, persisted (a :class:`gpuscale.workloads.Output`)."""
     repeats: dict[str, Any] | None = None
     """How many timed repeats were taken and why they stopped (:meth:`repeats.Policy.describe`)."""
     disturbed: dict[int, str] = dataclasses.field(default_factory=dict)
-    """Timed repeats (index into ``times_s``) that were disturbed, and how: workers lost or
-    joined, tasks of the run recomputed or retried, other clients' tasks on the cluster
-    (:mod:`gpuscale.runs.watch`); left out of the median by the record."""
+    """Timed repeats (index into ``times_s``) that were disturbed, and how
+    (:mod:`gpuscale.runs.watch`); the record leaves them out of the median."""
 
 
 class Observer:
     """Hooks the runner calls on every observer of its list, in order; each default does
-    nothing. ``failed`` is called only on observers whose ``start`` was called. An observer
-    keeps what it needs of the :class:`Run` (its client, its label), not the run: a run's data
-    and results are freed with its outcome, not at the next garbage collection."""
+    nothing, and ``failed`` is called only where ``start`` was. An observer keeps what it needs
+    of the :class:`Run`, never the run: its data and results must go with the outcome, not wait
+    for a garbage collection."""
 
     def start(self, run: Run) -> None:
-        """The run is planned (``run.memory`` holds the memory check); inside the prepare step,
-        before the data exists."""
+        """The run is planned (``run.memory`` set), inside the prepare step, before the data exists."""
 
     def before_step(self, step: Step) -> None:
         """Before the work of a step (generate, each repeat, validate); raising stops the run."""
@@ -143,8 +129,7 @@ class Observer:
         """After a step's work; ``elapsed``: the seconds it measured."""
 
     def after_repeats(self, run: Run, outcome: Outcome) -> None:
-        """The timed repeats are over, validation not started: what the observer saw of them
-        goes into ``outcome`` (its ``info``, ``audit``, ``disturbed``)."""
+        """The timed repeats are over, validation not started: what was seen goes into ``outcome``."""
 
     def finish(self, run: Run, outcome: Outcome) -> None:
         """The run is over, validated; last additions to ``outcome``."""
@@ -155,9 +140,8 @@ class Observer:
 
 @dataclasses.dataclass
 class RunOptions:
-    """How a workload is run, as :meth:`gpuscale.runs.session.Session.run` and
-    ``gpuscale.run`` take it (one record through the layers: one-shot, session, the runner in a
-    cluster). None: the setting's value (gpuscale.yaml, profile, flags)."""
+    """How a workload is run, as :meth:`gpuscale.runs.session.Session.run` and ``gpuscale.run``
+    take it, through every layer. None: the setting's value."""
 
     repeat: int | str | None = None
     warmup: int | None = None

@@ -41,20 +41,15 @@ def run(
     """One-shot: check everything, build the cluster for this workload, run it, close it.
 
     Workload parameters are keywords (``rows=...``); cluster settings go in
-    ``cluster_settings`` (``{"workers": 2}``), using the names of ``config.KEYWORDS``;
-    ``trace``: a new or empty folder to capture the run's trace into; ``data``, ``validate``,
-    ``output``, ``overwrite``: as :meth:`Session.run` (checked before the cluster starts);
-    ``strict_backend``: foreign chunks seen by the backend audit are an error (exit 2).
-    ``in_cluster`` (default: the ``run.in-cluster`` setting, ``"auto"``): against a running
-    scheduler, run the runner in a task on one of its workers and write the record it returns
-    here (:func:`gpuscale.runs.remote.placement` says when; the record's ``explained.cluster.runner``
-    says where it ran and why).
-    ``on_ready(session)`` is called once the cluster is up, before any work (the CLI's
-    ``--dashboard`` prints ``session.dashboard_link`` there); ``hold(session, result)`` is
-    called after the record is written, with the cluster still running, and the cluster closes
-    when it returns (``--dashboard`` shows the result, then waits in :func:`gpuscale.runs.serve.hold`
-    until Ctrl-C, SIGTERM or ``gpuscale cluster down``). ``progress``: how to show the repeats
-    of a runner in this process (:data:`gpuscale.runs.runner.Progress`).
+    ``cluster_settings`` (``{"workers": 2}``, the names of ``config.KEYWORDS``). ``trace``,
+    ``data``, ``validate``, ``output``, ``overwrite``: as :meth:`Session.run`, checked before
+    the cluster starts; ``strict_backend``: foreign chunks seen by the backend audit are an
+    error (exit 2). ``in_cluster`` (default: the ``run.in-cluster`` setting, ``"auto"``):
+    against a running scheduler, run the runner in a task on one of its workers and write the
+    record it returns here (:func:`gpuscale.runs.remote.placement`). ``on_ready(session)`` is
+    called once the cluster is up, before any work; ``hold(session, result)`` after the record
+    is written, with the cluster still running, which closes when it returns. ``progress``: how
+    to show the repeats of a runner in this process (:data:`gpuscale.runs.observe.Progress`).
     """
 
     cls = workloads.get(workload)
@@ -113,8 +108,7 @@ _nothing = contextlib.nullcontext
 
 
 def _run(s: Session, cls, options: RunOptions, params: dict[str, Any], *, on_ready, hold) -> results.Result:
-    """The run on the session's cluster (started here, or joined), the runner in this process
-    or in the cluster as ``s.placement`` says."""
+    """The run on the session's cluster, the runner where ``s.placement`` says."""
     if s.placement.where == "cluster":
         try:
             with phase("the run on a worker of the cluster"):

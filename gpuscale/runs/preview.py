@@ -1,9 +1,7 @@
 """``gpuscale explain``: what a run with the same arguments would do, starting nothing.
 
-The same configuration (:func:`gpuscale.runs.session.configure`), workload choices, memory
-check (:mod:`gpuscale.memory`) and runner placement
-(:func:`gpuscale.runs.remote.placement`) a run would use, with every knob laid out as the
-record's ``explained`` section lays it out (:mod:`gpuscale.records.explained`).
+The same configuration, workload choices, memory check and runner placement a run would use,
+every knob laid out as the record's ``explained`` section.
 """
 
 from __future__ import annotations

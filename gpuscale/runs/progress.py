@@ -1,26 +1,10 @@
-"""What a run is doing now, for whoever watches its stderr: the phase, the passes done of those
-planned, the elapsed time and what is left, from what was measured so far.
+"""What a run is doing now, on stderr: the phase, the runs done of those planned, the elapsed
+time and what is left before validation (docs/reference/cli.md shows the lines).
 
 One :class:`Tracker` is active per CLI run (:func:`shown`); the runner tells it the plan
-(:func:`planned`) and hands it its repeats (the tracker is the runner's
-:data:`gpuscale.runs.runner.Progress`). The phase is read from :func:`gpuscale.errors.phase`,
-the one place a run names its phases (the cluster's start-up, the memory check, generate,
-each warm-up and timed repeat, validation, writing the record), so every phase of every
-workload is covered without code of its own.
-
-* On a terminal: one transient line redrawn in place (rich), naming the phase, with the
-  repeats counted (``svd (cpu): timed repeat 2 of 3  2/4``).
-* Elsewhere (a pipe, a log file, a batch job): a line every :data:`EVERY_ENV` seconds
-  (default :data:`DEFAULT_EVERY_S`), ``gpuscale: progress: <phase>, <done>/<total> runs[,
-  <tasks> of this pass], <elapsed> elapsed, about <left> left`` (or ``left unknown``).
-* Large work (the memory check's estimate of its data at :data:`LARGE_ENV` bytes or more,
-  default :data:`DEFAULT_LARGE_BYTES`): before the work a line with its size and runs, saying
-  the time is unknown until the first run ends, and once it ends a line with the estimate.
-
-What is left is never a constant: the median time of the passes done times the passes left,
-plus, within a pass, its elapsed time scaled by the share of its tasks not done yet (the
-scheduler's task stream against the tasks still waiting or running); with neither it says
-unknown. Validation is not estimated (it differs from a pass): the estimate is up to it.
+(:func:`planned`) and its repeats. The phase is read from :func:`gpuscale.errors.phase`, so
+every phase of every workload is covered. On a terminal one line is redrawn in place;
+elsewhere one comes every :data:`EVERY_ENV` seconds.
 """
 
 from __future__ import annotations
@@ -49,8 +33,7 @@ TASKS_EVERY_S = 2.0
 UNFINISHED = ("waiting", "queued", "processing", "no-worker")
 """Task states of a task not finished yet."""
 OUTER = "the run"
-"""The CLI's outer phase: shown as "starting" before the runs (settings, the planned check),
-"finishing" after them (the record, closing the cluster)."""
+"""The CLI's outer phase: shown as "starting" before the runs, "finishing" after them."""
 
 _current: "Tracker | None" = None
 
@@ -94,8 +77,8 @@ class Tracker:
         yield self._advance
 
     def _start_pass(self) -> None:
-        """A run starts: its time, and the scheduler's task-stream cursor (one round trip,
-        between the timed windows) from which :meth:`in_pass` counts its finished tasks."""
+        """A run starts: its time, and the task-stream cursor (one round trip, outside the timed
+        windows) from which :meth:`in_pass` counts its finished tasks."""
         self.pass_t0 = time.monotonic()
         self._cursor, self._tasks = None, (0.0, None)
         if self.client is not None and (self.total is None or self.done < self.total):
@@ -115,8 +98,8 @@ class Tracker:
 
     # -- what the runner says before the work -------------------------------------------
     def planned(self, client, name: str, memory: dict[str, Any], runs: int, validate: bool) -> None:
-        """Before the data is made: the client (the share of tasks shown from generate on), and
-        for large work its size and runs."""
+        """Before the data is made: the client to ask for tasks, and for large work a line with
+        its size and runs."""
         self.client = client
         self._start_pass()
         data = int(memory.get("estimate_bytes") or 0)
@@ -145,14 +128,13 @@ class Tracker:
         return "between runs" if self.done < self.total else "finishing (the record, closing the cluster)"
 
     def in_pass(self) -> str | None:
-        """``1,234 of 5,000 tasks`` of the run (or the data's generation) going on now (None:
-        none, or not known)."""
+        """``1,234 of 5,000 tasks`` of the run going on now (None: none, or not known)."""
         share = self._share()
         return None if share is None else f"{share[0]:,} of {share[1]:,} tasks"
 
     def _share(self) -> tuple[int, int] | None:
-        """(finished, all) tasks of the run going on now, asked of the scheduler at most every
-        :data:`TASKS_EVERY_S` (None: no run going on, or the scheduler cannot say)."""
+        """(finished, all) tasks of the run going on now, asked at most every
+        :data:`TASKS_EVERY_S` (None: no run, or the scheduler cannot say)."""
         if (
             self.client is None
             or self._cursor is None
@@ -175,8 +157,8 @@ class Tracker:
 
     def left_s(self) -> float | None:
         """Seconds left before validation: a run's time (the median of those measured, else the
-        run going on now scaled by its share of finished tasks) times the runs not finished,
-        less what the one going on has run. None: nothing measured yet."""
+        current run's elapsed time over its share of finished tasks) times the runs not finished,
+        less the current run's elapsed time. None: nothing measured yet."""
         if self.total is None or self.done >= self.total:
             return None if self.total is None else 0.0
         now = time.monotonic() - (self.pass_t0 or self.t0)
@@ -209,13 +191,12 @@ class Tracker:
 
 
 def _tasks_now(dask_scheduler=None) -> tuple[int | None, int]:
-    """On the scheduler: its task stream's cursor (tasks finished so far) and the tasks not
-    finished yet (waiting, queued, processing, no-worker)."""
+    """On the scheduler: its task stream's cursor and the tasks not finished yet."""
     try:
         index = int(dask_scheduler.get_task_stream_index())
     except Exception:  # noqa: BLE001 - a distributed without the cursor
         index = None
-    groups = getattr(dask_scheduler, "task_groups", {}).values()  # state counts per group: no walk over tasks
+    groups = getattr(dask_scheduler, "task_groups", {}).values()  # counts per group: no walk over tasks
     waiting = sum(tg.states.get(s, 0) for tg in groups for s in UNFINISHED)
     return index, waiting
 
@@ -227,8 +208,7 @@ def _silent(description: str, total: int) -> Iterator[Callable[[], None]]:
 
 class Repeats(Observer):
     """Progress for a run: its plan told to the active tracker (:func:`planned`), then
-    ``progress`` (:data:`gpuscale.runs.runner.Progress`; None shows nothing) around the repeats,
-    from the end of generate, advanced after each repeat."""
+    ``progress`` (None shows nothing) around the repeats, advanced after each."""
 
     def __init__(self, progress=None):
         self.progress = progress or _silent
@@ -269,8 +249,7 @@ def planned(client, name: str, memory: dict[str, Any], runs: int, validate: bool
 
 @contextlib.contextmanager
 def shown(stream=None) -> Iterator[Tracker]:
-    """A tracker for the block, shown on ``stream`` (stderr): redrawn in place on a terminal,
-    a line every :data:`EVERY_ENV` seconds elsewhere. Yields it (the runner's ``progress``)."""
+    """A tracker for the block, shown on ``stream`` (stderr); yields it (the runner's ``progress``)."""
     global _current
     stream = stream or sys.stderr
     large = _env_float(LARGE_ENV, DEFAULT_LARGE_BYTES)

@@ -1,11 +1,7 @@
 """The runner in a running cluster: where ``gpuscale run`` runs its runner, and running it there.
 
-:func:`placement` decides from the ``run.in-cluster`` setting (auto / true / false) whether the
-runner (generate, repeats, validation, the record) runs in this process or in a task on a
-worker of the running cluster the run joins (:class:`Placement`, recorded as the record's
-``explained.cluster.runner``); :func:`run_in_cluster` sends it there and returns the record it
-built, for this process to write. The record comes back as JSON text and is read as data
-(:func:`_record`); what else a Dask cluster may send its clients is in docs/threat-model.md.
+:func:`placement` decides from ``run.in-cluster``; :func:`run_in_cluster` sends the runner to a
+worker and returns the record it built, JSON text read as data (docs/threat-model.md).
 """
 
 from __future__ import annotations
@@ -25,9 +21,8 @@ from .session import Session
 
 @dataclasses.dataclass
 class Placement:
-    """Where ``gpuscale run`` runs its runner (generate, repeats, validation, the record): in
-    this process (``"client"``) or in a task on a worker of the running cluster
-    (``"cluster"``), with the setting's source and the rule that decided."""
+    """Where ``gpuscale run`` runs its runner: ``"client"`` (this process) or ``"cluster"`` (a
+    task on a worker), with the setting's source and the rule that decided."""
 
     where: str
     source: str
@@ -54,10 +49,10 @@ IN_CLUSTER_WHY = (
 def placement(
     resolved, spec, *, trace: Any = None, data: Any = None, output: Any = None, hooks: bool = False
 ) -> Placement:
-    """Where ``api.run`` runs the runner, from the ``run.in-cluster`` setting (auto / true /
-    false): auto takes the cluster when the run joins a running scheduler and writes no files
-    of its own but the record (no ``--trace``, ``--output``, ``--dashboard``; ``data`` a path,
-    not a collection of this process). ``true`` with any of those is a UserError naming it."""
+    """Where ``api.run`` runs the runner, from ``run.in-cluster``: auto takes the cluster when
+    the run joins a running scheduler and writes no file but the record (no ``trace``,
+    ``output``, ``hooks``; ``data`` a path, not a collection here). ``true`` with any of those
+    raises a UserError naming it."""
     setting = resolved.settings.run.in_cluster
     source = resolved.sources.get("run.in-cluster", "default")
     if setting is False:
@@ -114,13 +109,11 @@ def run_in_cluster(
     options: RunOptions,
     params: dict[str, Any],
 ):
-    """Run ``session.record(workload, ...)`` with ``options`` (its data and validation level:
-    the rest stay here) in a task on a worker of the running cluster the
-    session names and return the record it built (not written: the caller writes it). The task
-    secedes from the worker's thread pool and opens its own client, so the runner's tasks run
-    beside it; it stops between repeats once this process's client has gone (Ctrl-C).
-
-    Raises :class:`NotServed` when the workers cannot import this version of gpuscale."""
+    """Run ``session.record(workload, ...)`` with ``options``' data and validation level in a
+    task on a worker of the session's running cluster and return the record it built, not
+    written. The task secedes and opens its own client; it stops between repeats once this
+    process's client has gone. Raises :class:`NotServed` when the workers cannot run this
+    gpuscale."""
     from ..cluster import existing, preflight
 
     t0 = time.perf_counter()
@@ -202,7 +195,7 @@ def _runner(request: dict[str, Any]):
     from ..cluster import security
 
     s.security = security.as_client(worker.security)  # the client's credentials file may not be on this host
-    s.check_first = False  # its client ran the preflight (gpuscale.cluster.preflight)
+    s.check_first = False  # its client ran the preflight
     s.placement = dataclasses.replace(request["placement"], worker=worker.address)
     client_id = request["client"]
     with s:
@@ -222,8 +215,8 @@ def _runner(request: dict[str, Any]):
 
 
 def _record(text: Any):
-    """The record the runner sent back, read as JSON data (the runner returns its record's
-    JSON text, never an object to unpickle): a :class:`~gpuscale.records.results.Result`."""
+    """The runner's record, read from JSON text (never an object to unpickle): a
+    :class:`~gpuscale.records.results.Result`."""
     import json
 
     from ..records import results

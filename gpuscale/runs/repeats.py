@@ -1,21 +1,10 @@
 """How many timed repeats a run takes: a fixed number, or ``auto`` (pyperf's idea).
 
-``run.repeat: auto`` keeps repeating until the median is known well enough: after each timed
-repeat the runner asks :meth:`Policy.stop`, which answers with the reason to stop or None.
-The estimate's relative error is the half-width of the distribution-free confidence interval
-of the median at one standard error's coverage (68.3 %: the order statistics ``x_(j)`` and
-``x_(n+1-j)`` with the largest ``j`` whose binomial coverage is at least that) over the median
-(:func:`relative_error`). Order statistics, not the standard deviation: timings on a shared
-machine have heavy tails (a stray slow repeat), which widen a stdev-based error without
-moving the median. Auto stops
-
-* ``target``: at least ``min-repeats`` repeats and a relative error <= ``target-error``;
-* ``max-repeats``: ``max-repeats`` repeats taken;
-* ``max-time``: the timed repeats (settle waits included) have run ``max-time`` seconds, or
-  one more repeat of the median's length would pass it.
-
-The settings live in ``run.auto-repeat`` (gpuscale.yaml, :class:`gpuscale.config.AutoRepeatSettings`);
-the record's ``repeats`` says what was asked, how many were taken and why they stopped.
+After each timed repeat the runner asks :meth:`Policy.stop` for the reason to stop, or None.
+Auto stops at ``target`` (at least ``min-repeats``, and the median's relative error, from
+order statistics that a stray slow repeat does not widen, <= ``target-error``),
+``max-repeats``, or ``max-time`` (settle waits included; also when one more repeat of the
+median's length would pass it). Settings: :class:`gpuscale.config.AutoRepeatSettings`.
 """
 
 from __future__ import annotations
@@ -30,8 +19,8 @@ COVERAGE = 0.6827
 
 
 def median_interval(times: list[float]) -> tuple[float, float] | None:
-    """The distribution-free interval ``(x_(j), x_(n+1-j))`` holding the median with at least
-    :data:`COVERAGE` (the narrowest such ``j``); None with fewer than 3 repeats (2 give 50 %)."""
+    """The narrowest distribution-free interval ``(x_(j), x_(n+1-j))`` holding the median with
+    at least :data:`COVERAGE`; None with fewer than 3 repeats."""
     n = len(times)
     xs = sorted(times)
     best = None

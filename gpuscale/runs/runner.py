@@ -1,20 +1,9 @@
 """Run a workload: memory check, generate, warm-up + timed repeats, validate.
 
-:func:`execute` reads like a benchmark loop (:class:`Run`): plan the run (the memory check),
-generate the data, the warm-ups, the timed repeats, validation; each step is named once (what
-an interruption in it names: :func:`gpuscale.errors.phase`) and everything a run records or
-shows besides its timings is an observer called at each step (:mod:`gpuscale.runs.observe`).
-
-Each repeat builds the graph afresh, persists it, waits, and synchronizes the devices before
-the clock stops. Before a repeat starts, the previous result is released and the runner waits
-until the scheduler has forgotten it (its task count is back to the data's), because
-persisting a graph whose keys are still in memory returns the old result at once and would
-time nothing. Steps run inside ``distributed.span`` so the dashboard groups their tasks.
-
-Python's cyclic garbage collector stays out of the timed repeats (:func:`collector_held`): a
-collection triggered by an allocation count lands on the same repeat run after run, and a full
-one traverses the whole heap of this process, which holds the client and, for a cluster it
-started, the scheduler (tens of milliseconds: one repeat of a 20 ms run took 5 x the others).
+:func:`execute` runs the steps (:class:`Runner`), each named once (:func:`gpuscale.errors.phase`)
+and spanned (``distributed.span``), calling the observers (:mod:`gpuscale.runs.observe`) at each.
+Before a repeat the previous result is released and the scheduler settles back to the data's
+tasks: persisting keys still in memory would time nothing.
 """
 
 from __future__ import annotations
@@ -54,8 +43,8 @@ def _task_count(dask_scheduler=None) -> int:
 
 
 def _in_worker() -> bool:
-    """Whether this runner runs in a worker's task (the runner in the cluster): it holds its
-    own worker's collector, and leaves the others as they are."""
+    """Whether this runs in a worker's task (the runner in the cluster), whose collector is its
+    worker's."""
     from distributed import get_worker
 
     try:
@@ -72,12 +61,10 @@ def _freeze_collected() -> None:
 
 @contextlib.contextmanager
 def collector_held(client=None) -> Iterator[Callable[[], ContextManager[None]]]:
-    """For the timed repeats: one full collection, then everything alive is frozen
-    (``gc.freeze``: later collections do not traverse it), here and, from a client process, on
-    every worker of ``client``; yields ``paused``, a context in which this process's automatic
-    collections do not run (each timed repeat), collecting the youngest generation on its way
-    out. A worker keeps collecting, but its full collections no longer walk every object its
-    imports made. The collector's state is restored at the end."""
+    """For the timed repeats (docs/benchmarks/cpu.md): a full collection, then ``gc.freeze``,
+    here and, from a client process, on ``client``'s workers. Yields ``paused``, a context
+    without this process's automatic collections that collects the youngest generation on its
+    way out. The collector's state is restored at the end."""
     was = gc.isenabled()
     frozen = False
     if client is not None and not _in_worker():
@@ -112,10 +99,9 @@ def task_count(client) -> int:
 
 
 def settle(client, baseline: int) -> bool:
-    """Wait until the scheduler holds no more tasks than ``baseline`` (the data alone). A
-    result held only by a reference cycle is freed by a garbage collection, run once the
-    scheduler has not settled within ``GC_AFTER_S`` (a full collection takes 0.1-0.2 s in a
-    busy process: the first repeat, with nothing to release, does not pay it)."""
+    """Wait until the scheduler holds no more tasks than ``baseline`` (the data alone); False
+    after :data:`SETTLE_TIMEOUT_S`. A result held only by a reference cycle is freed by one
+    garbage collection past ``GC_AFTER_S``, which a repeat with nothing to release never pays."""
     start = time.monotonic()
     collected = False
     delay = 0.002
@@ -132,10 +118,9 @@ def settle(client, baseline: int) -> bool:
 
 
 def _persisted(c) -> bool:
-    """True when every output key of a collection is already a future (nothing to submit).
-    A DataFrame (dask-expr) is one only as a ``FromGraph`` of futures, which is read off its
-    expression: asking any other expression for its graph or keys lowers and optimizes it
-    whole, which took 10-20 ms of a 100 000-row groupby's 100 ms run, twice per repeat."""
+    """True when every output key of a collection is already a future (nothing to submit). A
+    DataFrame's answer is read off its expression (a ``FromGraph`` of futures): asking another
+    expression for its keys would lower and optimize it whole, milliseconds per repeat."""
     held = _dask_compat.frame_persisted(c)
     if held is not None:
         return held
@@ -143,10 +128,9 @@ def _persisted(c) -> bool:
 
 
 def persist(client, obj):
-    """Persist a collection, or every collection in a dict (other values pass through).
-    Collections that a route already persisted are not submitted again; a frame of one task
-    over futures (the one-task routes, :func:`gpuscale._dask_compat.submitted`)
-    goes through ``client.submit``."""
+    """Persist a collection, or every collection in a dict (other values pass through), leaving
+    those already persisted; a frame of one task over futures goes through ``client.submit``
+    (:func:`gpuscale._dask_compat.submitted`)."""
     if not isinstance(obj, dict):
         return persist(client, {None: obj})[None]
     out = dict(obj)
@@ -176,14 +160,11 @@ def _futures(obj) -> list:
 
 
 def timed(client, family, build, marks: dict | None = None):
-    """Time ``build()`` (returns a collection or a dict of them) until every result is in
-    memory and every device has finished: (seconds, persisted result). Each output block's
-    task waits for its device (:meth:`Family.synchronized`); only when some output cannot
-    (a route's already persisted result, a collection the family cannot wrap) is every
-    worker's device synchronized after the wait, one more round trip. ``marks``, when given,
-    gets the wall clock (``time.time``, the clock of the task stream) at the start and after
-    each step: ``start``, ``built``, ``persisted`` (the graph is sent), ``in memory``,
-    ``synchronized`` (``workflows/run_timeline.py`` lays them out with the run's tasks)."""
+    """Time ``build()`` (a collection or a dict of them) until every result is in memory and
+    every device has finished: (seconds, persisted result). Each output block's task waits for
+    its device (:meth:`Family.synchronized`); where some output cannot, every worker's device is
+    synchronized after the wait. ``marks`` gets the wall clock (``time.time``, the task stream's)
+    at ``start``, ``built``, ``persisted``, ``in memory`` and ``synchronized``."""
     stamp = (lambda k: marks.__setitem__(k, time.time())) if marks is not None else (lambda k: None)
     t0 = time.perf_counter()
     stamp("start")
@@ -195,7 +176,7 @@ def timed(client, family, build, marks: dict | None = None):
     wait(futures)
     for f in futures:  # wait() returns on an erred task too: a run whose task failed is no timing
         if f.status == "error":
-            f.result()  # raises the task's exception here
+            f.result()
     stamp("in memory")
     if not whole:
         family.synchronize(client)
@@ -227,7 +208,7 @@ def _synchronized(family, obj):
 # ---------------------------------------------------------------------------------------
 def stream_index(client) -> int | None:
     """The scheduler's task-stream cursor (tasks recorded so far), or None where distributed
-    has none (older than 2026.7) or the scheduler cannot be asked."""
+    has none or the scheduler cannot be asked."""
     try:
         return int(client.sync(client.scheduler.get_task_stream_index))
     except Exception:  # noqa: BLE001 - the split is extra: without a cursor the record says so
@@ -235,11 +216,10 @@ def stream_index(client) -> int | None:
 
 
 def time_split(client, cursors: list[int | None], end: int | None, elapsed: list[float]) -> dict[str, Any]:
-    """How each timed repeat's time splits, from the scheduler's task stream between the
-    repeat's cursors: ``compute_s`` (wall time in which some worker was computing one of its
-    tasks), ``transfer_s`` (in which some worker was fetching data and none computing), and
-    ``other_s``, the rest of the repeat: building and sending the graph, scheduling, round
-    trips, the device synchronize. Medians over the repeats, and each repeat's own."""
+    """How each timed repeat's time splits, from the task stream between its cursors:
+    ``compute_s`` (some worker computing), ``transfer_s`` (some fetching, none computing) and
+    ``other_s`` (the rest: the graph, scheduling, round trips, the device synchronize). Medians
+    over the repeats, and each repeat's own."""
     if end is None or any(c is None for c in cursors) or not cursors:
         return {
             "available": False,
@@ -310,9 +290,8 @@ class TimeSplit(Observer):
 
 
 class TracePhases(Observer):
-    """The phases of a trace (:meth:`gpuscale.trace.Capture.phase`): prepare (the memory check,
-    the audit's set-up: gpuscale's own cost before the data exists) / generate / warmup /
-    compute / validate, a repeat's with its index."""
+    """The phases of a trace (:meth:`gpuscale.trace.Capture.phase`): prepare / generate / warmup
+    / compute / validate, a repeat's with its index."""
 
     def __init__(self, tracer):
         self.tracer = tracer
@@ -328,8 +307,8 @@ class Cancelled(Exception):
 
 
 class Cancellation(Observer):
-    """Asks ``cancelled()`` before each repeat and before validation; when it answers True the
-    run stops there with :class:`Cancelled` (a runner in the cluster whose client has gone)."""
+    """Asks ``cancelled()`` before each repeat and before validation; True stops the run there
+    with :class:`Cancelled`."""
 
     def __init__(self, cancelled: Callable[[], bool]):
         self.cancelled = cancelled
@@ -356,11 +335,9 @@ def default_observers(
     progress: Progress | None = None,
 ) -> list[Observer]:
     """What a run records and shows, in the order the runner calls them: the time split,
-    disturbances, the workers' peak memory (its device peak reset before the audit's set-up),
-    the backend audit (``audit``: over generate and over the warm-up + timed repeats;
-    validation is not audited, it builds host references on purpose), ``progress``
-    (:data:`Progress`), ``cancelled`` (:class:`Cancellation`) and the phases of ``tracer`` (a
-    :class:`gpuscale.trace.Capture`)."""
+    disturbances, the workers' peak memory (reset before the audit's set-up), the backend audit
+    (``audit``; :data:`AUDIT_SCOPE`), ``progress`` (:data:`Progress`), ``cancelled``
+    (:class:`Cancellation`) and the phases of ``tracer`` (a :class:`gpuscale.trace.Capture`)."""
     observers: list[Observer] = [TimeSplit(), _watch.Disturbances(), _memory.PeakWatch()]
     if audit:
         observers.append(RunAudit(AUDIT_SCOPE))
@@ -383,11 +360,9 @@ def execute(
     observers: Sequence[Observer] | None = None,
 ) -> Outcome:
     """Run ``workload``: the memory check (refusing what does not fit unless ``memory_check``
-    is False), generate, ``warmup`` warm-ups, the timed repeats, validation, with
-    ``observers`` (default: :func:`default_observers`) called at each step.
-
-    ``repeat``: a whole number, or a :class:`gpuscale.runs.repeats.Policy` (``auto``: repeat
-    until the median's relative error reaches its target, capped)."""
+    is False), generate, ``warmup`` warm-ups, the timed repeats (``repeat``: a whole number or a
+    :class:`gpuscale.runs.repeats.Policy`), validation, calling ``observers`` (default:
+    :func:`default_observers`) at each step."""
     policy = repeat if isinstance(repeat, _repeats.Policy) else _repeats.policy(repeat)
     chosen = default_observers() if observers is None else list(observers)
     return Runner(workload, p, ctx, warmup, policy, observers=chosen).execute(memory_check)
@@ -395,13 +370,12 @@ def execute(
 
 @dataclasses.dataclass
 class Runner(Run):
-    """A run's steps: :meth:`execute` plans it, then generate, the warm-ups, the timed
-    repeats and validation, calling ``observers`` at each step."""
+    """A run's steps, :meth:`execute` calling ``observers`` at each."""
 
     observers: list[Observer] = dataclasses.field(default_factory=list)
     out: Output | None = None
-    """The last repeat's result (None between the release and the end of the next repeat, and
-    once the run has ended: the outcome holds it)."""
+    """The last repeat's result (None from its release to the end of the next repeat, and once
+    the run has ended: the outcome holds it)."""
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
     """The workload's ``info`` as its last build said it."""
     baseline: int = 0
@@ -423,9 +397,9 @@ class Runner(Run):
         except BaseException as e:
             for o in started:
                 o.failed(self, e)
-            if self.memory and isinstance(e, MemoryError):  # a worker's allocation failed
+            if self.memory and isinstance(e, MemoryError):
                 raise _memory.ran_out(self.workload.name, self.memory, self.family, e) from None
-            if self.memory and isinstance(e, KilledWorker):  # its workers died under a task, again and again
+            if self.memory and isinstance(e, KilledWorker):
                 raise _memory.killed(self.workload.name, self.memory, e) from None
             raise
         finally:
@@ -447,7 +421,7 @@ class Runner(Run):
 
     @property
     def streamed(self) -> bool:
-        """The data is made block by block inside every pass: nothing is held (the memory check)."""
+        """The memory check's verdict is "streams": the data is made inside every pass."""
         return self.memory.get("verdict") == "streams"
 
     def _work(self) -> Outcome:
@@ -481,8 +455,8 @@ class Runner(Run):
         return outcome
 
     def _generate(self) -> tuple[Any, float]:
-        """The data (generated, or the user's, persisted) and the seconds it took; a streamed
-        run's data is made block by block inside every pass, so nothing is persisted."""
+        """The data (generated, or the user's) and the seconds it took; persisted unless the
+        run streams."""
         wl, p, ctx = self.workload, self.p, self.ctx
         step = Step(GENERATE, "generate (loading the data)")
         with self._step(step):
@@ -522,10 +496,9 @@ class Runner(Run):
             self._after(step, outcome.validate_s)
 
     def _repeat(self, step: Step, build, held=contextlib.nullcontext) -> float:
-        """One repeat: the previous result released, the scheduler settled, the timed work;
-        an interruption anywhere in it names it."""
+        """One repeat: the previous result released, the scheduler settled, the timed work."""
         with self._step(step):
-            self.out = None  # release the previous result before timing the next one
+            self.out = None
             self._before(step)
             if not settle(self.client, self.baseline):
                 self.unsettled += 1
@@ -545,8 +518,8 @@ class Runner(Run):
 
     @contextlib.contextmanager
     def _measured(self, step: Step) -> Iterator[None]:
-        """Around what a step measures: its dashboard span (the tasks grouped; none for
-        prepare, which runs no tasks of the run) and every observer's ``measuring``."""
+        """Around what a step measures: its dashboard span (none for prepare) and every
+        observer's ``measuring``."""
         with contextlib.ExitStack() as stack:
             if step.kind != PREPARE:
                 stack.enter_context(span("gpuscale", self.workload.name, step.kind))

@@ -1,22 +1,11 @@
-"""Clusters that outlive one run, for watching the Dask dashboard.
-
-``gpuscale cluster up`` starts the cluster a profile / flags describe (the same
-:class:`~gpuscale.cluster.ClusterSpec` as ``cluster show``) and keeps it in the foreground;
-``gpuscale cluster down ADDRESS`` stops it from anywhere; ``gpuscale run ... --dashboard``
-keeps its cluster up after the run. All three are plain functions here, free of click:
+"""Clusters that outlive one run, for watching the Dask dashboard: ``gpuscale cluster up``
+(:func:`up`, then :func:`hold`), ``gpuscale cluster down ADDRESS`` (:func:`down`) and ``gpuscale
+run ... --dashboard`` (:func:`hold` after the run), as plain functions free of click:
 
 >>> with serve.up(backend="cpu", workers=2) as served:       # doctest: +SKIP
-...     print(served.describe())     # scheduler address, dashboard link, workers, ...
+...     print(served.describe())
 ...     serve.hold(served.session)   # until Ctrl-C, SIGTERM or `gpuscale cluster down ADDRESS`
 >>> serve.down("tcp://127.0.0.1:40000")                         # doctest: +SKIP
-
-The keep-alive is :func:`hold`: it blocks the calling thread until Ctrl-C (SIGINT), SIGTERM
-or the scheduler stopping (someone called ``Client.shutdown()``, e.g. ``cluster down``) and
-returns which one it was; the caller's ``with`` block then closes what it started.
-``api.run(..., on_ready=..., hold=...)`` takes callbacks so the CLI can print the dashboard
-link before the work and call :func:`hold` after it without the library knowing about click.
-Other processes connect with ``gpuscale.session(scheduler=ADDRESS)``, ``gpuscale run ...
---scheduler ADDRESS`` or ``distributed.Client(scheduler_file=PATH)``.
 """
 
 from __future__ import annotations
@@ -64,10 +53,8 @@ def hold(
     """Block until Ctrl-C, SIGTERM or the scheduler stopping; return ``"interrupt"``,
     ``"terminate"``, ``"scheduler stopped"`` (or ``"timeout"`` after ``timeout_s``).
 
-    ``before()`` runs first, inside the hold (say, printing how to stop it): a Ctrl-C that
-    arrives while it runs already counts as the stop. SIGTERM is caught only while holding,
-    and only in the main thread (elsewhere signals cannot be handled; Ctrl-C / the scheduler
-    stopping still end the hold there).
+    ``before()`` runs first, inside the hold: a Ctrl-C during it counts as the stop. SIGTERM is
+    caught only while holding, and only in the main thread.
     """
     previous = None
     main = threading.current_thread() is threading.main_thread()
@@ -145,11 +132,10 @@ def _answers(address: str, timeout_s: float = 1.0) -> bool:
 
 @contextlib.contextmanager
 def claim(path: pathlib.Path) -> Iterator[None]:
-    """Hold the scheduler file ``path`` for this process for the block: a lock (``flock`` on a
-    hidden ``.NAME.lock`` beside it, released by the kernel if this process dies) that a second
-    ``cluster up`` with the same file finds taken, and refuses in one line; a file left by a
-    cluster that is gone is taken over. Refused as well: a file whose scheduler still answers
-    (one that ``dask scheduler`` wrote, say)."""
+    """Hold the scheduler file ``path`` for this process for the block, by a ``flock`` on a
+    hidden ``.NAME.lock`` beside it (released by the kernel if this process dies). Refuses in one
+    line a file another ``cluster up`` holds or whose scheduler still answers; takes over one
+    left by a cluster that is gone."""
     import fcntl
 
     from ..records import atomic
@@ -195,10 +181,8 @@ def claim(path: pathlib.Path) -> Iterator[None]:
 
 
 def write_scheduler_file(client, path: pathlib.Path) -> None:
-    """Dask's scheduler file (``scheduler_info()`` as JSON, like ``dask scheduler
-    --scheduler-file``), written atomically, never through a link
-    (:mod:`gpuscale.records.atomic`), writable by its owner only (clients refuse a scheduler
-    file others can write: :mod:`gpuscale.trust`); ``Client(scheduler_file=path)`` reads it."""
+    """Dask's scheduler file (``scheduler_info()`` as JSON), written atomically, never through a
+    link, writable by its owner only (clients refuse one others can write: :mod:`gpuscale.trust`)."""
     from ..cluster import identity
     from ..records import atomic
 
@@ -236,7 +220,7 @@ class Served:
 
     def describe(self) -> dict[str, Any]:
         """What ``cluster up`` prints: addresses, link, the live worker / thread counts and the
-        layout's rule (the one ``gpuscale run`` applies: :meth:`Family.worker_layout`)."""
+        layout's rule (:meth:`Family.worker_layout`)."""
         s = self.session
         from ..cluster import workers as _workers
 
@@ -267,10 +251,8 @@ def sigterm_as_interrupt():
 
 @contextlib.contextmanager
 def deferred_stop() -> Iterator[None]:
-    """Ctrl-C / SIGTERM arriving inside the block take effect when it ends (as
-    KeyboardInterrupt), not in the middle of it: for short steps on a running cluster (the
-    warm-up) that, cut off inside a ``client.run``, leave workers logging tracebacks about a
-    scheduler that went away under them."""
+    """Ctrl-C / SIGTERM arriving inside the block take effect when it ends: a short step cut
+    off inside a ``client.run`` leaves workers logging tracebacks about a scheduler gone."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -299,15 +281,11 @@ def up(
     warm_up: bool = True,
     **settings: Any,
 ) -> Iterator[Served]:
-    """Start the cluster these settings describe (the spec ``cluster show`` prints) and yield a
-    :class:`Served` once every planned worker has joined and warmed up (``warm_up``:
-    :meth:`gpuscale.backends.Family.warm_up`, so a later run's first task does not pay the
-    workers' imports and first kernels); on exit remove the scheduler file and the credentials
-    file (while they are still the ones written here) and close everything that was started.
-
-    Protected by default (:mod:`gpuscale.cluster.security`): TLS with temporary credentials,
-    written (mode 0600) beside the scheduler file for the clients of its owner; with no
-    scheduler file they stay in this process (``cluster.security off`` serves plain TCP)."""
+    """Start the cluster these settings describe and yield a :class:`Served` once every planned
+    worker has joined and, with ``warm_up``, warmed up (:meth:`gpuscale.backends.Family.warm_up`).
+    On exit remove the scheduler and credentials files (while still the ones written here) and
+    close what was started. Protected by default (:mod:`gpuscale.cluster.security`): TLS with
+    temporary credentials, written (mode 0600) beside the scheduler file, if any."""
     from ..cluster import detach, security
 
     s = Session(profile=profile, collection=collection, served=True, **settings)
@@ -336,7 +314,6 @@ def up(
         s.client.register_plugin(detach.QuietOnClose())  # its own close is the end of this process
         if s.spec.workers:
             s.client.wait_for_workers(s.spec.workers, timeout=start_timeout_s)
-        # kept up for later runs: their first task should not pay the workers' first-use costs
         with deferred_stop():
             warm = s.family.warm_up(s.client) if warm_up else None
         address = s.client.scheduler.address
@@ -358,8 +335,7 @@ def address_from_file(path: str | os.PathLike, trusted: bool = False) -> str:
 
 
 def _in_flight(me: str, dask_scheduler=None) -> dict[str, Any]:
-    """On the scheduler: the other clients that hold tasks (futures or persisted data of a run)
-    and the tasks its workers are processing now."""
+    """On the scheduler: the other clients that hold tasks, and the tasks being processed."""
     s = dask_scheduler
     clients = {cid: len(cs.wants_what) for cid, cs in s.clients.items() if cid != me and cs.wants_what}
     processing = sum(len(ws.processing) for ws in s.workers.values())
@@ -381,13 +357,12 @@ def down(
     trusted: bool = False,
 ) -> dict[str, Any]:
     """Stop the scheduler at ``address`` and its workers (``Client.shutdown()``); a ``tls://``
-    one with the ``credentials`` file (:mod:`gpuscale.cluster.security`), refused when another
-    user can change it unless ``trusted``.
+    one with the ``credentials`` file, refused when another user can change it unless
+    ``trusted``.
 
-    Returns ``{"scheduler": address, "workers": n, "in_flight": {...}}`` (workers it had, and
-    what runs held then). Raises :class:`UserError` when nothing answers within ``timeout_s``,
-    and, unless ``force``, while other clients hold tasks there or tasks are being processed
-    (a run in flight, which would fail with exit 4).
+    Returns ``{"scheduler": address, "workers": n, "in_flight": {...}}``. Raises
+    :class:`UserError` when nothing answers within ``timeout_s`` and, unless ``force``, while
+    runs are in flight there (other clients' tasks, or tasks being processed).
     """
     from distributed import Client
 

@@ -1,16 +1,8 @@
 """Sessions: a cluster built for one backend family, with that family's dask.config in scope.
 
-:func:`configure` resolves the settings (each with its source), selects the family and
-builds the cluster spec (with its choices), starting nothing; :class:`Session` starts that
-cluster and runs workloads on it (:meth:`Session.run`: the runner, the record, the audit),
-and :func:`finish` writes a record. ``gpuscale.session(...)`` is :func:`session`.
-
->>> import gpuscale
->>> with gpuscale.session(backend="cpu") as s:          # doctest: +SKIP
-...     r = s.run("svd", rows=100_000, cols=50)
-...     print(r.median_s, r.valid, s.dashboard_link)
-
-Keywords are the same names as the CLI flags (``config.KEYWORDS`` maps both onto settings).
+:func:`configure` resolves the settings, selects the family and builds the cluster spec,
+starting nothing; :class:`Session` starts that cluster and runs workloads on it; :func:`finish`
+writes a record. Keywords are the CLI flags' names (``config.KEYWORDS``).
 """
 
 from __future__ import annotations
@@ -45,12 +37,9 @@ def configure(
     served: bool = False,
     **settings: Any,
 ):
-    """Resolve settings, select the family and build the cluster spec, starting nothing;
-    with ``check``, fail now when the family or the protocol cannot run here. ``served``: the
-    cluster is kept up for other processes (``cluster up``: protected by default).
-
-    Returns ``(resolved, selection, spec)``.
-    """
+    """Resolve settings, select the family and build the cluster spec, starting nothing:
+    ``(resolved, selection, spec)``. ``check``: fail now when the family or the protocol cannot
+    run here; ``served``: the cluster is kept up for other processes (protected by default)."""
     resolved = config.resolve(profile, config.keywords_to_nested(settings))
     selection = backends.select(resolved.settings.backend, collection, check=check)
     spec = cluster.build_spec(resolved, selection.family, collection, served=served)
@@ -82,11 +71,10 @@ def check_run(
 
 
 def planned_memory(cls, p, family, spec) -> tuple[Any, Any, dict[str, Any]]:
-    """The memory check of a cluster not started yet, from its spec (:func:`gpuscale.memory.planned`:
-    limits from the flags, the baseline assumed): ``(workload, context, verdict)``. ``explain``
-    shows it and ``run`` refuses by it before its cluster starts, so the two agree. A local
-    CPU cluster that does not fit gets ``need_limit_bytes``: the least ``--memory-limit`` the
-    same check admits (:func:`least_limit`), which the refusal's fix names."""
+    """The memory check of a cluster not started yet (:func:`gpuscale.memory.planned`), the one
+    ``explain`` shows and ``run`` refuses by: ``(workload, context, verdict)``. A local CPU
+    cluster that does not fit gets ``need_limit_bytes``, the least ``--memory-limit`` the check
+    admits (:func:`least_limit`), or ``no_limit_fits_bytes``."""
     wl, ctx, verdict = _planned_memory(cls, p, family, spec)
     if not verdict["fits"] and not verdict.get("too_large") and _limit_settable(spec, family):
         top = int(machine.cpu().get("memory_bytes") or 0) // int(spec.workers)
@@ -135,9 +123,8 @@ def with_limit(spec, family, limit: int):
 
 
 def least_limit(cls, p, family, spec, top: int) -> int | None:
-    """The least worker memory limit (whole MiB) at which the planned check admits the run,
-    found with the check itself (partitions and plans follow the limit); None when it is over
-    ``top`` (this machine's memory over the workers: the most each may be given)."""
+    """The least worker memory limit (whole MiB) at which the planned check admits the run
+    (partitions and plans follow the limit); None over ``top``, the most each worker may get."""
 
     def fits(limit: int) -> bool:
         return _planned_memory(cls, p, family, with_limit(spec, family, limit))[2]["fits"]
@@ -156,8 +143,7 @@ def least_limit(cls, p, family, spec, top: int) -> int | None:
 
 
 def refuse_planned(cls, p, family, spec) -> None:
-    """Refuse, before the cluster starts, a run whose planned memory check does not fit (the
-    verdict ``explain`` gives); the running cluster's own check follows once it is up."""
+    """Raise the one-line error of a run whose planned memory check does not fit."""
     from .. import memory
 
     _, _, verdict = planned_memory(cls, p, family, spec)
@@ -207,10 +193,8 @@ class Session:
         """What :mod:`gpuscale.cluster.preflight` saw on a running cluster this session joined
         (recorded as ``cluster.preflight``); None: not checked (a cluster it started)."""
         self.topology: dict[str, Any] | None = None
-        """What the workers of a GPU cluster or one on other hosts that this session started
-        see (:func:`gpuscale.cluster.preflight.facts`: hosts, NVLink, RDMA ports, the GPU each
-        worker holds), for the record's ``cluster.pairs``; None: not asked (the preflight of a
-        running cluster holds the same)."""
+        """What the workers of a GPU or multi-host cluster this session started see
+        (:func:`_topology`), for the record's ``cluster.pairs``; None: not asked."""
         self.check_first = True
         """Run the preflight when joining a running cluster (the runner sent into a cluster does
         not: its client checked)."""
@@ -222,15 +206,13 @@ class Session:
         (:mod:`gpuscale.backends.session_knobs`), each with its source and rule; set on entry."""
         self.dask_log = None
         """The file Dask's log lines below ERROR go to while the session is open, instead of
-        stderr (:mod:`gpuscale.cluster.logs`; recorded as ``info.dask_log`` once it has a line);
-        None: left as they are (a cluster kept up, a runner sent into a cluster)."""
+        stderr (:mod:`gpuscale.cluster.logs`); None: left as they are."""
         self._stack: contextlib.ExitStack | None = None
 
     @classmethod
     def planned(cls, resolved, selection, spec, collection: str | None = None) -> "Session":
-        """A session over a configuration made elsewhere (:func:`configure`'s three values): a
-        runner sent into the cluster (:func:`gpuscale.runs.remote.run_in_cluster`) keeps the
-        settings, family and sources its client resolved."""
+        """A session over :func:`configure`'s three values, made elsewhere (by the client of a
+        runner sent into the cluster)."""
         s = cls.__new__(cls)
         s._init(resolved, selection, spec, collection)
         return s
@@ -294,15 +276,15 @@ class Session:
 
     @property
     def dashboard_link(self) -> str | None:
-        """The dashboard's URL, read when the session opened (so it needs no scheduler round
-        trip, and still answers once a running scheduler has gone away); None when closed."""
+        """The dashboard's URL, read when the session opened (no round trip; it answers once a
+        running scheduler has gone); None when closed."""
         return getattr(self, "_dashboard_link", None) if self.client else None
 
     @property
     def fallbacks(self) -> list[dict[str, Any]]:
-        """Every host fallback made in this session's block so far (:mod:`gpuscale.backends.fallback`:
-        operation, the user's file:line, the family's error, partitions), in order; the backend
-        audit's ``fallbacks`` adds the bytes moved each way. Empty under the CPU family."""
+        """Every host fallback made in this session's block so far, in order
+        (:mod:`gpuscale.backends.fallback`: operation, your file:line, the family's error,
+        partitions); the audit's ``fallbacks`` adds the bytes moved. Empty under the CPU family."""
         scope = getattr(self, "_host_scope", None)
         if scope is None:
             return []
@@ -336,22 +318,19 @@ class Session:
         """Run a workload on this session's cluster: timed, validated and recorded.
 
         The backend audit (:mod:`gpuscale.audit`) records the type of every task's output
-        during generate and the timed repeats (the record's ``audit``). ``strict_backend``
-        (default: the ``run.strict-backend`` setting): chunks of another family than this
-        session's raise a UserError naming the task prefixes, counts, bytes and fixes, after
-        the record (holding that audit) is written. ``audit=False`` skips the audit.
+        during generate and the timed repeats (the record's ``audit``); ``audit=False`` skips
+        it. ``strict_backend`` (default: the ``run.strict-backend`` setting): chunks of another
+        family raise a UserError naming the task prefixes, counts, bytes and fixes, after the
+        record is written.
 
-        ``trace``: a new or empty folder to capture the run's trace into (:mod:`gpuscale.trace`);
-        the record's ``trace`` field points to it.
-
+        ``trace``: a new or empty folder to capture the run's trace into (:mod:`gpuscale.trace`).
         ``data``: your own data instead of generated data (``svd``: a 2-D Dask array or a
         ``.npy`` / Zarr path; ``groupby``: a Dask DataFrame or a Parquet / CSV path, with
-        ``by=`` and ``agg=``); it is moved to this session's backend, and the record describes
-        it. ``validate``: ``"off"``, ``"fast"`` or ``"full"`` (default: the workload's).
-        ``output``: write the result to this file (``.parquet`` / ``.csv``, ``.npy`` / ``.npz``)
-        once it validated, atomically; an existing file only with ``overwrite=True``.
-        ``progress``: how to show the repeats (:data:`gpuscale.runs.runner.Progress`; the CLI
-        hands in a progress bar; None shows nothing)."""
+        ``by=`` and ``agg=``), moved to this session's backend. ``validate``: ``"off"``,
+        ``"fast"`` or ``"full"`` (default: the workload's). ``output``: write the result to this
+        file (``.parquet`` / ``.csv``, ``.npy`` / ``.npz``) once it validated, atomically; an
+        existing file only with ``overwrite=True``. ``progress``: how to show the repeats
+        (:data:`gpuscale.runs.observe.Progress`; None shows nothing)."""
         options = RunOptions(
             repeat=repeat,
             warmup=warmup,
@@ -527,14 +506,12 @@ class Session:
         self, obj: Any, backend: str | None = None, *, chunks=None, npartitions: int | None = None
     ):
         """Your Dask array or DataFrame with this session's chunk type (NumPy <-> CuPy,
-        pandas <-> cuDF), or ``backend``'s (e.g. ``"cpu"`` to bring GPU data back); returned
-        as it is when it has that type already. Lazy: converts block by block when computed.
+        pandas <-> cuDF), or ``backend``'s (``"cpu"`` brings GPU data back); as it is when it
+        has that type already. Lazy: converts block by block when computed.
 
-        In-memory data (a NumPy array, a pandas frame: what ``da.from_array`` /
-        ``dd.from_pandas`` would take) becomes a Dask collection whose every task builds its
-        block on the backend, so no task holds a host chunk (the backend audit's fix for
-        ``from_array`` / ``from_pandas``); ``chunks`` / ``npartitions`` default to the
-        family's chunk and partition budgets."""
+        In-memory data (a NumPy array, a pandas frame) becomes a Dask collection whose every
+        task builds its block on the backend, so no task holds a host chunk; ``chunks`` /
+        ``npartitions`` default to the family's budgets."""
         from ..backends import convert
 
         family = self.family if backend is None else backends.select(backend).family
@@ -588,10 +565,8 @@ class Session:
         return cluster.workers(self.client) if self.client is not None else {}
 
     def _knobs(self, collection: str | None, info: dict[str, Any]) -> dict[str, Any]:
-        """The family's knobs for ``collection`` as a record holds them, ``threads_per_worker``
-        being the cluster's (what ran: the family's value is capped by the cores, and flags,
-        a profile or a running cluster may set another); the family's own value stays beside
-        it as ``family_threads_per_worker``."""
+        """The family's knobs for ``collection`` as a record holds them: ``threads_per_worker``
+        is the cluster's (what ran), the family's own beside it as ``family_threads_per_worker``."""
         knobs = self.family.knobs.as_dict(collection)
         knobs["family_threads_per_worker"] = knobs["threads_per_worker"]
         running = info.get("running") or {}
@@ -680,9 +655,8 @@ def _repeat(value: Any) -> int | str:
 
 
 def finish(result: results.Result, out_dir: str | None) -> results.Result:
-    """Write the record under ``out_dir`` (None: not written), then fail the run (a UserError,
-    exit 2) if its audit was strict and saw chunks of another family: the record holding that
-    audit is written first."""
+    """Write the record under ``out_dir`` (None: not written), then raise
+    :func:`gpuscale.audit.strict_error` if its audit was strict and saw chunks of another family."""
     if out_dir is not None:
         with phase("writing the record"):
             results.write(result, out_dir)
@@ -693,8 +667,8 @@ def finish(result: results.Result, out_dir: str | None) -> results.Result:
 
 
 def _write_output(workload, p, outcome, user) -> dict[str, Any]:
-    """Write ``--output`` from the last repeat's result once it validated (or validation was
-    off); what the record's ``info`` says about it."""
+    """Write ``--output`` from the last repeat's result unless it failed validation; what the
+    record's ``info`` says about it."""
     if user.output is None:
         return {}
     if outcome.validation.valid is False:

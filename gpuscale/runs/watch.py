@@ -1,24 +1,11 @@
 """What disturbed a timed repeat besides the workers: tasks recomputed, other clients' tasks.
 
-A scheduler plugin (:class:`Watch`) lives on the scheduler for the length of one run. It
-learns which keys are this run's from the scheduler's own ``update_graph`` hook (the keys of
-every graph this run's client submits, plus, at the start, everything that client already
-holds and what those keys depend on: data persisted before the run) and, on every transition
-that the scheduler's task stream records (processing -> memory / erred), it notes:
-
-- ``recomputed``: a key of this run that had reached memory, was not forgotten since, and
-  finished computing again (its result was lost with a worker, or it was released and then
-  needed again);
-- ``retried``: a key of this run that erred and was sent back to waiting (``retries``);
-- ``foreign``: a key this run's client never submitted, i.e. another client's task.
-
-Each note carries the task-stream position it happened at (the plugin counts the same
-transitions as the task stream, from the stream's index at registration), so the runner
-gives each note to the repeat whose cursors hold it (:func:`by_repeat`). The runner reads
-the notes once, after the repeats (:func:`stop`); the check after each repeat that already
-asks the scheduler for its workers also returns the stream position and how many other
-clients' tasks are processing at that moment (:func:`after_repeat`): a long task of another
-client that spans a repeat without finishing in it still counts.
+A scheduler plugin (:class:`Watch`) notes for one run, at each transition the task stream
+records and with the stream's position: ``recomputed`` (a key of the run that finished again
+after reaching memory, not forgotten since), ``retried`` (one that erred and went back to
+waiting) and ``foreign`` (another client's task). The run's keys are what its client holds at
+the start, their dependencies, and every graph it submits. :func:`by_repeat` gives each note to
+the repeat whose task-stream cursors hold it.
 """
 
 from __future__ import annotations
@@ -122,8 +109,7 @@ def _workers(dask_scheduler=None) -> list[str]:
 
 
 def worker_set(client) -> frozenset[str]:
-    """The workers the scheduler has now: a repeat during which this changed (a worker lost
-    and restarted by its nanny, or one joining) was disturbed."""
+    """The workers the scheduler has now: a repeat during which they changed was disturbed."""
     return frozenset(client.run_on_scheduler(_workers))
 
 
@@ -148,8 +134,8 @@ def start(client) -> str | None:
 
 
 def after_repeat(client, name: str | None) -> tuple[frozenset[str], int | None, int]:
-    """After a timed repeat, in one call: the scheduler's workers, its task-stream cursor (None
-    without one) and how many other clients' tasks are processing now (0 when not watched)."""
+    """After a timed repeat, in one call: the scheduler's workers, its task-stream cursor (None:
+    none) and how many other clients' tasks are processing (0 when not watched)."""
     workers, index, running = client.run_on_scheduler(_after_repeat, name)
     return frozenset(workers), index, running
 
@@ -159,8 +145,8 @@ STOP_AFTER_FAILURE_S = 5.0
 
 def stop(client, name: str | None, *, failed: bool = False) -> list[tuple[int, str, str]] | None:
     """Take the watch off the scheduler and return its notes (None: nothing was watched).
-    ``failed``: the run is ending on an error; a scheduler that has gone or does not answer
-    within :data:`STOP_AFTER_FAILURE_S` is left (the error is what matters then)."""
+    ``failed``: the run is ending on an error, so a scheduler that has gone or does not answer
+    within :data:`STOP_AFTER_FAILURE_S` is left."""
     if name is None or (failed and getattr(client, "status", "running") != "running"):
         return None
     try:
@@ -174,8 +160,8 @@ def stop(client, name: str | None, *, failed: bool = False) -> list[tuple[int, s
 def by_repeat(
     notes: list[tuple[int, str, str]] | None, windows: list[tuple[int | None, int | None]], running: list[int]
 ) -> dict[int, str]:
-    """``{repeat: why}`` for the repeats whose window (task-stream cursors before and after
-    it) holds notes, or that ended with other clients' tasks processing (``running``)."""
+    """``{repeat: why}`` for the repeats whose window (task-stream cursors before and after)
+    holds notes, or that ended with other clients' tasks processing (``running``)."""
     out: dict[int, str] = {}
     for i, (a, b) in enumerate(windows):
         kinds: dict[str, list[str]] = {"recomputed": [], "retried": [], "foreign": []}
@@ -210,7 +196,7 @@ def by_repeat(
 
 
 def _prefixes(keys: list[str], most: int = 3) -> str:
-    """`` (a, b, ...)``: the tasks' names without their tokens, the first few, for the reason."""
+    """`` (a, b, ...)``: the first few of the tasks' names without their tokens."""
     from dask.utils import key_split
 
     names = sorted({key_split(k) for k in keys})
@@ -244,16 +230,15 @@ def merge(*found: dict[int, str]) -> dict[int, str]:
 
 class Disturbances(Observer):
     """What disturbed each timed repeat (the outcome's ``disturbed``, the record's
-    ``info.disturbance_checks``): the workers lost or joined, from the scheduler's workers
-    after each repeat, and the notes of a :class:`Watch` placed from before generate (the
-    data's keys are the run's too) to the end of the repeats."""
+    ``info.disturbance_checks``): the workers lost or joined, and the notes of a :class:`Watch`
+    placed from before generate (the data's keys are the run's too) to the end of the repeats."""
 
     def start(self, run: Run) -> None:
         self.client = run.client
         self.name = start(self.client)
         self.workers: frozenset[str] = frozenset()
-        self.windows: list[tuple[int | None, int | None]] = []  # cursors before / after each repeat
-        self.running: list[int] = []  # other clients' tasks processing as each repeat ended
+        self.windows: list[tuple[int | None, int | None]] = []
+        self.running: list[int] = []
         self.disturbed: dict[int, str] = {}
 
     def after_step(self, step: Step, elapsed: float) -> None:
