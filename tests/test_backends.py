@@ -84,27 +84,31 @@ def test_knobs_differ_between_families():
     assert (cpu.cluster_kind, gpu.cluster_kind) == ("local", "cuda")
 
 
-def test_cpu_worker_layout_by_collection():
+def test_cpu_layout_by_collection():
     cpu = backends.select("cpu").family
     # array: a few threads per worker, capped by the cores; dataframe: one thread per process
-    assert cpu.worker_layout("array", 8, 0)[:2] == (2, 4)
-    assert cpu.worker_layout("array", 2, 0)[:2] == (1, 2)
-    assert cpu.worker_layout("dataframe", 2, 0)[:2] == (2, 1)
+    assert cpu.layout_rule("array", 8, 0)[:2] == (2, 4)
+    assert cpu.layout_rule("array", 2, 0)[:2] == (1, 2)
+    assert cpu.layout_rule("dataframe", 2, 0)[:2] == (2, 1)
     # a cluster for any work (cluster up, session()) gets plain Dask's LocalCluster() split,
     # so the user's own code runs on the cluster it would get without gpuscale
     from distributed.deploy.utils import nprocesses_nthreads
 
     for cores in (2, 8, 16):
-        assert cpu.worker_layout(None, cores, 0)[:2] == nprocesses_nthreads(cores)
-    assert cpu.worker_layout(None, 2, 0) == (2, 1, "distributed's default split of 2 cores")
+        assert cpu.layout_rule(None, cores, 0)[:2] == nprocesses_nthreads(cores)
+    assert cpu.layout_rule(None, 2, 0)[:3] == (2, 1, "distributed's default split of 2 cores")
     # what the user set wins, the rest fills the cores
-    assert cpu.worker_layout("array", 8, 0, workers=8) == (8, 1, "workers set by you, threads fill the cores")
-    assert cpu.worker_layout("dataframe", 8, 0, threads=2)[:2] == (4, 2)
+    assert cpu.layout_rule("array", 8, 0, workers=8)[:3] == (
+        8,
+        1,
+        "workers set by you, threads fill the cores",
+    )
+    assert cpu.layout_rule("dataframe", 8, 0, threads=2)[:2] == (4, 2)
     # a family without a session value: distributed's default split
     import dataclasses
 
     bare = dataclasses.replace(cpu, knobs=dataclasses.replace(cpu.knobs, threads_per_worker={"array": 4}))
-    assert bare.worker_layout(None, 2, 0) == (2, 1, "distributed's default split of 2 cores")
+    assert bare.layout_rule(None, 2, 0)[:3] == (2, 1, "distributed's default split of 2 cores")
 
 
 def test_family_of_collections():

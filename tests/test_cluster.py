@@ -44,7 +44,7 @@ def test_show_default_fills_the_cores(cli, tmp_path):
 @pytest.mark.parametrize("collection", ["array", "dataframe"])
 def test_show_for_collection_uses_family_layout(cli, collection):
     spec = show(cli, "--backend", "cpu", "--for", collection)["spec"]
-    workers, threads, _ = backends.select("cpu").family.worker_layout(collection, CORES, 0)
+    workers, threads, *_ = backends.select("cpu").family.layout_rule(collection, CORES, 0)
     assert (spec["workers"], spec["threads_per_worker"]) == (workers, threads)
     assert spec["workers"] * spec["threads_per_worker"] <= CORES
 

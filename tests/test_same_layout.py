@@ -1,4 +1,4 @@
-"""One layout rule (``Family.worker_layout``) for ``gpuscale run``, ``explain``, ``cluster show``
+"""One layout rule (``Family.layout_rule``) for ``gpuscale run``, ``explain``, ``cluster show``
 and ``cluster up``: the same flags build the same workers x threads; the record's
 ``knobs.threads_per_worker`` is the cluster's; a record's dashboard link is marked as no
 longer live once its cluster has closed. Real processes and real clusters."""

@@ -28,7 +28,7 @@ class Knobs:
 
     threads_per_worker: Mapping[str, int | None]
     """Threads per worker by collection kind ("array", "dataframe", "session": a cluster for any
-    work, e.g. ``cluster up`` without ``--for``); :meth:`Family.worker_layout` applies it."""
+    work, e.g. ``cluster up`` without ``--for``); :meth:`Family.layout_rule` applies it."""
     chunk_bytes: int
     """Target bytes of one array chunk (row block)."""
     partition_bytes: int
@@ -248,18 +248,6 @@ class Family:
         """This family's threads per worker for ``collection`` work (None: a cluster for any
         work, the ``session`` entry); None where the family leaves it to the cluster kind."""
         return self.knobs.threads_per_worker.get(collection or "session")
-
-    def worker_layout(
-        self,
-        collection: str | None,
-        cores: int,
-        gpus: int = 0,
-        *,
-        workers: int | None = None,
-        threads: int | None = None,
-    ) -> tuple[int, int, str]:
-        """(workers, threads per worker, why) of :meth:`layout_rule`."""
-        return self.layout_rule(collection, cores, gpus, workers=workers, threads=threads)[:3]
 
     def layout_rule(
         self,

@@ -16,6 +16,14 @@ from ..runs import serve
 from .base import CONTEXT, STOPPED_BY, Group, Panelled, emit, json_option
 from .options import setting_flags, setting_option, split
 
+for_option = click.option(
+    "--for",
+    "collection",
+    type=click.Choice(["array", "dataframe"]),
+    default=None,
+    help="shape the cluster for array or DataFrame work (as `run` does per workload)",
+)
+
 
 @click.group(cls=Group, context_settings=CONTEXT)
 def cluster():
@@ -24,13 +32,7 @@ def cluster():
 
 @cluster.command("show", cls=Panelled, context_settings=CONTEXT)
 @setting_flags("cluster", "client")
-@click.option(
-    "--for",
-    "collection",
-    type=click.Choice(["array", "dataframe"]),
-    default=None,
-    help="shape the cluster for array or DataFrame work (as `run` does per workload)",
-)
+@for_option
 @json_option("the spec")
 def cluster_show(as_json, collection, **kwargs):
     """Print the fully resolved cluster spec, starting nothing."""
@@ -55,13 +57,7 @@ def cluster_show(as_json, collection, **kwargs):
 
 @cluster.command("up", cls=Panelled, context_settings=CONTEXT)
 @setting_flags("cluster")
-@click.option(
-    "--for",
-    "collection",
-    type=click.Choice(["array", "dataframe"]),
-    default=None,
-    help="shape the cluster for array or DataFrame work (as `run` does per workload)",
-)
+@for_option
 @click.option(
     "--scheduler-file",
     metavar="PATH",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import api
 from ..records import report
 from .base import emit
-from .options import split
+from .options import split_workload
 
 NOT_PLANNED = {
     "results_dir": "--results-dir",
@@ -22,8 +22,7 @@ def explain_workload(
 ) -> None:
     """The plan of ``gpuscale run NAME`` with these flags for the workload class ``cls``."""
     unused = [flag for key, flag in NOT_PLANNED.items() if kwargs.pop(key, None) not in (None, False)]
-    profile, settings = split(kwargs)
-    wl_params = {k: v for k, v in kwargs.items() if v is not None}
+    profile, settings, wl_params = split_workload(kwargs)
     d = api.explain(
         cls.name,
         profile=profile,

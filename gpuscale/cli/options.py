@@ -168,3 +168,9 @@ def split(kwargs: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     is left in ``kwargs`` is the command's own (a workload's parameters)."""
     settings = {k: kwargs.pop(k) for k in config.FLAGS if k in kwargs}
     return settings.pop(config.PROFILE_FLAG, None), settings
+
+
+def split_workload(kwargs: dict[str, Any]) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
+    """:func:`split`, and the workload's parameters given on the command line (those not None)."""
+    profile, settings = split(kwargs)
+    return profile, settings, {k: v for k, v in kwargs.items() if v is not None}

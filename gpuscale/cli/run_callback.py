@@ -13,7 +13,7 @@ from .. import api, errors
 from ..records import report
 from ..runs import progress, serve
 from .base import STOPPED_BY, emit
-from .options import split
+from .options import split_workload
 from .run import pop_data_options
 
 
@@ -30,8 +30,7 @@ def run_workload(cls, as_json, **kwargs) -> None:
         sys.stdout.flush()
 
     hooks = _dashboard_hooks(show) if kwargs.pop("dashboard", False) else {}
-    profile, settings = split(kwargs)
-    wl_params = {k: v for k, v in kwargs.items() if v is not None}
+    profile, settings, wl_params = split_workload(kwargs)
     try:
         with errors.phase("the run"), progress.shown() as tracker:
             r = api.run(

@@ -220,7 +220,7 @@ class Served:
 
     def describe(self) -> dict[str, Any]:
         """What ``cluster up`` prints: addresses, link, the live worker / thread counts and the
-        layout's rule (:meth:`Family.worker_layout`)."""
+        layout's rule (:meth:`Family.layout_rule`)."""
         s = self.session
         from ..cluster import workers as _workers
 
