@@ -222,7 +222,7 @@ def test_a_workload_subclass_with_a_run_keyword_parameter_is_refused_too(registe
 
 
 def test_every_run_and_settings_keyword_is_reserved():
-    """Every keyword that sits beside a workload's ``**params`` (Session.run, Session.record,
+    """Every keyword that sits beside a workload's ``**params`` (Session.run,
     gpuscale.run, gpuscale.explain), every setting keyword and every settings flag (as declared
     on the settings, ``--no-`` forms too) is reserved: one added there later cannot be shadowed
     by a workload parameter."""
@@ -234,7 +234,7 @@ def test_every_run_and_settings_keyword_is_reserved():
 
     keywords = set(config.KEYWORDS) | set(config.FLAGS)
     keywords |= {o[2:].replace("-", "_") for s in config.FLAGS.values() for o in s.opts}
-    for fn in (Session.run, Session.record, api.run, api.explain):
+    for fn in (Session.run, api.run, api.explain):
         keywords |= {
             n
             for n, prm in inspect.signature(fn).parameters.items()

@@ -203,13 +203,8 @@ def _runner(request: dict[str, Any]):
         def cancelled() -> bool:
             return not s.client.run_on_scheduler(_has_client, client_id)
 
-        result = s.record(
-            request["workload"],
-            data=request["data"],
-            validate=request["validate"],
-            cancelled=cancelled,
-            **request["params"],
-        )
+        options = RunOptions(data=request["data"], validate=request["validate"], cancelled=cancelled)
+        result = s.record(request["workload"], options, request["params"])
     result.info["runner"].update(pid=os.getpid(), runner_s=time.perf_counter() - t0)
     return result.to_json()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Callable
+from typing import Any
 
 import dask
 
@@ -354,54 +354,17 @@ class Session:
         out_dir = options.results_dir or self.settings.results_dir
         if options.write:
             results.check_writable(out_dir)
-        result = self._record(workload, options, params)
+        result = self.record(workload, options, params)
         finish(result, out_dir if options.write else None)
         unwritten = (result.info or {}).get("output") or {}
         if unwritten.get("written") is False and result.valid is not False:  # valid, but --output failed
             raise OutputNotWritten(unwritten["why"], result)
         return result
 
-    def record(
-        self,
-        workload: str,
-        *,
-        repeat: int | None = None,
-        warmup: int | None = None,
-        memory_check: bool | None = None,
-        results_dir: str | None = None,
-        trace: str | None = None,
-        data: Any = None,
-        validate: str | None = None,
-        output: str | None = None,
-        overwrite: bool = False,
-        strict_backend: bool | None = None,
-        audit: bool = True,
-        cancelled: Callable[[], bool] | None = None,
-        progress: runner.Progress | None = None,
-        **params: Any,
-    ) -> results.Result:
-        """:meth:`run` up to its record, which is neither written nor judged by
+    def record(self, workload: str, options: RunOptions, params: dict[str, Any]) -> results.Result:
+        """:meth:`run_with` up to its record, which is neither written nor judged by
         ``strict_backend`` (:func:`finish` does both): a runner in the cluster returns it to the
-        client that asked. ``cancelled()`` is asked between repeats (see
-        :class:`gpuscale.runs.runner.Cancellation`)."""
-        options = RunOptions(
-            repeat=repeat,
-            warmup=warmup,
-            memory_check=memory_check,
-            results_dir=results_dir,
-            trace=trace,
-            data=data,
-            validate=validate,
-            output=output,
-            overwrite=overwrite,
-            strict_backend=strict_backend,
-            audit=audit,
-            cancelled=cancelled,
-            progress=progress,
-        )
-        return self._record(workload, options, params)
-
-    def _record(self, workload: str, options: RunOptions, params: dict[str, Any]) -> results.Result:
+        client that asked."""
         self._require_open()
         cls = workloads.get(workload)
         o = options

@@ -112,8 +112,8 @@ def _keywords(fn) -> set[str]:
 
 @functools.cache
 def reserved() -> frozenset[str]:
-    """Names a workload parameter may not take: every keyword of :meth:`Session.run` /
-    :meth:`Session.record`, ``gpuscale.run`` and ``gpuscale.explain``, every setting's keyword
+    """Names a workload parameter may not take: every keyword of :meth:`Session.run`,
+    ``gpuscale.run`` and ``gpuscale.explain``, every setting's keyword
     and every flag of ``gpuscale`` and ``gpuscale run`` (``--no-`` forms too), read from where
     they are declared. Only the CLI and the API import this module, so reading them here makes
     no import circle."""
@@ -121,7 +121,7 @@ def reserved() -> frozenset[str]:
     from ..cli import cli, run
 
     names = set(_ALWAYS_RESERVED) | set(config.KEYWORDS)
-    for fn in (api.Session.run, api.Session.record, api.run, api.explain):
+    for fn in (api.Session.run, api.run, api.explain):
         names |= _keywords(fn)
     stub = type("Stub", (), {"input_formats": ("npy",), "output_formats": ("npy",)})
     for param in (*cli.params, *run.run_params(), *run.data_options(stub)):
