@@ -23,10 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field
 # on a loaded machine a slow scratch folder is no network file system; its warning breaks the one-line output
 warnings.filterwarnings("ignore", message="Creating scratch directories is taking a surprisingly long time")
 
-from .. import _dask_compat  # noqa: E402 - after the warnings filter above
+from .. import _dask_compat, machine  # noqa: E402 - after the warnings filter above
 from ..errors import UserError  # noqa: E402 - after the warnings filter above
 from ..plan.cluster import plan_cluster  # noqa: E402 - after the warnings filter above
-from . import messages, protocols  # noqa: E402, F401 - after the warnings filter above
+from . import messages, protocols, security  # noqa: E402, F401 - after the warnings filter above
 from .kind import Kind  # noqa: E402 - after the warnings filter above
 
 KINDS = {
@@ -38,6 +38,9 @@ KINDS = {
     "srun": "gpuscale.cluster.srun:Srun",
 }
 """Each cluster kind's :class:`~gpuscale.cluster.kind.Kind`, as ``module:Class``."""
+DETACH = f"{__name__}.detach"
+"""The worker preload of every cluster gpuscale starts (:mod:`.detach`), by the name Dask's
+``distributed.worker.preload`` takes; each worker process imports it."""
 
 
 class ClusterSpec(BaseModel):
@@ -153,8 +156,6 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
     """The cluster ``resolved`` (``config.Resolved``) describes for ``family``, with the
     decisions behind it; starts nothing. ``served``: a cluster kept up for other processes,
     which :mod:`.security` protects."""
-    from . import security
-
     plan = plan_cluster(resolved, family, collection, served=served)
     k = kind(plan.kind)
     spec = k.spec(plan)
@@ -325,13 +326,11 @@ def construct(spec: ClusterSpec, factory):
     marked closed (else distributed's exit hook closes it again with a traceback). An ordinary
     exception becomes the one-line :func:`start_error`."""
     check_main_guard()
-    from .detach import MODULE as detach
-
     config = messages.construct_config(spec.message_interval)
     preload = list(
         config.get("distributed.worker.preload") or dask.config.get("distributed.worker.preload", None) or []
     )
-    config["distributed.worker.preload"] = preload if detach in preload else [detach, *preload]
+    config["distributed.worker.preload"] = preload if DETACH in preload else [DETACH, *preload]
     try:
         # the nannies keep this config for their workers, restarts included
         with _dask_compat.closing_half_built(), dask.config.set(config):
@@ -343,8 +342,6 @@ def construct(spec: ClusterSpec, factory):
 def planned_worker_memory(spec: ClusterSpec) -> list[int]:
     """Memory per planned worker that holds the chunks, as ``Family.worker_memory`` reports
     it once running; [] when unknown (a running scheduler's)."""
-    from .. import machine
-
     if spec.scheduler is not None:
         return []
     if spec.gpus is not None:
