@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .. import _dask_compat
+from ..cluster import workers
 from ..errors import UserError, missing_module
 
 HOST_CHUNKS: Mapping[str, str] = {"array": "numpy", "dataframe": "pandas"}
@@ -170,8 +171,6 @@ class Family:
 
     def worker_memory(self, client) -> dict[str, int]:
         """Memory per worker that holds this family's chunks (host memory limit on CPU)."""
-        from ..cluster import workers
-
         info = workers(client)
         return {addr: int(w.get("memory_limit") or 0) for addr, w in info.items()}
 
