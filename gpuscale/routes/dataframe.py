@@ -12,7 +12,6 @@ import dataclasses
 import math
 from typing import Any
 
-import pandas as pd
 from dask.base import tokenize
 
 from .. import _dask_compat, backends, cluster
@@ -59,6 +58,8 @@ class GroupbyResult:
 def count_groups(df, by: list[str]):
     """(lazy number of distinct ``by`` keys, how it is counted): Dask's ``nunique_approx`` on
     pandas partitions, an exact distinct count on others (Dask's HyperLogLog needs pandas)."""
+    import pandas as pd
+
     key = df[by[0]] if len(by) == 1 else df[by]
     if isinstance(df._meta, pd.DataFrame):
         return key.nunique_approx(), "nunique_approx (HyperLogLog)"
