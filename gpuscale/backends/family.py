@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .. import _dask_compat
-from ..cluster import workers
 from ..errors import UserError, missing_module
 
 HOST_CHUNKS: Mapping[str, str] = {"array": "numpy", "dataframe": "pandas"}
@@ -171,7 +170,7 @@ class Family:
 
     def worker_memory(self, client) -> dict[str, int]:
         """Memory per worker that holds this family's chunks (host memory limit on CPU)."""
-        info = workers(client)
+        info = _dask_compat.workers(client)
         return {addr: int(w.get("memory_limit") or 0) for addr, w in info.items()}
 
     def device_watch(self, client, start: bool) -> dict[str, dict]:

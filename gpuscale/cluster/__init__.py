@@ -38,6 +38,9 @@ KINDS = {
     "srun": "gpuscale.cluster.srun:Srun",
 }
 """Each cluster kind's :class:`~gpuscale.cluster.kind.Kind`, as ``module:Class``."""
+identity, size, workers = _dask_compat.identity, _dask_compat.size, _dask_compat.workers
+"""What the scheduler reports of the cluster behind a client (:mod:`gpuscale._dask_compat`
+reads it)."""
 DETACH = f"{__name__}.detach"
 """The worker preload of every cluster gpuscale starts (:mod:`.detach`), by the name Dask's
 ``distributed.worker.preload`` takes; each worker process imports it."""
@@ -85,29 +88,6 @@ class ClusterSpec(BaseModel):
     choices: dict[str, Any] = Field(default_factory=dict, exclude=True)
     """Each cluster knob as the kind chose it (a :class:`gpuscale.plan.Decision`); not part of
     the printed spec, the record's ``explained.cluster`` holds it."""
-
-
-def identity(client) -> dict[str, Any]:
-    """The scheduler's identity with every worker, as fetched. Not
-    ``Client.scheduler_info(n_workers=-1)``: it returns the client's stored copy, which its
-    periodic update may replace with one without workers before it returns."""
-    return dict(client.sync(client.scheduler.identity, n_workers=-1))
-
-
-def size(client) -> tuple[int, int]:
-    """(workers, threads in all) of the client's cluster from the client's own copy of the
-    scheduler's identity (up to ``scheduler-info-interval`` old; one identity call where it has
-    none). For choices that change only speed, never an answer."""
-    info = getattr(client, "_scheduler_identity", None) or {}
-    if "n_workers" not in info or "total_threads" not in info:
-        info = identity(client)
-        return len(info.get("workers") or {}), int(info.get("total_threads") or 0)
-    return int(info["n_workers"]), int(info["total_threads"])
-
-
-def workers(client) -> dict[str, dict[str, Any]]:
-    """Every worker the scheduler lists, by address (see :func:`identity`)."""
-    return dict(identity(client).get("workers") or {})
 
 
 def kind(name: str) -> Kind:

@@ -17,7 +17,6 @@ from typing import Any
 from .. import _dask_compat, machine
 from ..choices import choice
 from ..errors import UserError
-from . import workers as all_workers
 
 MiB = 2**20
 GiB = 2**30
@@ -490,7 +489,7 @@ def check(client, family, probe_setting: str = "auto", probe_source: str = "defa
     seen: per host its workers, GPUs, NVLink and RDMA ports, the packages compared, the
     bandwidth probe (``probe_setting``: auto / on / off) and the seconds taken."""
     t0 = time.perf_counter()
-    listed = all_workers(client)
+    listed = _dask_compat.workers(client)
     names = packages(family)
     versions = client.get_versions(check=False, packages=names)
     answered = versions["workers"]

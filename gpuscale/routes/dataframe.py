@@ -14,7 +14,7 @@ from typing import Any
 
 from dask.base import tokenize
 
-from .. import _dask_compat, backends, cluster
+from .. import _dask_compat, backends
 from ..errors import UserError
 from . import locality
 
@@ -382,7 +382,7 @@ def _worker_groups(df, keys) -> list[list[int]]:
     try:
         from distributed import default_client
 
-        nworkers = max(1, cluster.size(default_client())[0])
+        nworkers = max(1, _dask_compat.size(default_client())[0])
     except (ValueError, ImportError):
         nworkers = 1
     size = math.ceil(n / min(n, nworkers))
@@ -473,7 +473,7 @@ def one_single_thread_worker() -> str | None:
         client = default_client()
     except (ImportError, ValueError):
         return None
-    if cluster.size(client) != (1, 1):
+    if _dask_compat.size(client) != (1, 1):
         return None
     return "one worker with one thread holds the cluster: one task (the library's own call) instead of Dask's"
 

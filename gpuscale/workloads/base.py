@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from .. import _dask_compat
 from ..choices import choice
-from ..cluster import workers
 from ..errors import UserError, shown
 
 
@@ -93,7 +93,7 @@ class Context:
     @property
     def total_threads(self) -> int:
         if self.client is not None:
-            info = workers(self.client)
+            info = _dask_compat.workers(self.client)
             return max(1, sum(w.get("nthreads", 1) for w in info.values()))
         return max(1, (self.spec.workers or 1) * (self.spec.threads_per_worker or 1))
 
