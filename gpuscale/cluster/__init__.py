@@ -25,7 +25,7 @@ warnings.filterwarnings("ignore", message="Creating scratch directories is takin
 
 from .. import _dask_compat, machine  # noqa: E402 - after the warnings filter above
 from ..errors import UserError  # noqa: E402 - after the warnings filter above
-from ..plan.cluster import plan_cluster  # noqa: E402 - after the warnings filter above
+from ..plan import cluster as cluster_plan  # noqa: E402 - a module: it imports this package, either loads first
 from . import messages, protocols, security  # noqa: E402, F401 - after the warnings filter above
 from .kind import Kind  # noqa: E402 - after the warnings filter above
 
@@ -136,7 +136,7 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
     """The cluster ``resolved`` (``config.Resolved``) describes for ``family``, with the
     decisions behind it; starts nothing. ``served``: a cluster kept up for other processes,
     which :mod:`.security` protects."""
-    plan = plan_cluster(resolved, family, collection, served=served)
+    plan = cluster_plan.plan_cluster(resolved, family, collection, served=served)
     k = kind(plan.kind)
     spec = k.spec(plan)
     first = {} if plan.kind == "existing" else {"protocol": plan.protocol}
