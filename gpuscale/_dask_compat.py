@@ -19,6 +19,9 @@ part reads, and what it does when Dask moves it:
   subclass of dask-expr's ``FromGraph`` made a collection by ``new_collection``. Moved: the
   public ``dask.dataframe.from_graph`` (one alias task more), None from :func:`finished_by` and
   :func:`submitted`, False from :func:`frame_persisted`.
+* :func:`identity`, :func:`size`, :func:`workers`: the scheduler's ``identity`` handler through
+  ``client.scheduler``, and the client's stored copy of it (``Client._scheduler_identity``).
+  Moved: :func:`size` asks the scheduler (:func:`identity`).
 * distributed's helpers (:func:`default_split` ... :func:`closing_half_built`): each names what
   it reads. Moved: the import fails, naming distributed's module.
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+from typing import Any
 
 DASK_CHECKED = "2026.8.0"
 DISTRIBUTED_CHECKED = "2026.8.0"
@@ -338,6 +342,30 @@ def frame_persisted(collection) -> bool | None:
     expr = collection.expr
     layer = expr.operand("layer")
     return all(isinstance(layer.get(k), Future) for k in flatten(expr.operand("keys")))
+
+
+# -- the scheduler's identity ------------------------------------------------------------
+def identity(client) -> dict[str, Any]:
+    """The scheduler's identity with every worker, as fetched. Not
+    ``Client.scheduler_info(n_workers=-1)``: it returns the client's stored copy, which its
+    periodic update may replace with one without workers before it returns."""
+    return dict(client.sync(client.scheduler.identity, n_workers=-1))
+
+
+def size(client) -> tuple[int, int]:
+    """(workers, threads in all) of the client's cluster from the client's own copy of the
+    scheduler's identity (up to ``scheduler-info-interval`` old; one identity call where it has
+    none). For choices that change only speed, never an answer."""
+    info = getattr(client, "_scheduler_identity", None) or {}
+    if "n_workers" not in info or "total_threads" not in info:
+        info = identity(client)
+        return len(info.get("workers") or {}), int(info.get("total_threads") or 0)
+    return int(info["n_workers"]), int(info["total_threads"])
+
+
+def workers(client) -> dict[str, dict[str, Any]]:
+    """Every worker the scheduler lists, by address (see :func:`identity`)."""
+    return dict(identity(client).get("workers") or {})
 
 
 # -- distributed's helpers that it does not export ----------------------------------------

@@ -39,6 +39,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from . import trust
 from .errors import UserError, shown
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -913,8 +914,6 @@ def _profile_path(name_or_path: str) -> pathlib.Path:
 
 def load_profile(name_or_path: str) -> tuple[str, dict]:
     """Read a profile: ``version: 1`` plus a ``gpuscale:`` mapping. Returns (label, settings)."""
-    from . import trust
-
     path = _profile_path(name_or_path)
     if path.parent not in profile_dirs():  # a named profile is part of the installed package
         trust.warn_if_others_can_change(path, "profile")

@@ -14,6 +14,7 @@ import platform
 import psutil
 
 from . import _dask_compat
+from ._version import __version__
 
 # optional stacks: import name -> distribution names to look for (first found wins)
 STACKS: dict[str, tuple[str, ...]] = {
@@ -50,8 +51,6 @@ def stacks() -> dict[str, dict]:
 
 @functools.lru_cache(maxsize=1)
 def _versions() -> tuple[tuple[str, str | None], ...]:
-    from ._version import __version__
-
     v = _dask_compat.local_versions()
     for name in CORE:
         v.setdefault(name, _dist_version((name,)))

@@ -210,23 +210,22 @@ FRESH_FINISHED = """
 import numpy as np
 import gpuscale.routes.linalg  # what a worker imports to run the svd's spectrum task
 from gpuscale.backends import convert, finished
-before = "cupy" in convert.finished_by_type._lazy
 finished(np.ones(2))
-print(before, "cupy" in convert.finished_by_type._lazy)
+print("cupy" in convert.finished_by_type._lazy)
 """
 
 
-def test_finished_loads_the_families_before_dispatching():
+def test_finished_knows_cupy_chunks_where_only_the_route_module_was_imported():
     """``backends.finished`` runs inside a route's task on a worker that may have imported only
-    the route's module: it loads the families first, so the GPU family's lazy registration for
-    CuPy chunks is there when a CuPy block arrives (without it, the block would be returned
-    unsynchronized). A fresh interpreter, so no earlier test loaded them."""
+    the route's module: the GPU family's lazy registration for CuPy chunks is there when a block
+    arrives (without it, a CuPy block would be returned unsynchronized). A fresh interpreter, so
+    no earlier test loaded the families."""
     import subprocess
     import sys
 
     out = subprocess.run([sys.executable, "-c", FRESH_FINISHED], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["False", "True"], out.stdout
+    assert out.stdout.split() == ["True"], out.stdout
 
 
 def test_backend_help_offers_the_families_and_names_the_library_aliases(cli):

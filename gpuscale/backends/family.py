@@ -170,9 +170,7 @@ class Family:
 
     def worker_memory(self, client) -> dict[str, int]:
         """Memory per worker that holds this family's chunks (host memory limit on CPU)."""
-        from ..cluster import workers
-
-        info = workers(client)
+        info = _dask_compat.workers(client)
         return {addr: int(w.get("memory_limit") or 0) for addr, w in info.items()}
 
     def device_watch(self, client, start: bool) -> dict[str, dict]:

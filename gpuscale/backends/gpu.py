@@ -5,7 +5,7 @@ docs/decisions.md, under the rule ids cited beside them.
 
 from __future__ import annotations
 
-from .. import _dask_compat
+from .. import _dask_compat, machine
 from .convert import finished_by_type, to_host
 from .family import Family, Knobs, LossyWriter
 
@@ -116,7 +116,6 @@ class GpuFamily(Family):
         miss = self.missing()
         if miss:
             return False, f"{miss[0]} is not installed"
-        from .. import machine
 
         n = len(machine.gpus())
         if n == 0:

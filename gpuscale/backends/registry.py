@@ -10,6 +10,7 @@ import warnings
 from dataclasses import dataclass
 
 from ..errors import UserError
+from . import cpu, gpu
 from .family import Family
 
 _FAMILIES: dict[str, Family] = {}
@@ -35,8 +36,6 @@ def _load() -> None:
     if _LOADED:
         return
     _LOADED = True
-    from . import cpu, gpu
-
     register(cpu.FAMILY)
     register(gpu.FAMILY)
     for ep in importlib.metadata.entry_points(group="gpuscale.backends"):

@@ -23,10 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field
 # on a loaded machine a slow scratch folder is no network file system; its warning breaks the one-line output
 warnings.filterwarnings("ignore", message="Creating scratch directories is taking a surprisingly long time")
 
-from .. import _dask_compat  # noqa: E402 - after the warnings filter above
+from .. import _dask_compat, machine  # noqa: E402 - after the warnings filter above
 from ..errors import UserError  # noqa: E402 - after the warnings filter above
-from ..plan.cluster import plan_cluster  # noqa: E402 - after the warnings filter above
-from . import messages, protocols  # noqa: E402, F401 - after the warnings filter above
+from ..plan import cluster as cluster_plan  # noqa: E402 - a module: it imports this package, either loads first
+from . import messages, protocols, security  # noqa: E402, F401 - after the warnings filter above
 from .kind import Kind  # noqa: E402 - after the warnings filter above
 
 KINDS = {
@@ -38,6 +38,12 @@ KINDS = {
     "srun": "gpuscale.cluster.srun:Srun",
 }
 """Each cluster kind's :class:`~gpuscale.cluster.kind.Kind`, as ``module:Class``."""
+identity, size, workers = _dask_compat.identity, _dask_compat.size, _dask_compat.workers
+"""What the scheduler reports of the cluster behind a client (:mod:`gpuscale._dask_compat`
+reads it)."""
+DETACH = f"{__name__}.detach"
+"""The worker preload of every cluster gpuscale starts (:mod:`.detach`), by the name Dask's
+``distributed.worker.preload`` takes; each worker process imports it."""
 
 
 class ClusterSpec(BaseModel):
@@ -82,29 +88,6 @@ class ClusterSpec(BaseModel):
     choices: dict[str, Any] = Field(default_factory=dict, exclude=True)
     """Each cluster knob as the kind chose it (a :class:`gpuscale.plan.Decision`); not part of
     the printed spec, the record's ``explained.cluster`` holds it."""
-
-
-def identity(client) -> dict[str, Any]:
-    """The scheduler's identity with every worker, as fetched. Not
-    ``Client.scheduler_info(n_workers=-1)``: it returns the client's stored copy, which its
-    periodic update may replace with one without workers before it returns."""
-    return dict(client.sync(client.scheduler.identity, n_workers=-1))
-
-
-def size(client) -> tuple[int, int]:
-    """(workers, threads in all) of the client's cluster from the client's own copy of the
-    scheduler's identity (up to ``scheduler-info-interval`` old; one identity call where it has
-    none). For choices that change only speed, never an answer."""
-    info = getattr(client, "_scheduler_identity", None) or {}
-    if "n_workers" not in info or "total_threads" not in info:
-        info = identity(client)
-        return len(info.get("workers") or {}), int(info.get("total_threads") or 0)
-    return int(info["n_workers"]), int(info["total_threads"])
-
-
-def workers(client) -> dict[str, dict[str, Any]]:
-    """Every worker the scheduler lists, by address (see :func:`identity`)."""
-    return dict(identity(client).get("workers") or {})
 
 
 def kind(name: str) -> Kind:
@@ -153,9 +136,7 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
     """The cluster ``resolved`` (``config.Resolved``) describes for ``family``, with the
     decisions behind it; starts nothing. ``served``: a cluster kept up for other processes,
     which :mod:`.security` protects."""
-    from . import security
-
-    plan = plan_cluster(resolved, family, collection, served=served)
+    plan = cluster_plan.plan_cluster(resolved, family, collection, served=served)
     k = kind(plan.kind)
     spec = k.spec(plan)
     first = {} if plan.kind == "existing" else {"protocol": plan.protocol}
@@ -325,13 +306,11 @@ def construct(spec: ClusterSpec, factory):
     marked closed (else distributed's exit hook closes it again with a traceback). An ordinary
     exception becomes the one-line :func:`start_error`."""
     check_main_guard()
-    from .detach import MODULE as detach
-
     config = messages.construct_config(spec.message_interval)
     preload = list(
         config.get("distributed.worker.preload") or dask.config.get("distributed.worker.preload", None) or []
     )
-    config["distributed.worker.preload"] = preload if detach in preload else [detach, *preload]
+    config["distributed.worker.preload"] = preload if DETACH in preload else [DETACH, *preload]
     try:
         # the nannies keep this config for their workers, restarts included
         with _dask_compat.closing_half_built(), dask.config.set(config):
@@ -343,8 +322,6 @@ def construct(spec: ClusterSpec, factory):
 def planned_worker_memory(spec: ClusterSpec) -> list[int]:
     """Memory per planned worker that holds the chunks, as ``Family.worker_memory`` reports
     it once running; [] when unknown (a running scheduler's)."""
-    from .. import machine
-
     if spec.scheduler is not None:
         return []
     if spec.gpus is not None:

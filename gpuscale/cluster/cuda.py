@@ -16,6 +16,7 @@ from ..errors import UserError
 from ..plan.decision import Decision
 from ..plan.memory import device_limit_choice, device_spill_choice, memory_choice, rmm_choice, rmm_pool
 from . import ClusterSpec, construct, messages
+from . import security as tls
 from .kind import Kind
 from .local import memory_bytes
 
@@ -294,8 +295,6 @@ class Cuda(Kind):
 
     def start(self, spec: ClusterSpec, security=None):
         from distributed import Client
-
-        from . import security as tls
 
         if not spec.gpus:
             raise UserError("no GPU is visible to start a LocalCUDACluster", "use --backend cpu (or auto)")

@@ -13,15 +13,14 @@ import os
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-MODULE = __name__
+from ..errors import quiet_exit_logs
+from . import logs
 
 
 def dask_setup(worker=None) -> None:
     with contextlib.suppress(OSError, AttributeError):  # AttributeError: no os.setpgrp (Windows)
         os.setpgrp()
     quiet_task_failures()
-    from . import logs
-
     logs.in_worker()
 
 
@@ -58,8 +57,6 @@ def quiet_task_failures() -> None:
 def dask_teardown(worker=None) -> None:
     """The worker is closing on purpose: its exit loggers are quieted
     (:func:`gpuscale.errors.quiet_exit_logs`), before a heartbeat in flight logs a traceback."""
-    from ..errors import quiet_exit_logs
-
     quiet_exit_logs()
 
 
@@ -72,6 +69,4 @@ class QuietOnClose(SchedulerPlugin):
     idempotent = True
 
     async def before_close(self) -> None:
-        from ..errors import quiet_exit_logs
-
         quiet_exit_logs()

@@ -12,18 +12,18 @@ import time
 from typing import Iterator
 from urllib.parse import urlsplit
 
+from .. import trust
 from ..errors import UserError
 from ..plan.decision import Decision
 from ..plan.memory import rmm_choice
 from . import ClusterSpec, protocols
+from . import security as tls
 from .kind import Kind
 
 
 def address_from_file(path, *, trusted: bool) -> str:
     """The scheduler address in Dask's scheduler file. Unless ``trusted``, a file another user
     can change is refused (:func:`gpuscale.trust.read_trusted`). Raises UserError."""
-    from .. import trust
-
     p = pathlib.Path(path).expanduser()
     try:
         address = json.loads(trust.read_trusted(p, "scheduler file", trusted))["address"]
@@ -140,8 +140,6 @@ class Existing(Kind):
 
     def start(self, spec: ClusterSpec, security=None):
         from distributed import Client
-
-        from . import security as tls
 
         kwargs = dict(spec.kwargs)
         if spec.security == "tls":

@@ -10,6 +10,7 @@ from .. import _dask_compat, machine
 from ..errors import UserError
 from ..plan.memory import memory_choice, rmm_choice, spill_choices
 from . import ClusterSpec, construct
+from . import security as tls
 from .kind import Kind
 
 logger = logging.getLogger(__name__)
@@ -198,8 +199,6 @@ class Local(Kind):
 
     def start(self, spec: ClusterSpec, security=None):
         from distributed import Client, LocalCluster
-
-        from . import security as tls
 
         kwargs = dict(spec.kwargs)
         if spec.security == "tls":

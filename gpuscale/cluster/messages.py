@@ -10,8 +10,6 @@ import contextlib
 from typing import Any
 
 import dask.config
-from distributed import Scheduler, Worker
-from distributed.diagnostics.plugin import SchedulerPlugin
 
 from ..plan.decision import Decision
 
@@ -28,6 +26,8 @@ DASK_DEFAULTS = {
 CONFIG_KEY = "gpuscale-internal.message-interval"
 """Where the chosen interval (seconds) travels to the processes a cluster start spawns."""
 SETTING = "cluster.message-interval"
+PLUGIN = "gpuscale-message-interval"
+"""The name of the scheduler plugin :func:`dask_setup` adds."""
 
 
 def choose(resolved, kind: str) -> Decision:
@@ -77,17 +77,18 @@ def _set(stream, seconds: float) -> None:
         stream.interval = seconds
 
 
-class _WorkerStreams(SchedulerPlugin):
-    """Scheduler plugin: each worker's scheduler -> worker stream gets the interval as the
-    worker joins."""
+def _worker_streams(seconds: float):
+    """A scheduler plugin (named :data:`PLUGIN`): each worker's scheduler -> worker stream
+    gets ``seconds`` as the worker joins."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
 
-    name = "gpuscale-message-interval"
+    class WorkerStreams(SchedulerPlugin):
+        name = PLUGIN
 
-    def __init__(self, seconds: float):
-        self.seconds = seconds
+        def add_worker(self, scheduler=None, worker=None, **kw) -> None:
+            _set(scheduler.stream_comms.get(worker), seconds)
 
-    def add_worker(self, scheduler=None, worker=None, **kw) -> None:
-        _set(scheduler.stream_comms.get(worker), self.seconds)
+    return WorkerStreams()
 
 
 def dask_setup(server=None) -> None:
@@ -96,11 +97,12 @@ def dask_setup(server=None) -> None:
     seconds = dask.config.get(CONFIG_KEY, None)
     if seconds is None or server is None:
         return
+    from distributed import Scheduler, Worker
+
     if isinstance(server, Worker):
         _set(getattr(server, "batched_stream", None), float(seconds))
     elif isinstance(server, Scheduler):
-        plugin = _WorkerStreams(float(seconds))
-        server.add_plugin(plugin, name=plugin.name, idempotent=True)
+        server.add_plugin(_worker_streams(float(seconds)), name=PLUGIN, idempotent=True)
         for stream in server.stream_comms.values():
             _set(stream, float(seconds))
 

@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Any
 
-from .. import _dask_compat
+from .. import _dask_compat, machine
 from ..choices import choice
 from ..errors import UserError
 
@@ -101,8 +101,6 @@ def _worker_facts() -> dict[str, Any]:
     """On a worker: its host name, the GPUs it sees with their NVLink peers, the GPU it holds
     and the host's RDMA ports."""
     import socket
-
-    from gpuscale import machine
 
     gs = machine.gpus()
     own = _own_gpu(gs)
@@ -491,9 +489,7 @@ def check(client, family, probe_setting: str = "auto", probe_source: str = "defa
     seen: per host its workers, GPUs, NVLink and RDMA ports, the packages compared, the
     bandwidth probe (``probe_setting``: auto / on / off) and the seconds taken."""
     t0 = time.perf_counter()
-    from . import workers
-
-    listed = workers(client)
+    listed = _dask_compat.workers(client)
     names = packages(family)
     versions = client.get_versions(check=False, packages=names)
     answered = versions["workers"]

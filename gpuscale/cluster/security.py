@@ -14,8 +14,10 @@ import os
 import pathlib
 from typing import Any
 
+from .. import trust
 from ..choices import choice
-from ..errors import UserError
+from ..errors import UserError, missing_module
+from ..records import atomic
 
 MODES = ("auto", "tls", "off")
 REMOTE = ("ssh", "slurm", "srun")
@@ -180,8 +182,6 @@ def _for_client(spec, resolved):
 def check_credentials(path: pathlib.Path, trusted: bool) -> None:
     """Refuse, in one line, credentials that are missing, unreadable, not PEM
     (:func:`check_pem`) or (unless ``trusted``) changeable by another user."""
-    from .. import trust
-
     if not path.is_file():
         raise UserError(
             f"credentials file {path} does not exist",
@@ -265,8 +265,6 @@ def temporary():
     try:
         return Security.temporary()
     except ImportError:
-        from ..errors import missing_module
-
         raise missing_module(
             "cryptography", "TLS (cluster.security tls)", "pip install cryptography"
         ) from None
@@ -275,8 +273,6 @@ def temporary():
 def write(security, path: pathlib.Path) -> pathlib.Path:
     """Write ``security``'s key and self-signed certificate (also its CA) to ``path``, created
     with mode 0600, atomically and never through a link; returns ``path``."""
-    from ..records import atomic
-
     pem = security.tls_client_key.strip() + "\n" + security.tls_client_cert.strip() + "\n"
     with atomic.written(path, replace=True, mode=0o600, what="credentials file") as (f, _):
         f.write(pem.encode())

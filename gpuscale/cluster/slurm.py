@@ -14,6 +14,7 @@ from ..errors import UserError, missing_module
 from ..plan.decision import Decision
 from ..plan.memory import rmm_choice, rmm_pool, spilling_choice
 from . import ClusterSpec, construct, per_host_entry
+from . import security as tls
 from .cuda import worker_knobs
 from .kind import Kind
 
@@ -153,7 +154,6 @@ class Slurm(Kind):
                 "cluster.deploy slurm (dask-jobqueue's SLURMCluster)",
                 "pip install 'gpuscale[slurm]'",
             ) from None
-        from . import security as tls
 
         sec = None
         if spec.security == "tls":
@@ -190,7 +190,6 @@ class Slurm(Kind):
             from dask_jobqueue.slurm import SLURMJob
         except ImportError:
             return ["(the job script needs dask-jobqueue: pip install 'gpuscale[slurm]')"]
-        from . import security as tls
 
         sec = tls.every_role(spec.credentials or "CREDENTIALS_FILE") if spec.security == "tls" else None
         scheme = "tls" if sec is not None else "tcp"

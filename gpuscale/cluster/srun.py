@@ -15,6 +15,7 @@ from ..errors import UserError, missing_module
 from ..plan.decision import Decision
 from ..plan.memory import rmm_choice, rmm_pool
 from . import ClusterSpec, construct
+from . import security as tls
 from .kind import Kind
 
 CLS = "dask_jobqueue.slurm.SLURMRunner"
@@ -27,8 +28,6 @@ def scheduler_file() -> pathlib.Path:
 
 def _runner_class():
     from dask_jobqueue.slurm import SLURMRunner
-
-    from . import security as tls
 
     class Runner(SLURMRunner):
         """SLURMRunner whose rank 0 writes the TLS credentials before its scheduler listens."""
@@ -151,7 +150,6 @@ class Srun(Kind):
                 "cluster.deploy srun (dask-jobqueue's SLURMRunner)",
                 "pip install 'gpuscale[slurm]'",
             ) from None
-        from . import security as tls
 
         kw = spec.kwargs
         sec = None

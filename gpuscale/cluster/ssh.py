@@ -15,6 +15,7 @@ from ..errors import UserError, missing_module
 from ..plan.decision import Decision
 from ..plan.memory import rmm_choice, rmm_pool, spilling_choice
 from . import ClusterSpec, construct, per_host_entry
+from . import security as tls
 from .cuda import worker_knobs
 from .kind import Kind
 
@@ -145,7 +146,6 @@ class Ssh(Kind):
             raise missing_module(
                 "asyncssh", "cluster.deploy ssh (distributed's SSHCluster)", "pip install 'gpuscale[ssh]'"
             ) from None
-        from . import security as tls
 
         kwargs = dict(spec.kwargs)
         config: dict = {}

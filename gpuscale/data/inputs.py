@@ -23,6 +23,8 @@ import numpy as np
 
 from ..backends import convert
 from ..errors import UserError, missing_module
+from ..routes.dataframe import AGGREGATIONS
+from . import outputs
 
 SUFFIXES = {
     ".parquet": "parquet",
@@ -661,8 +663,6 @@ def _escaped_chars(text: str) -> list[str]:
 def parse_agg(text: str) -> dict[str, list[str]]:
     """``'price:mean,max;qty:sum'`` -> ``{'price': ['mean', 'max'], 'qty': ['sum']}``; a ``;`` in
     a column name is written ``\\;`` (:data:`ESCAPE`)."""
-    from ..routes.dataframe import AGGREGATIONS
-
     spec: dict[str, list[str]] = {}
     items = [i.strip() for i in split_escaped(text, ";")]
     if not any(items):
@@ -757,8 +757,6 @@ def check_run(
     collection, or None for generated data), the validation level and ``output``. ``cls``
     must read data (``input_formats``) when ``data`` is given (the caller, which knows the
     workloads, says which do)."""
-    from . import outputs
-
     name = cls.name
     if validate is not None and validate not in VALIDATE_LEVELS:
         raise UserError(

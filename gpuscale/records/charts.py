@@ -15,12 +15,14 @@ from __future__ import annotations
 import math
 import os
 import pathlib
-
-import pandas as pd
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from .. import backends
 from . import atomic
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
 
 CHARTS = {"speedup": "speedup.png", "time_vs_size": "time_vs_size.png", "spread": "spread.png"}
 
@@ -34,6 +36,14 @@ def _memory_of(family: str) -> str | None:
 
 def _ran(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["median_s"].notna()]
+
+
+def _figure(width: float, height: float) -> Figure:
+    """A new Figure of ``width`` x ``height`` inches with constrained layout (matplotlib is
+    imported here, on the first chart drawn)."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
 
 
 def speedup_rows(frame: pd.DataFrame) -> pd.DataFrame:
@@ -60,6 +70,8 @@ def speedup_rows(frame: pd.DataFrame) -> pd.DataFrame:
                 "speedup": h["median_s"] / d["median_s"],
             }
         )
+    import pandas as pd
+
     return pd.DataFrame(out)
 
 
@@ -67,7 +79,7 @@ def speedup(frame: pd.DataFrame) -> Figure | None:
     rows = speedup_rows(frame)
     if rows.empty:
         return None
-    fig = Figure(figsize=(max(6, 0.6 * len(rows) + 2), 4.5), layout="constrained")
+    fig = _figure(max(6, 0.6 * len(rows) + 2), 4.5)
     ax = fig.add_subplot()
     xs = range(len(rows))
     bars = ax.bar(xs, rows["speedup"], color=["tab:green" if s >= 1 else "tab:red" for s in rows["speedup"]])
@@ -102,7 +114,7 @@ def time_vs_size(frame: pd.DataFrame) -> Figure | None:
     names = list(dict.fromkeys(ran["workload"]))
     cols = min(3, len(names))
     nrows = math.ceil(len(names) / cols)
-    fig = Figure(figsize=(4.5 * cols, 3.6 * nrows), layout="constrained")
+    fig = _figure(4.5 * cols, 3.6 * nrows)
     for i, wl in enumerate(names):
         ax = fig.add_subplot(nrows, cols, i + 1)
         g = ran[ran["workload"] == wl]
@@ -128,7 +140,7 @@ def spread(frame: pd.DataFrame, records: list) -> Figure | None:
     cases = [(row, r) for row, r in cases if r is not None]
     if not cases:
         return None
-    fig = Figure(figsize=(max(6, 0.45 * len(cases) + 2), 4.5), layout="constrained")
+    fig = _figure(max(6, 0.45 * len(cases) + 2), 4.5)
     ax = fig.add_subplot()
     for i, (_, r) in enumerate(cases):
         ax.scatter([i] * len(r.times_s), r.times_s, s=12, color="tab:blue", alpha=0.7)

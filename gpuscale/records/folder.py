@@ -24,7 +24,7 @@ import pathlib
 from typing import Any
 
 from ..errors import UserError
-from . import atomic, results
+from . import atomic, charts, report, results, table
 
 LEDGER = "bench.json"
 LEDGER_SCHEMA = "gpuscale.bench"
@@ -78,8 +78,6 @@ def finished(case: dict[str, Any], out: str | os.PathLike) -> bool:
 def redraw(out: str | os.PathLike) -> dict[str, Any]:
     """Table (Parquet + CSV), charts (PNG) and report.html of a bench folder, from its ledger
     and records. Returns ``{"table": [paths], "charts": {name: path}, "report": path, "rows": n}``."""
-    from . import charts, report, table
-
     d = pathlib.Path(out)
     if not d.is_dir():
         raise UserError(f"'{d}' is not a folder", "give the --out folder of `gpuscale bench`")

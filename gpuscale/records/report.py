@@ -14,7 +14,7 @@ from dask.utils import format_bytes
 from rich import box
 from rich.markup import escape
 
-from .. import config
+from .. import _dask_compat, config
 from ..audit import verdict
 from .fit import FitTable as Table  # every table here fits the terminal without cutting a value
 from .table import brief_params, varying, workers_of
@@ -260,9 +260,7 @@ def session_html(s) -> str:
             workers = f"? (client {s.client.status})"
         else:
             try:
-                from ..cluster import workers as _workers
-
-                ws = _workers(s.client)
+                ws = _dask_compat.workers(s.client)
                 workers, threads = str(len(ws)), str(sum(w.get("nthreads", 0) for w in ws.values()))
             except Exception as e:  # noqa: BLE001 - a repr must not raise
                 workers = f"? (scheduler unreachable: {type(e).__name__})"

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import RecordNotWritten, UserError
 from . import atomic
+from .report import result_html
 
 SCHEMA = "gpuscale.result"
 SCHEMA_VERSION = 1
@@ -142,8 +143,6 @@ class Result(BaseModel):
         return self.id[:SHORT_ID]
 
     def _repr_html_(self) -> str:
-        from .report import result_html
-
         return result_html(self)
 
 

@@ -16,6 +16,10 @@ import os
 import pathlib
 from typing import TYPE_CHECKING, Any, Iterable
 
+from .. import workloads
+from ..errors import UserError
+from . import atomic
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -54,9 +58,6 @@ def brief_params(workload: str, params: dict[str, Any], keep: Iterable[str] = ()
     tell its rows apart) and those not at the workload's default (all shown ones when the
     workload is not installed here), ``k=v`` separated so they wrap between parameters;
     ``defaults`` when there is none to show."""
-    from .. import workloads
-    from ..errors import UserError
-
     try:
         fields = workloads.get(workload).Params.model_fields
     except UserError:  # a record of a workload this install lacks
@@ -163,8 +164,6 @@ def build(
 
 def write(frame: pd.DataFrame, out: str | os.PathLike) -> list[pathlib.Path]:
     """``table.parquet`` and ``table.csv`` under ``out``."""
-    from . import atomic
-
     d = pathlib.Path(out)
     pq, csv = d / "table.parquet", d / "table.csv"
     with atomic.written(pq, replace=True, what="table") as (f, _):

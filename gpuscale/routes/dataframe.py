@@ -12,10 +12,9 @@ import dataclasses
 import math
 from typing import Any
 
-import pandas as pd
 from dask.base import tokenize
 
-from .. import _dask_compat, backends, cluster
+from .. import _dask_compat, backends
 from ..errors import UserError
 from . import locality
 
@@ -59,6 +58,8 @@ class GroupbyResult:
 def count_groups(df, by: list[str]):
     """(lazy number of distinct ``by`` keys, how it is counted): Dask's ``nunique_approx`` on
     pandas partitions, an exact distinct count on others (Dask's HyperLogLog needs pandas)."""
+    import pandas as pd
+
     key = df[by[0]] if len(by) == 1 else df[by]
     if isinstance(df._meta, pd.DataFrame):
         return key.nunique_approx(), "nunique_approx (HyperLogLog)"
@@ -381,7 +382,7 @@ def _worker_groups(df, keys) -> list[list[int]]:
     try:
         from distributed import default_client
 
-        nworkers = max(1, cluster.size(default_client())[0])
+        nworkers = max(1, _dask_compat.size(default_client())[0])
     except (ValueError, ImportError):
         nworkers = 1
     size = math.ceil(n / min(n, nworkers))
@@ -472,7 +473,7 @@ def one_single_thread_worker() -> str | None:
         client = default_client()
     except (ImportError, ValueError):
         return None
-    if cluster.size(client) != (1, 1):
+    if _dask_compat.size(client) != (1, 1):
         return None
     return "one worker with one thread holds the cluster: one task (the library's own call) instead of Dask's"
 

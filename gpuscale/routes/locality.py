@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dask.core import flatten
 
-from .. import cluster
+from .. import _dask_compat
 
 
 def blocks_by_worker(collection, keys: list) -> list[list[int]] | None:
@@ -30,7 +30,7 @@ def placement(collection, keys: list) -> tuple[list[list[int]], list[int]] | Non
     futures = _futures_by_key(collection)
     if not futures or any(k not in futures for k in keys):
         return None
-    workers, threads_all = cluster.size(client)
+    workers, threads_all = _dask_compat.size(client)
     if workers == 1 and all(futures[k].status == "finished" for k in keys):
         return [list(range(len(keys)))], [threads_all]
     try:

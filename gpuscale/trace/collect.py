@@ -23,6 +23,8 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import _dask_compat
 from ..errors import TEMP_PATHS, UserError, signals_deferred
+from ..records import atomic
+from . import events, intervals, render, summary
 
 P2P_SENT = ("background-comms", "process", "bytes")
 """Tail of the worker digest key (``("p2p", span, *P2P_SENT)``) that counts P2P bytes sent."""
@@ -37,8 +39,6 @@ def check_dir(directory: str | os.PathLike) -> pathlib.Path:
     """Fail (UserError) unless ``directory`` can become a new trace folder: it must not exist
     or be an empty folder of this user's (never a link), and its nearest existing parent must
     be writable. Writes nothing."""
-    from ..records import atomic
-
     d = pathlib.Path(directory).expanduser().absolute()
     atomic.check_target(d, "trace dir", folder=True)  # a link, or another user's folder
     if d.exists() or d.is_symlink():
@@ -426,8 +426,6 @@ class Capture:
         self._made = []
 
     def _write(self) -> None:
-        from . import events, intervals, render, summary
-
         col = self._collected
         window = (self.t0, self.t1)
         tasks, workers = intervals.one_task_per_thread(col["scheduler"]["tasks"]), col["scheduler"]["workers"]

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .._version import __version__
 from ..errors import UserError
 from .events import clip, worker_order
 from .intervals import length, minus, union
@@ -193,8 +194,6 @@ def build(
     notes: list[str],
     clock: dict[str, Any] | None = None,
 ) -> Summary:
-    from .._version import __version__
-
     t0, t1 = window
     wall = t1 - t0
     compute_spans = []

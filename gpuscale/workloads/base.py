@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from .. import _dask_compat
 from ..choices import choice
 from ..errors import UserError, shown
 
@@ -92,9 +93,7 @@ class Context:
     @property
     def total_threads(self) -> int:
         if self.client is not None:
-            from ..cluster import workers
-
-            info = workers(self.client)
+            info = _dask_compat.workers(self.client)
             return max(1, sum(w.get("nthreads", 1) for w in info.values()))
         return max(1, (self.spec.workers or 1) * (self.spec.threads_per_worker or 1))
 

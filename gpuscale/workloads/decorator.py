@@ -93,6 +93,8 @@ from pydantic import BaseModel, Field, create_model
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from .. import api, config
+from ..cli import cli, run
 from ..errors import UserError
 from . import registry
 from .base import Check, Context, Output, Params, Validation, Workload
@@ -115,11 +117,7 @@ def reserved() -> frozenset[str]:
     """Names a workload parameter may not take: every keyword of :meth:`Session.run`,
     ``gpuscale.run`` and ``gpuscale.explain``, every setting's keyword
     and every flag of ``gpuscale`` and ``gpuscale run`` (``--no-`` forms too), read from where
-    they are declared. Only the CLI and the API import this module, so reading them here makes
-    no import circle."""
-    from .. import api, config
-    from ..cli import cli, run
-
+    they are declared (none of those modules imports this one)."""
     names = set(_ALWAYS_RESERVED) | set(config.KEYWORDS)
     for fn in (api.Session.run, api.run, api.explain):
         names |= _keywords(fn)

@@ -22,6 +22,7 @@ import numpy as np
 from pydantic import Field, PositiveInt, field_validator
 
 from ..backends.convert import from_memory
+from ..errors import UserError
 from . import Check, Context, Output, Params, Validation, Workload, _arrays, register
 from ._arrays import Dtype, close, dtype_field, host, plan_lanes, seed_field, shape_check, uniform
 
@@ -59,8 +60,6 @@ class FFT(Workload):
     Params = FFTParams
 
     def check(self, p) -> None:
-        from ..errors import UserError
-
         lanes = p.cols if p.axis == 0 else p.rows
         if p.chunk is not None and p.chunk > lanes:
             raise UserError(

@@ -29,8 +29,10 @@ import numpy as np
 from pydantic import Field, PositiveInt, field_validator
 
 from ..backends import to_host
+from ..data import inputs
 from ..data.inputs import AGG_EXAMPLE, parse_agg, parse_by
 from ..errors import UserError
+from ..routes import dataframe as routes
 from ..routes import locality
 from . import Check, Context, Output, Params, Validation, Workload, register
 from ._frames import PARTITION_COPIES, from_partitions, host_frame, plan_partitions
@@ -129,8 +131,6 @@ class Groupby(Workload):
             )
 
     def plan(self, p, ctx: Context) -> None:
-        from ..routes import dataframe as routes
-
         if ctx.data is not None:
             return self._plan_input(p, ctx)
         plan_partitions(ctx, p.partitions, p.rows, ROW_BYTES)
@@ -208,8 +208,6 @@ class Groupby(Workload):
         )
 
     def compute(self, data, p, ctx: Context) -> Output:
-        from ..routes import dataframe as routes
-
         if isinstance(data, dict):  # the user's frame
             res = routes.groupby_agg(
                 data["df"],
@@ -243,9 +241,7 @@ class Groupby(Workload):
             got = _host_frame(out.collections["result"].compute())
             checks: list[Check] = []
             if level == "full":
-                from ..data.inputs import host_fits
-
-                host_fits(self.host_bytes(p), "a pandas copy of the frame")
+                inputs.host_fits(self.host_bytes(p), "a pandas copy of the frame")
             frame = _host_frame(data.compute())
             ref = frame.groupby("key").agg(AGG)
             checks += _compare(got, ref, "all groups")
@@ -273,8 +269,6 @@ class Groupby(Workload):
         return 3 * p.rows * ROW_BYTES
 
     def check_input(self, p, source) -> None:
-        from ..routes import dataframe as routes
-
         if not p.by or not p.agg:
             missing = " and ".join(f for f, v in (("--by", p.by), ("--agg", p.agg)) if not v)
             cols = ", ".join(map(str, source.meta.columns))
@@ -298,9 +292,6 @@ class Groupby(Workload):
     def from_data(self, source, p, ctx: Context):
         import dask
         from distributed import wait
-
-        from ..data import inputs
-        from ..routes import dataframe as routes
 
         notes: list[str] = []
         df = inputs.open_source(source, ctx.family, partition_bytes=ctx.knobs.partition_bytes)

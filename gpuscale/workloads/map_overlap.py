@@ -22,6 +22,7 @@ from pydantic import Field, PositiveInt, field_validator
 
 from ..errors import UserError
 from ..kernels.filters import uniform_filter
+from ..routes import overlap
 from . import Context, Output, Params, Validation, Workload, _arrays, register
 from ._arrays import (
     Dtype,
@@ -120,8 +121,6 @@ class MapOverlap(UniformMatrix, Workload):
         return (2 if _one_chunk(p, ctx) else 1) * block
 
     def compute(self, x, p, ctx: Context) -> Output:
-        from ..routes import overlap
-
         route = overlap.map_overlap(x, uniform_filter, p.size // 2, BOUNDARY, x.dtype, size=p.size)
         ctx.decide("overlap", route.plan, "rule", route.reason)
         return Output({"result": route.result})

@@ -27,6 +27,8 @@ import math
 import dask
 from pydantic import Field, PositiveInt
 
+from ..errors import UserError
+from ..routes import dataframe as gdf
 from . import Check, Context, Output, Params, Validation, Workload, _frames, register
 from ._frames import from_partitions, host_frame, p2p, p2p_shard_bytes, p2p_task_bytes, plan_partitions
 
@@ -84,8 +86,6 @@ class Merge(Workload):
         return p.right_rows or p.rows
 
     def check(self, p) -> None:
-        from ..errors import UserError
-
         if p.partitions is not None and p.partitions > p.rows:
             raise UserError(
                 f"merge --partitions {p.partitions} > --rows {p.rows}", "use at most one partition per row"
@@ -165,8 +165,6 @@ class Merge(Workload):
         return {"left": left, "right": right}
 
     def compute(self, data, p, ctx: Context) -> Output:
-        from ..routes import dataframe as gdf
-
         route = gdf.merge(
             data["left"],
             data["right"],

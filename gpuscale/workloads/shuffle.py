@@ -25,6 +25,7 @@ import dask
 from pydantic import Field, PositiveInt
 
 from ..errors import UserError
+from ..routes import dataframe as gdf
 from . import Check, Context, Output, Params, Validation, Workload, _frames, register
 from ._frames import from_partitions, host_frame, p2p, p2p_shard_bytes, p2p_task_bytes, plan_partitions
 
@@ -136,8 +137,6 @@ class Shuffle(Workload):
         return from_partitions(make_partition, p.rows, ctx.choices["partitions"]["value"], ctx, p.seed)
 
     def compute(self, df, p, ctx: Context) -> Output:
-        from ..routes import dataframe as gdf
-
         route = gdf.sort(
             df, "key", index=p.method == "set_index", shuffle_method=ctx.choices["shuffle_method"]["value"]
         )

@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import Field, PositiveInt
 
 from ..kernels import stencil as kernels
+from ..routes import overlap
 from . import Context, Output, Params, Validation, Workload, register
 from ._arrays import Dtype, UniformMatrix, array_module, dtype_field, plan_square_chunk, seed_field
 from .map_overlap import BOUNDARY, check_halo, validate_smoothing
@@ -64,8 +65,6 @@ class Stencil(UniformMatrix, Workload):
         )
 
     def compute(self, x, p, ctx: Context) -> Output:
-        from ..routes import overlap
-
         route = overlap.map_overlap(x, kernels.smooth_block, self.HALO, BOUNDARY, x.dtype)
         ctx.decide("overlap", route.plan, "rule", route.reason)
         return Output({"result": route.result})

@@ -29,8 +29,10 @@ import dask
 import numpy as np
 from pydantic import Field, PositiveInt
 
+from .. import backends
 from ..backends import to_host
 from ..backends.convert import from_memory
+from ..data import inputs
 from ..errors import UserError
 from . import Check, Context, Output, Params, Validation, Workload, register
 
@@ -218,8 +220,6 @@ class SVD(Workload):
             )
 
     def from_data(self, source, p, ctx: Context):
-        from ..data import inputs
-
         notes: list[str] = []
         rows = ctx.choices["chunk_rows"]["value"]
         x = inputs.open_source(source, ctx.family, chunk_rows=rows if rows != "input" else None)
@@ -253,8 +253,6 @@ class SVD(Workload):
     def check_loaded(self, data, p, ctx: Context) -> None:
         """Refuse NaN / inf in the user's matrix, with the count and the first position."""
         if ctx.data is not None:
-            from ..data import inputs
-
             inputs.check_finite(data["x"], ctx.data.label)
 
     def output_value(self, out: Output, p, suffix: str):
@@ -349,9 +347,7 @@ class SVD(Workload):
             method = "known spectrum + identities"
         elif level == "full" or (level is None and rows * cols <= FULL_CHECK_ELEMENTS):
             if level == "full":
-                from ..data.inputs import host_fits
-
-                host_fits(3 * rows * cols * 8, "a host copy of X and its SVD")
+                inputs.host_fits(3 * rows * cols * 8, "a host copy of X and its SVD")
             host_x = np.asarray(to_host(x.compute()), dtype=np.float64)
             ref = np.linalg.svd(host_x, compute_uv=False)
             err = float(np.abs(s - ref).max() / ref[0]) if ref.size and ref[0] else float(np.abs(s).max())
@@ -430,8 +426,6 @@ def _span(sizes) -> str | list:
 
 
 def backends_name(collection) -> str | None:
-    from .. import backends
-
     try:
         return backends.family_of(collection).name
     except UserError:
