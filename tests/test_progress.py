@@ -33,7 +33,9 @@ GROUPBY = (
     "--warmup",
     "1",
 )
-PHASES = ("starting", "the cluster's start-up", "generate (loading the data)", "validation")
+PHASES = ("the cluster's start-up", "generate (loading the data)", "validation")
+"""The phases that last over a second here; "starting", before the cluster's start-up, is
+shown only when it lasts one interval (0.1 s below): the command's imports come before it."""
 
 
 def progress_lines(stderr: str) -> list[str]:
