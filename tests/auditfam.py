@@ -36,6 +36,7 @@ import os
 import dask.array as da
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from distributed.protocol import dask_deserialize, dask_serialize
 from distributed.protocol.numpy import deserialize_numpy_ndarray, serialize_numpy_ndarray
 from pydantic import Field, PositiveInt
@@ -102,6 +103,16 @@ class TagSeries(pd.Series):
     @property
     def _constructor_expanddim(self):
         return TagFrame
+
+    def idxmax(self, *args, **kwargs):
+        unsupported("idxmax")
+        return super().idxmax(*args, **kwargs)
+
+    def __arrow_array__(self, type=None):
+        """Like cuDF's columns: no implicit conversion to a host PyArrow array where
+        "to_parquet" is listed (Dask's pyarrow Parquet writer fails as on cuDF partitions)."""
+        unsupported("to_parquet")
+        return pa.Array.from_pandas(pd.Series(self), type=type)
 
 
 class TagFrame(pd.DataFrame):

@@ -134,6 +134,36 @@ def test_loc_falls_back_through_its_indexer(session):
     assert fb["operation"] == "LocIndexer.__getitem__" and fb["bytes_to_device"] > 0
 
 
+def test_a_reduction_the_family_cannot_run_gives_its_value_and_a_clean_audit():
+    """The flights exercise's ``groupby(...).mean().idxmax()``: the reduction's host tasks,
+    and the operations fused with the copies to the host, are the fallback's, not foreign."""
+
+    def worst(df):
+        return df[df.x > 0].reset_index().groupby("name").x.mean().idxmax()
+
+    want = plain(worst)
+    with device_session("idxmax") as s, warnings.catch_warnings(record=True):
+        with s.audit(phase="idxmax") as a:
+            got = worst(frame()).compute()
+    assert got == want
+    (fb,) = a.summary["fallbacks"]
+    assert fb["operation"] == "Series.idxmax" and fb["bytes_to_host"] > 0
+    assert a.summary["clean"], a.summary["foreign"]
+
+
+def test_a_writer_the_family_cannot_run_writes_from_the_host_with_a_clean_audit(tmp_path):
+    """The notebook's ``to_parquet(engine="pyarrow")``, which cuDF partitions refuse: the
+    tasks the host write runs (Dask's own reset_index among them) are the fallback's."""
+    path = str(tmp_path / "out.parquet")
+    with device_session("to_parquet") as s, warnings.catch_warnings(record=True):
+        with s.audit(phase="write") as a:
+            frame().to_parquet(path, engine="pyarrow")
+    (fb,) = a.summary["fallbacks"]
+    assert fb["operation"] == "DataFrame.to_parquet" and fb["bytes_to_host"] > 0
+    assert a.summary["clean"], a.summary["foreign"]
+    pd.testing.assert_frame_equal(pd.read_parquet(path), plain(lambda df: df), check_freq=False)
+
+
 def test_an_error_the_host_raises_too_is_the_familys_and_no_fallback(session):
     before = len(session.fallbacks)
     with pytest.raises(TypeError, match="auditfam: rename is not supported"):

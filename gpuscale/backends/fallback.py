@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import dask
 from dask.base import tokenize
+from dask.utils import key_split
 
 from .. import _dask_compat
 from ..errors import UserError
@@ -98,9 +99,10 @@ class Fallback:
     back: str = ""
     """The id of its conversion back to the family (``bytes_to_device``)."""
     prefixes: list[str] = field(default_factory=list)
-    """Task prefixes of its host result's graph: their host outputs are allowed by the audit
-    (Dask's optimizer may move an input's operation past the copy to the host, so the inputs'
-    prefixes are included; outputs of the family are never affected)."""
+    """Task prefixes of the graphs of its host copies and host result (a frame's, or a
+    reduction's value): their host outputs are allowed by the audit (Dask's optimizer fuses an
+    input's operation with the copy to the host and may name the fused task after it, so the
+    inputs' prefixes are included; outputs of the family are never affected)."""
 
     @property
     def where(self) -> str:
@@ -179,7 +181,8 @@ def _fall_back(s, fn, self, name, args, kwargs, err: Exception, caller):
                 "run it on the host with .to_backend('pandas') and back, or set "
                 "session.host-collections to convert (host_collections='convert')",
             ) from err
-        out = fn(h_self, *h_args, **h_kwargs)
+        with _tasks_run(fb):
+            out = fn(h_self, *h_args, **h_kwargs)
     except UserError:
         raise
     except Exception:  # noqa: BLE001 - the host fails too: the CPU would, so the first error stands
@@ -261,7 +264,9 @@ def _host(s, x, fb: Fallback, moved: list):
     if _on_family(s, x):
         moved.append(x)
         known = s.host_of.get(tokenize(x))
-        return known if known is not None else convert.host_copy(x, s.family, fb.to_host)
+        copy = known if known is not None else convert.host_copy(x, s.family, fb.to_host)
+        fb.prefixes = sorted(set(fb.prefixes) | _prefixes(copy))
+        return copy
     origin = getattr(x, "__dict__", {}).get("_gpuscale_origin") or _indexer(x)
     if origin is not None:
         parent, name, args, kwargs = origin
@@ -301,6 +306,7 @@ def _back(s, out, fb: Fallback):
         return back
     if kind is None and type(out) in _WRAPPED_TYPES and hasattr(out, "__dict__"):
         out.__dict__["_gpuscale_fallback"] = fb
+    fb.prefixes = sorted(set(fb.prefixes) | _prefixes(out))  # a host value's tasks (a reduction's)
     return out
 
 
@@ -358,10 +364,25 @@ def _announce(s, fb: Fallback, convs: list, result):
     return result
 
 
+@contextlib.contextmanager
+def _tasks_run(fb: Fallback):
+    """Add to ``fb.prefixes`` the prefixes of the tasks the cluster ran during the block: a
+    writer or a reduction computes inside the host call, in tasks its result's graph does not
+    name (Dask's ``to_parquet`` resets the index first). Nothing without a client."""
+    try:
+        from distributed import default_client, get_task_stream
+
+        client = default_client()
+    except (ImportError, ValueError):
+        yield
+        return
+    with get_task_stream(client) as ts:
+        yield
+    fb.prefixes = sorted(set(fb.prefixes) | {key_split(t["key"]) for t in ts.data})
+
+
 def _prefixes(x) -> set[str]:
     """The task prefixes of a collection's graph (empty for anything else)."""
-    from dask.utils import key_split
-
     try:
         graph = x.__dask_graph__()
     except Exception:  # noqa: BLE001 - not a collection, or one whose graph cannot be built here
