@@ -3,11 +3,12 @@ gpuscale session and the other ways a user would run them, side by side in one r
 
 Suites (workflows/queries/): the H2O db-benchmark questions (groupby q1-q10 and join q1-q5)
 on data generated to its published generators' specification, and analytic queries over
-TPC-H-shaped data from ``tpchgen-cli``. Each query reads its tables from Parquet and is timed
-warm (``--warmup`` untimed runs, one by default, then ``--repeat`` timed runs; the median
-counts); every answer is checked against pandas on the same files. Each side is opened once
-and runs every query (workflows/harness.py's Study); ``--json`` is rewritten after every cell,
-so ``--resume`` continues a run cut short.
+TPC-H-shaped data from ``tpchgen-cli``. Each run of a query reads the tables it names from
+Parquet and is timed warm (``--warmup`` untimed runs, one by default, then ``--repeat`` timed
+runs; the median counts); every answer is checked against pandas on the same files. Each side
+is opened once and runs every query (workflows/harness.py's Study), or, with ``--rounds N``,
+opened again in each of N rounds of alternating order, so that drift hits every side alike;
+``--json`` is rewritten after every cell, so ``--resume`` continues a run cut short.
 
 Sides (``--sides``, default: every side that can run here):
 
@@ -76,11 +77,25 @@ def paths(suite: queries.Suite, folder: pathlib.Path) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------
 # Sides: each opens once and returns run(query, suite, folder) -> answer
 # ---------------------------------------------------------------------------------------
-def _dask_runner():
-    import dask.dataframe as dd
+class Read(dict):
+    """The tables of a data set as a Dask user's code reads them: ``dd.read_parquet`` of a table
+    when the query first names it (a query pays for the tables it uses, as Polars' and DuckDB's
+    lazy scans do)."""
 
+    def __init__(self, paths: dict[str, str]):
+        super().__init__()
+        self.paths = paths
+
+    def __missing__(self, table: str):
+        import dask.dataframe as dd
+
+        self[table] = frame = dd.read_parquet(self.paths[table])
+        return frame
+
+
+def _dask_runner():
     def run(q, suite, folder):
-        out = q.dask({t: dd.read_parquet(p) for t, p in paths(suite, folder).items()})
+        out = q.dask(Read(paths(suite, folder)))
         return dask.compute(out)[0] if dask.is_dask_collection(out) else out
 
     return run
@@ -224,6 +239,7 @@ def run_all(args) -> dict:
     d = {
         "sides": sides,
         "repeat": args.repeat,
+        "rounds": args.rounds or None,
         "max_time": args.max_time,
         "machine": _machine(),
         "sets": [
@@ -251,6 +267,7 @@ def run_all(args) -> dict:
         repeat=args.repeat,
         warmup=args.warmup,
         max_time=args.max_time,
+        rounds=args.rounds or None,
     )
     d["cells"] = study.run(cells=d["cells"], on_cell=measured)
     return d
@@ -301,13 +318,15 @@ def tables(d: dict) -> tuple[str, bool]:
                 x, y = _time(cell[a]), _time(cell[b])
                 v = x / y if x and y else None
                 cols[label].append(v)
-                row.append(f"{v:.2f}" if v else "-")
+                unsure = v and harness.ratio(cell[b], cell[a])["verdict"] == "not significant"
+                row.append(f"{v:.2f}" + ("~" if unsure else "") if v else "-")
             rows.append(row)
         rows.append(["geomean"] + [""] * len(sides) + [f"{geomean(cols[r[0]]):.2f}" for r in ratios])
         widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
         lines.append(
             f"\n{s['suite']} {s['size']}: median of the warm runs (each cell's times_s in --json), "
-            "seconds (* wrong answer, E error, c Polars' CPU engine: not in ratios)"
+            "seconds (* wrong answer, E error, c Polars' CPU engine: not in ratios; ~ a ratio whose "
+            "95 % interval holds 1: not significant)"
         )
         for r in [head] + rows:
             lines.append("  ".join(str(v).rjust(w) for v, w in zip(r, widths)))
@@ -332,7 +351,7 @@ def main(argv=None) -> int:
     ap.add_argument("--h2o-rows", default="1e7", help="rows of the H2O data sets, comma-separated")
     ap.add_argument("--tpch-scale", default="10", help="TPC-H scale factors, comma-separated")
     ap.add_argument("--sides", default=None, help=f"comma-separated, from {', '.join(SIDES)}")
-    harness.add_common(ap, repeat=3, warmup=1, max_time=10.0, resume=True)
+    harness.add_common(ap, repeat=3, warmup=1, rounds=0, max_time=10.0, resume=True)
     ap.add_argument(
         "--data", default=None, help="where the data sets are made and kept (default: a temporary folder)"
     )
