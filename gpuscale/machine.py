@@ -40,6 +40,28 @@ def _dist_version(names: tuple[str, ...]) -> str | None:
     return None
 
 
+def distribution(module: str) -> str:
+    """The installed distribution that provides ``module`` (``cupy`` -> ``cupy-cuda13x``): the
+    names :data:`STACKS` lists and the module's own name are asked directly; only a module
+    found under neither is looked up in every installed distribution's file list (slow with
+    many installed: seconds on a GPU image). The module's own name when none provides it."""
+    top = module.partition(".")[0]
+    for name in (*STACKS.get(top, ()), top, top.replace("_", "-")):
+        if _dist_version((name,)) is not None:
+            return name
+    names = _providers().get(top) or []
+    return names[0] if names else top
+
+
+@functools.cache
+def _providers() -> dict[str, list[str]]:
+    """Top-level module -> the installed distributions providing it (scanned once)."""
+    try:
+        return dict(importlib.metadata.packages_distributions())
+    except Exception:  # noqa: BLE001 - broken metadata: ask by module name
+        return {}
+
+
 def stacks() -> dict[str, dict]:
     """Which optional stacks are importable here, with versions (nothing is imported)."""
     out = {}

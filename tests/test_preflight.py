@@ -543,3 +543,18 @@ def test_the_record_names_the_transport_per_worker_pair_or_per_host_pair():
         ("tls://10.0.0.1:1", "tls://10.0.0.3:1"),
         ("tls://10.0.0.2:1", "tls://10.0.0.3:1"),
     ]
+
+
+def test_the_packages_compared_are_found_without_scanning_every_installed_distribution():
+    """Which distribution provides numpy, pandas or gpuscale is asked of those names directly:
+    the scan of every installed distribution's files (seconds on an image with many packages,
+    on every `gpuscale run --scheduler-file`) is left for a module found under neither."""
+    from gpuscale import machine
+    from gpuscale.backends import select
+    from gpuscale.cluster import preflight
+
+    machine._providers.cache_clear()
+    assert preflight.packages(select("cpu").family) == ["gpuscale", "numpy", "pandas"]
+    assert machine._providers.cache_info().currsize == 0
+    assert machine.distribution("yaml") == "PyYAML"  # import name != distribution name: the scan
+    assert machine._providers.cache_info().currsize == 1

@@ -9,7 +9,6 @@ docs/decisions.md, rule ``bandwidth-probe.auto``) refuses a pair far under its
 
 from __future__ import annotations
 
-import functools
 import time
 import uuid
 from typing import Any
@@ -35,30 +34,11 @@ PAIRS_BY_WORKER_UP_TO = 8
 PROBE_SETTING = "cluster.bandwidth-probe"
 
 
-@functools.cache
-def _providers() -> dict[str, list[str]]:
-    """Top-level module -> the installed distributions providing it (scanned once)."""
-    import importlib.metadata
-
-    try:
-        return dict(importlib.metadata.packages_distributions())
-    except Exception:  # noqa: BLE001 - broken metadata: ask by module name
-        return {}
-
-
-def _distribution(module: str) -> str:
-    """The installed distribution that provides ``module`` (``cupy`` -> ``cupy-cuda13x``);
-    the module's own name when none is found."""
-    top = module.partition(".")[0]
-    names = _providers().get(top) or []
-    return names[0] if names else top
-
-
 def packages(family) -> list[str]:
     """What must match between client and workers besides Dask's required packages."""
     out = ["gpuscale"]
     for module in (family.array_module, family.dataframe_module):
-        name = _distribution(module)
+        name = machine.distribution(module)
         if name not in out:
             out.append(name)
     return out

@@ -234,7 +234,9 @@ class Session:
                 "connecting to the cluster" if self.spec.kind == "existing" else "the cluster's start-up"
             ):
                 t0 = time.perf_counter()
-                self.family.import_in_background(self.collection)  # overlaps the cluster's start
+                if self.placement is None or self.placement.where != "cluster":
+                    # overlaps the cluster's start; a runner sent into the cluster needs none here
+                    self.family.import_in_background(self.collection)
                 self.client, self.cluster = stack.enter_context(cluster.connect(self.spec, self.security))
                 if self.spec.kind == "existing" and self.check_first:
                     from ..cluster import preflight
