@@ -10,6 +10,8 @@ import shlex
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -148,6 +150,19 @@ def test_round_trip_splits_the_hops_at_each_interval(tmp_path):
         assert h["total"] > 0 and h["to_task_start"] > 0 and h["total"] >= h["to_task_start"]
         (run,) = row["runs"].values()
         assert run["valid"] is True and run["median_s"] > 0
+
+
+def test_query_profile_splits_a_user_query_on_cpu(tmp_path):
+    d = run_script(
+        tmp_path, "query_profile.py", "--backend", "cpu", "--smoke", "--queries", "tpch:t5;h2o-join:j1"
+    )
+    assert set(d["sides"]) == {"gpuscale", "dask", "alone"}
+    for side in ("gpuscale", "dask"):
+        for cell in d["sides"][side].values():
+            assert cell["tasks"] >= 1 and 0 < cell["busy_s"] <= cell["compute_s"]
+            parts = cell["build_s"] + cell["optimize_s"] + cell["compute_s"]
+            assert cell["total_s"] == pytest.approx(parts, rel=0.5)
+    assert all("total_s" in c for c in d["sides"]["alone"].values())
 
 
 def test_tls_overhead_smoke(tmp_path):
