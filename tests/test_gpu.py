@@ -203,6 +203,33 @@ def test_groupby_over_ucx(tmp_path):
     assert d["cluster"]["rmm"]["external_libs"] == ["cupy"]
 
 
+def _device_holders() -> list[int]:
+    """PIDs other than this one with a compute context on GPU 0 (NVML)."""
+    import os
+
+    import pynvml
+
+    pynvml.nvmlInit()
+    procs = pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(0))
+    return [p.pid for p in procs if p.pid != os.getpid()]
+
+
+@needs_ucx
+def test_a_session_over_ucx_lets_go_of_its_device_when_it_closes():
+    """The worker of a UCX cluster leaves GPU 0 when its session closes (within 5 s), twice,
+    and a TCP session between them too: the next cluster's RMM pool finds the device free."""
+    import time
+
+    for protocol in ("ucx", "tcp", "ucx"):
+        with gpuscale.session(backend="gpu", gpus="0", protocol=protocol) as s:
+            assert s.client.submit(sum, [1, 2]).result() == 3
+            assert _device_holders()
+        deadline = time.monotonic() + 5
+        while _device_holders() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _device_holders() == [], f"{protocol}: GPU 0 still held after close"
+
+
 @needs_ucx
 @pytest.mark.skipif(len(machine.gpus()) < 2, reason="needs at least 2 GPUs")
 def test_svd_two_gpus_over_ucx(tmp_path):
