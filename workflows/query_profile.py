@@ -12,9 +12,9 @@ queries into the parts a change can aim at, on each side asked:
 * the library alone (``cudf``/``pandas`` side): the same code on whole frames read beforehand,
   no Dask (the floor of any Dask plan), and Polars' GPU engine on the query's SQL.
 
-Sides (``--sides``): ``gpuscale`` (a session of ``--backend``), ``dask`` (plain Dask: a
-``LocalCluster``, or for the GPU a ``LocalCUDACluster`` with ``dataframe.backend`` cudf), ``alone``
-(cuDF or pandas alone) and ``polars-gpu``. Data: ``user_queries.py``'s, made when missing.
+Sides (``--sides``), opened as ``user_queries.py`` opens them: ``gpuscale`` (a session of
+``--backend``), ``dask`` (plain Dask: ``dask-cpu``, or ``dask-cudf`` for the GPU), ``alone`` (cuDF
+or pandas alone), ``polars-gpu`` and ``duckdb``. Data: ``user_queries.py``'s, made when missing.
 
     python workflows/query_profile.py --backend gpu --data /tmp/qdata          # TPC-H SF10 + H2O 1e7
     python workflows/query_profile.py --backend cpu --smoke --json prof.json    # seconds, on a CPU
@@ -33,7 +33,8 @@ import time
 import dask
 import harness
 import queries
-from user_queries import Read, paths
+from distributed import default_client
+from user_queries import Read, open_side, paths
 
 DEFAULT_QUERIES = "tpch:t1,t3,t5,t10,t18;h2o-join:j1,j5;h2o-groupby:q1,q10"
 
@@ -114,42 +115,21 @@ def _synced(x):
     return x
 
 
-def polars_side(cases, repeat: int, warmup: int) -> dict:
-    import polars as pl
-
-    engine = pl.GPUEngine(raise_on_fail=True)
+def engine_side(name: str, cases, repeat: int, warmup: int) -> dict:
+    """An engine of ``user_queries.py`` (``polars-gpu``, ``duckdb``) on the query's SQL."""
     out = {}
-    for suite, size, data, q in cases:
-        plan = pl.SQLContext({t: pl.scan_parquet(p) for t, p in paths(suite, data).items()}).execute(q.sql)
-        try:
-            times, _ = harness.bench_once(lambda: plan.collect(engine=engine), repeat, warmup)
-            out[f"{suite.name}|{size}|{q.name}"] = {"total_s": statistics.median(times)}
-        except Exception as e:  # noqa: BLE001 - a query Polars' GPU engine refuses is a row
-            out[f"{suite.name}|{size}|{q.name}"] = harness.error_cell(e)
+    with open_side(name) as run:
+        for suite, size, data, q in cases:
+            try:
+                times, _ = harness.bench_once(lambda: run(q, suite, data), repeat, warmup)
+                out[f"{suite.name}|{size}|{q.name}"] = {"total_s": statistics.median(times)}
+            except Exception as e:  # noqa: BLE001 - a query the engine refuses is a row
+                out[f"{suite.name}|{size}|{q.name}"] = harness.error_cell(e)
     return out
 
 
-@contextlib.contextmanager
-def opened(side: str, backend: str):
-    """The client of ``side``'s cluster, with its DataFrame backend set."""
-    if side == "gpuscale":
-        import gpuscale
-
-        with gpuscale.session(backend=backend) as s:
-            yield s.client
-        return
-    from distributed import Client
-
-    if backend == "gpu":
-        from dask_cuda import LocalCUDACluster
-
-        cluster, frames = LocalCUDACluster(dashboard_address=None), "cudf"
-    else:
-        from distributed import LocalCluster
-
-        cluster, frames = LocalCluster(dashboard_address=None), "pandas"
-    with cluster, Client(cluster) as client, dask.config.set({"dataframe.backend": frames}):
-        yield client
+SIDES = {"gpuscale": "gpuscale-{backend}", "dask": {"cpu": "dask-cpu", "gpu": "dask-cudf"}}
+"""This script's Dask sides as ``user_queries.py`` names them (it opens them)."""
 
 
 def table(d: dict) -> str:
@@ -178,7 +158,9 @@ def table(d: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", choices=("cpu", "gpu"), default="gpu")
-    ap.add_argument("--sides", default=None, help="comma-separated, from gpuscale, dask, alone, polars-gpu")
+    ap.add_argument(
+        "--sides", default=None, help="comma-separated, from gpuscale, dask, alone, polars-gpu, duckdb"
+    )
     ap.add_argument("--queries", default=DEFAULT_QUERIES, help="suite:q,q;suite:q,... (default: %(default)s)")
     ap.add_argument("--h2o-rows", default="1e7")
     ap.add_argument("--tpch-scale", default="10")
@@ -198,17 +180,20 @@ def main(argv=None) -> int:
         cases = chosen(a.queries, sizes, folder)
         d = {"backend": a.backend, "repeat": a.repeat, "warmup": a.warmup, "sides": {}}
         for side in sides:
-            if side in ("gpuscale", "dask"):
-                with opened(side, a.backend) as client:
-                    d["sides"][side] = dask_side(client, cases, a.repeat, a.warmup)
+            if side in SIDES:
+                name = SIDES[side].format(backend=a.backend) if side == "gpuscale" else SIDES[side][a.backend]
+                with open_side(name):
+                    d["sides"][side] = dask_side(default_client(), cases, a.repeat, a.warmup)
             elif side == "alone":
                 d["sides"][side] = alone_side(
                     "cudf" if a.backend == "gpu" else "pandas", cases, a.repeat, a.warmup
                 )
-            elif side == "polars-gpu":
-                d["sides"][side] = polars_side(cases, a.repeat, a.warmup)
+            elif side in ("polars-gpu", "duckdb"):
+                d["sides"][side] = engine_side(side, cases, a.repeat, a.warmup)
             else:
-                raise SystemExit(f"unknown side {side!r}: choose from gpuscale, dask, alone, polars-gpu")
+                raise SystemExit(
+                    f"unknown side {side!r}: choose from gpuscale, dask, alone, polars-gpu, duckdb"
+                )
     print(table(d))
     if a.json:
         harness.write(a.json, "query_profile", d)
