@@ -24,6 +24,8 @@ from typing import Any, Iterator
 from dask.utils import format_bytes
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from . import backends
+from .backends import host_collections
 from .errors import UserError
 from .runs.observe import GENERATE, Observer, Outcome, Run, Step
 
@@ -41,8 +43,6 @@ was scattered here (``released``); a copy fetched from another worker (``flight`
 def chunk_libraries() -> dict[str, str]:
     """The chunk libraries named as kinds (any other is ``other``), each with where its chunks
     live ("host" / "device"): numpy, cupy, pandas, cudf for the built-in families."""
-    from . import backends
-
     return backends.chunk_libraries()
 
 
@@ -182,8 +182,6 @@ def _collect(name: str, dask_worker=None) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------------------------
 def owners(expected) -> dict[str, str]:
     """top-level module -> family name for every registered family, ``expected``'s first."""
-    from . import backends
-
     own = {m: expected.name for m in (expected.array_module, expected.dataframe_module)}
     for fam in backends.families():
         for m in (fam.array_module, fam.dataframe_module):
@@ -209,7 +207,6 @@ class Audit:
         self.summary: dict[str, Any] | None = None
         self.libraries = chunk_libraries()
         self._started = False
-        from .backends import host_collections
 
         self._host = host_collections.current()
         """The session block's host-collection scope (its conversions), if this audit runs in one."""

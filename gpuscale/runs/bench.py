@@ -36,9 +36,9 @@ from typing import Any, Callable, ContextManager, Iterator, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
-from .. import config, workloads
+from .. import config, trust, workloads
 from ..errors import UserError, shown
-from ..records import folder
+from ..records import folder, results
 from ..records.table import size_label
 from . import session as session_mod
 
@@ -136,7 +136,6 @@ def load_spec(path: str | os.PathLike) -> tuple[Spec, list[dict[str, Any]]]:
     p = pathlib.Path(path)
     if not p.is_file():
         raise UserError(f"no spec file '{p}'", "give a YAML file, e.g. workflows/tiny.yaml")
-    from .. import trust
 
     trust.warn_if_others_can_change(p, "bench spec")
     try:
@@ -256,7 +255,6 @@ def run(
     out = pathlib.Path(out)
     previous = folder.read_ledger(out) if out.exists() else None
     old = {c["id"]: c for c in (previous or {}).get("cases", [])}
-    from ..records import results
 
     results.check_writable(folder.records_dir(out))
     ledger = []

@@ -7,8 +7,10 @@ import contextlib
 from typing import Any, Callable
 
 from .. import config, workloads
+from ..cluster import existing
 from ..errors import ClusterGone, UserError, phase, phase_of
 from ..records import results
+from ..trace import check_dir
 from . import remote, runner
 from .observe import RunOptions
 from .session import Session, check_run, finish, refuse_planned
@@ -80,8 +82,6 @@ def run(
     if write:
         results.check_writable(s.settings.results_dir)
     if trace is not None:
-        from ..trace import check_dir
-
         check_dir(trace)  # before the cluster starts
     s.placement = remote.placement(
         s.resolved,
@@ -91,7 +91,6 @@ def run(
         output=output,
         hooks=on_ready is not None or hold is not None,
     )
-    from ..cluster import existing
 
     try:
         with existing.reconnect_reported() if s.spec.kind == "existing" else _nothing():

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import time
 import uuid
 from typing import Any
 
 from .._version import __version__
+from ..cluster import existing, preflight, security
 from ..errors import UserError, shown
+from ..records import results
 from .observe import RunOptions
-from .session import Session
+from .session import Session, _pairs
 
 
 @dataclasses.dataclass
@@ -114,8 +117,6 @@ def run_in_cluster(
     written. The task secedes and opens its own client; it stops between repeats once this
     process's client has gone. Raises :class:`NotServed` when the workers cannot run this
     gpuscale."""
-    from ..cluster import existing, preflight
-
     t0 = time.perf_counter()
     _, client = existing.Existing().start(session.spec)
     try:
@@ -165,8 +166,6 @@ def run_in_cluster(
         with contextlib.suppress(Exception):
             client.close()
     result.cluster["preflight"] = checked
-    from .session import _pairs
-
     addresses = [a for h in (result.cluster.get("hosts") or {}).values() for a in h.get("addresses", [])]
     result.cluster["pairs"] = _pairs(addresses, checked)
     runner = result.info.setdefault("runner", {})
@@ -192,8 +191,6 @@ def _runner(request: dict[str, Any]):
     spec = request["spec"]
     spec = spec.model_copy(update={"scheduler": address, "kwargs": {**spec.kwargs, "address": address}})
     s = Session.planned(request["resolved"], request["selection"], spec, request["collection"])
-    from ..cluster import security
-
     s.security = security.as_client(worker.security)  # the client's credentials file may not be on this host
     s.check_first = False  # its client ran the preflight
     s.placement = dataclasses.replace(request["placement"], worker=worker.address)
@@ -212,10 +209,6 @@ def _runner(request: dict[str, Any]):
 def _record(text: Any):
     """The runner's record, read from JSON text (never an object to unpickle): a
     :class:`~gpuscale.records.results.Result`."""
-    import json
-
-    from ..records import results
-
     if not isinstance(text, str):
         raise UserError(
             f"the cluster's runner sent back a {type(text).__name__}, not a record's JSON text",

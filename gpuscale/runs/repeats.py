@@ -14,6 +14,8 @@ import math
 import statistics
 from typing import Any
 
+from ..config import AutoRepeatSettings
+
 COVERAGE = 0.6827
 """The interval's coverage: that of +-1 standard error of a normal estimate."""
 
@@ -110,8 +112,6 @@ def policy(repeat: int | str, settings=None) -> Policy:
     """The policy of ``repeat`` (a whole number or ``"auto"``) with ``settings``
     (:class:`gpuscale.config.AutoRepeatSettings`; None: its defaults)."""
     if settings is None:
-        from ..config import AutoRepeatSettings
-
         settings = AutoRepeatSettings()
     return Policy(
         "auto" if repeat == "auto" else int(repeat),

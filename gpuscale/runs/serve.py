@@ -19,8 +19,11 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from .. import errors
+from .. import errors, trust
+from ..cluster import detach, existing, identity, security
+from ..cluster import workers as _workers
 from ..errors import UserError
+from ..records import atomic
 from .session import Session
 
 DOWN_TIMEOUT_S = 3.0
@@ -99,14 +102,11 @@ def check_scheduler_file(path: str | os.PathLike, credentials: bool = False) -> 
             f"--scheduler-file {path}: folder {parent} does not exist or is not writable",
             "create the folder or choose another path",
         )
-    from ..cluster import security
-    from ..records import atomic
 
     atomic.check_target(p, "scheduler file")
     atomic.check_target(_lock_path(p), "lock file")
     if credentials:
         atomic.check_target(security.beside(p), "credentials file")
-    from .. import trust
 
     trust.warn_if_others_can_change(p, "scheduler file", folder=True)
     return p
@@ -137,8 +137,6 @@ def claim(path: pathlib.Path) -> Iterator[None]:
     line a file another ``cluster up`` holds or whose scheduler still answers; takes over one
     left by a cluster that is gone."""
     import fcntl
-
-    from ..records import atomic
 
     lock = _lock_path(path)
     while True:
@@ -183,9 +181,6 @@ def claim(path: pathlib.Path) -> Iterator[None]:
 def write_scheduler_file(client, path: pathlib.Path) -> None:
     """Dask's scheduler file (``scheduler_info()`` as JSON), written atomically, never through a
     link, writable by its owner only (clients refuse one others can write: :mod:`gpuscale.trust`)."""
-    from ..cluster import identity
-    from ..records import atomic
-
     with atomic.written(
         path, replace=True, text=True, mode=0o644 & ~atomic.umask(), what="scheduler file"
     ) as (f, _):
@@ -222,7 +217,6 @@ class Served:
         """What ``cluster up`` prints: addresses, link, the live worker / thread counts and the
         layout's rule (:meth:`Family.layout_rule`)."""
         s = self.session
-        from ..cluster import workers as _workers
 
         workers = _workers(s.client)
         return {
@@ -286,8 +280,6 @@ def up(
     On exit remove the scheduler and credentials files (while still the ones written here) and
     close what was started. Protected by default (:mod:`gpuscale.cluster.security`): TLS with
     temporary credentials, written (mode 0600) beside the scheduler file, if any."""
-    from ..cluster import detach, security
-
     s = Session(profile=profile, collection=collection, served=True, **settings)
     if s.spec.kind == "existing":
         key = "scheduler" if s.resolved.settings.scheduler else "scheduler-file"
@@ -329,9 +321,7 @@ def up(
 def address_from_file(path: str | os.PathLike, trusted: bool = False) -> str:
     """The address in a scheduler file (:func:`gpuscale.cluster.existing.address_from_file`);
     ``trusted``: also when another user can change it (``cluster.trust-files``)."""
-    from ..cluster.existing import address_from_file as read
-
-    return read(path, trusted=trusted)
+    return existing.address_from_file(path, trusted=trusted)
 
 
 def _in_flight(me: str, dask_scheduler=None) -> dict[str, Any]:
@@ -366,8 +356,6 @@ def down(
     """
     from distributed import Client
 
-    from ..cluster import security
-
     if "://" not in address:
         address = f"tcp://{address}"
     kw = {}
@@ -393,8 +381,6 @@ def down(
             f"cannot connect to {address!r} ({e})", "give a scheduler address like tcp://127.0.0.1:8786"
         ) from None
     try:
-        from ..cluster import workers as _workers
-
         workers = len(_workers(client))
         busy = in_flight(client)
         if not force and (busy["clients"] or busy["processing"]):

@@ -14,17 +14,20 @@ from typing import Any
 import dask
 
 from .. import audit as audit_mod
-from .. import backends, cluster, config, machine, workloads
+from .. import backends, cluster, config, machine, memory, workloads
 from ..backends import (
+    convert,
     fallback,  # noqa: F401 - registers the host fallback with host_collections
     host_collections,
     session_knobs,
 )
-from ..cluster import logs
-from ..data import inputs
+from ..cluster import logs, preflight
+from ..data import inputs, outputs
 from ..errors import OutputNotWritten, UserError, phase
 from ..records import results
 from ..records.explained import explained
+from ..records.report import session_html
+from ..trace import capture, check_dir
 from . import repeats, runner
 from .observe import RunOptions
 
@@ -87,8 +90,6 @@ def planned_memory(cls, p, family, spec) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def _planned_memory(cls, p, family, spec):
-    from .. import memory
-
     wl = cls()
     ctx = workloads.Context(family, spec, None)
     ctx.memory = memory.planned(spec, family, cluster.planned_worker_memory(spec))
@@ -105,8 +106,6 @@ def _limit_settable(spec, family) -> bool:
 def with_limit(spec, family, limit: int):
     """``spec`` with workers of ``limit`` bytes, its spill target's rule applied again
     (:func:`gpuscale.memory.target_fraction`, as :func:`gpuscale.plan.memory.spill_choices`)."""
-    from .. import memory
-
     key = "distributed.worker.memory.target"
     target, _ = memory.target_fraction(limit, spec.threads_per_worker or 1, family)
     dask_config = {k: v for k, v in spec.dask_config.items() if k != key}
@@ -144,8 +143,6 @@ def least_limit(cls, p, family, spec, top: int) -> int | None:
 
 def refuse_planned(cls, p, family, spec) -> None:
     """Raise the one-line error of a run whose planned memory check does not fit."""
-    from .. import memory
-
     _, _, verdict = planned_memory(cls, p, family, spec)
     if not verdict["fits"]:
         raise memory.error(cls.name, verdict)
@@ -239,8 +236,6 @@ class Session:
                     self.family.import_in_background(self.collection)
                 self.client, self.cluster = stack.enter_context(cluster.connect(self.spec, self.security))
                 if self.spec.kind == "existing" and self.check_first:
-                    from ..cluster import preflight
-
                     self.preflight = preflight.check(
                         self.client,
                         self.family,
@@ -376,8 +371,6 @@ class Session:
         self.family.check(self.selection.requested, cls.collection)
         run_cfg = self.settings.run
         if o.trace is not None:
-            from ..trace import check_dir
-
             check_dir(o.trace)
         sources = {**self.resolved.sources, **o.keyword_sources()}
         strict = run_cfg.strict_backend if o.strict_backend is None else bool(o.strict_backend)
@@ -477,8 +470,6 @@ class Session:
         In-memory data (a NumPy array, a pandas frame) becomes a Dask collection whose every
         task builds its block on the backend, so no task holds a host chunk; ``chunks`` /
         ``npartitions`` default to the family's budgets."""
-        from ..backends import convert
-
         family = self.family if backend is None else backends.select(backend).family
         if not dask.is_dask_collection(obj) and hasattr(obj, "shape"):
             return convert.from_memory(obj, family, chunks=chunks, npartitions=npartitions)
@@ -514,8 +505,6 @@ class Session:
             tracer.audit = a.summary
 
     def _capture(self, directory: str, workload: str | None = None):
-        from ..trace import capture
-
         return capture(
             self.client,
             directory,
@@ -573,8 +562,6 @@ class Session:
         return info
 
     def _repr_html_(self) -> str:
-        from ..records.report import session_html
-
         return session_html(self)
 
 
@@ -588,8 +575,6 @@ def session_plan(resolved, family) -> tuple[session_knobs.Applied, ...]:
 def _topology(client) -> dict[str, Any] | None:
     """What the workers see (hosts, NVLink, RDMA ports, the GPU each holds), for the record;
     None when they cannot say (it names the transports, and never fails a run)."""
-    from ..cluster import preflight
-
     try:
         seen = preflight.facts(client)
     except Exception:  # noqa: BLE001 - a record without the NVLink facts, not a failed run
@@ -602,8 +587,6 @@ def _pairs(
 ) -> dict[str, Any]:
     """The record's ``cluster.pairs`` (:func:`gpuscale.cluster.preflight.pairs`): the transport
     per worker pair from what the preflight (or the started cluster's workers) saw."""
-    from ..cluster import preflight
-
     seen = preflight.seen_from(checked)
     source = "preflight"
     if seen is None:
@@ -638,7 +621,6 @@ def _write_output(workload, p, outcome, user) -> dict[str, Any]:
         return {}
     if outcome.validation.valid is False:
         return {"output": {"path": str(user.output), "written": False, "why": "the result failed validation"}}
-    from ..data import outputs
 
     value = workload.output_value(outcome.output, p, user.output.suffix.lower())
     try:
