@@ -128,7 +128,10 @@ def engine_side(name: str, cases, repeat: int, warmup: int) -> dict:
     return out
 
 
-SIDES = {"gpuscale": "gpuscale-{backend}", "dask": {"cpu": "dask-cpu", "gpu": "dask-cudf"}}
+SIDES = {
+    "gpuscale": {"cpu": "gpuscale-cpu", "gpu": "gpuscale-gpu"},
+    "dask": {"cpu": "dask-cpu", "gpu": "dask-cudf"},
+}
 """This script's Dask sides as ``user_queries.py`` names them (it opens them)."""
 
 
@@ -181,8 +184,7 @@ def main(argv=None) -> int:
         d = {"backend": a.backend, "repeat": a.repeat, "warmup": a.warmup, "sides": {}}
         for side in sides:
             if side in SIDES:
-                name = SIDES[side].format(backend=a.backend) if side == "gpuscale" else SIDES[side][a.backend]
-                with open_side(name):
+                with open_side(SIDES[side][a.backend]):
                     d["sides"][side] = dask_side(default_client(), cases, a.repeat, a.warmup)
             elif side == "alone":
                 d["sides"][side] = alone_side(
