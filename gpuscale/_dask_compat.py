@@ -24,6 +24,8 @@ part reads, and what it does when Dask moves it:
   Moved: :func:`size` asks the scheduler (:func:`identity`).
 * distributed's helpers (:func:`default_split` ... :func:`closing_half_built`): each names what
   it reads. Moved: the import fails, naming distributed's module.
+* :func:`merge_meta_through`: dask-expr's ``Merge._meta`` (a ``functools.cached_property``),
+  replaced while open. Moved: Dask's own metadata.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import threading
 from typing import Any
 
 DASK_CHECKED = "2026.8.0"
@@ -458,3 +461,53 @@ def closing_half_built():
                 half.close(timeout=10)
             half.status = Status.closed
         raise
+
+
+# -- merge metadata ----------------------------------------------------------------------
+@contextlib.contextmanager
+def merge_meta_through(lookup):
+    """While open, every dask-expr ``Merge`` expression (``BlockwiseMerge``, the hash and
+    broadcast joins: its subclasses) takes its ``_meta`` from ``lookup(left_meta, right_meta,
+    kwargs, compute)``, where ``compute()`` is Dask's own; the innermost open lookup answers.
+    Yields False where Dask moved ``Merge`` (Dask's own metadata, nothing replaced)."""
+    merge = _merge_class()
+    if merge is None:
+        yield False
+        return
+    with _MERGE_LOCK:
+        if not _MERGE_LOOKUPS:
+            _MERGE_OWN.append(merge.__dict__["_meta"])
+            merge._meta = _hooked_meta(merge, _MERGE_OWN[0].func)
+        _MERGE_LOOKUPS.append(lookup)
+    try:
+        yield True
+    finally:
+        with _MERGE_LOCK:
+            _MERGE_LOOKUPS.remove(lookup)
+            if not _MERGE_LOOKUPS:
+                merge._meta = _MERGE_OWN.pop()
+
+
+_MERGE_LOOKUPS: list = []
+_MERGE_OWN: list = []
+_MERGE_LOCK = threading.Lock()
+
+
+def _hooked_meta(merge: type, own):
+    def _meta(self):
+        lookups = _MERGE_LOOKUPS
+        if not lookups:  # closed while this expression was being made
+            return own(self)
+        return lookups[-1](self.left._meta, self.right._meta, self.kwargs, lambda: own(self))
+
+    hooked = functools.cached_property(_meta)
+    hooked.__set_name__(merge, "_meta")
+    return hooked
+
+
+def _merge_class():
+    try:
+        from dask.dataframe.dask_expr._merge import Merge
+    except ImportError:
+        return None
+    return Merge if isinstance(Merge.__dict__.get("_meta"), functools.cached_property) else None

@@ -667,8 +667,12 @@ class SessionSettings(_Section):
     """Dask DataFrame shuffles of all the work in a session's block
     (:mod:`gpuscale.backends.session_knobs`): ``auto`` (the family's), ``dask`` (Dask's own
     choice) or a method Dask knows."""
+    merge_meta: Annotated[Literal["cached", "dask"], Knob()] = "cached"
+    """The metadata of Dask merges in a session's block (:mod:`gpuscale.backends.merge_meta`):
+    ``cached`` (computed once per pair of input schemas and arguments) or ``dask`` (by every
+    merge expression Dask's optimizer makes)."""
 
-    @field_validator("host_collections", "shuffle_method", mode="before")
+    @field_validator("host_collections", "shuffle_method", "merge_meta", mode="before")
     @classmethod
     def _word(cls, v):
         return v.strip().lower() if isinstance(v, str) else v

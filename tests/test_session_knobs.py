@@ -141,3 +141,110 @@ def test_a_trace_of_user_code_shows_its_shuffle_and_merge_time_and_the_applied_k
     assert any("dataframe.shuffle.method = tasks" in n and "shuffle.family" in n for n in summary.notes)
     rows = dict(summary_rows(summary))
     assert "  shuffle" in rows and "  merge" in rows
+
+
+def _chain(frames: dict[str, dd.DataFrame]) -> dd.DataFrame:
+    """Five merges as a user chains them (TPC-H-shaped: a filter, then join after join)."""
+    n = frames["n"][frames["n"].r < 3]
+    j = frames["c"].merge(n, left_on="cn", right_on="nk")
+    j = j.merge(frames["o"], left_on="ck", right_on="oc").merge(frames["l"], left_on="ok", right_on="lo")
+    j = j.merge(frames["s"], left_on=["ls", "cn"], right_on=["sk", "sn"])
+    return j.assign(rev=j.price * (1 - j.disc)).groupby("name").rev.sum()
+
+
+def _chain_tables() -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(7)
+    return {
+        "n": pd.DataFrame({"nk": np.arange(10), "r": np.arange(10) % 5, "name": list("abcdefghij")}),
+        "c": pd.DataFrame({"ck": np.arange(300), "cn": np.arange(300) % 10}),
+        "o": pd.DataFrame({"ok": np.arange(2000), "oc": rng.integers(0, 300, 2000)}),
+        "l": pd.DataFrame(
+            {
+                "lo": rng.integers(0, 2000, 8000),
+                "ls": rng.integers(0, 40, 8000),
+                "price": rng.random(8000),
+                "disc": rng.random(8000) / 10,
+            }
+        ),
+        "s": pd.DataFrame({"sk": np.arange(40), "sn": np.arange(40) % 10}),
+    }
+
+
+def _pandas_merges_while_planning(tables) -> tuple[int, pd.Series]:
+    """(how many pandas merges Dask ran in the client to plan :func:`_chain`, its answer),
+    counted by cProfile: every merge metadata computation is one pandas merge."""
+    import cProfile
+    import pstats
+
+    frames = {k: dd.from_pandas(v, npartitions=2) for k, v in tables.items()}
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        planned = _chain(frames).optimize()
+    finally:
+        prof.disable()
+    merges = sum(
+        calls
+        for (file, _, name), (calls, *_) in pstats.Stats(prof).stats.items()
+        if name == "merge" and "pandas" in file and file.endswith("frame.py")
+    )
+    return merges, planned.compute()
+
+
+def test_user_merges_in_the_block_share_their_metadata():
+    """A chain of five user merges: Dask computes each merge's metadata again for every
+    expression its optimizer makes; in a session one computation serves each pair of schemas,
+    the answer unchanged (rule ``merge-meta.cached``)."""
+    tables = _chain_tables()
+    plain, want = _pandas_merges_while_planning(tables)
+    with gpuscale.session(backend="cpu", **SMALL) as s:
+        applied = {a.name: a for a in s.applied}["merge_meta"]
+        assert (applied.value, applied.rule, applied.dask_key) == ("cached", "merge-meta.cached", None)
+        cached, got = _pandas_merges_while_planning(tables)
+    assert plain >= 15 and cached <= plain // 2, (plain, cached)
+    pd.testing.assert_series_equal(got.sort_index(), want.sort_index())
+    again, _ = _pandas_merges_while_planning(tables)
+    assert again == plain  # scoped to the block
+
+
+def test_merge_metadata_left_to_dask_by_the_setting():
+    tables = _chain_tables()
+    plain, _ = _pandas_merges_while_planning(tables)
+    with gpuscale.session(backend="cpu", merge_meta="dask", **SMALL) as s:
+        applied = {a.name: a for a in s.applied}["merge_meta"]
+        assert (applied.value, applied.source, applied.rule) == ("dask", "flag", "merge-meta.dask")
+        assert _pandas_merges_while_planning(tables)[0] == plain
+    d = api.explain("merge", backend="cpu", cluster_settings=SMALL)
+    assert d["explained"]["session"]["merge_meta"]["rule_id"] == "merge-meta.cached"
+
+
+def test_merges_that_differ_in_any_schema_detail_keep_their_own_metadata():
+    """Merges alike but for a dtype, a column or index name, the join's kind or its suffixes:
+    each gets the metadata Dask computes for it outside a session, in any order."""
+    base = pd.DataFrame({"k": np.arange(6), "v": np.arange(6.0)})
+    other = pd.DataFrame({"k": np.arange(3), "v": np.arange(3.0)})
+    variants = [
+        (base, other, {"on": "k"}),
+        (base, other.astype({"k": "int32"}), {"on": "k"}),
+        (base, other.astype({"v": "float32"}), {"on": "k"}),
+        (base, other.astype({"v": "category"}), {"on": "k"}),
+        (base, other.rename(columns={"v": "w"}), {"on": "k"}),
+        (base, other, {"on": "k", "how": "left"}),
+        (base, other, {"on": "k", "suffixes": ("_l", "_r")}),
+        (base.set_index("k"), other.set_index("k"), {"left_index": True, "right_index": True}),
+        (base.rename_axis("i"), other, {"on": "k"}),
+    ]
+
+    def metas():
+        return [
+            dd.from_pandas(a, npartitions=2).merge(dd.from_pandas(b, npartitions=1), **kw)._meta
+            for a, b, kw in variants
+        ]
+
+    want = metas()
+    with gpuscale.session(backend="cpu", **SMALL):
+        got = metas() + metas()  # the second time from the cache
+    for i, meta in enumerate(got):
+        w = want[i % len(want)]
+        assert list(meta.columns) == list(w.columns) and meta.dtypes.equals(w.dtypes), variants[i % len(want)]
+        assert meta.index.name == w.index.name and meta.index.dtype == w.index.dtype

@@ -126,10 +126,8 @@ def open_side(name: str):
         import gpuscale
 
         with gpuscale.session(backend=name.split("-")[1]) as s:
-            print(
-                f"{name}: " + "; ".join(f"{a.dask_key}={a.value} ({a.source}, {a.rule})" for a in s.applied),
-                file=sys.stderr,
-            )
+            knobs = "; ".join(f"{a.dask_key or a.name}={a.value} ({a.source}, {a.rule})" for a in s.applied)
+            print(f"{name}: {knobs}", file=sys.stderr)
             yield _dask_runner()
     elif name == "polars-gpu":
         import polars as pl

@@ -1,20 +1,25 @@
-"""The Dask settings a session applies to all the work in its block, not only gpuscale's own:
-:func:`plan` decides each value once, with its source and rule id, and the session sets them
-with ``dask.config.set`` for the block. Precedence and measurements: docs/decisions.md, rules
-``shuffle.setting``, ``shuffle.yours``, ``shuffle.family``.
+"""The knobs a session applies to all the work in its block, not only gpuscale's own:
+:func:`plan` decides each value once, with its source and rule id; the session sets the Dask
+settings among them with ``dask.config.set`` for the block (:func:`dask_settings`) and enters
+the rest (:func:`entered`). Precedence and measurements: docs/decisions.md, rules
+``shuffle.setting``, ``shuffle.yours``, ``shuffle.family``, ``merge-meta.cached``.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 import dask.config
 
+from .. import _dask_compat
 from .family import Family
+from .merge_meta import MetaCache
 
 SHUFFLE_SETTING = "session.shuffle-method"
 SHUFFLE_KEY = "dataframe.shuffle.method"
+MERGE_META_SETTING = "session.merge-meta"
 
 
 @dataclass(frozen=True)
@@ -24,8 +29,9 @@ class Applied:
 
     name: str
     """The knob's name in ``explained["session"]`` (``shuffle_method``)."""
-    dask_key: str
-    """Dask's config key it sets (``dataframe.shuffle.method``)."""
+    dask_key: str | None
+    """Dask's config key it sets (``dataframe.shuffle.method``); None for a knob that is not a
+    Dask setting (:func:`entered` applies it)."""
     value: Any
     source: str
     rule: str
@@ -43,10 +49,33 @@ class Applied:
         }
 
 
-def plan(family: Family, setting: str, source: str) -> tuple[Applied, ...]:
-    """What a session of ``family`` applies to user code, given ``session.shuffle-method``
-    (``setting``, from settings layer ``source``) and Dask's config as it is now."""
-    return (_shuffle(family, setting, source),)
+def plan(family: Family, session, sources: dict[str, str]) -> tuple[Applied, ...]:
+    """What a session of ``family`` applies to user code, given the ``session`` settings
+    section (each from the settings layer ``sources`` names) and Dask's config as it is now."""
+    return (
+        _shuffle(family, session.shuffle_method, sources.get(SHUFFLE_SETTING, "default")),
+        _merge_meta(session.merge_meta, sources.get(MERGE_META_SETTING, "default")),
+    )
+
+
+def _merge_meta(setting: str, source: str) -> Applied:
+    if setting == "dask":
+        return Applied(
+            "merge_meta",
+            None,
+            "dask",
+            source,
+            "merge-meta.dask",
+            f"{MERGE_META_SETTING} is dask: each merge expression computes its own",
+        )
+    return Applied(
+        "merge_meta",
+        None,
+        "cached",
+        source,
+        "merge-meta.cached",
+        "merges of inputs with the same schemas and arguments share one metadata computation",
+    )
 
 
 def _shuffle(family: Family, setting: str, source: str) -> Applied:
@@ -80,4 +109,15 @@ def _shuffle(family: Family, setting: str, source: str) -> Applied:
 
 def dask_settings(applied: tuple[Applied, ...]) -> dict[str, Any]:
     """The ``dask.config`` values to set for the block (those left to Dask are not set)."""
-    return {a.dask_key: a.value for a in applied if a.value is not None and a.source != "dask.config"}
+    return {
+        a.dask_key: a.value
+        for a in applied
+        if a.dask_key is not None and a.value is not None and a.source != "dask.config"
+    }
+
+
+def entered(applied: tuple[Applied, ...], stack: contextlib.ExitStack) -> None:
+    """Enter, on ``stack``, the applied knobs that are not Dask settings, for the block."""
+    for a in applied:
+        if a.name == "merge_meta" and a.value == "cached":
+            stack.enter_context(_dask_compat.merge_meta_through(MetaCache()))

@@ -254,6 +254,7 @@ class Session:
                         {**self.family.dask_config(), **session_knobs.dask_settings(self.applied)}
                     )
                 )
+                session_knobs.entered(self.applied, stack)
                 self._host_scope = stack.enter_context(
                     host_collections.scope(self.family, self.settings.session.host_collections)
                 )
@@ -497,7 +498,7 @@ class Session:
         self._require_open()
         with self._capture(directory) as tracer, tracer.phase(phase):
             tracer.notes += [
-                f"the session applied {a.dask_key} = {a.value} ({a.source}, rule {a.rule})"
+                f"the session applied {a.dask_key or a.name} = {a.value} ({a.source}, rule {a.rule})"
                 for a in self.applied
             ]
             with audit_mod.audit(self.client, self.family, phase=phase) as a:  # summary.json's "audit"
@@ -568,8 +569,7 @@ class Session:
 def session_plan(resolved, family) -> tuple[session_knobs.Applied, ...]:
     """The Dask settings a session of ``family`` applies to its block's work, from the resolved
     settings (:func:`gpuscale.backends.session_knobs.plan`; ``explain`` asks the same)."""
-    setting = resolved.settings.session.shuffle_method
-    return session_knobs.plan(family, setting, resolved.sources.get(session_knobs.SHUFFLE_SETTING, "default"))
+    return session_knobs.plan(family, resolved.settings.session, resolved.sources)
 
 
 def _topology(client) -> dict[str, Any] | None:
