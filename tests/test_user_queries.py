@@ -117,6 +117,17 @@ def test_an_interrupted_run_resumes_timing_only_the_cells_it_lacks(small_run, tm
     }
 
 
+def test_the_tables_of_an_interrupted_run_mark_the_cells_it_did_not_reach(small_run):
+    import user_queries
+
+    _, d, _ = small_run
+    partial = {**d, "cells": {k: c for k, c in d["cells"].items() if not k.endswith("|j5|gpuscale-cpu")}}
+    text, ok = user_queries.tables(partial)
+    (j5,) = [line.split() for line in text.splitlines() if line.strip().startswith("j5 ")]
+    assert j5[2] == "." and j5[-1] == "-"  # no time, no ratio
+    assert ok is True and "1 cells not measured" in text
+
+
 def test_the_published_h200_table_still_loads_and_prints_as_before():
     """The H200 run in the docs was written before results carried a version: it loads as the
     current version and prints the docs' table."""

@@ -301,16 +301,18 @@ geomean = harness.geomean
 
 
 def tables(d: dict) -> tuple[str, bool]:
-    """The printed tables (one per suite and size) and whether every answer was right."""
-    lines, ok = [], True
+    """The printed tables (one per suite and size) and whether every answer measured was right;
+    a cell an interrupted run did not reach reads ``.``."""
+    lines, ok, missing = [], True, 0
     for s in d["sets"]:
         sides = d["sides"]
         ratios = [r for r in RATIOS if r[1] in sides and r[2] in sides]
         head = ["query"] + [x[:12] for x in sides] + [r[0] for r in ratios]
         rows, cols = [], {r[0]: [] for r in ratios}
         for qname, _ in s["queries"]:
-            cell = {side: d["cells"][f"{s['suite']}|{s['size']}|{qname}|{side}"] for side in sides}
-            ok &= all(c.get("valid") for c in cell.values())
+            cell = {side: d["cells"].get(f"{s['suite']}|{s['size']}|{qname}|{side}") for side in sides}
+            ok &= all(c.get("valid") for c in cell.values() if c is not None)
+            missing += sum(c is None for c in cell.values())
             row = [qname] + [_fmt(c) for c in cell.values()]
             for label, a, b, _ in ratios:
                 x, y = _time(cell[a]), _time(cell[b])
@@ -324,20 +326,24 @@ def tables(d: dict) -> tuple[str, bool]:
         lines.append(
             f"\n{s['suite']} {s['size']}: median of the warm runs (each cell's times_s in --json), "
             "seconds (* wrong answer, E error, c Polars' CPU engine: not in ratios; ~ a ratio whose "
-            "95 % interval holds 1: not significant)"
+            "95 % interval holds 1: not significant; . not measured)"
         )
         for r in [head] + rows:
             lines.append("  ".join(str(v).rjust(w) for v, w in zip(r, widths)))
     lines.append("\nratios: " + "; ".join(f"{r[0]}: {r[3]}" for r in RATIOS))
+    if missing:
+        lines.append(f"{missing} cells not measured: the run was interrupted (--resume JSON times them)")
     return "\n".join(lines), ok
 
 
-def _time(c: dict) -> float | None:
+def _time(c: dict | None) -> float | None:
     """A cell's time where it counts in a ratio: a right answer, on the side's own engine."""
-    return c["median_s"] if c.get("valid") and not c.get("on_cpu") else None
+    return c["median_s"] if c and c.get("valid") and not c.get("on_cpu") else None
 
 
-def _fmt(c: dict) -> str:
+def _fmt(c: dict | None) -> str:
+    if c is None:
+        return "."
     if "error" in c:
         return "E"
     return f"{c['median_s']:.3f}" + ("" if c["valid"] else "*") + ("c" if c.get("on_cpu") else "")

@@ -69,12 +69,25 @@ def schema(meta) -> tuple:
         type(columns),
         columns.name,
         tuple(columns),
-        tuple(meta.dtypes),
+        _dtypes(meta, columns),
         type(index),
         tuple(index.names),
         levels,
         str(getattr(index, "freq", None)),
     )
+
+
+def _dtypes(meta, columns) -> tuple:
+    """The columns' dtypes in order. cuDF's ``DataFrame.dtypes`` builds a pandas Series of them
+    (0.29 ms for three columns on an H200 host, against 0.003 ms for the (name, dtype) pairs of
+    cuDF's ``_dtypes``), so those pairs are read where a frame has them and name its columns in
+    the same order."""
+    pairs = getattr(meta, "_dtypes", None)
+    if pairs is not None:
+        pairs = tuple(pairs.items() if hasattr(pairs, "items") else pairs)
+        if tuple(name for name, _ in pairs) == tuple(columns):
+            return tuple(dtype for _, dtype in pairs)
+    return tuple(meta.dtypes)
 
 
 def _frozen(v):
