@@ -303,3 +303,32 @@ def test_the_workers_are_listed_while_the_client_refreshes_its_identity():
             counts = [len(cluster.workers(client)) for _ in range(500)]
             assert set(counts) == {2}
             assert set(cluster.identity(client)["workers"]) == set(lc.scheduler.workers)
+
+
+def _heartbeat_failures_logged() -> list[str]:
+    """In a worker: what ``distributed.worker`` lets through of a heartbeat's failures, logged
+    as the worker logs them (``logger.exception`` inside the ``except``)."""
+    import logging
+
+    from distributed.comm import CommClosedError
+
+    log = logging.getLogger("distributed.worker")
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(type(record.exc_info[1]).__name__)
+    log.addHandler(handler)
+    try:
+        for exc in (CommClosedError("in <TLS (closed)>: Stream is closed"), OSError("refused")):
+            try:
+                raise exc
+            except OSError:
+                log.exception("Failed to communicate with scheduler during heartbeat.")
+    finally:
+        log.removeHandler(handler)
+    return seen
+
+
+def test_a_heartbeat_cut_by_the_closing_scheduler_leaves_no_traceback_but_a_lost_one_shows(cpu_session):
+    # the race of `cluster down`: the scheduler closes the connection of a heartbeat in flight
+    seen = cpu_session.client.run(_heartbeat_failures_logged)
+    assert len(seen) == 2 and all(v == ["OSError"] for v in seen.values()), seen

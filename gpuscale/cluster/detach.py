@@ -2,8 +2,8 @@
 worker process leaves the terminal's process group as it starts, so a signal to the group
 (Ctrl-C, ``timeout``) reaches only the gpuscale process, which closes its workers; a worker
 still exits when the pipe to its parent closes. It also drops the worker's logs of failures
-the client reports (:func:`quiet_task_failures`) and sends its log lines below ERROR to the
-session's log file (:mod:`gpuscale.cluster.logs`).
+the client reports and of a scheduler closing under a heartbeat (:func:`quiet_task_failures`),
+and sends its log lines below ERROR to the session's log file (:mod:`gpuscale.cluster.logs`).
 """
 
 from __future__ import annotations
@@ -42,11 +42,28 @@ class _DropCancelled:
         )
 
 
+class _DropHeartbeatToAClosedScheduler:
+    """A logging filter for ``distributed.worker``: drops the traceback of a heartbeat whose
+    connection the scheduler closed. The scheduler is closing (its close reaches the worker
+    next) or gone (the process that started it says so); a scheduler that stops answering
+    still shows, as a failure to connect."""
+
+    def filter(self, record) -> bool:
+        from distributed.comm import CommClosedError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (
+            str(record.msg).startswith("Failed to communicate with scheduler during heartbeat")
+            and isinstance(exc, CommClosedError)
+        )
+
+
 def quiet_task_failures() -> None:
     import logging
 
     for name, kind in (
         ("distributed.worker", _DropComputeFailed),
+        ("distributed.worker", _DropHeartbeatToAClosedScheduler),
         ("distributed.worker.state_machine", _DropCancelled),
     ):
         log = logging.getLogger(name)
