@@ -24,17 +24,19 @@ part reads, and what it does when Dask moves it:
   Moved: :func:`size` asks the scheduler (:func:`identity`).
 * distributed's helpers (:func:`default_split` ... :func:`closing_half_built`): each names what
   it reads. Moved: the import fails, naming distributed's module.
-* :func:`merge_meta_through`: dask-expr's ``Merge._meta`` (a ``functools.cached_property``),
-  replaced while open. Moved: Dask's own metadata.
+* :func:`merge_meta_through`: dask-expr's ``Merge._meta`` (a ``functools.cached_property``)
+  in :data:`MERGE_MODULE`, replaced while open (as that module is imported, if it is not yet).
+  Moved: Dask's own metadata.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.abc
 import sys
 import threading
-from typing import Any
+from typing import Any, Iterator
 
 DASK_CHECKED = "2026.8.0"
 DISTRIBUTED_CHECKED = "2026.8.0"
@@ -464,33 +466,51 @@ def closing_half_built():
 
 
 # -- merge metadata ----------------------------------------------------------------------
+MERGE_MODULE = "dask.dataframe.dask_expr._merge"
+"""dask-expr's module of ``Merge``: hooked at once when imported, else as it is imported."""
+
+
 @contextlib.contextmanager
-def merge_meta_through(lookup):
+def merge_meta_through(lookup) -> Iterator[None]:
     """While open, every dask-expr ``Merge`` expression (``BlockwiseMerge``, the hash and
     broadcast joins: its subclasses) takes its ``_meta`` from ``lookup(left_meta, right_meta,
     kwargs, compute)``, where ``compute()`` is Dask's own; the innermost open lookup answers.
-    Yields False where Dask moved ``Merge`` (Dask's own metadata, nothing replaced)."""
-    merge = _merge_class()
-    if merge is None:
-        yield False
-        return
+    Imports nothing: before ``dask.dataframe`` is imported, ``Merge`` is hooked as its module
+    is (an array-only block never pays for that import). Where Dask moved ``Merge``, Dask's
+    own metadata."""
     with _MERGE_LOCK:
-        if not _MERGE_LOOKUPS:
-            _MERGE_OWN.append(merge.__dict__["_meta"])
-            merge._meta = _hooked_meta(merge, _MERGE_OWN[0].func)
         _MERGE_LOOKUPS.append(lookup)
+        if len(_MERGE_LOOKUPS) == 1:
+            _on_import(MERGE_MODULE, _hook_merge)
     try:
-        yield True
+        yield
     finally:
         with _MERGE_LOCK:
             _MERGE_LOOKUPS.remove(lookup)
             if not _MERGE_LOOKUPS:
-                merge._meta = _MERGE_OWN.pop()
+                _unhook_merge()
 
 
 _MERGE_LOOKUPS: list = []
-_MERGE_OWN: list = []
-_MERGE_LOCK = threading.Lock()
+_MERGE_OWN: list = []  # [(Merge, Dask's own cached_property)] while hooked
+_MERGE_LOCK = threading.RLock()
+
+
+def _hook_merge(module) -> None:
+    merge = getattr(module, "Merge", None)
+    own = getattr(merge, "__dict__", {}).get("_meta")
+    with _MERGE_LOCK:
+        if not _MERGE_LOOKUPS or _MERGE_OWN or not isinstance(own, functools.cached_property):
+            return
+        _MERGE_OWN.append((merge, own))
+        merge._meta = _hooked_meta(merge, own.func)
+
+
+def _unhook_merge() -> None:
+    _PENDING.pop(MERGE_MODULE, None)
+    if _MERGE_OWN:
+        merge, own = _MERGE_OWN.pop()
+        merge._meta = own
 
 
 def _hooked_meta(merge: type, own):
@@ -505,9 +525,52 @@ def _hooked_meta(merge: type, own):
     return hooked
 
 
-def _merge_class():
-    try:
-        from dask.dataframe.dask_expr._merge import Merge
-    except ImportError:
+# -- after an import ----------------------------------------------------------------------
+_PENDING: dict[str, Any] = {}
+"""Module name -> what runs once it is imported (:func:`_on_import`)."""
+
+
+def _on_import(name: str, then) -> None:
+    """``then(module)`` now if ``name`` is imported, else right after it is (once; dropped
+    from :data:`_PENDING` by whoever no longer wants it)."""
+    if name in sys.modules:
+        then(sys.modules[name])
+        return
+    _PENDING[name] = then
+    if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport())
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """A finder that finds nothing itself: for a module named in :data:`_PENDING` it takes
+    the spec the other finders give and runs the pending call after the module's code."""
+
+    def find_spec(self, fullname, path, target=None):
+        then = _PENDING.pop(fullname, None)
+        if then is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _ThenLoader(spec.loader, then)
+                return spec
         return None
-    return Merge if isinstance(Merge.__dict__.get("_meta"), functools.cached_property) else None
+
+
+class _ThenLoader(importlib.abc.Loader):
+    """``loader``, with ``then(module)`` after it runs the module (everything else its own)."""
+
+    def __init__(self, loader, then):
+        self._loader, self._then = loader, then
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self._loader.exec_module(module)
+        self._then(module)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)

@@ -248,3 +248,34 @@ def test_merges_that_differ_in_any_schema_detail_keep_their_own_metadata():
         w = want[i % len(want)]
         assert list(meta.columns) == list(w.columns) and meta.dtypes.equals(w.dtypes), variants[i % len(want)]
         assert meta.index.name == w.index.name and meta.index.dtype == w.index.dtype
+
+
+LATE_IMPORT = """
+import sys
+if __name__ == "__main__":
+    import gpuscale
+    with gpuscale.session(backend="cpu", workers=1, threads_per_worker=1) as s:
+        assert "dask.dataframe" not in sys.modules, "the session imported dask.dataframe"
+        sys.path.insert(0, {tests!r})
+        import test_session_knobs as t  # imports dask.dataframe, in the block
+        cached, got = t._pandas_merges_while_planning(t._chain_tables())
+    plain, want = t._pandas_merges_while_planning(t._chain_tables())
+    assert plain >= 15 and cached <= plain // 2, (plain, cached)
+    t.pd.testing.assert_series_equal(got.sort_index(), want.sort_index())
+    print("ok", plain, cached)
+"""
+
+
+def test_a_session_shares_merge_metadata_with_dask_dataframe_imported_inside_its_block(tmp_path):
+    """The session imports no DataFrame code itself (an array block never pays for it), yet
+    merges of a ``dask.dataframe`` first imported inside the block share their metadata."""
+    import pathlib
+    import subprocess
+    import sys
+
+    script = tmp_path / "late_import.py"
+    script.write_text(LATE_IMPORT.format(tests=str(pathlib.Path(__file__).parent)))
+    p = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=180, cwd=tmp_path
+    )
+    assert p.returncode == 0 and p.stdout.startswith("ok"), p.stderr[-2000:]
