@@ -695,14 +695,15 @@ class Settings(_Section):
         str,
         Knob(
             flag=Flag(
-                "auto (default: a GPU cluster here uses ucx where installed, else tcp) | tcp | ucx",
+                "auto (default: the family's transport, tcp for cpu and gpu) | tcp | ucx",
                 "cluster",
                 metavar="auto|tcp|ucx",
             )
         ),
     ] = "auto"
-    """How workers talk: ``auto`` (a GPU cluster started here uses UCX where it is installed,
-    else TCP; rule ids ``protocol.*``), ``tcp`` or ``ucx`` (or an installed transport)."""
+    """How workers talk: ``auto`` (the family's transport for a cluster started here, TCP for
+    both built-in families; rule ids ``protocol.*``), ``tcp`` or ``ucx`` (or an installed
+    transport)."""
     scheduler: Annotated[
         str | None,
         Knob(

@@ -77,7 +77,7 @@ def test_knobs_differ_between_families():
     assert cpu.knobs.threads_per_worker["dataframe"] == 1
     assert cpu.knobs.threads_per_worker["array"] > 1
     assert gpu.knobs.as_dict("array")["pre_import"] == ["cupy"]
-    assert cpu.knobs.as_dict("array")["pre_import"] == []
+    assert cpu.knobs.as_dict("array")["pre_import"] == ["dask.array"]
     assert cpu.knobs.as_dict("dataframe")["threads_per_worker"] == 1
     assert cpu.dask_config() == {"array.backend": "numpy", "dataframe.backend": "pandas"}
     assert gpu.dask_config() == {"array.backend": "cupy", "dataframe.backend": "cudf"}
@@ -186,7 +186,8 @@ def test_missing_module_family_is_not_usable(cpu_family):
 
 def test_import_in_background_imports_the_pre_import_list(tmp_path):
     """A session starts importing its family's worker libraries (cuDF: 2 s) in a thread while
-    its cluster starts; already-imported and missing modules are skipped."""
+    its cluster starts; already-imported and missing modules are skipped, and a collection with
+    nothing to import starts no thread."""
     import subprocess
     import sys
 
@@ -200,7 +201,7 @@ assert "xml.dom.minidom" not in sys.modules
 t = fam.import_in_background("dataframe")
 t.join(30)
 print("xml.dom.minidom" in sys.modules, fam.import_in_background("dataframe"),
-      cpu.import_in_background("dataframe"))
+      cpu.import_in_background("session"))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "None", "None"], out

@@ -332,3 +332,22 @@ def test_a_heartbeat_cut_by_the_closing_scheduler_leaves_no_traceback_but_a_lost
     # the race of `cluster down`: the scheduler closes the connection of a heartbeat in flight
     seen = cpu_session.client.run(_heartbeat_failures_logged)
     assert len(seen) == 2 and all(v == ["OSError"] for v in seen.values()), seen
+
+
+def _imported(modules) -> list[bool]:
+    import sys
+
+    return [m in sys.modules for m in modules]
+
+
+@pytest.mark.parametrize(
+    ("collection", "expected"),
+    [("dataframe", [True, True]), ("array", [False, True]), (None, [False, False])],
+)
+def test_workers_import_their_collections_library_before_they_join(collection, expected):
+    # the CPU family's pre-import for the work's collection, and only that one: a DataFrame
+    # cluster's workers hold dask.dataframe (which imports dask.array) before the first task,
+    # an array cluster's dask.array alone, a session for any work neither
+    with gpuscale.session(backend="cpu", workers=2, threads_per_worker=1, collection=collection) as s:
+        seen = s.client.run(_imported, ["dask.dataframe", "dask.array"])
+    assert len(seen) == 2 and all(v == expected for v in seen.values()), seen

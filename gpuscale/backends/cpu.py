@@ -23,6 +23,8 @@ FAMILY = Family(
         shuffle_method=None,
         split_out_budget_bytes=256 * MiB,
         split_every=8,
+        # the client while its cluster starts, each worker beside its start (in a thread)
+        pre_import={"array": ("dask.array",), "dataframe": ("dask.dataframe",)},
     ),
     auto_priority=0,
     spill_to="disk",

@@ -194,27 +194,9 @@ class Family:
         return time.perf_counter() - t0
 
     def import_in_background(self, collection: str | None) -> threading.Thread | None:
-        """Start importing ``knobs.pre_import[collection]`` in a daemon thread of this process
-        (to overlap a cluster's start) and return it; None: nothing to import. Errors are left
-        to the real import."""
-        todo = [
-            m
-            for m in self.knobs.pre_import.get(collection or "session", ())
-            if m not in sys.modules and importlib.util.find_spec(m.split(".")[0]) is not None
-        ]
-        if not todo:
-            return None
-
-        def _import():
-            for m in todo:
-                try:
-                    importlib.import_module(m)
-                except Exception:  # noqa: BLE001 - reported by the import that needs it
-                    return
-
-        t = threading.Thread(target=_import, name="gpuscale-import", daemon=True)
-        t.start()
-        return t
+        """Start importing ``knobs.pre_import[collection]`` in this process (to overlap a
+        cluster's start): :func:`import_in_thread`."""
+        return import_in_thread(self.knobs.pre_import.get(collection or "session", ()))
 
     def chunk_module(self, collection: str) -> str:
         """This family's chunk library for ``collection`` ("array" or "dataframe")."""
@@ -292,6 +274,29 @@ class Family:
             ),
             "layout.family",
         )
+
+
+def import_in_thread(modules, name: str = "gpuscale-import") -> threading.Thread | None:
+    """Start importing ``modules`` (those not imported yet and installed) in a daemon thread
+    and return it; None: nothing to import. Errors are left to the real import. The caller
+    joins the thread before its own code may import from the same packages: an import of a
+    submodule beside the thread's can meet a module half-initialized."""
+    todo = [
+        m for m in modules if m not in sys.modules and importlib.util.find_spec(m.split(".")[0]) is not None
+    ]
+    if not todo:
+        return None
+
+    def _import():
+        for m in todo:
+            try:
+                importlib.import_module(m)
+            except Exception:  # noqa: BLE001 - reported by the import that needs it
+                return
+
+    t = threading.Thread(target=_import, name=name, daemon=True)
+    t.start()
+    return t
 
 
 def _warm_worker(array_module: str, dataframe_module: str) -> None:

@@ -3,7 +3,8 @@ worker process leaves the terminal's process group as it starts, so a signal to 
 (Ctrl-C, ``timeout``) reaches only the gpuscale process, which closes its workers; a worker
 still exits when the pipe to its parent closes. It also drops the worker's logs of failures
 the client reports and of a scheduler closing under a heartbeat (:func:`quiet_task_failures`),
-and sends its log lines below ERROR to the session's log file (:mod:`gpuscale.cluster.logs`).
+sends its log lines below ERROR to the session's log file (:mod:`gpuscale.cluster.logs`), and
+imports the libraries its work needs (:data:`PRE_IMPORT_KEY`) before it joins the cluster.
 """
 
 from __future__ import annotations
@@ -16,12 +17,34 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from ..errors import quiet_exit_logs
 from . import logs
 
+PRE_IMPORT_KEY = "gpuscale-pre-import"
+"""The dask config key that carries the modules each worker imports as it starts (the family's
+``pre_import`` for the work's collection), before it joins the cluster, as dask-cuda's
+``pre_import`` does: the workers import in parallel while the cluster starts, and the first task
+does not wait for them. Not in a thread beside the worker: a task unpickled meanwhile that
+imports a submodule of the same package can meet it half-initialized."""
+
 
 def dask_setup(worker=None) -> None:
     with contextlib.suppress(OSError, AttributeError):  # AttributeError: no os.setpgrp (Windows)
         os.setpgrp()
     quiet_task_failures()
     logs.in_worker()
+    import dask
+
+    pre_import(dask.config.get(PRE_IMPORT_KEY, None) or ())
+
+
+def pre_import(modules) -> None:
+    """Import ``modules`` now; a module that fails is left to the task that needs it, which
+    reports the failure."""
+    import importlib
+
+    for m in modules:
+        try:
+            importlib.import_module(m)
+        except Exception:  # noqa: BLE001 - reported by the import that needs it
+            continue
 
 
 class _DropComputeFailed:

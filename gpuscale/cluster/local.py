@@ -11,6 +11,7 @@ from ..errors import UserError
 from ..plan.memory import memory_choice, rmm_choice, spill_choices
 from . import ClusterSpec, construct
 from . import security as tls
+from .detach import PRE_IMPORT_KEY
 from .kind import Kind
 
 logger = logging.getLogger(__name__)
@@ -166,6 +167,9 @@ class Local(Kind):
         if c.memory_limit != "auto":
             check_total(workers, limit, host)
         worker_config: dict = {}
+        pre = list(family.knobs.pre_import.get(plan.collection or "session", ()))
+        if pre:
+            worker_config[PRE_IMPORT_KEY] = pre
         choices = {
             "transports": proto.transports_choice(c.ucx, {}, src),
             "workers": layout.workers,
@@ -190,6 +194,7 @@ class Local(Kind):
             threads_per_worker=threads,
             memory_limit=c.memory_limit,
             memory_limit_bytes=limit,
+            pre_import=pre,
             dashboard_address=c.dashboard_address,
             notes=notes,
             kwargs=kwargs,

@@ -54,11 +54,6 @@ def _in_worker() -> bool:
     return True
 
 
-def _freeze_collected() -> None:
-    gc.collect()
-    gc.freeze()
-
-
 @contextlib.contextmanager
 def collector_held(client=None) -> Iterator[Callable[[], ContextManager[None]]]:
     """For the timed repeats (docs/benchmarks/cpu.md): a full collection, then ``gc.freeze``,
@@ -69,7 +64,8 @@ def collector_held(client=None) -> Iterator[Callable[[], ContextManager[None]]]:
     frozen = False
     if client is not None and not _in_worker():
         with contextlib.suppress(Exception):  # a cluster that refuses client.run: its workers as they are
-            client.run(_freeze_collected)
+            client.run(gc.collect)  # the gc module's own functions: a worker imports nothing for them
+            client.run(gc.freeze)
             frozen = True
     gc.collect()
     gc.freeze()

@@ -231,10 +231,13 @@ class Session:
                 "connecting to the cluster" if self.spec.kind == "existing" else "the cluster's start-up"
             ):
                 t0 = time.perf_counter()
+                importing = None
                 if self.placement is None or self.placement.where != "cluster":
                     # overlaps the cluster's start; a runner sent into the cluster needs none here
-                    self.family.import_in_background(self.collection)
+                    importing = self.family.import_in_background(self.collection)
                 self.client, self.cluster = stack.enter_context(cluster.connect(self.spec, self.security))
+                if importing is not None:  # done before any code here imports from those packages
+                    importing.join()
                 if self.spec.kind == "existing" and self.check_first:
                     self.preflight = preflight.check(
                         self.client,
