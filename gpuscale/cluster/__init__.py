@@ -161,6 +161,25 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
     return spec
 
 
+def spec_for(k: Kind, plan, **fields: Any) -> ClusterSpec:
+    """The spec of kind ``k`` for ``plan`` with ``fields``, which win over what every kind that
+    starts workers has: its class, the plan's family, protocol and threads per worker, the
+    memory limit and dashboard address as set."""
+    c = plan.resolved.settings.cluster
+    return ClusterSpec(
+        **{
+            "kind": k.name,
+            "cls": k.cluster_class,
+            "family": plan.family.name,
+            "protocol": plan.transport.name,
+            "threads_per_worker": plan.layout.threads.value,
+            "memory_limit": c.memory_limit,
+            "dashboard_address": c.dashboard_address,
+            **fields,
+        }
+    )
+
+
 def per_host_entry(
     spec: "ClusterSpec", worker_class: str, workers: Any, threads: Any, memory: Any = None
 ) -> dict[str, Any]:

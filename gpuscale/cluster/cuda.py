@@ -14,8 +14,8 @@ from dask.utils import format_bytes, parse_bytes
 from .. import machine, memory
 from ..errors import UserError
 from ..plan.decision import Decision
-from ..plan.memory import device_limit_choice, device_spill_choice, memory_choice, rmm_choice, rmm_pool
-from . import ClusterSpec, construct, messages
+from ..plan.memory import device_limit_choice, device_spill_choice, memory_choice, rmm_pool
+from . import ClusterSpec, construct, messages, spec_for
 from . import security as tls
 from .kind import Kind
 from .local import memory_bytes
@@ -179,13 +179,13 @@ class Cuda(Kind):
     """``dask_cuda.LocalCUDACluster``: one worker per selected GPU of this machine."""
 
     name = "cuda"
+    cluster_class = "dask_cuda.LocalCUDACluster"
 
     def spec(self, plan) -> ClusterSpec:
         resolved, family, proto = plan.resolved, plan.family, plan.transport
-        layout = plan.layout
         collection = plan.collection
-        settings, src = resolved.settings, resolved.sources
-        c = settings.cluster
+        src = resolved.sources
+        c = resolved.settings.cluster
         visible = [g["index"] for g in machine.gpus()]
         notes: list[str] = []
         if c.gpus is not None:
@@ -207,14 +207,13 @@ class Cuda(Kind):
                     "a GPU cluster runs one worker per GPU: lower --workers or add --gpus",
                 )
             gpus = gpus[: c.workers]
-        threads = layout.threads.value
 
         pool, rmm = rmm_pool(c, family)
         pool_rule = None
         kwargs = {
             "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)) or None,
             "n_workers": len(gpus) or None,
-            "threads_per_worker": threads,
+            "threads_per_worker": plan.layout.threads.value,
             "memory_limit": c.memory_limit,
             "dashboard_address": c.dashboard_address,
             **proto.transport_kwargs(c.ucx),
@@ -249,12 +248,9 @@ class Cuda(Kind):
                 notes.append(f"warning: NVLink requested but GPUs {gpus} are not all NVLink-connected")
         transports = knobs.transports
         limit = memory_bytes(c.memory_limit, 1, max(1, len(gpus)))
-        choices = {
-            "transports": proto.transports_choice(c.ucx, transports, src),
-            "gpus": Decision(list(gpus), src.get("cluster.gpus", "default"), None, "gpus.set")
-            if c.gpus is not None
-            else Decision(list(gpus), "rule", f"every visible GPU ({len(gpus)})", "gpus.visible"),
-            "workers": Decision(len(gpus), src.get("cluster.workers", "flag"), None, "layout.set")
+        choices = self.choices(
+            plan,
+            Decision(len(gpus), src.get("cluster.workers", "flag"), None, "layout.set")
             if c.workers is not None
             else Decision(
                 len(gpus),
@@ -262,31 +258,32 @@ class Cuda(Kind):
                 f"one worker per selected GPU: {len(gpus)} GPU(s) {list(gpus)}",
                 "layout.per-gpu",
             ),
-            "threads_per_worker": layout.threads,
-            "memory_limit": memory_choice(
+            memory_choice(
                 resolved,
                 limit,
                 "auto: this machine's {host} of host memory split "
                 f"over {max(1, len(gpus))} worker(s) = {{value}} each",
                 plan.facts.memory_bytes,
             ),
-            "rmm_pool_size": rmm_choice(resolved, family, pool, pool_rule),
-            **knobs.choices,
-        }
-        return ClusterSpec(
-            kind="cuda",
-            cls="dask_cuda.LocalCUDACluster",
-            family=family.name,
-            protocol=proto.name,
+            where={
+                "gpus": Decision(list(gpus), src.get("cluster.gpus", "default"), None, "gpus.set")
+                if c.gpus is not None
+                else Decision(list(gpus), "rule", f"every visible GPU ({len(gpus)})", "gpus.visible")
+            },
+            transports=transports,
+            rmm=rmm,
+            pool_rule=pool_rule,
+            rest=knobs.choices,
+        )
+        return spec_for(
+            self,
+            plan,
             workers=len(gpus),
-            threads_per_worker=threads,
-            memory_limit=c.memory_limit,
             memory_limit_bytes=limit,
             gpus=gpus,
             transports=transports or {"selection": proto.transport_label()},
             rmm=rmm,
             pre_import=pre,
-            dashboard_address=c.dashboard_address,
             notes=notes,
             kwargs=kwargs,
             dask_config=dask_config,

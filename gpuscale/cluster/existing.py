@@ -87,6 +87,7 @@ class Existing(Kind):
     """A running scheduler: connect to it, start nothing."""
 
     name = "existing"
+    cluster_class = "distributed.Client (existing scheduler)"
 
     def spec(self, plan) -> ClusterSpec:
         resolved, family, proto = plan.resolved, plan.family, plan.transport
@@ -127,8 +128,8 @@ class Existing(Kind):
             "rmm_pool_size": rmm_choice(resolved, family),
         }
         return ClusterSpec(
-            kind="existing",
-            cls="distributed.Client (existing scheduler)",
+            kind=self.name,
+            cls=self.cluster_class,
             family=family.name,
             protocol=used.name,
             scheduler=address,

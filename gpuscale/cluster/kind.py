@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from ..plan.memory import rmm_choice
+
 
 class Kind:
     """One kind of cluster: :meth:`spec` turns a :class:`gpuscale.plan.cluster.ClusterPlan`
@@ -12,9 +14,45 @@ class Kind:
     :meth:`start` starts (or joins) the cluster a spec describes."""
 
     name: ClassVar[str]
+    cluster_class: ClassVar[str]
+    """The class the spec names (its ``cls``)."""
 
     def spec(self, plan) -> Any:
         raise NotImplementedError
+
+    def choices(
+        self,
+        plan,
+        workers,
+        memory_limit,
+        *,
+        where: dict[str, Any] | None = None,
+        transports: dict[str, bool] | None = None,
+        rmm: dict[str, Any] | None = None,
+        pool_rule: str | None = None,
+        rest: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The choices of a kind that starts workers, in the order a record shows them: the
+        transports (``transports``: the UCX switches it sets), ``where`` the workers run (the
+        kind's GPUs, hosts or jobs), the ``workers`` and ``memory_limit`` it decided, the plan's
+        threads per worker, the RMM pool of the spec's ``rmm`` entry (None: no pool;
+        ``pool_rule``: how its size came about, default its source), then the ``rest`` (how the
+        workers spill, their environment)."""
+        resolved = plan.resolved
+        pool = rmm["pool_size"] if rmm else None
+        if pool_rule is None and rmm:
+            pool_rule = rmm["source"]
+        return {
+            "transports": plan.transport.transports_choice(
+                resolved.settings.cluster.ucx, transports or {}, resolved.sources
+            ),
+            **(where or {}),
+            "workers": workers,
+            "threads_per_worker": plan.layout.threads,
+            "memory_limit": memory_limit,
+            "rmm_pool_size": rmm_choice(resolved, plan.family, pool, pool_rule),
+            **(rest or {}),
+        }
 
     def start(self, spec, security: Any = None) -> tuple[Any, Any]:
         """``(cluster, client)``; ``cluster`` is None when nothing was started here."""

@@ -8,8 +8,8 @@ from dask.utils import format_bytes
 
 from .. import _dask_compat, machine
 from ..errors import UserError
-from ..plan.memory import memory_choice, rmm_choice, spill_choices
-from . import ClusterSpec, construct
+from ..plan.memory import memory_choice, spill_choices
+from . import ClusterSpec, construct, spec_for
 from . import security as tls
 from .detach import PRE_IMPORT_KEY
 from .kind import Kind
@@ -140,16 +140,16 @@ class Local(Kind):
     """``distributed.LocalCluster``: the CPU family's processes on this machine, laid out by the plan."""
 
     name = "local"
+    cluster_class = "distributed.LocalCluster"
 
     def spec(self, plan) -> ClusterSpec:
         resolved, family, proto = plan.resolved, plan.family, plan.transport
         layout = plan.layout
-        settings, src = resolved.settings, resolved.sources
         cores = layout.cores
         workers, threads = layout.workers.value, layout.threads.value
         host = plan.facts.memory_bytes
         check_layout(workers, threads, cores, host)
-        c = settings.cluster
+        c = resolved.settings.cluster
         notes = [f"layout: {layout.why}"]
         if any(v is not None for v in (c.ucx.nvlink, c.ucx.infiniband, c.ucx.rdmacm)):
             notes.append("UCX transport switches apply to GPU clusters only; ignored here")
@@ -170,11 +170,10 @@ class Local(Kind):
         pre = list(family.knobs.pre_import.get(plan.collection or "session", ()))
         if pre:
             worker_config[PRE_IMPORT_KEY] = pre
-        choices = {
-            "transports": proto.transports_choice(c.ucx, {}, src),
-            "workers": layout.workers,
-            "threads_per_worker": layout.threads,
-            "memory_limit": memory_choice(
+        choices = self.choices(
+            plan,
+            layout.workers,
+            memory_choice(
                 resolved,
                 limit,
                 "auto: this machine's {host} x min(1, "
@@ -182,20 +181,14 @@ class Local(Kind):
                 "(distributed's rule)",
                 host,
             ),
-            "rmm_pool_size": rmm_choice(resolved, family),
-            **spill_choices(family, limit, threads, worker_config),
-        }
-        return ClusterSpec(
-            kind="local",
-            cls="distributed.LocalCluster",
-            family=family.name,
-            protocol=proto.name,
+            rest=spill_choices(family, limit, threads, worker_config),
+        )
+        return spec_for(
+            self,
+            plan,
             workers=workers,
-            threads_per_worker=threads,
-            memory_limit=c.memory_limit,
             memory_limit_bytes=limit,
             pre_import=pre,
-            dashboard_address=c.dashboard_address,
             notes=notes,
             kwargs=kwargs,
             dask_config=worker_config,

@@ -12,13 +12,12 @@ import sys
 
 from ..errors import UserError, missing_module
 from ..plan.decision import Decision
-from ..plan.memory import rmm_choice, rmm_pool, spilling_choice
-from . import ClusterSpec, construct, per_host_entry
+from ..plan.memory import rmm_pool, spilling_choice
+from . import ClusterSpec, construct, per_host_entry, spec_for
 from . import security as tls
 from .cuda import worker_knobs
 from .kind import Kind
 
-CLS = "dask_jobqueue.SLURMCluster"
 GPU_WORKER = "dask cuda worker"  # run as `python -m dask cuda worker`
 
 
@@ -34,13 +33,12 @@ class Slurm(Kind):
     """dask-jobqueue's ``SLURMCluster``: workers in SLURM jobs, the scheduler in this process."""
 
     name = "slurm"
+    cluster_class = "dask_jobqueue.SLURMCluster"
 
     def spec(self, plan) -> ClusterSpec:
         resolved, family, proto = plan.resolved, plan.family, plan.transport
-        layout = plan.layout
-        collection = plan.collection
-        settings, src = resolved.settings, resolved.sources
-        c, sl = settings.cluster, settings.cluster.slurm
+        src = resolved.sources
+        c, sl = resolved.settings.cluster, resolved.settings.cluster.slurm
         if proto.name != "tcp":
             raise UserError(
                 f"cluster.deploy is slurm, but --protocol {proto.name} is not wired for SLURM jobs",
@@ -53,7 +51,7 @@ class Slurm(Kind):
                 "raise cores or lower processes",
             )
         gpu = plan.gpu_workers
-        threads = layout.threads.value
+        threads = plan.layout.threads.value
         workers = sl.jobs * sl.processes
         extra: list[str] = []
         pool, rmm = rmm_pool(c, family) if gpu else (None, None)
@@ -64,7 +62,7 @@ class Slurm(Kind):
         knobs = None
         prologue: list[str] = []
         if gpu:  # as on local GPUs, as flags
-            knobs = worker_knobs(resolved, family, collection, proto, [])
+            knobs = worker_knobs(resolved, family, plan.collection, proto, [])
             for k, v in knobs.options.items():
                 flag = "--" + k.replace("_", "-")
                 if isinstance(v, bool):
@@ -98,44 +96,38 @@ class Slurm(Kind):
             else "dask-jobqueue's default worker (python -m distributed.cli.dask_worker)"
         )
         per_job = f"{sl.cores} core(s), {sl.memory}, {sl.processes} worker process(es) of {threads} thread(s)"
-        choices = {
-            "transports": proto.transports_choice(c.ucx, {}, src),
-            "jobs": Decision(
-                sl.jobs,
-                src.get("cluster.slurm.jobs", "default"),
-                f"{sl.jobs} SLURM job(s) submitted at start, each {per_job}",
-                "slurm.jobs",
-            ),
-            "workers": Decision(
+        choices = self.choices(
+            plan,
+            Decision(
                 None if gpu else workers,
                 "rule",
                 f"{worker} in each job: {'one per GPU' if gpu else f'{sl.jobs} x {sl.processes}'}",
                 "slurm.workers",
             ),
-            "threads_per_worker": layout.threads,
-            "memory_limit": Decision(
+            Decision(
                 sl.memory,
                 src.get("cluster.slurm.memory", "default"),
                 f"per job, split between its {sl.processes} worker process(es)",
                 "slurm.memory",
             ),
-            "rmm_pool_size": rmm_choice(resolved, family, pool, rmm["source"] if rmm else None),
-        }
-        if knobs is not None:
-            choices.update(knobs.choices)
-        else:
-            choices["spilling"] = spilling_choice(family)
+            where={
+                "jobs": Decision(
+                    sl.jobs,
+                    src.get("cluster.slurm.jobs", "default"),
+                    f"{sl.jobs} SLURM job(s) submitted at start, each {per_job}",
+                    "slurm.jobs",
+                )
+            },
+            rmm=rmm,
+            rest=knobs.choices if knobs is not None else {"spilling": spilling_choice(family)},
+        )
         where = f"partition {sl.queue}" if sl.queue else "the default partition"
-        return ClusterSpec(
-            kind="slurm",
-            cls=CLS,
-            family=family.name,
-            protocol=proto.name,
+        return spec_for(
+            self,
+            plan,
             workers=None if gpu else workers,
-            threads_per_worker=threads,
             memory_limit=sl.memory,
             rmm=rmm,
-            dashboard_address=c.dashboard_address,
             notes=[
                 f"scheduler in this process; workers: {worker} in {sl.jobs} SLURM job(s) on {where} (sbatch)"
             ],

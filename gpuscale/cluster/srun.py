@@ -13,12 +13,10 @@ import pathlib
 
 from ..errors import UserError, missing_module
 from ..plan.decision import Decision
-from ..plan.memory import rmm_choice, rmm_pool
-from . import ClusterSpec, construct
+from ..plan.memory import remote_memory_choice, rmm_pool
+from . import ClusterSpec, construct, spec_for
 from . import security as tls
 from .kind import Kind
-
-CLS = "dask_jobqueue.slurm.SLURMRunner"
 
 
 def scheduler_file() -> pathlib.Path:
@@ -66,21 +64,19 @@ class Srun(Kind):
     """dask-jobqueue's ``SLURMRunner``: the tasks of an ``srun``, one role per rank."""
 
     name = "srun"
+    cluster_class = "dask_jobqueue.slurm.SLURMRunner"
 
     def spec(self, plan) -> ClusterSpec:
         resolved, family, proto = plan.resolved, plan.family, plan.transport
-        layout = plan.layout
-        settings, src = resolved.settings, resolved.sources
-        c = settings.cluster
+        c = resolved.settings.cluster
         if proto.name != "tcp":
             raise UserError(
                 f"cluster.deploy is srun, but --protocol {proto.name} is not wired for srun tasks",
                 "use --protocol tcp (TLS by default) with --deploy srun",
             )
         gpu = plan.gpu_workers
-        threads = layout.threads.value
         worker_class = "dask_cuda.CUDAWorker" if gpu else "distributed.Worker"
-        worker_options: dict = {"nthreads": threads}
+        worker_options: dict = {"nthreads": plan.layout.threads.value}
         if c.memory_limit != "auto":
             worker_options["memory_limit"] = c.memory_limit
         pool, rmm = rmm_pool(c, family) if gpu else (None, None)
@@ -94,9 +90,9 @@ class Srun(Kind):
             "worker_options": worker_options,
             "scheduler_options": {"dashboard_address": c.dashboard_address or ":0"},
         }
-        choices = {
-            "transports": proto.transports_choice(c.ucx, {}, src),
-            "workers": Decision(
+        choices = self.choices(
+            plan,
+            Decision(
                 workers,
                 "rule",
                 f"{worker_class} on every srun task from rank 2 (rank 0: the "
@@ -104,25 +100,14 @@ class Srun(Kind):
                 "srun.workers",
                 {"ntasks": ntasks},
             ),
-            "threads_per_worker": layout.threads,
-            "memory_limit": Decision(
-                c.memory_limit,
-                src.get("cluster.memory-limit", "default"),
-                "auto: Dask's default on each node" if c.memory_limit == "auto" else None,
-                "memory.host-default" if c.memory_limit == "auto" else "memory.set",
-            ),
-            "rmm_pool_size": rmm_choice(resolved, family, pool, rmm["source"] if rmm else None),
-        }
-        return ClusterSpec(
-            kind="srun",
-            cls=CLS,
-            family=family.name,
-            protocol=proto.name,
-            workers=workers,
-            threads_per_worker=threads,
-            memory_limit=c.memory_limit,
+            remote_memory_choice(resolved, "node"),
             rmm=rmm,
-            dashboard_address=c.dashboard_address,
+        )
+        return spec_for(
+            self,
+            plan,
+            workers=workers,
+            rmm=rmm,
             notes=[
                 "inside an allocation: srun -n N (N >= 3) gpuscale run WORKLOAD --deploy srun; rank 0 "
                 "the scheduler, rank 1 this client, ranks 2.. workers, meeting through "

@@ -13,8 +13,8 @@ import sys
 
 from ..errors import UserError, missing_module
 from ..plan.decision import Decision
-from ..plan.memory import rmm_choice, rmm_pool, spilling_choice
-from . import ClusterSpec, construct, per_host_entry
+from ..plan.memory import remote_memory_choice, rmm_pool, spilling_choice
+from . import ClusterSpec, construct, per_host_entry, spec_for
 from . import security as tls
 from .cuda import worker_knobs
 from .kind import Kind
@@ -51,13 +51,11 @@ class Ssh(Kind):
     """distributed's ``SSHCluster``: the scheduler on the first host, a worker process per further entry."""
 
     name = "ssh"
+    cluster_class = "distributed.deploy.ssh.SSHCluster"
 
     def spec(self, plan) -> ClusterSpec:
         resolved, family, proto = plan.resolved, plan.family, plan.transport
-        layout = plan.layout
-        collection = plan.collection
-        settings, src = resolved.settings, resolved.sources
-        c, ssh = settings.cluster, settings.cluster.ssh
+        c, ssh = resolved.settings.cluster, resolved.settings.cluster.ssh
         hosts = list(ssh.hosts or ())
         if len(hosts) < 2:
             raise UserError(
@@ -67,7 +65,7 @@ class Ssh(Kind):
             )
         gpu = plan.gpu_workers
         worker_class = "dask_cuda.CUDAWorker" if gpu else "distributed.Nanny"
-        threads = layout.threads.value
+        threads = plan.layout.threads.value
         worker_options: dict = {}
         if threads:
             worker_options["nthreads"] = threads
@@ -78,7 +76,7 @@ class Ssh(Kind):
             worker_options["rmm_pool_size"] = pool
         knobs = None
         if gpu:  # as on local GPUs
-            knobs = worker_knobs(resolved, family, collection, proto, [])  # GPUs not known here
+            knobs = worker_knobs(resolved, family, plan.collection, proto, [])  # GPUs not known here
             worker_options.update(knobs.options)
         scheduler_options = {"host": hosts[0], "port": 0, "dashboard_address": c.dashboard_address or ":0"}
         if proto.name != "tcp":  # the workers take the scheme of the scheduler's address
@@ -93,43 +91,33 @@ class Ssh(Kind):
         }
         n = len(hosts) - 1
         per = "one worker per GPU of each host" if gpu else f"{n} worker process(es)"
-        choices = {
-            "transports": proto.transports_choice(c.ucx, knobs.transports if knobs is not None else {}, src),
-            "hosts": Decision(
-                hosts,
-                src.get("cluster.ssh.hosts", "flag"),
-                f"scheduler on {hosts[0]}; {per} on {', '.join(hosts[1:])} (one per entry after the first)",
-                "ssh.hosts",
-            ),
-            "workers": Decision(
+        choices = self.choices(
+            plan,
+            Decision(
                 None if gpu else n,
                 "rule",
                 f"{worker_class} on each entry after the first: {per}",
                 "ssh.workers",
             ),
-            "threads_per_worker": layout.threads,
-            "memory_limit": Decision(
-                c.memory_limit,
-                src.get("cluster.memory-limit", "default"),
-                "auto: Dask's default on each host" if c.memory_limit == "auto" else None,
-                "memory.host-default" if c.memory_limit == "auto" else "memory.set",
-            ),
-            "rmm_pool_size": rmm_choice(resolved, family, pool, rmm["source"] if rmm else None),
-        }
-        if knobs is not None:
-            choices.update(knobs.choices)
-        else:
-            choices["spilling"] = spilling_choice(family)
-        return ClusterSpec(
-            kind="ssh",
-            cls="distributed.deploy.ssh.SSHCluster",
-            family=family.name,
-            protocol=proto.name,
-            workers=None if gpu else n,
-            threads_per_worker=threads,
-            memory_limit=c.memory_limit,
+            remote_memory_choice(resolved, "host"),
+            where={
+                "hosts": Decision(
+                    hosts,
+                    resolved.sources.get("cluster.ssh.hosts", "flag"),
+                    f"scheduler on {hosts[0]}; {per} on {', '.join(hosts[1:])} "
+                    "(one per entry after the first)",
+                    "ssh.hosts",
+                )
+            },
+            transports=knobs.transports if knobs is not None else None,
             rmm=rmm,
-            dashboard_address=c.dashboard_address,
+            rest=knobs.choices if knobs is not None else {"spilling": spilling_choice(family)},
+        )
+        return spec_for(
+            self,
+            plan,
+            workers=None if gpu else n,
+            rmm=rmm,
             notes=[f"scheduler on {hosts[0]} over ssh; workers: {worker_class} on {', '.join(hosts[1:])}"],
             kwargs=kwargs,
             choices=choices,

@@ -29,6 +29,19 @@ def memory_choice(resolved, value: int | None, auto_rule: str, host: int) -> Dec
     )
 
 
+def remote_memory_choice(resolved, each: str) -> Decision:
+    """The memory limit of workers started on other hosts, as set: ``auto`` is Dask's default
+    on ``each`` of them (``"host"``, ``"node"``), which this machine cannot work out."""
+    setting = resolved.settings.cluster.memory_limit
+    auto = setting == "auto"
+    return Decision(
+        setting,
+        resolved.sources.get("cluster.memory-limit", "default"),
+        f"auto: Dask's default on each {each}" if auto else None,
+        "memory.host-default" if auto else "memory.set",
+    )
+
+
 def spill_choices(family, limit: int | None, threads: int, worker_config: dict) -> dict:
     """Where the workers spill and from what share of their memory (the spill target's rule is
     :func:`gpuscale.memory.target_fraction`); a lowered target goes into ``worker_config``
