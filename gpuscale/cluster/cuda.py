@@ -15,10 +15,9 @@ from .. import machine, memory
 from ..errors import UserError
 from ..plan.decision import Decision
 from ..plan.memory import device_limit_choice, device_spill_choice, memory_choice, rmm_pool
-from . import ClusterSpec, construct, messages, spec_for
-from . import security as tls
+from . import ClusterSpec, messages, spec_for
 from .kind import Kind
-from .local import memory_bytes
+from .local import memory_bytes, start_here
 
 
 @dataclasses.dataclass
@@ -291,29 +290,14 @@ class Cuda(Kind):
         )
 
     def start(self, spec: ClusterSpec, security=None):
-        from distributed import Client
-
         if not spec.gpus:
             raise UserError("no GPU is visible to start a LocalCUDACluster", "use --backend cpu (or auto)")
         check_free_memory(spec, machine.gpus())
         from dask_cuda import LocalCUDACluster
 
-        kwargs = dict(spec.kwargs)
-        if spec.security == "tls":
-            kwargs["security"] = security or tls.temporary()
-        import dask
-
-        def make():
-            with dask.config.set(spec.dask_config):
-                return LocalCUDACluster(**kwargs)
-
-        cluster = construct(spec, make)
-        try:
-            client = Client(cluster)
+        def ready(client):
             _all_started(client, spec)
             messages.apply_workers(client, spec.message_interval)
-            _client_spills_like_workers(bool(kwargs.get("enable_cudf_spill")))
-            return cluster, client
-        except BaseException:
-            cluster.close()
-            raise
+            _client_spills_like_workers(bool(spec.kwargs.get("enable_cudf_spill")))
+
+        return start_here(spec, LocalCUDACluster, security, ready)

@@ -196,20 +196,34 @@ class Local(Kind):
         )
 
     def start(self, spec: ClusterSpec, security=None):
-        from distributed import Client, LocalCluster
+        from distributed import LocalCluster
 
-        kwargs = dict(spec.kwargs)
-        if spec.security == "tls":
-            kwargs["security"] = security or tls.temporary()
-        import dask
+        return start_here(spec, LocalCluster, security)
 
-        def make():
-            with dask.config.set(spec.dask_config):
-                return LocalCluster(**kwargs)
 
-        cluster = construct(spec, make)
-        try:
-            return cluster, Client(cluster)
-        except BaseException:
-            cluster.close()
-            raise
+def start_here(spec: ClusterSpec, cluster_class, security=None, ready=None):
+    """``(cluster, client)``: ``cluster_class(**spec.kwargs)`` started on this machine
+    (:func:`gpuscale.cluster.construct`) under the spec's ``dask_config``, speaking TLS with
+    ``security`` (default: temporary credentials) when the spec does, and a client of it.
+    ``ready(client)`` runs before it returns; when it or the client fails, the cluster is
+    closed."""
+    import dask
+    from distributed import Client
+
+    kwargs = dict(spec.kwargs)
+    if spec.security == "tls":
+        kwargs["security"] = security or tls.temporary()
+
+    def make():
+        with dask.config.set(spec.dask_config):
+            return cluster_class(**kwargs)
+
+    cluster = construct(spec, make)
+    try:
+        client = Client(cluster)
+        if ready is not None:
+            ready(client)
+        return cluster, client
+    except BaseException:
+        cluster.close()
+        raise
