@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import api
 from ..records import report
 from .base import emit
-from .options import split_workload
+from .options import workload_keywords
 
 NOT_PLANNED = {
     "results_dir": "--results-dir",
@@ -22,15 +22,8 @@ def explain_workload(
 ) -> None:
     """The plan of ``gpuscale run NAME`` with these flags for the workload class ``cls``."""
     unused = [flag for key, flag in NOT_PLANNED.items() if kwargs.pop(key, None) not in (None, False)]
-    profile, settings, wl_params = split_workload(kwargs)
     d = api.explain(
-        cls.name,
-        profile=profile,
-        cluster_settings=settings,
-        trace=trace_dir,
-        output=output_path,
-        dashboard=dashboard,
-        **wl_params,
+        cls.name, trace=trace_dir, output=output_path, dashboard=dashboard, **workload_keywords(kwargs)
     )
     if unused:
         d["notes"].append(

@@ -170,7 +170,13 @@ def split(kwargs: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     return settings.pop(config.PROFILE_FLAG, None), settings
 
 
-def split_workload(kwargs: dict[str, Any]) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
-    """:func:`split`, and the workload's parameters given on the command line (those not None)."""
+def workload_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What a workload command's flags in ``kwargs`` give :func:`gpuscale.api.run` and
+    :func:`gpuscale.api.explain`: ``profile`` and ``cluster_settings`` (:func:`split`), and the
+    workload's parameters given on the command line (those not None)."""
     profile, settings = split(kwargs)
-    return profile, settings, {k: v for k, v in kwargs.items() if v is not None}
+    return {
+        "profile": profile,
+        "cluster_settings": settings,
+        **{k: v for k, v in kwargs.items() if v is not None},
+    }

@@ -13,7 +13,7 @@ from .. import api, errors
 from ..records import report
 from ..runs import progress, serve
 from .base import STOPPED_BY, emit
-from .options import split_workload
+from .options import workload_keywords
 from .run import pop_data_options
 
 
@@ -30,19 +30,10 @@ def run_workload(cls, as_json, **kwargs) -> None:
         sys.stdout.flush()
 
     hooks = _dashboard_hooks(show) if kwargs.pop("dashboard", False) else {}
-    profile, settings, wl_params = split_workload(kwargs)
+    keywords = workload_keywords(kwargs)
     try:
         with errors.phase("the run"), progress.shown() as tracker:
-            r = api.run(
-                cls.name,
-                profile=profile,
-                cluster_settings=settings,
-                trace=trace_dir,
-                progress=tracker,
-                **data_kw,
-                **hooks,
-                **wl_params,
-            )
+            r = api.run(cls.name, trace=trace_dir, progress=tracker, **data_kw, **hooks, **keywords)
     except errors.RecordNotWritten as e:  # the measured result goes to stdout, not lost
         click.echo(e.record_json)
         sys.stdout.flush()
