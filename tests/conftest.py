@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pathlib
 import subprocess
@@ -106,6 +107,33 @@ def _clean_environ(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env
+
+
+FRESH_GPUSCALE = """
+import json, sys
+from gpuscale.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as e:
+    assert not e.code, e.code
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def fresh_gpuscale(cwd, *args, timeout: float = 120) -> tuple[list[str], set[str]]:
+    """``gpuscale *args`` in a fresh process in ``cwd``, which must succeed: the lines it
+    printed, and the modules imported by its end."""
+    p = subprocess.run(
+        [sys.executable, "-c", FRESH_GPUSCALE, *map(str, args)],
+        env=_clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    *printed, modules = p.stdout.strip().splitlines()
+    return printed, set(json.loads(modules))
 
 
 @pytest.fixture

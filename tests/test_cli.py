@@ -388,34 +388,11 @@ def test_the_shell_completes_the_command_names_with_their_help_as_click_cuts_it(
     assert "--debug" in [c.value for c in cli.shell_complete(ctx, "--")]
 
 
-IMPORTED = """
-import json, sys
-from gpuscale.cli import main
-try:
-    main(sys.argv[1:])
-except SystemExit as e:
-    assert not e.code, e.code
-print(json.dumps(sorted(sys.modules)))
-"""
-
-
 def imported_by(cwd, *args) -> set[str]:
     """The modules ``gpuscale *args`` imported, in a fresh process."""
-    import subprocess
-    import sys
+    from conftest import fresh_gpuscale
 
-    from conftest import _clean_environ
-
-    p = subprocess.run(
-        [sys.executable, "-c", IMPORTED, *map(str, args)],
-        env=_clean_environ(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-    )
-    assert p.returncode == 0, p.stderr[-3000:]
-    return set(json.loads(p.stdout.strip().splitlines()[-1]))
+    return fresh_gpuscale(cwd, *args)[1]
 
 
 COMMAND_MODULES = {f"gpuscale.cli.{path.partition(':')[0]}" for path, _ in COMMANDS.values()} | {

@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from conftest import _clean_environ, files_under
+from conftest import _clean_environ, files_under, fresh_gpuscale
 from distributed import Client, LocalCluster, WorkerPlugin
 
 import gpuscale
@@ -157,31 +157,13 @@ def _cli(*args, timeout=120):
     )
 
 
-PROBE = """
-import json, sys
-from gpuscale.cli import main
-try:
-    main(sys.argv[1:])
-except SystemExit as e:
-    assert not e.code, e.code
-print(json.dumps({m: m in sys.modules for m in ("pandas", "dask.dataframe", "dask.array", "cupy", "cudf")}))
-"""
-
-
 def run_probe(cwd, *args):
-    """``gpuscale *args`` in a fresh process that prints, after the command's own output, which
-    chunk libraries it imported: (the command's JSON record, {module: imported})."""
-    p = subprocess.run(
-        [sys.executable, "-c", PROBE, *map(str, args)],
-        env=_clean_environ(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-    )
-    assert p.returncode == 0, p.stderr[-3000:]
-    record, imported = (json.loads(line) for line in p.stdout.strip().splitlines()[-2:])
-    return record, imported
+    """``gpuscale *args`` in a fresh process: (the JSON record it printed last, {chunk library
+    module: imported})."""
+    printed, modules = fresh_gpuscale(cwd, *args, timeout=300)
+    return json.loads(printed[-1]), {
+        m: m in modules for m in ("pandas", "dask.dataframe", "dask.array", "cupy", "cudf")
+    }
 
 
 def test_cli_against_a_running_scheduler_imports_no_dataframe_library(cluster, tmp_path):
