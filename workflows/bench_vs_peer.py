@@ -764,8 +764,8 @@ def targets(results) -> list[dict]:
     add(
         "first result: gpuscale against a running cluster (time)",
         warm,
-        warm is not None and warm <= 2.0,
-        "<= 2 s",
+        warm is not None and warm <= 1.5,
+        "<= 1.5 s",
     )
     for r in results:
         if r.get("row") == "groupby-multi" and r["side"].startswith("gpuscale groupby_agg"):
