@@ -14,6 +14,7 @@ import pytest
 from conftest import gpu_probe
 
 from gpuscale import UserError, backends
+from gpuscale.backends.family import Family
 
 GPU_USABLE = gpu_probe()[0]
 no_gpu_here = pytest.mark.skipif(GPU_USABLE, reason="checks the no-GPU behaviour")
@@ -277,3 +278,33 @@ def test_a_backend_plugin_that_names_no_family_is_skipped_with_its_name(tmp_path
     assert "skipped backend plugin 'bad' (json:dumps): it names a function, not a gpuscale Family" in p.stderr
     choices = json.loads(p.stdout.strip().replace("'", '"'))
     assert choices[:3] == ["auto", "cpu", "gpu"] and "bad" not in choices
+
+
+class _NoDeviceHere(Family):
+    """The CPU family under another name, whose devices this machine lacks (as a login node
+    lacks the GPU nodes' devices)."""
+
+    def probe(self) -> tuple[bool, str]:
+        return False, "no device of this family is visible here"
+
+
+@pytest.fixture
+def no_device_family():
+    cpu = backends.select("cpu").family
+    fields = {f.name: getattr(cpu, f.name) for f in dataclasses.fields(cpu) if f.init}
+    fam = _NoDeviceHere(**{**fields, "name": "nodevice", "names": ("nodevice",), "auto_priority": -1})
+    backends.register(fam)
+    yield fam
+    backends.unregister(fam.name)
+
+
+def test_a_family_whose_devices_are_missing_here_may_still_drive_workers_elsewhere(no_device_family):
+    from gpuscale.runs.session import configure
+
+    # its workers would start on this machine: refused before anything starts
+    with pytest.raises(UserError, match="backend 'nodevice' cannot run here: no device of this family"):
+        configure(backend="nodevice")
+    # a running scheduler's workers (or a deploy target's) bring their own devices: the client
+    # needs the family's libraries alone, and the preflight checks what the workers see
+    _, selection, spec = configure(backend="nodevice", scheduler="tcp://127.0.0.1:8786")
+    assert (selection.family.name, spec.kind) == ("nodevice", "existing")

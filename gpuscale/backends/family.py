@@ -146,11 +146,15 @@ class Family:
             return False, f"{miss[0]} is not installed"
         return True, f"{self.name} libraries are importable"
 
-    def check(self, requested: str, collection: str | None = None) -> None:
-        """Raise a one-line UserError if this family cannot run ``collection`` work here."""
+    def check(self, requested: str, collection: str | None = None, *, devices: bool = True) -> None:
+        """Raise a one-line UserError if this family cannot run ``collection`` work here: its
+        libraries are not installed, or (``devices``) this machine lacks what its chunks need
+        (:meth:`probe`). A client whose workers run elsewhere needs the libraries alone."""
         miss = self.missing(collection)
         if miss:
             raise missing_module(miss[0], f"backend '{requested}'", miss[1])
+        if not devices:
+            return
         ok, why = self.probe()
         if not ok:
             raise UserError(f"backend '{requested}' cannot run here: {why}", "use --backend cpu (or auto)")

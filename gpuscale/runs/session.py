@@ -24,6 +24,7 @@ from ..backends import (
 from ..cluster import logs, preflight
 from ..data import inputs, outputs
 from ..errors import OutputNotWritten, UserError, phase
+from ..plan.cluster import kind_of
 from ..records import results
 from ..records.explained import explained
 from ..records.report import session_html
@@ -42,9 +43,13 @@ def configure(
 ):
     """Resolve settings, select the family and build the cluster spec, starting nothing:
     ``(resolved, selection, spec)``. ``check``: fail now when the family or the protocol cannot
-    run here; ``served``: the cluster is kept up for other processes (protected by default)."""
+    run here (the family's devices only where its workers start on this machine); ``served``:
+    the cluster is kept up for other processes (protected by default)."""
     resolved = config.resolve(profile, config.keywords_to_nested(settings))
-    selection = backends.select(resolved.settings.backend, collection, check=check)
+    selection = backends.select(resolved.settings.backend, collection, check=False)
+    if check:
+        here = kind_of(resolved, selection.family) == selection.family.cluster_kind
+        selection.family.check(selection.requested, collection, devices=here)
     spec = cluster.build_spec(resolved, selection.family, collection, served=served)
     if check:
         cluster.protocols.get(spec.protocol).check()
