@@ -558,12 +558,15 @@ def row_first(sizes, backend, smoke, rounds=1):
                 return wall, True, ""
             rec = json.loads(p.stdout)
             runner = rec["info"].get("runner", {})
-            where = (
-                f"runner in the cluster {runner.get('runner_s', 0):.2f} s of "
-                f"{runner.get('round_trip_s', 0):.2f} s round trip; "
-                if runner.get("where") == "cluster"
-                else ""
-            )
+            where = ""
+            if runner.get("where") == "cluster":
+                trip, connect = runner.get("round_trip_s", 0), runner.get("client_connect_s", 0)
+                checked = (rec["cluster"].get("preflight") or {}).get("seconds", 0)
+                where = (
+                    f"runner in the cluster {runner.get('runner_s', 0):.2f} s of {trip:.2f} s round "
+                    f"trip; the client: connect {connect:.2f} s, preflight {checked:.2f} s, the rest "
+                    f"(process start, imports, the record) {wall - trip - connect - checked:.2f} s; "
+                )
             return (
                 wall,
                 True,
