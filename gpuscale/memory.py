@@ -192,6 +192,30 @@ def _family_fractions(config_get, family, spec, device_bytes) -> tuple[dict[str,
     return fr, (family.spill_to if device_spill_fraction(setting, device_bytes) is not None else None)
 
 
+_PRE_IMPORTED_BYTES = 0
+"""What :func:`pre_import` added to this process's resident memory."""
+
+
+def pre_import(modules) -> None:
+    """Import ``modules`` now (a worker's preload, before it joins the cluster), noting what
+    they add to this process's resident memory: :func:`measure` takes that off the worker's
+    start, since the growth its first tasks add counts the chunk library's imports (rule
+    ``memory.worker-growth``). A module that fails is left to the task that needs it, which
+    reports the failure."""
+    import importlib
+
+    import psutil
+
+    global _PRE_IMPORTED_BYTES
+    before = psutil.Process().memory_info().rss
+    for m in modules:
+        try:
+            importlib.import_module(m)
+        except Exception:  # noqa: BLE001 - reported by the import that needs it
+            continue
+    _PRE_IMPORTED_BYTES += max(0, psutil.Process().memory_info().rss - before)
+
+
 PLANNED_BASELINE = 80 * 2**20
 """A started CPU worker's resident memory, assumed where none is running (rule
 ``memory.worker-growth``)."""
@@ -281,6 +305,7 @@ def worker_state(dask_worker, reset_peak: bool = False) -> dict[str, Any]:
         _reset_peak()
     return {
         "rss": psutil.Process().memory_info().rss,
+        "pre_imported": _PRE_IMPORTED_BYTES,
         "host_limit": getattr(mm, "memory_limit", None),
         "peak": peak,
         "threads": dask_worker.state.nthreads,
@@ -345,14 +370,18 @@ def measure(client, family, limits: dict[str, int], spec=None) -> Budget:
     lim = [v for v in limits.values() if v]
     threads = max((s["threads"] for s in states.values()), default=1)
     if not family.on_device and states:
-        rss = max(s["rss"] for s in states.values())
-        base, source = (
-            rss + growth,
-            (
-                f"measured: the largest worker holds {format_bytes(rss)} at start, "
-                f"plus {format_bytes(growth)} its first tasks add"
-            ),
+        # the pre-import's bytes are in the growth: taken off the start, not counted twice
+        rss, pre = max(
+            (s["rss"] - s.get("pre_imported", 0), s.get("pre_imported", 0)) for s in states.values()
         )
+        held = f"holds {format_bytes(rss)} at start"
+        if pre:
+            held = (
+                f"holds {format_bytes(rss + pre)} at start, less the {format_bytes(pre)} of the "
+                "libraries it imported before joining (the growth counts them)"
+            )
+        base = rss + growth
+        source = f"measured: the largest worker {held}, plus {format_bytes(growth)} its first tasks add"
     else:
         base, source = growth, f"assumed ({format_bytes(growth)})"
     fractions, spill_to = _family_fractions(dask.config.get, family, spec, min(lim) if lim else None)

@@ -22,6 +22,7 @@ import gpuscale
 
 ONE = ("--backend", "cpu", "--workers", "1", "--threads-per-worker", "1", "--repeat", "1", "--warmup", "0")
 MB = 10**6
+MiB = 2**20
 
 
 def run_json(cli, tmp_path, *args, env=None, timeout=600):
@@ -281,7 +282,10 @@ def test_explain_shows_the_spill_knobs_and_the_verdict(cli):
     assert c["spill_to"]["value"] == "disk"
     target = c["memory_target_fraction"]
     assert target["source"] == "rule" and 0.05 <= target["value"] < 0.6 and "baseline" in target["rule"]
-    assert d["cluster"]["dask_config"] == {"distributed.worker.memory.target": target["value"]}
+    assert d["cluster"]["dask_config"] == {
+        "distributed.worker.memory.target": target["value"],
+        "gpuscale-pre-import": ["dask.array"],  # the workers' own knob, beside the spill target
+    }
     assert "temporary-directory" in c["spill_directory"]["rule"]
     chunk = d["choices"]["chunk_rows"]
     assert "capped" in chunk["rule"] and "worker memory" in chunk["rule"]
@@ -885,3 +889,17 @@ def test_a_run_no_limit_on_this_machine_admits_says_so_instead_of_naming_one(cli
     lines = p.stderr.splitlines()
     assert len(lines) == 1 and "no --memory-limit up to this machine's" in lines[0], lines
     assert "give each worker at least" not in lines[0] and files_under(tmp_path / "res") == []
+
+
+def test_the_libraries_a_worker_imports_before_joining_count_once_in_its_baseline():
+    # the growth a worker's first tasks add counts the chunk library's imports: what the
+    # pre-import put into the worker at start is taken off its measured start, not added twice
+    from gpuscale import memory
+
+    with gpuscale.session(backend="cpu", workers=1, threads_per_worker=1, collection="dataframe") as s:
+        (state,) = s.client.run(memory.worker_state).values()
+        budget = memory.measure(s.client, s.family, s.family.worker_memory(s.client), s.spec)
+    assert state["pre_imported"] > 50 * MiB  # dask.dataframe, pandas, pyarrow
+    start = budget.baseline - s.family.knobs.worker_growth_bytes
+    assert abs(start - (state["rss"] - state["pre_imported"])) < 8 * MiB, (start, state)
+    assert "less the" in budget.baseline_source and "imported before joining" in budget.baseline_source

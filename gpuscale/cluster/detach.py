@@ -14,6 +14,7 @@ import os
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from .. import memory
 from ..errors import quiet_exit_logs
 from . import logs
 
@@ -32,19 +33,7 @@ def dask_setup(worker=None) -> None:
     logs.in_worker()
     import dask
 
-    pre_import(dask.config.get(PRE_IMPORT_KEY, None) or ())
-
-
-def pre_import(modules) -> None:
-    """Import ``modules`` now; a module that fails is left to the task that needs it, which
-    reports the failure."""
-    import importlib
-
-    for m in modules:
-        try:
-            importlib.import_module(m)
-        except Exception:  # noqa: BLE001 - reported by the import that needs it
-            continue
+    memory.pre_import(dask.config.get(PRE_IMPORT_KEY, None) or ())
 
 
 class _DropComputeFailed:
