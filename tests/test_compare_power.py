@@ -80,15 +80,15 @@ def test_a_10pct_slowdown_is_slower_or_says_what_resolves_it(runs):
 
 def test_interleaved_runs_on_one_cluster_need_no_assumed_spread(runs):
     """A and B ran alternately on one cluster, so between_run=0 is fair: the 10 % slowdown is
-    "slower" in most pairs and, on a noisy pair, "inconclusive" naming the repeats that would
-    resolve it (on a quiet machine "slower" in 10 of 10); "faster" the other way round; the same
-    code neither (on a quiet machine "same"; with other work on the cores, often "inconclusive").
+    "slower" or, on a noisy pair, "inconclusive" naming the repeats that would resolve it (on a
+    quiet machine "slower" in 10 of 10); "faster" the other way round; the same code neither.
     Two pairs in 10 may miss: a neighbour's work on a shared 2-core machine can slow one whole
     run of about a second by the same 10 % (seen: an A run that read "same" as its B, with a
     narrow interval), which between_run=0 declares cannot happen; the default's assumed spread
-    between runs is what guards against it. Under such work most pairs may read "inconclusive"
-    with the repeats that would resolve them (seen: 4 of 10 exact on a loaded machine); at least
-    a third must be exact, so a compare that never concludes fails here."""
+    between runs is what guards against it. How many of the 10 % pairs conclude depends on the
+    machine's other work (seen: 10 of 10 quiet, 4 and 2 of 10 on loaded CI machines, the rest
+    naming 34-727 repeats), so a compare that can conclude is shown on the 1.5 x run instead:
+    against every A run it reads "slower"."""
 
     def verdicts(pairs):
         cases = [compare.compare(a, b, between_run=0)["cases"][0] for a, b in pairs]
@@ -104,10 +104,11 @@ def test_interleaved_runs_on_one_cluster_need_no_assumed_spread(runs):
     same = verdicts(zip(runs["A"], runs["AA"]))
     for got, want in ((slower, "slower"), (faster, "faster")):
         assert sum(v == want or v.endswith(" repeats") for v in got) >= PAIRS - 2, got
-        assert got.count(want) >= PAIRS // 3, got  # what resolves the others is more repeats
     # between_run=0 claims no drift between runs; a burst of other work between two runs a second
     # apart still moves one now and then (the default's assumed spread is what guards against it)
     assert same.count("slower") <= 2 and same.count("faster") <= 2, same
+    much_slower = verdicts((a, runs["slow"]) for a in runs["A"])
+    assert much_slower.count("slower") >= PAIRS - 1, much_slower
 
 
 def test_the_same_runs_as_folders_count_runs_as_the_unit(runs, cli):
