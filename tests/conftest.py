@@ -109,6 +109,16 @@ def _clean_environ(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def as_from_a_terminal() -> None:
+    """``preexec_fn`` for a command the tests interrupt: SIGINT, SIGHUP and SIGTERM at their
+    defaults, as a shell on a terminal starts it. A test run in the background or under nohup
+    passes them ignored, and an ignored signal stays ignored across exec."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 FRESH_GPUSCALE = """
 import json, sys
 from gpuscale.cli import main

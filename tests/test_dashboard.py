@@ -24,7 +24,7 @@ import urllib.request
 import psutil
 import pytest
 from browser import assert_task_stream, render_performance_report
-from conftest import _clean_environ, clean_gpuscale_env, files_under
+from conftest import _clean_environ, as_from_a_terminal, clean_gpuscale_env, files_under
 
 import gpuscale
 from gpuscale import api
@@ -51,6 +51,7 @@ class Proc:
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
+            preexec_fn=as_from_a_terminal,
         )
         self.lines: dict[str, list[tuple[float, str]]] = {"out": [], "err": []}
         self._q: queue.Queue = queue.Queue()

@@ -26,7 +26,7 @@ import time
 
 import psutil
 import pytest
-from conftest import _clean_environ, files_under
+from conftest import _clean_environ, as_from_a_terminal, files_under
 
 from gpuscale import errors
 
@@ -71,6 +71,7 @@ class Proc:
             stdout=subprocess.PIPE,
             stderr=slave if tty else subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=as_from_a_terminal,
         )
         if tty:
             os.close(slave)

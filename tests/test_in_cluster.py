@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from conftest import _clean_environ, files_under, fresh_gpuscale
+from conftest import _clean_environ, as_from_a_terminal, files_under, fresh_gpuscale
 from distributed import Client, LocalCluster, WorkerPlugin
 
 import gpuscale
@@ -248,6 +248,7 @@ def test_ctrl_c_stops_the_runner_in_the_cluster(cluster, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_from_a_terminal,
     )
     try:
         deadline = time.monotonic() + 60
