@@ -117,6 +117,34 @@ def test_an_interrupted_run_resumes_timing_only_the_cells_it_lacks(small_run, tm
     }
 
 
+def test_ctrl_c_prints_the_cells_measured_so_far_keeps_them_and_exits_130(small_run, tmp_path):
+    import signal
+
+    from conftest import as_from_a_terminal
+
+    _, _, data = small_run
+    out = tmp_path / "out.json"
+    cmd = [sys.executable, str(ROOT / "workflows" / "user_queries.py"), "--suites", "h2o-groupby",
+           "--h2o-rows", "20000", "--sides", "dask-cpu", "--repeat", "1", "--data", str(data),
+           "--json", str(out)]  # fmt: skip
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=as_from_a_terminal)  # fmt: skip
+    err = []
+    for line in p.stderr:  # the first measured cell, then Ctrl-C
+        err.append(line)
+        if " q1: " in line:
+            break
+    p.send_signal(signal.SIGINT)
+    stdout, rest = p.communicate(timeout=120)
+    err = "".join(err) + rest
+    assert p.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("user_queries: interrupted; the tables show the cells")
+    kept = json.loads(out.read_text())["cells"]
+    assert "h2o-groupby|20000|q1|dask-cpu" in kept and len(kept) < 10
+    assert "cells not measured: the run was interrupted" in stdout
+
+
 def test_the_tables_of_an_interrupted_run_mark_the_cells_it_did_not_reach(small_run):
     import user_queries
 

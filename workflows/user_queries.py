@@ -24,7 +24,9 @@ Sides (``--sides``, default: every side that can run here):
     python workflows/user_queries.py --h2o-rows 1e7,1e8 --tpch-scale 10 --json out.json
     python workflows/user_queries.py --h2o-rows 1e4 --tpch-scale 0.01 --sides dask-cpu,gpuscale-cpu
 
-Exit 3 when any answer differs from pandas' (or a side failed a query), else 0.
+Exit 3 when any answer differs from pandas' (or a side failed a query), else 0. Interrupted
+(Ctrl-C, or SIGINT from ``timeout -s INT``), it prints the tables of the cells measured so far,
+keeps them in ``--json``, and exits 130.
 """
 
 from __future__ import annotations
@@ -267,7 +269,10 @@ def run_all(args) -> dict:
         max_time=args.max_time,
         rounds=args.rounds or None,
     )
-    d["cells"] = study.run(cells=d["cells"], on_cell=measured)
+    try:
+        d["cells"] = study.run(cells=d["cells"], on_cell=measured)
+    except KeyboardInterrupt:  # the cells measured so far are in d and in --json already
+        d["interrupted"] = True
     return d
 
 
@@ -368,13 +373,25 @@ def main(argv=None) -> int:
     with contextlib.ExitStack() as stack:
         if args.data is None:
             args.data = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuscale-queries-"))
-        d = run_all(args)
+        try:
+            d = run_all(args)
+        except KeyboardInterrupt:
+            print(
+                "user_queries: interrupted while making the data or pandas' answers; nothing timed",
+                file=sys.stderr,
+            )
+            return 130
     if d is None:
         return 0
+    interrupted = d.pop("interrupted", False)
     text, ok = tables(d)
     print(text)
     if args.json:
         harness.write(args.json, "user_queries", d)
+    if interrupted:
+        where = f"; {args.json} keeps them (--resume {args.json} times the rest)" if args.json else ""
+        print(f"user_queries: interrupted; the tables show the cells measured so far{where}", file=sys.stderr)
+        return 130
     return 0 if ok else 3
 
 
