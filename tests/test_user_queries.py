@@ -117,6 +117,20 @@ def test_an_interrupted_run_resumes_timing_only_the_cells_it_lacks(small_run, tm
     }
 
 
+def test_answers_made_by_several_processes_equal_those_made_in_one(small_run, tmp_path):
+    _, _, data = small_run
+    cmd = [sys.executable, str(ROOT / "workflows" / "user_queries.py"), "--h2o-rows", "20000",
+           "--tpch-scale", "0.01", "--data", str(tmp_path), "--prepare-only",
+           "--reference-jobs", "2"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "(2 processes)" in proc.stderr
+    made = sorted(tmp_path.glob("*/answer-*.parquet"))
+    assert len(made) == 24 and not list(tmp_path.glob("*/*.part"))
+    for f in made:
+        pd.testing.assert_frame_equal(pd.read_parquet(f), pd.read_parquet(data / f.parent.name / f.name))
+
+
 def test_ctrl_c_prints_the_cells_measured_so_far_keeps_them_and_exits_130(small_run, tmp_path):
     import signal
 

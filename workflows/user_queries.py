@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import functools
 import importlib.util
+import os
 import pathlib
 import sys
 import tempfile
@@ -217,24 +218,59 @@ def case_key(case) -> str:
     return f"{suite.name}|{size}|{q.name}"
 
 
-def references(sets) -> dict:
-    """pandas' answer to every query, computed once per data set and kept beside its data."""
-    refs = {}
-    for suite, size, folder in sets:
-        tables = None
-        for q in suite.queries:
-            kept = folder / f"answer-{q.name}.parquet"
-            if not kept.exists():
-                if tables is None:
-                    tables = {t: pd.read_parquet(p) for t, p in paths(suite, folder).items()}
-                queries.to_pandas(q.reference(tables)).to_parquet(kept)
-            refs[(suite.name, size, q.name)] = pd.read_parquet(kept)
-    return refs
+def references(sets, jobs: int = 0) -> dict:
+    """pandas' answer to every query, computed once per data set and kept beside its data;
+    ``jobs`` processes compute the missing ones (0: one per 4 cores, at most 4: each holds its
+    data set's tables)."""
+    missing = [
+        (suite.name, str(folder), q.name)
+        for suite, _, folder in sets
+        for q in suite.queries
+        if not (folder / f"answer-{q.name}.parquet").exists()
+    ]
+    jobs = min(jobs or max(1, min(4, (os.cpu_count() or 1) // 4)), len(missing))
+    t0 = time.perf_counter()
+    if jobs > 1:
+        import concurrent.futures
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+            list(pool.map(_answer, *zip(*missing)))
+    else:
+        for m in missing:
+            _answer(*m)
+    if missing:
+        took = time.perf_counter() - t0
+        print(
+            f"pandas' answers to {len(missing)} queries in {took:.1f} s ({jobs} process{'es' * (jobs > 1)})",
+            file=sys.stderr,
+        )
+    return {
+        (suite.name, size, q.name): pd.read_parquet(folder / f"answer-{q.name}.parquet")
+        for suite, size, folder in sets
+        for q in suite.queries
+    }
+
+
+_TABLES: dict[str, dict] = {}
+"""The tables of the data set a process last answered on, by folder."""
+
+
+def _answer(suite_name: str, folder: str, query: str) -> None:
+    suite = queries.suites()[suite_name]
+    if folder not in _TABLES:
+        _TABLES.clear()
+        _TABLES[folder] = {t: pd.read_parquet(p) for t, p in paths(suite, pathlib.Path(folder)).items()}
+    (q,) = [q for q in suite.queries if q.name == query]
+    kept = pathlib.Path(folder) / f"answer-{q.name}.parquet"
+    queries.to_pandas(q.reference(_TABLES[folder])).to_parquet(kept.with_suffix(".part"))
+    os.replace(kept.with_suffix(".part"), kept)  # a run cut short leaves no half-written answer
 
 
 def run_all(args) -> dict:
     sets = data_sets(args)
-    refs = references(sets)
+    refs = references(sets, args.reference_jobs)
     if args.prepare_only:
         return None
     sides = harness.pick_sides(args.sides, SIDES, available_sides())
@@ -365,6 +401,13 @@ def main(argv=None) -> int:
     harness.add_common(ap, repeat=3, warmup=1, rounds=0, max_time=10.0, resume=True)
     ap.add_argument(
         "--data", default=None, help="where the data sets are made and kept (default: a temporary folder)"
+    )
+    ap.add_argument(
+        "--reference-jobs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="processes computing pandas' answers (default: one per 4 cores, at most 4)",
     )
     ap.add_argument(
         "--prepare-only",
