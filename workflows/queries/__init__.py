@@ -102,7 +102,7 @@ def _number(s: pd.Series) -> bool:
 
 def _same_fingerprints(got: pd.DataFrame, want: pd.DataFrame, rtol: float) -> str | None:
     theirs = _WANT_PRINTS.get(id(want), (None, None))[1]
-    if theirs is None:  # pandas' answer is the same for every side and run: printed once
+    if theirs is None:  # pandas' answer is the same for every side and run: fingerprinted once
         theirs = {c: _fingerprint(want[c]) for c in want.columns}
         _WANT_PRINTS[id(want)] = (want, theirs)
     for c in want.columns:
@@ -123,8 +123,8 @@ _WANT_PRINTS: dict[int, tuple[pd.DataFrame, dict]] = {}
 
 def _fingerprint(s: pd.Series, like: pd.Series | None = None):
     """Sums of a number column (as ``like``'s kind decides); the sum of row hashes of the rest.
-    Text is hashed as it is, the missing values as one word, with no copy to Python objects
-    (a 9 M-row string column: seconds, not tens of seconds)."""
+    Text is hashed as Arrow strings, every missing value as one word, with no copy to Python
+    objects."""
     if _number(s if like is None else like):
         a = pd.to_numeric(s, errors="coerce").astype("float64")
         return (a.sum(), (a * a).sum(), a.isna().sum())
