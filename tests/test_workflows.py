@@ -38,6 +38,10 @@ def test_bench_vs_peer_smoke(tmp_path):
         sides = [r["side"] for r in ran if r["row"] == row]
         assert any(s.startswith("gpuscale") for s in sides) and any(s.startswith("plain") for s in sides)
     assert all(r["median_s"] > 0 for r in ran)
+    # a call against a running cluster says where its client's time went, from its process start
+    (call,) = [r for r in ran if r["row"] == "first" and "first call" in r["side"]]
+    age = float(re.search(r"process start to connecting (\d+\.\d+) s", call["note"]).group(1))
+    assert 0 < age < call["times_s"][-1]
 
 
 def test_compare_plain_dask_small(tmp_path):

@@ -562,10 +562,16 @@ def row_first(sizes, backend, smoke, rounds=1):
             if runner.get("where") == "cluster":
                 trip, connect = runner.get("round_trip_s", 0), runner.get("client_connect_s", 0)
                 checked = (rec["cluster"].get("preflight") or {}).get("seconds", 0)
+                ready, close = runner.get("client_age_s"), runner.get("client_close_s", 0)
+                rest = wall - trip - connect - checked - close - (ready or 0)
+                if ready is None:
+                    before, after = "", "process start, imports, the record"
+                else:
+                    before, after = f"process start to connecting {ready:.2f} s, ", "the record, exit"
                 where = (
                     f"runner in the cluster {runner.get('runner_s', 0):.2f} s of {trip:.2f} s round "
-                    f"trip; the client: connect {connect:.2f} s, preflight {checked:.2f} s, the rest "
-                    f"(process start, imports, the record) {wall - trip - connect - checked:.2f} s; "
+                    f"trip; the client: {before}connect {connect:.2f} s, preflight {checked:.2f} s, "
+                    f"close {close:.2f} s, the rest ({after}) {rest:.2f} s; "
                 )
             return (
                 wall,

@@ -117,6 +117,7 @@ def run_in_cluster(
     written. The task secedes and opens its own client; it stops between repeats once this
     process's client has gone. Raises :class:`NotServed` when the workers cannot run this
     gpuscale."""
+    age_s = _since_process_start()  # a fresh command: its interpreter, imports and settings
     t0 = time.perf_counter()
     _, client = existing.Existing().start(session.spec)
     try:
@@ -163,19 +164,33 @@ def run_in_cluster(
             raise
         round_trip_s = time.perf_counter() - t1
     finally:
+        t2 = time.perf_counter()
         with contextlib.suppress(Exception):
             client.close()
+        close_s = time.perf_counter() - t2
     result.cluster["preflight"] = checked
     addresses = [a for h in (result.cluster.get("hosts") or {}).values() for a in h.get("addresses", [])]
     result.cluster["pairs"] = _pairs(addresses, checked)
     runner = result.info.setdefault("runner", {})
     runner.update(
+        client_age_s=age_s,
         client_connect_s=connect_s,
+        client_close_s=close_s,
         round_trip_s=round_trip_s,
         dispatch_s=max(0.0, round_trip_s - runner.get("runner_s", 0.0)),
     )
     result.startup_s = connect_s + (result.startup_s or 0.0)
     return result
+
+
+def _since_process_start() -> float | None:
+    """Seconds since this process started (interpreter, imports, the command's settings), to
+    the kernel's clock tick; None where the system does not say (Linux's ``/proc`` does)."""
+    with contextlib.suppress(Exception):
+        with open("/proc/self/stat") as f:
+            started = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime, in ticks
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started / os.sysconf("SC_CLK_TCK"))
+    return None
 
 
 def _runner(request: dict[str, Any]):
