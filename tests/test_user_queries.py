@@ -131,6 +131,47 @@ def test_answers_made_by_several_processes_equal_those_made_in_one(small_run, tm
         pd.testing.assert_frame_equal(pd.read_parquet(f), pd.read_parquet(data / f.parent.name / f.name))
 
 
+def test_a_side_variant_runs_with_its_options_beside_its_base_side(small_run, tmp_path):
+    _, _, data = small_run
+    out = tmp_path / "out.json"
+    cmd = [sys.executable, str(ROOT / "workflows" / "user_queries.py"), "--suites", "h2o-join",
+           "--h2o-rows", "20000", "--sides", "gpuscale-cpu,gpuscale-cpu:shuffle=tasks", "--repeat", "1",
+           "--data", str(data), "--json", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    knobs = [line for line in proc.stderr.splitlines() if line.startswith("gpuscale-cpu:shuffle=tasks: ")]
+    assert knobs and "dataframe.shuffle.method=tasks" in knobs[0] and "shuffle.setting" in knobs[0]
+    assert "v1 = gpuscale-cpu:shuffle=tasks" in proc.stdout and "v1 vs base" in proc.stdout
+    cells = json.loads(out.read_text())["cells"]
+    assert {k for k in cells if k.endswith("|gpuscale-cpu:shuffle=tasks")} == {
+        f"h2o-join|20000|j{i}|gpuscale-cpu:shuffle=tasks" for i in range(1, 6)
+    }
+    assert all(c["valid"] for c in cells.values())
+
+
+@pytest.mark.parametrize(
+    "side, says",
+    [
+        ("duckdb:gpus=2", "'gpus=2' is not an option of duckdb"),
+        ("gpuscale-cpu:shuffle=fast", "its options: shuffle: tasks, p2p or disk"),
+        ("nosuch", "unknown side 'nosuch'"),
+    ],
+)
+def test_a_wrong_side_ends_the_run_in_one_line_before_any_data_is_made(tmp_path, side, says):
+    cmd = [
+        sys.executable,
+        str(ROOT / "workflows" / "user_queries.py"),
+        "--sides",
+        side,
+        "--data",
+        str(tmp_path),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and says in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
 def test_ctrl_c_prints_the_cells_measured_so_far_keeps_them_and_exits_130(small_run, tmp_path):
     import signal
 

@@ -27,9 +27,10 @@ import json
 import math
 import pathlib
 import statistics
+import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, NoReturn
 
 SCHEMA = "gpuscale-workflow"
 VERSION = 2
@@ -97,16 +98,38 @@ def add_cluster(
     return ap
 
 
-def pick_sides(text: str | None, known: tuple[str, ...], default: list[str]) -> list[str]:
-    """``--sides a,b`` as a list; ``default`` without one; an unknown name ends the script in
-    one line (exit 2)."""
-    if not text:
-        return list(default)
-    sides = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [s for s in sides if s not in known]
-    if unknown:
-        raise SystemExit(f"unknown side(s) {', '.join(unknown)}: choose from {', '.join(known)}")
+def pick_sides(
+    text: str | None, known: tuple[str, ...], default: list[str], options: dict | None = None
+) -> list[str]:
+    """``--sides a,b`` as a list; ``default`` without one. A side may be a variant of a known
+    one, ``BASE:OPTION=VALUE...``, where ``options`` maps OPTION to (the sides that take it,
+    what it takes, a check of VALUE). A name that is neither ends the script in one line (exit 2)."""
+    sides = [s.strip() for s in text.split(",") if s.strip()] if text else list(default)
+    for name in sides:
+        side_spec(name, known, options or {})
     return sides
+
+
+def side_spec(name: str, known: tuple[str, ...], options: dict) -> tuple[str, dict[str, str]]:
+    """A side's name as (its base side, its options) (:func:`pick_sides`)."""
+    base, *opts = name.split(":")
+    if base not in known:
+        usage_error(f"unknown side {base!r}: choose from {', '.join(known)}")
+    kw = {}
+    for o in opts:
+        key, _, value = o.partition("=")
+        sides, _, good = options.get(key, ((), "", None))
+        if base not in sides or not good(value):
+            offered = "; ".join(f"{k}: {w}" for k, (b, w, _) in options.items() if base in b) or "none"
+            usage_error(f"side {name!r}: {o!r} is not an option of {base} (its options: {offered})")
+        kw[key] = value
+    return base, kw
+
+
+def usage_error(message: str) -> NoReturn:
+    """End the script on a wrong command line: one line on stderr, exit 2 (as argparse does)."""
+    print(f"{pathlib.Path(sys.argv[0]).name}: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 # ---------------------------------------------------------------------------------------

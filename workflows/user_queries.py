@@ -20,11 +20,18 @@ Sides (``--sides``, default: every side that can run here):
     polars-gpu    Polars' GPU engine (cudf-polars) on the query's SQL, on the same files
     duckdb        DuckDB on the query's SQL, on the same files
 
+A variant of a side adds options after its name, and is a column of its own with its speed-up
+over its base side: ``gpus=N`` (the first N GPUs; gpuscale-gpu, dask-cudf), ``protocol=ucx``,
+``shuffle=tasks|p2p|disk`` (the session's ``shuffle_method``; Dask's
+``dataframe.shuffle.method`` on a plain side), ``explicit-comms=1`` (dask-cuda's shuffle).
+
     python workflows/user_queries.py                              # H2O 1e7, TPC-H SF10, all sides
     python workflows/user_queries.py --h2o-rows 1e7,1e8 --tpch-scale 10 --json out.json
     python workflows/user_queries.py --h2o-rows 1e4 --tpch-scale 0.01 --sides dask-cpu,gpuscale-cpu
+    python workflows/user_queries.py --sides gpuscale-gpu:gpus=1,gpuscale-gpu:gpus=2  # 1 GPU vs 2
 
-Exit 3 when any answer differs from pandas' (or a side failed a query), else 0. Interrupted
+Exit 3 when any answer differs from pandas' (or a side failed a query), else 0; exit 2, before
+any data is made, for a side that is not one or needs more GPUs than there are. Interrupted
 (Ctrl-C, or SIGINT from ``timeout -s INT``), it prints the tables of the cells measured so far,
 keeps them in ``--json``, and exits 130.
 """
@@ -104,35 +111,62 @@ def _dask_runner():
     return run
 
 
+OPTIONS = {
+    "gpus": (("gpuscale-gpu", "dask-cudf"), "the first N GPUs", lambda v: v.isdigit() and int(v) > 0),
+    "protocol": (("gpuscale-gpu", "dask-cudf"), "tcp or ucx", ("tcp", "ucx").__contains__),
+    "shuffle": (
+        ("gpuscale-gpu", "gpuscale-cpu", "dask-cudf", "dask-cpu"),
+        "tasks, p2p or disk",
+        ("tasks", "p2p", "disk").__contains__,
+    ),
+    "explicit-comms": (("gpuscale-gpu", "dask-cudf"), "1: dask-cuda's explicit-comms shuffle", "1".__eq__),
+}
+"""A side's variants (``--sides gpuscale-gpu:gpus=2:shuffle=p2p``): what each option takes."""
+
+
+def side_spec(name: str) -> tuple[str, dict[str, str]]:
+    return harness.side_spec(name, SIDES, OPTIONS)
+
+
 @contextlib.contextmanager
 def open_side(name: str):
-    if name == "dask-cpu":
+    base, kw = side_spec(name)
+    conf = {"dataframe.shuffle.method": kw["shuffle"]} if "shuffle" in kw and base.startswith("dask") else {}
+    conf |= {"explicit-comms": True} if "explicit-comms" in kw else {}
+    gpus = list(range(int(kw["gpus"]))) if "gpus" in kw else None
+    if base == "dask-cpu":
         from distributed import Client, LocalCluster
 
         with (
             LocalCluster(dashboard_address=None) as cluster,
             Client(cluster),
-            dask.config.set({"dataframe.backend": "pandas"}),
+            dask.config.set({"dataframe.backend": "pandas", **conf}),
         ):
             yield _dask_runner()
-    elif name == "dask-cudf":
+    elif base == "dask-cudf":
         from dask_cuda import LocalCUDACluster
         from distributed import Client
 
+        where = {"CUDA_VISIBLE_DEVICES": gpus} if gpus else {}
         with (
-            LocalCUDACluster(dashboard_address=None) as cluster,
+            LocalCUDACluster(dashboard_address=None, protocol=kw.get("protocol"), **where) as cluster,
             Client(cluster),
-            dask.config.set({"dataframe.backend": "cudf"}),
+            dask.config.set({"dataframe.backend": "cudf", **conf}),
         ):
             yield _dask_runner()
-    elif name in ("gpuscale-cpu", "gpuscale-gpu"):
+    elif base in ("gpuscale-cpu", "gpuscale-gpu"):
         import gpuscale
 
-        with gpuscale.session(backend=name.split("-")[1]) as s:
+        keywords = {"shuffle_method": kw["shuffle"]} if "shuffle" in kw else {}
+        keywords |= {"gpus": ",".join(map(str, gpus))} if gpus else {}
+        with (
+            dask.config.set(conf),  # as the user's own Dask config
+            gpuscale.session(backend=base.split("-")[1], protocol=kw.get("protocol"), **keywords) as s,
+        ):
             knobs = "; ".join(f"{a.dask_key or a.name}={a.value} ({a.source}, {a.rule})" for a in s.applied)
             print(f"{name}: {knobs}", file=sys.stderr)
             yield _dask_runner()
-    elif name == "polars-gpu":
+    elif base == "polars-gpu":
         import polars as pl
 
         engine = pl.GPUEngine(raise_on_fail=True)
@@ -149,7 +183,7 @@ def open_side(name: str):
                 return OnCpu(plan.collect())  # what Polars does by default where its GPU engine cannot
 
         yield run
-    elif name == "duckdb":
+    elif base == "duckdb":
         import duckdb
 
         def run(q, suite, folder):
@@ -161,8 +195,6 @@ def open_side(name: str):
             return con.sql(q.sql).to_arrow_table()
 
         yield run
-    else:
-        raise SystemExit(f"unknown side {name!r}; choose from {', '.join(SIDES)}")
 
 
 class OnCpu:
@@ -173,6 +205,20 @@ class OnCpu:
 
     def to_pandas(self):
         return self.frame.to_pandas()
+
+
+def pick_sides(text: str | None) -> list[str]:
+    """``--sides`` (each a side or a variant of one), or every side that can run here; a side
+    asking for more GPUs than there are ends the run in one line."""
+    from gpuscale import machine
+
+    sides = harness.pick_sides(text, SIDES, available_sides() if not text else [], OPTIONS)
+    have = len(machine.gpus())
+    for name in sides:
+        base, kw = side_spec(name)
+        if base in GPU_SIDES and int(kw.get("gpus", 1)) > have:
+            harness.usage_error(f"side {name!r} needs {kw.get('gpus', 1)} GPU(s); this machine has {have}")
+    return sides
 
 
 def available_sides() -> list[str]:
@@ -269,11 +315,11 @@ def _answer(suite_name: str, folder: str, query: str) -> None:
 
 
 def run_all(args) -> dict:
+    sides = pick_sides(args.sides)  # a wrong side ends the run before any data is made
     sets = data_sets(args)
     refs = references(sets, args.reference_jobs)
     if args.prepare_only:
         return None
-    sides = harness.pick_sides(args.sides, SIDES, available_sides())
     d = {
         "sides": sides,
         "repeat": args.repeat,
@@ -347,10 +393,17 @@ def tables(d: dict) -> tuple[str, bool]:
     """The printed tables (one per suite and size) and whether every answer measured was right;
     a cell an interrupted run did not reach reads ``.``."""
     lines, ok, missing = [], True, 0
+    sides = d["sides"]
+    labels = {x: x if ":" not in x else f"v{i}" for i, x in enumerate([x for x in sides if ":" in x], 1)}
+    labels |= {x: x[:12] for x in sides if ":" not in x}
+    variant_ratios = [
+        (f"{labels[v]} vs base", side_spec(v)[0], v, f"x faster than {side_spec(v)[0]}")
+        for v in sides
+        if ":" in v and side_spec(v)[0] in sides
+    ]
+    ratios = [r for r in RATIOS if r[1] in sides and r[2] in sides] + variant_ratios
     for s in d["sets"]:
-        sides = d["sides"]
-        ratios = [r for r in RATIOS if r[1] in sides and r[2] in sides]
-        head = ["query"] + [x[:12] for x in sides] + [r[0] for r in ratios]
+        head = ["query"] + [labels[x] for x in sides] + [r[0] for r in ratios]
         rows, cols = [], {r[0]: [] for r in ratios}
         for qname, _ in s["queries"]:
             cell = {side: d["cells"].get(f"{s['suite']}|{s['size']}|{qname}|{side}") for side in sides}
@@ -373,7 +426,10 @@ def tables(d: dict) -> tuple[str, bool]:
         )
         for r in [head] + rows:
             lines.append("  ".join(str(v).rjust(w) for v, w in zip(r, widths)))
-    lines.append("\nratios: " + "; ".join(f"{r[0]}: {r[3]}" for r in RATIOS))
+    variants = [f"{labels[x]} = {x}" for x in sides if ":" in x]
+    if variants:
+        lines.append("\ncolumns: " + "; ".join(variants))
+    lines.append("\nratios: " + "; ".join(f"{r[0]}: {r[3]}" for r in (*RATIOS, *variant_ratios)))
     if missing:
         lines.append(f"{missing} cells not measured: the run was interrupted (--resume JSON times them)")
     return "\n".join(lines), ok
@@ -397,7 +453,12 @@ def main(argv=None) -> int:
     ap.add_argument("--suites", default="h2o-groupby,h2o-join,tpch")
     ap.add_argument("--h2o-rows", default="1e7", help="rows of the H2O data sets, comma-separated")
     ap.add_argument("--tpch-scale", default="10", help="TPC-H scale factors, comma-separated")
-    ap.add_argument("--sides", default=None, help=f"comma-separated, from {', '.join(SIDES)}")
+    ap.add_argument(
+        "--sides",
+        default=None,
+        help=f"comma-separated, from {', '.join(SIDES)}; a variant adds options, e.g. "
+        "gpuscale-gpu:gpus=2:shuffle=p2p (gpus, protocol, shuffle, explicit-comms)",
+    )
     harness.add_common(ap, repeat=3, warmup=1, rounds=0, max_time=10.0, resume=True)
     ap.add_argument(
         "--data", default=None, help="where the data sets are made and kept (default: a temporary folder)"
