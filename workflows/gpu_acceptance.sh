@@ -8,8 +8,9 @@
 #   bash workflows/gpu_acceptance.sh bench OUTDIR [bench_vs_peer.py args]   # default: every row this machine can run
 #   bash workflows/gpu_acceptance.sh library OUTDIR   # gpuscale bench workflows/library.yaml: CPU vs GPU per workload
 #   bash workflows/gpu_acceptance.sh trace OUTDIR     # svd --trace over tcp and ucx on 2 GPUs, then trace compare
+#   bash workflows/gpu_acceptance.sh two-gpus OUTDIR [wire peer queries]  # 2 GPUs against 1 (each part one call)
 set -uo pipefail
-stage=${1:?stage: matrix | tests | compare | bench | library | trace}
+stage=${1:?stage: matrix | tests | compare | bench | library | trace | two-gpus}
 out=${2:?output folder}
 shift 2
 mkdir -p "$out"
@@ -71,6 +72,27 @@ case "$stage" in
         >"$out/compare-$name.json" 2>/dev/null
     done
     tar czf "$out/traces.tgz" -C /tmp $(cd /tmp && ls -d trace-*) 2>/dev/null
+    exit $rc ;;
+  two-gpus)
+    # GPU 0 -> 1 layer by layer against the wire; svd 1 -> 2 GPUs and one block p2p; the user
+    # queries on one GPU against two, per protocol and shuffle method. --resume continues the
+    # queries where an earlier call (same OUTDIR) stopped.
+    [ "$ngpus" -ge 2 ] || { echo "two-gpus needs 2 GPUs, this machine has $ngpus" >&2; exit 2; }
+    [ $# -gt 0 ] || set -- wire peer queries
+    rc=0
+    for part in "$@"; do
+      case "$part" in
+        wire) $py workflows/p2p_wire.py --quick --out "$out/p2p-wire.json" || rc=1 ;;
+        peer) $py workflows/bench_vs_peer.py --rows p2p,scaling --rounds 3 --json "$out/peer.json" \
+                2>"$out/peer.err" || rc=1 ;;
+        queries)
+          g="gpuscale-gpu:gpus=1,gpuscale-gpu:gpus=2,gpuscale-gpu:gpus=2:protocol=ucx"
+          g="$g,gpuscale-gpu:gpus=2:shuffle=p2p,dask-cudf:gpus=2,dask-cudf:gpus=2:explicit-comms=1"
+          $py workflows/user_queries.py --h2o-rows 1e7 --tpch-scale 10 --data /tmp/qdata --sides "$g" \
+            --json "$out/queries-2gpus.json" --resume "$out/queries-2gpus.json" 2>"$out/queries.err" || rc=1 ;;
+        *) echo "unknown part $part: wire, peer or queries" >&2; exit 2 ;;
+      esac
+    done
     exit $rc ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

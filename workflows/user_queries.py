@@ -21,9 +21,9 @@ Sides (``--sides``, default: every side that can run here):
     duckdb        DuckDB on the query's SQL, on the same files
 
 A variant of a side adds options after its name, and is a column of its own with its speed-up
-over its base side: ``gpus=N`` (the first N GPUs; gpuscale-gpu, dask-cudf), ``protocol=ucx``,
-``shuffle=tasks|p2p|disk`` (the session's ``shuffle_method``; Dask's
-``dataframe.shuffle.method`` on a plain side), ``explicit-comms=1`` (dask-cuda's shuffle).
+over the first side of its base in ``--sides``: ``gpus=N`` (the first N GPUs; gpuscale-gpu,
+dask-cudf), ``protocol=ucx``, ``shuffle=tasks|p2p|disk`` (the session's ``shuffle_method``;
+Dask's ``dataframe.shuffle.method`` on a plain side), ``explicit-comms=1`` (dask-cuda's).
 
     python workflows/user_queries.py                              # H2O 1e7, TPC-H SF10, all sides
     python workflows/user_queries.py --h2o-rows 1e7,1e8 --tpch-scale 10 --json out.json
@@ -396,10 +396,13 @@ def tables(d: dict) -> tuple[str, bool]:
     sides = d["sides"]
     labels = {x: x if ":" not in x else f"v{i}" for i, x in enumerate([x for x in sides if ":" in x], 1)}
     labels |= {x: x[:12] for x in sides if ":" not in x}
+    first = {}  # a variant is compared with the first side of its base in --sides
+    for x in sides:
+        first.setdefault(side_spec(x)[0], x)
     variant_ratios = [
-        (f"{labels[v]} vs base", side_spec(v)[0], v, f"x faster than {side_spec(v)[0]}")
+        (f"{labels[v]} vs {labels[first[b]]}", first[b], v, f"x faster than {first[b]}")
         for v in sides
-        if ":" in v and side_spec(v)[0] in sides
+        if ":" in v and first[b := side_spec(v)[0]] != v
     ]
     ratios = [r for r in RATIOS if r[1] in sides and r[2] in sides] + variant_ratios
     for s in d["sets"]:
