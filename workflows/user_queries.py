@@ -398,11 +398,11 @@ def tables(d: dict) -> tuple[str, bool]:
     labels |= {x: x[:12] for x in sides if ":" not in x}
     first = {}  # a variant is compared with the first side of its base in --sides
     for x in sides:
-        first.setdefault(side_spec(x)[0], x)
+        first.setdefault(x.split(":")[0], x)  # a stored run's names, as they were
     variant_ratios = [
         (f"{labels[v]} vs {labels[first[b]]}", first[b], v, f"x faster than {first[b]}")
         for v in sides
-        if ":" in v and first[b := side_spec(v)[0]] != v
+        if ":" in v and first[b := v.split(":")[0]] != v
     ]
     ratios = [r for r in RATIOS if r[1] in sides and r[2] in sides] + variant_ratios
     for s in d["sets"]:
