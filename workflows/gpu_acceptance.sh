@@ -75,8 +75,10 @@ case "$stage" in
     exit $rc ;;
   two-gpus)
     # GPU 0 -> 1 layer by layer against the wire; svd 1 -> 2 GPUs and one block p2p; the user
-    # queries on one GPU against two, per protocol and shuffle method. --resume continues the
-    # queries where an earlier call (same OUTDIR) stopped.
+    # queries on one GPU against two, per protocol and shuffle method. The queries resume from
+    # OUTDIR's JSON: on a machine whose calls are time-limited, give every call the same
+    # OUTDIR on that machine (not a fresh output folder) and run the part under
+    # `timeout -s INT SECONDS`, which ends it with its cells kept (exit 130).
     [ "$ngpus" -ge 2 ] || { echo "two-gpus needs 2 GPUs, this machine has $ngpus" >&2; exit 2; }
     [ $# -gt 0 ] || set -- wire peer queries
     rc=0
