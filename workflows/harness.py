@@ -110,6 +110,12 @@ def pick_sides(
     return sides
 
 
+def side_base(name: str) -> str:
+    """The side a name is a variant of (the name itself where it is no variant); any stored
+    name reads, checked or not."""
+    return name.split(":", 1)[0]
+
+
 def side_spec(name: str, known: tuple[str, ...], options: dict) -> tuple[str, dict[str, str]]:
     """A side's name as (its base side, its options) (:func:`pick_sides`)."""
     base, *opts = name.split(":")

@@ -394,15 +394,15 @@ def tables(d: dict) -> tuple[str, bool]:
     a cell an interrupted run did not reach reads ``.``."""
     lines, ok, missing = [], True, 0
     sides = d["sides"]
-    labels = {x: x if ":" not in x else f"v{i}" for i, x in enumerate([x for x in sides if ":" in x], 1)}
-    labels |= {x: x[:12] for x in sides if ":" not in x}
+    variants = [x for x in sides if harness.side_base(x) != x]
+    labels = {x: x[:12] for x in sides} | {x: f"v{i}" for i, x in enumerate(variants, 1)}
     first = {}  # a variant is compared with the first side of its base in --sides
     for x in sides:
-        first.setdefault(x.split(":")[0], x)  # a stored run's names, as they were
+        first.setdefault(harness.side_base(x), x)
     variant_ratios = [
         (f"{labels[v]} vs {labels[first[b]]}", first[b], v, f"x faster than {first[b]}")
-        for v in sides
-        if ":" in v and first[b := v.split(":")[0]] != v
+        for v in variants
+        if first[b := harness.side_base(v)] != v
     ]
     ratios = [r for r in RATIOS if r[1] in sides and r[2] in sides] + variant_ratios
     for s in d["sets"]:
@@ -429,9 +429,8 @@ def tables(d: dict) -> tuple[str, bool]:
         )
         for r in [head] + rows:
             lines.append("  ".join(str(v).rjust(w) for v, w in zip(r, widths)))
-    variants = [f"{labels[x]} = {x}" for x in sides if ":" in x]
     if variants:
-        lines.append("\ncolumns: " + "; ".join(variants))
+        lines.append("\ncolumns: " + "; ".join(f"{labels[x]} = {x}" for x in variants))
     lines.append("\nratios: " + "; ".join(f"{r[0]}: {r[3]}" for r in (*RATIOS, *variant_ratios)))
     if missing:
         lines.append(f"{missing} cells not measured: the run was interrupted (--resume JSON times them)")
