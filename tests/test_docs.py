@@ -195,7 +195,7 @@ def test_benchmark_tables_come_from_the_stored_results(built):
         import user_queries
     finally:
         sys.path.remove(str(REPO / "workflows"))
-    stored = json.loads((DOCS / "bench-h200" / "user-queries" / "h200-sf10-1e7.json").read_text())
+    stored = json.loads((DOCS / "bench-h200" / "user-queries" / "h200-sf10-1e7-all-sides.json").read_text())
     page = text_of(built / "benchmarks" / "user-queries.html")
     printed = user_queries.tables(stored)[0]
     source = (DOCS / "benchmarks" / "user-queries.md").read_text()
