@@ -6,9 +6,11 @@ answer is checked against pandas."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
+import time
 
 import pandas as pd
 import pytest
@@ -58,6 +60,7 @@ def test_every_query_of_both_suites_answers_as_pandas_in_plain_dask_and_a_sessio
     for suite in ("h2o-groupby 20000", "h2o-join 20000", "tpch 0.01"):
         assert suite in proc.stdout
     assert "geomean" in proc.stdout
+    assert " - distributed." not in proc.stderr  # no log lines of Dask's, e.g. P2P's shuffle warnings
 
 
 def test_a_wrong_answer_is_caught_row_by_row_and_by_fingerprint(small_run):
@@ -183,13 +186,14 @@ def test_ctrl_c_prints_the_cells_measured_so_far_keeps_them_and_exits_130(small_
            "--h2o-rows", "20000", "--sides", "dask-cpu", "--repeat", "1", "--data", str(data),
            "--json", str(out)]  # fmt: skip
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=as_from_a_terminal)  # fmt: skip
+                         preexec_fn=as_from_a_terminal, start_new_session=True)  # fmt: skip
     err = []
     for line in p.stderr:  # the first measured cell, then Ctrl-C
         err.append(line)
         if " q1: " in line:
             break
-    p.send_signal(signal.SIGINT)
+    time.sleep(0.5)  # into the next query, while the workers compute
+    os.killpg(p.pid, signal.SIGINT)  # as Ctrl-C and `timeout -s INT`: to the whole process group
     stdout, rest = p.communicate(timeout=120)
     err = "".join(err) + rest
     assert p.returncode == 130, err[-2000:]

@@ -299,6 +299,36 @@ def session_side(
     return Side(name, build, open=open, notes=notes, self_timed=True)
 
 
+@contextlib.contextmanager
+def peer_cluster_config() -> Any:
+    """Dask config for a cluster a side starts as its user would (plain Dask, dask-cudf by hand)
+    that leaves what it computes alone: its worker processes leave the terminal's process group
+    as they start (this file is their preload, :func:`dask_setup`), so Ctrl-C or ``timeout -s
+    INT`` reaches only this process, which closes them, and no worker prints a traceback; the
+    scheduler's WARNING lines about each P2P shuffle it starts and ends are dropped."""
+    import logging
+
+    import dask
+
+    log = logging.getLogger("distributed.shuffle")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        with dask.config.set({"distributed.worker.preload": [str(pathlib.Path(__file__).resolve())]}):
+            yield
+    finally:
+        log.setLevel(level)
+
+
+def dask_setup(worker=None) -> None:
+    """Worker preload of :func:`peer_cluster_config`: a process group of its own; a worker still
+    ends when its nanny's pipe closes or its cluster closes it."""
+    import os
+
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no os.setpgrp (Windows)
+        os.setpgrp()
+
+
 def _opened(side: Side, env: Any) -> ContextManager:
     return side.open(env) if side.open else contextlib.nullcontext(env)
 

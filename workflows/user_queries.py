@@ -53,6 +53,8 @@ import harness
 import pandas as pd
 import queries
 
+from gpuscale import errors
+
 GPU_SIDES = ("dask-cudf", "gpuscale-gpu", "polars-gpu")
 SIDES = ("gpuscale-gpu", "dask-cudf", "polars-gpu", "duckdb", "dask-cpu", "gpuscale-cpu")
 SUITE_SCALES = {"h2o-groupby": "h2o_rows", "h2o-join": "h2o_rows", "tpch": "tpch_scale"}
@@ -138,6 +140,7 @@ def open_side(name: str):
         from distributed import Client, LocalCluster
 
         with (
+            harness.peer_cluster_config(),
             LocalCluster(dashboard_address=None) as cluster,
             Client(cluster),
             dask.config.set({"dataframe.backend": "pandas", **conf}),
@@ -149,6 +152,7 @@ def open_side(name: str):
 
         where = {"CUDA_VISIBLE_DEVICES": gpus} if gpus else {}
         with (
+            harness.peer_cluster_config(),
             LocalCUDACluster(dashboard_address=None, protocol=kw.get("protocol"), **where) as cluster,
             Client(cluster),
             dask.config.set({"dataframe.backend": "cudf", **conf}),
@@ -482,7 +486,8 @@ def main(argv=None) -> int:
         if args.data is None:
             args.data = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuscale-queries-"))
         try:
-            d = run_all(args)
+            with errors.sigterm_raises():  # Dask's logs of the work cut off stay quiet
+                d = run_all(args)
         except KeyboardInterrupt:
             print(
                 "user_queries: interrupted while making the data or pandas' answers; nothing timed",
