@@ -61,6 +61,9 @@ def test_every_query_of_both_suites_answers_as_pandas_in_plain_dask_and_a_sessio
         assert suite in proc.stdout
     assert "geomean" in proc.stdout
     assert " - distributed." not in proc.stderr  # no log lines of Dask's, e.g. P2P's shuffle warnings
+    assert all(c["check_s"] >= 0 and c["wall_s"] > 0 for c in d["cells"].values())
+    for side in ("dask-cpu", "gpuscale-cpu"):  # with the cells' times, they account for the run's
+        assert f"{side}: opened in " in proc.stderr and f"{side}: closed in " in proc.stderr
 
 
 def test_a_wrong_answer_is_caught_row_by_row_and_by_fingerprint(small_run):

@@ -11,7 +11,7 @@ compared in one process, their ratios with a verdict, and versioned JSON.
 * A :class:`Study` times every case on every side in one process, either side after side (each
   side's context opened once) or in rounds that alternate the sides' order, so a drift of the
   machine hits every side alike. A cell is ``{"median_s", "times_s", "valid", "diff",
-  "wall_s"}`` (and ``rounds``), or ``{"error"}`` where a side cannot run a case.
+  "wall_s", "check_s"}`` (and ``rounds``), or ``{"error"}`` where a side cannot run a case.
 * :func:`ratio` is side B's time over side A's with the interval of
   :mod:`gpuscale.records.compare` (Hodges-Lehmann on log times, Welch's t with few repeats):
   ``not significant`` when the interval holds 1, i.e. the spread cannot tell the sides apart.
@@ -217,7 +217,7 @@ class Study:
     each side's context again and adds ``repeat`` timed runs to every cell (warm-ups in every
     round), and the cell keeps each round's median, wall time and notes in ``rounds``
     (:func:`per_round`). Every cell's ``wall_s`` is its whole measurement: build, warm-ups and
-    timed runs."""
+    timed runs; ``check_s`` the check of its answer after them."""
 
     def run(
         self, env: Any = None, cells: dict | None = None, on_cell: Callable[[str, dict], None] | None = None
@@ -260,7 +260,10 @@ class Study:
             else:
                 times, got = bench_once(run, self.repeat, self.warmup, self.max_time)
             wall = time.perf_counter() - t0
-            return cell(times, check(got), wall_s=wall, **(side.notes(got) if side.notes else {}))
+            diff = check(got)
+            checked = time.perf_counter() - t0 - wall
+            notes = side.notes(got) if side.notes else {}
+            return cell(times, diff, wall_s=wall, check_s=round(checked, 3), **notes)
         except Exception as e:  # noqa: BLE001 - a side that cannot run a case is a row, not a stop
             return error_cell(e)
 
@@ -329,8 +332,21 @@ def dask_setup(worker=None) -> None:
         os.setpgrp()
 
 
-def _opened(side: Side, env: Any) -> ContextManager:
-    return side.open(env) if side.open else contextlib.nullcontext(env)
+@contextlib.contextmanager
+def _opened(side: Side, env: Any) -> Any:
+    """The side's context (its cluster, session or engine), its opening and closing times on
+    stderr: with the cells' ``wall_s`` and ``check_s`` they account for a run's time."""
+    if not side.open:
+        yield env
+        return
+    t0 = time.perf_counter()
+    with side.open(env) as senv:
+        print(f"{side.name}: opened in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        try:
+            yield senv
+        finally:
+            t1 = time.perf_counter()
+    print(f"{side.name}: closed in {time.perf_counter() - t1:.1f} s", file=sys.stderr)
 
 
 def _merged(old: dict | None, new: dict) -> dict:
