@@ -51,6 +51,7 @@ import time
 import dask
 import harness
 import pandas as pd
+import psutil
 import queries
 
 from gpuscale import errors
@@ -270,15 +271,18 @@ def case_key(case) -> str:
 
 def references(sets, jobs: int = 0) -> dict:
     """pandas' answer to every query, computed once per data set and kept beside its data;
-    ``jobs`` processes compute the missing ones (0: one per 4 cores, at most 4: each holds its
-    data set's tables)."""
+    ``jobs`` processes compute the missing ones (0: :func:`reference_jobs`; each holds its data
+    set's tables)."""
     missing = [
         (suite.name, str(folder), q.name)
         for suite, _, folder in sets
         for q in suite.queries
         if not (folder / f"answer-{q.name}.parquet").exists()
     ]
-    jobs = min(jobs or max(1, min(4, (os.cpu_count() or 1) // 4)), len(missing))
+    folders = {f for _, f, _ in missing}
+    need = max((in_memory_bytes(s, f) for s, _, f in sets if str(f) in folders), default=0)
+    available = psutil.virtual_memory().available
+    jobs = min(reference_jobs(jobs, os.cpu_count() or 1, available, need), len(missing))
     t0 = time.perf_counter()
     if jobs > 1:
         import concurrent.futures
@@ -301,6 +305,34 @@ def references(sets, jobs: int = 0) -> dict:
         for suite, size, folder in sets
         for q in suite.queries
     }
+
+
+PEAK_PER_TABLES = 4
+"""A process answering a data set's queries in pandas holds its tables and, at its peak, a
+query's intermediates and answer: about this many times the tables' size in memory (a join's
+answer is about as large as its biggest table)."""
+
+
+def reference_jobs(asked: int, cores: int, available: int, set_bytes: int) -> int:
+    """Processes for pandas' answers: ``asked``, else one per 4 cores, at most 4, and no more
+    than the available memory holds at :data:`PEAK_PER_TABLES` times the largest data set's
+    tables each."""
+    if asked:
+        return asked
+    jobs = max(1, min(4, cores // 4))
+    fit = available // (PEAK_PER_TABLES * set_bytes) if set_bytes else jobs
+    return max(1, min(jobs, fit))
+
+
+def in_memory_bytes(suite: queries.Suite, folder: pathlib.Path) -> int:
+    """A data set's tables' size uncompressed, from their Parquet footers (nothing read)."""
+    import pyarrow.parquet as pq
+
+    total = 0
+    for p in paths(suite, folder).values():
+        meta = pq.ParquetFile(p).metadata
+        total += sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    return total
 
 
 _TABLES: dict[str, dict] = {}
@@ -474,7 +506,8 @@ def main(argv=None) -> int:
         type=int,
         default=0,
         metavar="N",
-        help="processes computing pandas' answers (default: one per 4 cores, at most 4)",
+        help="processes computing pandas' answers (default: one per 4 cores, at most 4, as many "
+        "as memory holds at 4x the largest data set's tables each)",
     )
     ap.add_argument(
         "--prepare-only",
