@@ -8,9 +8,10 @@
 #   bash workflows/gpu_acceptance.sh bench OUTDIR [bench_vs_peer.py args]   # default: every row this machine can run
 #   bash workflows/gpu_acceptance.sh library OUTDIR   # gpuscale bench workflows/library.yaml: CPU vs GPU per workload
 #   bash workflows/gpu_acceptance.sh trace OUTDIR     # svd --trace over tcp and ucx on 2 GPUs, then trace compare
+#   bash workflows/gpu_acceptance.sh queries OUTDIR [rest rounds 1e8]  # the user queries on one GPU (each part one call)
 #   bash workflows/gpu_acceptance.sh two-gpus OUTDIR [wire peer queries]  # 2 GPUs against 1 (each part one call)
 set -uo pipefail
-stage=${1:?stage: matrix | tests | compare | bench | library | trace | two-gpus}
+stage=${1:?stage: matrix | tests | compare | bench | library | trace | queries | two-gpus}
 out=${2:?output folder}
 shift 2
 mkdir -p "$out"
@@ -72,6 +73,35 @@ case "$stage" in
         >"$out/compare-$name.json" 2>/dev/null
     done
     tar czf "$out/traces.tgz" -C /tmp $(cd /tmp && ls -d trace-*) 2>/dev/null
+    exit $rc ;;
+  queries)
+    # The user queries on one GPU, each part resuming from OUTDIR's JSON (give every call the
+    # same OUTDIR on the machine and run it under `timeout -s INT SECONDS`; exit 130 keeps the
+    # cells measured): rest = H2O 1e7 and TPC-H SF10 on every side, the cells the stored H200
+    # run lacks (a run of the same machine kind; its cells are kept, the others timed here);
+    # rounds = the GPU session against dask-cudf on TPC-H in 4 alternating rounds; 1e8 = the
+    # H2O suites at 1e8 rows on every side.
+    [ $# -gt 0 ] || set -- rest rounds 1e8
+    rc=0
+    for part in "$@"; do
+      case "$part" in
+        rest)
+          [ -f "$out/queries-1e7.json" ] \
+            || cp docs/bench-h200/user-queries/h200-sf10-1e7-all-sides.json "$out/queries-1e7.json"
+          $py workflows/user_queries.py --h2o-rows 1e7 --tpch-scale 10 --data /tmp/qdata --max-time 6 \
+            --json "$out/queries-1e7.json" --resume "$out/queries-1e7.json" 2>"$out/queries-1e7.err" || rc=1 ;;
+        rounds)
+          $py workflows/user_queries.py --suites tpch --tpch-scale 10 --data /tmp/qdata \
+            --sides gpuscale-gpu,dask-cudf --rounds 4 --repeat 2 \
+            --json "$out/queries-rounds.json" --resume "$out/queries-rounds.json" 2>"$out/queries-rounds.err" \
+            || rc=1 ;;
+        1e8)
+          $py workflows/user_queries.py --suites h2o-groupby,h2o-join --h2o-rows 1e8 --data /tmp/qdata \
+            --max-time 6 --json "$out/queries-1e8.json" --resume "$out/queries-1e8.json" \
+            2>"$out/queries-1e8.err" || rc=1 ;;
+        *) echo "unknown part $part: rest, rounds or 1e8" >&2; exit 2 ;;
+      esac
+    done
     exit $rc ;;
   two-gpus)
     # GPU 0 -> 1 layer by layer against the wire; svd 1 -> 2 GPUs and one block p2p; the user
