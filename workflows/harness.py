@@ -326,10 +326,9 @@ def peer_cluster_config() -> Any:
 def dask_setup(worker=None) -> None:
     """Worker preload of :func:`peer_cluster_config`: a process group of its own; a worker still
     ends when its nanny's pipe closes or its cluster closes it."""
-    import os
+    from gpuscale.cluster.detach import leave_terminal_group
 
-    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no os.setpgrp (Windows)
-        os.setpgrp()
+    leave_terminal_group()
 
 
 @contextlib.contextmanager

@@ -26,9 +26,15 @@ does not wait for them. Not in a thread beside the worker: a task unpickled mean
 imports a submodule of the same package can meet it half-initialized."""
 
 
-def dask_setup(worker=None) -> None:
+def leave_terminal_group() -> None:
+    """This process leaves the terminal's process group: a signal to the group (Ctrl-C,
+    ``timeout``) no longer reaches it."""
     with contextlib.suppress(OSError, AttributeError):  # AttributeError: no os.setpgrp (Windows)
         os.setpgrp()
+
+
+def dask_setup(worker=None) -> None:
+    leave_terminal_group()
     quiet_task_failures()
     logs.in_worker()
     import dask
