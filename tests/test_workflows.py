@@ -219,15 +219,23 @@ def test_memory_estimate_smoke(tmp_path):
 def test_p2p_wire_smoke(tmp_path):
     """The p2p study's structure on the CPU: the dask section (tcp, NumPy blocks, a raw
     LocalCluster and a gpuscale session, each measurement in a child process) and the serialize
-    section; every row measured, the transfer logs matched to the rounds, the JSON complete."""
+    section; every row measured, the transfer logs matched to the rounds, the round trip split
+    into its six hops (they add up to about the measured time), the JSON complete."""
     d = run_script(tmp_path, "p2p_wire.py", "--smoke", "--rounds", "2")
     assert d["complete"] and d["args"]["smoke"] is True
     dask = [r for r in d["rows"] if r["section"] == "dask"]
-    assert {r["case"] for r in dask} == {"LocalCluster tcp (NumPy)", "gpuscale cpu tcp (NumPy)"}
+    assert {r["case"] for r in dask} == {
+        "LocalCluster tcp (NumPy)",
+        "gpuscale cpu tcp (NumPy)",
+        "gpuscale cpu tcp (NumPy), message interval 0",
+    }
     assert {r["size_bytes"] for r in dask} == {8, 64 * 2**10, 4 * 2**20}
     for r in dask:
         assert r["error"] is None and r["median_s"] > 0 and len(r["times_s"]) == 2 and len(r["warmup_s"]) == 2
         assert r["worker_in_median_s"] is not None and r["worker_out_median_s"] is not None
+        hops = r["hops_ms"]
+        assert len(hops) == 6 and all(v >= 0 for v in hops.values()), hops
+        assert 0.5 < sum(hops.values()) / (r["median_s"] * 1e3) < 1.5, (hops, r["median_s"])
     ser = [r for r in d["rows"] if r["section"] == "serialize"]
     assert ser and all(r["error"] is None for r in ser)
     dumps = [r for r in ser if r["case"] == "dumps get_data reply"]

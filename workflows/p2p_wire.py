@@ -52,7 +52,11 @@ pct_of_wire, note / error; times_s keeps every timed round, warmup_s the untimed
               over ucx (gpuscale's setting: RMM pool 0.8 of the GPU, CuPy through RMM),
               dask-cuda without an RMM pool, with a small pool, distributed-ucxx's
               multi-buffer send, thread progress, comm offload off, the best UCX setting of
-              the ucxx section if it beat the default by 10%, and tcp for reference.
+              the ucxx section if it beat the default by 10%, Dask's batched-message
+              intervals at 0 and at Dask's own (``cluster.message-interval``), and tcp for
+              reference. ``hops_ms``: the round trip hop by hop (client -> scheduler,
+              scheduler -> w1, w1 gathers, w1 runs, w1 -> scheduler, scheduler -> client),
+              medians from the scheduler's transition log and w1's stimulus log.
               ``workers`` records each worker's UCX environment, progress mode, allocator.
 ``serialize`` One GPU, no comm: distributed's ``serialize`` / ``dumps`` of the get_data
               reply / ``loads`` of a block (``zero_copy``: the frame is the array's own
@@ -173,17 +177,34 @@ DASK_CASES = [
         {"DASK_DISTRIBUTED__COMM__OFFLOAD": "False"},
     ),
     ("gpuscale ucx + best ucxx env", {"cluster": "gpuscale", "protocol": "ucx", "best_ucxx": True}, {}),
+    (
+        "gpuscale ucx, message interval 0",
+        {"cluster": "gpuscale", "protocol": "ucx"},
+        {"DASK_GPUSCALE__CLUSTER__MESSAGE_INTERVAL": "0"},
+    ),
+    (
+        "gpuscale ucx, Dask's message intervals",
+        {"cluster": "gpuscale", "protocol": "ucx"},
+        {"DASK_GPUSCALE__CLUSTER__MESSAGE_INTERVAL": "dask"},
+    ),
     ("gpuscale tcp (reference)", {"cluster": "gpuscale", "protocol": "tcp", "max_rounds": 3}, {}),
 ]
 DASK_QUICK = (
     "gpuscale ucx (RMM pool 0.8, CuPy via RMM)",
     "dask-cuda ucx, no RMM pool",
     "gpuscale ucx + best ucxx env",
+    "gpuscale ucx, message interval 0",
+    "gpuscale ucx, Dask's message intervals",
     "gpuscale tcp (reference)",
 )
 DASK_SMOKE = [
     ("LocalCluster tcp (NumPy)", {"cluster": "local", "protocol": "tcp"}, {}),
     ("gpuscale cpu tcp (NumPy)", {"cluster": "gpuscale", "protocol": "tcp"}, {}),
+    (
+        "gpuscale cpu tcp (NumPy), message interval 0",
+        {"cluster": "gpuscale", "protocol": "tcp"},
+        {"DASK_GPUSCALE__CLUSTER__MESSAGE_INTERVAL": "0"},
+    ),
 ]
 UCX_CONFIG_KEYS = (
     "TLS",
@@ -813,6 +834,59 @@ def _transfer_logs(dask_worker) -> dict:
     }
 
 
+def _worker_events(keys: list[str], dask_worker=None) -> dict:
+    """When this worker handled each event about ``keys`` (wall clock, seconds): the compute
+    order, the gathered data and the task's end, from its state machine's stimulus log."""
+    want = set(keys)
+    out: dict = {}
+    for ev in list(dask_worker.state.stimulus_log):
+        name = type(ev).__name__
+        key = getattr(ev, "key", None)
+        hits = [str(key)] if key is not None and str(key) in want else []
+        hits += [str(k) for k in (getattr(ev, "data", None) or {}) if str(k) in want]
+        for k in hits:
+            out.setdefault(k, {}).setdefault(name, ev.handled)
+    return out
+
+
+def _scheduler_events(keys: list[str], dask_scheduler=None) -> dict:
+    """When the scheduler made each transition of ``keys`` (wall clock, seconds)."""
+    want = set(keys)
+    out: dict = {}
+    for t in list(dask_scheduler.transition_log):
+        if str(t[0]) in want:
+            out.setdefault(str(t[0]), {}).setdefault(f"{t[1]}->{t[2]}", t[-1])
+    return out
+
+
+HOPS = (
+    ("client -> scheduler", "t0", "s:released->waiting"),
+    ("scheduler -> w1", "s:waiting->processing", "w:ComputeTaskEvent"),
+    ("w1 gathers the block", "w:ComputeTaskEvent", "w:GatherDepSuccessEvent"),
+    ("w1 runs the task", "w:GatherDepSuccessEvent", "w:ExecuteSuccessEvent"),
+    ("w1 -> scheduler", "w:ExecuteSuccessEvent", "s:processing->memory"),
+    ("scheduler -> client", "s:processing->memory", "t1"),
+)
+"""The dependent task's round trip, hop by hop: (name, from event, to event)."""
+
+
+def hop_medians(rounds: list[dict], wev: dict, sev: dict) -> dict:
+    """Median milliseconds of each hop over ``rounds`` ({t0, t1, f, g}: the client's wall clock
+    around submit -> result and the block's and the task's keys); a hop whose events were
+    not logged is left out. One clock: every process of one machine reads the same wall clock."""
+    per: dict = {name: [] for name, _, _ in HOPS}
+    for r in rounds:
+        ev = {"t0": r["t0"], "t1": r["t1"]}
+        ev |= {f"s:{k}": v for k, v in sev.get(r["g"], {}).items()}
+        ev |= {f"w:{k}": v for k, v in wev.get(r["g"], {}).items()}
+        if "GatherDepSuccessEvent" in wev.get(r["f"], {}):
+            ev["w:GatherDepSuccessEvent"] = wev[r["f"]]["GatherDepSuccessEvent"]
+        for name, a, b in HOPS:
+            if a in ev and b in ev:
+                per[name].append((ev[b] - ev[a]) * 1e3)
+    return {name: round(statistics.median(v), 3) for name, v in per.items() if v}
+
+
 def _worker_state(dask_worker=None) -> dict:
     """What transport settings this worker process really runs with."""
     out = {
@@ -910,14 +984,14 @@ def child_dask(spec: dict, em: Emitter) -> None:
         keys_by_size = {}
         rows = []
         for size in [TINY] + list(spec["sizes"]):
-            times, warm, keys, wrong = [], [], [], 0
+            times, warm, keys, wrong, walls = [], [], [], 0, []
             try:
                 for r in range(rounds + 2):  # two untimed rounds: connections, IPC handles, pools
                     f = client.submit(
                         _make_block, xp, size, r + 1, workers=[w0], allow_other_workers=False, pure=False
                     )
                     wait(f, timeout=60)
-                    t0 = time.perf_counter()
+                    w_0, t0 = time.time(), time.perf_counter()
                     g = client.submit(_first_element, f, workers=[w1], allow_other_workers=False, pure=False)
                     got = g.result(timeout=60)  # a hung transfer fails this size, not the case
                     dt = time.perf_counter() - t0
@@ -926,7 +1000,14 @@ def child_dask(spec: dict, em: Emitter) -> None:
                     (times if r >= 2 else warm).append(dt)
                     if r >= 2:
                         keys.append(str(f.key))
+                        walls.append({"t0": w_0, "t1": w_0 + dt, "f": str(f.key), "g": str(g.key)})
                     del f, g
+                hops = {}
+                with contextlib.suppress(Exception):  # the breakdown is extra, never the row's end
+                    logged = [k for w in walls for k in (w["f"], w["g"])]
+                    wev = client.run(_worker_events, logged, workers=[w1])[w1]
+                    sev = client.run_on_scheduler(_scheduler_events, logged)
+                    hops = hop_medians(walls, wev, sev)
                 keys_by_size[size] = keys
                 row = make_row(
                     "dask",
@@ -938,6 +1019,7 @@ def child_dask(spec: dict, em: Emitter) -> None:
                     note="submit dependent task on w1 -> result (row_p2p)",
                     net_s=None,
                     net_GiBps=None,
+                    hops_ms=hops,
                 )
             except Exception as e:  # noqa: BLE001 - the size fails, the case goes on
                 row = make_row("dask", label, size, times, warmup=warm, error=err_text(e))
@@ -1700,6 +1782,13 @@ def print_table(st: Study) -> None:
             print()
         prev = x[0]
         print("  ".join(v[:w].ljust(w) for v, w in zip(x, widths)) + "  " + x[-1])
+    hopped = [r for r in st.rows if r.get("hops_ms")]
+    if hopped:
+        names = [name for name, _, _ in HOPS]
+        print("\nthe dependent task's round trip hop by hop, median ms (" + " | ".join(names) + "):")
+        for r in hopped:
+            vals = " | ".join(f"{r['hops_ms'][n]:.2f}" if n in r["hops_ms"] else "-" for n in names)
+            print(f"  {r['case'][:50]:50} {fmt_size(r['size_bytes']):>8}  {vals}")
     goals = targets(st.rows)
     if goals:
         print("\ntargets:")
