@@ -351,3 +351,30 @@ def test_workers_import_their_collections_library_before_they_join(collection, e
     with gpuscale.session(backend="cpu", workers=2, threads_per_worker=1, collection=collection) as s:
         seen = s.client.run(_imported, ["dask.dataframe", "dask.array"])
     assert len(seen) == 2 and all(v == expected for v in seen.values()), seen
+
+
+def test_closing_a_gpu_cluster_waits_for_its_worker_processes_to_exit():
+    """A GPU worker's memory is free only once its process has gone. ``wait_exited`` returns
+    once real processes have exited (a child that has exited but is not yet reaped counts as
+    gone), and names those still running when its time is up; ``close_and_wait`` on a real
+    LocalCluster leaves none of its worker processes running."""
+    import subprocess
+    import sys
+
+    from gpuscale.cluster import cuda
+
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        assert cuda.wait_exited([slow.pid], timeout=0.2) == [slow.pid]
+        assert cuda.wait_exited([slow.pid, done.pid], timeout=30) == []
+        assert slow.poll() == 0 and done.poll() == 0
+    finally:
+        slow.kill()
+        slow.wait()
+        done.wait()
+    lc = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0")
+    pids = cuda.worker_pids(lc)
+    assert len(pids) == 2
+    assert cuda.close_and_wait(lc) == []
+    assert not any(cuda._running(p) for p in pids)

@@ -151,14 +151,21 @@ def open_side(name: str):
         from dask_cuda import LocalCUDACluster
         from distributed import Client
 
+        from gpuscale.cluster.cuda import wait_exited, worker_pids
+
         where = {"CUDA_VISIBLE_DEVICES": gpus} if gpus else {}
-        with (
-            harness.peer_cluster_config(),
-            LocalCUDACluster(dashboard_address=None, protocol=kw.get("protocol"), **where) as cluster,
-            Client(cluster),
-            dask.config.set({"dataframe.backend": "cudf", **conf}),
-        ):
-            yield _dask_runner()
+        pids: list[int] = []
+        try:
+            with (
+                harness.peer_cluster_config(),
+                LocalCUDACluster(dashboard_address=None, protocol=kw.get("protocol"), **where) as cluster,
+                Client(cluster),
+                dask.config.set({"dataframe.backend": "cudf", **conf}),
+            ):
+                pids = worker_pids(cluster)
+                yield _dask_runner()
+        finally:
+            wait_exited(pids)  # the next side's pool needs the GPUs these workers held
     elif base in ("gpuscale-cpu", "gpuscale-gpu"):
         import gpuscale
 

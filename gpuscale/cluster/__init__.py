@@ -238,7 +238,7 @@ def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]
                     client.close()
             if cluster is not None:
                 with contextlib.suppress(Exception):
-                    cluster.close()
+                    k.close(spec, cluster)
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 import warnings
 from typing import Any
 
@@ -109,6 +110,50 @@ def pool_bytes(pool, total_bytes: int) -> int | None:
         pool = parse_bytes(pool)
     pool = float(pool)
     return int(pool * total_bytes) if pool <= 1 else int(pool)
+
+
+EXIT_WAIT_S = 30.0
+"""How long closing a GPU cluster waits for its worker processes to exit."""
+
+
+def worker_pids(cluster) -> list[int]:
+    """The process ids of a local cluster's worker processes (``Nanny.pid``: its child)."""
+    pids = []
+    for w in list(getattr(cluster, "workers", {}).values()):
+        pid = getattr(w, "pid", None)
+        if isinstance(pid, int) and pid > 0:
+            pids.append(pid)
+    return pids
+
+
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:  # gone (or no longer ours to see)
+        return False
+
+
+def wait_exited(pids: list[int], timeout: float = EXIT_WAIT_S) -> list[int]:
+    """Wait until the processes ``pids`` have exited, at most ``timeout`` seconds; those still
+    running. A GPU worker's device memory (its RMM pool: most of a GPU) is free only once its
+    process is gone, which can be after its cluster's close has returned: a cluster started on
+    the same GPUs right after would find them held."""
+    deadline = time.monotonic() + timeout
+    left = [p for p in pids if _running(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in left if _running(p)]
+    return left
+
+
+def close_and_wait(cluster, timeout: float = EXIT_WAIT_S) -> list[int]:
+    """Close a local GPU cluster and wait for its worker processes to exit (see
+    :func:`wait_exited`); the process ids still running after ``timeout``."""
+    pids = worker_pids(cluster)
+    cluster.close()
+    return wait_exited(pids, timeout)
 
 
 def check_free_memory(spec: ClusterSpec, gpus: list[dict]) -> None:
@@ -301,3 +346,6 @@ class Cuda(Kind):
             _client_spills_like_workers(bool(spec.kwargs.get("enable_cudf_spill")))
 
         return start_here(spec, LocalCUDACluster, security, ready)
+
+    def close(self, spec: ClusterSpec, cluster) -> None:
+        close_and_wait(cluster)

@@ -58,6 +58,10 @@ class Kind:
         """``(cluster, client)``; ``cluster`` is None when nothing was started here."""
         raise NotImplementedError
 
+    def close(self, spec, cluster) -> None:
+        """Close a cluster :meth:`start` started."""
+        cluster.close()
+
     def commands(self, spec) -> list[str] | None:
         """What runs on other hosts (None: nothing, the cluster is on this machine or running)."""
         return None
