@@ -412,6 +412,20 @@ class ClusterSettings(_Section):
     """The send interval of Dask's batched control streams (:mod:`gpuscale.cluster.messages`):
     auto (2 ms on the streams gpuscale can set), dask (distributed's own 10/5/2/2 ms), or a
     duration ("2ms", seconds as a number) from 0 to 1 s."""
+    gather: Annotated[
+        Literal["auto", "direct", "scheduler"],
+        Knob(
+            flag=Flag(
+                "how results reach this client: direct (from the worker that holds them), scheduler "
+                "(relayed by it, Dask's default) or auto (direct where the workers run on this machine)",
+                "cluster",
+                metavar="auto|direct|scheduler",
+            )
+        ),
+    ] = "auto"
+    """How this client fetches results (:mod:`gpuscale.cluster.gather`): ``direct`` from the
+    workers, ``scheduler`` relayed by the scheduler, ``auto`` direct for a cluster started on
+    this machine and Dask's own elsewhere."""
     deploy: Annotated[
         Literal["local", "ssh", "slurm", "srun"],
         Knob(

@@ -378,3 +378,36 @@ def test_closing_a_gpu_cluster_waits_for_its_worker_processes_to_exit():
     assert len(pids) == 2
     assert cuda.close_and_wait(lc) == []
     assert not any(cuda._running(p) for p in pids)
+
+
+def _count_relayed_gathers(dask_scheduler=None) -> None:
+    """Count the scheduler's ``gather`` requests from now on (results it relays to a client)."""
+    handler = dask_scheduler.handlers["gather"]
+    calls: list[int] = []
+
+    async def counted(*args, **kwargs):
+        calls.append(1)
+        return await handler(*args, **kwargs)
+
+    dask_scheduler.handlers["gather"] = counted
+    dask_scheduler.extensions["relayed-gathers"] = calls
+
+
+@pytest.mark.parametrize("gather, relayed", [("auto", False), ("scheduler", True)])
+def test_results_of_user_code_come_straight_from_the_workers_of_a_cluster_started_here(gather, relayed):
+    """A session on a cluster it starts fetches the user's results from the workers
+    (``cluster.gather`` auto: rule ``gather.direct``), never relayed by the scheduler; set to
+    ``scheduler`` it is relayed, as plain Dask does."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    with gpuscale.session("cpu", workers=2, threads_per_worker=1, gather=gather) as s:
+        s.client.run_on_scheduler(_count_relayed_gathers)
+        df = dd.from_pandas(pd.DataFrame({"a": range(10_000)}), npartitions=4)
+        assert int((df.a * 2).sum().compute()) == 2 * sum(range(10_000))
+        assert len((df[df.a % 2 == 0]).compute()) == 5_000
+        n = s.client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.extensions["relayed-gathers"]))
+        chosen = s.spec.choices["gather"]
+    assert (n > 0) is relayed, n
+    assert chosen.value == ("direct" if gather == "auto" else "scheduler")
+    assert chosen.rule_id == ("gather.direct" if gather == "auto" else "gather.setting")

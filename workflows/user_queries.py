@@ -23,7 +23,8 @@ Sides (``--sides``, default: every side that can run here):
 A variant of a side adds options after its name, and is a column of its own with its speed-up
 over the first side of its base in ``--sides``: ``gpus=N`` (the first N GPUs; gpuscale-gpu,
 dask-cudf), ``protocol=ucx``, ``shuffle=tasks|p2p|disk`` (the session's ``shuffle_method``;
-Dask's ``dataframe.shuffle.method`` on a plain side), ``explicit-comms=1`` (dask-cuda's).
+Dask's ``dataframe.shuffle.method`` on a plain side), ``explicit-comms=1`` (dask-cuda's),
+``gather=direct|scheduler`` (how a session's answers reach the client: ``cluster.gather``).
 
     python workflows/user_queries.py                              # H2O 1e7, TPC-H SF10, all sides
     python workflows/user_queries.py --h2o-rows 1e7,1e8 --tpch-scale 10 --json out.json
@@ -123,6 +124,11 @@ OPTIONS = {
         ("tasks", "p2p", "disk").__contains__,
     ),
     "explicit-comms": (("gpuscale-gpu", "dask-cudf"), "1: dask-cuda's explicit-comms shuffle", "1".__eq__),
+    "gather": (
+        ("gpuscale-gpu", "gpuscale-cpu"),
+        "direct or scheduler: how answers reach the client (cluster.gather)",
+        ("direct", "scheduler").__contains__,
+    ),
 }
 """A side's variants (``--sides gpuscale-gpu:gpus=2:shuffle=p2p``): what each option takes."""
 
@@ -171,6 +177,7 @@ def open_side(name: str):
 
         keywords = {"shuffle_method": kw["shuffle"]} if "shuffle" in kw else {}
         keywords |= {"gpus": ",".join(map(str, gpus))} if gpus else {}
+        keywords |= {"gather": kw["gather"]} if "gather" in kw else {}
         with (
             dask.config.set(conf),  # as the user's own Dask config
             gpuscale.session(backend=base.split("-")[1], protocol=kw.get("protocol"), **keywords) as s,
@@ -447,7 +454,14 @@ def tables(d: dict) -> tuple[str, bool]:
         for v in variants
         if first[b := harness.side_base(v)] != v
     ]
-    ratios = [r for r in RATIOS if r[1] in sides and r[2] in sides] + variant_ratios
+    # a named ratio compares the first sides of its two bases where they run with the same
+    # options (gpuscale-gpu:gpus=1 against dask-cudf:gpus=1, not against dask-cudf:gpus=2)
+    named = [
+        (label, first[a], first[b], text)
+        for label, a, b, text in RATIOS
+        if a in first and b in first and side_spec(first[a])[1] == side_spec(first[b])[1]
+    ]
+    ratios = named + variant_ratios
     for s in d["sets"]:
         head = ["query"] + [labels[x] for x in sides] + [r[0] for r in ratios]
         rows, cols = [], {r[0]: [] for r in ratios}
@@ -502,7 +516,7 @@ def main(argv=None) -> int:
         "--sides",
         default=None,
         help=f"comma-separated, from {', '.join(SIDES)}; a variant adds options, e.g. "
-        "gpuscale-gpu:gpus=2:shuffle=p2p (gpus, protocol, shuffle, explicit-comms)",
+        "gpuscale-gpu:gpus=2:shuffle=p2p (gpus, protocol, shuffle, explicit-comms, gather)",
     )
     harness.add_common(ap, repeat=3, warmup=1, rounds=0, max_time=10.0, resume=True)
     ap.add_argument(

@@ -26,7 +26,7 @@ warnings.filterwarnings("ignore", message="Creating scratch directories is takin
 from .. import _dask_compat, machine  # noqa: E402 - after the warnings filter above
 from ..errors import UserError  # noqa: E402 - after the warnings filter above
 from ..plan import cluster as cluster_plan  # noqa: E402 - a module: it imports this package, either loads first
-from . import messages, protocols, security  # noqa: E402, F401 - after the warnings filter above
+from . import gather, messages, protocols, security  # noqa: E402, F401 - after the warnings filter above
 from .kind import Kind  # noqa: E402 - after the warnings filter above
 
 KINDS = {
@@ -73,6 +73,9 @@ class ClusterSpec(BaseModel):
     message_interval: float | None = None
     """Seconds between sends on Dask's batched control streams (:mod:`.messages`); None:
     distributed's own."""
+    gather: str = "dask"
+    """How the client fetches results: ``direct`` from the workers, ``scheduler`` through it,
+    ``dask`` as Dask does (:mod:`.gather`)."""
     notes: list[str] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """The exact keyword arguments given to the cluster class."""
@@ -143,7 +146,13 @@ def build_spec(resolved, family, collection: str | None = None, *, served: bool 
     spec = spec.model_copy(
         update={
             "message_interval": plan.message_interval.value,
-            "choices": {**first, **spec.choices, "message_interval": plan.message_interval},
+            "gather": plan.gather.value,
+            "choices": {
+                **first,
+                **spec.choices,
+                "message_interval": plan.message_interval,
+                "gather": plan.gather,
+            },
         }
     )
     host = resolved.settings.cluster.host
@@ -218,6 +227,7 @@ def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]
     try:
         cluster, client = k.start(spec, security)
         messages.apply_client(client, spec.message_interval)
+        gather.apply_client(client, spec.gather)
         yield client, cluster
     finally:
         # a scheduler gone (stopped from outside, or lost on another host): close without

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..cluster import messages, protocols
+from ..cluster import gather, messages, protocols
 from .decision import Decision
 from .layout import Facts, Layout, layout
 
@@ -14,7 +14,7 @@ from .layout import Facts, Layout, layout
 class ClusterPlan:
     """What the rules decided for one cluster before its kind turns it into arguments
     (:class:`gpuscale.cluster.kind.Kind`): the kind, the transport, the worker layout and the
-    message interval, with the settings and facts they came from."""
+    message interval and how results reach the client, with the settings and facts they came from."""
 
     kind: str
     """``local``, ``cuda``, ``existing``, ``ssh``, ``slurm`` or ``srun``."""
@@ -27,6 +27,8 @@ class ClusterPlan:
     """The :class:`gpuscale.cluster.protocols.Protocol` chosen (``protocol``'s value names it)."""
     protocol: Decision
     message_interval: Decision
+    gather: Decision
+    """How the client fetches results (:mod:`gpuscale.cluster.gather`)."""
     layout: Layout | None
     """None for a running cluster (``existing``): it has its own."""
     tls: bool
@@ -68,6 +70,7 @@ def plan_cluster(
         transport=transport,
         protocol=protocol,
         message_interval=messages.choose(resolved, kind),
+        gather=gather.choose(resolved, kind),
         layout=None if kind == "existing" else layout(resolved, family, collection, kind, facts),
         tls=tls,
         served=served,
