@@ -406,7 +406,9 @@ def test_results_of_user_code_come_straight_from_the_workers_of_a_cluster_starte
         df = dd.from_pandas(pd.DataFrame({"a": range(10_000)}), npartitions=4)
         assert int((df.a * 2).sum().compute()) == 2 * sum(range(10_000))
         assert len((df[df.a % 2 == 0]).compute()) == 5_000
-        n = s.client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.extensions["relayed-gathers"]))
+        n = s.client.run_on_scheduler(
+            lambda dask_scheduler: len(dask_scheduler.extensions["relayed-gathers"])
+        )
         chosen = s.spec.choices["gather"]
     assert (n > 0) is relayed, n
     assert chosen.value == ("direct" if gather == "auto" else "scheduler")

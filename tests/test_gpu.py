@@ -372,3 +372,21 @@ def test_finished_synchronizes_a_cupy_block_in_a_fresh_process():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["_cupy_finished", "3.0"], out.stdout
+
+
+def test_gpu_workers_run_gpuscales_preload_beside_dask_cudas():
+    """dask-cuda gives its workers a preload of its own (``dask_cuda.initialize``), which
+    overrides ``distributed.worker.preload``; gpuscale's goes in as the keyword, so every GPU
+    worker runs it: a process group of its own (Ctrl-C or ``timeout`` reaches only this process,
+    which closes the workers, and no worker prints a traceback), over TCP and UCX alike."""
+    import os
+
+    protocols = ["tcp"] + (["ucx"] if importlib.util.find_spec("distributed_ucxx") else [])
+    for protocol in protocols:
+        with gpuscale.session(backend="gpu", gpus="0", protocol=protocol) as s:
+            groups = s.client.run(os.getpgrp)
+            names = s.client.run(lambda dask_worker: sorted(p.name for p in dask_worker.preloads))
+        assert groups and all(g != os.getpgrp() for g in groups.values()), (protocol, groups)
+        assert all("gpuscale.cluster.detach" in n and "dask_cuda.initialize" in n for n in names.values()), (
+            names
+        )

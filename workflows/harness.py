@@ -302,6 +302,12 @@ def session_side(
     return Side(name, build, open=open, notes=notes, self_timed=True)
 
 
+PEER_PRELOAD = [str(pathlib.Path(__file__).resolve())]
+"""The peer clusters' worker preload (this file). dask-cuda's ``LocalCUDACluster`` gives its
+workers a ``preload`` of its own, which overrides ``distributed.worker.preload``: pass it this
+as its ``preload`` keyword."""
+
+
 @contextlib.contextmanager
 def peer_cluster_config() -> Any:
     """Dask config for a cluster a side starts as its user would (plain Dask, dask-cudf by hand)
@@ -317,7 +323,7 @@ def peer_cluster_config() -> Any:
     level = log.level
     log.setLevel(logging.ERROR)
     try:
-        with dask.config.set({"distributed.worker.preload": [str(pathlib.Path(__file__).resolve())]}):
+        with dask.config.set({"distributed.worker.preload": PEER_PRELOAD}):
             yield
     finally:
         log.setLevel(level)

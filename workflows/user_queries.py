@@ -164,7 +164,9 @@ def open_side(name: str):
         try:
             with (
                 harness.peer_cluster_config(),
-                LocalCUDACluster(dashboard_address=None, protocol=kw.get("protocol"), **where) as cluster,
+                LocalCUDACluster(
+                    dashboard_address=None, protocol=kw.get("protocol"), preload=harness.PEER_PRELOAD, **where
+                ) as cluster,
                 Client(cluster),
                 dask.config.set({"dataframe.backend": "cudf", **conf}),
             ):

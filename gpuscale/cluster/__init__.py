@@ -329,6 +329,18 @@ def check_main_guard() -> None:
         )
 
 
+def worker_preloads(spec: ClusterSpec) -> list[str]:
+    """The worker preloads of a cluster gpuscale starts: :data:`DETACH` first, then those the
+    message interval needs and any the user's Dask config names. A cluster class that passes
+    its own ``preload`` to its workers (dask-cuda's, ``dask_cuda.initialize``) makes them ignore
+    ``distributed.worker.preload``: give it these as its ``preload`` keyword."""
+    config = messages.construct_config(spec.message_interval)
+    preload = list(
+        config.get("distributed.worker.preload") or dask.config.get("distributed.worker.preload", None) or []
+    )
+    return preload if DETACH in preload else [DETACH, *preload]
+
+
 def construct(spec: ClusterSpec, factory):
     """``factory()`` (a cluster class called with the spec's kwargs), safe to interrupt: when
     it raises, or a signal lands while workers start, the half-built cluster is closed and
@@ -336,10 +348,7 @@ def construct(spec: ClusterSpec, factory):
     exception becomes the one-line :func:`start_error`."""
     check_main_guard()
     config = messages.construct_config(spec.message_interval)
-    preload = list(
-        config.get("distributed.worker.preload") or dask.config.get("distributed.worker.preload", None) or []
-    )
-    config["distributed.worker.preload"] = preload if DETACH in preload else [DETACH, *preload]
+    config["distributed.worker.preload"] = worker_preloads(spec)
     try:
         # the nannies keep this config for their workers, restarts included
         with _dask_compat.closing_half_built(), dask.config.set(config):

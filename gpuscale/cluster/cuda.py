@@ -16,7 +16,7 @@ from .. import machine, memory
 from ..errors import UserError
 from ..plan.decision import Decision
 from ..plan.memory import device_limit_choice, device_spill_choice, memory_choice, rmm_pool
-from . import ClusterSpec, messages, spec_for
+from . import ClusterSpec, messages, spec_for, worker_preloads
 from .kind import Kind
 from .local import memory_bytes, start_here
 
@@ -345,7 +345,10 @@ class Cuda(Kind):
             messages.apply_workers(client, spec.message_interval)
             _client_spills_like_workers(bool(spec.kwargs.get("enable_cudf_spill")))
 
-        return start_here(spec, LocalCUDACluster, security, ready)
+        # dask-cuda gives its workers preload=[..., "dask_cuda.initialize"], which overrides
+        # distributed.worker.preload: gpuscale's go in as the keyword, ahead of dask-cuda's
+        given = {**spec.kwargs, "preload": [*worker_preloads(spec), *spec.kwargs.get("preload", [])]}
+        return start_here(spec.model_copy(update={"kwargs": given}), LocalCUDACluster, security, ready)
 
     def close(self, spec: ClusterSpec, cluster) -> None:
         close_and_wait(cluster)
