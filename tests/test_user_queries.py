@@ -250,3 +250,47 @@ def test_a_stored_h200_run_from_before_versions_still_loads_and_prints_as_before
     rows = [line for line in text.splitlines() if line.strip().startswith(("q1 ", "j1 ", "t18 ", "geomean"))]
     assert len(rows) == 6
     assert "geomean" in text and "13.32   0.53     2.90     0.82      1.32" in text
+
+
+def test_a_run_that_hangs_ends_its_side_not_the_run():
+    """On real clusters: a case whose run passes the hang limit is an error naming the hang; the
+    side's later cases are not run and its cluster is closed, a resumed run times them
+    again, and the next side still times every case."""
+    import contextlib
+
+    import dask
+    import harness
+    from distributed import Client, LocalCluster
+
+    closed = []
+
+    def side(name, limit):
+        @contextlib.contextmanager
+        def open_cluster(_):
+            with (
+                LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as c,
+                Client(c) as cl,
+            ):
+                yield cl
+            closed.append((name, time.monotonic()))
+
+        def build(_client, case):
+            _, seconds = case
+            return (
+                lambda: harness.compute_within(dask.delayed(time.sleep)(seconds), limit)
+            ), lambda got: None
+
+        return harness.Side(name, build, open=open_cluster)
+
+    cases = [(0, 0.0), (1, 3.0), (2, 0.0), (3, 0.0)]
+    study = harness.Study(
+        [side("limited", 0.5), side("free", None)], cases, key=lambda c: f"c{c[0]}", repeat=1, warmup=0
+    )
+    cells = study.run()
+    assert cells["c0|limited"]["valid"] is True
+    assert cells["c1|limited"]["error"].startswith(harness.HUNG), cells["c1|limited"]
+    assert cells["c2|limited"] == cells["c3|limited"] == {"error": harness.NOT_RUN + "c1"}
+    assert all(cells[f"c{i}|free"]["valid"] for i in range(4))
+    assert cells["c1|free"]["median_s"] >= 3.0
+    assert [n for n, _ in closed] == ["limited", "free"]
+    assert [k for k, c in cells.items() if harness.retry(c)] == ["c1|limited", "c2|limited", "c3|limited"]

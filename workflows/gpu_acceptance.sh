@@ -92,7 +92,7 @@ case "$stage" in
             --json "$out/queries-1e7.json" --resume "$out/queries-1e7.json" 2>"$out/queries-1e7.err" || rc=1 ;;
         rounds)
           $py workflows/user_queries.py --suites tpch --tpch-scale 10 --data /tmp/qdata \
-            --sides gpuscale-gpu,dask-cudf --rounds 4 --repeat 2 \
+            --sides gpuscale-gpu:gpus=1,dask-cudf:gpus=1 --rounds 4 --repeat 2 --hang-after 120 \
             --json "$out/queries-rounds.json" --resume "$out/queries-rounds.json" 2>"$out/queries-rounds.err" \
             || rc=1 ;;
         1e8)
@@ -121,7 +121,7 @@ case "$stage" in
           g="gpuscale-gpu:gpus=1,gpuscale-gpu:gpus=2,gpuscale-gpu:gpus=2:protocol=ucx"
           g="$g,gpuscale-gpu:gpus=2:shuffle=p2p,dask-cudf:gpus=2,dask-cudf:gpus=2:explicit-comms=1"
           $py workflows/user_queries.py --h2o-rows 1e7 --tpch-scale 10 --data /tmp/qdata --sides "$g" \
-            --json "$out/queries-2gpus.json" --resume "$out/queries-2gpus.json" 2>"$out/queries.err" || rc=1 ;;
+            --max-time 4 --hang-after 120 --json "$out/queries-2gpus.json" --resume "$out/queries-2gpus.json" 2>"$out/queries.err" || rc=1 ;;
         *) echo "unknown part $part: wire, peer or queries" >&2; exit 2 ;;
       esac
     done

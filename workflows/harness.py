@@ -47,10 +47,11 @@ def add_common(
     warmup: int = 1,
     rounds: int | None = None,
     max_time: float | None = None,
+    hang_after: float | None = None,
     resume: bool = False,
 ) -> argparse.ArgumentParser:
-    """The flags every benchmark reads the same way; ``rounds``, ``max_time`` and ``resume``
-    only where the script uses them (their default given)."""
+    """The flags every benchmark reads the same way; ``rounds``, ``max_time``, ``hang_after``
+    and ``resume`` only where the script uses them (their default given)."""
     ap.add_argument("--json", default=None, metavar="OUT", help="write every timing and check here")
     ap.add_argument("--repeat", type=int, default=repeat, help="timed runs per cell after the warm-up")
     ap.add_argument("--warmup", type=int, default=warmup, help="untimed runs before the timed ones")
@@ -64,6 +65,15 @@ def add_common(
             type=float,
             default=max_time,
             help="fewer timed runs where the next would take them past this many seconds (at least one)",
+        )
+    if hang_after is not None:
+        ap.add_argument(
+            "--hang-after",
+            type=float,
+            default=hang_after,
+            metavar="SECONDS",
+            help="a run of one case past this many seconds is a hang: the case is an error, the side's "
+            "other cases are not run and its cluster is closed (0: no limit)",
         )
     if resume:
         ap.add_argument(
@@ -158,6 +168,37 @@ def bench_once(
     return times, got
 
 
+class Hung(Exception):
+    """One run of a case passed its time limit (``--hang-after``): the side's cluster may be
+    stuck, so the side's other cases are not run and its context is closed."""
+
+
+def compute_within(collection: Any, seconds: float | None) -> Any:
+    """``dask.compute(collection)[0]`` on the current client, raising :class:`Hung` (the work
+    cancelled) when it has not finished in ``seconds`` (None: no limit)."""
+    import dask
+
+    if seconds is None:
+        return dask.compute(collection)[0]
+    from distributed import get_client
+
+    client = get_client()
+    future = client.compute(collection)
+    try:
+        return future.result(timeout=seconds)
+    except TimeoutError:
+        future.cancel()
+        raise Hung(f"one run took more than {seconds:g} s") from None
+
+
+HUNG, NOT_RUN = "hung: ", "not run: the side hung on "
+
+
+def retry(c: dict) -> bool:
+    """A cell a resumed run times again: one that hung or was not run after a hang."""
+    return str(c.get("error", "")).startswith((HUNG, NOT_RUN))
+
+
 def cell(times: list[float], diff: str | None, **extra) -> dict:
     """A measured cell: the median, every time, and whether the answer was right."""
     return {
@@ -226,29 +267,44 @@ class Study:
         ``on_cell(key, cell)`` after each one measured."""
         cells = dict(cells or {})
         kept = set(cells)
+        hung: dict[str, str] = {}  # side -> the case it hung on
         if self.rounds is None:
             for side in self.sides:
                 todo = [c for c in self.cases if f"{self.key(c)}|{side.name}" not in cells]
                 if todo:
-                    with _opened(side, env) as senv:
-                        for case in todo:
-                            k = f"{self.key(case)}|{side.name}"
-                            cells[k] = self._time(side, senv, case)
-                            if on_cell:
-                                on_cell(k, cells[k])
+                    self._side(side, env, todo, cells, on_cell, hung, lambda old, new: new)
             return cells
         for r in range(self.rounds):
             for side in self.sides if r % 2 == 0 else self.sides[::-1]:
                 todo = [c for c in self.cases if f"{self.key(c)}|{side.name}" not in kept]
-                if not todo:
-                    continue
-                with _opened(side, env) as senv:
-                    for case in todo:
-                        k = f"{self.key(case)}|{side.name}"
-                        cells[k] = _merged(cells.get(k), self._time(side, senv, case))
-                        if on_cell:
-                            on_cell(k, cells[k])
+                if todo:
+                    self._side(side, env, todo, cells, on_cell, hung, _merged)
         return cells
+
+    def _side(self, side: Side, env: Any, todo: list, cells: dict, on_cell, hung: dict, merge) -> None:
+        """Time ``todo`` on one side in one opening of its context. After a run that hangs
+        (:class:`Hung`) the side's other cases are errors, in this round and later ones."""
+
+        def put(k: str, c: dict) -> None:
+            cells[k] = merge(cells.get(k), c)
+            if on_cell:
+                on_cell(k, cells[k])
+
+        if side.name in hung:
+            for case in todo:
+                put(f"{self.key(case)}|{side.name}", {"error": NOT_RUN + hung[side.name]})
+            return
+        with _opened(side, env) as senv:
+            for case in todo:
+                k = f"{self.key(case)}|{side.name}"
+                if side.name in hung:
+                    put(k, {"error": NOT_RUN + hung[side.name]})
+                    continue
+                try:
+                    put(k, self._time(side, senv, case))
+                except Hung as e:
+                    hung[side.name] = self.key(case)
+                    put(k, {"error": f"{HUNG}{e}"})
 
     def _time(self, side: Side, env: Any, case: Any) -> dict:
         try:
@@ -264,6 +320,8 @@ class Study:
             checked = time.perf_counter() - t0 - wall
             notes = side.notes(got) if side.notes else {}
             return cell(times, diff, wall_s=wall, check_s=round(checked, 3), **notes)
+        except Hung:
+            raise
         except Exception as e:  # noqa: BLE001 - a side that cannot run a case is a row, not a stop
             return error_cell(e)
 

@@ -8,7 +8,9 @@ Parquet and is timed warm (``--warmup`` untimed runs, one by default, then ``--r
 runs; the median counts); every answer is checked against pandas on the same files. Each side
 is opened once and runs every query (workflows/harness.py's Study), or, with ``--rounds N``,
 opened again in each of N rounds of alternating order, so that drift hits every side alike;
-``--json`` is rewritten after every cell, so ``--resume`` continues a run cut short.
+``--json`` is rewritten after every cell, so ``--resume`` continues a run cut short. A Dask
+side's run past ``--hang-after`` seconds (default 300) is a hang: that query is an error, the
+side's other queries are not run and its cluster is closed, and ``--resume`` times them again.
 
 Sides (``--sides``, default: every side that can run here):
 
@@ -107,10 +109,12 @@ class Read(dict):
         return frame
 
 
-def _dask_runner():
+def _dask_runner(hang_after: float | None):
+    """A Dask side's runs; one past ``hang_after`` seconds is a hang (:class:`harness.Hung`)."""
+
     def run(q, suite, folder):
         out = q.dask(Read(paths(suite, folder)))
-        return dask.compute(out)[0] if dask.is_dask_collection(out) else out
+        return harness.compute_within(out, hang_after) if dask.is_dask_collection(out) else out
 
     return run
 
@@ -138,7 +142,7 @@ def side_spec(name: str) -> tuple[str, dict[str, str]]:
 
 
 @contextlib.contextmanager
-def open_side(name: str):
+def open_side(name: str, hang_after: float | None = None):
     base, kw = side_spec(name)
     conf = {"dataframe.shuffle.method": kw["shuffle"]} if "shuffle" in kw and base.startswith("dask") else {}
     conf |= {"explicit-comms": True} if "explicit-comms" in kw else {}
@@ -152,7 +156,7 @@ def open_side(name: str):
             Client(cluster),
             dask.config.set({"dataframe.backend": "pandas", **conf}),
         ):
-            yield _dask_runner()
+            yield _dask_runner(hang_after)
     elif base == "dask-cudf":
         from dask_cuda import LocalCUDACluster
         from distributed import Client
@@ -171,7 +175,7 @@ def open_side(name: str):
                 dask.config.set({"dataframe.backend": "cudf", **conf}),
             ):
                 pids = worker_pids(cluster)
-                yield _dask_runner()
+                yield _dask_runner(hang_after)
         finally:
             wait_exited(pids)  # the next side's pool needs the GPUs these workers held
     elif base in ("gpuscale-cpu", "gpuscale-gpu"):
@@ -186,7 +190,7 @@ def open_side(name: str):
         ):
             knobs = "; ".join(f"{a.dask_key or a.name}={a.value} ({a.source}, {a.rule})" for a in s.applied)
             print(f"{name}: {knobs}", file=sys.stderr)
-            yield _dask_runner()
+            yield _dask_runner(hang_after)
     elif base == "polars-gpu":
         import polars as pl
 
@@ -263,9 +267,9 @@ def available_sides() -> list[str]:
 # ---------------------------------------------------------------------------------------
 # Timing and checking
 # ---------------------------------------------------------------------------------------
-def side(name: str, refs: dict) -> harness.Side:
+def side(name: str, refs: dict, hang_after: float | None = None) -> harness.Side:
     """One side of the study: its cluster or engine opened once, each query checked against
-    pandas' answer."""
+    pandas' answer; a Dask side's run past ``hang_after`` seconds is a hang."""
 
     def build(run, case):
         suite, size, folder, q = case
@@ -275,7 +279,7 @@ def side(name: str, refs: dict) -> harness.Side:
     return harness.Side(
         name,
         build,
-        open=lambda _: open_side(name),
+        open=lambda _: open_side(name, hang_after),
         notes=lambda got: {"on_cpu": True} if isinstance(got, OnCpu) else {},
     )
 
@@ -397,7 +401,7 @@ def run_all(args) -> dict:
             harness.write(args.json, "user_queries", d)
 
     study = harness.Study(
-        [side(name, refs) for name in sides],
+        [side(name, refs, args.hang_after or None) for name in sides],
         [(suite, size, folder, q) for suite, size, folder in sets for q in suite.queries],
         key=case_key,
         repeat=args.repeat,
@@ -417,7 +421,7 @@ def _resumed(path: str | None, sides: list[str]) -> dict:
     if not path or not pathlib.Path(path).exists():
         return {}
     cells = harness.load(path, "user_queries")["cells"]
-    return {k: c for k, c in cells.items() if k.rsplit("|", 1)[1] in sides}
+    return {k: c for k, c in cells.items() if k.rsplit("|", 1)[1] in sides and not harness.retry(c)}
 
 
 def _machine() -> dict:
@@ -520,7 +524,7 @@ def main(argv=None) -> int:
         help=f"comma-separated, from {', '.join(SIDES)}; a variant adds options, e.g. "
         "gpuscale-gpu:gpus=2:shuffle=p2p (gpus, protocol, shuffle, explicit-comms, gather)",
     )
-    harness.add_common(ap, repeat=3, warmup=1, rounds=0, max_time=10.0, resume=True)
+    harness.add_common(ap, repeat=3, warmup=1, rounds=0, max_time=10.0, hang_after=300.0, resume=True)
     ap.add_argument(
         "--data", default=None, help="where the data sets are made and kept (default: a temporary folder)"
     )
