@@ -189,6 +189,9 @@ def compute_within(collection: Any, seconds: float | None) -> Any:
     except TimeoutError:
         future.cancel()
         raise Hung(f"one run took more than {seconds:g} s") from None
+    except BaseException:  # Ctrl-C: the work is let go, as dask.compute lets it go
+        future.cancel()
+        raise
 
 
 HUNG, NOT_RUN = "hung: ", "not run: the side hung on "
