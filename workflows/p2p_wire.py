@@ -1489,10 +1489,24 @@ def annotate(new: list[dict], old: list[dict]) -> None:
 
 
 def targets(rows: list[dict]) -> list[dict]:
+    """The p2p targets on each UCX case of the dask section, submit to result (1 GiB >= 180
+    GiB/s, 64 MiB >= 50 % of the wire), and beside them the same share of the wire for the
+    transfer alone (the receiving worker's own time), where this run measured the wire."""
     out = []
+    wire = wire_reference(rows)
     for r in rows:
         if r["section"] != "dask" or "ucx" not in r["case"] or r.get("error") or not r.get("GiBps"):
             continue
+        ref, took = wire.get(str(r["size_bytes"])), r.get("worker_in_median_s")
+        if ref and took and r["size_bytes"] in (64 * MiB, GiB):
+            pct = r["size_bytes"] / took / GiB / ref * 100
+            out.append(
+                {
+                    "target": f"{r['case']}: {fmt_size(r['size_bytes'])}, the transfer alone >= 50% of wire",
+                    "value": pct,
+                    "ok": pct >= 50,
+                }
+            )
         if r["size_bytes"] == GiB:
             out.append(
                 {
