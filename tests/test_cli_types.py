@@ -34,6 +34,7 @@ SHARED = (
     "--credentials",
     "--trust-cluster-files",
     "--message-interval",
+    "--gather",
     "--scheduler-file",
     "--repeat",
     "--target-error",
