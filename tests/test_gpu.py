@@ -214,16 +214,36 @@ def _device_holders() -> list[int]:
     return [p.pid for p in procs if p.pid != os.getpid()]
 
 
+def _mine_on_gpu0_mib() -> int:
+    """Device memory this process holds on GPU 0, MiB (NVML)."""
+    import os
+
+    import pynvml
+
+    pynvml.nvmlInit()
+    procs = pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(0))
+    return sum((p.usedGpuMemory or 0) >> 20 for p in procs if p.pid == os.getpid())
+
+
 @needs_ucx
 def test_a_session_over_ucx_lets_go_of_its_device_when_it_closes():
-    """Sessions on GPU 0 back to back, UCX, TCP, UCX, none waiting for the last: each closes
-    only once its worker process has exited, so the next one's RMM pool (0.8 of the device)
-    finds the device free instead of being refused, and nothing holds GPU 0 at the end."""
-    for protocol in ("ucx", "tcp", "ucx"):
-        with gpuscale.session(backend="gpu", gpus="0", protocol=protocol) as s:
-            assert s.client.submit(sum, [1, 2]).result() == 3
+    """Sessions back to back, UCX on every GPU, TCP on GPU 0, UCX on GPU 0, none waiting for the
+    last, each fetching a cuDF answer straight from its workers: each closes only once its
+    worker processes have exited, the client keeps no worker's RMM pool mapped after it (rule
+    ``ucx.client-ipc-cache``), so the next one's pool (0.8 of the device) finds the device free
+    instead of being refused, and nothing holds GPU 0 at the end."""
+    import dask.dataframe as dd
+
+    every = ",".join(str(g["index"]) for g in machine.gpus())
+    for protocol, gpus in (("ucx", every), ("tcp", "0"), ("ucx", "0")):
+        with gpuscale.session(backend="gpu", gpus=gpus, protocol=protocol):
+            a = dd.from_dict({"k": np.arange(2_000_000), "v": np.ones(2_000_000)}, npartitions=4)
+            b = dd.from_dict({"k": np.arange(0, 2_000_000, 2), "w": np.ones(1_000_000)}, npartitions=2)
+            out = a.merge(b, on="k").compute()
+            assert type(out).__module__.startswith("cudf") and len(out) == 1_000_000
             assert _device_holders()
     assert _device_holders() == [], "GPU 0 still held after the last session closed"
+    assert _mine_on_gpu0_mib() < 4096, f"this process holds {_mine_on_gpu0_mib()} MiB of GPU 0"
 
 
 @needs_ucx

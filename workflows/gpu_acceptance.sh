@@ -9,7 +9,7 @@
 #   bash workflows/gpu_acceptance.sh library OUTDIR   # gpuscale bench workflows/library.yaml: CPU vs GPU per workload
 #   bash workflows/gpu_acceptance.sh trace OUTDIR     # svd --trace over tcp and ucx on 2 GPUs, then trace compare
 #   bash workflows/gpu_acceptance.sh queries OUTDIR [rest rounds 1e8]  # the user queries on one GPU (each part one call)
-#   bash workflows/gpu_acceptance.sh two-gpus OUTDIR [wire peer queries]  # 2 GPUs against 1 (each part one call)
+#   bash workflows/gpu_acceptance.sh two-gpus OUTDIR [wire peer runs queries]  # 2 GPUs against 1 (each part one call)
 set -uo pipefail
 stage=${1:?stage: matrix | tests | compare | bench | library | trace | queries | two-gpus}
 out=${2:?output folder}
@@ -104,25 +104,37 @@ case "$stage" in
     done
     exit $rc ;;
   two-gpus)
-    # GPU 0 -> 1 layer by layer against the wire; svd 1 -> 2 GPUs and one block p2p; the user
-    # queries on one GPU against two, per protocol and shuffle method. The queries resume from
+    # GPU 0 -> 1 layer by layer against the wire; svd weak scaling 1 -> 2 GPUs and one block
+    # p2p; svd and groupby on GPU 0 against GPUs 0,1 as `gpuscale run` (one process each); the
+    # user queries on one GPU against two, per protocol and shuffle method. The queries resume from
     # OUTDIR's JSON: on a machine whose calls are time-limited, give every call the same
     # OUTDIR on that machine (not a fresh output folder) and run the part under
     # `timeout -s INT SECONDS`, which ends it with its cells kept (exit 130).
     [ "$ngpus" -ge 2 ] || { echo "two-gpus needs 2 GPUs, this machine has $ngpus" >&2; exit 2; }
-    [ $# -gt 0 ] || set -- wire peer queries
+    [ $# -gt 0 ] || set -- wire peer runs queries
     rc=0
     for part in "$@"; do
       case "$part" in
         wire) $py workflows/p2p_wire.py --quick --out "$out/p2p-wire.json" || rc=1 ;;
         peer) $py workflows/bench_vs_peer.py --rows p2p,scaling --rounds 3 --json "$out/peer.json" \
                 2>"$out/peer.err" || rc=1 ;;
+        runs)
+          for w in "svd --rows 2000000 --cols 1000" "groupby --rows 100000000 --keys 1000000 --partitions 10"; do
+            for g in "--gpus 0" "--gpus 0,1" "--gpus 0,1 --protocol ucx"; do
+              echo "=== gpuscale run $w --backend gpu $g --repeat 7"
+              # shellcheck disable=SC2086  # the case's words
+              timeout 240 $py -m gpuscale run $w --backend gpu $g --repeat 7 --results-dir "$out/runs" \
+                >"$out/run.txt" 2>&1 || rc=1
+              tail -4 "$out/run.txt"
+            done
+          done
+          $py -m gpuscale results list "$out/runs" ;;
         queries)
-          g="gpuscale-gpu:gpus=1,gpuscale-gpu:gpus=2,gpuscale-gpu:gpus=2:protocol=ucx"
-          g="$g,gpuscale-gpu:gpus=2:shuffle=p2p,dask-cudf:gpus=2,dask-cudf:gpus=2:explicit-comms=1"
+          g="gpuscale-gpu:gpus=1,gpuscale-gpu:gpus=2,gpuscale-gpu:gpus=2:protocol=ucx,gpuscale-gpu:gpus=1:gather=scheduler"
+          g="$g,gpuscale-gpu:gpus=2:shuffle=p2p,dask-cudf:gpus=2:explicit-comms=1,dask-cudf:gpus=2"
           $py workflows/user_queries.py --h2o-rows 1e7 --tpch-scale 10 --data /tmp/qdata --sides "$g" \
             --max-time 4 --hang-after 120 --json "$out/queries-2gpus.json" --resume "$out/queries-2gpus.json" 2>"$out/queries.err" || rc=1 ;;
-        *) echo "unknown part $part: wire, peer or queries" >&2; exit 2 ;;
+        *) echo "unknown part $part: wire, peer, runs or queries" >&2; exit 2 ;;
       esac
     done
     exit $rc ;;
