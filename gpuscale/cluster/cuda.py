@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import sys
 import time
 import warnings
@@ -18,7 +17,7 @@ from .. import machine, memory
 from ..errors import UserError
 from ..plan.decision import Decision
 from ..plan.memory import device_limit_choice, device_spill_choice, memory_choice, rmm_pool
-from . import ClusterSpec, messages, spec_for, worker_preloads
+from . import ClusterSpec, messages, protocols, spec_for, worker_preloads
 from .kind import Kind
 from .local import memory_bytes, start_here
 
@@ -172,66 +171,16 @@ def _kill(pid: int) -> None:
         psutil.Process(pid).kill()
 
 
-CLIENT_UCX_ENVIRON = {"UCX_CUDA_IPC_CACHE": "n"}
-"""UCX settings of the process that starts a GPU cluster over UCX (its client and scheduler),
-in force while its UCX starts; rule ``ucx.client-ipc-cache`` in docs/decisions.md."""
-
-
-def client_ucx_choice(protocol: str) -> Decision | None:
-    """What this process's UCX is started with over UCX (None over other transports): the
-    settings of :data:`CLIENT_UCX_ENVIRON` the user's environment does not already set."""
-    if protocol != "ucx":
-        return None
-    mine = {k: v for k, v in CLIENT_UCX_ENVIRON.items() if k not in os.environ}
-    return Decision(
-        mine,
-        "rule" if mine else "environment",
-        "this process maps a worker's device memory only for the length of a transfer "
-        "(UCX_CUDA_IPC_CACHE=n): a worker's RMM pool is freed when the worker exits, not kept "
-        "by the client; the workers keep UCX's cache",
-        "ucx.client-ipc-cache",
-        documented=True,
-    )
-
-
-def _start_client_ucx(spec: ClusterSpec) -> None:
-    """Start this process's UCX before the cluster's scheduler would, with the settings of
-    :func:`client_ucx_choice` in the environment for that moment only (the workers, spawned
-    later, start with the environment as it was). Nothing when UCX already runs here: a
-    process starts its UCX once."""
-    choice = spec.choices.get("client_ucx")
+def _start_client_transport(spec: ClusterSpec) -> None:
+    """This process's side of the transport started ahead of the cluster's scheduler with the
+    environment the protocol chose (:meth:`~gpuscale.cluster.protocols.Protocol.gpu_client_choice`)."""
+    choice = spec.choices.get("client_transport")
     if choice is None:
         return
     try:
-        import distributed_ucxx.ucxx as comm
-    except ImportError:
-        return
-    if comm.ucxx is not None:  # started here before (dask-cuda's own test)
-        return
-    from dask_cuda.initialize import initialize
-
-    switches = ("enable_tcp_over_ucx", "enable_infiniband", "enable_nvlink", "enable_rdmacm")
-    initialize(create_cuda_context=False, **{k: spec.kwargs.get(k) for k in switches})
-    try:
-        with _environ(dict(choice.value)):
-            comm.init_once()
-    except Exception as e:  # UCX then starts as the scheduler starts it, with its cache
-        warnings.warn(f"UCX did not start ahead of the cluster ({e}): it maps worker memory", stacklevel=2)
-
-
-@contextlib.contextmanager
-def _environ(values: dict[str, str]):
-    """``values`` in ``os.environ`` for the block, then the environment as it was."""
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        protocols.get(spec.protocol).start_gpu_client(spec.kwargs, choice.value)
+    except Exception as e:  # the transport then starts as the scheduler starts it
+        warnings.warn(f"{spec.protocol} did not start ahead of the cluster ({e})", stacklevel=2)
 
 
 def check_free_memory(spec: ClusterSpec, gpus: list[dict]) -> None:
@@ -395,7 +344,7 @@ class Cuda(Kind):
             transports=transports,
             rmm=rmm,
             pool_rule=pool_rule,
-            rest={**knobs.choices, **({"client_ucx": c} if (c := client_ucx_choice(proto.name)) else {})},
+            rest={**knobs.choices, **({"client_transport": c} if (c := proto.gpu_client_choice()) else {})},
         )
         return spec_for(
             self,
@@ -418,7 +367,7 @@ class Cuda(Kind):
         check_free_memory(spec, machine.gpus())
         from dask_cuda import LocalCUDACluster
 
-        _start_client_ucx(spec)
+        _start_client_transport(spec)
 
         def ready(client):
             _all_started(client, spec)
