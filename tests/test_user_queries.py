@@ -252,6 +252,39 @@ def test_a_stored_h200_run_from_before_versions_still_loads_and_prints_as_before
     assert "geomean" in text and "13.32   0.53     2.90     0.82      1.32" in text
 
 
+def test_a_side_that_does_not_start_ends_that_side_not_the_run():
+    """A side whose session gpuscale refuses (here a memory limit it cannot read) makes its
+    cases errors naming why; the next side still times every case, and a resumed run tries the
+    refused side's cases again."""
+    import contextlib
+
+    import harness
+
+    import gpuscale
+
+    def side(name, **settings):
+        @contextlib.contextmanager
+        def open_session(_):
+            with gpuscale.session(backend="cpu", workers=1, threads_per_worker=1, **settings) as s:
+                yield s.client
+
+        def build(client, case):
+            return (lambda: client.submit(sum, [case, 1]).result()), (
+                lambda got: None if got == case + 1 else f"got {got}"
+            )
+
+        return harness.Side(name, build, open=open_session)
+
+    sides = [side("refused", memory_limit="lots"), side("fine")]
+    study = harness.Study(sides, [1, 2], key=lambda c: f"c{c}", repeat=1, warmup=0)
+    cells = study.run()
+    refused = cells["c1|refused"]["error"]
+    assert refused.startswith(harness.NOT_STARTED) and "memory limit 'lots'" in refused, refused
+    assert cells["c2|refused"] == cells["c1|refused"]
+    assert cells["c1|fine"]["valid"] is True and cells["c2|fine"]["valid"] is True
+    assert sorted(k for k, c in cells.items() if harness.retry(c)) == ["c1|refused", "c2|refused"]
+
+
 def test_a_run_that_hangs_ends_its_side_not_the_run():
     """On real clusters: a case whose run passes the hang limit is an error naming the hang; the
     side's later cases are not run and its cluster is closed, a resumed run times them

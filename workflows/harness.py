@@ -195,11 +195,13 @@ def compute_within(collection: Any, seconds: float | None) -> Any:
 
 
 HUNG, NOT_RUN = "hung: ", "not run: the side hung on "
+NOT_STARTED = "not run: the side did not start: "
 
 
 def retry(c: dict) -> bool:
-    """A cell a resumed run times again: one that hung or was not run after a hang."""
-    return str(c.get("error", "")).startswith((HUNG, NOT_RUN))
+    """A cell a resumed run times again: one that hung, was not run after a hang, or whose side
+    did not start."""
+    return str(c.get("error", "")).startswith((HUNG, NOT_RUN, NOT_STARTED))
 
 
 def cell(times: list[float], diff: str | None, **extra) -> dict:
@@ -286,7 +288,10 @@ class Study:
 
     def _side(self, side: Side, env: Any, todo: list, cells: dict, on_cell, hung: dict, merge) -> None:
         """Time ``todo`` on one side in one opening of its context. After a run that hangs
-        (:class:`Hung`) the side's other cases are errors, in this round and later ones."""
+        (:class:`Hung`) the side's other cases are errors, in this round and later ones. A side
+        whose context does not open (its cluster refused, its engine missing) makes its cases
+        errors naming why, and the next side runs; one whose context fails to close keeps the
+        cells it measured."""
 
         def put(k: str, c: dict) -> None:
             cells[k] = merge(cells.get(k), c)
@@ -297,17 +302,26 @@ class Study:
             for case in todo:
                 put(f"{self.key(case)}|{side.name}", {"error": NOT_RUN + hung[side.name]})
             return
-        with _opened(side, env) as senv:
-            for case in todo:
-                k = f"{self.key(case)}|{side.name}"
-                if side.name in hung:
-                    put(k, {"error": NOT_RUN + hung[side.name]})
-                    continue
-                try:
-                    put(k, self._time(side, senv, case))
-                except Hung as e:
-                    hung[side.name] = self.key(case)
-                    put(k, {"error": f"{HUNG}{e}"})
+        opened = False
+        try:
+            with _opened(side, env) as senv:
+                opened = True
+                for case in todo:
+                    k = f"{self.key(case)}|{side.name}"
+                    if side.name in hung:
+                        put(k, {"error": NOT_RUN + hung[side.name]})
+                        continue
+                    try:
+                        put(k, self._time(side, senv, case))
+                    except Hung as e:
+                        hung[side.name] = self.key(case)
+                        put(k, {"error": f"{HUNG}{e}"})
+        except Exception as e:  # noqa: BLE001 - a side that cannot start is its rows, not a stop
+            why = error_cell(e)["error"]
+            print(f"{side.name}: {'did not close' if opened else 'did not start'}: {why}", file=sys.stderr)
+            if not opened:
+                for case in todo:
+                    put(f"{self.key(case)}|{side.name}", {"error": NOT_STARTED + why})
 
     def _time(self, side: Side, env: Any, case: Any) -> dict:
         try:
