@@ -50,6 +50,7 @@ import pathlib
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 
 import dask
 import harness
@@ -267,14 +268,15 @@ def available_sides() -> list[str]:
 # ---------------------------------------------------------------------------------------
 # Timing and checking
 # ---------------------------------------------------------------------------------------
-def side(name: str, refs: dict, hang_after: float | None = None) -> harness.Side:
+def side(name: str, refs: Mapping, hang_after: float | None = None) -> harness.Side:
     """One side of the study: its cluster or engine opened once, each query checked against
     pandas' answer; a Dask side's run past ``hang_after`` seconds is a hang."""
 
     def build(run, case):
         suite, size, folder, q = case
-        want = refs[(suite.name, size, q.name)]
-        return functools.partial(run, q, suite, folder), lambda got: queries.same_answer(got, want)
+        key = (suite.name, size, q.name)
+        # pandas' answer is read for the check, after the timed runs, and let go after it
+        return functools.partial(run, q, suite, folder), lambda got: queries.same_answer(got, refs[key])
 
     return harness.Side(
         name,
@@ -289,7 +291,24 @@ def case_key(case) -> str:
     return f"{suite.name}|{size}|{q.name}"
 
 
-def references(sets, jobs: int = 0) -> dict:
+class Answers(Mapping):
+    """pandas' answers kept beside their data, by ``(suite, size, query)``: each read from its
+    file when asked for, none held (at 1e8 rows a join's answer is a few GB)."""
+
+    def __init__(self, files: dict[tuple[str, str, str], pathlib.Path]):
+        self.files = files
+
+    def __getitem__(self, key):
+        return pd.read_parquet(self.files[key])
+
+    def __iter__(self):
+        return iter(self.files)
+
+    def __len__(self):
+        return len(self.files)
+
+
+def references(sets, jobs: int = 0) -> Answers:
     """pandas' answer to every query, computed once per data set and kept beside its data;
     ``jobs`` processes compute the missing ones (0: :func:`reference_jobs`; each holds its data
     set's tables)."""
@@ -320,17 +339,19 @@ def references(sets, jobs: int = 0) -> dict:
             f"pandas' answers to {len(missing)} queries in {took:.1f} s ({jobs} process{'es' * (jobs > 1)})",
             file=sys.stderr,
         )
-    return {
-        (suite.name, size, q.name): pd.read_parquet(folder / f"answer-{q.name}.parquet")
-        for suite, size, folder in sets
-        for q in suite.queries
-    }
+    return Answers(
+        {
+            (suite.name, size, q.name): folder / f"answer-{q.name}.parquet"
+            for suite, size, folder in sets
+            for q in suite.queries
+        }
+    )
 
 
-PEAK_PER_TABLES = 4
+PEAK_PER_TABLES = 5
 """A process answering a data set's queries in pandas holds its tables and, at its peak, a
 query's intermediates and answer: about this many times the tables' size in memory (a join's
-answer is about as large as its biggest table)."""
+answer is about as large as its biggest table; j5 at 1e7 rows peaked at 5.0x)."""
 
 
 def reference_jobs(asked: int, cores: int, available: int, set_bytes: int) -> int:
