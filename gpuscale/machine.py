@@ -175,6 +175,19 @@ def gpus() -> list[dict]:
     return out
 
 
+def holders(index: int) -> list[tuple[int, int]]:
+    """``(pid, bytes)`` of the processes holding memory on GPU ``index`` (NVML's list; bytes 0
+    where the driver does not say); [] where NVML cannot tell."""
+    nv = _nvml()
+    if nv is None:
+        return []
+    try:
+        procs = nv.nvmlDeviceGetComputeRunningProcesses(nv.nvmlDeviceGetHandleByIndex(index))
+    except Exception:
+        return []
+    return [(int(p.pid), int(p.usedGpuMemory or 0)) for p in procs]
+
+
 def nvlink_connected(indices: list[int] | None = None) -> bool:
     """True when every pair of the given GPUs (default: all visible) is NVLink-connected."""
     gs = {g["index"]: g for g in gpus()}

@@ -283,6 +283,20 @@ def test_a_gpu_held_by_another_process_is_refused_before_the_workers_start():
     assert cuda.pool_bytes("8GB", 80 * gib) == 8 * 10**9 and cuda.pool_bytes(None, 1) is None
 
 
+def test_a_refused_gpu_names_who_holds_it_and_this_process_first():
+    """The refusal says who holds the GPU from NVML's process list, largest first; when it is
+    the very process asking (device memory it kept from an earlier cluster), it says so, and the
+    fix is to let go of it or start a new process rather than to look elsewhere."""
+    from gpuscale.cluster import cuda
+
+    gib = 2**30
+    who, mine = cuda.held_by([(41, 2 * gib), (7, 64 * gib)], own_pid=7)
+    assert who == "this process holds 64.00 GiB; process 41 holds 2.00 GiB" and mine
+    who, mine = cuda.held_by([(41, 60 * gib), (7, 1 * gib)], own_pid=7)
+    assert who.startswith("process 41 holds 60.00 GiB") and not mine
+    assert cuda.held_by([], own_pid=7) == ("another process holds the rest", False)
+
+
 def test_the_workers_are_listed_while_the_client_refreshes_its_identity():
     """gpuscale.cluster.workers returns every worker on every call, even with the client's
     periodic identity update (which stores one without workers) running every 5 ms:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
 import time
 import warnings
@@ -194,14 +195,37 @@ def check_free_memory(spec: ClusterSpec, gpus: list[dict]) -> None:
             continue
         want = pool_bytes(spec.rmm["pool_size"], g["memory_bytes"])
         if want is not None and want > g["free_bytes"]:
+            who, mine = held_by(machine.holders(g["index"]), os.getpid())
             raise UserError(
                 f"GPU {g['index']} has {format_bytes(g['free_bytes'])} free of "
                 f"{format_bytes(g['memory_bytes'])} "
-                f"(another process holds the rest), but the RMM pool asks {format_bytes(want)} "
+                f"({who}), but the RMM pool asks {format_bytes(want)} "
                 f"(pool size {spec.rmm['pool_size']!r}, {spec.rmm['source']})",
-                "free that GPU (nvidia-smi lists who holds it), pick others with --gpus, use the running "
-                "cluster with --scheduler, or set a smaller pool with --rmm-pool-size",
+                (
+                    "let go of what this process keeps on the GPU, or start a new Python process; "
+                    if mine
+                    else "free that GPU (nvidia-smi lists who holds it), "
+                )
+                + "pick others with --gpus, use the running cluster with --scheduler, or set a "
+                "smaller pool with --rmm-pool-size",
             )
+
+
+def held_by(holders: list[tuple[int, int]], own_pid: int) -> tuple[str, bool]:
+    """Who holds a GPU's memory, in words, from NVML's ``(pid, bytes)`` list, and whether this
+    process (``own_pid``) holds the most of it."""
+    from dask.utils import format_bytes
+
+    if not holders:
+        return "another process holds the rest", False
+    top_pid, top = max(holders, key=lambda h: h[1])
+    mine = top_pid == own_pid and top > 0
+    parts = [
+        f"{'this process' if pid == own_pid else f'process {pid}'} holds {format_bytes(b)}"
+        for pid, b in sorted(holders, key=lambda h: -h[1])[:3]
+        if b > 0
+    ]
+    return ("; ".join(parts) or "another process holds the rest"), mine
 
 
 def _client_spills_like_workers(workers_spill: bool) -> None:
