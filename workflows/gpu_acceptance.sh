@@ -128,8 +128,8 @@ case "$stage" in
               echo "=== gpuscale run $w --backend gpu $g --repeat 7"
               # shellcheck disable=SC2086  # the case's words
               timeout 240 $py -m gpuscale run $w --backend gpu $g --repeat 7 --results-dir "$out/runs" \
-                >"$out/run.txt" 2>&1 || rc=1
-              tail -4 "$out/run.txt"
+                >"$out/run.txt" 2>&1 || { rc=1; tail -1 "$out/run.txt"; }
+              grep -m1 "median / min" "$out/run.txt"
             done
           done
           $py -m gpuscale results list "$out/runs" ;;
