@@ -109,10 +109,10 @@ case "$stage" in
     exit $rc ;;
   two-gpus)
     # GPU 0 -> 1 layer by layer against the wire; svd weak scaling 1 -> 2 GPUs and one block
-    # p2p; svd and groupby on GPU 0 against GPUs 0,1 as `gpuscale run` (one process each); the
-    # user queries on one GPU against two, per protocol and shuffle method. The queries resume from
-    # OUTDIR's JSON: on a machine whose calls are time-limited, give every call the same
-    # OUTDIR on that machine (not a fresh output folder) and run the part under
+    # p2p; svd and groupby at two sizes on GPU 0 against GPUs 0,1 as `gpuscale run` (one
+    # process each); the user queries on one GPU against two, per protocol and shuffle method.
+    # The queries resume from OUTDIR's JSON: on a machine whose calls are time-limited, give
+    # every call the same OUTDIR on that machine (not a fresh output folder) and run the part under
     # `timeout -s INT SECONDS`, which ends it with its cells kept (exit 130).
     [ "$ngpus" -ge 2 ] || { echo "two-gpus needs 2 GPUs, this machine has $ngpus" >&2; exit 2; }
     [ $# -gt 0 ] || set -- wire peer runs queries
@@ -123,8 +123,13 @@ case "$stage" in
         peer) $py workflows/bench_vs_peer.py --rows p2p,scaling --rounds 3 --json "$out/peer.json" \
                 2>"$out/peer.err" || rc=1 ;;
         runs)
-          for w in "svd --rows 2000000 --cols 1000" "groupby --rows 100000000 --keys 1000000 --partitions 10"; do
-            for g in "--gpus 0" "--gpus 0,1" "--gpus 0,1 --protocol ucx"; do
+          # each size on GPU 0 and on GPUs 0,1 (the default on this machine: every visible GPU),
+          # the base sizes over UCX too: where a second GPU starts to pay
+          svd="svd --cols 1000 --rows"; gb="groupby --keys 1000000 --rows"
+          for w in "$svd 2000000" "$svd 4000000" "$gb 100000000 --partitions 10" "$gb 400000000 --partitions 40"; do
+            gs=("--gpus 0" "--gpus 0,1")
+            case "$w" in *" 2000000"|*" 100000000 "*) gs+=("--gpus 0,1 --protocol ucx") ;; esac
+            for g in "${gs[@]}"; do
               echo "=== gpuscale run $w --backend gpu $g --repeat 7"
               # shellcheck disable=SC2086  # the case's words
               timeout 240 $py -m gpuscale run $w --backend gpu $g --repeat 7 --results-dir "$out/runs" \
