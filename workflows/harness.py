@@ -405,11 +405,23 @@ def peer_cluster_config() -> Any:
 
 
 def dask_setup(worker=None) -> None:
-    """Worker preload of :func:`peer_cluster_config`: a process group of its own; a worker still
-    ends when its nanny's pipe closes or its cluster closes it."""
+    """Worker preload of :func:`peer_cluster_config`: a process group of its own (a worker still
+    ends when its nanny's pipe closes or its cluster closes it), and no traceback on stderr for
+    a heartbeat that meets the scheduler already closed, as it can while its cluster closes."""
+    import logging
+
     from gpuscale.cluster.detach import leave_terminal_group
 
     leave_terminal_group()
+    logging.getLogger("distributed.worker").addFilter(_SchedulerGone())
+
+
+class _SchedulerGone:
+    """Drops distributed's "Failed to communicate with scheduler during heartbeat" record (a
+    worker's heartbeat sent as the scheduler closes); every other record passes."""
+
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith("Failed to communicate with scheduler during heartbeat")
 
 
 @contextlib.contextmanager
