@@ -297,6 +297,22 @@ def test_a_refused_gpu_names_who_holds_it_and_this_process_first():
     assert cuda.held_by([], own_pid=7) == ("another process holds the rest", False)
 
 
+def test_a_gpu_this_process_holds_after_a_ucx_cluster_is_refused_with_a_new_process_as_the_fix():
+    """UCX's CUDA IPC leaves a worker's whole RMM pool mapped in the process that received its
+    results, until that process exits: when this process holds the refused GPU and started a
+    cluster over such a protocol, the fix names that cluster and a new process; other holders
+    get their own fixes."""
+    from gpuscale.cluster import cuda, protocols
+
+    assert protocols.get("ucx").keeps_sent_device_memory
+    assert not protocols.get("tcp").keeps_sent_device_memory
+    fix = cuda._free_memory_fix(True, ["ucx"])
+    assert fix.startswith("a UCX cluster earlier in this process left its workers' device memory")
+    assert "new Python process" in fix and "--rmm-pool-size" in fix
+    assert cuda._free_memory_fix(True, []).startswith("let go of what this process keeps")
+    assert cuda._free_memory_fix(False, ["ucx"]).startswith("free that GPU (nvidia-smi")
+
+
 def test_the_workers_are_listed_while_the_client_refreshes_its_identity():
     """gpuscale.cluster.workers returns every worker on every call, even with the client's
     periodic identity update (which stores one without workers) running every 5 ms:

@@ -172,16 +172,9 @@ def _kill(pid: int) -> None:
         psutil.Process(pid).kill()
 
 
-def _start_client_transport(spec: ClusterSpec) -> None:
-    """This process's side of the transport started ahead of the cluster's scheduler with the
-    environment the protocol chose (:meth:`~gpuscale.cluster.protocols.Protocol.gpu_client_choice`)."""
-    choice = spec.choices.get("client_transport")
-    if choice is None:
-        return
-    try:
-        protocols.get(spec.protocol).start_gpu_client(spec.kwargs, choice.value)
-    except Exception as e:  # the transport then starts as the scheduler starts it
-        warnings.warn(f"{spec.protocol} did not start ahead of the cluster ({e})", stacklevel=2)
+_KEEPS_SENT_MEMORY: set[str] = set()
+"""Protocols of the GPU clusters this process started that leave a worker's device memory
+mapped here after it exits (:attr:`~gpuscale.cluster.protocols.Protocol.keeps_sent_device_memory`)."""
 
 
 def check_free_memory(spec: ClusterSpec, gpus: list[dict]) -> None:
@@ -201,14 +194,26 @@ def check_free_memory(spec: ClusterSpec, gpus: list[dict]) -> None:
                 f"{format_bytes(g['memory_bytes'])} "
                 f"({who}), but the RMM pool asks {format_bytes(want)} "
                 f"(pool size {spec.rmm['pool_size']!r}, {spec.rmm['source']})",
-                (
-                    "let go of what this process keeps on the GPU, or start a new Python process; "
-                    if mine
-                    else "free that GPU (nvidia-smi lists who holds it), "
-                )
-                + "pick others with --gpus, use the running cluster with --scheduler, or set a "
-                "smaller pool with --rmm-pool-size",
+                _free_memory_fix(mine, sorted(_KEEPS_SENT_MEMORY)),
             )
+
+
+def _free_memory_fix(mine: bool, kept_by: list[str]) -> str:
+    """The fix of a refused GPU: what holds it decides what to do first."""
+    if mine and kept_by:
+        first = (
+            f"a {'/'.join(p.upper() for p in kept_by)} cluster earlier in this process left its "
+            "workers' device memory mapped here, until this process exits: start this cluster in a "
+            "new Python process (or keep one cluster open for all the work); "
+        )
+    elif mine:
+        first = "let go of what this process keeps on the GPU, or start a new Python process; "
+    else:
+        first = "free that GPU (nvidia-smi lists who holds it), "
+    return (
+        first + "pick others with --gpus, use the running cluster with --scheduler, or set a "
+        "smaller pool with --rmm-pool-size"
+    )
 
 
 def held_by(holders: list[tuple[int, int]], own_pid: int) -> tuple[str, bool]:
@@ -368,7 +373,7 @@ class Cuda(Kind):
             transports=transports,
             rmm=rmm,
             pool_rule=pool_rule,
-            rest={**knobs.choices, **({"client_transport": c} if (c := proto.gpu_client_choice()) else {})},
+            rest=knobs.choices,
         )
         return spec_for(
             self,
@@ -391,7 +396,8 @@ class Cuda(Kind):
         check_free_memory(spec, machine.gpus())
         from dask_cuda import LocalCUDACluster
 
-        _start_client_transport(spec)
+        if protocols.get(spec.protocol).keeps_sent_device_memory:
+            _KEEPS_SENT_MEMORY.add(spec.protocol)
 
         def ready(client):
             _all_started(client, spec)

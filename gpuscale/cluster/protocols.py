@@ -5,11 +5,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
 import importlib.util
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,17 +29,10 @@ class Protocol:
     """Host a local cluster binds to (None: the transport's own choice)."""
     switches_transports: bool = False
     """Whether NVLink / InfiniBand switches mean anything over this protocol."""
-
-    def gpu_client_choice(self) -> Decision | None:
-        """The environment the process that starts a GPU cluster over this protocol (its client
-        and scheduler) starts its side of the transport with, ahead of the cluster and for that
-        moment only, so the workers spawned later do not get it (None: nothing to set)."""
-        return None
-
-    def start_gpu_client(self, spec_kwargs: dict[str, Any], environ: Mapping[str, str]) -> bool:
-        """Start this process's side of the transport ahead of a GPU cluster, with ``environ``;
-        False where there is nothing to start here, or it already runs."""
-        return False
+    keeps_sent_device_memory: bool = False
+    """Whether a process that received GPU buffers over this protocol keeps the sender's device
+    allocation mapped until it exits (UCX's CUDA IPC on one host: a worker's whole RMM pool
+    outlives the worker; see "UCX keeps the workers' pools mapped" in docs/decisions.md)."""
 
     def transport_label(self) -> str:
         """How the transports are chosen, for the cluster spec."""
@@ -95,60 +85,6 @@ class UcxProtocol(Protocol):
     def transport_kwargs(self, ucx) -> dict:
         return {"protocol": self.name, **{f"enable_{k}": v for k, v in set_switches(ucx).items()}}
 
-    def gpu_client_choice(self) -> Decision | None:
-        """``UCX_CUDA_IPC_CACHE=n`` where the user's environment does not set it (rule
-        ``ucx.client-ipc-cache`` in docs/decisions.md)."""
-        mine = {k: v for k, v in GPU_CLIENT_ENVIRON.items() if k not in os.environ}
-        return Decision(
-            mine,
-            "rule" if mine else "environment",
-            "this process maps a worker's device memory only for the length of a transfer "
-            "(UCX_CUDA_IPC_CACHE=n): a worker's RMM pool is freed when the worker exits, not "
-            "kept by the client; the workers keep UCX's cache",
-            "ucx.client-ipc-cache",
-            documented=True,
-        )
-
-    def start_gpu_client(self, spec_kwargs: dict[str, Any], environ: Mapping[str, str]) -> bool:
-        """distributed-ucxx's start in this process, as the cluster's scheduler would make it
-        (dask-cuda's UCX configuration for the spec's switches), with ``environ`` set for that
-        moment only. A process starts its UCX once: nothing when it already runs."""
-        try:
-            import distributed_ucxx.ucxx as comm
-        except ImportError:
-            return False
-        if comm.ucxx is not None:  # started here before (dask-cuda's own test)
-            return False
-        from dask_cuda.initialize import initialize
-
-        initialize(create_cuda_context=False, **{k: spec_kwargs.get(k) for k in UCX_SWITCH_KWARGS})
-        with _environ(environ):
-            comm.init_once()
-        return True
-
-
-GPU_CLIENT_ENVIRON = {"UCX_CUDA_IPC_CACHE": "n"}
-"""UCX's settings in the process that starts a GPU cluster over UCX (see
-:meth:`UcxProtocol.gpu_client_choice`)."""
-
-UCX_SWITCH_KWARGS = tuple(f"enable_{k}" for k in ("tcp_over_ucx", *SWITCHES))
-"""The LocalCUDACluster keywords that configure UCX's transports."""
-
-
-@contextlib.contextmanager
-def _environ(values: Mapping[str, str]):
-    """``values`` in ``os.environ`` for the block, then the environment as it was."""
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
 
 _PROTOCOLS: dict[str, Protocol] = {}
 _LOADED = False
@@ -166,6 +102,7 @@ register(
         "UCX through distributed-ucxx: NVLink / InfiniBand / shared memory",
         module="distributed_ucxx",
         install=UCX_INSTALL,
+        keeps_sent_device_memory=True,
     )
 )
 
