@@ -24,7 +24,8 @@ Rows (sizes of the full mode; ``--smoke`` shrinks everything to seconds on 2 CPU
 ``first``     time to first result: ``gpuscale run groupby`` as a fresh process vs a plain
               Dask script doing the same, process start to validated result; and
               ``gpuscale run groupby --scheduler`` against a running ``gpuscale cluster up``.
-              gpuscale's tree is byte-compiled first, as an installed package is.
+              gpuscale's tree and every module a client imports are byte-compiled first, as
+              an installed package is.
 
 Each side gets one untimed warm-up round, then ``--rounds`` rounds, alternating sides. Before
 every timing the previous result is released and the script waits until the scheduler has
@@ -46,10 +47,12 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import contextlib
 import json
 import math
 import os
 import pathlib
+import py_compile
 import statistics
 import subprocess
 import sys
@@ -503,6 +506,30 @@ if __name__ == "__main__":
 """
 
 
+CLIENT_MODULES = "gpuscale.cli.run_callback", "gpuscale.runs.remote", "distributed"
+
+
+def _compile_client_modules(root: str) -> int:
+    """Byte-compile the sources of every module a ``gpuscale run --scheduler`` client imports
+    (found by importing :data:`CLIENT_MODULES` in a fresh process), as an installed package
+    has them: an image installed without byte code compiles them at every start, which
+    measures the image, not gpuscale. Returns how many were compiled; unwritable ones are left."""
+    code = (
+        "import importlib, sys\n"
+        f"for m in {CLIENT_MODULES!r}: importlib.import_module(m)\n"
+        "print('\\n'.join(f for f in (getattr(m, '__file__', None) for m in list(sys.modules.values())) "
+        "if f and f.endswith('.py')))"
+    )
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    done = 0
+    for source in p.stdout.split():
+        with contextlib.suppress(OSError, py_compile.PyCompileError):
+            py_compile.compile(source, doraise=True)
+            done += 1
+    return done
+
+
 def row_first(sizes, backend, smoke, rounds=1):
     """Process start to validated result: the plain script and a fresh ``gpuscale run``, in
     ``rounds`` alternating rounds (each call a fresh process), then against a running cluster."""
@@ -512,8 +539,10 @@ def row_first(sizes, backend, smoke, rounds=1):
         script = pathlib.Path(d) / "plain_first.py"
         root = str(pathlib.Path(__file__).resolve().parent.parent)
         # both sides import gpuscale from this tree: byte-compiled first, as `pip install .` leaves
-        # it (else each process compiles it again where PYTHONDONTWRITEBYTECODE is set)
+        # it (else each process compiles it again where PYTHONDONTWRITEBYTECODE is set), and so
+        # is every module a client imports, wherever it is installed
         compileall.compile_dir(str(pathlib.Path(root) / "gpuscale"), quiet=1)
+        _compile_client_modules(root)
         script.write_text(
             PLAIN_SCRIPT.format(
                 root=root, backend="gpu" if backend == "gpu" else "cpu", rows=rows, keys=keys, parts=parts
