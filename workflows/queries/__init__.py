@@ -15,6 +15,8 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ class Suite:
 
 BIG = 200_000
 """Answers of more rows are compared by order-free fingerprints of each column (sums for
-numbers, the sum of row hashes for the rest) instead of row by row."""
+numbers, the sum of row hashes for the rest), computed on their Arrow form, instead of row by row."""
 
 
 def to_pandas(obj) -> pd.DataFrame:
@@ -63,14 +65,14 @@ def to_pandas(obj) -> pd.DataFrame:
 def same_answer(got, want: pd.DataFrame, rtol: float = 1e-6) -> str | None:
     """None when ``got`` holds the rows of ``want`` (any row order, the same columns, floats to
     ``rtol``), else what differs, in one line."""
+    if len(want) > BIG:
+        return _same_fingerprints(to_arrow(got), pa.Table.from_pandas(want, preserve_index=False), rtol)
     got = to_pandas(got)
     missing = [c for c in want.columns if c not in got.columns]
     if missing:
         return f"columns {missing} missing (got {list(got.columns)})"
     if len(got) != len(want):
         return f"{len(got)} rows, want {len(want)}"
-    if len(want) > BIG:
-        return _same_fingerprints(got[list(want.columns)], want, rtol)
     got, want = _sorted(got[list(want.columns)]), _sorted(want)
     for c in want.columns:
         a, b = got[c], want[c]
@@ -100,39 +102,137 @@ def _number(s: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
 
 
-def _same_fingerprints(got: pd.DataFrame, want: pd.DataFrame, rtol: float) -> str | None:
-    theirs = _WANT_PRINTS.get(id(want), (None, None))[1]
-    if theirs is None:  # pandas' answer is the same for every side and run: fingerprinted once
-        theirs = {c: _fingerprint(want[c]) for c in want.columns}
-        _WANT_PRINTS[id(want)] = (want, theirs)
-    for c in want.columns:
-        mine = _fingerprint(got[c], like=want[c])
-        if isinstance(theirs[c], int):
-            if mine != theirs[c]:
+def to_arrow(obj) -> pa.Table:
+    """An engine's answer as an Arrow table of its columns, from the engine's own Arrow form
+    where it has one (cuDF, Polars: no copy through Python objects), else through pandas."""
+    lib = type(obj).__module__.partition(".")[0]
+    if lib == "cudf":
+        frame = obj.to_frame() if obj.ndim == 1 else obj
+        return frame.to_arrow(preserve_index=False)
+    if lib == "polars" and hasattr(obj, "to_arrow"):
+        return obj.to_arrow()
+    return pa.Table.from_pandas(to_pandas(obj), preserve_index=False)
+
+
+def _same_fingerprints(got: pa.Table, want: pa.Table, rtol: float) -> str | None:
+    missing = [c for c in want.column_names if c not in got.column_names]
+    if missing:
+        return f"columns {missing} missing (got {got.column_names})"
+    if got.num_rows != want.num_rows:
+        return f"{got.num_rows} rows, want {want.num_rows}"
+    for c in want.column_names:
+        kind = _kind(got.column(c).type, want.column(c).type)
+        mine, theirs = _fingerprint(got.column(c), kind), _fingerprint(want.column(c), kind)
+        if isinstance(theirs, int):
+            if mine != theirs:
                 return f"column {c}: values differ (row hashes)"
-            continue
-        for what, x, y in zip(("sum", "sum of squares", "missing"), mine, theirs[c]):
-            if not np.isclose(x, y, rtol=rtol, atol=1e-6):
-                return f"column {c}: {what} {x!r} != {y!r}"
+        elif not np.allclose(mine, theirs, rtol=rtol, atol=1e-9, equal_nan=True):
+            i = int(np.argmax(~np.isclose(mine, theirs, rtol=rtol, atol=1e-9, equal_nan=True)))
+            return f"column {c}: {float(mine[i])!r} != {float(theirs[i])!r} (the {i}th smallest)"
     return None
 
 
-_WANT_PRINTS: dict[int, tuple[pd.DataFrame, dict]] = {}
-"""Fingerprints of the reference answers, by the answer's identity (the answer kept alive)."""
+def _kind(got: pa.DataType, want: pa.DataType) -> str:
+    """How a column is compared: ``integers`` (both sides whole numbers: exact row hashes),
+    ``numbers`` (the reference's are numbers: values sorted, to a tolerance), ``times`` (both
+    sides times: row hashes of their nanoseconds), else ``text`` (row hashes of the values as
+    text)."""
+    got, want = (t.value_type if pa.types.is_dictionary(t) else t for t in (got, want))
+    if pa.types.is_integer(got) and pa.types.is_integer(want):
+        return "integers"
+    if _number_type(want):
+        return "numbers"
+    if pa.types.is_temporal(got) and pa.types.is_temporal(want):
+        return "times"
+    return "text"
 
 
-def _fingerprint(s: pd.Series, like: pd.Series | None = None):
-    """Sums of a number column (as ``like``'s kind decides); the sum of row hashes of the rest.
-    Text is hashed as Arrow strings, every missing value as one word, with no copy to Python
-    objects."""
-    if _number(s if like is None else like):
-        a = pd.to_numeric(s, errors="coerce").astype("float64")
-        return (a.sum(), (a * a).sum(), a.isna().sum())
-    if pd.api.types.is_string_dtype(s) or isinstance(s.dtype, pd.CategoricalDtype):
-        s = s.astype("string[pyarrow]").fillna("<NA>")
+def _fingerprint(col: pa.ChunkedArray, kind: str):
+    """A column's fingerprint as :func:`_kind` says: the sum (mod 2**64) of its row hashes, or
+    for ``numbers`` its values sorted."""
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    if kind == "integers":
+        return _int_hash_sum(col)
+    if kind == "times":
+        return _int_hash_sum(pc.cast(pc.cast(col, pa.timestamp("ns")), pa.int64()))
+    if kind == "text":
+        return _text_hash_sum(pc.cast(col, pa.large_string()))
+    if _number_type(col.type):
+        a = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
     else:
-        s = _text(s)
-    return int(pd.util.hash_pandas_object(s, index=False).sum())
+        a = pd.to_numeric(col.to_pandas(), errors="coerce").to_numpy("float64", na_value=np.nan)
+    return np.sort(a)
+
+
+def _number_type(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+
+
+_MISSING = np.uint64(0x9E3779B97F4A7C15)
+"""The hash of a missing value, whatever the column's kind."""
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """A 64-bit finalizer (splitmix64's): nearby inputs get unrelated hashes."""
+    with np.errstate(over="ignore"):
+        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return h ^ (h >> np.uint64(31))
+
+
+def _int_hash_sum(col: pa.ChunkedArray) -> int:
+    total = np.uint64(0)
+    for chunk in col.chunks:
+        h = _mix(pc.cast(chunk.fill_null(0), pa.int64()).to_numpy().astype(np.uint64))
+        h[~chunk.is_valid().to_numpy(zero_copy_only=False)] = _MISSING
+        with np.errstate(over="ignore"):
+            total += h.sum(dtype=np.uint64)
+    return int(total)
+
+
+_LENGTH = np.uint64(0xD6E8FEB86659FD93)
+"""The weight of a value's length in its hash (an empty text differs from a missing one)."""
+
+_ROWS_AT_ONCE = 1 << 22
+"""Rows of a text column hashed at a time (the byte arrays of a slice are a few times its size)."""
+
+
+def _text_hash_sum(col: pa.ChunkedArray) -> int:
+    """The sum (mod 2**64) of each value's hash, from the Arrow buffers: a polynomial over its
+    UTF-8 bytes, mixed with its length; a missing value hashes to :data:`_MISSING`."""
+    total = np.uint64(0)
+    for chunk in col.chunks:
+        for start in range(0, len(chunk), _ROWS_AT_ONCE):
+            part = chunk.slice(start, _ROWS_AT_ONCE)
+            with np.errstate(over="ignore"):
+                total += _text_hashes(part).sum(dtype=np.uint64)
+    return int(total)
+
+
+def _text_hashes(arr: pa.LargeStringArray) -> np.ndarray:
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=n + 1, offset=arr.offset * 8)
+    data = arr.buffers()[2]
+    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    raw = raw[offsets[0] : offsets[-1]]
+    starts, lengths = offsets[:-1] - offsets[0], np.diff(offsets)
+    row = np.repeat(np.arange(n), lengths)
+    pos = np.arange(len(raw), dtype=np.int64) - starts[row]
+    with np.errstate(over="ignore"):
+        powers = np.cumprod(np.full(int(lengths.max(initial=0)) + 1, 1099511628211, np.uint64))
+        every = np.zeros(len(raw) + 1, np.uint64)
+        np.cumsum((raw.astype(np.uint64) + np.uint64(1)) * powers[pos], out=every[1:])
+        h = (
+            every[starts + lengths]
+            - every[starts]
+            + lengths.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)
+        )
+    h = _mix(h)
+    h[~arr.is_valid().to_numpy(zero_copy_only=False)] = _MISSING
+    return h
 
 
 def _sorted(df: pd.DataFrame) -> pd.DataFrame:
