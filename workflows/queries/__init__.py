@@ -106,11 +106,13 @@ def to_arrow(obj) -> pa.Table:
     """An engine's answer as an Arrow table of its columns, from the engine's own Arrow form
     where it has one (cuDF, Polars: no copy through Python objects), else through pandas."""
     lib = type(obj).__module__.partition(".")[0]
-    if lib == "cudf":
-        frame = obj.to_frame() if obj.ndim == 1 else obj
-        return frame.to_arrow(preserve_index=False)
-    if lib == "polars" and hasattr(obj, "to_arrow"):
-        return obj.to_arrow()
+    try:
+        if lib == "cudf":
+            return (obj.to_frame() if obj.ndim == 1 else obj).to_arrow(preserve_index=False)
+        if lib == "polars":
+            return obj.to_arrow()
+    except (AttributeError, TypeError):  # another version's API: the way through pandas
+        pass
     return pa.Table.from_pandas(to_pandas(obj), preserve_index=False)
 
 
