@@ -46,8 +46,9 @@ class Suite:
 
 
 BIG = 200_000
-"""Answers of more rows are compared by order-free fingerprints of each column (sums for
-numbers, the sum of row hashes for the rest), computed on their Arrow form, instead of row by row."""
+"""Answers of more rows are compared column by column on their Arrow form, free of row order
+(:func:`_kind`: numbers as their values sorted, the rest by the sum of their row hashes),
+instead of row by row."""
 
 
 def to_pandas(obj) -> pd.DataFrame:
@@ -236,11 +237,7 @@ def _text_hashes(arr: pa.LargeStringArray) -> np.ndarray:
         powers = np.cumprod(np.full(int(lengths.max(initial=0)) + 1, 1099511628211, np.uint64))
         every = np.zeros(len(raw) + 1, np.uint64)
         np.cumsum((raw.astype(np.uint64) + np.uint64(1)) * powers[pos], out=every[1:])
-        h = (
-            every[starts + lengths]
-            - every[starts]
-            + lengths.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)
-        )
+        h = every[starts + lengths] - every[starts] + lengths.astype(np.uint64) * _LENGTH
     h = _mix(h)
     h[~arr.is_valid().to_numpy(zero_copy_only=False)] = _MISSING
     return h
