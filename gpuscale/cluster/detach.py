@@ -2,7 +2,8 @@
 worker process leaves the terminal's process group as it starts, so a signal to the group
 (Ctrl-C, ``timeout``) reaches only the gpuscale process, which closes its workers; a worker
 still exits when the pipe to its parent closes. It also drops the worker's logs of failures
-the client reports and of a scheduler closing under a heartbeat (:func:`quiet_task_failures`),
+the client reports, of a scheduler closing under a heartbeat and of a peer closing while the
+worker sends it data (:func:`quiet_task_failures`),
 sends its log lines below ERROR to the session's log file (:mod:`gpuscale.cluster.logs`), and
 imports the libraries its work needs (:data:`PRE_IMPORT_KEY`) before it joins the cluster.
 """
@@ -76,12 +77,28 @@ class _DropHeartbeatToAClosedScheduler:
         )
 
 
+class _DropSendToAClosedPeer:
+    """A logging filter for ``distributed.worker``: drops the traceback of a worker whose peer
+    (the client fetching a result, or another worker) closed the connection while the worker
+    sent it data. The peer reports its own failure; a client interrupted mid-fetch closes its
+    connections on purpose. Other errors of the send still show."""
+
+    def filter(self, record) -> bool:
+        from distributed.comm import CommClosedError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (
+            str(record.msg).startswith("failed during get data with") and isinstance(exc, CommClosedError)
+        )
+
+
 def quiet_task_failures() -> None:
     import logging
 
     for name, kind in (
         ("distributed.worker", _DropComputeFailed),
         ("distributed.worker", _DropHeartbeatToAClosedScheduler),
+        ("distributed.worker", _DropSendToAClosedPeer),
         ("distributed.worker.state_machine", _DropCancelled),
     ):
         log = logging.getLogger(name)
