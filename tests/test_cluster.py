@@ -335,9 +335,10 @@ def test_the_workers_are_listed_while_the_client_refreshes_its_identity():
             assert set(cluster.identity(client)["workers"]) == set(lc.scheduler.workers)
 
 
-def _heartbeat_failures_logged() -> list[str]:
-    """In a worker: what ``distributed.worker`` lets through of a heartbeat's failures, logged
-    as the worker logs them (``logger.exception`` inside the ``except``)."""
+def _failures_logged(message: str, *args) -> list[str]:
+    """In a worker: what ``distributed.worker`` lets through of ``message`` logged for a peer's
+    close and for another error, as the worker logs them (``logger.exception`` inside the
+    ``except``)."""
     import logging
 
     from distributed.comm import CommClosedError
@@ -352,7 +353,7 @@ def _heartbeat_failures_logged() -> list[str]:
             try:
                 raise exc
             except OSError:
-                log.exception("Failed to communicate with scheduler during heartbeat.")
+                log.exception(message, *args)
     finally:
         log.removeHandler(handler)
     return seen
@@ -360,7 +361,16 @@ def _heartbeat_failures_logged() -> list[str]:
 
 def test_a_heartbeat_cut_by_the_closing_scheduler_leaves_no_traceback_but_a_lost_one_shows(cpu_session):
     # the race of `cluster down`: the scheduler closes the connection of a heartbeat in flight
-    seen = cpu_session.client.run(_heartbeat_failures_logged)
+    seen = cpu_session.client.run(_failures_logged, "Failed to communicate with scheduler during heartbeat.")
+    assert len(seen) == 2 and all(v == ["OSError"] for v in seen.values()), seen
+
+
+def test_a_send_cut_by_its_peer_leaves_no_traceback_but_another_send_error_shows(cpu_session):
+    # a client interrupted while it fetches a result straight from a worker closes the connection;
+    # it reports the interruption itself, in one line
+    seen = cpu_session.client.run(
+        _failures_logged, "failed during get data with %s -> %s", "tcp://a", "tcp://b"
+    )
     assert len(seen) == 2 and all(v == ["OSError"] for v in seen.values()), seen
 
 
