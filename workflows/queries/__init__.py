@@ -127,7 +127,7 @@ def _same_fingerprints(got: pa.Table, want: pa.Table, rtol: float) -> str | None
         return f"{got.num_rows} rows, want {want.num_rows}"
     kinds = {c: _kind(got.column(c).type, want.column(c).type) for c in want.column_names}
     # NumPy and Arrow let go of the GIL: the columns' fingerprints are taken side by side
-    with concurrent.futures.ThreadPoolExecutor(min(2 * len(kinds), os.cpu_count() or 1)) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(2 * len(kinds), os.cpu_count() or 1))) as pool:
         prints = {
             (c, side): pool.submit(_fingerprint, table.column(c), kind)
             for c, kind in kinds.items()
