@@ -268,3 +268,37 @@ def test_ctrl_c_stops_the_runner_in_the_cluster(cluster, tmp_path):
     assert not _scheduler_clients(client) - before, "the runner's client is still connected"
     assert client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)) == 0
     assert not (tmp_path / "res").exists() or not files_under(tmp_path / "res")
+
+
+def _frozen(client) -> dict[str, int]:
+    import gc
+
+    return client.run(gc.get_freeze_count)
+
+
+@pytest.mark.parametrize("in_cluster", [True, False])
+def test_a_warmed_workers_heap_stays_settled_through_runs(in_cluster):
+    """The warm-up of a cluster kept up settles each worker's heap in the collector's permanent
+    generation; a run's own collection leaves that in place, in the cluster or from here."""
+    from gpuscale.backends import registry
+
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c,
+        Client(c, set_as_default=False) as client,
+    ):
+        assert set(_frozen(client).values()) == {0}
+        registry.select("cpu").family.warm_up(client)
+        settled = _frozen(client)
+        assert min(settled.values()) > 0
+        r = gpuscale.run(
+            "groupby",
+            backend="cpu",
+            cluster_settings={"scheduler": c.scheduler_address},
+            in_cluster=in_cluster,
+            write=False,
+            **SMALL,
+        )
+        assert r.valid and r.info["runner"]["where"] == ("cluster" if in_cluster else "client")
+        after = _frozen(client)
+        # objects frozen and since freed leave it; an unfreeze would empty it
+        assert all(after[w] > settled[w] // 2 for w in settled), (settled, after)

@@ -304,7 +304,15 @@ def import_in_thread(modules, name: str = "gpuscale-import") -> threading.Thread
 
 
 def _warm_worker(array_module: str, dataframe_module: str) -> None:
-    """Runs on each worker (:meth:`Family.warm_up`). The frame library is optional."""
+    """Runs on each worker (:meth:`Family.warm_up`): the libraries' first use, then the
+    worker's heap settled for later runs (:func:`gpuscale.runs.runner.settle_heap`)."""
+    _first_use(array_module, dataframe_module)
+    importlib.import_module("gpuscale.runs.runner").settle_heap()
+
+
+def _first_use(array_module: str, dataframe_module: str) -> None:
+    """Imports and a first small operation through each chunk library (the frame library is
+    optional)."""
     importlib.import_module("gpuscale.workloads").names()
     importlib.import_module("gpuscale.machine").versions()
     xp = importlib.import_module(array_module)

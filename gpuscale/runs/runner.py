@@ -54,21 +54,46 @@ def _in_worker() -> bool:
     return True
 
 
-@contextlib.contextmanager
-def collector_held(client=None) -> Iterator[Callable[[], ContextManager[None]]]:
-    """For the timed repeats (docs/benchmarks/cpu.md): a full collection, then ``gc.freeze``,
-    here and, from a client process, on ``client``'s workers. Yields ``paused``, a context
-    without this process's automatic collections that collects the youngest generation on its
-    way out. The collector's state is restored at the end."""
-    was = gc.isenabled()
-    frozen = False
-    if client is not None and not _in_worker():
-        with contextlib.suppress(Exception):  # a cluster that refuses client.run: its workers as they are
-            client.run(gc.collect)  # the gc module's own functions: a worker imports nothing for them
-            client.run(gc.freeze)
-            frozen = True
+def hold_heap() -> bool:
+    """A full collection, then ``gc.freeze`` unless this process froze its heap already (a
+    warmed worker: :func:`settle_heap`), whose collection then only visits what came after.
+    Returns whether it froze (what :func:`release_heap` undoes). Runs here and on workers."""
+    owned = gc.get_freeze_count() > 0
+    gc.collect()
+    if owned:
+        return False
+    gc.freeze()
+    return True
+
+
+def release_heap(froze: bool | dict[str, bool] = True, dask_worker=None) -> None:
+    """Undo :func:`hold_heap`'s freeze (``froze`` its answer; from ``client.run``, per worker)."""
+    if isinstance(froze, dict):
+        froze = dask_worker is not None and froze.get(dask_worker.address, False)
+    if froze:
+        gc.unfreeze()
+
+
+def settle_heap() -> None:
+    """For a worker kept up for later runs (``cluster up``'s warm-up): a full collection, then
+    its imports and state go to the collector's permanent generation for good, so every later
+    run's collection visits only what came after (docs/benchmarks/fixed-cost.md)."""
     gc.collect()
     gc.freeze()
+
+
+@contextlib.contextmanager
+def collector_held(client=None) -> Iterator[Callable[[], ContextManager[None]]]:
+    """For the timed repeats (docs/benchmarks/cpu.md): :func:`hold_heap` here and, from a client
+    process, on ``client``'s workers. Yields ``paused``, a context without this process's
+    automatic collections that collects the youngest generation on its way out. The collector's
+    state is restored at the end."""
+    was = gc.isenabled()
+    on_workers = None
+    if client is not None and not _in_worker():
+        with contextlib.suppress(Exception):  # a cluster that refuses client.run: its workers as they are
+            on_workers = client.run(hold_heap)
+    froze = hold_heap()
 
     @contextlib.contextmanager
     def paused() -> Iterator[None]:
@@ -83,10 +108,10 @@ def collector_held(client=None) -> Iterator[Callable[[], ContextManager[None]]]:
     try:
         yield paused
     finally:
-        gc.unfreeze()
-        if frozen:
+        release_heap(froze)
+        if on_workers:
             with contextlib.suppress(Exception):  # a worker gone by now has nothing to restore
-                client.run(gc.unfreeze)
+                client.run(release_heap, on_workers)
 
 
 def task_count(client) -> int:
