@@ -53,6 +53,7 @@ import math
 import os
 import pathlib
 import py_compile
+import re
 import statistics
 import subprocess
 import sys
@@ -530,6 +531,37 @@ def _compile_client_modules(root: str) -> int:
     return done
 
 
+CLIENT_IMPORTS = (
+    "distributed",
+    "rmm",
+    "distributed_ucxx",
+    "pynvml",
+    "dask",
+    "numpy",
+    "pydantic",
+    "gpuscale.config",
+    "gpuscale.api",
+)
+"""The modules whose import a client's first call reports (``client_imports_s``): distributed,
+the GPU modules distributed imports wherever they are installed, and gpuscale's heaviest."""
+
+
+def import_split(stderr: str) -> dict[str, float]:
+    """Seconds of ``python -X importtime``'s imports (cumulative, the first import of each):
+    ``total`` over the top-level ones, then each of :data:`CLIENT_IMPORTS` imported."""
+    split: dict[str, float] = {"total": 0.0}
+    for line in stderr.splitlines():
+        m = re.match(r"import time:\s+\d+ \|\s+(\d+) \|( *)(\S+)$", line)
+        if not m:
+            continue
+        seconds, depth, name = int(m[1]) / 1e6, len(m[2]), m[3]
+        if depth == 1:
+            split["total"] += seconds
+        if name in CLIENT_IMPORTS and name not in split:
+            split[name] = seconds
+    return {k: round(v, 4) for k, v in split.items()}
+
+
 def row_first(sizes, backend, smoke, rounds=1):
     """Process start to validated result: the plain script and a fresh ``gpuscale run``, in
     ``rounds`` alternating rounds (each call a fresh process), then against a running cluster."""
@@ -611,6 +643,14 @@ def row_first(sizes, backend, smoke, rounds=1):
                 ),
             )
 
+        def imports(cmd) -> dict[str, float]:
+            """One more call under ``-X importtime``: its imports' seconds (``total``: every
+            top-level import) and those of the modules named in :data:`CLIENT_IMPORTS`."""
+            p = subprocess.run(
+                [cmd[0], "-X", "importtime", *cmd[1:]], capture_output=True, text=True, env=env, cwd=d, timeout=600
+            )
+            return import_split(p.stderr)
+
         def row(side, calls, median_s):
             out.append(
                 {
@@ -681,6 +721,11 @@ def row_first(sizes, backend, smoke, rounds=1):
                 [*gpuscale_cmd, "--scheduler-file", "scheduler.json"],
                 times=3,
             )
+            split = imports([*gpuscale_cmd, "--scheduler-file", "scheduler.json"])
+            said = ", ".join(f"{k} {v:.2f}" for k, v in split.items() if k != "total")
+            for r in out[-2:]:
+                r["client_imports_s"] = split
+                r["note"] += f"; the client's imports {split['total']:.2f} s ({said}; cumulative)"
             timed_run(
                 "gpuscale run groupby --scheduler --no-in-cluster (runner in this process; process "
                 "start to validated result)",
