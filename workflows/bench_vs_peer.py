@@ -646,9 +646,8 @@ def row_first(sizes, backend, smoke, rounds=1):
         def imports(cmd) -> dict[str, float]:
             """One more call under ``-X importtime``: its imports' seconds (``total``: every
             top-level import) and those of the modules named in :data:`CLIENT_IMPORTS`."""
-            p = subprocess.run(
-                [cmd[0], "-X", "importtime", *cmd[1:]], capture_output=True, text=True, env=env, cwd=d, timeout=600
-            )
+            argv = [cmd[0], "-X", "importtime", *cmd[1:]]
+            p = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=d, timeout=600)
             return import_split(p.stderr)
 
         def row(side, calls, median_s):
