@@ -211,22 +211,24 @@ import pynvml
 import gpuscale
 from gpuscale.errors import UserError
 
-def holders():
+def holders(pids):
+    """Which of ``pids`` hold GPU 0 (other processes on the machine are not the session's)."""
     pynvml.nvmlInit()
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
-    return [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h) if p.pid != os.getpid()]
+    return sorted({p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)} & pids)
 
 def one(protocol):
     try:
-        with gpuscale.session(backend="gpu", gpus="0", protocol=protocol):
+        with gpuscale.session(backend="gpu", gpus="0", protocol=protocol) as s:
+            workers = set(s.client.run(os.getpid).values())
             a = dd.from_dict({"k": np.arange(2_000_000), "v": np.ones(2_000_000)}, npartitions=4)
             b = dd.from_dict({"k": np.arange(0, 2_000_000, 2), "w": np.ones(1_000_000)}, npartitions=2)
             out = a.merge(b, on="k").compute()
             ok = type(out).__module__.startswith("cudf") and len(out) == 1_000_000
-            held = bool(holders())
+            held = bool(holders(workers))
     except UserError as e:
         return {"protocol": protocol, "refused": str(e), "fix": e.fix}
-    return {"protocol": protocol, "answer": ok, "workers_held_gpu": held, "after": holders()}
+    return {"protocol": protocol, "answer": ok, "workers_held_gpu": held, "after": holders(workers)}
 
 for protocol in ("tcp", "tcp", "ucx", "tcp"):
     print(json.dumps(one(protocol)), flush=True)

@@ -141,7 +141,7 @@ case "$stage" in
         queries)
           # the cells the stored run has are kept (a run of the same machine kind); the rest are timed
           [ -f "$out/queries-2gpus.json" ] \
-            || cp docs/bench-h200x2/user-queries/two-gpus-sf10-1e7-relayed.json "$out/queries-2gpus.json"
+            || cp docs/bench-h200x2/user-queries/two-gpus-sf10-1e7-all-sides.json "$out/queries-2gpus.json"
           g="gpuscale-gpu:gpus=1,gpuscale-gpu:gpus=2,gpuscale-gpu:gpus=2:protocol=ucx,gpuscale-gpu:gpus=1:gather=scheduler"
           g="$g,gpuscale-gpu:gpus=2:shuffle=p2p,dask-cudf:gpus=2:explicit-comms=1,dask-cudf:gpus=2"
           $py workflows/user_queries.py --h2o-rows 1e7 --tpch-scale 10 --data /tmp/qdata --sides "$g" \
