@@ -211,8 +211,7 @@ import pynvml
 import gpuscale
 from gpuscale.errors import UserError
 
-def holders(pids):
-    """Which of ``pids`` hold GPU 0 (other processes on the machine are not the session's)."""
+def holders(pids):  # which of pids hold GPU 0 (other processes there are not the session's)
     pynvml.nvmlInit()
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     return sorted({p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)} & pids)
