@@ -39,7 +39,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from . import trust
+from . import fielddocs, trust
 from .errors import UserError, shown
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -144,10 +144,14 @@ class _Section(BaseModel):
         alias_generator=_hyphen,
         populate_by_name=True,
         frozen=True,
-        use_attribute_docstrings=True,
     )
-    """A field's docstring is its description: the settings reference (docs/reference/settings.md)
-    is generated from these models."""
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """A field's docstring is its description: the settings reference
+        (docs/reference/settings.md) is generated from these models."""
+        super().__pydantic_init_subclass__(**kwargs)
+        fielddocs.describe(cls)
 
 
 Size = Union[PositiveInt, float, str, None]

@@ -480,3 +480,14 @@ def test_invalid_values_name_key_and_layer(tmp_path, process_env):
     process_env.setenv("DASK_GPUSCALE__CLUSTER__WORKERS", "-1")
     with pytest.raises(UserError, match="DASK_GPUSCALE__CLUSTER__WORKERS"):
         config.resolve()
+
+
+def test_a_fields_description_is_the_string_under_it():
+    from gpuscale.config import UcxSettings
+    from gpuscale.records.results import Result
+
+    assert UcxSettings.model_fields["nvlink"].description == (
+        "UCX over NVLink between GPUs: true / false forces it; null lets UCX choose (recommended)."
+    )
+    version = Result.model_fields["schema_version"]
+    assert version.description == "The schema's version; readers skip records of another."

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .. import fielddocs
 from ..errors import RecordNotWritten, UserError
 from . import atomic
 from .report import result_html
@@ -32,7 +33,7 @@ class Result(BaseModel):
     """One run's record (schema ``gpuscale.result``): a field's docstring is its description, and
     the record reference (docs/reference/records.md) is generated from this model."""
 
-    model_config = ConfigDict(populate_by_name=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(populate_by_name=True)
 
     schema_name: str = Field(SCHEMA, alias="schema")
     """Always ``gpuscale.result``."""
@@ -144,6 +145,9 @@ class Result(BaseModel):
 
     def _repr_html_(self) -> str:
         return result_html(self)
+
+
+fielddocs.describe(Result)  # a field's docstring is its description
 
 
 def summary(times: list[float], disturbed: dict[int, str] | None = None) -> dict[str, float | None]:
