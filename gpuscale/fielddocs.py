@@ -24,17 +24,18 @@ def _docstrings(path: str) -> dict[str, dict[str, str]]:
     except (OSError, SyntaxError, ValueError):  # no source shipped: no descriptions
         return {}
     found: dict[str, dict[str, str]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef):
-            found[node.name] = {
-                a.target.id: inspect.cleandoc(b.value.value)
-                for a, b in zip(node.body, node.body[1:])
-                if isinstance(a, ast.AnnAssign)
-                and isinstance(a.target, ast.Name)
-                and isinstance(b, ast.Expr)
-                and isinstance(b.value, ast.Constant)
-                and isinstance(b.value.value, str)
-            }
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]  # a module's own, and theirs
+    for node in classes:
+        classes += [n for n in node.body if isinstance(n, ast.ClassDef)]
+        found[node.name] = {
+            a.target.id: inspect.cleandoc(b.value.value)
+            for a, b in zip(node.body, node.body[1:])
+            if isinstance(a, ast.AnnAssign)
+            and isinstance(a.target, ast.Name)
+            and isinstance(b, ast.Expr)
+            and isinstance(b.value, ast.Constant)
+            and isinstance(b.value.value, str)
+        }
     return found
 
 
