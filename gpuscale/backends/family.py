@@ -305,9 +305,9 @@ def import_in_thread(modules, name: str = "gpuscale-import") -> threading.Thread
 
 def _warm_worker(array_module: str, dataframe_module: str) -> None:
     """Runs on each worker (:meth:`Family.warm_up`): the libraries' first use, then the
-    worker's heap settled for later runs (:func:`gpuscale.runs.runner.settle_heap`)."""
+    worker's heap settled for later runs (:func:`gpuscale.runs.heap.settle_heap`)."""
     _first_use(array_module, dataframe_module)
-    importlib.import_module("gpuscale.runs.runner").settle_heap()
+    importlib.import_module("gpuscale.runs.heap").settle_heap()
 
 
 def _first_use(array_module: str, dataframe_module: str) -> None:

@@ -29,6 +29,7 @@ from ..workloads import Context, Output, Validation, Workload
 from . import progress as _progress
 from . import repeats as _repeats
 from . import watch as _watch
+from .heap import hold_heap, release_heap
 from .observe import COMPUTE, GENERATE, PREPARE, VALIDATE, WARMUP, Observer, Outcome, Progress, Run, Step
 
 SETTLE_TIMEOUT_S = 30.0
@@ -54,37 +55,9 @@ def _in_worker() -> bool:
     return True
 
 
-def hold_heap() -> bool:
-    """A full collection, then ``gc.freeze`` unless this process froze its heap already (a
-    warmed worker: :func:`settle_heap`), whose collection then only visits what came after.
-    Returns whether it froze (what :func:`release_heap` undoes). Runs here and on workers."""
-    owned = gc.get_freeze_count() > 0
-    gc.collect()
-    if owned:
-        return False
-    gc.freeze()
-    return True
-
-
-def release_heap(froze: bool | dict[str, bool] = True, dask_worker=None) -> None:
-    """Undo :func:`hold_heap`'s freeze (``froze`` its answer; from ``client.run``, per worker)."""
-    if isinstance(froze, dict):
-        froze = dask_worker is not None and froze.get(dask_worker.address, False)
-    if froze:
-        gc.unfreeze()
-
-
-def settle_heap() -> None:
-    """For a worker kept up for later runs (``cluster up``'s warm-up): a full collection, then
-    its imports and state go to the collector's permanent generation for good, so every later
-    run's collection visits only what came after (docs/benchmarks/fixed-cost.md)."""
-    gc.collect()
-    gc.freeze()
-
-
 @contextlib.contextmanager
 def collector_held(client=None) -> Iterator[Callable[[], ContextManager[None]]]:
-    """For the timed repeats (docs/benchmarks/cpu.md): :func:`hold_heap` here and, from a client
+    """For the timed repeats (docs/benchmarks/cpu.md): :func:`~.heap.hold_heap` here and, from a client
     process, on ``client``'s workers. Yields ``paused``, a context without this process's
     automatic collections that collects the youngest generation on its way out. The collector's
     state is restored at the end."""
