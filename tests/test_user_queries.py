@@ -90,6 +90,20 @@ def test_a_wrong_answer_is_caught_row_by_row_and_by_fingerprint(small_run):
         queries.BIG = old
 
 
+def test_text_hashes_agree_whether_values_repeat_or_not(monkeypatch):
+    """A text column is hashed through its distinct values where its first rows repeat them,
+    else row by row: the two ways give the same fingerprint, so a side whose answer comes in
+    another row order is not told it differs, and a changed value is still caught."""
+    monkeypatch.setattr(queries, "BIG", 100)
+    monkeypatch.setattr(queries, "_PROBE_ROWS", 400)
+    repeated, distinct = ["id1", "id2", None, ""] * 200, [f"row{i}" for i in range(1200)]
+    want = pd.DataFrame({"k": pd.array(repeated + distinct, dtype="str")})  # its first rows repeat
+    got = want.iloc[::-1].reset_index(drop=True)  # its first rows are all different
+    assert queries.same_answer(got, want) is None
+    changed = got.assign(k=got.k.where(got.index != 5, "row1"))
+    assert "column k: values differ" in queries.same_answer(changed, want)
+
+
 def test_an_interrupted_run_resumes_timing_only_the_cells_it_lacks(small_run, tmp_path):
     _, d, data = small_run
     partial = {**d, "cells": {k: c for k, c in d["cells"].items() if not k.startswith("h2o-join|20000|j5|")}}

