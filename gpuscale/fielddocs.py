@@ -3,8 +3,9 @@
 A settings section or the record is a pydantic model whose fields are described by the string
 right under each (docs/reference/settings.md and records.md are generated from them). pydantic's
 ``use_attribute_docstrings`` finds each class's source on its own, and on Python before 3.13
-tokenizes every class again: a quarter of ``import gpuscale``. :func:`describe` parses each
-module once and gives the same descriptions.
+tokenizes every class again, a part of every command's start-up
+(docs/benchmarks/fixed-cost.md). :func:`describe` parses each module once and gives the same
+descriptions.
 """
 
 from __future__ import annotations

@@ -232,9 +232,9 @@ def _text_hash_sum(col: pa.ChunkedArray) -> int:
 
 
 def _slice_hashes(arr: pa.LargeStringArray) -> np.ndarray:
-    """Each row's hash (:func:`_text_hashes`); where values repeat (keys such as ``id42``), each
-    distinct value is hashed once and its rows take its hash: 7x faster on 9 M rows of 100
-    values, and 6x slower where every value differs, hence the probe of the first rows."""
+    """Each row's hash (:func:`_text_hashes`); where the first rows repeat their values (keys
+    such as ``id42``), each distinct value is hashed once and its rows take its hash, which pays
+    only where values repeat (docs/benchmarks/user-queries.md)."""
     probe = arr.slice(0, _PROBE_ROWS)
     if pc.count_distinct(probe, mode="all").as_py() * _REPEATS > len(probe):
         return _text_hashes(arr)
