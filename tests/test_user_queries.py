@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -102,6 +103,29 @@ def test_text_hashes_agree_whether_values_repeat_or_not(monkeypatch):
     assert queries.same_answer(got, want) is None
     changed = got.assign(k=got.k.where(got.index != 5, "row1"))
     assert "column k: values differ" in queries.same_answer(changed, want)
+
+
+def test_a_kept_answer_is_fingerprinted_once_and_still_catches_a_wrong_answer(tmp_path, monkeypatch):
+    """A large answer kept in a file is hashed once: every later check reads its fingerprints
+    (here with the answer's file gone) and still tells a changed value from a reordered one."""
+    monkeypatch.setattr(queries, "BIG", 100)
+    want = pd.DataFrame(
+        {"k": pd.array([f"id{i % 7}" for i in range(500)], dtype="str"), "n": range(500), "v": np.linspace(0, 1, 500)}
+    )
+    want.to_parquet(tmp_path / "answer-q1.parquet")
+    kept = queries.KeptAnswer(tmp_path / "answer-q1.parquet")
+    got = want.sample(frac=1, random_state=0).reset_index(drop=True)
+    assert queries.same_answer(got, kept) is None
+    prints = sorted(p.name for p in tmp_path.glob("answer-q1.*.npy"))
+    assert prints == ["answer-q1.0-text.npy", "answer-q1.1-integers.npy", "answer-q1.2-numbers.npy"]
+    (tmp_path / "answer-q1.parquet").unlink()
+    assert queries.same_answer(got, kept) is None
+    assert "column n: values differ" in queries.same_answer(got.assign(n=got.n.where(got.index != 3, -1)), kept)
+    assert "column k: values differ" in queries.same_answer(got.assign(k=got.k.where(got.index != 3, "id9")), kept)
+    # numbers whose rounded hashes differ are compared sorted, which reads the answer's column
+    want.to_parquet(tmp_path / "answer-q1.parquet")
+    assert "column v" in queries.same_answer(got.assign(v=got.v.where(got.index != 3, 2.0)), kept)
+    assert queries.same_answer(got.assign(v=got.v * (1 + 1e-12)), kept) is None  # a sum in another order
 
 
 def test_an_interrupted_run_resumes_timing_only_the_cells_it_lacks(small_run, tmp_path):

@@ -292,14 +292,15 @@ def case_key(case) -> str:
 
 
 class Answers(Mapping):
-    """pandas' answers kept beside their data, by ``(suite, size, query)``: each read from its
-    file when asked for, none held (at 1e8 rows a join's answer is a few GB)."""
+    """pandas' answers kept beside their data, by ``(suite, size, query)``: each a
+    :class:`queries.KeptAnswer`, read by the check that needs it, none held (at 1e8 rows a join's
+    answer is a few GB)."""
 
     def __init__(self, files: dict[tuple[str, str, str], pathlib.Path]):
         self.files = files
 
-    def __getitem__(self, key):
-        return pd.read_parquet(self.files[key])
+    def __getitem__(self, key) -> queries.KeptAnswer:
+        return queries.KeptAnswer(self.files[key])
 
     def __iter__(self):
         return iter(self.files)
@@ -387,6 +388,8 @@ def _answer(suite_name: str, folder: str, query: str) -> None:
         _TABLES[folder] = {t: pd.read_parquet(p) for t, p in paths(suite, pathlib.Path(folder)).items()}
     (q,) = [q for q in suite.queries if q.name == query]
     kept = pathlib.Path(folder) / f"answer-{q.name}.parquet"
+    for stale in kept.parent.glob(f"{kept.stem}.*.npy"):  # fingerprints of an earlier answer
+        stale.unlink()
     queries.to_pandas(q.reference(_TABLES[folder])).to_parquet(kept.with_suffix(".part"))
     os.replace(kept.with_suffix(".part"), kept)  # a run cut short leaves no half-written answer
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import pathlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,8 @@ class Suite:
 
 BIG = 200_000
 """Answers of more rows are compared column by column on their Arrow form, free of row order
-(:func:`_kind`: numbers as their values sorted, the rest by the sum of their row hashes),
-instead of row by row."""
+(:func:`_kind`: each by the sum of its row hashes, numbers rounded to about ``rtol`` first and,
+where those sums differ, as their values sorted, to ``rtol``), instead of row by row."""
 
 
 def to_pandas(obj) -> pd.DataFrame:
@@ -65,11 +67,16 @@ def to_pandas(obj) -> pd.DataFrame:
     return obj.reset_index(drop=True)
 
 
-def same_answer(got, want: pd.DataFrame, rtol: float = 1e-6) -> str | None:
+def same_answer(got, want: pd.DataFrame | KeptAnswer, rtol: float = 1e-6) -> str | None:
     """None when ``got`` holds the rows of ``want`` (any row order, the same columns, floats to
     ``rtol``), else what differs, in one line."""
-    if len(want) > BIG:
-        return _same_fingerprints(to_arrow(got), pa.Table.from_pandas(want, preserve_index=False), rtol)
+    rows = want.rows if isinstance(want, KeptAnswer) else len(want)
+    if rows > BIG:
+        if not isinstance(want, KeptAnswer):
+            want = _HeldAnswer(pa.Table.from_pandas(want, preserve_index=False))
+        return _same_fingerprints(to_arrow(got), want, rtol)
+    if isinstance(want, KeptAnswer):
+        want = want.frame()
     got = to_pandas(got)
     missing = [c for c in want.columns if c not in got.columns]
     if missing:
@@ -93,6 +100,55 @@ def same_answer(got, want: pd.DataFrame, rtol: float = 1e-6) -> str | None:
         elif not (_text(a).to_numpy() == _text(b).to_numpy()).all():
             return f"column {c}: values differ"
     return None
+
+
+class KeptAnswer:
+    """pandas' answer kept in a Parquet file, read only where a check needs it: a small one whole,
+    a large one column by column, each column's fingerprint (:func:`_fingerprint`) taken once
+    and kept beside the file, so that every side after the first is checked against it without
+    reading or hashing the answer again."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = pathlib.Path(path)
+        self.schema = pq.read_schema(self.path)
+        self.rows = pq.ParquetFile(self.path).metadata.num_rows
+        self.column_names = [n for n in self.schema.names if not n.startswith("__index_level_")]
+
+    def frame(self) -> pd.DataFrame:
+        return pd.read_parquet(self.path)
+
+    def type(self, column: str) -> pa.DataType:
+        return self.schema.field(column).type
+
+    def fingerprint(self, column: str, kind: str) -> int:
+        kept = self.path.with_name(f"{self.path.stem}.{self.column_names.index(column)}-{kind}.npy")
+        if kept.exists():
+            return int(np.load(kept))
+        fp = _fingerprint(self.column(column), kind)
+        part = kept.with_suffix(".part")
+        with open(part, "wb") as f:  # np.save would add .npy to a name that lacks it
+            np.save(f, np.uint64(fp))
+        os.replace(part, kept)  # a run cut short leaves no half-written fingerprint
+        return fp
+
+    def column(self, column: str) -> pa.ChunkedArray:
+        return pq.read_table(self.path, columns=[column]).column(column)
+
+
+class _HeldAnswer:
+    """An answer in memory, with :class:`KeptAnswer`'s face."""
+
+    def __init__(self, table: pa.Table):
+        self.table, self.rows, self.column_names = table, table.num_rows, table.column_names
+
+    def type(self, column: str) -> pa.DataType:
+        return self.table.schema.field(column).type
+
+    def fingerprint(self, column: str, kind: str) -> int:
+        return _fingerprint(self.table.column(column), kind)
+
+    def column(self, column: str) -> pa.ChunkedArray:
+        return self.table.column(column)
 
 
 def _text(s: pd.Series) -> pd.Series:
@@ -119,34 +175,35 @@ def to_arrow(obj) -> pa.Table:
     return pa.Table.from_pandas(to_pandas(obj), preserve_index=False)
 
 
-def _same_fingerprints(got: pa.Table, want: pa.Table, rtol: float) -> str | None:
+def _same_fingerprints(got: pa.Table, want: KeptAnswer | _HeldAnswer, rtol: float) -> str | None:
     missing = [c for c in want.column_names if c not in got.column_names]
     if missing:
         return f"columns {missing} missing (got {got.column_names})"
-    if got.num_rows != want.num_rows:
-        return f"{got.num_rows} rows, want {want.num_rows}"
-    kinds = {c: _kind(got.column(c).type, want.column(c).type) for c in want.column_names}
+    if got.num_rows != want.rows:
+        return f"{got.num_rows} rows, want {want.rows}"
+    kinds = {c: _kind(got.column(c).type, want.type(c)) for c in want.column_names}
     # NumPy and Arrow let go of the GIL: the columns' fingerprints are taken side by side
     with concurrent.futures.ThreadPoolExecutor(max(1, min(2 * len(kinds), os.cpu_count() or 1))) as pool:
-        prints = {
-            (c, side): pool.submit(_fingerprint, table.column(c), kind)
-            for c, kind in kinds.items()
-            for side, table in (("got", got), ("want", want))
-        }
+        mine = {c: pool.submit(_fingerprint, got.column(c), kind) for c, kind in kinds.items()}
+        theirs = {c: pool.submit(want.fingerprint, c, kind) for c, kind in kinds.items()}
     for c in want.column_names:
-        mine, theirs = prints[c, "got"].result(), prints[c, "want"].result()
-        if isinstance(theirs, int):
-            if mine != theirs:
-                return f"column {c}: values differ (row hashes)"
-        elif not np.allclose(mine, theirs, rtol=rtol, atol=1e-9, equal_nan=True):
-            i = int(np.argmax(~np.isclose(mine, theirs, rtol=rtol, atol=1e-9, equal_nan=True)))
-            return f"column {c}: {float(mine[i])!r} != {float(theirs[i])!r} (the {i}th smallest)"
+        if mine[c].result() == theirs[c].result():
+            continue
+        if kinds[c] != "numbers":
+            return f"column {c}: values differ (row hashes)"
+        # equal sums prove the values equal to about 2**-20 of themselves; unequal ones can be
+        # values that rounded apart (sums taken in another order): the values sorted decide
+        a, b = _sorted_numbers(got.column(c)), _sorted_numbers(want.column(c))
+        if not np.allclose(a, b, rtol=rtol, atol=1e-9, equal_nan=True):
+            i = int(np.argmax(~np.isclose(a, b, rtol=rtol, atol=1e-9, equal_nan=True)))
+            return f"column {c}: {float(a[i])!r} != {float(b[i])!r} (the {i}th smallest)"
     return None
 
 
 def _kind(got: pa.DataType, want: pa.DataType) -> str:
     """How a column is compared: ``integers`` (both sides whole numbers: exact row hashes),
-    ``numbers`` (the reference's are numbers: values sorted, to a tolerance), ``times`` (both
+    ``numbers`` (the reference's are numbers: row hashes of the values rounded, then where
+    those differ the values sorted, to a tolerance), ``times`` (both
     sides times: row hashes of their nanoseconds), else ``text`` (row hashes of the values as
     text)."""
     got, want = (t.value_type if pa.types.is_dictionary(t) else t for t in (got, want))
@@ -159,9 +216,8 @@ def _kind(got: pa.DataType, want: pa.DataType) -> str:
     return "text"
 
 
-def _fingerprint(col: pa.ChunkedArray, kind: str):
-    """A column's fingerprint as :func:`_kind` says: the sum (mod 2**64) of its row hashes, or
-    for ``numbers`` its values sorted."""
+def _fingerprint(col: pa.ChunkedArray, kind: str) -> int:
+    """A column's fingerprint as :func:`_kind` says: the sum (mod 2**64) of its row hashes."""
     if pa.types.is_dictionary(col.type):
         col = col.cast(col.type.value_type)
     if kind == "integers":
@@ -170,11 +226,37 @@ def _fingerprint(col: pa.ChunkedArray, kind: str):
         return _int_hash_sum(pc.cast(pc.cast(col, pa.timestamp("ns")), pa.int64()))
     if kind == "text":
         return _text_hash_sum(pc.cast(col, pa.large_string()))
+    return _number_hash_sum(col)
+
+
+def _floats(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Numbers as float64, a missing value (or one that is no number) as NaN."""
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
     if _number_type(col.type):
-        a = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
-    else:
-        a = pd.to_numeric(col.to_pandas(), errors="coerce").to_numpy("float64", na_value=np.nan)
-    return np.sort(a)
+        return pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
+    return pd.to_numeric(col.to_pandas(), errors="coerce").to_numpy("float64", na_value=np.nan)
+
+
+def _sorted_numbers(col: pa.ChunkedArray) -> np.ndarray:
+    return np.sort(_floats(col))
+
+
+_DROPPED_BITS = 32
+"""Low bits of a float64's 52-bit mantissa rounded off before it is hashed: values within about
+2**-20 of each other hash alike, unless they fall either side of a rounding step."""
+
+
+def _number_hash_sum(col: pa.ChunkedArray) -> int:
+    total = np.uint64(0)
+    half, keep = np.uint64(1 << (_DROPPED_BITS - 1)), ~np.uint64((1 << _DROPPED_BITS) - 1)
+    for chunk in col.chunks:
+        a = _floats(chunk) + 0.0  # -0.0 becomes 0.0
+        with np.errstate(over="ignore"):
+            h = _mix((a.view(np.uint64) + half) & keep)  # the magnitude rounded to nearest
+            h[np.isnan(a)] = _MISSING
+            total += h.sum(dtype=np.uint64)
+    return int(total)
 
 
 def _number_type(t: pa.DataType) -> bool:
@@ -208,8 +290,13 @@ def _int_hash_sum(col: pa.ChunkedArray) -> int:
 _LENGTH = np.uint64(0xD6E8FEB86659FD93)
 """The weight of a value's length in its hash (an empty text differs from a missing one)."""
 
-_ROWS_AT_ONCE = 1 << 22
-"""Rows of a text column hashed at a time (the byte arrays of a slice are a few times its size)."""
+_ROWS_AT_ONCE = 1 << 20
+"""Rows of a text column hashed at a time, on one of :data:`_SLICES`' threads (the byte arrays
+of a slice are a few times its size)."""
+
+_SLICES = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="text-hash")
+"""The threads that hash text slices: one per core, whatever the number of columns hashed at once
+(a column's thread only waits on them)."""
 
 _PROBE_ROWS = 1 << 16
 """Rows of a slice whose distinct values decide how it is hashed (:func:`_slice_hashes`)."""
@@ -222,12 +309,11 @@ distinct values."""
 def _text_hash_sum(col: pa.ChunkedArray) -> int:
     """The sum (mod 2**64) of each value's hash, from the Arrow buffers: a polynomial over its
     UTF-8 bytes, mixed with its length; a missing value hashes to :data:`_MISSING`."""
+    parts = [chunk.slice(at, _ROWS_AT_ONCE) for chunk in col.chunks for at in range(0, len(chunk), _ROWS_AT_ONCE)]
     total = np.uint64(0)
-    for chunk in col.chunks:
-        for start in range(0, len(chunk), _ROWS_AT_ONCE):
-            part = chunk.slice(start, _ROWS_AT_ONCE)
-            with np.errstate(over="ignore"):
-                total += _slice_hashes(part).sum(dtype=np.uint64)
+    for part_sum in _SLICES.map(lambda part: _slice_hashes(part).sum(dtype=np.uint64), parts):
+        with np.errstate(over="ignore"):
+            total += part_sum
     return int(total)
 
 
