@@ -110,7 +110,11 @@ def test_a_kept_answer_is_fingerprinted_once_and_still_catches_a_wrong_answer(tm
     (here with the answer's file gone) and still tells a changed value from a reordered one."""
     monkeypatch.setattr(queries, "BIG", 100)
     want = pd.DataFrame(
-        {"k": pd.array([f"id{i % 7}" for i in range(500)], dtype="str"), "n": range(500), "v": np.linspace(0, 1, 500)}
+        {
+            "k": pd.array([f"id{i % 7}" for i in range(500)], dtype="str"),
+            "n": range(500),
+            "v": np.linspace(0, 1, 500),
+        }
     )
     want.to_parquet(tmp_path / "answer-q1.parquet")
     kept = queries.KeptAnswer(tmp_path / "answer-q1.parquet")
@@ -120,8 +124,10 @@ def test_a_kept_answer_is_fingerprinted_once_and_still_catches_a_wrong_answer(tm
     assert prints == ["answer-q1.0-text.npy", "answer-q1.1-integers.npy", "answer-q1.2-numbers.npy"]
     (tmp_path / "answer-q1.parquet").unlink()
     assert queries.same_answer(got, kept) is None
-    assert "column n: values differ" in queries.same_answer(got.assign(n=got.n.where(got.index != 3, -1)), kept)
-    assert "column k: values differ" in queries.same_answer(got.assign(k=got.k.where(got.index != 3, "id9")), kept)
+    other_n = got.assign(n=got.n.where(got.index != 3, -1))
+    other_k = got.assign(k=got.k.where(got.index != 3, "id9"))
+    assert "column n: values differ" in queries.same_answer(other_n, kept)
+    assert "column k: values differ" in queries.same_answer(other_k, kept)
     # numbers whose rounded hashes differ are compared sorted, which reads the answer's column
     want.to_parquet(tmp_path / "answer-q1.parquet")
     assert "column v" in queries.same_answer(got.assign(v=got.v.where(got.index != 3, 2.0)), kept)

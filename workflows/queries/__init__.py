@@ -309,7 +309,8 @@ distinct values."""
 def _text_hash_sum(col: pa.ChunkedArray) -> int:
     """The sum (mod 2**64) of each value's hash, from the Arrow buffers: a polynomial over its
     UTF-8 bytes, mixed with its length; a missing value hashes to :data:`_MISSING`."""
-    parts = [chunk.slice(at, _ROWS_AT_ONCE) for chunk in col.chunks for at in range(0, len(chunk), _ROWS_AT_ONCE)]
+    step = _ROWS_AT_ONCE
+    parts = [chunk.slice(at, step) for chunk in col.chunks for at in range(0, len(chunk), step)]
     total = np.uint64(0)
     for part_sum in _SLICES.map(lambda part: _slice_hashes(part).sum(dtype=np.uint64), parts):
         with np.errstate(over="ignore"):
