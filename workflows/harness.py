@@ -327,16 +327,18 @@ class Study:
         try:
             t0 = time.perf_counter()
             run, check = side.build(env, case)
+            warm = {}
             if side.self_timed:
                 timed = run()
                 times, got = list(timed.times_s), timed.answer
             else:
                 times, got = bench_once(run, self.repeat, self.warmup, self.max_time)
+                warm = {"warmup": self.warmup}  # a cell resumed into a run of other settings keeps its own
             wall = time.perf_counter() - t0
             diff = check(got)
             checked = time.perf_counter() - t0 - wall
             notes = side.notes(got) if side.notes else {}
-            return cell(times, diff, wall_s=wall, check_s=round(checked, 3), **notes)
+            return cell(times, diff, wall_s=wall, check_s=round(checked, 3), **warm, **notes)
         except Hung:
             raise
         except Exception as e:  # noqa: BLE001 - a side that cannot run a case is a row, not a stop
