@@ -488,3 +488,59 @@ def test_every_workflows_path_named_in_the_project_exists():
             continue
         for name in re.findall(r"workflows/([a-z_][\w.\-]*\.(?:py|sh|yaml))", f.read_text()):
             assert (ROOT / "workflows" / name).is_file(), f"{f.relative_to(ROOT)} names workflows/{name}"
+
+
+PLAIN_SIDE_INTERRUPTED = """
+import contextlib, sys, time
+sys.path.insert(0, sys.argv[1])
+import harness
+from distributed import Client, LocalCluster
+
+
+@contextlib.contextmanager
+def plain(env):
+    with harness.peer_cluster_config(), LocalCluster(
+        n_workers=1, threads_per_worker=1, dashboard_address=None
+    ) as cluster, Client(cluster) as client:
+        yield client
+
+
+def build(client, case):
+    return (lambda: client.submit(time.sleep, 60, pure=False).result()), (lambda got: None)
+
+
+if __name__ == "__main__":
+    try:
+        harness.Study([harness.Side("plain", build, open=plain)], ["nap"], repeat=1, warmup=0).run()
+    except KeyboardInterrupt:
+        sys.exit(130)
+"""
+
+
+def test_a_plain_side_interrupted_mid_task_closes_without_dask_log_lines(tmp_path):
+    """Ctrl-C while a plain Dask side's task runs: the run ends with 130, and neither the client
+    nor the worker whose task its cluster cancels logs a line on the way down."""
+    import os
+    import signal
+    import time
+
+    from conftest import as_from_a_terminal
+
+    (tmp_path / "nap.py").write_text(PLAIN_SIDE_INTERRUPTED)
+    p = subprocess.Popen(
+        [sys.executable, str(tmp_path / "nap.py"), str(ROOT / "workflows")],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,
+        preexec_fn=as_from_a_terminal,
+    )
+    try:
+        assert "plain: opened in" in p.stderr.readline()
+        time.sleep(2)  # the task is running on the worker
+        os.killpg(p.pid, signal.SIGINT)  # Ctrl-C reaches the terminal's group
+        err = p.stderr.read()
+        assert p.wait(timeout=60) == 130
+    finally:
+        p.kill()
+    assert " - distributed." not in err, err

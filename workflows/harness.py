@@ -408,22 +408,12 @@ def peer_cluster_config() -> Any:
 
 def dask_setup(worker=None) -> None:
     """Worker preload of :func:`peer_cluster_config`: a process group of its own (a worker still
-    ends when its nanny's pipe closes or its cluster closes it), and no traceback on stderr for
-    a heartbeat that meets the scheduler already closed, as it can while its cluster closes."""
-    import logging
-
-    from gpuscale.cluster.detach import leave_terminal_group
+    ends when its nanny's pipe closes or its cluster closes it), and none of the records a
+    worker logs as its cluster closes under it (gpuscale's own workers drop the same ones)."""
+    from gpuscale.cluster.detach import leave_terminal_group, quiet_task_failures
 
     leave_terminal_group()
-    logging.getLogger("distributed.worker").addFilter(_SchedulerGone())
-
-
-class _SchedulerGone:
-    """Drops distributed's "Failed to communicate with scheduler during heartbeat" record (a
-    worker's heartbeat sent as the scheduler closes); every other record passes."""
-
-    def filter(self, record) -> bool:
-        return not str(record.msg).startswith("Failed to communicate with scheduler during heartbeat")
+    quiet_task_failures()
 
 
 @contextlib.contextmanager
@@ -438,6 +428,11 @@ def _opened(side: Side, env: Any) -> Any:
         print(f"{side.name}: opened in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         try:
             yield senv
+        except KeyboardInterrupt:  # the run ends: its cluster closes under work in flight, quietly
+            from gpuscale.errors import quiet_exit_logs
+
+            quiet_exit_logs()
+            raise
         finally:
             t1 = time.perf_counter()
     print(f"{side.name}: closed in {time.perf_counter() - t1:.1f} s", file=sys.stderr)
