@@ -311,33 +311,29 @@ class Answers(Mapping):
 
 def references(sets, jobs: int = 0) -> Answers:
     """pandas' answer to every query, computed once per data set and kept beside its data;
-    ``jobs`` processes compute the missing ones (0: :func:`reference_jobs`; each holds its data
-    set's tables)."""
-    missing = [
-        (suite.name, str(folder), q.name)
-        for suite, _, folder in sets
-        for q in suite.queries
-        if not (folder / f"answer-{q.name}.parquet").exists()
-    ]
-    folders = {f for _, f, _ in missing}
-    need = max((in_memory_bytes(s, f) for s, _, f in sets if str(f) in folders), default=0)
-    available = psutil.virtual_memory().available
-    jobs = min(reference_jobs(jobs, os.cpu_count() or 1, available, need), len(missing))
-    t0 = time.perf_counter()
-    if jobs > 1:
-        import concurrent.futures
-        import multiprocessing
+    ``jobs`` processes compute a data set's missing ones (0: :func:`reference_jobs` for that
+    set; each process holds the set's tables)."""
+    for suite, _, folder in sets:
+        missing = [q.name for q in suite.queries if not (folder / f"answer-{q.name}.parquet").exists()]
+        if not missing:
+            continue
+        peak = suite.reference_peak * in_memory_bytes(suite, folder)
+        available = psutil.virtual_memory().available
+        n = min(reference_jobs(jobs, os.cpu_count() or 1, available, peak), len(missing))
+        t0 = time.perf_counter()
+        if n > 1:
+            import concurrent.futures
+            import multiprocessing
 
-        ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-            list(pool.map(_answer, *zip(*missing)))
-    else:
-        for m in missing:
-            _answer(*m)
-    if missing:
-        took = time.perf_counter() - t0
+            ctx = multiprocessing.get_context("spawn")
+            with concurrent.futures.ProcessPoolExecutor(n, mp_context=ctx) as pool:
+                list(pool.map(functools.partial(_answer, suite.name, str(folder)), missing))
+        else:
+            for q in missing:
+                _answer(suite.name, str(folder), q)
         print(
-            f"pandas' answers to {len(missing)} queries in {took:.1f} s ({jobs} process{'es' * (jobs > 1)})",
+            f"pandas' answers to {len(missing)} queries of {folder.name} in {time.perf_counter() - t0:.1f} s "
+            f"({n} process{'es' * (n > 1)})",
             file=sys.stderr,
         )
     return Answers(
@@ -349,20 +345,14 @@ def references(sets, jobs: int = 0) -> Answers:
     )
 
 
-PEAK_PER_TABLES = 5
-"""A process answering a data set's queries in pandas holds its tables and, at its peak, a
-query's intermediates and answer: about this many times the tables' size in memory (a join's
-answer is about as large as its biggest table; j5 at 1e7 rows peaked at 5.0x)."""
-
-
-def reference_jobs(asked: int, cores: int, available: int, set_bytes: int) -> int:
-    """Processes for pandas' answers: ``asked``, else one per 4 cores, at most 4, and no more
-    than the available memory holds at :data:`PEAK_PER_TABLES` times the largest data set's
-    tables each."""
+def reference_jobs(asked: int, cores: int, available: int, peak: float) -> int:
+    """Processes for pandas' answers to one data set: ``asked``, else one per 4 cores, at most 4,
+    and no more than 4/5 of the available memory holds at ``peak`` bytes each (the suite's
+    ``reference_peak`` times its tables' size)."""
     if asked:
         return asked
     jobs = max(1, min(4, cores // 4))
-    fit = available // (PEAK_PER_TABLES * set_bytes) if set_bytes else jobs
+    fit = int(0.8 * available // peak) if peak else jobs
     return max(1, min(jobs, fit))
 
 

@@ -45,6 +45,10 @@ class Suite:
     queries: tuple[Query, ...]
     make: Callable
     """``make(folder, scale)``: writes ``folder/TABLE.parquet`` for every table."""
+    reference_peak: float = 5.0
+    """A process answering one of the suite's queries in pandas, at its peak, holds about this
+    many times the size of the suite's tables in their Parquet footers: the tables, a query's
+    intermediates and its answer (measured in docs/benchmarks/user-queries.md)."""
 
 
 BIG = 200_000
