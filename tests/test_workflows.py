@@ -377,6 +377,7 @@ def test_a_study_side_after_side_times_only_the_cells_it_lacks():
     cells = study.run(cells=kept)
     assert cells["one|s"] is kept["one|s"] and calls == ["two"] * 4
     assert len(cells["two|s"]["times_s"]) == 3
+    assert cells["two|s"]["warmup"] == 1 and "warmup" not in cells["one|s"]  # each cell its own
 
 
 def test_bench_once_stops_before_the_next_run_would_pass_the_time_budget():

@@ -547,8 +547,8 @@ def main(argv=None) -> int:
         type=int,
         default=0,
         metavar="N",
-        help="processes computing pandas' answers (default: one per 4 cores, at most 4, as many "
-        "as memory holds at 4x the largest data set's tables each)",
+        help="processes computing a data set's pandas answers (default: one per 4 cores, at most 4, "
+        "as many as 4/5 of the available memory holds at the suite's measured peak each)",
     )
     ap.add_argument(
         "--prepare-only",
