@@ -297,15 +297,25 @@ def test_a_refused_gpu_names_who_holds_it_and_this_process_first():
     assert cuda.held_by([], own_pid=7) == ("another process holds the rest", False)
 
 
+def test_ucx_before_1_22_keeps_received_device_memory_and_1_22_lets_go():
+    """UCX 1.21's CUDA IPC keeps a sender's allocation mapped in the receiving process until it
+    exits; 1.22 closes those handles. TCP never maps another process's memory."""
+    from gpuscale.cluster import protocols
+
+    assert protocols.ucx_keeps_sent_memory((1, 21, 0))
+    assert protocols.ucx_keeps_sent_memory((1, 19))
+    assert not protocols.ucx_keeps_sent_memory((1, 22, 0))
+    assert not protocols.ucx_keeps_sent_memory((2, 0, 0))
+    assert not protocols.get("tcp").keeps_sent_device_memory()
+
+
 def test_a_gpu_this_process_holds_after_a_ucx_cluster_is_refused_with_a_new_process_as_the_fix():
-    """UCX's CUDA IPC leaves a worker's whole RMM pool mapped in the process that received its
+    """UCX before 1.22 leaves a worker's whole RMM pool mapped in the process that received its
     results, until that process exits: when this process holds the refused GPU and started a
     cluster over such a protocol, the fix names that cluster and a new process; other holders
     get their own fixes."""
-    from gpuscale.cluster import cuda, protocols
+    from gpuscale.cluster import cuda
 
-    assert protocols.get("ucx").keeps_sent_device_memory
-    assert not protocols.get("tcp").keeps_sent_device_memory
     fix = cuda._free_memory_fix(True, ["ucx"])
     assert fix.startswith("a UCX cluster earlier in this process left its workers' device memory")
     assert "new Python process" in fix and "--rmm-pool-size" in fix

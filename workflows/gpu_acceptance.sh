@@ -8,8 +8,8 @@
 #   bash workflows/gpu_acceptance.sh bench OUTDIR [bench_vs_peer.py args]   # default: every row this machine can run
 #   bash workflows/gpu_acceptance.sh library OUTDIR   # gpuscale bench workflows/library.yaml: CPU vs GPU per workload
 #   bash workflows/gpu_acceptance.sh trace OUTDIR     # svd --trace over tcp and ucx on 2 GPUs, then trace compare
-#   bash workflows/gpu_acceptance.sh queries OUTDIR [rest rounds 1e8]  # the user queries on one GPU (each part one call)
-#   bash workflows/gpu_acceptance.sh two-gpus OUTDIR [wire peer runs queries]  # 2 GPUs against 1 (each part one call)
+#   bash workflows/gpu_acceptance.sh queries OUTDIR [rest rounds 1e8 protocol]  # the user queries on one GPU
+#   bash workflows/gpu_acceptance.sh two-gpus OUTDIR [wire peer runs queries queries-1e8]  # 2 GPUs against 1
 set -uo pipefail
 stage=${1:?stage: matrix | tests | compare | bench | library | trace | queries | two-gpus}
 out=${2:?output folder}
@@ -80,7 +80,8 @@ case "$stage" in
     # cells measured): rest = H2O 1e7 and TPC-H SF10 on every side, the cells the stored H200
     # run lacks (a run of the same machine kind; its cells are kept, the others timed here);
     # rounds = the GPU session against dask-cudf on TPC-H in 4 alternating rounds; 1e8 = the
-    # H2O suites at 1e8 rows on every side but the CPU session.
+    # H2O suites at 1e8 rows on every side but the CPU session; protocol = the GPU session over
+    # TCP and over UCX (the UCX on the path) against dask-cudf, H2O 1e7 and TPC-H SF10.
     [ $# -gt 0 ] || set -- rest rounds 1e8
     rc=0
     for part in "$@"; do
@@ -108,7 +109,12 @@ case "$stage" in
           $py "${q[@]}" --sides gpuscale-gpu,dask-cudf,polars-gpu,duckdb --warmup 1 2>"$out/queries-1e8.err" \
             && $py "${q[@]}" --sides gpuscale-gpu,dask-cudf,polars-gpu,duckdb,dask-cpu --warmup 0 \
               2>>"$out/queries-1e8.err" || rc=1 ;;
-        *) echo "unknown part $part: rest, rounds or 1e8" >&2; exit 2 ;;
+        protocol)
+          $py workflows/user_queries.py --h2o-rows 1e7 --tpch-scale 10 --data /tmp/qdata \
+            --sides gpuscale-gpu,gpuscale-gpu:protocol=ucx,dask-cudf --warmup 1 --max-time 6 --hang-after 120 \
+            --json "$out/queries-protocol.json" --resume "$out/queries-protocol.json" \
+            2>"$out/queries-protocol.err" || rc=1 ;;
+        *) echo "unknown part $part: rest, rounds, 1e8 or protocol" >&2; exit 2 ;;
       esac
     done
     exit $rc ;;
@@ -120,7 +126,8 @@ case "$stage" in
     # every call the same OUTDIR on that machine (not a fresh output folder) and run the part under
     # `timeout -s INT SECONDS`, which ends it with its cells kept (exit 130).
     [ "$ngpus" -ge 2 ] || { echo "two-gpus needs 2 GPUs, this machine has $ngpus" >&2; exit 2; }
-    [ $# -gt 0 ] || set -- wire peer runs queries
+    # queries-1e8 = the H2O suites at 1e8 rows on GPU 0 and on GPUs 0,1, over TCP and over UCX.
+    [ $# -gt 0 ] || set -- wire peer runs queries queries-1e8
     rc=0
     for part in "$@"; do
       case "$part" in
@@ -151,7 +158,12 @@ case "$stage" in
           g="$g,gpuscale-gpu:gpus=2:shuffle=p2p,dask-cudf:gpus=2:explicit-comms=1,dask-cudf:gpus=2"
           $py workflows/user_queries.py --h2o-rows 1e7 --tpch-scale 10 --data /tmp/qdata --sides "$g" \
             --max-time 4 --hang-after 120 --json "$out/queries-2gpus.json" --resume "$out/queries-2gpus.json" 2>"$out/queries.err" || rc=1 ;;
-        *) echo "unknown part $part: wire, peer, runs or queries" >&2; exit 2 ;;
+        queries-1e8)
+          g="gpuscale-gpu:gpus=1,gpuscale-gpu:gpus=1:protocol=ucx,gpuscale-gpu:gpus=2:protocol=ucx,gpuscale-gpu:gpus=2"
+          $py workflows/user_queries.py --suites h2o-groupby,h2o-join --h2o-rows 1e8 --data /tmp/qdata \
+            --sides "$g" --warmup 1 --max-time 6 --hang-after 300 --json "$out/queries-2gpus-1e8.json" \
+            --resume "$out/queries-2gpus-1e8.json" 2>"$out/queries-2gpus-1e8.err" || rc=1 ;;
+        *) echo "unknown part $part: wire, peer, runs, queries or queries-1e8" >&2; exit 2 ;;
       esac
     done
     exit $rc ;;

@@ -174,7 +174,7 @@ def _kill(pid: int) -> None:
 
 _KEEPS_SENT_MEMORY: set[str] = set()
 """Protocols of the GPU clusters this process started that leave a worker's device memory
-mapped here after it exits (:attr:`~gpuscale.cluster.protocols.Protocol.keeps_sent_device_memory`)."""
+mapped here after it exits (:meth:`~gpuscale.cluster.protocols.Protocol.keeps_sent_device_memory`)."""
 
 
 def check_free_memory(spec: ClusterSpec, gpus: list[dict]) -> None:
@@ -396,7 +396,7 @@ class Cuda(Kind):
         check_free_memory(spec, machine.gpus())
         from dask_cuda import LocalCUDACluster
 
-        if protocols.get(spec.protocol).keeps_sent_device_memory:
+        if protocols.get(spec.protocol).keeps_sent_device_memory():
             _KEEPS_SENT_MEMORY.add(spec.protocol)
 
         def ready(client):

@@ -29,10 +29,11 @@ class Protocol:
     """Host a local cluster binds to (None: the transport's own choice)."""
     switches_transports: bool = False
     """Whether NVLink / InfiniBand switches mean anything over this protocol."""
-    keeps_sent_device_memory: bool = False
-    """Whether a process that received GPU buffers over this protocol keeps the sender's device
-    allocation mapped until it exits (UCX's CUDA IPC on one host: a worker's whole RMM pool
-    outlives the worker; see "UCX keeps the workers' pools mapped" in docs/decisions.md)."""
+    def keeps_sent_device_memory(self) -> bool:
+        """Whether a process that received GPU buffers over this protocol, as installed here, keeps
+        the sender's device allocation mapped until it exits (a worker's whole RMM pool outliving
+        the worker)."""
+        return False
 
     def transport_label(self) -> str:
         """How the transports are chosen, for the cluster spec."""
@@ -75,9 +76,25 @@ def set_switches(ucx) -> dict[str, bool]:
     return {k: getattr(ucx, k) for k in SWITCHES if getattr(ucx, k) is not None}
 
 
+UCX_RELEASES_SENT_MEMORY = (1, 22)
+"""The first UCX release whose CUDA IPC transport closes the memory handles of what it received:
+before it, a process keeps every sender's allocation mapped until it exits ("UCX before 1.22
+keeps the workers' pools mapped" in docs/decisions.md)."""
+
+
+def ucx_keeps_sent_memory(version: tuple[int, ...]) -> bool:
+    """Whether UCX of this ``(major, minor, ...)`` version keeps received device memory mapped."""
+    return tuple(version[:2]) < UCX_RELEASES_SENT_MEMORY
+
+
 @dataclass(frozen=True)
 class UcxProtocol(Protocol):
     switches_transports: bool = True
+
+    def keeps_sent_device_memory(self) -> bool:
+        import ucxx  # loaded by distributed-ucxx when the cluster starts
+
+        return ucx_keeps_sent_memory(ucxx.get_ucx_version())
 
     def transport_label(self) -> str:
         return "automatic (UCX chooses)"
@@ -102,7 +119,6 @@ register(
         "UCX through distributed-ucxx: NVLink / InfiniBand / shared memory",
         module="distributed_ucxx",
         install=UCX_INSTALL,
-        keeps_sent_device_memory=True,
     )
 )
 
