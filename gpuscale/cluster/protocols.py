@@ -29,6 +29,7 @@ class Protocol:
     """Host a local cluster binds to (None: the transport's own choice)."""
     switches_transports: bool = False
     """Whether NVLink / InfiniBand switches mean anything over this protocol."""
+
     def keeps_sent_device_memory(self) -> bool:
         """Whether a process that received GPU buffers over this protocol, as installed here, keeps
         the sender's device allocation mapped until it exits (a worker's whole RMM pool outliving
