@@ -323,9 +323,10 @@ class ClusterSettings(_Section):
     auto: the family's knob for the work's collection. (dask-cuda 26 removed JIT-unspill.)"""
     gpus: Annotated[
         tuple[NonNegativeInt, ...] | None,
-        Knob(flag=Flag("GPUs to use, e.g. 0,1 (default: all visible)", "gpu", metavar="LIST")),
+        Knob(flag=Flag("GPUs to use, e.g. 0,1 (default: all visible; groupby: one)", "gpu", metavar="LIST")),
     ] = None
-    """The GPUs to use, e.g. ``"0,1"``; null: every visible GPU."""
+    """The GPUs to use, e.g. ``"0,1"``; null: every visible GPU, but one for a run of a workload
+    that gains nothing from more where it fits one (rule ``gpus.work``)."""
     dashboard_address: Annotated[
         str | None,
         Knob(flag=Flag("dashboard bind address (default 127.0.0.1:0)", "cluster", metavar="HOST:PORT")),

@@ -201,6 +201,26 @@ def test_plan_gpu_workers_and_gpus_checks():
         api.configure(backend="gpu", check=False, gpus="0,1", workers=3)
 
 
+def test_a_groupby_run_takes_one_of_several_gpus_unless_you_set_gpus_or_workers():
+    """Rule gpus.work: groupby declares that a second GPU makes it no faster, so its run takes
+    the first of the visible GPUs; svd does not declare it; your --gpus or --workers win, and
+    one GPU leaves nothing to choose. (Whether the memory check admits the run on that GPU is
+    the GPU machine's half: tests/test_gpu.py.)"""
+    from gpuscale import config, workloads
+    from gpuscale.runs.session import one_gpu_choice
+
+    groupby, svd = workloads.get("groupby"), workloads.get("svd")
+    plain = config.resolve()
+    d = one_gpu_choice(groupby, [0, 1], plain)
+    assert d.value == [0] and d.rule_id == "gpus.work" and d.source == "rule"
+    assert "one GPU of the 2 visible" in d.rule and d.numbers == {"visible": [0, 1]}
+    assert one_gpu_choice(groupby, [2, 3, 5], plain).value == [2]
+    assert one_gpu_choice(svd, [0, 1], plain) is None
+    assert one_gpu_choice(groupby, [0], plain) is None
+    for set_ in ({"cluster": {"gpus": "0,1"}}, {"cluster": {"workers": 2}}):
+        assert one_gpu_choice(groupby, [0, 1], config.resolve(None, set_)) is None
+
+
 def test_plan_bad_memory_limit():
     with pytest.raises(UserError, match="invalid memory limit"):
         api.configure(backend="cpu", memory_limit="lots")

@@ -285,6 +285,26 @@ def test_svd_two_gpus_over_ucx(tmp_path):
     assert d["cluster"]["running"]["workers"] == 2
 
 
+@pytest.mark.skipif(len(machine.gpus()) < 2, reason="needs at least 2 GPUs")
+def test_a_groupby_run_takes_one_gpu_of_several_and_svd_takes_every_gpu(tmp_path):
+    """Rule gpus.work on a machine of several GPUs: `gpuscale run groupby` with no --gpus starts
+    one worker on the first GPU, says why in its record, and is valid; svd keeps every visible
+    GPU; --gpus wins."""
+    visible = [g["index"] for g in machine.gpus()]
+    d = run_cli_json(tmp_path, "groupby", "--backend", "gpu", "--rows", "2000000", "--keys", "1000")
+    assert d["valid"] is True and d["cluster"]["gpus"] == visible[:1]
+    assert d["cluster"]["running"]["workers"] == 1
+    assert d["explained"]["cluster"]["gpus"]["rule_id"] == "gpus.work", d["explained"]["cluster"]["gpus"]
+    plan = gpuscale.explain("groupby", backend="gpu", rows=2_000_000, keys=1000)
+    assert plan["cluster"]["gpus"] == visible[:1]
+    assert plan["explained"]["cluster"]["gpus"]["rule_id"] == "gpus.work"
+    assert gpuscale.explain("svd", backend="gpu", rows=400_000, cols=50)["cluster"]["gpus"] == visible
+    both = gpuscale.explain(
+        "groupby", backend="gpu", cluster_settings={"gpus": "0,1"}, rows=2_000_000, keys=1000
+    )
+    assert both["cluster"]["gpus"] == [0, 1]
+
+
 def test_gpu_run_against_cluster_up_runs_in_the_cluster(tmp_path):
     """`gpuscale run W --scheduler ADDRESS` against a GPU cluster kept up: the runner runs on
     the GPU worker (chunks on the device, audit clean) and this process imports no chunk

@@ -135,12 +135,13 @@ case "$stage" in
         peer) $py workflows/bench_vs_peer.py --rows p2p,scaling --rounds 3 --json "$out/peer.json" \
                 2>"$out/peer.err" || rc=1 ;;
         runs)
-          # each size on GPU 0 and on GPUs 0,1 (the default on this machine: every visible GPU),
+          # each size on GPU 0 and on GPUs 0,1, groupby also with no --gpus (rule gpus.work picks),
           # the base sizes over UCX too: where a second GPU starts to pay
           svd="svd --cols 1000 --rows"; gb="groupby --keys 1000000 --rows"
           for w in "$svd 2000000" "$svd 4000000" "$gb 100000000 --partitions 10" "$gb 400000000 --partitions 40"; do
             gs=("--gpus 0" "--gpus 0,1")
             case "$w" in *" 2000000"|*" 100000000 "*) gs+=("--gpus 0,1 --protocol ucx") ;; esac
+            case "$w" in groupby*) gs+=("") ;; esac  # no --gpus: the GPUs rule gpus.work picks
             for g in "${gs[@]}"; do
               echo "=== gpuscale run $w --backend gpu $g --repeat 7"
               # shellcheck disable=SC2086  # the case's words

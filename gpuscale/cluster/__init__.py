@@ -135,11 +135,13 @@ def _check_bindable(host: str, what: str) -> None:
         raise UserError(f"{what}: this machine cannot listen on {host} ({e.strerror or e})", fix) from None
 
 
-def build_spec(resolved, family, collection: str | None = None, *, served: bool = False) -> ClusterSpec:
+def build_spec(
+    resolved, family, collection: str | None = None, *, served: bool = False, gpus=None
+) -> ClusterSpec:
     """The cluster ``resolved`` (``config.Resolved``) describes for ``family``, with the
     decisions behind it; starts nothing. ``served``: a cluster kept up for other processes,
-    which :mod:`.security` protects."""
-    plan = cluster_plan.plan_cluster(resolved, family, collection, served=served)
+    which :mod:`.security` protects; ``gpus``: a rule's choice of GPUs (a ``Decision``)."""
+    plan = cluster_plan.plan_cluster(resolved, family, collection, served=served, gpus=gpus)
     k = kind(plan.kind)
     spec = k.spec(plan)
     first = {} if plan.kind == "existing" else {"protocol": plan.protocol}

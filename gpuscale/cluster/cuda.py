@@ -296,6 +296,8 @@ class Cuda(Kind):
                     f"GPU(s) {unknown} are not visible here (visible: {visible})",
                     "pick visible GPUs with --gpus, e.g. --gpus " + ",".join(map(str, visible)),
                 )
+        elif plan.gpus is not None:
+            gpus = list(plan.gpus.value)
         else:
             gpus = visible
             if not gpus:
@@ -368,6 +370,8 @@ class Cuda(Kind):
             where={
                 "gpus": Decision(list(gpus), src.get("cluster.gpus", "default"), None, "gpus.set")
                 if c.gpus is not None
+                else plan.gpus
+                if plan.gpus is not None
                 else Decision(list(gpus), "rule", f"every visible GPU ({len(gpus)})", "gpus.visible")
             },
             transports=transports,

@@ -36,6 +36,9 @@ class ClusterPlan:
     served: bool
     gpu_workers: bool
     """The workers are the family's GPU workers (one per GPU, dask-cuda's), wherever they run."""
+    gpus: Decision | None = None
+    """The GPUs a rule of the work picked for a cluster started here (None: every visible GPU
+    or the ones you set)."""
 
 
 def kind_of(resolved, family) -> str:
@@ -49,11 +52,18 @@ def kind_of(resolved, family) -> str:
 
 
 def plan_cluster(
-    resolved, family, collection: str | None = None, *, served: bool = False, facts: Facts | None = None
+    resolved,
+    family,
+    collection: str | None = None,
+    *,
+    served: bool = False,
+    facts: Facts | None = None,
+    gpus: Decision | None = None,
 ) -> ClusterPlan:
     """The plan of the cluster the resolved settings describe for ``family``'s ``collection``
     work on a machine of ``facts`` (None: this one). ``served``: a cluster kept up for other
-    processes (``cluster up``)."""
+    processes (``cluster up``); ``gpus``: the GPUs a rule of the work picked
+    (:func:`gpuscale.runs.session.gpus_for_work`)."""
     settings = resolved.settings
     kind = kind_of(resolved, family)
     facts = facts or Facts.here()
@@ -75,4 +85,5 @@ def plan_cluster(
         tls=tls,
         served=served,
         gpu_workers=family.cluster_kind == "cuda",
+        gpus=gpus,
     )

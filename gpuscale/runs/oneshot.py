@@ -76,7 +76,8 @@ def run(
         strict_backend=strict_backend,
         in_cluster=in_cluster,
     )
-    s = Session(profile=profile, collection=cls.collection, **settings)
+    work = (cls, p) if data is None else None  # the GPUs it takes (rule gpus.work)
+    s = Session(profile=profile, collection=cls.collection, work=work, **settings)
     if data is None and s.settings.run.memory_check and s.spec.kind in ("local", "cuda"):
         refuse_planned(cls, p, s.family, s.spec)  # what `explain` says, before the cluster starts
     if write:

@@ -32,7 +32,9 @@ def preview(
     cls = workloads.get(workload)
     p = cls.parse(params)
     settings = config.merge_keywords(cluster_settings, backend=backend, protocol=protocol)
-    resolved, selection, spec = configure(profile=profile, collection=cls.collection, check=False, **settings)
+    resolved, selection, spec = configure(
+        profile=profile, collection=cls.collection, check=False, work=(cls, p), **settings
+    )
     fam = selection.family
     notes: list[str] = []
     usable, why = fam.probe()

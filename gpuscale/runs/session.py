@@ -25,6 +25,7 @@ from ..cluster import logs, preflight
 from ..data import inputs, outputs
 from ..errors import OutputNotWritten, UserError, phase
 from ..plan.cluster import kind_of
+from ..plan.decision import Decision
 from ..records import results
 from ..records.explained import explained
 from ..records.report import session_html
@@ -39,21 +40,61 @@ def configure(
     collection: str | None = None,
     check: bool = True,
     served: bool = False,
+    work: tuple[Any, Any] | None = None,
     **settings: Any,
 ):
     """Resolve settings, select the family and build the cluster spec, starting nothing:
     ``(resolved, selection, spec)``. ``check``: fail now when the family or the protocol cannot
     run here (the family's devices only where its workers start on this machine); ``served``:
-    the cluster is kept up for other processes (protected by default)."""
+    the cluster is kept up for other processes (protected by default); ``work``: the workload
+    class and parsed parameters of the one run on generated data the cluster starts for
+    (:func:`gpus_for_work`)."""
     resolved = config.resolve(profile, config.keywords_to_nested(settings))
     selection = backends.select(resolved.settings.backend, collection, check=False)
     if check:
         here = kind_of(resolved, selection.family) == selection.family.cluster_kind
         selection.family.check(selection.requested, collection, devices=here)
     spec = cluster.build_spec(resolved, selection.family, collection, served=served)
+    if work is not None and not served:
+        spec = gpus_for_work(resolved, selection.family, collection, spec, *work)
     if check:
         cluster.protocols.get(spec.protocol).check()
     return resolved, selection, spec
+
+
+def one_gpu_choice(cls, gpus: list[int], resolved) -> Decision | None:
+    """Rule ``gpus.work``: the first of ``gpus`` for a workload that declares it gains nothing
+    from more (:attr:`gpuscale.workloads.Workload.one_gpu`), where you set neither the GPUs nor
+    the workers; None where the rule does not apply."""
+    c = resolved.settings.cluster
+    if cls.one_gpu is None or len(gpus) < 2 or c.gpus is not None or c.workers is not None:
+        return None
+    return Decision(
+        gpus[:1],
+        "rule",
+        f"{cls.name} takes one GPU of the {len(gpus)} visible where its planned memory fits one: "
+        f"{cls.one_gpu}",
+        "gpus.work",
+        {"visible": list(gpus)},
+        documented=True,
+    )
+
+
+def gpus_for_work(resolved, family, collection: str | None, spec, cls, p):
+    """``spec`` on the GPUs rule ``gpus.work`` picks for one run of ``cls`` with parameters
+    ``p`` on a GPU cluster started here: one GPU where :func:`one_gpu_choice` asks it and the
+    memory check admits the run on it, else ``spec`` as built."""
+    if spec.kind != "cuda":
+        return spec
+    one = one_gpu_choice(cls, list(spec.gpus), resolved)
+    if one is None:
+        return spec
+    narrowed = cluster.build_spec(resolved, family, collection, gpus=one)
+    try:
+        fits = _planned_memory(cls, p, family, narrowed)[2]["fits"]
+    except ImportError:  # the plan needs the family's libraries: `explain` says so itself
+        return spec
+    return narrowed if fits else spec
 
 
 def check_run(
@@ -168,6 +209,7 @@ class Session:
         profile: str | None = None,
         collection: str | None = None,
         served: bool = False,
+        work: tuple[Any, Any] | None = None,
         **settings: Any,
     ):
         resolved, selection, spec = configure(
@@ -176,6 +218,7 @@ class Session:
             backend=backend,
             protocol=protocol,
             served=served,
+            work=work,
             **settings,
         )
         self._init(resolved, selection, spec, collection)

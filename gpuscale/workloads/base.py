@@ -132,6 +132,9 @@ class Workload:
     generation_params: ClassVar[tuple[str, ...]] = ()
     input_params: ClassVar[tuple[str, ...]] = ()
     validation_levels: ClassVar[bool] = False
+    one_gpu: ClassVar[str | None] = None
+    """Why a run of this workload on generated data takes one GPU of several where its planned
+    memory fits one (rule ``gpus.work`` in docs/decisions.md); None: every GPU selected."""
 
     def check(self, p) -> None:
         """Cross-parameter checks that need no cluster; raise UserError."""
