@@ -24,6 +24,7 @@ STACKS: dict[str, tuple[str, ...]] = {
     "dask_cuda": ("dask-cuda",),
     "distributed_ucxx": ("distributed-ucxx-cu13", "distributed-ucxx-cu12", "distributed-ucxx"),
     "ucxx": ("ucxx-cu13", "ucxx-cu12", "ucxx"),
+    "libucx": ("libucx-cu13", "libucx-cu12"),  # the UCX library itself (1.22 lets go of sent pools)
     "rmm": ("rmm-cu13", "rmm-cu12", "rmm"),
     "pynvml": ("nvidia-ml-py", "pynvml"),
     "numba": ("numba",),
