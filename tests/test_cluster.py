@@ -221,6 +221,22 @@ def test_a_groupby_run_takes_one_of_several_gpus_unless_you_set_gpus_or_workers(
         assert one_gpu_choice(groupby, [0, 1], config.resolve(None, set_)) is None
 
 
+def test_the_gpus_a_rule_picks_reach_the_gpu_cluster_spec_and_its_choices():
+    """The plan carries rule gpus.work's GPUs to the GPU cluster kind: one worker on that GPU,
+    CUDA_VISIBLE_DEVICES naming it, and the recorded choice the rule's, not every visible GPU."""
+    from gpuscale import backends, cluster, config, workloads
+    from gpuscale.runs.session import one_gpu_choice
+
+    resolved = config.resolve(None, {"backend": "gpu"})
+    family = backends.select("gpu", "dataframe", check=False).family
+    one = one_gpu_choice(workloads.get("groupby"), [1, 0], resolved)
+    spec = cluster.build_spec(resolved, family, "dataframe", gpus=one)
+    assert spec.gpus == [1] and spec.workers == 1
+    assert spec.kwargs["CUDA_VISIBLE_DEVICES"] == "1" and spec.kwargs["n_workers"] == 1
+    assert spec.choices["gpus"].rule_id == "gpus.work"
+    assert spec.choices["gpus"].record()["rule"].startswith("gpus.work: groupby takes one GPU")
+
+
 def test_plan_bad_memory_limit():
     with pytest.raises(UserError, match="invalid memory limit"):
         api.configure(backend="cpu", memory_limit="lots")
