@@ -126,7 +126,8 @@ case "$stage" in
     # every call the same OUTDIR on that machine (not a fresh output folder) and run the part under
     # `timeout -s INT SECONDS`, which ends it with its cells kept (exit 130).
     [ "$ngpus" -ge 2 ] || { echo "two-gpus needs 2 GPUs, this machine has $ngpus" >&2; exit 2; }
-    # queries-1e8 = the H2O suites at 1e8 rows on GPU 0 and on GPUs 0,1, over TCP and over UCX.
+    # queries-1e8 = the H2O suites at 1e8 rows on GPU 0 and on GPUs 0,1, over TCP and over UCX
+    # (the stored run had libucx-cu13 1.22.0 unpacked into a folder put first on PYTHONPATH).
     [ $# -gt 0 ] || set -- wire peer runs queries queries-1e8
     rc=0
     for part in "$@"; do
