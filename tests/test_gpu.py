@@ -238,8 +238,8 @@ for protocol in ("tcp", "tcp", "ucx", "tcp"):
 def test_sessions_close_their_workers_and_after_ucx_the_next_starts_or_is_refused_by_version():
     """Sessions back to back on GPU 0 in one process, each fetching a cuDF answer from its
     workers: each closes only once its worker processes have exited, so a TCP session follows a
-    TCP session. After a UCX session, what comes next depends on the UCX installed ("UCX keeps
-    the workers' pools mapped" in docs/decisions.md): from 1.22 the process lets go of its
+    TCP session. After a UCX session, what comes next depends on the UCX installed ("UCX before
+    1.22 keeps the workers' pools mapped" in docs/decisions.md): from 1.22 the process lets go of its
     worker's RMM pool and the next session starts; before it the process still maps the pool
     until it exits, and the next session is refused in one line that names this process, the
     UCX cluster and a new process as the fix. A fresh process runs them: a pool it kept would
