@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -378,3 +379,71 @@ def test_a_run_that_hangs_ends_its_side_not_the_run():
     assert cells["c1|free"]["median_s"] >= 3.0
     assert [n for n, _ in closed] == ["limited", "free"]
     assert [k for k, c in cells.items() if harness.retry(c)] == ["c1|limited", "c2|limited", "c3|limited"]
+
+
+def test_a_run_whose_workers_keep_running_out_of_memory_ends_that_query_not_the_side():
+    """On a real cluster whose nanny restarts a worker past its memory limit: a run whose answer
+    does not fit a worker (as plain Dask's one-partition answer at 1e8 rows did not) is cancelled
+    after two restarts, its case an error naming them, long before the hang limit; the side's
+    next case runs on the same cluster and is not retried by a resumed run."""
+    import contextlib
+
+    import dask
+    import harness
+    from distributed import Client, LocalCluster
+
+    @contextlib.contextmanager
+    def open_cluster(_):
+        with (
+            LocalCluster(
+                n_workers=1, threads_per_worker=1, memory_limit="400MiB", dashboard_address=":0"
+            ) as c,
+            Client(c) as cl,
+        ):
+            yield cl
+
+    def build(_client, case):
+        _, size = case
+        return (lambda: harness.compute_within(dask.delayed(np.ones)(size, dtype=np.uint8), 300)), (
+            lambda got: None if got.nbytes == size else f"{got.nbytes} bytes"
+        )
+
+    cases = [(0, 2**30), (1, 2**20)]  # 1 GiB on a 400 MiB worker, then 1 MiB
+    study = harness.Study(
+        [harness.Side("small", build, open=open_cluster)], cases, key=lambda c: f"c{c[0]}", repeat=1, warmup=0
+    )
+    t0 = time.monotonic()
+    cells = study.run()
+    assert time.monotonic() - t0 < 120  # the hang limit was 300 s
+    assert cells["c0|small"]["error"].startswith("OutOfMemory: the workers passed their memory limit"), cells
+    assert re.search(r"restarted [23] times during one run$", cells["c0|small"]["error"])
+    assert cells["c1|small"]["valid"] is True
+    assert not harness.retry(cells["c0|small"])
+
+
+def test_a_resumed_run_of_one_side_and_suite_times_what_is_left_and_keeps_the_rest(small_run, tmp_path):
+    """pandas' answers are made only for the query still to time, and the file keeps the cells,
+    sides and suites of the earlier run that this one does not time."""
+    import shutil
+
+    _, d, data = small_run
+    folder = tmp_path / "h2o-join-20000"
+    shutil.copytree(data / "h2o-join-20000", folder)
+    for f in folder.glob("answer-*"):
+        f.unlink()
+    partial = {**d, "cells": {k: c for k, c in d["cells"].items() if not k.startswith("h2o-join|20000|j2|")}}
+    (tmp_path / "partial.json").write_text(json.dumps(partial))
+    cmd = [sys.executable, str(ROOT / "workflows" / "user_queries.py"), "--suites", "h2o-join",
+           "--h2o-rows", "20000", "--sides", "dask-cpu", "--repeat", "1", "--warmup", "0",
+           "--data", str(tmp_path), "--resume", str(tmp_path / "partial.json"),
+           "--json", str(tmp_path / "out.json")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "pandas' answers to 1 queries of h2o-join-20000" in proc.stderr
+    assert sorted(f.name for f in folder.glob("answer-*.parquet")) == ["answer-j2.parquet"]
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["cells"]["h2o-join|20000|j2|dask-cpu"]["valid"] is True
+    assert set(out["cells"]) == set(d["cells"]) - {"h2o-join|20000|j2|gpuscale-cpu"}
+    assert out["sides"] == ["dask-cpu", "gpuscale-cpu"]
+    named = [sorted((s["suite"], s["size"]) for s in r["sets"]) for r in (out, d)]
+    assert named[0] == named[1] and len(named[0]) == 3

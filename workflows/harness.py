@@ -173,9 +173,21 @@ class Hung(Exception):
     stuck, so the side's other cases are not run and its context is closed."""
 
 
-def compute_within(collection: Any, seconds: float | None) -> Any:
-    """``dask.compute(collection)[0]`` on the current client, raising :class:`Hung` (the work
-    cancelled) when it has not finished in ``seconds`` (None: no limit)."""
+class OutOfMemory(Exception):
+    """The side's workers passed their memory limit and were restarted :data:`MEMORY_RESTARTS`
+    times during one run of a case: Dask would compute and lose the same task again until the hang
+    limit, so the run is cancelled and the case is an error; the side's next case runs."""
+
+
+MEMORY_RESTARTS = 2
+"""Restarts of the side's workers for memory during one run that end it (:class:`OutOfMemory`)."""
+
+
+def compute_within(collection: Any, seconds: float | None, restarts: int = MEMORY_RESTARTS) -> Any:
+    """``dask.compute(collection)[0]`` on the current client, raising :class:`Hung` when it has
+    not finished in ``seconds`` (None: no limit) and :class:`OutOfMemory` once the nannies have
+    restarted ``restarts`` workers for memory since it began (their ``worker-restart-memory``
+    events); either way the work is cancelled."""
     import dask
 
     if seconds is None:
@@ -183,13 +195,23 @@ def compute_within(collection: Any, seconds: float | None) -> Any:
     from distributed import get_client
 
     client = get_client()
+    topic = "worker-restart-memory"
+    seen = len(client.get_events(topic))
+    deadline = time.monotonic() + seconds
     future = client.compute(collection)
     try:
-        return future.result(timeout=seconds)
-    except TimeoutError:
-        future.cancel()
-        raise Hung(f"one run took more than {seconds:g} s") from None
-    except BaseException:  # Ctrl-C: the work is let go, as dask.compute lets it go
+        while True:
+            try:
+                return future.result(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise Hung(f"one run took more than {seconds:g} s") from None
+                n = len(client.get_events(topic)) - seen
+                if n >= restarts:
+                    raise OutOfMemory(
+                        f"the workers passed their memory limit and were restarted {n} times during one run"
+                    ) from None
+    except BaseException:  # a hang, the memory, Ctrl-C: the work is let go, as dask.compute lets it go
         future.cancel()
         raise
 

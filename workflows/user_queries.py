@@ -10,7 +10,9 @@ is opened once and runs every query (workflows/harness.py's Study), or, with ``-
 opened again in each of N rounds of alternating order, so that drift hits every side alike;
 ``--json`` is rewritten after every cell, so ``--resume`` continues a run cut short. A Dask
 side's run past ``--hang-after`` seconds (default 300) is a hang: that query is an error, the
-side's other queries are not run and its cluster is closed, and ``--resume`` times them again.
+side's other queries are not run and its cluster is closed, and ``--resume`` times them again;
+a run during which the side's workers are restarted twice for memory is cancelled, that query an
+error, and the side's next query runs. pandas' answers are made for the queries a run still times.
 
 Sides (``--sides``, default: every side that can run here):
 
@@ -50,7 +52,7 @@ import pathlib
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 
 import dask
 import harness
@@ -309,12 +311,18 @@ class Answers(Mapping):
         return len(self.files)
 
 
-def references(sets, jobs: int = 0) -> Answers:
-    """pandas' answer to every query, computed once per data set and kept beside its data;
+def references(sets, jobs: int = 0, needed: Container[tuple[str, str, str]] | None = None) -> Answers:
+    """pandas' answer to every query (or to those ``needed``, by ``(suite, size, query)``: the
+    queries a resumed run still times), computed once per data set and kept beside its data;
     ``jobs`` processes compute a data set's missing ones (0: :func:`reference_jobs` for that
     set; each process holds the set's tables)."""
-    for suite, _, folder in sets:
-        missing = [q.name for q in suite.queries if not (folder / f"answer-{q.name}.parquet").exists()]
+    for suite, size, folder in sets:
+        missing = [
+            q.name
+            for q in suite.queries
+            if (needed is None or (suite.name, size, q.name) in needed)
+            and not (folder / f"answer-{q.name}.parquet").exists()
+        ]
         if not missing:
             continue
         peak = suite.reference_peak * in_memory_bytes(suite, folder)
@@ -387,20 +395,31 @@ def _answer(suite_name: str, folder: str, query: str) -> None:
 def run_all(args) -> dict:
     sides = pick_sides(args.sides)  # a wrong side ends the run before any data is made
     sets = data_sets(args)
-    refs = references(sets, args.reference_jobs)
+    earlier = _earlier(args.resume, sides)
+    resumed = earlier["cells"]
+    todo = {
+        (suite.name, size, q.name)
+        for suite, size, _ in sets
+        for q in suite.queries
+        if any(f"{suite.name}|{size}|{q.name}|{s}" not in resumed for s in sides)
+    }
+    refs = references(sets, args.reference_jobs, None if args.prepare_only else todo)
     if args.prepare_only:
         return None
     d = {
-        "sides": sides,
+        "sides": sides + [s for s in earlier["sides"] if s not in sides],
         "repeat": args.repeat,
         "rounds": args.rounds or None,
         "max_time": args.max_time,
         "machine": _machine(),
-        "sets": [
-            {"suite": s.name, "size": z, "queries": [(q.name, q.title) for q in s.queries]}
-            for s, z, _ in sets
-        ],
-        "cells": _resumed(args.resume, sides),
+        "sets": _joined(
+            [
+                {"suite": s.name, "size": z, "queries": [(q.name, q.title) for q in s.queries]}
+                for s, z, _ in sets
+            ],
+            earlier["sets"],
+        ),
+        "cells": resumed,
     }
 
     def measured(key: str, r: dict) -> None:
@@ -430,12 +449,21 @@ def run_all(args) -> dict:
     return d
 
 
-def _resumed(path: str | None, sides: list[str]) -> dict:
-    """The cells of an earlier, interrupted run of the same sides (``--resume``); {} without one."""
+def _earlier(path: str | None, sides: list[str]) -> dict:
+    """The sides, data sets and cells of an earlier run (``--resume``), every cell but those of
+    ``sides`` that :func:`harness.retry` times again: the sides and sets this run does not time
+    stay in its file as they were. Empty without one."""
     if not path or not pathlib.Path(path).exists():
-        return {}
-    cells = harness.load(path, "user_queries")["cells"]
-    return {k: c for k, c in cells.items() if k.rsplit("|", 1)[1] in sides and not harness.retry(c)}
+        return {"sides": [], "sets": [], "cells": {}}
+    d = harness.load(path, "user_queries")
+    cells = {k: c for k, c in d["cells"].items() if not (k.rsplit("|", 1)[1] in sides and harness.retry(c))}
+    return {"sides": list(d["sides"]), "sets": list(d["sets"]), "cells": cells}
+
+
+def _joined(sets: list[dict], earlier: list[dict]) -> list[dict]:
+    """This run's data sets, then the earlier run's others."""
+    named = {(s["suite"], s["size"]) for s in sets}
+    return sets + [s for s in earlier if (s["suite"], s["size"]) not in named]
 
 
 def _machine() -> dict:
