@@ -525,7 +525,8 @@ def tables(d: dict) -> tuple[str, bool]:
                 unsure = v and harness.ratio(cell[b], cell[a])["verdict"] == "not significant"
                 row.append(f"{v:.2f}" + ("~" if unsure else "") if v else "-")
             rows.append(row)
-        rows.append(["geomean"] + [""] * len(sides) + [f"{geomean(cols[r[0]]):.2f}" for r in ratios])
+        means = [geomean(cols[r[0]]) for r in ratios]  # nan: no query has the ratio
+        rows.append(["geomean"] + [""] * len(sides) + [f"{m:.2f}" if m == m else "-" for m in means])
         widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
         lines.append(
             f"\n{s['suite']} {s['size']}: median of the warm runs (each cell's times_s in --json), "
