@@ -447,3 +447,19 @@ def test_a_resumed_run_of_one_side_and_suite_times_what_is_left_and_keeps_the_re
     assert out["sides"] == ["dask-cpu", "gpuscale-cpu"]
     named = [sorted((s["suite"], s["size"]) for s in r["sets"]) for r in (out, d)]
     assert named[0] == named[1] and len(named[0]) == 3
+
+
+def test_answers_made_in_this_process_leave_no_tables_held(small_run, tmp_path):
+    """pandas' answers made in the run's own process (one process) let go of the data set's
+    tables before the sides run, which at 1e8 rows would hold gigabytes beside them."""
+    import shutil
+
+    import user_queries
+
+    _, _, data = small_run
+    shutil.copytree(data / "h2o-join-20000", tmp_path / "h2o-join-20000")
+    (tmp_path / "h2o-join-20000" / "answer-j3.parquet").unlink()
+    sets = [(queries.suites()["h2o-join"], "20000", tmp_path / "h2o-join-20000")]
+    answers = user_queries.references(sets, jobs=1, needed={("h2o-join", "20000", "j3")})
+    assert (tmp_path / "h2o-join-20000" / "answer-j3.parquet").exists() and len(answers) == 5
+    assert user_queries._TABLES == {}

@@ -339,6 +339,7 @@ def references(sets, jobs: int = 0, needed: Container[tuple[str, str, str]] | No
         else:
             for q in missing:
                 _answer(suite.name, str(folder), q)
+            _TABLES.clear()  # the tables are not held while the sides run
         print(
             f"pandas' answers to {len(missing)} queries of {folder.name} in {time.perf_counter() - t0:.1f} s "
             f"({n} process{'es' * (n > 1)})",
