@@ -463,3 +463,38 @@ def test_answers_made_in_this_process_leave_no_tables_held(small_run, tmp_path):
     answers = user_queries.references(sets, jobs=1, needed={("h2o-join", "20000", "j3")})
     assert (tmp_path / "h2o-join-20000" / "answer-j3.parquet").exists() and len(answers) == 5
     assert user_queries._TABLES == {}
+
+
+def test_answers_made_when_needed_are_made_only_for_the_queries_a_side_answers(small_run, tmp_path):
+    """With ``--answers when-needed`` no pandas answer is made before timing: a side that answers
+    nothing (here it hangs on its first query) costs none, and one that answers gets each made
+    once, in a process of its own, and checked against it."""
+    import shutil
+
+    _, _, data = small_run
+    folder = tmp_path / "h2o-join-20000"
+    shutil.copytree(data / "h2o-join-20000", folder)
+    for f in folder.glob("answer-*"):
+        f.unlink()
+    cmd = [sys.executable, str(ROOT / "workflows" / "user_queries.py"), "--suites", "h2o-join",
+           "--h2o-rows", "20000", "--sides", "dask-cpu", "--repeat", "1", "--warmup", "0",
+           "--data", str(tmp_path), "--answers", "when-needed"]  # fmt: skip
+    hung = subprocess.run(
+        [*cmd, "--hang-after", "0.001", "--json", str(tmp_path / "hung.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    cells = json.loads((tmp_path / "hung.json").read_text())["cells"]
+    assert len(cells) == 5 and all("error" in c for c in cells.values()), hung.stderr[-2000:]
+    assert not list(folder.glob("answer-*")) and "pandas' answer" not in hung.stderr
+    out = tmp_path / "out.json"
+    ran = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stderr.count("made when needed") == 5
+    made = sorted(f.name for f in folder.glob("answer-*.parquet"))
+    assert made == [f"answer-j{i}.parquet" for i in range(1, 6)]
+    cells = json.loads(out.read_text())["cells"]
+    assert len(cells) == 5 and all(c["valid"] for c in cells.values())
+    for f in folder.glob("answer-*.parquet"):  # the answers equal those made before any timing
+        pd.testing.assert_frame_equal(pd.read_parquet(f), pd.read_parquet(data / folder.name / f.name))

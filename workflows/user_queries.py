@@ -12,7 +12,8 @@ opened again in each of N rounds of alternating order, so that drift hits every 
 side's run past ``--hang-after`` seconds (default 300) is a hang: that query is an error, the
 side's other queries are not run and its cluster is closed, and ``--resume`` times them again;
 a run during which the side's workers are restarted twice for memory is cancelled, that query an
-error, and the side's next query runs. pandas' answers are made for the queries a run still times.
+error, and the side's next query runs. pandas' answers are made for the queries a run still times,
+before any timing, or (``--answers when-needed``) each when a check first needs one.
 
 Sides (``--sides``, default: every side that can run here):
 
@@ -296,12 +297,15 @@ def case_key(case) -> str:
 class Answers(Mapping):
     """pandas' answers kept beside their data, by ``(suite, size, query)``: each a
     :class:`queries.KeptAnswer`, read by the check that needs it, none held (at 1e8 rows a join's
-    answer is a few GB)."""
+    answer is a few GB). With ``make``, an answer not yet kept is made by ``make(key)`` when a
+    check first asks for it."""
 
-    def __init__(self, files: dict[tuple[str, str, str], pathlib.Path]):
-        self.files = files
+    def __init__(self, files: dict[tuple[str, str, str], pathlib.Path], make=None):
+        self.files, self.make = files, make
 
     def __getitem__(self, key) -> queries.KeptAnswer:
+        if self.make is not None and not self.files[key].exists():
+            self.make(key)
         return queries.KeptAnswer(self.files[key])
 
     def __iter__(self):
@@ -311,17 +315,28 @@ class Answers(Mapping):
         return len(self.files)
 
 
-def references(sets, jobs: int = 0, needed: Container[tuple[str, str, str]] | None = None) -> Answers:
+def references(
+    sets, jobs: int = 0, needed: Container[tuple[str, str, str]] | None = None, when_needed: bool = False
+) -> Answers:
     """pandas' answer to every query (or to those ``needed``, by ``(suite, size, query)``: the
     queries a resumed run still times), computed once per data set and kept beside its data;
     ``jobs`` processes compute a data set's missing ones (0: :func:`reference_jobs` for that
-    set; each process holds the set's tables)."""
+    set; each process holds the set's tables). ``when_needed``: none now; each is made when a
+    check first needs it (:func:`_answer_apart`), so a query no side answers costs none."""
+    files = {
+        (suite.name, size, q.name): folder / f"answer-{q.name}.parquet"
+        for suite, size, folder in sets
+        for q in suite.queries
+    }
+    if when_needed:
+        folders = {(suite.name, size): folder for suite, size, folder in sets}
+        return Answers(files, make=functools.partial(_answer_apart, folders))
     for suite, size, folder in sets:
         missing = [
             q.name
             for q in suite.queries
             if (needed is None or (suite.name, size, q.name) in needed)
-            and not (folder / f"answer-{q.name}.parquet").exists()
+            and not files[suite.name, size, q.name].exists()
         ]
         if not missing:
             continue
@@ -330,11 +345,7 @@ def references(sets, jobs: int = 0, needed: Container[tuple[str, str, str]] | No
         n = min(reference_jobs(jobs, os.cpu_count() or 1, available, peak), len(missing))
         t0 = time.perf_counter()
         if n > 1:
-            import concurrent.futures
-            import multiprocessing
-
-            ctx = multiprocessing.get_context("spawn")
-            with concurrent.futures.ProcessPoolExecutor(n, mp_context=ctx) as pool:
+            with _answer_processes(n) as pool:
                 list(pool.map(functools.partial(_answer, suite.name, str(folder)), missing))
         else:
             for q in missing:
@@ -345,13 +356,26 @@ def references(sets, jobs: int = 0, needed: Container[tuple[str, str, str]] | No
             f"({n} process{'es' * (n > 1)})",
             file=sys.stderr,
         )
-    return Answers(
-        {
-            (suite.name, size, q.name): folder / f"answer-{q.name}.parquet"
-            for suite, size, folder in sets
-            for q in suite.queries
-        }
-    )
+    return Answers(files)
+
+
+def _answer_processes(n: int):
+    import concurrent.futures
+    import multiprocessing
+
+    return concurrent.futures.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
+
+
+def _answer_apart(folders: dict[tuple[str, str], pathlib.Path], key: tuple[str, str, str]) -> None:
+    """pandas' answer to one query, made in a process of its own, so that the data set's tables
+    are let go before the next side runs."""
+    suite_name, size, query = key
+    folder = folders[suite_name, size]
+    t0 = time.perf_counter()
+    with _answer_processes(1) as pool:
+        pool.submit(_answer, suite_name, str(folder), query).result()
+    took = time.perf_counter() - t0
+    print(f"pandas' answer to {query} of {folder.name} made when needed in {took:.1f} s", file=sys.stderr)
 
 
 def reference_jobs(asked: int, cores: int, available: int, peak: float) -> int:
@@ -404,7 +428,12 @@ def run_all(args) -> dict:
         for q in suite.queries
         if any(f"{suite.name}|{size}|{q.name}|{s}" not in resumed for s in sides)
     }
-    refs = references(sets, args.reference_jobs, None if args.prepare_only else todo)
+    refs = references(
+        sets,
+        args.reference_jobs,
+        None if args.prepare_only else todo,
+        when_needed=args.answers == "when-needed" and not args.prepare_only,
+    )
     if args.prepare_only:
         return None
     d = {
@@ -579,6 +608,14 @@ def main(argv=None) -> int:
         metavar="N",
         help="processes computing a data set's pandas answers (default: one per 4 cores, at most 4, "
         "as many as 4/5 of the available memory holds at the suite's measured peak each)",
+    )
+    ap.add_argument(
+        "--answers",
+        choices=("first", "when-needed"),
+        default="first",
+        help="make pandas' answers to the queries left to time before timing any (first: in "
+        "--reference-jobs processes at once), or each when a check first needs one, in a process "
+        "of its own (a query no side answers costs none; the making is then in that check's check_s)",
     )
     ap.add_argument(
         "--prepare-only",
