@@ -272,7 +272,7 @@ def test_ctrl_c_prints_the_cells_measured_so_far_keeps_them_and_exits_130(small_
     assert err.strip().splitlines()[-1].startswith("user_queries: interrupted; the tables show the cells")
     kept = json.loads(out.read_text())["cells"]
     assert "h2o-groupby|20000|q1|dask-cpu" in kept and len(kept) < 10
-    assert "cells not measured: the run was interrupted" in stdout
+    assert "cells not measured (.): not in this run's sides, or the run was interrupted" in stdout
 
 
 def test_the_tables_of_an_interrupted_run_mark_the_cells_it_did_not_reach(small_run):
@@ -385,7 +385,8 @@ def test_a_run_whose_workers_keep_running_out_of_memory_ends_that_query_not_the_
     """On a real cluster whose nanny restarts a worker past its memory limit: a run whose answer
     does not fit a worker (as plain Dask's one-partition answer at 1e8 rows did not) is cancelled
     after two restarts, its case an error naming them, long before the hang limit; the side's
-    next case runs on the same cluster and is not retried by a resumed run."""
+    next case runs on the same cluster and is not retried by a resumed run. A worker lost so
+    often that the task fails (KilledWorker) before a poll saw the restarts is the memory's too."""
     import contextlib
 
     import dask
@@ -416,7 +417,7 @@ def test_a_run_whose_workers_keep_running_out_of_memory_ends_that_query_not_the_
     cells = study.run()
     assert time.monotonic() - t0 < 120  # the hang limit was 300 s
     assert cells["c0|small"]["error"].startswith("OutOfMemory: the workers passed their memory limit"), cells
-    assert re.search(r"restarted [23] times during one run$", cells["c0|small"]["error"])
+    assert re.search(r"restarted [2-4] times during one run$", cells["c0|small"]["error"])
     assert cells["c1|small"]["valid"] is True
     assert not harness.retry(cells["c0|small"])
 

@@ -28,6 +28,7 @@ import math
 import pathlib
 import statistics
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, NoReturn
@@ -199,18 +200,24 @@ def compute_within(collection: Any, seconds: float | None, restarts: int = MEMOR
     seen = len(client.get_events(topic))
     deadline = time.monotonic() + seconds
     future = client.compute(collection)
+    done = threading.Event()  # set from distributed's callback thread: no gather left waiting
+    future.add_done_callback(lambda _: done.set())
+
+    def out_of_memory() -> None:
+        n = len(client.get_events(topic)) - seen
+        if n >= restarts:
+            raise OutOfMemory(
+                f"the workers passed their memory limit and were restarted {n} times during one run"
+            )
+
     try:
-        while True:
-            try:
-                return future.result(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
-            except TimeoutError:
-                if time.monotonic() >= deadline:
-                    raise Hung(f"one run took more than {seconds:g} s") from None
-                n = len(client.get_events(topic)) - seen
-                if n >= restarts:
-                    raise OutOfMemory(
-                        f"the workers passed their memory limit and were restarted {n} times during one run"
-                    ) from None
+        while not done.wait(timeout=max(0.0, min(1.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                raise Hung(f"one run took more than {seconds:g} s")
+            out_of_memory()
+        if future.status == "error":  # a KilledWorker from those restarts is the memory's too
+            out_of_memory()
+        return future.result()
     except BaseException:  # a hang, the memory, Ctrl-C: the work is let go, as dask.compute lets it go
         future.cancel()
         raise

@@ -519,7 +519,7 @@ geomean = harness.geomean
 
 def tables(d: dict) -> tuple[str, bool]:
     """The printed tables (one per suite and size) and whether every answer measured was right;
-    a cell an interrupted run did not reach reads ``.``."""
+    a cell not measured (a side this run left out, or an interrupted run) reads ``.``."""
     lines, ok, missing = [], True, 0
     sides = d["sides"]
     variants = [x for x in sides if harness.side_base(x) != x]
@@ -569,7 +569,10 @@ def tables(d: dict) -> tuple[str, bool]:
         lines.append("\ncolumns: " + "; ".join(f"{labels[x]} = {x}" for x in variants))
     lines.append("\nratios: " + "; ".join(f"{r[0]}: {r[3]}" for r in (*RATIOS, *variant_ratios)))
     if missing:
-        lines.append(f"{missing} cells not measured: the run was interrupted (--resume JSON times them)")
+        lines.append(
+            f"{missing} cells not measured (.): not in this run's sides, or the run was interrupted "
+            "(--resume JSON with their sides times them)"
+        )
     return "\n".join(lines), ok
 
 
