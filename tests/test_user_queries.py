@@ -420,6 +420,7 @@ def test_a_run_whose_workers_keep_running_out_of_memory_ends_that_query_not_the_
     assert re.search(r"restarted [2-4] times during one run$", cells["c0|small"]["error"])
     assert cells["c1|small"]["valid"] is True
     assert not harness.retry(cells["c0|small"])
+    assert 0 < cells["c0|small"]["wall_s"] < 120  # its time until it failed is kept
 
 
 def test_a_resumed_run_of_one_side_and_suite_times_what_is_left_and_keeps_the_rest(small_run, tmp_path):

@@ -11,7 +11,8 @@ compared in one process, their ratios with a verdict, and versioned JSON.
 * A :class:`Study` times every case on every side in one process, either side after side (each
   side's context opened once) or in rounds that alternate the sides' order, so a drift of the
   machine hits every side alike. A cell is ``{"median_s", "times_s", "valid", "diff",
-  "wall_s", "check_s"}`` (and ``rounds``), or ``{"error"}`` where a side cannot run a case.
+  "wall_s", "check_s"}`` (and ``rounds``), or ``{"error", "wall_s"}`` where a side cannot run a
+  case (``wall_s``: until it failed; a hung case or one not run is ``{"error"}`` alone).
 * :func:`ratio` is side B's time over side A's with the interval of
   :mod:`gpuscale.records.compare` (Hodges-Lehmann on log times, Welch's t with few repeats):
   ``not significant`` when the interval holds 1, i.e. the spread cannot tell the sides apart.
@@ -371,7 +372,7 @@ class Study:
         except Hung:
             raise
         except Exception as e:  # noqa: BLE001 - a side that cannot run a case is a row, not a stop
-            return error_cell(e)
+            return {**error_cell(e), "wall_s": round(time.perf_counter() - t0, 3)}  # until it failed
 
 
 def session_side(
