@@ -574,3 +574,100 @@ class _ThenLoader(importlib.abc.Loader):
 
     def __getattr__(self, name):
         return getattr(self._loader, name)
+
+
+# -- computes routed ---------------------------------------------------------------------
+@contextlib.contextmanager
+def computes_through(router) -> Iterator[None]:
+    """While open, ``dask.compute``, ``dask.persist``, a collection's ``compute()`` and a
+    DataFrame's ``persist()`` ask ``router(how, call, args, kwargs)`` first: ``how`` is
+    ``compute``, ``persist`` (``dask.persist``: a tuple back) or ``persist-one`` (a
+    collection's method), ``call`` Dask's own function for the same arguments. The innermost
+    open router answers; a compute started while a router runs (in its thread) goes straight
+    to Dask. Replaced: ``dask.base.compute`` / ``persist`` (and their ``dask.`` names) and
+    dask-expr's ``FrameBase.persist`` (which optimizes before ``dask.persist``); a
+    ``from dask import compute`` made before the block keeps Dask's own."""
+    with _ROUTE_LOCK:
+        _ROUTERS.append(router)
+        if len(_ROUTERS) == 1:
+            _route_install()
+    try:
+        yield
+    finally:
+        with _ROUTE_LOCK:
+            _ROUTERS.remove(router)
+            if not _ROUTERS:
+                _route_uninstall()
+
+
+_ROUTERS: list = []
+_ROUTE_LOCK = threading.RLock()
+_ROUTE_OWN: dict[tuple[Any, str], Any] = {}
+_ROUTING = threading.local()
+
+
+def _routed(how: str, own):
+    @functools.wraps(own)
+    def call(*args, **kwargs):
+        routers = _ROUTERS
+        if not routers or getattr(_ROUTING, "busy", False):
+            return own(*args, **kwargs)
+        _ROUTING.busy = True
+        try:
+            return routers[-1](how, own, args, kwargs)
+        finally:
+            _ROUTING.busy = False
+
+    call.__gpuscale_own__ = own
+    return call
+
+
+COLLECTION_MODULE = "dask.dataframe.dask_expr._collection"
+"""dask-expr's module of ``FrameBase``: its ``persist`` is routed once it is imported (a block
+that never imports ``dask.dataframe`` does not pay for it)."""
+
+
+def _route_install() -> None:
+    import dask
+    import dask.base
+
+    for owner, name in ((dask.base, "compute"), (dask.base, "persist"), (dask, "compute"), (dask, "persist")):
+        _route_one(owner, name, name, getattr(dask.base, name))
+    _on_import(COLLECTION_MODULE, _route_frame_persist)
+
+
+def _route_frame_persist(module) -> None:
+    base = getattr(module, "FrameBase", None)
+    with _ROUTE_LOCK:
+        if base is not None and _ROUTERS:
+            _route_one(base, "persist", "persist-one", base.__dict__["persist"])
+
+
+def _route_one(owner, name: str, how: str, own) -> None:
+    own = getattr(own, "__gpuscale_own__", own)
+    if (owner, name) not in _ROUTE_OWN:
+        _ROUTE_OWN[owner, name] = owner.__dict__.get(name, getattr(owner, name))
+    setattr(owner, name, _routed(how, own))
+
+
+def _route_uninstall() -> None:
+    _PENDING.pop(COLLECTION_MODULE, None)
+    for (owner, name), own in _ROUTE_OWN.items():
+        setattr(owner, name, own)
+    _ROUTE_OWN.clear()
+
+
+def expr_collections(args, traverse: bool = True):
+    """``(collections, repack)`` of ``args`` as ``dask.compute`` unpacks them."""
+    from dask.base import unpack_collections
+
+    return unpack_collections(*args, traverse=traverse)
+
+
+def is_frame_collection(obj) -> bool:
+    """A Dask DataFrame, Series or Scalar of ``dask.dataframe`` (an expression collection)."""
+    with contextlib.suppress(ImportError):
+        from dask.dataframe.dask_expr._collection import FrameBase
+
+        return isinstance(obj, FrameBase)
+    return False

@@ -690,8 +690,13 @@ class SessionSettings(_Section):
     """The metadata of Dask merges in a session's block (:mod:`gpuscale.backends.merge_meta`):
     ``cached`` (computed once per pair of input schemas and arguments) or ``dask`` (by every
     merge expression Dask's optimizer makes)."""
+    engine: Annotated[Literal["auto", "polars", "dask"], Knob()] = "auto"
+    """The engine that runs the Dask DataFrame collections computed in a session's block
+    (:mod:`gpuscale.engines`): ``auto`` (Polars on the CPU family, cudf-polars on the GPU
+    family, wherever the plan translates; Dask where it does not, with the reason), ``polars``
+    (the same, and an error where a plan does not translate) or ``dask``."""
 
-    @field_validator("host_collections", "shuffle_method", "merge_meta", mode="before")
+    @field_validator("host_collections", "shuffle_method", "merge_meta", "engine", mode="before")
     @classmethod
     def _word(cls, v):
         return v.strip().lower() if isinstance(v, str) else v

@@ -20,7 +20,8 @@ from gpuscale.backends import cpu
 
 LEFT = pd.DataFrame({"k": np.arange(4000) % 997, "a": np.arange(4000.0)})
 RIGHT = pd.DataFrame({"k": np.arange(997), "b": np.arange(997.0) * 2})
-SMALL = {"workers": 2, "threads_per_worker": 1}
+SMALL = {"workers": 2, "threads_per_worker": 1, "engine": "dask"}
+"""A small cluster whose blocks run user code on Dask (the route these knobs tune)."""
 
 
 def _user_merge(s) -> set[str]:

@@ -20,6 +20,7 @@ from .merge_meta import MetaCache
 SHUFFLE_SETTING = "session.shuffle-method"
 SHUFFLE_KEY = "dataframe.shuffle.method"
 MERGE_META_SETTING = "session.merge-meta"
+ENGINE_SETTING = "session.engine"
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,24 @@ def plan(family: Family, session, sources: dict[str, str]) -> tuple[Applied, ...
     return (
         _shuffle(family, session.shuffle_method, sources.get(SHUFFLE_SETTING, "default")),
         _merge_meta(session.merge_meta, sources.get(MERGE_META_SETTING, "default")),
+        _engine(family, session.engine, sources.get(ENGINE_SETTING, "default")),
+    )
+
+
+def _engine(family: Family, setting: str, source: str) -> Applied:
+    """The engine route (:mod:`gpuscale.engines`); each compute's own engine and reason is
+    decided by :func:`gpuscale.plan.engine.decide` and kept in ``Session.queries``."""
+    if setting == "dask":
+        return Applied("engine", None, "dask", source, "engine.setting", f"{ENGINE_SETTING} is dask")
+    engine = "cudf-polars" if family.on_device else "Polars"
+    how = "an error where one does not" if setting == "polars" else "Dask where one does not, with the reason"
+    return Applied(
+        "engine",
+        None,
+        setting,
+        source,
+        "engine.route",
+        f"your DataFrame collections run on {engine} where their plan translates, {how}",
     )
 
 

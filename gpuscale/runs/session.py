@@ -309,6 +309,7 @@ class Session:
                 self._host_scope = stack.enter_context(
                     host_collections.scope(self.family, self.settings.session.host_collections)
                 )
+                self._route = stack.enter_context(self._engine_route().scope())
         except BaseException:
             stack.close()
             raise
@@ -339,6 +340,48 @@ class Session:
             return []
         with scope.lock:
             return [f.as_dict() for f in scope.fallbacks]
+
+    @property
+    def queries(self) -> list[dict[str, Any]]:
+        """Every Dask DataFrame collection computed in this session's block so far, in order:
+        the user's line, the engine that answered it and why (:mod:`gpuscale.engines`)."""
+        route = getattr(self, "_route", None)
+        return [q.as_dict() for q in route.queries] if route is not None else []
+
+    def explain(self, collection) -> dict[str, Any]:
+        """The engine a compute of ``collection`` (a Dask DataFrame, Series or scalar) would
+        take in this session, the rule and reason, and Polars' plan where it has one; nothing
+        runs."""
+        self._require_open()
+        return self._route.explain(collection)
+
+    def _engine_route(self):
+        from ..engines.scope import Route
+        from ..plan.engine import Where
+
+        workers = self._workers()
+        return Route(
+            self.client,
+            self.family,
+            Where(self.family.name, self.family.on_device, self.spec.kind, len(workers), self._capacity(workers)),
+            self.settings.session.engine,
+            self.resolved.sources.get("session.engine", "default"),
+        )
+
+    def _capacity(self, workers) -> int | None:
+        """Memory an engine has for one plan: the GPUs' (the GPU family), else this machine's
+        available memory (a cluster started here)."""
+        if self.family.on_device:
+            sizes = [int(w.get("gpu_memory_bytes") or 0) for w in workers.values()]
+            if not any(sizes):
+                by_index = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
+                sizes = [by_index.get(i, 0) for i in (self.spec.gpus or [])]
+            return sum(sizes) or None
+        if self.spec.kind != "local":
+            return None
+        import psutil
+
+        return int(psutil.virtual_memory().available)
 
     def _require_open(self) -> None:
         if self.client is None:

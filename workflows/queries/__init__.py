@@ -1,11 +1,12 @@
 """Analytic queries written for Dask DataFrame as a user writes them, with the same question
 in SQL for the engines a user would pick instead, and the pandas code that checks each answer.
 
-A :class:`Query` holds one question three ways: ``dask`` (the user's code: it takes Dask
-DataFrames read from Parquet and returns a Dask DataFrame; under a GPU session the same code
+A :class:`Query` holds one question in several formulations: ``dask`` (the user's code: it takes
+Dask DataFrames read from Parquet and returns a Dask DataFrame; under a GPU session the same code
 runs on cuDF), ``pandas`` (the reference, on pandas frames; the same function where the pandas
-API is the same) and ``sql`` (DuckDB, and Polars' SQL front end, CPU or GPU engine). A suite
-(:mod:`.h2o`, :mod:`.tpch`) makes its data and lists its queries.
+API is the same), ``sql`` (DuckDB, and Polars' SQL front end, CPU or GPU engine) and, where a
+suite gives one, ``polars`` (the question as Polars LazyFrame code). A suite (:mod:`.h2o`,
+:mod:`.tpch`) makes its data and lists its queries.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ class Query:
     """The same question in SQL over tables named as in ``tables``; columns named as ``dask``'s."""
     pandas: Callable | None = None
     """The pandas reference where its code differs from ``dask``'s."""
+    polars: Callable | None = None
+    """``polars(tables) -> pl.LazyFrame``: tables maps a table name to a LazyFrame
+    (``pl.scan_parquet``); columns named as ``dask``'s, a number as a one-row frame of column
+    ``value``."""
 
     def reference(self, tables) -> pd.DataFrame:
         return (self.pandas or self.dask)(tables)

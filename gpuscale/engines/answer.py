@@ -1,0 +1,122 @@
+"""A translated collection's last step: one Polars plan whose result becomes Dask's answer.
+
+:func:`plan` turns what :mod:`.from_dask` lowered into a :class:`Plan` (the LazyFrame with its
+index levels and columns in Dask's order, and the collection's metadata as pandas);
+:func:`build` makes the engine's result into what ``compute()`` returns: a pandas frame, series
+or NumPy scalar with Dask's columns, dtypes and index (cuDF's under the GPU family, :func:`to_family`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import polars as pl
+
+from .from_dask import Column, Frame, Lowered, Value
+
+
+@dataclass
+class Plan:
+    """One collection's plan and what its answer looks like."""
+
+    lf: pl.LazyFrame
+    shape: str
+    """``frame``, ``series`` or ``scalar``."""
+    index_levels: int
+    """How many of ``lf``'s first columns are the index (0: a fresh 0..n-1 index)."""
+    meta: Any
+    """The collection's metadata as pandas (a frame or series with no rows, or a NumPy scalar)."""
+    ordered: bool
+
+
+def plan(lowered: Lowered, meta: Any) -> Plan:
+    """The final plan of a lowered collection whose Dask metadata is ``meta`` (pandas)."""
+    if isinstance(lowered, Value):
+        lf = lowered.lf if lowered.lf is not None else pl.LazyFrame({"__one": [0]})
+        return Plan(lf.select(lowered.expr.alias("__v")), "scalar", 0, meta, True)
+    index = lowered.index or []
+    cols = lowered.columns if isinstance(lowered, Frame) else [(lowered.label, lowered.expr)]
+    exprs = [e.alias(f"__i{i}") for i, (_, e) in enumerate(index)]
+    exprs += [e.alias(f"__c{i}") for i, (_, e) in enumerate(cols)]
+    shape = "series" if isinstance(lowered, Column) else "frame"
+    return Plan(lowered.rows.lf.select(exprs), shape, len(index), meta, lowered.ordered)
+
+
+def build(result: pl.DataFrame, p: Plan):
+    """The pandas answer Dask would give, from the engine's ``result`` of ``p.lf``."""
+    if p.shape == "scalar":
+        return _scalar(result.item(0, 0) if result.height else None, p.meta)
+    df = result.to_pandas()
+    meta = p.meta
+    n = p.index_levels
+    data = df.iloc[:, n:]
+    if n:
+        levels = [_cast(df.iloc[:, i], _index_dtype(meta.index, i)) for i in range(n)]
+        names = list(meta.index.names)
+        index = (
+            pd.MultiIndex.from_arrays([lv.to_numpy() for lv in levels], names=names)
+            if n > 1
+            else pd.Index(levels[0], name=names[0])
+        )
+    else:
+        index = pd.RangeIndex(len(df))
+    if p.shape == "series":
+        s = _cast(data.iloc[:, 0], meta.dtype)
+        s.index = index
+        s.name = meta.name
+        return s
+    if not len(meta.columns):
+        return pd.DataFrame(index=index, columns=meta.columns)
+    out = pd.concat([_cast(data.iloc[:, i], dt) for i, dt in enumerate(meta.dtypes)], axis=1)
+    out.columns = meta.columns
+    out.index = index
+    return out
+
+
+def _index_dtype(index: pd.Index, i: int):
+    return index.get_level_values(i).dtype if isinstance(index, pd.MultiIndex) else index.dtype
+
+
+def _cast(s: pd.Series, dtype) -> pd.Series:
+    """``s`` as ``dtype`` where its values allow it: pandas keeps integers with missing values
+    (and booleans) as float64 (object), as Dask's partitions would hold them."""
+    s = s.reset_index(drop=True)
+    if str(s.dtype) == str(dtype):
+        return s
+    try:
+        if s.isna().any() and pd.api.types.is_integer_dtype(dtype) and not isinstance(
+            dtype, pd.api.extensions.ExtensionDtype
+        ):
+            return s.astype("float64")
+        if s.isna().any() and pd.api.types.is_bool_dtype(dtype) and not isinstance(
+            dtype, pd.api.extensions.ExtensionDtype
+        ):
+            return s.astype(object)
+        return s.astype(dtype)
+    except (TypeError, ValueError):
+        return s
+
+
+def _scalar(value, meta):
+    """A NumPy scalar of ``meta``'s type (a missing value: NaN, or NaT for times)."""
+    if isinstance(meta, pd.Timestamp) or isinstance(value, (pd.Timestamp, np.datetime64)):
+        return pd.Timestamp(value) if value is not None else pd.NaT
+    dtype = getattr(meta, "dtype", None)
+    if dtype is None:
+        return value
+    if value is None:
+        return np.float64("nan") if dtype.kind in "iub" else np.asarray(np.nan).astype(dtype)[()]
+    return np.asarray(value).astype(dtype)[()]
+
+
+def to_family(answer, module: str):
+    """``answer`` (pandas) as the family's DataFrame library ``module`` holds it (cuDF)."""
+    if module == "pandas" or not isinstance(answer, (pd.DataFrame, pd.Series)):
+        return answer
+    import importlib
+
+    lib = importlib.import_module(module)
+    return lib.from_pandas(answer)

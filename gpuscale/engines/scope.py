@@ -1,0 +1,271 @@
+"""A session's engine route: the Dask DataFrame collections computed in its block (``compute()``,
+``dask.compute``, ``persist()``) run on the engine :func:`gpuscale.plan.engine.decide` picks,
+translated by :mod:`.from_dask`; on Dask where the plan does not translate or the engine fails,
+with the reason. Each compute is kept as a :class:`Query` (``Session.queries``).
+
+Open while the session's block is (:meth:`Route.scope`): Dask's compute and persist are routed
+through :func:`gpuscale._dask_compat.computes_through` and given back on leaving it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+from .. import _dask_compat
+from ..errors import UserError
+from ..plan import engine as engine_plan
+from ..plan.decision import Decision
+
+
+@dataclass
+class Query:
+    """One collection computed in the session's block, and the engine that answered it."""
+
+    where: str
+    """The user's file:line that computed it."""
+    kind: str
+    """``DataFrame``, ``Series`` or ``Scalar``."""
+    engine: str
+    rule_id: str
+    why: str
+    seconds: float | None = None
+    """The engine's wall time for this compute (shared by the collections computed together)."""
+    reads_bytes: int | None = None
+    how: str = "compute"
+    failed: str | None = None
+    """The engine's error, one line, where it failed and Dask answered instead."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        took = f" in {self.seconds:.3f} s" if self.seconds is not None else ""
+        return f"{self.where}: {self.kind} on {self.engine}{took} ({self.rule_id}: {self.why})"
+
+
+@dataclass
+class Route:
+    """The engine route of one session: its cluster's facts, the setting, and what it ran."""
+
+    client: Any
+    family: Any
+    where: engine_plan.Where
+    setting: str
+    source: str
+    queries: list[Query] = field(default_factory=list)
+    _gpus: Any = None
+    """cudf-polars' ``DaskEngine`` (:class:`gpuscale.engines.run.GpuWorkers`), made when first
+    asked."""
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[Route]:
+        try:
+            with _dask_compat.computes_through(self):
+                yield self
+        finally:
+            if self._gpus is not None:
+                self._gpus.close()
+
+    # -- the router ------------------------------------------------------------------
+    def __call__(self, how: str, call, args: tuple, kwargs: dict):
+        site = _user_site()
+        if site is None:
+            return call(*args, **kwargs)
+        if kwargs.get("scheduler") is not None:  # another scheduler, asked for by name
+            return call(*args, **kwargs)
+        if how == "persist-one":
+            colls, repack = [args[0]], lambda subs: (subs[0],)
+        else:
+            colls, repack = _dask_compat.expr_collections(args, kwargs.get("traverse", True))
+        picked = [i for i, c in enumerate(colls) if _dask_compat.is_frame_collection(c)]
+        if how != "compute":
+            picked = [i for i in picked if _kind(colls[i]) != "Scalar"]
+        if not picked:
+            return call(*args, **kwargs)
+        subs = list(colls)
+        for i, value in self._answer(how, [colls[i] for i in picked], site).items():
+            subs[picked[i]] = value
+        new = repack(subs)
+        if how == "persist-one":
+            return call(new[0], *args[1:], **kwargs)
+        return call(*new, **kwargs)
+
+    def _answer(self, how: str, colls: list, site: str) -> dict[int, Any]:
+        """Each collection's answer (compute) or its engine-made collection (persist), by its
+        position in ``colls``; those left out run on Dask."""
+        if self.setting == "dask":
+            for c in colls:
+                d = self.decide(None, None)
+                self.queries.append(Query(site, _kind(c), d.value, d.rule_id or "", d.rule or "", how=how))
+            return {}
+        from . import answer, footprint
+        from .from_dask import Translator, Untranslatable
+
+        t = Translator()
+        lowered, reasons = {}, {}
+        for i, c in enumerate(colls):
+            try:
+                lowered[i] = t.lower(c.expr)
+            except Untranslatable as e:
+                reasons[i] = str(e)
+            except Exception as e:  # noqa: BLE001 - a translation that breaks is no translation
+                reasons[i] = f"the translation failed ({type(e).__name__}: {_one_line(e)})"
+        reads = footprint.read_bytes(t.reads) if lowered else None
+        decided = {i: self.decide(reasons.get(i), reads) for i in range(len(colls))}
+        if self.setting == "polars":
+            for i, why in reasons.items():
+                raise UserError(
+                    f"{site}: session.engine is polars, and this {_kind(colls[i])} has {why}",
+                    "set engine='auto' (Dask runs what Polars cannot) or change that step",
+                )
+        engine_of = {i: d.value for i, d in decided.items() if d.value != "dask"}
+        out: dict[int, Any] = {}
+        failed = None
+        seconds = None
+        if engine_of:
+            chosen = [i for i in engine_of]
+            plans = [answer.plan(lowered[i], _pandas(colls[i]._meta)) for i in chosen]
+            t0 = time.perf_counter()
+            try:
+                made = self._run(next(iter(engine_of.values())), plans, how, colls, chosen)
+            except UserError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the engine cannot: Dask answers instead
+                failed = f"{type(e).__name__}: {_one_line(e)}"
+                for i in chosen:
+                    decided[i] = Decision(
+                        "dask",
+                        "rule",
+                        f"{engine_of[i]} failed ({failed}); Dask answered",
+                        "engine.failed",
+                        dict(decided[i].numbers),
+                        documented=True,
+                    )
+            else:
+                seconds = time.perf_counter() - t0
+                out = dict(zip(chosen, made))
+        for i, d in decided.items():
+            self.queries.append(
+                Query(
+                    site,
+                    _kind(colls[i]),
+                    d.value,
+                    d.rule_id or "",
+                    d.rule or "",
+                    seconds if i in out else None,
+                    reads,
+                    how,
+                    failed if d.rule_id == "engine.failed" else None,
+                )
+            )
+        return out
+
+    def decide(self, untranslatable: str | None, reads: int | None) -> Decision:
+        return engine_plan.decide(self.setting, self.source, self.where, untranslatable, reads)
+
+    def _run(self, engine: str, plans: list, how: str, colls: list, chosen: list[int]) -> list:
+        from . import run
+
+        module = self.family.dataframe_module
+        if engine == "polars":
+            answers = run.on_cpu(plans)
+            if how == "compute":
+                return answers
+            import dask.dataframe as dd
+
+            return [dd.from_pandas(a, npartitions=1) for a in answers]
+        if engine == "polars-gpu":
+            fut = self.client.submit(run.on_gpu_worker, plans, module, pure=False)
+            if how == "compute":
+                return fut.result()
+            import dask.dataframe as dd
+
+            fut.result()  # the engine's error here, not in the user's next compute
+            return [
+                dd.from_delayed(
+                    [self.client.submit(operator.getitem, fut, k, pure=False)],
+                    meta=colls[i]._meta,
+                    verify_meta=False,
+                )
+                for k, i in enumerate(chosen)
+            ]
+        if self._gpus is None:
+            self._gpus = run.GpuWorkers(self.client)
+        answers = self._gpus.collect(plans, module)
+        if how == "compute":
+            return answers
+        import dask.dataframe as dd
+
+        return [dd.from_pandas(a, npartitions=1) for a in answers]
+
+    # -- what it says ----------------------------------------------------------------
+    def explain(self, collection) -> dict[str, Any]:
+        """The engine a compute of ``collection`` would take here and why, with Polars' plan
+        where it has one; nothing runs."""
+        if not _dask_compat.is_frame_collection(collection):
+            raise UserError(
+                f"explain takes a Dask DataFrame, Series or scalar, got {type(collection).__name__}",
+                "give the collection you would compute",
+            )
+        from . import answer, footprint
+        from .from_dask import Translator, Untranslatable
+
+        t = Translator()
+        plan_text = reason = None
+        try:
+            lowered = t.lower(collection.expr)
+            plan_text = answer.plan(lowered, _pandas(collection._meta)).lf.explain()
+        except Untranslatable as e:
+            reason = str(e)
+        except Exception as e:  # noqa: BLE001
+            reason = f"the translation failed ({type(e).__name__}: {_one_line(e)})"
+        reads = footprint.read_bytes(t.reads) if reason is None else None
+        d = self.decide(reason, reads)
+        return {
+            "engine": d.value,
+            "rule_id": d.rule_id,
+            "why": d.rule,
+            "source": d.source,
+            "reads_bytes": reads,
+            "plan": plan_text,
+        }
+
+
+def _kind(c) -> str:
+    name = type(c).__name__
+    return name if name in ("DataFrame", "Series", "Scalar") else "DataFrame"
+
+
+def _pandas(meta):
+    """A collection's metadata as pandas (cuDF's own converts itself)."""
+    mod = type(meta).__module__.partition(".")[0]
+    if mod in ("pandas", "numpy", "builtins"):
+        return meta
+    to_pandas = getattr(meta, "to_pandas", None)
+    return to_pandas() if to_pandas is not None else meta
+
+
+def _one_line(e: BaseException) -> str:
+    return ((str(e).strip().splitlines() or [""])[0])[:200]
+
+
+_OWN = ("gpuscale._dask_compat", "gpuscale.engines")
+
+
+def _user_site() -> str | None:
+    """``file:line`` of the user's code that computed; None when gpuscale's own code did
+    (its workloads run their own Dask plans)."""
+    from ..backends.host_collections import call_site
+
+    f = sys._getframe(1)
+    while f is not None and any(
+        (f.f_globals.get("__name__") or "").startswith(m) for m in _OWN
+    ):
+        f = f.f_back
+    site = call_site(f) if f is not None else None
+    return f"{site[0]}:{site[1]}" if site else None
