@@ -30,13 +30,15 @@ class Plan:
     meta: Any
     """The collection's metadata as pandas (a frame or series with no rows, or a NumPy scalar)."""
     ordered: bool
+    pytype: type | None = None
+    """A scalar answer's Python type where Dask's is not its metadata's (int for ``len``)."""
 
 
 def plan(lowered: Lowered, meta: Any) -> Plan:
     """The final plan of a lowered collection whose Dask metadata is ``meta`` (pandas)."""
     if isinstance(lowered, Value):
         lf = lowered.lf if lowered.lf is not None else pl.LazyFrame({"__one": [0]})
-        return Plan(lf.select(lowered.expr.alias("__v")), "scalar", 0, meta, True)
+        return Plan(lf.select(lowered.expr.alias("__v")), "scalar", 0, meta, True, lowered.pytype)
     index = lowered.index or []
     cols = lowered.columns if isinstance(lowered, Frame) else [(lowered.label, lowered.expr)]
     exprs = [e.alias(f"__i{i}") for i, (_, e) in enumerate(index)]
@@ -48,7 +50,8 @@ def plan(lowered: Lowered, meta: Any) -> Plan:
 def build(result: pl.DataFrame, p: Plan):
     """The pandas answer Dask would give, from the engine's ``result`` of ``p.lf``."""
     if p.shape == "scalar":
-        return _scalar(result.item(0, 0) if result.height else None, p.meta)
+        value = result.item(0, 0) if result.height else None
+        return p.pytype(value) if p.pytype is not None and value is not None else _scalar(value, p.meta)
     df = result.to_pandas()
     meta = p.meta
     n = p.index_levels
@@ -57,9 +60,7 @@ def build(result: pl.DataFrame, p: Plan):
         levels = [_cast(df.iloc[:, i], _index_dtype(meta.index, i)) for i in range(n)]
         names = list(meta.index.names)
         index = (
-            pd.MultiIndex.from_arrays([lv.to_numpy() for lv in levels], names=names)
-            if n > 1
-            else pd.Index(levels[0], name=names[0])
+            pd.MultiIndex.from_arrays(levels, names=names) if n > 1 else pd.Index(levels[0], name=names[0])
         )
     else:
         index = pd.RangeIndex(len(df))
@@ -87,12 +88,16 @@ def _cast(s: pd.Series, dtype) -> pd.Series:
     if str(s.dtype) == str(dtype):
         return s
     try:
-        if s.isna().any() and pd.api.types.is_integer_dtype(dtype) and not isinstance(
-            dtype, pd.api.extensions.ExtensionDtype
+        if (
+            s.isna().any()
+            and pd.api.types.is_integer_dtype(dtype)
+            and not isinstance(dtype, pd.api.extensions.ExtensionDtype)
         ):
             return s.astype("float64")
-        if s.isna().any() and pd.api.types.is_bool_dtype(dtype) and not isinstance(
-            dtype, pd.api.extensions.ExtensionDtype
+        if (
+            s.isna().any()
+            and pd.api.types.is_bool_dtype(dtype)
+            and not isinstance(dtype, pd.api.extensions.ExtensionDtype)
         ):
             return s.astype(object)
         return s.astype(dtype)

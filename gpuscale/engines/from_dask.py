@@ -97,6 +97,9 @@ class Value:
     lf: pl.LazyFrame | None
     expr: pl.Expr
     const: Any = None
+    pytype: type | None = None
+    """The Python type Dask's answer has where it is not its metadata's (``len``, ``size``:
+    int)."""
 
 
 Lowered = Frame | Column | Value
@@ -208,7 +211,9 @@ def align(a: Rows, b: Rows) -> Rows:
             return a
         if any(r is a for r in b.chain()):
             return b
-    raise Untranslatable("an operation between two frames", "their rows are not the same (Dask aligns on index)")
+    raise Untranslatable(
+        "an operation between two frames", "their rows are not the same (Dask aligns on index)"
+    )
 
 
 def broadcast(t: Translator, rows: Rows, v: Value) -> tuple[Rows, pl.Expr]:
@@ -276,7 +281,10 @@ def _dtype_kind(dtype) -> str:
             (pa.types.is_integer, "i"),
             (pa.types.is_boolean, "b"),
             (pa.types.is_timestamp, "M"),
-            (lambda a: pa.types.is_string(a) or pa.types.is_large_string(a) or pa.types.is_string_view(a), "s"),
+            (
+                lambda a: pa.types.is_string(a) or pa.types.is_large_string(a) or pa.types.is_string_view(a),
+                "s",
+            ),
         ):
             if test(at):
                 return "o" if kind == "M" and at.tz is not None else kind
@@ -293,7 +301,23 @@ def _dtype_kind(dtype) -> str:
 
 def _kind_of(node) -> str:
     meta = _meta(node)
-    return _dtype_kind(meta.dtype) if _is_series_meta(meta) else "o"
+    if _is_series_meta(meta):
+        return _dtype_kind(meta.dtype)
+    if _is_frame_meta(meta):
+        return "o"
+    return _dtype_kind(np.asarray(meta).dtype) if np.asarray(meta).dtype != object else "o"
+
+
+def _nullable(*nodes) -> bool:
+    """Whether a Series operand holds a dtype whose missing value is ``pd.NA`` (pyarrow
+    strings, nullable integers and booleans): pandas' comparisons and string tests keep it
+    missing there, and answer False for NumPy's dtypes."""
+    for node in nodes:
+        if _is_expr(node):
+            meta = _meta(node)
+            if _is_series_meta(meta) and getattr(meta.dtype, "na_value", None) is pd.NA:
+                return True
+    return False
 
 
 def missing(expr: pl.Expr, kind: str) -> pl.Expr:
@@ -401,9 +425,13 @@ def from_pandas(t: Translator, node) -> Lowered:
             raise Untranslatable("from_pandas", f"column {label!r} is {dtype}")
     levels = [t.fresh() for _ in frame.index.names]
     flat = frame.copy()
-    flat.index = pd.MultiIndex.from_arrays(
-        [frame.index.get_level_values(i) for i in range(frame.index.nlevels)], names=levels
-    ) if frame.index.nlevels > 1 else frame.index.rename(levels[0])
+    flat.index = (
+        pd.MultiIndex.from_arrays(
+            [frame.index.get_level_values(i) for i in range(frame.index.nlevels)], names=levels
+        )
+        if frame.index.nlevels > 1
+        else frame.index.rename(levels[0])
+    )
     try:
         lf = pl.from_pandas(flat.reset_index()).lazy()
     except Exception as e:  # noqa: BLE001 - what Polars cannot hold stays on Dask
@@ -477,7 +505,9 @@ def relabel(t: Translator, node) -> Lowered:
 def rename_series(t: Translator, node) -> Lowered:
     x = t.lower(node.operand("frame"))
     idx = node.operand("index")
-    if not isinstance(x, Column) or not (idx is None or pd.api.types.is_scalar(idx) or isinstance(idx, tuple)):
+    if not isinstance(x, Column) or not (
+        idx is None or pd.api.types.is_scalar(idx) or isinstance(idx, tuple)
+    ):
         raise Untranslatable("Series.rename", "renaming index values is not translated")
     return replace(x, label=_meta(node).name)
 
@@ -528,7 +558,9 @@ def set_index(t: Translator, node) -> Lowered:
         rows, key = align(x.rows, col.rows), col.expr
     else:
         rows, key = x.rows, x.expr_of(other)
-    m = materialize(t, Frame(rows, [(lab, x.expr_of(lab)) for lab in meta.columns], [(meta.index.name, key)], True))
+    m = materialize(
+        t, Frame(rows, [(lab, x.expr_of(lab)) for lab in meta.columns], [(meta.index.name, key)], True)
+    )
     return _sorted(t, m, [m.index[0][1]], [not node.operand("ascending")])
 
 
@@ -572,8 +604,10 @@ def binop(t: Translator, node) -> Lowered:
 
         a, b = (_as_time(u, w) for u, w in ((a, node.operand("right")), (b, node.operand("left"))))
 
+        nullable = _nullable(node.operand("left"), node.operand("right"))
+
         def fn(x, y):
-            return op(x, y).fill_null(when_missing)
+            return op(x, y) if nullable else op(x, y).fill_null(when_missing)
     else:
         fn = BINARY[name]
         if name == "Add" and "s" in {_kind_of(x) for x in node.operands if _is_expr(x)}:
@@ -673,7 +707,9 @@ def isin(t: Translator, node) -> Lowered:
     if (kind == "s" and not all(text)) or (kind != "s" and any(text)) or kind in "oM":
         raise Untranslatable("isin", "values of another type than the column's")
     series = pl.Series(values) if values else pl.Series([], dtype=pl.Null)
-    return replace(x, expr=x.expr.is_in(series.implode() if hasattr(series, "implode") else series).fill_null(False))
+    return replace(
+        x, expr=x.expr.is_in(series.implode() if hasattr(series, "implode") else series).fill_null(False)
+    )
 
 
 def _delayed_value(v):
@@ -689,7 +725,8 @@ def between(t: Translator, node) -> Lowered:
     if not isinstance(x, Column) or _is_expr(lo) or _is_expr(hi):
         raise Untranslatable("between", "bounds that are not values")
     closed = {"both": "both", "neither": "none", "left": "left", "right": "right"}[node.operand("inclusive")]
-    return replace(x, expr=x.expr.is_between(literal(lo), literal(hi), closed=closed).fill_null(False))
+    e = x.expr.is_between(literal(lo), literal(hi), closed=closed)
+    return replace(x, expr=e if _nullable(node.operand("frame")) else e.fill_null(False))
 
 
 def where(t: Translator, node) -> Lowered:
@@ -697,7 +734,9 @@ def where(t: Translator, node) -> Lowered:
     cond = as_operand(t, t.operand(node, "cond"))
     other = as_operand(t, t.operand(node, "other"))
     if not isinstance(x, Column) or not isinstance(cond, Column) or isinstance(other, Frame):
-        raise Untranslatable(type(node).__name__.lower(), "only a Series with a Series condition is translated")
+        raise Untranslatable(
+            type(node).__name__.lower(), "only a Series with a Series condition is translated"
+        )
     rows = align(x.rows, cond.rows)
     if isinstance(other, Column):
         rows = align(rows, other.rows)
@@ -743,7 +782,11 @@ def polars_type(dtype) -> pl.DataType:
     if kind == "b":
         return pl.Boolean
     if kind == "M":
-        unit = np.datetime_data(np.dtype(dtype))[0] if not isinstance(dtype, pd.ArrowDtype) else dtype.pyarrow_dtype.unit
+        unit = (
+            np.datetime_data(np.dtype(dtype))[0]
+            if not isinstance(dtype, pd.ArrowDtype)
+            else dtype.pyarrow_dtype.unit
+        )
         if getattr(dtype, "tz", None) is not None:
             raise Untranslatable("astype", "to a timezone")
         return pl.Datetime(unit if unit in ("ms", "us", "ns") else "ns")
@@ -778,7 +821,10 @@ def accessor(t: Translator, node) -> Lowered:
     fn = (STR if acc == "str" else DT if acc == "dt" else {}).get(attr)
     if fn is None:
         raise Untranslatable(f".{acc}.{attr}", "not translated")
-    return replace(x, expr=fn(x.expr, *args, **kwargs))
+    e = fn(x.expr, *args, **kwargs)
+    if attr in STR_TESTS and not _nullable(node.operand("frame")):
+        e = e.fill_null(False)
+    return replace(x, expr=e)
 
 
 def _parameters(node) -> dict[str, Any]:
@@ -803,7 +849,7 @@ def _str_prefix(method: str):
         out = None
         for p in pats:
             out = f(p) if out is None else out | f(p)
-        return out.fill_null(False)
+        return out
 
     return fn
 
@@ -813,10 +859,10 @@ def _contains(e, pat, case=True, flags=0, na=None, regex=True):
         raise Untranslatable(".str.contains", "flags= / na= are not translated")
     if regex:
         _regex_ok(pat, ".str.contains")
-        return e.str.contains(pat if case else f"(?i){pat}").fill_null(False)
+        return e.str.contains(pat if case else f"(?i){pat}")
     if not case:
-        return e.str.to_lowercase().str.contains(pat.lower(), literal=True).fill_null(False)
-    return e.str.contains(pat, literal=True).fill_null(False)
+        return e.str.to_lowercase().str.contains(pat.lower(), literal=True)
+    return e.str.contains(pat, literal=True)
 
 
 def _regex_ok(pat: str, what: str) -> None:
@@ -836,7 +882,7 @@ def _match(anchor_end: bool):
             raise Untranslatable(".str.match", "flags= / na= are not translated")
         _regex_ok(pat, ".str.match")
         p = f"^(?:{pat})" + ("$" if anchor_end else "")
-        return e.str.contains(p if case else f"(?i){p}").fill_null(False)
+        return e.str.contains(p if case else f"(?i){p}")
 
     return fn
 
@@ -863,13 +909,18 @@ def _replace(e, pat, repl, n=-1, case=None, flags=0, regex=False):
 
 def _strip(which):
     def fn(e, to_strip=None):
-        return {"strip": e.str.strip_chars, "lstrip": e.str.strip_chars_start, "rstrip": e.str.strip_chars_end}[
-            which
-        ](to_strip)
+        return {
+            "strip": e.str.strip_chars,
+            "lstrip": e.str.strip_chars_start,
+            "rstrip": e.str.strip_chars_end,
+        }[which](to_strip)
 
     return fn
 
 
+STR_TESTS = ("startswith", "endswith", "contains", "match", "fullmatch")
+"""String methods that answer True or False: False for a missing value of a NumPy-semantics
+dtype, missing for a nullable one (:func:`_nullable`)."""
 STR: dict[str, Callable] = {
     "startswith": _str_prefix("startswith"),
     "endswith": _str_prefix("endswith"),
@@ -924,7 +975,9 @@ def query(t: Translator, node) -> Lowered:
     kwargs = node.operand("expr_kwargs") or {}
     if not isinstance(x, Frame) or set(kwargs) - {"local_dict", "global_dict"}:
         raise Untranslatable("query", "only a DataFrame query with no engine options is translated")
-    pred = _query_expr(x, node.operand("_expr"), {**(kwargs.get("global_dict") or {}), **(kwargs.get("local_dict") or {})})
+    pred = _query_expr(
+        x, node.operand("_expr"), {**(kwargs.get("global_dict") or {}), **(kwargs.get("local_dict") or {})}
+    )
     return Frame(t.rows(x.rows.lf.filter(pred.fill_null(False))), x.columns, x.index, x.ordered)
 
 
@@ -1113,13 +1166,22 @@ def concat(t: Translator, node) -> Lowered:
         parts.append(f.rows.lf.select(exprs))
     lf = pl.concat(parts, how="vertical_relaxed")
     index = [(lab, pl.col(n)) for (lab, _), n in zip(frames[0].index, index_names)] if index_names else None
-    return Frame(t.rows(lf), [(lab, pl.col(names[lab])) for lab in labels], index, all(f.ordered for f in frames))
+    return Frame(
+        t.rows(lf), [(lab, pl.col(names[lab])) for lab in labels], index, all(f.ordered for f in frames)
+    )
 
 
 # ---------------------------------------------------------------------------------------
 # Merges
 # ---------------------------------------------------------------------------------------
-HOW = {"inner": "inner", "left": "left", "right": "right", "outer": "full", "leftsemi": "semi", "leftanti": "anti"}
+HOW = {
+    "inner": "inner",
+    "left": "left",
+    "right": "right",
+    "outer": "full",
+    "leftsemi": "semi",
+    "leftanti": "anti",
+}
 
 
 def merge(t: Translator, node) -> Lowered:
@@ -1155,10 +1217,7 @@ def merge(t: Translator, node) -> Lowered:
         raise Untranslatable("merge", "its columns differ from Dask's")
     index = None
     if p["left_index"] and p["right_index"]:
-        index = [
-            (name, pl.coalesce([pl.col(a), pl.col(b)]))
-            for name, a, b in zip(meta.index.names, lk, rk)
-        ]
+        index = [(name, pl.coalesce([pl.col(a), pl.col(b)])) for name, a, b in zip(meta.index.names, lk, rk)]
     elif p["left_index"] or p["right_index"]:
         if not (isinstance(meta.index, pd.RangeIndex) or meta.index.dtype == object) and how != "inner":
             raise Untranslatable("merge", "on an index and a column with an outer side")
@@ -1168,7 +1227,9 @@ def merge(t: Translator, node) -> Lowered:
 def _join_side(x: Frame, on, by_index: bool, side: str):
     if by_index:
         if x.index is None:
-            raise Untranslatable("merge", f"on the {side} frame's positional index (its values depend on the partitions)")
+            raise Untranslatable(
+                "merge", f"on the {side} frame's positional index (its values depend on the partitions)"
+            )
         return [e for _, e in x.index], [lab for lab, _ in x.columns]
     on = on if isinstance(on, list) else [on]
     return [x.expr_of(k) for k in on], [lab for lab, _ in x.columns]
@@ -1211,7 +1272,7 @@ def _merge_columns(p, left, right, lm, rm, lcols, rcols):
     lsuf, rsuf = p["suffixes"] or ("", "")
     overlap = {c for c in lcols if c in rcols and c not in shared}
     cols = []
-    for (lab, e) in lm.columns:
+    for lab, e in lm.columns:
         if lab in shared:
             r = rm.expr_of(lab)
             cols.append((lab, pl.coalesce([e, r]) if p["how"] in ("outer", "right") else e))
@@ -1219,7 +1280,7 @@ def _merge_columns(p, left, right, lm, rm, lcols, rcols):
             cols.append((_suffixed(lab, lsuf), e))
         else:
             cols.append((lab, e))
-    for (lab, e) in rm.columns:
+    for lab, e in rm.columns:
         if lab in shared:
             continue
         cols.append((_suffixed(lab, rsuf) if lab in overlap else lab, e))
@@ -1269,6 +1330,9 @@ def _agg(func: str, e: pl.Expr, kind: str) -> pl.Expr:
     raise Untranslatable(f"aggregation {func!r}", "not translated")
 
 
+KEEPS_MISSING_KEYS = ("Mean", "Std", "Var")
+"""Dask's groupby reductions that keep the group of missing keys unless ``dropna=True`` is
+given (its other aggregations drop it, as pandas does): the translation gives Dask's answer."""
 GROUPBY_FUNCS = {
     "Sum": "sum",
     "Mean": "mean",
@@ -1333,17 +1397,20 @@ def groupby(t: Translator, node) -> Lowered:
     key_names = [t.fresh() for _ in keys]
     agg_names = [t.fresh() for _ in pairs]
     aggs = [
-        _agg(f, x.expr_of(v) if v is not None else pl.lit(1), kinds.get(v, "o") if v is not None else "i").alias(n)
+        _agg(
+            f, x.expr_of(v) if v is not None else pl.lit(1), kinds.get(v, "o") if v is not None else "i"
+        ).alias(n)
         for (v, f), n in zip(pairs, agg_names)
     ]
     lf = rows.lf
-    if params.get("dropna") in (None, True):
+    dropna = params.get("dropna")
+    if dropna is True or (dropna is None and name not in KEEPS_MISSING_KEYS):
         kind_of_key = [kinds.get(k, "o") if not _is_expr(b) else _kind_of(b) for k, b in zip(key_labels, by)]
         lf = lf.filter(~pl.any_horizontal([missing(e, kd) for (_, e), kd in zip(keys, kind_of_key)]))
     lf = lf.group_by([e.alias(n) for (_, e), n in zip(keys, key_names)]).agg(aggs)
     ordered = params.get("sort") is True
     if ordered:
-        lf = lf.sort(key_names, maintain_order=True)
+        lf = lf.sort(key_names, nulls_last=True, maintain_order=True)
     index_labels = list(meta.index.names)
     index = [(lab, pl.col(n)) for lab, n in zip(index_labels, key_names)]
     r = t.rows(lf)
@@ -1386,13 +1453,19 @@ def reduction(t: Translator, node) -> Lowered:
         if p.get("ddof", 1) != 1:
             raise Untranslatable("var", "ddof other than 1")
         return Value(x.rows.lf, _agg("var", x.expr, kind))
-    func = {"Sum": "sum", "Mean": "mean", "Max": "max", "Min": "min", "Count": "count", "Size": "size", "Prod": "prod"}
+    func = {
+        "Sum": "sum",
+        "Mean": "mean",
+        "Max": "max",
+        "Min": "min",
+        "Count": "count",
+        "Size": "size",
+        "Prod": "prod",
+    }
     if name in func:
-        return Value(x.rows.lf, _agg(func[name], x.expr, kind))
+        return Value(x.rows.lf, _agg(func[name], x.expr, kind), pytype=int if name == "Size" else None)
     if name in ("Any", "All"):
         return Value(x.rows.lf, getattr(x.expr.fill_null(name == "All"), name.lower())())
-    if name == "Len":
-        return Value(x.rows.lf, pl.len())
     raise Untranslatable(name.lower(), "not translated")
 
 
@@ -1400,7 +1473,7 @@ def length(t: Translator, node) -> Lowered:
     x = t.lower(node.operand("frame"))
     if isinstance(x, Value):
         raise Untranslatable("len", "of a scalar")
-    return Value(x.rows.lf, pl.len())
+    return Value(x.rows.lf, pl.len(), pytype=int)
 
 
 def value_counts(t: Translator, node) -> Lowered:
@@ -1436,8 +1509,7 @@ RULES: dict[type, Callable[[Translator, Any], Lowered]] = {}
 
 
 def _register() -> None:
-    from dask.dataframe.dask_expr import _concat, _expr, _groupby, _merge, _reductions, _shuffle
-    from dask.dataframe.dask_expr import _accessor
+    from dask.dataframe.dask_expr import _accessor, _concat, _expr, _groupby, _merge, _reductions, _shuffle
     from dask.dataframe.dask_expr.io import io, parquet
 
     for cls in (parquet.ReadParquetFSSpec, parquet.ReadParquetPyarrowFS):

@@ -53,7 +53,10 @@ class GpuWorkers:
 
             self.engine = DaskEngine(
                 dask_client=self.client,
-                engine_options={"raise_on_fail": True, "hardware_binding": HardwareBindingPolicy(enabled=False)},
+                engine_options={
+                    "raise_on_fail": True,
+                    "hardware_binding": HardwareBindingPolicy(enabled=False),
+                },
             )
         return [answer.to_family(answer.build(p.lf.collect(engine=self.engine), p), module) for p in plans]
 

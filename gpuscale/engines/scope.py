@@ -162,6 +162,17 @@ class Route:
                     how,
                     failed if d.rule_id == "engine.failed" else None,
                 )
+                if how != "persist-one"
+                else Query(
+                    site,
+                    _kind(colls[i]),
+                    d.value,
+                    d.rule_id or "",
+                    d.rule or "",
+                    seconds if i in out else None,
+                    reads,
+                    "persist",
+                )
             )
         return out
 
@@ -263,9 +274,7 @@ def _user_site() -> str | None:
     from ..backends.host_collections import call_site
 
     f = sys._getframe(1)
-    while f is not None and any(
-        (f.f_globals.get("__name__") or "").startswith(m) for m in _OWN
-    ):
+    while f is not None and any((f.f_globals.get("__name__") or "").startswith(m) for m in _OWN):
         f = f.f_back
     site = call_site(f) if f is not None else None
     return f"{site[0]}:{site[1]}" if site else None

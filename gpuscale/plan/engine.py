@@ -38,7 +38,9 @@ class Where:
     (one GPU) or all GPUs' (several); None: unknown."""
 
 
-def decide(setting: str, source: str, where: Where, untranslatable: str | None, reads_bytes: int | None) -> Decision:
+def decide(
+    setting: str, source: str, where: Where, untranslatable: str | None, reads_bytes: int | None
+) -> Decision:
     """The engine for one collection. ``untranslatable``: why its plan has no Polars translation
     (None: it has one); ``reads_bytes``: what its plan reads, uncompressed (Parquet footers)."""
     numbers = {"setting": setting, "kind": where.kind, "workers": where.workers}
@@ -77,7 +79,9 @@ def decide(setting: str, source: str, where: Where, untranslatable: str | None, 
         )
     src = source if forced else "rule"
     if not where.on_device:
-        return made("polars", "engine.polars", "Polars' streaming engine in this process, on all its cores", src)
+        return made(
+            "polars", "engine.polars", "Polars' streaming engine in this process, on all its cores", src
+        )
     if where.workers <= 1:
         return made("polars-gpu", "engine.polars-gpu", "cudf-polars on the session's GPU worker", src)
     return made(

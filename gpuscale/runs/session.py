@@ -363,7 +363,9 @@ class Session:
         return Route(
             self.client,
             self.family,
-            Where(self.family.name, self.family.on_device, self.spec.kind, len(workers), self._capacity(workers)),
+            Where(
+                self.family.name, self.family.on_device, self.spec.kind, len(workers), self._capacity(workers)
+            ),
             self.settings.session.engine,
             self.resolved.sources.get("session.engine", "default"),
         )
