@@ -22,6 +22,11 @@ sys.path.insert(0, str(ROOT / "workflows"))
 import queries  # noqa: E402
 
 
+SIDES = ("dask-cpu", "gpuscale-cpu", "gpuscale-cpu:engine=dask", "polars-cpu", "duckdb")
+"""Every side that runs on a CPU: plain Dask, the CPU session (its engine route, and Dask's), Polars
+and DuckDB."""
+
+
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("queries")
@@ -34,8 +39,10 @@ def small_run(tmp_path_factory):
             "20000",
             "--tpch-scale",
             "0.01",
+            "--tpch-layouts",
+            "multi,single",
             "--sides",
-            "dask-cpu,gpuscale-cpu",
+            ",".join(SIDES),
             "--repeat",
             "1",
             "--data",
@@ -53,19 +60,41 @@ def small_run(tmp_path_factory):
 def test_every_query_of_both_suites_answers_as_pandas_in_plain_dask_and_a_session(small_run):
     proc, d, _ = small_run
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    names = {q for s in d["sets"] for q, _ in s["queries"]}
-    assert {f"q{i}" for i in range(1, 11)} | {f"j{i}" for i in range(1, 6)} <= names
-    assert {"t1", "t3", "t5", "t16", "t18"} <= names
-    assert len(d["cells"]) == 2 * len(names)
+    sets = {(s["suite"], s["size"]): [q for q, _ in s["queries"]] for s in d["sets"]}
+    assert set(sets) == {
+        ("h2o-groupby", "20000"),
+        ("h2o-join", "20000"),
+        ("tpch", "0.01"),
+        ("tpch", "0.01:single"),
+    }
+    assert sets["h2o-groupby", "20000"] + sets["h2o-join", "20000"] == [f"q{i}" for i in range(1, 11)] + [
+        f"j{i}" for i in range(1, 6)
+    ]
+    assert sets["tpch", "0.01"] == sets["tpch", "0.01:single"] == [f"q{i}" for i in range(1, 23)]
+    assert len(d["cells"]) == sum(len(v) for v in sets.values()) * len(SIDES)
     bad = {k: c for k, c in d["cells"].items() if not c.get("valid") or c.get("diff")}
     assert not bad
-    for suite in ("h2o-groupby 20000", "h2o-join 20000", "tpch 0.01"):
+    for suite in ("h2o-groupby 20000", "h2o-join 20000", "tpch 0.01", "tpch 0.01:single"):
         assert suite in proc.stdout
     assert "geomean" in proc.stdout
     assert " - distributed." not in proc.stderr  # no log lines of Dask's, e.g. P2P's shuffle warnings
     assert all(c["check_s"] >= 0 and c["wall_s"] > 0 for c in d["cells"].values())
     for side in ("dask-cpu", "gpuscale-cpu"):  # with the cells' times, they account for the run's
         assert f"{side}: opened in " in proc.stderr and f"{side}: closed in " in proc.stderr
+
+
+def test_a_session_answers_every_query_on_its_engine_and_the_fallback_on_dask(small_run):
+    """Each TPC-H query, in both layouts, translates and runs on Polars in the CPU session (one
+    that ran on Dask would fail here); with engine=dask each runs on Dask, and says so."""
+    _, d, _ = small_run
+    cells = d["cells"]
+    for layout in ("0.01", "0.01:single"):
+        for i in range(1, 23):
+            auto = cells[f"tpch|{layout}|q{i}|gpuscale-cpu"]["engines"]
+            fallback = cells[f"tpch|{layout}|q{i}|gpuscale-cpu:engine=dask"]["engines"]
+            assert auto and all(e == ["polars", "engine.polars"] for e in auto), (layout, i, auto)
+            assert fallback and all(e == ["dask", "engine.setting"] for e in fallback), (layout, i, fallback)
+    assert all(c.get("first_s") for c in cells.values()), "every cell keeps its first (cold) run"
 
 
 def test_a_wrong_answer_is_caught_row_by_row_and_by_fingerprint(small_run):
@@ -137,7 +166,9 @@ def test_a_kept_answer_is_fingerprinted_once_and_still_catches_a_wrong_answer(tm
 
 def test_an_interrupted_run_resumes_timing_only_the_cells_it_lacks(small_run, tmp_path):
     _, d, data = small_run
-    partial = {**d, "cells": {k: c for k, c in d["cells"].items() if not k.startswith("h2o-join|20000|j5|")}}
+    resumed = ("dask-cpu", "gpuscale-cpu")
+    gone = [f"h2o-join|20000|j5|{side}" for side in resumed]
+    partial = {**d, "cells": {k: c for k, c in d["cells"].items() if k not in gone}}
     (tmp_path / "partial.json").write_text(json.dumps(partial))
     proc = subprocess.run(
         [
@@ -148,7 +179,7 @@ def test_an_interrupted_run_resumes_timing_only_the_cells_it_lacks(small_run, tm
             "--h2o-rows",
             "20000",
             "--sides",
-            "dask-cpu,gpuscale-cpu",
+            ",".join(resumed),
             "--repeat",
             "1",
             "--data",
@@ -181,7 +212,7 @@ def test_answers_made_by_several_processes_equal_those_made_in_one(small_run, tm
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "(2 processes)" in proc.stderr
     made = sorted(tmp_path.glob("*/answer-*.parquet"))
-    assert len(made) == 24 and not list(tmp_path.glob("*/*.part"))
+    assert len(made) == 10 + 5 + 22 and not list(tmp_path.glob("*/*.part"))
     for f in made:
         pd.testing.assert_frame_equal(pd.read_parquet(f), pd.read_parquet(data / f.parent.name / f.name))
 
@@ -281,7 +312,7 @@ def test_the_tables_of_an_interrupted_run_mark_the_cells_it_did_not_reach(small_
     _, d, _ = small_run
     partial = {**d, "cells": {k: c for k, c in d["cells"].items() if not k.endswith("|j5|gpuscale-cpu")}}
     text, ok = user_queries.tables(partial)
-    (j5,) = [line.split() for line in text.splitlines() if line.strip().startswith("j5 ")]
+    j5 = [line.split() for line in text.splitlines() if line.strip().startswith("j5 ")][0]  # the warm table
     assert j5[2] == "." and j5[-1] == "-"  # no time, no ratio
     assert ok is True and "1 cells not measured" in text
 
@@ -445,10 +476,10 @@ def test_a_resumed_run_of_one_side_and_suite_times_what_is_left_and_keeps_the_re
     assert sorted(f.name for f in folder.glob("answer-*.parquet")) == ["answer-j2.parquet"]
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["cells"]["h2o-join|20000|j2|dask-cpu"]["valid"] is True
-    assert set(out["cells"]) == set(d["cells"]) - {"h2o-join|20000|j2|gpuscale-cpu"}
-    assert out["sides"] == ["dask-cpu", "gpuscale-cpu"]
+    assert set(out["cells"]) == set(d["cells"]) - {f"h2o-join|20000|j2|{side}" for side in SIDES[1:]}
+    assert out["sides"] == list(SIDES)
     named = [sorted((s["suite"], s["size"]) for s in r["sets"]) for r in (out, d)]
-    assert named[0] == named[1] and len(named[0]) == 3
+    assert named[0] == named[1] and len(named[0]) == 4
 
 
 def test_answers_made_in_this_process_leave_no_tables_held(small_run, tmp_path):

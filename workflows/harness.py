@@ -154,13 +154,21 @@ def usage_error(message: str) -> NoReturn:
 # Timing
 # ---------------------------------------------------------------------------------------
 def bench_once(
-    run: Callable[[], Any], repeat: int, warmup: int = 1, max_time: float = math.inf
+    run: Callable[[], Any],
+    repeat: int,
+    warmup: int = 1,
+    max_time: float = math.inf,
+    first: list[float] | None = None,
 ) -> tuple[list[float], Any]:
     """(the timed runs' seconds, the last answer): ``warmup`` untimed calls, then up to
     ``repeat`` timed ones, fewer where the next would take the timed runs past ``max_time``
-    seconds (at least one)."""
+    seconds (at least one). ``first`` gets the warm-up calls' seconds (the first is the case's
+    first run: a cold one)."""
     for _ in range(warmup):
+        t0 = time.perf_counter()
         run()
+        if first is not None:
+            first.append(time.perf_counter() - t0)
     times: list[float] = []
     got = None
     while len(times) < max(repeat, 1) and (not times or sum(times) + times[-1] <= max_time):
@@ -222,6 +230,33 @@ def compute_within(collection: Any, seconds: float | None, restarts: int = MEMOR
     except BaseException:  # a hang, the memory, Ctrl-C: the work is let go, as dask.compute lets it go
         future.cancel()
         raise
+
+
+def call_within(fn: Callable[[], Any], seconds: float | None) -> Any:
+    """``fn()``, raising :class:`Hung` when it has not returned in ``seconds`` (None: no limit).
+    It runs in a thread of its own (with this context's variables), which is left to finish:
+    the side is closed after a hang."""
+    if seconds is None:
+        return fn()
+    import contextvars
+
+    out: dict[str, Any] = {}
+    ctx = contextvars.copy_context()
+
+    def target() -> None:
+        try:
+            out["value"] = ctx.run(fn)
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+            out["error"] = e
+
+    t = threading.Thread(target=target, daemon=True, name="call-within")
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        raise Hung(f"one run took more than {seconds:g} s")
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
 
 
 HUNG, NOT_RUN = "hung: ", "not run: the side hung on "
@@ -362,8 +397,11 @@ class Study:
                 timed = run()
                 times, got = list(timed.times_s), timed.answer
             else:
-                times, got = bench_once(run, self.repeat, self.warmup, self.max_time)
+                first: list[float] = []
+                times, got = bench_once(run, self.repeat, self.warmup, self.max_time, first)
                 warm = {"warmup": self.warmup}  # a cell resumed into a run of other settings keeps its own
+                if first:
+                    warm["first_s"] = first[0]
             wall = time.perf_counter() - t0
             diff = check(got)
             checked = time.perf_counter() - t0 - wall

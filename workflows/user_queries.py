@@ -64,7 +64,7 @@ import queries
 from gpuscale import errors
 
 GPU_SIDES = ("dask-cudf", "gpuscale-gpu", "polars-gpu")
-SIDES = ("gpuscale-gpu", "dask-cudf", "polars-gpu", "duckdb", "dask-cpu", "gpuscale-cpu")
+SIDES = ("gpuscale-gpu", "dask-cudf", "polars-gpu", "duckdb", "polars-cpu", "dask-cpu", "gpuscale-cpu")
 SUITE_SCALES = {"h2o-groupby": "h2o_rows", "h2o-join": "h2o_rows", "tpch": "tpch_scale"}
 
 
@@ -72,26 +72,37 @@ SUITE_SCALES = {"h2o-groupby": "h2o_rows", "h2o-join": "h2o_rows", "tpch": "tpch
 # Data
 # ---------------------------------------------------------------------------------------
 def data_sets(args) -> list[tuple[queries.Suite, str, pathlib.Path]]:
-    """(suite, size label, folder) for every suite and size asked, made when missing."""
+    """(suite, size label, folder) for every suite, size and TPC-H layout asked, made when
+    missing: TPC-H ``multi`` (several files per table, as ``tpchgen-cli --parts`` writes them;
+    its size label is the scale factor) or ``single`` (one file per table; label ``SCALE:single``)."""
     out = []
     for name in args.suites.split(","):
         suite = queries.suites()[name]
         sizes = args.h2o_rows if SUITE_SCALES[name] == "h2o_rows" else args.tpch_scale
+        layouts = args.tpch_layouts.split(",") if name == "tpch" else [None]
         for size in str(sizes).split(","):
             scale = int(float(size)) if SUITE_SCALES[name] == "h2o_rows" else float(size)
-            folder = pathlib.Path(args.data) / f"{name}-{size}"
-            if not (folder / ".complete").exists():
-                folder.mkdir(parents=True, exist_ok=True)
-                t0 = time.perf_counter()
-                suite.make(folder, scale)
-                (folder / ".complete").write_text("")
-                print(f"made {name} {size} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-            out.append((suite, size, folder))
+            for layout in layouts:
+                label = size if layout in (None, "multi") else f"{size}:{layout}"
+                folder = pathlib.Path(args.data) / f"{name}-{label.replace(':', '-')}"
+                if not (folder / ".complete").exists():
+                    folder.mkdir(parents=True, exist_ok=True)
+                    t0 = time.perf_counter()
+                    suite.make(folder, scale, **({"layout": layout} if layout else {}))
+                    (folder / ".complete").write_text("")
+                    print(f"made {name} {label} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+                out.append((suite, label, folder))
     return out
 
 
 def paths(suite: queries.Suite, folder: pathlib.Path) -> dict[str, str]:
-    return {t: str(folder / f"{t}.parquet") for t in suite.tables}
+    """What a Dask or pandas user reads for each table: its file, or its folder of files."""
+    return {t: queries.table_path(folder, t) for t in suite.tables}
+
+
+def globs(suite: queries.Suite, folder: pathlib.Path) -> dict[str, str]:
+    """:func:`paths` as Polars and DuckDB take them (a glob of a folder's files)."""
+    return {t: queries.table_glob(folder, t) for t in suite.tables}
 
 
 # ---------------------------------------------------------------------------------------
@@ -113,12 +124,18 @@ class Read(dict):
         return frame
 
 
-def _dask_runner(hang_after: float | None):
-    """A Dask side's runs; one past ``hang_after`` seconds is a hang (:class:`harness.Hung`)."""
+def _dask_runner(hang_after: float | None, routed: bool = False):
+    """A Dask side's runs; one past ``hang_after`` seconds is a hang (:class:`harness.Hung`).
+    ``routed``: computed as the user computes (``.compute()``), which a gpuscale session routes
+    to its engine; else through the client, where the hang and memory watch see the work."""
 
     def run(q, suite, folder):
         out = q.dask(Read(paths(suite, folder)))
-        return harness.compute_within(out, hang_after) if dask.is_dask_collection(out) else out
+        if not dask.is_dask_collection(out):
+            return out
+        if routed:
+            return harness.call_within(out.compute, hang_after)
+        return harness.compute_within(out, hang_after)
 
     return run
 
@@ -136,6 +153,11 @@ OPTIONS = {
         ("gpuscale-gpu", "gpuscale-cpu"),
         "direct or scheduler: how answers reach the client (cluster.gather)",
         ("direct", "scheduler").__contains__,
+    ),
+    "engine": (
+        ("gpuscale-gpu", "gpuscale-cpu"),
+        "auto, polars or dask: the session's engine for the queries (session.engine)",
+        ("auto", "polars", "dask").__contains__,
     ),
 }
 """A side's variants (``--sides gpuscale-gpu:gpus=2:shuffle=p2p``): what each option takes."""
@@ -188,22 +210,29 @@ def open_side(name: str, hang_after: float | None = None):
         keywords = {"shuffle_method": kw["shuffle"]} if "shuffle" in kw else {}
         keywords |= {"gpus": ",".join(map(str, gpus))} if gpus else {}
         keywords |= {"gather": kw["gather"]} if "gather" in kw else {}
+        keywords |= {"engine": kw["engine"]} if "engine" in kw else {}
         with (
             dask.config.set(conf),  # as the user's own Dask config
             gpuscale.session(backend=base.split("-")[1], protocol=kw.get("protocol"), **keywords) as s,
         ):
             knobs = "; ".join(f"{a.dask_key or a.name}={a.value} ({a.source}, {a.rule})" for a in s.applied)
             print(f"{name}: {knobs}", file=sys.stderr)
-            yield _dask_runner(hang_after)
-    elif base == "polars-gpu":
+            run = _dask_runner(hang_after, routed=True)
+
+            def noted(q, suite, folder):
+                before = len(s.queries)
+                got = run(q, suite, folder)
+                return Engined(got, [(e["engine"], e["rule_id"]) for e in s.queries[before:]])
+
+            yield noted
+    elif base in ("polars-gpu", "polars-cpu"):
         import polars as pl
 
-        engine = pl.GPUEngine(raise_on_fail=True)
+        engine = pl.GPUEngine(raise_on_fail=True) if base == "polars-gpu" else "streaming"
 
         def run(q, suite, folder):
-            plan = pl.SQLContext({t: pl.scan_parquet(p) for t, p in paths(suite, folder).items()}).execute(
-                q.sql
-            )
+            tables = {t: pl.scan_parquet(p) for t, p in globs(suite, folder).items()}
+            plan = q.polars(tables) if q.polars is not None else pl.SQLContext(tables).execute(q.sql)
             try:
                 return plan.collect(engine=engine)
             except pl.exceptions.ComputeError as e:
@@ -217,13 +246,21 @@ def open_side(name: str, hang_after: float | None = None):
 
         def run(q, suite, folder):
             con = duckdb.connect()
-            for t, p in paths(suite, folder).items():
+            for t, p in globs(suite, folder).items():
                 con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{p}')")
             # the answer as DuckDB materializes it (Arrow), as Polars' side returns its own frame:
             # turning it into pandas is the check's work, not the engine's
             return con.sql(q.sql).to_arrow_table()
 
         yield run
+
+
+class Engined:
+    """A gpuscale side's answer with the engines its session's route took for it (``engines``:
+    (engine, rule id) per collection computed)."""
+
+    def __init__(self, answer, engines: list[tuple[str, str]]):
+        self.answer, self.engines = answer, engines
 
 
 class OnCpu:
@@ -259,6 +296,7 @@ def available_sides() -> list[str]:
         "dask-cudf": ("dask_cuda", "dask_cudf"),
         "gpuscale-gpu": ("dask_cuda", "dask_cudf"),
         "polars-gpu": ("polars", "cudf_polars"),
+        "polars-cpu": ("polars",),
         "duckdb": ("duckdb",),
     }
     return [
@@ -279,14 +317,25 @@ def side(name: str, refs: Mapping, hang_after: float | None = None) -> harness.S
         suite, size, folder, q = case
         key = (suite.name, size, q.name)
         # pandas' answer is read for the check, after the timed runs, and let go after it
-        return functools.partial(run, q, suite, folder), lambda got: queries.same_answer(got, refs[key])
+        return functools.partial(run, q, suite, folder), lambda got: queries.same_answer(
+            _answer_of(got), refs[key]
+        )
 
-    return harness.Side(
-        name,
-        build,
-        open=lambda _: open_side(name, hang_after),
-        notes=lambda got: {"on_cpu": True} if isinstance(got, OnCpu) else {},
-    )
+    return harness.Side(name, build, open=lambda _: open_side(name, hang_after), notes=_notes)
+
+
+def _answer_of(got):
+    return got.answer if isinstance(got, Engined) else got
+
+
+def _notes(got) -> dict:
+    """How the answer was made: by Polars' CPU engine where its GPU engine could not (``on_cpu``),
+    or by the engines a gpuscale session took (``engines``: engine and rule id per compute)."""
+    if isinstance(got, OnCpu):
+        return {"on_cpu": True}
+    if isinstance(got, Engined):
+        return {"engines": [list(e) for e in got.engines]}
+    return {}
 
 
 def case_key(case) -> str:
@@ -391,12 +440,13 @@ def reference_jobs(asked: int, cores: int, available: int, peak: float) -> int:
 
 def in_memory_bytes(suite: queries.Suite, folder: pathlib.Path) -> int:
     """A data set's tables' size uncompressed, from their Parquet footers (nothing read)."""
-    import pyarrow.parquet as pq
+    import pyarrow.dataset as pads
 
     total = 0
     for p in paths(suite, folder).values():
-        meta = pq.ParquetFile(p).metadata
-        total += sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        for frag in pads.dataset(p, format="parquet").get_fragments():
+            meta = frag.metadata
+            total += sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     return total
 
 
@@ -511,7 +561,13 @@ RATIOS = (
     ("/polars", "gpuscale-gpu", "polars-gpu", "gpuscale's time over Polars GPU's"),
     ("/duckdb", "gpuscale-gpu", "duckdb", "gpuscale's time over DuckDB's"),
     ("cpu/dask", "gpuscale-cpu", "dask-cpu", "gpuscale CPU session's time over plain Dask's"),
+    ("cpu/polars", "gpuscale-cpu", "polars-cpu", "gpuscale CPU session's time over Polars CPU's"),
 )
+WHAT = (
+    ("median_s", "median of the warm runs (each cell's times_s in --json)"),
+    ("first_s", "each query's first run on its side (cold: its first compute there)"),
+)
+"""The tables printed for each data set: the warm runs, then the first runs."""
 
 
 geomean = harness.geomean
@@ -541,30 +597,16 @@ def tables(d: dict) -> tuple[str, bool]:
     ]
     ratios = named + variant_ratios
     for s in d["sets"]:
-        head = ["query"] + [labels[x] for x in sides] + [r[0] for r in ratios]
-        rows, cols = [], {r[0]: [] for r in ratios}
-        for qname, _ in s["queries"]:
-            cell = {side: d["cells"].get(f"{s['suite']}|{s['size']}|{qname}|{side}") for side in sides}
-            ok &= all(c.get("valid") for c in cell.values() if c is not None)
-            missing += sum(c is None for c in cell.values())
-            row = [qname] + [_fmt(c) for c in cell.values()]
-            for label, a, b, _ in ratios:
-                x, y = _time(cell[a]), _time(cell[b])
-                v = x / y if x and y else None
-                cols[label].append(v)
-                unsure = v and harness.ratio(cell[b], cell[a])["verdict"] == "not significant"
-                row.append(f"{v:.2f}" + ("~" if unsure else "") if v else "-")
-            rows.append(row)
-        means = [geomean(cols[r[0]]) for r in ratios]  # nan: no query has the ratio
-        rows.append(["geomean"] + [""] * len(sides) + [f"{m:.2f}" if m == m else "-" for m in means])
-        widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
-        lines.append(
-            f"\n{s['suite']} {s['size']}: median of the warm runs (each cell's times_s in --json), "
-            "seconds (* wrong answer, E error, c Polars' CPU engine: not in ratios; ~ a ratio whose "
-            "95 % interval holds 1: not significant; . not measured)"
-        )
-        for r in [head] + rows:
-            lines.append("  ".join(str(v).rjust(w) for v, w in zip(r, widths)))
+        for what, title in WHAT:
+            if what != "median_s" and not any(
+                (c or {}).get(what) for c in d["cells"].values() if c is not None
+            ):
+                continue
+            part, part_ok, part_missing = _table(d, s, sides, labels, ratios, what, title)
+            lines += part
+            if what == "median_s":
+                ok &= part_ok
+                missing += part_missing
     if variants:
         lines.append("\ncolumns: " + "; ".join(f"{labels[x]} = {x}" for x in variants))
     lines.append("\nratios: " + "; ".join(f"{r[0]}: {r[3]}" for r in (*RATIOS, *variant_ratios)))
@@ -576,17 +618,56 @@ def tables(d: dict) -> tuple[str, bool]:
     return "\n".join(lines), ok
 
 
-def _time(c: dict | None) -> float | None:
+def _table(d, s, sides, labels, ratios, what: str, title: str):
+    """One data set's table of ``what`` (a cell's key: ``median_s`` or ``first_s``): its lines,
+    whether every answer was right and how many cells were not measured."""
+    ok, missing = True, 0
+    head = ["query"] + [labels[x] for x in sides] + [r[0] for r in ratios]
+    rows, cols = [], {r[0]: [] for r in ratios}
+    totals = {x: 0.0 for x in sides}
+    for qname, _ in s["queries"]:
+        cell = {side: d["cells"].get(f"{s['suite']}|{s['size']}|{qname}|{side}") for side in sides}
+        ok &= all(c.get("valid") for c in cell.values() if c is not None)
+        missing += sum(c is None for c in cell.values())
+        for x, c in cell.items():
+            t = _time(c, what)
+            totals[x] = totals[x] + t if t is not None and totals[x] is not None else None
+        row = [qname] + [_fmt(c, what) for c in cell.values()]
+        for label, a, b, _ in ratios:
+            x, y = _time(cell[a], what), _time(cell[b], what)
+            v = x / y if x and y else None
+            cols[label].append(v)
+            unsure = (
+                v and what == "median_s" and harness.ratio(cell[b], cell[a])["verdict"] == "not significant"
+            )
+            row.append(f"{v:.2f}" + ("~" if unsure else "") if v else "-")
+        rows.append(row)
+    means = [geomean(cols[r[0]]) for r in ratios]  # nan: no query has the ratio
+    rows.append(["total"] + [f"{totals[x]:.2f}" if totals[x] else "-" for x in sides] + [""] * len(ratios))
+    rows.append(["geomean"] + [""] * len(sides) + [f"{m:.2f}" if m == m else "-" for m in means])
+    widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
+    lines = [
+        f"\n{s['suite']} {s['size']}: {title}, seconds (* wrong answer, E error, c Polars' CPU "
+        "engine: not in ratios; ~ a ratio whose 95 % interval holds 1: not significant; . not measured)"
+    ]
+    for r in [head] + rows:
+        lines.append("  ".join(str(v).rjust(w) for v, w in zip(r, widths)))
+    return lines, ok, missing
+
+
+def _time(c: dict | None, what: str = "median_s") -> float | None:
     """A cell's time where it counts in a ratio: a right answer, on the side's own engine."""
-    return c["median_s"] if c and c.get("valid") and not c.get("on_cpu") else None
+    return c.get(what) if c and c.get("valid") and not c.get("on_cpu") else None
 
 
-def _fmt(c: dict | None) -> str:
+def _fmt(c: dict | None, what: str = "median_s") -> str:
     if c is None:
         return "."
     if "error" in c:
         return "E"
-    return f"{c['median_s']:.3f}" + ("" if c["valid"] else "*") + ("c" if c.get("on_cpu") else "")
+    if c.get(what) is None:
+        return "."
+    return f"{c[what]:.3f}" + ("" if c["valid"] else "*") + ("c" if c.get("on_cpu") else "")
 
 
 def main(argv=None) -> int:
@@ -594,6 +675,12 @@ def main(argv=None) -> int:
     ap.add_argument("--suites", default="h2o-groupby,h2o-join,tpch")
     ap.add_argument("--h2o-rows", default="1e7", help="rows of the H2O data sets, comma-separated")
     ap.add_argument("--tpch-scale", default="10", help="TPC-H scale factors, comma-separated")
+    ap.add_argument(
+        "--tpch-layouts",
+        default="multi",
+        help="multi (several files per table, as tpchgen-cli --parts writes them) and/or single "
+        "(one file per table), comma-separated",
+    )
     ap.add_argument(
         "--sides",
         default=None,

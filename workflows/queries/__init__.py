@@ -367,6 +367,20 @@ def _sorted(df: pd.DataFrame) -> pd.DataFrame:
     return df.loc[order].reset_index(drop=True)
 
 
+def table_path(folder: str | os.PathLike, table: str) -> str:
+    """What a user passes to ``dd.read_parquet`` for ``table``: its directory where the tables
+    were made with several files each, else its file."""
+    directory = pathlib.Path(folder) / table
+    return str(directory) if directory.is_dir() else str(directory.with_name(f"{table}.parquet"))
+
+
+def table_glob(folder: str | os.PathLike, table: str) -> str:
+    """:func:`table_path` as ``pl.scan_parquet`` and DuckDB's ``read_parquet`` take it: a glob
+    of the directory's files, or the one file."""
+    path = table_path(folder, table)
+    return os.path.join(path, "*.parquet") if os.path.isdir(path) else path
+
+
 def suites() -> dict[str, Suite]:
     from . import h2o, tpch
 

@@ -6,8 +6,8 @@ its validation parameters, not taken from TPC-H's queries (no claim of conforman
 
 :func:`make` writes the tables as users have them: by default several files per table, a
 directory each (``folder/lineitem/lineitem.1.parquet``, ...), as ``tpchgen-cli --parts`` writes
-them; :func:`table_path` is what a reader is given for a table (:func:`table_glob` for readers
-that take a glob)."""
+them; ``queries.table_path`` is what a reader is given for a table (``queries.table_glob`` for
+readers that take a glob)."""
 
 from __future__ import annotations
 
@@ -97,20 +97,6 @@ def _rewrite(src: pathlib.Path, dest: pathlib.Path) -> None:
                 group = f.read_row_group(i).cast(schema)
                 out.write_table(group, row_group_size=max(1, group.num_rows))
     os.replace(part, dest)
-
-
-def table_path(folder: str | os.PathLike, table: str) -> str:
-    """What a user passes to ``dd.read_parquet`` for ``table``: its directory where the tables
-    were made with several files each, else its file."""
-    directory = pathlib.Path(folder) / table
-    return str(directory) if directory.is_dir() else str(directory.with_name(f"{table}.parquet"))
-
-
-def table_glob(folder: str | os.PathLike, table: str) -> str:
-    """:func:`table_path` as ``pl.scan_parquet`` and DuckDB's ``read_parquet`` take it: a glob
-    of the directory's files, or the one file."""
-    path = table_path(folder, table)
-    return os.path.join(path, "*.parquet") if os.path.isdir(path) else path
 
 
 def _revenue(df):
