@@ -21,7 +21,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflows"))
 import queries  # noqa: E402
 
-
 SIDES = ("dask-cpu", "gpuscale-cpu", "gpuscale-cpu:engine=dask", "polars-cpu", "duckdb")
 """Every side that runs on a CPU: plain Dask, the CPU session (its engine route, and Dask's), Polars
 and DuckDB."""
