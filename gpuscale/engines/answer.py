@@ -1,9 +1,9 @@
 """A translated collection's last step: one Polars plan whose result becomes Dask's answer.
 
 :func:`plan` turns what :mod:`.from_dask` lowered into a :class:`Plan` (the LazyFrame with its
-index levels and columns in Dask's order, and the collection's metadata as pandas);
-:func:`build` makes the engine's result into what ``compute()`` returns: a pandas frame, series
-or NumPy scalar with Dask's columns, dtypes and index (cuDF's under the GPU family, :func:`to_family`).
+index levels and columns in Dask's order, and the collection's metadata); :func:`build` makes
+the engine's result into what ``compute()`` returns: a frame, series or NumPy scalar of the
+metadata's library (pandas, or cuDF under the GPU family) with Dask's columns, dtypes and index.
 """
 
 from __future__ import annotations
@@ -28,14 +28,15 @@ class Plan:
     index_levels: int
     """How many of ``lf``'s first columns are the index (0: a fresh 0..n-1 index)."""
     meta: Any
-    """The collection's metadata as pandas (a frame or series with no rows, or a NumPy scalar)."""
+    """The collection's metadata: a pandas or cuDF frame or series with no rows, or a NumPy
+    scalar."""
     ordered: bool
     pytype: type | None = None
     """A scalar answer's Python type where Dask's is not its metadata's (int for ``len``)."""
 
 
 def plan(lowered: Lowered, meta: Any) -> Plan:
-    """The final plan of a lowered collection whose Dask metadata is ``meta`` (pandas)."""
+    """The final plan of a lowered collection whose Dask metadata is ``meta``."""
     if isinstance(lowered, Value):
         lf = lowered.lf if lowered.lf is not None else pl.LazyFrame({"__one": [0]})
         return Plan(lf.select(lowered.expr.alias("__v")), "scalar", 0, meta, True, lowered.pytype)
@@ -48,10 +49,13 @@ def plan(lowered: Lowered, meta: Any) -> Plan:
 
 
 def build(result: pl.DataFrame, p: Plan):
-    """The pandas answer Dask would give, from the engine's ``result`` of ``p.lf``."""
+    """The answer Dask would give, from the engine's ``result`` of ``p.lf``: pandas, or cuDF
+    where the metadata is cuDF's."""
     if p.shape == "scalar":
         value = result.item(0, 0) if result.height else None
         return p.pytype(value) if p.pytype is not None and value is not None else _scalar(value, p.meta)
+    if type(p.meta).__module__.partition(".")[0] == "cudf":
+        return _cudf(result, p)
     df = result.to_pandas()
     meta = p.meta
     n = p.index_levels
@@ -117,11 +121,30 @@ def _scalar(value, meta):
     return np.asarray(value).astype(dtype)[()]
 
 
-def to_family(answer, module: str):
-    """``answer`` (pandas) as the family's DataFrame library ``module`` holds it (cuDF)."""
-    if module == "pandas" or not isinstance(answer, (pd.DataFrame, pd.Series)):
-        return answer
-    import importlib
+def _cudf(result: pl.DataFrame, p: Plan):
+    """cuDF's answer from Polars' result through Arrow (cuDF keeps integers with missing values
+    as integers), columns cast to the metadata's dtypes and the index levels set."""
+    import cudf
 
-    lib = importlib.import_module(module)
-    return lib.from_pandas(answer)
+    table = result.to_arrow(compat_level=pl.CompatLevel.oldest())
+    df = cudf.DataFrame.from_arrow(table)
+    meta, n = p.meta, p.index_levels
+    index = None
+    if n:
+        levels = [df.iloc[:, i] for i in range(n)]
+        names = list(meta.index.names)
+        index = (
+            cudf.MultiIndex.from_arrays(levels, names=names)
+            if n > 1
+            else cudf.Index(levels[0], name=names[0])
+        )
+    data = df.iloc[:, n:]
+    if p.shape == "series":
+        s = data.iloc[:, 0].astype(meta.dtype)
+        s.index = index if index is not None else cudf.RangeIndex(len(s))
+        s.name = meta.name
+        return s
+    out = cudf.DataFrame({i: data.iloc[:, i].astype(dt) for i, dt in enumerate(meta.dtypes)})
+    out.columns = meta.columns
+    out.index = index if index is not None else cudf.RangeIndex(len(out))
+    return out

@@ -256,7 +256,12 @@ def as_operand(t: Translator, x) -> Lowered:
 
 
 def _meta(node):
-    return node._meta
+    """A node's metadata as pandas: cuDF's as Arrow-typed pandas (its strings are not objects,
+    and its missing values stay missing, as :func:`_nullable` reads them)."""
+    meta = node._meta
+    if type(meta).__module__.partition(".")[0] == "cudf":
+        return meta.to_pandas(arrow_type=True)
+    return meta
 
 
 def _is_series_meta(meta) -> bool:
@@ -415,8 +420,8 @@ def from_pandas(t: Translator, node) -> Lowered:
         data = data[list(node.operand("columns"))]
     if node.operand("sort"):
         data = data.sort_index()
-    if hasattr(data, "to_arrow") and type(data).__module__.startswith("cudf"):
-        data = data.to_pandas()
+    if type(data).__module__.partition(".")[0] == "cudf":
+        data = data.to_pandas(arrow_type=True)
     frame = data.to_frame() if _is_series_meta(data) else data
     if isinstance(frame.columns, pd.MultiIndex) or not all(isinstance(c, str) for c in frame.columns):
         raise Untranslatable("from_pandas", "column labels that are not all text")
@@ -1236,7 +1241,7 @@ def _join_side(x: Frame, on, by_index: bool, side: str):
 
 
 def _key_types(node, on, by_index):
-    meta = node._meta
+    meta = _meta(node)
     if by_index:
         idx = meta.index
         return [idx.get_level_values(i).dtype for i in range(idx.nlevels)]
@@ -1376,7 +1381,7 @@ def groupby(t: Translator, node) -> Lowered:
             keys.append((b, x.expr_of(b)))
     key_labels = [k for k, _ in keys]
     meta = _meta(node)
-    fmeta = frame_node._meta
+    fmeta = _meta(frame_node)
     kinds = {lab: _dtype_kind(dt) for lab, dt in fmeta.dtypes.items()}
     sl = params.get("_slice")
     named = [b for b in by if not _is_expr(b)]

@@ -1,7 +1,7 @@
 """Where translated plans run: Polars' streaming engine in this process (:func:`on_cpu`),
 cudf-polars in a task on the session's GPU worker (:func:`on_gpu_worker`), or cudf-polars'
 ``DaskEngine`` over the session's GPU workers (:class:`GpuWorkers`). Each returns Dask's
-answers (:func:`gpuscale.engines.answer.build`) in the family's DataFrame library."""
+answers (:func:`gpuscale.engines.answer.build`), in the library of the collection's metadata."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ _GPU_ENGINE: list = []
 """The GPU engine of this worker process, made by its first plan."""
 
 
-def on_gpu_worker(plans: list[answer.Plan], module: str) -> list[Any]:
+def on_gpu_worker(plans: list[answer.Plan]) -> list[Any]:
     """Runs in a task on a GPU worker: the plans collected by cudf-polars (raising where it
-    cannot run one) in the worker's RMM memory, answers in ``module`` (cuDF)."""
+    cannot run one) in the worker's RMM memory; the answers in the metadata's library (cuDF)."""
     if not _GPU_ENGINE:
         options: dict[str, Any] = {"raise_on_fail": True}
         with contextlib.suppress(ImportError):
@@ -35,7 +35,7 @@ def on_gpu_worker(plans: list[answer.Plan], module: str) -> list[Any]:
             options["memory_resource"] = rmm.mr.get_current_device_resource()
         _GPU_ENGINE.append(pl.GPUEngine(**options))
     engine = _GPU_ENGINE[0]
-    return [answer.to_family(answer.build(p.lf.collect(engine=engine), p), module) for p in plans]
+    return [answer.build(p.lf.collect(engine=engine), p) for p in plans]
 
 
 class GpuWorkers:
@@ -46,7 +46,7 @@ class GpuWorkers:
         self.client = client
         self.engine = None
 
-    def collect(self, plans: list[answer.Plan], module: str) -> list[Any]:
+    def collect(self, plans: list[answer.Plan]) -> list[Any]:
         if self.engine is None:
             from cudf_polars.engine.dask import DaskEngine
             from cudf_polars.engine.hardware_binding import HardwareBindingPolicy
@@ -58,7 +58,7 @@ class GpuWorkers:
                     "hardware_binding": HardwareBindingPolicy(enabled=False),
                 },
             )
-        return [answer.to_family(answer.build(p.lf.collect(engine=self.engine), p), module) for p in plans]
+        return [answer.build(p.lf.collect(engine=self.engine), p) for p in plans]
 
     def close(self) -> None:
         if self.engine is not None:

@@ -129,7 +129,7 @@ class Route:
         seconds = None
         if engine_of:
             chosen = [i for i in engine_of]
-            plans = [answer.plan(lowered[i], _pandas(colls[i]._meta)) for i in chosen]
+            plans = [answer.plan(lowered[i], colls[i]._meta) for i in chosen]
             t0 = time.perf_counter()
             try:
                 made = self._run(next(iter(engine_of.values())), plans, how, colls, chosen)
@@ -182,7 +182,6 @@ class Route:
     def _run(self, engine: str, plans: list, how: str, colls: list, chosen: list[int]) -> list:
         from . import run
 
-        module = self.family.dataframe_module
         if engine == "polars":
             answers = run.on_cpu(plans)
             if how == "compute":
@@ -191,7 +190,7 @@ class Route:
 
             return [dd.from_pandas(a, npartitions=1) for a in answers]
         if engine == "polars-gpu":
-            fut = self.client.submit(run.on_gpu_worker, plans, module, pure=False)
+            fut = self.client.submit(run.on_gpu_worker, plans, pure=False)
             if how == "compute":
                 return fut.result()
             import dask.dataframe as dd
@@ -207,7 +206,7 @@ class Route:
             ]
         if self._gpus is None:
             self._gpus = run.GpuWorkers(self.client)
-        answers = self._gpus.collect(plans, module)
+        answers = self._gpus.collect(plans)
         if how == "compute":
             return answers
         import dask.dataframe as dd
@@ -230,7 +229,7 @@ class Route:
         plan_text = reason = None
         try:
             lowered = t.lower(collection.expr)
-            plan_text = answer.plan(lowered, _pandas(collection._meta)).lf.explain()
+            plan_text = answer.plan(lowered, collection._meta).lf.explain()
         except Untranslatable as e:
             reason = str(e)
         except Exception as e:  # noqa: BLE001
@@ -243,6 +242,7 @@ class Route:
             "why": d.rule,
             "source": d.source,
             "reads_bytes": reads,
+            "numbers": dict(d.numbers),
             "plan": plan_text,
         }
 
@@ -250,15 +250,6 @@ class Route:
 def _kind(c) -> str:
     name = type(c).__name__
     return name if name in ("DataFrame", "Series", "Scalar") else "DataFrame"
-
-
-def _pandas(meta):
-    """A collection's metadata as pandas (cuDF's own converts itself)."""
-    mod = type(meta).__module__.partition(".")[0]
-    if mod in ("pandas", "numpy", "builtins"):
-        return meta
-    to_pandas = getattr(meta, "to_pandas", None)
-    return to_pandas() if to_pandas is not None else meta
 
 
 def _one_line(e: BaseException) -> str:

@@ -1,0 +1,103 @@
+"""Under the GPU family a session runs the user's Dask DataFrame collections on cudf-polars, on
+its GPU worker, and answers in cuDF as dask-cudf would; what does not translate, or what
+cudf-polars cannot run, runs on Dask with the reason."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import dask
+import dask.dataframe as dd
+import pandas as pd
+import pytest
+
+import gpuscale
+from gpuscale import machine
+
+pytestmark = pytest.mark.gpu
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflows"))
+import queries  # noqa: E402
+from queries import tpch  # noqa: E402
+from test_engines import LEFT, ORDERED, SNIPPETS, _dask_answer, _same  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def gpu_session():
+    with gpuscale.session(backend="gpu") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def tpch_data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tpch")
+    tpch.make(folder, 0.01)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    from test_engines import RIGHT
+
+    root = tmp_path_factory.mktemp("tables")
+    out = {}
+    for name, frame in (("left", LEFT), ("right", RIGHT)):
+        (root / name).mkdir()
+        for i in range(0, len(frame), 4):
+            frame.iloc[i : i + 4].to_parquet(root / name / f"part.{i // 4}.parquet", index=False)
+        out[name] = str(root / name)
+    return out
+
+
+@pytest.mark.parametrize("q", [q.name for q in tpch.QUERIES])
+def test_every_tpch_query_runs_on_cudf_polars_on_the_gpu_worker(gpu_session, tpch_data, q):
+    (query,) = [x for x in tpch.QUERIES if x.name == q]
+    before = len(gpu_session.queries)
+    out = query.dask({t: dd.read_parquet(queries.table_path(tpch_data, t)) for t in tpch.TABLES})
+    got = out.compute()
+    assert type(got).__module__.partition(".")[0] in ("cudf", "numpy", "builtins"), type(got)
+    want = query.reference({t: pd.read_parquet(queries.table_path(tpch_data, t)) for t in tpch.TABLES})
+    assert queries.same_answer(got, queries.to_pandas(want)) is None
+    engines = [(e["engine"], e["rule_id"]) for e in gpu_session.queries[before:]]
+    assert engines == [("polars-gpu", "engine.polars-gpu")], engines
+
+
+@pytest.mark.parametrize("name", list(SNIPPETS))
+def test_a_translated_collection_gives_dask_cudfs_answer(gpu_session, files, name):
+    def make():
+        return SNIPPETS[name](dd.read_parquet(files["left"]), dd.read_parquet(files["right"]))
+
+    coll = make()
+    before = len(gpu_session.queries)
+    got = coll.compute()
+    want = _dask_answer(make)
+    (q,) = gpu_session.queries[before:]
+    assert q["engine"] == "polars-gpu", q
+    if hasattr(want, "to_pandas"):
+        assert type(got) is type(want)
+        got, want = got.to_pandas(), want.to_pandas()
+    _same(got, want, name in ORDERED)
+
+
+def test_what_does_not_translate_runs_on_dask_in_cudf(gpu_session, files):
+    df = dd.read_parquet(files["left"])
+    got = df.groupby("g").y.apply(lambda s: s.sum() * 2, meta=("y", "int64")).compute()
+    assert type(got).__module__.startswith("cudf")
+    assert gpu_session.queries[-1]["rule_id"] == "engine.untranslatable"
+
+
+def test_explain_under_the_gpu_family_names_cudf_polars(gpu_session, files):
+    df = dd.read_parquet(files["left"])
+    e = gpu_session.explain(df[df.x > 2].groupby("g").y.sum())
+    assert (e["engine"], e["rule_id"]) == ("polars-gpu", "engine.polars-gpu")
+    assert e["numbers"]["capacity_bytes"] == sum(g["memory_bytes"] for g in machine.gpus())
+
+
+def test_a_persisted_translated_frame_stays_on_the_gpu_worker(gpu_session, files):
+    df = dd.read_parquet(files["left"])
+    p = df[df.x > 2].persist()
+    assert dask.is_dask_collection(p) and gpu_session.queries[-1]["engine"] == "polars-gpu"
+    got = p.y.compute()
+    assert sorted(got.to_pandas().tolist()) == sorted(LEFT[LEFT.x > 2].y.tolist())
