@@ -10,8 +10,9 @@
 #   bash workflows/gpu_acceptance.sh trace OUTDIR     # svd --trace over tcp and ucx on 2 GPUs, then trace compare
 #   bash workflows/gpu_acceptance.sh queries OUTDIR [rest rounds 1e8 protocol]  # the user queries on one GPU
 #   bash workflows/gpu_acceptance.sh two-gpus OUTDIR [wire peer runs queries queries-1e8]  # 2 GPUs against 1
+#   bash workflows/gpu_acceptance.sh engines OUTDIR [tests multi single dask]  # the engine route, TPC-H SF10
 set -uo pipefail
-stage=${1:?stage: matrix | tests | compare | bench | library | trace | queries | two-gpus}
+stage=${1:?stage: matrix | tests | compare | bench | library | trace | queries | two-gpus | engines}
 out=${2:?output folder}
 shift 2
 mkdir -p "$out"
@@ -119,6 +120,41 @@ case "$stage" in
         *) echo "unknown part $part: rest, rounds, 1e8 or protocol" >&2; exit 2 ;;
       esac
     done
+    exit $rc ;;
+  engines)
+    # The engine route on TPC-H SF10 as tpchgen-cli writes it, every part resuming from
+    # OUTDIR/engines-sf10.json (run it in the background over several calls): tests = the GPU
+    # tests of the route; multi = every side but plain Dask on several files per table; single =
+    # the GPU session on its engine and on Dask on one file per table (the same rows: pandas'
+    # answers are copied); dask = plain Dask on the CPU, one warm-up and one timed run.
+    [ $# -gt 0 ] || set -- tests multi single dask
+    rc=0
+    j=(--json "$out/engines-sf10.json" --resume "$out/engines-sf10.json")
+    q=(workflows/user_queries.py --suites tpch --tpch-scale 10 --data /tmp/qdata --max-time 4 --hang-after 300)
+    for part in "$@"; do
+      case "$part" in
+        tests)
+          $py -m pytest -m gpu -p no:cacheprovider -q -rs tests/test_engines_gpu.py 2>&1 | tail -15 \
+            | tee "$out/pytest-engines.txt" ;;
+        multi)
+          $py "${q[@]}" --tpch-layouts multi "${j[@]}" --reference-jobs 3 \
+            --sides gpuscale-gpu,polars-gpu,duckdb,polars-cpu,gpuscale-cpu,gpuscale-gpu:engine=dask \
+            2>"$out/engines-multi.err" || rc=1 ;;
+        single)
+          mkdir -p /tmp/qdata/tpch-10-single
+          cp -n /tmp/qdata/tpch-10/answer-*.parquet /tmp/qdata/tpch-10-single/ 2>/dev/null
+          $py "${q[@]}" --tpch-layouts single "${j[@]}" --sides gpuscale-gpu:engine=dask,gpuscale-gpu \
+            2>"$out/engines-single.err" || rc=1 ;;
+        dask)
+          $py "${q[@]}" --tpch-layouts multi "${j[@]}" --sides dask-cpu --repeat 1 --max-time 1 \
+            2>"$out/engines-dask.err" || rc=1 ;;
+        *) echo "unknown part $part: tests, multi, single or dask" >&2; exit 2 ;;
+      esac
+    done
+    $py workflows/user_queries.py --suites tpch --tpch-scale 10 --tpch-layouts multi,single --data /tmp/qdata \
+      --sides gpuscale-gpu,polars-gpu,duckdb,polars-cpu,gpuscale-cpu,gpuscale-gpu:engine=dask,dask-cpu \
+      --resume "$out/engines-sf10.json" --print-only > "$out/engines-tables.txt" 2>/dev/null
+    cat "$out/engines-tables.txt"
     exit $rc ;;
   two-gpus)
     # GPU 0 -> 1 layer by layer against the wire; svd weak scaling 1 -> 2 GPUs and one block

@@ -708,11 +708,22 @@ def main(argv=None) -> int:
         "of its own (a query no side answers costs none; the making is then in that check's check_s)",
     )
     ap.add_argument(
+        "--print-only",
+        action="store_true",
+        help="print the tables of --resume JSON, make and time nothing",
+    )
+    ap.add_argument(
         "--prepare-only",
         action="store_true",
         help="make the data sets and pandas' answers in --data, time nothing",
     )
     args = ap.parse_args(argv)
+    if args.print_only:
+        if not args.resume or not pathlib.Path(args.resume).exists():
+            harness.usage_error("--print-only needs --resume JSON, a file of an earlier run")
+        text, ok = tables(harness.load(args.resume, "user_queries"))
+        print(text)
+        return 0 if ok else 3
     with contextlib.ExitStack() as stack:
         if args.data is None:
             args.data = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuscale-queries-"))
