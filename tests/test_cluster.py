@@ -487,7 +487,7 @@ def test_results_of_user_code_come_straight_from_the_workers_of_a_cluster_starte
     import dask.dataframe as dd
     import pandas as pd
 
-    with gpuscale.session("cpu", workers=2, threads_per_worker=1, gather=gather) as s:
+    with gpuscale.session("cpu", workers=2, threads_per_worker=1, gather=gather, engine="dask") as s:
         s.client.run_on_scheduler(_count_relayed_gathers)
         df = dd.from_pandas(pd.DataFrame({"a": range(10_000)}), npartitions=4)
         assert int((df.a * 2).sum().compute()) == 2 * sum(range(10_000))

@@ -31,7 +31,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflows"))  # before any worker starts: they unpickle the queries' functions
 import queries  # noqa: E402
 
-SESSION = {"workers": 2, "threads_per_worker": 1}
+SESSION = {"workers": 2, "threads_per_worker": 1, "engine": "dask"}
+"""Sessions whose user code runs on Dask: the route the host fallback serves."""
 UNSUPPORTED = "rename,groupby.size,loc"
 
 
@@ -235,8 +236,8 @@ def _query_data(tmp: pathlib.Path):
         folder = tmp / name
         folder.mkdir()
         suite.make(folder, scale)
-        tables = {t: pd.read_parquet(folder / f"{t}.parquet") for t in suite.tables}
-        out.append((suite, {t: str(folder / f"{t}.parquet") for t in suite.tables}, tables))
+        paths = {t: queries.table_path(folder, t) for t in suite.tables}
+        out.append((suite, paths, {t: pd.read_parquet(p) for t, p in paths.items()}))
     return out
 
 

@@ -110,7 +110,7 @@ def test_the_family_decides_what_is_host_native(device):
 # ---------------------------------------------------------------------------------------
 def test_cpu_session_is_a_no_op():
     original = dd.from_pandas
-    with gpuscale.session(backend="cpu", host_collections="strict", **ONE) as s:
+    with gpuscale.session(backend="cpu", host_collections="strict", engine="dask", **ONE) as s:
         assert not hc.installed() and dd.from_pandas is original
         with s.audit() as a:
             ddf = dd.from_pandas(PDF, npartitions=2)

@@ -258,6 +258,7 @@ CONDA = {
     "cupy-cuda13x": "cupy",  # -cuda13x / -cu13: conda picks the CUDA build by cuda-version
     "cudf-cu13": "cudf",
     "dask-cudf-cu13": "dask-cudf",
+    "cudf-polars-cu13": "cudf-polars",
     "rmm-cu13": "rmm",
     "distributed-ucxx-cu13": "distributed-ucxx",
 }

@@ -63,9 +63,8 @@ def build(result: pl.DataFrame, p: Plan):
     if n:
         levels = [_cast(df.iloc[:, i], _index_dtype(meta.index, i)) for i in range(n)]
         names = list(meta.index.names)
-        index = (
-            pd.MultiIndex.from_arrays(levels, names=names) if n > 1 else pd.Index(levels[0], name=names[0])
-        )
+        index = pd.MultiIndex.from_arrays(levels) if n > 1 else pd.Index(levels[0])
+        index.names = names  # a name of None stays None, not the level's column name
     else:
         index = pd.RangeIndex(len(df))
     if p.shape == "series":
@@ -121,6 +120,14 @@ def _scalar(value, meta):
     return np.asarray(value).astype(dtype)[()]
 
 
+def _cudf_cast(col, dtype):
+    """A cuDF column as ``dtype``; text keeps cuDF's own string type, as its partitions hold it
+    (the metadata may name another missing-value flavour of it)."""
+    if pd.api.types.is_string_dtype(dtype) or pd.api.types.is_object_dtype(dtype):
+        return col
+    return col.astype(dtype)
+
+
 def _cudf(result: pl.DataFrame, p: Plan):
     """cuDF's answer from Polars' result through Arrow (cuDF keeps integers with missing values
     as integers), columns cast to the metadata's dtypes and the index levels set."""
@@ -133,18 +140,15 @@ def _cudf(result: pl.DataFrame, p: Plan):
     if n:
         levels = [df.iloc[:, i] for i in range(n)]
         names = list(meta.index.names)
-        index = (
-            cudf.MultiIndex.from_arrays(levels, names=names)
-            if n > 1
-            else cudf.Index(levels[0], name=names[0])
-        )
+        index = cudf.MultiIndex.from_arrays(levels) if n > 1 else cudf.Index(levels[0])
+        index.names = names
     data = df.iloc[:, n:]
     if p.shape == "series":
-        s = data.iloc[:, 0].astype(meta.dtype)
+        s = _cudf_cast(data.iloc[:, 0], meta.dtype)
         s.index = index if index is not None else cudf.RangeIndex(len(s))
         s.name = meta.name
         return s
-    out = cudf.DataFrame({i: data.iloc[:, i].astype(dt) for i, dt in enumerate(meta.dtypes)})
+    out = cudf.DataFrame({i: _cudf_cast(data.iloc[:, i], dt) for i, dt in enumerate(meta.dtypes)})
     out.columns = meta.columns
     out.index = index if index is not None else cudf.RangeIndex(len(out))
     return out

@@ -149,12 +149,21 @@ class Translator:
         return f"__gs{next(self._names)}"
 
 
+def _dask_name(node) -> str:
+    """The name of Dask's class that ``node``'s class is, or derives from (dask-cudf's own
+    expressions derive from Dask's: ``CudfGroupbyAgg`` is a ``GroupbyAggregation``)."""
+    for cls in type(node).__mro__:
+        if cls.__module__.split(".")[0] == "dask":
+            return cls.__name__
+    return type(node).__name__
+
+
 def _is_expr(v) -> bool:
     return hasattr(v, "_name") and hasattr(v, "operands")
 
 
 def _operation(node) -> str:
-    name = type(node).__name__
+    name = _dask_name(node)
     return OPERATIONS.get(name, name)
 
 
@@ -596,7 +605,7 @@ COMPARE = {
 
 
 def binop(t: Translator, node) -> Lowered:
-    name = type(node).__name__
+    name = _dask_name(node)
     a = as_operand(t, t.operand(node, "left"))
     b = as_operand(t, t.operand(node, "right"))
     if isinstance(a, Frame) or isinstance(b, Frame):
@@ -684,7 +693,7 @@ def is_na(t: Translator, node) -> Lowered:
     if not isinstance(x, Column):
         raise Untranslatable("isna", "on a DataFrame")
     e = missing(x.expr, _kind_of(node.operand("frame")))
-    return replace(x, expr=e if type(node).__name__ == "IsNa" else ~e)
+    return replace(x, expr=e if _dask_name(node) == "IsNa" else ~e)
 
 
 def fillna(t: Translator, node) -> Lowered:
@@ -739,16 +748,14 @@ def where(t: Translator, node) -> Lowered:
     cond = as_operand(t, t.operand(node, "cond"))
     other = as_operand(t, t.operand(node, "other"))
     if not isinstance(x, Column) or not isinstance(cond, Column) or isinstance(other, Frame):
-        raise Untranslatable(
-            type(node).__name__.lower(), "only a Series with a Series condition is translated"
-        )
+        raise Untranslatable(_dask_name(node).lower(), "only a Series with a Series condition is translated")
     rows = align(x.rows, cond.rows)
     if isinstance(other, Column):
         rows = align(rows, other.rows)
         o = other.expr
     else:
         rows, o = broadcast(t, rows, other)
-    keep = cond.expr if type(node).__name__ == "Where" else ~cond.expr
+    keep = cond.expr if _dask_name(node) == "Where" else ~cond.expr
     return Column(rows, pl.when(keep).then(x.expr).otherwise(o), x.label, x.index, x.ordered)
 
 
@@ -1102,7 +1109,7 @@ def _plain(e: pl.Expr) -> str:
 def nlargest(t: Translator, node) -> Lowered:
     x = t.lower(node.operand("frame"))
     n, cols = node.operand("n"), node.operand("_columns")
-    largest = type(node).__name__ == "NLargest"
+    largest = _dask_name(node) == "NLargest"
     if isinstance(x, Value):
         raise Untranslatable("nlargest", "of a scalar")
     m = materialize(t, x)
@@ -1119,7 +1126,7 @@ def head(t: Translator, node) -> Lowered:
         raise Untranslatable("head", "of a scalar")
     n = node.operand("n")
     m = materialize(t, x)
-    lf = m.rows.lf.head(n) if type(node).__name__ == "Head" else m.rows.lf.tail(n)
+    lf = m.rows.lf.head(n) if _dask_name(node) == "Head" else m.rows.lf.tail(n)
     return _as(x, Frame(t.rows(lf), m.columns, m.index, m.ordered))
 
 
@@ -1138,9 +1145,7 @@ def drop_duplicates(t: Translator, node) -> Lowered:
     strategy = {"first": "first", "last": "last", False: "none"}[keep]
     lf = m.rows.lf.unique(subset=names, keep=strategy, maintain_order=m.ordered)
     index = m.index
-    if type(node).__name__ == "Unique" or (
-        "ignore_index" in node._parameters and node.operand("ignore_index")
-    ):
+    if _dask_name(node) == "Unique" or ("ignore_index" in node._parameters and node.operand("ignore_index")):
         index = None
     return _as(x, Frame(t.rows(lf), m.columns, index, m.ordered))
 
@@ -1355,7 +1360,7 @@ GROUPBY_FUNCS = {
 
 
 def groupby(t: Translator, node) -> Lowered:
-    name = type(node).__name__
+    name = _dask_name(node)
     frame_node = node.operand("frame")
     x = t.lower(frame_node)
     if not isinstance(x, Frame):
@@ -1446,7 +1451,7 @@ def _agg_pairs(arg, values, sl) -> list[tuple[Any, str]]:
 
 
 def reduction(t: Translator, node) -> Lowered:
-    name = type(node).__name__
+    name = _dask_name(node)
     x = t.lower(node.operand("frame"))
     if not isinstance(x, Column):
         raise Untranslatable(f"{name.lower()} of a DataFrame", "not translated")
@@ -1570,10 +1575,25 @@ def _register() -> None:
     RULES[_expr.MapPartitions] = map_partitions
 
 
+PASSED_THROUGH = ("NoOp",)
+"""Classes of other libraries' expressions that stand for their one operand (dask-cudf wraps
+its reads in a ``NoOp``)."""
+
+
 def _rule_for(node):
+    """The rule of ``node``'s class; for a class of another library (dask-cudf's reads derive
+    from Dask's), of the nearest Dask class it derives from."""
     if not RULES:
         try:
             _register()
         except (ImportError, AttributeError):  # another Dask: nothing is translated
             RULES[type(None)] = None
-    return RULES.get(type(node))
+    own = type(node)
+    if own in RULES or own.__module__.split(".")[0] == "dask":
+        return RULES.get(own)
+    for cls in own.__mro__:
+        if cls in RULES:
+            return RULES[cls]
+        if cls.__name__ in PASSED_THROUGH and "frame" in getattr(cls, "_parameters", ()):
+            return passthrough
+    return None

@@ -27,6 +27,17 @@ _GPU_ENGINE: list = []
 def on_gpu_worker(plans: list[answer.Plan]) -> list[Any]:
     """Runs in a task on a GPU worker: the plans collected by cudf-polars (raising where it
     cannot run one) in the worker's RMM memory; the answers in the metadata's library (cuDF)."""
+    engine = _gpu_engine()
+    return [answer.build(p.lf.collect(engine=engine), p) for p in plans]
+
+
+def warm_gpu_worker() -> None:
+    """Runs in a task on a GPU worker when the session opens: cudf-polars imported and one
+    small plan run, so that the user's first query does not pay for them."""
+    pl.LazyFrame({"a": [1, 2]}).group_by("a").agg(pl.len()).collect(engine=_gpu_engine())
+
+
+def _gpu_engine():
     if not _GPU_ENGINE:
         options: dict[str, Any] = {"raise_on_fail": True}
         with contextlib.suppress(ImportError):
@@ -34,8 +45,7 @@ def on_gpu_worker(plans: list[answer.Plan]) -> list[Any]:
 
             options["memory_resource"] = rmm.mr.get_current_device_resource()
         _GPU_ENGINE.append(pl.GPUEngine(**options))
-    engine = _GPU_ENGINE[0]
-    return [answer.build(p.lf.collect(engine=engine), p) for p in plans]
+    return _GPU_ENGINE[0]
 
 
 class GpuWorkers:

@@ -58,18 +58,29 @@ class Route:
     setting: str
     source: str
     queries: list[Query] = field(default_factory=list)
+    _warming: Any = None
     _gpus: Any = None
     """cudf-polars' ``DaskEngine`` (:class:`gpuscale.engines.run.GpuWorkers`), made when first
     asked."""
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[Route]:
+        self._warming = self._warm()  # kept while the block is open
         try:
             with _dask_compat.computes_through(self):
                 yield self
         finally:
             if self._gpus is not None:
                 self._gpus.close()
+
+    def _warm(self):
+        """The GPU worker's engine made ready in the background as the block opens (a future,
+        kept while the block is open; None where there is nothing to warm)."""
+        if self.setting == "dask" or self.decide(None, None).value != "polars-gpu":
+            return None
+        from . import run
+
+        return self.client.submit(run.warm_gpu_worker, pure=False)
 
     # -- the router ------------------------------------------------------------------
     def __call__(self, how: str, call, args: tuple, kwargs: dict):

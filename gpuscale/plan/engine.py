@@ -36,6 +36,9 @@ class Where:
     capacity_bytes: int | None
     """Memory the engine has for the plan: this machine's available memory (CPU), the GPU's
     (one GPU) or all GPUs' (several); None: unknown."""
+    unavailable: str | None = None
+    """Why the family's engine cannot run here (cudf-polars not installed, a family whose
+    DataFrames are not cuDF); None: it can."""
 
 
 def decide(
@@ -57,6 +60,8 @@ def decide(
     if untranslatable is not None:
         return made("dask", "engine.untranslatable", f"no Polars translation: {untranslatable}")
     forced = setting == "polars"
+    if where.unavailable is not None:
+        return made("dask", "engine.unavailable", where.unavailable)
     if where.kind not in LOCAL_KINDS and not where.on_device:
         if not forced:
             return made(

@@ -662,6 +662,20 @@ class Session:
         return session_html(self)
 
 
+def _engine_unavailable(family) -> str | None:
+    """Why ``family``'s engine for translated DataFrame plans cannot run here; None: it can
+    (Polars for a host family, cudf-polars for one of cuDF DataFrames)."""
+    import importlib.util
+
+    if not family.on_device:
+        return None
+    if family.dataframe_module != "cudf":
+        return f"the {family.name} family's DataFrames are {family.dataframe_module}'s, not cuDF's"
+    if importlib.util.find_spec("cudf_polars") is None:
+        return "cudf-polars is not installed (pip install cudf-polars-cu13)"
+    return None
+
+
 def session_plan(resolved, family) -> tuple[session_knobs.Applied, ...]:
     """The Dask settings a session of ``family`` applies to its block's work, from the resolved
     settings (:func:`gpuscale.backends.session_knobs.plan`; ``explain`` asks the same)."""
