@@ -266,11 +266,22 @@ def as_operand(t: Translator, x) -> Lowered:
 
 def _meta(node):
     """A node's metadata as pandas: cuDF's as Arrow-typed pandas (its strings are not objects,
-    and its missing values stay missing, as :func:`_nullable` reads them)."""
+    and its missing values stay missing, as :func:`_nullable` reads them), converted once per
+    node (:data:`_AS_PANDAS`)."""
     meta = node._meta
-    if type(meta).__module__.partition(".")[0] == "cudf":
-        return meta.to_pandas(arrow_type=True)
-    return meta
+    if type(meta).__module__.partition(".")[0] != "cudf":
+        return meta
+    key = node._name
+    if key not in _AS_PANDAS:
+        if len(_AS_PANDAS) > 4096:
+            _AS_PANDAS.clear()
+        _AS_PANDAS[key] = meta.to_pandas(arrow_type=True)
+    return _AS_PANDAS[key]
+
+
+_AS_PANDAS: dict[str, Any] = {}
+"""cuDF metadata as pandas, by the expression's name (a name is the node's token: the same
+name, the same metadata)."""
 
 
 def _is_series_meta(meta) -> bool:

@@ -170,19 +170,8 @@ class Route:
                     d.rule or "",
                     seconds if i in out else None,
                     reads,
-                    how,
+                    "persist" if how == "persist-one" else how,
                     failed if d.rule_id == "engine.failed" else None,
-                )
-                if how != "persist-one"
-                else Query(
-                    site,
-                    _kind(colls[i]),
-                    d.value,
-                    d.rule_id or "",
-                    d.rule or "",
-                    seconds if i in out else None,
-                    reads,
-                    "persist",
                 )
             )
         return out
