@@ -285,10 +285,16 @@ def test_engine_polars_refuses_a_collection_that_does_not_translate(files):
         assert s.queries[-1]["engine"] == "polars"
 
 
-def test_gpuscale_workloads_keep_their_own_dask_plans(session):
+def test_gpuscale_workloads_keep_their_own_dask_plans_and_their_record_says_so(session, files):
     before = len(session.queries)
     r = session.run("groupby", rows=20_000, keys=50, repeat=1, warmup=0, write=False)
     assert r.valid and session.queries[before:] == []
+    assert (r.info["engine"]["value"], r.info["engine"]["rule_id"]) == ("dask", "engine.workload")
+    assert "generated data" in r.info["engine"]["rule"]
+    df, _ = _tables(files)
+    r = session.run("groupby", data=df, by="g", agg={"y": ["sum"]}, repeat=1, warmup=0, write=False)
+    assert r.valid and session.queries[before:] == []
+    assert r.info["engine"]["rule_id"] == "engine.workload" and "your data" in r.info["engine"]["rule"]
 
 
 LEAVING = """

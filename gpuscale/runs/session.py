@@ -527,6 +527,7 @@ class Session:
                     **written,
                     "dask_log": logs.written(self.dask_log),
                     **results.disturbed_info(outcome.times_s, outcome.disturbed),
+                    "engine": _workload_engine(cls.name, user.source).record(),
                 },
                 repeats=outcome.repeats,
                 memory={
@@ -660,6 +661,20 @@ class Session:
 
     def _repr_html_(self) -> str:
         return session_html(self)
+
+
+def _workload_engine(name: str, source) -> Decision:
+    """The engine of a workload's run (rule ``engine.workload``): its own route's Dask plan,
+    on generated data or yours; the engine route serves the DataFrame code you write."""
+    data = "your data" if source is not None else "generated data"
+    return Decision(
+        "dask",
+        "rule",
+        f"the {name} workload runs its own route's Dask plan on {data}; your own DataFrame "
+        "code in a session runs on the engine route",
+        "engine.workload",
+        documented=True,
+    )
 
 
 def _engine_unavailable(family) -> str | None:
