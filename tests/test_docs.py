@@ -92,6 +92,57 @@ def test_the_site_builds_without_a_warning(built):
         assert (built / f"{page}.html").is_file(), page
 
 
+def fence_problem(text: str) -> str | None:
+    """What is wrong with a page's code fences, naming the line, else None. A block opens with
+    three or more backticks or tildes and the name of its language (```` ```bash ````, or a
+    directive: ```` ```{toctree} ````) and closes with a line of the same character, at least as
+    many, and nothing else. A fence with no language where a block would open is a closing one
+    left over, and an opening one inside a block of the same fence length is one left open
+    before it: either turns the rest of the page inside out."""
+    opened: tuple[str, int, int] | None = None
+    for n, line in enumerate(text.splitlines(), 1):
+        m = re.match(r"^\s*(`{3,}|~{3,})(.*)$", line)
+        if not m:
+            continue
+        fence, rest = m.group(1), m.group(2).strip()
+        if opened is None:
+            if not rest:
+                return f"line {n}: a fence with no language opens a block (a closing fence left over?)"
+            opened = (fence[0], len(fence), n)
+        elif fence[0] == opened[0] and len(fence) >= opened[1] and not rest:
+            opened = None
+        elif fence[0] == opened[0] and len(fence) == opened[1]:
+            return f"line {n}: a block opens inside the block of line {opened[2]} (left open?)"
+    return f"line {opened[2]}: a block never closed" if opened else None
+
+
+def test_the_fence_check_finds_a_block_left_open_or_a_fence_left_over():
+    assert fence_problem("```bash\nx\n```\n\n```python\ny\n```\n") is None
+    assert fence_problem("````md\n```python\ninner\n```\n````\n") is None
+    assert fence_problem("```bash\nx\n```\n\n## Next\n\n```python\ny\n") == "line 7: a block never closed"
+    # a page with a fence lost before its second block (the closing one left over opens a block)
+    lost = "```bash\na\n```\n\ntext\n\nb\n```\n\n## Python\n\n```python\nc\n```\n"
+    assert fence_problem(lost).startswith("line 8: a fence with no language opens a block")
+
+
+def test_every_markdown_page_closes_its_code_blocks():
+    """A block left open turns the rest of the page into code, or (as on the built site) runs the
+    next block's commands into the text; Sphinx does not warn."""
+    pages = [REPO / "README.md", REPO / "workflows" / "README.md"]
+    pages += [p for p in DOCS.rglob("*.md") if "_build" not in p.parts]
+    bad = {str(p.relative_to(REPO)): why for p in pages if (why := fence_problem(p.read_text())) is not None}
+    assert not bad, f"code fences that turn a page inside out: {bad}"
+
+
+def test_no_built_page_shows_a_fence_as_text(built):
+    shown = [
+        str(p.relative_to(built))
+        for p in built.rglob("*.html")
+        if "_static" not in p.parts and "```" in html.unescape(re.sub(r"<[^>]+>", "", p.read_text()))
+    ]
+    assert not shown, f"pages whose text shows a code fence: {shown}"
+
+
 def test_every_page_is_in_a_toctree(built):
     """Sphinx warns about a page outside every toctree too; here: each Markdown page was built."""
     pages = {
