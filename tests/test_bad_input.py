@@ -349,3 +349,29 @@ def test_a_cpu_cluster_that_fails_to_start_does_not_suggest_the_cpu_backend():
     assert "--backend cpu" not in e and "gpuscale cluster show" in e
     gpu_like = spec.model_copy(update={"family": "gpu"})
     assert "or use --backend cpu" in str(start_error(gpu_like, RuntimeError("x")))
+
+
+def test_a_route_given_a_frame_in_memory_says_to_wrap_it():
+    import pandas as pd
+
+    from gpuscale import dataframe
+
+    frame = pd.DataFrame({"key": [1, 2], "x": [1.0, 2.0]})
+    for call in (
+        lambda: dataframe.groupby_agg(frame, "key", {"x": ["max", "mean"]}),
+        lambda: dataframe.merge(frame, frame, on="key"),
+        lambda: dataframe.sort(frame, "x"),
+    ):
+        with pytest.raises(
+            UserError, match=r"takes a Dask DataFrame, got pandas DataFrame; wrap it with dask"
+        ):
+            call()
+
+
+def test_a_run_given_input_points_to_data():
+    import pandas as pd
+
+    with pytest.raises(
+        UserError, match=r"no parameter --input; give your data as data= \(--input on the command"
+    ):
+        gpuscale.run("groupby", backend="cpu", input=pd.DataFrame({"k": [1]}))

@@ -478,3 +478,20 @@ def test_explain_rules_at_80_columns_keep_every_name_whole(cli):
         if e.get("rule"):
             assert name in [ln.strip() for ln in lines], name  # the line that heads its rule
             assert " ".join(e["rule"].split()) in text, name
+
+
+def test_help_shows_a_commands_or_a_workloads_help_and_names_what_exists(cli):
+    p = cli("help", "svd")
+    assert p.returncode == 0 and p.stdout.startswith("Usage: gpuscale run svd [OPTIONS]")
+    assert "--rows" in p.stdout
+    p = cli("help", "results", "compare")
+    assert p.returncode == 0 and p.stdout.startswith("Usage: gpuscale results compare")
+    p = cli("help")
+    assert p.returncode == 0 and "Commands" in p.stdout and "help" in p.stdout
+    p = cli("help", "nope")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1
+    assert p.stderr.startswith("gpuscale: error: no command or workload named 'nope'; commands: ")
+    p = cli("helpp")
+    assert (
+        p.returncode == 2 and p.stderr == "gpuscale: error: No such command 'helpp'; see `gpuscale --help`\n"
+    )

@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "spec, every tuned knob with its value and source (--rules: and the rule behind it), and the "
         "memory headroom.",
     ),
+    "help": ("help:help_cmd", "Help on a command or a workload: `gpuscale help run`, `gpuscale help svd`."),
     "info": ("info:info", "CPU, memory, GPUs and NVLink, optional stacks, backends and versions."),
     "results": (
         "results:results_group",
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"no such option {e.option_name}{hint}; see `{cmd} --help`")
     except click.exceptions.UsageError as e:
         cmd = e.ctx.command_path if e.ctx else "gpuscale"
-        fail(f"{e.format_message()}; see `{cmd} --help`")
+        fail(f"{e.format_message().rstrip('.')}; see `{cmd} --help`")
     except click.exceptions.ClickException as e:
         fail(e.format_message())
     except click.exceptions.Abort:

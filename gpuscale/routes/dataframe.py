@@ -298,6 +298,7 @@ def groupby_agg(
     GroupbyResult
         ``result`` (a Dask DataFrame) and the ``plan`` (:class:`GroupbyDecision`).
     """
+    _dask_frame(df, "groupby_agg")
     by_list = [by] if isinstance(by, str) else list(by)
     plan = plan or choose_groupby(
         df,
@@ -518,10 +519,25 @@ def _one_task(name: str, func, frames, args, meta):
     return frame_of_task(dsk, meta, key, name)
 
 
+def _dask_frame(df, route: str) -> None:
+    """Refuse, in one line, what is not a Dask DataFrame (a pandas or cuDF frame in memory)."""
+    import dask.dataframe as dd
+
+    if not isinstance(df, dd.DataFrame):
+        raise UserError(
+            f"{route} takes a Dask DataFrame, got {type(df).__module__.partition('.')[0]} "
+            f"{type(df).__name__}",
+            "wrap it with dask.dataframe.from_pandas(df, npartitions=N), or read your files with "
+            "dask.dataframe.read_parquet",
+        )
+
+
 def merge(left, right, on, how: str = "inner", shuffle_method: str | None = None) -> FrameRoute:
     """``left.merge(right, on=on, how=how)``, lazy: one task when one single-threaded worker is
     the whole cluster (:func:`one_single_thread_worker`), else Dask's hash join with
     ``shuffle_method``. The result's rows are the same; their order and partitioning are not."""
+    _dask_frame(left, "merge")
+    _dask_frame(right, "merge")
     why = one_single_thread_worker()
     if why:
         meta = _meta_of(_merge_meta, [left._meta, right._meta], on, how)
@@ -539,6 +555,7 @@ def sort(df, by: str, *, index: bool = False, shuffle_method: str | None = None)
     """``df.sort_values(by)`` (``index=True``: ``df.set_index(by)``, sorted), lazy: one task
     and one sorted partition (divisions unknown) when one single-threaded worker is the whole
     cluster, else Dask's own with ``shuffle_method``."""
+    _dask_frame(df, "sort")
     why = one_single_thread_worker()
     if why:
         meta = _meta_of(_sort_meta, [df._meta], by, index)

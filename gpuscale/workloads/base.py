@@ -219,9 +219,10 @@ class Workload:
             field = str(err["loc"][0]) if err["loc"] else "?"
             flag = "--" + field.replace("_", "-")
             if err["type"] == "extra_forbidden":
+                data = "give your data as data= (--input on the command line); " if field == "input" else ""
                 raise UserError(
                     f"workload '{cls.name}' has no parameter {flag}",
-                    f"its parameters: {', '.join(parameter_flags(cls))}",
+                    f"{data}its parameters: {', '.join(parameter_flags(cls))}",
                 ) from None
             msg = err["msg"].removeprefix("Value error, ")
             raise UserError(
