@@ -48,6 +48,7 @@ def bench_cmd(spec, out, as_json):
         "ran": d["ran"],
         "skipped": d["skipped"],
         "failed": d["failed"],
+        "not_here": d["not_here"],
         "with_error": len(bad),
         **d["outputs"],
         "cases": d["cases"],
@@ -55,8 +56,9 @@ def bench_cmd(spec, out, as_json):
     if as_json:
         click.echo(json.dumps(summary, default=str))
     else:
+        here = f", {d['not_here']} not run here (a machine that can runs them)" if d["not_here"] else ""
         click.echo(
-            f"gpuscale bench: {d['ran']} case(s) ran, {d['skipped']} skipped (finished before), "
+            f"gpuscale bench: {d['ran']} case(s) ran, {d['skipped']} skipped (finished before){here}, "
             f"{len(bad)} with an error; report: {d['outputs']['report']}"
         )
     if bad:

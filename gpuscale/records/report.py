@@ -20,9 +20,17 @@ from .fit import FitTable as Table  # every table here fits the terminal without
 from .table import brief_params, varying, workers_of
 
 
-def case_line(i: int, total: int, case: dict[str, Any]) -> str:
-    """One line per bench case: ``[3/12] ok  svd rows=20000 cpu tcp 2w  0.123 s``."""
+def case_line(i: int, total: int, case: dict[str, Any]) -> str | None:
+    """One line per bench case: ``[3/12] ok  svd rows=20000 cpu tcp 2w  0.123 s``; a group of
+    cases that cannot run here is one line, on its first case (None for the others)."""
     status = case.get("status") or "?"
+    if status == "not here":
+        if not case.get("group"):
+            return None
+        return (
+            f"[{i}/{total}] not run here: {case['group']} {case['backend']} {case['protocol']} case(s): "
+            f"{case.get('why', '')}"
+        )
     if status == "ok" and case.get("valid") is False:
         status = "INVALID"
     what = (
@@ -45,8 +53,10 @@ def sweep_progress(description: str, total: int) -> Iterator[Callable[[dict], No
 
         def line(case):
             count[0] += 1
-            sys.stderr.write(case_line(count[0], total, case) + "\n")
-            sys.stderr.flush()
+            text = case_line(count[0], total, case)
+            if text is not None:
+                sys.stderr.write(text + "\n")
+                sys.stderr.flush()
 
         yield line
         return
@@ -65,8 +75,9 @@ def sweep_progress(description: str, total: int) -> Iterator[Callable[[dict], No
 
         def advance(case):
             count[0] += 1
-            if case.get("status") != "skipped":
-                bar.console.print(escape(case_line(count[0], total, case)))
+            text = case_line(count[0], total, case)
+            if case.get("status") != "skipped" and text is not None:
+                bar.console.print(escape(text))
             bar.update(
                 task, advance=1, description=f"{description}: {case['workload']} {case.get('size', '')}"
             )

@@ -130,7 +130,9 @@ def case_row(case: dict[str, Any]) -> dict[str, Any]:
         "estimate_bytes": None,
         "valid": None,
         "record": None,
-        "error": case.get("error") or ("not run yet" if case.get("status") is None else None),
+        "error": case.get("error")
+        or ("not run yet" if case.get("status") is None else None)
+        or (f"not run here: {case.get('why')}" if case.get("status") == "not here" else None),
     }
 
 

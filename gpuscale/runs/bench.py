@@ -250,7 +250,9 @@ def run(
 ) -> dict[str, Any]:
     """Run the sweep of ``spec_path`` into ``out`` (resuming what is there), then write the
     table, charts and report.html. Returns ``{"cases": [...], "ran", "skipped", "failed",
-    "outputs": folder.redraw's answer}``."""
+    "not_here", "outputs": folder.redraw's answer}``: a group of cases whose backend or protocol
+    cannot run on this machine is ``not here`` (each case says why), not failed, and runs on a
+    machine that can (a re-run into the same folder)."""
     spec, cases = load_spec(spec_path)
     out = pathlib.Path(out)
     previous = folder.read_ledger(out) if out.exists() else None
@@ -270,7 +272,7 @@ def run(
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for c in ledger:
         groups.setdefault((c["backend"], c["protocol"], c["workers"], c["collection"]), []).append(c)
-    counts = {"ran": 0, "skipped": 0, "failed": 0}
+    counts = {"ran": 0, "skipped": 0, "failed": 0, "not_here": 0}
     with (progress or _silent)(f"bench {spec.name}", len(ledger)) as advance:
         for (backend, protocol, workers, collection), group in groups.items():
             todo = [c for c in group if not folder.finished(c, out)]
@@ -293,6 +295,17 @@ def _run_group(spec, out, ledger, spec_dict, todo, backend, protocol, workers, c
         folder.write_ledger(out, spec_dict, ledger)
         advance(c)
 
+    where = {"backend": backend, "protocol": protocol, "workers": workers, **spec.cluster}
+    try:
+        session_mod.configure(collection=collection, **where)  # can the family run here at all?
+    except UserError as e:
+        why = (str(e).splitlines() or [""])[0]
+        for i, c in enumerate(todo):
+            c.update(status="not here", error=None, record=None, why=why, group=len(todo) if i == 0 else 0)
+            counts["not_here"] += 1
+            advance(c)
+        folder.write_ledger(out, spec_dict, ledger)
+        return
     try:
         s = session_mod.Session(
             backend=backend,
