@@ -194,3 +194,17 @@ def test_an_empty_results_folder_says_how_to_make_a_record(cli, tmp_path):
     assert p.returncode == 0, p.stderr
     said = " ".join(p.stdout.split())
     assert said == f"no records in {tmp_path / 'empty'} yet (`gpuscale run WORKLOAD` writes one there)"
+
+
+def test_a_run_summary_keeps_each_knob_name_whole_and_says_a_rule_once(cli):
+    """At 80 columns a knob's name is on one line, not cut inside a word, and a rule that chose
+    two knobs is written out once (the second says whose it is)."""
+    p = cli("run", "groupby", "--backend", "cpu", "--rows", "200000", "--keys", "1000", "--repeat", "1",
+            "--warmup", "0", "--workers", "2", "--threads-per-worker", "1", env=NARROW)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    lines = reads_whole(p.stdout)
+    for name in ("groupby_strategy", "split_out", "partitions", "generate / check"):
+        on_a_line(lines, name)
+    assert on_a_line(lines, "split_out").split("│")[2].strip().endswith("(rule: as groupby_strategy)")
+    flat = re.sub(r"[│\s]+", " ", p.stdout)  # the table's cells as one text (wrapped rows joined)
+    assert flat.count("per-worker beat the tree") == 1

@@ -122,8 +122,8 @@ def result_table(r) -> Table:
         show_header=False,
         title_justify="left",
     )
-    t.add_column(style="bold")
-    t.add_column()
+    t.add_column(style="bold", no_wrap=True)  # a knob's name stays whole, not cut inside a word
+    t.add_column(ratio=1)
     valid = (
         "[green]valid[/green]"
         if r.valid
@@ -145,10 +145,8 @@ def result_table(r) -> Table:
             f"{_fmt_s(split['transfer_s'])}, the rest {_fmt_s(split['other_s'])} [dim](graph, scheduling, "
             f"round trips, synchronize; {split['tasks']:.0f} task(s))[/dim]",
         )
-    t.add_row(
-        "start-up / generate / validate",
-        f"{_fmt_s(r.startup_s)} / {_fmt_s(r.generate_s)} / {_fmt_s(r.validate_s)}",
-    )
+    t.add_row("start-up", _fmt_s(r.startup_s))
+    t.add_row("generate / check", f"{_fmt_s(r.generate_s)} / {_fmt_s(r.validate_s)}")
     t.add_row("params", ", ".join(f"{k}={v}" for k, v in r.params.items()))
     if r.data.get("format"):  # the user's own data (--input / data=)
         what = (
@@ -174,12 +172,16 @@ def result_table(r) -> Table:
             t.add_row(f"  {label}", escape(", ".join(r.cluster[key])))
     if r.dashboard_link:
         t.add_row("dashboard", escape(dashboard_text(r)))
+    said: dict[str, str] = {}  # a rule's text -> the first knob it was shown with
     for name, c in r.choices.items():
-        rule = (
-            f"  [dim]({c['source']}: {escape(c['rule'])})[/dim]"
-            if c.get("rule")
-            else f"  [dim]({c['source']})[/dim]"
-        )
+        text = c.get("rule")
+        if text and text in said:
+            rule = f"  [dim]({c['source']}: as {said[text]})[/dim]"
+        elif text:
+            said[text] = name
+            rule = f"  [dim]({c['source']}: {escape(text)})[/dim]"
+        else:
+            rule = f"  [dim]({c['source']})[/dim]"
         t.add_row(f"  {name}", f"{escape(str(c['value']))}{rule}")
     route = r.info.get("route")
     if route:
