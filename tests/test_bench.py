@@ -131,8 +131,10 @@ def test_chart_functions_label_their_axes(sweeps):
         assert "size" in ax.get_xlabel() and "median time" in ax.get_ylabel()
         assert {t.get_text() for t in ax.get_legend().get_texts()} == {"cpu tcp 1w", "cpu tcp 2w"}
         assert sum(len(line.get_xdata()) for line in ax.get_lines()) == 4
-    ax = charts.spread(frame, recs).get_axes()[0]
-    assert ax.get_ylabel().startswith("time per repeat") and ax.get_xlabel() == "case"
+    fig = charts.spread(frame, recs)
+    ax = fig.get_axes()[0]
+    assert ax.get_xlabel().startswith("time per repeat") and ax.get_ylabel() == "case"
+    assert ax.get_xscale() == "log" and fig.get_size_inches()[0] == charts.WIDTH  # a page's width
     assert sum(len(c.get_offsets()) for c in ax.collections if hasattr(c, "get_offsets")) >= 8 * 3
     assert charts.speedup(frame) is None  # one family only
 
@@ -149,10 +151,11 @@ def test_speedup_chart_pairs_host_and_device_families(sweeps):
     fig = charts.speedup(both)
     ax = fig.get_axes()[0]
     assert (
-        ax.get_yscale() == "log" and "speedup" in ax.get_ylabel() and ax.get_xlabel() == "workload and size"
+        ax.get_xscale() == "log" and "speedup" in ax.get_xlabel() and ax.get_ylabel() == "workload and size"
     )
-    labels = [t.get_text() for t in ax.get_xticklabels()]
-    assert sorted(labels) == sorted(f"{w}\n{s}" for w, s in zip(rows["workload"], rows["size"]))
+    top_down = [t.get_text() for t in sorted(ax.get_yticklabels(), key=lambda t: -t.get_position()[1])]
+    assert top_down == [f"{w} {s}" for w, s in zip(rows["workload"], rows["size"])]  # the first on top
+    assert fig.get_size_inches()[0] == charts.WIDTH  # one row a case: it grows down, not across
     # each bar: the fastest CPU case over the fastest GPU case of that size
     for _, r in rows.iterrows():
         cpu = frame[(frame["workload"] == r["workload"]) & (frame["size"] == r["size"])]["median_s"].min()

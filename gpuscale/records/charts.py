@@ -75,27 +75,35 @@ def speedup_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+WIDTH = 7.5
+"""Inches: a chart of one row per case reads at a page's width (825 px at the 110 dpi they are
+saved at); it grows downward, :data:`ROW` per case."""
+ROW = 0.26
+
+
+def _rows_figure(n: int) -> Figure:
+    return _figure(WIDTH, 1.4 + ROW * n)
+
+
 def speedup(frame: pd.DataFrame) -> Figure | None:
     rows = speedup_rows(frame)
     if rows.empty:
         return None
-    fig = _figure(max(6, 0.6 * len(rows) + 2), 4.5)
+    fig = _rows_figure(len(rows))
     ax = fig.add_subplot()
-    xs = range(len(rows))
-    bars = ax.bar(xs, rows["speedup"], color=["tab:green" if s >= 1 else "tab:red" for s in rows["speedup"]])
-    ax.set_yscale("log")
-    ax.axhline(1.0, color="grey", lw=1)
-    ax.set_xticks(
-        list(xs),
-        [f"{w}\n{s}" for w, s in zip(rows["workload"], rows["size"])],
-        rotation=60,
-        ha="right",
-        fontsize=7,
+    ys = list(range(len(rows)))[::-1]  # the first case on top
+    bars = ax.barh(ys, rows["speedup"], color=["tab:green" if s >= 1 else "tab:red" for s in rows["speedup"]])
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="grey", lw=1)
+    ax.set_yticks(ys, [f"{w} {s}" for w, s in zip(rows["workload"], rows["size"])], fontsize=7)
+    ax.bar_label(
+        bars, labels=[f"{s:.0f}x" if s >= 10 else f"{s:.2g}x" for s in rows["speedup"]], fontsize=7, padding=2
     )
-    ax.bar_label(bars, labels=[f"{s:.2g}x" for s in rows["speedup"]], fontsize=7)
-    ax.set_xlabel("workload and size")
-    ax.set_ylabel(f"speedup ({rows['host'].iloc[0]} median / {rows['device'].iloc[0]} median)")
-    ax.set_title("speedup per workload (log scale; above 1: the device family is faster)")
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.set_ylabel("workload and size")
+    ax.set_xlabel(f"speedup ({rows['host'].iloc[0]} median / {rows['device'].iloc[0]} median, log scale)")
+    ax.set_title("speedup per workload (right of 1: the device family is faster)", fontsize=10)
+    ax.margins(x=0.12)
     return fig
 
 
@@ -140,25 +148,25 @@ def spread(frame: pd.DataFrame, records: list) -> Figure | None:
     cases = [(row, r) for row, r in cases if r is not None]
     if not cases:
         return None
-    fig = _figure(max(6, 0.45 * len(cases) + 2), 4.5)
+    fig = _rows_figure(len(cases))
     ax = fig.add_subplot()
-    for i, (_, r) in enumerate(cases):
-        ax.scatter([i] * len(r.times_s), r.times_s, s=12, color="tab:blue", alpha=0.7)
-        ax.hlines(r.median_s, i - 0.3, i + 0.3, color="black")
-    ax.set_yscale("log")
-    ax.set_xticks(
-        range(len(cases)),
+    ys = list(range(len(cases)))[::-1]  # the first case on top
+    for y, (_, r) in zip(ys, cases):
+        ax.scatter(r.times_s, [y] * len(r.times_s), s=12, color="tab:blue", alpha=0.7)
+        ax.vlines(r.median_s, y - 0.3, y + 0.3, color="black")
+    ax.set_xscale("log")
+    ax.set_yticks(
+        ys,
         [
-            f"{row['workload']} {row['size']}\n{row['backend']} {row['protocol']} {row['workers']}w"
+            f"{row['workload']} {row['size']} {row['backend']} {row['protocol']} {row['workers']}w"
             for row, _ in cases
         ],
-        rotation=60,
-        ha="right",
         fontsize=7,
     )
-    ax.set_xlabel("case")
-    ax.set_ylabel("time per repeat (s); bar: median")
-    ax.set_title("per-repeat spread")
+    ax.set_ylim(-0.6, len(cases) - 0.4)
+    ax.set_ylabel("case")
+    ax.set_xlabel("time per repeat (s, log scale); bar: median")
+    ax.set_title("per-repeat spread", fontsize=10)
     return fig
 
 
