@@ -170,7 +170,8 @@ def test_a_record_is_never_written_through_a_link(open_folder, cli):
     )
     assert_one_error_line(p, f"{folder / 'out.npy'} is a symbolic link", "uid 65534")
     assert canary.read_text() == "canary\n" and not (folder / "res").exists()
-    res = folder / "res"
+    res = pathlib.Path(tempfile.mkdtemp(prefix="gpuscale-own-")) / "res"  # a folder of root's own
+    res.parent.chmod(0o755)
     p = cli(
         "run",
         "svd",
@@ -194,6 +195,7 @@ def test_a_record_is_never_written_through_a_link(open_folder, cli):
     as_nobody("ln", "-s", canary, res / "report.html")
     assert_one_error_line(cli("results", "chart", res), f"report {res / 'report.html'} is a symbolic link")
     assert canary.read_text() == "canary\n"
+    res.chmod(0o755)
     as_nobody("mkdir", folder / "empty")
     as_nobody("ln", "-s", folder / "empty", folder / "trace")
     p = cli(
@@ -221,6 +223,72 @@ def test_a_record_is_never_written_through_a_link(open_folder, cli):
         cli("run", "svd", "--backend", "cpu", "--trace", folder / "empty"),
         f"trace dir {folder / 'empty'} belongs to uid 65534",
     )
+
+
+def _run_into(cli, *flags, cwd=None):
+    return cli("run", "svd", "--backend", "cpu", "--workers", "1", "--rows", "2000", "--cols", "5",
+               "--repeat", "1", "--warmup", "0", *flags, cwd=cwd)  # fmt: skip
+
+
+def test_records_are_never_written_through_another_users_link_or_folder(shared, open_folder, cli):
+    """Another user plants links where root's records and logs would go, or owns the folder:
+    root's run refuses in one line, before any cluster starts, and nothing is written there."""
+    private = pathlib.Path(tempfile.mkdtemp(prefix="gpuscale-private-"))
+    private.chmod(0o700)
+    (private / "secret").write_text("secret\n")
+    as_nobody("ln", "-s", private, shared / "res")  # --results-dir through a planted link
+    p = _run_into(cli, "--results-dir", shared / "res")
+    assert_one_error_line(p, f"results dir {shared / 'res'} is a symbolic link", "uid 65534", "never writes")
+    as_nobody("ln", "-s", private, shared / "gpuscale-results")  # the default folder, planted
+    p = _run_into(cli, cwd=shared)
+    assert_one_error_line(p, f"results dir {shared / 'gpuscale-results'} is a symbolic link", "uid 65534")
+    as_nobody("mkdir", shared / "theirs")  # a folder the other user owns and can write
+    p = _run_into(cli, "--results-dir", shared / "theirs")
+    assert_one_error_line(p, f"results dir {shared / 'theirs'} belongs to uid 65534")
+    assert not list((shared / "theirs").iterdir())
+    folder, _ = open_folder  # a folder anyone may change (0777, no sticky bit): nothing goes under it
+    p = _run_into(cli, "--results-dir", folder / "res")
+    assert_one_error_line(p, f"results dir {folder} is writable by every user, without the sticky bit")
+    assert not (folder / "res").exists()
+    mine = shared / "mine"  # root's own folder, but its logs/ planted by the other user first
+    mine.mkdir()
+    mine.chmod(0o1777)
+    as_nobody("ln", "-s", private, mine / "logs")
+    p = _run_into(cli, "--results-dir", mine)
+    assert_one_error_line(p, f"log folder {mine / 'logs'} is a symbolic link", "uid 65534")
+    assert sorted(f.name for f in private.iterdir()) == ["secret"]  # nothing written in root's folder
+    assert (private / "secret").read_text() == "secret\n"
+    shutil.rmtree(private)
+
+
+def test_a_log_file_planted_as_a_link_is_not_followed(tmp_path):
+    """The log handler opens its file never through a link: a link another user planted at its
+    name leaves the target as it was, and one line says the lines are not kept."""
+    from gpuscale.cluster import logs
+
+    folder = tmp_path / "res" / "logs"
+    folder.mkdir(parents=True)
+    target = tmp_path / "root-only"
+    target.write_text("root\n")
+    target.chmod(0o600)
+    planted = folder / "20261129T000000-1.log"
+    os.symlink(target, planted)
+    code = (
+        "import logging, pathlib, sys\n"
+        "from gpuscale.cluster import logs\n"
+        f"restore = logs.to_file(pathlib.Path({str(planted)!r}))\n"
+        "logging.getLogger('distributed').warning('a line')\n"
+        "logging.getLogger('distributed').warning('another')\n"
+        "restore()\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert target.read_text() == "root\n"
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("gpuscale: Dask's log lines are not kept: log file "), (
+        lines
+    )
+    assert logs.LOGGERS
 
 
 # ---------------------------------------------------------------------------------------

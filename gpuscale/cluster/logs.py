@@ -23,16 +23,39 @@ class _ErrorsOnly(logging.Filter):
 
 
 class _LazyFile(logging.FileHandler):
-    """A file handler that makes the file's folder and opens it (appending) at the first line."""
+    """A file handler that makes the file's folder and opens it (appending) at the first line:
+    the folder one of this user's that no other user can change, the file opened never through
+    a link and never another user's (:func:`gpuscale.records.atomic.own_folder`, ``own_file``).
+    Where it cannot be, the lines are dropped and one line on stderr says why."""
 
     def __init__(self, path: pathlib.Path):
         super().__init__(path, mode="a", encoding="utf-8", delay=True)
         self.setLevel(logging.WARNING)
         self.setFormatter(logging.Formatter(FORMAT))
+        self.refused: str | None = None
 
     def _open(self):
-        pathlib.Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
-        return super()._open()
+        import os
+
+        from ..records import atomic
+
+        path = pathlib.Path(self.baseFilename)
+        atomic.own_folder(path.parent, "log folder")
+        fd = atomic.own_file(path, "log file", append=True)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "a", encoding="utf-8")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.refused is not None:
+            return
+        try:
+            if self.stream is None:
+                self.stream = self._open()
+        except (OSError, ValueError) as e:  # a link or another user's file or folder: no lines kept
+            self.refused = " ".join(str(e).split())
+            sys.stderr.write(f"gpuscale: Dask's log lines are not kept: {self.refused}\n")
+            return
+        logging.StreamHandler.emit(self, record)
 
 
 def _stderr_handlers(log: logging.Logger) -> list[logging.Handler]:
@@ -85,12 +108,18 @@ def kept_off_stderr(path: str | pathlib.Path | None) -> Iterator[None]:
 
 
 def path_under(results_dir: str | pathlib.Path) -> pathlib.Path:
-    """The log file of a session opened now: ``RESULTS_DIR/logs/<UTC time>-<pid>.log``."""
+    """The log file of a session opened now: ``RESULTS_DIR/logs/<UTC time>-<pid>.log``; refused
+    (UserError) where its folder, as far as it exists, is another user's link or folder
+    (:func:`gpuscale.records.atomic.own_folder`; nothing is made here)."""
     import datetime
     import os
 
+    from ..records import atomic
+
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
-    return (pathlib.Path(results_dir).expanduser() / "logs" / f"{stamp}-{os.getpid()}.log").resolve()
+    atomic.own_folder(results_dir, "results dir", create=False)
+    folder = atomic.own_folder(pathlib.Path(results_dir) / "logs", "log folder", create=False)
+    return folder / f"{stamp}-{os.getpid()}.log"
 
 
 def written(path: pathlib.Path | None) -> str | None:

@@ -76,12 +76,67 @@ def check_target(path: str | os.PathLike, what: str = "file", folder: bool = Fal
         raise refused
 
 
-def own_file(path: str | os.PathLike, what: str = "file") -> int:
-    """A descriptor open for reading and writing on ``path``, created (mode 0600) if absent:
-    never through a link (``O_NOFOLLOW``), and never another user's file, a hard link or a
-    special file (UserError naming ``what``). The caller closes it."""
+FOLDER_FIX = (
+    "gpuscale writes records and logs only in folders of yours that no other user can change: "
+    "remove the link or pick such a folder (e.g. --results-dir under your home)"
+)
+
+
+def own_folder(path: str | os.PathLike, what: str = "folder", create: bool = True) -> pathlib.Path:
+    """``path`` (absolute, ``~`` expanded) as a folder of this user's, made where missing (0777
+    less the umask, one level at a time). Refused in one line (UserError naming ``what``): a
+    link on the way that another user made (root's and yours are followed, and what they lead
+    to is checked the same way); the folder itself owned by another user (root aside); it or one
+    above it writable by every user without the sticky bit (anyone could swap what gpuscale
+    writes there)."""
+    p = pathlib.Path(path).expanduser().absolute()
+    me = os.geteuid()
+    cur = pathlib.Path(p.anchor)
+    for i, part in enumerate(p.parts[1:], 1):
+        cur = cur / part
+        last = i == len(p.parts) - 1
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            if not create:
+                return p
+            with contextlib.suppress(FileExistsError):  # another process (or user) made it first
+                os.mkdir(cur)
+            st = os.lstat(cur)
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in (me, 0):
+                raise _refusal(cur, what, st) or UserError(f"{what} {cur} is a link", FOLDER_FIX)
+            target = pathlib.Path(os.path.realpath(cur))
+            rest = pathlib.Path(*p.parts[i + 1 :]) if not last else None
+            own_folder(target if rest is None else target / rest, what, create)
+            return p
+        if not stat.S_ISDIR(st.st_mode):
+            raise UserError(f"{what} {cur} is not a folder", "pass a folder")
+        _check_folder(cur, st, me, what, last)
+    return p
+
+
+def _check_folder(path: pathlib.Path, st: os.stat_result, me: int, what: str, last: bool) -> None:
+    if last and st.st_uid not in (me, 0):
+        raise UserError(
+            f"{what} {path} belongs to uid {st.st_uid}, not to you (uid {me}): they can change what is in it",
+            FOLDER_FIX,
+        )
+    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+        raise UserError(
+            f"{what} {path} is writable by every user, without the sticky bit (mode {st.st_mode & 0o7777:o})",
+            FOLDER_FIX,
+        )
+
+
+def own_file(path: str | os.PathLike, what: str = "file", append: bool = False) -> int:
+    """A descriptor open for reading and writing on ``path`` (``append``: every write at its
+    end, as other processes append to it too), created (mode 0600) if absent: never through a
+    link (``O_NOFOLLOW``), and never another user's file, a hard link or a special file
+    (UserError naming ``what``). The caller closes it."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+        fd = os.open(path, flags | (os.O_APPEND if append else 0), 0o600)
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.EACCES, errno.EPERM, errno.ENXIO):
             check_target(path, what)  # names the link or the owner

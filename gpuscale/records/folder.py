@@ -52,8 +52,7 @@ def read_ledger(out: str | os.PathLike) -> dict[str, Any] | None:
 
 def write_ledger(out: str | os.PathLike, spec: dict[str, Any], cases: list[dict[str, Any]]) -> pathlib.Path:
     """Write the ledger atomically (a run cut short keeps every case it finished)."""
-    d = pathlib.Path(out)
-    d.mkdir(parents=True, exist_ok=True)
+    d = atomic.own_folder(out, "bench folder")
     body = json.dumps(
         {"schema": LEDGER_SCHEMA, "schema_version": LEDGER_VERSION, "spec": spec, "cases": cases},
         indent=1,

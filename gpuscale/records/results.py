@@ -207,13 +207,13 @@ many repeats make it larger)."""
 def check_writable(results_dir: str | os.PathLike) -> pathlib.Path:
     """Fail before any work starts if records cannot be written there: not writable, or less
     than :data:`RECORD_SPACE_BYTES` free."""
-    d = pathlib.Path(results_dir).expanduser()
     try:
-        d.mkdir(parents=True, exist_ok=True)
+        d = atomic.own_folder(results_dir, "results dir")  # never through another user's link or folder
         with tempfile.NamedTemporaryFile(dir=d, prefix=".gpuscale-probe-"):
             pass
         free = shutil.disk_usage(d).free
     except OSError as e:
+        d = pathlib.Path(results_dir).expanduser()
         raise UserError(
             f"results dir '{d}' is not writable ({e.strerror or e})",
             "pass --results-dir to a writable folder",
@@ -237,7 +237,7 @@ def write(result: Result, results_dir: str | os.PathLike) -> pathlib.Path:
     final = d / name
     result.path = str(final)
     try:
-        d.mkdir(parents=True, exist_ok=True)
+        atomic.own_folder(d, "results dir")  # as checked before the run: it may have changed since
         with atomic.written(final, text=True) as (f, _):  # never over a file
             f.write(result.model_copy(update={"dashboard_link_live": link_live_after_run(result)}).to_json())
     except (OSError, UserError) as e:  # UserError: a link or another user's file where it goes
