@@ -409,3 +409,16 @@ def test_cases_a_machine_cannot_run_are_one_line_and_run_on_one_that_can(cli, tm
     ledger = folder.read_ledger(tmp_path / "b")["cases"]
     assert sorted(c["status"] for c in ledger) == ["not here"] * 3 + ["ok"] * 3
     assert not any(folder.finished(c, tmp_path / "b") for c in ledger if c["backend"] == "gpu")
+
+
+@pytest.mark.parametrize("name", ["../../../../tmp/escape", "a/b", "..", "/abs", ".hidden", "x" * 81])
+def test_a_spec_name_is_a_name_not_a_path(cli, tmp_path, name):
+    """The name picks the default folder bench-NAME in the working folder: a name from a file
+    never points outside it."""
+    (tmp_path / "s.yaml").write_text(
+        f"name: {json.dumps(name)}\nworkloads: {{transpose_sum: {{sizes: [{{n: 100}}]}}}}\n"
+    )
+    p = cli("bench", "s.yaml")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("gpuscale: error: s.yaml: name: must be a name of letters, digits")
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["s.yaml"]  # nothing written, anywhere near

@@ -71,6 +71,20 @@ class Spec(BaseModel):
     def _repeat(cls, v):
         return config.repeat_value(v)
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        """A name, not a path: it names the default bench folder (``bench-NAME``) in the
+        working folder, which a name from a file must not leave."""
+        import re
+
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}", v) or ".." in v:
+            raise ValueError(
+                "must be a name of letters, digits, '.', '_' and '-' (no '/' or '..'), at most 80 "
+                "characters: it names the default folder bench-NAME"
+            )
+        return v
+
 
 SWEEP_SETS = ("results_dir", "strict_backend", "in_cluster")
 """Run keywords the sweep sets itself: its records go under ``--out``, a case's family is the
@@ -105,7 +119,7 @@ def _spec_error(path: str, e: ValidationError) -> UserError:
             f"{path}: the key '{where}' is missing", "e.g. workloads: {svd: {sizes: [{rows: 20000}]}}"
         )
     return UserError(
-        f"{path}: {where}: {err['msg']} (got {shown(err.get('input'))})",
+        f"{path}: {where}: {err['msg'].removeprefix('Value error, ')} (got {shown(err.get('input'))})",
         "see the spec format in gpuscale/runs/bench.py or workflows/tiny.yaml",
     )
 
