@@ -64,11 +64,29 @@ def _user(uid: int) -> str:
         return "no such user"
 
 
-def read_trusted(path: str | os.PathLike, what: str, trusted: bool) -> bytes:
-    """The content of ``path`` (``what`` names it), checked and read through one open file.
-    Unless ``trusted``, a file another user can change is a UserError naming the flag;
-    ``FileNotFoundError`` / ``PermissionError`` propagate."""
-    with open(path, "rb") as f:
+def open_regular(path: str | os.PathLike, what: str):
+    """``path`` open for reading (a binary file object) when it is a regular file: a FIFO does
+    not block the open (``O_NONBLOCK``), and it, a device (a link to ``/dev/zero``) or a folder
+    is a UserError naming ``what``; ``FileNotFoundError`` / ``PermissionError`` propagate."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"))
+        kind = next((name for test, name in kinds if test(st.st_mode)), "a device")
+        raise UserError(f"{what} {path} is {kind}, not a file", f"give a {what} that is a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_trusted(path: str | os.PathLike, what: str, trusted: bool, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The content of ``path`` (``what`` names it), checked and read through one open file: a
+    regular file (:func:`open_regular`) of at most ``limit`` bytes. Unless ``trusted``, a file
+    another user can change is a UserError naming the flag; ``FileNotFoundError`` /
+    ``PermissionError`` propagate."""
+    with open_regular(path, what) as f:
         why = None if trusted else who_else_can_change(path, os.fstat(f.fileno()))
         if why:
             raise UserError(
@@ -77,7 +95,7 @@ def read_trusted(path: str | os.PathLike, what: str, trusted: bool) -> bytes:
                 f"use a {what} of your own, or pass {TRUST_FLAG} (setting {TRUST_SETTING}: "
                 "true) if you trust whoever can write it",
             )
-        return f.read()
+        return _bounded(f, path, what, limit)
 
 
 def warn_if_others_can_change(path: str | os.PathLike, what: str, *, folder: bool = False) -> None:
@@ -100,17 +118,21 @@ def warn_if_others_can_change(path: str | os.PathLike, what: str, *, folder: boo
 
 
 def read_bounded(path: str | os.PathLike, what: str, limit: int = MAX_INPUT_BYTES) -> str:
-    """The text of ``path``, refused in one line when it is larger than ``limit`` bytes
-    (checked on the open file, before reading it)."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        data = f.read(limit + 1)
+    """The text of ``path``, a regular file (:func:`open_regular`), refused in one line when it
+    is larger than ``limit`` bytes (checked on the open file, before reading it)."""
+    with open_regular(path, what) as f:
+        return _bounded(f, path, what, limit).decode("utf-8", errors="replace")
+
+
+def _bounded(f, path, what: str, limit: int) -> bytes:
+    size = os.fstat(f.fileno()).st_size
+    data = f.read(limit + 1)
     if size > limit or len(data) > limit:
         raise UserError(
             f"{what} {path} is {max(size, len(data)):,} bytes, more than the {limit:,} gpuscale reads",
             f"give a {what} of at most {limit >> 10} KiB",
         )
-    return data.decode("utf-8", errors="replace")
+    return data
 
 
 def load_yaml(text: str, what: str, limit: int = MAX_YAML_VALUES) -> Any:

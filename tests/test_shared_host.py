@@ -565,3 +565,25 @@ def test_cluster_up_warns_of_a_folder_others_can_write(open_folder):
         assert "--trust-cluster-files" in warnings[0]
     finally:
         up.kill_group()
+
+
+def test_special_files_named_like_records_or_scheduler_files_are_refused_not_read(cli, tmp_path):
+    """A FIFO named x.json in a results folder does not hang `results list`, a link to /dev/zero
+    named zero.json does not fill its memory; both are skipped beside the good record, refused in
+    one line when named; a --scheduler-file that is a FIFO is one line, not a hang."""
+    res = tmp_path / "res"
+    p = _run_into(cli, "--results-dir", res)
+    assert p.returncode == 0, p.stderr
+    os.mkfifo(res / "x.json")
+    os.symlink("/dev/zero", res / "zero.json")
+    p = cli("results", "list", res, timeout=60)
+    assert p.returncode == 0 and p.stdout.count(" svd ") == 1, p.stdout + p.stderr
+    assert_one_error_line(
+        cli("results", "show", res / "zero.json", timeout=60), "record", "is a device, not a file"
+    )
+    assert_one_error_line(
+        cli("results", "show", res / "x.json", timeout=60), "record", "is a FIFO, not a file"
+    )
+    os.mkfifo(tmp_path / "s.json")
+    p = cli("run", "svd", "--scheduler-file", tmp_path / "s.json", timeout=60)
+    assert_one_error_line(p, f"scheduler file {tmp_path / 's.json'} is a FIFO, not a file")

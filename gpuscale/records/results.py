@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .. import fielddocs
+from .. import fielddocs, trust
 from ..errors import RecordNotWritten, UserError
 from . import atomic
 from .report import result_html
@@ -269,8 +269,8 @@ def find(*paths: str | os.PathLike) -> list[Result]:
             if f.name.startswith(".tmp-"):
                 continue
             try:
-                data = json.loads(f.read_text())
-            except (OSError, ValueError):
+                data = json.loads(_read_record(f))
+            except (OSError, ValueError):  # UserError too: a FIFO, a device, a runaway file
                 continue
             if is_record(data):
                 r = Result.model_validate(data)
@@ -314,8 +314,18 @@ def latest(results_dir: str | os.PathLike, *, with_trace: bool = False, with_aud
     return recs[0]
 
 
+MAX_RECORD_BYTES = 64 << 20
+"""A record is read only up to this size (records are a few KiB to a few MiB)."""
+
+
+def _read_record(path: str | os.PathLike) -> bytes:
+    """A record's bytes: a regular file of at most :data:`MAX_RECORD_BYTES` (a FIFO named like
+    a record does not hang the reader, a link to ``/dev/zero`` does not fill its memory)."""
+    return trust.read_trusted(path, "record", trusted=True, limit=MAX_RECORD_BYTES)
+
+
 def load(path: str | os.PathLike) -> Result:
-    data = json.loads(pathlib.Path(path).read_text())
+    data = json.loads(_read_record(path))
     if data.get("schema") != SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
         raise UserError(
             f"{path} is not a gpuscale result record of schema version {SCHEMA_VERSION}",
