@@ -587,3 +587,28 @@ def test_special_files_named_like_records_or_scheduler_files_are_refused_not_rea
     os.mkfifo(tmp_path / "s.json")
     p = cli("run", "svd", "--scheduler-file", tmp_path / "s.json", timeout=60)
     assert_one_error_line(p, f"scheduler file {tmp_path / 's.json'} is a FIFO, not a file")
+
+
+def test_a_record_another_user_planted_prints_no_escape_and_is_marked_theirs(shared, cli):
+    """uid nobody drops a record into a shared results folder with a terminal escape sequence in
+    its workload name and a 1 ns median: root's `results list` / `show` print no control
+    character and say whose file it is."""
+    p = _run_into(cli, "--results-dir", shared / "res")
+    assert p.returncode == 0, p.stderr
+    (shared / "res").chmod(0o1777)  # a results folder the team shares, as /tmp is shared
+    (mine,) = [f for f in (shared / "res").glob("*.json")]
+    data = json.loads(mine.read_text())
+    data.update(workload="svd\x1b]0;pwned\x07\x1b[2J", median_s=1e-9, id="f" * 32)
+    planted = shared / "res" / "planted.json"
+    tmp = shared / "planted.tmp"
+    tmp.write_text(json.dumps(data))
+    tmp.chmod(0o644)
+    as_nobody("cp", tmp, planted)
+    listed = cli("results", "list", shared / "res", env={"COLUMNS": "200"})
+    assert listed.returncode == 0, listed.stderr
+    shown_ = cli("results", "show", planted, env={"COLUMNS": "200"})
+    assert shown_.returncode == 0, shown_.stderr
+    for out in (listed.stdout + listed.stderr, shown_.stdout + shown_.stderr):
+        assert "\x1b" not in out and "\x07" not in out
+    assert "(uid 65534's file)" in listed.stdout and listed.stdout.count("65534") == 1
+    assert "uid 65534's, not yours" in shown_.stdout

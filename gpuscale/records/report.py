@@ -118,12 +118,16 @@ def dashboard_text(r) -> str:
 
 def result_table(r) -> Table:
     t = Table(
-        title=f"gpuscale {r.workload} on {r.family} ({r.backend}), {r.protocol}",
+        title=escape(f"gpuscale {r.workload} on {r.family} ({r.backend}), {r.protocol}"),
         show_header=False,
         title_justify="left",
     )
     t.add_column(style="bold", no_wrap=True)  # a knob's name stays whole, not cut inside a word
     t.add_column(ratio=1)
+    if getattr(r, "foreign", False):
+        t.add_row(
+            "[yellow]file[/yellow]", f"[yellow]uid {r.owner}'s, not yours: its numbers are theirs[/yellow]"
+        )
     valid = (
         "[green]valid[/green]"
         if r.valid
@@ -835,7 +839,8 @@ def records_table(recs: list, title: str, base: str | None = None) -> Table:
         t.add_row(
             r.short_id,
             r.timestamp[:16].replace("T", " "),
-            escape(run_label(r.workload, r.params, apart)),
+            escape(run_label(r.workload, r.params, apart))
+            + (f" [yellow](uid {r.owner}'s file)[/yellow]" if getattr(r, "foreign", False) else ""),
             escape(backend_label(r.backend, r.family)),
             cluster_label(r.protocol, workers_of(r)),
             _fmt_s(r.median_s),

@@ -18,7 +18,7 @@ import tempfile
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from .. import fielddocs, trust
 from ..errors import RecordNotWritten, UserError
@@ -122,6 +122,21 @@ class Result(BaseModel):
     chose it, the rule with its numbers (:mod:`gpuscale.records.explained`); None in older records."""
     path: str | None = None
     """Where this record was read from or written to."""
+    _owner: int | None = PrivateAttr(default=None)
+
+    @property
+    def owner(self) -> int | None:
+        """The uid that owns the file this record was read from (None: not read from a file)."""
+        return self._owner
+
+    @owner.setter
+    def owner(self, uid: int | None) -> None:
+        self._owner = uid
+
+    @property
+    def foreign(self) -> bool:
+        """Read from a file another user owns: its numbers are theirs to make up."""
+        return self._owner is not None and self._owner != os.geteuid()
 
     @classmethod
     def build(cls, **kw) -> "Result":
@@ -269,12 +284,16 @@ def find(*paths: str | os.PathLike) -> list[Result]:
             if f.name.startswith(".tmp-"):
                 continue
             try:
-                data = json.loads(_read_record(f))
+                data, owner = _read_record(f)
             except (OSError, ValueError):  # UserError too: a FIFO, a device, a runaway file
                 continue
             if is_record(data):
-                r = Result.model_validate(data)
+                try:
+                    r = Result.model_validate(data)
+                except ValueError:  # a record edited by hand or cut short: not one
+                    continue
                 r.path = str(f)
+                r.owner = owner
                 r.dashboard_link_live = link_live_after_run(r)
                 found[str(f.resolve())] = r
     return sorted(found.values(), key=lambda r: r.timestamp, reverse=True)
@@ -318,20 +337,40 @@ MAX_RECORD_BYTES = 64 << 20
 """A record is read only up to this size (records are a few KiB to a few MiB)."""
 
 
-def _read_record(path: str | os.PathLike) -> bytes:
-    """A record's bytes: a regular file of at most :data:`MAX_RECORD_BYTES` (a FIFO named like
-    a record does not hang the reader, a link to ``/dev/zero`` does not fill its memory)."""
-    return trust.read_trusted(path, "record", trusted=True, limit=MAX_RECORD_BYTES)
+def _read_record(path: str | os.PathLike) -> tuple[Any, int]:
+    """A record's JSON, its text free of control characters, and the uid that owns its file: a
+    regular file of at most :data:`MAX_RECORD_BYTES` (a FIFO named like a record does not hang
+    the reader, a link to ``/dev/zero`` does not fill its memory)."""
+    with trust.open_regular(path, "record") as f:
+        owner = os.fstat(f.fileno()).st_uid
+    data = trust.read_trusted(path, "record", trusted=True, limit=MAX_RECORD_BYTES)
+    return _printable(json.loads(data)), owner
+
+
+_CONTROL = {c: "\ufffd" for c in [*range(0, 9), *range(11, 32), 127, *range(128, 160)]}
+"""Control characters (C0 but tab and newline, DEL, C1) as they read in a record: replaced, so
+that a record printed to a terminal cannot send it escape sequences."""
+
+
+def _printable(x: Any) -> Any:
+    if isinstance(x, str):
+        return x.translate(_CONTROL)
+    if isinstance(x, list):
+        return [_printable(v) for v in x]
+    if isinstance(x, dict):
+        return {_printable(k): _printable(v) for k, v in x.items()}
+    return x
 
 
 def load(path: str | os.PathLike) -> Result:
-    data = json.loads(_read_record(path))
+    data, owner = _read_record(path)
     if data.get("schema") != SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
         raise UserError(
             f"{path} is not a gpuscale result record of schema version {SCHEMA_VERSION}",
             "give a file written by `gpuscale run` of this version",
         )
     r = Result.model_validate(data)
+    r.owner = owner
     r.dashboard_link_live = link_live_after_run(r)
     return r
 
