@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from conftest import _clean_environ
 
 GROUPBY = (
@@ -107,3 +108,15 @@ def test_on_a_terminal_one_redrawn_line_names_the_phases(tmp_path):
     for phase in ("the cluster's start-up", "generate (loading the data)", "groupby (cpu): validation"):
         assert any(x.startswith(phase) for x in frames), (phase, frames)
     assert any(re.match(r"groupby \(cpu\): (warm-up|timed repeat) .*\b[0-2]/3\b", x) for x in frames), frames
+
+
+@pytest.mark.parametrize("every", ["-1", "1e-6", "0", "nan"])
+def test_a_progress_interval_from_the_environment_is_bounded(cli, results_dir, every):
+    """A negative, tiny or senseless GPUSCALE_PROGRESS_EVERY does not flood stderr: lines come at
+    most every 0.1 s (NaN: the default)."""
+    p = cli(*GROUPBY, "--results-dir", results_dir, timeout=300, env={"GPUSCALE_PROGRESS_EVERY": every})
+    assert p.returncode == 0, p.stderr[-3000:]
+    said = progress_lines(p.stderr)
+    assert len(said) <= 600, len(said)  # the run takes seconds: at most ten lines a second
+    assert said or every == "nan"  # NaN: the default interval, a minute
+    assert len(p.stderr) < 100_000

@@ -38,11 +38,20 @@ OUTER = "the run"
 _current: "Tracker | None" = None
 
 
+BOUNDS = {EVERY_ENV: (0.1, 86_400.0), LARGE_ENV: (0.0, 2.0**60)}
+"""What each environment variable may be (seconds between lines: at least 0.1; bytes): a value
+outside is brought to the nearest bound, one that is no number (NaN, text) is the default."""
+
+
 def _env_float(name: str, default: float) -> float:
     try:
-        return float(os.environ.get(name, "") or default)
+        value = float(os.environ.get(name, "") or default)
     except ValueError:
         return default
+    if value != value:  # NaN
+        return default
+    lo, hi = BOUNDS.get(name, (float("-inf"), float("inf")))
+    return min(max(value, lo), hi)
 
 
 def duration(s: float) -> str:
