@@ -63,6 +63,23 @@ class Route:
     """cudf-polars' ``DaskEngine`` (:class:`gpuscale.engines.run.GpuWorkers`), made when first
     asked."""
 
+    @classmethod
+    def of(cls, session) -> Route:
+        """The route of an open ``session``: its cluster's facts (:class:`engine_plan.Where`)
+        and its ``session.engine`` setting."""
+        workers = _dask_compat.workers(session.client)
+        family = session.family
+        where = engine_plan.Where(
+            family.name,
+            family.on_device,
+            session.spec.kind,
+            len(workers),
+            _capacity(session, workers),
+            _unavailable(family),
+        )
+        source = session.resolved.sources.get(engine_plan.SETTING, "default")
+        return cls(session.client, family, where, session.settings.session.engine, source)
+
     @contextlib.contextmanager
     def scope(self) -> Iterator[Route]:
         self._warming = self._warm()  # kept while the block is open
@@ -245,6 +262,35 @@ class Route:
             "numbers": dict(d.numbers),
             "plan": plan_text,
         }
+
+
+def _capacity(session, workers: dict) -> int | None:
+    """Memory an engine has for one plan: the GPUs' (the GPU family), else this machine's
+    available memory (a cluster started here); None: unknown."""
+    if session.family.on_device:
+        from .. import machine
+
+        by_index = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
+        return sum(by_index.get(i, 0) for i in (session.spec.gpus or [])) or None
+    if session.spec.kind != "local":
+        return None
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def _unavailable(family) -> str | None:
+    """Why ``family``'s engine for translated DataFrame plans cannot run here; None: it can
+    (Polars for a host family, cudf-polars for one of cuDF DataFrames)."""
+    import importlib.util
+
+    if not family.on_device:
+        return None
+    if family.dataframe_module != "cudf":
+        return f"the {family.name} family's DataFrames are {family.dataframe_module}'s, not cuDF's"
+    if importlib.util.find_spec("cudf_polars") is None:
+        return "cudf-polars is not installed (pip install cudf-polars-cu13)"
+    return None
 
 
 def _kind(c) -> str:

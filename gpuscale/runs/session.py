@@ -23,6 +23,7 @@ from ..backends import (
 )
 from ..cluster import logs, preflight
 from ..data import inputs, outputs
+from ..engines.scope import Route
 from ..errors import OutputNotWritten, UserError, phase
 from ..plan.cluster import kind_of
 from ..plan.decision import Decision
@@ -309,7 +310,7 @@ class Session:
                 self._host_scope = stack.enter_context(
                     host_collections.scope(self.family, self.settings.session.host_collections)
                 )
-                self._route = stack.enter_context(self._engine_route().scope())
+                self._route = stack.enter_context(Route.of(self).scope())
         except BaseException:
             stack.close()
             raise
@@ -354,36 +355,6 @@ class Session:
         runs."""
         self._require_open()
         return self._route.explain(collection)
-
-    def _engine_route(self):
-        from ..engines.scope import Route
-        from ..plan.engine import Where
-
-        workers = self._workers()
-        return Route(
-            self.client,
-            self.family,
-            Where(
-                self.family.name, self.family.on_device, self.spec.kind, len(workers), self._capacity(workers)
-            ),
-            self.settings.session.engine,
-            self.resolved.sources.get("session.engine", "default"),
-        )
-
-    def _capacity(self, workers) -> int | None:
-        """Memory an engine has for one plan: the GPUs' (the GPU family), else this machine's
-        available memory (a cluster started here)."""
-        if self.family.on_device:
-            sizes = [int(w.get("gpu_memory_bytes") or 0) for w in workers.values()]
-            if not any(sizes):
-                by_index = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
-                sizes = [by_index.get(i, 0) for i in (self.spec.gpus or [])]
-            return sum(sizes) or None
-        if self.spec.kind != "local":
-            return None
-        import psutil
-
-        return int(psutil.virtual_memory().available)
 
     def _require_open(self) -> None:
         if self.client is None:
@@ -675,20 +646,6 @@ def _workload_engine(name: str, source) -> Decision:
         "engine.workload",
         documented=True,
     )
-
-
-def _engine_unavailable(family) -> str | None:
-    """Why ``family``'s engine for translated DataFrame plans cannot run here; None: it can
-    (Polars for a host family, cudf-polars for one of cuDF DataFrames)."""
-    import importlib.util
-
-    if not family.on_device:
-        return None
-    if family.dataframe_module != "cudf":
-        return f"the {family.name} family's DataFrames are {family.dataframe_module}'s, not cuDF's"
-    if importlib.util.find_spec("cudf_polars") is None:
-        return "cudf-polars is not installed (pip install cudf-polars-cu13)"
-    return None
 
 
 def session_plan(resolved, family) -> tuple[session_knobs.Applied, ...]:
