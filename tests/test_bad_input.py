@@ -226,7 +226,7 @@ def test_results_dir_that_cannot_be_created(refused, tmp_path):
         "cpu",
         "--results-dir",
         tmp_path / "afile" / "sub",
-        needles=("afile/sub", "not writable", "--results-dir"),
+        needles=("afile/sub cannot be made", "afile is not a folder", "pass --results-dir a folder"),
     )
 
 

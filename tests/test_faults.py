@@ -243,32 +243,67 @@ def test_exit_codes_are_defined_once_and_documented():
     assert compare.SLOWER_EXIT == errors.EXIT_CHECK_FAILED
 
 
-@pytest.fixture
-def broken_record(tmp_path):
-    """A results folder holding a record of the right schema whose content is broken: reading
-    it is an unexpected error (pydantic's), not bad input."""
-    d = tmp_path / "recs"
-    d.mkdir()
-    (d / "r.json").write_text(json.dumps({"schema": "gpuscale.result", "schema_version": 1, "workload": 3}))
-    return d
+INJECTED = (
+    "import sys\n"
+    "import gpuscale.cli\n"
+    "from gpuscale.records import results\n"
+    "def find(*paths):\n"
+    "    return 1 / 0  # a bug in the code, not the user's input\n"
+    "results.find = find\n"
+    "gpuscale.cli.main(sys.argv[1:])\n"
+)
+"""The CLI with a bug put into the function ``results list`` calls: what a user meets when
+gpuscale itself is wrong."""
 
 
-def test_an_unexpected_error_is_one_line_exit_1(cli, broken_record):
-    p = cli("results", "list", broken_record)
+def _with_a_bug(tmp_path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", INJECTED, *args],
+        cwd=tmp_path,
+        env=_clean_environ(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_an_unexpected_error_is_one_line_exit_1(tmp_path):
+    p = _with_a_bug(tmp_path, "results", "list", str(tmp_path))
     assert p.returncode == errors.EXIT_INTERNAL, p.stderr
-    assert_one_line(p.stderr.splitlines(), "unexpected ValidationError", "--debug")
+    assert_one_line(p.stderr.splitlines(), "unexpected ZeroDivisionError", "--debug")
     assert p.stdout == ""
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
-def test_debug_shows_the_traceback(cli, broken_record, how):
+def test_debug_shows_the_traceback(tmp_path, how):
     p = (
-        cli("--debug", "results", "list", broken_record)
+        _with_a_bug(tmp_path, "--debug", "results", "list", str(tmp_path))
         if how == "flag"
-        else cli("results", "list", broken_record, env={"GPUSCALE_DEBUG": "1"})
+        else _with_a_bug(tmp_path, "results", "list", str(tmp_path), env={"GPUSCALE_DEBUG": "1"})
     )
     assert p.returncode == 1
-    assert "Traceback (most recent call last)" in p.stderr and "ValidationError" in p.stderr
+    assert "Traceback (most recent call last)" in p.stderr and "ZeroDivisionError" in p.stderr
+
+
+def test_a_broken_record_is_named_in_one_line_and_the_others_still_listed(cli, tmp_path):
+    """A record of the right schema whose content is broken (edited by hand, cut short) is named
+    in one warning line by `results list`, which lists the good ones; `results show` of it is one
+    error line, exit 2."""
+    d = tmp_path / "recs"
+    p = cli("run", "svd", "--backend", "cpu", "--workers", "1", "--rows", "2000", "--cols", "5",
+            "--repeat", "1", "--warmup", "0", "--results-dir", d)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    (d / "r.json").write_text(json.dumps({"schema": "gpuscale.result", "schema_version": 1, "workload": 3}))
+    (d / "cut.json").write_text('{"schema": "gpuscale.result", "schema_vers')
+    p = cli("results", "list", d)
+    assert p.returncode == 0 and " svd " in p.stdout, p.stderr
+    warned = p.stderr.splitlines()
+    assert len(warned) == 1 and warned[0].startswith(
+        f"gpuscale: warning: skipped {d / 'r.json'}: not a valid"
+    ), warned
+    p = cli("results", "show", d / "r.json")
+    assert_one_line(p.stderr.splitlines(), f"{d / 'r.json'} is not a valid record")
+    assert p.returncode == errors.EXIT_BAD_INPUT
 
 
 # ---------------------------------------------------------------------------------------

@@ -115,7 +115,9 @@ def test_write_false_writes_nothing(cpu_session, tmp_path):
 
 def test_unwritable_results_dir_fails_before_work(cpu_session, tmp_path):
     (tmp_path / "afile").write_text("")
-    with pytest.raises(UserError, match=r"results dir .*afile is not a folder; pass a folder"):
+    with pytest.raises(
+        UserError, match=r"results dir .*afile/sub cannot be made: .*afile is not a folder; pass"
+    ):
         cpu_session.run("svd", rows=2_000, cols=10, results_dir=str(tmp_path / "afile" / "sub"))
 
 

@@ -117,7 +117,7 @@ def path_under(results_dir: str | pathlib.Path) -> pathlib.Path:
     from ..records import atomic
 
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
-    atomic.own_folder(results_dir, "results dir", create=False)
+    atomic.own_folder(results_dir, "results dir", create=False, flag="--results-dir")
     folder = atomic.own_folder(pathlib.Path(results_dir) / "logs", "log folder", create=False)
     return folder / f"{stamp}-{os.getpid()}.log"
 

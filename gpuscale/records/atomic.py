@@ -82,7 +82,9 @@ FOLDER_FIX = (
 )
 
 
-def own_folder(path: str | os.PathLike, what: str = "folder", create: bool = True) -> pathlib.Path:
+def own_folder(
+    path: str | os.PathLike, what: str = "folder", create: bool = True, flag: str | None = None
+) -> pathlib.Path:
     """``path`` (absolute, ``~`` expanded) as a folder of this user's, made where missing (0777
     less the umask, one level at a time). Refused in one line (UserError naming ``what``): a
     link on the way that another user made (root's and yours are followed, and what they lead
@@ -108,10 +110,13 @@ def own_folder(path: str | os.PathLike, what: str = "folder", create: bool = Tru
                 raise _refusal(cur, what, st) or UserError(f"{what} {cur} is a link", FOLDER_FIX)
             target = pathlib.Path(os.path.realpath(cur))
             rest = pathlib.Path(*p.parts[i + 1 :]) if not last else None
-            own_folder(target if rest is None else target / rest, what, create)
+            own_folder(target if rest is None else target / rest, what, create, flag)
             return p
         if not stat.S_ISDIR(st.st_mode):
-            raise UserError(f"{what} {cur} is not a folder", "pass a folder")
+            raise UserError(
+                f"{what} {p} cannot be made: {cur} is not a folder",
+                f"pass {flag + ' ' if flag else ''}a folder (one that exists, or under one)",
+            )
         _check_folder(cur, st, me, what, last)
     return p
 

@@ -14,6 +14,7 @@ import os
 import pathlib
 import shutil
 import statistics
+import sys
 import tempfile
 import uuid
 from typing import Any
@@ -223,7 +224,7 @@ def check_writable(results_dir: str | os.PathLike) -> pathlib.Path:
     """Fail before any work starts if records cannot be written there: not writable, or less
     than :data:`RECORD_SPACE_BYTES` free."""
     try:
-        d = atomic.own_folder(results_dir, "results dir")  # never through another user's link or folder
+        d = atomic.own_folder(results_dir, "results dir", flag="--results-dir")  # never another user's
         with tempfile.NamedTemporaryFile(dir=d, prefix=".gpuscale-probe-"):
             pass
         free = shutil.disk_usage(d).free
@@ -290,7 +291,8 @@ def find(*paths: str | os.PathLike) -> list[Result]:
             if is_record(data):
                 try:
                     r = Result.model_validate(data)
-                except ValueError:  # a record edited by hand or cut short: not one
+                except ValueError as e:  # a record edited by hand: named, the others still found
+                    sys.stderr.write(f"gpuscale: warning: skipped {f}: {_invalid(e)}\n")
                     continue
                 r.path = str(f)
                 r.owner = owner
@@ -369,10 +371,23 @@ def load(path: str | os.PathLike) -> Result:
             f"{path} is not a gpuscale result record of schema version {SCHEMA_VERSION}",
             "give a file written by `gpuscale run` of this version",
         )
-    r = Result.model_validate(data)
+    try:
+        r = Result.model_validate(data)
+    except ValueError as e:
+        raise UserError(f"{path} is {_invalid(e)}", "give a record as `gpuscale run` wrote it") from None
     r.owner = owner
     r.dashboard_link_live = link_live_after_run(r)
     return r
+
+
+def _invalid(e: ValueError) -> str:
+    """Why a file of the record schema is not a record, in a few words: its first bad field."""
+    errs = getattr(e, "errors", None)
+    first = errs()[0] if callable(errs) and errs() else None
+    if first is None:
+        return "not a valid record"
+    where = ".".join(str(x) for x in first.get("loc", ())) or "(top level)"
+    return f"not a valid record ({where}: {first.get('msg', '')})"[:200]
 
 
 SHORT_ID = 8
