@@ -333,6 +333,19 @@ def test_a_plan_that_reads_more_than_the_machine_holds_runs_on_dask():
     assert decide("auto", "default", Where("gpu", True, "cuda", 1, 2**37), None, 2**30).value == "polars-gpu"
 
 
+def test_a_gpu_plan_runs_in_memory_only_where_its_reads_fit_a_quarter_of_the_gpu():
+    from gpuscale.plan.engine import Where, executor
+
+    one = Where("gpu", True, "cuda", 1, 2**37)
+    small = executor(one, 2**30)
+    assert (small.value, small.rule_id) == ("in-memory", "engine.in-memory") and "1.0 GiB" in small.rule
+    assert executor(one, 2**35).value == "in-memory"
+    assert executor(one, 2**35 + 1).rule_id == "engine.streaming"
+    unknown = executor(one, None)
+    assert unknown.value == "streaming" and "unknown" in unknown.rule
+    assert executor(Where("gpu", True, "cuda", 1, None), 1).value == "streaming"
+
+
 def test_the_translator_reads_only_local_files_it_can_list(tmp_path):
     from gpuscale.engines.from_dask import Translator, Untranslatable
 

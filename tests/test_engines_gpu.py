@@ -62,6 +62,8 @@ def test_every_tpch_query_runs_on_cudf_polars_on_the_gpu_worker(gpu_session, tpc
     assert queries.same_answer(got, queries.to_pandas(want)) is None
     engines = [(e["engine"], e["rule_id"]) for e in gpu_session.queries[before:]]
     assert engines == [("polars-gpu", "engine.polars-gpu")], engines
+    (executor,) = [e["executor"] for e in gpu_session.queries[before:]]
+    assert executor.startswith("in-memory (engine.in-memory"), executor
 
 
 @pytest.mark.parametrize("name", list(SNIPPETS))

@@ -154,6 +154,11 @@ OPTIONS = {
         "direct or scheduler: how answers reach the client (cluster.gather)",
         ("direct", "scheduler").__contains__,
     ),
+    "executor": (
+        ("polars-gpu",),
+        "in-memory or streaming: cudf-polars' executor (its default: streaming)",
+        ("in-memory", "streaming").__contains__,
+    ),
     "engine": (
         ("gpuscale-gpu", "gpuscale-cpu"),
         "auto, polars or dask: the session's engine for the queries (session.engine)",
@@ -228,7 +233,8 @@ def open_side(name: str, hang_after: float | None = None):
     elif base in ("polars-gpu", "polars-cpu"):
         import polars as pl
 
-        engine = pl.GPUEngine(raise_on_fail=True) if base == "polars-gpu" else "streaming"
+        executor = {"executor": kw["executor"]} if "executor" in kw else {}
+        engine = pl.GPUEngine(raise_on_fail=True, **executor) if base == "polars-gpu" else "streaming"
 
         def run(q, suite, folder):
             tables = {t: pl.scan_parquet(p) for t, p in globs(suite, folder).items()}

@@ -88,7 +88,7 @@ def _cast(s: pd.Series, dtype) -> pd.Series:
     """``s`` as ``dtype`` where its values allow it: pandas keeps integers with missing values
     (and booleans) as float64 (object), as Dask's partitions would hold them."""
     s = s.reset_index(drop=True)
-    if str(s.dtype) == str(dtype):
+    if str(s.dtype) == str(dtype) or _fractions_into_integers(s.dtype, dtype):
         return s
     try:
         if (
@@ -108,6 +108,14 @@ def _cast(s: pd.Series, dtype) -> pd.Series:
         return s
 
 
+def _fractions_into_integers(have, want) -> bool:
+    """Whether ``have`` is a float dtype and ``want`` an integer one: the engine computed
+    fractions (a mean) that Dask's partitions hold as floats too, whatever the metadata says
+    (dask-cudf's names an integer for some means); cast, they would be cut."""
+    nullable = isinstance(want, pd.api.extensions.ExtensionDtype)  # a float here: its missing values
+    return pd.api.types.is_float_dtype(have) and pd.api.types.is_integer_dtype(want) and not nullable
+
+
 def _scalar(value, meta):
     """A NumPy scalar of ``meta``'s type (a missing value: NaN, or NaT for times)."""
     if isinstance(meta, pd.Timestamp) or isinstance(value, (pd.Timestamp, np.datetime64)):
@@ -124,6 +132,8 @@ def _cudf_cast(col, dtype):
     """A cuDF column as ``dtype``; text keeps cuDF's own string type, as its partitions hold it
     (the metadata may name another missing-value flavour of it)."""
     if pd.api.types.is_string_dtype(dtype) or pd.api.types.is_object_dtype(dtype):
+        return col
+    if _fractions_into_integers(col.dtype, dtype):
         return col
     return col.astype(dtype)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import datetime as _dt
+import importlib
 import itertools
 import numbers
 import operator
@@ -150,9 +151,12 @@ class Translator:
 
 
 def _dask_name(node) -> str:
-    """The name of Dask's class that ``node``'s class is, or derives from (dask-cudf's own
-    expressions derive from Dask's: ``CudfGroupbyAgg`` is a ``GroupbyAggregation``)."""
+    """The name of Dask's class that ``node``'s class is, stands for (:data:`STANDS_FOR`), or
+    derives from (dask-cudf's own expressions derive from Dask's: ``CudfGroupbyAgg`` is a
+    ``GroupbyAggregation``)."""
     for cls in type(node).__mro__:
+        if cls.__name__ in STANDS_FOR:
+            return STANDS_FOR[cls.__name__][1]
         if cls.__module__.split(".")[0] == "dask":
             return cls.__name__
     return type(node).__name__
@@ -1590,6 +1594,10 @@ PASSED_THROUGH = ("NoOp",)
 """Classes of other libraries' expressions that stand for their one operand (dask-cudf wraps
 its reads in a ``NoOp``)."""
 
+STANDS_FOR = {"VarCudf": ("dask.dataframe.dask_expr._reductions", "Var")}
+"""Classes of other libraries' expressions that compute what a Dask class does, with the same
+parameters, without deriving from it (dask-cudf's ``var`` and ``std``), and that Dask class."""
+
 
 def _rule_for(node):
     """The rule of ``node``'s class; for a class of another library (dask-cudf's reads derive
@@ -1605,6 +1613,9 @@ def _rule_for(node):
     for cls in own.__mro__:
         if cls in RULES:
             return RULES[cls]
+        if cls.__name__ in STANDS_FOR:
+            module, name = STANDS_FOR[cls.__name__]
+            return RULES.get(getattr(importlib.import_module(module), name, None))
         if cls.__name__ in PASSED_THROUGH and "frame" in getattr(cls, "_parameters", ()):
             return passthrough
     return None

@@ -20,32 +20,34 @@ def on_cpu(plans: list[answer.Plan]) -> list[Any]:
     return [answer.build(r, p) for r, p in zip(results, plans)]
 
 
-_GPU_ENGINE: list = []
-"""The GPU engine of this worker process, made by its first plan."""
+_GPU_ENGINES: dict[str, Any] = {}
+"""This worker process's GPU engines, by executor, each made by the first plan that needs it."""
 
 
-def on_gpu_worker(plans: list[answer.Plan]) -> list[Any]:
-    """Runs in a task on a GPU worker: the plans collected by cudf-polars (raising where it
-    cannot run one) in the worker's RMM memory; the answers in the metadata's library (cuDF)."""
-    engine = _gpu_engine()
+def on_gpu_worker(plans: list[answer.Plan], executor: str = "streaming") -> list[Any]:
+    """Runs in a task on a GPU worker: the plans collected by cudf-polars' ``executor``
+    (``in-memory`` or ``streaming``; raising where it cannot run one) in the worker's RMM
+    memory; the answers in the metadata's library (cuDF)."""
+    engine = _gpu_engine(executor)
     return [answer.build(p.lf.collect(engine=engine), p) for p in plans]
 
 
 def warm_gpu_worker() -> None:
     """Runs in a task on a GPU worker when the session opens: cudf-polars imported and one
-    small plan run, so that the user's first query does not pay for them."""
-    pl.LazyFrame({"a": [1, 2]}).group_by("a").agg(pl.len()).collect(engine=_gpu_engine())
+    small plan run on each executor, so that the user's first query does not pay for them."""
+    for executor in ("in-memory", "streaming"):
+        pl.LazyFrame({"a": [1, 2]}).group_by("a").agg(pl.len()).collect(engine=_gpu_engine(executor))
 
 
-def _gpu_engine():
-    if not _GPU_ENGINE:
-        options: dict[str, Any] = {"raise_on_fail": True}
+def _gpu_engine(executor: str):
+    if executor not in _GPU_ENGINES:
+        options: dict[str, Any] = {"raise_on_fail": True, "executor": executor}
         with contextlib.suppress(ImportError):
             import rmm
 
             options["memory_resource"] = rmm.mr.get_current_device_resource()
-        _GPU_ENGINE.append(pl.GPUEngine(**options))
-    return _GPU_ENGINE[0]
+        _GPU_ENGINES[executor] = pl.GPUEngine(**options)
+    return _GPU_ENGINES[executor]
 
 
 class GpuWorkers:

@@ -39,13 +39,16 @@ class Query:
     how: str = "compute"
     failed: str | None = None
     """The engine's error, one line, where it failed and Dask answered instead."""
+    executor: str | None = None
+    """How cudf-polars ran it on one GPU (``in-memory`` or ``streaming``) and why."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def line(self) -> str:
         took = f" in {self.seconds:.3f} s" if self.seconds is not None else ""
-        return f"{self.where}: {self.kind} on {self.engine}{took} ({self.rule_id}: {self.why})"
+        how = f", {self.executor}" if self.executor else ""
+        return f"{self.where}: {self.kind} on {self.engine}{took} ({self.rule_id}: {self.why}{how})"
 
 
 @dataclass
@@ -155,12 +158,16 @@ class Route:
         out: dict[int, Any] = {}
         failed = None
         seconds = None
+        executor = None
         if engine_of:
             chosen = [i for i in engine_of]
             plans = [answer.plan(lowered[i], colls[i]._meta) for i in chosen]
+            engine = next(iter(engine_of.values()))
+            if engine == "polars-gpu":
+                executor = engine_plan.executor(self.where, reads)
             t0 = time.perf_counter()
             try:
-                made = self._run(next(iter(engine_of.values())), plans, how, colls, chosen)
+                made = self._run(engine, plans, how, colls, chosen, executor)
             except UserError:
                 raise
             except Exception as e:  # noqa: BLE001 - the engine cannot: Dask answers instead
@@ -189,6 +196,7 @@ class Route:
                     reads,
                     "persist" if how == "persist-one" else how,
                     failed if d.rule_id == "engine.failed" else None,
+                    _executor(executor) if i in out else None,
                 )
             )
         return out
@@ -196,7 +204,7 @@ class Route:
     def decide(self, untranslatable: str | None, reads: int | None) -> Decision:
         return engine_plan.decide(self.setting, self.source, self.where, untranslatable, reads)
 
-    def _run(self, engine: str, plans: list, how: str, colls: list, chosen: list[int]) -> list:
+    def _run(self, engine: str, plans: list, how: str, colls: list, chosen: list[int], executor) -> list:
         from . import run
 
         if engine == "polars":
@@ -207,7 +215,7 @@ class Route:
 
             return [dd.from_pandas(a, npartitions=1) for a in answers]
         if engine == "polars-gpu":
-            fut = self.client.submit(run.on_gpu_worker, plans, pure=False)
+            fut = self.client.submit(run.on_gpu_worker, plans, executor.value, pure=False)
             if how == "compute":
                 return fut.result()
             import dask.dataframe as dd
@@ -253,6 +261,7 @@ class Route:
             reason = f"the translation failed ({type(e).__name__}: {_one_line(e)})"
         reads = footprint.read_bytes(t.reads) if reason is None else None
         d = self.decide(reason, reads)
+        ex = engine_plan.executor(self.where, reads) if d.value == "polars-gpu" else None
         return {
             "engine": d.value,
             "rule_id": d.rule_id,
@@ -260,6 +269,7 @@ class Route:
             "source": d.source,
             "reads_bytes": reads,
             "numbers": dict(d.numbers),
+            "executor": _executor(ex),
             "plan": plan_text,
         }
 
@@ -291,6 +301,10 @@ def _unavailable(family) -> str | None:
     if importlib.util.find_spec("cudf_polars") is None:
         return "cudf-polars is not installed (pip install cudf-polars-cu13)"
     return None
+
+
+def _executor(d: Decision | None) -> str | None:
+    return f"{d.value} ({d.rule_id}: {d.rule})" if d is not None else None
 
 
 def _kind(c) -> str:

@@ -97,5 +97,39 @@ def decide(
     )
 
 
+IN_MEMORY_SHARE = 4
+"""cudf-polars runs a plan in memory where it reads at most 1/``IN_MEMORY_SHARE`` of the GPU's
+memory: its joins and group-bys hold their inputs and outputs at once."""
+
+
+def executor(where: Where, reads_bytes: int | None) -> Decision:
+    """How cudf-polars runs a plan on one GPU: ``in-memory`` (each operation on whole tables)
+    where what the plan reads is known and small beside the GPU's memory, else ``streaming``
+    (in partitions, the engine's default, for data that may not fit)."""
+    numbers = {"reads_bytes": reads_bytes, "capacity_bytes": where.capacity_bytes}
+    room = where.capacity_bytes
+    if reads_bytes is not None and room and reads_bytes * IN_MEMORY_SHARE <= room:
+        return Decision(
+            "in-memory",
+            "rule",
+            f"the plan reads {_gib(reads_bytes)} uncompressed, at most 1/{IN_MEMORY_SHARE} of the GPU's "
+            f"{_gib(where.capacity_bytes)}: whole tables, no partitioning",
+            "engine.in-memory",
+            numbers,
+            documented=True,
+        )
+    why = (
+        "what the plan reads is unknown"
+        if reads_bytes is None or not where.capacity_bytes
+        else (
+            f"the plan reads {_gib(reads_bytes)} uncompressed, more than 1/{IN_MEMORY_SHARE} of the GPU's "
+            f"{_gib(where.capacity_bytes)}"
+        )
+    )
+    return Decision(
+        "streaming", "rule", f"{why}: in partitions", "engine.streaming", numbers, documented=True
+    )
+
+
 def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
