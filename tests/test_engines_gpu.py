@@ -23,6 +23,10 @@ import queries  # noqa: E402
 from queries import tpch  # noqa: E402
 from test_engines import LEFT, ORDERED, SNIPPETS, _dask_answer, _same  # noqa: E402
 
+CUDF_CANNOT = {"groupby-by-series"}
+"""Snippets dask-cudf cannot build (its groupby by a Series of another expression raises): the
+session builds them on the host, and Dask runs them."""
+
 
 @pytest.fixture(scope="module")
 def gpu_session():
@@ -76,7 +80,10 @@ def test_a_translated_collection_gives_dask_cudfs_answer(gpu_session, files, nam
     got = coll.compute()
     want = _dask_answer(make)
     (q,) = gpu_session.queries[before:]
-    assert q["engine"] == "polars-gpu", q
+    expected = (
+        ("dask", "engine.untranslatable") if name in CUDF_CANNOT else ("polars-gpu", "engine.polars-gpu")
+    )
+    assert (q["engine"], q["rule_id"]) == expected, q["why"]
     if hasattr(want, "to_pandas"):
         assert type(got) is type(want)
         got, want = got.to_pandas(), want.to_pandas()

@@ -138,7 +138,7 @@ case "$stage" in
             | tee "$out/pytest-engines.txt" ;;
         multi)
           $py "${q[@]}" --tpch-layouts multi "${j[@]}" --reference-jobs 3 \
-            --sides gpuscale-gpu,polars-gpu,duckdb,polars-cpu,gpuscale-cpu,gpuscale-gpu:engine=dask \
+            --sides gpuscale-gpu,polars-gpu,polars-gpu:executor=in-memory,duckdb,polars-cpu,gpuscale-cpu,gpuscale-gpu:engine=dask \
             2>"$out/engines-multi.err" || rc=1 ;;
         single)
           mkdir -p /tmp/qdata/tpch-10-single
@@ -152,7 +152,7 @@ case "$stage" in
       esac
     done
     $py workflows/user_queries.py --suites tpch --tpch-scale 10 --tpch-layouts multi,single --data /tmp/qdata \
-      --sides gpuscale-gpu,polars-gpu,duckdb,polars-cpu,gpuscale-cpu,gpuscale-gpu:engine=dask,dask-cpu \
+      --sides gpuscale-gpu,polars-gpu,polars-gpu:executor=in-memory,duckdb,polars-cpu,gpuscale-cpu,gpuscale-gpu:engine=dask,dask-cpu \
       --resume "$out/engines-sf10.json" --print-only > "$out/engines-tables.txt" 2>/dev/null
     cat "$out/engines-tables.txt"
     exit $rc ;;

@@ -586,9 +586,10 @@ def tables(d: dict) -> tuple[str, bool]:
     sides = d["sides"]
     variants = [x for x in sides if harness.side_base(x) != x]
     labels = {x: x[:12] for x in sides} | {x: f"v{i}" for i, x in enumerate(variants, 1)}
-    first = {}  # a variant is compared with the first side of its base in --sides
+    first = {}  # a variant is compared with its base side, else the first of its base in --sides
     for x in sides:
         first.setdefault(harness.side_base(x), x)
+    first |= {x: x for x in sides if harness.side_base(x) == x}
     variant_ratios = [
         (f"{labels[v]} vs {labels[first[b]]}", first[b], v, f"x faster than {first[b]}")
         for v in variants

@@ -283,6 +283,11 @@ def _meta(node):
     return _AS_PANDAS[key]
 
 
+def _on_cudf(node) -> bool:
+    """Whether ``node``'s partitions are cuDF's (where its semantics differ from pandas')."""
+    return type(node._meta).__module__.partition(".")[0] == "cudf"
+
+
 _AS_PANDAS: dict[str, Any] = {}
 """cuDF metadata as pandas, by the expression's name (a name is the node's token: the same
 name, the same metadata)."""
@@ -849,8 +854,8 @@ def accessor(t: Translator, node) -> Lowered:
     if fn is None:
         raise Untranslatable(f".{acc}.{attr}", "not translated")
     e = fn(x.expr, *args, **kwargs)
-    if attr in STR_TESTS and not _nullable(node.operand("frame")):
-        e = e.fill_null(False)
+    if attr in STR_TESTS and (_on_cudf(node) or not _nullable(node.operand("frame"))):
+        e = e.fill_null(False)  # cuDF's string tests answer False for a missing value too
     return replace(x, expr=e)
 
 
@@ -1427,6 +1432,11 @@ def groupby(t: Translator, node) -> Lowered:
         ).alias(n)
         for (v, f), n in zip(pairs, agg_names)
     ]
+    if _on_cudf(node):  # cuDF's sum of a group with no values is missing, pandas' is 0
+        aggs = [
+            pl.when(_agg("count", x.expr_of(v), kinds.get(v, "o")) > 0).then(a).alias(n) if f == "sum" else a
+            for (v, f), n, a in zip(pairs, agg_names, aggs)
+        ]
     lf = rows.lf
     dropna = params.get("dropna")
     if dropna is True or (dropna is None and name not in KEEPS_MISSING_KEYS):
