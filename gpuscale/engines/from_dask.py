@@ -684,7 +684,7 @@ def combine(t: Translator, a: Lowered, b: Lowered, fn: Callable) -> Lowered:
     if a.lf is None or b.lf is None or a.lf is b.lf:
         return Value(a.lf if a.lf is not None else b.lf, fn(a.expr, b.expr))
     na, nb = t.fresh(), t.fresh()
-    lf = pl.concat([a.lf.select(a.expr.alias(na)), b.lf.select(b.expr.alias(nb))], how="horizontal")
+    lf = a.lf.select(a.expr.alias(na)).join(b.lf.select(b.expr.alias(nb)), how="cross")  # one row each
     return Value(lf, fn(pl.col(na), pl.col(nb)))
 
 
