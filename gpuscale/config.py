@@ -16,6 +16,7 @@ same pydantic model (:class:`Settings`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
@@ -986,15 +987,35 @@ class Resolved(BaseModel):
     profile: str | None = None
 
 
+def _mapping(value: Any, where: str, fix: str) -> dict:
+    """``value`` (gpuscale's entry in one Dask config layer) as a dict of settings: none for
+    an empty entry, a one-line error for anything that is not a mapping."""
+    if value is None or value == {}:
+        return {}
+    if not isinstance(value, dict):
+        raise UserError(f"{where} is {shown(value)}, not a mapping of gpuscale's settings", fix)
+    return normalize(value)
+
+
 def _user_yaml() -> dict:
     merged: dict = {}
     for d in dask.config.collect_yaml(dask.config.paths):
-        merged = dask.config.merge(merged, normalize(d.get("gpuscale", {}) or {}))
+        entry = _mapping(
+            d.get("gpuscale"),
+            "the gpuscale: entry of a Dask config file",
+            "write settings under it (gpuscale: {session: {engine: auto}}) in your Dask config files "
+            "(the folders in dask.config.paths)",
+        )
+        merged = dask.config.merge(merged, entry)
     return merged
 
 
 def _env_layer() -> dict:
-    return normalize(dask.config.collect_env(os.environ).get("gpuscale", {}) or {})
+    return _mapping(
+        dask.config.collect_env(os.environ).get("gpuscale"),
+        "DASK_GPUSCALE",
+        "set one setting per variable (DASK_GPUSCALE__SESSION__ENGINE=polars) or unset DASK_GPUSCALE",
+    )
 
 
 # The environment as dask.config saw it when gpuscale was imported (set at the end of module).
@@ -1005,7 +1026,13 @@ def _set_layer(*baselines: dict) -> dict:
     """Values a notebook put in with ``dask.config.set``: those that differ from what the
     files plus the environment give, with the environment read at import (what dask.config
     holds unless refreshed) and now."""
-    current = _flatten(normalize(dask.config.get("gpuscale", default={}) or {}))
+    current = _flatten(
+        _mapping(
+            dask.config.get("gpuscale", default={}),
+            "dask.config's gpuscale entry",
+            "set one setting per key (dask.config.set({'gpuscale.session.engine': 'polars'}))",
+        )
+    )
     bases = [_flatten(b) for b in baselines]
     out: dict = {}
     for k, v in current.items():
@@ -1110,4 +1137,5 @@ def default_keys() -> set[str]:
     return set(_flatten(normalize(DEFAULTS["gpuscale"])))
 
 
-_IMPORT_ENV = _env_layer()
+with contextlib.suppress(UserError):  # a broken DASK_GPUSCALE is named when settings are read
+    _IMPORT_ENV = _env_layer()

@@ -32,8 +32,8 @@ EXIT_CODES = {
     EXIT_BAD_INPUT: "bad input",
     EXIT_CHECK_FAILED: "a check failed (validation, a bench case, results compare --fail-if-slower)",
     EXIT_CLUSTER_GONE: "the cluster went away",
-    EXIT_RECORD_NOT_WRITTEN: "the record (printed to stdout instead) or --output (the record "
-    "is written) could not be written",
+    EXIT_RECORD_NOT_WRITTEN: "the record (printed to stdout instead), --output (the record "
+    "is written) or stdout (the record is written) could not be written",
     EXIT_SIGHUP: "interrupted (SIGHUP: the terminal closed, the ssh session dropped)",
     EXIT_SIGINT: "interrupted (SIGINT, Ctrl-C)",
     EXIT_SIGTERM: "interrupted (SIGTERM)",
@@ -46,9 +46,30 @@ class UserError(ValueError):
     exit_code = EXIT_BAD_INPUT
 
     def __init__(self, problem: str, fix: str | None = None):
-        self.problem = problem
-        self.fix = fix
-        super().__init__(f"{problem}; {fix}" if fix else problem)
+        self.problem = _capped(problem)
+        self.fix = _capped(fix) if fix is not None else None
+        super().__init__(f"{self.problem}; {self.fix}" if fix else self.problem)
+
+
+LINE_CHARS = 1000
+"""A one-line error's problem and its fix are each cut to this many characters (a list of
+names is cut earlier, by :func:`listed`)."""
+
+
+def _capped(text: str) -> str:
+    text = str(text)
+    return text if len(text) <= LINE_CHARS else f"{text[:LINE_CHARS]}... ({len(text):,} characters)"
+
+
+LISTED = 20
+"""Names a one-line error lists before it says how many more there are."""
+
+
+def listed(names, limit: int = LISTED) -> str:
+    """``names`` for a one-line error: the first ``limit``, comma-separated, then how many more."""
+    names = [str(n) for n in names]
+    head = ", ".join(names[:limit])
+    return head if len(names) <= limit else f"{head} ... and {len(names) - limit:,} more"
 
 
 SHOWN_CHARS = 24
@@ -125,6 +146,18 @@ class RecordNotWritten(RuntimeError):
         super().__init__(
             f"could not write the record under {where} ({why}); the record was printed to "
             "stdout instead: save it, free some space and keep it with your results"
+        )
+
+
+class StdoutNotWritten(RuntimeError):
+    """What a command shows could not be written to stdout (a closed pipe, a full disk)."""
+
+    exit_code = EXIT_RECORD_NOT_WRITTEN
+
+    def __init__(self, e: OSError):
+        super().__init__(
+            f"could not write to stdout ({e.strerror or type(e).__name__}); a run's record is kept "
+            "in its results folder (`gpuscale results list` where stdout can be written)"
         )
 
 

@@ -375,3 +375,71 @@ def test_a_run_given_input_points_to_data():
         UserError, match=r"no parameter --input; give your data as data= \(--input on the command"
     ):
         gpuscale.run("groupby", backend="cpu", input=pd.DataFrame({"k": [1]}))
+
+
+def test_a_missing_column_of_a_wide_file_lists_some_names_and_a_count(refused, tmp_path):
+    names = [f"c{i}" for i in range(20_001)]
+    (tmp_path / "wide.csv").write_text(",".join(names) + "\n" + ",".join("1" * len(names)) + "\n")
+    line = refused(
+        "run",
+        "groupby",
+        "--input",
+        tmp_path / "wide.csv",
+        "--by",
+        "nope",
+        "--agg",
+        "c1:sum",
+        needles=("'nope'", "c0, c1,", "... and 19,981 more"),
+    )
+    assert len(line) < 400, len(line)
+
+
+def test_a_one_line_error_is_bounded_whatever_it_quotes():
+    huge = "x" * 100_000
+    e = UserError(f"no such thing {huge}", f"use {huge}")
+    assert len(str(e)) < 2 * 1000 + 100 and "(100,014 characters)" in str(e)
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e16"])
+def test_a_condition_number_past_float64_is_refused(refused, value):
+    refused("run", "svd", "--rows", "1000", "--cols", "10", "--condition", value, needles=("--condition",))
+
+
+def test_a_dask_gpuscale_variable_that_is_no_mapping_is_named(refused):
+    refused(
+        "run",
+        *SMALL_SVD[1:],
+        env={"DASK_GPUSCALE": "garbage"},
+        needles=("DASK_GPUSCALE is 'garbage'", "DASK_GPUSCALE__SESSION__ENGINE"),
+    )
+
+
+def test_a_full_stdout_ends_in_one_line_and_keeps_the_record(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import _clean_environ
+
+    for extra in ((), ("--json",)):
+        with open("/dev/full", "w") as full:
+            p = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "gpuscale",
+                    *SMALL_SVD,
+                    "--results-dir",
+                    str(tmp_path / "res"),
+                    *extra,
+                ],
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=300,
+                cwd=tmp_path,
+                env=_clean_environ(None),
+            )
+        lines = p.stderr.splitlines()
+        assert p.returncode == 5 and len(lines) == 1, p.stderr
+        assert lines[0].startswith("gpuscale: error: could not write to stdout (No space left on device)")
+    assert len(list((tmp_path / "res").glob("*.json"))) == 2

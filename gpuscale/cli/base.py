@@ -31,10 +31,23 @@ def emit(data: Any, as_json: bool, render: typing.Callable[[], Any]) -> None:
     """What a command shows: ``data`` as exactly one JSON object on stdout (``--json``), else
     ``render()`` (a rich renderable, from :mod:`gpuscale.records.report` or
     :mod:`gpuscale.trace.render`) on the console."""
-    if as_json:
-        click.echo(json.dumps(data, default=str))
-    else:
-        console().print(render())
+    try:
+        if as_json:
+            click.echo(json.dumps(data, default=str))
+        else:
+            console().print(render())
+        sys.stdout.flush()
+    except OSError as e:
+        _stdout_gone()
+        raise errors.StdoutNotWritten(e) from None
+
+
+def _stdout_gone() -> None:
+    """stdout pointed at the null device, so that nothing written later (Python's own flush
+    at exit) fails again."""
+    with contextlib.suppress(OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
 
 
 def json_option(what: str = "the result"):
@@ -105,7 +118,9 @@ def ended(e: BaseException) -> typing.NoReturn:
         fail(str(e))
     if isinstance(e, KeyboardInterrupt):
         interrupted(e)
-    if isinstance(e, (errors.ClusterGone, errors.RecordNotWritten, errors.OutputNotWritten)):
+    if isinstance(
+        e, (errors.ClusterGone, errors.RecordNotWritten, errors.OutputNotWritten, errors.StdoutNotWritten)
+    ):
         _quiet()
         fail(str(e), e.exit_code)
     _unexpected(e)

@@ -14,7 +14,7 @@ from typing import Any
 
 from dask.base import tokenize
 
-from .. import _dask_compat, backends
+from .. import _dask_compat, backends, errors
 from ..errors import UserError
 from . import locality
 
@@ -81,7 +81,7 @@ def check_columns(df, by, agg, where: str = "the DataFrame") -> tuple[list[str],
     if missing:
         raise UserError(
             f"group-by column(s) {missing} are not in {where}",
-            f"choose from: {', '.join(map(str, df.columns))}",
+            f"choose from: {errors.listed(df.columns)}",
         )
     return by, _normalize_agg(df, by, agg, where)
 
@@ -97,7 +97,7 @@ def _normalize_agg(df, by: list[str], agg, where: str = "the DataFrame") -> dict
     missing = [c for c in spec if c not in df.columns]
     if missing:
         raise UserError(
-            f"column(s) {missing} are not in {where}", f"choose from: {', '.join(map(str, df.columns))}"
+            f"column(s) {missing} are not in {where}", f"choose from: {errors.listed(df.columns)}"
         )
     meta = getattr(df, "_meta", df)
     for col, aggs in spec.items():

@@ -28,6 +28,7 @@ import dask
 import numpy as np
 from pydantic import Field, PositiveInt, field_validator
 
+from .. import errors
 from ..backends import to_host
 from ..data import inputs
 from ..data.inputs import AGG_EXAMPLE, parse_agg, parse_by
@@ -272,7 +273,7 @@ class Groupby(Workload):
     def check_input(self, p, source) -> None:
         if not p.by or not p.agg:
             missing = " and ".join(f for f, v in (("--by", p.by), ("--agg", p.agg)) if not v)
-            cols = ", ".join(map(str, source.meta.columns))
+            cols = errors.listed(source.meta.columns)
             raise UserError(
                 f"groupby on your own data needs {missing} (columns: {cols})",
                 f"e.g. --by COLUMN {AGG_EXAMPLE} (API: by=..., agg={{column: [aggs]}})",

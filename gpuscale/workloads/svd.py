@@ -61,7 +61,12 @@ class SVDParams(Params):
         "auto", description="SVD route (auto: fastest that holds the accuracy target)"
     )
     condition: float | None = Field(
-        None, ge=1, description="build a matrix with this condition number and a known log-spaced spectrum"
+        None,
+        ge=1,
+        le=1e15,
+        allow_inf_nan=False,
+        description="build a matrix with this condition number (1 to 1e15: float64 resolves no more) and a "
+        "known log-spaced spectrum",
     )
     seed: int = Field(0, description="random seed")
 
