@@ -443,3 +443,40 @@ def test_a_full_stdout_ends_in_one_line_and_keeps_the_record(tmp_path):
         assert p.returncode == 5 and len(lines) == 1, p.stderr
         assert lines[0].startswith("gpuscale: error: could not write to stdout (No space left on device)")
     assert len(list((tmp_path / "res").glob("*.json"))) == 2
+
+
+def test_a_zarr_array_of_text_is_refused_as_not_numbers(refused, tmp_path_factory):
+    zarr = pytest.importorskip("zarr")
+    import numpy as np
+
+    store = tmp_path_factory.mktemp("in") / "text.zarr"  # apart from where nothing may be written
+    z = zarr.open_array(str(store), mode="w", shape=(100, 2), dtype=str)
+    z[:] = np.array([[str(i), "a"] for i in range(100)])
+    refused("run", "svd", "--input", store, needles=("text.zarr holds", "not numbers"))
+
+
+def test_a_working_folder_deleted_before_the_run_is_named(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import _clean_environ
+
+    p = subprocess.run(
+        [
+            "sh",
+            "-c",
+            'mkdir gone && cd gone && rmdir ../gone && exec "$0" -m gpuscale "$@"',
+            sys.executable,
+            *SMALL_SVD,
+        ],
+        cwd=tmp_path,
+        env=_clean_environ(None),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.splitlines() == [
+        "gpuscale: error: the working folder no longer exists (deleted or moved); cd to a folder that exists "
+        "and run it again"
+    ]

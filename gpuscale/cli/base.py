@@ -118,12 +118,27 @@ def ended(e: BaseException) -> typing.NoReturn:
         fail(str(e))
     if isinstance(e, KeyboardInterrupt):
         interrupted(e)
+    if isinstance(e, FileNotFoundError) and not _working_folder():
+        _quiet()
+        fail(
+            "the working folder no longer exists (deleted or moved); cd to a folder that exists and "
+            "run it again"
+        )
     if isinstance(
         e, (errors.ClusterGone, errors.RecordNotWritten, errors.OutputNotWritten, errors.StdoutNotWritten)
     ):
         _quiet()
         fail(str(e), e.exit_code)
     _unexpected(e)
+
+
+def _working_folder() -> bool:
+    """Whether this process's working folder still exists."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _help_and_exit(ctx) -> typing.NoReturn:

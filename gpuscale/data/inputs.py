@@ -286,6 +286,11 @@ def _inspect_zarr(p: pathlib.Path) -> Source:
         )
     shape = tuple(int(n) for n in node.shape)
     dtype = np.dtype(node.dtype)
+    if dtype.kind not in "biufc":
+        raise UserError(
+            f"{p} holds {dtype} values, not numbers",
+            "gpuscale's array workloads take numbers: save a numeric array (e.g. x.astype('float64'))",
+        )
     absent = None
     try:
         total, stored = int(node.nchunks), int(node.nchunks_initialized)
