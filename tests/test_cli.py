@@ -495,3 +495,32 @@ def test_help_shows_a_commands_or_a_workloads_help_and_names_what_exists(cli):
     assert (
         p.returncode == 2 and p.stderr == "gpuscale: error: No such command 'helpp'; see `gpuscale --help`\n"
     )
+
+
+def test_a_dashboard_port_another_program_holds_is_one_line(cli, results_dir):
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        p = cli(
+            "run",
+            "svd",
+            "--rows",
+            "1000",
+            "--cols",
+            "10",
+            "--repeat",
+            "1",
+            "--warmup",
+            "0",
+            "--dashboard-address",
+            f"127.0.0.1:{port}",
+            "--results-dir",
+            results_dir,
+        )
+    assert p.returncode == 0, p.stderr
+    (line,) = p.stderr.splitlines()
+    assert line.startswith(f"gpuscale: warning: dashboard port {port} is in use"), line
+    assert "the dashboard is at http://127.0.0.1:" in line

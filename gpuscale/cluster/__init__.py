@@ -353,10 +353,27 @@ def construct(spec: ClusterSpec, factory):
     config["distributed.worker.preload"] = worker_preloads(spec)
     try:
         # the nannies keep this config for their workers, restarts included
-        with _dask_compat.closing_half_built(), dask.config.set(config):
-            return factory()
+        with _dask_compat.closing_half_built(), dask.config.set(config), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Port .* is already in use", UserWarning)  # said below
+            cluster = factory()
     except Exception as e:
         raise start_error(spec, e) from None
+    _dashboard_moved(spec, cluster)
+    return cluster
+
+
+def _dashboard_moved(spec: ClusterSpec, cluster) -> None:
+    """One line on stderr where the dashboard's port was taken (by another cluster, program or
+    user) and distributed served it on another."""
+    asked = str((spec.kwargs or {}).get("dashboard_address") or "")
+    port = asked.rpartition(":")[2]
+    link = getattr(cluster, "dashboard_link", None) or ""
+    got = link.split("://", 1)[-1].split("/", 1)[0].rpartition(":")[2]
+    if port.isdigit() and int(port) and got.isdigit() and got != port:
+        sys.stderr.write(
+            f"gpuscale: warning: dashboard port {port} is in use (another cluster, program or user); "
+            f"the dashboard is at {link} instead\n"
+        )
 
 
 def planned_worker_memory(spec: ClusterSpec) -> list[int]:
