@@ -205,28 +205,37 @@ def interrupt_exit_code(exc: BaseException) -> int:
 def sigterm_raises() -> Iterator[None]:
     """For the block, in the main thread: SIGTERM raises :class:`Terminated`, SIGHUP
     :class:`HungUp` (unless ignored), Ctrl-C KeyboardInterrupt, each after
-    :func:`quiet_exit_logs`; a block that does not end escalates (:func:`_escalate_later`). The
-    previous handlers come back after it. In another thread: a no-op."""
+    :func:`quiet_exit_logs`; the first signal decides, later ones are absorbed; a block that
+    does not end escalates (:func:`_escalate_later`). The previous handlers come back after it.
+    In another thread: a no-op."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    received: list[int] = []
+
+    def _after_first(signum: int) -> bool:
+        """Whether a signal already stopped the block: the first decides the exit and the
+        line, and a later one does not interrupt the clean-up it started (its escalation
+        still ends a block that hangs)."""
+        received.append(signum)
+        return len(received) > 1
 
     def _on_term(signum, frame):
-        if _later_if_in_gc_callback(signum, frame):
+        if _later_if_in_gc_callback(signum, frame) or _after_first(signum):
             return
         quiet_exit_logs()
         _escalate_later(signal.SIGTERM, EXIT_SIGTERM)
         _raise_or_defer(Terminated())
 
     def _on_int(signum, frame):
-        if _later_if_in_gc_callback(signum, frame):
+        if _later_if_in_gc_callback(signum, frame) or _after_first(signum):
             return
         quiet_exit_logs()
         _escalate_later(signal.SIGINT, EXIT_SIGINT)
         _raise_or_defer(KeyboardInterrupt())
 
     def _on_hup(signum, frame):
-        if _later_if_in_gc_callback(signum, frame):
+        if _later_if_in_gc_callback(signum, frame) or _after_first(signum):
             return
         quiet_exit_logs()
         _escalate_later(signal.SIGHUP, EXIT_SIGHUP)

@@ -331,6 +331,24 @@ def test_signal_during_the_timed_repeats(spawn, tmp_path, sig, code, group):
     assert gone(p.kids) == []
 
 
+@pytest.mark.parametrize(
+    "sigs, code",
+    [((signal.SIGINT, signal.SIGTERM), 130), ((signal.SIGTERM, signal.SIGHUP, signal.SIGINT), 143)],
+    ids=["SIGINT then SIGTERM", "SIGTERM, SIGHUP, SIGINT"],
+)
+def test_signals_in_a_row_end_as_the_first_one_says(spawn, tmp_path, sigs, code):
+    p = spawn(*LONG_SVD, "--results-dir", tmp_path / "res", tty=True)
+    p.wait_for(REPEATING)
+    for sig in sigs:
+        os.kill(p.pid, sig)
+        time.sleep(0.02)
+    assert p.wait() == code, p.stderr_lines()
+    assert_one_line(p.stderr_lines(), f"interrupted ({signal.Signals(sigs[0]).name}) during timed repeat ")
+    assert "Traceback" not in "\n".join(p.stderr_lines())
+    assert files_under(tmp_path / "res") == []
+    assert gone(p.kids) == []
+
+
 def test_the_interruption_line_counts_timed_repeats_apart_from_warm_ups(spawn, tmp_path):
     argv = [a for a in LONG_SVD if a not in ("--warmup", "0")]
     p = spawn(*argv, "--warmup", "3", "--results-dir", tmp_path / "res", tty=True)
