@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from . import config  # noqa: E402,F401  (merges the defaults into dask.config first)
 from ._version import __version__
-from .errors import UserError, install_excepthook  # noqa: E402
-
-install_excepthook()
+from .errors import UserError  # noqa: E402
 
 _LAZY = {
     "session": "gpuscale.api",

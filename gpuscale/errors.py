@@ -4,8 +4,9 @@ was in.
 
 Every check of user input raises :class:`UserError` with a message that names the problem *and*
 the fix. The CLI prints ``gpuscale: error: <message>`` on one line and exits 2; the Python API
-lets it propagate (a ``ValueError``); an uncaught one in a script ends with the same line and
-exit status 1, no traceback (:func:`install_excepthook`, which ``import gpuscale`` calls).
+lets it propagate (a ``ValueError``); one that a session (or ``gpuscale.run``) raises and the
+script leaves uncaught ends with the same line and exit status 1, no traceback
+(:func:`one_line_errors`). ``import gpuscale`` changes nothing in the process.
 """
 
 from __future__ import annotations
@@ -98,20 +99,23 @@ def missing_module(module: str, purpose: str, install: str) -> UserError:
     )
 
 
-def install_excepthook() -> None:
-    """An uncaught :class:`UserError`, :class:`ClusterGone`, :class:`RecordNotWritten` (whose
-    record goes to stdout first) or :class:`OutputNotWritten` in a script prints ``gpuscale:
-    error: <message>`` on one line instead of a traceback; every other exception goes to the
-    previous hook. Idempotent; IPython does not use ``sys.excepthook``."""
+def one_line_errors():
+    """Installs, for a session's lifetime, the ``sys.excepthook`` by which an uncaught
+    :class:`UserError`, :class:`ClusterGone`, :class:`RecordNotWritten` (whose record goes to
+    stdout first) or :class:`OutputNotWritten` prints ``gpuscale: error: <message>`` on one line
+    instead of a traceback (every other exception goes to the previous hook; IPython does not
+    use ``sys.excepthook``). Returns ``done(exc)``, called as the session ends: the previous
+    hook comes back, unless ``exc`` is one of those errors, which may be about to end the
+    script."""
     previous = sys.excepthook
-    if getattr(previous, "_gpuscale", False):
-        return
+    if getattr(previous, "_gpuscale", False):  # an outer session's
+        return lambda exc: None
 
     def hook(kind, value, tb):
         if isinstance(value, RecordNotWritten):  # the measured result is not lost
             sys.stdout.write(value.record_json + "\n")
             sys.stdout.flush()
-        if isinstance(value, (UserError, ClusterGone, RecordNotWritten, OutputNotWritten)):
+        if isinstance(value, ONE_LINE):
             sys.stderr.write(f"gpuscale: error: {value}\n")
             sys.stderr.flush()
         else:
@@ -119,6 +123,12 @@ def install_excepthook() -> None:
 
     hook._gpuscale = True
     sys.excepthook = hook
+
+    def done(exc: BaseException | None) -> None:
+        if not isinstance(exc, ONE_LINE) and sys.excepthook is hook:
+            sys.excepthook = previous
+
+    return done
 
 
 class ClusterGone(RuntimeError):
@@ -173,6 +183,10 @@ class OutputNotWritten(RuntimeError):
             f"{why}; the measured result is kept in the record {result.path}: free some space "
             "and run again to write --output"
         )
+
+
+ONE_LINE = (UserError, ClusterGone, RecordNotWritten, OutputNotWritten)
+"""The errors that end a script in one line (:func:`one_line_errors`)."""
 
 
 # ---------------------------------------------------------------------------------------

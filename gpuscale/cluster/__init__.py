@@ -20,14 +20,16 @@ from typing import Any, Iterator
 import dask.config
 from pydantic import BaseModel, ConfigDict, Field
 
-# on a loaded machine a slow scratch folder is no network file system; its warning breaks the one-line output
-warnings.filterwarnings("ignore", message="Creating scratch directories is taking a surprisingly long time")
-
-from .. import _dask_compat, machine  # noqa: E402 - after the warnings filter above
-from ..errors import UserError  # noqa: E402 - after the warnings filter above
+from .. import _dask_compat, machine
+from ..errors import UserError
 from ..plan import cluster as cluster_plan  # noqa: E402 - a module: it imports this package, either loads first
-from . import gather, messages, protocols, security  # noqa: E402, F401 - after the warnings filter above
-from .kind import Kind  # noqa: E402 - after the warnings filter above
+from . import gather, messages, protocols, security  # noqa: F401
+from .kind import Kind
+
+SLOW_SCRATCH = "Creating scratch directories is taking a surprisingly long time"
+"""distributed's warning as a worker's scratch folder takes over a second to make: on a loaded
+machine that is no network file system, and its paragraph would break the one-line output
+(ignored while a cluster starts here, and in its workers: :mod:`.detach`)."""
 
 KINDS = {
     "local": "gpuscale.cluster.local:Local",
@@ -355,6 +357,7 @@ def construct(spec: ClusterSpec, factory):
         # the nannies keep this config for their workers, restarts included
         with _dask_compat.closing_half_built(), dask.config.set(config), warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Port .* is already in use", UserWarning)  # said below
+            warnings.filterwarnings("ignore", SLOW_SCRATCH)
             cluster = factory()
     except Exception as e:
         raise start_error(spec, e) from None

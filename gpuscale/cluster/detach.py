@@ -35,6 +35,11 @@ def leave_terminal_group() -> None:
 
 
 def dask_setup(worker=None) -> None:
+    import warnings
+
+    from . import SLOW_SCRATCH
+
+    warnings.filterwarnings("ignore", SLOW_SCRATCH)  # a worker process of gpuscale's own
     leave_terminal_group()
     quiet_task_failures()
     logs.in_worker()

@@ -35,9 +35,6 @@ from .observe import COMPUTE, GENERATE, PREPARE, VALIDATE, WARMUP, Observer, Out
 SETTLE_TIMEOUT_S = 30.0
 GC_AFTER_S = 0.05
 
-# dask-expr DataFrames ignore span annotations (with a warning); arrays keep them.
-warnings.filterwarnings("ignore", message="Dask annotations .* detected", category=UserWarning)
-
 
 def _task_count(dask_scheduler=None) -> int:
     return len(dask_scheduler.tasks)
@@ -359,7 +356,10 @@ def execute(
     :func:`default_observers`) at each step."""
     policy = repeat if isinstance(repeat, _repeats.Policy) else _repeats.policy(repeat)
     chosen = default_observers() if observers is None else list(observers)
-    return Runner(workload, p, ctx, warmup, policy, observers=chosen).execute(memory_check)
+    with warnings.catch_warnings():
+        # dask-expr DataFrames ignore span annotations (with a warning); arrays keep them
+        warnings.filterwarnings("ignore", message="Dask annotations .* detected", category=UserWarning)
+        return Runner(workload, p, ctx, warmup, policy, observers=chosen).execute(memory_check)
 
 
 @dataclasses.dataclass

@@ -14,7 +14,7 @@ from typing import Any
 import dask
 
 from .. import audit as audit_mod
-from .. import backends, cluster, config, machine, memory, workloads
+from .. import backends, cluster, config, errors, machine, memory, workloads
 from ..backends import (
     convert,
     fallback,  # noqa: F401 - registers the host fallback with host_collections
@@ -274,6 +274,7 @@ class Session:
     # -- lifecycle ---------------------------------------------------------------------
     def __enter__(self) -> "Session":
         stack = contextlib.ExitStack()
+        self._one_line = errors.one_line_errors()
         try:
             stack.enter_context(logs.kept_off_stderr(self.dask_log))
             with phase(
@@ -311,8 +312,9 @@ class Session:
                     host_collections.scope(self.family, self.settings.session.host_collections)
                 )
                 self._route = stack.enter_context(Route.of(self).scope())
-        except BaseException:
+        except BaseException as e:
             stack.close()
+            self._one_line(e)
             raise
         self._stack = stack
         return self
@@ -322,6 +324,9 @@ class Session:
         if stack is not None:
             stack.close()
         self.client = self.cluster = None
+        done, self._one_line = getattr(self, "_one_line", None), None
+        if done is not None:
+            done(exc[1] if len(exc) > 1 else None)
 
     close = __exit__
 
