@@ -35,6 +35,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveInt,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -153,6 +154,23 @@ class _Section(BaseModel):
         (docs/reference/settings.md) is generated from these models."""
         super().__pydantic_init_subclass__(**kwargs)
         fielddocs.describe(cls)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _true_false_only_where_asked(cls, v: Any, info: ValidationInfo) -> Any:
+        """true / false only for a setting that takes it (pydantic would read ``workers: true``
+        as 1)."""
+        if isinstance(v, bool) and not _takes_bool(cls.model_fields[info.field_name].annotation):
+            raise ValueError("true / false is no value here: give a number or a word")
+        return v
+
+
+def _takes_bool(annotation: Any) -> bool:
+    import typing
+
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_takes_bool(a) for a in typing.get_args(annotation))
 
 
 Size = Union[PositiveInt, float, str, None]

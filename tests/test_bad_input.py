@@ -128,6 +128,16 @@ def test_profile_with_unknown_key(refused, tmp_path):
     refused(*SMALL_SVD, "--profile", p, needles=("gpuscale.bogus-key", "backend, protocol", "cluster", "run"))
 
 
+@pytest.mark.parametrize("where", ["profile", "env"])
+def test_true_for_a_number_of_workers_is_refused_not_read_as_one(refused, tmp_path, where):
+    p = tmp_path / "p.yaml"
+    p.write_text("version: 1\ngpuscale:\n  cluster:\n    workers: true\n")
+    args, env = ((*SMALL_SVD, "--profile", p), None) if where == "profile" else (SMALL_SVD, {})
+    if where == "env":
+        env = {"DASK_GPUSCALE__CLUSTER__WORKERS": "true"}
+    refused(*args, env=env, needles=("gpuscale.cluster.workers", "true / false is no value here"))
+
+
 def test_profile_with_unknown_nested_key(refused, tmp_path):
     p = tmp_path / "nested.yaml"
     p.write_text("version: 1\ngpuscale:\n  cluster:\n    wrkers: 3\n")

@@ -272,14 +272,13 @@ def _meta(node):
     """A node's metadata as pandas: cuDF's as Arrow-typed pandas (its strings are not objects,
     and its missing values stay missing, as :func:`_nullable` reads them), converted once per
     node (:data:`_AS_PANDAS`)."""
-    meta = node._meta
-    if type(meta).__module__.partition(".")[0] != "cudf":
-        return meta
+    if not _on_cudf(node):
+        return node._meta
     key = node._name
     if key not in _AS_PANDAS:
         if len(_AS_PANDAS) > 4096:
             _AS_PANDAS.clear()
-        _AS_PANDAS[key] = meta.to_pandas(arrow_type=True)
+        _AS_PANDAS[key] = node._meta.to_pandas(arrow_type=True)
     return _AS_PANDAS[key]
 
 
