@@ -177,11 +177,11 @@ class OutputNotWritten(RuntimeError):
 
     exit_code = EXIT_RECORD_NOT_WRITTEN
 
-    def __init__(self, why: str, result):
+    def __init__(self, why: str, result, what: str = "--output"):
         self.result = result
         super().__init__(
             f"{why}; the measured result is kept in the record {result.path}: free some space "
-            "and run again to write --output"
+            f"and run again to write {what}"
         )
 
 

@@ -256,6 +256,39 @@ def test_compare_prints_both_and_ratios_b_over_a(runs, cli):
     assert all(r["ratio"] == pytest.approx(1.0) for r in c["rows"] if r["a"])
 
 
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 64 KiB tmpfs: room for a record's folder, not for a trace."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    d = tmp_path / "tiny"
+    d.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(d)], capture_output=True)
+    if p.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.decode().strip()}")
+    yield d
+    subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def test_a_trace_that_fills_the_disk_keeps_the_record_and_leaves_no_part(cli, tmp_path, tiny_disk):
+    p = cli(
+        "run", "transpose_sum", "--n", "1000", "--chunk", "250", "--backend", "cpu", "--workers", "2",
+        "--repeat", "1", "--warmup", "0", "--results-dir", tmp_path / "res", "--trace", tiny_disk / "t",
+        "--json",
+    )  # fmt: skip
+    assert p.returncode == 5, p.stderr
+    (line,) = p.stderr.splitlines()
+    assert line.startswith(f"gpuscale: error: could not write the trace {tiny_disk / 't'} (No space left")
+    (record,) = (tmp_path / "res").glob("*.json")
+    r = json.loads(record.read_text())
+    assert r["valid"] is True and r["trace"] is None and r["info"]["trace"]["written"] is False
+    assert json.loads(p.stdout)["id"] == r["id"]  # shown as on success
+    assert list(tiny_disk.iterdir()) == []
+
+
 def test_cli_run_with_trace(cli, tmp_path):
     d = tmp_path / "t" / "run1"
     p = cli(

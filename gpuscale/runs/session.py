@@ -426,9 +426,10 @@ class Session:
             results.check_writable(out_dir)
         result = self.record(workload, options, params)
         finish(result, out_dir if options.write else None)
-        unwritten = (result.info or {}).get("output") or {}
-        if unwritten.get("written") is False and result.valid is not False:  # valid, but --output failed
-            raise OutputNotWritten(unwritten["why"], result)
+        for what in ("output", "trace"):
+            unwritten = (result.info or {}).get(what) or {}
+            if unwritten.get("written") is False and result.valid is not False:  # valid, but not written
+                raise OutputNotWritten(unwritten["why"], result, f"--{what}")
         return result
 
     def record(self, workload: str, options: RunOptions, params: dict[str, Any]) -> results.Result:
@@ -454,84 +455,91 @@ class Session:
             )
         ctx = workloads.Context(self.family, self.spec, self.client, data=user.source, validate=user.validate)
         at_start = set(self._workers())
-        with contextlib.ExitStack() as stack:  # the trace folder is written on leaving
-            tracer = stack.enter_context(self._capture(o.trace, cls.name)) if o.trace is not None else None
-            outcome = runner.execute(
-                cls(),
-                p,
-                ctx,
-                warmup=run_cfg.warmup if o.warmup is None else o.warmup,
-                repeat=repeats.policy(
-                    _repeat(run_cfg.repeat if o.repeat is None else o.repeat), run_cfg.auto_repeat
-                ),
-                memory_check=run_cfg.memory_check if o.memory_check is None else o.memory_check,
-                observers=runner.default_observers(
-                    tracer=tracer, audit=o.audit, cancelled=o.cancelled, progress=o.progress
-                ),
-            )
-            if outcome.audit is not None:
-                outcome.audit["strict"] = strict
-            if tracer is not None:
-                tracer.stop()  # the window ends with the run; the record is built outside it
-                tracer.audit = outcome.audit  # summary.json's "audit" section
-            with phase("writing --output"):
-                written = _write_output(cls(), p, outcome, user)
-            info = self.cluster_info(since=at_start)
-            result = results.Result.build(
-                workload=cls.name,
-                params=cls().record_params(p, ctx),
-                data=cls().record_data(p, ctx),
-                backend=self.selection.requested,
-                family=self.family.name,
-                backend_reason=self.selection.reason,
-                protocol=self.spec.protocol,
-                knobs=self._knobs(cls.collection, info),
-                choices=ctx.choices,
-                cluster=info,
-                settings_sources=sources,
-                times_s=outcome.times_s,
-                **results.summary(outcome.times_s, outcome.disturbed),
-                warmup_s=outcome.warmup_s,
-                startup_s=self.startup_s,
-                generate_s=outcome.generate_s,
-                validate_s=outcome.validate_s,
-                valid=outcome.validation.valid,
-                validation=outcome.validation.to_dict(),
-                info={
-                    **outcome.info,
-                    "unsettled_repeats": outcome.settle_warnings,
-                    **written,
-                    "dask_log": logs.written(self.dask_log),
-                    **results.disturbed_info(outcome.times_s, outcome.disturbed),
-                    "engine": _workload_engine(cls.name, user.source).record(),
-                },
-                repeats=outcome.repeats,
-                memory={
-                    "estimate_bytes": outcome.estimate_bytes,
-                    "capacity_bytes": outcome.capacity_bytes,
-                    **(outcome.memory or {}),
-                },
-                audit=outcome.audit,
-                explained=explained(
-                    self.resolved,
-                    self.selection,
-                    self.spec,
-                    cls.collection,
-                    ctx.choices,
-                    ctx.decisions,
-                    self.applied,
-                ),
-                versions=machine.versions(),
-                hardware=machine.hardware(),
-                dashboard_link=self.dashboard_link,
-                dashboard_link_live=True if self.dashboard_link else None,
-                trace=str(tracer.path) if tracer is not None else None,
-            )
-            if self.placement is not None:
-                result.explained["cluster"]["runner"] = self.placement.entry()
-                result.info["runner"] = self.placement.describe()
-            if tracer is not None:
-                tracer.annotate(result_id=result.id)
+        built: list[results.Result] = []
+        try:
+            with contextlib.ExitStack() as stack:  # the trace folder is written on leaving
+                tracer = None if o.trace is None else stack.enter_context(self._capture(o.trace, cls.name))
+                outcome = runner.execute(
+                    cls(),
+                    p,
+                    ctx,
+                    warmup=run_cfg.warmup if o.warmup is None else o.warmup,
+                    repeat=repeats.policy(
+                        _repeat(run_cfg.repeat if o.repeat is None else o.repeat), run_cfg.auto_repeat
+                    ),
+                    memory_check=run_cfg.memory_check if o.memory_check is None else o.memory_check,
+                    observers=runner.default_observers(
+                        tracer=tracer, audit=o.audit, cancelled=o.cancelled, progress=o.progress
+                    ),
+                )
+                if outcome.audit is not None:
+                    outcome.audit["strict"] = strict
+                if tracer is not None:
+                    tracer.stop()  # the window ends with the run; the record is built outside it
+                    tracer.audit = outcome.audit  # summary.json's "audit" section
+                with phase("writing --output"):
+                    written = _write_output(cls(), p, outcome, user)
+                info = self.cluster_info(since=at_start)
+                result = results.Result.build(
+                    workload=cls.name,
+                    params=cls().record_params(p, ctx),
+                    data=cls().record_data(p, ctx),
+                    backend=self.selection.requested,
+                    family=self.family.name,
+                    backend_reason=self.selection.reason,
+                    protocol=self.spec.protocol,
+                    knobs=self._knobs(cls.collection, info),
+                    choices=ctx.choices,
+                    cluster=info,
+                    settings_sources=sources,
+                    times_s=outcome.times_s,
+                    **results.summary(outcome.times_s, outcome.disturbed),
+                    warmup_s=outcome.warmup_s,
+                    startup_s=self.startup_s,
+                    generate_s=outcome.generate_s,
+                    validate_s=outcome.validate_s,
+                    valid=outcome.validation.valid,
+                    validation=outcome.validation.to_dict(),
+                    info={
+                        **outcome.info,
+                        "unsettled_repeats": outcome.settle_warnings,
+                        **written,
+                        "dask_log": logs.written(self.dask_log),
+                        **results.disturbed_info(outcome.times_s, outcome.disturbed),
+                        "engine": _workload_engine(cls.name, user.source).record(),
+                    },
+                    repeats=outcome.repeats,
+                    memory={
+                        "estimate_bytes": outcome.estimate_bytes,
+                        "capacity_bytes": outcome.capacity_bytes,
+                        **(outcome.memory or {}),
+                    },
+                    audit=outcome.audit,
+                    explained=explained(
+                        self.resolved,
+                        self.selection,
+                        self.spec,
+                        cls.collection,
+                        ctx.choices,
+                        ctx.decisions,
+                        self.applied,
+                    ),
+                    versions=machine.versions(),
+                    hardware=machine.hardware(),
+                    dashboard_link=self.dashboard_link,
+                    dashboard_link_live=True if self.dashboard_link else None,
+                    trace=str(tracer.path) if tracer is not None else None,
+                )
+                if self.placement is not None:
+                    result.explained["cluster"]["runner"] = self.placement.entry()
+                    result.info["runner"] = self.placement.describe()
+                if tracer is not None:
+                    tracer.annotate(result_id=result.id)
+                built.append(result)
+        except (OSError, UserError) as e:  # the trace folder, written as the block ends
+            if not built or o.trace is None:
+                raise
+            return _trace_not_written(built[0], o.trace, e)
         return result
 
     def to_backend(
@@ -679,6 +687,19 @@ def _pairs(
     if seen is None:
         seen, source = preflight.seen_from(topology), "the started cluster's workers"
     return preflight.pairs(addresses, seen, (checked or {}).get("probe"), source if seen else "addresses")
+
+
+def _trace_not_written(result: results.Result, trace: str, e: BaseException) -> results.Result:
+    """``result`` kept, its trace not: ``info.trace`` says why (:func:`Session.run_with` ends
+    the run with one line once the record is written)."""
+    why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    result.trace = None
+    result.info["trace"] = {
+        "written": False,
+        "path": str(trace),
+        "why": f"could not write the trace {trace} ({why})",
+    }
+    return result
 
 
 def _repeat(value: Any) -> int | str:
