@@ -425,6 +425,10 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
         "override": "--no-memory-check (memory_check=False)",
     }
     if budget is None or not budget.limit or not budget.workers:
+        host = _past_this_host(workload, p, ctx, budget, estimate)
+        if host is not None:
+            out.update(verdict="does not fit", fits=False, host_bytes=host, capacity_bytes=host)
+            return out
         out.update(
             verdict="fits",
             fits=True,
@@ -538,8 +542,31 @@ def kept_bytes(b: dict[str, Any], data: int) -> int:
     return min(data, int(b["limit"] * b["fractions"]["target"]))
 
 
+def _past_this_host(workload, p, ctx, budget: Budget | None, estimate: int) -> int | None:
+    """This machine's memory where workers with no memory limit (``--memory-limit 0``) of a
+    cluster started here would hold more than it has, and the data cannot be made block by
+    block; else None. No limit means no spilling: the host would kill them."""
+    spec = getattr(ctx, "spec", None)
+    if budget is None or budget.memory != "host" or getattr(spec, "kind", None) != "local":
+        return None
+    from . import machine
+
+    host = int(machine.cpu()["memory_bytes"])
+    if estimate <= host or workload.streams(p, ctx):
+        return None
+    return host
+
+
 def error(workload_name: str, h: dict[str, Any]) -> UserError:
     """The one line of a run that does not fit: the numbers, and the fix."""
+    if h.get("host_bytes"):
+        parts = " + ".join(f"{k} {format_bytes(v)}" for k, v in h["parts"].items() if v)
+        return UserError(
+            f"{workload_name} at these sizes holds about {format_bytes(h['estimate_bytes'])} ({parts}), more "
+            f"than this machine's {format_bytes(h['host_bytes'])}, and workers with no memory limit "
+            "never spill: the system would kill them",
+            "use smaller sizes, or give the workers a --memory-limit so that they can spill to disk",
+        )
     b = h["budget"]
     parts = " + ".join(f"{k} {format_bytes(v)}" for k, v in h["parts"].items() if v)
     if h.get("too_large"):

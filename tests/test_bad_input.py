@@ -490,3 +490,16 @@ def test_a_working_folder_deleted_before_the_run_is_named(tmp_path):
         "gpuscale: error: the working folder no longer exists (deleted or moved); cd to a folder that exists "
         "and run it again"
     ]
+
+
+def test_workers_with_no_memory_limit_are_still_checked_against_the_machine(refused):
+    refused(
+        "run", "transpose_sum", "--n", "400000", "--memory-limit", "0",
+        needles=("more than this machine's", "no memory limit never spill", "--memory-limit"),
+    )  # fmt: skip
+
+
+def test_no_memory_limit_admits_what_the_machine_holds(cli, tmp_path):
+    p = cli("run", "transpose_sum", "--n", "2000", "--memory-limit", "0", "--repeat", "1", "--warmup", "0",
+            "--results-dir", tmp_path / "res")  # fmt: skip
+    assert p.returncode == 0, p.stderr
