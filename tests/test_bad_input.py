@@ -503,3 +503,24 @@ def test_no_memory_limit_admits_what_the_machine_holds(cli, tmp_path):
     p = cli("run", "transpose_sum", "--n", "2000", "--memory-limit", "0", "--repeat", "1", "--warmup", "0",
             "--results-dir", tmp_path / "res")  # fmt: skip
     assert p.returncode == 0, p.stderr
+
+
+def test_a_trace_folder_named_with_bytes_the_locale_cannot_decode_is_refused(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import _clean_environ
+
+    folder = os.fsencode(tmp_path) + b"/t\xff"
+    p = subprocess.run(
+        [os.fsencode(sys.executable), b"-m", b"gpuscale", *map(os.fsencode, SMALL_SVD), b"--trace", folder],
+        cwd=tmp_path,
+        env={**_clean_environ(None), "LC_ALL": "C"},
+        capture_output=True,
+        timeout=300,
+    )
+    lines = p.stderr.decode(errors="replace").splitlines()
+    assert p.returncode == 2 and len(lines) == 1, lines
+    assert "is not a UTF-8 name" in lines[0] and "Traceback" not in lines[0]
+    assert files_under(tmp_path) == []

@@ -504,22 +504,8 @@ def test_a_dashboard_port_another_program_holds_is_one_line(cli, results_dir):
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        p = cli(
-            "run",
-            "svd",
-            "--rows",
-            "1000",
-            "--cols",
-            "10",
-            "--repeat",
-            "1",
-            "--warmup",
-            "0",
-            "--dashboard-address",
-            f"127.0.0.1:{port}",
-            "--results-dir",
-            results_dir,
-        )
+        p = cli("run", "svd", "--rows", "1000", "--cols", "10", "--repeat", "1", "--warmup", "0",
+                "--dashboard-address", f"127.0.0.1:{port}", "--results-dir", results_dir)  # fmt: skip
     assert p.returncode == 0, p.stderr
     (line,) = p.stderr.splitlines()
     assert line.startswith(f"gpuscale: warning: dashboard port {port} is in use"), line

@@ -40,6 +40,13 @@ def check_dir(directory: str | os.PathLike) -> pathlib.Path:
     or be an empty folder of this user's (never a link), and its nearest existing parent must
     be writable. Writes nothing."""
     d = pathlib.Path(directory).expanduser().absolute()
+    try:
+        str(d).encode("utf-8")  # the folder is named to the scheduler, whose messages are UTF-8
+    except UnicodeEncodeError:
+        raise UserError(
+            f"trace dir {str(d)!r} is not a UTF-8 name (a byte the locale cannot decode)",
+            "pass --trace a folder whose name is UTF-8",
+        ) from None
     atomic.check_target(d, "trace dir", folder=True)  # a link, or another user's folder
     if d.exists() or d.is_symlink():
         if not d.is_dir():
