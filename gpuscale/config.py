@@ -798,6 +798,27 @@ class Settings(_Section):
             raise ValueError(f"unknown backend; choose one of: {backends.vocabulary()}")
         return v
 
+    @field_validator("scheduler")
+    @classmethod
+    def _scheduler_address(cls, v):
+        """[SCHEME://]HOST:PORT, read as distributed reads it."""
+        if v is None:
+            return v
+        from distributed.comm.addressing import parse_address, parse_host_port
+
+        try:
+            scheme, where = parse_address(str(v), strict=False)
+            if scheme in ("tcp", "tls", "ucx", "ucxx", "ws", "wss"):
+                _, port = parse_host_port(where)
+                if not 0 < int(port) < 65536:
+                    raise ValueError(f"port {port} is not from 1 to 65535")
+        except (ValueError, TypeError) as e:
+            raise ValueError(
+                f"not a scheduler address ({str(e).strip().rstrip('.')}): give [tcp://]HOST:PORT, "
+                "e.g. tcp://127.0.0.1:8786"
+            ) from None
+        return v
+
     @field_validator("protocol")
     @classmethod
     def _known_protocol(cls, v):

@@ -524,3 +524,19 @@ def test_a_trace_folder_named_with_bytes_the_locale_cannot_decode_is_refused(tmp
     assert p.returncode == 2 and len(lines) == 1, lines
     assert "is not a UTF-8 name" in lines[0] and "Traceback" not in lines[0]
     assert files_under(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "address, said",
+    [
+        ("tcp://", "missing port number"),
+        ("::::", "ipv6 needs brackets"),
+        ("tcp://localhost:notaport", "'notaport'"),
+        ("tcp://[::1", "invalid address"),
+        ("tcp://localhost:99999", "port 99999 is not from 1 to 65535"),
+    ],
+)
+def test_an_odd_scheduler_address_is_named_before_any_connection(refused, address, said):
+    refused(
+        *SMALL_SVD, "--scheduler", address, needles=("not a scheduler address", said, "[tcp://]HOST:PORT")
+    )
