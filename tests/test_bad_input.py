@@ -540,3 +540,10 @@ def test_an_odd_scheduler_address_is_named_before_any_connection(refused, addres
     refused(
         *SMALL_SVD, "--scheduler", address, needles=("not a scheduler address", said, "[tcp://]HOST:PORT")
     )
+
+
+def test_a_zarr_array_of_a_billion_unwritten_chunks_is_refused_by_its_size(refused, tmp_path_factory):
+    zarr = pytest.importorskip("zarr")
+    store = tmp_path_factory.mktemp("in") / "huge.zarr"
+    zarr.open_array(str(store), mode="w", shape=(10**15, 10), chunks=(10**6, 10), dtype="f8")
+    refused("run", "svd", "--input", store, needles=("svd at these sizes", "PiB"), timeout=180)
