@@ -158,6 +158,20 @@ def test_the_boundary_case_spills_or_streams_instead_of_being_killed(cli, tmp_pa
         assert m["measured"]["spilled_bytes"] > 120 * MB, m
 
 
+@pytest.mark.slow
+def test_six_times_the_memory_of_two_small_workers_is_admitted_and_validates(cli, tmp_path):
+    """Two workers of 300 MB, an svd of 1.68 GiB: the check admits it (it completes, peaking
+    near 180 MiB per worker) and no worker is lost."""
+    p = cli("run", "svd", "--backend", "cpu", "--rows", "2250000", "--cols", "100", "--workers", "2",
+            "--threads-per-worker", "1", "--memory-limit", "300MB", "--repeat", "1", "--warmup", "0",
+            "--json", "--results-dir", tmp_path / "res", timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout)
+    assert r["validation"]["valid"] is True and r["memory"]["verdict"] == "spills", r["memory"]["verdict"]
+    assert r["memory"]["measured"]["peak_bytes"] < 0.95 * 300 * MB
+    assert not r["info"].get("disturbed_repeats"), r["info"]
+
+
 def test_what_can_neither_fit_nor_stream_is_refused_before_any_work(cli, tmp_path):
     """Workers of 270 MB (near the 256 MiB least): a started worker plus its growth (~200 MiB)
     is over 0.9 x their pause line, so nothing can be held, spilled or streamed: refused in one

@@ -66,7 +66,7 @@ class Knobs:
     fft_work_copies: float = 0.0
     """Copies of one FFT task's input block its library holds beyond the input and the complex
     output (the workload's data): 0 where the transform works lane by lane in the output."""
-    worker_growth_bytes: int = 128 * 2**20
+    worker_growth_bytes: int = 100 * 2**20
     """What a worker's first tasks add to the memory it holds at start (imports, allocator
     arenas), added to the measured baseline by the memory check (see docs/decisions.md, rule
     ``memory.worker-growth``)."""
