@@ -465,6 +465,19 @@ def closing_half_built():
         raise
 
 
+# -- addresses ---------------------------------------------------------------------------
+def check_address(address: str) -> None:
+    """Raises ValueError where distributed cannot read ``address`` as a scheduler's
+    ([SCHEME://]HOST:PORT, the port from 1 to 65535 for the host-and-port schemes)."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    scheme, where = parse_address(address, strict=False)
+    if scheme in ("tcp", "tls", "ucx", "ucxx", "ws", "wss"):
+        _, port = parse_host_port(where)
+        if not 0 < int(port) < 65536:
+            raise ValueError(f"port {port} is not from 1 to 65535")
+
+
 # -- merge metadata ----------------------------------------------------------------------
 MERGE_MODULE = "dask.dataframe.dask_expr._merge"
 """dask-expr's module of ``Merge``: hooked at once when imported, else as it is imported."""

@@ -804,14 +804,10 @@ class Settings(_Section):
         """[SCHEME://]HOST:PORT, read as distributed reads it."""
         if v is None:
             return v
-        from distributed.comm.addressing import parse_address, parse_host_port
+        from . import _dask_compat
 
         try:
-            scheme, where = parse_address(str(v), strict=False)
-            if scheme in ("tcp", "tls", "ucx", "ucxx", "ws", "wss"):
-                _, port = parse_host_port(where)
-                if not 0 < int(port) < 65536:
-                    raise ValueError(f"port {port} is not from 1 to 65535")
+            _dask_compat.check_address(str(v))
         except (ValueError, TypeError) as e:
             raise ValueError(
                 f"not a scheduler address ({str(e).strip().rstrip('.')}): give [tcp://]HOST:PORT, "

@@ -199,7 +199,7 @@ def test_size_that_cannot_fit(refused):
         "--backend",
         "cpu",
         "--memory-limit",
-        "300MB",
+        "270MB",
         "--workers",
         "1",
         "--rows",
