@@ -559,8 +559,8 @@ def _past_this_host(workload, p, ctx, budget: Budget | None, estimate: int) -> i
 
 def error(workload_name: str, h: dict[str, Any]) -> UserError:
     """The one line of a run that does not fit: the numbers, and the fix."""
+    parts = " + ".join(f"{k} {format_bytes(v)}" for k, v in h["parts"].items() if v)
     if h.get("host_bytes"):
-        parts = " + ".join(f"{k} {format_bytes(v)}" for k, v in h["parts"].items() if v)
         return UserError(
             f"{workload_name} at these sizes holds about {format_bytes(h['estimate_bytes'])} ({parts}), more "
             f"than this machine's {format_bytes(h['host_bytes'])}, and workers with no memory limit "
@@ -568,7 +568,6 @@ def error(workload_name: str, h: dict[str, Any]) -> UserError:
             "use smaller sizes, or give the workers a --memory-limit so that they can spill to disk",
         )
     b = h["budget"]
-    parts = " + ".join(f"{k} {format_bytes(v)}" for k, v in h["parts"].items() if v)
     if h.get("too_large"):
         return UserError(
             f"{workload_name} at these sizes makes about {format_bytes(h['estimate_bytes'])} of data "

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .. import _dask_compat, machine
 from ..errors import UserError
-from ..plan import cluster as cluster_plan  # noqa: E402 - a module: it imports this package, either loads first
+from ..plan import cluster as cluster_plan  # a module: it imports this package, either loads first
 from . import gather, messages, protocols, security  # noqa: F401
 from .kind import Kind
 
@@ -368,11 +368,15 @@ def construct(spec: ClusterSpec, factory):
 def _dashboard_moved(spec: ClusterSpec, cluster) -> None:
     """One line on stderr where the dashboard's port was taken (by another cluster, program or
     user) and distributed served it on another."""
-    asked = str((spec.kwargs or {}).get("dashboard_address") or "")
-    port = asked.rpartition(":")[2]
+    from urllib.parse import urlsplit
+
+    port = str((spec.kwargs or {}).get("dashboard_address") or "").rpartition(":")[2]
     link = getattr(cluster, "dashboard_link", None) or ""
-    got = link.split("://", 1)[-1].split("/", 1)[0].rpartition(":")[2]
-    if port.isdigit() and int(port) and got.isdigit() and got != port:
+    try:
+        got = urlsplit(link).port
+    except ValueError:
+        got = None
+    if port.isdigit() and int(port) and got is not None and got != int(port):
         sys.stderr.write(
             f"gpuscale: warning: dashboard port {port} is in use (another cluster, program or user); "
             f"the dashboard is at {link} instead\n"
