@@ -134,7 +134,7 @@ case "$stage" in
     for part in "$@"; do
       case "$part" in
         tests)
-          $py -m pytest -m gpu -p no:cacheprovider -q -rs tests/test_engines_gpu.py 2>&1 | tail -15 \
+          $py -m pytest -m gpu -p no:cacheprovider -q -rs tests/test_engines_gpu.py tests/test_engines_gpus.py 2>&1 | tail -15 \
             | tee "$out/pytest-engines.txt" ;;
         multi)
           $py "${q[@]}" --tpch-layouts multi "${j[@]}" --reference-jobs 3 \

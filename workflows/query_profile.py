@@ -33,23 +33,29 @@ import time
 import dask
 import harness
 import queries
+import user_queries
 from distributed import default_client
 from user_queries import Read, open_side, paths
 
-DEFAULT_QUERIES = "tpch:t1,t3,t5,t10,t18;h2o-join:j1,j5;h2o-groupby:q1,q10"
+DEFAULT_QUERIES = "tpch:q1,q3,q5,q10,q18;h2o-join:j1,j5;h2o-groupby:q1,q10"
 
 
-def chosen(spec: str, sizes: dict[str, str], folder: pathlib.Path):
-    """(suite, size, data folder, query) for ``suite:q,q;suite:q`` (data made when missing)."""
+def chosen(spec: str, sizes: dict[str, str], folder: pathlib.Path, layout: str = "multi"):
+    """(suite, size, data folder, query) for ``suite:q,q;suite:q`` (data made when missing, in
+    ``user_queries.py``'s folders; ``layout``: TPC-H's, ``multi`` or ``single``)."""
     out = []
     for part in spec.split(";"):
         name, _, names = part.partition(":")
         suite = queries.suites()[name]
         size = sizes[name]
-        data = folder / f"{name}-{size}"
+        single = name == "tpch" and layout == "single"
+        data = folder / (f"{name}-{size}" + ("-single" if single else ""))
         if not (data / ".complete").exists():
             data.mkdir(parents=True, exist_ok=True)
-            suite.make(data, float(size) if name == "tpch" else int(float(size)))
+            if name == "tpch":
+                suite.make(data, float(size), layout)
+            else:
+                suite.make(data, int(float(size)))
             (data / ".complete").write_text("")
         out += [(suite, size, data, q) for q in suite.queries if q.name in names.split(",")]
     return out
@@ -162,11 +168,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", choices=("cpu", "gpu"), default="gpu")
     ap.add_argument(
-        "--sides", default=None, help="comma-separated, from gpuscale, dask, alone, polars-gpu, duckdb"
+        "--sides",
+        default=None,
+        help="comma-separated, from gpuscale, dask, alone, polars-gpu, duckdb, or a Dask side of "
+        "user_queries.py with its options (gpuscale-gpu:engine=dask)",
     )
     ap.add_argument("--queries", default=DEFAULT_QUERIES, help="suite:q,q;suite:q,... (default: %(default)s)")
     ap.add_argument("--h2o-rows", default="1e7")
     ap.add_argument("--tpch-scale", default="10")
+    ap.add_argument("--tpch-layout", choices=("multi", "single"), default="multi")
     ap.add_argument("--data", default=None, help="user_queries.py's data folder (default: a temporary one)")
     ap.add_argument("--smoke", action="store_true", help="tiny data (H2O 1e4 rows, TPC-H 0.01), 1 run")
     harness.add_common(ap, repeat=3, warmup=1)
@@ -180,11 +190,13 @@ def main(argv=None) -> int:
         folder = pathlib.Path(
             a.data or stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuscale-prof-"))
         )
-        cases = chosen(a.queries, sizes, folder)
+        cases = chosen(a.queries, sizes, folder, a.tpch_layout)
         d = {"backend": a.backend, "repeat": a.repeat, "warmup": a.warmup, "sides": {}}
         for side in sides:
-            if side in SIDES:
-                with open_side(SIDES[side][a.backend]):
+            if side.split(":")[0] in SIDES or side.split(":")[0] in user_queries.SIDES:
+                base, _, variant = side.partition(":")
+                name = SIDES[base][a.backend] if base in SIDES else base
+                with open_side(name + (f":{variant}" if variant else "")):
                     d["sides"][side] = dask_side(default_client(), cases, a.repeat, a.warmup)
             elif side == "alone":
                 d["sides"][side] = alone_side(
