@@ -16,7 +16,7 @@ from distributed import get_task_stream
 
 import gpuscale
 from gpuscale import api, backends
-from gpuscale.backends import cpu
+from gpuscale.backends import cpu, host_collections, session_knobs
 
 LEFT = pd.DataFrame({"k": np.arange(4000) % 997, "a": np.arange(4000.0)})
 RIGHT = pd.DataFrame({"k": np.arange(997), "b": np.arange(997.0) * 2})
@@ -280,3 +280,52 @@ def test_a_session_shares_merge_metadata_with_dask_dataframe_imported_inside_its
         [sys.executable, str(script)], capture_output=True, text=True, timeout=180, cwd=tmp_path
     )
     assert p.returncode == 0 and p.stdout.startswith("ok"), p.stderr[-2000:]
+
+
+def _gpu_family():
+    return backends.select("gpu", check=False).family
+
+
+def test_a_gpu_session_reads_the_users_parquet_files_together():
+    """The GPU family adds ``aggregate_files=True`` to the user's ``read_parquet`` call, and only
+    where the call says nothing of partitions; gpuscale's own reads keep their keywords."""
+    import sys
+
+    fam = _gpu_family()
+    here = sys._getframe(0)
+    assert host_collections.family_keywords(fam, "read_parquet", {"columns": ["a"]}, here) == {
+        "aggregate_files": True,
+        "columns": ["a"],
+    }
+    for given in ({"blocksize": None}, {"aggregate_files": False}, {"filesystem": "arrow"}):
+        assert host_collections.family_keywords(fam, "read_parquet", given, here) == given
+    assert host_collections.family_keywords(fam, "read_csv", {}, here) == {}
+    own: dict = {"__name__": "gpuscale.data.inputs"}
+    exec("import sys\ndef frame():\n    return sys._getframe(0)", own)
+    assert host_collections.family_keywords(fam, "read_parquet", {}, own["frame"]()) == {}
+
+
+def test_the_session_names_the_keywords_it_adds_to_the_users_reads():
+    fam = _gpu_family()
+    settings = gpuscale.config.resolve().settings.session
+    (reads,) = [a for a in session_knobs.plan(fam, settings, {}) if a.name == "read_parquet"]
+    assert (reads.value, reads.rule) == ({"aggregate_files": True}, "reads.family")
+    off = settings.model_copy(update={"host_collections": "off"})
+    (reads,) = [a for a in session_knobs.plan(fam, off, {}) if a.name == "read_parquet"]
+    assert (reads.value, reads.rule) == (None, "reads.off")
+    assert not [a for a in session_knobs.plan(cpu.FAMILY, settings, {}) if a.name == "read_parquet"]
+
+
+@pytest.mark.gpu
+def test_a_gpu_session_reads_several_parquet_files_as_one_partition(tmp_path):
+    """Six small files: one partition in the session, six outside it; the same rows."""
+    pytest.importorskip("dask_cudf")
+    for i in range(6):
+        LEFT.iloc[i * 100 : (i + 1) * 100].to_parquet(tmp_path / f"part.{i}.parquet", index=False)
+    with dask.config.set({"dataframe.backend": "cudf"}):
+        outside = dd.read_parquet(str(tmp_path))
+    with gpuscale.session(backend="gpu", engine="dask"):
+        inside = dd.read_parquet(str(tmp_path))
+        got = inside.compute().to_pandas()
+    assert (outside.npartitions, inside.npartitions) == (6, 1)
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), LEFT.iloc[:600].reset_index(drop=True))

@@ -66,6 +66,11 @@ class Knobs:
     fft_work_copies: float = 0.0
     """Copies of one FFT task's input block its library holds beyond the input and the complex
     output (the workload's data): 0 where the transform works lane by lane in the output."""
+    read_keywords: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Keywords a session adds to the user's Dask readers, by function name
+    (:func:`gpuscale.backends.host_collections.family_keywords`), where the call sets none of
+    :data:`~gpuscale.backends.host_collections.PARTITIONING`: how the family cuts files into
+    partitions."""
     worker_growth_bytes: int = 100 * 2**20
     """What a worker's first tasks add to the memory it holds at start (imports, allocator
     arenas), added to the measured baseline by the memory check (see docs/decisions.md, rule

@@ -173,6 +173,7 @@ FAMILY = GpuFamily(
         pre_import={"array": ("cupy",), "dataframe": ("cupy", "cudf", "dask_cudf"), "session": ("cupy",)},
         fft_work_copies=3.0,  # rule ``memory.fft-work-copies``
         worker_growth_bytes=512 * 2**20,  # rule ``memory.worker-growth``
+        read_keywords={"read_parquet": {"aggregate_files": True}},  # rule ``reads.family``
     ),
     auto_priority=10,
     nvtx_phases=True,

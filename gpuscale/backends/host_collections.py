@@ -78,6 +78,10 @@ WRITERS: dict[str, tuple[str, ...]] = {
 family's :attr:`~.family.Family.lossy_writers` uses. ``DataFrame.to_csv`` imports
 ``dask.dataframe.io.csv.to_csv`` when called, so the method is caught with the function."""
 
+PARTITIONING = ("aggregate_files", "blocksize", "split_row_groups", "filesystem", "chunksize")
+"""Keywords of Dask's readers that say how files become partitions: a call that sets any of
+them keeps Dask's reading as it asked (:func:`family_keywords`)."""
+
 IN_MEMORY = frozenset({"from_pandas", "from_dict", "from_array", "asarray", "asanyarray"})
 """Functions whose input is the host object itself: the fix is ``s.to_backend(obj)`` (each task
 builds its block on the backend); for the others it is ``s.to_backend(collection)``."""
@@ -232,6 +236,16 @@ class Scope:
         return convert.host_copy(df, self.family, conv.id)
 
 
+def family_keywords(family: Family, name: str, kwargs: dict, caller) -> dict:
+    """``kwargs`` of the user's call of Dask's reader ``name`` from frame ``caller``, with the
+    family's :attr:`~.family.Knobs.read_keywords` for it added, where the call sets none of
+    :data:`PARTITIONING` (rule ``reads.family``); gpuscale's own reads keep theirs."""
+    add = family.knobs.read_keywords.get(name)
+    if not add or any(k in kwargs for k in PARTITIONING) or call_site(caller) is None:
+        return kwargs
+    return {**add, **kwargs}
+
+
 def _blocks(obj) -> int:
     n = getattr(obj, "npartitions", None)
     if n is None:  # a Dask array
@@ -346,6 +360,7 @@ def _wrap(module: str, name: str, fn: Callable) -> Callable:
         s = _SCOPE.get()
         if s is None or _INSIDE.get():
             return fn(*args, **kwargs)
+        kwargs = family_keywords(s.family, name, kwargs, sys._getframe(1))
         token = _INSIDE.set(True)
         try:
             out = fn(*args, **kwargs)

@@ -57,7 +57,29 @@ def plan(family: Family, session, sources: dict[str, str]) -> tuple[Applied, ...
         _shuffle(family, session.shuffle_method, sources.get(SHUFFLE_SETTING, "default")),
         _merge_meta(session.merge_meta, sources.get(MERGE_META_SETTING, "default")),
         _engine(family, session.engine, sources.get(ENGINE_SETTING, "default")),
+        *_reads(family, session.host_collections),
     )
+
+
+def _reads(family: Family, host_collections: str) -> tuple[Applied, ...]:
+    """The keywords the session adds to the user's readers (the family's
+    :attr:`~.family.Knobs.read_keywords`), applied by the wrappers of
+    :mod:`gpuscale.backends.host_collections`: none where those are off."""
+    if family.host_native():
+        return ()
+    out = []
+    for name, keywords in family.knobs.read_keywords.items():
+        words = ", ".join(f"{k}={v!r}" for k, v in keywords.items())
+        if host_collections == "off":
+            why = f"session.host-collections is off: your {name} calls keep Dask's partitions"
+            out.append(Applied(name, None, None, "session.host-collections", "reads.off", why))
+            continue
+        why = (
+            f"the {family.name} family adds {words} to your {name} calls that set none of the "
+            "partitioning keywords: files are read together up to Dask's block size"
+        )
+        out.append(Applied(name, None, dict(keywords), "family", "reads.family", why))
+    return tuple(out)
 
 
 def _engine(family: Family, setting: str, source: str) -> Applied:

@@ -281,7 +281,7 @@ def _capacity(session, workers: dict) -> int | None:
         from .. import machine
 
         by_index = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
-        return sum(by_index.get(i, 0) for i in set(session.spec.gpus or [])) or None
+        return sum(by_index.get(i, 0) for i in (session.spec.gpus or [])) or None
     if session.spec.kind != "local":
         return None
     import psutil
