@@ -110,4 +110,3 @@ def test_a_persisted_translated_frame_stays_on_the_gpu_worker(gpu_session, files
     assert dask.is_dask_collection(p) and gpu_session.queries[-1]["engine"] == "polars-gpu"
     got = p.y.compute()
     assert sorted(got.to_pandas().tolist()) == sorted(LEFT[LEFT.x > 2].y.tolist())
-

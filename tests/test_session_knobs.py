@@ -108,7 +108,7 @@ def test_a_user_merge_in_a_gpu_session_shuffles_on_the_device():
     """The GPU family's task shuffle reaches a merge the user writes in the block: cuDF
     partitions, no P2P transfer tasks, pandas' answer."""
     pytest.importorskip("dask_cudf")
-    with gpuscale.session(backend="gpu") as s:
+    with gpuscale.session(backend="gpu", engine="dask") as s:
         assert s.applied[0].value == "tasks" and s.applied[0].rule == "shuffle.family"
         left = dd.from_dict({"k": LEFT.k.to_numpy(), "a": LEFT.a.to_numpy()}, npartitions=4)
         right = dd.from_dict({"k": RIGHT.k.to_numpy(), "b": RIGHT.b.to_numpy()}, npartitions=3)

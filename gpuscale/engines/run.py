@@ -68,6 +68,9 @@ class GpuWorkers:
                 engine_options={
                     "raise_on_fail": True,
                     "hardware_binding": HardwareBindingPolicy(enabled=False),
+                    # the cluster's layout is its owner's: where workers share a GPU, Dask's
+                    # own work shares it too
+                    "allow_gpu_sharing": True,
                 },
             )
         return [answer.build(p.lf.collect(engine=self.engine), p) for p in plans]
