@@ -7,7 +7,12 @@ and ``trace/`` watch any of it.
 
 from __future__ import annotations
 
-from . import config  # noqa: E402,F401  (merges the defaults into dask.config first)
+try:
+    from . import config  # noqa: F401  (merges the defaults into dask.config first)
+except ValueError:
+    # Dask could not read one of the user's config files: Dask raises it again where gpuscale
+    # first uses Dask, and the command line says it in one line (gpuscale._entry)
+    pass
 from ._version import __version__
 from .errors import UserError  # noqa: E402
 

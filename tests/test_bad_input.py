@@ -122,6 +122,21 @@ def test_malformed_yaml_profile(refused, tmp_path):
     refused(*SMALL_SVD, "--profile", p, needles=("not valid YAML", "line"))
 
 
+@pytest.mark.parametrize(
+    "text, needles",
+    [
+        ("distributed:\n  scheduler: [unclosed\n", ("line 2, column 14", "flow sequence")),
+        ("[1, 2]\n", ("a dict as the top level",)),
+    ],
+)
+def test_a_malformed_dask_config_file_is_named_in_one_line(refused, tmp_path, text, needles):
+    """``import dask`` itself fails on it: the command still ends in one line, exit 2."""
+    folder = tmp_path / "dask-config"
+    folder.mkdir()
+    (folder / "mine.yaml").write_text(text)
+    refused(*SMALL_SVD, env={"DASK_CONFIG": str(folder)}, needles=("mine.yaml", "Dask", *needles))
+
+
 def test_profile_with_unknown_key(refused, tmp_path):
     p = tmp_path / "unknown.yaml"
     p.write_text("version: 1\ngpuscale:\n  backend: cpu\n  bogus-key: 3\n")
