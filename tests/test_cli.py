@@ -510,3 +510,76 @@ def test_a_dashboard_port_another_program_holds_is_one_line(cli, results_dir):
     (line,) = p.stderr.splitlines()
     assert line.startswith(f"gpuscale: warning: dashboard port {port} is in use"), line
     assert "the dashboard is at http://127.0.0.1:" in line
+
+
+def test_a_cluster_of_other_package_versions_is_one_line(cli, results_dir, tmp_path):
+    """A running scheduler and worker whose environment has another version of a package
+    distributed compares (lz4, from a folder on their PYTHONPATH): distributed's table of
+    versions becomes one line naming the package, and the run goes on."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    other = tmp_path / "their-site" / "lz4-0.0.1.dist-info"
+    other.mkdir(parents=True)
+    (other / "METADATA").write_text("Metadata-Version: 2.1\nName: lz4\nVersion: 0.0.1\n")
+    env = {**os.environ, "PYTHONPATH": str(other.parent)}
+    sched_file = tmp_path / "scheduler.json"
+    dask = [sys.executable, "-m", "dask"]
+    procs = [
+        subprocess.Popen(
+            [
+                *dask,
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(sched_file),
+            ],
+            env=env,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while not sched_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        address = json.loads(sched_file.read_text())["address"]
+        procs.append(
+            subprocess.Popen(
+                [*dask, "worker", address, "--nthreads", "1", "--no-dashboard"],
+                env=env,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        p = cli(
+            "run",
+            "svd",
+            "--rows",
+            "1000",
+            "--cols",
+            "10",
+            "--repeat",
+            "1",
+            "--warmup",
+            "0",
+            "--scheduler",
+            address,
+            "--results-dir",
+            results_dir,
+            timeout=180,
+        )
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=60)
+    assert p.returncode == 0, p.stderr
+    (line,) = p.stderr.splitlines()
+    assert line.startswith("gpuscale: warning: the cluster's versions differ"), line
+    assert "lz4 None here, 0.0.1 on the cluster" in line, line

@@ -8,7 +8,9 @@ import json
 import logging
 import pathlib
 import socket
+import sys
 import time
+import warnings
 from typing import Iterator
 from urllib.parse import urlsplit
 
@@ -141,12 +143,15 @@ class Existing(Kind):
 
     def start(self, spec: ClusterSpec, security=None):
         from distributed import Client
+        from distributed.versions import VersionMismatchWarning
 
         kwargs = dict(spec.kwargs)
         if spec.security == "tls":
             kwargs["security"] = security or tls.load(spec.credentials)
         try:
-            client = Client(**kwargs)
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                client = Client(**kwargs)
         except (OSError, TimeoutError) as e:
             hint = (
                 ""
@@ -161,4 +166,26 @@ class Existing(Kind):
                 f"{spec.connect_timeout:g} s ({type(e).__name__}){hint}",
                 "start one (`dask scheduler`) or fix --scheduler / the profile's address",
             ) from None
+        for w in seen:  # distributed's own paragraph of versions becomes one line
+            if issubclass(w.category, VersionMismatchWarning):
+                sys.stderr.write(f"gpuscale: warning: {versions_differ(client.get_versions())}\n")
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         return None, client
+
+
+def versions_differ(versions: dict, most: int = 4) -> str:
+    """One line from :meth:`distributed.Client.get_versions`: the packages whose versions
+    differ between this process, the scheduler and the workers (the first ``most`` of them)."""
+    here = versions["client"]["packages"]
+    there = [versions["scheduler"]["packages"], *(w["packages"] for w in versions["workers"].values())]
+    parts = []
+    for name in sorted({k for packages in (here, *there) for k in packages}):
+        other = {v.get(name) for v in there} - {here.get(name)}
+        if other:
+            parts.append(f"{name} {here.get(name)} here, {', '.join(sorted(map(str, other)))} on the cluster")
+    more = f" and {len(parts) - most} more" if len(parts) > most else ""
+    return (
+        f"the cluster's versions differ from this process's ({'; '.join(parts[:most])}{more}): "
+        "tasks may fail to load or give other results; run this client in the cluster's environment"
+    )
