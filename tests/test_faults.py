@@ -298,12 +298,64 @@ def test_a_broken_record_is_named_in_one_line_and_the_others_still_listed(cli, t
     p = cli("results", "list", d)
     assert p.returncode == 0 and " svd " in p.stdout, p.stderr
     warned = p.stderr.splitlines()
-    assert len(warned) == 1 and warned[0].startswith(
-        f"gpuscale: warning: skipped {d / 'r.json'}: not a valid"
-    ), warned
+    assert len(warned) == 2, warned
+    assert warned[0].startswith(f"gpuscale: warning: skipped {d / 'cut.json'}: not a record: not JSON"), (
+        warned
+    )
+    assert warned[1].startswith(f"gpuscale: warning: skipped {d / 'r.json'}: not a valid"), warned
     p = cli("results", "show", d / "r.json")
     assert_one_line(p.stderr.splitlines(), f"{d / 'r.json'} is not a valid record")
     assert p.returncode == errors.EXIT_BAD_INPUT
+
+
+def test_records_edited_by_hand_or_cut_short_are_named_and_the_others_still_listed(cli, tmp_path):
+    """Each way a record file can be broken, beside a good record: `results list` lists the good
+    one and names the broken file in one warning line; `results show` of it is one line, exit 2."""
+    d = tmp_path / "recs"
+    p = cli("run", "svd", "--backend", "cpu", "--workers", "1", "--rows", "2000", "--cols", "5",
+            "--repeat", "1", "--warmup", "0", "--results-dir", d)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    (good,) = d.glob("*.json")
+    text = good.read_text()
+    rec = json.loads(text)
+
+    def edited(**kv) -> str:
+        return json.dumps({**rec, **kv})
+
+    variants = {
+        "median-a-word": edited(median_s="fast"),
+        "median-nan": edited(median_s=float("nan")),
+        "median-negative": edited(median_s=-1.0),
+        "times-infinite": edited(times_s=[float("inf")]),
+        "valid-a-word": edited(valid="yes"),
+        "timestamp-a-word": edited(timestamp="yesterday"),
+        "newer-schema": edited(schema_version=99),
+        "nested-deep": text[:-2] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        "cut-short": text[: len(text) // 2],
+        "not-utf8": '{"schema": "gpuscale.result", "x": "\udcff"}',
+    }
+    wrong = []
+    for name, body in variants.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        shutil.copy(good, folder / good.name)
+        bad = folder / f"{name}.json"
+        bad.write_bytes(body.encode("utf-8", "surrogateescape"))
+        listed = cli("results", "list", folder)
+        shown = cli("results", "show", bad)
+        if not (
+            listed.returncode == 0
+            and rec["id"][:8] in listed.stdout
+            and listed.stderr.splitlines() == [listed.stderr.splitlines()[0]]
+            and listed.stderr.startswith(f"gpuscale: warning: skipped {bad}: ")
+            and shown.returncode == errors.EXIT_BAD_INPUT
+            and len(shown.stderr.splitlines()) == 1
+            and shown.stderr.startswith(f"gpuscale: error: {bad} is ")
+        ):
+            wrong.append(
+                (name, listed.returncode, listed.stderr[-200:], shown.returncode, shown.stderr[-200:])
+            )
+    assert wrong == []
 
 
 # ---------------------------------------------------------------------------------------

@@ -17,9 +17,9 @@ import statistics
 import sys
 import tempfile
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, field_validator
 
 from .. import fielddocs, trust
 from ..errors import RecordNotWritten, UserError
@@ -28,6 +28,9 @@ from .report import result_html
 
 SCHEMA = "gpuscale.result"
 SCHEMA_VERSION = 1
+
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+"""A duration in a record: a finite number of seconds, not negative."""
 
 
 class Result(BaseModel):
@@ -67,17 +70,17 @@ class Result(BaseModel):
     per worker pair."""
     settings_sources: dict[str, str] = Field(default_factory=dict)
     """Where each setting came from (default, profile, env, flag...)."""
-    times_s: list[float]
+    times_s: list[Seconds]
     """Every timed repeat, in seconds."""
-    warmup_s: list[float]
+    warmup_s: list[Seconds]
     """The warm-up repeats, in seconds."""
-    median_s: float
+    median_s: Seconds
     """Median of the timed repeats (disturbed repeats left out)."""
-    min_s: float
+    min_s: Seconds
     """Fastest timed repeat (disturbed repeats left out)."""
-    stdev_s: float | None = None
+    stdev_s: Seconds | None = None
     """Sample standard deviation of ``times_s`` (None with fewer than 2 repeats, or in older records)."""
-    iqr_s: float | None = None
+    iqr_s: Seconds | None = None
     """Interquartile range of ``times_s`` (Q3 - Q1, inclusive quartiles; None with fewer than 2
     repeats, or in older records)."""
     repeats: dict[str, Any] | None = None
@@ -85,13 +88,13 @@ class Result(BaseModel):
     ``taken``, ``stopped`` (fixed / target / max-repeats / max-time), ``why`` (a sentence),
     ``relative_error`` of the median, and for auto its target and caps
     (:mod:`gpuscale.runs.repeats`); None in older records."""
-    startup_s: float | None = None
+    startup_s: Seconds | None = None
     """Seconds to start the cluster, or to connect to a running one."""
-    generate_s: float
+    generate_s: Seconds
     """Seconds to generate or load the data."""
-    validate_s: float
+    validate_s: Seconds
     """Seconds the validation took."""
-    valid: bool | None
+    valid: StrictBool | None
     """None when validation was switched off (``--validate off``)."""
     validation: dict[str, Any]
     """Each validation check with its numbers."""
@@ -124,6 +127,12 @@ class Result(BaseModel):
     path: str | None = None
     """Where this record was read from or written to."""
     _owner: int | None = PrivateAttr(default=None)
+
+    @field_validator("timestamp")
+    @classmethod
+    def _iso_time(cls, v: str) -> str:
+        _dt.datetime.fromisoformat(v)  # ValueError: not a time
+        return v
 
     @property
     def owner(self) -> int | None:
@@ -273,32 +282,70 @@ def is_record(data: Any) -> bool:
 
 
 def find(*paths: str | os.PathLike) -> list[Result]:
-    """Every record in these files or folders (folders searched recursively; JSON files that
-    are not records of this schema version are skipped), newest first (by timestamp)."""
+    """Every record in these files or folders (folders searched recursively), newest first (by
+    timestamp). In a folder, JSON files that are not records are skipped, and a record that
+    cannot be read (cut short, edited by hand, of another schema version) is named in one
+    warning line; a file given by name that is not a record is a UserError."""
     found: dict[str, Result] = {}
     for root in paths:
         root = pathlib.Path(root).expanduser()
         if not root.exists():
             raise UserError(f"'{root}' does not exist", "give a results folder or a record file")
-        files = [root] if root.is_file() else sorted(root.rglob("*.json"))
-        for f in files:
+        named = root.is_file()
+        for f in [root] if named else sorted(root.rglob("*.json")):
             if f.name.startswith(".tmp-"):
                 continue
             try:
-                data, owner = _read_record(f)
-            except (OSError, ValueError):  # UserError too: a FIFO, a device, a runaway file
+                r = _read(f, named)
+            except _Unreadable as e:
+                sys.stderr.write(f"gpuscale: warning: skipped {f}: {e}\n")
                 continue
-            if is_record(data):
-                try:
-                    r = Result.model_validate(data)
-                except ValueError as e:  # a record edited by hand: named, the others still found
-                    sys.stderr.write(f"gpuscale: warning: skipped {f}: {_invalid(e)}\n")
-                    continue
-                r.path = str(f)
-                r.owner = owner
-                r.dashboard_link_live = link_live_after_run(r)
+            if r is not None:
                 found[str(f.resolve())] = r
     return sorted(found.values(), key=lambda r: r.timestamp, reverse=True)
+
+
+class _Unreadable(ValueError):
+    """A file in a results folder that holds, or held, a record that cannot be read: why."""
+
+
+def _read(f: pathlib.Path, named: bool) -> Result | None:
+    """The record in ``f``; None for a file of a folder that is not one (another JSON file, a
+    FIFO, a device, a runaway file). Raises :class:`_Unreadable` (a folder's file) or UserError
+    (``named``: the file asked for) where it is or was a record that cannot be read."""
+
+    def unreadable(why: str):
+        if named:
+            return UserError(f"{f} is {why}", "give a record as `gpuscale run` wrote it")
+        return _Unreadable(why)
+
+    try:
+        data, owner = _read_record(f)
+    except UserError:
+        if named:
+            raise
+        return None
+    except OSError:
+        return None
+    except ValueError as e:
+        raise unreadable(f"not a record: {e}") from None
+    if not is_record(data):
+        if isinstance(data, dict) and data.get("schema") == SCHEMA:
+            raise unreadable(
+                f"a record of schema version {str(data.get('schema_version'))[:20]}; this "
+                f"gpuscale reads schema version {SCHEMA_VERSION}"
+            )
+        if named:
+            raise UserError(f"{f} is not a gpuscale result record", "give a file written by `gpuscale run`")
+        return None
+    try:
+        r = Result.model_validate(data)
+    except ValueError as e:  # edited by hand
+        raise unreadable(_invalid(e)) from None
+    r.path = str(f)
+    r.owner = owner
+    r.dashboard_link_live = link_live_after_run(r)
+    return r
 
 
 def latest(results_dir: str | os.PathLike, *, with_trace: bool = False, with_audit: bool = False) -> Result:
@@ -346,7 +393,12 @@ def _read_record(path: str | os.PathLike) -> tuple[Any, int]:
     with trust.open_regular(path, "record") as f:
         owner = os.fstat(f.fileno()).st_uid
     data = trust.read_trusted(path, "record", trusted=True, limit=MAX_RECORD_BYTES)
-    return _printable(json.loads(data)), owner
+    try:
+        return _printable(json.loads(data)), owner
+    except RecursionError:
+        raise ValueError("its JSON is nested deeper than Python reads") from None
+    except ValueError as e:  # cut short, not UTF-8
+        raise ValueError(f"not JSON ({str(e)[:100]})") from None
 
 
 _CONTROL = {c: "\ufffd" for c in [*range(0, 9), *range(11, 32), 127, *range(128, 160)]}
@@ -365,19 +417,8 @@ def _printable(x: Any) -> Any:
 
 
 def load(path: str | os.PathLike) -> Result:
-    data, owner = _read_record(path)
-    if data.get("schema") != SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
-        raise UserError(
-            f"{path} is not a gpuscale result record of schema version {SCHEMA_VERSION}",
-            "give a file written by `gpuscale run` of this version",
-        )
-    try:
-        r = Result.model_validate(data)
-    except ValueError as e:
-        raise UserError(f"{path} is {_invalid(e)}", "give a record as `gpuscale run` wrote it") from None
-    r.owner = owner
-    r.dashboard_link_live = link_live_after_run(r)
-    return r
+    """The record in the file ``path``; UserError where it is not one this gpuscale reads."""
+    return _read(pathlib.Path(path), named=True)
 
 
 def _invalid(e: ValueError) -> str:
