@@ -436,6 +436,21 @@ class ClusterSettings(_Section):
     """The send interval of Dask's batched control streams (:mod:`gpuscale.cluster.messages`):
     auto (2 ms on the streams gpuscale can set), dask (distributed's own 10/5/2/2 ms), or a
     duration ("2ms", seconds as a number) from 0 to 1 s."""
+    worker_ttl: Annotated[
+        Union[Literal["dask"], float],
+        Knob(
+            flag=Flag(
+                "how long the scheduler of a cluster started here waits for a worker's heartbeat "
+                "before it removes the worker (dask: distributed's 5 minutes; e.g. 60s)",
+                "cluster",
+                metavar="DURATION|dask",
+            )
+        ),
+    ] = 60.0
+    """How long the scheduler of a cluster gpuscale starts waits for a worker's heartbeat before
+    it removes the worker and runs its tasks elsewhere (:mod:`gpuscale.cluster.liveness`): a
+    duration from 1 s to 1 hour ("60s", seconds as a number), or dask (distributed's own
+    ``distributed.scheduler.worker-ttl``, 5 minutes unless your Dask config says otherwise)."""
     gather: Annotated[
         Literal["auto", "direct", "scheduler"],
         Knob(
@@ -506,6 +521,19 @@ class ClusterSettings(_Section):
             seconds = None
         if seconds is None or not 0 <= seconds <= 1:
             raise ValueError("must be auto, dask or a duration from 0 to 1 s like 1ms")
+        return float(seconds)
+
+    @field_validator("worker_ttl", mode="before")
+    @classmethod
+    def _ttl(cls, v):
+        if isinstance(v, str) and v.strip().lower() == "dask":
+            return "dask"
+        try:
+            seconds = parse_timedelta(v, default="s") if not isinstance(v, bool) else None
+        except (ValueError, TypeError, KeyError):
+            seconds = None
+        if seconds is None or not 1 <= seconds <= 3600:
+            raise ValueError("must be dask or a duration from 1 s to 1 hour like 60s")
         return float(seconds)
 
     @field_validator("bandwidth_probe", mode="before")

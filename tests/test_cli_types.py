@@ -34,6 +34,7 @@ SHARED = (
     "--credentials",
     "--trust-cluster-files",
     "--message-interval",
+    "--worker-ttl",
     "--gather",
     "--scheduler-file",
     "--repeat",

@@ -1046,6 +1046,33 @@ def test_a_repeat_that_loses_a_worker_is_flagged_and_left_out_of_the_median(spaw
     assert len(d["times_s"]) == 300 and d["median_s"] == statistics.median(clean)
 
 
+@pytest.mark.slow
+def test_a_worker_that_stops_answering_is_removed_and_the_run_goes_on(spawn, tmp_path):
+    """A worker frozen with SIGSTOP during the timed repeats: after --worker-ttl without its
+    heartbeat the scheduler removes it, its tasks run on the other, and the run ends as for a
+    worker that died (the repeats it disturbed flagged and left out of the median)."""
+    p = spawn("run", "svd", "--backend", "cpu", "--workers", "2", "--threads-per-worker", "1",
+              "--rows", "20000", "--cols", "10", "--warmup", "0", "--repeat", "300",
+              "--worker-ttl", "3s", "--json", "--results-dir", tmp_path / "res", tty=True)  # fmt: skip
+    p.wait_for(r"svd \(cpu\).*\b[1-9]\d*/300")
+    workers = [
+        pid
+        for pid, cmd in p.cmdlines.items()
+        if "multiprocessing" in cmd and "spawn_main" in cmd and psutil.pid_exists(pid)
+    ]
+    assert workers, p.cmdlines
+    os.kill(workers[0], signal.SIGSTOP)
+    try:
+        assert p.wait(timeout=180) == 0, p.stderr_lines()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(workers[0], signal.SIGKILL)
+    d = json.loads(p.stdout())
+    flagged = d["info"]["disturbed_repeats"]
+    assert flagged["left_out_of_median"] is True and "worker(s) lost" in " ".join(flagged["repeats"].values())
+    assert d["explained"]["cluster"]["worker_ttl"]["value"] == 3.0
+
+
 def test_a_corrupt_zarr_chunk_is_one_line_naming_the_rows(cli, tmp_path):
     import numpy as np
 

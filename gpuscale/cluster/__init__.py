@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .. import _dask_compat, machine
 from ..errors import UserError
 from ..plan import cluster as cluster_plan  # a module: it imports this package, either loads first
-from . import gather, messages, protocols, security  # noqa: F401
+from . import gather, liveness, messages, protocols, security  # noqa: F401
 from .kind import Kind
 
 SLOW_SCRATCH = "Creating scratch directories is taking a surprisingly long time"
@@ -75,6 +75,9 @@ class ClusterSpec(BaseModel):
     message_interval: float | None = None
     """Seconds between sends on Dask's batched control streams (:mod:`.messages`); None:
     distributed's own."""
+    worker_ttl: float | None = None
+    """Seconds without a heartbeat after which the scheduler removes a worker (:mod:`.liveness`);
+    None: Dask's own."""
     gather: str = "dask"
     """How the client fetches results: ``direct`` from the workers, ``scheduler`` through it,
     ``dask`` as Dask does (:mod:`.gather`)."""
@@ -150,11 +153,13 @@ def build_spec(
     spec = spec.model_copy(
         update={
             "message_interval": plan.message_interval.value,
+            "worker_ttl": plan.worker_ttl.value,
             "gather": plan.gather.value,
             "choices": {
                 **first,
                 **spec.choices,
                 "message_interval": plan.message_interval,
+                "worker_ttl": plan.worker_ttl,
                 "gather": plan.gather,
             },
         }
@@ -351,7 +356,7 @@ def construct(spec: ClusterSpec, factory):
     marked closed (else distributed's exit hook closes it again with a traceback). An ordinary
     exception becomes the one-line :func:`start_error`."""
     check_main_guard()
-    config = messages.construct_config(spec.message_interval)
+    config = messages.construct_config(spec.message_interval) | liveness.config(spec.worker_ttl)
     config["distributed.worker.preload"] = worker_preloads(spec)
     try:
         # the nannies keep this config for their workers, restarts included

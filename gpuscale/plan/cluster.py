@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..cluster import gather, messages, protocols
+from ..cluster import gather, liveness, messages, protocols
 from .decision import Decision
 from .layout import Facts, Layout, layout
 
@@ -27,6 +27,7 @@ class ClusterPlan:
     """The :class:`gpuscale.cluster.protocols.Protocol` chosen (``protocol``'s value names it)."""
     protocol: Decision
     message_interval: Decision
+    worker_ttl: Decision
     gather: Decision
     """How the client fetches results (:mod:`gpuscale.cluster.gather`)."""
     layout: Layout | None
@@ -80,6 +81,7 @@ def plan_cluster(
         transport=transport,
         protocol=protocol,
         message_interval=messages.choose(resolved, kind),
+        worker_ttl=liveness.choose(resolved, kind),
         gather=gather.choose(resolved, kind),
         layout=None if kind == "existing" else layout(resolved, family, collection, kind, facts),
         tls=tls,
