@@ -48,6 +48,11 @@ not given a million tiny blocks)."""
 MAX_STREAMED = 1000
 """Generated data that streams may be at most this many times the cluster's memory (each pass
 makes all of it again); past it the verdict is "does not fit"."""
+MAX_PASS_S = 300
+"""A run whose data does not fit the cluster's memory is refused where one pass over it would take
+longer than this at the family's pace (:attr:`~gpuscale.backends.family.Knobs.pace_bytes_per_thread_s`):
+the warm-up, the timed repeats and the validation each take a pass, so a run of the defaults
+takes five."""
 DEFAULT_FRACTIONS = {"target": 0.6, "spill": 0.7, "pause": 0.8, "terminate": 0.95}
 
 
@@ -490,6 +495,17 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
     else:
         verdict = "does not fit"
         out["spill_bytes_per_worker"] = to_spill
+    pace = ctx.family.knobs.pace_bytes_per_thread_s if getattr(ctx, "family", None) else None
+    if verdict in ("spills", "streams") and pace:
+        seconds = estimate / (pace * b.threads * n)
+        if seconds > MAX_PASS_S:
+            verdict = "does not fit"
+            out["too_slow"] = {
+                "pass_s": round(seconds),
+                "pace_bytes_per_thread_s": pace,
+                "threads": b.threads * n,
+                "sizes": _sizes(p),
+            }
     out["verdict"], out["fits"] = verdict, verdict != "does not fit"
     out.setdefault("peak_bytes", fixed + data)
     out["rule"] = (
@@ -557,6 +573,16 @@ def _past_this_host(workload, p, ctx, budget: Budget | None, estimate: int) -> i
     return host
 
 
+def _sizes(p) -> dict[str, int]:
+    """The workload parameters of ``p`` that are large counts (a million or more), by flag."""
+    dump = p.model_dump() if hasattr(p, "model_dump") else {}
+    return {
+        "--" + k.replace("_", "-"): v
+        for k, v in dump.items()
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 1_000_000
+    }
+
+
 def error(workload_name: str, h: dict[str, Any]) -> UserError:
     """The one line of a run that does not fit: the numbers, and the fix."""
     parts = " + ".join(f"{k} {format_bytes(v)}" for k, v in h["parts"].items() if v)
@@ -568,6 +594,18 @@ def error(workload_name: str, h: dict[str, Any]) -> UserError:
             "use smaller sizes, or give the workers a --memory-limit so that they can spill to disk",
         )
     b = h["budget"]
+    if h.get("too_slow"):
+        s = h["too_slow"]
+        flags = ", ".join(f"{k} {v}" for k, v in s["sizes"].items())
+        sizes = f"these sizes ({flags})" if flags else "these sizes"
+        return UserError(
+            f"{workload_name} at {sizes} makes about {format_bytes(h['estimate_bytes'])} "
+            f"of data, more than the cluster's {format_bytes(h['capacity_bytes'])} of memory: one pass "
+            f"would take about {s['pass_s'] / 60:.0f} min at {format_bytes(s['pace_bytes_per_thread_s'])}/s "
+            f"per worker thread ({s['threads']} thread(s)), and the warm-up, each repeat and the "
+            "validation each take one",
+            "use smaller sizes, or --no-memory-check to run it anyway",
+        )
     if h.get("too_large"):
         return UserError(
             f"{workload_name} at these sizes makes about {format_bytes(h['estimate_bytes'])} of data "

@@ -137,6 +137,17 @@ def test_a_malformed_dask_config_file_is_named_in_one_line(refused, tmp_path, te
     refused(*SMALL_SVD, env={"DASK_CONFIG": str(folder)}, needles=("mine.yaml", "Dask", *needles))
 
 
+def test_a_run_whose_one_pass_would_take_too_long_is_refused_up_front(refused):
+    """224 GiB of groupby data on one worker thread: more than its memory, and one pass at the
+    CPU family's pace would take about an hour."""
+    line = refused(
+        "run", "groupby", "--backend", "cpu", "--workers", "1", "--threads-per-worker", "1",
+        "--rows", "10000000000",
+        needles=("--rows 10000000000", "224.05 GiB", "one pass would take about", "--no-memory-check"),
+    )  # fmt: skip
+    assert "(1 thread(s))" in line
+
+
 def test_profile_with_unknown_key(refused, tmp_path):
     p = tmp_path / "unknown.yaml"
     p.write_text("version: 1\ngpuscale:\n  backend: cpu\n  bogus-key: 3\n")

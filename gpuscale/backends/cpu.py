@@ -25,6 +25,7 @@ FAMILY = Family(
         split_every=8,
         # the client while its cluster starts, each worker beside its start (in a thread)
         pre_import={"array": ("dask.array",), "dataframe": ("dask.dataframe",)},
+        pace_bytes_per_thread_s=256 * MiB,  # rule ``memory.pace``
     ),
     auto_priority=0,
     spill_to="disk",

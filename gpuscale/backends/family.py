@@ -66,6 +66,11 @@ class Knobs:
     fft_work_copies: float = 0.0
     """Copies of one FFT task's input block its library holds beyond the input and the complex
     output (the workload's data): 0 where the transform works lane by lane in the output."""
+    pace_bytes_per_thread_s: float | None = None
+    """How fast one worker thread makes and works through data that does not fit its memory
+    (spilled or made again block by block), bytes a second: a run whose one pass would take
+    longer than :data:`gpuscale.memory.MAX_PASS_S` at this pace is refused up front (rule
+    ``memory.pace``); None: not measured, no such bound."""
     read_keywords: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Keywords a session adds to the user's Dask readers, by function name
     (:func:`gpuscale.backends.host_collections.family_keywords`), where the call sets none of
