@@ -297,6 +297,20 @@ class SlurmSettings(_Section):
         return v
 
 
+def _duration(v, words: tuple[str, ...], lo: float, hi: float, message: str):
+    """A setting that is one of ``words`` or a duration (Dask's "60s", seconds as a number)
+    from ``lo`` to ``hi`` seconds: the word, or the seconds as a float; ValueError(message)."""
+    if isinstance(v, str) and v.strip().lower() in words:
+        return v.strip().lower()
+    try:
+        seconds = parse_timedelta(v, default="s") if not isinstance(v, bool) else None
+    except (ValueError, TypeError, KeyError):
+        seconds = None
+    if seconds is None or not lo <= seconds <= hi:
+        raise ValueError(message)
+    return float(seconds)
+
+
 class ClusterSettings(_Section):
     workers: Annotated[
         PositiveInt | None,
@@ -513,28 +527,12 @@ class ClusterSettings(_Section):
     @field_validator("message_interval", mode="before")
     @classmethod
     def _interval(cls, v):
-        if isinstance(v, str) and v.strip().lower() in ("auto", "dask"):
-            return v.strip().lower()
-        try:
-            seconds = parse_timedelta(v, default="s") if not isinstance(v, bool) else None
-        except (ValueError, TypeError, KeyError):
-            seconds = None
-        if seconds is None or not 0 <= seconds <= 1:
-            raise ValueError("must be auto, dask or a duration from 0 to 1 s like 1ms")
-        return float(seconds)
+        return _duration(v, ("auto", "dask"), 0, 1, "must be auto, dask or a duration from 0 to 1 s like 1ms")
 
     @field_validator("worker_ttl", mode="before")
     @classmethod
     def _ttl(cls, v):
-        if isinstance(v, str) and v.strip().lower() == "dask":
-            return "dask"
-        try:
-            seconds = parse_timedelta(v, default="s") if not isinstance(v, bool) else None
-        except (ValueError, TypeError, KeyError):
-            seconds = None
-        if seconds is None or not 1 <= seconds <= 3600:
-            raise ValueError("must be dask or a duration from 1 s to 1 hour like 60s")
-        return float(seconds)
+        return _duration(v, ("dask",), 1, 3600, "must be dask or a duration from 1 s to 1 hour like 60s")
 
     @field_validator("bandwidth_probe", mode="before")
     @classmethod

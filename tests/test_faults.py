@@ -1003,6 +1003,17 @@ def test_float16_input_validates_with_a_tolerance_of_its_precision(cli, tmp_path
     assert limits["every s_i vs numpy.linalg.svd"] == 5e-3
 
 
+def worker_pids(p: Proc) -> list[int]:
+    """The worker processes of the run ``p`` (the nannies' spawned children), at least one."""
+    pids = [
+        pid
+        for pid, cmd in p.cmdlines.items()
+        if "multiprocessing" in cmd and "spawn_main" in cmd and psutil.pid_exists(pid)
+    ]
+    assert pids, p.cmdlines
+    return pids
+
+
 @pytest.mark.slow
 def test_a_repeat_that_loses_a_worker_is_flagged_and_left_out_of_the_median(spawn, tmp_path):
     import statistics
@@ -1030,12 +1041,7 @@ def test_a_repeat_that_loses_a_worker_is_flagged_and_left_out_of_the_median(spaw
         tty=True,
     )
     p.wait_for(r"svd \(cpu\).*\b[1-9]\d*/300")
-    workers = [
-        pid
-        for pid, cmd in p.cmdlines.items()
-        if "multiprocessing" in cmd and "spawn_main" in cmd and psutil.pid_exists(pid)
-    ]
-    assert workers, p.cmdlines
+    workers = worker_pids(p)
     os.kill(workers[0], signal.SIGKILL)  # a worker lost mid-run: its nanny starts another
     assert p.wait(timeout=180) == 0, p.stderr_lines()
     d = json.loads(p.stdout())
@@ -1055,12 +1061,7 @@ def test_a_worker_that_stops_answering_is_removed_and_the_run_goes_on(spawn, tmp
               "--rows", "20000", "--cols", "10", "--warmup", "0", "--repeat", "300",
               "--worker-ttl", "3s", "--json", "--results-dir", tmp_path / "res", tty=True)  # fmt: skip
     p.wait_for(r"svd \(cpu\).*\b[1-9]\d*/300")
-    workers = [
-        pid
-        for pid, cmd in p.cmdlines.items()
-        if "multiprocessing" in cmd and "spawn_main" in cmd and psutil.pid_exists(pid)
-    ]
-    assert workers, p.cmdlines
+    workers = worker_pids(p)
     os.kill(workers[0], signal.SIGSTOP)
     try:
         assert p.wait(timeout=180) == 0, p.stderr_lines()
