@@ -545,3 +545,19 @@ def test_a_plain_side_interrupted_mid_task_closes_without_dask_log_lines(tmp_pat
     finally:
         p.kill()
     assert " - distributed." not in err, err
+
+
+@pytest.mark.parametrize("text", ["", '{"schema": "gpuscale.bench/user_queries", "cel', "[1, 2]"])
+def test_a_resume_file_that_is_not_a_results_file_is_one_line(tmp_path, text):
+    bad = tmp_path / "earlier.json"
+    bad.write_text(text)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "workflows" / "user_queries.py"), "--print-only", "--resume", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.splitlines()
+    assert line.startswith(f"user_queries.py: {bad} is not a results file of these scripts"), line

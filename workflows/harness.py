@@ -584,7 +584,10 @@ def write(path: str | pathlib.Path, kind: str, d: dict) -> None:
 def load(path: str | pathlib.Path, kind: str | None = None) -> dict:
     """A results file of any version, as the current version; with ``kind``, one of another
     kind ends the script in one line (exit 2)."""
-    d = migrate(json.loads(pathlib.Path(path).read_text()))
+    try:
+        d = migrate(json.loads(pathlib.Path(path).read_text()))
+    except (ValueError, KeyError, TypeError, AttributeError) as e:  # empty, cut short, other JSON
+        usage_error(f"{path} is not a results file of these scripts ({type(e).__name__}: {str(e)[:80]})")
     if kind and d["schema"] != f"{SCHEMA}/{kind}":
         raise SystemExit(f"{path} holds {d['schema']}, not {SCHEMA}/{kind}: give a file this script wrote")
     return d
