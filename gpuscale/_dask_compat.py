@@ -415,6 +415,14 @@ def local_versions() -> dict[str, str | None]:
     return dict(get_versions()["packages"])
 
 
+def version_mismatch_warning() -> type[Warning]:
+    """The warning a client raises on joining a cluster of other package versions
+    (``distributed.versions.VersionMismatchWarning``)."""
+    from distributed.versions import VersionMismatchWarning
+
+    return VersionMismatchWarning
+
+
 def clock() -> float:
     """Seconds on the clock distributed stamps task start and stop with
     (``distributed.metrics.time``)."""

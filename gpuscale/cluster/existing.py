@@ -14,7 +14,7 @@ import warnings
 from typing import Iterator
 from urllib.parse import urlsplit
 
-from .. import trust
+from .. import _dask_compat, trust
 from ..errors import UserError
 from ..plan.decision import Decision
 from ..plan.memory import rmm_choice
@@ -143,7 +143,6 @@ class Existing(Kind):
 
     def start(self, spec: ClusterSpec, security=None):
         from distributed import Client
-        from distributed.versions import VersionMismatchWarning
 
         kwargs = dict(spec.kwargs)
         if spec.security == "tls":
@@ -167,7 +166,7 @@ class Existing(Kind):
                 "start one (`dask scheduler`) or fix --scheduler / the profile's address",
             ) from None
         for w in seen:  # distributed's own paragraph of versions becomes one line
-            if issubclass(w.category, VersionMismatchWarning):
+            if issubclass(w.category, _dask_compat.version_mismatch_warning()):
                 sys.stderr.write(f"gpuscale: warning: {versions_differ(client.get_versions())}\n")
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
