@@ -101,6 +101,29 @@ def test_a_chain_the_family_cannot_run_gives_the_cpu_answer_and_is_reported(sess
     assert len(shown) == 2 and all(site in text and "to the host" in text for text in shown)
 
 
+def test_a_groupby_class_made_after_the_session_started_falls_back_too(session):
+    """dask-cudf defines its groupby classes on a frame's first ``groupby``, after the session
+    wrapped Dask's: a size on one still runs on the host (here Dask's own lookup finds a
+    subclass made after the session started)."""
+    from dask.dataframe.dask_expr import _groupby
+
+    class LateGroupBy(_groupby.GroupBy):
+        pass
+
+    want = plain(masked_size)
+    with (
+        pytest.MonkeyPatch.context() as mp,
+        warnings.catch_warnings(record=True),
+        session.audit(phase="late") as a,
+    ):
+        mp.setattr(_groupby, "GroupBy", LateGroupBy)
+        got = masked_size(frame()).compute()
+    assert type(got).__name__ == "TagSeries"
+    pd.testing.assert_series_equal(pd.Series(got).sort_index(), want.sort_index(), check_names=False)
+    assert [f["operation"] for f in a.summary["fallbacks"]] == ["DataFrame.rename", "LateGroupBy.size"]
+    assert a.summary["clean"], a.summary["foreign"]
+
+
 def test_the_adapter_finds_dasks_classes():
     """The one module naming Dask internals still finds them (a Dask that moves them fails here)."""
     names = {cls.__name__ for cls, _ in _dask_compat.classes()}

@@ -285,7 +285,7 @@ def _note_origin(out, self, name: str, args: tuple, kwargs: dict) -> None:
     failing call on it can make it again on the host."""
     if out is None or convert.collection_kind(out) or not hasattr(out, "__dict__"):
         return
-    if type(out) in _WRAPPED_TYPES:
+    if _adopt(type(out)):
         out.__dict__["_gpuscale_origin"] = (self, name, args, kwargs)
 
 
@@ -394,6 +394,7 @@ def _prefixes(x) -> set[str]:
 # The wrappers
 # ---------------------------------------------------------------------------------------
 _WRAPPED_TYPES: set[type] = set()
+_BASES: list[tuple[type, tuple[str, ...]]] = []
 
 
 def _wrap(name: str, fn: Callable) -> Callable:
@@ -433,6 +434,30 @@ def _with_subclasses(cls: type) -> list[type]:
     return out
 
 
+def _wrap_class(cls: type, dunders: tuple[str, ...]) -> None:
+    _WRAPPED_TYPES.add(cls)
+    for name, fn in _methods(cls, dunders):
+        if hasattr(fn, "__gpuscale_fallback__"):
+            continue
+        _ORIGINALS[(cls, name)] = fn
+        setattr(cls, name, _wrap(name, fn))
+
+
+def _adopt(cls: type) -> bool:
+    """Whether ``cls`` is wrapped, wrapping it first where it subclasses a wrapped class but
+    was defined after :func:`install` (dask-cudf defines its groupby classes on first use)."""
+    if cls in _WRAPPED_TYPES:
+        return True
+    with _LOCK:
+        for base, dunders in _BASES:
+            if issubclass(cls, base):
+                for c in reversed(cls.__mro__[: cls.__mro__.index(base)]):
+                    if c not in _WRAPPED_TYPES:
+                        _wrap_class(c, dunders)
+                return True
+    return False
+
+
 def install(family=None) -> None:
     """Wrap the methods of the collection classes and of their subclasses; ``family``'s
     DataFrame libraries are imported first, so their subclasses exist."""
@@ -441,14 +466,10 @@ def install(family=None) -> None:
             with contextlib.suppress(Exception):
                 importlib.import_module(module)
     with _LOCK:
-        for base, dunders in _dask_compat.classes():
+        _BASES[:] = _dask_compat.classes()
+        for base, dunders in _BASES:
             for cls in _with_subclasses(base):
-                _WRAPPED_TYPES.add(cls)
-                for name, fn in _methods(cls, dunders):
-                    if hasattr(fn, "__gpuscale_fallback__"):
-                        continue
-                    _ORIGINALS[(cls, name)] = fn
-                    setattr(cls, name, _wrap(name, fn))
+                _wrap_class(cls, dunders)
 
 
 def uninstall() -> None:
@@ -458,6 +479,7 @@ def uninstall() -> None:
                 setattr(cls, name, fn)
         _ORIGINALS.clear()
         _WRAPPED_TYPES.clear()
+        _BASES.clear()
 
 
 host_collections.register_fallback(sys.modules[__name__])
