@@ -440,17 +440,17 @@ def test_explain_table_and_memory_headroom(cli):
         "--workers",
         "1",
         "--rows",
-        "5000000",
+        "300000",
         "--cols",
-        "100",
+        "3000",
         "--json",
     )
     assert p.returncode == 0, p.stderr
     d = only_json(p.stdout)
     m = d["memory"]
     assert m["fits"] is False and m["workers"] == 1 and m["worker_limit_bytes"] == 270_000_000
-    assert m["per_worker_bytes"] == m["estimate_bytes"] == 5_000_000 * 100 * 8  # the matrix, once
-    assert m["verdict"] == "does not fit"  # 270 MB leaves no room above a worker's baseline
+    assert m["per_worker_bytes"] == m["estimate_bytes"] == 300_000 * 3000 * 8  # the matrix, once
+    assert m["verdict"] == "does not fit"  # 270 MB leaves no room for a worker's baseline and tasks
     assert any("--no-memory-check" in n and "needs about" in n for n in d["notes"])
     p = cli(
         "explain",

@@ -229,9 +229,9 @@ def test_size_that_cannot_fit(refused):
         "--workers",
         "1",
         "--rows",
-        "5000000",
+        "300000",
         "--cols",
-        "100",
+        "3000",
         "--compute-uv",
         needles=("GiB", "--no-memory-check", "MiB"),
     )
