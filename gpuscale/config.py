@@ -365,6 +365,22 @@ class ClusterSettings(_Section):
         Knob(flag=Flag("dashboard bind address (default 127.0.0.1:0)", "cluster", metavar="HOST:PORT")),
     ] = "127.0.0.1:0"
     """Where a cluster started here serves its dashboard, ``[HOST]:PORT`` (port 0: any free one)."""
+    processes: Annotated[
+        Literal["auto", "yes", "no"],
+        Knob(
+            flag=Flag(
+                "a CPU cluster started here runs its workers as processes (yes), as threads of this "
+                "process (no), or auto: threads of this process for small work on generated data",
+                "cluster",
+                metavar="auto|yes|no",
+            )
+        ),
+    ] = "auto"
+    """Whether a CPU cluster started on this machine runs its workers as processes (``yes``), as
+    threads of this process (``no``), or ``auto``: one worker of this process's threads, without
+    a dashboard, for a run on generated data whose planned memory is small and whose workers,
+    threads and memory you did not set (rule ``processes.small-work``,
+    :mod:`gpuscale.plan.layout`); processes otherwise."""
     connect_timeout: float = Field(10.0, gt=0)
     """Seconds to wait for a running scheduler to answer."""
     host: Annotated[
@@ -533,6 +549,16 @@ class ClusterSettings(_Section):
     @classmethod
     def _ttl(cls, v):
         return _duration(v, ("dask",), 1, 3600, "must be dask or a duration from 1 s to 1 hour like 60s")
+
+    @field_validator("processes", mode="before")
+    @classmethod
+    def _processes_word(cls, v):
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        if isinstance(v, str):
+            w = v.strip().lower()
+            return {"true": "yes", "on": "yes", "1": "yes", "false": "no", "off": "no", "0": "no"}.get(w, w)
+        return v
 
     @field_validator("bandwidth_probe", mode="before")
     @classmethod

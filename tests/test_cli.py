@@ -88,6 +88,8 @@ def test_run_groupby_json(cli, results_dir):
         "0",
         "--backend",
         "pandas",
+        "--processes",
+        "yes",
         "--json",
         "--results-dir",
         results_dir,

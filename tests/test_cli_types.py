@@ -35,6 +35,7 @@ SHARED = (
     "--trust-cluster-files",
     "--message-interval",
     "--worker-ttl",
+    "--processes",
     "--gather",
     "--scheduler-file",
     "--repeat",

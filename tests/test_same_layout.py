@@ -34,12 +34,17 @@ def ok_json(p) -> dict:
 @pytest.mark.parametrize("flags", FLAG_SETS, ids=[" ".join(f) or "defaults" for f in FLAG_SETS])
 def test_cluster_show_and_run_plan_the_same_layout(cli, flags):
     show = ok_json(cli("cluster", "show", "--backend", "cpu", "--for", "array", *flags, "--json"))["spec"]
-    plan = ok_json(cli("explain", "svd", "--backend", "cpu", *flags, "--json"))["cluster"]
+    # worker processes, as `cluster show` plans them (small work alone runs in this process)
+    plan = ok_json(cli("explain", "svd", "--backend", "cpu", *flags, "--processes", "yes", "--json"))[
+        "cluster"
+    ]
     assert (show["workers"], show["threads_per_worker"]) == (plan["workers"], plan["threads_per_worker"])
     frames = ok_json(cli("cluster", "show", "--backend", "cpu", "--for", "dataframe", *flags, "--json"))[
         "spec"
     ]
-    grp = ok_json(cli("explain", "groupby", "--backend", "cpu", *flags, "--json"))["cluster"]
+    grp = ok_json(cli("explain", "groupby", "--backend", "cpu", *flags, "--processes", "yes", "--json"))[
+        "cluster"
+    ]
     assert (frames["workers"], frames["threads_per_worker"]) == (grp["workers"], grp["threads_per_worker"])
 
 
@@ -77,7 +82,7 @@ def test_cluster_up_and_run_build_the_same_cluster_and_the_record_says_so(cli, t
     try:
         d = json.loads(up.stdout.readline())
         res = tmp_path / "res"
-        own = ok_json(cli(*SVD, "--backend", "cpu", "--json", "--results-dir", res))
+        own = ok_json(cli(*SVD, "--backend", "cpu", "--processes", "yes", "--json", "--results-dir", res))
         running = own["cluster"]["running"]
         assert (running["workers"], running["threads"]) == (d["workers"], d["threads"])
         assert own["cluster"]["threads_per_worker"] == d["threads_per_worker"]

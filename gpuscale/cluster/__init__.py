@@ -141,12 +141,21 @@ def _check_bindable(host: str, what: str) -> None:
 
 
 def build_spec(
-    resolved, family, collection: str | None = None, *, served: bool = False, gpus=None
+    resolved,
+    family,
+    collection: str | None = None,
+    *,
+    served: bool = False,
+    gpus=None,
+    estimate_bytes: int | None = None,
 ) -> ClusterSpec:
     """The cluster ``resolved`` (``config.Resolved``) describes for ``family``, with the
     decisions behind it; starts nothing. ``served``: a cluster kept up for other processes,
-    which :mod:`.security` protects; ``gpus``: a rule's choice of GPUs (a ``Decision``)."""
-    plan = cluster_plan.plan_cluster(resolved, family, collection, served=served, gpus=gpus)
+    which :mod:`.security` protects; ``gpus``: a rule's choice of GPUs (a ``Decision``);
+    ``estimate_bytes``: the planned memory of the one run it starts for."""
+    plan = cluster_plan.plan_cluster(
+        resolved, family, collection, served=served, gpus=gpus, estimate_bytes=estimate_bytes
+    )
     k = kind(plan.kind)
     spec = k.spec(plan)
     first = {} if plan.kind == "existing" else {"protocol": plan.protocol}

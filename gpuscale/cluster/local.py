@@ -153,14 +153,18 @@ class Local(Kind):
         notes = [f"layout: {layout.why}"]
         if any(v is not None for v in (c.ucx.nvlink, c.ucx.infiniband, c.ucx.rdmacm)):
             notes.append("UCX transport switches apply to GPU clusters only; ignored here")
+        in_process = layout.processes is not None and not layout.processes.value
         kwargs = {
             "n_workers": workers,
             "threads_per_worker": threads,
-            "processes": True,
+            "processes": not in_process,
             "memory_limit": _memory_setting(c.memory_limit),
             "protocol": proto.name,
             "dashboard_address": c.dashboard_address,
         }
+        small = in_process and layout.processes.rule_id == "processes.small-work"
+        if small and resolved.sources.get("cluster.dashboard-address", "default") == "default":
+            kwargs["dashboard_address"] = None
         if proto.bind_host:
             kwargs["host"] = proto.bind_host
         limit = memory_bytes(c.memory_limit, threads, cores)
@@ -181,6 +185,7 @@ class Local(Kind):
                 "(distributed's rule)",
                 host,
             ),
+            where={"processes": layout.processes} if layout.processes is not None else None,
             rest=spill_choices(family, limit, threads, worker_config),
         )
         return spec_for(

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..cluster import gather, liveness, messages, protocols
 from .decision import Decision
-from .layout import Facts, Layout, layout
+from .layout import Facts, Layout, layout, processes_choice
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +60,13 @@ def plan_cluster(
     served: bool = False,
     facts: Facts | None = None,
     gpus: Decision | None = None,
+    estimate_bytes: int | None = None,
 ) -> ClusterPlan:
     """The plan of the cluster the resolved settings describe for ``family``'s ``collection``
     work on a machine of ``facts`` (None: this one). ``served``: a cluster kept up for other
     processes (``cluster up``); ``gpus``: the GPUs a rule of the work picked
-    (:func:`gpuscale.runs.session.gpus_for_work`)."""
+    (:func:`gpuscale.runs.session.gpus_for_work`); ``estimate_bytes``: the planned memory of
+    the one run the cluster starts for (:func:`gpuscale.runs.session.processes_for_work`)."""
     settings = resolved.settings
     kind = kind_of(resolved, family)
     facts = facts or Facts.here()
@@ -72,6 +74,7 @@ def plan_cluster(
     transport, protocol = protocols.choose(
         settings.protocol, resolved.sources.get("protocol", "default"), family, kind, tls
     )
+    processes = processes_choice(resolved, kind, family, served=served, estimate_bytes=estimate_bytes)
     return ClusterPlan(
         kind=kind,
         resolved=resolved,
@@ -83,7 +86,7 @@ def plan_cluster(
         message_interval=messages.choose(resolved, kind),
         worker_ttl=liveness.choose(resolved, kind),
         gather=gather.choose(resolved, kind),
-        layout=None if kind == "existing" else layout(resolved, family, collection, kind, facts),
+        layout=None if kind == "existing" else layout(resolved, family, collection, kind, facts, processes),
         tls=tls,
         served=served,
         gpu_workers=family.cluster_kind == "cuda",

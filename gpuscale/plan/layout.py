@@ -4,11 +4,19 @@ cores the workers get (the machine's facts)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
+from dask.utils import format_bytes
+
 from .. import machine
 from .decision import Decision
+
+SMALL_WORK_BYTES = 512 * 2**20
+"""Planned memory at or under which a run on generated data gets one worker of this process's
+threads where you set no layout (rule ``processes.small-work``): worker processes take seconds
+to start, more than such a run's work (docs/decisions.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +44,66 @@ class Layout:
     """The layout rule's sentence (a local cluster's notes show it)."""
     cores: int | None = None
     """The cores the rule shared out (processes on this machine)."""
+    processes: Decision | None = None
+    """Whether the workers are processes (rules ``processes.*``); None: the kind's own."""
 
 
-def layout(resolved, family, collection: str | None, kind: str, facts: Facts) -> Layout:
+def processes_choice(
+    resolved, kind: str, family, *, served: bool, estimate_bytes: int | None
+) -> Decision | None:
+    """Rules ``processes.*``: whether a CPU cluster started here runs its workers as processes.
+    ``cluster.processes`` yes / no as you set it; auto: this process's threads for a run whose
+    planned memory (``estimate_bytes``; None: no one run, as in a session) is at most
+    :data:`SMALL_WORK_BYTES` where you set no layout and nothing keeps the cluster up, else
+    processes. None where the cluster is not a CPU cluster started here."""
+    if kind != "local":
+        return None
+    c, sources = resolved.settings.cluster, resolved.sources
+    setting = c.processes
+    numbers = {"setting": setting, "estimate_bytes": estimate_bytes, "small_bytes": SMALL_WORK_BYTES}
+    if setting != "auto":
+        return Decision(
+            setting == "yes", sources.get("cluster.processes", "flag"), None, "processes.set", numbers
+        )
+    layout_set = {"workers": c.workers, "threads per worker": c.threads_per_worker}
+    layout_set["a memory limit"] = None if c.memory_limit == "auto" else c.memory_limit
+    yours = [name for name, value in layout_set.items() if value is not None]
+    small = format_bytes(SMALL_WORK_BYTES)
+    why = (
+        "the cluster is kept up for other processes"
+        if served
+        else f"you set {', '.join(yours)}"
+        if yours
+        else "no one run's planned memory (a session)"
+        if estimate_bytes is None
+        else f"the run's planned memory, {format_bytes(estimate_bytes)}, is over {small}"
+        if estimate_bytes > SMALL_WORK_BYTES
+        else None
+    )
+    if why is not None:
+        return Decision(
+            True,
+            "rule",
+            f"auto: worker processes, as {why}",
+            "processes.small-work",
+            numbers,
+            documented=True,
+        )
+    return Decision(
+        False,
+        "rule",
+        f"auto: the run's planned memory, {format_bytes(estimate_bytes)}, is at most "
+        f"{small}: one worker of this process's threads and no dashboard, "
+        "since worker processes take seconds to start",
+        "processes.small-work",
+        numbers,
+        documented=True,
+    )
+
+
+def layout(
+    resolved, family, collection: str | None, kind: str, facts: Facts, processes: Decision | None = None
+) -> Layout:
     """The layout of a ``kind`` cluster for ``family``'s ``collection`` work, the one rule every
     cluster kind reads.
 
@@ -48,13 +113,29 @@ def layout(resolved, family, collection: str | None, kind: str, facts: Facts) ->
     * ``srun``: the threads you set, else ``SLURM_CPUS_PER_TASK`` (1 when unset);
     * ``slurm``: a job's cores over its worker processes (dask-jobqueue's rule).
 
-    A running cluster (``existing``) has its own."""
+    A running cluster (``existing``) has its own. ``processes``: rule ``processes.small-work``'s
+    decision puts one worker of every core's thread in this process."""
     if kind not in _RULES:
         raise ValueError(f"a {kind!r} cluster has no layout of its own")
     c = resolved.settings.cluster
     own = family.worker_threads(collection)
     numbers = {"threads_set": c.threads_per_worker, "family_threads": own}
-    return _RULES[kind](resolved, family, collection, facts, own, numbers)
+    if processes is not None and processes.rule_id == "processes.small-work" and not processes.value:
+        return _in_process(processes, facts, numbers)
+    out = _RULES[kind](resolved, family, collection, facts, own, numbers)
+    return out if processes is None else dataclasses.replace(out, processes=processes)
+
+
+def _in_process(processes: Decision, facts: Facts, numbers) -> Layout:
+    why = f"one worker of {facts.cores} thread(s) in this process (rule processes.small-work)"
+    numbers = {**numbers, "cores": facts.cores}
+    return Layout(
+        workers=Decision(1, "rule", why, "processes.small-work", numbers),
+        threads=Decision(facts.cores, "rule", why, "processes.small-work", numbers),
+        why=why,
+        cores=facts.cores,
+        processes=processes,
+    )
 
 
 def _set(resolved, numbers) -> Decision:

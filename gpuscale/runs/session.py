@@ -58,6 +58,7 @@ def configure(
     spec = cluster.build_spec(resolved, selection.family, collection, served=served)
     if work is not None and not served:
         spec = gpus_for_work(resolved, selection.family, collection, spec, *work)
+        spec = processes_for_work(resolved, selection.family, collection, spec, *work)
     if check:
         cluster.protocols.get(spec.protocol).check()
     return resolved, selection, spec
@@ -96,6 +97,19 @@ def gpus_for_work(resolved, family, collection: str | None, spec, cls, p):
     except ImportError:  # the plan needs the family's libraries: `explain` says so itself
         return spec
     return narrowed if fits else spec
+
+
+def processes_for_work(resolved, family, collection: str | None, spec, cls, p):
+    """``spec`` with the processes rule ``processes.small-work`` applied for one run of ``cls``
+    with parameters ``p`` on a CPU cluster started here: its workers as this process's threads
+    where the run's planned memory is small (:func:`gpuscale.plan.layout.processes_choice`)."""
+    if spec.kind != "local":
+        return spec
+    try:
+        estimate = _planned_memory(cls, p, family, spec)[2]["estimate_bytes"]
+    except ImportError:  # the plan needs the family's libraries: `explain` says so itself
+        return spec
+    return cluster.build_spec(resolved, family, collection, estimate_bytes=estimate)
 
 
 def check_run(
@@ -300,7 +314,8 @@ class Session:
                 ):
                     self.topology = _topology(self.client)
                 self.startup_s = time.perf_counter() - t0
-                self._dashboard_link = _ask_dashboard_link(self.client)
+                served = self.spec.kwargs.get("dashboard_address", "") is not None  # None: no dashboard
+                self._dashboard_link = _ask_dashboard_link(self.client) if served else None
                 self.applied = session_plan(self.resolved, self.family)
                 stack.enter_context(
                     dask.config.set(
