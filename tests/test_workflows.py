@@ -28,6 +28,15 @@ def run_script(tmp_path, script, *args, timeout=300):
     return json.loads(out.read_text())
 
 
+def test_first_result_times_each_side_to_a_checked_answer(tmp_path):
+    d = run_script(
+        tmp_path, "first_result.py", "--sides", "default,processes", "--repeat", "1", "--warmup", "0"
+    )
+    cells = d["cells"]
+    assert set(cells) == {"default", "processes"} and all(c["valid"] for c in cells.values()), cells
+    assert all(c["median_s"] > 0 and "start-up" in c["note"] for c in cells.values())
+
+
 def test_bench_vs_peer_smoke(tmp_path):
     d = run_script(tmp_path, "bench_vs_peer.py", "--smoke", "--rounds", "1")
     ran = [r for r in d["results"] if "skipped" not in r]
