@@ -553,22 +553,23 @@ class ClusterSettings(_Section):
     @field_validator("processes", mode="before")
     @classmethod
     def _processes_word(cls, v):
-        if isinstance(v, bool):
-            return "yes" if v else "no"
-        if isinstance(v, str):
-            w = v.strip().lower()
-            return {"true": "yes", "on": "yes", "1": "yes", "false": "no", "off": "no", "0": "no"}.get(w, w)
-        return v
+        return _switch_word(v, "yes", "no")
 
     @field_validator("bandwidth_probe", mode="before")
     @classmethod
     def _probe_word(cls, v):
-        if isinstance(v, bool):
-            return "on" if v else "off"
-        if isinstance(v, str):
-            w = v.strip().lower()
-            return {"true": "on", "yes": "on", "1": "on", "false": "off", "no": "off", "0": "off"}.get(w, w)
-        return v
+        return _switch_word(v, "on", "off")
+
+
+def _switch_word(v: Any, yes: str, no: str) -> Any:
+    """A yes / no setting's value as its own two words: a bool, or any of true / on / yes / 1
+    and false / off / no / 0; anything else is left to the setting's type to refuse."""
+    if isinstance(v, bool):
+        return yes if v else no
+    if isinstance(v, str):
+        w = v.strip().lower()
+        return yes if w in ("true", "on", "yes", "1") else no if w in ("false", "off", "no", "0") else w
+    return v
 
 
 def repeat_value(v: Any) -> int | str:
