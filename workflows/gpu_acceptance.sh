@@ -195,7 +195,7 @@ case "$stage" in
           [ -f "$out/queries-2gpus.json" ] \
             || cp docs/bench-h200x2/user-queries/two-gpus-sf10-1e7-all-sides.json "$out/queries-2gpus.json"
           g="gpuscale-gpu:gpus=1,gpuscale-gpu:gpus=2,gpuscale-gpu:gpus=2:protocol=ucx,gpuscale-gpu:gpus=1:gather=scheduler"
-          g="$g,gpuscale-gpu:gpus=2:shuffle=p2p,dask-cudf:gpus=2:explicit-comms=1,dask-cudf:gpus=2"
+          g="$g,gpuscale-gpu:gpus=2:shuffle=p2p,dask-cudf:gpus=2"
           $py workflows/user_queries.py --h2o-rows 1e7 --tpch-scale 10 --data /tmp/qdata --sides "$g" \
             --max-time 4 --hang-after 120 --json "$out/queries-2gpus.json" --resume "$out/queries-2gpus.json" 2>"$out/queries.err" || rc=1 ;;
         queries-1e8)

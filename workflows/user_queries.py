@@ -28,7 +28,7 @@ Sides (``--sides``, default: every side that can run here):
 A variant of a side adds options after its name, and is a column of its own with its speed-up
 over the first side of its base in ``--sides``: ``gpus=N`` (the first N GPUs; gpuscale-gpu,
 dask-cudf), ``protocol=ucx``, ``shuffle=tasks|p2p|disk`` (the session's ``shuffle_method``;
-Dask's ``dataframe.shuffle.method`` on a plain side), ``explicit-comms=1`` (dask-cuda's),
+Dask's ``dataframe.shuffle.method`` on a plain side),
 ``gather=direct|scheduler`` (how a session's answers reach the client: ``cluster.gather``).
 
     python workflows/user_queries.py                              # H2O 1e7, TPC-H SF10, all sides
@@ -148,7 +148,6 @@ OPTIONS = {
         "tasks, p2p or disk",
         ("tasks", "p2p", "disk").__contains__,
     ),
-    "explicit-comms": (("gpuscale-gpu", "dask-cudf"), "1: dask-cuda's explicit-comms shuffle", "1".__eq__),
     "gather": (
         ("gpuscale-gpu", "gpuscale-cpu"),
         "direct or scheduler: how answers reach the client (cluster.gather)",
@@ -176,7 +175,6 @@ def side_spec(name: str) -> tuple[str, dict[str, str]]:
 def open_side(name: str, hang_after: float | None = None):
     base, kw = side_spec(name)
     conf = {"dataframe.shuffle.method": kw["shuffle"]} if "shuffle" in kw and base.startswith("dask") else {}
-    conf |= {"explicit-comms": True} if "explicit-comms" in kw else {}
     gpus = list(range(int(kw["gpus"]))) if "gpus" in kw else None
     if base == "dask-cpu":
         from distributed import Client, LocalCluster
@@ -692,7 +690,7 @@ def main(argv=None) -> int:
         "--sides",
         default=None,
         help=f"comma-separated, from {', '.join(SIDES)}; a variant adds options, e.g. "
-        "gpuscale-gpu:gpus=2:shuffle=p2p (gpus, protocol, shuffle, explicit-comms, gather)",
+        "gpuscale-gpu:gpus=2:shuffle=p2p (gpus, protocol, shuffle, gather)",
     )
     harness.add_common(ap, repeat=3, warmup=1, rounds=0, max_time=10.0, hang_after=300.0, resume=True)
     ap.add_argument(
