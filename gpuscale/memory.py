@@ -29,7 +29,6 @@ import dask.config
 from dask.utils import format_bytes
 
 from .errors import UserError
-from .runs.observe import Observer, Outcome, Run
 
 UNSPILLABLE_PARTS = ("shuffle_buffers", "validation")
 """Parts of a workload's estimate that distributed cannot spill (P2P's buffers, outside the
@@ -823,16 +822,3 @@ class Watch:
             out["estimated_peak_bytes"] = expected
             out["peak_over_estimate"] = round(max(peaks) / expected, 3)
         return out
-
-
-class PeakWatch(Observer):
-    """The outcome's ``memory.measured``: a :class:`Watch` from the run's plan (peaks reset,
-    spill counters read) to its end, read against the memory check's estimate."""
-
-    def start(self, run: Run) -> None:
-        self.watch = Watch(run.client, run.family, run.ctx.memory)
-
-    def finish(self, run: Run, outcome: Outcome) -> None:
-        measured = self.watch.read(run.memory)
-        if measured:
-            outcome.memory["measured"] = measured

@@ -262,6 +262,19 @@ AUDIT_SCOPE = (
 )
 
 
+class PeakWatch(Observer):
+    """The outcome's ``memory.measured``: a :class:`gpuscale.memory.Watch` from the run's plan (peaks reset,
+    spill counters read) to its end, read against the memory check's estimate."""
+
+    def start(self, run: Run) -> None:
+        self.watch = _memory.Watch(run.client, run.family, run.ctx.memory)
+
+    def finish(self, run: Run, outcome: Outcome) -> None:
+        measured = self.watch.read(run.memory)
+        if measured:
+            outcome.memory["measured"] = measured
+
+
 class TimeSplit(Observer):
     """The record's ``info.time_split`` (:func:`time_split`), from the task-stream cursor of
     each timed repeat (:attr:`Step.cursor`)."""
@@ -329,7 +342,7 @@ def default_observers(
     disturbances, the workers' peak memory (reset before the audit's set-up), the backend audit
     (``audit``; :data:`AUDIT_SCOPE`), ``progress`` (:data:`Progress`), ``cancelled``
     (:class:`Cancellation`) and the phases of ``tracer`` (a :class:`gpuscale.trace.Capture`)."""
-    observers: list[Observer] = [TimeSplit(), _watch.Disturbances(), _memory.PeakWatch()]
+    observers: list[Observer] = [TimeSplit(), _watch.Disturbances(), PeakWatch()]
     if audit:
         observers.append(RunAudit(AUDIT_SCOPE))
     observers.append(_progress.Repeats(progress))
