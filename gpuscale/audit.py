@@ -27,7 +27,6 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from . import backends
 from .backends import host_collections
 from .errors import UserError
-from .runs.observe import GENERATE, Observer, Outcome, Run, Step
 
 SCHEMA = "gpuscale.audit"
 SCHEMA_VERSION = 1
@@ -276,29 +275,6 @@ class Audit:
             fallbacks=self.fallbacks(),
         )
         return self.summary
-
-
-class RunAudit(Observer):
-    """The backend audit of a run (the record's ``audit``): set up as the run is planned,
-    collected after generate (phase ``generate``) and after the timed repeats (phase
-    ``compute``, warm-ups included); validation is not audited."""
-
-    def __init__(self, scope: str):
-        self.scope = scope
-
-    def start(self, run: Run) -> None:
-        self.audit = Audit(run.client, run.family, scope=self.scope).start()
-
-    def after_step(self, step: Step, elapsed: float) -> None:
-        if step.kind == GENERATE:
-            self.audit.collect("generate")
-
-    def after_repeats(self, run: Run, outcome: Outcome) -> None:
-        runs = {"generate": 1, "compute": run.warmup + len(outcome.times_s)}
-        outcome.audit = self.audit.finish("compute", runs=runs)
-
-    def failed(self, run: Run, exc: BaseException) -> None:
-        self.audit.stop()
 
 
 @contextlib.contextmanager

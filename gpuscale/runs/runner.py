@@ -22,7 +22,7 @@ from distributed import KilledWorker, futures_of, span, wait
 
 from .. import _dask_compat
 from .. import memory as _memory
-from ..audit import RunAudit
+from ..audit import Audit
 from ..errors import phase as named_phase
 from ..trace.intervals import length, minus, one_task_per_thread, union
 from ..workloads import Context, Output, Validation, Workload
@@ -273,6 +273,29 @@ class PeakWatch(Observer):
         measured = self.watch.read(run.memory)
         if measured:
             outcome.memory["measured"] = measured
+
+
+class RunAudit(Observer):
+    """The backend audit of a run (the record's ``audit``): set up as the run is planned,
+    collected after generate (phase ``generate``) and after the timed repeats (phase
+    ``compute``, warm-ups included); validation is not audited."""
+
+    def __init__(self, scope: str):
+        self.scope = scope
+
+    def start(self, run: Run) -> None:
+        self.audit = Audit(run.client, run.family, scope=self.scope).start()
+
+    def after_step(self, step: Step, elapsed: float) -> None:
+        if step.kind == GENERATE:
+            self.audit.collect("generate")
+
+    def after_repeats(self, run: Run, outcome: Outcome) -> None:
+        runs = {"generate": 1, "compute": run.warmup + len(outcome.times_s)}
+        outcome.audit = self.audit.finish("compute", runs=runs)
+
+    def failed(self, run: Run, exc: BaseException) -> None:
+        self.audit.stop()
 
 
 class TimeSplit(Observer):
