@@ -346,6 +346,21 @@ def test_a_gpu_plan_runs_in_memory_only_where_its_reads_fit_a_quarter_of_the_gpu
     assert executor(Where("gpu", True, "cuda", 1, None), 1).value == "streaming"
 
 
+@pytest.mark.parametrize("name", ["filter", "groupby-sorted", "merge-on", "concat"])
+def test_a_read_through_pyarrows_filesystem_runs_on_polars_too(session, files, name):
+    """``dd.read_parquet(..., filesystem="arrow")`` (Dask's pyarrow reader, its own file list
+    and order) translates like the default reader and gives Dask's answer."""
+
+    def tables():
+        return tuple(dd.read_parquet(files[t], filesystem="arrow") for t in ("left", "right"))
+
+    before = len(session.queries)
+    got = SNIPPETS[name](*tables()).compute()
+    (q,) = session.queries[before:]
+    assert (q["engine"], q["rule_id"]) == ("polars", "engine.polars"), q
+    _same(got, _dask_answer(lambda: SNIPPETS[name](*tables())), name in ORDERED)
+
+
 def test_the_translator_reads_only_local_files_it_can_list(tmp_path):
     from gpuscale.engines.from_dask import Translator, Untranslatable
 

@@ -401,10 +401,16 @@ def read_parquet(t: Translator, node) -> Lowered:
 
 
 def _parquet_files(node) -> list[str]:
+    """The files of a read, in Dask's order: its fsspec reader's dataset, or the file list of
+    its pyarrow reader (``filesystem="arrow"``)."""
     try:
         info = node._dataset_info
-        files = list(info["ds"].files)
-        partitioned = bool(info.get("partition_names") or info.get("partitions"))
+        if "ds" in info:
+            files = [str(f) for f in info["ds"].files]
+            partitioned = bool(info.get("partition_names") or info.get("partitions"))
+        else:
+            files = [f.path for f in info["all_files"]]
+            partitioned = any("=" in pathlib.Path(f).parent.name for f in files)
     except Exception:  # noqa: BLE001 - another Dask's layout: not translated
         raise Untranslatable("read_parquet", "its files could not be listed") from None
     if partitioned:
