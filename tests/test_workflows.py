@@ -178,6 +178,18 @@ def test_query_profile_splits_a_user_query_on_cpu(tmp_path):
     assert all("total_s" in c for c in d["sides"]["alone"].values())
 
 
+def test_query_profile_splits_the_engine_route_beside_polars(tmp_path):
+    d = run_script(
+        tmp_path, "query_profile.py", "--backend", "cpu", "--smoke", "--sides", "route,polars-cpu",
+        "--queries", "tpch:q1,q19",
+    )  # fmt: skip
+    assert set(d["sides"]) == {"route", "polars-cpu"}
+    for cell in d["sides"]["route"].values():
+        parts = cell["build_s"] + cell["translate_s"] + cell["collect_s"] + cell["answer_s"]
+        assert cell["collect_s"] > 0 and cell["total_s"] == pytest.approx(parts, rel=0.5)
+    assert all(c["total_s"] > 0 for c in d["sides"]["polars-cpu"].values())
+
+
 def test_tls_overhead_smoke(tmp_path):
     """Both sides ran (plain TCP and TLS clusters, alternating) and validated; the ratio is a
     number (the script measures it: no timed assertion here)."""

@@ -14,10 +14,15 @@ queries into the parts a change can aim at, on each side asked:
 
 Sides (``--sides``), opened as ``user_queries.py`` opens them: ``gpuscale`` (a session of
 ``--backend``), ``dask`` (plain Dask: ``dask-cpu``, or ``dask-cudf`` for the GPU), ``alone`` (cuDF
-or pandas alone), ``polars-gpu`` and ``duckdb``. Data: ``user_queries.py``'s, made when missing.
+or pandas alone), ``polars-gpu``, ``polars-cpu`` and ``duckdb``; and ``route``: a CPU session's
+engine route split into build (the user's code, ``dd.read_parquet`` included), translate (the
+Dask plan to Polars'), collect (Polars' streaming engine in this process) and answer (Dask's
+answer in pandas), beside ``polars-cpu``'s hand-written plan. Data: ``user_queries.py``'s, made
+when missing.
 
     python workflows/query_profile.py --backend gpu --data /tmp/qdata          # TPC-H SF10 + H2O 1e7
     python workflows/query_profile.py --backend cpu --smoke --json prof.json    # seconds, on a CPU
+    python workflows/query_profile.py --backend cpu --sides route,polars-cpu --queries "tpch:q1,q11,q19"
 """
 
 from __future__ import annotations
@@ -121,8 +126,46 @@ def _synced(x):
     return x
 
 
+def route_side(cases, repeat: int, warmup: int) -> dict:
+    """The CPU engine route's parts, each query's runs one after another (a query the route
+    does not translate is an error row)."""
+    out = {}
+    for suite, size, data, q in cases:
+        key = f"{suite.name}|{size}|{q.name}"
+        try:
+            runs = [_route_split(q, paths(suite, data)) for _ in range(warmup + repeat)][warmup:]
+        except Exception as e:  # noqa: BLE001 - an untranslated query is a row
+            out[key] = harness.error_cell(e)
+            continue
+        row = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        row["total_s"] = statistics.median(sum(r.values()) for r in runs)
+        out[key] = row
+    return out
+
+
+def _route_split(q, tables) -> dict[str, float]:
+    import polars as pl
+
+    from gpuscale.engines import answer
+    from gpuscale.engines.from_dask import Translator
+
+    t0 = time.perf_counter()
+    out = q.dask(Read(tables))
+    t1 = time.perf_counter()
+    if not dask.is_dask_collection(out):
+        return {"build_s": t1 - t0, "translate_s": 0.0, "collect_s": 0.0, "answer_s": 0.0}
+    plan = answer.plan(Translator().lower(out.expr), out._meta)
+    t2 = time.perf_counter()
+    (result,) = pl.collect_all([plan.lf], engine="streaming")
+    t3 = time.perf_counter()
+    answer.build(result, plan)
+    t4 = time.perf_counter()
+    return {"build_s": t1 - t0, "translate_s": t2 - t1, "collect_s": t3 - t2, "answer_s": t4 - t3}
+
+
 def engine_side(name: str, cases, repeat: int, warmup: int) -> dict:
-    """An engine of ``user_queries.py`` (``polars-gpu``, ``duckdb``) on the query's SQL."""
+    """An engine of ``user_queries.py`` (``polars-gpu``, ``polars-cpu``, ``duckdb``) on the
+    query's Polars plan or SQL."""
     out = {}
     with open_side(name) as run:
         for suite, size, data, q in cases:
@@ -134,6 +177,8 @@ def engine_side(name: str, cases, repeat: int, warmup: int) -> dict:
     return out
 
 
+ENGINES = ("polars-gpu", "polars-cpu", "duckdb")
+"""Sides that are another engine on the query's Polars plan or SQL (:func:`engine_side`)."""
 SIDES = {
     "gpuscale": {"cpu": "gpuscale-cpu", "gpu": "gpuscale-gpu"},
     "dask": {"cpu": "dask-cpu", "gpu": "dask-cudf"},
@@ -145,7 +190,8 @@ def table(d: dict) -> str:
     sides = list(d["sides"])
     head = f"{'query':18s}" + "".join(f"{s:>12s}" for s in sides) + "   parts of the first side's time"
     lines = [
-        "median of the warm runs, seconds; parts: build + optimize (client) + compute (busy: the tasks)",
+        "median of the warm runs, seconds; parts: a Dask side's build + optimize (client) + compute "
+        "(busy: the tasks), the route's build + translate + collect + answer",
         head,
     ]
     first = sides[0]
@@ -155,6 +201,11 @@ def table(d: dict) -> str:
             f"{c['total_s']:12.3f}" if "total_s" in c else f"{'E':>12s}" for c in cells
         )
         c = d["sides"][first][key]
+        if "translate_s" in c:
+            row += (
+                f"   build {c['build_s']:.3f} translate {c['translate_s']:.3f} collect {c['collect_s']:.3f}"
+                f" answer {c['answer_s']:.3f}"
+            )
         if "optimize_s" in c:
             row += (
                 f"   build {c['build_s']:.3f} optimize {c['optimize_s']:.3f} compute {c['compute_s']:.3f}"
@@ -170,8 +221,8 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--sides",
         default=None,
-        help="comma-separated, from gpuscale, dask, alone, polars-gpu, duckdb, or a Dask side of "
-        "user_queries.py with its options (gpuscale-gpu:engine=dask)",
+        help="comma-separated, from gpuscale, dask, alone, route, polars-gpu, polars-cpu, duckdb, or a "
+        "Dask side of user_queries.py with its options (gpuscale-gpu:engine=dask)",
     )
     ap.add_argument("--queries", default=DEFAULT_QUERIES, help="suite:q,q;suite:q,... (default: %(default)s)")
     ap.add_argument("--h2o-rows", default="1e7")
@@ -193,7 +244,9 @@ def main(argv=None) -> int:
         cases = chosen(a.queries, sizes, folder, a.tpch_layout)
         d = {"backend": a.backend, "repeat": a.repeat, "warmup": a.warmup, "sides": {}}
         for side in sides:
-            if side.split(":")[0] in SIDES or side.split(":")[0] in user_queries.SIDES:
+            if side in ENGINES:
+                d["sides"][side] = engine_side(side, cases, a.repeat, a.warmup)
+            elif side.split(":")[0] in SIDES or side.split(":")[0] in user_queries.SIDES:
                 base, _, variant = side.partition(":")
                 name = SIDES[base][a.backend] if base in SIDES else base
                 with open_side(name + (f":{variant}" if variant else "")):
@@ -202,11 +255,12 @@ def main(argv=None) -> int:
                 d["sides"][side] = alone_side(
                     "cudf" if a.backend == "gpu" else "pandas", cases, a.repeat, a.warmup
                 )
-            elif side in ("polars-gpu", "duckdb"):
-                d["sides"][side] = engine_side(side, cases, a.repeat, a.warmup)
+            elif side == "route":
+                d["sides"][side] = route_side(cases, a.repeat, a.warmup)
             else:
                 raise SystemExit(
-                    f"unknown side {side!r}: choose from gpuscale, dask, alone, polars-gpu, duckdb"
+                    f"unknown side {side!r}: choose from gpuscale, dask, alone, route, polars-gpu, "
+                    "polars-cpu, duckdb"
                 )
     print(table(d))
     if a.json:
