@@ -11,8 +11,9 @@
 #   bash workflows/gpu_acceptance.sh queries OUTDIR [rest rounds 1e8 protocol]  # the user queries on one GPU
 #   bash workflows/gpu_acceptance.sh two-gpus OUTDIR [wire peer runs queries queries-1e8]  # 2 GPUs against 1
 #   bash workflows/gpu_acceptance.sh engines OUTDIR [tests multi single dask]  # the engine route, TPC-H SF10
+#   SF=100 bash workflows/gpu_acceptance.sh several-gpus OUTDIR [tests queries scaling]  # every GPU against one
 set -uo pipefail
-stage=${1:?stage: matrix | tests | compare | bench | library | trace | queries | two-gpus | engines}
+stage=${1:?stage: matrix | tests | compare | bench | library | trace | queries | two-gpus | engines | several-gpus}
 out=${2:?output folder}
 shift 2
 mkdir -p "$out"
@@ -204,6 +205,35 @@ case "$stage" in
             --sides "$g" --warmup 1 --max-time 6 --hang-after 300 --json "$out/queries-2gpus-1e8.json" \
             --resume "$out/queries-2gpus-1e8.json" 2>"$out/queries-2gpus-1e8.err" || rc=1 ;;
         *) echo "unknown part $part: wire, peer, runs, queries or queries-1e8" >&2; exit 2 ;;
+      esac
+    done
+    exit $rc ;;
+  several-gpus)
+    # The user queries on every GPU of the machine against one, TPC-H at scale factor SF (default
+    # 10) as tpchgen-cli writes it: the GPU session (its engine route, and engine=dask), cudf-polars'
+    # DaskEngine used directly on the same GPUs, the session on GPU 0, DuckDB on the machine's
+    # cores, Polars' GPU engine last (cudf-polars' DaskEngine does not start in a process where
+    # it ran). Resumes from OUTDIR/several-gpus-sfSF.json: give every call the same OUTDIR on the
+    # machine and run it under `timeout -s INT SECONDS`. scaling = svd weak scaling 1 -> N GPUs.
+    [ "$ngpus" -ge 2 ] || { echo "several-gpus needs 2 GPUs or more, this machine has $ngpus" >&2; exit 2; }
+    sf=${SF:-10}
+    [ $# -gt 0 ] || set -- tests queries scaling
+    rc=0
+    for part in "$@"; do
+      case "$part" in
+        tests)
+          $py -m pytest -m gpu -p no:cacheprovider -q -rs tests/test_engines_gpus.py 2>&1 | tail -15 \
+            | tee "$out/pytest-several-gpus.txt" ;;
+        queries)
+          n="gpus=$ngpus"
+          g="gpuscale-gpu:$n,cudf-polars-dask:$n,gpuscale-gpu:gpus=1,duckdb,gpuscale-gpu:$n:engine=dask,polars-gpu"
+          $py workflows/user_queries.py --suites tpch --tpch-scale "$sf" --data /tmp/qdata --sides "$g" \
+            --max-time 4 --hang-after 300 --json "$out/several-gpus-sf$sf.json" \
+            --resume "$out/several-gpus-sf$sf.json" 2>"$out/several-gpus-sf$sf.err" || rc=$? ;;
+        scaling)
+          $py workflows/bench_vs_peer.py --rows scaling --rounds 3 --json "$out/scaling.json" \
+            2>"$out/scaling.err" || rc=1 ;;
+        *) echo "unknown part $part: tests, queries or scaling" >&2; exit 2 ;;
       esac
     done
     exit $rc ;;

@@ -23,11 +23,13 @@ Sides (``--sides``, default: every side that can run here):
                   dataframe.backend = cudf, defaults
     gpuscale-gpu  the same code in ``gpuscale.session(backend="gpu")``
     polars-gpu    Polars' GPU engine (cudf-polars) on the query's SQL, on the same files
+    cudf-polars-dask  the same Polars plans on cudf-polars' DaskEngine over a
+                  dask_cuda.LocalCUDACluster() of the machine's GPUs (``gpus=N``: the first N)
     duckdb        DuckDB on the query's SQL, on the same files
 
 A variant of a side adds options after its name, and is a column of its own with its speed-up
 over the first side of its base in ``--sides``: ``gpus=N`` (the first N GPUs; gpuscale-gpu,
-dask-cudf), ``protocol=ucx``, ``shuffle=tasks|p2p|disk`` (the session's ``shuffle_method``;
+dask-cudf, cudf-polars-dask), ``protocol=ucx``, ``shuffle=tasks|p2p|disk`` (the session's ``shuffle_method``;
 Dask's ``dataframe.shuffle.method`` on a plain side),
 ``gather=direct|scheduler`` (how a session's answers reach the client: ``cluster.gather``).
 
@@ -63,8 +65,17 @@ import queries
 
 from gpuscale import errors
 
-GPU_SIDES = ("dask-cudf", "gpuscale-gpu", "polars-gpu")
-SIDES = ("gpuscale-gpu", "dask-cudf", "polars-gpu", "duckdb", "polars-cpu", "dask-cpu", "gpuscale-cpu")
+GPU_SIDES = ("dask-cudf", "gpuscale-gpu", "polars-gpu", "cudf-polars-dask")
+SIDES = (
+    "gpuscale-gpu",
+    "dask-cudf",
+    "cudf-polars-dask",
+    "polars-gpu",
+    "duckdb",
+    "polars-cpu",
+    "dask-cpu",
+    "gpuscale-cpu",
+)
 SUITE_SCALES = {"h2o-groupby": "h2o_rows", "h2o-join": "h2o_rows", "tpch": "tpch_scale"}
 
 
@@ -141,8 +152,16 @@ def _dask_runner(hang_after: float | None, routed: bool = False):
 
 
 OPTIONS = {
-    "gpus": (("gpuscale-gpu", "dask-cudf"), "the first N GPUs", lambda v: v.isdigit() and int(v) > 0),
-    "protocol": (("gpuscale-gpu", "dask-cudf"), "tcp or ucx", ("tcp", "ucx").__contains__),
+    "gpus": (
+        ("gpuscale-gpu", "dask-cudf", "cudf-polars-dask"),
+        "the first N GPUs",
+        lambda v: v.isdigit() and int(v) > 0,
+    ),
+    "protocol": (
+        ("gpuscale-gpu", "dask-cudf", "cudf-polars-dask"),
+        "tcp or ucx",
+        ("tcp", "ucx").__contains__,
+    ),
     "shuffle": (
         ("gpuscale-gpu", "gpuscale-cpu", "dask-cudf", "dask-cpu"),
         "tasks, p2p or disk",
@@ -228,6 +247,8 @@ def open_side(name: str, hang_after: float | None = None):
                 return Engined(got, [(e["engine"], e["rule_id"]) for e in s.queries[before:]])
 
             yield noted
+    elif base == "cudf-polars-dask":
+        yield from _cudf_polars_dask(gpus, kw.get("protocol"))
     elif base in ("polars-gpu", "polars-cpu"):
         import polars as pl
 
@@ -257,6 +278,49 @@ def open_side(name: str, hang_after: float | None = None):
             return con.sql(q.sql).to_arrow_table()
 
         yield run
+
+
+def _cudf_polars_dask(gpus: list[int] | None, protocol: str | None):
+    """cudf-polars' DaskEngine as its docs set it up on a LocalCUDACluster: hardware binding left
+    to dask-cuda, each worker one GPU; the same Polars plans as the polars-gpu side."""
+    import polars as pl
+    from cudf_polars.engine.dask import DaskEngine
+    from cudf_polars.engine.hardware_binding import HardwareBindingPolicy
+    from dask_cuda import LocalCUDACluster
+    from distributed import Client
+
+    from gpuscale.cluster.cuda import wait_exited, worker_pids
+
+    where = {"CUDA_VISIBLE_DEVICES": gpus} if gpus else {}
+    pids: list[int] = []
+    try:
+        with (
+            harness.peer_cluster_config(),
+            LocalCUDACluster(dashboard_address=None, protocol=protocol, **where) as cluster,
+            Client(cluster) as client,
+        ):
+            pids = worker_pids(cluster)
+            t0 = time.perf_counter()
+            engine = DaskEngine(
+                dask_client=client,
+                engine_options={
+                    "raise_on_fail": True,
+                    "hardware_binding": HardwareBindingPolicy(enabled=False),
+                },
+            )
+            print(f"cudf-polars-dask: engine up in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+            try:
+
+                def run(q, suite, folder):
+                    tables = {t: pl.scan_parquet(p) for t, p in globs(suite, folder).items()}
+                    plan = q.polars(tables) if q.polars is not None else pl.SQLContext(tables).execute(q.sql)
+                    return plan.collect(engine=engine)
+
+                yield run
+            finally:
+                engine.shutdown()
+    finally:
+        wait_exited(pids)
 
 
 class Engined:
@@ -300,6 +364,7 @@ def available_sides() -> list[str]:
         "dask-cudf": ("dask_cuda", "dask_cudf"),
         "gpuscale-gpu": ("dask_cuda", "dask_cudf"),
         "polars-gpu": ("polars", "cudf_polars"),
+        "cudf-polars-dask": ("polars", "cudf_polars", "dask_cuda"),
         "polars-cpu": ("polars",),
         "duckdb": ("duckdb",),
     }
@@ -563,6 +628,7 @@ RATIOS = (
     ("gpu vs cpu", "dask-cpu", "gpuscale-gpu", "x faster than plain Dask on the CPU"),
     ("/cudf", "gpuscale-gpu", "dask-cudf", "gpuscale's time over dask-cudf by hand's"),
     ("/polars", "gpuscale-gpu", "polars-gpu", "gpuscale's time over Polars GPU's"),
+    ("/engine", "gpuscale-gpu", "cudf-polars-dask", "gpuscale's time over cudf-polars DaskEngine's"),
     ("/duckdb", "gpuscale-gpu", "duckdb", "gpuscale's time over DuckDB's"),
     ("cpu/dask", "gpuscale-cpu", "dask-cpu", "gpuscale CPU session's time over plain Dask's"),
     ("cpu/polars", "gpuscale-cpu", "polars-cpu", "gpuscale CPU session's time over Polars CPU's"),
@@ -690,7 +756,7 @@ def main(argv=None) -> int:
         "--sides",
         default=None,
         help=f"comma-separated, from {', '.join(SIDES)}; a variant adds options, e.g. "
-        "gpuscale-gpu:gpus=2:shuffle=p2p (gpus, protocol, shuffle, gather)",
+        "gpuscale-gpu:gpus=2:shuffle=p2p (gpus, protocol, shuffle, gather, executor, engine)",
     )
     harness.add_common(ap, repeat=3, warmup=1, rounds=0, max_time=10.0, hang_after=300.0, resume=True)
     ap.add_argument(
