@@ -329,8 +329,21 @@ def test_a_plan_that_reads_more_than_the_machine_holds_runs_on_dask():
     assert decide("polars", "keyword", where, None, reads_bytes=2**31).value == "polars"
     assert decide("auto", "default", Where("cpu", False, "ssh", 4, None), None, 1).rule_id == "engine.hosts"
     gpus = Where("gpu", True, "cuda", 4, 4 * 2**37)
-    assert (decide("auto", "default", gpus, None, 2**30).value) == "polars-gpus"
+    assert (decide("auto", "default", gpus, None, 2**35 + 1).value) == "polars-gpus"
     assert decide("auto", "default", Where("gpu", True, "cuda", 1, 2**37), None, 2**30).value == "polars-gpu"
+
+
+def test_over_several_gpus_a_plan_one_gpu_holds_in_memory_runs_on_one_of_them():
+    from gpuscale.plan.engine import Where, decide, executor
+
+    gpus = Where("gpu", True, "cuda", 4, 4 * 2**37)
+    small = decide("auto", "default", gpus, None, 2**35)
+    assert (small.value, small.rule_id) == ("polars-gpu", "engine.one-gpu"), small.rule
+    assert "1/4 of one GPU's 128.0 GiB" in small.rule and "4 GPU workers" in small.rule
+    assert executor(gpus, 2**35).value == "in-memory"  # one GPU's memory, not the four's
+    assert decide("auto", "default", gpus, None, 2**35 + 1).rule_id == "engine.polars-gpus"
+    assert decide("auto", "default", gpus, None, None).rule_id == "engine.polars-gpus"
+    assert decide("polars", "keyword", gpus, None, 2**30).value == "polars-gpu"
 
 
 def test_a_gpu_plan_runs_in_memory_only_where_its_reads_fit_a_quarter_of_the_gpu():

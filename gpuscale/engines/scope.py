@@ -94,13 +94,17 @@ class Route:
                 self._gpus.close()
 
     def _warm(self):
-        """The GPU worker's engine made ready in the background as the block opens (a future,
-        kept while the block is open; None where there is nothing to warm)."""
-        if self.setting == "dask" or self.decide(None, None).value != "polars-gpu":
+        """Each GPU worker's cudf-polars made ready in the background as the block opens
+        (futures, kept while the block is open; None where there is nothing to warm)."""
+        if self.setting == "dask" or self.decide(None, None).value not in ("polars-gpu", "polars-gpus"):
             return None
         from . import run
 
-        return self.client.submit(run.warm_gpu_worker, pure=False)
+        # over several GPU workers a plan one GPU holds runs on one of them (rule engine.one-gpu)
+        return [
+            self.client.submit(run.warm_gpu_worker, pure=False, workers=[w], allow_other_workers=False)
+            for w in _dask_compat.workers(self.client)
+        ]
 
     # -- the router ------------------------------------------------------------------
     def __call__(self, how: str, call, args: tuple, kwargs: dict):

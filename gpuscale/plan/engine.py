@@ -6,7 +6,8 @@ how much it reads. Rule ids ``engine.*``; docs/decisions.md explains each with i
 value              what runs the plan
 =================  ============================================================================
 ``polars``         Polars' streaming engine in this process (the CPU family on this machine)
-``polars-gpu``     cudf-polars on the session's one GPU worker
+``polars-gpu``     cudf-polars on one GPU worker: the session's one, or one of several where
+                   one GPU runs the plan in memory (``engine.one-gpu``)
 ``polars-gpus``    cudf-polars' ``DaskEngine`` over the session's GPU workers
 ``dask``           Dask, as the collection would run without gpuscale
 =================  ============================================================================
@@ -39,6 +40,11 @@ class Where:
     unavailable: str | None = None
     """Why the family's engine cannot run here (cudf-polars not installed, a family whose
     DataFrames are not cuDF); None: it can."""
+
+    @property
+    def one_worker_bytes(self) -> int | None:
+        """The memory of one of the engine's workers (one GPU where the family is on a device)."""
+        return self.capacity_bytes // max(self.workers, 1) if self.capacity_bytes else None
 
 
 def decide(
@@ -89,6 +95,15 @@ def decide(
         )
     if where.workers <= 1:
         return made("polars-gpu", "engine.polars-gpu", "cudf-polars on the session's GPU worker", src)
+    if _in_memory(where, reads_bytes):
+        return made(
+            "polars-gpu",
+            "engine.one-gpu",
+            f"the plan reads {_gib(reads_bytes)} uncompressed, at most 1/{IN_MEMORY_SHARE} of one GPU's "
+            f"{_gib(where.one_worker_bytes)}: cudf-polars on one of the session's {where.workers} GPU "
+            "workers, whole tables in its memory",
+            src,
+        )
     return made(
         "polars-gpus",
         "engine.polars-gpus",
@@ -106,29 +121,34 @@ def executor(where: Where, reads_bytes: int | None) -> Decision:
     """How cudf-polars runs a plan on one GPU: ``in-memory`` (each operation on whole tables)
     where what the plan reads is known and small beside the GPU's memory, else ``streaming``
     (in partitions, the engine's default, for data that may not fit)."""
-    numbers = {"reads_bytes": reads_bytes, "capacity_bytes": where.capacity_bytes}
-    room = where.capacity_bytes
-    if reads_bytes is not None and room and reads_bytes * IN_MEMORY_SHARE <= room:
+    room = where.one_worker_bytes
+    numbers = {"reads_bytes": reads_bytes, "capacity_bytes": room}
+    if _in_memory(where, reads_bytes):
         return Decision(
             "in-memory",
             "rule",
             f"the plan reads {_gib(reads_bytes)} uncompressed, at most 1/{IN_MEMORY_SHARE} of the GPU's "
-            f"{_gib(where.capacity_bytes)}: whole tables, no partitioning",
+            f"{_gib(room)}: whole tables, no partitioning",
             "engine.in-memory",
             numbers,
             documented=True,
         )
     why = (
         "what the plan reads is unknown"
-        if reads_bytes is None or not where.capacity_bytes
+        if reads_bytes is None or not room
         else (
             f"the plan reads {_gib(reads_bytes)} uncompressed, more than 1/{IN_MEMORY_SHARE} of the GPU's "
-            f"{_gib(where.capacity_bytes)}"
+            f"{_gib(room)}"
         )
     )
     return Decision(
         "streaming", "rule", f"{why}: in partitions", "engine.streaming", numbers, documented=True
     )
+
+
+def _in_memory(where: Where, reads_bytes: int | None) -> bool:
+    room = where.one_worker_bytes
+    return reads_bytes is not None and bool(room) and reads_bytes * IN_MEMORY_SHARE <= room
 
 
 def _gib(n: int) -> str:
