@@ -546,6 +546,52 @@ def _hooked_meta(merge: type, own):
     return hooked
 
 
+# -- the user's Parquet reads -------------------------------------------------------------
+@contextlib.contextmanager
+def reads_through(keep) -> Iterator[None]:
+    """While open, ``dask.dataframe.read_parquet(*args, **kwargs)`` returns ``keep(args, kwargs,
+    read)``, ``read`` Dask's own function; the innermost open ``keep`` answers. Imports nothing:
+    before ``dask.dataframe`` is imported, its ``read_parquet`` is wrapped as it is imported. A
+    ``from dask.dataframe import read_parquet`` made before the block keeps Dask's own."""
+    with _READ_LOCK:
+        _READ_KEEPERS.append(keep)
+        if len(_READ_KEEPERS) == 1:
+            _on_import("dask.dataframe", _wrap_read)
+    try:
+        yield
+    finally:
+        with _READ_LOCK:
+            _READ_KEEPERS.remove(keep)
+            if not _READ_KEEPERS:
+                _PENDING.pop("dask.dataframe", None)
+                if _READ_OWN:
+                    module, own, wrapped = _READ_OWN.pop()
+                    if module.read_parquet is wrapped:
+                        module.read_parquet = own
+
+
+_READ_KEEPERS: list = []
+_READ_OWN: list = []  # [(dask.dataframe, Dask's read_parquet, the wrapper)] while wrapped
+_READ_LOCK = threading.RLock()
+
+
+def _wrap_read(module) -> None:
+    own = getattr(module, "read_parquet", None)
+    with _READ_LOCK:
+        if not _READ_KEEPERS or _READ_OWN or own is None:
+            return
+
+        @functools.wraps(own)
+        def read_parquet(*args, **kwargs):
+            keepers = _READ_KEEPERS
+            if not keepers:  # closed while this call was being made
+                return own(*args, **kwargs)
+            return keepers[-1](args, kwargs, own)
+
+        _READ_OWN.append((module, own, read_parquet))
+        module.read_parquet = read_parquet
+
+
 # -- after an import ----------------------------------------------------------------------
 _PENDING: dict[str, Any] = {}
 """Module name -> what runs once it is imported (:func:`_on_import`)."""

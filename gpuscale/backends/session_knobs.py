@@ -15,6 +15,7 @@ import dask.config
 
 from .. import _dask_compat
 from .family import Family
+from .kept_reads import KeptReads
 from .merge_meta import MetaCache
 
 SHUFFLE_SETTING = "session.shuffle-method"
@@ -58,6 +59,16 @@ def plan(family: Family, session, sources: dict[str, str]) -> tuple[Applied, ...
         _merge_meta(session.merge_meta, sources.get(MERGE_META_SETTING, "default")),
         _engine(family, session.engine, sources.get(ENGINE_SETTING, "default")),
         *_reads(family, session.host_collections),
+        Applied(
+            "read_parquet kept",
+            None,
+            True,
+            "default",
+            "reads.kept",
+            "a read_parquet call with the arguments and local files (names, sizes, times) of an "
+            "earlier one in the block returns a copy of that collection: its files are listed and "
+            "its metadata built once",
+        ),
     )
 
 
@@ -162,3 +173,5 @@ def entered(applied: tuple[Applied, ...], stack: contextlib.ExitStack) -> None:
     for a in applied:
         if a.name == "merge_meta" and a.value == "cached":
             stack.enter_context(_dask_compat.merge_meta_through(MetaCache()))
+        if a.rule == "reads.kept":
+            stack.enter_context(_dask_compat.reads_through(KeptReads()))
