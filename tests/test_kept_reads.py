@@ -60,3 +60,20 @@ def test_only_local_files_are_kept(folder):
     assert files_of(str(folder / "missing")) is None
     with open(one, "rb") as f:
         assert files_of(f) is None
+
+
+@pytest.mark.gpu
+def test_a_gpu_sessions_kept_read_has_the_familys_keywords_and_cudf_partitions(folder):
+    """On the GPU family the reader the user calls is the host-collection wrapper (which adds
+    ``aggregate_files``) over the kept read; both are given back when the session ends."""
+    own = dd.read_parquet
+    with gpuscale.session(backend="gpu") as s:
+        a = dd.read_parquet(str(folder))
+        b = dd.read_parquet(str(folder))
+        assert b.expr is a.expr and type(a._meta).__module__.startswith("cudf")
+        assert a.npartitions == 1  # the family's aggregate_files=True: three files read together
+        assert any(x.rule == "reads.kept" for x in s.applied)
+        got = b.groupby("k").v.sum().compute()
+        assert type(got).__module__.startswith("cudf")
+        assert got.to_pandas().sort_index().tolist() == [6, 6, 6]
+    assert dd.read_parquet is own
