@@ -200,6 +200,44 @@ def test_a_translated_collection_gives_dasks_answer_type_dtypes_and_index(sessio
     _same(got, want, name in ORDERED)
 
 
+@pytest.fixture(scope="module")
+def csv_files(tmp_path_factory) -> dict[str, str]:
+    """The two tables as CSV, several files each (a glob per table), dates as text."""
+    root = tmp_path_factory.mktemp("csv")
+    for name, frame in (("left", LEFT), ("right", RIGHT)):
+        for i in range(0, len(frame), 4):
+            frame.iloc[i : i + 4].to_csv(root / f"{name}.{i // 4}.csv", index=False)
+    return {name: str(root / f"{name}.*.csv") for name in ("left", "right")}
+
+
+def _csv_tables(files):
+    return dd.read_csv(files["left"], parse_dates=["t"]), dd.read_csv(files["right"])
+
+
+CSV_SNIPPETS = ("filter", "groupby-agg", "str", "dt", "missing", "merge-left", "sort", "value-counts")
+
+
+@pytest.mark.parametrize("name", CSV_SNIPPETS)
+def test_a_read_csv_runs_on_polars_with_dasks_answer(session, csv_files, name):
+    coll = SNIPPETS[name](*_csv_tables(csv_files))
+    before = len(session.queries)
+    got = coll.compute()
+    want = _dask_answer(lambda: SNIPPETS[name](*_csv_tables(csv_files)))
+    (q,) = session.queries[before:]
+    assert (q["engine"], q["rule_id"]) == ("polars", "engine.polars"), q
+    _same(got, want, name in ORDERED)
+
+
+def test_a_read_csv_with_keywords_polars_does_not_read_alike_runs_on_dask(session, csv_files):
+    df = dd.read_csv(csv_files["left"], na_values=["fig"])
+    before = len(session.queries)
+    got = df[df.g == 1].s.count().compute()
+    assert got == 3  # of apple, cherry, fig and lime: "fig" is missing, as pandas reads it
+    (q,) = session.queries[before:]
+    assert (q["engine"], q["rule_id"]) == ("dask", "engine.untranslatable")
+    assert "read_csv: keyword 'na_values'" in q["why"], q["why"]
+
+
 def test_from_pandas_and_a_head_run_on_polars_with_their_index(session):
     def make():
         ddf = dd.from_pandas(LEFT.set_index("y"), npartitions=3)

@@ -23,6 +23,7 @@ import importlib
 import itertools
 import numbers
 import operator
+import os
 import pathlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -398,6 +399,103 @@ def read_parquet(t: Translator, node) -> Lowered:
     if _is_series_meta(meta):
         return Column(rows, cols[0][1], meta.name, index, True)
     return Frame(rows, cols, index, True)
+
+
+CSV_KEYWORDS = frozenset({"header", "sep", "delimiter", "usecols", "dtype", "parse_dates"})
+"""pandas' ``read_csv`` keywords a translated read honours; a call with any other keyword (its
+missing-value strings, its own names, skipped rows...) stays on Dask."""
+
+PANDAS_NA = (
+    "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+    "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null",
+)  # fmt: skip
+"""The fields pandas' ``read_csv`` reads as missing by default (its ``na_values`` docs)."""
+
+COMPRESSED = (".gz", ".bz2", ".zip", ".xz", ".zst", ".tar")
+
+
+def read_csv(t: Translator, node) -> Lowered:
+    """Dask's ``read_csv`` (a ``from_map`` of its CSV reader over blocks of local files) as one
+    Polars scan of the files, each column parsed as the type of Dask's metadata."""
+    func = node.operand("func")
+    kw = getattr(func, "keywords", None) or {}
+    if (
+        getattr(getattr(func, "func", None), "__qualname__", "") != "_read_csv"
+        or kw.get("reader") is not pd.read_csv
+    ):
+        raise Untranslatable(_operation(node))
+    if kw.get("colname") is not None:
+        raise Untranslatable("read_csv", "include_path_column")
+    user = dict(kw.get("kwargs") or {})
+    extra = sorted(set(user) - CSV_KEYWORDS)
+    if extra:
+        raise Untranslatable("read_csv", f"keyword {extra[0]!r}")
+    if user.get("header", "infer") not in ("infer", 0):
+        raise Untranslatable("read_csv", "a header that is not the first line")
+    sep = user.get("sep", user.get("delimiter", ","))
+    if not isinstance(sep, str) or len(sep) != 1:
+        raise Untranslatable("read_csv", f"separator {sep!r}")
+    files = _csv_files(node)
+    dtypes = kw.get("dtypes") or {}
+    meta = _meta(node)
+    labels = list(meta.columns) if _is_frame_meta(meta) else [meta.name]
+    schema = {}
+    for label in labels:
+        if not isinstance(label, str) or label not in dtypes:
+            raise Untranslatable("read_csv", f"column {label!r}")
+        schema[label] = _csv_type(label, dtypes[label])
+    lf = pl.scan_csv(
+        files,
+        separator=sep,
+        has_header=True,
+        infer_schema=False,  # columns left unread stay text; those read are parsed as Dask's
+        schema_overrides=schema,
+        null_values=list(PANDAS_NA),
+        try_parse_dates=False,
+    )
+    lf = lf.select([pl.col(c) for c in labels])
+    share = len(labels) / max(len(kw.get("full_columns") or labels), 1)
+    t.reads.append(
+        {"files": files, "columns": labels, "bytes": int(sum(os.path.getsize(f) for f in files) * share)}
+    )
+    rows = t.rows(lf)
+    cols = [(lab, pl.col(lab)) for lab in labels]
+    if _is_series_meta(meta):
+        return Column(rows, cols[0][1], meta.name, None, True)
+    return Frame(rows, cols, None, True)
+
+
+def _csv_files(node) -> list[str]:
+    """The local files of a read_csv, in Dask's order (each file's first block names it)."""
+    files: list[str] = []
+    try:
+        blocks = node.operand("iterables")[0]
+        for task in blocks:
+            opened = task.args[0]
+            if getattr(opened.fs, "protocol", None) not in ("file", ("file", "local")):
+                raise Untranslatable("read_csv", "files on a remote file system")
+            if getattr(opened, "compression", None):
+                raise Untranslatable("read_csv", "compressed files")
+            if not files or files[-1] != opened.path:
+                files.append(opened.path)
+    except Untranslatable:
+        raise
+    except Exception:  # noqa: BLE001 - another Dask's layout: not translated
+        raise Untranslatable("read_csv", "its files could not be listed") from None
+    if not files or any(f.endswith(COMPRESSED) for f in files):
+        raise Untranslatable("read_csv", "no local uncompressed files")
+    return files
+
+
+def _csv_type(label: str, dtype) -> pl.DataType:
+    kind = _dtype_kind(dtype)
+    unit = str(dtype)[len("datetime64[") : -1] if str(dtype).startswith("datetime64[") else None
+    if kind == "M" and unit in ("ms", "us", "ns"):
+        return pl.Datetime(unit)
+    types = {"f": pl.Float64, "i": pl.Int64, "b": pl.Boolean, "s": pl.String}
+    if kind not in types or (kind in "fi" and getattr(dtype, "itemsize", 8) != 8):
+        raise Untranslatable("read_csv", f"column {label!r} is {dtype}")
+    return types[kind]
 
 
 def _parquet_files(node) -> list[str]:
@@ -1555,6 +1653,7 @@ def _register() -> None:
     for cls in (parquet.ReadParquetFSSpec, parquet.ReadParquetPyarrowFS):
         RULES[cls] = read_parquet
     RULES[io.FromPandas] = from_pandas
+    RULES[io.FromMapProjectable] = read_csv
     for name in ("ArrowStringConversion", "ClearDivisions"):
         if hasattr(_expr, name):
             RULES[getattr(_expr, name)] = passthrough
