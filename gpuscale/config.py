@@ -203,6 +203,10 @@ class RmmSettings(_Section):
     """Largest size the RMM pool may grow to (null: RMM's default)."""
     external_libs: list[str] = Field(default_factory=lambda: ["cupy"])
     """Libraries whose allocations are routed through RMM, so they share its pool."""
+    allocator: Literal["pool", "async"] = "pool"
+    """How each GPU worker's RMM allocates: ``pool`` (RMM's pool of ``pool-size``, dask-cuda's
+    ``rmm_pool_size``) or ``async`` (CUDA's stream-ordered allocator, dask-cuda's ``rmm_async``;
+    ``pool-size`` is then its initial size)."""
 
     @field_validator("pool_size", "maximum_pool_size", mode="before")
     @classmethod

@@ -102,6 +102,16 @@ def test_show_rmm_pool_size_flag(cli):
     assert float(spec["kwargs"]["rmm_pool_size"]) == 0.5
 
 
+def test_the_async_allocator_setting_reaches_dask_cuda_with_the_pool_as_its_initial_size(cli):
+    env = {"DASK_GPUSCALE__CLUSTER__RMM__ALLOCATOR": "async"}
+    spec = show(cli, "--backend", "gpu", env=env)["spec"]
+    assert spec["kwargs"]["rmm_async"] is True and float(spec["kwargs"]["rmm_pool_size"]) == 0.8
+    assert spec["rmm"]["allocator"] == "async"
+    spec = show(cli, "--backend", "gpu", "--rmm-pool-size", "none", env=env)["spec"]
+    assert spec["kwargs"]["rmm_async"] is True and "rmm_pool_size" not in spec["kwargs"]
+    assert "rmm_async" not in show(cli, "--backend", "gpu")["spec"]["kwargs"]
+
+
 def test_show_rmm_pool_size_none_disables_the_pool(cli):
     spec = show(cli, "--backend", "gpu", "--rmm-pool-size", "none")["spec"]
     assert spec["rmm"] is None

@@ -332,6 +332,13 @@ class Cuda(Kind):
             if isinstance(pool, float) and pool <= 1 and known:
                 each = format_bytes(int(pool * min(known)))
                 pool_rule += f": {pool:g} x {format_bytes(min(known))} = {each} per GPU"
+        if rmm is not None and rmm["allocator"] == "async":
+            kwargs["rmm_async"] = True
+            if c.rmm.external_libs:
+                kwargs["rmm_allocator_external_lib_list"] = list(c.rmm.external_libs)
+            pool_rule = (
+                f"{pool_rule or 'no initial pool'}; CUDA's async allocator (cluster.rmm.allocator: async)"
+            )
         knobs = worker_knobs(resolved, family, collection, proto, gpus)
         kwargs.update(knobs.options)
         dask_config = dict(knobs.dask_config)

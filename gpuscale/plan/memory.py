@@ -109,12 +109,13 @@ def rmm_pool(c, family) -> tuple[Any, dict[str, Any] | None]:
     source = "set by you"
     if pool == "auto":
         pool, source = family.knobs.rmm_pool_size, f"{family.name} family default (fraction of device memory)"
-    if pool is None:
+    if pool is None and c.rmm.allocator == "pool":
         return None, None
     return pool, {
         "pool_size": pool,
         "maximum_pool_size": c.rmm.maximum_pool_size,
         "external_libs": list(c.rmm.external_libs),
+        "allocator": c.rmm.allocator,
         "source": source,
     }
 
