@@ -1109,7 +1109,7 @@ def test_a_sigterm_inside_signals_deferred_is_raised_as_the_block_ends():
 
 
 def test_written_leaves_nothing_when_the_block_fails_or_the_name_exists(tmp_path):
-    from gpuscale.records import atomic
+    from gpuscale import atomic
 
     with pytest.raises(RuntimeError):
         with atomic.written(tmp_path / "a.csv") as (f, tmp):
@@ -1132,7 +1132,7 @@ def test_a_sigterm_landing_as_the_temp_file_is_made_leaves_nothing(tmp_path):
     the cleanup. Here it is sent from inside mkstemp's own open (the worst moment)."""
     import tempfile
 
-    from gpuscale.records import atomic
+    from gpuscale import atomic
 
     real_mkstemp = tempfile.mkstemp
 

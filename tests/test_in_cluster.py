@@ -281,13 +281,14 @@ def test_a_warmed_workers_heap_stays_settled_through_runs(in_cluster):
     """The warm-up of a cluster kept up settles each worker's heap in the collector's permanent
     generation; a run's own collection leaves that in place, in the cluster or from here."""
     from gpuscale.backends import registry
+    from gpuscale.runs.serve import worker_ready
 
     with (
         LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c,
         Client(c, set_as_default=False) as client,
     ):
         assert set(_frozen(client).values()) == {0}
-        registry.select("cpu").family.warm_up(client)
+        registry.select("cpu").family.warm_up(client, worker_ready)
         settled = _frozen(client)
         assert min(settled.values()) > 0
         r = gpuscale.run(

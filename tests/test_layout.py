@@ -184,3 +184,80 @@ if __name__ == "__main__":  # pragma: no cover - print today's circles
     for c in circles(g):
         print(_describe(c, g))
     pytest.main([__file__])
+
+
+# ---------------------------------------------------------------------------------------
+# The layers table of docs/concepts/architecture.md
+# ---------------------------------------------------------------------------------------
+ARCHITECTURE = PKG.parent / "docs" / "concepts" / "architecture.md"
+
+
+def unit_of(module: str, known: dict[str, pathlib.Path]) -> str:
+    """A module's unit: its folder under gpuscale/ (``cluster/``), or itself at the top."""
+    parts = module.split(".")
+    if len(parts) >= 2 and known[".".join(parts[:2])].name == "__init__.py":
+        return parts[1] + "/"
+    return parts[1] if len(parts) > 1 else "gpuscale"
+
+
+def _tables(text: str) -> list[list[list[str]]]:
+    """The markdown tables after the ``## Layers`` heading: each a list of rows of cells."""
+    section = text.split("\n## Layers", 1)[1]
+    tables, rows = [], []
+    for line in section.splitlines() + [""]:
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not set("".join(cells)) <= set("-: "):
+                rows.append(cells)
+        elif rows:
+            tables.append(rows[1:])  # without the header
+            rows = []
+    return tables
+
+
+def layers_table() -> tuple[dict[str, int], set[tuple[str, str]]]:
+    """(unit -> its row, counted from the top) and the listed downward imports."""
+    layers, exceptions = _tables(ARCHITECTURE.read_text())[:2]
+    row = {}
+    for i, (_, units) in enumerate(layers):
+        for u in units.split(","):
+            row[u.strip().strip("`")] = i
+    return row, {(a.strip("`"), b.strip("`")) for a, b, _ in exceptions}
+
+
+def unit_edges(known, graph) -> dict[tuple[str, str], list[str]]:
+    out: dict[tuple[str, str], list[str]] = {}
+    for a, targets in graph.items():
+        for b, line in targets.items():
+            ua, ub = unit_of(a, known), unit_of(b, known)
+            if ua != ub:
+                out.setdefault((ua, ub), []).append(f"{a} -> {b} (line {line})")
+    return out
+
+
+def test_every_import_keeps_to_the_layers_table():
+    known = modules()
+    row, listed = layers_table()
+    units = {unit_of(m, known) for m in known}
+    assert not units - set(row), f"units missing from the layers table: {sorted(units - set(row))}"
+    assert not set(row) - units, f"the layers table names units that do not exist: {sorted(set(row) - units)}"
+    down = {(a, b): why for (a, b), why in unit_edges(known, edges(known)).items() if row[b] > row[a]}
+    new = {k: v for k, v in down.items() if k not in listed}
+    assert not new, "imports down the layers table:\n" + "\n".join(
+        f"{a} -> {b}: {v[:3]}" for (a, b), v in new.items()
+    )
+    gone = listed - set(down)
+    assert not gone, (
+        f"listed downward imports that no longer exist (drop them from the table): {sorted(gone)}"
+    )
+
+
+def test_the_units_import_each_other_in_no_loop_but_the_listed_ones():
+    """Without the listed downward imports the units form no loop."""
+    known = modules()
+    _, listed = layers_table()
+    graph: dict[str, dict[str, int]] = {}
+    for a, b in unit_edges(known, edges(known)):
+        if (a, b) not in listed:
+            graph.setdefault(a, {})[b] = 0
+    assert not circles(graph), circles(graph)

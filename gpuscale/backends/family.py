@@ -192,12 +192,12 @@ class Family:
         ``start=True`` begins counting, ``start=False`` reads and ends it. Host families: {}."""
         return {}
 
-    def warm_up(self, client) -> float:
+    def warm_up(self, client, then=None) -> float:
         """Pay every worker's first-use costs now (imports, a first small operation through
-        each chunk library) and the scheduler's imports, for a cluster kept up for later runs.
-        Returns the seconds taken."""
+        each chunk library, then the caller's ``then()``) and the scheduler's imports, for a
+        cluster kept up for later runs. Returns the seconds taken."""
         t0 = time.perf_counter()
-        client.run(_warm_worker, self.array_module, self.dataframe_module)
+        client.run(_warm_worker, self.array_module, self.dataframe_module, then)
         modules = {
             self.array_module,
             self.dataframe_module,
@@ -313,17 +313,17 @@ def import_in_thread(modules, name: str = "gpuscale-import") -> threading.Thread
     return t
 
 
-def _warm_worker(array_module: str, dataframe_module: str) -> None:
+def _warm_worker(array_module: str, dataframe_module: str, then=None) -> None:
     """Runs on each worker (:meth:`Family.warm_up`): the libraries' first use, then the
-    worker's heap settled for later runs (:func:`gpuscale.runs.heap.settle_heap`)."""
+    caller's ``then()``."""
     _first_use(array_module, dataframe_module)
-    importlib.import_module("gpuscale.runs.heap").settle_heap()
+    if then is not None:
+        then()
 
 
 def _first_use(array_module: str, dataframe_module: str) -> None:
     """Imports and a first small operation through each chunk library (the frame library is
     optional)."""
-    importlib.import_module("gpuscale.workloads").names()
     importlib.import_module("gpuscale.machine").versions()
     xp = importlib.import_module(array_module)
     rs = xp.random.RandomState(0)

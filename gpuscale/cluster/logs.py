@@ -25,7 +25,7 @@ class _ErrorsOnly(logging.Filter):
 class _LazyFile(logging.FileHandler):
     """A file handler that makes the file's folder and opens it (appending) at the first line:
     the folder one of this user's that no other user can change, the file opened never through
-    a link and never another user's (:func:`gpuscale.records.atomic.own_folder`, ``own_file``).
+    a link and never another user's (:func:`gpuscale.atomic.own_folder`, ``own_file``).
     Where it cannot be, the lines are dropped and one line on stderr says why."""
 
     def __init__(self, path: pathlib.Path):
@@ -37,7 +37,7 @@ class _LazyFile(logging.FileHandler):
     def _open(self):
         import os
 
-        from ..records import atomic
+        from .. import atomic
 
         path = pathlib.Path(self.baseFilename)
         atomic.own_folder(path.parent, "log folder")
@@ -110,11 +110,11 @@ def kept_off_stderr(path: str | pathlib.Path | None) -> Iterator[None]:
 def path_under(results_dir: str | pathlib.Path) -> pathlib.Path:
     """The log file of a session opened now: ``RESULTS_DIR/logs/<UTC time>-<pid>.log``; refused
     (UserError) where its folder, as far as it exists, is another user's link or folder
-    (:func:`gpuscale.records.atomic.own_folder`; nothing is made here)."""
+    (:func:`gpuscale.atomic.own_folder`; nothing is made here)."""
     import datetime
     import os
 
-    from ..records import atomic
+    from .. import atomic
 
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
     atomic.own_folder(results_dir, "results dir", create=False, flag="--results-dir")

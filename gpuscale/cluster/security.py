@@ -14,10 +14,9 @@ import os
 import pathlib
 from typing import Any
 
-from .. import trust
+from .. import atomic, trust
 from ..choices import choice
 from ..errors import UserError, missing_module
-from ..records import atomic
 
 MODES = ("auto", "tls", "off")
 REMOTE = ("ssh", "slurm", "srun")

@@ -2,7 +2,7 @@
 unasked.
 
 :func:`check` runs before any work (type known, not a folder, free unless ``overwrite``, its
-folder writable); :func:`write` writes through :func:`gpuscale.records.atomic.written`.
+folder writable); :func:`write` writes through :func:`gpuscale.atomic.written`.
 
 Formats: ``.parquet`` / ``.csv`` for DataFrame results (the group keys become columns and
 ``(column, aggregation)`` pairs are flattened to ``column_aggregation``), ``.npy`` (the singular
@@ -15,15 +15,15 @@ import pathlib
 import tempfile
 from typing import Any
 
+from .. import atomic
 from ..errors import UserError
-from ..records import atomic
 
 WRITERS = {".parquet": "Parquet", ".csv": "CSV", ".npy": ".npy", ".npz": ".npz"}
 
 
 def check(path, overwrite: bool, suffixes: tuple[str, ...], workload: str = "this workload") -> pathlib.Path:
     """The absolute output path, after every check that needs no result (a link or another
-    user's file at ``path`` is refused: :func:`gpuscale.records.atomic.check_target`)."""
+    user's file at ``path`` is refused: :func:`gpuscale.atomic.check_target`)."""
     p = pathlib.Path(path).expanduser()
     suffix = p.suffix.lower()
     if not suffixes:
@@ -56,7 +56,7 @@ def check(path, overwrite: bool, suffixes: tuple[str, ...], workload: str = "thi
 
 def write(value: Any, path: pathlib.Path, overwrite: bool = False) -> dict[str, Any]:
     """Write ``value`` (a pandas DataFrame, or a dict of NumPy arrays for .npy / .npz) to
-    ``path``, whole or not at all (:mod:`gpuscale.records.atomic`). Returns what the record
+    ``path``, whole or not at all (:mod:`gpuscale.atomic`). Returns what the record
     says about it."""
     path = pathlib.Path(path)
     suffix = path.suffix.lower()

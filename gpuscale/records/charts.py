@@ -17,8 +17,7 @@ import os
 import pathlib
 from typing import TYPE_CHECKING
 
-from .. import backends
-from . import atomic
+from .. import atomic, backends
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -23,8 +23,9 @@ import os
 import pathlib
 from typing import Any
 
+from .. import atomic
 from ..errors import UserError
-from . import atomic, charts, report, results, table
+from . import charts, report, results, table
 
 LEDGER = "bench.json"
 LEDGER_SCHEMA = "gpuscale.bench"

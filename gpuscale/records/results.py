@@ -21,9 +21,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, field_validator
 
-from .. import fielddocs, trust
+from .. import atomic, fielddocs, trust
 from ..errors import RecordNotWritten, UserError
-from . import atomic
 from .report import result_html
 
 SCHEMA = "gpuscale.result"

@@ -16,9 +16,8 @@ import os
 import pathlib
 from typing import TYPE_CHECKING, Any, Iterable
 
-from .. import workloads
+from .. import atomic, workloads
 from ..errors import UserError
-from . import atomic
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -19,11 +19,11 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from .. import errors, trust
+from .. import atomic, errors, trust, workloads
 from ..cluster import detach, existing, identity, security
 from ..cluster import workers as _workers
 from ..errors import UserError
-from ..records import atomic
+from .heap import settle_heap
 from .session import Session
 
 DOWN_TIMEOUT_S = 3.0
@@ -307,7 +307,7 @@ def up(
         if s.spec.workers:
             s.client.wait_for_workers(s.spec.workers, timeout=start_timeout_s)
         with deferred_stop():
-            warm = s.family.warm_up(s.client) if warm_up else None
+            warm = s.family.warm_up(s.client, worker_ready) if warm_up else None
         address = s.client.scheduler.address
         if path is not None:
             write_scheduler_file(s.client, path)
@@ -396,3 +396,10 @@ def down(
         with contextlib.suppress(Exception):
             client.close()
     return {"scheduler": address, "workers": workers, "in_flight": busy}
+
+
+def worker_ready() -> None:
+    """On each worker of a cluster kept up, after its libraries' first use: the workload
+    registry loaded and the worker's heap settled for later runs."""
+    workloads.names()
+    settle_heap()

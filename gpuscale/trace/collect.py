@@ -21,9 +21,8 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from .. import _dask_compat
+from .. import _dask_compat, atomic
 from ..errors import TEMP_PATHS, UserError, signals_deferred
-from ..records import atomic
 from . import events, intervals, render, summary
 
 P2P_SENT = ("background-comms", "process", "bytes")
