@@ -467,7 +467,7 @@ class ClusterSettings(_Section):
             )
         ),
     ] = "auto"
-    """The send interval of Dask's batched control streams (:mod:`gpuscale.cluster.messages`):
+    """The send interval of Dask's batched control streams (:mod:`gpuscale.wire.messages`):
     auto (2 ms on the streams gpuscale can set), dask (distributed's own 10/5/2/2 ms), or a
     duration ("2ms", seconds as a number) from 0 to 1 s."""
     worker_ttl: Annotated[
@@ -482,7 +482,7 @@ class ClusterSettings(_Section):
         ),
     ] = 60.0
     """How long the scheduler of a cluster gpuscale starts waits for a worker's heartbeat before
-    it removes the worker and runs its tasks elsewhere (:mod:`gpuscale.cluster.liveness`): a
+    it removes the worker and runs its tasks elsewhere (:mod:`gpuscale.wire.liveness`): a
     duration from 1 s to 1 hour ("60s", seconds as a number), or dask (distributed's own
     ``distributed.scheduler.worker-ttl``, 5 minutes unless your Dask config says otherwise)."""
     gather: Annotated[
@@ -496,7 +496,7 @@ class ClusterSettings(_Section):
             )
         ),
     ] = "auto"
-    """How this client fetches results (:mod:`gpuscale.cluster.gather`): ``direct`` from the
+    """How this client fetches results (:mod:`gpuscale.wire.gather`): ``direct`` from the
     workers, ``scheduler`` relayed by the scheduler, ``auto`` direct for a cluster started on
     this machine and Dask's own elsewhere."""
     deploy: Annotated[
@@ -875,7 +875,7 @@ class Settings(_Section):
     @field_validator("protocol")
     @classmethod
     def _known_protocol(cls, v):
-        from .cluster import protocols
+        from .wire import protocols
 
         if v != protocols.AUTO and v not in protocols.names():
             raise ValueError(

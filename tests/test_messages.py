@@ -1,4 +1,4 @@
-"""Dask's batched control streams (``cluster.message-interval``, gpuscale.cluster.messages) and
+"""Dask's batched control streams (``cluster.message-interval``, gpuscale.wire.messages) and
 the runner's cheap test for an already persisted collection: the two fixed costs per run this
 file guards. Every test reads the intervals off the real streams of real processes."""
 

@@ -49,7 +49,7 @@ class Knobs:
     """RMM pool per worker as a fraction of device memory (None: no pool)."""
     protocol: str | None = None
     """Transport of a cluster the family starts on this machine when ``protocol`` is ``auto``
-    and the transport is installed (None: TCP); :func:`gpuscale.cluster.protocols.choose`
+    and the transport is installed (None: TCP); :func:`gpuscale.wire.protocols.choose`
     applies it (rule ``protocol.family`` in docs/decisions.md)."""
     pre_import: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Libraries each worker imports at start, by collection kind."""

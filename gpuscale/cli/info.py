@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from .. import backends, machine
-from ..cluster import protocols
 from ..records import report
+from ..wire import protocols
 from .base import CONTEXT, Panelled, emit, json_option
 
 

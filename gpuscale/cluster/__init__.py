@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from .. import _dask_compat, machine
 from ..errors import UserError
 from ..plan import cluster as cluster_plan  # a module: it imports this package, either loads first
-from . import gather, liveness, messages, protocols, security  # noqa: F401
+from ..wire import gather, liveness, messages, protocols  # noqa: F401
+from . import security  # noqa: F401
 from .kind import Kind
 
 SLOW_SCRATCH = "Creating scratch directories is taking a surprisingly long time"

@@ -15,10 +15,11 @@ from typing import Any
 from dask.utils import format_bytes, parse_bytes
 
 from .. import machine, memory
+from ..decision import Decision
 from ..errors import UserError
-from ..plan.decision import Decision
 from ..plan.memory import device_limit_choice, device_spill_choice, memory_choice, rmm_pool
-from . import ClusterSpec, messages, protocols, spec_for, worker_preloads
+from ..wire import messages, protocols
+from . import ClusterSpec, spec_for, worker_preloads
 from .kind import Kind
 from .local import memory_bytes, start_here
 
@@ -174,7 +175,7 @@ def _kill(pid: int) -> None:
 
 _KEEPS_SENT_MEMORY: set[str] = set()
 """Protocols of the GPU clusters this process started that leave a worker's device memory
-mapped here after it exits (:meth:`~gpuscale.cluster.protocols.Protocol.keeps_sent_device_memory`)."""
+mapped here after it exits (:meth:`~gpuscale.wire.protocols.Protocol.keeps_sent_device_memory`)."""
 
 
 def check_free_memory(spec: ClusterSpec, gpus: list[dict]) -> None:

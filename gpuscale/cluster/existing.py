@@ -15,10 +15,11 @@ from typing import Iterator
 from urllib.parse import urlsplit
 
 from .. import _dask_compat, trust
+from ..decision import Decision
 from ..errors import UserError
-from ..plan.decision import Decision
 from ..plan.memory import rmm_choice
-from . import ClusterSpec, protocols
+from ..wire import protocols
+from . import ClusterSpec
 from . import security as tls
 from .kind import Kind
 

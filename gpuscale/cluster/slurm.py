@@ -10,8 +10,8 @@ from __future__ import annotations
 import shlex
 import sys
 
+from ..decision import Decision
 from ..errors import UserError, missing_module
-from ..plan.decision import Decision
 from ..plan.memory import rmm_pool, spilling_choice
 from . import ClusterSpec, construct, per_host_entry, spec_for
 from . import security as tls

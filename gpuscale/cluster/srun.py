@@ -11,8 +11,8 @@ import asyncio
 import os
 import pathlib
 
+from ..decision import Decision
 from ..errors import UserError, missing_module
-from ..plan.decision import Decision
 from ..plan.memory import remote_memory_choice, rmm_pool
 from . import ClusterSpec, construct, spec_for
 from . import security as tls

@@ -11,8 +11,8 @@ import json
 import shlex
 import sys
 
+from ..decision import Decision
 from ..errors import UserError, missing_module
-from ..plan.decision import Decision
 from ..plan.memory import remote_memory_choice, rmm_pool, spilling_choice
 from . import ClusterSpec, construct, per_host_entry, spec_for
 from . import security as tls

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
 from .. import _dask_compat
+from ..decision import Decision
 from ..errors import UserError
 from ..plan import engine as engine_plan
-from ..plan.decision import Decision
 
 
 @dataclass

@@ -5,7 +5,7 @@ cluster kind; text is rendered at the edge (:mod:`gpuscale.records.explained`).
 
 from __future__ import annotations
 
-from .decision import Decision
+from ..decision import Decision
 from .layout import Facts, Layout, layout
 
 __all__ = ["Decision", "Facts", "Layout", "layout"]

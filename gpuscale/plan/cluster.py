@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..cluster import gather, liveness, messages, protocols
-from .decision import Decision
+from ..decision import Decision
+from ..wire import gather, liveness, messages, protocols
 from .layout import Facts, Layout, layout, processes_choice
 
 
@@ -24,12 +24,12 @@ class ClusterPlan:
     collection: str | None
     facts: Facts
     transport: Any
-    """The :class:`gpuscale.cluster.protocols.Protocol` chosen (``protocol``'s value names it)."""
+    """The :class:`gpuscale.wire.protocols.Protocol` chosen (``protocol``'s value names it)."""
     protocol: Decision
     message_interval: Decision
     worker_ttl: Decision
     gather: Decision
-    """How the client fetches results (:mod:`gpuscale.cluster.gather`)."""
+    """How the client fetches results (:mod:`gpuscale.wire.gather`)."""
     layout: Layout | None
     """None for a running cluster (``existing``): it has its own."""
     tls: bool

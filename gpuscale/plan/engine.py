@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .decision import Decision
+from ..decision import Decision
 
 SETTING = "session.engine"
 ENGINES = ("polars", "polars-gpu", "polars-gpus", "dask")

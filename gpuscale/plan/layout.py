@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from dask.utils import format_bytes
 
 from .. import machine
-from .decision import Decision
+from ..decision import Decision
 
 SMALL_WORK_BYTES = 512 * 2**20
 """Planned memory at or under which a run on generated data gets one worker of this process's

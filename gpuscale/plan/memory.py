@@ -10,7 +10,7 @@ import dask.config
 from dask.utils import format_bytes
 
 from .. import machine, memory
-from .decision import Decision
+from ..decision import Decision
 
 
 def memory_choice(resolved, value: int | None, auto_rule: str, host: int) -> Decision:

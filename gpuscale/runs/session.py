@@ -23,14 +23,15 @@ from ..backends import (
 )
 from ..cluster import logs, preflight
 from ..data import inputs, outputs
+from ..decision import Decision
 from ..engines.scope import Route
 from ..errors import OutputNotWritten, UserError, phase
 from ..plan.cluster import kind_of
-from ..plan.decision import Decision
 from ..records import results
 from ..records.explained import explained
 from ..records.report import session_html
 from ..trace import capture, check_dir
+from ..wire import protocols
 from . import repeats, runner
 from .observe import RunOptions
 
@@ -60,7 +61,7 @@ def configure(
         spec = gpus_for_work(resolved, selection.family, collection, spec, *work)
         spec = processes_for_work(resolved, selection.family, collection, spec, *work)
     if check:
-        cluster.protocols.get(spec.protocol).check()
+        protocols.get(spec.protocol).check()
     return resolved, selection, spec
 
 

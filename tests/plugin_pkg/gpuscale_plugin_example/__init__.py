@@ -7,7 +7,7 @@ import dask.array as da
 from pydantic import Field
 
 import gpuscale
-from gpuscale.cluster.protocols import Protocol
+from gpuscale.wire.protocols import Protocol
 from gpuscale.workloads import Check
 
 

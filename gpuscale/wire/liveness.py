@@ -10,7 +10,7 @@ from typing import Any
 import dask.config
 from dask.utils import parse_timedelta
 
-from ..plan.decision import Decision
+from ..decision import Decision
 
 SETTING = "cluster.worker-ttl"
 CONFIG_KEY = "distributed.scheduler.worker-ttl"

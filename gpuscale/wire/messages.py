@@ -11,7 +11,7 @@ from typing import Any
 
 import dask.config
 
-from ..plan.decision import Decision
+from ..decision import Decision
 
 MODULE = __name__
 AUTO_S = 0.002

@@ -10,8 +10,8 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
+from ..decision import Decision
 from ..errors import UserError, missing_module
-from ..plan.decision import Decision
 
 SWITCHES = ("nvlink", "infiniband", "rdmacm")
 """The UCX transport switches of ``cluster.ucx`` (None: UCX chooses)."""

@@ -5,7 +5,7 @@ docs/decisions.md, rules ``gather.*``.
 
 from __future__ import annotations
 
-from ..plan.decision import Decision
+from ..decision import Decision
 from .protocols import HERE
 
 SETTING = "cluster.gather"
