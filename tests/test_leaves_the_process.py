@@ -14,7 +14,7 @@ import json, logging, sys, warnings
 import dask.array, dask.base, dask.dataframe, distributed
 import dask.dataframe.dask_expr._collection, dask.dataframe.dask_expr._merge
 
-MODULES = ("dask.base", "dask.array.core", "dask.dataframe.dask_expr._collection",
+MODULES = ("dask.base", "dask.dataframe", "dask.array.core", "dask.dataframe.dask_expr._collection",
            "dask.dataframe.dask_expr._merge", "dask.dataframe.dask_expr._expr", "distributed.client")
 
 
