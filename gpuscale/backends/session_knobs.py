@@ -60,7 +60,7 @@ def plan(family: Family, session, sources: dict[str, str]) -> tuple[Applied, ...
         _engine(family, session.engine, sources.get(ENGINE_SETTING, "default")),
         *_reads(family, session.host_collections),
         Applied(
-            "read_parquet kept",
+            "kept_reads",
             None,
             True,
             "default",
