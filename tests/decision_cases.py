@@ -72,7 +72,7 @@ def _host_share(value: Any, host: int) -> Any:
 
 def decisions(choices: dict[str, Any], host: int, ids: dict[str, str | None] | None = None) -> dict[str, Any]:
     """``choices`` (name -> recorded choice or decision) as name -> value, source, rule id (a
-    decision's, else ``ids``' or the record's), with the host's memory taken out of the values
+    decision's, else the record's or ``ids``'), with the host's memory taken out of the values
     derived from it."""
     import tempfile
 
@@ -87,7 +87,7 @@ def decisions(choices: dict[str, Any], host: int, ids: dict[str, str | None] | N
             value = "<host>"
         elif name == "spill_directory" and value == tempfile.gettempdir():
             value = "<tmp>"
-        rule_id = getattr(c, "rule_id", None) or (ids or {}).get(name) or c.get("rule_id")
+        rule_id = getattr(c, "rule_id", None) or c.get("rule_id") or (ids or {}).get(name)
         out[name] = {"value": value, "source": c.get("source"), "rule_id": rule_id}
     return out
 

@@ -5,6 +5,9 @@ layout, where the work is large, or where you ask for them. Through the real com
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -20,9 +23,58 @@ def test_small_work_runs_in_this_process_without_a_dashboard(cli, tmp_path):
     assert r["valid"] is True
     assert r["cluster"]["kwargs"]["processes"] is False and r["cluster"]["workers"] == 1
     assert r["cluster"]["kwargs"]["dashboard_address"] is None and r["dashboard_link"] is None
+    assert r["cluster"]["kwargs"]["protocol"] == "inproc", r["cluster"]["kwargs"]
+    assert r["explained"]["cluster"]["protocol"]["rule_id"] == "protocol.in-process"
     chosen = _processes(r)
     assert chosen["value"] is False and chosen["rule_id"] == "processes.small-work", chosen
     assert "planned memory" in chosen["rule"] and "512.00 MiB" in chosen["rule"]
+
+
+def test_a_run_in_this_process_leaves_its_process_group_as_it_was(tmp_path):
+    """Worker processes leave the terminal's process group as they start; a worker in this
+    process must not take this process out of it (Ctrl-C would no longer reach it)."""
+    script = tmp_path / "small.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import json, os, sys
+            import gpuscale
+            if __name__ == "__main__":
+                before = os.getpgrp()
+                r = gpuscale.run("svd", backend="cpu", results_dir=sys.argv[1])
+                print(json.dumps({"valid": r.valid, "kept": os.getpgrp() == before,
+                                  "processes": r.cluster["kwargs"]["processes"]}))
+            """
+        )
+    )
+    p = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "res")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # in the test's process group, which it must stay in
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout.splitlines()[-1]) == {"valid": True, "kept": True, "processes": False}
+
+
+def test_a_small_file_of_yours_runs_in_this_process(cli, tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    rows = 200_000
+    frame = pd.DataFrame({"k": rng.integers(0, 100, rows), "x": rng.random(rows)})
+    frame.to_parquet(tmp_path / "small.parquet")
+    p = cli(
+        "run", "groupby", "--backend", "cpu", "--input", tmp_path / "small.parquet", "--by", "k",
+        "--agg", "x:mean", "--json", "--results-dir", tmp_path / "res",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(p.stdout)
+    assert r["valid"] is True
+    chosen = _processes(r)
+    assert chosen["value"] is False and chosen["rule_id"] == "processes.small-work", chosen
+    assert r["cluster"]["kwargs"]["processes"] is False
 
 
 @pytest.mark.parametrize(

@@ -240,34 +240,40 @@ def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]
     """Start (or join) the cluster and yield ``(client, cluster)``; ``cluster`` is None for an
     existing scheduler. Whatever was started is closed on exit, error or Ctrl-C. ``security``:
     a :class:`distributed.Security` to use instead of the spec's."""
-    k = kind(spec.kind)
-    cluster = None
-    client = None
-    try:
-        cluster, client = k.start(spec, security)
-        messages.apply_client(client, spec.message_interval)
-        gather.apply_client(client, spec.gather)
-        yield client, cluster
-    finally:
-        # a scheduler gone (stopped from outside, or lost on another host): close without
-        # waiting the connect timeout at each step
-        status = getattr(getattr(cluster, "scheduler", None), "status", None)
-        gone = getattr(status, "name", None) in ("closing", "closed", "failed")
-        gone = gone or (
-            cluster is not None
-            and client is not None
-            and str(getattr(client, "status", "running")) not in ("running", "newly-created")
-        )
-        with contextlib.ExitStack() as quick:
-            if gone:
-                quick.enter_context(dask.config.set({"distributed.comm.timeouts.connect": "1s"}))
-                quick.enter_context(_quiet("distributed.client"))  # its cancelled reconnect
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    client.close()
-            if cluster is not None:
-                with contextlib.suppress(Exception):
-                    k.close(spec, cluster)
+    quiet = contextlib.ExitStack()
+    if spec.kwargs.get("processes") is False:  # its worker has no preload (worker_preloads)
+        from .detach import quiet_in_this_process
+
+        quiet.enter_context(quiet_in_this_process())
+    with quiet:
+        k = kind(spec.kind)
+        cluster = None
+        client = None
+        try:
+            cluster, client = k.start(spec, security)
+            messages.apply_client(client, spec.message_interval)
+            gather.apply_client(client, spec.gather)
+            yield client, cluster
+        finally:
+            # a scheduler gone (stopped from outside, or lost on another host): close without
+            # waiting the connect timeout at each step
+            status = getattr(getattr(cluster, "scheduler", None), "status", None)
+            gone = getattr(status, "name", None) in ("closing", "closed", "failed")
+            gone = gone or (
+                cluster is not None
+                and client is not None
+                and str(getattr(client, "status", "running")) not in ("running", "newly-created")
+            )
+            with contextlib.ExitStack() as quick:
+                if gone:
+                    quick.enter_context(dask.config.set({"distributed.comm.timeouts.connect": "1s"}))
+                    quick.enter_context(_quiet("distributed.client"))  # its cancelled reconnect
+                if client is not None:
+                    with contextlib.suppress(Exception):
+                        client.close()
+                if cluster is not None:
+                    with contextlib.suppress(Exception):
+                        k.close(spec, cluster)
 
 
 @contextlib.contextmanager
@@ -349,14 +355,17 @@ def check_main_guard() -> None:
 
 
 def worker_preloads(spec: ClusterSpec) -> list[str]:
-    """The worker preloads of a cluster gpuscale starts: :data:`DETACH` first, then those the
-    message interval needs and any the user's Dask config names. A cluster class that passes
-    its own ``preload`` to its workers (dask-cuda's, ``dask_cuda.initialize``) makes them ignore
-    ``distributed.worker.preload``: give it these as its ``preload`` keyword."""
+    """The worker preloads of a cluster gpuscale starts: :data:`DETACH` first (worker processes
+    only), then those the message interval needs and any the user's Dask config names. A
+    cluster class that passes its own ``preload`` to its workers (dask-cuda's,
+    ``dask_cuda.initialize``) makes them ignore ``distributed.worker.preload``: give it these
+    as its ``preload`` keyword."""
     config = messages.construct_config(spec.message_interval)
     preload = list(
         config.get("distributed.worker.preload") or dask.config.get("distributed.worker.preload", None) or []
     )
+    if spec.kwargs.get("processes") is False:  # workers in this process: it keeps its group and logs
+        return [p for p in preload if p != DETACH]
     return preload if DETACH in preload else [DETACH, *preload]
 
 

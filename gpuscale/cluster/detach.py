@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import Callable, Iterator
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
@@ -97,9 +98,12 @@ class _DropSendToAClosedPeer:
         )
 
 
-def quiet_task_failures() -> None:
+def quiet_task_failures() -> Callable[[], None]:
+    """The filters above on their loggers; returns the function that removes those it added
+    (a cluster whose worker runs in this process: :func:`quiet_in_this_process`)."""
     import logging
 
+    added = []
     for name, kind in (
         ("distributed.worker", _DropComputeFailed),
         ("distributed.worker", _DropHeartbeatToAClosedScheduler),
@@ -108,7 +112,28 @@ def quiet_task_failures() -> None:
     ):
         log = logging.getLogger(name)
         if not any(isinstance(f, kind) for f in log.filters):
-            log.addFilter(kind())
+            f = kind()
+            log.addFilter(f)
+            added.append((log, f))
+
+    def remove() -> None:
+        for log, f in added:
+            log.removeFilter(f)
+
+    return remove
+
+
+@contextlib.contextmanager
+def quiet_in_this_process() -> Iterator[None]:
+    """For a cluster whose worker runs in this process (no preload there): its task failures
+    quieted and its warnings sent to the log file as a worker process's are
+    (:func:`gpuscale.cluster.logs.threads_warnings_to_file`), for the block only."""
+    remove = quiet_task_failures()
+    try:
+        with logs.threads_warnings_to_file():
+            yield
+    finally:
+        remove()
 
 
 def dask_teardown(worker=None) -> None:

@@ -107,6 +107,38 @@ def kept_off_stderr(path: str | pathlib.Path | None) -> Iterator[None]:
         restore()
 
 
+@contextlib.contextmanager
+def threads_warnings_to_file() -> Iterator[None]:
+    """For a cluster whose worker runs in this process (:data:`CONFIG_KEY` set): the warnings
+    raised off the main thread (its tasks', its event loop's) go to the log file, as a worker
+    process's do (:func:`in_worker`); those of the main thread show as before. Restored at the
+    end of the block."""
+    import threading
+    import warnings
+
+    import dask
+
+    path = dask.config.get(CONFIG_KEY, None)
+    if path is None:
+        yield
+        return
+    log = logging.getLogger("py.warnings")
+    restore = to_file(path, ("py.warnings",))
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if threading.current_thread() is threading.main_thread():
+                return shown(message, category, filename, lineno, file, line)
+            log.warning("%s", warnings.formatwarning(message, category, filename, lineno, line).rstrip())
+
+        warnings.showwarning = show
+        try:
+            yield
+        finally:
+            restore()
+
+
 def path_under(results_dir: str | pathlib.Path) -> pathlib.Path:
     """The log file of a session opened now: ``RESULTS_DIR/logs/<UTC time>-<pid>.log``; refused
     (UserError) where its folder, as far as it exists, is another user's link or folder

@@ -64,7 +64,7 @@ def run(
         overwrite=overwrite,
         progress=progress,
     )  # the rest are the session's settings
-    p, _ = check_run(cls, params, data=data, validate=validate, output=output, overwrite=overwrite)
+    p, checked = check_run(cls, params, data=data, validate=validate, output=output, overwrite=overwrite)
     settings = config.merge_keywords(
         cluster_settings,
         backend=backend,
@@ -76,7 +76,7 @@ def run(
         strict_backend=strict_backend,
         in_cluster=in_cluster,
     )
-    work = (cls, p) if data is None else None  # the GPUs it takes (rule gpus.work)
+    work = (cls, p, checked.source)  # the GPUs it takes, where its workers run (rules gpus.work, processes.*)
     s = Session(profile=profile, collection=cls.collection, work=work, **settings)
     if data is None and s.settings.run.memory_check and s.spec.kind in ("local", "cuda"):
         refuse_planned(cls, p, s.family, s.spec)  # what `explain` says, before the cluster starts

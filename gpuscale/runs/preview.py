@@ -33,7 +33,7 @@ def preview(
     p = cls.parse(params)
     settings = config.merge_keywords(cluster_settings, backend=backend, protocol=protocol)
     resolved, selection, spec = configure(
-        profile=profile, collection=cls.collection, check=False, work=(cls, p), **settings
+        profile=profile, collection=cls.collection, check=False, work=(cls, p, None), **settings
     )
     fam = selection.family
     notes: list[str] = []

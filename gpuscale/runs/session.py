@@ -49,8 +49,8 @@ def configure(
     ``(resolved, selection, spec)``. ``check``: fail now when the family or the protocol cannot
     run here (the family's devices only where its workers start on this machine); ``served``:
     the cluster is kept up for other processes (protected by default); ``work``: the workload
-    class and parsed parameters of the one run on generated data the cluster starts for
-    (:func:`gpus_for_work`)."""
+    class, parsed parameters and the user's data source (None: generated data) of the one run
+    the cluster starts for (:func:`gpus_for_work`, :func:`processes_for_work`)."""
     resolved = config.resolve(profile, config.keywords_to_nested(settings))
     selection = backends.select(resolved.settings.backend, collection, check=False)
     if check:
@@ -83,11 +83,12 @@ def one_gpu_choice(cls, gpus: list[int], resolved) -> Decision | None:
     )
 
 
-def gpus_for_work(resolved, family, collection: str | None, spec, cls, p):
+def gpus_for_work(resolved, family, collection: str | None, spec, cls, p, source=None):
     """``spec`` on the GPUs rule ``gpus.work`` picks for one run of ``cls`` with parameters
-    ``p`` on a GPU cluster started here: one GPU where :func:`one_gpu_choice` asks it and the
-    memory check admits the run on it, else ``spec`` as built."""
-    if spec.kind != "cuda":
+    ``p`` on generated data (``source`` None) on a GPU cluster started here: one GPU where
+    :func:`one_gpu_choice` asks it and the memory check admits the run on it, else ``spec`` as
+    built."""
+    if spec.kind != "cuda" or source is not None:
         return spec
     one = one_gpu_choice(cls, list(spec.gpus), resolved)
     if one is None:
@@ -100,15 +101,18 @@ def gpus_for_work(resolved, family, collection: str | None, spec, cls, p):
     return narrowed if fits else spec
 
 
-def processes_for_work(resolved, family, collection: str | None, spec, cls, p):
+def processes_for_work(resolved, family, collection: str | None, spec, cls, p, source=None):
     """``spec`` with the processes rule ``processes.small-work`` applied for one run of ``cls``
-    with parameters ``p`` on a CPU cluster started here: its workers as this process's threads
-    where the run's planned memory is small (:func:`gpuscale.plan.layout.processes_choice`)."""
+    with parameters ``p`` on generated data or the user's ``source`` on a CPU cluster started
+    here: its workers as this process's threads where the run's planned memory is small
+    (:func:`gpuscale.plan.layout.processes_choice`); unknown for a source of unknown size."""
     if spec.kind != "local":
         return spec
     try:
-        estimate = _planned_memory(cls, p, family, spec)[2]["estimate_bytes"]
+        estimate = _planned_memory(cls, p, family, spec, source)[2]["estimate_bytes"]
     except ImportError:  # the plan needs the family's libraries: `explain` says so itself
+        return spec
+    if source is not None and not source.nbytes:
         return spec
     return cluster.build_spec(resolved, family, collection, estimate_bytes=estimate)
 
@@ -151,9 +155,9 @@ def planned_memory(cls, p, family, spec) -> tuple[Any, Any, dict[str, Any]]:
     return wl, ctx, verdict
 
 
-def _planned_memory(cls, p, family, spec):
+def _planned_memory(cls, p, family, spec, source=None):
     wl = cls()
-    ctx = workloads.Context(family, spec, None)
+    ctx = workloads.Context(family, spec, None, data=source)
     ctx.memory = memory.planned(spec, family, cluster.planned_worker_memory(spec))
     wl.plan(p, ctx)
     return wl, ctx, memory.assess(wl, p, ctx, ctx.memory)

@@ -29,6 +29,8 @@ class Protocol:
     """Host a local cluster binds to (None: the transport's own choice)."""
     switches_transports: bool = False
     """Whether NVLink / InfiniBand switches mean anything over this protocol."""
+    in_process: bool = False
+    """Only between a client and workers of one process: chosen by a rule, never a setting."""
 
     def keeps_sent_device_memory(self) -> bool:
         """Whether a process that received GPU buffers over this protocol, as installed here, keeps
@@ -114,6 +116,9 @@ def register(p: Protocol) -> Protocol:
 
 
 register(Protocol("tcp", "TCP sockets (distributed's default)", bind_host="127.0.0.1"))
+INPROC = register(
+    Protocol("inproc", "in memory: the workers run in this process (distributed's own)", in_process=True)
+)
 register(
     UcxProtocol(
         "ucx",
@@ -140,8 +145,9 @@ def _load() -> None:
 
 
 def names() -> list[str]:
+    """The protocols a setting may name."""
     _load()
-    return list(_PROTOCOLS)
+    return [n for n, p in _PROTOCOLS.items() if not p.in_process]
 
 
 AUTO = "auto"
@@ -180,6 +186,22 @@ def choose(setting: str, source: str, family, kind: str, tls: bool) -> tuple[Pro
         "protocol.family",
         f"the {family.name} family's transport: {p.description}; "
         "results reach the client without a copy through host memory",
+    )
+
+
+def in_process(protocol: Decision, processes: Decision | None, tls: bool) -> Decision:
+    """``protocol``, or in memory where the protocol is ``auto``, TLS is not asked for and
+    rule ``processes.small-work`` runs the one worker in this process: results reach the
+    client without a copy through a socket (rule ``protocol.in-process``)."""
+    if protocol.source != "rule" or tls or processes is None or processes.value:
+        return protocol
+    if processes.rule_id != "processes.small-work":
+        return protocol
+    return _auto(
+        INPROC,
+        "protocol.in-process",
+        "the one worker runs in this process (rule processes.small-work): client and worker "
+        "speak in memory, as distributed's own in-process clusters do",
     )
 
 
