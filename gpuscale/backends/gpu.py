@@ -5,6 +5,8 @@ docs/decisions.md, under the rule ids cited beside them.
 
 from __future__ import annotations
 
+import contextlib
+
 from .. import _dask_compat, machine
 from .convert import finished_by_type, to_host
 from .family import Family, Knobs, LossyWriter
@@ -49,14 +51,16 @@ def _device_watch(start: bool, dask_worker=None) -> dict:
 
         stats = _statistics_adaptor()
         if start:
-            if stats is None:
+            if stats is None:  # none yet, or the device's resource was made again since
                 rmm.mr.set_current_device_resource(
                     rmm.mr.StatisticsResourceAdaptor(rmm.mr.get_current_device_resource())
                 )
                 stats = _statistics_adaptor()
+                state["pushed"] = 0
             while state["pushed"]:  # left by a run that ended in an error
-                stats.pop_counters()
                 state["pushed"] -= 1
+                with contextlib.suppress(IndexError):  # not on this adaptor: nothing to drop
+                    stats.pop_counters()
             stats.push_counters()
             state["pushed"] += 1
         elif state["pushed"] and stats is not None:
