@@ -106,3 +106,4 @@ def test_a_small_run_with_a_dashboard_address_keeps_its_dashboard(cli):
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert _processes(d)["value"] is False and d["cluster"]["kwargs"]["dashboard_address"] == "127.0.0.1:0"
+    assert d["cluster"]["kwargs"]["protocol"] == "tcp"  # the dashboard served on the loopback

@@ -242,7 +242,7 @@ def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]
     a :class:`distributed.Security` to use instead of the spec's."""
     quiet = contextlib.ExitStack()
     if spec.kwargs.get("processes") is False:  # its worker has no preload (worker_preloads)
-        from .detach import quiet_in_this_process
+        from .logs import quiet_in_this_process
 
         quiet.enter_context(quiet_in_this_process())
     with quiet:

@@ -75,7 +75,9 @@ def plan_cluster(
         settings.protocol, resolved.sources.get("protocol", "default"), family, kind, tls
     )
     processes = processes_choice(resolved, kind, family, served=served, estimate_bytes=estimate_bytes)
-    protocol = protocols.in_process(protocol, processes, tls)
+    protocol = protocols.in_process(
+        protocol, processes, tls, resolved.sources.get("cluster.dashboard-address", "default") != "default"
+    )
     if protocol.value != transport.name:
         transport = protocols.get(protocol.value)
     return ClusterPlan(

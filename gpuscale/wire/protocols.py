@@ -189,11 +189,12 @@ def choose(setting: str, source: str, family, kind: str, tls: bool) -> tuple[Pro
     )
 
 
-def in_process(protocol: Decision, processes: Decision | None, tls: bool) -> Decision:
-    """``protocol``, or in memory where the protocol is ``auto``, TLS is not asked for and
-    rule ``processes.small-work`` runs the one worker in this process: results reach the
-    client without a copy through a socket (rule ``protocol.in-process``)."""
-    if protocol.source != "rule" or tls or processes is None or processes.value:
+def in_process(protocol: Decision, processes: Decision | None, tls: bool, dashboard: bool) -> Decision:
+    """``protocol``, or in memory where the protocol is ``auto``, neither TLS nor a dashboard
+    (``dashboard``: its address set) is asked for and rule ``processes.small-work`` runs the
+    one worker in this process: results reach the client without a copy through a socket
+    (rule ``protocol.in-process``). A dashboard keeps TCP on the loopback, where it is served."""
+    if protocol.source != "rule" or tls or dashboard or processes is None or processes.value:
         return protocol
     if processes.rule_id != "processes.small-work":
         return protocol
