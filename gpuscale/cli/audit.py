@@ -6,7 +6,7 @@ import click
 
 from .. import audit
 from ..records import report
-from .base import CONTEXT, Group, emit, json_option
+from .base import CONTEXT, Group, emit, reader
 from .latest import latest
 
 
@@ -15,9 +15,7 @@ def audit_group():
     """Read the backend audit of a run: which chunk library every task's output was."""
 
 
-@audit_group.command("report", context_settings=CONTEXT)
-@click.argument("path", metavar="[DIR_OR_RECORD]", required=False)
-@json_option("the audit")
+@reader(audit_group, "report", "path", "[DIR_OR_RECORD]", "the audit")
 def audit_report(path, as_json):
     """The audit of a result record (JSON) or a trace folder (its summary.json) as a table:
     task outputs by prefix with their type and bytes, chunks of another family than the

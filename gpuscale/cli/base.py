@@ -55,6 +55,18 @@ def json_option(what: str = "the result"):
     return click.option("--json", "as_json", is_flag=True, help=f"print {what} as one JSON object")
 
 
+def reader(group, name: str, argument: str, metavar: str, what: str):
+    """A command of ``group`` that reads one optional path (``argument``, shown as
+    ``metavar``) and prints ``what``, or it as JSON with ``--json``."""
+
+    def command(f):
+        f = json_option(what)(f)
+        f = click.argument(argument, metavar=metavar, required=False)(f)
+        return group.command(name, context_settings=CONTEXT)(f)
+
+    return command
+
+
 DEBUG_ENV = "GPUSCALE_DEBUG"
 debug = {"on": os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on")}
 """``gpuscale --debug`` or ``GPUSCALE_DEBUG=1``: a failure shows its traceback."""

@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from ..errors import UserError
 from ..records import compare, folder, report, results
-from .base import CONTEXT, Group, emit, json_option
+from .base import CONTEXT, Group, emit, json_option, reader
 from .latest import results_dir as default_results_dir
 from .options import setting_option
 
@@ -21,9 +21,7 @@ def results_group():
     """Read result records and bench folders: list, show, chart, compare."""
 
 
-@results_group.command("list", context_settings=CONTEXT)
-@click.argument("directory", metavar="[DIR]", required=False)
-@json_option("the records")
+@reader(results_group, "list", "directory", "[DIR]", "the records")
 def results_list(directory, as_json):
     """The records under DIR (default: the results dir, ./gpuscale-results), newest first, each
     named by its id (`results show ID`, `results compare ID ID`)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..trace import compare, load, render
-from .base import CONTEXT, Group, emit, json_option
+from .base import CONTEXT, Group, emit, json_option, reader
 from .latest import latest
 
 
@@ -14,9 +14,7 @@ def trace_group():
     """Read trace folders written by `run --trace DIR` or Session.trace(DIR)."""
 
 
-@trace_group.command("summarize", context_settings=CONTEXT)
-@click.argument("directory", metavar="[DIR]", required=False)
-@json_option("the summary")
+@reader(trace_group, "summarize", "directory", "[DIR]", "the summary")
 def trace_summarize(directory, as_json):
     """Where the time went: wall split, top task groups, bytes moved, bandwidth, memory peaks.
     Without DIR: the trace of the latest run that has one (records under the results dir)."""

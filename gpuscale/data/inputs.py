@@ -251,17 +251,25 @@ def _inspect_npy(p: pathlib.Path) -> Source:
             f"{p} holds several arrays (an .npz archive), not one .npy array",
             "save one array with numpy.save(path, x)",
         )
-    shape, dtype = tuple(int(n) for n in a.shape), a.dtype
+    shape, dtype = a.shape, a.dtype
     del a
+    return _file_array("npy", p, shape, dtype, file_bytes=p.stat().st_size)
+
+
+def _file_array(fmt: str, p: pathlib.Path, shape, dtype, **more) -> Source:
+    """The source of an array file: NumPy chunks of ``shape`` and ``dtype``, their size in
+    memory known from both."""
+    shape = tuple(int(n) for n in shape)
+    dtype = np.dtype(dtype)
     return Source(
         "array",
-        "npy",
+        fmt,
         path=str(p),
         shape=shape,
         dtype=str(dtype),
         nbytes=int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
-        file_bytes=p.stat().st_size,
         chunk_type="numpy.ndarray",
+        **more,
     )
 
 
@@ -305,16 +313,8 @@ def _inspect_zarr(p: pathlib.Path) -> Source:
             absent = (total - stored, total, fill.item() if hasattr(fill, "item") else fill)
     except Exception:  # noqa: BLE001 - a store that cannot list its chunks: not counted
         pass
-    return Source(
-        "array",
-        "zarr",
-        path=str(p),
-        shape=shape,
-        dtype=str(dtype),
-        nbytes=int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
-        stored_chunks=tuple(int(c) for c in node.chunks),
-        chunk_type="numpy.ndarray",
-        absent_chunks=absent,
+    return _file_array(
+        "zarr", p, shape, dtype, stored_chunks=tuple(int(c) for c in node.chunks), absent_chunks=absent
     )
 
 
@@ -751,14 +751,25 @@ def check_params(cls, params: dict[str, Any], data) -> None:
     if data is None:
         return
     given = [k.replace("-", "_") for k, v in params.items() if v is not None]
-    generation = [k for k in given if k in getattr(cls, "generation_params", ())]
+    _refuse_generation(cls, given)
+
+
+def _refuse_generation(cls, given) -> None:
+    """Parameters of ``given`` that only describe generated data, refused on an input."""
+    generation = [f for f in getattr(cls, "generation_params", ()) if f in given]
     if generation:
-        flags = ", ".join("--" + f.replace("_", "-") for f in generation)
-        raise UserError(
-            f"{flags} {'describes' if len(generation) == 1 else 'describe'} generated data, "
-            "but an input was given",
-            f"leave {flags} out: the input's own shape and chunks are used",
+        raise _describes(
+            generation,
+            "generated data, but an input was given",
+            "leave {flags} out: the input's own shape and chunks are used",
         )
+
+
+def _describes(names: list[str], what: str, fix: str) -> UserError:
+    """``--a, --b describe WHAT``, with ``fix`` (``{flags}`` names them)."""
+    flags = ", ".join("--" + f.replace("_", "-") for f in names)
+    verb = "describes" if len(names) == 1 else "describe"
+    return UserError(f"{flags} {verb} {what}", fix.format(flags=flags))
 
 
 def check_run(
@@ -783,24 +794,16 @@ def check_run(
     source = None
     if data is None:
         if user_only:
-            flags = ", ".join("--" + f.replace("_", "-") for f in user_only)
-            raise UserError(
-                f"{flags} {'describes' if len(user_only) == 1 else 'describe'} your own data, "
-                "but no input was given",
-                f"add --input PATH (or data=...), or leave {flags} out for generated data",
+            raise _describes(
+                user_only,
+                "your own data, but no input was given",
+                "add --input PATH (or data=...), or leave {flags} out for generated data",
             )
         if validate == "full" and hasattr(cls, "host_bytes"):
             host_fits(cls().host_bytes(p), "a host copy of the generated data")
     else:
         formats = tuple(cls.input_formats)
-        generation = [f for f in getattr(cls, "generation_params", ()) if f in p.model_fields_set]
-        if generation:
-            flags = ", ".join("--" + f.replace("_", "-") for f in generation)
-            raise UserError(
-                f"{flags} {'describes' if len(generation) == 1 else 'describe'} generated data, "
-                "but an input was given",
-                f"leave {flags} out: the input's own shape and chunks are used",
-            )
+        _refuse_generation(cls, p.model_fields_set)
         source = inspect(data, formats)
         if source.collection != cls.collection:
             want = (

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Literal
 
 import dask
 import dask.array as da
 import numpy as np
-from pydantic import Field
+from pydantic import PositiveInt
 
 from ..backends import to_host
-from . import Check, Context
+from . import Check, Context, Params
+from .base import Dtype, block_field, dtype_field, seed_field
 
 MiB = 2**20
 FULL_CHECK_ELEMENTS = 4_000_000
@@ -24,15 +24,15 @@ FULL_CHECK_ELEMENTS = 4_000_000
 SAMPLES = 2_000
 """Elements / lanes / tiles sampled by the large-size checks."""
 
-Dtype = Literal["float64", "float32"]
 
+class SquareParams(Params):
+    """``--n`` x ``--n`` uniform [0, 1) entries in square chunks; subclasses give ``n`` its
+    default and description."""
 
-def dtype_field():
-    return Field("float64", description="element type")
-
-
-def seed_field():
-    return Field(0, description="random seed")
+    n: PositiveInt
+    chunk: PositiveInt | None = block_field()
+    dtype: Dtype = dtype_field()
+    seed: int = seed_field()
 
 
 def array_module(ctx: Context):
@@ -57,41 +57,33 @@ def plan_square_chunk(
 ) -> int:
     """Side of square chunks: the flag, else min(family chunk budget capped by worker memory,
     enough blocks for every thread), at least ``minimum``."""
-    if given is not None:
-        return ctx.choose(name, given, "flag")
-    budget, capped = ctx.capped(ctx.knobs.chunk_bytes, BLOCK_COPIES, "chunk budget")
-    by_bytes = max(1, math.isqrt(budget // itemsize))
-    per_side = max(1, math.ceil(math.sqrt(ctx.total_threads)))
-    by_threads = max(1, math.ceil(max(rows, cols) / per_side))
-    side = max(min(by_bytes, by_threads), minimum)
-    return ctx.choose(
-        name,
-        side,
-        "rule",
-        f"min(sqrt({ctx.family.name} chunk budget {budget / MiB:.0f} MiB / "
-        f"{itemsize} B) = {by_bytes}, {max(rows, cols)} / ceil(sqrt({ctx.total_threads} "
-        f"threads)) = {by_threads})"
-        + (f", at least {minimum}" if minimum > 1 else "")
-        + (f" ({capped})" if capped else ""),
-    )
+
+    def rule(budget: int) -> tuple[int, str]:
+        by_bytes = max(1, math.isqrt(budget // itemsize))
+        per_side = max(1, math.ceil(math.sqrt(ctx.total_threads)))
+        by_threads = max(1, math.ceil(max(rows, cols) / per_side))
+        return max(min(by_bytes, by_threads), minimum), (
+            f"min(sqrt({ctx.family.name} chunk budget {budget / MiB:.0f} MiB / "
+            f"{itemsize} B) = {by_bytes}, {max(rows, cols)} / ceil(sqrt({ctx.total_threads} "
+            f"threads)) = {by_threads})" + (f", at least {minimum}" if minimum > 1 else "")
+        )
+
+    return ctx.choose_size(name, given, ctx.knobs.chunk_bytes, BLOCK_COPIES, "chunk budget", rule)
 
 
 def plan_lanes(ctx: Context, given: int | None, lanes: int, lane_bytes: int, name: str) -> int:
     """Lanes (rows of work) per chunk when each lane is one unsplittable unit."""
-    if given is not None:
-        return ctx.choose(name, given, "flag")
-    budget, capped = ctx.capped(ctx.knobs.chunk_bytes, BLOCK_COPIES, "chunk budget")
-    by_bytes = max(1, budget // max(1, lane_bytes))
-    by_threads = max(1, math.ceil(lanes / ctx.total_threads))
-    n = min(by_bytes, by_threads, lanes)
-    return ctx.choose(
-        name,
-        n,
-        "rule",
-        f"min({ctx.family.name} chunk budget {budget / MiB:.0f} MiB / "
-        f"{lane_bytes} B per lane = {by_bytes}, {lanes} lanes / {ctx.total_threads} "
-        f"threads = {by_threads})" + (f" ({capped})" if capped else ""),
-    )
+
+    def rule(budget: int) -> tuple[int, str]:
+        by_bytes = max(1, budget // max(1, lane_bytes))
+        by_threads = max(1, math.ceil(lanes / ctx.total_threads))
+        return min(by_bytes, by_threads, lanes), (
+            f"min({ctx.family.name} chunk budget {budget / MiB:.0f} MiB / "
+            f"{lane_bytes} B per lane = {by_bytes}, {lanes} lanes / {ctx.total_threads} "
+            f"threads = {by_threads})"
+        )
+
+    return ctx.choose_size(name, given, ctx.knobs.chunk_bytes, BLOCK_COPIES, "chunk budget", rule)
 
 
 def uniform(seed: int, shape, chunks, dtype: str):
@@ -183,8 +175,9 @@ def boundary_tiles(shape, chunks, size: int, rng: np.random.Generator, count: in
 
 class UniformMatrix:
     """Mixin for workloads on one generated uniform [0, 1) matrix in square chunks (the
-    "chunk" choice): its shape (``--n`` x ``--n``, or ``--rows`` x ``--cols``), the memory
-    estimate (``COPIES`` copies of the input at peak), the data description and generation."""
+    "chunk" choice, :func:`plan_square_chunk`): its shape (``--n`` x ``--n``, or ``--rows`` x
+    ``--cols``), the memory estimate (``COPIES`` copies of the input at peak), the data
+    description and generation."""
 
     COPIES = 3
 
@@ -192,9 +185,8 @@ class UniformMatrix:
     def shape(p) -> tuple[int, int]:
         return (p.n, p.n) if "n" in type(p).model_fields else (p.rows, p.cols)
 
-    def estimate_bytes(self, p, ctx: Context) -> int:
-        rows, cols = self.shape(p)
-        return self.COPIES * rows * cols * np.dtype(p.dtype).itemsize
+    def plan(self, p, ctx: Context, minimum: int = 1) -> None:
+        plan_square_chunk(ctx, p.chunk, *self.shape(p), np.dtype(p.dtype).itemsize, minimum=minimum)
 
     def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
         """The input (one copy), then ``COPIES - 1`` copies' worth of intermediates and results."""

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from ..backends import to_host
-from . import Context
+from ..errors import UserError
+from . import Context, Output
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,19 +26,23 @@ FULL_CHECK_ROWS = 2_000_000
 def plan_partitions(
     ctx: Context, given: int | None, rows: int, row_bytes: int, name: str = "partitions"
 ) -> int:
-    if given is not None:
-        return ctx.choose(name, given, "flag")
-    budget, capped = ctx.capped(ctx.knobs.partition_bytes, PARTITION_COPIES, "partition")
-    by_bytes = math.ceil(rows * row_bytes / budget)
-    n = min(rows, max(by_bytes, ctx.total_threads))
-    return ctx.choose(
-        name,
-        n,
-        "rule",
-        f"max({rows:,} rows x {row_bytes} B / {ctx.family.name} partition budget "
-        f"{budget / 2**20:.0f} MiB = {by_bytes}, "
-        f"{ctx.total_threads} threads)" + (f" ({capped})" if capped else ""),
-    )
+    def rule(budget: int) -> tuple[int, str]:
+        by_bytes = math.ceil(rows * row_bytes / budget)
+        return min(rows, max(by_bytes, ctx.total_threads)), (
+            f"max({rows:,} rows x {row_bytes} B / {ctx.family.name} partition budget "
+            f"{budget / 2**20:.0f} MiB = {by_bytes}, {ctx.total_threads} threads)"
+        )
+
+    return ctx.choose_size(name, given, ctx.knobs.partition_bytes, PARTITION_COPIES, "partition", rule)
+
+
+def check_partitions(partitions: int | None, rows: int, workload: str = "") -> None:
+    """At most one partition per row."""
+    if partitions is not None and partitions > rows:
+        raise UserError(
+            f"{workload} --partitions {partitions} > --rows {rows}".lstrip(),
+            "use at most one partition per row",
+        )
 
 
 P2P_EXTRA_ROW_BYTES = 16
@@ -71,6 +76,59 @@ def p2p_task_bytes(partition_rows: int, row_bytes: int) -> int:
     """One P2P transfer task's peak: the partition with its output partition's number, and three
     copies of the row as shipped (``split_by_worker``'s merge, Arrow table and sort)."""
     return int(partition_rows * (row_bytes + 8 + 3 * (row_bytes + P2P_EXTRA_ROW_BYTES)))
+
+
+def memory_by_route(
+    ctx: Context, rows: int, row_bytes: int, results: int, copies: int, check: int
+) -> dict[str, int]:
+    """A shuffle's memory by route. P2P: the ``rows`` input rows, their shards in P2P's buffers,
+    the results. The task-based shuffle and the one-task route: ``copies`` inputs as one peak.
+    ``check``: the validation's."""
+    data = rows * row_bytes
+    if not p2p(ctx):
+        return {"peak": copies * data, "validation": check}
+    return {
+        "inputs": data,
+        "shuffle_buffers": p2p_shard_bytes(rows, row_bytes, ctx),
+        "results": results,
+        "validation": check,
+    }
+
+
+def transfer_task_bytes(ctx: Context, row_bytes: int, **rows: int) -> int:
+    """P2P: one transfer task's peak (:func:`p2p_task_bytes`) on the largest partition, for
+    ``rows`` rows in the partitions of each named choice; other routes, or unplanned: 0."""
+    parts = {name: ctx.choices.get(name, {}).get("value") for name in rows}
+    if not all(isinstance(n, int) for n in parts.values()) or not p2p(ctx):
+        return 0
+    return p2p_task_bytes(max(math.ceil(n / parts[name]) for name, n in rows.items()), row_bytes)
+
+
+class Shuffling:
+    """Mixin for workloads that shuffle generated frames (``--rows``, ``--partitions``) with the
+    family's shuffle method, through a route of :mod:`gpuscale.routes.dataframe` that picks its
+    plan at run time (the choice ``ROUTE``)."""
+
+    ROUTE: ClassVar[str]
+
+    def check(self, p) -> None:
+        check_partitions(p.partitions, p.rows, self.name)
+
+    def plan_route(self, ctx: Context, op: str, dask_route: str) -> None:
+        """The shuffle method, then ``ROUTE``: one task (the library's ``op``) or ``dask_route``."""
+        ctx.choose_knob("shuffle_method", "Dask's default")
+        ctx.choose(
+            self.ROUTE,
+            "auto",
+            "rule",
+            f"one task (the library's own {op}) when one worker with one thread is "
+            f"the whole cluster, else {dask_route} (gpuscale.routes.dataframe.{op})",
+        )
+
+    def routed(self, route, ctx: Context) -> Output:
+        """The route's result, its plan recorded as ``ROUTE``'s decision."""
+        ctx.decide(self.ROUTE, route.plan, "rule", route.reason)
+        return Output({"result": route.result})
 
 
 def sizes(rows: int, parts: int) -> list[int]:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import _dask_compat
 from ..choices import choice
@@ -20,6 +20,24 @@ class Params(BaseModel):
     """Base for workload parameters: unknown names are errors, values are checked."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Dtype = Literal["float64", "float32"]
+
+
+def dtype_field():
+    return Field("float64", description="element type")
+
+
+def seed_field():
+    return Field(0, description="random seed")
+
+
+def block_field(
+    what: str = "chunk side", default: str = "from the backend's chunk size and the cluster's threads"
+):
+    """A block-size parameter: None, the default, leaves it to the plan."""
+    return Field(None, description=f"{what} (default: {default})")
 
 
 @dataclasses.dataclass
@@ -107,6 +125,23 @@ class Context:
         self.choices[name] = choice(value, source, rule)
         return value
 
+    def choose_knob(self, name: str, if_none: str, knob: str | None = None) -> Any:
+        """Record the family's knob ``knob`` (default: ``name``) as the choice ``name``;
+        ``if_none``: what the knob's None means."""
+        value = getattr(self.knobs, knob or name)
+        return self.choose(name, value, "family", f"None: {if_none}" if value is None else None)
+
+    def choose_size(
+        self, name: str, given: int | None, knob: int, copies: float, what: str, rule: typing.Callable
+    ) -> int:
+        """A block size: the flag ``given``, else ``rule(budget)`` -> (value, why) with the family
+        block size ``knob`` capped by the workers' memory (:meth:`capped`), the cap in the why."""
+        if given is not None:
+            return self.choose(name, given, "flag")
+        budget, capped = self.capped(knob, copies, what)
+        value, why = rule(budget)
+        return self.choose(name, value, "rule", why + (f" ({capped})" if capped else ""))
+
     def decide(self, name: str, value: Any, source: str, rule: str | None = None) -> Any:
         """Record what a planned choice became at run time (``gpuscale explain`` shows the
         plan; the record's ``explained`` shows both)."""
@@ -143,7 +178,10 @@ class Workload:
         """Record tuned choices with ``ctx.choose`` (may need ctx.client for cluster facts)."""
 
     def estimate_bytes(self, p, ctx: Context) -> int:
-        return 0
+        """Peak bytes. Default: the parts of an overriding ``estimate_memory`` added up, else 0."""
+        if type(self).estimate_memory is Workload.estimate_memory:
+            return 0
+        return sum(self.estimate_memory(p, ctx).values())
 
     def streams(self, p, ctx: Context) -> str | None:
         """Why this run's data can be made again block by block inside each pass instead of

@@ -24,7 +24,8 @@ from pydantic import Field, PositiveInt, field_validator
 from ..backends.convert import from_memory
 from ..errors import UserError
 from . import Check, Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import Dtype, close, dtype_field, host, plan_lanes, seed_field, shape_check, uniform
+from ._arrays import close, host, plan_lanes, shape_check, uniform
+from .base import Dtype, block_field, dtype_field, seed_field
 
 TOL = {"float64": 1e-10, "float32": 1e-4}
 SAMPLE_LANES = 4
@@ -36,10 +37,8 @@ class FFTParams(Params):
     axis: int = Field(
         1, description="axis to transform: 0 (down columns) or 1 (along rows); -1 and -2 count from the end"
     )
-    chunk: PositiveInt | None = Field(
-        None,
-        description="lanes (rows for --axis 1, columns for "
-        "--axis 0) per chunk (default: from the backend's chunk size)",
+    chunk: PositiveInt | None = block_field(
+        "lanes (rows for --axis 1, columns for --axis 0) per chunk", "from the backend's chunk size"
     )
     dtype: Dtype = dtype_field()
     seed: int = seed_field()

@@ -36,7 +36,8 @@ from ..errors import UserError
 from ..routes import dataframe as routes
 from ..routes import locality
 from . import Check, Context, Output, Params, Validation, Workload, register
-from ._frames import PARTITION_COPIES, from_partitions, host_frame, plan_partitions
+from ._frames import PARTITION_COPIES, check_partitions, from_partitions, host_frame, plan_partitions
+from .base import block_field, seed_field
 
 if TYPE_CHECKING:  # imported where used: the CLI builds this workload's command without them
     import pandas as pd
@@ -59,13 +60,13 @@ docs/decisions.md, rule ``groupby.combine-copies``)."""
 class GroupbyParams(Params):
     rows: PositiveInt = Field(2_000_000, description="rows of the frame")
     keys: PositiveInt = Field(10_000, description="distinct keys (cardinality), at most rows")
-    partitions: PositiveInt | None = Field(
-        None, description="partitions (default: from the backend's partition size and the cluster's threads)"
+    partitions: PositiveInt | None = block_field(
+        "partitions", "from the backend's partition size and the cluster's threads"
     )
     split_out: Union[Literal["auto"], PositiveInt] = Field(
         "auto", description="result partitions (auto: 1 when the result fits the budget)"
     )
-    seed: int = Field(0, description="random seed")
+    seed: int = seed_field()
     by: Optional[list[str]] = Field(
         None,
         description="with --input: column(s) to group by, e.g. "
@@ -127,10 +128,7 @@ class Groupby(Workload):
                 f"--keys {p.keys} > --rows {p.rows}: there cannot be more groups than rows",
                 "make --keys at most --rows",
             )
-        if p.partitions is not None and p.partitions > p.rows:
-            raise UserError(
-                f"--partitions {p.partitions} > --rows {p.rows}", "use at most one partition per row"
-            )
+        check_partitions(p.partitions, p.rows)
 
     def plan(self, p, ctx: Context) -> None:
         if ctx.data is not None:
@@ -151,9 +149,6 @@ class Groupby(Workload):
                 **_room(p, ctx),
             ),
         )
-
-    def estimate_bytes(self, p, ctx: Context) -> int:
-        return sum(self.estimate_memory(p, ctx).values())
 
     def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
         """The frame; the plan's intermediates (per-worker and shuffle: as large as the frame; a

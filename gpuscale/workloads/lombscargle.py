@@ -35,7 +35,8 @@ from pydantic import Field, PositiveInt, field_validator
 from ..errors import UserError
 from ..kernels import lombscargle as kernels
 from . import Check, Context, Output, Params, Validation, Workload, register
-from ._arrays import Dtype, array_module, dtype_field, host, max_error, seed_field
+from ._arrays import array_module, host, max_error
+from .base import Dtype, block_field, dtype_field, seed_field
 
 SPAN = 100.0
 NOISE = 0.5
@@ -53,10 +54,8 @@ class LombScargleParams(Params):
     impl: Literal["auto", "vectorized", "numba", "numba-cuda", "cupy"] = Field(
         "auto", description="kernel: auto, vectorized (NumPy API), numba (CPU), numba-cuda or cupy (GPU)"
     )
-    chunk: PositiveInt | None = Field(
-        None,
-        description="frequencies per chunk (default: one block "
-        "per thread; vectorized: also within the backend's chunk size)",
+    chunk: PositiveInt | None = block_field(
+        "frequencies per chunk", "one block per thread; vectorized: also within the backend's chunk size"
     )
     dtype: Dtype = dtype_field()
     seed: int = seed_field()

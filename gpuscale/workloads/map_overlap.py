@@ -24,32 +24,21 @@ from ..errors import UserError
 from ..kernels.filters import uniform_filter
 from ..routes import overlap
 from . import Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import (
-    Dtype,
-    UniformMatrix,
-    boundary_tiles,
-    close,
-    dtype_field,
-    host,
-    mean_filter_reference,
-    plan_square_chunk,
-    seed_field,
-    shape_check,
-)
+from ._arrays import UniformMatrix, boundary_tiles, close, host, mean_filter_reference, shape_check
+from .base import Dtype, block_field, dtype_field, seed_field
 
 TOL = {"float64": 1e-10, "float32": 1e-5}
 TILE = 64
 BOUNDARY = "reflect"  # dask's "reflect" repeats the edge pixel (NumPy's "symmetric")
+OVERLAP_RULE = (
+    "one padded task when the array is one chunk, else Dask's map_overlap (gpuscale.routes.overlap)"
+)
 
 
 class MapOverlapParams(Params):
     n: PositiveInt = Field(8_000, description="rows = columns of the image")
     size: PositiveInt = Field(5, description="odd window width; the halo is size // 2 pixels")
-    chunk: PositiveInt | None = Field(
-        None,
-        description="chunk side, at least the halo (default: "
-        "from the backend's chunk size and the cluster's threads)",
-    )
+    chunk: PositiveInt | None = block_field("chunk side, at least the halo")
     dtype: Dtype = dtype_field()
     seed: int = seed_field()
 
@@ -88,17 +77,9 @@ class MapOverlap(UniformMatrix, Workload):
 
     def plan(self, p, ctx: Context) -> None:
         halo = p.size // 2
-        plan_square_chunk(ctx, p.chunk, p.n, p.n, np.dtype(p.dtype).itemsize, minimum=halo)
+        super().plan(p, ctx, minimum=halo)
         ctx.choose("halo", halo, "rule", f"--size {p.size} // 2")
-        ctx.choose(
-            "overlap",
-            "auto",
-            "rule",
-            "one padded task when the array is one chunk, else Dask's map_overlap (gpuscale.routes.overlap)",
-        )
-
-    def estimate_bytes(self, p, ctx: Context) -> int:
-        return sum(self.estimate_memory(p, ctx).values())
+        ctx.choose("overlap", "auto", "rule", OVERLAP_RULE)
 
     def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
         """The image; the padded blocks Dask's map_overlap stores (none on the one-chunk route);
@@ -121,9 +102,7 @@ class MapOverlap(UniformMatrix, Workload):
         return (2 if _one_chunk(p, ctx) else 1) * block
 
     def compute(self, x, p, ctx: Context) -> Output:
-        route = overlap.map_overlap(x, uniform_filter, p.size // 2, BOUNDARY, x.dtype, size=p.size)
-        ctx.decide("overlap", route.plan, "rule", route.reason)
-        return Output({"result": route.result})
+        return smooth(x, uniform_filter, p.size // 2, ctx, size=p.size)
 
     def validate(self, out: Output, x, p, ctx: Context) -> Validation:
         return validate_smoothing(out.collections["result"], x, p.size, TOL[p.dtype], p.seed)
@@ -141,6 +120,14 @@ def padded_bytes(p, ctx: Context) -> int:
     halo = p.size // 2
     per_axis = p.n + 2 * halo * (math.ceil(p.n / c) if isinstance(c, int) else 1)
     return per_axis * per_axis * np.dtype(p.dtype).itemsize
+
+
+def smooth(x, fn, halo: int, ctx: Context, **kwargs) -> Output:
+    """``fn`` over the chunks of ``x`` with ``halo``-pixel halos mirrored at the image's edges
+    (:func:`gpuscale.routes.overlap.map_overlap`; its plan is the decision ``overlap``)."""
+    route = overlap.map_overlap(x, fn, halo, BOUNDARY, x.dtype, **kwargs)
+    ctx.decide("overlap", route.plan, "rule", route.reason)
+    return Output({"result": route.result})
 
 
 def validate_smoothing(y, x, size: int, tol: float, seed: int) -> Validation:

@@ -19,20 +19,15 @@ import numpy as np
 from pydantic import Field, PositiveInt
 
 from ..backends.convert import from_memory
-from . import Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import Dtype, close, dtype_field, host, plan_square_chunk, seed_field, shape_check, uniform
+from . import Context, Output, Validation, Workload, _arrays, register
+from ._arrays import SquareParams, close, host, plan_square_chunk, shape_check, uniform
 
 TOL = {"float64": 1e-10, "float32": 1e-4}
 SAMPLE_ROWS = 8
 
 
-class MatmulParams(Params):
+class MatmulParams(SquareParams):
     n: PositiveInt = Field(3_000, description="rows = columns of both matrices")
-    chunk: PositiveInt | None = Field(
-        None, description="chunk side (default: from the backend's chunk size and the cluster's threads)"
-    )
-    dtype: Dtype = dtype_field()
-    seed: int = seed_field()
 
 
 @register

@@ -27,10 +27,10 @@ import math
 import dask
 from pydantic import Field, PositiveInt
 
-from ..errors import UserError
 from ..routes import dataframe as gdf
 from . import Check, Context, Output, Params, Validation, Workload, _frames, register
-from ._frames import from_partitions, host_frame, p2p, p2p_shard_bytes, p2p_task_bytes, plan_partitions
+from ._frames import Shuffling, from_partitions, host_frame, plan_partitions
+from .base import block_field, seed_field
 
 ROW_BYTES = 16
 PRIMES = (1_000_003, 999_983, 998_244_353)
@@ -44,12 +44,10 @@ class MergeParams(Params):
     match_fraction: float = Field(
         0.3, ge=0.0, le=1.0, description="fraction of right rows whose key matches a left row, 0..1"
     )
-    partitions: PositiveInt | None = Field(
-        None,
-        description="partitions of the left frame (default: "
-        "from the backend's partition size and the cluster's threads)",
+    partitions: PositiveInt | None = block_field(
+        "partitions of the left frame", "from the backend's partition size and the cluster's threads"
     )
-    seed: int = Field(0, description="random seed")
+    seed: int = seed_field()
 
 
 def multiplier(rows: int) -> int:
@@ -76,20 +74,15 @@ def make_right(args):
 
 
 @register
-class Merge(Workload):
+class Merge(Shuffling, Workload):
     name = "merge"
     description = "inner join of two frames with a controlled fraction of matching keys"
     collection = "dataframe"
     Params = MergeParams
+    ROUTE = "join"
 
     def right_rows(self, p) -> int:
         return p.right_rows or p.rows
-
-    def check(self, p) -> None:
-        if p.partitions is not None and p.partitions > p.rows:
-            raise UserError(
-                f"merge --partitions {p.partitions} > --rows {p.rows}", "use at most one partition per row"
-            )
 
     def plan(self, p, ctx: Context) -> None:
         left = plan_partitions(ctx, p.partitions, p.rows, ROW_BYTES, "partitions")
@@ -100,48 +93,23 @@ class Merge(Workload):
             "rule",
             "the left frame's partitions scaled by --right-rows / --rows",
         )
-        ctx.choose(
-            "shuffle_method",
-            ctx.knobs.shuffle_method,
-            "family",
-            "None: Dask's default" if ctx.knobs.shuffle_method is None else None,
-        )
-        ctx.choose(
-            "join",
-            "auto",
-            "rule",
-            "one task (the library's own merge) when one worker with one thread is "
-            "the whole cluster, else Dask's hash join (gpuscale.routes.dataframe.merge)",
-        )
-
-    def estimate_bytes(self, p, ctx: Context) -> int:
-        return sum(self.estimate_memory(p, ctx).values())
+        self.plan_route(ctx, "merge", "Dask's hash join")
 
     def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
         """By route. P2P: both frames, both sides' shards in P2P's buffers, the result. The
         task-based join and the one-task merge: four copies of both frames as one peak. The full
         check (rows + right rows <= ``FULL_CHECK_ROWS``): twice the largest frame."""
         right = self.right_rows(p)
-        both = (p.rows + right) * ROW_BYTES
         result = int(right * p.match_fraction) * (ROW_BYTES + 8)
         full = ctx.validate != "off" and p.rows + right <= _frames.FULL_CHECK_ROWS
         check = 2 * max(p.rows * ROW_BYTES, right * ROW_BYTES, result) if full else 0
-        if not p2p(ctx):
-            return {"peak": 4 * both, "validation": check}
-        return {
-            "inputs": both,
-            "shuffle_buffers": p2p_shard_bytes(p.rows + right, ROW_BYTES, ctx),
-            "results": result,
-            "validation": check,
-        }
+        return _frames.memory_by_route(ctx, p.rows + right, ROW_BYTES, result, 4, check)
 
     def task_bytes(self, p, ctx: Context) -> int:
         """P2P: one transfer task's peak on the larger side's partitions; other routes: 0."""
-        left, right = (ctx.choices.get(k, {}).get("value") for k in ("partitions", "right_partitions"))
-        if not isinstance(left, int) or not isinstance(right, int) or not p2p(ctx):
-            return 0
-        rows = max(math.ceil(p.rows / left), math.ceil(self.right_rows(p) / right))
-        return p2p_task_bytes(rows, ROW_BYTES)
+        return _frames.transfer_task_bytes(
+            ctx, ROW_BYTES, partitions=p.rows, right_partitions=self.right_rows(p)
+        )
 
     def describe_data(self, p) -> dict:
         return {
@@ -172,8 +140,7 @@ class Merge(Workload):
             how="inner",
             shuffle_method=ctx.choices["shuffle_method"]["value"],
         )
-        ctx.decide("join", route.plan, "rule", route.reason)
-        return Output({"result": route.result})
+        return self.routed(route, ctx)
 
     def validate(self, out: Output, data, p, ctx: Context) -> Validation:
         res, left, right = out.collections["result"], data["left"], data["right"]

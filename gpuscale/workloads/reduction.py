@@ -20,7 +20,8 @@ import numpy as np
 from pydantic import Field, PositiveInt, field_validator
 
 from . import Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import Dtype, UniformMatrix, close, dtype_field, host, plan_square_chunk, seed_field
+from ._arrays import UniformMatrix, close, host
+from .base import Dtype, block_field, dtype_field, seed_field
 
 TOL = {"float64": 1e-10, "float32": 1e-4}
 
@@ -32,9 +33,7 @@ class ReductionParams(Params):
     axis: int | None = Field(
         None, description="reduce along 0 or 1 (-2, -1 count from the end); default: the whole array"
     )
-    chunk: PositiveInt | None = Field(
-        None, description="chunk side (default: from the backend's chunk size and the cluster's threads)"
-    )
+    chunk: PositiveInt | None = block_field()
     dtype: Dtype = dtype_field()
     seed: int = seed_field()
 
@@ -88,16 +87,8 @@ class Reduction(UniformMatrix, Workload):
     Params = ReductionParams
 
     def plan(self, p, ctx: Context) -> None:
-        plan_square_chunk(ctx, p.chunk, p.rows, p.cols, np.dtype(p.dtype).itemsize)
-        ctx.choose(
-            "split_every",
-            ctx.knobs.split_every,
-            "family",
-            "None: Dask's default fan-in" if ctx.knobs.split_every is None else None,
-        )
-
-    def estimate_bytes(self, p, ctx: Context) -> int:
-        return sum(self.estimate_memory(p, ctx).values())
+        super().plan(p, ctx)
+        ctx.choose_knob("split_every", "Dask's default fan-in")
 
     def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
         """The array; the tree's partials (per block up to three 8-byte fields per value kept

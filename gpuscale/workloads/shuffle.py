@@ -18,16 +18,15 @@ Validation (per-partition statistics gathered from every output partition):
 from __future__ import annotations
 
 import importlib
-import math
 from typing import Literal
 
 import dask
 from pydantic import Field, PositiveInt
 
-from ..errors import UserError
 from ..routes import dataframe as gdf
 from . import Check, Context, Output, Params, Validation, Workload, _frames, register
-from ._frames import from_partitions, host_frame, p2p, p2p_shard_bytes, p2p_task_bytes, plan_partitions
+from ._frames import Shuffling, from_partitions, host_frame, plan_partitions
+from .base import block_field, seed_field
 
 ROW_BYTES = 16
 TASK_ROUTE_COPIES = 5
@@ -41,10 +40,10 @@ class ShuffleParams(Params):
     method: Literal["sort_values", "set_index"] = Field(
         "sort_values", description="how to sort: sort_values('key') or set_index('key')"
     )
-    partitions: PositiveInt | None = Field(
-        None, description="partitions (default: from the backend's partition size and the cluster's threads)"
+    partitions: PositiveInt | None = block_field(
+        "partitions", "from the backend's partition size and the cluster's threads"
     )
-    seed: int = Field(0, description="random seed")
+    seed: int = seed_field()
 
 
 def make_partition(args):
@@ -72,36 +71,16 @@ def partition_stats(part, on_index: bool) -> dict:
 
 
 @register
-class Shuffle(Workload):
+class Shuffle(Shuffling, Workload):
     name = "shuffle"
     description = "global sort by a random key (sort_values / set_index): an all-to-all shuffle"
     collection = "dataframe"
     Params = ShuffleParams
-
-    def check(self, p) -> None:
-        if p.partitions is not None and p.partitions > p.rows:
-            raise UserError(
-                f"shuffle --partitions {p.partitions} > --rows {p.rows}", "use at most one partition per row"
-            )
+    ROUTE = "sort"
 
     def plan(self, p, ctx: Context) -> None:
         plan_partitions(ctx, p.partitions, p.rows, ROW_BYTES)
-        ctx.choose(
-            "shuffle_method",
-            ctx.knobs.shuffle_method,
-            "family",
-            "None: Dask's default" if ctx.knobs.shuffle_method is None else None,
-        )
-        ctx.choose(
-            "sort",
-            "auto",
-            "rule",
-            "one task (the library's own sort) when one worker with one thread is "
-            "the whole cluster, else Dask's (gpuscale.routes.dataframe.sort)",
-        )
-
-    def estimate_bytes(self, p, ctx: Context) -> int:
-        return sum(self.estimate_memory(p, ctx).values())
+        self.plan_route(ctx, "sort", "Dask's")
 
     def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
         """By route. P2P: the frame, its shards in P2P's buffers, the sorted result. The
@@ -109,22 +88,13 @@ class Shuffle(Workload):
         full check (rows <= ``FULL_CHECK_ROWS``): twice the frame."""
         data = p.rows * ROW_BYTES
         full = ctx.validate != "off" and p.rows <= _frames.FULL_CHECK_ROWS
-        check = 2 * data if full else 0
-        if not p2p(ctx):
-            return {"peak": TASK_ROUTE_COPIES * data, "validation": check}
-        return {
-            "inputs": data,
-            "shuffle_buffers": p2p_shard_bytes(p.rows, ROW_BYTES, ctx),
-            "results": data,
-            "validation": check,
-        }
+        return _frames.memory_by_route(
+            ctx, p.rows, ROW_BYTES, data, TASK_ROUTE_COPIES, 2 * data if full else 0
+        )
 
     def task_bytes(self, p, ctx: Context) -> int:
         """P2P: one transfer task's peak; other routes: 0."""
-        parts = ctx.choices.get("partitions", {}).get("value")
-        if not isinstance(parts, int) or not p2p(ctx):
-            return 0
-        return p2p_task_bytes(math.ceil(p.rows / parts), ROW_BYTES)
+        return _frames.transfer_task_bytes(ctx, ROW_BYTES, partitions=p.rows)
 
     def describe_data(self, p) -> dict:
         return {
@@ -140,8 +110,7 @@ class Shuffle(Workload):
         route = gdf.sort(
             df, "key", index=p.method == "set_index", shuffle_method=ctx.choices["shuffle_method"]["value"]
         )
-        ctx.decide("sort", route.plan, "rule", route.reason)
-        return Output({"result": route.result})
+        return self.routed(route, ctx)
 
     def validate(self, out: Output, df, p, ctx: Context) -> Validation:
         res = out.collections["result"]

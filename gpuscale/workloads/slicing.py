@@ -22,16 +22,8 @@ from pydantic import Field, PositiveInt
 
 from ..errors import UserError
 from . import Check, Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import (
-    SAMPLES,
-    Dtype,
-    UniformMatrix,
-    dtype_field,
-    host,
-    plan_square_chunk,
-    seed_field,
-    shape_check,
-)
+from ._arrays import SAMPLES, UniformMatrix, host, shape_check
+from .base import Dtype, block_field, dtype_field, seed_field
 
 
 class SliceParams(Params):
@@ -39,9 +31,7 @@ class SliceParams(Params):
     cols: PositiveInt = Field(5_000, description="columns of the array")
     step: PositiveInt = Field(3, description="take every step-th row")
     col_step: PositiveInt = Field(1, description="take every col-step-th column")
-    chunk: PositiveInt | None = Field(
-        None, description="chunk side (default: from the backend's chunk size and the cluster's threads)"
-    )
+    chunk: PositiveInt | None = block_field()
     dtype: Dtype = dtype_field()
     seed: int = seed_field()
 
@@ -73,9 +63,6 @@ class Slice(UniformMatrix, Workload):
             raise UserError(
                 f"slice --col-step {p.col_step} is larger than --cols {p.cols}", f"use --col-step <= {p.cols}"
             )
-
-    def plan(self, p, ctx: Context) -> None:
-        plan_square_chunk(ctx, p.chunk, p.rows, p.cols, np.dtype(p.dtype).itemsize)
 
     def compute(self, x, p, ctx: Context) -> Output:
         return Output({"result": x[:: p.step, :: p.col_step].map_blocks(_copy, dtype=x.dtype)})

@@ -14,26 +14,19 @@ reads the wrong neighbour fails it.
 
 from __future__ import annotations
 
-import numpy as np
 from pydantic import Field, PositiveInt
 
 from ..kernels import stencil as kernels
-from ..routes import overlap
-from . import Context, Output, Params, Validation, Workload, register
-from ._arrays import Dtype, UniformMatrix, array_module, dtype_field, plan_square_chunk, seed_field
-from .map_overlap import BOUNDARY, check_halo, validate_smoothing
+from . import Context, Output, Validation, Workload, register
+from ._arrays import SquareParams, UniformMatrix, array_module
+from .map_overlap import OVERLAP_RULE, check_halo, smooth, validate_smoothing
 
 TOL = {"float64": 1e-12, "float32": 1e-5}
 SIZE = 3
 
 
-class StencilParams(Params):
+class StencilParams(SquareParams):
     n: PositiveInt = Field(8_000, description="rows = columns of the image")
-    chunk: PositiveInt | None = Field(
-        None, description="chunk side (default: from the backend's chunk size and the cluster's threads)"
-    )
-    dtype: Dtype = dtype_field()
-    seed: int = seed_field()
 
 
 @register
@@ -49,7 +42,7 @@ class Stencil(UniformMatrix, Workload):
         check_halo(self.name, self.HALO, p.chunk, p.n)
 
     def plan(self, p, ctx: Context) -> None:
-        plan_square_chunk(ctx, p.chunk, p.n, p.n, np.dtype(p.dtype).itemsize, minimum=max(1, self.HALO))
+        super().plan(p, ctx, minimum=max(1, self.HALO))
         ctx.choose("halo", self.HALO, "rule", "3x3 window: one pixel each side")
         ctx.choose(
             "kernel",
@@ -57,17 +50,10 @@ class Stencil(UniformMatrix, Workload):
             "rule",
             "by chunk type: numba.njit for NumPy, numba.cuda.jit for CuPy",
         )
-        ctx.choose(
-            "overlap",
-            "auto",
-            "rule",
-            "one padded task when the array is one chunk, else Dask's map_overlap (gpuscale.routes.overlap)",
-        )
+        ctx.choose("overlap", "auto", "rule", OVERLAP_RULE)
 
     def compute(self, x, p, ctx: Context) -> Output:
-        route = overlap.map_overlap(x, kernels.smooth_block, self.HALO, BOUNDARY, x.dtype)
-        ctx.decide("overlap", route.plan, "rule", route.reason)
-        return Output({"result": route.result})
+        return smooth(x, kernels.smooth_block, self.HALO, ctx)
 
     def validate(self, out: Output, x, p, ctx: Context) -> Validation:
         return validate_smoothing(out.collections["result"], x, SIZE, TOL[p.dtype], p.seed)

@@ -35,6 +35,7 @@ from ..backends.convert import from_memory
 from ..data import inputs
 from ..errors import UserError
 from . import Check, Context, Output, Params, Validation, Workload, register
+from .base import Dtype, block_field, dtype_field, seed_field
 
 FULL_CHECK_ELEMENTS = 4_000_000
 # value-check tolerance (x s_max), Frobenius identity (relative), triplet residual (x s_max)
@@ -50,12 +51,10 @@ TSQR_FLOAT32_VALUES = 1e-4
 class SVDParams(Params):
     rows: PositiveInt = Field(200_000, description="rows of the matrix")
     cols: PositiveInt = Field(100, description="columns (rows >= cols)")
-    chunk_rows: PositiveInt | None = Field(
-        None,
-        description="rows per block (default: chosen "
-        "from the backend's chunk size and the cluster's threads)",
+    chunk_rows: PositiveInt | None = block_field(
+        "rows per block", "chosen from the backend's chunk size and the cluster's threads"
     )
-    dtype: Literal["float64", "float32"] = Field("float64", description="element type")
+    dtype: Dtype = dtype_field()
     compute_uv: bool = Field(False, description="also form U and V^T")
     route: Literal["auto", "gram", "cholqr2", "tsqr"] = Field(
         "auto", description="SVD route (auto: fastest that holds the accuracy target)"
@@ -68,7 +67,7 @@ class SVDParams(Params):
         description="build a matrix with this condition number (1 to 1e15: float64 resolves no more) and a "
         "known log-spaced spectrum",
     )
-    seed: int = Field(0, description="random seed")
+    seed: int = seed_field()
 
 
 @register
@@ -111,7 +110,7 @@ class SVD(Workload):
             )
         elif src is not None:
             m, n = src.shape
-            rows = _chunk_rule(m, n, np.dtype(src.dtype).itemsize, ctx, p.route)
+            rows, why = _chunk_rule(m, n, np.dtype(src.dtype).itemsize, ctx, p.route)
             stored = src.stored_chunks[0] if src.stored_chunks else None
             if stored:  # whole stored chunks per block: each is read once
                 rows = min(m, max(stored, rows // stored * stored))
@@ -119,15 +118,13 @@ class SVD(Workload):
                 "chunk_rows",
                 rows,
                 "rule",
-                _chunk_why(m, n, np.dtype(src.dtype).itemsize, ctx, p.route)
-                + (f", rounded to the store's {stored}-row chunks" if stored else ""),
+                why + (f", rounded to the store's {stored}-row chunks" if stored else ""),
             )
         elif p.chunk_rows is not None:
             ctx.choose("chunk_rows", p.chunk_rows, "flag")
         else:
-            itemsize = np.dtype(p.dtype).itemsize
-            rows = _chunk_rule(p.rows, p.cols, itemsize, ctx, p.route)
-            ctx.choose("chunk_rows", rows, "rule", _chunk_why(p.rows, p.cols, itemsize, ctx, p.route))
+            rows, why = _chunk_rule(p.rows, p.cols, np.dtype(p.dtype).itemsize, ctx, p.route)
+            ctx.choose("chunk_rows", rows, "rule", why)
         ctx.choose(
             "route",
             p.route,
@@ -136,12 +133,7 @@ class SVD(Workload):
             if p.route == "auto"
             else None,
         )
-        ctx.choose(
-            "tree_fan_in",
-            ctx.knobs.split_every,
-            "family",
-            "None: one combine step" if ctx.knobs.split_every is None else None,
-        )
+        ctx.choose_knob("tree_fan_in", "one combine step", knob="split_every")
 
     def _data_bytes(self, p, ctx: Context) -> int:
         if ctx.data is not None:
@@ -153,9 +145,6 @@ class SVD(Workload):
                 1 if np.dtype(src.dtype).kind == "f" else max(1, 8 // np.dtype(src.dtype).itemsize)
             )
         return p.rows * p.cols * np.dtype(p.dtype).itemsize
-
-    def estimate_bytes(self, p, ctx: Context) -> int:
-        return sum(self.estimate_memory(p, ctx).values())
 
     def estimate_memory(self, p, ctx: Context) -> dict[str, int]:
         """The matrix; TSQR's Q blocks and a generated spectrum's Q as large again; U as large
@@ -402,26 +391,16 @@ SVD_COPIES = {"gram": 2, "auto": 2, "cholqr2": 3, "tsqr": 3}
 (Gram's X_i^T X_i is cols^2); CholeskyQR2 and TSQR also form a Q block."""
 
 
-def _budget(ctx: Context, route: str = "auto") -> tuple[int, str | None]:
-    return ctx.capped(ctx.knobs.chunk_bytes, SVD_COPIES.get(route, 3), "row block")
-
-
-def _chunk_rule(rows: int, cols: int, itemsize: int, ctx: Context, route: str = "auto") -> int:
-    """Rows per block: the family's chunk budget (capped by worker memory), at least one
-    block per thread, >= cols."""
-    by_bytes = max(1, _budget(ctx, route)[0] // (cols * itemsize))
-    by_threads = math.ceil(rows / ctx.total_threads)
-    return max(min(by_bytes, by_threads), min(cols, rows))
-
-
-def _chunk_why(rows: int, cols: int, itemsize: int, ctx: Context, route: str = "auto") -> str:
-    budget, capped = _budget(ctx, route)
+def _chunk_rule(rows: int, cols: int, itemsize: int, ctx: Context, route: str = "auto") -> tuple[int, str]:
+    """Rows per block, and why: the family's chunk budget (capped by worker memory), at least
+    one block per thread, >= cols."""
+    budget, capped = ctx.capped(ctx.knobs.chunk_bytes, SVD_COPIES.get(route, 3), "row block")
     by_bytes = max(1, budget // (cols * itemsize))
-    return (
+    by_threads = math.ceil(rows / ctx.total_threads)
+    return max(min(by_bytes, by_threads), min(cols, rows)), (
         f"min({ctx.family.name} chunk budget {budget / 2**20:.0f} MiB / "
         f"{cols * itemsize} B per row = {by_bytes}, rows / {ctx.total_threads} "
-        f"threads = {math.ceil(rows / ctx.total_threads)}), at least --cols {cols}"
-        + (f" ({capped})" if capped else "")
+        f"threads = {by_threads}), at least --cols {cols}" + (f" ({capped})" if capped else "")
     )
 
 

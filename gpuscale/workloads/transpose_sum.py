@@ -15,19 +15,14 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field, PositiveInt
 
-from . import Context, Output, Params, Validation, Workload, _arrays, register
-from ._arrays import Dtype, UniformMatrix, close, dtype_field, host, plan_square_chunk, seed_field
+from . import Context, Output, Validation, Workload, _arrays, register
+from ._arrays import SquareParams, UniformMatrix, close, host
 
 TOL = {"float64": 1e-10, "float32": 1e-4}
 
 
-class TransposeSumParams(Params):
+class TransposeSumParams(SquareParams):
     n: PositiveInt = Field(5_000, description="rows = columns of the matrix")
-    chunk: PositiveInt | None = Field(
-        None, description="chunk side (default: from the backend's chunk size and the cluster's threads)"
-    )
-    dtype: Dtype = dtype_field()
-    seed: int = seed_field()
 
 
 def block_sums(x):
@@ -45,9 +40,6 @@ class TransposeSum(UniformMatrix, Workload):
     description = "(x + x.T).sum() of a square matrix: an all-to-all transpose plus a reduction"
     collection = "array"
     Params = TransposeSumParams
-
-    def plan(self, p, ctx: Context) -> None:
-        plan_square_chunk(ctx, p.chunk, p.n, p.n, np.dtype(p.dtype).itemsize)
 
     def compute(self, x, p, ctx: Context) -> Output:
         return Output({"result": (x + x.T).sum()})
