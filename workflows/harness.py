@@ -478,7 +478,8 @@ def dask_setup(worker=None) -> None:
     """Worker preload of :func:`peer_cluster_config`: a process group of its own (a worker still
     ends when its nanny's pipe closes or its cluster closes it), and none of the records a
     worker logs as its cluster closes under it (gpuscale's own workers drop the same ones)."""
-    from gpuscale.cluster.detach import leave_terminal_group, quiet_task_failures
+    from gpuscale.cluster.detach import leave_terminal_group
+    from gpuscale.cluster.logs import quiet_task_failures
 
     leave_terminal_group()
     quiet_task_failures()
