@@ -98,6 +98,11 @@ class ClusterSpec(BaseModel):
     """Each cluster knob as the kind chose it (a :class:`gpuscale.plan.Decision`); not part of
     the printed spec, the record's ``explained.cluster`` holds it."""
 
+    @property
+    def in_this_process(self) -> bool:
+        """Its workers run in the process that starts it (``processes=False``)."""
+        return self.kwargs.get("processes") is False
+
 
 def kind(name: str) -> Kind:
     """The cluster kind of this name."""
@@ -241,7 +246,7 @@ def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]
     existing scheduler. Whatever was started is closed on exit, error or Ctrl-C. ``security``:
     a :class:`distributed.Security` to use instead of the spec's."""
     quiet = contextlib.ExitStack()
-    if spec.kwargs.get("processes") is False:  # its worker has no preload (worker_preloads)
+    if spec.in_this_process:  # its worker has no preload (worker_preloads)
         from .logs import quiet_in_this_process
 
         quiet.enter_context(quiet_in_this_process())
@@ -364,7 +369,7 @@ def worker_preloads(spec: ClusterSpec) -> list[str]:
     preload = list(
         config.get("distributed.worker.preload") or dask.config.get("distributed.worker.preload", None) or []
     )
-    if spec.kwargs.get("processes") is False:  # workers in this process: it keeps its group and logs
+    if spec.in_this_process:  # it keeps its process group and log handlers
         return [p for p in preload if p != DETACH]
     return preload if DETACH in preload else [DETACH, *preload]
 

@@ -163,7 +163,7 @@ class Local(Kind):
             "dashboard_address": c.dashboard_address,
         }
         small = in_process and layout.processes.rule_id == "processes.small-work"
-        if small and resolved.sources.get("cluster.dashboard-address", "default") == "default":
+        if small and not plan.dashboard_set:
             kwargs["dashboard_address"] = None
         if proto.bind_host:
             kwargs["host"] = proto.bind_host

@@ -40,6 +40,9 @@ class ClusterPlan:
     gpus: Decision | None = None
     """The GPUs a rule of the work picked for a cluster started here (None: every visible GPU
     or the ones you set)."""
+    dashboard_set: bool = False
+    """You set the dashboard's address (a small run in this process then keeps its dashboard,
+    served over TCP on the loopback)."""
 
 
 def kind_of(resolved, family) -> str:
@@ -75,9 +78,8 @@ def plan_cluster(
         settings.protocol, resolved.sources.get("protocol", "default"), family, kind, tls
     )
     processes = processes_choice(resolved, kind, family, served=served, estimate_bytes=estimate_bytes)
-    protocol = protocols.in_process(
-        protocol, processes, tls, resolved.sources.get("cluster.dashboard-address", "default") != "default"
-    )
+    dashboard_set = resolved.sources.get("cluster.dashboard-address", "default") != "default"
+    protocol = protocols.in_process(protocol, processes, tls, dashboard_set)
     if protocol.value != transport.name:
         transport = protocols.get(protocol.value)
     return ClusterPlan(
@@ -96,4 +98,5 @@ def plan_cluster(
         served=served,
         gpu_workers=family.cluster_kind == "cuda",
         gpus=gpus,
+        dashboard_set=dashboard_set,
     )
