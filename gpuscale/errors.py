@@ -235,28 +235,42 @@ def sigterm_raises() -> Iterator[None]:
         return len(received) > 1
 
     def _on_term(signum, frame):
-        if _later_if_in_gc_callback(signum, frame) or _after_first(signum):
+        if _after_first(signum):
             return
         quiet_exit_logs()
         _escalate_later(signal.SIGTERM, EXIT_SIGTERM)
         _raise_or_defer(Terminated())
 
     def _on_int(signum, frame):
-        if _later_if_in_gc_callback(signum, frame) or _after_first(signum):
+        if _after_first(signum):
             return
         quiet_exit_logs()
         _escalate_later(signal.SIGINT, EXIT_SIGINT)
         _raise_or_defer(KeyboardInterrupt())
 
     def _on_hup(signum, frame):
-        if _later_if_in_gc_callback(signum, frame) or _after_first(signum):
+        if _after_first(signum):
             return
         quiet_exit_logs()
         _escalate_later(signal.SIGHUP, EXIT_SIGHUP)
         _raise_or_defer(HungUp())
 
+    def _on_unraisable(unraisable):
+        """A signal that landed in a weakref callback, a ``__del__`` or a garbage-collection
+        callback raised where Python prints and drops the exception: send it again 50 ms
+        later, as the first, instead."""
+        exc = unraisable.exc_value
+        if received and isinstance(exc, (Terminated, KeyboardInterrupt)):
+            import os
+
+            received.clear()
+            threading.Timer(0.05, os.kill, (os.getpid(), signal_number(exc))).start()
+            return
+        hook_before(unraisable)
+
     global _stand_down
     outer, _stand_down = _stand_down, threading.Event()
+    hook_before, sys.unraisablehook = sys.unraisablehook, _on_unraisable
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _on_term)}
     if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # not under nohup
         previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _on_hup)
@@ -269,24 +283,11 @@ def sigterm_raises() -> Iterator[None]:
         _stand_down = outer
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        sys.unraisablehook = hook_before
 
 
-def _later_if_in_gc_callback(signum: int, frame) -> bool:
-    """Whether the signal landed inside a garbage-collection callback or a ``__del__``, where a
-    raised exception is printed and dropped; if so, the signal is sent again 50 ms later."""
-    import gc
-
-    codes = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
-    codes.discard(None)
-    f = frame
-    while f is not None:
-        if f.f_code in codes or f.f_code.co_name == "__del__":  # a finalizer drops it the same way
-            import os
-
-            threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
-            return True
-        f = f.f_back
-    return False
+def signal_number(exc: BaseException) -> int:
+    return getattr(signal, signal_name(exc))
 
 
 ESCALATE_AFTER_S = 15.0
