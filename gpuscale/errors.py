@@ -234,26 +234,15 @@ def sigterm_raises() -> Iterator[None]:
         received.append(signum)
         return len(received) > 1
 
-    def _on_term(signum, frame):
-        if _after_first(signum):
-            return
-        quiet_exit_logs()
-        _escalate_later(signal.SIGTERM, EXIT_SIGTERM)
-        _raise_or_defer(Terminated())
+    def _raising(make: type[BaseException], code: int):
+        def handler(signum, frame):
+            if _after_first(signum):
+                return
+            quiet_exit_logs()
+            _escalate_later(signum, code)
+            _raise_or_defer(make())
 
-    def _on_int(signum, frame):
-        if _after_first(signum):
-            return
-        quiet_exit_logs()
-        _escalate_later(signal.SIGINT, EXIT_SIGINT)
-        _raise_or_defer(KeyboardInterrupt())
-
-    def _on_hup(signum, frame):
-        if _after_first(signum):
-            return
-        quiet_exit_logs()
-        _escalate_later(signal.SIGHUP, EXIT_SIGHUP)
-        _raise_or_defer(HungUp())
+        return handler
 
     def _on_unraisable(unraisable):
         """A signal that landed in a weakref callback, a ``__del__`` or a garbage-collection
@@ -271,11 +260,11 @@ def sigterm_raises() -> Iterator[None]:
     global _stand_down
     outer, _stand_down = _stand_down, threading.Event()
     hook_before, sys.unraisablehook = sys.unraisablehook, _on_unraisable
-    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _on_term)}
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raising(Terminated, EXIT_SIGTERM))}
     if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # not under nohup
-        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _on_hup)
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _raising(HungUp, EXIT_SIGHUP))
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _on_int)
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _raising(KeyboardInterrupt, EXIT_SIGINT))
     try:
         yield
     finally:

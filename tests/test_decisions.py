@@ -131,3 +131,39 @@ def test_each_cluster_kind_is_a_kind_of_its_name():
     for name in KINDS:
         k = kind(name)
         assert isinstance(k, Kind) and k.name == name
+
+
+def test_the_gpus_of_a_gpu_cluster_are_decided_in_the_plan_from_the_machines_facts():
+    """Which GPUs a GPU cluster takes, and its one worker per GPU, are the plan's decisions made
+    from the facts (visible GPUs and their memory), so the cluster kind only words them."""
+    from gpuscale import backends, config
+    from gpuscale.cluster import kind
+    from gpuscale.plan import Facts
+    from gpuscale.errors import UserError
+    from gpuscale.plan.cluster import plan_cluster
+
+    family = backends.select("gpu", "array", check=False).family
+    facts = Facts(cores=16, memory_bytes=64 * 2**30, gpus=((0, 80 * 2**30), (1, 40 * 2**30), (3, 80 * 2**30)))
+
+    def plan(**settings):
+        resolved = config.resolve(None, config.keywords_to_nested({"backend": "gpu", **settings}))
+        return plan_cluster(resolved, family, "array", facts=facts)
+
+    every = plan()
+    assert every.gpus.value == [0, 1, 3] and every.gpus.rule_id == "gpus.visible"
+    assert every.layout.workers.value == 3 and every.layout.workers.rule_id == "layout.per-gpu"
+    spec = kind(every.kind).spec(every)
+    assert spec.kwargs["CUDA_VISIBLE_DEVICES"] == "0,1,3" and spec.kwargs["n_workers"] == 3
+    assert spec.choices["gpus"] is every.gpus and spec.choices["workers"] is every.layout.workers
+    pooled = plan(rmm_pool_size=0.5)
+    rule = kind("cuda").spec(pooled).choices["rmm_pool_size"].rule
+    assert rule.endswith("0.5 x 40.00 GiB = 20.00 GiB per GPU")  # of the smallest GPU
+
+    two = plan(workers=2)
+    assert two.gpus.value == [0, 1] and two.layout.workers.rule_id == "layout.set"
+    chosen = plan(gpus="3")
+    assert chosen.gpus.value == [3] and chosen.gpus.rule_id == "gpus.set"
+    with pytest.raises(UserError, match=r"GPU\(s\) \[2\] are not visible here \(visible: \[0, 1, 3\]\)"):
+        plan(gpus="2,3")
+    with pytest.raises(UserError, match="--workers 4 exceeds the 3 GPU"):
+        plan(workers=4)

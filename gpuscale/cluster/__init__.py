@@ -207,7 +207,7 @@ def spec_for(k: Kind, plan, **fields: Any) -> ClusterSpec:
             "protocol": plan.transport.name,
             "threads_per_worker": plan.layout.threads.value,
             "memory_limit": c.memory_limit,
-            "dashboard_address": c.dashboard_address,
+            "dashboard_address": plan.dashboard.value if plan.dashboard else c.dashboard_address,
             **fields,
         }
     )

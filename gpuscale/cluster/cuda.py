@@ -41,17 +41,17 @@ class WorkerKnobs:
         return {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in self.environ.items()}
 
 
-def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
+def worker_knobs(resolved, family, collection, proto, gpu_bytes: list[int]) -> WorkerKnobs:
     """The one rule for the device memory limit, the way workers spill, the UCX transports and
-    the family's worker environment, for every kind that starts GPU workers. ``gpus``: the
-    GPUs' indices when known here, else []."""
+    the family's worker environment, for every kind that starts GPU workers. ``gpu_bytes``:
+    the memory of the workers' GPUs when known here, else []."""
     c = resolved.settings.cluster
     transports = {k: v for k, v in proto.transport_kwargs(c.ucx).items() if k.startswith("enable_")}
     options: dict[str, Any] = dict(transports)
     dml = c.device_memory_limit
     if not (isinstance(dml, str) and dml.strip().lower() == "default"):
         options["device_memory_limit"] = dml
-    spill = device_spill_choice(resolved, family, collection, gpus)
+    spill = device_spill_choice(resolved, family, collection, gpu_bytes)
     environ = dict(family.knobs.worker_environ.get(proto.name, {}))
     env_rule = (
         ", ".join(f"{k}={v}" for k, v in environ.items())
@@ -64,14 +64,14 @@ def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
         options["cudf_spill_stats"] = 1
         # from the first cuDF buffer: turned on later (dask-cuda's plugin), cuDF makes no manager
         environ["CUDF_SPILL"] = "on"
-        limit_bytes = _device_limit_bytes(dml, gpus)
+        limit_bytes = _device_limit_bytes(dml, gpu_bytes)
         if limit_bytes:
             environ["CUDF_SPILL_DEVICE_LIMIT"] = str(limit_bytes)
     return WorkerKnobs(
         options,
         environ,
         {
-            "device_memory_limit": device_limit_choice(resolved, gpus),
+            "device_memory_limit": device_limit_choice(resolved, gpu_bytes),
             "device_spill": spill,
             "worker_environ": Decision(
                 {k: v for k, v in environ.items() if k in family.knobs.worker_environ.get(proto.name, {})},
@@ -84,7 +84,7 @@ def worker_knobs(resolved, family, collection, proto, gpus) -> WorkerKnobs:
     )
 
 
-def _device_limit_bytes(setting, gpus) -> int | None:
+def _device_limit_bytes(setting, gpu_bytes: list[int]) -> int | None:
     """The device memory limit in bytes: a size as given, a share of the GPUs' memory where
     they are known here; None otherwise (dask-cuda's default, no spilling, unknown GPUs)."""
     if isinstance(setting, str) and setting.strip().lower() not in ("default", "auto"):
@@ -96,10 +96,9 @@ def _device_limit_bytes(setting, gpus) -> int | None:
             return int(value)
     elif isinstance(setting, int) and setting > 1:
         return setting
-    sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
-    known = [sizes[g] for g in gpus if g in sizes]
-    f = memory.device_spill_fraction(setting, min(known) if known else None)
-    return int(f * min(known)) if f is not None and known else None
+    smallest = min(gpu_bytes) if gpu_bytes else None
+    f = memory.device_spill_fraction(setting, smallest)
+    return int(f * smallest) if f is not None and smallest else None
 
 
 def pool_bytes(pool, total_bytes: int) -> int | None:
@@ -182,7 +181,6 @@ def check_free_memory(spec: ClusterSpec, gpus: list[dict]) -> None:
     """Refuse (UserError) a selected GPU with less free memory than the RMM pool asks."""
     if not spec.rmm:
         return
-    from dask.utils import format_bytes
 
     for g in gpus:
         if g["index"] not in spec.gpus or g.get("free_bytes") is None:
@@ -220,7 +218,6 @@ def _free_memory_fix(mine: bool, kept_by: list[str]) -> str:
 def held_by(holders: list[tuple[int, int]], own_pid: int) -> tuple[str, bool]:
     """Who holds a GPU's memory, in words, from NVML's ``(pid, bytes)`` list, and whether this
     process (``own_pid``) holds the most of it."""
-    from dask.utils import format_bytes
 
     if not holders:
         return "another process holds the rest", False
@@ -285,62 +282,29 @@ class Cuda(Kind):
     def spec(self, plan) -> ClusterSpec:
         resolved, family, proto = plan.resolved, plan.family, plan.transport
         collection = plan.collection
-        src = resolved.sources
         c = resolved.settings.cluster
-        visible = [g["index"] for g in machine.gpus()]
-        notes: list[str] = []
-        if c.gpus is not None:
-            gpus = list(c.gpus)
-            unknown = [g for g in gpus if visible and g not in visible]
-            if unknown:
-                raise UserError(
-                    f"GPU(s) {unknown} are not visible here (visible: {visible})",
-                    "pick visible GPUs with --gpus, e.g. --gpus " + ",".join(map(str, visible)),
-                )
-        elif plan.gpus is not None:
-            gpus = list(plan.gpus.value)
-        else:
-            gpus = visible
-            if not gpus:
-                notes.append("no GPU is visible here: this spec cannot start on this machine")
-        if c.workers is not None:
-            if gpus and c.workers > len(gpus):
-                raise UserError(
-                    f"--workers {c.workers} exceeds the {len(gpus)} GPU(s) selected",
-                    "a GPU cluster runs one worker per GPU: lower --workers or add --gpus",
-                )
-            gpus = gpus[: c.workers]
+        gpus = list(plan.gpus.value)
+        notes = [] if gpus else ["no GPU is visible here: this spec cannot start on this machine"]
 
         pool, rmm = rmm_pool(c, family)
-        pool_rule = None
         kwargs = {
             "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)) or None,
-            "n_workers": len(gpus) or None,
+            "n_workers": plan.layout.workers.value or None,
             "threads_per_worker": plan.layout.threads.value,
             "memory_limit": c.memory_limit,
-            "dashboard_address": c.dashboard_address,
+            "dashboard_address": plan.dashboard.value,
             **proto.transport_kwargs(c.ucx),
         }
         if pool is not None:
             kwargs["rmm_pool_size"] = pool
             if c.rmm.maximum_pool_size is not None:
                 kwargs["rmm_maximum_pool_size"] = c.rmm.maximum_pool_size
-            if c.rmm.external_libs:
-                kwargs["rmm_allocator_external_lib_list"] = list(c.rmm.external_libs)
-            pool_rule = rmm["source"]
-            sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
-            known = [sizes[g] for g in gpus if g in sizes]
-            if isinstance(pool, float) and pool <= 1 and known:
-                each = format_bytes(int(pool * min(known)))
-                pool_rule += f": {pool:g} x {format_bytes(min(known))} = {each} per GPU"
         if rmm is not None and rmm["allocator"] == "async":
             kwargs["rmm_async"] = True
-            if c.rmm.external_libs:
-                kwargs["rmm_allocator_external_lib_list"] = list(c.rmm.external_libs)
-            pool_rule = (
-                f"{pool_rule or 'no initial pool'}; CUDA's async allocator (cluster.rmm.allocator: async)"
-            )
-        knobs = worker_knobs(resolved, family, collection, proto, gpus)
+        if rmm is not None and c.rmm.external_libs:
+            kwargs["rmm_allocator_external_lib_list"] = list(c.rmm.external_libs)
+        gpu_bytes = [size for g, size in plan.facts.gpus if g in gpus]
+        knobs = worker_knobs(resolved, family, collection, proto, gpu_bytes)
         kwargs.update(knobs.options)
         dask_config = dict(knobs.dask_config)
         pre = list(family.knobs.pre_import.get(collection or "session", ()))
@@ -360,14 +324,7 @@ class Cuda(Kind):
         limit = memory_bytes(c.memory_limit, 1, max(1, len(gpus)))
         choices = self.choices(
             plan,
-            Decision(len(gpus), src.get("cluster.workers", "flag"), None, "layout.set")
-            if c.workers is not None
-            else Decision(
-                len(gpus),
-                "rule",
-                f"one worker per selected GPU: {len(gpus)} GPU(s) {list(gpus)}",
-                "layout.per-gpu",
-            ),
+            plan.layout.workers,
             memory_choice(
                 resolved,
                 limit,
@@ -375,16 +332,10 @@ class Cuda(Kind):
                 f"over {max(1, len(gpus))} worker(s) = {{value}} each",
                 plan.facts.memory_bytes,
             ),
-            where={
-                "gpus": Decision(list(gpus), src.get("cluster.gpus", "default"), None, "gpus.set")
-                if c.gpus is not None
-                else plan.gpus
-                if plan.gpus is not None
-                else Decision(list(gpus), "rule", f"every visible GPU ({len(gpus)})", "gpus.visible")
-            },
+            where={"gpus": plan.gpus},
             transports=transports,
             rmm=rmm,
-            pool_rule=pool_rule,
+            gpu_bytes=gpu_bytes,
             rest=knobs.choices,
         )
         return spec_for(

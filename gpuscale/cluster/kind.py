@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ..plan.memory import rmm_choice
+from ..plan.memory import rmm_choice, rmm_rule
 
 
 class Kind:
@@ -29,19 +29,17 @@ class Kind:
         where: dict[str, Any] | None = None,
         transports: dict[str, bool] | None = None,
         rmm: dict[str, Any] | None = None,
-        pool_rule: str | None = None,
+        gpu_bytes: list[int] = (),
         rest: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The choices of a kind that starts workers, in the order a record shows them: the
         transports (``transports``: the UCX switches it sets), ``where`` the workers run (the
         kind's GPUs, hosts or jobs), the ``workers`` and ``memory_limit`` it decided, the plan's
         threads per worker, the RMM pool of the spec's ``rmm`` entry (None: no pool;
-        ``pool_rule``: how its size came about, default its source), then the ``rest`` (how the
+        ``gpu_bytes``: its GPUs' memory where known, for the size per GPU), then the ``rest`` (how the
         workers spill, their environment)."""
         resolved = plan.resolved
         pool = rmm["pool_size"] if rmm else None
-        if pool_rule is None and rmm:
-            pool_rule = rmm["source"]
         return {
             "transports": plan.transport.transports_choice(
                 resolved.settings.cluster.ucx, transports or {}, resolved.sources
@@ -50,7 +48,7 @@ class Kind:
             "workers": workers,
             "threads_per_worker": plan.layout.threads,
             "memory_limit": memory_limit,
-            "rmm_pool_size": rmm_choice(resolved, plan.family, pool, pool_rule),
+            "rmm_pool_size": rmm_choice(resolved, plan.family, pool, rmm_rule(rmm, gpu_bytes)),
             **(rest or {}),
         }
 

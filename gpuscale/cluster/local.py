@@ -160,11 +160,8 @@ class Local(Kind):
             "processes": not in_process,
             "memory_limit": _memory_setting(c.memory_limit),
             "protocol": proto.name,
-            "dashboard_address": c.dashboard_address,
+            "dashboard_address": plan.dashboard.value,
         }
-        small = in_process and layout.processes.rule_id == "processes.small-work"
-        if small and not plan.dashboard_set:
-            kwargs["dashboard_address"] = None
         if proto.bind_host:
             kwargs["host"] = proto.bind_host
         limit = memory_bytes(c.memory_limit, threads, cores)

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..decision import Decision
 from ..wire import gather, liveness, messages, protocols
-from .layout import Facts, Layout, layout, processes_choice
+from .layout import Facts, Layout, choose_gpus, layout, processes_choice
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +38,10 @@ class ClusterPlan:
     gpu_workers: bool
     """The workers are the family's GPU workers (one per GPU, dask-cuda's), wherever they run."""
     gpus: Decision | None = None
-    """The GPUs a rule of the work picked for a cluster started here (None: every visible GPU
-    or the ones you set)."""
-    dashboard_set: bool = False
-    """You set the dashboard's address (a small run in this process then keeps its dashboard,
-    served over TCP on the loopback)."""
+    """The GPUs a GPU cluster started here takes, one worker each (:func:`choose_gpus`); None
+    for other kinds."""
+    dashboard: Decision | None = None
+    """The dashboard's address for a cluster started here (value None: no dashboard)."""
 
 
 def kind_of(resolved, family) -> str:
@@ -53,6 +52,19 @@ def kind_of(resolved, family) -> str:
         return "existing"
     deploy = settings.cluster.deploy
     return family.cluster_kind if deploy == "local" else deploy
+
+
+def dashboard_choice(resolved, processes: Decision | None) -> Decision:
+    """The dashboard's address as you set it (or Dask's default), except that a run rule
+    ``processes.small-work`` puts in this process gets none where you set none: it would close
+    with the run before anyone opened it (a dashboard you set is kept, served over TCP on the
+    loopback)."""
+    source = resolved.sources.get("cluster.dashboard-address", "default")
+    small = processes is not None and processes.rule_id == "processes.small-work" and not processes.value
+    if small and source == "default":
+        why = "no dashboard for a run in this process: it would close before anyone opened it"
+        return Decision(None, "rule", why, "processes.small-work")
+    return Decision(resolved.settings.cluster.dashboard_address, source)
 
 
 def plan_cluster(
@@ -72,14 +84,15 @@ def plan_cluster(
     the one run the cluster starts for (:func:`gpuscale.runs.session.processes_for_work`)."""
     settings = resolved.settings
     kind = kind_of(resolved, family)
-    facts = facts or Facts.here()
+    facts = facts or Facts.here(gpus=kind == "cuda")
+    gpus = choose_gpus(resolved, facts, gpus) if kind == "cuda" else None
     tls = settings.cluster.security == "tls" or served
     transport, protocol = protocols.choose(
         settings.protocol, resolved.sources.get("protocol", "default"), family, kind, tls
     )
     processes = processes_choice(resolved, kind, family, served=served, estimate_bytes=estimate_bytes)
-    dashboard_set = resolved.sources.get("cluster.dashboard-address", "default") != "default"
-    protocol = protocols.in_process(protocol, processes, tls, dashboard_set)
+    dashboard = dashboard_choice(resolved, processes)
+    protocol = protocols.in_process(protocol, processes, tls, dashboard.source not in ("default", "rule"))
     if protocol.value != transport.name:
         transport = protocols.get(protocol.value)
     return ClusterPlan(
@@ -93,10 +106,12 @@ def plan_cluster(
         message_interval=messages.choose(resolved, kind),
         worker_ttl=liveness.choose(resolved, kind),
         gather=gather.choose(resolved, kind),
-        layout=None if kind == "existing" else layout(resolved, family, collection, kind, facts, processes),
+        layout=None
+        if kind == "existing"
+        else layout(resolved, family, collection, kind, facts, processes, gpus),
         tls=tls,
         served=served,
         gpu_workers=family.cluster_kind == "cuda",
         gpus=gpus,
-        dashboard_set=dashboard_set,
+        dashboard=dashboard,
     )

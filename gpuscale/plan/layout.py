@@ -12,6 +12,7 @@ from dask.utils import format_bytes
 
 from .. import machine
 from ..decision import Decision
+from ..errors import UserError
 
 SMALL_WORK_BYTES = 512 * 2**20
 """Planned memory at or under which a run on generated data gets one worker of this process's
@@ -26,11 +27,53 @@ class Facts:
     cores: int
     """Usable cores of this process (its CPU affinity)."""
     memory_bytes: int
+    gpus: tuple[tuple[int, int], ...] = ()
+    """The visible GPUs as (index, memory bytes); read for a GPU cluster only."""
 
     @classmethod
-    def here(cls) -> "Facts":
+    def here(cls, gpus: bool = False) -> "Facts":
         c = machine.cpu()
-        return cls(int(c["usable_cores"]), int(c["memory_bytes"]))
+        seen = tuple((g["index"], g["memory_bytes"]) for g in machine.gpus()) if gpus else ()
+        return cls(int(c["usable_cores"]), int(c["memory_bytes"]), seen)
+
+
+def choose_gpus(resolved, facts: Facts, picked: Decision | None) -> Decision:
+    """The GPUs a GPU cluster started here takes, one worker each: the ones you set (rule
+    ``gpus.set``; each must be visible), else the ones a rule of the work picked (``picked``,
+    rule ``gpus.work``), else every visible GPU (``gpus.visible``); the first ``--workers``
+    of them where you set the workers."""
+    c, src = resolved.settings.cluster, resolved.sources
+    visible = [i for i, _ in facts.gpus]
+    if c.gpus is not None:
+        unknown = [g for g in c.gpus if visible and g not in visible]
+        if unknown:
+            raise UserError(
+                f"GPU(s) {unknown} are not visible here (visible: {visible})",
+                "pick visible GPUs with --gpus, e.g. --gpus " + ",".join(map(str, visible)),
+            )
+        gpus = list(c.gpus)
+    else:
+        gpus = list(picked.value) if picked is not None else visible
+    if c.workers is not None and gpus and c.workers > len(gpus):
+        raise UserError(
+            f"--workers {c.workers} exceeds the {len(gpus)} GPU(s) selected",
+            "a GPU cluster runs one worker per GPU: lower --workers or add --gpus",
+        )
+    gpus = gpus[: c.workers] if c.workers is not None else gpus
+    if c.gpus is not None:
+        return Decision(gpus, src.get("cluster.gpus", "default"), None, "gpus.set")
+    if picked is not None:
+        return picked
+    return Decision(gpus, "rule", f"every visible GPU ({len(gpus)})", "gpus.visible")
+
+
+def _per_gpu(resolved, gpus: Decision) -> Decision:
+    """One worker per GPU the cluster takes (rule ``layout.per-gpu``), or the workers you set."""
+    c, n = resolved.settings.cluster, len(gpus.value)
+    if c.workers is not None:
+        return Decision(n, resolved.sources.get("cluster.workers", "flag"), None, "layout.set")
+    why = f"one worker per selected GPU: {n} GPU(s) {list(gpus.value)}"
+    return Decision(n, "rule", why, "layout.per-gpu")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +145,13 @@ def processes_choice(
 
 
 def layout(
-    resolved, family, collection: str | None, kind: str, facts: Facts, processes: Decision | None = None
+    resolved,
+    family,
+    collection: str | None,
+    kind: str,
+    facts: Facts,
+    processes: Decision | None = None,
+    gpus: Decision | None = None,
 ) -> Layout:
     """The layout of a ``kind`` cluster for ``family``'s ``collection`` work, the one rule every
     cluster kind reads.
@@ -114,7 +163,8 @@ def layout(
     * ``slurm``: a job's cores over its worker processes (dask-jobqueue's rule).
 
     A running cluster (``existing``) has its own. ``processes``: rule ``processes.small-work``'s
-    decision puts one worker of every core's thread in this process."""
+    decision puts one worker of every core's thread in this process; ``gpus``: the GPUs a
+    ``cuda`` cluster takes (:func:`choose_gpus`), one worker each."""
     if kind not in _RULES:
         raise ValueError(f"a {kind!r} cluster has no layout of its own")
     c = resolved.settings.cluster
@@ -123,6 +173,8 @@ def layout(
     if processes is not None and processes.rule_id == "processes.small-work" and not processes.value:
         return _in_process(processes, facts, numbers)
     out = _RULES[kind](resolved, family, collection, facts, own, numbers)
+    if gpus is not None:
+        out = dataclasses.replace(out, workers=_per_gpu(resolved, gpus))
     return out if processes is None else dataclasses.replace(out, processes=processes)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import dask.config
 from dask.utils import format_bytes
 
-from .. import machine, memory
+from .. import memory
 from ..decision import Decision
 
 
@@ -120,6 +120,22 @@ def rmm_pool(c, family) -> tuple[Any, dict[str, Any] | None]:
     }
 
 
+def rmm_rule(rmm: dict[str, Any] | None, gpu_bytes: list[int] = ()) -> str | None:
+    """How the RMM pool of the spec's ``rmm`` entry came about: its source, the size per GPU
+    where it is a share of GPUs of known memory (``gpu_bytes``), and CUDA's async allocator
+    where that is set; None without an entry."""
+    if rmm is None:
+        return None
+    pool, rule = rmm["pool_size"], rmm["source"]
+    if isinstance(pool, float) and pool <= 1 and gpu_bytes:
+        smallest = min(gpu_bytes)
+        rule += f": {pool:g} x {format_bytes(smallest)} = {format_bytes(int(pool * smallest))} per GPU"
+    if rmm["allocator"] == "async":
+        first = rule if pool is not None else "no initial pool"
+        rule = f"{first}; CUDA's async allocator (cluster.rmm.allocator: async)"
+    return rule
+
+
 def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> Decision:
     """The RMM pool choice: ``pool`` as the cluster kind set it (None: no pool) and the rule
     it gave, else why there is none."""
@@ -139,13 +155,12 @@ def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> D
     )
 
 
-def device_limit_choice(resolved, gpus) -> Decision:
-    """Where GPU workers start spilling device -> host (dask-cuda's ``device_memory_limit``)."""
+def device_limit_choice(resolved, gpu_bytes: list[int]) -> Decision:
+    """Where GPU workers start spilling device -> host (dask-cuda's ``device_memory_limit``);
+    ``gpu_bytes``: the memory of the workers' GPUs where known here, else []."""
     c = resolved.settings.cluster
     src = resolved.sources.get("cluster.device-memory-limit", "default")
-    sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
-    known = [sizes[g] for g in gpus if g in sizes]
-    device = min(known) if known else None
+    device = min(gpu_bytes) if gpu_bytes else None
     f = memory.device_spill_fraction(c.device_memory_limit, device)
     if f is None:
         return Decision(
@@ -183,14 +198,12 @@ SPILL_WAYS = {
 }
 
 
-def device_spill_choice(resolved, family, collection, gpus) -> Decision:
+def device_spill_choice(resolved, family, collection, gpu_bytes: list[int]) -> Decision:
     """How GPU workers spill (``cluster.device-spill``; auto: the family's knob for the work's
     collection), or that they do not (``--device-memory-limit 0``)."""
     c = resolved.settings.cluster
     src = resolved.sources.get("cluster.device-spill", "default")
-    sizes = {g["index"]: g["memory_bytes"] for g in machine.gpus()}
-    known = [sizes[g] for g in gpus if g in sizes]
-    if memory.device_spill_fraction(c.device_memory_limit, min(known) if known else None) is None:
+    if memory.device_spill_fraction(c.device_memory_limit, min(gpu_bytes) if gpu_bytes else None) is None:
         return Decision("off", "rule", "--device-memory-limit 0: nothing spills", "device-spill.off")
     if c.device_spill != "auto":
         return Decision(c.device_spill, src, SPILL_WAYS[c.device_spill], "device-spill.set")

@@ -16,19 +16,24 @@ from . import remote, runner
 from .session import configure, planned_memory, session_plan
 
 
-def preview(
+def explain(
     workload: str,
     *,
     backend: str | None = None,
     protocol: str | None = None,
     profile: str | None = None,
     cluster_settings: dict | None = None,
-    placement_args: dict[str, Any] | None = None,
+    trace: str | None = None,
+    output: str | None = None,
+    dashboard: bool = False,
     **params: Any,
 ) -> dict[str, Any]:
-    """What ``gpuscale run`` with the same arguments would do, starting nothing: settings and
-    their sources, family, cluster spec, the workload's choices, every knob explained, the
-    memory headroom and the audit settings, as a plain dict."""
+    """The plan of ``run(workload, ...)`` with the same arguments, starting nothing, as a plain
+    dict: settings and their sources, family, the cluster spec (as ``gpuscale cluster show``),
+    the workload's choices, every knob with its value, source and rule, where the runner would
+    run, the memory headroom and the audit settings. ``repeat`` / ``warmup`` /
+    ``memory_check`` / ``strict_backend`` / ``in_cluster`` go in ``cluster_settings`` like the
+    other settings; ``trace`` / ``output`` / ``dashboard`` only change where the runner runs."""
     cls = workloads.get(workload)
     p = cls.parse(params)
     settings = config.merge_keywords(cluster_settings, backend=backend, protocol=protocol)
@@ -69,7 +74,9 @@ def preview(
         resolved, selection, spec, cls.collection, ctx.choices, session=session_plan(resolved, fam)
     )
     try:
-        knobs["cluster"]["runner"] = remote.placement(resolved, spec, **(placement_args or {})).entry()
+        knobs["cluster"]["runner"] = remote.placement(
+            resolved, spec, trace=trace, output=output, hooks=dashboard
+        ).entry()
     except UserError as e:
         knobs["cluster"]["runner"] = {
             "value": None,
