@@ -138,8 +138,8 @@ def test_the_gpus_of_a_gpu_cluster_are_decided_in_the_plan_from_the_machines_fac
     from the facts (visible GPUs and their memory), so the cluster kind only words them."""
     from gpuscale import backends, config
     from gpuscale.cluster import kind
-    from gpuscale.plan import Facts
     from gpuscale.errors import UserError
+    from gpuscale.plan import Facts
     from gpuscale.plan.cluster import plan_cluster
 
     family = backends.select("gpu", "array", check=False).family
