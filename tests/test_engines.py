@@ -303,8 +303,8 @@ def test_explain_names_the_engine_the_rule_and_polars_plan(session, files):
 
 
 def test_the_session_names_its_engine_setting_among_what_it_applies(session):
-    (engine,) = [a for a in session.applied if a.name == "engine"]
-    assert (engine.value, engine.rule, engine.source) == ("auto", "engine.route", "default")
+    engine = session.applied["engine"]
+    assert (engine.value, engine.rule_id, engine.source) == ("auto", "engine.route", "default")
 
 
 def test_engine_dask_leaves_every_collection_to_dask(files):

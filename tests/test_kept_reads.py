@@ -32,7 +32,7 @@ def test_a_second_read_of_the_same_files_is_the_first_collection_copied(folder):
         b["w"] = b.v * 2  # the user's assignment changes their copy only
         assert list(a.columns) == ["k", "v"] and list(b.columns) == ["k", "v", "w"]
         assert dd.read_parquet(str(folder)).expr is a.expr
-        assert any(x.rule == "reads.kept" for x in s.applied)
+        assert s.applied["kept_reads"].rule_id == "reads.kept"
         assert int(b.w.sum().compute()) == 2 * 3 * 6
     assert dd.read_parquet is own
 
@@ -72,7 +72,7 @@ def test_a_gpu_sessions_kept_read_has_the_familys_keywords_and_cudf_partitions(f
         b = dd.read_parquet(str(folder))
         assert b.expr is a.expr and type(a._meta).__module__.startswith("cudf")
         assert a.npartitions == 1  # the family's aggregate_files=True: three files read together
-        assert any(x.rule == "reads.kept" for x in s.applied)
+        assert s.applied["kept_reads"].rule_id == "reads.kept"
         got = b.groupby("k").v.sum().compute()
         assert type(got).__module__.startswith("cudf")
         assert got.to_pandas().sort_index().tolist() == [6, 6, 6]

@@ -62,7 +62,8 @@ def test_a_user_merge_in_the_block_shuffles_with_the_family_method(tasks_family)
     with gpuscale.session(backend="cputasks", **SMALL) as s:
         assert dask.config.get("dataframe.shuffle.method") == "tasks"
         assert _tasks_shuffle(_user_merge(s))
-        assert s.applied[0].rule == "shuffle.family" and s.applied[0].source == "family"
+        shuffle = s.applied["shuffle_method"]
+        assert shuffle.rule_id == "shuffle.family" and shuffle.source == "family"
     assert dask.config.get("dataframe.shuffle.method", None) is None  # scoped to the block
 
 
@@ -70,13 +71,14 @@ def test_the_cpu_family_leaves_user_merges_to_dask():
     with gpuscale.session(backend="cpu", **SMALL) as s:
         prefixes = _user_merge(s)
         assert "hash-join-transfer" in prefixes  # Dask's P2P, as plain Dask on this cluster
-        assert s.applied[0].value is None and s.applied[0].rule == "shuffle.dask-default"
+        shuffle = s.applied["shuffle_method"]
+        assert shuffle.value is None and shuffle.rule_id == "shuffle.dask-default"
 
 
 def test_the_setting_and_your_dask_config_override_the_family(tasks_family):
     with gpuscale.session(backend="cputasks", shuffle_method="p2p", **SMALL) as s:
         assert "hash-join-transfer" in _user_merge(s)
-        assert (s.applied[0].value, s.applied[0].source) == ("p2p", "flag")
+        assert (s.applied["shuffle_method"].value, s.applied["shuffle_method"].source) == ("p2p", "flag")
         with dask.config.set({"dataframe.shuffle.method": "disk"}):  # a call's own config still wins
             assert dask.config.get("dataframe.shuffle.method") == "disk"
     with dask.config.set({"dataframe.shuffle.method": "p2p"}):
@@ -109,7 +111,8 @@ def test_a_user_merge_in_a_gpu_session_shuffles_on_the_device():
     partitions, no P2P transfer tasks, pandas' answer."""
     pytest.importorskip("dask_cudf")
     with gpuscale.session(backend="gpu", engine="dask") as s:
-        assert s.applied[0].value == "tasks" and s.applied[0].rule == "shuffle.family"
+        shuffle = s.applied["shuffle_method"]
+        assert shuffle.value == "tasks" and shuffle.rule_id == "shuffle.family"
         left = dd.from_dict({"k": LEFT.k.to_numpy(), "a": LEFT.a.to_numpy()}, npartitions=4)
         right = dd.from_dict({"k": RIGHT.k.to_numpy(), "b": RIGHT.b.to_numpy()}, npartitions=3)
         merged = left.merge(right, on="k")
@@ -199,8 +202,12 @@ def test_user_merges_in_the_block_share_their_metadata():
     tables = _chain_tables()
     plain, want = _pandas_merges_while_planning(tables)
     with gpuscale.session(backend="cpu", **SMALL) as s:
-        applied = {a.name: a for a in s.applied}["merge_meta"]
-        assert (applied.value, applied.rule, applied.dask_key) == ("cached", "merge-meta.cached", None)
+        applied = s.applied["merge_meta"]
+        assert (applied.value, applied.rule_id, applied.extra["dask_key"]) == (
+            "cached",
+            "merge-meta.cached",
+            None,
+        )
         cached, got = _pandas_merges_while_planning(tables)
     assert plain >= 15 and cached <= plain // 2, (plain, cached)
     pd.testing.assert_series_equal(got.sort_index(), want.sort_index())
@@ -212,8 +219,8 @@ def test_merge_metadata_left_to_dask_by_the_setting():
     tables = _chain_tables()
     plain, _ = _pandas_merges_while_planning(tables)
     with gpuscale.session(backend="cpu", merge_meta="dask", **SMALL) as s:
-        applied = {a.name: a for a in s.applied}["merge_meta"]
-        assert (applied.value, applied.source, applied.rule) == ("dask", "flag", "merge-meta.dask")
+        applied = s.applied["merge_meta"]
+        assert (applied.value, applied.source, applied.rule_id) == ("dask", "flag", "merge-meta.dask")
         assert _pandas_merges_while_planning(tables)[0] == plain
     d = api.explain("merge", backend="cpu", cluster_settings=SMALL)
     assert d["explained"]["session"]["merge_meta"]["rule_id"] == "merge-meta.cached"
@@ -308,12 +315,12 @@ def test_a_gpu_session_reads_the_users_parquet_files_together():
 def test_the_session_names_the_keywords_it_adds_to_the_users_reads():
     fam = _gpu_family()
     settings = gpuscale.config.resolve().settings.session
-    (reads,) = [a for a in session_knobs.plan(fam, settings, {}) if a.name == "read_parquet"]
-    assert (reads.value, reads.rule) == ({"aggregate_files": True}, "reads.family")
+    reads = session_knobs.plan(fam, settings, {})["read_parquet"]
+    assert (reads.value, reads.rule_id) == ({"aggregate_files": True}, "reads.family")
     off = settings.model_copy(update={"host_collections": "off"})
-    (reads,) = [a for a in session_knobs.plan(fam, off, {}) if a.name == "read_parquet"]
-    assert (reads.value, reads.rule) == (None, "reads.off")
-    assert not [a for a in session_knobs.plan(cpu.FAMILY, settings, {}) if a.name == "read_parquet"]
+    reads = session_knobs.plan(fam, off, {})["read_parquet"]
+    assert (reads.value, reads.rule_id) == (None, "reads.off")
+    assert "read_parquet" not in session_knobs.plan(cpu.FAMILY, settings, {})
 
 
 @pytest.mark.gpu

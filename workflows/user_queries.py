@@ -228,6 +228,7 @@ def open_side(name: str, hang_after: float | None = None):
             wait_exited(pids)  # the next side's pool needs the GPUs these workers held
     elif base in ("gpuscale-cpu", "gpuscale-gpu"):
         import gpuscale
+        from gpuscale.backends import session_knobs
 
         keywords = {"shuffle_method": kw["shuffle"]} if "shuffle" in kw else {}
         keywords |= {"gpus": ",".join(map(str, gpus))} if gpus else {}
@@ -237,7 +238,7 @@ def open_side(name: str, hang_after: float | None = None):
             dask.config.set(conf),  # as the user's own Dask config
             gpuscale.session(backend=base.split("-")[1], protocol=kw.get("protocol"), **keywords) as s,
         ):
-            knobs = "; ".join(f"{a.dask_key or a.name}={a.value} ({a.source}, {a.rule})" for a in s.applied)
+            knobs = "; ".join(session_knobs.described(s.applied))
             print(f"{name}: {knobs}", file=sys.stderr)
             run = _dask_runner(hang_after, routed=True)
 

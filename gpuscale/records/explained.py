@@ -75,8 +75,8 @@ def workload_knobs(
 
 def session_knobs(applied) -> dict[str, dict[str, Any]]:
     """What the session applies to all Dask work in its block
-    (:class:`gpuscale.backends.session_knobs.Applied`), the user's own code included."""
-    return {a.name: a.choice() for a in applied}
+    (:func:`gpuscale.backends.session_knobs.plan`), the user's own code included."""
+    return {name: a.record() for name, a in dict(applied).items()}
 
 
 def explained(

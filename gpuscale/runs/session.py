@@ -266,7 +266,7 @@ class Session:
         self.placement = None
         """Where :meth:`run` runs the runner and why (a :class:`gpuscale.runs.remote.Placement`,
         recorded as ``explained.cluster.runner``); None: in this process, not asked."""
-        self.applied: tuple[session_knobs.Applied, ...] = ()
+        self.applied: dict[str, Decision] = {}
         """The Dask settings this session applies to all work in its block, user code included
         (:mod:`gpuscale.backends.session_knobs`), each with its source and rule; set on entry."""
         self.dask_log = None
@@ -598,10 +598,7 @@ class Session:
         ``.summary`` holds the summary after the block. An error in the block writes nothing."""
         self._require_open()
         with self._capture(directory) as tracer, tracer.phase(phase):
-            tracer.notes += [
-                f"the session applied {a.dask_key or a.name} = {a.value} ({a.source}, rule {a.rule})"
-                for a in self.applied
-            ]
+            tracer.notes += [f"the session applied {k}" for k in session_knobs.described(self.applied)]
             with audit_mod.audit(self.client, self.family, phase=phase) as a:  # summary.json's "audit"
                 yield tracer
             tracer.audit = a.summary
