@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
+from .routes import Routed
 from .routes.dataframe import (
     AGGREGATIONS,
-    FrameRoute,
-    GroupbyDecision,
-    GroupbyResult,
     choose_groupby,
     groupby_agg,
     merge,
@@ -19,8 +17,6 @@ __all__ = [
     "merge",
     "sort",
     "choose_groupby",
-    "GroupbyDecision",
-    "GroupbyResult",
-    "FrameRoute",
+    "Routed",
     "AGGREGATIONS",
 ]

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 @dataclass(frozen=True, slots=True, eq=False)
 class Decision(Mapping):
     """A value as chosen: ``source`` is the settings layer it came from or ``rule`` / ``family``
-    / ``cluster`` (:mod:`gpuscale.choices`), ``rule`` the sentence that says why (None: nothing
+    / ``cluster``, ``rule`` the sentence that says why (None: nothing
     to say), ``rule_id`` the rule's id and ``numbers`` the facts and settings it used.
 
     It reads as the recorded mapping ``{"value", "source", "rule", **extra}`` (:meth:`record`).

@@ -3,6 +3,6 @@ Gram matrix it starts from."""
 
 from __future__ import annotations
 
-from .routes.linalg import ROUTES, Route, SVDResult, condition_from_singular_values, gram, svd
+from .routes.linalg import ROUTES, SVDResult, condition_from_singular_values, gram, svd
 
-__all__ = ["svd", "gram", "SVDResult", "Route", "ROUTES", "condition_from_singular_values"]
+__all__ = ["svd", "gram", "SVDResult", "ROUTES", "condition_from_singular_values"]

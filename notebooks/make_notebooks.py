@@ -100,7 +100,7 @@ def svd_on(backend):
     error = float(np.abs(np.asarray(s_values) - REFERENCE).max() / REFERENCE[0])
     print(f"{r.family}: valid {r.valid}, median {r.median_s * 1e3:.1f} ms over {len(r.times_s)} repeats, "
           f"chunk_rows {r.choices['chunk_rows']['value']}")
-    print(f"{r.family}: your matrix by route {res.route.name}, max |s - NumPy| / s_max = {error:.1e}")
+    print(f"{r.family}: your matrix by route {res.route.value}, max |s - NumPy| / s_max = {error:.1e}")
     return r""",
     ),
     (
@@ -246,8 +246,8 @@ with s.audit() as a:
     s_values = np.asarray(gpuscale.backends.to_host(res.s.compute()))
     g = gpuscale.dataframe.groupby_agg(df, "store", {"price": ["mean", "max"], "qty": "sum"})
     table = gpuscale.backends.to_host(g.result.compute()).sort_index()
-print("SVD route:", res.route.name, "-", res.route.reason)
-print("groupby plan:", g.plan.strategy, "-", g.plan.reason)
+print("SVD route:", res.route.value, "-", res.route.rule)
+print("groupby plan:", g.decision.value, "-", g.decision.rule)
 rich.print(gpuscale.report.audit_table(a.summary, "the routes on your data"))""",
     ),
     (

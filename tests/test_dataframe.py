@@ -49,37 +49,41 @@ def check_matches_pandas(res, pdf, by, spec):
 @pytest.mark.parametrize("split_out, strategy", [(1, "tree"), (3, "shuffle")])
 def test_explicit_split_out_matches_pandas(frame, ddf, split_out, strategy):
     res = gdf.groupby_agg(ddf, "key", SPEC, split_out=split_out)
-    assert res.plan.split_out == split_out
-    assert res.plan.strategy == strategy
+    assert res.decision.numbers["split_out"] == split_out
+    assert res.decision.value == strategy
     assert res.result.npartitions == split_out
-    assert "set by you" in res.plan.reason
+    assert "set by you" in res.decision.rule
     check_matches_pandas(res, frame, "key", SPEC)
 
 
 def test_auto_plan_under_budget_is_one_partition(frame, ddf):
     res = gdf.groupby_agg(ddf, "key", SPEC)
-    p = res.plan
-    assert p.split_out == 1 and res.result.npartitions == 1
-    assert p.strategy in ("tree", "per-worker")
-    assert p.result_bytes <= p.budget_bytes == backends.select("cpu").family.knobs.split_out_budget_bytes
-    assert p.groups_source.startswith("estimated")
-    assert 40 <= p.groups <= 60  # nunique_approx of 50 keys
-    assert "split_out=1" in p.reason
+    p = res.decision
+    assert p.numbers["split_out"] == 1 and res.result.npartitions == 1
+    assert p.value in ("tree", "per-worker")
+    assert (
+        p.numbers["result_bytes"]
+        <= p.numbers["budget_bytes"]
+        == backends.select("cpu").family.knobs.split_out_budget_bytes
+    )
+    assert p.numbers["groups_source"].startswith("estimated")
+    assert 40 <= p.numbers["groups"] <= 60  # nunique_approx of 50 keys
+    assert "split_out=1" in p.rule
     check_matches_pandas(res, frame, "key", SPEC)
 
 
 def test_tree_plan_when_groups_are_few_per_partition(frame, ddf):
     # 4 groups in partitions of ~500 rows: aggregating each partition first shrinks the data
     res = gdf.groupby_agg(ddf, "k2", SPEC)
-    assert res.plan.strategy == "tree" and res.plan.split_out == 1
+    assert res.decision.value == "tree" and res.decision.numbers["split_out"] == 1
     check_matches_pandas(res, frame, "k2", SPEC)
 
 
 def test_per_worker_plan_when_groups_are_many(frame, ddf):
     # 50 groups per ~500-row partition (10%): each worker concatenates, aggregates once
     res = gdf.groupby_agg(ddf, "key", SPEC, groups=50, rows=len(frame))
-    assert res.plan.strategy == "per-worker"
-    assert res.plan.groups_source == "given"
+    assert res.decision.value == "per-worker"
+    assert res.decision.numbers["groups_source"] == "given"
     check_matches_pandas(res, frame, "key", SPEC)
     # no cluster: one worker, one task aggregating everything (no partials), sorted by key
     # when asked (pandas' default), with pandas' own columns and dtypes
@@ -106,7 +110,7 @@ def test_multi_column_keys(frame, ddf):
 def test_non_decomposable_aggregations_use_the_tree(frame, ddf):
     spec = {"x": ["std", "var"], "y": ["first", "last"]}
     res = gdf.groupby_agg(ddf, "key", spec, groups=50, rows=len(frame))
-    assert res.plan.strategy == "tree"
+    assert res.decision.value == "tree"
     check_matches_pandas(res, frame, "key", spec)
 
 
@@ -126,13 +130,15 @@ def tiny_budget_family():
 
 def test_small_budget_splits_the_result(frame, ddf, tiny_budget_family):
     p = gdf.choose_groupby(ddf, "key", SPEC, family=tiny_budget_family)
-    assert p.strategy == "shuffle" and p.split_out > 1
-    assert p.result_bytes > p.budget_bytes == 256
-    assert "test-tiny budget" in p.reason
+    assert p.value == "shuffle" and p.numbers["split_out"] > 1
+    assert p.numbers["result_bytes"] > p.numbers["budget_bytes"] == 256
+    assert "test-tiny budget" in p.rule
     # the same frame with the real cpu family stays in one partition
-    assert gdf.choose_groupby(ddf, "key", SPEC, family=backends.select("cpu").family).split_out == 1
+    assert (
+        gdf.choose_groupby(ddf, "key", SPEC, family=backends.select("cpu").family).numbers["split_out"] == 1
+    )
     res = gdf.groupby_agg(ddf, "key", SPEC, family=tiny_budget_family)
-    assert res.result.npartitions == p.split_out
+    assert res.result.npartitions == p.numbers["split_out"]
     check_matches_pandas(res, frame, "key", SPEC)
 
 
@@ -174,7 +180,7 @@ def test_on_distributed_cluster(cpu_session, frame, split_out):
     ddf = cpu_session.client.persist(dd.from_pandas(frame, npartitions=6))
     res = gdf.groupby_agg(ddf, "key", SPEC, split_out=split_out)
     if split_out == "auto":
-        assert res.plan.strategy == "per-worker"
+        assert res.decision.value == "per-worker"
         # one partial per worker holding data, covering every partition once
         from distributed import wait
 
@@ -218,15 +224,19 @@ def test_merge_and_sort_routes_one_task_on_one_single_thread_worker(cpu_session)
                 dl = dd.from_pandas(left, npartitions=3)
                 dr = dd.from_pandas(right, npartitions=2)
                 m = gdf.merge(dl, dr, "key")
-                assert m.plan == client_plan, m.reason
+                assert m.decision.value == client_plan, m.decision.rule
                 got = m.result.compute().sort_values(["key", "y"]).reset_index(drop=True)
                 pd.testing.assert_frame_equal(got, ref, check_dtype=False)
                 s = gdf.sort(dl, "key")
-                assert s.plan == client_plan
+                assert s.decision.value == client_plan
                 assert s.result.compute()["key"].tolist() == sorted(left["key"])
                 i = gdf.sort(dl, "key", index=True)
                 out = i.result.compute()
-                assert i.plan == client_plan and out.index.is_monotonic_increasing and len(out) == len(left)
+                assert (
+                    i.decision.value == client_plan
+                    and out.index.is_monotonic_increasing
+                    and len(out) == len(left)
+                )
                 assert (out["x"].to_numpy() == left.set_index("key").loc[out.index, "x"].to_numpy()).all()
 
 
@@ -339,7 +349,7 @@ def test_the_gpu_family_synchronizes_a_one_task_route_inside_its_task():
     fam = next(f for f in registry.families() if f.name == "gpu")
     df = dd.from_pandas(pd.DataFrame({"key": [1, 2, 1, 2], "x": [1.0, 2.0, 3.0, 4.0]}), npartitions=2)
     route = gdf.groupby_agg(df, "key", {"x": "sum"}, groups=2, family=fam, threads=1)
-    assert route.plan.strategy == "per-worker"
+    assert route.decision.value == "per-worker"
     wrapped = fam.synchronized(route.result)
     (key,) = wrapped.__dask_keys__()
     task = dict(wrapped.__dask_graph__())[key]
@@ -369,8 +379,10 @@ def test_sort_is_dasks_default_and_asked_for_sorts_every_plan(frame, ddf):
 
     for groups in (50, 5):  # per-worker (many groups per partition) and tree (few)
         base = gdf.groupby_agg(ddf, "key", SPEC, groups=groups, rows=len(frame))
-        for plan in {base.plan.strategy, "tree", "per-worker"}:
-            forced = dataclasses.replace(base.plan, strategy=plan, split_out=1)
+        for plan in {base.decision.value, "tree", "per-worker"}:
+            forced = dataclasses.replace(
+                base.decision, value=plan, numbers={**base.decision.numbers, "split_out": 1}
+            )
             check_matches_pandas(gdf.groupby_agg(ddf, "key", SPEC, plan=forced), frame, "key", SPEC)
             got = gdf.groupby_agg(ddf, "key", SPEC, plan=forced, sort=True).result.compute()
             assert got.index.is_monotonic_increasing, plan
@@ -386,7 +398,7 @@ def test_sort_is_dasks_default_and_asked_for_sorts_every_plan(frame, ddf):
         wait(held)
         for sort in (None, True):  # two workers: partials combined on one
             res = gdf.groupby_agg(held, "key", SPEC, groups=50, rows=len(frame), threads=1, sort=sort)
-            assert res.plan.strategy == "per-worker"
+            assert res.decision.value == "per-worker"
             graph = dict(res.result.__dask_graph__())
             assert any("partial" in str(k) for k in graph), "expected one partial per worker"
             check_matches_pandas(res, frame, "key", SPEC)

@@ -129,9 +129,9 @@ def test_placement_rules(cluster, tmp_path):
         resolved, _, spec = api.configure(backend="cpu", scheduler=scheduler, in_cluster=in_cluster)
         return remote.placement(resolved, spec, **files)
 
-    assert where().where == "cluster"
+    assert where().value == "cluster"
     local = where(scheduler=None)
-    assert local.where == "client" and "starts its own cluster" in local.rule
+    assert local.value == "client" and "starts its own cluster" in local.rule
     for files, flag in (
         ({"trace": "t"}, "--trace"),
         ({"output": "o.csv"}, "--output"),
@@ -139,10 +139,10 @@ def test_placement_rules(cluster, tmp_path):
         ({"data": object()}, "data= is a collection"),
     ):
         auto = where(**files)
-        assert auto.where == "client" and flag in auto.rule and "stays here" in auto.rule
+        assert auto.value == "client" and flag in auto.rule and "stays here" in auto.rule
         with pytest.raises(UserError, match=f"--in-cluster cannot run this: {flag}"):
             where(in_cluster=True, **files)
-    assert where(data=str(tmp_path / "x.parquet")).where == "cluster"  # a path the workers read
+    assert where(data=str(tmp_path / "x.parquet")).value == "cluster"  # a path the workers read
     with pytest.raises(UserError, match="no scheduler was named"):
         where(in_cluster=True, scheduler=None)
 

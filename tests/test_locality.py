@@ -108,7 +108,7 @@ def test_routes_name_their_tasks_apart_for_a_lazy_collection_and_its_persisted_s
     wait(dp)
     lazy_g = gdf.groupby_agg(df, "k", {"v": "sum"}, groups=1000, rows=4000)
     held_g = gdf.groupby_agg(dp, "k", {"v": "sum"}, groups=1000, rows=4000)
-    assert lazy_g.plan.strategy == held_g.plan.strategy == "per-worker"
+    assert lazy_g.decision.value == held_g.decision.value == "per-worker"
     assert lazy_g.result._name != held_g.result._name
 
 
@@ -132,7 +132,7 @@ def test_in_memory_reads_a_persisted_frame_through_its_futures(cpu_session):
     dsk, keys = locality.in_memory(dp)
     assert keys == sorted(f.key for f in futures_of(dp))
     res = gdf.groupby_agg(dp, "k", {"v": ["sum", "max"]}, groups=1500, rows=6000)
-    assert res.plan.strategy == "per-worker"
+    assert res.decision.value == "per-worker"
     graph = dict(res.result.__dask_graph__())
     assert not set(dp.__dask_keys__()) & set(graph)  # the aliases are not in the route's graph
     with get_task_stream(client) as ts:

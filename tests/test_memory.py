@@ -563,6 +563,7 @@ def _ctx(threads=2, validate=None, **choices):
     """A planning context (no cluster): one CPU worker of ``threads`` threads, 2 GB, ``choices``."""
     from gpuscale import memory, workloads
     from gpuscale.backends import registry
+    from gpuscale.decision import Decision
 
     class Spec:
         workers = 1
@@ -579,7 +580,11 @@ def _ctx(threads=2, validate=None, **choices):
         spill_to="disk",
     )
     return workloads.Context(
-        cpu, Spec(), choices={k: {"value": v} for k, v in choices.items()}, memory=budget, validate=validate
+        cpu,
+        Spec(),
+        choices={k: Decision(v, "test") for k, v in choices.items()},
+        memory=budget,
+        validate=validate,
     )
 
 

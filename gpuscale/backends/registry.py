@@ -9,6 +9,7 @@ import importlib.metadata
 import warnings
 from dataclasses import dataclass
 
+from ..decision import Decision
 from ..errors import UserError
 from . import cpu, gpu
 from .family import Family
@@ -93,15 +94,20 @@ def chunk_libraries() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Selection:
-    """The family a backend name selected, and why."""
+    """The family a backend name selected: the name asked for, the family, and the decision
+    (the family's name, chosen by rule ``auto`` or by the name, and why)."""
 
     requested: str
     family: Family
-    reason: str
+    chosen: Decision
 
     @property
     def name(self) -> str:
         return self.family.name
+
+    @property
+    def reason(self) -> str:
+        return self.chosen.rule
 
 
 def select(backend: str, collection: str | None = None, *, check: bool = True) -> Selection:
@@ -113,11 +119,8 @@ def select(backend: str, collection: str | None = None, *, check: bool = True) -
         for fam in fams:
             ok, why = fam.probe()
             if ok and fam.missing(collection) is None:
-                return Selection(
-                    "auto",
-                    fam,
-                    f"auto chose {fam.name}: {why}" + (f" ({'; '.join(reasons)})" if reasons else ""),
-                )
+                why = f"auto chose {fam.name}: {why}" + (f" ({'; '.join(reasons)})" if reasons else "")
+                return Selection("auto", fam, Decision(fam.name, "rule", why))
             reasons.append(f"not {fam.name}: {why}")
         raise UserError(
             "auto found no usable backend family: " + "; ".join(reasons),
@@ -127,7 +130,9 @@ def select(backend: str, collection: str | None = None, *, check: bool = True) -
         if backend in fam.names:
             if check:
                 fam.check(backend, collection)
-            return Selection(backend, fam, f"{backend} selects the {fam.name} family")
+            return Selection(
+                backend, fam, Decision(fam.name, "setting", f"{backend} selects the {fam.name} family")
+            )
     raise UserError(f"unknown backend '{backend}'", f"use one of: {vocabulary()}")
 
 

@@ -14,7 +14,7 @@ import uuid
 from typing import Any
 
 from .. import _dask_compat, machine
-from ..choices import choice
+from ..decision import Decision
 from ..errors import UserError
 
 MiB = 2**20
@@ -332,21 +332,21 @@ async def _probe_fetch(
     return {"seconds": times, "bytes": nbytes}
 
 
-def _probe_decision(setting: str, source: str, scheme: str, workers: int) -> dict[str, Any]:
+def _probe_decision(setting: str, source: str, scheme: str, workers: int) -> Decision:
     if setting == "off":
-        return choice(False, source, "off: no bandwidth probe")
+        return Decision(False, source, "off: no bandwidth probe")
     if workers < 2:
-        return choice(False, "rule", f"{setting}: one worker, no pair to probe")
+        return Decision(False, "rule", f"{setting}: one worker, no pair to probe")
     if setting == "on":
-        return choice(True, source, f"on: probe over any protocol (this cluster: {scheme})")
+        return Decision(True, source, f"on: probe over any protocol (this cluster: {scheme})")
     if scheme == "ucx":
-        return choice(
+        return Decision(
             True,
             source,
             "auto: the workers speak UCX, which picks NVLink / InfiniBand / shared "
             "memory / TCP itself and falls back silently: probe",
         )
-    return choice(
+    return Decision(
         False,
         source,
         f"auto: probes over UCX only; over {scheme} the path is the hosts' network, "
@@ -359,7 +359,7 @@ def probe(
     family,
     addresses: list[str],
     seen: dict[str, dict[str, Any]],
-    decision: dict[str, Any],
+    decision: Decision,
     *,
     nbytes: int = PROBE_BYTES,
     tries: int = PROBE_TRIES,
@@ -372,8 +372,8 @@ def probe(
     decision with what was measured."""
     from distributed import wait
 
-    out = {**decision, "block_bytes": nbytes, "tries": tries, "budget_s": budget_s, "pairs": []}
-    if not decision["value"]:
+    out = {**decision.record(), "block_bytes": nbytes, "tries": tries, "budget_s": budget_s, "pairs": []}
+    if not decision.value:
         return out
     t0 = time.perf_counter()
     gpu = family.cluster_kind == "cuda"

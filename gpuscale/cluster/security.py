@@ -15,7 +15,7 @@ import pathlib
 from typing import Any
 
 from .. import atomic, trust
-from ..choices import choice
+from ..decision import Decision
 from ..errors import UserError, missing_module
 
 MODES = ("auto", "tls", "off")
@@ -99,7 +99,9 @@ def apply(spec, resolved, proto, *, served: bool = False):
             "kwargs": kwargs,
             "choices": {
                 **spec.choices,
-                "security": choice(value, source if setting != "auto" else "rule", rule, setting=setting),
+                "security": Decision(
+                    value, source if setting != "auto" else "rule", rule, extra={"setting": setting}
+                ),
             },
         }
     )
@@ -133,11 +135,11 @@ def _for_client(spec, resolved):
                 "security": "off",
                 "choices": {
                     **spec.choices,
-                    "security": choice(
+                    "security": Decision(
                         "off",
                         "scheduler address",
                         f"the scheduler's address is {scheme}://: no TLS",
-                        setting=setting,
+                        extra={"setting": setting},
                     ),
                 },
             }
@@ -166,12 +168,12 @@ def _for_client(spec, resolved):
             "credentials": str(creds),
             "choices": {
                 **spec.choices,
-                "security": choice(
+                "security": Decision(
                     "tls",
                     "scheduler address",
                     f"the scheduler's address is tls://: TLS with the credentials "
                     f"in {creds} ({creds_source})",
-                    setting=setting,
+                    extra={"setting": setting},
                 ),
             },
         }

@@ -2,7 +2,7 @@
 layer recorded (nothing is decided here).
 
 :func:`explained` lays the knobs of one run out by scope, each as ``{"value", "source",
-"rule"}`` (:func:`gpuscale.choices.choice`):
+"rule"}`` (:meth:`gpuscale.decision.Decision.record`):
 
 ``cluster``
     backend and family, then ``ClusterSpec.choices`` (protocol, transports, GPUs, workers,
@@ -22,10 +22,10 @@ layer recorded (nothing is decided here).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from ..choices import choice
-from ..plan import Decision
+from ..decision import Decision
 
 FAMILY_KNOBS = {
     "chunk_bytes": "target bytes of one array chunk (row block)",
@@ -45,11 +45,12 @@ def cluster_knobs(resolved, selection, spec) -> dict[str, dict[str, Any]]:
     """The cluster's knobs: the backend as set, the family as selected, then the spec's own
     decisions, each as its record."""
     source = resolved.sources.get("backend", "default")
+    family = selection.chosen
     return {
-        "backend": choice(selection.requested, source),
-        "family": choice(
-            selection.family.name, "rule" if selection.requested == "auto" else source, selection.reason
-        ),
+        "backend": Decision(selection.requested, source).record(),
+        "family": (
+            family if family.source == "rule" else dataclasses.replace(family, source=source)
+        ).record(),
         **{k: v.record() if isinstance(v, Decision) else dict(v) for k, v in spec.choices.items()},
     }
 
@@ -57,7 +58,7 @@ def cluster_knobs(resolved, selection, spec) -> dict[str, dict[str, Any]]:
 def family_knobs(family, collection: str | None) -> dict[str, dict[str, Any]]:
     d = family.knobs.as_dict(collection)
     return {
-        k: choice(d[k], "family", f"{family.name} family default: {why}")
+        k: Decision(d[k], "family", f"{family.name} family default: {why}").record()
         for k, why in FAMILY_KNOBS.items()
         if k in d
     }

@@ -8,15 +8,15 @@ are built by hand (docs/decisions.md, rule ``routes.graph-by-hand``).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
 from dask.base import tokenize
 
 from .. import _dask_compat, backends, errors
+from ..decision import Decision
 from ..errors import UserError
-from . import locality
+from . import Routed, locality, routed
 
 AGGREGATIONS = ("sum", "mean", "min", "max", "count", "size", "std", "var", "first", "last")
 BYTES_PER_VALUE = 8
@@ -30,29 +30,31 @@ DECOMPOSE = {
 }
 
 
-@dataclasses.dataclass
-class GroupbyDecision:
-    """How a groupby runs (strategy, result partitions, fan-in, shuffle) and why; the result's
-    ``plan`` (recorded as the run's ``info.plan``)."""
-
-    strategy: str  # "per-worker" | "tree" | "shuffle"
-    split_out: int
-    split_every: int
-    shuffle_method: str | None
-    groups: int
-    groups_source: str
-    result_bytes: int
-    budget_bytes: int
-    reason: str
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-@dataclasses.dataclass
-class GroupbyResult:
-    result: Any  # a Dask DataFrame
-    plan: GroupbyDecision
+def groupby_plan(
+    strategy: str,
+    split_out: int,
+    split_every: int,
+    shuffle_method: str | None,
+    groups: int,
+    groups_source: str,
+    result_bytes: int,
+    budget_bytes: int,
+    why: str,
+    source: str = "rule",
+) -> Decision:
+    """How a groupby runs (``value``: "per-worker", "tree" or "shuffle") and why, with the
+    result partitions, fan-in, shuffle and the estimate it used as its ``numbers`` (recorded as
+    the run's ``info.plan``)."""
+    numbers = {
+        "split_out": split_out,
+        "split_every": split_every,
+        "shuffle_method": shuffle_method,
+        "groups": groups,
+        "groups_source": groups_source,
+        "result_bytes": result_bytes,
+        "budget_bytes": budget_bytes,
+    }
+    return Decision(strategy, source, why, None, numbers)
 
 
 def count_groups(df, by: list[str]):
@@ -127,7 +129,7 @@ def choose_groupby(
     worker_bytes: int | None = None,
     room_bytes: int | None = None,
     threads: int | None = None,
-) -> GroupbyDecision:
+) -> Decision:
     """Choose how to run ``df.groupby(by).agg(agg)``.
 
     * the result is estimated at ``groups`` x (key + aggregate columns) x 8 B; over the family's
@@ -190,7 +192,7 @@ def decide_groupby(
     worker_bytes: int | None = None,
     room_bytes: int | None = None,
     threads: int | None = None,
-) -> GroupbyDecision:
+) -> Decision:
     """The plan of :func:`choose_groupby` from numbers alone (nothing computed): ``width`` =
     key + aggregate columns, ``decomposable`` = every aggregation is in ``DECOMPOSE``. The
     per-worker route is taken only where ``CONCAT_COPIES x worker_bytes`` (the frame's bytes
@@ -209,7 +211,7 @@ def decide_groupby(
         n = int(split_out)
         if n < 1:
             raise UserError(f"split_out must be >= 1, got {n}", "use 1 for a tree reduction")
-        return GroupbyDecision(
+        return groupby_plan(
             "shuffle" if n > 1 else "tree",
             n,
             split_every,
@@ -219,6 +221,7 @@ def decide_groupby(
             result_bytes,
             budget,
             f"split_out={n} set by you",
+            "flag",
         )
     if result_bytes > budget:
         n = min(max(2, math.ceil(result_bytes / budget)), max(2, nparts))
@@ -226,7 +229,7 @@ def decide_groupby(
             f"split_out={n}: {size} exceeds the {fam.name} budget of {budget / 1e6:.4g} MB: "
             f"{knobs.shuffle_method or 'Dask default'} shuffle"
         )
-        return GroupbyDecision(
+        return groupby_plan(
             "shuffle", n, split_every, knobs.shuffle_method, groups, source, result_bytes, budget, why
         )
     per_part = max(1, rows // max(1, nparts))
@@ -256,7 +259,7 @@ def decide_groupby(
                 f"as groups (>= {least:.0%}), so each worker concatenates its partitions and "
                 "aggregates once"
             )
-        return GroupbyDecision("per-worker", 1, split_every, None, groups, source, result_bytes, budget, why)
+        return groupby_plan("per-worker", 1, split_every, None, groups, source, result_bytes, budget, why)
     why = (
         f"split_out=1: {size}, under the {fam.name} per-partition budget of "
         f"{budget / 1e6:.4g} MB: tree reduction (fan-in {split_every}), no shuffle"
@@ -266,7 +269,7 @@ def decide_groupby(
             f"; not per-worker: concatenating a worker's {worker_bytes / 1e6:.4g} MB (x{CONCAT_COPIES}) "
             f"would not fit the {room_bytes / 1e6:.4g} MB its tasks may hold"
         )
-    return GroupbyDecision("tree", 1, split_every, None, groups, source, result_bytes, budget, why)
+    return groupby_plan("tree", 1, split_every, None, groups, source, result_bytes, budget, why)
 
 
 def groupby_agg(
@@ -277,13 +280,13 @@ def groupby_agg(
     groups: int | None = None,
     rows: int | None = None,
     split_out: int | str = "auto",
-    plan: GroupbyDecision | None = None,
+    plan: Decision | None = None,
     family=None,
     worker_bytes: int | None = None,
     room_bytes: int | None = None,
     threads: int | None = None,
     sort: bool | None = None,
-) -> GroupbyResult:
+) -> Routed:
     """``df.groupby(by, sort=sort).agg(agg)`` with the tuned plan; lazy. Works in any Client
     context.
 
@@ -295,8 +298,8 @@ def groupby_agg(
 
     Returns
     -------
-    GroupbyResult
-        ``result`` (a Dask DataFrame) and the ``plan`` (:class:`GroupbyDecision`).
+    Routed
+        ``result`` (a Dask DataFrame) and the ``decision`` (:func:`groupby_plan`).
     """
     _dask_frame(df, "groupby_agg")
     by_list = [by] if isinstance(by, str) else list(by)
@@ -313,20 +316,21 @@ def groupby_agg(
         threads=threads,
     )
     spec = _normalize_agg(df, by_list, agg)
-    if sort and plan.split_out > 1:
+    n = plan.numbers
+    if sort and n["split_out"] > 1:
         raise UserError(
             f"sort=True needs the result in one partition; this plan splits it over "
-            f"{plan.split_out} ({plan.reason})",
+            f"{n['split_out']} ({plan.rule})",
             "pass split_out=1 (the result must fit one worker), or sort the result yourself",
         )
-    if plan.strategy == "per-worker":
-        return GroupbyResult(_per_worker_agg(df, by_list, spec, bool(sort)), plan)
-    kwargs: dict[str, Any] = {"split_out": plan.split_out, "split_every": plan.split_every}
-    if plan.shuffle_method:
-        kwargs["shuffle_method"] = plan.shuffle_method
+    if plan.value == "per-worker":
+        return Routed(_per_worker_agg(df, by_list, spec, bool(sort)), plan)
+    kwargs: dict[str, Any] = {"split_out": n["split_out"], "split_every": n["split_every"]}
+    if n["shuffle_method"]:
+        kwargs["shuffle_method"] = n["shuffle_method"]
     key = by_list[0] if len(by_list) == 1 else by_list
     result = df.groupby(key, sort=sort).agg(spec, **kwargs)
-    return GroupbyResult(result, plan)
+    return Routed(result, plan)
 
 
 def _flat(col, agg) -> str:
@@ -456,15 +460,6 @@ def frame_of_task(dsk: dict, meta, key, prefix: str):
     return _dask_compat.one_task_frame(dsk, meta, key, prefix, tokenize(key))
 
 
-@dataclasses.dataclass
-class FrameRoute:
-    """A route's lazy result and how it runs (``plan``: "one task" or "dask"), with why."""
-
-    result: Any
-    plan: str
-    reason: str
-
-
 def one_single_thread_worker() -> str | None:
     """Why one task does the whole job here (the default client's cluster is one worker with
     one thread: rule ``routes.one-task``), or None."""
@@ -532,7 +527,7 @@ def _dask_frame(df, route: str) -> None:
         )
 
 
-def merge(left, right, on, how: str = "inner", shuffle_method: str | None = None) -> FrameRoute:
+def merge(left, right, on, how: str = "inner", shuffle_method: str | None = None) -> Routed:
     """``left.merge(right, on=on, how=how)``, lazy: one task when one single-threaded worker is
     the whole cluster (:func:`one_single_thread_worker`), else Dask's hash join with
     ``shuffle_method``. The result's rows are the same; their order and partitioning are not."""
@@ -541,17 +536,17 @@ def merge(left, right, on, how: str = "inner", shuffle_method: str | None = None
     why = one_single_thread_worker()
     if why:
         meta = _meta_of(_merge_meta, [left._meta, right._meta], on, how)
-        return FrameRoute(
+        return routed(
             _one_task("gpuscale-merge", _whole_merge, [left, right], (on, how), meta), "one task", why
         )
-    return FrameRoute(
+    return routed(
         left.merge(right, on=on, how=how, shuffle_method=shuffle_method),
         "dask",
         f"Dask's hash join (shuffle {shuffle_method or 'Dask default'}): several workers or threads",
     )
 
 
-def sort(df, by: str, *, index: bool = False, shuffle_method: str | None = None) -> FrameRoute:
+def sort(df, by: str, *, index: bool = False, shuffle_method: str | None = None) -> Routed:
     """``df.sort_values(by)`` (``index=True``: ``df.set_index(by)``, sorted), lazy: one task
     and one sorted partition (divisions unknown) when one single-threaded worker is the whole
     cluster, else Dask's own with ``shuffle_method``."""
@@ -559,13 +554,13 @@ def sort(df, by: str, *, index: bool = False, shuffle_method: str | None = None)
     why = one_single_thread_worker()
     if why:
         meta = _meta_of(_sort_meta, [df._meta], by, index)
-        return FrameRoute(_one_task("gpuscale-sort", _whole_sort, [df], (by, index), meta), "one task", why)
+        return routed(_one_task("gpuscale-sort", _whole_sort, [df], (by, index), meta), "one task", why)
     res = (
         df.set_index(by, shuffle_method=shuffle_method)
         if index
         else df.sort_values(by, shuffle_method=shuffle_method)
     )
-    return FrameRoute(
+    return routed(
         res,
         "dask",
         f"Dask's {'set_index' if index else 'sort_values'} "

@@ -16,7 +16,8 @@ Three routes, chosen automatically and honest about accuracy:
 
 ``route="auto"`` reads the condition number off the Gram spectrum and takes ``gram`` when
 its predicted error is within ``tol`` x s_max, else ``cholqr2`` while it can carry the
-condition, else ``tsqr``; the returned :class:`Route` says which and why. Block functions
+condition, else ``tsqr``; the result's ``route`` (a :class:`~gpuscale.decision.Decision`) says
+which and why. Block functions
 call NumPy's API, which CuPy arrays implement, so nothing here imports a GPU library. The
 graphs are built by hand (docs/decisions.md, rule ``routes.graph-by-hand``).
 """
@@ -35,6 +36,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from .. import audit
 from ..backends import finished, to_host
+from ..decision import Decision
 from ..errors import UserError
 from . import locality
 
@@ -49,17 +51,10 @@ GRAM_ERROR_FACTOR = 4.0
 CHOLQR2_LIMIT = 0.2
 
 
-@dataclasses.dataclass
-class Route:
-    """Which route ran and why."""
-
-    name: str
-    reason: str
-    condition_estimate: float | None = None
-    numbers: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+def _route(name: str, why: str, numbers: dict[str, Any], asked: bool = False) -> Decision:
+    """The route that ran (the decision's value) and why; ``numbers``: the limits, and the
+    condition estimate where one was read."""
+    return Decision(name, "flag" if asked else "rule", why, None, numbers)
 
 
 @dataclasses.dataclass
@@ -69,7 +64,9 @@ class SVDResult:
     s: da.Array
     u: da.Array | None
     vt: da.Array | None
-    route: Route
+    route: Decision
+    """Which route ran (``value``) and why (``rule``); ``numbers`` has the limits and, for
+    ``auto``, the ``condition_estimate``."""
     notes: list[str] = dataclasses.field(default_factory=list)
 
     def collections(self) -> dict[str, da.Array]:
@@ -435,14 +432,14 @@ def svd(
 
     if route == "tsqr":
         s, u, vt = _tsqr_route(x, compute_uv, dtype)
-        return SVDResult(s, u, vt, Route("tsqr", "asked for", None, limits), notes)
+        return SVDResult(s, u, vt, _route("tsqr", "asked for", limits, asked=True), notes)
     if route == "gram":
         s, u, vt = _gram_route(x, gram(x, split_every), compute_uv, dtype)
-        return SVDResult(s, u, vt, Route("gram", "asked for", None, limits), notes)
+        return SVDResult(s, u, vt, _route("gram", "asked for", limits, asked=True), notes)
     if route == "cholqr2":
         r = _cholqr2_parts(x, gram(x, split_every), split_every)
         s, u, vt = _cholqr2_route(r, x, compute_uv, dtype)
-        return SVDResult(s, u, vt, Route("cholqr2", "asked for", None, limits), notes)
+        return SVDResult(s, u, vt, _route("cholqr2", "asked for", limits, asked=True), notes)
 
     n = x.shape[1]
     if compute_uv:
@@ -479,7 +476,7 @@ def svd(
             f"condition estimate {cond:.3g} from the Gram spectrum: predicted error "
             f"{predicted:.2g} x s_max <= tol {tol:g}, one pass suffices"
         )
-        return SVDResult(s, u, vt, Route("gram", why, cond, nums), notes)
+        return SVDResult(s, u, vt, _route("gram", why, nums), notes)
     if cond <= cholqr2_max_cond:
         r = _cholqr2_parts(x, gram(x, split_every) if g is None else g, split_every)
         ok = _one_task(_all_finite, [r], (1,), meta=np.empty((0,)))
@@ -494,7 +491,7 @@ def svd(
                 f"condition estimate {cond:.3g}: Gram route would give ~{predicted:.2g} x s_max "
                 f"> tol {tol:g}; CholeskyQR2 holds up to {cholqr2_max_cond:.3g}"
             )
-            return SVDResult(s, u, vt, Route("cholqr2", why, cond, nums), notes)
+            return SVDResult(s, u, vt, _route("cholqr2", why, nums), notes)
         why_extra = "; Cholesky broke down (not positive definite in floating point)"
     else:
         why_extra = ""
@@ -503,4 +500,4 @@ def svd(
         f"condition estimate {cond:.3g} is past what CholeskyQR2 carries "
         f"({cholqr2_max_cond:.3g}){why_extra}: TSQR, accurate at any condition"
     )
-    return SVDResult(s, u, vt, Route("tsqr", why, cond, nums), notes)
+    return SVDResult(s, u, vt, _route("tsqr", why, nums), notes)

@@ -5,20 +5,14 @@ filtered and trimmed on its worker in one ``map_blocks`` task, without Dask's ov
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Any, Callable
+from typing import Callable
+
+from . import Routed, routed
 
 PAD_MODES = {"reflect": "symmetric", "periodic": "wrap", "nearest": "edge"}
 """Dask's boundary names -> ``numpy.pad`` modes (Dask's "reflect" repeats the edge pixel:
 NumPy's "symmetric")."""
-
-
-@dataclasses.dataclass
-class OverlapRoute:
-    result: Any
-    plan: str
-    reason: str
 
 
 def _pad_apply_trim(block, func, depth: tuple[int, ...], mode: str | None, value, kwargs: dict):
@@ -37,7 +31,7 @@ def _pad_apply_trim(block, func, depth: tuple[int, ...], mode: str | None, value
     return out[tuple(slice(d, out.shape[i] - d) for i, d in enumerate(depth))]
 
 
-def map_overlap(x, func: Callable, depth: int, boundary, dtype=None, **kwargs) -> OverlapRoute:
+def map_overlap(x, func: Callable, depth: int, boundary, dtype=None, **kwargs) -> Routed:
     """``x.map_overlap(func, depth=depth, boundary=boundary, dtype=dtype, **kwargs)``, lazy:
     one padded task when ``x`` is one chunk and the boundary is Dask's "reflect", "periodic",
     "nearest" or a number, else Dask's own."""
@@ -56,11 +50,11 @@ def map_overlap(x, func: Callable, depth: int, boundary, dtype=None, **kwargs) -
             dtype=dtype or x.dtype,
             meta=x._meta,
         )
-        return OverlapRoute(
+        return routed(
             y, "one chunk", f"one chunk: padded on its worker ({boundary}) and filtered in one task"
         )
     y = x.map_overlap(func, depth=depth, boundary=boundary, dtype=dtype or x.dtype, **kwargs)
-    return OverlapRoute(
+    return routed(
         y,
         "dask",
         f"Dask's map_overlap ({'several chunks' if not one_chunk else 'boundary ' + repr(boundary)})",

@@ -109,7 +109,7 @@ _nothing = contextlib.nullcontext
 
 def _run(s: Session, cls, options: RunOptions, params: dict[str, Any], *, on_ready, hold) -> results.Result:
     """The run on the session's cluster, the runner where ``s.placement`` says."""
-    if s.placement.where == "cluster":
+    if s.placement.value == "cluster":
         try:
             with phase("the run on a worker of the cluster"):
                 result = remote.run_in_cluster(s, cls.name, s.placement, options, params)
@@ -119,7 +119,7 @@ def _run(s: Session, cls, options: RunOptions, params: dict[str, Any], *, on_rea
                 raise UserError(
                     f"--in-cluster: {e}", "install the same gpuscale on the workers, or drop --in-cluster"
                 ) from None
-            s.placement = remote.Placement(
+            s.placement = remote.placed(
                 "client", s.placement.source, f"auto: {e}, so the runner stays in this process"
             )
     with s:

@@ -13,7 +13,7 @@ from .. import memory as _memory
 from ..errors import UserError
 from ..records.explained import explained
 from . import remote, runner
-from .session import configure, planned_memory, session_plan
+from .session import configure, planned_memory, runner_entry, session_plan
 
 
 def explain(
@@ -74,9 +74,8 @@ def explain(
         resolved, selection, spec, cls.collection, ctx.choices, session=session_plan(resolved, fam)
     )
     try:
-        knobs["cluster"]["runner"] = remote.placement(
-            resolved, spec, trace=trace, output=output, hooks=dashboard
-        ).entry()
+        placement = remote.placement(resolved, spec, trace=trace, output=output, hooks=dashboard)
+        knobs["cluster"]["runner"] = runner_entry(placement)
     except UserError as e:
         knobs["cluster"]["runner"] = {
             "value": None,
@@ -103,7 +102,7 @@ def explain(
             "strict_backend": strict,
             **({"auto_repeat": run_cfg.auto_repeat.model_dump()} if run_cfg.repeat == "auto" else {}),
         },
-        "choices": ctx.choices,
+        "choices": {k: dict(v) for k, v in ctx.choices.items()},
         "explained": knobs,
         "memory": memory,
         "audit": {

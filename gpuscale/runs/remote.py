@@ -7,7 +7,6 @@ worker and returns the record it built, JSON text read as data (docs/threat-mode
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import time
@@ -16,30 +15,18 @@ from typing import Any
 
 from .._version import __version__
 from ..cluster import existing, preflight, security
+from ..decision import Decision
 from ..errors import UserError, shown
 from ..records import results
 from .observe import RunOptions
 from .session import Session, _pairs
 
 
-@dataclasses.dataclass
-class Placement:
+def placed(where: str, source: str, why: str, worker: str | None = None) -> Decision:
     """Where ``gpuscale run`` runs its runner: ``"client"`` (this process) or ``"cluster"`` (a
-    task on a worker), with the setting's source and the rule that decided."""
-
-    where: str
-    source: str
-    rule: str
-    worker: str | None = None
-
-    def entry(self) -> dict[str, Any]:
-        """The record's ``explained.cluster.runner`` (value, source, rule)."""
-        value = f"cluster (worker {self.worker})" if self.worker else self.where
-        return {"value": value, "source": self.source, "rule": self.rule}
-
-    def describe(self) -> dict[str, Any]:
-        """The record's ``info.runner`` (the runner in the cluster adds its timings)."""
-        return {"where": self.where, "worker": self.worker}
+    task on a worker, its address in ``numbers`` once placed), from the setting's source, and
+    why."""
+    return Decision(where, source, why, None, {"worker": worker})
 
 
 IN_CLUSTER_WHY = (
@@ -51,7 +38,7 @@ IN_CLUSTER_WHY = (
 
 def placement(
     resolved, spec, *, trace: Any = None, data: Any = None, output: Any = None, hooks: bool = False
-) -> Placement:
+) -> Decision:
     """Where ``api.run`` runs the runner, from ``run.in-cluster``: auto takes the cluster when
     the run joins a running scheduler and writes no file but the record (no ``trace``,
     ``output``, ``hooks``; ``data`` a path, not a collection here). ``true`` with any of those
@@ -59,14 +46,14 @@ def placement(
     setting = resolved.settings.run.in_cluster
     source = resolved.sources.get("run.in-cluster", "default")
     if setting is False:
-        return Placement("client", source, "run.in-cluster is false: the runner stays in this process")
+        return placed("client", source, "run.in-cluster is false: the runner stays in this process")
     if spec.kind != "existing":
         if setting is True:
             raise UserError(
                 "--in-cluster runs the runner on a running cluster's worker, but no scheduler was named",
                 "add --scheduler ADDRESS (e.g. from `gpuscale cluster up`) or drop --in-cluster",
             )
-        return Placement(
+        return placed(
             "client",
             source,
             "auto: this run starts its own cluster, whose workers are as "
@@ -91,8 +78,8 @@ def placement(
                 f"--in-cluster cannot run this: {'; '.join(blockers)}",
                 "drop --in-cluster (the runner then stays in this process)",
             )
-        return Placement("client", source, f"auto: {'; '.join(blockers)}, so the runner stays here")
-    return Placement(
+        return placed("client", source, f"auto: {'; '.join(blockers)}, so the runner stays here")
+    return placed(
         "cluster",
         source,
         ("auto: a running scheduler was named; " if setting == "auto" else "run.in-cluster is true: ")
@@ -108,7 +95,7 @@ class NotServed(Exception):
 def run_in_cluster(
     session,
     workload: str,
-    where: Placement,
+    where: Decision,
     options: RunOptions,
     params: dict[str, Any],
 ):
@@ -208,7 +195,8 @@ def _runner(request: dict[str, Any]):
     s = Session.planned(request["resolved"], request["selection"], spec, request["collection"])
     s.security = security.as_client(worker.security)  # the client's credentials file may not be on this host
     s.check_first = False  # its client ran the preflight
-    s.placement = dataclasses.replace(request["placement"], worker=worker.address)
+    p = request["placement"]
+    s.placement = placed(p.value, p.source, p.rule, worker.address)
     client_id = request["client"]
     with s:
 

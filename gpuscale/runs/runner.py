@@ -23,6 +23,7 @@ from distributed import KilledWorker, futures_of, span, wait
 from .. import _dask_compat
 from .. import memory as _memory
 from ..audit import Audit
+from ..decision import Decision
 from ..errors import phase as named_phase
 from ..trace.intervals import length, minus, one_task_per_thread, union
 from ..workloads import Context, Output, Validation, Workload
@@ -447,7 +448,7 @@ class Runner(Run):
         self.workload.plan(self.p, ctx)
         self.memory = _memory.check(self.workload, self.p, ctx, memory_check)
         if self.streamed:
-            ctx.decide("data_residency", "streamed", "rule", self.memory["streams"])
+            ctx.decide("data_residency", Decision("streamed", "rule", self.memory["streams"]))
 
     @property
     def streamed(self) -> bool:

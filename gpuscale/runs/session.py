@@ -264,7 +264,7 @@ class Session:
         """Run the preflight when joining a running cluster (the runner sent into a cluster does
         not: its client checked)."""
         self.placement = None
-        """Where :meth:`run` runs the runner and why (a :class:`gpuscale.runs.remote.Placement`,
+        """Where :meth:`run` runs the runner and why (:func:`gpuscale.runs.remote.placed`,
         recorded as ``explained.cluster.runner``); None: in this process, not asked."""
         self.applied: dict[str, Decision] = {}
         """The Dask settings this session applies to all work in its block, user code included
@@ -301,7 +301,7 @@ class Session:
             ):
                 t0 = time.perf_counter()
                 importing = None
-                if self.placement is None or self.placement.where != "cluster":
+                if self.placement is None or self.placement.value != "cluster":
                     # overlaps the cluster's start; a runner sent into the cluster needs none here
                     importing = self.family.import_in_background(self.collection)
                 self.client, self.cluster = stack.enter_context(cluster.connect(self.spec, self.security))
@@ -509,7 +509,7 @@ class Session:
                     backend_reason=self.selection.reason,
                     protocol=self.spec.protocol,
                     knobs=self._knobs(cls.collection, info),
-                    choices=ctx.choices,
+                    choices={k: dict(v) for k, v in ctx.choices.items()},
                     cluster=info,
                     settings_sources=sources,
                     times_s=outcome.times_s,
@@ -551,8 +551,8 @@ class Session:
                     trace=str(tracer.path) if tracer is not None else None,
                 )
                 if self.placement is not None:
-                    result.explained["cluster"]["runner"] = self.placement.entry()
-                    result.info["runner"] = self.placement.describe()
+                    result.explained["cluster"]["runner"] = runner_entry(self.placement)
+                    result.info["runner"] = runner_info(self.placement)
                 if tracer is not None:
                     tracer.annotate(result_id=result.id)
                 built.append(result)
@@ -764,3 +764,15 @@ def _ask_dashboard_link(client) -> str | None:
 def session(backend: str | None = None, protocol: str | None = None, **kw: Any) -> Session:
     """A :class:`Session` (use it in a ``with`` block)."""
     return Session(backend, protocol, **kw)
+
+
+def runner_entry(placement: Decision) -> dict[str, Any]:
+    """The record's ``explained.cluster.runner`` (value, source, rule)."""
+    worker = placement.numbers.get("worker")
+    value = f"cluster (worker {worker})" if worker else placement.value
+    return {"value": value, "source": placement.source, "rule": placement.rule}
+
+
+def runner_info(placement: Decision) -> dict[str, Any]:
+    """The record's ``info.runner`` (the runner in the cluster adds its timings)."""
+    return {"where": placement.value, "worker": placement.numbers.get("worker")}

@@ -198,5 +198,5 @@ class UniformMatrix:
         return {"shape": list(self.shape(p)), "dtype": p.dtype, "source": "generated, uniform [0, 1)"}
 
     def generate(self, p, ctx: Context):
-        c = ctx.choices["chunk"]["value"]
+        c = ctx.value("chunk")
         return uniform(p.seed, self.shape(p), (c, c), p.dtype)

@@ -53,7 +53,7 @@ the transfer) and its index (``split_by_worker`` converts to Arrow with ``preser
 def p2p(ctx: Context) -> bool:
     """Whether a sort or join shuffles with Dask's P2P (Dask's own route, with the shuffle
     method None or ``p2p``)."""
-    method = ctx.choices.get("shuffle_method", {}).get("value", ctx.knobs.shuffle_method)
+    method = ctx.value("shuffle_method", ctx.knobs.shuffle_method)
     return ctx.total_threads > 1 and method in (None, "p2p")
 
 
@@ -98,7 +98,7 @@ def memory_by_route(
 def transfer_task_bytes(ctx: Context, row_bytes: int, **rows: int) -> int:
     """P2P: one transfer task's peak (:func:`p2p_task_bytes`) on the largest partition, for
     ``rows`` rows in the partitions of each named choice; other routes, or unplanned: 0."""
-    parts = {name: ctx.choices.get(name, {}).get("value") for name in rows}
+    parts = {name: ctx.value(name) for name in rows}
     if not all(isinstance(n, int) for n in parts.values()) or not p2p(ctx):
         return 0
     return p2p_task_bytes(max(math.ceil(n / parts[name]) for name, n in rows.items()), row_bytes)
@@ -127,7 +127,7 @@ class Shuffling:
 
     def routed(self, route, ctx: Context) -> Output:
         """The route's result, its plan recorded as ``ROUTE``'s decision."""
-        ctx.decide(self.ROUTE, route.plan, "rule", route.reason)
+        ctx.decide(self.ROUTE, route.decision)
         return Output({"result": route.result})
 
 

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import _dask_compat
-from ..choices import choice
+from ..decision import Decision
 from ..errors import UserError, shown
 
 
@@ -95,8 +95,8 @@ class Context:
     family: Any  # backends.Family
     spec: Any  # cluster.ClusterSpec
     client: Any = None  # distributed.Client (None while only planning)
-    choices: dict[str, dict] = dataclasses.field(default_factory=dict)
-    decisions: dict[str, dict] = dataclasses.field(default_factory=dict)
+    choices: dict[str, Decision] = dataclasses.field(default_factory=dict)
+    decisions: dict[str, Decision] = dataclasses.field(default_factory=dict)
     """Choices a route could only make at run time (from the data), by the same names as the
     planned ``choices`` they settle (e.g. svd's ``route``: planned "auto", decided "gram")."""
     data: Any = None  # the user's data (inputs.Source), None for generated data
@@ -122,8 +122,13 @@ class Context:
 
     def choose(self, name: str, value: Any, source: str, rule: str | None = None) -> Any:
         """Record a tuned choice (value, where it came from, and the rule if one chose it)."""
-        self.choices[name] = choice(value, source, rule)
+        self.choices[name] = Decision(value, source, rule)
         return value
+
+    def value(self, name: str, default: Any = None) -> Any:
+        """The value of the planned choice ``name``; ``default`` where none was made."""
+        made = self.choices.get(name)
+        return default if made is None else made.value
 
     def choose_knob(self, name: str, if_none: str, knob: str | None = None) -> Any:
         """Record the family's knob ``knob`` (default: ``name``) as the choice ``name``;
@@ -142,11 +147,11 @@ class Context:
         value, why = rule(budget)
         return self.choose(name, value, "rule", why + (f" ({capped})" if capped else ""))
 
-    def decide(self, name: str, value: Any, source: str, rule: str | None = None) -> Any:
-        """Record what a planned choice became at run time (``gpuscale explain`` shows the
-        plan; the record's ``explained`` shows both)."""
-        self.decisions[name] = choice(value, source, rule)
-        return value
+    def decide(self, name: str, decision: Decision) -> Any:
+        """Record what a planned choice became at run time, returning its value (``gpuscale
+        explain`` shows the plan; the record's ``explained`` shows both)."""
+        self.decisions[name] = decision
+        return decision.value
 
 
 class Workload:

@@ -78,7 +78,7 @@ class FFT(Workload):
 
     def task_bytes(self, p, ctx: Context) -> int:
         """What the family's FFT holds beyond its block and output (``Knobs.fft_work_copies``)."""
-        c = ctx.choices.get("chunk", {}).get("value")
+        c = ctx.value("chunk")
         if not isinstance(c, int):
             return 0
         n = p.cols if p.axis == 1 else p.rows
@@ -93,7 +93,7 @@ class FFT(Workload):
         }
 
     def generate(self, p, ctx: Context):
-        c = ctx.choices["chunk"]["value"]
+        c = ctx.value("chunk")
         chunks = (c, p.cols) if p.axis == 1 else (p.rows, c)
         return uniform(p.seed, (p.rows, p.cols), chunks, p.dtype)
 

@@ -141,7 +141,7 @@ class Groupby(Workload):
             routes.decide_groupby(
                 groups=p.keys,
                 rows=p.rows,
-                npartitions=ctx.choices["partitions"]["value"],
+                npartitions=ctx.value("partitions"),
                 width=1 + sum(len(a) for a in AGG.values()),
                 decomposable=True,
                 family=ctx.family,
@@ -159,8 +159,8 @@ class Groupby(Workload):
             return {"inputs": data, "intermediates": data, "results": data}
         data = p.rows * ROW_BYTES
         result = p.keys * RESULT_ROW_BYTES
-        strategy = ctx.choices.get("groupby_strategy", {}).get("value")
-        parts = ctx.choices.get("partitions", {}).get("value") or 1
+        strategy = ctx.value("groupby_strategy")
+        parts = ctx.value("partitions") or 1
         inter = min(data, result * parts) if strategy == "tree" else data
         full = _full_check(p, ctx)
         return {
@@ -171,7 +171,7 @@ class Groupby(Workload):
         }
 
     def streams(self, p, ctx: Context) -> str | None:
-        if ctx.data is not None or ctx.choices.get("groupby_strategy", {}).get("value") != "tree":
+        if ctx.data is not None or ctx.value("groupby_strategy") != "tree":
             return None
         return (
             "the frame is generated partition by partition from its seed, and the tree plan "
@@ -181,13 +181,13 @@ class Groupby(Workload):
         )
 
     def stream_block_bytes(self, p, ctx: Context) -> int:
-        parts = ctx.choices.get("partitions", {}).get("value")
+        parts = ctx.value("partitions")
         return int(p.rows * ROW_BYTES / parts) if ctx.data is None and parts else 0
 
     def task_bytes(self, p, ctx: Context) -> int:
         """The larger of a partition's task (``PARTITION_COPIES`` partitions) and a combine's
         (:func:`combine_bytes`)."""
-        parts = ctx.choices.get("partitions", {}).get("value")
+        parts = ctx.value("partitions")
         if ctx.data is not None or not parts:
             return 0
         return max(int(PARTITION_COPIES * p.rows * ROW_BYTES / parts), combine_bytes(p, ctx))
@@ -200,9 +200,7 @@ class Groupby(Workload):
         }
 
     def generate(self, p, ctx: Context):
-        return from_partitions(
-            make_partition, p.rows, ctx.choices["partitions"]["value"], ctx, p.keys, p.seed
-        )
+        return from_partitions(make_partition, p.rows, ctx.value("partitions"), ctx, p.keys, p.seed)
 
     def compute(self, data, p, ctx: Context) -> Output:
         if isinstance(data, dict):  # the user's frame
@@ -227,8 +225,11 @@ class Groupby(Workload):
                 family=ctx.family,
                 **_room(p, ctx),
             )
-        _record_plan(ctx, p, res.plan)
-        return Output({"result": res.result}, {"plan": res.plan.to_dict()})
+        plan = res.decision
+        _record_plan(ctx, p, plan)
+        return Output(
+            {"result": res.result}, {"plan": {"strategy": plan.value, **plan.numbers, "reason": plan.rule}}
+        )
 
     def validate(self, out: Output, data, p, ctx: Context) -> Validation:
         if isinstance(data, dict):
@@ -251,7 +252,7 @@ class Groupby(Workload):
                 np.random.default_rng(p.seed + 11).choice(p.keys, size=_sample_size(p, ctx), replace=False)
             )
         ]
-        fan = ctx.choices.get("split_every", {}).get("value") or ctx.knobs.split_every or 8
+        fan = ctx.value("split_every") or ctx.knobs.split_every or 8
         rows, n_got, n_counts, total, same, picked, subset = _sampled_check(
             data, out.collections["result"], sample, fan
         )
@@ -347,10 +348,10 @@ def combine_bytes(p, ctx: Context) -> int:
     """What one combine task holds at its peak: ``fan-in`` partials of up to ``keys`` groups
     each, ``COMBINE_COPIES`` times: the tree's partials, else the fast check's counts (0 when
     neither runs). Generated data only."""
-    parts = ctx.choices.get("partitions", {}).get("value") or 1
-    fan = min(parts, ctx.choices.get("split_every", {}).get("value") or parts)
+    parts = ctx.value("partitions") or 1
+    fan = min(parts, ctx.value("split_every") or parts)
     rows_in = min(fan * p.keys, p.rows)
-    if ctx.choices.get("groupby_strategy", {}).get("value") == "tree":
+    if ctx.value("groupby_strategy") == "tree":
         row = PARTIAL_ROW_BYTES
     elif ctx.validate in (None, "fast") and parts > 1 and not _full_check(p, ctx):
         row = COUNT_ROW_BYTES
@@ -468,24 +469,24 @@ def _room_for(nbytes: int | None, ctx: Context) -> dict[str, int | None]:
 def _record_plan(ctx: Context, p, plan) -> None:
     """The groupby plan's choices, each with its source and rule."""
     given = p.split_out != "auto"
-    ctx.choose("groupby_strategy", plan.strategy, "flag" if given else "rule", plan.reason)
-    ctx.choose("split_out", plan.split_out, "flag" if given else "rule", None if given else plan.reason)
+    n = plan.numbers
+    ctx.choose("groupby_strategy", plan.value, "flag" if given else "rule", plan.rule)
+    ctx.choose("split_out", n["split_out"], "flag" if given else "rule", None if given else plan.rule)
     ctx.choose(
         "shuffle_method",
-        plan.shuffle_method,
-        "rule" if plan.split_out > 1 else "family",
-        f"no shuffle: split_out=1 ({plan.strategy})"
-        if plan.split_out == 1
-        else f"{ctx.family.name} family's shuffle for split_out={plan.split_out}",
+        n["shuffle_method"],
+        "rule" if n["split_out"] > 1 else "family",
+        f"no shuffle: split_out=1 ({plan.value})"
+        if n["split_out"] == 1
+        else f"{ctx.family.name} family's shuffle for split_out={n['split_out']}",
     )
     ctx.choose(
         "split_every",
-        plan.split_every,
+        n["split_every"],
         "family",
         f"{ctx.family.name} fan-in {ctx.knobs.split_every}"
         if ctx.knobs.split_every
-        else f"{ctx.family.name}: all partials in one combine (max(2, {ctx.choices['partitions']['value']} "
-        "partitions))",
+        else f"{ctx.family.name}: all partials in one combine (max(2, {ctx.value('partitions')} partitions))",
     )
 
 

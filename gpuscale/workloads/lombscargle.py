@@ -172,11 +172,11 @@ class LombScargle(Workload):
         t = rng.uniform(0.0, SPAN, p.samples, chunks=p.samples)
         y = da.sin(signal_frequency(p) * t) + NOISE * rng.standard_normal(p.samples, chunks=p.samples)
         step = (p.fmax - p.fmin) / max(1, p.freqs - 1)
-        f = da.arange(p.freqs, chunks=ctx.choices["chunk"]["value"], dtype=np.float64) * step + p.fmin
+        f = da.arange(p.freqs, chunks=ctx.value("chunk"), dtype=np.float64) * step + p.fmin
         return {"t": t.astype(p.dtype), "y": y.astype(p.dtype), "f": f.astype(p.dtype)}
 
     def compute(self, data, p, ctx: Context) -> Output:
-        impl = ctx.choices["impl"]["value"]
+        impl = ctx.value("impl")
         pgram = da.blockwise(
             kernels.periodogram_block,
             "i",

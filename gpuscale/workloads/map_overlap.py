@@ -94,7 +94,7 @@ class MapOverlap(UniformMatrix, Workload):
     def task_bytes(self, p, ctx: Context) -> int:
         """One filter task's peak beyond the stored blocks: its padded-size output, and on the
         one-chunk route its own padded copy."""
-        c = ctx.choices.get("chunk", {}).get("value")
+        c = ctx.value("chunk")
         if not isinstance(c, int):
             return 0
         halo = p.size // 2
@@ -110,13 +110,13 @@ class MapOverlap(UniformMatrix, Workload):
 
 def _one_chunk(p, ctx: Context) -> bool:
     """Whether :func:`gpuscale.routes.overlap.map_overlap` takes its one-chunk route."""
-    c = ctx.choices.get("chunk", {}).get("value")
+    c = ctx.value("chunk")
     return isinstance(c, int) and c >= p.n
 
 
 def padded_bytes(p, ctx: Context) -> int:
     """Bytes of all the padded blocks: every chunk grows by the halo on each side."""
-    c = ctx.choices.get("chunk", {}).get("value")
+    c = ctx.value("chunk")
     halo = p.size // 2
     per_axis = p.n + 2 * halo * (math.ceil(p.n / c) if isinstance(c, int) else 1)
     return per_axis * per_axis * np.dtype(p.dtype).itemsize
@@ -126,7 +126,7 @@ def smooth(x, fn, halo: int, ctx: Context, **kwargs) -> Output:
     """``fn`` over the chunks of ``x`` with ``halo``-pixel halos mirrored at the image's edges
     (:func:`gpuscale.routes.overlap.map_overlap`; its plan is the decision ``overlap``)."""
     route = overlap.map_overlap(x, fn, halo, BOUNDARY, x.dtype, **kwargs)
-    ctx.decide("overlap", route.plan, "rule", route.reason)
+    ctx.decide("overlap", route.decision)
     return Output({"result": route.result})
 
 

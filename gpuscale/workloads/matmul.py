@@ -47,7 +47,7 @@ class Matmul(Workload):
         return {"shape": [[p.n, p.n], [p.n, p.n]], "dtype": p.dtype, "source": "generated, uniform [0, 1)"}
 
     def generate(self, p, ctx: Context):
-        c = ctx.choices["chunk"]["value"]
+        c = ctx.value("chunk")
         return {
             "x": uniform(p.seed, (p.n, p.n), (c, c), p.dtype),
             "y": uniform(p.seed + 1, (p.n, p.n), (c, c), p.dtype),

@@ -119,12 +119,11 @@ class Merge(Shuffling, Workload):
         }
 
     def generate(self, p, ctx: Context):
-        c = ctx.choices
-        left = from_partitions(make_left, p.rows, c["partitions"]["value"], ctx, p.rows)
+        left = from_partitions(make_left, p.rows, ctx.value("partitions"), ctx, p.rows)
         right = from_partitions(
             make_right,
             self.right_rows(p),
-            c["right_partitions"]["value"],
+            ctx.value("right_partitions"),
             ctx,
             p.rows,
             p.match_fraction,
@@ -138,7 +137,7 @@ class Merge(Shuffling, Workload):
             data["right"],
             on="key",
             how="inner",
-            shuffle_method=ctx.choices["shuffle_method"]["value"],
+            shuffle_method=ctx.value("shuffle_method"),
         )
         return self.routed(route, ctx)
 

@@ -94,7 +94,7 @@ class Reduction(UniformMatrix, Workload):
         """The array; the tree's partials (per block up to three 8-byte fields per value kept
         along ``axis``); the result."""
         rows, cols = self.shape(p)
-        c = ctx.choices.get("chunk", {}).get("value")
+        c = ctx.value("chunk")
         c = c if isinstance(c, int) else max(rows, cols)
         br, bc = math.ceil(rows / c), math.ceil(cols / c)
         kept = {None: 1, 0: cols, 1: rows}[p.axis]  # values of the result
@@ -108,7 +108,7 @@ class Reduction(UniformMatrix, Workload):
     def task_bytes(self, p, ctx: Context) -> int:
         """One task's temporaries: two float64 blocks (std's chunk step, and the validation's
         per-block moments); 0 for sum and mean when not validated."""
-        c = ctx.choices.get("chunk", {}).get("value")
+        c = ctx.value("chunk")
         if not isinstance(c, int) or (p.op in ("sum", "mean") and ctx.validate == "off"):
             return 0
         rows, cols = self.shape(p)

@@ -104,12 +104,10 @@ class Shuffle(Shuffling, Workload):
         }
 
     def generate(self, p, ctx: Context):
-        return from_partitions(make_partition, p.rows, ctx.choices["partitions"]["value"], ctx, p.seed)
+        return from_partitions(make_partition, p.rows, ctx.value("partitions"), ctx, p.seed)
 
     def compute(self, df, p, ctx: Context) -> Output:
-        route = gdf.sort(
-            df, "key", index=p.method == "set_index", shuffle_method=ctx.choices["shuffle_method"]["value"]
-        )
+        route = gdf.sort(df, "key", index=p.method == "set_index", shuffle_method=ctx.value("shuffle_method"))
         return self.routed(route, ctx)
 
     def validate(self, out: Output, df, p, ctx: Context) -> Validation:

@@ -164,11 +164,11 @@ class SVD(Workload):
         )
 
     def stream_block_bytes(self, p, ctx: Context) -> int:
-        rows = ctx.choices.get("chunk_rows", {}).get("value")
+        rows = ctx.value("chunk_rows")
         return int(rows * p.cols * np.dtype(p.dtype).itemsize) if isinstance(rows, int) else 0
 
     def task_bytes(self, p, ctx: Context) -> int:
-        rows = ctx.choices.get("chunk_rows", {}).get("value")
+        rows = ctx.value("chunk_rows")
         cols = ctx.data.shape[1] if ctx.data is not None and len(ctx.data.shape) == 2 else p.cols
         itemsize = np.dtype(ctx.data.dtype).itemsize if ctx.data is not None else np.dtype(p.dtype).itemsize
         if not isinstance(rows, int):
@@ -215,7 +215,7 @@ class SVD(Workload):
 
     def from_data(self, source, p, ctx: Context):
         notes: list[str] = []
-        rows = ctx.choices["chunk_rows"]["value"]
+        rows = ctx.value("chunk_rows")
         x = inputs.open_source(source, ctx.family, chunk_rows=rows if rows != "input" else None)
         if source.format == "dask" and backends_name(source.obj) != ctx.family.name:
             notes.append(
@@ -260,7 +260,7 @@ class SVD(Workload):
     def generate(self, p, ctx: Context):
         import dask.array as da
 
-        chunk = ctx.choices["chunk_rows"]["value"]
+        chunk = ctx.value("chunk_rows")
         rng = da.random.default_rng(p.seed)
         if p.condition is None:
             x = rng.random((p.rows, p.cols), chunks=(chunk, p.cols), dtype=p.dtype)
@@ -285,8 +285,14 @@ class SVD(Workload):
         from ..routes import linalg
 
         res = linalg.svd(data["x"], compute_uv=p.compute_uv, route=p.route, split_every=ctx.knobs.split_every)
-        ctx.decide("route", res.route.name, "rule" if p.route == "auto" else "flag", res.route.reason)
-        return Output(res.collections(), {"route": res.route.to_dict(), "notes": res.notes})
+        route = ctx.decide("route", res.route)
+        numbers = res.route.numbers
+        info = {
+            "name": route,
+            "reason": res.route.rule,
+            "condition_estimate": numbers.get("condition_estimate"),
+        }
+        return Output(res.collections(), {"route": {**info, "numbers": dict(numbers)}, "notes": res.notes})
 
     def validate(self, out: Output, data, p, ctx: Context) -> Validation:
         x = data["x"]
