@@ -215,14 +215,14 @@ def _tables(text: str) -> list[list[list[str]]]:
     return tables
 
 
-def layers_table() -> tuple[dict[str, int], set[tuple[str, str]]]:
-    """(unit -> its row, counted from the top) and the listed downward imports."""
-    layers, exceptions = _tables(ARCHITECTURE.read_text())[:2]
+def layers_table() -> dict[str, int]:
+    """Unit -> its row of the layers table, counted from the top."""
+    layers = _tables(ARCHITECTURE.read_text())[0]
     row = {}
     for i, (_, units) in enumerate(layers):
         for u in units.split(","):
             row[u.strip().strip("`")] = i
-    return row, {(a.strip("`"), b.strip("`")) for a, b, _ in exceptions}
+    return row
 
 
 def unit_edges(known, graph) -> dict[tuple[str, str], list[str]]:
@@ -237,27 +237,19 @@ def unit_edges(known, graph) -> dict[tuple[str, str], list[str]]:
 
 def test_every_import_keeps_to_the_layers_table():
     known = modules()
-    row, listed = layers_table()
+    row = layers_table()
     units = {unit_of(m, known) for m in known}
     assert not units - set(row), f"units missing from the layers table: {sorted(units - set(row))}"
     assert not set(row) - units, f"the layers table names units that do not exist: {sorted(set(row) - units)}"
     down = {(a, b): why for (a, b), why in unit_edges(known, edges(known)).items() if row[b] > row[a]}
-    new = {k: v for k, v in down.items() if k not in listed}
-    assert not new, "imports down the layers table:\n" + "\n".join(
-        f"{a} -> {b}: {v[:3]}" for (a, b), v in new.items()
-    )
-    gone = listed - set(down)
-    assert not gone, (
-        f"listed downward imports that no longer exist (drop them from the table): {sorted(gone)}"
+    assert not down, "imports down the layers table:\n" + "\n".join(
+        f"{a} -> {b}: {v[:3]}" for (a, b), v in down.items()
     )
 
 
-def test_the_units_import_each_other_in_no_loop_but_the_listed_ones():
-    """Without the listed downward imports the units form no loop."""
+def test_the_units_import_each_other_in_no_loop():
     known = modules()
-    _, listed = layers_table()
     graph: dict[str, dict[str, int]] = {}
     for a, b in unit_edges(known, edges(known)):
-        if (a, b) not in listed:
-            graph.setdefault(a, {})[b] = 0
+        graph.setdefault(a, {})[b] = 0
     assert not circles(graph), circles(graph)

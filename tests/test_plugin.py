@@ -244,6 +244,22 @@ def test_every_run_and_settings_keyword_is_reserved():
     assert keywords <= reserved(), sorted(keywords - reserved())
 
 
+def test_every_flag_of_gpuscale_and_its_run_command_is_reserved():
+    """The flags of ``gpuscale`` and ``gpuscale run`` (a workload's own flags sit beside them),
+    read from the commands as declared: one added later is reserved or this fails."""
+    from gpuscale.cli import cli, run
+    from gpuscale.workloads.decorator import reserved
+
+    stub = type("Stub", (), {"input_formats": ("npy",), "output_formats": ("npy",)})
+    flags = set()
+    for param in (*cli.params, *run.run_params(), *run.data_options(stub)):
+        flags.add(param.name)
+        for opt in (*param.opts, *param.secondary_opts):
+            flags.add(opt.lstrip("-").replace("-", "_"))
+    assert {"json", "trace_dir", "output_path", "input_path", "version"} <= flags
+    assert flags <= reserved(), sorted(flags - reserved())
+
+
 def test_builtin_workloads_still_register_with_no_reserved_parameter():
     from gpuscale.workloads.decorator import reserved
 

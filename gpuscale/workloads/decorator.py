@@ -93,8 +93,7 @@ from pydantic import BaseModel, Field, create_model
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from .. import api, config
-from ..cli import cli, run
+from .. import config
 from ..errors import UserError
 from . import registry
 from .base import Check, Context, Output, Params, Validation, Workload
@@ -103,28 +102,25 @@ HOOKS = ("check", "plan", "estimate_bytes", "generate", "compute", "validate", "
 _ALWAYS_RESERVED = frozenset({"workload", "help", "h"})  # the run's first argument; click's --help / -h
 
 
-def _keywords(fn) -> set[str]:
-    """The named parameters of ``fn`` (not ``self``, not ``**params``)."""
-    return {
-        name
-        for name, prm in inspect.signature(fn).parameters.items()
-        if name != "self" and prm.kind not in (prm.VAR_POSITIONAL, prm.VAR_KEYWORD)
+RUN_KEYWORDS = frozenset(
+    {
+        *("as_json", "audit", "cluster_settings", "dashboard", "data", "debug", "hold", "input"),
+        *("input_path", "json", "on_ready", "output", "output_path", "overwrite", "profile"),
+        *("progress", "trace", "trace_dir", "validate", "version", "write"),
     }
+)
+"""The run's own keywords beside a workload's ``**params`` (``Session.run``, ``gpuscale.run``,
+``gpuscale.explain``) and the flags of ``gpuscale`` and ``gpuscale run`` that are not
+settings; tests/test_plugin.py checks them against where they are declared."""
 
 
 @functools.cache
 def reserved() -> frozenset[str]:
-    """Names a workload parameter may not take: every keyword of :meth:`Session.run`,
-    ``gpuscale.run`` and ``gpuscale.explain``, every setting's keyword
-    and every flag of ``gpuscale`` and ``gpuscale run`` (``--no-`` forms too), read from where
-    they are declared (none of those modules imports this one)."""
-    names = set(_ALWAYS_RESERVED) | set(config.KEYWORDS)
-    for fn in (api.Session.run, api.run, api.explain):
-        names |= _keywords(fn)
-    stub = type("Stub", (), {"input_formats": ("npy",), "output_formats": ("npy",)})
-    for param in (*cli.params, *run.run_params(), *run.data_options(stub)):
-        names.add(param.name)
-        for opt in (*param.opts, *param.secondary_opts):
+    """Names a workload parameter may not take: :data:`RUN_KEYWORDS`, every setting's keyword
+    and every settings flag (``--no-`` forms too)."""
+    names = set(_ALWAYS_RESERVED) | set(config.KEYWORDS) | set(config.FLAGS) | RUN_KEYWORDS
+    for setting in config.FLAGS.values():
+        for opt in setting.opts:
             names.add(opt.lstrip("-").replace("-", "_"))
             if opt.startswith("--no-"):
                 names.add(opt[len("--no-") :].replace("-", "_"))
