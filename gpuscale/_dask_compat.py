@@ -36,7 +36,7 @@ import functools
 import importlib.abc
 import sys
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 DASK_CHECKED = "2026.8.0"
 DISTRIBUTED_CHECKED = "2026.8.0"
@@ -487,6 +487,23 @@ def check_address(address: str) -> None:
 
 
 # -- merge metadata ----------------------------------------------------------------------
+@contextlib.contextmanager
+def _while_open(lock, users: list, user, install: Callable[[], Any], uninstall: Callable[[], Any]):
+    """``user`` joins ``users`` for the block: the first to join installs a patch, the last to
+    leave removes it (blocks may nest, and run in several threads)."""
+    with lock:
+        users.append(user)
+        if len(users) == 1:
+            install()
+    try:
+        yield
+    finally:
+        with lock:
+            users.remove(user)
+            if not users:
+                uninstall()
+
+
 MERGE_MODULE = "dask.dataframe.dask_expr._merge"
 """dask-expr's module of ``Merge``: hooked at once when imported, else as it is imported."""
 
@@ -499,17 +516,10 @@ def merge_meta_through(lookup) -> Iterator[None]:
     Imports nothing: before ``dask.dataframe`` is imported, ``Merge`` is hooked as its module
     is (an array-only block never pays for that import). Where Dask moved ``Merge``, Dask's
     own metadata."""
-    with _MERGE_LOCK:
-        _MERGE_LOOKUPS.append(lookup)
-        if len(_MERGE_LOOKUPS) == 1:
-            _on_import(MERGE_MODULE, _hook_merge)
-    try:
+    with _while_open(
+        _MERGE_LOCK, _MERGE_LOOKUPS, lookup, lambda: _on_import(MERGE_MODULE, _hook_merge), _unhook_merge
+    ):
         yield
-    finally:
-        with _MERGE_LOCK:
-            _MERGE_LOOKUPS.remove(lookup)
-            if not _MERGE_LOOKUPS:
-                _unhook_merge()
 
 
 _MERGE_LOOKUPS: list = []
@@ -553,21 +563,18 @@ def reads_through(keep) -> Iterator[None]:
     read)``, ``read`` Dask's own function; the innermost open ``keep`` answers. Imports nothing:
     before ``dask.dataframe`` is imported, its ``read_parquet`` is wrapped as it is imported. A
     ``from dask.dataframe import read_parquet`` made before the block keeps Dask's own."""
-    with _READ_LOCK:
-        _READ_KEEPERS.append(keep)
-        if len(_READ_KEEPERS) == 1:
-            _on_import("dask.dataframe", _wrap_read)
-    try:
+    with _while_open(
+        _READ_LOCK, _READ_KEEPERS, keep, lambda: _on_import("dask.dataframe", _wrap_read), _unwrap_read
+    ):
         yield
-    finally:
-        with _READ_LOCK:
-            _READ_KEEPERS.remove(keep)
-            if not _READ_KEEPERS:
-                _PENDING.pop("dask.dataframe", None)
-                if _READ_OWN:
-                    module, own, wrapped = _READ_OWN.pop()
-                    if module.read_parquet is wrapped:
-                        module.read_parquet = own
+
+
+def _unwrap_read() -> None:
+    _PENDING.pop("dask.dataframe", None)
+    if _READ_OWN:
+        module, own, wrapped = _READ_OWN.pop()
+        if module.read_parquet is wrapped:
+            module.read_parquet = own
 
 
 _READ_KEEPERS: list = []
@@ -654,17 +661,8 @@ def computes_through(router) -> Iterator[None]:
     to Dask. Replaced: ``dask.base.compute`` / ``persist`` (and their ``dask.`` names) and
     dask-expr's ``FrameBase.persist`` (which optimizes before ``dask.persist``); a
     ``from dask import compute`` made before the block keeps Dask's own."""
-    with _ROUTE_LOCK:
-        _ROUTERS.append(router)
-        if len(_ROUTERS) == 1:
-            _route_install()
-    try:
+    with _while_open(_ROUTE_LOCK, _ROUTERS, router, _route_install, _route_uninstall):
         yield
-    finally:
-        with _ROUTE_LOCK:
-            _ROUTERS.remove(router)
-            if not _ROUTERS:
-                _route_uninstall()
 
 
 _ROUTERS: list = []

@@ -154,21 +154,31 @@ def call(s, fn: Callable, self, name: str, args: tuple, kwargs: dict, caller) ->
     return out
 
 
-def _fall_back(s, fn, self, name, args, kwargs, err: Exception, caller):
-    site = host_collections.call_site(caller)
-    if site is None:
-        raise err  # gpuscale's own code: left as it fails
-    operation = f"{type(self).__name__}.{name}"
-    fb = Fallback(
-        id=uuid.uuid4().hex[:12],
+def _fallback(s, operation: str, site: tuple[str, int], err: Exception, *, to_host: bool) -> Fallback:
+    """A new fallback of ``operation`` at the user's ``site`` after ``err``, with fresh ids (a
+    conversion to the host only where data is copied there)."""
+
+    def new_id() -> str:
+        return uuid.uuid4().hex[:12]
+
+    return Fallback(
+        id=new_id(),
         operation=operation,
         file=site[0],
         line=site[1],
         error=_one_line(err),
         family=s.family.name,
-        to_host=uuid.uuid4().hex[:12],
-        back=uuid.uuid4().hex[:12],
+        to_host=new_id() if to_host else "",
+        back=new_id(),
     )
+
+
+def _fall_back(s, fn, self, name, args, kwargs, err: Exception, caller):
+    site = host_collections.call_site(caller)
+    if site is None:
+        raise err  # gpuscale's own code: left as it fails
+    operation = f"{type(self).__name__}.{name}"
+    fb = _fallback(s, operation, site, err, to_host=True)
     moved: list = []
     try:
         h_self, h_args, h_kwargs = _host(s, (self, args, kwargs), fb, moved)
@@ -204,15 +214,7 @@ def create(s, fn: Callable, label: str, args: tuple, kwargs: dict, err: Exceptio
     own = getattr(s.family, f"{kind}_backend") != HOST_BACKENDS[f"{kind}.backend"]
     if site is None or not own or isinstance(err, NEVER):
         raise err
-    fb = Fallback(
-        id=uuid.uuid4().hex[:12],
-        operation=label,
-        file=site[0],
-        line=site[1],
-        error=_one_line(err),
-        family=s.family.name,
-        back=uuid.uuid4().hex[:12],
-    )
+    fb = _fallback(s, label, site, err, to_host=False)
     if s.mode == "strict":
         raise UserError(
             f"{fb.where}: {label} fails under the {fb.family} family's Dask backend ({fb.error}) "

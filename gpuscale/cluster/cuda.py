@@ -273,11 +273,8 @@ def _all_started(client, spec: ClusterSpec) -> None:
         ) from None
 
 
-class Cuda(Kind):
+class Cuda(Kind, name="cuda", cluster_class="dask_cuda.LocalCUDACluster"):
     """``dask_cuda.LocalCUDACluster``: one worker per selected GPU of this machine."""
-
-    name = "cuda"
-    cluster_class = "dask_cuda.LocalCUDACluster"
 
     def spec(self, plan) -> ClusterSpec:
         resolved, family, proto = plan.resolved, plan.family, plan.transport

@@ -86,11 +86,8 @@ def reconnect_reported() -> Iterator[None]:
             log.removeFilter(f)
 
 
-class Existing(Kind):
+class Existing(Kind, name="existing", cluster_class="distributed.Client (existing scheduler)"):
     """A running scheduler: connect to it, start nothing."""
-
-    name = "existing"
-    cluster_class = "distributed.Client (existing scheduler)"
 
     def spec(self, plan) -> ClusterSpec:
         resolved, family, proto = plan.resolved, plan.family, plan.transport

@@ -17,6 +17,10 @@ class Kind:
     cluster_class: ClassVar[str]
     """The class the spec names (its ``cls``)."""
 
+    def __init_subclass__(cls, name: str, cluster_class: str, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.name, cls.cluster_class = name, cluster_class
+
     def spec(self, plan) -> Any:
         raise NotImplementedError
 

@@ -136,11 +136,8 @@ def check_total(workers: int, limit: int | None, host: int) -> None:
         )
 
 
-class Local(Kind):
+class Local(Kind, name="local", cluster_class="distributed.LocalCluster"):
     """``distributed.LocalCluster``: the CPU family's processes on this machine, laid out by the plan."""
-
-    name = "local"
-    cluster_class = "distributed.LocalCluster"
 
     def spec(self, plan) -> ClusterSpec:
         resolved, family, proto = plan.resolved, plan.family, plan.transport

@@ -29,11 +29,8 @@ def _job_kwargs(spec: ClusterSpec, security) -> dict:
     return job
 
 
-class Slurm(Kind):
+class Slurm(Kind, name="slurm", cluster_class="dask_jobqueue.SLURMCluster"):
     """dask-jobqueue's ``SLURMCluster``: workers in SLURM jobs, the scheduler in this process."""
-
-    name = "slurm"
-    cluster_class = "dask_jobqueue.SLURMCluster"
 
     def spec(self, plan) -> ClusterSpec:
         resolved, family, proto = plan.resolved, plan.family, plan.transport

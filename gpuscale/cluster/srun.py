@@ -60,11 +60,8 @@ class _Closing:
                 self.credentials.unlink(missing_ok=True)
 
 
-class Srun(Kind):
+class Srun(Kind, name="srun", cluster_class="dask_jobqueue.slurm.SLURMRunner"):
     """dask-jobqueue's ``SLURMRunner``: the tasks of an ``srun``, one role per rank."""
-
-    name = "srun"
-    cluster_class = "dask_jobqueue.slurm.SLURMRunner"
 
     def spec(self, plan) -> ClusterSpec:
         resolved, family, proto = plan.resolved, plan.family, plan.transport

@@ -47,11 +47,8 @@ def tls_config(credentials: str) -> dict:
     }
 
 
-class Ssh(Kind):
+class Ssh(Kind, name="ssh", cluster_class="distributed.deploy.ssh.SSHCluster"):
     """distributed's ``SSHCluster``: the scheduler on the first host, a worker process per further entry."""
-
-    name = "ssh"
-    cluster_class = "distributed.deploy.ssh.SSHCluster"
 
     def spec(self, plan) -> ClusterSpec:
         resolved, family, proto = plan.resolved, plan.family, plan.transport

@@ -17,7 +17,7 @@ from rich.markup import escape
 from .. import _dask_compat, config
 from ..audit import verdict
 from .fit import FitTable as Table  # every table here fits the terminal without cutting a value
-from .table import brief_params, varying, workers_of
+from .table import COLUMNS, brief_params, varying, workers_of
 
 
 def case_line(i: int, total: int, case: dict[str, Any]) -> str | None:
@@ -548,6 +548,16 @@ def audit_lines(a: dict[str, Any] | None) -> list[tuple[str, str]]:
     return rows
 
 
+COUNTS = frozenset({"tasks", "bytes", "count"})
+"""Columns of counts: right-aligned, never wrapped."""
+
+
+def _add_columns(table, *names: str) -> None:
+    for name in names:
+        count = name in COUNTS
+        table.add_column(name, justify="right" if count else "left", no_wrap=count)
+
+
 def audit_table(a: dict[str, Any], source: str | None = None):
     """``gpuscale audit report``: the summary, every (phase, prefix, type) row, and the family
     changes."""
@@ -573,16 +583,7 @@ def audit_table(a: dict[str, Any], source: str | None = None):
     for n in a.get("notes", []):
         head.add_row("note", escape(n))
     rows = grid("task outputs by prefix")
-    for col, just in (
-        ("phase", "left"),
-        ("prefix", "left"),
-        ("type", "left"),
-        ("kind", "left"),
-        ("tasks", "right"),
-        ("bytes", "right"),
-        ("", "left"),
-    ):
-        rows.add_column(col, justify=just, no_wrap=just == "right")
+    _add_columns(rows, "phase", "prefix", "type", "kind", "tasks", "bytes", "")
     for r in a["prefixes"]:
         mark = (
             "[red bold]FOREIGN[/red bold]"
@@ -605,17 +606,9 @@ def audit_table(a: dict[str, Any], source: str | None = None):
     parts = [head, rows]
     if a["transfers"]:
         tr = grid("family changes (a task read a chunk of another family)")
-        for col, just in (
-            ("phase", "left"),
-            ("from prefix", "left"),
-            ("from type", "left"),
-            ("to prefix", "left"),
-            ("to type", "left"),
-            ("direction", "left"),
-            ("count", "right"),
-            ("bytes", "right"),
-        ):
-            tr.add_column(col, justify=just, no_wrap=just == "right")
+        _add_columns(
+            tr, "phase", "from prefix", "from type", "to prefix", "to type", "direction", "count", "bytes"
+        )
         for c in a["transfers"]:
             tr.add_row(
                 c["phase"],
@@ -778,21 +771,7 @@ def bench_html(title: str, frame, charts: dict[str, str]) -> str:
         f"<figcaption>{html.escape(name.replace('_', ' '))}</figcaption></figure>"
         for name, src in charts.items()
     )
-    cols = [
-        "workload",
-        "size",
-        "backend",
-        "family",
-        "protocol",
-        "workers",
-        "repeats",
-        "median_s",
-        "stdev_s",
-        "iqr_s",
-        "valid",
-        "error",
-        "record",
-    ]
+    cols = [c for c in COLUMNS if c not in ("case", "params", "min_s", "estimate_bytes")]
     head = "".join(f"<th>{c}</th>" for c in cols)
 
     def cell(c, v):
