@@ -201,7 +201,7 @@ def test_gpu_workers_on_other_hosts_get_the_local_gpu_knobs():
     """Planned only (no GPU, no host needed): the device spill way, the UCX switches and the
     family's worker environment reach CUDAWorker over ssh (its options, and the configuration
     SSHCluster hands to the remote processes) and `dask cuda worker` in a SLURM job (its flags
-    and the job's exports), from the same rule as local GPUs (cluster.cuda.worker_knobs)."""
+    and the job's exports), from the same rule as local GPUs (plan.workers.worker_knobs)."""
     from gpuscale.runs.session import configure
 
     _, _, spec = configure(

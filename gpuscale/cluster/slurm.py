@@ -15,7 +15,6 @@ from ..errors import UserError, missing_module
 from ..plan.memory import rmm_pool, spilling_choice
 from . import ClusterSpec, construct, per_host_entry, spec_for
 from . import security as tls
-from .cuda import worker_knobs
 from .kind import Kind
 
 GPU_WORKER = "dask cuda worker"  # run as `python -m dask cuda worker`
@@ -56,10 +55,9 @@ class Slurm(Kind, name="slurm", cluster_class="dask_jobqueue.SLURMCluster"):
             extra += ["--rmm-pool-size", str(pool)]
             if c.rmm.maximum_pool_size is not None:
                 extra += ["--rmm-maximum-pool-size", str(c.rmm.maximum_pool_size)]
-        knobs = None
+        knobs = plan.gpu_knobs  # as on local GPUs, as flags; None for CPU workers
         prologue: list[str] = []
-        if gpu:  # as on local GPUs, as flags
-            knobs = worker_knobs(resolved, family, plan.collection, proto, [])
+        if knobs is not None:
             for k, v in knobs.options.items():
                 flag = "--" + k.replace("_", "-")
                 if isinstance(v, bool):

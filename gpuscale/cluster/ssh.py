@@ -16,7 +16,6 @@ from ..errors import UserError, missing_module
 from ..plan.memory import remote_memory_choice, rmm_pool, spilling_choice
 from . import ClusterSpec, construct, per_host_entry, spec_for
 from . import security as tls
-from .cuda import worker_knobs
 from .kind import Kind
 
 
@@ -71,9 +70,8 @@ class Ssh(Kind, name="ssh", cluster_class="distributed.deploy.ssh.SSHCluster"):
         pool, rmm = rmm_pool(c, family) if gpu else (None, None)
         if pool is not None:
             worker_options["rmm_pool_size"] = pool
-        knobs = None
-        if gpu:  # as on local GPUs
-            knobs = worker_knobs(resolved, family, plan.collection, proto, [])  # GPUs not known here
+        knobs = plan.gpu_knobs  # as on local GPUs (theirs not known here); None for CPU workers
+        if knobs is not None:
             worker_options.update(knobs.options)
         scheduler_options = {"host": hosts[0], "port": 0, "dashboard_address": c.dashboard_address or ":0"}
         if proto.name != "tcp":  # the workers take the scheme of the scheduler's address

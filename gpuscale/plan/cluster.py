@@ -8,6 +8,8 @@ from typing import Any
 from ..decision import Decision
 from ..wire import gather, liveness, messages, protocols
 from .layout import Facts, Layout, choose_gpus, layout, processes_choice
+from .memory import memory_limit_choice
+from .workers import WorkerKnobs, worker_knobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,11 @@ class ClusterPlan:
     for other kinds."""
     dashboard: Decision | None = None
     """The dashboard's address for a cluster started here (value None: no dashboard)."""
+    memory_limit: Decision | None = None
+    """Each worker's memory limit in bytes, for a cluster started here (None: other kinds)."""
+    gpu_knobs: WorkerKnobs | None = None
+    """What each GPU worker gets beyond its layout and pool (None: not GPU workers, or a
+    running cluster's)."""
 
 
 def kind_of(resolved, family) -> str:
@@ -95,6 +102,12 @@ def plan_cluster(
     protocol = protocols.in_process(protocol, processes, tls, dashboard.source not in ("default", "rule"))
     if protocol.value != transport.name:
         transport = protocols.get(protocol.value)
+    laid = None if kind == "existing" else layout(resolved, family, collection, kind, facts, processes, gpus)
+    knobs = None
+    if family.cluster_kind == "cuda" and kind != "existing":
+        sizes = dict(facts.gpus)
+        gpu_bytes = [sizes[g] for g in gpus.value if g in sizes] if gpus is not None else []
+        knobs = worker_knobs(resolved, family, collection, transport, gpu_bytes)
     return ClusterPlan(
         kind=kind,
         resolved=resolved,
@@ -106,12 +119,12 @@ def plan_cluster(
         message_interval=messages.choose(resolved, kind),
         worker_ttl=liveness.choose(resolved, kind),
         gather=gather.choose(resolved, kind),
-        layout=None
-        if kind == "existing"
-        else layout(resolved, family, collection, kind, facts, processes, gpus),
+        layout=laid,
         tls=tls,
         served=served,
         gpu_workers=family.cluster_kind == "cuda",
         gpus=gpus,
         dashboard=dashboard,
+        memory_limit=memory_limit_choice(resolved, kind, laid, facts, gpus),
+        gpu_knobs=knobs,
     )

@@ -3,14 +3,16 @@ of it workers spill, the RMM pool of GPU workers and how they spill device memor
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from typing import Any
 
 import dask.config
 from dask.utils import format_bytes
 
-from .. import memory
+from .. import _dask_compat, machine, memory
 from ..decision import Decision
+from ..errors import UserError
 
 
 def memory_choice(resolved, value: int | None, auto_rule: str, host: int) -> Decision:
@@ -216,3 +218,146 @@ def device_spill_choice(resolved, family, collection, gpu_bytes: list[int]) -> D
         f"{family.name} family for {key} work: {SPILL_WAYS[way]}" + (f" (measured: {why})" if why else ""),
         "device-spill.family",
     )
+
+
+MIN_WORKER_BYTES = 256 * 2**20
+"""A worker's memory limit below this is refused (distributed would pause / restart it at once)."""
+MAX_WORKERS_PER_CORE = 4
+MAX_THREADS_PER_WORKER = 64
+MAX_THREADS_PER_CORE = 16
+MEMORY_LIMIT_FORMS = (
+    "use auto, a size with a unit like '8GB', a whole number of bytes, or a fraction "
+    "0 < f <= 1 of this machine's memory like 0.5"
+)
+
+
+def memory_setting(limit):
+    """The memory-limit setting in the form distributed reads, or a UserError: a number is a
+    fraction of this machine's memory when 0 < f <= 1, a byte count when whole and > 1 (0: no
+    limit); other numbers, negative sizes and sizes over the machine's memory are refused."""
+    from dask.utils import parse_bytes
+
+    if limit is None or (isinstance(limit, str) and limit.strip().lower() == "auto"):
+        return limit
+    if isinstance(limit, bool):
+        raise UserError(f"invalid memory limit {limit!r}", MEMORY_LIMIT_FORMS)
+    number = limit
+    if isinstance(limit, str):
+        try:
+            number = float(limit)
+        except ValueError:
+            number = None
+    if isinstance(number, (int, float)):
+        if number < 0 or number != number:
+            raise UserError(f"memory limit {limit!r} is negative", MEMORY_LIMIT_FORMS)
+        if number == 0:  # distributed's "no limit"
+            return 0
+        if number <= 1:
+            return float(number)
+        if not float(number).is_integer():
+            raise UserError(
+                f"memory limit {limit!r} is neither a fraction (0 < f <= 1) nor a whole number of bytes",
+                MEMORY_LIMIT_FORMS,
+            )
+        return int(number)
+    try:
+        n = parse_bytes(limit)
+    except (ValueError, TypeError):
+        raise UserError(f"invalid memory limit {limit!r}", MEMORY_LIMIT_FORMS) from None
+    if n < 0:
+        raise UserError(f"memory limit {limit!r} is negative", MEMORY_LIMIT_FORMS)
+    host = machine.cpu()["memory_bytes"]
+    if n > host:
+        raise UserError(
+            f"memory limit {limit!r} is more than this machine's {format_bytes(host)}", MEMORY_LIMIT_FORMS
+        )
+    return limit
+
+
+def memory_bytes(limit, threads: int, cores: int) -> int | None:
+    """Per-worker bytes of a memory-limit setting, as distributed reads it; refused (before
+    anything starts) when it is not one of :data:`MEMORY_LIMIT_FORMS`, below
+    :data:`MIN_WORKER_BYTES` or above this machine's memory."""
+    setting = memory_setting(limit)
+    try:
+        value = _dask_compat.memory_limit_bytes(setting, threads, cores, logging.getLogger(__name__))
+    except (ValueError, TypeError):
+        raise UserError(f"invalid memory limit {limit!r}", MEMORY_LIMIT_FORMS) from None
+    if value is None:
+        return None
+    host = machine.cpu()["memory_bytes"]
+    if value < MIN_WORKER_BYTES:
+        raise UserError(
+            f"memory limit {limit!r} gives each worker {format_bytes(value)}, less than the "
+            f"{format_bytes(MIN_WORKER_BYTES)} a worker needs",
+            MEMORY_LIMIT_FORMS,
+        )
+    if value > host:
+        raise UserError(
+            f"memory limit {limit!r} gives each worker {format_bytes(value)}, more than this "
+            f"machine's {format_bytes(host)}",
+            MEMORY_LIMIT_FORMS,
+        )
+    return value
+
+
+def check_layout(workers: int, threads: int, cores: int, host: int) -> None:
+    """Refuse, before anything starts, a layout a machine of ``cores`` usable cores and
+    ``host`` bytes of memory cannot hold: more than :data:`MAX_WORKERS_PER_CORE` worker
+    processes per core or fewer than :data:`MIN_WORKER_BYTES` of its memory each, more than
+    :data:`MAX_THREADS_PER_WORKER` threads per worker or :data:`MAX_THREADS_PER_CORE` threads
+    per core in all."""
+    most = max(1, min(MAX_WORKERS_PER_CORE * cores, host // MIN_WORKER_BYTES))
+    if workers > most:
+        raise UserError(
+            f"--workers {workers} is more than this machine holds ({cores} usable core(s), "
+            f"{format_bytes(host)}: at most {most} worker processes)",
+            f"use --workers {most} or fewer, or leave it unset",
+        )
+    if threads > MAX_THREADS_PER_WORKER:
+        raise UserError(
+            f"--threads-per-worker {threads} is more than a worker can use (at most "
+            f"{MAX_THREADS_PER_WORKER})",
+            f"use --threads-per-worker {min(MAX_THREADS_PER_WORKER, cores)} or fewer, or leave it unset",
+        )
+    if workers * threads > MAX_THREADS_PER_CORE * cores:
+        raise UserError(
+            f"{workers} worker(s) x {threads} thread(s) is more than this machine holds "
+            f"({cores} usable core(s): at most {MAX_THREADS_PER_CORE * cores} threads in all)",
+            "use fewer --workers or --threads-per-worker, or leave them unset",
+        )
+
+
+def check_total(workers: int, limit: int | None, host: int) -> None:
+    """Refuse (UserError) worker limits that add up to more than ``host`` bytes of memory."""
+    if limit and workers * limit > host:
+        raise UserError(
+            f"{workers} worker(s) x {format_bytes(limit)} (--memory-limit) is "
+            f"{format_bytes(workers * limit)}, more than this machine's {format_bytes(host)}",
+            f"use --memory-limit {format_bytes(host // workers)} or less, fewer --workers, or "
+            "--memory-limit auto",
+        )
+
+
+def memory_limit_choice(resolved, kind: str, layout, facts, gpus: Decision | None) -> Decision | None:
+    """The memory limit of each worker of a cluster started here (``local``: distributed's
+    share of the machine per worker; ``cuda``: the machine split over its GPU workers), after
+    refusing a layout or limits the machine cannot hold; None for other kinds."""
+    c, host = resolved.settings.cluster, facts.memory_bytes
+    if kind == "local":
+        workers, threads, cores = layout.workers.value, layout.threads.value, layout.cores
+        check_layout(workers, threads, cores, host)
+        limit = memory_bytes(c.memory_limit, threads, cores)
+        if c.memory_limit != "auto":
+            check_total(workers, limit, host)
+        why = (
+            f"auto: this machine's {{host}} x min(1, {threads} thread(s) / {cores} core(s)) = "
+            "{value} per worker (distributed's rule)"
+        )
+        return memory_choice(resolved, limit, why, host)
+    if kind == "cuda":
+        n = max(1, len(gpus.value))
+        limit = memory_bytes(c.memory_limit, 1, n)
+        why = f"auto: this machine's {{host}} of host memory split over {n} worker(s) = {{value}} each"
+        return memory_choice(resolved, limit, why, host)
+    return None
