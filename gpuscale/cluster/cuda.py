@@ -201,7 +201,7 @@ class Cuda(Kind, name="cuda", cluster_class="dask_cuda.LocalCUDACluster"):
         collection = plan.collection
         c = resolved.settings.cluster
         gpus = list(plan.gpus.value)
-        notes = [] if gpus else ["no GPU is visible here: this spec cannot start on this machine"]
+        notes = list(plan.notes)
 
         pool, rmm = rmm_pool(c, family)
         kwargs = {
@@ -228,15 +228,6 @@ class Cuda(Kind, name="cuda", cluster_class="dask_cuda.LocalCUDACluster"):
         if pre:
             kwargs["pre_import"] = pre
 
-        if c.ucx.nvlink:
-            if not proto.switches_transports:
-                raise UserError(
-                    f"NVLink was requested over {proto.name.upper()}", "use --protocol ucx with NVLink"
-                )
-            if len(gpus) < 2:
-                notes.append("warning: NVLink requested but only one GPU is used; it carries nothing here")
-            elif not machine.nvlink_connected(gpus):
-                notes.append(f"warning: NVLink requested but GPUs {gpus} are not all NVLink-connected")
         transports = knobs.transports
         limit = plan.memory_limit.value
         choices = self.choices(

@@ -17,9 +17,7 @@ class Local(Kind, name="local", cluster_class="distributed.LocalCluster"):
         layout = plan.layout
         workers, threads = layout.workers.value, layout.threads.value
         c = resolved.settings.cluster
-        notes = [f"layout: {layout.why}"]
-        if any(v is not None for v in (c.ucx.nvlink, c.ucx.infiniband, c.ucx.rdmacm)):
-            notes.append("UCX transport switches apply to GPU clusters only; ignored here")
+        notes = [f"layout: {layout.why}", *plan.notes]
         in_process = layout.processes is not None and not layout.processes.value
         kwargs = {
             "n_workers": workers,

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .. import machine
 from ..decision import Decision
+from ..errors import UserError
 from ..wire import gather, liveness, messages, protocols
 from .layout import Facts, Layout, choose_gpus, layout, processes_choice
 from .memory import memory_limit_choice
@@ -46,6 +48,8 @@ class ClusterPlan:
     """The dashboard's address for a cluster started here (value None: no dashboard)."""
     memory_limit: Decision | None = None
     """Each worker's memory limit in bytes, for a cluster started here (None: other kinds)."""
+    notes: tuple[str, ...] = ()
+    """What the plan warns of: settings it ignores, GPUs that cannot carry what was asked."""
     gpu_knobs: WorkerKnobs | None = None
     """What each GPU worker gets beyond its layout and pool (None: not GPU workers, or a
     running cluster's)."""
@@ -127,4 +131,36 @@ def plan_cluster(
         dashboard=dashboard,
         memory_limit=memory_limit_choice(resolved, kind, laid, facts, gpus),
         gpu_knobs=knobs,
+        notes=_notes(resolved, kind, transport, gpus),
     )
+
+
+def _notes(resolved, kind: str, transport, gpus: Decision | None) -> tuple[str, ...]:
+    """Warnings of a cluster started here: UCX switches a CPU cluster ignores; for a GPU
+    cluster, no visible GPU, or NVLink asked of one GPU or of GPUs it does not connect (NVLink
+    over a transport that does not switch transports is refused)."""
+    ucx = resolved.settings.cluster.ucx
+    if kind == "local" and any(v is not None for v in (ucx.nvlink, ucx.infiniband, ucx.rdmacm)):
+        return ("UCX transport switches apply to GPU clusters only; ignored here",)
+    if kind != "cuda":
+        return ()
+    chosen = list(gpus.value)
+    out = [] if chosen else ["no GPU is visible here: this spec cannot start on this machine"]
+    if ucx.nvlink:
+        if not transport.switches_transports:
+            name = transport.name.upper()
+            raise UserError(f"NVLink was requested over {name}", "use --protocol ucx with NVLink")
+        if len(chosen) < 2:
+            out.append("warning: NVLink requested but only one GPU is used; it carries nothing here")
+        elif not machine.nvlink_connected(chosen):
+            out.append(f"warning: NVLink requested but GPUs {chosen} are not all NVLink-connected")
+    return tuple(out)
+    if not transport.switches_transports:
+        raise UserError(
+            f"NVLink was requested over {transport.name.upper()}", "use --protocol ucx with NVLink"
+        )
+    if len(chosen) < 2:
+        return ("warning: NVLink requested but only one GPU is used; it carries nothing here",)
+    if not machine.nvlink_connected(chosen):
+        return (f"warning: NVLink requested but GPUs {chosen} are not all NVLink-connected",)
+    return ()
