@@ -206,7 +206,7 @@ def row_svd(s, sizes, rounds, name="svd"):
             "row": name,
             "size": f"{rows:,} x {cols:,} float64, {blocks} blocks",
             **r,
-            "note": f"gpuscale route {route.name}" if r["side"].startswith("gpuscale") else "",
+            "note": f"gpuscale route {route.value}" if r["side"].startswith("gpuscale") else "",
         }
         for r in res
     ]
@@ -284,7 +284,7 @@ def row_groupby(s, sizes, rounds):
             "row": "groupby",
             "size": f"{rows:,} rows, {keys:,} keys, {parts} partitions",
             **r,
-            "note": f"plan {gres.plan.strategy}" if r["side"].startswith("gpuscale") else "",
+            "note": f"plan {gres.decision.value}" if r["side"].startswith("gpuscale") else "",
         }
         for r in res
     ]
@@ -452,12 +452,13 @@ def row_groupby_multi(sizes, rounds, backend, n_workers, ngpus):
         df = _groupby_data(s, rows, keys, parts)
         gres = gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows)
         forced = gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows, split_out=n_workers)
+        forced_shuffle = forced.decision.numbers["shuffle_method"]
         sides = {
             "plain, backend switched only": lambda: df.groupby("key").agg(AGG),
-            f"gpuscale groupby_agg ({gres.plan.strategy})": lambda: (
+            f"gpuscale groupby_agg ({gres.decision.value})": lambda: (
                 gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows).result
             ),
-            f"gpuscale shuffle plan forced (split_out={n_workers}, {forced.plan.shuffle_method})": lambda: (
+            f"gpuscale shuffle plan forced (split_out={n_workers}, {forced_shuffle})": lambda: (
                 gpuscale.dataframe.groupby_agg(
                     df, "key", AGG, groups=keys, rows=rows, split_out=n_workers
                 ).result
@@ -471,9 +472,8 @@ def row_groupby_multi(sizes, rounds, backend, n_workers, ngpus):
     for r in res:
         note = ""
         if r["side"].startswith("gpuscale groupby_agg"):
-            note = (
-                f"{proto}; plan: {gres.plan.reason}; independent check ({rec.validation['method']}): {checks}"
-            )
+            method = rec.validation["method"]
+            note = f"{proto}; plan: {gres.decision.rule}; independent check ({method}): {checks}"
             r["agrees"] = r["agrees"] and rec.valid
         out.append({"row": "groupby-multi", "size": size, **r, "note": note})
     return out

@@ -76,7 +76,7 @@ def groupby_cell(
     parts = default_partitions(s, rows)
     df = peer._groupby_data(s, rows, keys, parts)
     threads = s.spec.threads_per_worker  # as the groupby workload plans (one-thread workers: per-worker)
-    plan = gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows, threads=threads).plan
+    plan = gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows, threads=threads).decision
     sides = {
         "gpuscale default": lambda: (
             gpuscale.dataframe.groupby_agg(df, "key", AGG, groups=keys, rows=rows, threads=threads).result
@@ -86,8 +86,8 @@ def groupby_cell(
         "plain, repartition(1)": lambda: df.repartition(npartitions=1).groupby("key").agg(AGG, split_out=1),
     }
     if plans:  # gpuscale's route with the other one-partition plan, on the same data and rounds
-        for other in {"tree", "per-worker"} - {plan.strategy}:
-            forced = dataclasses.replace(plan, strategy=other, split_out=1)
+        for other in {"tree", "per-worker"} - {plan.value}:
+            forced = dataclasses.replace(plan, value=other, numbers={**plan.numbers, "split_out": 1})
             sides[f"gpuscale route, {other} plan"] = lambda forced=forced: (
                 gpuscale.dataframe.groupby_agg(df, "key", AGG, plan=forced).result
             )
@@ -97,7 +97,7 @@ def groupby_cell(
         {
             **r,
             "partitions": parts,
-            "plan": plan.strategy
+            "plan": plan.value
             if r["side"] == "gpuscale default"
             else r["side"].split(", ")[1].split()[0]
             if r["side"].startswith("gpuscale route,")
@@ -121,7 +121,7 @@ def groupby_cell(
             if n == parts or n > rows:
                 continue
             d = peer._groupby_data(s, rows, keys, n)
-            pl = gpuscale.dataframe.groupby_agg(d, "key", AGG, groups=keys, rows=rows).plan
+            pl = gpuscale.dataframe.groupby_agg(d, "key", AGG, groups=keys, rows=rows).decision
             r = peer.measure(
                 s,
                 {
@@ -139,7 +139,7 @@ def groupby_cell(
                     "side": f"gpuscale route, {n} partitions",
                     "vs_gpuscale": r["median_s"] / g,
                     "partitions": n,
-                    "plan": pl.strategy,
+                    "plan": pl.value,
                 }
             )
     return [{"rows": rows, "keys": keys, **r} for r in out]
