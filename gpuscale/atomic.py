@@ -25,7 +25,8 @@ import stat
 import tempfile
 from typing import IO, Iterator
 
-from .errors import UserError, signals_deferred
+from .errors import UserError
+from .interrupts import signals_deferred
 
 TMP_SUFFIX = ".gpuscale-tmp"
 REFUSED_FIX = (

@@ -28,7 +28,7 @@ import psutil
 import pytest
 from conftest import _clean_environ, as_from_a_terminal, files_under
 
-from gpuscale import errors
+from gpuscale import errors, interrupts
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -483,9 +483,9 @@ def test_sigterm_while_writing_output_removes_its_temp_file(spawn, tmp_path):
 
 SHUTDOWN_NOISE = r"""
 import asyncio, logging, multiprocessing, os, sys
-from gpuscale import errors
+from gpuscale import interrupts
 if sys.argv[1] == "quiet":
-    errors.quiet_shutdown_noise()
+    interrupts.quiet_shutdown_noise()
 import distributed  # its own handler on the "distributed" logger
 
 try:  # what log_errors does when the loop cancels a Nanny's close: the nanny module's logger
@@ -502,7 +502,7 @@ os._exit(0)
 def test_an_on_purpose_stop_leaves_no_tracebacks_or_tracker_warnings(mode):
     """What a CI run once saw after the command's one line: distributed's log_errors
     traceback of a cancelled Nanny close, and the resource tracker's leaked-semaphore warnings.
-    Without errors.quiet_shutdown_noise (what `main` calls first) both are printed: the check
+    Without interrupts.quiet_shutdown_noise (what `main` calls first) both are printed: the check
     sees them."""
     p = subprocess.run(
         [sys.executable, "-c", SHUTDOWN_NOISE, mode],
@@ -1098,9 +1098,9 @@ def test_a_corrupt_zarr_chunk_is_one_line_naming_the_rows(cli, tmp_path):
 # ---------------------------------------------------------------------------------------
 def test_a_sigterm_inside_signals_deferred_is_raised_as_the_block_ends():
     reached_the_end = False
-    with pytest.raises(errors.Terminated):
-        with errors.sigterm_raises():
-            with errors.signals_deferred():
+    with pytest.raises(interrupts.Terminated):
+        with interrupts.sigterm_raises():
+            with interrupts.signals_deferred():
                 os.kill(os.getpid(), signal.SIGTERM)
                 for _ in range(100):  # the handler runs between these bytecodes: it must not raise
                     time.sleep(0.001)
@@ -1144,8 +1144,8 @@ def test_a_sigterm_landing_as_the_temp_file_is_made_leaves_nothing(tmp_path):
 
     tempfile.mkstemp = mkstemp_then_signal
     try:
-        with pytest.raises(errors.Terminated):
-            with errors.sigterm_raises():
+        with pytest.raises(interrupts.Terminated):
+            with interrupts.sigterm_raises():
                 with atomic.written(tmp_path / "out.csv") as (f, tmp):
                     f.write(b"never")
     finally:
@@ -1394,10 +1394,10 @@ def test_a_run_that_ignores_its_signal_is_ended_hard_with_its_workers(tmp_path):
         "    return _register(name, rtype)\n"
         "resource_tracker.register = register\n"
         "from distributed import LocalCluster\n"
-        "from gpuscale import errors\n"
-        "errors.ESCALATE_AFTER_S = 2.0\n"
+        "from gpuscale import interrupts\n"
+        "interrupts.ESCALATE_AFTER_S = 2.0\n"
         "if __name__ == '__main__':\n"
-        "    with errors.sigterm_raises():\n"
+        "    with interrupts.sigterm_raises():\n"
         "        cluster = LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None)\n"
         "        print('ready', flush=True)\n"
         "        while True:\n"
@@ -1438,7 +1438,7 @@ def test_a_run_that_ignores_its_signal_is_ended_hard_with_its_workers(tmp_path):
 
 SIGNAL_IN_A_CALLBACK = """
 import gc, os, signal, sys, time, weakref
-from gpuscale import errors
+from gpuscale import interrupts
 hits = []
 def land_here(*_):
     if not hits:
@@ -1451,7 +1451,7 @@ class Finalized:
 class Referenced:
     pass
 try:
-    with errors.sigterm_raises():
+    with interrupts.sigterm_raises():
         if sys.argv[1] == "gc":
             gc.callbacks.append(lambda phase, info: phase == "start" and land_here())
             gc.collect()
@@ -1465,7 +1465,7 @@ try:
         for _ in range(1000):
             time.sleep(0.005)
     print("not raised")
-except errors.Terminated:
+except interrupts.Terminated:
     print("raised" if hits else "no callback")
 """
 

@@ -498,7 +498,7 @@ def _opened(side: Side, env: Any) -> Any:
         try:
             yield senv
         except KeyboardInterrupt:  # the run ends: its cluster closes under work in flight, quietly
-            from gpuscale.errors import quiet_exit_logs
+            from gpuscale.interrupts import quiet_exit_logs
 
             quiet_exit_logs()
             raise

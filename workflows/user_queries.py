@@ -63,7 +63,7 @@ import pandas as pd
 import psutil
 import queries
 
-from gpuscale import errors
+from gpuscale import interrupts
 
 GPU_SIDES = ("dask-cudf", "gpuscale-gpu", "polars-gpu", "cudf-polars-dask")
 SIDES = (
@@ -800,7 +800,7 @@ def main(argv=None) -> int:
         if args.data is None:
             args.data = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuscale-queries-"))
         try:
-            with errors.sigterm_raises():  # Dask's logs of the work cut off stay quiet
+            with interrupts.sigterm_raises():  # Dask's logs of the work cut off stay quiet
                 d = run_all(args)
         except KeyboardInterrupt:
             print(

@@ -20,7 +20,7 @@ import sys
 
 import click
 
-from .. import errors
+from .. import interrupts
 from .._version import __version__
 from .base import CONTEXT, DEBUG_ENV, debug, ended, fail, interrupted
 from .lazy import LazyGroup
@@ -82,11 +82,11 @@ def cli():
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: click usage errors become one line, exit 2; SIGTERM is an interruption
-    like Ctrl-C (:func:`gpuscale.errors.sigterm_raises`: temp files are removed, the cluster
+    like Ctrl-C (:func:`gpuscale.interrupts.sigterm_raises`: temp files are removed, the cluster
     closed); every other failure is one line too (:func:`.base.ended`)."""
-    errors.quiet_shutdown_noise(tracker=not debug["on"])
+    interrupts.quiet_shutdown_noise(tracker=not debug["on"])
     try:
-        with errors.sigterm_raises():
+        with interrupts.sigterm_raises():
             rv = cli.main(args=argv, prog_name="gpuscale", standalone_mode=False)
     except click.exceptions.NoSuchOption as e:
         hint = f" (did you mean {', '.join(e.possibilities)}?)" if e.possibilities else ""

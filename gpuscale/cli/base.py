@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from .. import config, errors
+from .. import config, errors, interrupts
 from ..errors import UserError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -87,16 +87,16 @@ def fail(message: str, code: int = errors.EXIT_BAD_INPUT) -> typing.NoReturn:
 
 
 def _quiet() -> None:
-    errors.quiet_exit_logs()
+    interrupts.quiet_exit_logs()
 
 
 def interrupted(e: BaseException | None = None) -> typing.NoReturn:
     """Ctrl-C / SIGTERM / SIGHUP: one line naming the signal and, for a run, the phase it
     stopped; exit 130 (SIGINT), 143 (SIGTERM) or 129 (SIGHUP)."""
     _quiet()
-    errors.end_child_processes(only_starting=True)
-    sig = errors.signal_name(e) if e is not None else "SIGINT"
-    code = errors.interrupt_exit_code(e) if e is not None else errors.EXIT_SIGINT
+    interrupts.end_child_processes(only_starting=True)
+    sig = interrupts.signal_name(e) if e is not None else "SIGINT"
+    code = interrupts.interrupt_exit_code(e) if e is not None else errors.EXIT_SIGINT
     phase = errors.phase_of(e, "") if e is not None else ""
     kept = getattr(e, "gpuscale_kept", None)
     if phase:

@@ -16,7 +16,7 @@ import os
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from .. import memory
-from ..errors import quiet_exit_logs
+from ..interrupts import quiet_exit_logs
 from . import logs
 
 PRE_IMPORT_KEY = "gpuscale-pre-import"
@@ -50,14 +50,14 @@ def dask_setup(worker=None) -> None:
 
 def dask_teardown(worker=None) -> None:
     """The worker is closing on purpose: its exit loggers are quieted
-    (:func:`gpuscale.errors.quiet_exit_logs`), before a heartbeat in flight logs a traceback."""
+    (:func:`gpuscale.interrupts.quiet_exit_logs`), before a heartbeat in flight logs a traceback."""
     quiet_exit_logs()
 
 
 class QuietOnClose(SchedulerPlugin):
     """A scheduler plugin for the clusters `cluster up` serves: when its scheduler starts to
     close, the process's exit loggers are quieted at once
-    (:func:`gpuscale.errors.quiet_exit_logs`), before the nannies' closes are cut short."""
+    (:func:`gpuscale.interrupts.quiet_exit_logs`), before the nannies' closes are cut short."""
 
     name = "gpuscale-quiet-on-close"
     idempotent = True

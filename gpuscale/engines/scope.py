@@ -13,7 +13,7 @@ import contextlib
 import operator
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterator
 
 from .. import _dask_compat
@@ -30,9 +30,8 @@ class Query:
     """The user's file:line that computed it."""
     kind: str
     """``DataFrame``, ``Series`` or ``Scalar``."""
-    engine: str
-    rule_id: str
-    why: str
+    decision: Decision
+    """The engine that answered it (:func:`gpuscale.plan.engine.decide`)."""
     seconds: float | None = None
     """The engine's wall time for this compute (shared by the collections computed together)."""
     reads_bytes: int | None = None
@@ -43,12 +42,18 @@ class Query:
     """How cudf-polars ran it on one GPU (``in-memory`` or ``streaming``) and why."""
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The session's record of it: the engine, its rule id and why, beside the rest."""
+        d = self.decision
+        out = {"where": self.where, "kind": self.kind, "engine": d.value, "rule_id": d.rule_id or ""}
+        out["why"] = d.rule or ""
+        rest = {f.name: getattr(self, f.name) for f in fields(self)[3:]}
+        return {**out, **rest}
 
     def line(self) -> str:
         took = f" in {self.seconds:.3f} s" if self.seconds is not None else ""
         how = f", {self.executor}" if self.executor else ""
-        return f"{self.where}: {self.kind} on {self.engine}{took} ({self.rule_id}: {self.why}{how})"
+        d = self.decision
+        return f"{self.where}: {self.kind} on {d.value}{took} ({d.rule_id}: {d.rule}{how})"
 
 
 @dataclass
@@ -136,7 +141,7 @@ class Route:
         if self.setting == "dask":
             for c in colls:
                 d = self.decide(None, None)
-                self.queries.append(Query(site, _kind(c), d.value, d.rule_id or "", d.rule or "", how=how))
+                self.queries.append(Query(site, _kind(c), d, how=how))
             return {}
         from . import answer, footprint
         from .from_dask import Translator, Untranslatable
@@ -193,9 +198,7 @@ class Route:
                 Query(
                     site,
                     _kind(colls[i]),
-                    d.value,
-                    d.rule_id or "",
-                    d.rule or "",
+                    d,
                     seconds if i in out else None,
                     reads,
                     "persist" if how == "persist-one" else how,

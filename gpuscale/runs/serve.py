@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from .. import atomic, errors, trust, workloads
+from .. import atomic, interrupts, trust, workloads
 from ..cluster import detach, existing, identity, security
 from ..cluster import workers as _workers
 from ..errors import UserError
@@ -238,9 +238,9 @@ class Served:
 
 
 def sigterm_as_interrupt():
-    """SIGTERM raises :class:`gpuscale.errors.Terminated` (a KeyboardInterrupt) in the main
+    """SIGTERM raises :class:`gpuscale.interrupts.Terminated` (a KeyboardInterrupt) in the main
     thread for the block (so a cluster being started is closed, not orphaned)."""
-    return errors.sigterm_raises()
+    return interrupts.sigterm_raises()
 
 
 @contextlib.contextmanager
@@ -262,7 +262,7 @@ def deferred_stop() -> Iterator[None]:
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     if got:
-        raise errors.Terminated() if signal.SIGTERM in got else KeyboardInterrupt()
+        raise interrupts.Terminated() if signal.SIGTERM in got else KeyboardInterrupt()
 
 
 @contextlib.contextmanager

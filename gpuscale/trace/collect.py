@@ -22,7 +22,8 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import _dask_compat, atomic
-from ..errors import TEMP_PATHS, UserError, signals_deferred
+from ..errors import UserError
+from ..interrupts import TEMP_PATHS, signals_deferred
 from . import events, intervals, render, summary
 
 P2P_SENT = ("background-comms", "process", "bytes")

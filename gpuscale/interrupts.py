@@ -1,0 +1,278 @@
+"""How a gpuscale process ends when it is interrupted: SIGTERM, SIGHUP and Ctrl-C raise in the
+main thread (:func:`sigterm_raises`), each with its exit code (:data:`gpuscale.errors.EXIT_CODES`)
+and one line; a block that does not end is escalated to a hard end that removes
+:data:`TEMP_PATHS` and the worker processes; statements that must not be cut in two hold the
+interruption back (:func:`signals_deferred`); and the logs of work cut off are quieted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from typing import Iterator
+
+from .errors import EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM, OPEN_PHASES
+
+TEMP_PATHS: set[str] = set()
+"""Temporary files and folders being filled now (a trace's folder), removed by a hard exit."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as a KeyboardInterrupt (so every ``finally`` and
+    ``with`` that cleans up on Ctrl-C runs for it too)."""
+
+
+class HungUp(Terminated):
+    """SIGHUP (the terminal closed, the ssh session dropped), handled like SIGTERM."""
+
+
+def signal_name(exc: BaseException) -> str:
+    return "SIGHUP" if isinstance(exc, HungUp) else "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+
+
+def interrupt_exit_code(exc: BaseException) -> int:
+    return (
+        EXIT_SIGHUP
+        if isinstance(exc, HungUp)
+        else EXIT_SIGTERM
+        if isinstance(exc, Terminated)
+        else EXIT_SIGINT
+    )
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """For the block, in the main thread: SIGTERM raises :class:`Terminated`, SIGHUP
+    :class:`HungUp` (unless ignored), Ctrl-C KeyboardInterrupt, each after
+    :func:`quiet_exit_logs`; the first signal decides, later ones are absorbed; a block that
+    does not end escalates (:func:`_escalate_later`). The previous handlers come back after it.
+    In another thread: a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def _after_first(signum: int) -> bool:
+        """Whether a signal already stopped the block: the first decides the exit and the
+        line, and a later one does not interrupt the clean-up it started (its escalation
+        still ends a block that hangs)."""
+        received.append(signum)
+        return len(received) > 1
+
+    def _raising(make: type[BaseException], code: int):
+        def handler(signum, frame):
+            if _after_first(signum):
+                return
+            quiet_exit_logs()
+            _escalate_later(signum, code)
+            _raise_or_defer(make())
+
+        return handler
+
+    def _on_unraisable(unraisable):
+        """A signal that landed in a weakref callback, a ``__del__`` or a garbage-collection
+        callback raised where Python prints and drops the exception: send it again 50 ms
+        later, as the first, instead."""
+        exc = unraisable.exc_value
+        if received and isinstance(exc, (Terminated, KeyboardInterrupt)):
+            import os
+
+            received.clear()
+            threading.Timer(0.05, os.kill, (os.getpid(), signal_number(exc))).start()
+            return
+        hook_before(unraisable)
+
+    global _stand_down
+    outer, _stand_down = _stand_down, threading.Event()
+    hook_before, sys.unraisablehook = sys.unraisablehook, _on_unraisable
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raising(Terminated, EXIT_SIGTERM))}
+    if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # not under nohup
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _raising(HungUp, EXIT_SIGHUP))
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _raising(KeyboardInterrupt, EXIT_SIGINT))
+    try:
+        yield
+    finally:
+        _stand_down.set()
+        _stand_down = outer
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        sys.unraisablehook = hook_before
+
+
+def signal_number(exc: BaseException) -> int:
+    return getattr(signal, signal_name(exc))
+
+
+ESCALATE_AFTER_S = 15.0
+"""An interrupted process still running this long after the signal gets it again; one more
+period later it ends hard (see docs/decisions.md, rule ``interrupt.escalate``)."""
+_stand_down: threading.Event | None = None
+"""Set as the current :func:`sigterm_raises` block ends: its escalation (if any) stands down."""
+
+
+def _escalate_later(sig: int, code: int) -> None:
+    """Once per :func:`sigterm_raises` block: a daemon thread that repeats the signal after
+    :data:`ESCALATE_AFTER_S` if the block has not ended, and after twice that removes
+    :data:`TEMP_PATHS`, kills the worker processes, releases the semaphores and exits with
+    ``code``, saying so in one line."""
+    if _stand_down is None or getattr(_stand_down, "escalating", False):
+        return
+    done = _stand_down
+    done.escalating = True
+
+    def run():
+        import os
+
+        if done.wait(ESCALATE_AFTER_S):
+            return
+        os.kill(os.getpid(), sig)
+        if done.wait(ESCALATE_AFTER_S):
+            return
+        name = signal.Signals(sig).name
+        where = f" during {OPEN_PHASES[-1]}" if OPEN_PHASES else ""
+        import shutil
+
+        for path in list(TEMP_PATHS):
+            shutil.rmtree(path, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        end_child_processes()
+        release_semaphores()
+        with contextlib.suppress(Exception):
+            sys.stderr.write(
+                f"gpuscale: error: interrupted ({name}){where}; it did not stop within "
+                f"{2 * ESCALATE_AFTER_S:g} s, so it was ended with its worker processes; "
+                "nothing was written\n"
+            )
+            sys.stderr.flush()
+        os._exit(code)
+
+    threading.Thread(target=run, name="gpuscale-escalate", daemon=True).start()
+
+
+def end_child_processes(only_starting: bool = False) -> None:
+    """Kill (SIGKILL) this process's child processes, except multiprocessing's resource tracker
+    (it removes what the killed ones leave). ``only_starting``: only worker processes
+    multiprocessing spawned (``spawn_main``) that are still there after an interrupted command
+    closed its cluster (see docs/decisions.md, rule ``interrupt.children``). Never raises."""
+    try:
+        import psutil
+
+        tracker = _tracker_pid()
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(Exception):
+                if child.pid == tracker:
+                    continue
+                if not only_starting or "spawn_main" in " ".join(child.cmdline()):
+                    child.kill()
+    except Exception:  # noqa: BLE001 - ending regardless
+        pass
+
+
+def _tracker_pid() -> int | None:
+    """The pid of multiprocessing's resource tracker this process started (None: none)."""
+    mp_tracker = sys.modules.get("multiprocessing.resource_tracker")
+    return getattr(getattr(mp_tracker, "_resource_tracker", None), "_pid", None)
+
+
+def release_semaphores() -> None:
+    """Before a hard exit: unlink the named semaphores this process made and tell the resource
+    tracker, as their finalizers would at a normal exit."""
+    util = sys.modules.get("multiprocessing.util")
+    synchronize = sys.modules.get("multiprocessing.synchronize")
+    if util is None or synchronize is None:
+        return
+    cleanup = synchronize.SemLock._cleanup
+    for finalizer in list(getattr(util, "_finalizer_registry", {}).values()):
+        with contextlib.suppress(Exception):
+            if getattr(finalizer, "_callback", None) is cleanup:
+                finalizer()
+
+
+_deferring = 0
+_pending: list[BaseException] = []
+
+
+def _raise_or_defer(exc: BaseException) -> None:
+    if _deferring:
+        _pending.append(exc)
+        return
+    raise exc
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold back the interruption :func:`sigterm_raises` would raise in the block and raise it
+    as the block ends: for statements that must not be cut in two (a temp file made and
+    registered for removal). Blocking the signal would not do: another thread may take it."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+        if not _deferring and _pending:
+            exc = _pending[0]
+            _pending.clear()
+            raise exc
+
+
+NOISY_ON_EXIT = ("asyncio", "distributed", "tornado", "bokeh")
+
+
+def quiet_exit_logs() -> None:
+    """Quiet the loggers of :data:`NOISY_ON_EXIT` (and their children) for a process ending on
+    purpose: the asyncio tasks of work cut off would otherwise log tracebacks as it exits."""
+    import logging
+
+    names = [
+        n for n in list(logging.root.manager.loggerDict) if n.split(".")[0] in NOISY_ON_EXIT
+    ]  # children with levels of their own too
+    for name in {*NOISY_ON_EXIT, *names}:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+class _DropCancelledTraceback:
+    """A logging filter that drops records of a CancelledError (a cluster closed on purpose)."""
+
+    def filter(self, record) -> bool:
+        import asyncio
+
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, asyncio.CancelledError)
+
+
+CLOSING_LOGGERS = (
+    "distributed.nanny",
+    "distributed.core",
+    "distributed.utils",
+    "distributed.worker",
+    "distributed.scheduler",
+    "distributed.deploy.spec",
+    "distributed.client",
+)
+"""The modules whose coroutines ``log_errors`` wraps on a cluster's way down."""
+
+RESOURCE_TRACKER_WARNINGS = "ignore:resource_tracker:UserWarning"
+"""A ``-W`` option that silences the resource tracker's exit-time warning about leaked
+semaphores. The tracker takes the interpreter's ``-W`` options when it starts, so this must be
+in place before the first worker does. A run releases its semaphores itself
+(:func:`release_semaphores`); the filter covers a SIGKILL. ``GPUSCALE_DEBUG=1`` lifts it."""
+
+
+def quiet_shutdown_noise(tracker: bool = True) -> None:
+    """For the CLI process, before anything starts: filter the cancelled-close tracebacks of
+    :data:`CLOSING_LOGGERS` and, with ``tracker`` (off under ``GPUSCALE_DEBUG=1``), the resource
+    tracker's leak warnings; the command's own line says what happened."""
+    import logging
+    import sys
+
+    for name in CLOSING_LOGGERS:
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _DropCancelledTraceback) for f in log.filters):
+            log.addFilter(_DropCancelledTraceback())
+    if tracker and RESOURCE_TRACKER_WARNINGS not in sys.warnoptions:
+        sys.warnoptions.append(RESOURCE_TRACKER_WARNINGS)
