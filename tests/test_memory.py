@@ -912,11 +912,11 @@ def test_a_run_no_limit_on_this_machine_admits_says_so_instead_of_naming_one(cli
 def test_the_libraries_a_worker_imports_before_joining_count_once_in_its_baseline():
     # the growth a worker's first tasks add counts the chunk library's imports: what the
     # pre-import put into the worker at start is taken off its measured start, not added twice
-    from gpuscale import memory
+    from gpuscale import memory_measured
 
     with gpuscale.session(backend="cpu", workers=1, threads_per_worker=1, collection="dataframe") as s:
-        (state,) = s.client.run(memory.worker_state).values()
-        budget = memory.measure(s.client, s.family, s.family.worker_memory(s.client), s.spec)
+        (state,) = s.client.run(memory_measured.worker_state).values()
+        budget = memory_measured.measure(s.client, s.family, s.family.worker_memory(s.client), s.spec)
     assert state["pre_imported"] > 50 * MiB  # dask.dataframe, pandas, pyarrow
     start = budget.baseline - s.family.knobs.worker_growth_bytes
     assert abs(start - (state["rss"] - state["pre_imported"])) < 8 * MiB, (start, state)

@@ -8,7 +8,7 @@ the measured peak (the worker process's VmHWM over the run), and their ratio (ta
     python workflows/memory_estimate.py --backend gpu --gpus 0 --cap 1GB --json gpu-capped.json
 
 On a GPU (``--backend gpu``) the measured peak is the device allocator's during the run and the
-estimate is compared without its baseline (:class:`gpuscale.memory.Watch`); ``--scale`` multiplies
+estimate is compared without its baseline (:class:`gpuscale.memory_measured.Watch`); ``--scale`` multiplies
 the sizes' largest dimension (rows, or n), ``--cap`` sets ``--device-memory-limit`` so the larger
 sizes stream or spill and their verdicts' estimates are checked too.
 

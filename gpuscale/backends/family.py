@@ -188,7 +188,7 @@ class Family:
         return {addr: int(w.get("memory_limit") or 0) for addr, w in info.items()}
 
     def device_watch(self, client, start: bool) -> dict[str, dict]:
-        """Per worker, what its device memory did during a run (:class:`gpuscale.memory.Watch`):
+        """Per worker, what its device memory did during a run (:class:`gpuscale.memory_measured.Watch`):
         ``start=True`` begins counting, ``start=False`` reads and ends it. Host families: {}."""
         return {}
 

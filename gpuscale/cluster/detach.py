@@ -15,7 +15,7 @@ import os
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from .. import memory
+from .. import memory_measured
 from ..interrupts import quiet_exit_logs
 from . import logs
 
@@ -45,7 +45,7 @@ def dask_setup(worker=None) -> None:
     logs.in_worker()
     import dask
 
-    memory.pre_import(dask.config.get(PRE_IMPORT_KEY, None) or ())
+    memory_measured.pre_import(dask.config.get(PRE_IMPORT_KEY, None) or ())
 
 
 def dask_teardown(worker=None) -> None:

@@ -99,7 +99,7 @@ class Outcome:
     """The backend audit of generate + warm-up + timed repeats (:mod:`gpuscale.audit`)."""
     memory: dict[str, Any] | None = None
     """The memory check (:func:`gpuscale.memory.check`), with ``measured``
-    (:class:`gpuscale.memory.Watch`)."""
+    (:class:`gpuscale.memory_measured.Watch`)."""
     output: Any = None
     """The last repeat's result, persisted (a :class:`gpuscale.workloads.Output`)."""
     repeats: dict[str, Any] | None = None

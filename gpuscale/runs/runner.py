@@ -20,7 +20,7 @@ import dask
 from dask.core import flatten
 from distributed import KilledWorker, futures_of, span, wait
 
-from .. import _dask_compat
+from .. import _dask_compat, memory_measured
 from .. import memory as _memory
 from ..audit import Audit
 from ..decision import Decision
@@ -264,11 +264,12 @@ AUDIT_SCOPE = (
 
 
 class PeakWatch(Observer):
-    """The outcome's ``memory.measured``: a :class:`gpuscale.memory.Watch` from the run's plan (peaks reset,
-    spill counters read) to its end, read against the memory check's estimate."""
+    """The outcome's ``memory.measured``: a :class:`gpuscale.memory_measured.Watch` from the
+    run's plan (peaks reset, spill counters read) to its end, read against the memory check's
+    estimate."""
 
     def start(self, run: Run) -> None:
-        self.watch = _memory.Watch(run.client, run.family, run.ctx.memory)
+        self.watch = memory_measured.Watch(run.client, run.family, run.ctx.memory)
 
     def finish(self, run: Run, outcome: Outcome) -> None:
         measured = self.watch.read(run.memory)
@@ -444,7 +445,7 @@ class Runner(Run):
 
     def _plan(self, memory_check: bool) -> None:
         ctx, fam = self.ctx, self.family
-        ctx.memory = _memory.measure(self.client, fam, fam.worker_memory(self.client), ctx.spec)
+        ctx.memory = memory_measured.measure(self.client, fam, fam.worker_memory(self.client), ctx.spec)
         self.workload.plan(self.p, ctx)
         self.memory = _memory.check(self.workload, self.p, ctx, memory_check)
         if self.streamed:
