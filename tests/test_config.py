@@ -147,7 +147,7 @@ FLAG_AND_KEYWORD_MODULES = (
     *(f"gpuscale/cli/{p.name}" for p in sorted((REPO / "gpuscale" / "cli").glob("*.py"))),
     "gpuscale/api.py",
     "gpuscale/runs/session.py",
-    "gpuscale/runs/oneshot.py",
+    "gpuscale/runs/run.py",
     "gpuscale/workloads/decorator.py",
     "docs/_ext/gpuscale_docs.py",
 )

@@ -465,7 +465,7 @@ def memory_table(m: dict[str, Any], title: str) -> Table:
 
 
 # ---------------------------------------------------------------------------------------
-# Backend audit (gpuscale.audit) and explain (gpuscale.runs.preview)
+# Backend audit (gpuscale.audit) and explain (gpuscale.runs.explain)
 # ---------------------------------------------------------------------------------------
 def audit_lines(a: dict[str, Any] | None) -> list[tuple[str, str]]:
     """(label, rich text) rows that summarize an audit inside other tables (the run summary)."""
