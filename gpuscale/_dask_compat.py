@@ -488,7 +488,7 @@ def check_address(address: str) -> None:
 
 # -- merge metadata ----------------------------------------------------------------------
 @contextlib.contextmanager
-def _while_open(lock, users: list, user, install: Callable[[], Any], uninstall: Callable[[], Any]):
+def while_open(lock, users: list, user, install: Callable[[], Any], uninstall: Callable[[], Any]):
     """``user`` joins ``users`` for the block: the first to join installs a patch, the last to
     leave removes it (blocks may nest, and run in several threads)."""
     with lock:
@@ -516,7 +516,7 @@ def merge_meta_through(lookup) -> Iterator[None]:
     Imports nothing: before ``dask.dataframe`` is imported, ``Merge`` is hooked as its module
     is (an array-only block never pays for that import). Where Dask moved ``Merge``, Dask's
     own metadata."""
-    with _while_open(
+    with while_open(
         _MERGE_LOCK, _MERGE_LOOKUPS, lookup, lambda: _on_import(MERGE_MODULE, _hook_merge), _unhook_merge
     ):
         yield
@@ -563,7 +563,7 @@ def reads_through(keep) -> Iterator[None]:
     read)``, ``read`` Dask's own function; the innermost open ``keep`` answers. Imports nothing:
     before ``dask.dataframe`` is imported, its ``read_parquet`` is wrapped as it is imported. A
     ``from dask.dataframe import read_parquet`` made before the block keeps Dask's own."""
-    with _while_open(
+    with while_open(
         _READ_LOCK, _READ_KEEPERS, keep, lambda: _on_import("dask.dataframe", _wrap_read), _unwrap_read
     ):
         yield
@@ -661,7 +661,7 @@ def computes_through(router) -> Iterator[None]:
     to Dask. Replaced: ``dask.base.compute`` / ``persist`` (and their ``dask.`` names) and
     dask-expr's ``FrameBase.persist`` (which optimizes before ``dask.persist``); a
     ``from dask import compute`` made before the block keeps Dask's own."""
-    with _while_open(_ROUTE_LOCK, _ROUTERS, router, _route_install, _route_uninstall):
+    with while_open(_ROUTE_LOCK, _ROUTERS, router, _route_install, _route_uninstall):
         yield
 
 

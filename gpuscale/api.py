@@ -11,8 +11,8 @@ Keywords are the same names as the CLI flags (``config.KEYWORDS`` maps both onto
 
 from __future__ import annotations
 
-from .runs.run import run
 from .runs.explain import explain
+from .runs.run import run
 from .runs.session import Session, configure, finish, session
 
 __all__ = ["Session", "session", "run", "explain", "configure", "finish"]

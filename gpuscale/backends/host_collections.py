@@ -30,6 +30,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator
 
+from .. import _dask_compat
 from ..errors import UserError
 from . import convert
 from .family import HOST_CHUNKS, Family
@@ -310,8 +311,9 @@ _SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar(
 _INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "gpuscale_host_collections_inside", default=False
 )
-_LOCK = threading.Lock()
-_USERS = 0
+_LOCK = threading.RLock()
+_USERS: list = []
+"""The scopes open now, in any thread: the first installs the wrappers, the last removes them."""
 _ORIGINALS: dict[tuple[str, str], Callable] = {}
 
 
@@ -336,13 +338,12 @@ def scope(family: Family, mode: str) -> Iterator[Scope | None]:
             _reset(token)
         return
     s = Scope(family, mode)
-    _install(family)
-    token = _SCOPE.set(s)
-    try:
-        yield s
-    finally:
-        _reset(token)
-        _uninstall()
+    with _dask_compat.while_open(_LOCK, _USERS, s, lambda: _install(family), _uninstall):
+        token = _SCOPE.set(s)
+        try:
+            yield s
+        finally:
+            _reset(token)
 
 
 def _reset(token) -> None:
@@ -406,49 +407,36 @@ def register_fallback(module) -> None:
 
 
 def _install(family: Family | None = None) -> None:
-    global _USERS
-    with _LOCK:
-        _USERS += 1
-        if _USERS > 1:
-            return
-        if _FALLBACK is not None:
-            _FALLBACK.install(family)
-        for table, wrap in (
-            (FUNCTIONS, lambda module, name, fn: _wrap(module, name, fn)),
-            (WRITERS, lambda module, name, fn: _wrap_writer(name, fn)),
-        ):
-            for module, names in table.items():
-                try:
-                    mod = importlib.import_module(module)
-                except ImportError:
+    if _FALLBACK is not None:
+        _FALLBACK.install(family)
+    for table, wrap in (
+        (FUNCTIONS, lambda module, name, fn: _wrap(module, name, fn)),
+        (WRITERS, lambda module, name, fn: _wrap_writer(name, fn)),
+    ):
+        for module, names in table.items():
+            try:
+                mod = importlib.import_module(module)
+            except ImportError:
+                continue
+            for name in names:
+                fn = getattr(mod, name, None)
+                if fn is None or hasattr(fn, "__gpuscale_host_collections__"):
                     continue
-                for name in names:
-                    fn = getattr(mod, name, None)
-                    if fn is None or hasattr(fn, "__gpuscale_host_collections__"):
-                        continue
-                    _ORIGINALS[(module, name)] = fn
-                    setattr(mod, name, wrap(module, name, fn))
+                _ORIGINALS[(module, name)] = fn
+                setattr(mod, name, wrap(module, name, fn))
 
 
 def _uninstall() -> None:
-    global _USERS
-    with _LOCK:
-        _USERS -= 1
-        if _USERS > 0:
-            return
-        if _FALLBACK is not None:
-            _FALLBACK.uninstall()
-        for (module, name), fn in _ORIGINALS.items():
-            mod = sys.modules.get(module)
-            if (
-                mod is not None
-                and getattr(getattr(mod, name, None), "__gpuscale_host_collections__", None) is fn
-            ):
-                setattr(mod, name, fn)
-        _ORIGINALS.clear()
+    if _FALLBACK is not None:
+        _FALLBACK.uninstall()
+    for (module, name), fn in _ORIGINALS.items():
+        mod = sys.modules.get(module)
+        if mod is not None and getattr(getattr(mod, name, None), "__gpuscale_host_collections__", None) is fn:
+            setattr(mod, name, fn)
+    _ORIGINALS.clear()
 
 
 def installed() -> bool:
     """Whether the wrappers are in place (some session of a non-host family is open)."""
     with _LOCK:
-        return _USERS > 0
+        return bool(_USERS)
