@@ -14,6 +14,7 @@ from dask.utils import format_bytes
 
 from .. import machine
 from ..errors import UserError
+from ..plan.cluster import gpu_bytes
 from ..plan.memory import rmm_pool
 from ..wire import messages, protocols
 from . import ClusterSpec, spec_for, worker_preloads
@@ -220,7 +221,6 @@ class Cuda(Kind, name="cuda", cluster_class="dask_cuda.LocalCUDACluster"):
             kwargs["rmm_async"] = True
         if rmm is not None and c.rmm.external_libs:
             kwargs["rmm_allocator_external_lib_list"] = list(c.rmm.external_libs)
-        gpu_bytes = [size for g, size in plan.facts.gpus if g in gpus]
         knobs = plan.gpu_knobs
         kwargs.update(knobs.options)
         dask_config = dict(knobs.dask_config)
@@ -237,7 +237,7 @@ class Cuda(Kind, name="cuda", cluster_class="dask_cuda.LocalCUDACluster"):
             where={"gpus": plan.gpus},
             transports=transports,
             rmm=rmm,
-            gpu_bytes=gpu_bytes,
+            gpu_bytes=gpu_bytes(plan.facts, plan.gpus),
             rest=knobs.choices,
         )
         return spec_for(

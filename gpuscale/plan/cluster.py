@@ -55,6 +55,12 @@ class ClusterPlan:
     running cluster's)."""
 
 
+def gpu_bytes(facts: Facts, gpus: Decision | None) -> list[int]:
+    """The memory of each GPU the cluster takes, where this machine's facts know it."""
+    sizes = dict(facts.gpus)
+    return [sizes[g] for g in gpus.value if g in sizes] if gpus is not None else []
+
+
 def kind_of(resolved, family) -> str:
     """The cluster kind the settings ask for: a running scheduler's, the deploy target on other
     hosts, else the family's kind on this machine."""
@@ -107,11 +113,10 @@ def plan_cluster(
     if protocol.value != transport.name:
         transport = protocols.get(protocol.value)
     laid = None if kind == "existing" else layout(resolved, family, collection, kind, facts, processes, gpus)
+    gpu_workers = family.cluster_kind == "cuda"
     knobs = None
-    if family.cluster_kind == "cuda" and kind != "existing":
-        sizes = dict(facts.gpus)
-        gpu_bytes = [sizes[g] for g in gpus.value if g in sizes] if gpus is not None else []
-        knobs = worker_knobs(resolved, family, collection, transport, gpu_bytes)
+    if gpu_workers and kind != "existing":
+        knobs = worker_knobs(resolved, family, collection, transport, gpu_bytes(facts, gpus))
     return ClusterPlan(
         kind=kind,
         resolved=resolved,
@@ -126,7 +131,7 @@ def plan_cluster(
         layout=laid,
         tls=tls,
         served=served,
-        gpu_workers=family.cluster_kind == "cuda",
+        gpu_workers=gpu_workers,
         gpus=gpus,
         dashboard=dashboard,
         memory_limit=memory_limit_choice(resolved, kind, laid, facts, gpus),
