@@ -160,12 +160,3 @@ def _notes(resolved, kind: str, transport, gpus: Decision | None) -> tuple[str, 
         elif not machine.nvlink_connected(chosen):
             out.append(f"warning: NVLink requested but GPUs {chosen} are not all NVLink-connected")
     return tuple(out)
-    if not transport.switches_transports:
-        raise UserError(
-            f"NVLink was requested over {transport.name.upper()}", "use --protocol ucx with NVLink"
-        )
-    if len(chosen) < 2:
-        return ("warning: NVLink requested but only one GPU is used; it carries nothing here",)
-    if not machine.nvlink_connected(chosen):
-        return (f"warning: NVLink requested but GPUs {chosen} are not all NVLink-connected",)
-    return ()
