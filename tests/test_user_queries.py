@@ -244,7 +244,7 @@ def test_a_side_variant_runs_with_its_options_beside_its_base_side(small_run, tm
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     knobs = [line for line in proc.stderr.splitlines() if line.startswith("gpuscale-cpu:shuffle=tasks: ")]
-    assert knobs and "dataframe.shuffle.method=tasks" in knobs[0] and "shuffle.setting" in knobs[0]
+    assert knobs and "dataframe.shuffle.method = tasks" in knobs[0] and "shuffle.setting" in knobs[0]
     assert "v1 = gpuscale-cpu:shuffle=tasks" in proc.stdout and "v1 vs gpuscale-cpu" in proc.stdout
     cells = json.loads(out.read_text())["cells"]
     assert {k for k in cells if k.endswith("|gpuscale-cpu:shuffle=tasks")} == {
