@@ -127,7 +127,7 @@ class Tracker:
 
     # -- what is shown --------------------------------------------------------------------
     def phase(self) -> str | None:
-        phases = list(errors._phases)
+        phases = list(errors.OPEN_PHASES)
         if not phases:
             return None
         if phases[-1] != OUTER:
