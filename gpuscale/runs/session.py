@@ -678,7 +678,7 @@ def _workload_engine(name: str, source) -> Decision:
     )
 
 
-def session_plan(resolved, family) -> tuple[session_knobs.Applied, ...]:
+def session_plan(resolved, family) -> dict[str, Decision]:
     """The Dask settings a session of ``family`` applies to its block's work, from the resolved
     settings (:func:`gpuscale.backends.session_knobs.plan`; ``explain`` asks the same)."""
     return session_knobs.plan(family, resolved.settings.session, resolved.sources)
