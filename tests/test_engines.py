@@ -202,8 +202,11 @@ def test_a_translated_collection_gives_dasks_answer_type_dtypes_and_index(sessio
 
 @pytest.fixture(scope="module")
 def csv_files(tmp_path_factory) -> dict[str, str]:
-    """The two tables as CSV, several files each (a glob per table), dates as text."""
-    root = tmp_path_factory.mktemp("csv")
+    return write_csv(tmp_path_factory.mktemp("csv"))
+
+
+def write_csv(root) -> dict[str, str]:
+    """The two tables as CSV in ``root``, several files each (a glob per table), dates as text."""
     for name, frame in (("left", LEFT), ("right", RIGHT)):
         for i in range(0, len(frame), 4):
             frame.iloc[i : i + 4].to_csv(root / f"{name}.{i // 4}.csv", index=False)

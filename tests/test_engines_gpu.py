@@ -21,7 +21,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflows"))
 import queries  # noqa: E402
 from queries import tpch  # noqa: E402
-from test_engines import LEFT, ORDERED, SNIPPETS, _dask_answer, _same  # noqa: E402
+from test_engines import (  # noqa: E402
+    CSV_SNIPPETS,
+    LEFT,
+    ORDERED,
+    SNIPPETS,
+    _csv_tables,
+    _dask_answer,
+    _same,
+    write_csv,
+)
 
 CUDF_CANNOT = {"groupby-by-series"}
 """Snippets dask-cudf cannot build (its groupby by a Series of another expression raises): the
@@ -32,6 +41,11 @@ session builds them on the host, and Dask runs them."""
 def gpu_session():
     with gpuscale.session(backend="gpu") as s:
         yield s
+
+
+@pytest.fixture(scope="module")
+def csv_files(tmp_path_factory) -> dict[str, str]:
+    return write_csv(tmp_path_factory.mktemp("csv"))
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +102,30 @@ def test_a_translated_collection_gives_dask_cudfs_answer(gpu_session, files, nam
         assert type(got) is type(want)
         got, want = got.to_pandas(), want.to_pandas()
     _same(got, want, name in ORDERED)
+
+
+@pytest.mark.parametrize("name", CSV_SNIPPETS)
+def test_a_read_csv_runs_on_cudf_polars_with_dask_cudfs_answer(gpu_session, csv_files, name):
+    coll = SNIPPETS[name](*_csv_tables(csv_files))
+    before = len(gpu_session.queries)
+    got = coll.compute()
+    want = _dask_answer(lambda: SNIPPETS[name](*_csv_tables(csv_files)))
+    (q,) = gpu_session.queries[before:]
+    assert (q["engine"], q["rule_id"]) == ("polars-gpu", "engine.polars-gpu"), q["why"]
+    assert type(got) is type(want)
+    if hasattr(want, "to_pandas"):
+        got, want = got.to_pandas(), want.to_pandas()
+    _same(got, want, name in ORDERED)
+
+
+def test_a_read_csv_with_keywords_cudf_polars_does_not_read_alike_runs_on_dask(gpu_session, csv_files):
+    df = dd.read_csv(csv_files["left"], na_values=["fig"])
+    before = len(gpu_session.queries)
+    got = df[df.g == 1].s.count().compute()
+    assert int(got) == 3  # "fig" is missing, as cuDF reads it
+    (q,) = gpu_session.queries[before:]
+    assert (q["engine"], q["rule_id"]) == ("dask", "engine.untranslatable")
+    assert "read_csv: keyword 'na_values'" in q["why"], q["why"]
 
 
 def test_what_does_not_translate_runs_on_dask_in_cudf(gpu_session, files):

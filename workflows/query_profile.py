@@ -8,7 +8,8 @@ queries into the parts a change can aim at, on each side asked:
 * optimize: Dask's expression optimizer (on cuDF, each merge's metadata is computed by merging
   small cuDF frames on the device);
 * compute: ``dask.compute`` of the optimized expression, with ``busy`` (the tasks' own compute
-  time, from distributed's task stream) and the number of tasks;
+  time, from distributed's task stream), the number of tasks and the three task kinds that
+  took longest (the first run's);
 * the library alone (``cudf``/``pandas`` side): the same code on whole frames read beforehand,
   no Dask (the floor of any Dask plan), and Polars' GPU engine on the query's SQL.
 
@@ -68,6 +69,7 @@ def chosen(spec: str, sizes: dict[str, str], folder: pathlib.Path, layout: str =
 
 def _split(client, q, tables) -> dict[str, float]:
     """One run of ``q``, split into build, optimize and compute (tasks' busy time, count)."""
+    from dask.utils import key_split
     from distributed import get_task_stream
 
     t0 = time.perf_counter()
@@ -80,8 +82,15 @@ def _split(client, q, tables) -> dict[str, float]:
     with get_task_stream(client) as ts:
         dask.compute(optimized)
     t3 = time.perf_counter()
-    busy = sum(s["stop"] - s["start"] for d in ts.data for s in d["startstops"] if s["action"] == "compute")
+    by_prefix: dict[str, float] = {}
+    for d in ts.data:
+        for s in d["startstops"]:
+            if s["action"] == "compute":
+                prefix = key_split(d["key"])
+                by_prefix[prefix] = by_prefix.get(prefix, 0.0) + s["stop"] - s["start"]
+    busy = sum(by_prefix.values())
     return {
+        "slowest": sorted(by_prefix.items(), key=lambda kv: -kv[1])[:3],
         "build_s": t1 - t0,
         "optimize_s": t2 - t1,
         "compute_s": t3 - t2,
@@ -94,7 +103,8 @@ def dask_side(client, cases, repeat: int, warmup: int) -> dict:
     out = {}
     for suite, size, data, q in cases:
         runs = [_split(client, q, paths(suite, data)) for _ in range(warmup + repeat)][warmup:]
-        row = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        row = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "slowest"}
+        row["slowest"] = runs[0]["slowest"]
         row["total_s"] = statistics.median(r["build_s"] + r["optimize_s"] + r["compute_s"] for r in runs)
         out[f"{suite.name}|{size}|{q.name}"] = row
     return out
@@ -211,6 +221,8 @@ def table(d: dict) -> str:
                 f"   build {c['build_s']:.3f} optimize {c['optimize_s']:.3f} compute {c['compute_s']:.3f}"
                 f" (busy {c['busy_s']:.3f}, {c['tasks']:.0f} tasks)"
             )
+            if c.get("slowest"):
+                row += " slowest: " + ", ".join(f"{k} {v:.3f}" for k, v in c["slowest"])
         lines.append(row)
     return "\n".join(lines)
 

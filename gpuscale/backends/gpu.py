@@ -174,7 +174,12 @@ FAMILY = GpuFamily(
             "(0.80 s vs 2.31 s), but it is on for every run of the cluster, and a 100 M-row "
             "groupby that fits took 3.0-3.5 s with it against 0.043-0.059 s without"
         ),
-        pre_import={"array": ("cupy",), "dataframe": ("cupy", "cudf", "dask_cudf"), "session": ("cupy",)},
+        # rule ``gpu.session-pre-import``: a session's workers and client import cuDF as they start
+        pre_import={
+            "array": ("cupy",),
+            "dataframe": ("cupy", "cudf", "dask_cudf"),
+            "session": ("cupy", "cudf", "dask_cudf"),
+        },
         fft_work_copies=3.0,  # rule ``memory.fft-work-copies``
         worker_growth_bytes=512 * 2**20,  # rule ``memory.worker-growth``
         read_keywords={"read_parquet": {"aggregate_files": True}},  # rule ``reads.family``

@@ -5,6 +5,7 @@ CuPy allocates through RMM too (``rmm_allocator_external_lib_list``), so both sh
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import sys
 import time
@@ -224,7 +225,8 @@ class Cuda(Kind, name="cuda", cluster_class="dask_cuda.LocalCUDACluster"):
         knobs = plan.gpu_knobs
         kwargs.update(knobs.options)
         dask_config = dict(knobs.dask_config)
-        pre = list(family.knobs.pre_import.get(collection or "session", ()))
+        # dask-cuda's workers fail to start on a module they cannot import: those installed here
+        pre = [m for m in family.knobs.pre_import.get(collection or "session", ()) if _installed(m)]
         if pre:
             kwargs["pre_import"] = pre
 
@@ -276,3 +278,7 @@ class Cuda(Kind, name="cuda", cluster_class="dask_cuda.LocalCUDACluster"):
 
     def close(self, spec: ClusterSpec, cluster) -> None:
         close_and_wait(cluster)
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module.partition(".")[0]) is not None

@@ -426,7 +426,42 @@ def read_csv(t: Translator, node) -> Lowered:
         raise Untranslatable(_operation(node))
     if kw.get("colname") is not None:
         raise Untranslatable("read_csv", "include_path_column")
-    user = dict(kw.get("kwargs") or {})
+    labels = _labels(_meta(node))
+    share = len(labels) / max(len(kw.get("full_columns") or labels), 1)
+    return _scan_csv(t, node, dict(kw.get("kwargs") or {}), _csv_files(node), kw.get("dtypes") or {}, share)
+
+
+def read_csv_cudf(t: Translator, node) -> Lowered:
+    """dask-cudf's ``read_csv`` (a ``from_map`` of ``cudf.read_csv`` over byte ranges of local
+    files) as the same Polars scan; any other ``from_map`` is the user's function."""
+    func = node.operand("func")
+    if (getattr(func, "__module__", ""), getattr(func, "__name__", "")) != ("dask_cudf.io.csv", "_read_csv"):
+        raise Untranslatable(_operation(node), "Dask runs your function")
+    try:
+        paths, blocks = node.operand("iterables")
+        files = list(dict.fromkeys(str(p) for p in paths))
+        user = {k: v for k, v in blocks[0].items() if k != "byte_range"}
+    except Exception:  # noqa: BLE001 - another dask-cudf's layout: not translated
+        raise Untranslatable("read_csv", "its files could not be listed") from None
+    if not all(os.path.isfile(f) for f in files) or any(f.endswith(COMPRESSED) for f in files):
+        raise Untranslatable("read_csv", "no local uncompressed files")
+    meta = _meta(node)
+    named = meta.dtypes.items() if _is_frame_meta(meta) else [(meta.name, meta.dtype)]
+    dtypes = {c: _cudf_dtype(d) for c, d in named}
+    return _scan_csv(t, node, user, files, dtypes, 1.0)
+
+
+def _cudf_dtype(dtype):
+    """cuDF's metadata keeps text as ``object``: it is always strings there."""
+    return pd.StringDtype() if pd.api.types.is_object_dtype(dtype) else dtype
+
+
+def _labels(meta) -> list:
+    return list(meta.columns) if _is_frame_meta(meta) else [meta.name]
+
+
+def _scan_csv(t: Translator, node, user: dict, files: list[str], dtypes: dict, share: float) -> Lowered:
+    """One Polars scan of ``files`` read as ``user``'s keywords ask, columns typed as ``dtypes``."""
     extra = sorted(set(user) - CSV_KEYWORDS)
     if extra:
         raise Untranslatable("read_csv", f"keyword {extra[0]!r}")
@@ -435,10 +470,8 @@ def read_csv(t: Translator, node) -> Lowered:
     sep = user.get("sep", user.get("delimiter", ","))
     if not isinstance(sep, str) or len(sep) != 1:
         raise Untranslatable("read_csv", f"separator {sep!r}")
-    files = _csv_files(node)
-    dtypes = kw.get("dtypes") or {}
     meta = _meta(node)
-    labels = list(meta.columns) if _is_frame_meta(meta) else [meta.name]
+    labels = _labels(meta)
     schema = {}
     for label in labels:
         if not isinstance(label, str) or label not in dtypes:
@@ -454,7 +487,6 @@ def read_csv(t: Translator, node) -> Lowered:
         try_parse_dates=False,
     )
     lf = lf.select([pl.col(c) for c in labels])
-    share = len(labels) / max(len(kw.get("full_columns") or labels), 1)
     t.reads.append(
         {"files": files, "columns": labels, "bytes": int(sum(os.path.getsize(f) for f in files) * share)}
     )
@@ -1654,6 +1686,7 @@ def _register() -> None:
         RULES[cls] = read_parquet
     RULES[io.FromPandas] = from_pandas
     RULES[io.FromMapProjectable] = read_csv
+    RULES[io.FromMap] = read_csv_cudf
     for name in ("ArrowStringConversion", "ClearDivisions"):
         if hasattr(_expr, name):
             RULES[getattr(_expr, name)] = passthrough
