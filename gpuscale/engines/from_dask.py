@@ -462,7 +462,7 @@ def _labels(meta) -> list:
 
 def _scan_csv(t: Translator, node, user: dict, files: list[str], dtypes: dict, share: float) -> Lowered:
     """One Polars scan of ``files`` read as ``user``'s keywords ask, columns typed as ``dtypes``."""
-    extra = sorted(set(user) - CSV_KEYWORDS)
+    extra = sorted(k for k in set(user) - CSV_KEYWORDS if not (k == "storage_options" and not user[k]))
     if extra:
         raise Untranslatable("read_csv", f"keyword {extra[0]!r}")
     if user.get("header", "infer") not in ("infer", 0):
