@@ -521,7 +521,10 @@ def _csv_files(node) -> list[str]:
 
 def _csv_type(label: str, dtype) -> pl.DataType:
     kind = _dtype_kind(dtype)
-    unit = str(dtype)[len("datetime64[") : -1] if str(dtype).startswith("datetime64[") else None
+    if isinstance(dtype, pd.ArrowDtype):  # timestamp[ns][pyarrow]: cuDF's metadata of a parsed date
+        unit = getattr(dtype.pyarrow_dtype, "unit", None)
+    else:
+        unit = str(dtype)[len("datetime64[") : -1] if str(dtype).startswith("datetime64[") else None
     if kind == "M" and unit in ("ms", "us", "ns"):
         return pl.Datetime(unit)
     types = {"f": pl.Float64, "i": pl.Int64, "b": pl.Boolean, "s": pl.String}
