@@ -316,12 +316,12 @@ def import_in_thread(modules, name: str = "gpuscale-import") -> threading.Thread
 def _warm_worker(array_module: str, dataframe_module: str, then=None) -> None:
     """Runs on each worker (:meth:`Family.warm_up`): the libraries' first use, then the
     caller's ``then()``."""
-    first_use(array_module, dataframe_module)
+    _first_use(array_module, dataframe_module)
     if then is not None:
         then()
 
 
-def first_use(array_module: str, dataframe_module: str) -> None:
+def _first_use(array_module: str, dataframe_module: str) -> None:
     """Imports and a first small operation through each chunk library (the frame library is
     optional)."""
     importlib.import_module("gpuscale.machine").versions()

@@ -32,29 +32,11 @@ def on_gpu_worker(plans: list[answer.Plan], executor: str = "streaming") -> list
     return [answer.build(p.lf.collect(engine=engine), p) for p in plans]
 
 
-def warm_gpu_worker(polars: bool, array_module: str, dataframe_module: str) -> None:
-    """Runs in a task on each GPU worker as a session that may run DataFrame work opens: the
-    first use of what its routes run there, so that the user's first query does not pay for it.
-    Dask's route: the chunk libraries' first operations and a small Parquet file read by the
-    frame library; where plans may run on cudf-polars (``polars``), the same file through each
-    of its executors."""
-    import importlib
-    import os
-    import tempfile
-
-    import pandas as pd
-
-    from ..backends.family import first_use
-
-    first_use(array_module, dataframe_module)
-    with tempfile.TemporaryDirectory(prefix="gpuscale-warm-") as folder:
-        path = os.path.join(folder, "warm.parquet")
-        when = pd.to_datetime(["2024-01-01", "2024-01-02"])
-        pd.DataFrame({"i": [1, 2], "f": [0.5, 1.5], "s": ["a", "b"], "t": when}).to_parquet(path)
-        importlib.import_module(dataframe_module).read_parquet(path)
-        for executor in ("in-memory", "streaming") if polars else ():
-            lf = pl.scan_parquet(path).filter(pl.col("t") > when[0]).group_by("s")
-            lf.agg(pl.col("f").sum(), pl.len()).collect(engine=_gpu_engine(executor))
+def warm_gpu_worker() -> None:
+    """Runs in a task on a GPU worker when the session opens: cudf-polars imported and one
+    small plan run on each executor, so that the user's first query does not pay for them."""
+    for executor in ("in-memory", "streaming"):
+        pl.LazyFrame({"a": [1, 2]}).group_by("a").agg(pl.len()).collect(engine=_gpu_engine(executor))
 
 
 def _gpu_engine(executor: str):

@@ -65,8 +65,6 @@ class Route:
     where: engine_plan.Where
     setting: str
     source: str
-    collection: str | None = None
-    """The session's collection kind (None: any work)."""
     queries: list[Query] = field(default_factory=list)
     _warming: Any = None
     _gpus: Any = None
@@ -88,8 +86,7 @@ class Route:
             _unavailable(family),
         )
         source = session.resolved.sources.get(engine_plan.SETTING, "default")
-        engine = session.settings.session.engine
-        return cls(session.client, family, where, engine, source, session.collection)
+        return cls(session.client, family, where, session.settings.session.engine, source)
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[Route]:
@@ -102,26 +99,15 @@ class Route:
                 self._gpus.close()
 
     def _warm(self):
-        """Each GPU worker's first use of the session's DataFrame routes, in the background as
-        the block opens (futures, kept while the block is open; None where there is nothing to
-        warm: a host family, or a session for array work)."""
-        if not self.family.on_device or self.collection not in (None, "dataframe"):
+        """Each GPU worker's cudf-polars made ready in the background as the block opens
+        (futures, kept while the block is open; None where there is nothing to warm)."""
+        if self.setting == "dask" or self.decide(None, None).value not in ("polars-gpu", "polars-gpus"):
             return None
         from . import run
 
         # over several GPU workers a plan one GPU holds runs on one of them (rule engine.one-gpu)
-        polars = self.setting != "dask" and self.decide(None, None).value in ("polars-gpu", "polars-gpus")
-        f = self.family
         return [
-            self.client.submit(
-                run.warm_gpu_worker,
-                polars,
-                f.array_module,
-                f.dataframe_module,
-                pure=False,
-                workers=[w],
-                allow_other_workers=False,
-            )
+            self.client.submit(run.warm_gpu_worker, pure=False, workers=[w], allow_other_workers=False)
             for w in _dask_compat.workers(self.client)
         ]
 
