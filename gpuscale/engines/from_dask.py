@@ -433,7 +433,8 @@ def read_csv(t: Translator, node) -> Lowered:
 
 def read_csv_cudf(t: Translator, node) -> Lowered:
     """dask-cudf's ``read_csv`` (a ``from_map`` of ``cudf.read_csv`` over byte ranges of local
-    files) as the same Polars scan; any other ``from_map`` is the user's function."""
+    files) of numbers, booleans and dates as the same Polars scan; any other ``from_map`` is the
+    user's function."""
     func = node.operand("func")
     if (getattr(func, "__module__", ""), getattr(func, "__name__", "")) != ("dask_cudf.io.csv", "_read_csv"):
         raise Untranslatable(_operation(node), "Dask runs your function")
@@ -446,14 +447,12 @@ def read_csv_cudf(t: Translator, node) -> Lowered:
     if not all(os.path.isfile(f) for f in files) or any(f.endswith(COMPRESSED) for f in files):
         raise Untranslatable("read_csv", "no local uncompressed files")
     meta = _meta(node)
-    named = meta.dtypes.items() if _is_frame_meta(meta) else [(meta.name, meta.dtype)]
-    dtypes = {c: _cudf_dtype(d) for c, d in named}
-    return _scan_csv(t, node, user, files, dtypes, 1.0)
-
-
-def _cudf_dtype(dtype):
-    """cuDF's metadata keeps text as ``object``: it is always strings there."""
-    return pd.StringDtype() if pd.api.types.is_object_dtype(dtype) else dtype
+    named = list(meta.dtypes.items()) if _is_frame_meta(meta) else [(meta.name, meta.dtype)]
+    for label, dtype in named:
+        if _dtype_kind(dtype) not in "fiubM":
+            # cuDF's reader gives text another missing-value flavour than the engine's answer
+            raise Untranslatable("read_csv", f"text column {label!r} under cuDF's reader")
+    return _scan_csv(t, node, user, files, dict(named), 1.0)
 
 
 def _labels(meta) -> list:
