@@ -5,28 +5,9 @@
 the public APIs of dask and distributed; tests/test_dask_compat.py fails on an internal import
 anywhere else.
 
-Checked against dask and distributed ``DASK_CHECKED`` / ``DISTRIBUTED_CHECKED``. What each
-part reads, and what it does when Dask moves it:
-
-* :func:`classes`, :func:`indexer_origin`: dask-expr's groupby, ``.loc`` and ``FrameBase``
-  classes. Moved: left out (the public ``DataFrame`` / ``Series`` / ``Index`` are still
-  wrapped).
-* :func:`graph_nodes` (``convert_legacy_graph``) and :func:`task_like` (``Task``'s
-  ``_data_producer``). Moved: ``dask.task_spec`` nodes pass, plain values become ``DataNode``,
-  old-style tuple tasks raise a ``TypeError`` naming Dask's version; a ``Task`` is made
-  without the hint.
-* :func:`one_task_frame`, :func:`finished_by`, :func:`submitted`, :func:`frame_persisted`: a
-  subclass of dask-expr's ``FromGraph`` made a collection by ``new_collection``. Moved: the
-  public ``dask.dataframe.from_graph`` (one alias task more), None from :func:`finished_by` and
-  :func:`submitted`, False from :func:`frame_persisted`.
-* :func:`identity`, :func:`size`, :func:`workers`: the scheduler's ``identity`` handler through
-  ``client.scheduler``, and the client's stored copy of it (``Client._scheduler_identity``).
-  Moved: :func:`size` asks the scheduler (:func:`identity`).
-* distributed's helpers (:func:`default_split` ... :func:`closing_half_built`): each names what
-  it reads. Moved: the import fails, naming distributed's module.
-* :func:`merge_meta_through`: dask-expr's ``Merge._meta`` (a ``functools.cached_property``)
-  in :data:`MERGE_MODULE`, replaced while open (as that module is imported, if it is not yet).
-  Moved: Dask's own metadata.
+Checked against dask and distributed ``DASK_CHECKED``. Where Dask moves what a function reads,
+its docstring says what it does instead; distributed's helpers (:func:`default_split` ...
+:func:`closing_half_built`) then fail at their import, naming distributed's module.
 """
 
 from __future__ import annotations
@@ -36,57 +17,27 @@ import functools
 import importlib.abc
 import sys
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 DASK_CHECKED = "2026.8.0"
-DISTRIBUTED_CHECKED = "2026.8.0"
 
 # -- the host fallback's classes --------------------------------------------------------
+_BINARY = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor")
 OPERATORS = (
     "__getitem__",
-    "__add__",
-    "__radd__",
-    "__sub__",
-    "__rsub__",
-    "__mul__",
-    "__rmul__",
-    "__truediv__",
-    "__rtruediv__",
-    "__floordiv__",
-    "__rfloordiv__",
-    "__mod__",
-    "__rmod__",
-    "__pow__",
-    "__rpow__",
-    "__and__",
-    "__rand__",
-    "__or__",
-    "__ror__",
-    "__xor__",
-    "__rxor__",
-    "__lt__",
-    "__le__",
-    "__gt__",
-    "__ge__",
-    "__eq__",
-    "__ne__",
-    "__invert__",
-    "__neg__",
-    "__abs__",
+    *(f"__{side}{op}__" for op in _BINARY for side in ("", "r")),
+    *(f"__{op}__" for op in ("lt", "le", "gt", "ge", "eq", "ne", "invert", "neg", "abs")),
 )
 """The dunder methods of a collection that build a new one (``df[mask]``, ``a > b``)."""
 
 
 def classes() -> list[tuple[type, tuple[str, ...]]]:
     """(class, dunder methods to wrap besides its public ones) of every collection-like class
-    whose methods the fallback wraps: the frames, then the groupby objects and ``.loc``."""
+    whose methods the fallback wraps: the frames, then the groupby objects and ``.loc`` (those
+    of dask-expr's that Dask moved are left out)."""
     import dask.dataframe as dd
 
-    out: list[tuple[type, tuple[str, ...]]] = [
-        (dd.DataFrame, OPERATORS),
-        (dd.Series, OPERATORS),
-        (dd.Index, OPERATORS),
-    ]
+    out: list[tuple[type, tuple[str, ...]]] = [(c, OPERATORS) for c in (dd.DataFrame, dd.Series, dd.Index)]
     with contextlib.suppress(ImportError, AttributeError):
         from dask.dataframe.dask_expr._collection import FrameBase
 
@@ -114,7 +65,8 @@ def indexer_origin(obj) -> tuple[object, str] | None:
 # -- task graphs ---------------------------------------------------------------------------
 def graph_nodes(dsk) -> dict:
     """``dsk`` (a collection's graph) with every value a ``dask.task_spec`` node: old-style
-    ``(function, *arguments)`` tuples become ``Task`` objects, plain values ``DataNode``."""
+    ``(function, *arguments)`` tuples become ``Task`` objects, plain values ``DataNode``. Where
+    Dask moved its converter, an old-style task raises a ``TypeError`` naming Dask's version."""
     try:
         from dask._task_spec import convert_legacy_graph
     except ImportError:
@@ -126,23 +78,20 @@ def _graph_nodes_public(dsk) -> dict:
     import dask
     from dask.task_spec import DataNode, GraphNode
 
-    out = {}
-    for k, v in dict(dsk).items():
-        if isinstance(v, GraphNode):
-            out[k] = v
-        elif dask.istask(v):
+    dsk = dict(dsk)
+    for k, v in dsk.items():
+        if dask.istask(v) and not isinstance(v, GraphNode):
             raise TypeError(
                 f"dask {dask.__version__} moved convert_legacy_graph (checked: {DASK_CHECKED}) "
                 f"and the graph holds an old-style task under {k!r}"
             )
-        else:
-            out[k] = DataNode(k, v)
-    return out
+    return {k: v if isinstance(v, GraphNode) else DataNode(k, v) for k, v in dsk.items()}
 
 
 def task_like(key, func, inner, *args):
     """``Task(key, func, inner, *args)`` that produces data where ``inner`` (a task it wraps)
-    does: Dask's ordering schedules such tasks as the graph's roots."""
+    does: Dask's ordering schedules such tasks as the graph's roots (a plain ``Task`` where Dask
+    moved that hint)."""
     from dask.task_spec import Task
 
     try:
@@ -161,7 +110,6 @@ def _new_collection():
 
 
 def _from_graph():
-    """dask-expr's ``FromGraph`` expression class, or None where Dask moved it."""
     try:
         from dask.dataframe.dask_expr.io.io import FromGraph
     except ImportError:
@@ -215,32 +163,23 @@ def _task_frame_type():
         def submitted(self, client):
             """This frame persisted on ``client`` through ``client.submit`` of its one task, or
             None where that does not apply (several outputs, inputs that are not all futures)."""
-            return _submit(self, client)
+            from distributed import Future
+
+            keys, layer = self.operand("keys"), self.operand("layer")
+            futures = {k: v for k, v in layer.items() if isinstance(v, Future)}
+            if len(keys) != 1 or set(layer) - set(futures) - set(keys):
+                return None
+            call = _call_of(layer[keys[0]], futures)
+            if call is None:
+                return None
+            (key,) = self.__dask_keys__()
+            future = client.submit(_apply, *call, key=key)
+            # named by this future: dask-expr would hand back a live expression of the same
+            # name, an earlier submit's frame over an earlier future (of a client since closed)
+            return _new_collection()(self._like({key: future}, [key], tokenize(key, "submitted", future)))
 
     TaskFrame.__qualname__ = "TaskFrame"
     return TaskFrame
-
-
-def _submit(expr, client):
-    from dask.base import tokenize
-    from distributed import Future
-
-    keys = expr.operand("keys")
-    layer = expr.operand("layer")
-    if len(keys) != 1:
-        return None
-    futures = {k: v for k, v in layer.items() if isinstance(v, Future)}
-    if set(layer) - set(futures) - set(keys):
-        return None
-    call = _call_of(layer[keys[0]], futures)
-    if call is None:
-        return None
-    (key,) = expr.__dask_keys__()
-    future = client.submit(_apply, *call, key=key)
-    # named by this future (a Future tokenizes as its own object): dask-expr hands back a live
-    # expression of the same name instead of a new one, which would be an earlier submit's
-    # frame over an earlier future (another run's, of a client since closed), this one dropped
-    return _new_collection()(expr._like({key: future}, [key], tokenize(key, "submitted", future)))
 
 
 def __getattr__(name: str):
@@ -282,7 +221,6 @@ def _call_of(task, futures: dict):
 
 
 def _apply(wrappers, func, *args):
-    """``func(*args)`` passed through each of ``wrappers`` in turn (on a worker)."""
     out = func(*args)
     for w in wrappers:
         out = w(out)
@@ -292,7 +230,9 @@ def _apply(wrappers, func, *args):
 def one_task_frame(dsk: dict, meta, key, prefix: str, token: str):
     """A one-partition Dask DataFrame whose partition is the task ``dsk[key]`` itself, under the
     frame's own key (``dask.dataframe.from_graph`` keeps the task under ``key`` and adds an
-    alias task to it), named by ``token`` (``from_graph`` tokenizes the whole layer and meta)."""
+    alias task to it), named by ``token`` (``from_graph`` tokenizes the whole layer and meta).
+    Where Dask moved dask-expr's ``FromGraph``, ``from_graph``'s frame, which the other
+    one-task-frame functions answer with None (:func:`frame_persisted`: False)."""
     cls = _task_frame_type()
     if cls is None:
         import dask.dataframe as dd
@@ -302,11 +242,8 @@ def one_task_frame(dsk: dict, meta, key, prefix: str, token: str):
 
 
 def _task_frame_expr(collection):
-    if "dask.dataframe" not in sys.modules:  # no frame exists without it
-        return None
-    cls = _task_frame_type()
-    import dask.dataframe as dd
-
+    dd = sys.modules.get("dask.dataframe")  # no frame exists without it
+    cls = _task_frame_type() if dd is not None else None
     if cls is None or not isinstance(collection, (dd.DataFrame, dd.Series)):
         return None  # (a Delayed answers every attribute: only frames are asked for ``expr``)
     return collection.expr if isinstance(collection.expr, cls) else None
@@ -332,11 +269,8 @@ def submitted(collection, client):
 def frame_persisted(collection) -> bool | None:
     """For a Dask DataFrame, Series, Index or Scalar: whether every output is already a future,
     read off its expression without building its graph; None for every other collection."""
-    if "dask.dataframe" not in sys.modules:  # no frame exists without it
-        return None
-    import dask.dataframe as dd
-
-    if not isinstance(collection, (dd.DataFrame, dd.Series, dd.Index, dd.Scalar)):
+    dd = sys.modules.get("dask.dataframe")  # no frame exists without it
+    if dd is None or not isinstance(collection, (dd.DataFrame, dd.Series, dd.Index, dd.Scalar)):
         return None
     FromGraph = _from_graph()
     if FromGraph is None or not isinstance(collection.expr, FromGraph):
@@ -375,17 +309,15 @@ def workers(client) -> dict[str, dict[str, Any]]:
 
 # -- distributed's helpers that it does not export ----------------------------------------
 def default_split(cores: int) -> tuple[int, int]:
-    """(workers, threads per worker) distributed's ``LocalCluster`` makes of ``cores``
-    (``distributed.deploy.utils.nprocesses_nthreads``)."""
+    """(workers, threads per worker) distributed's ``LocalCluster`` makes of ``cores``."""
     from distributed.deploy.utils import nprocesses_nthreads
 
     return nprocesses_nthreads(cores)
 
 
 def memory_limit_bytes(setting, threads: int, cores: int, logger) -> int | None:
-    """Per-worker bytes of a ``memory_limit`` setting as a worker reads it
-    (``distributed.worker_memory.parse_memory_limit``); raises ``ValueError`` / ``TypeError``
-    on a setting it cannot read."""
+    """Per-worker bytes of a ``memory_limit`` setting as a worker reads it; raises
+    ``ValueError`` / ``TypeError`` on a setting it cannot read."""
     from distributed.worker_memory import parse_memory_limit
 
     return parse_memory_limit(setting, threads, cores, logger=logger)
@@ -400,43 +332,36 @@ def fetch_from_worker(dask_worker, key, source: str):
 
 
 def required_packages() -> list[str]:
-    """The packages distributed requires to match between client and workers
-    (``distributed.versions.required_packages``, names only)."""
+    """The names of the packages distributed requires to match between client and workers."""
     from distributed.versions import required_packages as names
 
     return list(names)
 
 
 def local_versions() -> dict[str, str | None]:
-    """Package versions of this process as ``Client.get_versions`` reports a worker's
-    (``distributed.versions.get_versions``)."""
+    """Package versions of this process as ``Client.get_versions`` reports a worker's."""
     from distributed.versions import get_versions
 
     return dict(get_versions()["packages"])
 
 
 def version_mismatch_warning() -> type[Warning]:
-    """The warning a client raises on joining a cluster of other package versions
-    (``distributed.versions.VersionMismatchWarning``)."""
+    """The warning a client raises on joining a cluster of other package versions."""
     from distributed.versions import VersionMismatchWarning
 
     return VersionMismatchWarning
 
 
 def clock() -> float:
-    """Seconds on the clock distributed stamps task start and stop with
-    (``distributed.metrics.time``)."""
+    """Seconds on the clock distributed stamps task start and stop with."""
     from distributed.metrics import time
 
     return time()
 
 
-NVML_STATES = ("on", "disabled-by-config", "no-nvml-library", "wsl-driver")
-
-
 def nvml_status() -> tuple[int, str, str]:
     """(devices, state, minimum WSL driver) as ``distributed.diagnostics.nvml`` sees them; state
-    is one of :data:`NVML_STATES`. Raises what NVML raises."""
+    is "on" or why NVML is off. Raises what NVML raises."""
     from distributed.diagnostics import nvml
 
     count = nvml.device_get_count()
@@ -508,18 +433,15 @@ MERGE_MODULE = "dask.dataframe.dask_expr._merge"
 """dask-expr's module of ``Merge``: hooked at once when imported, else as it is imported."""
 
 
-@contextlib.contextmanager
-def merge_meta_through(lookup) -> Iterator[None]:
+def merge_meta_through(lookup) -> contextlib.AbstractContextManager[None]:
     """While open, every dask-expr ``Merge`` expression (``BlockwiseMerge``, the hash and
     broadcast joins: its subclasses) takes its ``_meta`` from ``lookup(left_meta, right_meta,
     kwargs, compute)``, where ``compute()`` is Dask's own; the innermost open lookup answers.
     Imports nothing: before ``dask.dataframe`` is imported, ``Merge`` is hooked as its module
-    is (an array-only block never pays for that import). Where Dask moved ``Merge``, Dask's
-    own metadata."""
-    with while_open(
+    is. Where Dask moved ``Merge``, Dask's own metadata."""
+    return while_open(
         _MERGE_LOCK, _MERGE_LOOKUPS, lookup, lambda: _on_import(MERGE_MODULE, _hook_merge), _unhook_merge
-    ):
-        yield
+    )
 
 
 _MERGE_LOOKUPS: list = []
@@ -533,8 +455,18 @@ def _hook_merge(module) -> None:
     with _MERGE_LOCK:
         if not _MERGE_LOOKUPS or _MERGE_OWN or not isinstance(own, functools.cached_property):
             return
+        compute = own.func
+
+        def _meta(self):
+            lookups = _MERGE_LOOKUPS
+            if not lookups:  # closed while this expression was being made
+                return compute(self)
+            return lookups[-1](self.left._meta, self.right._meta, self.kwargs, lambda: compute(self))
+
+        hooked = functools.cached_property(_meta)
+        hooked.__set_name__(merge, "_meta")
         _MERGE_OWN.append((merge, own))
-        merge._meta = _hooked_meta(merge, own.func)
+        merge._meta = hooked
 
 
 def _unhook_merge() -> None:
@@ -544,29 +476,15 @@ def _unhook_merge() -> None:
         merge._meta = own
 
 
-def _hooked_meta(merge: type, own):
-    def _meta(self):
-        lookups = _MERGE_LOOKUPS
-        if not lookups:  # closed while this expression was being made
-            return own(self)
-        return lookups[-1](self.left._meta, self.right._meta, self.kwargs, lambda: own(self))
-
-    hooked = functools.cached_property(_meta)
-    hooked.__set_name__(merge, "_meta")
-    return hooked
-
-
 # -- the user's Parquet reads -------------------------------------------------------------
-@contextlib.contextmanager
-def reads_through(keep) -> Iterator[None]:
+def reads_through(keep) -> contextlib.AbstractContextManager[None]:
     """While open, ``dask.dataframe.read_parquet(*args, **kwargs)`` returns ``keep(args, kwargs,
     read)``, ``read`` Dask's own function; the innermost open ``keep`` answers. Imports nothing:
     before ``dask.dataframe`` is imported, its ``read_parquet`` is wrapped as it is imported. A
     ``from dask.dataframe import read_parquet`` made before the block keeps Dask's own."""
-    with while_open(
+    return while_open(
         _READ_LOCK, _READ_KEEPERS, keep, lambda: _on_import("dask.dataframe", _wrap_read), _unwrap_read
-    ):
-        yield
+    )
 
 
 def _unwrap_read() -> None:
@@ -651,8 +569,7 @@ class _ThenLoader(importlib.abc.Loader):
 
 
 # -- computes routed ---------------------------------------------------------------------
-@contextlib.contextmanager
-def computes_through(router) -> Iterator[None]:
+def computes_through(router) -> contextlib.AbstractContextManager[None]:
     """While open, ``dask.compute``, ``dask.persist``, a collection's ``compute()`` and a
     DataFrame's ``persist()`` ask ``router(how, call, args, kwargs)`` first: ``how`` is
     ``compute``, ``persist`` (``dask.persist``: a tuple back) or ``persist-one`` (a
@@ -661,8 +578,7 @@ def computes_through(router) -> Iterator[None]:
     to Dask. Replaced: ``dask.base.compute`` / ``persist`` (and their ``dask.`` names) and
     dask-expr's ``FrameBase.persist`` (which optimizes before ``dask.persist``); a
     ``from dask import compute`` made before the block keeps Dask's own."""
-    with while_open(_ROUTE_LOCK, _ROUTERS, router, _route_install, _route_uninstall):
-        yield
+    return while_open(_ROUTE_LOCK, _ROUTERS, router, _route_install, _route_uninstall)
 
 
 _ROUTERS: list = []

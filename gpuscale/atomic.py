@@ -1,18 +1,10 @@
 """Files written whole or not at all, never through a link: every file gpuscale creates beside a
-path you chose (``--output``, run records, bench folders, the scheduler file, credentials, the
-lock of ``cluster up``).
+path you chose.
 
 :func:`written` yields an open temporary sibling of ``path`` (made by ``mkstemp``); when the
 block ends without an exception the file is flushed to disk and linked into place (never over
 an existing name) or, with ``replace``, renamed over the old file. The temporary file is
 removed on every way out, an interruption included.
-
->>> import pathlib, tempfile
->>> d = pathlib.Path(tempfile.mkdtemp())
->>> with written(d / "a.txt", text=True) as (f, tmp):
-...     _ = f.write("hello")
->>> (d / "a.txt").read_text(), sorted(p.name for p in d.iterdir())
-('hello', ['a.txt'])
 """
 
 from __future__ import annotations
@@ -88,10 +80,9 @@ def own_folder(
 ) -> pathlib.Path:
     """``path`` (absolute, ``~`` expanded) as a folder of this user's, made where missing (0777
     less the umask, one level at a time). Refused in one line (UserError naming ``what``): a
-    link on the way that another user made (root's and yours are followed, and what they lead
-    to is checked the same way); the folder itself owned by another user (root aside); it or one
-    above it writable by every user without the sticky bit (anyone could swap what gpuscale
-    writes there)."""
+    link on the way that another user made (root's and yours are followed and checked), the
+    folder owned by another user (root aside), it or one above it writable by every user
+    without the sticky bit."""
     p = pathlib.Path(path).expanduser().absolute()
     me = os.geteuid()
     cur = pathlib.Path(p.anchor)
@@ -137,9 +128,8 @@ def _check_folder(path: pathlib.Path, st: os.stat_result, me: int, what: str, la
 
 def own_file(path: str | os.PathLike, what: str = "file", append: bool = False) -> int:
     """A descriptor open for reading and writing on ``path`` (``append``: every write at its
-    end, as other processes append to it too), created (mode 0600) if absent: never through a
-    link (``O_NOFOLLOW``), and never another user's file, a hard link or a special file
-    (UserError naming ``what``). The caller closes it."""
+    end), created (mode 0600) if absent, never through a link nor on another user's file, a
+    hard link or a special file (UserError naming ``what``). The caller closes it."""
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         fd = os.open(path, flags | (os.O_APPEND if append else 0), 0o600)
@@ -163,10 +153,9 @@ def written(
     mode: int | None = None,
     what: str = "file",
 ) -> Iterator[tuple[IO, str]]:
-    """``(file, temp_path)`` to write ``path`` through. ``mode``: the file's
-    permissions (default 0666 less the umask); ``what`` names the file in errors. Raises OSError
-    (``FileExistsError`` when ``path`` exists and ``replace`` is false), or UserError for a link
-    or another user's file at ``path`` (:func:`check_target`)."""
+    """``(file, temp_path)`` to write ``path`` through. ``mode``: the file's permissions (default
+    0666 less the umask). Raises OSError (``FileExistsError`` when ``path`` exists and ``replace``
+    is false), or UserError for a link or another user's file at ``path``."""
     path = pathlib.Path(path)
     check_target(path, what)
     tmp = None

@@ -25,7 +25,7 @@ from dask.utils import format_bytes
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from . import backends
-from .backends import host_collections
+from .backends import chunk_libraries, host_collections
 from .errors import UserError
 
 SCHEMA = "gpuscale.audit"
@@ -39,15 +39,7 @@ COUNTED_STARTS = frozenset({"executing", "long-running", "resumed", "released"})
 was scattered here (``released``); a copy fetched from another worker (``flight``) is not one."""
 
 
-def chunk_libraries() -> dict[str, str]:
-    """The chunk libraries named as kinds (any other is ``other``), each with where its chunks
-    live ("host" / "device"): numpy, cupy, pandas, cudf for the built-in families."""
-    return backends.chunk_libraries()
-
-
-# ---------------------------------------------------------------------------------------
-# Worker side
-# ---------------------------------------------------------------------------------------
+# -- Worker side ---------------------------------------------------------------------------
 def classify(typ, owners: dict[str, str], kinds=None) -> tuple[str, str | None, str, bool]:
     """(type name, family or None, kind, is a chunk) of an output type. ``kinds``: the chunk
     libraries named as kinds (default: :func:`chunk_libraries`)."""
@@ -153,19 +145,14 @@ class AuditPlugin(WorkerPlugin):
                     c[1] += dep.nbytes or 0
 
     def report(self, reset: bool = True) -> dict[str, Any]:
-        types = {}
-        for name, fam, kind, chunk in self._types.values():
-            types[name] = [fam, kind, chunk]
         out = {
             "outputs": [[p, t, n, b] for (p, t), (n, b) in self.outputs.items()],
             "changes": [[dp, dt, p, t, n, b] for (dp, dt, p, t), (n, b) in self.changes.items()],
-            "types": types,
+            "types": {name: [fam, kind, chunk] for name, fam, kind, chunk in self._types.values()},
         }
         with getattr(self, "_conversion_lock", contextlib.nullcontext()):
-            out["conversions"] = [[c, n, b] for c, (n, b) in getattr(self, "conversions", {}).items()]
-            out["host_copies"] = [
-                [p, t, c, n, b] for (p, t, c), (n, b) in getattr(self, "host_copies", {}).items()
-            ]
+            out["conversions"] = [[c, n, b] for c, (n, b) in self.conversions.items()]
+            out["host_copies"] = [[p, t, c, n, b] for (p, t, c), (n, b) in self.host_copies.items()]
             if reset:
                 self.reset()
         return out
@@ -176,9 +163,7 @@ def _collect(name: str, dask_worker=None) -> dict[str, Any] | None:
     return plugin.report() if plugin is not None else None
 
 
-# ---------------------------------------------------------------------------------------
-# Client side
-# ---------------------------------------------------------------------------------------
+# -- Client side ---------------------------------------------------------------------------
 def owners(expected) -> dict[str, str]:
     """top-level module -> family name for every registered family, ``expected``'s first."""
     own = {m: expected.name for m in (expected.array_module, expected.dataframe_module)}
@@ -220,20 +205,19 @@ class Audit:
     def conversions(self) -> list[dict[str, Any]]:
         """The session's conversions (``as_dict``), each marked ``made_in_audit`` or not
         (``summarize`` keeps an earlier one only where its blocks were converted during the audit)."""
-        if self._host is None:
-            return []
-        with self._host.lock:
-            made = list(self._host.conversions)
-        return [dict(c.as_dict(), made_in_audit=i >= self._host_first) for i, c in enumerate(made)]
+        return self._marked("conversions", self._host_first)
 
     def fallbacks(self) -> list[dict[str, Any]]:
         """The session's host fallbacks (:mod:`gpuscale.backends.fallback`), marked as
         :meth:`conversions` marks conversions."""
+        return self._marked("fallbacks", self._fallback_first)
+
+    def _marked(self, kind: str, first: int) -> list[dict[str, Any]]:
         if self._host is None:
             return []
         with self._host.lock:
-            made = list(self._host.fallbacks)
-        return [dict(f.as_dict(), made_in_audit=i >= self._fallback_first) for i, f in enumerate(made)]
+            made = list(getattr(self._host, kind))
+        return [dict(x.as_dict(), made_in_audit=i >= first) for i, x in enumerate(made)]
 
     def collect(self, phase: str) -> None:
         got = self.client.run(_collect, self.name, on_error="return")
@@ -317,9 +301,7 @@ def verdict(summary: dict[str, Any]) -> str:
     return "clean" if summary["tasks"] else "nothing seen"
 
 
-# ---------------------------------------------------------------------------------------
-# Outputs of another family by design
-# ---------------------------------------------------------------------------------------
+# -- Outputs of another family by design ---------------------------------------------------
 ALLOWED: dict[str, str] = {}
 """task prefix -> why its output may be of another family (shown as ``allowed``, never
 foreign): e.g. a one-float host value the client reads to choose a route."""
@@ -331,9 +313,7 @@ def allow(prefix: str, why: str) -> None:
     ALLOWED[prefix] = why
 
 
-# ---------------------------------------------------------------------------------------
-# Fix hints
-# ---------------------------------------------------------------------------------------
+# -- Fix hints -----------------------------------------------------------------------------
 FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
     (
         ("array", "from_array", "from-array"),
@@ -383,14 +363,18 @@ def fix_hint(prefix: str, type_name: str, expected, family: str | None) -> str:
     )
 
 
-# ---------------------------------------------------------------------------------------
-# The summary
-# ---------------------------------------------------------------------------------------
+# -- The summary ---------------------------------------------------------------------------
 def _direction(from_kind: str, to_kind: str, from_family: str, to_family: str, memory: dict[str, str]) -> str:
     a, b = memory.get(from_kind), memory.get(to_kind)
     if a and b and a != b:
         return f"{a} -> {b}"
     return f"{from_family} -> {to_family}"
+
+
+def _tally(table: dict, key: tuple, row: dict, count: str, n: int, nbytes: int) -> None:
+    r = table.setdefault(key, row)
+    r[count] += n
+    r["bytes"] += nbytes
 
 
 def summarize(
@@ -415,52 +399,25 @@ def summarize(
     types: dict[str, list] = {}
     rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     changes: dict[tuple, dict[str, Any]] = {}
-    workers = 0
     for phase, reports in raw.items():
-        workers = max(workers, len(reports))
         for rep in reports:
             types.update(rep["types"])
             for prefix, tname, n, b in rep["outputs"]:
-                r = rows.setdefault(
-                    (phase, prefix, tname),
-                    {"phase": phase, "prefix": prefix, "type": tname, "tasks": 0, "bytes": 0},
-                )
-                r["tasks"] += n
-                r["bytes"] += b
+                row = dict(phase=phase, prefix=prefix, type=tname, tasks=0, bytes=0)
+                _tally(rows, (phase, prefix, tname), row, "tasks", n, b)
             for prefix, tname, conv, n, b in rep.get("host_copies", ()):
-                r = rows.setdefault(
-                    (phase, prefix, tname, conv),
-                    {
-                        "phase": phase,
-                        "prefix": prefix,
-                        "type": tname,
-                        "tasks": 0,
-                        "bytes": 0,
-                        "host_copy": conv,
-                    },
-                )
-                r["tasks"] += n
-                r["bytes"] += b
+                row = dict(phase=phase, prefix=prefix, type=tname, tasks=0, bytes=0, host_copy=conv)
+                _tally(rows, (phase, prefix, tname, conv), row, "tasks", n, b)
             for dp, dt, p, t, n, b in rep["changes"]:
-                c = changes.setdefault(
-                    (phase, dp, dt, p, t),
-                    {
-                        "phase": phase,
-                        "from_prefix": dp,
-                        "from_type": dt,
-                        "to_prefix": p,
-                        "to_type": t,
-                        "count": 0,
-                        "bytes": 0,
-                    },
+                row = dict(
+                    phase=phase, from_prefix=dp, from_type=dt, to_prefix=p, to_type=t, count=0, bytes=0
                 )
-                c["count"] += n
-                c["bytes"] += b
+                _tally(changes, (phase, dp, dt, p, t), row, "count", n, b)
     kinds = {k: 0 for k in (*libraries, "other")}
     foreign = []
     allowed = []
-    out_rows = []
-    for r in sorted(rows.values(), key=lambda r: (r["phase"], -r["bytes"], r["prefix"])):
+    out_rows = sorted(rows.values(), key=lambda r: (r["phase"], -r["bytes"], r["prefix"]))
+    for r in out_rows:
         fam, kind, chunk = types.get(r["type"], [None, "other", False])
         other = bool(chunk and fam is not None and fam != family.name)
         why = (
@@ -478,13 +435,11 @@ def summarize(
             foreign.append(
                 {k: r[k] for k in ("phase", "prefix", "type", "kind", "family", "tasks", "bytes", "fix")}
             )
-        out_rows.append(r)
-    transfers = []
-    for c in sorted(changes.values(), key=lambda c: (c["phase"], -c["bytes"])):
+    transfers = sorted(changes.values(), key=lambda c: (c["phase"], -c["bytes"]))
+    for c in transfers:
         ff, fk, _ = types.get(c["from_type"], [None, "other", False])
         tf, tk, _ = types.get(c["to_type"], [None, "other", False])
         c["direction"] = _direction(fk, tk, str(ff), str(tf), libraries)
-        transfers.append(c)
     foreign_tasks = sum(f["tasks"] for f in foreign)
     return {
         "schema": SCHEMA,
@@ -496,7 +451,7 @@ def summarize(
         "scope": scope,
         "phases": list(raw),
         "runs": {ph: (runs or {}).get(ph, 1) for ph in raw},
-        "workers": workers,
+        "workers": max(map(len, raw.values()), default=0),
         "tasks": sum(r["tasks"] for r in out_rows),
         "bytes": sum(r["bytes"] for r in out_rows),
         "kinds": kinds,
@@ -516,7 +471,6 @@ def summarize(
 
 
 def _fallback_why(prefix: str, fallbacks: list[dict[str, Any]]) -> str | None:
-    """Why host outputs of tasks of ``prefix`` are allowed: a host fallback's work."""
     for f in fallbacks:
         if prefix in f.get("prefixes", ()):
             return f"host fallback of {f['operation']} at {f['where']}: {f['error']}"
@@ -526,13 +480,7 @@ def _fallback_why(prefix: str, fallbacks: list[dict[str, Any]]) -> str | None:
 def _fallbacks(raw: dict[str, list[dict]], recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ``fallbacks`` list: each host fallback made during the audit or whose partitions moved
     during it, with the bytes copied to the host (``bytes_to_host``) and back (``bytes_to_device``)."""
-    moved: dict[str, list[int]] = {}
-    for reports in raw.values():
-        for rep in reports:
-            for conv, n, b in rep.get("conversions", ()):
-                row = moved.setdefault(conv, [0, 0])
-                row[0] += n
-                row[1] += b
+    moved = _converted(raw)
     out = []
     for f in recorded:
         to_host, back = moved.get(f["to_host"], (0, 0)), moved.get(f["back"], (0, 0))
@@ -540,13 +488,7 @@ def _fallbacks(raw: dict[str, list[dict]], recorded: list[dict[str, Any]]) -> li
             continue
         out.append(
             {
-                "operation": f["operation"],
-                "where": f["where"],
-                "file": f["file"],
-                "line": f["line"],
-                "error": f["error"],
-                "family": f["family"],
-                "partitions": f["partitions"],
+                **{k: f[k] for k in ("operation", "where", "file", "line", "error", "family", "partitions")},
                 "blocks_to_host": to_host[0],
                 "bytes_to_host": to_host[1],
                 "blocks_to_device": back[0],
@@ -559,7 +501,6 @@ def _fallbacks(raw: dict[str, list[dict]], recorded: list[dict[str, Any]]) -> li
 
 
 def _host_copy_why(conversion: str, recorded: list[dict[str, Any]]) -> str:
-    """Why tasks output host copies for ``conversion`` (a writer's, see ``AuditPlugin``)."""
     for c in recorded:
         if c["id"] == conversion and c.get("action") == "fallback":
             return f"copied to {c['to_module']} for the {c['function']} at {c['where']}: {c.get('why') or ''}"
@@ -570,11 +511,8 @@ def _host_copy_why(conversion: str, recorded: list[dict[str, Any]]) -> str:
     return f"host copies of conversion {conversion}, which another session recorded"
 
 
-def _conversions(raw: dict[str, list[dict]], recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ``conversions`` list: each recorded conversion made during the audit or with blocks
-    converted during it, in order, with those blocks (``converted_blocks``: one computed twice
-    counts twice), their host ``bytes`` and phases; another session's are listed with
-    ``function`` None."""
+def _converted(raw: dict[str, list[dict]]) -> dict[str, list]:
+    """Conversion id -> [blocks, bytes, phases] the workers converted for it."""
     done: dict[str, list] = {}
     for phase, reports in raw.items():
         for rep in reports:
@@ -584,49 +522,32 @@ def _conversions(raw: dict[str, list[dict]], recorded: list[dict[str, Any]]) -> 
                 row[1] += b
                 if phase not in row[2]:
                     row[2].append(phase)
+    return done
+
+
+_CONVERSION_KEYS = ("function", "where", "file", "line", "collection", "from_type", "to_module", "partitions")
+
+
+def _conversions(raw: dict[str, list[dict]], recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``conversions`` list: each recorded conversion made during the audit or with blocks
+    converted during it, in order, with those blocks (``converted_blocks``: one computed twice
+    counts twice), their host ``bytes`` and phases; another session's are listed with
+    ``function`` None."""
+    done = _converted(raw)
+    known = {c["id"] for c in recorded}
     out = []
-    known = set()
-    for c in recorded:
-        known.add(c["id"])
+    for c in [*recorded, *({"id": conv} for conv in done if conv not in known)]:
         n, b, phases = done.get(c["id"], (0, 0, []))
-        if not c.get("made_in_audit") and not n:
-            continue
-        out.append(
-            {
-                "function": c["function"],
-                "where": c["where"],
-                "file": c["file"],
-                "line": c["line"],
-                "collection": c["collection"],
-                "from_type": c["from_type"],
-                "to_module": c["to_module"],
-                "partitions": c["partitions"],
-                "converted_blocks": n,
-                "bytes": b,
-                "phases": phases,
-                "made_in_audit": bool(c.get("made_in_audit")),
-                "why": c.get("why", ""),
-                "id": c["id"],
-            }
-        )
-    for conv, (n, b, phases) in done.items():
-        if conv not in known:
+        if c.get("made_in_audit") or n or c["id"] not in known:
             out.append(
                 {
-                    "function": None,
-                    "where": None,
-                    "file": None,
-                    "line": None,
-                    "collection": None,
-                    "from_type": None,
-                    "to_module": None,
-                    "partitions": None,
+                    **{k: c.get(k) for k in _CONVERSION_KEYS},
                     "converted_blocks": n,
                     "bytes": b,
                     "phases": phases,
-                    "made_in_audit": False,
-                    "why": "",
-                    "id": conv,
+                    "made_in_audit": bool(c.get("made_in_audit")),
+                    "why": c.get("why", ""),
+                    "id": c["id"],
                 }
             )
     return out
@@ -637,13 +558,8 @@ def describe_foreign(summary: dict[str, Any], limit: int = 3) -> str:
     fam = summary["expected"]["family"]
     items = summary["foreign"]
     memory = chunk_libraries()
-    where = (
-        "host"
-        if all(memory.get(f["kind"]) == "host" for f in items)
-        else "device"
-        if all(memory.get(f["kind"]) == "device" for f in items)
-        else "foreign"
-    )
+    places = {memory.get(f["kind"]) for f in items} or {"host"}
+    where = places.pop() if places in ({"host"}, {"device"}) else "foreign"
     merged: dict[tuple[str, str], dict] = {}
     for f in items:
         m = merged.setdefault((f["prefix"], f["type"]), {**f, "tasks": 0, "bytes": 0, "phases": []})
@@ -674,9 +590,7 @@ def strict_error(summary: dict[str, Any], record: str | None = None) -> UserErro
     )
 
 
-# ---------------------------------------------------------------------------------------
-# Reading an audit back (gpuscale audit report)
-# ---------------------------------------------------------------------------------------
+# -- Reading an audit back (gpuscale audit report) -----------------------------------------
 def load(path: str) -> tuple[dict[str, Any], str]:
     """The audit of a result record (JSON file) or a trace folder (its summary.json):
     (audit dict, description of where it came from)."""

@@ -23,7 +23,7 @@ import os
 import pathlib
 import re
 import textwrap
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 import dask.config
 import yaml
@@ -137,9 +137,6 @@ def normalize(d: Any) -> Any:
     return d
 
 
-# --------------------------------------------------------------------------------------
-# Schema
-# --------------------------------------------------------------------------------------
 class _Section(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -166,14 +163,19 @@ class _Section(BaseModel):
 
 
 def _takes_bool(annotation: Any) -> bool:
-    import typing
-
     if annotation is bool or annotation is Any:
         return True
-    return any(_takes_bool(a) for a in typing.get_args(annotation))
+    return any(_takes_bool(a) for a in get_args(annotation))
 
 
 Size = Union[PositiveInt, float, str, None]
+
+
+def _comma_list(cls, v):
+    """``"a, b"`` (a flag or env var) is ``("a", "b")``."""
+    if isinstance(v, str):
+        return tuple(p.strip() for p in v.split(",") if p.strip())
+    return v
 
 
 class UcxSettings(_Section):
@@ -249,12 +251,7 @@ class SshSettings(_Section):
     remote_python: str | None = None
     """The Python on the hosts (None: the same path as this one's)."""
 
-    @field_validator("hosts", "client_keys", mode="before")
-    @classmethod
-    def _comma_list(cls, v):
-        if isinstance(v, str):
-            return tuple(p.strip() for p in v.split(",") if p.strip())
-        return v
+    _lists = field_validator("hosts", "client_keys", mode="before")(classmethod(_comma_list))
 
 
 class SlurmSettings(_Section):
@@ -293,12 +290,7 @@ class SlurmSettings(_Section):
     log_directory: str | None = None
     """Where the jobs' stdout/stderr go (None: SLURM's default, the submit folder)."""
 
-    @field_validator("job_extra", mode="before")
-    @classmethod
-    def _list(cls, v):
-        if isinstance(v, str):
-            return tuple(p.strip() for p in v.split(",") if p.strip())
-        return v
+    _list = field_validator("job_extra", mode="before")(classmethod(_comma_list))
 
 
 def _duration(v, words: tuple[str, ...], lo: float, hi: float, message: str):
@@ -583,10 +575,8 @@ def repeat_value(v: Any) -> int | str:
         w = v.strip().lower()
         if w == "auto":
             return w
-        try:
+        with contextlib.suppress(ValueError):
             v = int(w)
-        except ValueError:
-            raise ValueError("must be a whole number >= 1 or auto") from None
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise ValueError("must be a whole number >= 1 or auto")
     if v > MAX_REPEAT:
@@ -730,26 +720,10 @@ class RunSettings(_Section):
     @field_validator("in_cluster", mode="before")
     @classmethod
     def _auto_or_bool(cls, v):
-        if isinstance(v, bool) or v == "auto":
-            return v
-        words = {
-            "true": True,
-            "yes": True,
-            "on": True,
-            "1": True,
-            "false": False,
-            "no": False,
-            "off": False,
-            "0": False,
-        }
-        if isinstance(v, str) and v.strip().lower() in words:
-            return words[v.strip().lower()]
+        w = _switch_word(v, True, False)
+        if isinstance(w, bool) or v == "auto":
+            return w
         raise ValueError("must be auto, true or false")
-
-
-HOST_COLLECTIONS = ("convert", "warn", "strict", "off")
-"""``session.host-collections``: what a session does with the collections Dask builds from host
-objects inside its block (:mod:`gpuscale.backends.host_collections`)."""
 
 
 class SessionSettings(_Section):
@@ -884,15 +858,18 @@ class Settings(_Section):
         return v
 
 
-# --------------------------------------------------------------------------------------
-# What the declaration writes: the settings, the keyword map, the defaults
-# --------------------------------------------------------------------------------------
+def _section_of(field: FieldInfo | None) -> type[BaseModel] | None:
+    """The section model a field holds; None for a setting."""
+    ann = getattr(field, "annotation", None)
+    return ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+
+
 def _declared(model: type[BaseModel], prefix: str = "") -> list[Setting]:
     out: list[Setting] = []
     for name, field in model.model_fields.items():
         key = prefix + _hyphen(name)
-        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            out += _declared(field.annotation, key + ".")
+        if section := _section_of(field):
+            out += _declared(section, key + ".")
         else:
             knob = next((m for m in field.metadata if isinstance(m, Knob)), Knob(keyword=False))
             out.append(Setting(key, field, knob))
@@ -951,10 +928,9 @@ def _yaml_section(model: type[BaseModel], values: dict, indent: str, lines: list
         lines += textwrap.wrap(
             text, 100 - len(indent), initial_indent=indent + "# ", subsequent_indent=indent + "# "
         )
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
+        if section := _section_of(field):
             lines.append(f"{indent}{key}:")
-            _yaml_section(ann, values[key], indent + "  ", lines)
+            _yaml_section(section, values[key], indent + "  ", lines)
         else:
             flow = yaml.safe_dump([values[key]], default_flow_style=True, width=1_000).strip()
             lines.append(f"{indent}{key}: {flow[1:-1]}")
@@ -1001,19 +977,14 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-# --------------------------------------------------------------------------------------
-# Profiles
-# --------------------------------------------------------------------------------------
 def profile_dirs() -> list[pathlib.Path]:
     """Where named profiles live: the packaged copy, then a source checkout's clusters/."""
     return [p for p in (HERE / "clusters", HERE.parent / "clusters") if p.is_dir()]
 
 
 def profile_names() -> list[str]:
-    names = set()
-    for d in profile_dirs():
-        names.update(p.stem for p in d.glob("*.yaml"))
-    return sorted(names)
+    """The names of the profiles in :func:`profile_dirs`."""
+    return sorted({p.stem for d in profile_dirs() for p in d.glob("*.yaml")})
 
 
 def _profile_path(name_or_path: str) -> pathlib.Path:
@@ -1066,9 +1037,6 @@ def load_profile(name_or_path: str) -> tuple[str, dict]:
     return str(path), normalize(data["gpuscale"])
 
 
-# --------------------------------------------------------------------------------------
-# Resolution
-# --------------------------------------------------------------------------------------
 class Resolved(BaseModel):
     """Validated settings plus the layer every value came from."""
 
@@ -1110,8 +1078,10 @@ def _env_layer() -> dict:
     )
 
 
-# The environment as dask.config saw it when gpuscale was imported (set at the end of module).
 _IMPORT_ENV: dict = {}
+"""The environment as dask.config saw it when gpuscale was imported."""
+with contextlib.suppress(UserError):  # a broken DASK_GPUSCALE is named when settings are read
+    _IMPORT_ENV = _env_layer()
 
 
 def _set_layer(*baselines: dict) -> dict:
@@ -1201,33 +1171,17 @@ def _validation_error(e: ValidationError, sources: dict[str, str], profile: str 
 def _section_model(path: list[str]) -> type[BaseModel]:
     model: type[BaseModel] = Settings
     for p in path:
-        field = model.model_fields.get(p.replace("-", "_"))
-        if (
-            field is None
-            or not isinstance(field.annotation, type)
-            or not issubclass(field.annotation, BaseModel)
-        ):
+        section = _section_of(model.model_fields.get(p.replace("-", "_")))
+        if section is None:
             break
-        model = field.annotation
+        model = section
     return model
 
 
 def schema_keys(model: type[BaseModel] = Settings, prefix: str = "") -> set[str]:
     """Every dotted key the schema knows (used by the test that keeps YAML and schema in sync)."""
-    keys = set()
-    for name, field in model.model_fields.items():
-        key = prefix + _hyphen(name)
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            keys |= schema_keys(ann, key + ".")
-        else:
-            keys.add(key)
-    return keys
+    return {s.key for s in _declared(model, prefix)}
 
 
 def default_keys() -> set[str]:
     return set(_flatten(normalize(DEFAULTS["gpuscale"])))
-
-
-with contextlib.suppress(UserError):  # a broken DASK_GPUSCALE is named when settings are read
-    _IMPORT_ENV = _env_layer()

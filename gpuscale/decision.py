@@ -10,12 +10,8 @@ from typing import Any, Iterator
 @dataclass(frozen=True, slots=True, eq=False)
 class Decision(Mapping):
     """A value as chosen: ``source`` is the settings layer it came from or ``rule`` / ``family``
-    / ``cluster``, ``rule`` the sentence that says why (None: nothing
-    to say), ``rule_id`` the rule's id and ``numbers`` the facts and settings it used.
-
-    It reads as the recorded mapping ``{"value", "source", "rule", **extra}`` (:meth:`record`).
-    A ``documented`` rule (a section of docs/decisions.md) also records ``rule_id``, and its
-    sentence starts with the id."""
+    / ``cluster``, ``rule`` the sentence that says why (None: nothing to say), ``rule_id`` the
+    rule's id and ``numbers`` the facts and settings it used. It reads as its :meth:`record`."""
 
     value: Any
     source: str
@@ -27,17 +23,13 @@ class Decision(Mapping):
     documented: bool = False
 
     def record(self) -> dict[str, Any]:
-        """The recorded choice (plain JSON-ready dict)."""
-        rule = self.rule
+        """The recorded choice: ``{"value", "source", "rule", **extra}``; a ``documented`` rule
+        (a section of docs/decisions.md) also records ``rule_id``, and its sentence starts with it."""
         out: dict[str, Any] = {"value": self.value, "source": self.source}
         if self.documented and self.rule_id:
-            out["rule"] = f"{self.rule_id}: {rule}" if rule else self.rule_id
-            out.update(self.extra)
-            out["rule_id"] = self.rule_id
-            return out
-        out["rule"] = rule
-        out.update(self.extra)
-        return out
+            out["rule"] = f"{self.rule_id}: {self.rule}" if self.rule else self.rule_id
+            return {**out, **self.extra, "rule_id": self.rule_id}
+        return {**out, "rule": self.rule, **self.extra}
 
     def __getitem__(self, key: str) -> Any:
         return self.record()[key]
@@ -49,8 +41,7 @@ class Decision(Mapping):
         return len(self.record())
 
     def __eq__(self, other: object) -> bool:
-        """Two decisions are equal field by field; a decision and a mapping when the mapping is
-        its record."""
+        """Equal field by field to a decision, or as its record to a mapping."""
         if isinstance(other, Decision):
             return all(getattr(self, f) == getattr(other, f) for f in self.__slots__)
         if isinstance(other, Mapping):

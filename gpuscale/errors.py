@@ -1,13 +1,10 @@
-"""How a command ends: the exit codes (:data:`EXIT_CODES`, the one definition;
-docs/reference/exit-codes.md lists them), the exceptions that carry them, and the phase a run
-was in.
+"""How a command ends: the exit codes (:data:`EXIT_CODES`), the exceptions that carry them, and
+the phase a run was in.
 
 Every check of user input raises :class:`UserError` with a message that names the problem *and*
 the fix. The CLI prints ``gpuscale: error: <message>`` on one line and exits 2; the Python API
-lets it propagate (a ``ValueError``); one that a session (or ``gpuscale.run``) raises and the
-script leaves uncaught ends with the same line and exit status 1, no traceback
-(:func:`one_line_errors`). ``import gpuscale`` changes nothing in the process. How a signal
-ends a process: :mod:`gpuscale.interrupts`.
+lets it propagate (a ``ValueError``), and a script that leaves it uncaught ends with the same
+line (:func:`one_line_errors`). How a signal ends a process: :mod:`gpuscale.interrupts`.
 """
 
 from __future__ import annotations
@@ -52,8 +49,7 @@ class UserError(ValueError):
 
 
 LINE_CHARS = 1000
-"""A one-line error's problem and its fix are each cut to this many characters (a list of
-names is cut earlier, by :func:`listed`)."""
+"""A one-line error's problem and its fix are each cut to this many characters."""
 
 
 def _capped(text: str) -> str:
@@ -77,8 +73,7 @@ SHOWN_CHARS = 24
 
 
 def shown(value: object, limit: int = SHOWN_CHARS) -> str:
-    """``repr(value)`` for a one-line message, cut to about ``limit`` characters (through
-    :mod:`reprlib`, so a huge value is never rendered whole), with the length of a long string."""
+    """``repr(value)`` for a one-line message, cut to about ``limit`` characters (never rendered whole)."""
     import reprlib
 
     r = reprlib.Repr()
@@ -99,13 +94,10 @@ def missing_module(module: str, purpose: str, install: str) -> UserError:
 
 
 def one_line_errors():
-    """Installs, for a session's lifetime, the ``sys.excepthook`` by which an uncaught
-    :class:`UserError`, :class:`ClusterGone`, :class:`RecordNotWritten` (whose record goes to
-    stdout first) or :class:`OutputNotWritten` prints ``gpuscale: error: <message>`` on one line
-    instead of a traceback (every other exception goes to the previous hook; IPython does not
-    use ``sys.excepthook``). Returns ``done(exc)``, called as the session ends: the previous
-    hook comes back, unless ``exc`` is one of those errors, which may be about to end the
-    script."""
+    """Installs, for a session's lifetime, the ``sys.excepthook`` by which an uncaught error of
+    :data:`ONE_LINE` prints ``gpuscale: error: <message>`` on one line instead of a traceback.
+    Returns ``done(exc)``, called as the session ends: the previous hook comes back, unless
+    ``exc`` is one of those errors, which may be about to end the script."""
     previous = sys.excepthook
     if getattr(previous, "_gpuscale", False):  # an outer session's
         return lambda exc: None
@@ -188,16 +180,12 @@ ONE_LINE = (UserError, ClusterGone, RecordNotWritten, OutputNotWritten)
 """The errors that end a script in one line (:func:`one_line_errors`)."""
 
 
-# ---------------------------------------------------------------------------------------
-# Phases
-# ---------------------------------------------------------------------------------------
 PHASE_ATTR = "gpuscale_phase"
 
 
 @contextlib.contextmanager
 def phase(name: str) -> Iterator[None]:
-    """Name the phase of a run that an exception (an interruption, the cluster going away)
-    left: the innermost ``phase`` wins; :func:`phase_of` reads it."""
+    """Name the phase of a run that an exception left (the innermost wins; :func:`phase_of`)."""
     OPEN_PHASES.append(name)
     try:
         yield

@@ -1,11 +1,8 @@
 """Field descriptions from attribute docstrings, read from the module's source in one parse.
 
 A settings section or the record is a pydantic model whose fields are described by the string
-right under each (docs/reference/settings.md and records.md are generated from them). pydantic's
-``use_attribute_docstrings`` finds each class's source on its own, and on Python before 3.13
-tokenizes every class again, a part of every command's start-up
-(docs/benchmarks/fixed-cost.md). :func:`describe` parses each module once and gives the same
-descriptions.
+right under each. :func:`describe` gives the descriptions pydantic's ``use_attribute_docstrings``
+would, parsing each module once (docs/benchmarks/fixed-cost.md).
 """
 
 from __future__ import annotations
@@ -41,8 +38,7 @@ def _docstrings(path: str) -> dict[str, dict[str, str]]:
 
 
 def describe(model: type) -> None:
-    """Give each field of the pydantic ``model`` that has no description its attribute
-    docstring (the string literal under it in the class body)."""
+    """Give each field of the pydantic ``model`` that has no description its attribute docstring."""
     path = getattr(sys.modules.get(model.__module__), "__file__", None)
     docs = _docstrings(path).get(model.__name__, {}) if path else {}
     for name, field in model.model_fields.items():

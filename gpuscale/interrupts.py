@@ -1,13 +1,13 @@
 """How a gpuscale process ends when it is interrupted: SIGTERM, SIGHUP and Ctrl-C raise in the
-main thread (:func:`sigterm_raises`), each with its exit code (:data:`gpuscale.errors.EXIT_CODES`)
-and one line; a block that does not end is escalated to a hard end that removes
-:data:`TEMP_PATHS` and the worker processes; statements that must not be cut in two hold the
-interruption back (:func:`signals_deferred`); and the logs of work cut off are quieted.
+main thread (:func:`sigterm_raises`), each with its exit code and one line; a block that does
+not end is escalated to a hard end; and the logs of work cut off are quieted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import signal
 import sys
 import threading
@@ -20,8 +20,7 @@ TEMP_PATHS: set[str] = set()
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread as a KeyboardInterrupt (so every ``finally`` and
-    ``with`` that cleans up on Ctrl-C runs for it too)."""
+    """SIGTERM, raised in the main thread as a KeyboardInterrupt (cleaned up as Ctrl-C is)."""
 
 
 class HungUp(Terminated):
@@ -33,37 +32,23 @@ def signal_name(exc: BaseException) -> str:
 
 
 def interrupt_exit_code(exc: BaseException) -> int:
-    return (
-        EXIT_SIGHUP
-        if isinstance(exc, HungUp)
-        else EXIT_SIGTERM
-        if isinstance(exc, Terminated)
-        else EXIT_SIGINT
-    )
+    return {"SIGHUP": EXIT_SIGHUP, "SIGTERM": EXIT_SIGTERM, "SIGINT": EXIT_SIGINT}[signal_name(exc)]
 
 
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
     """For the block, in the main thread: SIGTERM raises :class:`Terminated`, SIGHUP
-    :class:`HungUp` (unless ignored), Ctrl-C KeyboardInterrupt, each after
-    :func:`quiet_exit_logs`; the first signal decides, later ones are absorbed; a block that
-    does not end escalates (:func:`_escalate_later`). The previous handlers come back after it.
-    In another thread: a no-op."""
+    :class:`HungUp` (unless ignored), Ctrl-C KeyboardInterrupt; the first signal decides, and a
+    block that does not end escalates (:func:`_escalate_later`). In another thread: a no-op."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     received: list[int] = []
 
-    def _after_first(signum: int) -> bool:
-        """Whether a signal already stopped the block: the first decides the exit and the
-        line, and a later one does not interrupt the clean-up it started (its escalation
-        still ends a block that hangs)."""
-        received.append(signum)
-        return len(received) > 1
-
     def _raising(make: type[BaseException], code: int):
         def handler(signum, frame):
-            if _after_first(signum):
+            received.append(signum)
+            if len(received) > 1:  # the first decides; its escalation still ends a block that hangs
                 return
             quiet_exit_logs()
             _escalate_later(signum, code)
@@ -72,15 +57,12 @@ def sigterm_raises() -> Iterator[None]:
         return handler
 
     def _on_unraisable(unraisable):
-        """A signal that landed in a weakref callback, a ``__del__`` or a garbage-collection
-        callback raised where Python prints and drops the exception: send it again 50 ms
-        later, as the first, instead."""
+        """A signal whose exception Python printed and dropped (raised in a ``__del__`` or a
+        callback): send it again 50 ms later."""
         exc = unraisable.exc_value
         if received and isinstance(exc, (Terminated, KeyboardInterrupt)):
-            import os
-
             received.clear()
-            threading.Timer(0.05, os.kill, (os.getpid(), signal_number(exc))).start()
+            threading.Timer(0.05, os.kill, (os.getpid(), getattr(signal, signal_name(exc)))).start()
             return
         hook_before(unraisable)
 
@@ -102,10 +84,6 @@ def sigterm_raises() -> Iterator[None]:
         sys.unraisablehook = hook_before
 
 
-def signal_number(exc: BaseException) -> int:
-    return getattr(signal, signal_name(exc))
-
-
 ESCALATE_AFTER_S = 15.0
 """An interrupted process still running this long after the signal gets it again; one more
 period later it ends hard (see docs/decisions.md, rule ``interrupt.escalate``)."""
@@ -115,17 +93,14 @@ _stand_down: threading.Event | None = None
 
 def _escalate_later(sig: int, code: int) -> None:
     """Once per :func:`sigterm_raises` block: a daemon thread that repeats the signal after
-    :data:`ESCALATE_AFTER_S` if the block has not ended, and after twice that removes
-    :data:`TEMP_PATHS`, kills the worker processes, releases the semaphores and exits with
-    ``code``, saying so in one line."""
+    :data:`ESCALATE_AFTER_S` if the block has not ended, and after twice that ends the process
+    hard with ``code``, its temporary files and worker processes removed."""
     if _stand_down is None or getattr(_stand_down, "escalating", False):
         return
     done = _stand_down
     done.escalating = True
 
     def run():
-        import os
-
         if done.wait(ESCALATE_AFTER_S):
             return
         os.kill(os.getpid(), sig)
@@ -133,8 +108,6 @@ def _escalate_later(sig: int, code: int) -> None:
             return
         name = signal.Signals(sig).name
         where = f" during {OPEN_PHASES[-1]}" if OPEN_PHASES else ""
-        import shutil
-
         for path in list(TEMP_PATHS):
             shutil.rmtree(path, ignore_errors=True)
             with contextlib.suppress(OSError):
@@ -154,11 +127,10 @@ def _escalate_later(sig: int, code: int) -> None:
 
 
 def end_child_processes(only_starting: bool = False) -> None:
-    """Kill (SIGKILL) this process's child processes, except multiprocessing's resource tracker
-    (it removes what the killed ones leave). ``only_starting``: only worker processes
-    multiprocessing spawned (``spawn_main``) that are still there after an interrupted command
-    closed its cluster (see docs/decisions.md, rule ``interrupt.children``). Never raises."""
-    try:
+    """Kill (SIGKILL) this process's child processes, except multiprocessing's resource tracker.
+    ``only_starting``: only worker processes multiprocessing spawned (``spawn_main``; see
+    docs/decisions.md, rule ``interrupt.children``). Never raises."""
+    with contextlib.suppress(Exception):  # ending regardless
         import psutil
 
         tracker = _tracker_pid()
@@ -168,8 +140,6 @@ def end_child_processes(only_starting: bool = False) -> None:
                     continue
                 if not only_starting or "spawn_main" in " ".join(child.cmdline()):
                     child.kill()
-    except Exception:  # noqa: BLE001 - ending regardless
-        pass
 
 
 def _tracker_pid() -> int | None:
@@ -179,8 +149,7 @@ def _tracker_pid() -> int | None:
 
 
 def release_semaphores() -> None:
-    """Before a hard exit: unlink the named semaphores this process made and tell the resource
-    tracker, as their finalizers would at a normal exit."""
+    """Before a hard exit: run the finalizers of the named semaphores this process made."""
     util = sys.modules.get("multiprocessing.util")
     synchronize = sys.modules.get("multiprocessing.synchronize")
     if util is None or synchronize is None:
@@ -206,8 +175,7 @@ def _raise_or_defer(exc: BaseException) -> None:
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
     """Hold back the interruption :func:`sigterm_raises` would raise in the block and raise it
-    as the block ends: for statements that must not be cut in two (a temp file made and
-    registered for removal). Blocking the signal would not do: another thread may take it."""
+    as the block ends: for statements that must not be cut in two."""
     global _deferring
     _deferring += 1
     try:
@@ -224,13 +192,10 @@ NOISY_ON_EXIT = ("asyncio", "distributed", "tornado", "bokeh")
 
 
 def quiet_exit_logs() -> None:
-    """Quiet the loggers of :data:`NOISY_ON_EXIT` (and their children) for a process ending on
-    purpose: the asyncio tasks of work cut off would otherwise log tracebacks as it exits."""
+    """Quiet the loggers of :data:`NOISY_ON_EXIT` (and their children) for a process ending on purpose."""
     import logging
 
-    names = [
-        n for n in list(logging.root.manager.loggerDict) if n.split(".")[0] in NOISY_ON_EXIT
-    ]  # children with levels of their own too
+    names = [n for n in list(logging.root.manager.loggerDict) if n.split(".")[0] in NOISY_ON_EXIT]
     for name in {*NOISY_ON_EXIT, *names}:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
@@ -258,17 +223,13 @@ CLOSING_LOGGERS = (
 
 RESOURCE_TRACKER_WARNINGS = "ignore:resource_tracker:UserWarning"
 """A ``-W`` option that silences the resource tracker's exit-time warning about leaked
-semaphores. The tracker takes the interpreter's ``-W`` options when it starts, so this must be
-in place before the first worker does. A run releases its semaphores itself
-(:func:`release_semaphores`); the filter covers a SIGKILL. ``GPUSCALE_DEBUG=1`` lifts it."""
+semaphores, in place before the first worker starts (the tracker takes ``-W`` then)."""
 
 
 def quiet_shutdown_noise(tracker: bool = True) -> None:
     """For the CLI process, before anything starts: filter the cancelled-close tracebacks of
-    :data:`CLOSING_LOGGERS` and, with ``tracker`` (off under ``GPUSCALE_DEBUG=1``), the resource
-    tracker's leak warnings; the command's own line says what happened."""
+    :data:`CLOSING_LOGGERS` and, with ``tracker``, the resource tracker's leak warnings."""
     import logging
-    import sys
 
     for name in CLOSING_LOGGERS:
         log = logging.getLogger(name)

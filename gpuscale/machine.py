@@ -1,10 +1,10 @@
 """What this machine is: CPU, memory, GPUs and their NVLink topology, InfiniBand ports,
-library versions. GPU facts come from NVML: nothing here creates a CUDA context or imports
-CuPy.
+library versions. GPU facts come from NVML (no CUDA context).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import importlib.util
@@ -43,9 +43,8 @@ def _dist_version(names: tuple[str, ...]) -> str | None:
 
 def distribution(module: str) -> str:
     """The installed distribution that provides ``module`` (``cupy`` -> ``cupy-cuda13x``): the
-    names :data:`STACKS` lists and the module's own name are asked directly; only a module
-    found under neither is looked up in every installed distribution's file list (slow with
-    many installed: seconds on a GPU image). The module's own name when none provides it."""
+    names :data:`STACKS` lists and the module's own name first, then every installed
+    distribution's file list (slow); the module's own name when none provides it."""
     top = module.partition(".")[0]
     for name in (*STACKS.get(top, ()), top, top.replace("_", "-")):
         if _dist_version((name,)) is not None:
@@ -90,14 +89,11 @@ def versions() -> dict[str, str | None]:
 
 def cpu() -> dict:
     model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -177,8 +173,7 @@ def gpus() -> list[dict]:
 
 
 def holders(index: int) -> list[tuple[int, int]]:
-    """``(pid, bytes)`` of the processes holding memory on GPU ``index`` (NVML's list; bytes 0
-    where the driver does not say); [] where NVML cannot tell."""
+    """``(pid, bytes)`` of the processes holding memory on GPU ``index``; [] where NVML cannot tell."""
     nv = _nvml()
     if nv is None:
         return []
@@ -211,10 +206,9 @@ def _read(path: str) -> str | None:
 
 
 def infiniband(root: str = IB_ROOT) -> list[dict]:
-    """The RDMA ports this host has, read from sysfs (no library): per port its device, port
-    number, ``state`` (``ACTIVE``, ``DOWN``, ...), ``phys_state`` (``LinkUp``, ...), ``rate``
-    as the kernel words it (``200 Gb/sec (4X HDR)``), ``rate_gbps`` (its number) and
-    ``link_layer`` (``InfiniBand`` or ``Ethernet`` for RoCE). [] when there are none."""
+    """The RDMA ports this host has, read from sysfs: per port its device, port number,
+    ``state``, ``phys_state``, ``rate`` as the kernel words it, ``rate_gbps`` and
+    ``link_layer`` (``InfiniBand``, or ``Ethernet`` for RoCE). [] when there are none."""
     out = []
     try:
         devices = sorted(os.listdir(root))
@@ -233,10 +227,8 @@ def infiniband(root: str = IB_ROOT) -> list[dict]:
             rate = _read(os.path.join(base, "rate"))
             number = None
             if rate:
-                try:
+                with contextlib.suppress(ValueError, IndexError):
                     number = float(rate.split()[0])
-                except (ValueError, IndexError):
-                    number = None
             out.append(
                 {
                     "device": dev,
@@ -256,70 +248,59 @@ def hardware() -> dict:
     return {"cpu": cpu(), "gpus": gpus()}
 
 
+def _no_plots(state: str, devices: int | None, message: str) -> dict:
+    return {"available": False, "state": state, "devices": devices, "message": message}
+
+
 def gpu_dashboard() -> dict:
-    """Whether GPU workers here can feed the dashboard's GPU plots (``pynvml``, the driver's
-    NVML, a device and ``distributed.diagnostics.nvml`` on): ``{"available", "state",
-    "devices", "message"}``, the message naming the fix.
-    """
+    """Whether GPU workers here can feed the dashboard's GPU plots: ``{"available", "state",
+    "devices", "message"}``, the message naming the fix."""
     import dask.config
 
     if not dask.config.get("distributed.diagnostics.nvml", True):
-        return {
-            "available": False,
-            "state": "disabled-by-config",
-            "devices": None,
-            "message": "no GPU plots: dask config distributed.diagnostics.nvml is false; set it to true "
+        return _no_plots(
+            "disabled-by-config",
+            None,
+            "no GPU plots: dask config distributed.diagnostics.nvml is false; set it to true "
             "(DASK_DISTRIBUTED__DIAGNOSTICS__NVML=True) for GPU plots",
-        }
+        )
     if importlib.util.find_spec("pynvml") is None:
-        return {
-            "available": False,
-            "state": "pynvml-missing",
-            "devices": None,
-            "message": "no GPU plots: pynvml is not installed, so no GPU can be seen here "
+        return _no_plots(
+            "pynvml-missing",
+            None,
+            "no GPU plots: pynvml is not installed, so no GPU can be seen here "
             "(on a GPU machine: pip install nvidia-ml-py, part of gpuscale[gpu])",
-        }
+        )
     try:
         count, state, wsl_minimum = _dask_compat.nvml_status()
     except Exception as e:  # noqa: BLE001 - any NVML failure means no plots
-        return {
-            "available": False,
-            "state": "error",
-            "devices": None,
-            "message": f"no GPU plots: NVML failed ({type(e).__name__}: {e})",
-        }
+        return _no_plots("error", None, f"no GPU plots: NVML failed ({type(e).__name__}: {e})")
     if state == "disabled-by-config":  # the config changed after NVML was first asked
-        return {
-            "available": False,
-            "state": "disabled-by-config",
-            "devices": None,
-            "message": "no GPU plots: dask config distributed.diagnostics.nvml was false when NVML was "
+        return _no_plots(
+            "disabled-by-config",
+            None,
+            "no GPU plots: dask config distributed.diagnostics.nvml was false when NVML was "
             "first used in this process; set it to true for GPU plots",
-        }
+        )
     if state == "no-nvml-library":
-        return {
-            "available": False,
-            "state": "no-nvml-library",
-            "devices": 0,
-            "message": "no GPU plots, no GPU: pynvml is installed but the NVIDIA driver's NVML library was "
+        return _no_plots(
+            "no-nvml-library",
+            0,
+            "no GPU plots, no GPU: pynvml is installed but the NVIDIA driver's NVML library was "
             "not found (no NVIDIA driver here)",
-        }
+        )
     if state == "wsl-driver":
-        return {
-            "available": False,
-            "state": "wsl-driver",
-            "devices": None,
-            "message": f"no GPU plots: the WSL NVIDIA driver is older than "
-            f"{wsl_minimum}; update the Windows driver",
-        }
+        return _no_plots(
+            "wsl-driver",
+            None,
+            f"no GPU plots: the WSL NVIDIA driver is older than {wsl_minimum}; update the Windows driver",
+        )
     if not count:
-        return {
-            "available": False,
-            "state": "no-device",
-            "devices": 0,
-            "message": "no GPU plots, no GPU: NVML sees no device "
-            "(check CUDA_VISIBLE_DEVICES and nvidia-smi)",
-        }
+        return _no_plots(
+            "no-device",
+            0,
+            "no GPU plots, no GPU: NVML sees no device (check CUDA_VISIBLE_DEVICES and nvidia-smi)",
+        )
     return {
         "available": True,
         "state": "on",

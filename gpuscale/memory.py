@@ -25,34 +25,26 @@ import tempfile
 from typing import Any
 
 import dask.config
-from dask.utils import format_bytes
+from dask.utils import format_bytes, parse_bytes
 
 from .errors import UserError
 
 UNSPILLABLE_PARTS = ("shuffle_buffers", "validation")
-"""Parts of a workload's estimate that distributed cannot spill (P2P's buffers, outside the
-worker's spill buffer; the full check's copies, inside a task): held like the working set
+"""Parts of a workload's estimate that distributed cannot spill, held like the working set
 (rule ``memory.unspillable``)."""
 
 PAUSE_MARGIN = {"host": 1.0, "device": 0.9}
 """The share of the pause line (host memory) or of the device's memory that the baseline, the
-running tasks and the data kept may reach. A host worker's measured peaks were 0.72-1.13 x this
-estimate, so one admitted at its pause line stays under the line at which its nanny kills it
-(rule ``memory.pause-line``); a device's baseline is assumed, not measured."""
+running tasks and the data kept may reach (rule ``memory.pause-line``)."""
 TASK_SHARE = 0.5
-"""One worker's running tasks get at most this share of its memory above the baseline (the
-rest is room for the data); block sizes are capped by it."""
+"""One worker's running tasks get at most this share of its memory above the baseline."""
 MIN_BLOCK_BYTES = 2**20
-"""Blocks are never capped below this (a worker with no room left is refused by the verdict,
-not given a million tiny blocks)."""
+"""Blocks are never capped below this (a worker with no room left is refused by the verdict)."""
 MAX_STREAMED = 1000
-"""Generated data that streams may be at most this many times the cluster's memory (each pass
-makes all of it again); past it the verdict is "does not fit"."""
+"""Generated data that streams may be at most this many times the cluster's memory."""
 MAX_PASS_S = 300
 """A run whose data does not fit the cluster's memory is refused where one pass over it would take
-longer than this at the family's pace (:attr:`~gpuscale.backends.family.Knobs.pace_bytes_per_thread_s`):
-the warm-up, the timed repeats and the validation each take a pass, so a run of the defaults
-takes five."""
+longer than this at the family's pace (rule ``memory.pace``)."""
 DEFAULT_FRACTIONS = {"target": 0.6, "spill": 0.7, "pause": 0.8, "terminate": 0.95}
 
 
@@ -73,8 +65,7 @@ class Budget:
     memory: str = "host"
     """Where the chunks live (the family's ``memory``): "host" or "device"."""
     stream_first: str | None = None
-    """The family's :attr:`~gpuscale.backends.family.Family.stream_first`: why it streams what
-    would spill (None: it spills first)."""
+    """Why the family streams what would spill (None: it spills first)."""
     states: dict[str, dict] = dataclasses.field(default_factory=dict, repr=False)
     """What :func:`measure` read on each worker (peaks reset then): :class:`Watch` starts there."""
 
@@ -87,9 +78,8 @@ class Budget:
         return max(0, int(above * TASK_SHARE))
 
     def cap(self, knob: int, copies: float, what: str) -> tuple[int, str | None]:
-        """A block size: the family's ``knob``, capped so ``threads x copies`` blocks (one
-        task's peak is ``copies`` blocks) take at most :attr:`task_room`. The note says why
-        when the cap binds (None otherwise)."""
+        """A block size: the family's ``knob``, capped so ``threads x copies`` blocks take at most
+        :attr:`task_room`, and why when the cap binds (None otherwise)."""
         room = self.task_room
         if room is None:
             return knob, None
@@ -110,26 +100,19 @@ class Budget:
 
 
 DEVICE_FRACTIONS = {"target": 0.9, "spill": 0.9, "pause": 1.0, "terminate": 1.0}
-"""Device memory that does not spill (``--device-memory-limit 0``): the chunks may take 0.9
-of the device. distributed's own fractions are about host memory."""
+"""Device memory that does not spill (``--device-memory-limit 0``): the chunks' share of it."""
 DASK_CUDA_DEFAULT = 0.8
-"""dask-cuda's ``device_memory_limit="default"``: task outputs spill device -> host above
-0.8 of the device."""
+"""dask-cuda's ``device_memory_limit="default"``: the share of the device above which it spills."""
 
 
 def device_spill_fraction(setting, device_bytes: int | None) -> float | None:
-    """The share of the device above which a GPU worker spills to host, from the
-    ``cluster.device-memory-limit`` setting (None: it does not spill)."""
+    """The share of the device above which a GPU worker spills to host (None: it does not spill)."""
     if setting is None or (isinstance(setting, str) and setting.strip().lower() in ("default", "auto")):
         return DASK_CUDA_DEFAULT
-    from dask.utils import parse_bytes
-
-    v = float(setting) if isinstance(setting, (int, float)) else None
-    if v is None:
-        try:
-            v = float(setting)
-        except ValueError:
-            v = float(parse_bytes(setting))
+    try:
+        v = float(setting)
+    except ValueError:
+        v = float(parse_bytes(setting))
     if v == 0:
         return None
     if v <= 1:
@@ -137,18 +120,15 @@ def device_spill_fraction(setting, device_bytes: int | None) -> float | None:
     return min(1.0, v / device_bytes) if device_bytes else 1.0  # a size on an unknown device: it spills
 
 
-def device_fractions(setting, device_bytes: int | None) -> dict[str, float]:
-    f = device_spill_fraction(setting, device_bytes)
-    if f is None:
-        return dict(DEVICE_FRACTIONS)
-    return {"target": f, "spill": f, "pause": 1.0, "terminate": 1.0}
-
-
 def memory_fractions(
     config_get, family=None, device_setting="default", device_bytes=None
 ) -> dict[str, float]:
+    """A worker's memory fractions: a device family's from its device memory limit, else distributed's."""
     if family is not None and family.on_device:
-        return device_fractions(device_setting, device_bytes)
+        f = device_spill_fraction(device_setting, device_bytes)
+        if f is None:
+            return dict(DEVICE_FRACTIONS)
+        return {"target": f, "spill": f, "pause": 1.0, "terminate": 1.0}
     out = {}
     for k, default in DEFAULT_FRACTIONS.items():
         v = config_get(f"distributed.worker.memory.{k}", default)
@@ -164,9 +144,8 @@ def memory_fractions(
 
 
 def planned(spec, family, limits: list[int]) -> Budget:
-    """The budget a planned cluster would have (``gpuscale explain``): limits from the spec,
-    the baseline assumed (the family's ``worker_growth_bytes`` plus :data:`PLANNED_BASELINE`
-    for host memory)."""
+    """The budget a planned cluster would have (``gpuscale explain``): limits from the spec, the
+    baseline assumed (:data:`PLANNED_BASELINE` for host memory, plus the family's growth)."""
     growth = family.knobs.worker_growth_bytes
     base = (0 if family.on_device else PLANNED_BASELINE) + growth
     limit = min(limits) if limits else None
@@ -205,18 +184,14 @@ PLANNED_BASELINE = 80 * 2**20
 
 
 BLOCK_COPIES = 3
-"""Blocks one running task holds at its peak, for the spill target's rule (the workloads'
-own caps use their routes' counts)."""
+"""Blocks one running task holds at its peak, for the spill target's rule."""
 MIN_TARGET = 0.05
 
 
 def target_fraction(limit: int | None, threads: int, family) -> tuple[float | None, str]:  # host families
     """The spill target (``distributed.worker.memory.target``) for workers of ``limit`` bytes,
     and its rule: what the spill threshold leaves after the baseline and the running tasks'
-    blocks, at least :data:`MIN_TARGET`. None: distributed's own value stands (no limit, a
-    family that does not spill, or nothing to lower)."""
-    import dask
-
+    blocks, at least :data:`MIN_TARGET`. None: distributed's own value stands."""
     fr = memory_fractions(dask.config.get)
     if family.spill_to is None or not limit or family.on_device:
         return None, "distributed's default (no limit, or a family that does not spill)"
@@ -238,19 +213,14 @@ def target_fraction(limit: int | None, threads: int, family) -> tuple[float | No
 
 def _with(spec):
     """dask.config.get, with the settings the planned cluster starts its workers under."""
-    import dask
-
     extra = getattr(spec, "dask_config", None) or {}
     return lambda key, default=None: extra[key] if key in extra else dask.config.get(key, default)
 
 
 def _planned_spill_space(spill_to: str | None, workers: int) -> int | None:
-    """Free disk per worker where workers spill (a host family's data, or what a GPU worker's
-    host buffer passes on to disk)."""
+    """Free disk per worker where workers spill (None: they do not)."""
     if spill_to is None:
         return None
-    import dask
-
     d = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
     try:
         return shutil.disk_usage(d).free // max(1, workers)
@@ -320,14 +290,15 @@ def assess(workload, p, ctx, budget: Budget | None) -> dict[str, Any]:
         verdict = "fits"
     elif streams and fixed + ahead <= pause:  # nothing held between passes: only the blocks in flight
         verdict = "streams"
-        out["streams"] = streams + (f"; streamed rather than spilled: {b.stream_first}" if spills else "")
+        out["streams"] = (
+            streams
+            + (f"; streamed rather than spilled: {b.stream_first}" if spills else "")
+            + f"; per worker {format_bytes(ahead)} of blocks made ahead of their consumers "
+            "(distributed's root-task queuing: ceil(threads x worker-saturation) at a time)"
+        )
         out["spill_bytes_per_worker"] = to_spill
         out["peak_bytes"] = fixed + ahead
         out["made_ahead_bytes"] = ahead
-        out["streams"] += (
-            f"; per worker {format_bytes(ahead)} of blocks made ahead of their consumers "
-            "(distributed's root-task queuing: ceil(threads x worker-saturation) at a time)"
-        )
     elif spills:
         verdict = "spills"
         out["spill_bytes_per_worker"] = to_spill
@@ -393,15 +364,13 @@ def made_ahead(threads: int, block: int, data: int) -> int:
 
 def kept_bytes(b: dict[str, Any], data: int) -> int:
     """Managed data a spilling worker keeps in memory (``b``: :meth:`Budget.to_dict`): up to the
-    spill target, on top of the baseline, the working set and what cannot spill (rule
-    ``memory.kept-target``)."""
+    spill target (rule ``memory.kept-target``)."""
     return min(data, int(b["limit"] * b["fractions"]["target"]))
 
 
 def _past_this_host(workload, p, ctx, budget: Budget | None, estimate: int) -> int | None:
     """This machine's memory where workers with no memory limit (``--memory-limit 0``) of a
-    cluster started here would hold more than it has, and the data cannot be made block by
-    block; else None. No limit means no spilling: the host would kill them."""
+    cluster started here would hold more than it has and the data does not stream; else None."""
     spec = getattr(ctx, "spec", None)
     if budget is None or budget.memory != "host" or getattr(spec, "kind", None) != "local":
         return None
@@ -515,20 +484,21 @@ def error(workload_name: str, h: dict[str, Any]) -> UserError:
     )
 
 
+def _estimated(h: dict[str, Any]) -> str:
+    """What the memory check had estimated, for the line of a run that ran out of memory."""
+    if not h.get("estimate_bytes"):
+        return ""
+    per = h.get("per_worker_bytes")
+    return f"; the memory check estimated {format_bytes(h['estimate_bytes'])} in all" + (
+        f", {format_bytes(per)} per worker, verdict '{h.get('verdict')}'" if per else ""
+    )
+
+
 def ran_out(workload_name: str, h: dict[str, Any], family, exc: BaseException) -> UserError:
-    """The one line for a run whose task raised ``MemoryError`` (CuPy's, RMM's, cuDF's,
-    NumPy's): what it asked for, the check's estimate, and the fix; the worker is still up, so
-    its cluster takes the next run."""
+    """The one line for a run whose task raised ``MemoryError``: what it asked for, the check's
+    estimate, and the fix."""
     where = "device" if family.on_device else "host"
     said = " ".join(str(exc).split())[:200] or type(exc).__name__
-    est = h.get("estimate_bytes")
-    per = h.get("per_worker_bytes")
-    estimate = (
-        f"; the memory check estimated {format_bytes(est)} in all"
-        + (f", {format_bytes(per)} per worker, verdict '{h.get('verdict')}'" if per else "")
-        if est
-        else ""
-    )
     fix = (
         "use smaller sizes or more GPUs (--gpus), let the workers spill (--device-memory-limit default, "
         "or lower it so they spill earlier)"
@@ -537,37 +507,28 @@ def ran_out(workload_name: str, h: dict[str, Any], family, exc: BaseException) -
     )
     return UserError(
         f"{workload_name}: a worker ran out of {where} memory during the run "
-        f"({type(exc).__name__}: {said}){estimate}",
+        f"({type(exc).__name__}: {said}){_estimated(h)}",
         fix + "; the cluster is still up for the next run",
     )
 
 
 def killed(workload_name: str, h: dict[str, Any], exc: BaseException) -> UserError:
-    """The one line for a run whose workers died under its tasks (distributed's ``KilledWorker``:
-    most often a nanny restarting a worker past ``terminate`` of its memory limit): what the
-    check had estimated, and the fix."""
-    per, verdict = h.get("per_worker_bytes"), h.get("verdict")
-    estimate = (
-        f"; the memory check estimated {format_bytes(h['estimate_bytes'])} in all"
-        + (f", {format_bytes(per)} per worker, verdict '{verdict}'" if per else "")
-        if h.get("estimate_bytes")
-        else ""
-    )
+    """The one line for a run whose workers died under its tasks (distributed's ``KilledWorker``):
+    what the check had estimated, and the fix."""
     task = getattr(exc, "task", None) or "a task"
     tries = getattr(exc, "allowed_failures", None)
     times = f" {tries + 1} time(s)" if isinstance(tries, int) else ""
     return UserError(
         f"{workload_name}: the workers running {task} died{times} (a worker past "
         f"{DEFAULT_FRACTIONS['terminate']:g} of its memory limit is restarted by "
-        f"its nanny){estimate}",
+        f"its nanny){_estimated(h)}",
         "give each worker more memory (--memory-limit), fewer threads per worker, or use smaller "
         "sizes; the workers' log lines are under logs/ in the results folder",
     )
 
 
 def check(workload, p, ctx, enforce: bool) -> dict[str, Any]:
-    """:func:`assess` against ``ctx.memory``; refuse (before any work) what does not fit
-    unless told not to."""
+    """:func:`assess` against ``ctx.memory``; refuse what does not fit unless told not to."""
     h = assess(workload, p, ctx, getattr(ctx, "memory", None))
     h["checked"] = bool(enforce)
     if enforce and not h["fits"]:

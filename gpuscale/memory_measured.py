@@ -1,9 +1,9 @@
-"""Memory measured on the workers: what a started worker holds (the baseline the model of
-:mod:`gpuscale.memory` starts from, :func:`measure`), and what the workers held and spilled
-during the work (:class:`Watch`)."""
+"""Memory measured on the workers: what a started worker holds (:func:`measure`), and what the
+workers held and spilled during the work (:class:`Watch`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from typing import Any
@@ -17,11 +17,9 @@ _PRE_IMPORTED_BYTES = 0
 
 
 def pre_import(modules) -> None:
-    """Import ``modules`` now (a worker's preload, before it joins the cluster), noting what
-    they add to this process's resident memory: :func:`measure` takes that off the worker's
-    start, since the growth its first tasks add counts the chunk library's imports (rule
-    ``memory.worker-growth``). A module that fails is left to the task that needs it, which
-    reports the failure."""
+    """Import ``modules`` now (a worker's preload), noting what they add to this process's
+    resident memory: :func:`measure` takes that off the worker's start (rule
+    ``memory.worker-growth``). A module that fails is left to the task that needs it."""
     import importlib
 
     import psutil
@@ -37,21 +35,16 @@ def pre_import(modules) -> None:
 
 
 def worker_state(dask_worker, reset_peak: bool = False) -> dict[str, Any]:
-    """On a worker (``client.run``): its resident memory and peak, threads, memory fractions,
-    local directory and its free space, and what it has spilled so far; ``reset_peak``: then
-    start the peak afresh (what :class:`Watch` reads after the work)."""
+    """On a worker (``client.run``): its memory, threads, memory fractions, local disk and what
+    it has spilled so far; ``reset_peak``: then start the peak afresh."""
     import dask
     import psutil
 
     mm = getattr(dask_worker, "memory_manager", None)
     fr = memory_fractions(dask.config.get)
     if mm is not None:
-        for k, attr in (
-            ("target", "memory_target_fraction"),
-            ("spill", "memory_spill_fraction"),
-            ("pause", "memory_pause_fraction"),
-        ):
-            v = getattr(mm, attr, None)
+        for k in ("target", "spill", "pause"):
+            v = getattr(mm, f"memory_{k}_fraction", None)
             fr[k] = float(v) if v not in (None, False) else 1.0
     d = getattr(dask_worker, "local_directory", None)
     try:
@@ -82,43 +75,30 @@ def worker_state(dask_worker, reset_peak: bool = False) -> dict[str, Any]:
 
 
 def _release_free() -> None:
-    """Hand back what Arrow's memory pool and glibc's heap hold free, so a worker's resident
-    memory before a run is what it holds (rule ``memory.release-free``)."""
+    """Hand back what Arrow's memory pool and glibc's heap hold free (rule ``memory.release-free``)."""
+    import ctypes
     import sys
 
     pa = sys.modules.get("pyarrow")  # only where something has used it
     if pa is not None:
-        try:
+        with contextlib.suppress(Exception):  # an older pyarrow or another pool: leave it
             pa.default_memory_pool().release_unused()
-        except Exception:  # noqa: BLE001 - an older pyarrow or another pool: leave it
-            pass
-    try:
-        import ctypes
-
+    with contextlib.suppress(OSError, AttributeError):  # not glibc
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
 
 
 def _peak() -> int | None:
     """This process's peak resident memory (Linux VmHWM), since the last :func:`_reset_peak`."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     return None
 
 
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+def _reset_peak() -> None:
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
 
 def measure(client, family, limits: dict[str, int], spec=None) -> Budget:
@@ -130,7 +110,9 @@ def measure(client, family, limits: dict[str, int], spec=None) -> Budget:
     states = client.run(worker_state, reset_peak=True) if limits else {}
     lim = [v for v in limits.values() if v]
     threads = max((s["threads"] for s in states.values()), default=1)
+    fractions, spill_to = family_fractions(dask.config.get, family, spec, min(lim) if lim else None)
     if not family.on_device and states:
+        fractions = next(iter(states.values()))["fractions"]
         # the pre-import's bytes are in the growth: taken off the start, not counted twice
         rss, pre = max(
             (s["rss"] - s.get("pre_imported", 0), s.get("pre_imported", 0)) for s in states.values()
@@ -145,9 +127,6 @@ def measure(client, family, limits: dict[str, int], spec=None) -> Budget:
         source = f"measured: the largest worker {held}, plus {format_bytes(growth)} its first tasks add"
     else:
         base, source = growth, f"assumed ({format_bytes(growth)})"
-    fractions, spill_to = family_fractions(dask.config.get, family, spec, min(lim) if lim else None)
-    if states and not family.on_device:
-        fractions = next(iter(states.values()))["fractions"]
     space = None
     if spill_to is not None and states:
         by_disk: dict[Any, list[dict]] = {}
@@ -176,9 +155,8 @@ def measure(client, family, limits: dict[str, int], spec=None) -> Budget:
 
 class Watch:
     """What the workers held and spilled during the work: :meth:`read` gives each worker's peak
-    and bytes spilled since the start, and the largest peak against the estimate's: peak
-    resident memory since :func:`measure` on the host; on a device
-    (:meth:`Family.device_watch`) the allocator's peak, against the estimate less its baseline."""
+    (resident memory on the host, the allocator's on a device) and bytes spilled since the
+    start, and the largest peak against the estimate's."""
 
     def __init__(self, client, family, budget: Budget | None):
         self.client, self.family = client, family
@@ -190,7 +168,7 @@ class Watch:
                 self.start = family.device_watch(client, True)
             except Exception:  # noqa: BLE001 - nothing measured; the run goes on
                 self.start = {}
-        elif budget is not None and not family.on_device:
+        elif budget is not None:
             self.start = budget.states
 
     def read(self, estimate: dict[str, Any] | None) -> dict[str, Any]:

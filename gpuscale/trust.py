@@ -1,8 +1,6 @@
 """Files gpuscale reads that another user may have written: who can change them
-(:func:`who_else_can_change`, the one rule), reading them only when trusted
-(:func:`read_trusted`) or with a warning (:func:`warn_if_others_can_change`), and reading
-them with bounds (:func:`read_bounded`, :func:`load_yaml`: one-line UserErrors; YAML syntax
-errors stay :class:`yaml.YAMLError`).
+(:func:`who_else_can_change`), reading them only when trusted or with a warning, and reading
+them with bounds (one-line UserErrors; YAML syntax errors stay :class:`yaml.YAMLError`).
 """
 
 from __future__ import annotations
@@ -24,9 +22,8 @@ TRUST_SETTING = "cluster.trust-files"
 
 
 def who_else_can_change(path: str | os.PathLike, st: os.stat_result | None = None) -> str | None:
-    """Why a user other than this one (or root) can change ``path``: another owner, group or
-    others may write it, or :func:`folder_problem`; None when nobody else can. ``st``: its stat,
-    if taken already."""
+    """Why a user other than this one (or root) can change ``path`` (``st``: its stat, if taken
+    already); None when nobody else can."""
     p = pathlib.Path(path)
     st = st if st is not None else os.stat(p)
     me = os.geteuid()
@@ -41,8 +38,7 @@ def who_else_can_change(path: str | os.PathLike, st: os.stat_result | None = Non
 
 
 def folder_problem(folder: str | os.PathLike) -> str | None:
-    """Why another user can replace the files in ``folder``, or None: it is owned by another
-    uid than this user's or root's, or group / others may write it without the sticky bit."""
+    """Why another user can replace the files in ``folder``, or None."""
     fst = os.stat(folder)
     me = os.geteuid()
     if fst.st_uid not in (me, 0):
@@ -68,8 +64,6 @@ def open_regular(path: str | os.PathLike, what: str):
     """``path`` open for reading (a binary file object) when it is a regular file: a FIFO does
     not block the open (``O_NONBLOCK``), and it, a device (a link to ``/dev/zero``) or a folder
     is a UserError naming ``what``; ``FileNotFoundError`` / ``PermissionError`` propagate."""
-    import stat
-
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
@@ -82,10 +76,9 @@ def open_regular(path: str | os.PathLike, what: str):
 
 
 def read_trusted(path: str | os.PathLike, what: str, trusted: bool, limit: int = MAX_INPUT_BYTES) -> bytes:
-    """The content of ``path`` (``what`` names it), checked and read through one open file: a
-    regular file (:func:`open_regular`) of at most ``limit`` bytes. Unless ``trusted``, a file
-    another user can change is a UserError naming the flag; ``FileNotFoundError`` /
-    ``PermissionError`` propagate."""
+    """The content of ``path`` (``what`` names it), a regular file of at most ``limit`` bytes,
+    checked and read through one open file. Unless ``trusted``, a file another user can change
+    is a UserError naming the flag."""
     with open_regular(path, what) as f:
         why = None if trusted else who_else_can_change(path, os.fstat(f.fileno()))
         if why:
@@ -118,8 +111,7 @@ def warn_if_others_can_change(path: str | os.PathLike, what: str, *, folder: boo
 
 
 def read_bounded(path: str | os.PathLike, what: str, limit: int = MAX_INPUT_BYTES) -> str:
-    """The text of ``path``, a regular file (:func:`open_regular`), refused in one line when it
-    is larger than ``limit`` bytes (checked on the open file, before reading it)."""
+    """The text of ``path``, a regular file, refused in one line when it is over ``limit`` bytes."""
     with open_regular(path, what) as f:
         return _bounded(f, path, what, limit).decode("utf-8", errors="replace")
 
@@ -136,9 +128,8 @@ def _bounded(f, path, what: str, limit: int) -> bytes:
 
 
 def load_yaml(text: str, what: str, limit: int = MAX_YAML_VALUES) -> Any:
-    """``yaml.safe_load(text)``, refusing (UserError) a document over ``limit`` values with
-    its aliases expanded ("billion laughs"), one that refers to itself, or one nested too
-    deeply to read."""
+    """``yaml.safe_load(text)``, refusing (UserError) a document over ``limit`` values with its
+    aliases expanded, one that refers to itself, or one nested too deeply to read."""
     import yaml
 
     class Loader(yaml.SafeLoader):
@@ -155,8 +146,7 @@ def load_yaml(text: str, what: str, limit: int = MAX_YAML_VALUES) -> Any:
 
 
 def _count_values(root, limit: int, what: str) -> int:
-    """Values under ``root`` with every alias expanded (each node counted once per place it
-    appears), computed once per node; over ``limit`` or a cycle is a UserError."""
+    """Values under ``root`` with every alias expanded; over ``limit`` or a cycle is a UserError."""
     import yaml
 
     sizes: dict[int, int] = {}

@@ -1,7 +1,6 @@
 """Data between families: the one place that puts data on a family's chunk libraries.
 
-* :func:`convert_array` / :func:`convert_frame`: one block as a chunk library's type (on
-  workers);
+* :func:`convert_array` / :func:`convert_frame`: one block as a chunk library's type;
 * :func:`from_memory`: in-memory data as a Dask collection whose every task builds its block
   on the family, so no task outputs a chunk of another family;
 * :func:`to_backend`: an existing Dask collection on a family (Dask's own ``to_backend``);
@@ -74,12 +73,7 @@ def empty_array(family: Family, ndim: int, dtype):
 
 
 def _convert_frame_args(args):
-    part, module = args
-    return convert_frame(part, module)
-
-
-def _is_frame(obj) -> bool:
-    return hasattr(obj, "columns") or hasattr(obj, "index") and hasattr(obj, "iloc")
+    return convert_frame(*args)
 
 
 def from_memory(obj: Any, family: Family, *, chunks=None, npartitions: int | None = None):
@@ -92,7 +86,7 @@ def from_memory(obj: Any, family: Family, *, chunks=None, npartitions: int | Non
             "from_memory takes in-memory data; convert Dask collections with "
             "gpuscale.backends.convert.to_backend (Session.to_backend)"
         )
-    if _is_frame(obj):
+    if hasattr(obj, "columns") or hasattr(obj, "index") and hasattr(obj, "iloc"):
         return _frame(obj, family, npartitions)
     if hasattr(obj, "shape") and hasattr(obj, "dtype"):
         return _array(obj, family, chunks)
@@ -100,9 +94,7 @@ def from_memory(obj: Any, family: Family, *, chunks=None, npartitions: int | Non
 
 
 def _array(a, family: Family, chunks):
-    import dask.array as da
     from dask.array.core import normalize_chunks
-    from dask.highlevelgraph import HighLevelGraph
 
     if chunks is None:
         chunks = ("auto",) + (-1,) * (a.ndim - 1) if a.ndim else ()
@@ -114,9 +106,17 @@ def _array(a, family: Family, chunks):
     for idx in itertools.product(*(range(len(c)) for c in chunks)):
         sl = tuple(slice(starts[d][i], starts[d][i] + chunks[d][i]) for d, i in enumerate(idx))
         dsk[(name, *idx)] = (convert_array, a[sl], module)
-    meta = empty_array(family, a.ndim, a.dtype)
+    return _array_of(name, dsk, chunks, a.dtype, family)
+
+
+def _array_of(name: str, dsk: dict, chunks: tuple, dtype, family: Family):
+    """The Dask array of the graph ``dsk`` with ``family``'s array library as its meta."""
+    import dask.array as da
+    from dask.highlevelgraph import HighLevelGraph
+
+    meta = empty_array(family, len(chunks), dtype)
     return da.Array(
-        HighLevelGraph.from_collections(name, dsk, dependencies=()), name, chunks, dtype=a.dtype, meta=meta
+        HighLevelGraph.from_collections(name, dsk, dependencies=()), name, chunks, dtype=dtype, meta=meta
     )
 
 
@@ -155,11 +155,8 @@ def to_backend(obj, family: Family):
     collection = collection_kind(obj)
     if collection is None:
         raise TypeError(f"to_backend converts Dask arrays, DataFrames and Series, not {type(obj).__name__}")
-    target, module = (
-        (family.array_backend, family.array_module)
-        if collection == "array"
-        else (family.dataframe_backend, family.dataframe_module)
-    )
+    target = getattr(family, f"{collection}_backend")
+    module = getattr(family, f"{collection}_module")
     if type(obj._meta).__module__.partition(".")[0] == module.partition(".")[0]:
         return obj
     family.check(family.names[0], collection)
@@ -191,9 +188,7 @@ def _na_strings(meta) -> list:
     return [c for c, dt in dtypes if isinstance(dt, pd.StringDtype) and dt.na_value is pd.NA]
 
 
-# ---------------------------------------------------------------------------------------
-# A session's conversion of collections built from host objects (host_collections)
-# ---------------------------------------------------------------------------------------
+# -- A session's conversion of collections built from host objects (host_collections) ------
 def on_workers(obj, family: Family, conversion: str):
     """``obj`` (a Dask collection with NumPy / pandas chunks, as a creation function returned
     it) with ``family``'s chunk type, converted inside the tasks that make its blocks: no task
@@ -222,16 +217,7 @@ def on_workers(obj, family: Family, conversion: str):
         dsk[key] = _dask_compat.task_like(key, func, inner, module, conversion)
         new_keys.append(key)
     if kind == "array":
-        import dask.array as da
-        from dask.highlevelgraph import HighLevelGraph
-
-        return da.Array(
-            HighLevelGraph.from_collections(name, dsk, dependencies=()),
-            name,
-            obj.chunks,
-            dtype=obj.dtype,
-            meta=empty_array(family, obj.ndim, obj.dtype),
-        )
+        return _array_of(name, dsk, obj.chunks, obj.dtype, family)
     import dask.dataframe as dd
 
     return dd.from_graph(
@@ -291,24 +277,15 @@ def host_copy(frame, family: Family, conversion: str):
 
 
 def _host_part_noted(part, family: Family, conversion: str):
-    out = to_host(part)
-    if out is not part:
-        _noted(conversion, part, host_copy=True)
-    return out
+    return _noted(to_host(part), part, conversion, host_copy=True)
 
 
 def _convert_block_noted(block, module: str, conversion: str):
-    out = convert_array(block, module)
-    if out is not block:
-        _noted(conversion, block)
-    return out
+    return _noted(convert_array(block, module), block, conversion)
 
 
 def _convert_part_noted(part, module: str, conversion: str):
-    out = convert_frame(part, module)
-    if out is not part:
-        _noted(conversion, part)
-    return out
+    return _noted(convert_frame(part, module), part, conversion)
 
 
 @runtime_checkable
@@ -320,15 +297,18 @@ class ConversionCounter(Protocol):
     def note_conversion(self, conversion: str, nbytes: int, key=None) -> None: ...
 
 
-def _noted(conversion: str, block, host_copy: bool = False) -> None:
-    """Count ``block`` under ``conversion`` in this worker's :class:`ConversionCounter` plugins
-    (``host_copy``: with the running task's key). Nothing outside a ``distributed`` worker."""
+def _noted(out, block, conversion: str, host_copy: bool = False):
+    """``out``, ``block`` converted: where it is another object, ``block`` is counted under
+    ``conversion`` in this worker's :class:`ConversionCounter` plugins (``host_copy``: with the
+    running task's key). Nothing is counted outside a ``distributed`` worker."""
+    if out is block:
+        return out
     try:
         from distributed import get_worker
 
         worker = get_worker()
     except (ImportError, ValueError):
-        return
+        return out
     plugins = [p for p in list(worker.plugins.values()) if isinstance(p, ConversionCounter)]
     if plugins:
         from dask.sizeof import sizeof
@@ -337,3 +317,4 @@ def _noted(conversion: str, block, host_copy: bool = False) -> None:
         key = worker.get_current_task() if host_copy else None
         for p in plugins:
             p.note_conversion(conversion, nbytes, key=key)
+    return out

@@ -17,12 +17,11 @@ import contextlib
 import contextvars
 import functools
 import importlib
-import importlib.util
 import sys
 import threading
 import uuid
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import dask
@@ -77,7 +76,7 @@ class FallbackWarning(UserWarning):
 
 
 @dataclass
-class Fallback:
+class Fallback(host_collections._Sited):
     """One operation run on the host in a session."""
 
     id: str
@@ -104,13 +103,6 @@ class Fallback:
     input's operation with the copy to the host and may name the fused task after it, so the
     inputs' prefixes are included; outputs of the family are never affected)."""
 
-    @property
-    def where(self) -> str:
-        return f"{self.file}:{self.line}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "where": self.where}
-
     def line_text(self) -> str:
         how = (
             f"{self.partitions} partition(s) copied to pandas"
@@ -123,19 +115,12 @@ class Fallback:
         )
 
 
-# ---------------------------------------------------------------------------------------
-# The decision
-# ---------------------------------------------------------------------------------------
-def _scope():
-    return host_collections._SCOPE.get()
-
-
+# -- The decision --------------------------------------------------------------------------
 def _on_family(s, x) -> bool:
     """Whether ``x`` is a Dask DataFrame, Series or Index of the scope's family (not pandas)."""
     if convert.collection_kind(x) != "dataframe":
         return False
-    meta = x._meta
-    top = type(meta).__module__.partition(".")[0]
+    top = type(x._meta).__module__.partition(".")[0]
     return top == s.family.dataframe_module.partition(".")[0] and top != HOST_CHUNKS["dataframe"]
 
 
@@ -157,19 +142,15 @@ def call(s, fn: Callable, self, name: str, args: tuple, kwargs: dict, caller) ->
 def _fallback(s, operation: str, site: tuple[str, int], err: Exception, *, to_host: bool) -> Fallback:
     """A new fallback of ``operation`` at the user's ``site`` after ``err``, with fresh ids (a
     conversion to the host only where data is copied there)."""
-
-    def new_id() -> str:
-        return uuid.uuid4().hex[:12]
-
     return Fallback(
-        id=new_id(),
+        id=uuid.uuid4().hex[:12],
         operation=operation,
         file=site[0],
         line=site[1],
         error=_one_line(err),
         family=s.family.name,
-        to_host=new_id() if to_host else "",
-        back=new_id(),
+        to_host=uuid.uuid4().hex[:12] if to_host else "",
+        back=uuid.uuid4().hex[:12],
     )
 
 
@@ -230,25 +211,12 @@ def create(s, fn: Callable, label: str, args: tuple, kwargs: dict, err: Exceptio
     kind = convert.collection_kind(out)
     if kind is None:
         raise err
-    meta = out._meta
     fb.partitions = host_collections._blocks(out)
     result = convert.on_workers(out, s.family, fb.back)
     fb.returns = "its result on the family"
-    convs = [
-        host_collections.Conversion(
-            id=fb.back,
-            function=f"fallback {label}",
-            file=fb.file,
-            line=fb.line,
-            collection=kind,
-            from_type=f"{type(meta).__module__.partition('.')[0]}.{type(meta).__name__}",
-            to_module=s.family.chunk_module(kind),
-            partitions=fb.partitions,
-            action="fallback",
-            why=f"host fallback of {label}: {fb.error}",
-        )
-    ]
-    return _announce(s, fb, convs, result)
+    from_type = host_collections._chunk_type(out._meta)
+    back = _conversion(fb, fb.back, kind, from_type, s.family.chunk_module(kind), fb.partitions)
+    return _announce(s, fb, [back], result)
 
 
 def _one_line(err: Exception) -> str:
@@ -304,17 +272,14 @@ def _back(s, out, fb: Fallback):
             convert._convert_part_noted, module, fb.back, meta=meta, enforce_metadata=False, token="from_host"
         )
         s.host_of[tokenize(back)] = out
-        fb.prefixes = sorted(set(fb.prefixes) | _prefixes(out))
-        return back
-    if kind is None and type(out) in _WRAPPED_TYPES and hasattr(out, "__dict__"):
+    elif kind is None and type(out) in _WRAPPED_TYPES and hasattr(out, "__dict__"):
         out.__dict__["_gpuscale_fallback"] = fb
-    fb.prefixes = sorted(set(fb.prefixes) | _prefixes(out))  # a host value's tasks (a reduction's)
-    return out
+    fb.prefixes = sorted(set(fb.prefixes) | _prefixes(out))  # the host result's tasks (a reduction's)
+    return back if kind == "dataframe" else out
 
 
 def _record(s, fb: Fallback, moved: list, result):
     """Count, name and announce ``fb``; returns ``result``."""
-    Conversion = host_collections.Conversion
     fb.partitions = sum(int(x.npartitions) for x in {id(m): m for m in moved}.values())
     fb.returns = (
         "its result back on the family"
@@ -323,36 +288,29 @@ def _record(s, fb: Fallback, moved: list, result):
         if type(result) in _WRAPPED_TYPES
         else "a value"
     )
-    meta = moved[0]._meta
-    from_type = f"{type(meta).__module__.partition('.')[0]}.{type(meta).__name__}"
-    why = f"host fallback of {fb.operation}: {fb.error}"
+    from_type = host_collections._chunk_type(moved[0]._meta)
+    partitions = getattr(result, "npartitions", 0) or 0
     convs = [
-        Conversion(
-            id=fb.to_host,
-            function=f"fallback {fb.operation}",
-            file=fb.file,
-            line=fb.line,
-            collection="dataframe",
-            from_type=from_type,
-            to_module=HOST_CHUNKS["dataframe"],
-            partitions=fb.partitions,
-            action="fallback",
-            why=why,
-        ),
-        Conversion(
-            id=fb.back,
-            function=f"fallback {fb.operation}",
-            file=fb.file,
-            line=fb.line,
-            collection="dataframe",
-            from_type="pandas.DataFrame",
-            to_module=s.family.dataframe_module,
-            partitions=getattr(result, "npartitions", 0) or 0,
-            action="fallback",
-            why=why,
-        ),
+        _conversion(fb, fb.to_host, "dataframe", from_type, HOST_CHUNKS["dataframe"], fb.partitions),
+        _conversion(fb, fb.back, "dataframe", "pandas.DataFrame", s.family.dataframe_module, partitions),
     ]
     return _announce(s, fb, convs, result)
+
+
+def _conversion(fb: Fallback, id: str, collection: str, from_type: str, to_module: str, partitions: int):
+    """One of ``fb``'s conversions (``id``), as the session records it."""
+    return host_collections.Conversion(
+        id=id,
+        function=f"fallback {fb.operation}",
+        file=fb.file,
+        line=fb.line,
+        collection=collection,
+        from_type=from_type,
+        to_module=to_module,
+        partitions=partitions,
+        action="fallback",
+        why=f"host fallback of {fb.operation}: {fb.error}",
+    )
 
 
 def _announce(s, fb: Fallback, convs: list, result):
@@ -384,7 +342,6 @@ def _tasks_run(fb: Fallback):
 
 
 def _prefixes(x) -> set[str]:
-    """The task prefixes of a collection's graph (empty for anything else)."""
     try:
         graph = x.__dask_graph__()
     except Exception:  # noqa: BLE001 - not a collection, or one whose graph cannot be built here
@@ -392,9 +349,7 @@ def _prefixes(x) -> set[str]:
     return {key_split(k) for k in graph}
 
 
-# ---------------------------------------------------------------------------------------
-# The wrappers
-# ---------------------------------------------------------------------------------------
+# -- The wrappers --------------------------------------------------------------------------
 _WRAPPED_TYPES: set[type] = set()
 _BASES: list[tuple[type, tuple[str, ...]]] = []
 
@@ -402,7 +357,7 @@ _BASES: list[tuple[type, tuple[str, ...]]] = []
 def _wrap(name: str, fn: Callable) -> Callable:
     @functools.wraps(fn)
     def method(self, *args, **kwargs):
-        s = _scope()
+        s = host_collections.current()
         if s is None or _INSIDE.get() or host_collections._INSIDE.get():
             return fn(self, *args, **kwargs)
         token = _INSIDE.set(True)
@@ -417,12 +372,8 @@ def _wrap(name: str, fn: Callable) -> Callable:
 
 def _methods(cls: type, dunders: tuple[str, ...]):
     for name, fn in list(vars(cls).items()):
-        public = not name.startswith("_") and name not in EXCLUDED
-        if (
-            (public or name in dunders)
-            and callable(fn)
-            and not isinstance(fn, (type, staticmethod, classmethod))
-        ):
+        wanted = name in dunders or not name.startswith("_") and name not in EXCLUDED
+        if wanted and callable(fn) and not isinstance(fn, (type, staticmethod, classmethod)):
             yield name, fn
 
 
@@ -464,9 +415,8 @@ def install(family=None) -> None:
     """Wrap the methods of the collection classes and of their subclasses; ``family``'s
     DataFrame libraries are imported first, so their subclasses exist."""
     for module in family.knobs.pre_import.get("dataframe", ()) if family is not None else ():
-        if importlib.util.find_spec(module.partition(".")[0]) is not None:
-            with contextlib.suppress(Exception):
-                importlib.import_module(module)
+        with contextlib.suppress(Exception):
+            importlib.import_module(module)
     with _LOCK:
         _BASES[:] = _dask_compat.classes()
         for base, dunders in _BASES:

@@ -16,10 +16,8 @@ from .. import _dask_compat
 from ..errors import UserError, missing_module
 
 HOST_CHUNKS: Mapping[str, str] = {"array": "numpy", "dataframe": "pandas"}
-"""The chunk library of the collections Dask builds from host objects, by collection kind:
-``da.from_array(numpy_array)``, ``dd.from_pandas``, ``dask.datasets.timeseries``, readers and
-``from_map`` / ``from_delayed`` whose parts are pandas (see
-:mod:`gpuscale.backends.host_collections`)."""
+"""The chunk library of the collections Dask builds from host objects (``dd.from_pandas``...),
+by collection kind (see :mod:`gpuscale.backends.host_collections`)."""
 
 
 @dataclass(frozen=True)
@@ -43,8 +41,7 @@ class Knobs:
     groupby_concat_min_fraction: float = 0.05
     """A decomposable groupby under the result budget runs "per-worker" (each worker concatenates
     its partitions and aggregates once; one task on one worker) when a partition's groups are at
-    least this fraction of its rows; below it, partials combine in a tree. 0: always per-worker
-    (the GPU: one task at a time per device, and Dask's tree costs more than the work)."""
+    least this fraction of its rows; below it, partials combine in a tree. 0: always per-worker."""
     rmm_pool_size: float | None = None
     """RMM pool per worker as a fraction of device memory (None: no pool)."""
     protocol: str | None = None
@@ -55,8 +52,7 @@ class Knobs:
     """Libraries each worker imports at start, by collection kind."""
     worker_environ: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Environment of the worker processes by protocol, set before they start (read when their
-    libraries import: Dask's own ``DASK_*`` settings, ``UCX_*``), with the measurement behind
-    each in the family's module."""
+    libraries import: Dask's own ``DASK_*`` settings, ``UCX_*``)."""
     device_spill: Mapping[str, str] = field(default_factory=dict)
     """How a device family's workers spill, by collection kind (``cluster.device-spill: auto``):
     "dask-cuda" (whole task outputs over the device memory limit) or "cudf" (also single cuDF
@@ -184,8 +180,7 @@ class Family:
 
     def worker_memory(self, client) -> dict[str, int]:
         """Memory per worker that holds this family's chunks (host memory limit on CPU)."""
-        info = _dask_compat.workers(client)
-        return {addr: int(w.get("memory_limit") or 0) for addr, w in info.items()}
+        return {addr: int(w.get("memory_limit") or 0) for addr, w in _dask_compat.workers(client).items()}
 
     def device_watch(self, client, start: bool) -> dict[str, dict]:
         """Per worker, what its device memory did during a run (:class:`gpuscale.memory_measured.Watch`):
@@ -198,11 +193,7 @@ class Family:
         cluster kept up for later runs. Returns the seconds taken."""
         t0 = time.perf_counter()
         client.run(_warm_worker, self.array_module, self.dataframe_module, then)
-        modules = {
-            self.array_module,
-            self.dataframe_module,
-            *(m for ms in self.knobs.pre_import.values() for m in ms),
-        }
+        modules = {self.array_module, self.dataframe_module}.union(*self.knobs.pre_import.values())
         client.run_on_scheduler(_warm_scheduler, sorted(modules))
         self.synchronize(client)
         return time.perf_counter() - t0
@@ -226,10 +217,8 @@ class Family:
         """The loss (and the columns it hits) when ``writer`` writes partitions like ``meta``
         with this family's chunk library; None when the writer keeps them whole."""
         lossy = self.lossy_writers.get(writer)
-        if (
-            lossy is None
-            or type(meta).__module__.partition(".")[0] != self.dataframe_module.partition(".")[0]
-        ):
+        own = type(meta).__module__.partition(".")[0] == self.dataframe_module.partition(".")[0]
+        if lossy is None or not own:
             return None
         columns = lossy.loses(meta)
         return (lossy, columns) if columns else None
@@ -261,33 +250,18 @@ class Family:
         if workers and threads:
             return workers, threads, "set by you", "layout.set"
         if workers:
-            return (
-                workers,
-                max(1, cores // workers),
-                "workers set by you, threads fill the cores",
-                "layout.fill",
-            )
+            why = "workers set by you, threads fill the cores"
+            return workers, max(1, cores // workers), why, "layout.fill"
         if threads:
-            return (
-                max(1, cores // threads),
-                threads,
-                "threads set by you, workers fill the cores",
-                "layout.fill",
-            )
+            why = "threads set by you, workers fill the cores"
+            return max(1, cores // threads), threads, why, "layout.fill"
         tpw = self.worker_threads(collection)
         if tpw is None:
             n, t = _dask_compat.default_split(cores)
             return n, t, f"distributed's default split of {cores} cores", "layout.distributed"
         tpw = max(1, min(tpw, cores))
-        return (
-            max(1, cores // tpw),
-            tpw,
-            (
-                f"{self.name} family for {collection or 'session'} work: "
-                f"{tpw} thread(s) per worker on {cores} cores"
-            ),
-            "layout.family",
-        )
+        why = f"{self.name} family for {collection or 'session'} work: {tpw} thread(s) per worker"
+        return max(1, cores // tpw), tpw, f"{why} on {cores} cores", "layout.family"
 
 
 def import_in_thread(modules, name: str = "gpuscale-import") -> threading.Thread | None:
@@ -314,31 +288,24 @@ def import_in_thread(modules, name: str = "gpuscale-import") -> threading.Thread
 
 
 def _warm_worker(array_module: str, dataframe_module: str, then=None) -> None:
-    """Runs on each worker (:meth:`Family.warm_up`): the libraries' first use, then the
-    caller's ``then()``."""
-    _first_use(array_module, dataframe_module)
-    if then is not None:
-        then()
-
-
-def _first_use(array_module: str, dataframe_module: str) -> None:
-    """Imports and a first small operation through each chunk library (the frame library is
-    optional)."""
+    """Runs on each worker (:meth:`Family.warm_up`): imports and a first small operation through
+    each chunk library (the frame library is optional), then the caller's ``then()``."""
     importlib.import_module("gpuscale.machine").versions()
     xp = importlib.import_module(array_module)
     rs = xp.random.RandomState(0)
     keys = rs.randint(0, 10, size=1000, dtype="int64")
     values = rs.random_sample(1000)
     float(values @ values) + float(keys.sum())  # waits for the device
-    if importlib.util.find_spec(dataframe_module.split(".")[0]) is None:
-        return
-    lib = importlib.import_module(dataframe_module)
-    frame = lib.DataFrame({"k": keys, "v": values})
-    frame.groupby("k", sort=True).agg({"v": ["max", "count", "mean", "sum"]})
-    lib.concat([frame, frame]).sort_values("v").merge(frame, on="k", how="inner")
-    counts = frame["k"].value_counts(sort=False)  # what validation runs
-    counts.groupby(level=0).sum().sort_index()
-    frame[frame["k"].isin([1, 2])].sort_index()
+    if importlib.util.find_spec(dataframe_module.split(".")[0]) is not None:
+        lib = importlib.import_module(dataframe_module)
+        frame = lib.DataFrame({"k": keys, "v": values})
+        frame.groupby("k", sort=True).agg({"v": ["max", "count", "mean", "sum"]})
+        lib.concat([frame, frame]).sort_values("v").merge(frame, on="k", how="inner")
+        counts = frame["k"].value_counts(sort=False)  # what validation runs
+        counts.groupby(level=0).sum().sort_index()
+        frame[frame["k"].isin([1, 2])].sort_index()
+    if then is not None:
+        then()
 
 
 def _warm_scheduler(modules: list[str]) -> None:

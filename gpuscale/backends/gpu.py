@@ -38,10 +38,9 @@ def _device_total_memory() -> int:
 
 def _device_watch(start: bool, dask_worker=None) -> dict:
     """On a GPU worker (``client.run``): start (``start=True``) or read what its device memory
-    does in a run: the allocator's peak beyond what the worker held at the start (an RMM
-    statistics counter pushed at the start, popped at the read), the bytes dask-cuda's buffers
-    moved device -> host and host -> disk, and cuDF's spill totals. Never raises: a part that
-    cannot be read is absent."""
+    does in a run: the allocator's peak beyond what the worker held at the start, the bytes
+    dask-cuda's buffers moved device -> host and host -> disk, and cuDF's spill totals. Never
+    raises: a part that cannot be read is absent."""
     import sys
 
     state = dask_worker.__dict__.setdefault("_gpuscale_device_watch", {"moved": {}, "pushed": 0})

@@ -19,14 +19,15 @@ Dask. The limits are in docs/guide/own-data.md.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import importlib
 import itertools
+import math
 import sys
 import threading
 import uuid
 import warnings
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -101,8 +102,19 @@ class HostCollectionWarning(UserWarning):
     (``session.host-collections: warn``)."""
 
 
+class _Sited:
+    """A record of something made at a call site in the user's code (``file``, ``line``)."""
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "where": self.where}
+
+
 @dataclass
-class Conversion:
+class Conversion(_Sited):
     """One collection a session converted (``convert``) or reported (``warn``)."""
 
     id: str
@@ -121,13 +133,6 @@ class Conversion:
     action: str = "convert"
     why: str = ""
     """Why it was converted when Dask's chunks were the family's (a writer that loses data)."""
-
-    @property
-    def where(self) -> str:
-        return f"{self.file}:{self.line}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "where": self.where}
 
 
 @dataclass
@@ -150,8 +155,7 @@ class Scope:
         collection = convert.collection_kind(out)
         if collection is None or any(out is a for a in itertools.chain(args, kwargs.values())):
             return out  # not a collection, or one it was given
-        meta = out._meta
-        module = type(meta).__module__.partition(".")[0]
+        module = type(out._meta).__module__.partition(".")[0]
         if module != HOST_CHUNKS[collection] or self.family.host_native(collection):
             return out
         site = call_site(caller)
@@ -164,7 +168,7 @@ class Scope:
             file=file,
             line=line,
             collection=collection,
-            from_type=f"{module}.{type(meta).__name__}",
+            from_type=_chunk_type(out._meta),
             to_module=self.family.chunk_module(collection),
             partitions=_blocks(out),
             action=self.mode,
@@ -198,21 +202,18 @@ class Scope:
         if convert.collection_kind(df) != "dataframe":
             return df
         hit = self.family.lossy_writer(writer, df._meta)
-        if hit is None:
-            return df
-        site = call_site(caller)
+        site = call_site(caller) if hit is not None else None
         if site is None:
             return df
         lossy, columns = hit
         file, line = site
-        meta = df._meta
         conv = Conversion(
             id=uuid.uuid4().hex[:12],
             function=function,
             file=file,
             line=line,
             collection="dataframe",
-            from_type=f"{type(meta).__module__.partition('.')[0]}.{type(meta).__name__}",
+            from_type=_chunk_type(df._meta),
             to_module=HOST_CHUNKS["dataframe"],
             partitions=_blocks(df),
             action=self.mode,
@@ -249,11 +250,11 @@ def family_keywords(family: Family, name: str, kwargs: dict, caller) -> dict:
 
 def _blocks(obj) -> int:
     n = getattr(obj, "npartitions", None)
-    if n is None:  # a Dask array
-        n = 1
-        for c in obj.chunks:
-            n *= len(c)
-    return int(n)
+    return int(n if n is not None else math.prod(len(c) for c in obj.chunks))
+
+
+def _chunk_type(meta) -> str:
+    return f"{type(meta).__module__.partition('.')[0]}.{type(meta).__name__}"
 
 
 def _what(conv: Conversion) -> str:
@@ -272,13 +273,7 @@ def _fix(conv: Conversion) -> str:
     return f"{build}, or set session.host-collections to convert (host_collections='convert')"
 
 
-# ---------------------------------------------------------------------------------------
-# The user's call site
-# ---------------------------------------------------------------------------------------
-def _module_of(frame) -> str:
-    return frame.f_globals.get("__name__") or ""
-
-
+# -- The user's call site ------------------------------------------------------------------
 def _within(name: str, roots) -> bool:
     return any(name == r or name.startswith(r + ".") or name.startswith(r + "_") for r in roots)
 
@@ -289,28 +284,20 @@ def call_site(frame) -> tuple[str, int] | None:
     user = None
     f = frame
     while f is not None:
-        name = _module_of(f)
-        if name in WRAPPERS:
-            f = f.f_back
-            continue
-        if name == "gpuscale" or name.startswith("gpuscale."):
-            return None
-        if user is None and not _within(name, LIBRARY_MODULES):
-            user = f
+        name = f.f_globals.get("__name__") or ""
+        if name not in WRAPPERS:
+            if name == "gpuscale" or name.startswith("gpuscale."):
+                return None
+            if user is None and not _within(name, LIBRARY_MODULES):
+                user = f
         f = f.f_back
     user = user or frame
     return user.f_code.co_filename, user.f_lineno
 
 
-# ---------------------------------------------------------------------------------------
-# The scope and the wrappers
-# ---------------------------------------------------------------------------------------
-_SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar(
-    "gpuscale_host_collections", default=None
-)
-_INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "gpuscale_host_collections_inside", default=False
-)
+# -- The scope and the wrappers ------------------------------------------------------------
+_SCOPE: ContextVar[Scope | None] = ContextVar("gpuscale_host_collections", default=None)
+_INSIDE: ContextVar[bool] = ContextVar("gpuscale_host_collections_inside", default=False)
 _LOCK = threading.RLock()
 _USERS: list = []
 """The scopes open now, in any thread: the first installs the wrappers, the last removes them."""
@@ -330,27 +317,20 @@ def scope(family: Family, mode: str) -> Iterator[Scope | None]:
     for an unknown mode."""
     if mode not in MODES:
         raise UserError(f"unknown session.host-collections mode {mode!r}", f"use one of: {', '.join(MODES)}")
-    if mode == "off" or family.host_native():
-        token = _SCOPE.set(None)
-        try:
-            yield None
-        finally:
-            _reset(token)
-        return
-    s = Scope(family, mode)
-    with _dask_compat.while_open(_LOCK, _USERS, s, lambda: _install(family), _uninstall):
+    s = None if mode == "off" or family.host_native() else Scope(family, mode)
+    with contextlib.ExitStack() as stack:
+        if s is not None:
+            stack.enter_context(
+                _dask_compat.while_open(_LOCK, _USERS, s, lambda: _install(family), _uninstall)
+            )
         token = _SCOPE.set(s)
         try:
             yield s
         finally:
-            _reset(token)
-
-
-def _reset(token) -> None:
-    try:
-        _SCOPE.reset(token)
-    except ValueError:  # set in another context
-        _SCOPE.set(None)
+            try:
+                _SCOPE.reset(token)
+            except ValueError:  # set in another context
+                _SCOPE.set(None)
 
 
 def _wrap(module: str, name: str, fn: Callable) -> Callable:
@@ -377,7 +357,7 @@ def _wrap(module: str, name: str, fn: Callable) -> Callable:
     return creation
 
 
-def _wrap_writer(name: str, fn: Callable) -> Callable:
+def _wrap_writer(module: str, name: str, fn: Callable) -> Callable:
     label = f"dask.dataframe.{name}"
 
     @functools.wraps(fn)
@@ -409,10 +389,7 @@ def register_fallback(module) -> None:
 def _install(family: Family | None = None) -> None:
     if _FALLBACK is not None:
         _FALLBACK.install(family)
-    for table, wrap in (
-        (FUNCTIONS, lambda module, name, fn: _wrap(module, name, fn)),
-        (WRITERS, lambda module, name, fn: _wrap_writer(name, fn)),
-    ):
+    for table, wrap in ((FUNCTIONS, _wrap), (WRITERS, _wrap_writer)):
         for module, names in table.items():
             try:
                 mod = importlib.import_module(module)

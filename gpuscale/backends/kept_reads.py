@@ -55,13 +55,8 @@ def read_key(args: tuple, kwargs: dict) -> str | None:
     from dask.base import tokenize
 
     try:
-        return tokenize(
-            args[1:],
-            sorted(kwargs.items()),
-            dask.config.get("dataframe", {}),
-            files,
-            ensure_deterministic=True,
-        )
+        config = dask.config.get("dataframe", {})
+        return tokenize(args[1:], sorted(kwargs.items()), config, files, ensure_deterministic=True)
     except Exception:  # noqa: BLE001 - an argument Dask cannot tokenize: not kept
         return None
 
@@ -77,10 +72,9 @@ def files_of(path) -> tuple | None:
         if not isinstance(p, (str, os.PathLike)):
             return None
         p = os.fspath(p)
-        if "://" in p:
-            if not p.startswith("file://"):
-                return None
-            p = p[len("file://") :]
+        if "://" in p and not p.startswith("file://"):
+            return None
+        p = p.removeprefix("file://")
         names = sorted(glob.glob(p)) if glob.has_magic(p) else [p]
         for name in names:
             try:

@@ -2,11 +2,10 @@
 
 Dask works out the columns and dtypes a merge returns by merging two small non-empty frames of
 the chunk library (``Merge._meta``), and computes it again for every new expression its
-optimizer makes of the merge: 34 times for the 5 merges of TPC-H-shaped t5. On cuDF each of
-those merges runs on the device. A :class:`MetaCache` answers a merge whose inputs have the
-schemas and arguments of one already computed with that answer (rule ``merge-meta.cached`` in
-docs/decisions.md); anything it cannot key (a key given as a Series, an unhashable dtype) is left
-to Dask. Installed by the session through :func:`gpuscale._dask_compat.merge_meta_through`.
+optimizer makes of the merge. A :class:`MetaCache` answers a merge whose inputs have the schemas
+and arguments of one already computed with that answer (rule ``merge-meta.cached`` in
+docs/decisions.md); anything it cannot key (a key given as a Series, an unhashable dtype) is
+left to Dask. Installed by the session through :func:`gpuscale._dask_compat.merge_meta_through`.
 """
 
 from __future__ import annotations

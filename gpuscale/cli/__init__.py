@@ -101,8 +101,6 @@ def main(argv: list[str] | None = None) -> None:
         interrupted()
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
-    except Exception as e:  # noqa: BLE001 - one line, an exit code per kind
-        ended(e)
-    except KeyboardInterrupt as e:
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - one line, an exit code per kind
         ended(e)
     sys.exit(rv if isinstance(rv, int) else 0)

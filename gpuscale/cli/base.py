@@ -21,12 +21,6 @@ from ..errors import UserError
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-def console(stderr: bool = False):
-    from rich.console import Console
-
-    return Console(stderr=stderr)
-
-
 def emit(data: Any, as_json: bool, render: typing.Callable[[], Any]) -> None:
     """What a command shows: ``data`` as exactly one JSON object on stdout (``--json``), else
     ``render()`` (a rich renderable, from :mod:`gpuscale.records.report` or
@@ -35,19 +29,14 @@ def emit(data: Any, as_json: bool, render: typing.Callable[[], Any]) -> None:
         if as_json:
             click.echo(json.dumps(data, default=str))
         else:
-            console().print(render())
+            from rich.console import Console
+
+            Console().print(render())
         sys.stdout.flush()
     except OSError as e:
-        _stdout_gone()
+        with contextlib.suppress(OSError, ValueError):  # nothing written later (Python's flush at exit) fails
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise errors.StdoutNotWritten(e) from None
-
-
-def _stdout_gone() -> None:
-    """stdout pointed at the null device, so that nothing written later (Python's own flush
-    at exit) fails again."""
-    with contextlib.suppress(OSError, ValueError):
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, sys.stdout.fileno())
 
 
 def json_option(what: str = "the result"):
@@ -86,39 +75,20 @@ def fail(message: str, code: int = errors.EXIT_BAD_INPUT) -> typing.NoReturn:
     sys.exit(code)
 
 
-def _quiet() -> None:
-    interrupts.quiet_exit_logs()
-
-
 def interrupted(e: BaseException | None = None) -> typing.NoReturn:
     """Ctrl-C / SIGTERM / SIGHUP: one line naming the signal and, for a run, the phase it
     stopped; exit 130 (SIGINT), 143 (SIGTERM) or 129 (SIGHUP)."""
-    _quiet()
+    interrupts.quiet_exit_logs()
     interrupts.end_child_processes(only_starting=True)
-    sig = interrupts.signal_name(e) if e is not None else "SIGINT"
-    code = interrupts.interrupt_exit_code(e) if e is not None else errors.EXIT_SIGINT
-    phase = errors.phase_of(e, "") if e is not None else ""
+    phase = errors.phase_of(e, "")
     kept = getattr(e, "gpuscale_kept", None)
-    if phase:
-        written = kept if kept is not None else "nothing was written"
-        fail(f"interrupted ({sig}) during {phase}; {written} and what this command started was stopped", code)
-    if kept is not None:
-        fail(f"interrupted ({sig}); {kept} and what this command started was stopped", code)
-    fail(f"interrupted ({sig}); what this command started was stopped", code)
-
-
-def _unexpected(e: BaseException) -> typing.NoReturn:
-    """Anything that is not bad input: one line and exit 1; ``--debug`` shows the traceback."""
-    if debug["on"]:
-        raise e
-    _quiet()
-    text = " ".join(str(e).split()) or "(no message)"
-    if len(text) > 300:
-        text = text[:300] + " ..."
+    if kept is None and phase:
+        kept = "nothing was written"
+    during = f" during {phase}" if phase else ""
+    written = f"{kept} and " if kept is not None else ""
     fail(
-        f"unexpected {type(e).__name__}: {text}; rerun with `gpuscale --debug ...` for the traceback "
-        "and report it",
-        errors.EXIT_INTERNAL,
+        f"interrupted ({interrupts.signal_name(e)}){during}; {written}what this command started was stopped",
+        interrupts.interrupt_exit_code(e),
     )
 
 
@@ -131,7 +101,7 @@ def ended(e: BaseException) -> typing.NoReturn:
     if isinstance(e, KeyboardInterrupt):
         interrupted(e)
     if isinstance(e, FileNotFoundError) and not _working_folder():
-        _quiet()
+        interrupts.quiet_exit_logs()
         fail(
             "the working folder no longer exists (deleted or moved); cd to a folder that exists and "
             "run it again"
@@ -139,9 +109,19 @@ def ended(e: BaseException) -> typing.NoReturn:
     if isinstance(
         e, (errors.ClusterGone, errors.RecordNotWritten, errors.OutputNotWritten, errors.StdoutNotWritten)
     ):
-        _quiet()
+        interrupts.quiet_exit_logs()
         fail(str(e), e.exit_code)
-    _unexpected(e)
+    if debug["on"]:  # anything else: one line and exit 1; --debug shows the traceback
+        raise e
+    interrupts.quiet_exit_logs()
+    text = " ".join(str(e).split()) or "(no message)"
+    if len(text) > 300:
+        text = text[:300] + " ..."
+    fail(
+        f"unexpected {type(e).__name__}: {text}; rerun with `gpuscale --debug ...` for the traceback "
+        "and report it",
+        errors.EXIT_INTERNAL,
+    )
 
 
 def _working_folder() -> bool:
@@ -278,7 +258,5 @@ class Group(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
             raise
-        except Exception as e:  # noqa: BLE001 - one line, an exit code per kind
-            ended(e)
-        except KeyboardInterrupt as e:
+        except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - one line, an exit code per kind
             ended(e)

@@ -98,19 +98,13 @@ def cluster_up(as_json, scheduler_file, collection, **kwargs):
                 lines.append(
                     "  credentials     in this process only (TLS; give --scheduler-file to share them)"
                 )
-            if d["scheduler_file"]:
-                lines += [
-                    f"  use it          gpuscale run WORKLOAD --scheduler-file {d['scheduler_file']}  |  "
-                    f"gpuscale.session(scheduler_file={d['scheduler_file']!r})",
-                    "  stop it         Ctrl-C, or gpuscale cluster down --scheduler-file "
-                    f"{d['scheduler_file']}",
-                ]
-            else:
-                lines += [
-                    f"  use it          gpuscale run WORKLOAD --scheduler {d['scheduler']}  |  "
-                    f"gpuscale.session(scheduler={d['scheduler']!r})",
-                    f"  stop it         Ctrl-C, or gpuscale cluster down {d['scheduler']}",
-                ]
+            key = "scheduler_file" if d["scheduler_file"] else "scheduler"
+            down = f"--scheduler-file {d[key]}" if d["scheduler_file"] else d[key]
+            lines += [
+                f"  use it          gpuscale run WORKLOAD --{key.replace('_', '-')} {d[key]}  |  "
+                f"gpuscale.session({key}={d[key]!r})",
+                f"  stop it         Ctrl-C, or gpuscale cluster down {down}",
+            ]
 
             def announce():  # inside the hold: a Ctrl-C from here on is the normal stop
                 if as_json:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import click
 
 from .. import workloads
-from ..errors import UserError
 from .base import CONTEXT, Panelled
 from .lazy import Deferred
 from .run import RunGroup, workload_command
@@ -16,9 +15,7 @@ class ExplainGroup(RunGroup):
     """``gpuscale explain NAME``: the run command's flags, planning instead of running."""
 
     def get_command(self, ctx, name):
-        if name not in workloads.names():
-            raise UserError(f"unknown workload '{name}'", f"use one of: {', '.join(workloads.names())}")
-        cls = workloads.get(name)
+        cls = workloads.get(name)  # unknown: a UserError listing the names
         run_cmd = workload_command(cls)
         rules = click.Option(["--rules"], is_flag=True, help="also show the rule behind each knob's value")
         return Panelled(
@@ -29,11 +26,6 @@ class ExplainGroup(RunGroup):
             context_settings=CONTEXT,
             first_panel=run_cmd.first_panel,
         )
-
-    def resolve_command(self, ctx, args):
-        if args and args[0].startswith("-"):
-            raise click.UsageError("give the workload first: gpuscale explain WORKLOAD [OPTIONS]")
-        return click.Group.resolve_command(self, ctx, args)
 
 
 @click.group("explain", cls=ExplainGroup, context_settings=CONTEXT)

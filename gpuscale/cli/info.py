@@ -15,18 +15,11 @@ from .base import CONTEXT, Panelled, emit, json_option
 
 def gather_info() -> dict[str, Any]:
     """What ``gpuscale info`` shows, as one dict (``--json`` prints it)."""
-    fams = []
-    for fam in backends.families():
-        ok, why = fam.probe()
-        fams.append(
-            {
-                "name": fam.name,
-                "names": list(fam.names),
-                "usable": ok,
-                "why": why,
-                "description": fam.description,
-            }
-        )
+    probed = [(fam, *fam.probe()) for fam in backends.families()]
+    fams = [
+        {"name": f.name, "names": list(f.names), "usable": ok, "why": why, "description": f.description}
+        for f, ok, why in probed
+    ]
     return {
         "hardware": machine.hardware(),
         "stacks": machine.stacks(),

@@ -33,11 +33,7 @@ class Typed(click.ParamType):
         return self.KINDS[self.kind][0]
 
     def convert(self, value, param, ctx):
-        if not isinstance(value, str):
-            return value
-        if self.kind == "choice":
-            return value
-        if self.kind == "int-or-choice" and value in self.values:
+        if not isinstance(value, str) or self.kind == "choice" or value in self.values:
             return value
         try:
             return self.KINDS.get(self.kind, self.KINDS["int"])[1](value)

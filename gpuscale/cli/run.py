@@ -26,9 +26,8 @@ class RunGroup(Group):
         return workload_command(workloads.get(name))  # unknown: a UserError listing the names
 
     def resolve_command(self, ctx, args):
-        cmd_name = args[0] if args else None
-        if cmd_name and cmd_name.startswith("-"):
-            raise click.UsageError("give the workload first: gpuscale run WORKLOAD [OPTIONS]")
+        if args and args[0].startswith("-"):
+            raise click.UsageError(f"give the workload first: gpuscale {self.name} WORKLOAD [OPTIONS]")
         return super().resolve_command(ctx, args)
 
     def format_usage(self, ctx, formatter):
@@ -69,25 +68,21 @@ def param_option(fname: str, field) -> click.Option:
 def run_params() -> list[click.Parameter]:
     """The flags every workload's ``run`` (and ``explain``) command takes: the settings' flags
     (``config.Flag``) and the run's own (``gpuscale run --help`` lists them)."""
-
-    @click.option(
-        "--trace",
-        "trace_dir",
-        metavar="DIR",
-        help="capture a trace of the run into this new or empty folder (see `gpuscale trace`)",
-    )
-    @click.option(
-        "--dashboard",
-        "dashboard",
-        is_flag=True,
-        help="print the dashboard link (stderr) before the work and keep the cluster up "
-        "after it until Ctrl-C",
-    )
-    @click.option("--json", "as_json", is_flag=True, help="print exactly one JSON object on stdout")
-    def flags():
-        pass
-
-    return [*setting_options("cluster", "client", "run"), *flags.__click_params__[::-1]]
+    return [
+        *setting_options("cluster", "client", "run"),
+        click.Option(
+            ["--trace", "trace_dir"],
+            metavar="DIR",
+            help="capture a trace of the run into this new or empty folder (see `gpuscale trace`)",
+        ),
+        click.Option(
+            ["--dashboard", "dashboard"],
+            is_flag=True,
+            help="print the dashboard link (stderr) before the work and keep the cluster up "
+            "after it until Ctrl-C",
+        ),
+        click.Option(["--json", "as_json"], is_flag=True, help="print exactly one JSON object on stdout"),
+    ]
 
 
 def workload_command(cls) -> click.Command:

@@ -1,9 +1,6 @@
-"""Cluster building: a printable spec first, then a thin start over it.
-
-:func:`build_spec` turns resolved settings and a backend family into a :class:`ClusterSpec`
-with the decisions behind it, starting nothing: the plan (:mod:`gpuscale.plan.cluster`) as one
-:class:`.kind.Kind`'s class arguments (:data:`KINDS`). :func:`connect` starts (or joins) the
-cluster a spec describes and closes what it started, on success, error and Ctrl-C.
+"""Cluster building: a printable spec first (:func:`build_spec`: the plan as one
+:class:`.kind.Kind`'s class arguments, starting nothing), then a thin start over it
+(:func:`connect`).
 """
 
 from __future__ import annotations
@@ -28,9 +25,8 @@ from . import security  # noqa: F401
 from .kind import Kind
 
 SLOW_SCRATCH = "Creating scratch directories is taking a surprisingly long time"
-"""distributed's warning as a worker's scratch folder takes over a second to make: on a loaded
-machine that is no network file system, and its paragraph would break the one-line output
-(ignored while a cluster starts here, and in its workers: :mod:`.detach`)."""
+"""distributed's warning as a worker's scratch folder takes over a second to make, ignored while
+a cluster starts here and in its workers (:mod:`.detach`): it would break the one-line output."""
 
 KINDS = {
     "local": "gpuscale.cluster.local:Local",
@@ -42,11 +38,9 @@ KINDS = {
 }
 """Each cluster kind's :class:`~gpuscale.cluster.kind.Kind`, as ``module:Class``."""
 identity, size, workers = _dask_compat.identity, _dask_compat.size, _dask_compat.workers
-"""What the scheduler reports of the cluster behind a client (:mod:`gpuscale._dask_compat`
-reads it)."""
+"""What the scheduler reports of the cluster behind a client."""
 DETACH = f"{__name__}.detach"
-"""The worker preload of every cluster gpuscale starts (:mod:`.detach`), by the name Dask's
-``distributed.worker.preload`` takes; each worker process imports it."""
+"""The worker preload of every cluster gpuscale starts (:mod:`.detach`), by its module name."""
 
 
 class ClusterSpec(BaseModel):
@@ -74,29 +68,22 @@ class ClusterSpec(BaseModel):
     credentials: str | None = None
     """A running TLS scheduler's client credentials file (None: none, or made at start)."""
     message_interval: float | None = None
-    """Seconds between sends on Dask's batched control streams (:mod:`.messages`); None:
-    distributed's own."""
+    """Seconds between sends on Dask's batched control streams; None: distributed's own."""
     worker_ttl: float | None = None
-    """Seconds without a heartbeat after which the scheduler removes a worker (:mod:`.liveness`);
-    None: Dask's own."""
+    """Seconds without a heartbeat after which the scheduler removes a worker; None: Dask's own."""
     gather: str = "dask"
-    """How the client fetches results: ``direct`` from the workers, ``scheduler`` through it,
-    ``dask`` as Dask does (:mod:`.gather`)."""
+    """How the client fetches results: ``direct``, ``scheduler`` or ``dask``."""
     notes: list[str] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """The exact keyword arguments given to the cluster class."""
     dask_config: dict[str, Any] = Field(default_factory=dict)
-    """Dask settings in force while the cluster starts (its worker processes take them), e.g.
-    a lowered ``distributed.worker.memory.target``."""
+    """Dask settings in force while the cluster starts (its worker processes take them)."""
     per_host: dict[str, dict[str, Any]] | None = Field(None, exclude=True)
-    """A deploy target on other hosts: per host, what runs there and what its workers get
-    (:func:`per_host_entry`). None for clusters on this machine or a running one."""
+    """A deploy target on other hosts: per host, what runs there and what its workers get."""
     commands: list[str] = Field(default_factory=list, exclude=True)
-    """What a deploy target runs on other hosts (the ssh commands, the SLURM job script's
-    lines), for ``cluster show``."""
+    """What a deploy target runs on other hosts, for ``cluster show``."""
     choices: dict[str, Any] = Field(default_factory=dict, exclude=True)
-    """Each cluster knob as the kind chose it (a :class:`gpuscale.plan.Decision`); not part of
-    the printed spec, the record's ``explained.cluster`` holds it."""
+    """Each cluster knob as the kind chose it (a :class:`gpuscale.plan.Decision`)."""
 
     @property
     def in_this_process(self) -> bool:
@@ -155,10 +142,7 @@ def build_spec(
     gpus=None,
     estimate_bytes: int | None = None,
 ) -> ClusterSpec:
-    """The cluster ``resolved`` (``config.Resolved``) describes for ``family``, with the
-    decisions behind it; starts nothing. ``served``: a cluster kept up for other processes,
-    which :mod:`.security` protects; ``gpus``: a rule's choice of GPUs (a ``Decision``);
-    ``estimate_bytes``: the planned memory of the one run it starts for."""
+    """The cluster ``resolved`` describes for ``family``, with the decisions behind it; starts nothing."""
     plan = cluster_plan.plan_cluster(
         resolved, family, collection, served=served, gpus=gpus, estimate_bytes=estimate_bytes
     )
@@ -195,9 +179,7 @@ def build_spec(
 
 
 def spec_for(k: Kind, plan, **fields: Any) -> ClusterSpec:
-    """The spec of kind ``k`` for ``plan`` with ``fields``, which win over what every kind that
-    starts workers has: its class, the plan's family, protocol and threads per worker, the
-    memory limit and dashboard address as set."""
+    """The spec of kind ``k`` for ``plan``: what every kind that starts workers has, then ``fields``."""
     c = plan.resolved.settings.cluster
     return ClusterSpec(
         **{
@@ -217,8 +199,7 @@ def per_host_entry(
     spec: "ClusterSpec", worker_class: str, workers: Any, threads: Any, memory: Any = None
 ) -> dict[str, Any]:
     """What one host's workers get: the worker class, count and threads as the kind words
-    them, and the spec's choices of memory limit (or ``memory``), RMM pool, spilling,
-    transports and TLS."""
+    them, and the spec's choices (``memory``: instead of its memory limit)."""
     ch = spec.choices
 
     def shown(name: str) -> Any:
@@ -242,9 +223,7 @@ def per_host_entry(
 
 @contextlib.contextmanager
 def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]]:
-    """Start (or join) the cluster and yield ``(client, cluster)``; ``cluster`` is None for an
-    existing scheduler. Whatever was started is closed on exit, error or Ctrl-C. ``security``:
-    a :class:`distributed.Security` to use instead of the spec's."""
+    """Start (or join) the cluster and yield ``(client, cluster)``; what was started is closed after."""
     quiet = contextlib.ExitStack()
     if spec.in_this_process:  # its worker has no preload (worker_preloads)
         from .logs import quiet_in_this_process
@@ -252,8 +231,7 @@ def connect(spec: ClusterSpec, security: Any = None) -> Iterator[tuple[Any, Any]
         quiet.enter_context(quiet_in_this_process())
     with quiet:
         k = kind(spec.kind)
-        cluster = None
-        client = None
+        cluster = client = None
         try:
             cluster, client = k.start(spec, security)
             messages.apply_client(client, spec.message_interval)
@@ -306,8 +284,7 @@ MAIN_GUARD = 'if __name__ == "__main__":'
 def unguarded_main_call() -> str | None:
     """``file:line`` of the user's script where it is starting a cluster outside
     ``if __name__ == "__main__":``, when spawned worker processes will import that script
-    again (and start a cluster each); else None (fork, a package's ``__main__``, notebooks,
-    the REPL, ``python -c``)."""
+    again; else None."""
     method = dask.config.get("distributed.worker.multiprocessing-method", "spawn")
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
@@ -348,8 +325,7 @@ def _is_main_guard(test: ast.expr) -> bool:
 
 
 def check_main_guard() -> None:
-    """Refuse, before any worker process starts, a script that starts a cluster outside the
-    ``__main__`` guard (see :func:`unguarded_main_call`)."""
+    """Refuse a script that starts a cluster outside the ``__main__`` guard."""
     where = unguarded_main_call()
     if where:
         raise UserError(
@@ -361,10 +337,7 @@ def check_main_guard() -> None:
 
 def worker_preloads(spec: ClusterSpec) -> list[str]:
     """The worker preloads of a cluster gpuscale starts: :data:`DETACH` first (worker processes
-    only), then those the message interval needs and any the user's Dask config names. A
-    cluster class that passes its own ``preload`` to its workers (dask-cuda's,
-    ``dask_cuda.initialize``) makes them ignore ``distributed.worker.preload``: give it these
-    as its ``preload`` keyword."""
+    only), then those the message interval needs and any the user's Dask config names."""
     config = messages.construct_config(spec.message_interval)
     preload = list(
         config.get("distributed.worker.preload") or dask.config.get("distributed.worker.preload", None) or []
@@ -375,10 +348,9 @@ def worker_preloads(spec: ClusterSpec) -> list[str]:
 
 
 def construct(spec: ClusterSpec, factory):
-    """``factory()`` (a cluster class called with the spec's kwargs), safe to interrupt: when
-    it raises, or a signal lands while workers start, the half-built cluster is closed and
-    marked closed (else distributed's exit hook closes it again with a traceback). An ordinary
-    exception becomes the one-line :func:`start_error`."""
+    """``factory()`` (a cluster class called with the spec's kwargs), safe to interrupt: a
+    half-built cluster is closed and marked closed; an ordinary exception becomes the one-line
+    :func:`start_error`."""
     check_main_guard()
     config = messages.construct_config(spec.message_interval) | liveness.config(spec.worker_ttl)
     config["distributed.worker.preload"] = worker_preloads(spec)
@@ -395,8 +367,7 @@ def construct(spec: ClusterSpec, factory):
 
 
 def _dashboard_moved(spec: ClusterSpec, cluster) -> None:
-    """One line on stderr where the dashboard's port was taken (by another cluster, program or
-    user) and distributed served it on another."""
+    """One line on stderr where the dashboard's port was taken and distributed served it on another."""
     from urllib.parse import urlsplit
 
     port = str((spec.kwargs or {}).get("dashboard_address") or "").rpartition(":")[2]
@@ -413,8 +384,7 @@ def _dashboard_moved(spec: ClusterSpec, cluster) -> None:
 
 
 def planned_worker_memory(spec: ClusterSpec) -> list[int]:
-    """Memory per planned worker that holds the chunks, as ``Family.worker_memory`` reports
-    it once running; [] when unknown (a running scheduler's)."""
+    """Memory per planned worker that holds the chunks, as ``Family.worker_memory`` would; [] when unknown."""
     if spec.scheduler is not None:
         return []
     if spec.gpus is not None:

@@ -1,6 +1,4 @@
-"""``dask_cuda.LocalCUDACluster``: the GPU family's cluster, one worker per GPU. With a pool,
-CuPy allocates through RMM too (``rmm_allocator_external_lib_list``), so both share it.
-"""
+"""``dask_cuda.LocalCUDACluster``: the GPU family's cluster, one worker per GPU."""
 
 from __future__ import annotations
 
@@ -24,8 +22,7 @@ from .local import start_here
 
 
 def pool_bytes(pool, total_bytes: int) -> int | None:
-    """What an RMM pool setting asks of one GPU, in bytes: a fraction (<= 1) of its memory, a
-    size (``"8GB"``) or bytes; None when there is no pool."""
+    """What an RMM pool setting (a fraction, a size or bytes) asks of one GPU, in bytes; None: no pool."""
     if pool is None:
         return None
     if isinstance(pool, str):
@@ -42,12 +39,8 @@ EXIT_WAIT_S = 30.0
 
 def worker_pids(cluster) -> list[int]:
     """The process ids of a local cluster's worker processes (``Nanny.pid``: its child)."""
-    pids = []
-    for w in list(getattr(cluster, "workers", {}).values()):
-        pid = getattr(w, "pid", None)
-        if isinstance(pid, int) and pid > 0:
-            pids.append(pid)
-    return pids
+    pids = [getattr(w, "pid", None) for w in list(getattr(cluster, "workers", {}).values())]
+    return [p for p in pids if isinstance(p, int) and p > 0]
 
 
 def _running(pid: int) -> bool:
@@ -61,9 +54,7 @@ def _running(pid: int) -> bool:
 
 def wait_exited(pids: list[int], timeout: float = EXIT_WAIT_S) -> list[int]:
     """Wait until the processes ``pids`` have exited, at most ``timeout`` seconds; those still
-    running. A GPU worker's device memory (its RMM pool: most of a GPU) is free only once its
-    process is gone, which can be after its cluster's close has returned: a cluster started on
-    the same GPUs right after would find them held."""
+    running. A GPU worker's device memory is free only once its process is gone."""
     deadline = time.monotonic() + timeout
     left = [p for p in pids if _running(p)]
     while left and time.monotonic() < deadline:
@@ -73,30 +64,23 @@ def wait_exited(pids: list[int], timeout: float = EXIT_WAIT_S) -> list[int]:
 
 
 def close_and_wait(cluster, timeout: float = EXIT_WAIT_S) -> list[int]:
-    """Close a local GPU cluster and wait for its worker processes to exit (see
-    :func:`wait_exited`), also when the close fails part way (an error from it still reaches
-    the caller); those still running after ``timeout`` are killed, so a cluster closed here
-    leaves no process holding its GPUs. Returns the process ids that had to be killed."""
+    """Close a local GPU cluster and wait for its worker processes to exit, also when the close
+    fails; those still running after ``timeout`` are killed, and returned."""
+    import psutil
+
     pids = worker_pids(cluster)
     try:
         cluster.close()
     finally:
         left = wait_exited(pids, timeout)
         for pid in left:
-            _kill(pid)
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
     return left
 
 
-def _kill(pid: int) -> None:
-    import psutil
-
-    with contextlib.suppress(psutil.Error):
-        psutil.Process(pid).kill()
-
-
 _KEEPS_SENT_MEMORY: set[str] = set()
-"""Protocols of the GPU clusters this process started that leave a worker's device memory
-mapped here after it exits (:meth:`~gpuscale.wire.protocols.Protocol.keeps_sent_device_memory`)."""
+"""Protocols of the GPU clusters this process started that leave a worker's device memory mapped here."""
 
 
 def check_free_memory(spec: ClusterSpec, gpus: list[dict]) -> None:
@@ -138,9 +122,7 @@ def _free_memory_fix(mine: bool, kept_by: list[str]) -> str:
 
 
 def held_by(holders: list[tuple[int, int]], own_pid: int) -> tuple[str, bool]:
-    """Who holds a GPU's memory, in words, from NVML's ``(pid, bytes)`` list, and whether this
-    process (``own_pid``) holds the most of it."""
-
+    """Who holds a GPU's memory, in words, and whether this process (``own_pid``) holds the most."""
     if not holders:
         return "another process holds the rest", False
     top_pid, top = max(holders, key=lambda h: h[1])
@@ -155,9 +137,7 @@ def held_by(holders: list[tuple[int, int]], own_pid: int) -> tuple[str, bool]:
 
 def _client_spills_like_workers(workers_spill: bool) -> None:
     """This process's cuDF spilling set as the workers': a cuDF frame pickles with its buffers'
-    kind, and the other side rebuilds it only if it spills the same way (else "cannot create
-    SpillableBufferOwner without a global spill manager"), both ways. A process that never
-    imported cuDF has nothing to undo."""
+    kind, and the other side rebuilds it only if it spills the same way."""
     if not workers_spill and "cudf" not in sys.modules:
         return
     import cudf
@@ -179,8 +159,7 @@ STARTED_WAIT_S = 10
 
 
 def _all_started(client, spec: ClusterSpec) -> None:
-    """Refuse in one line a cluster missing a worker that failed to start (dask-cuda only
-    logs it and returns the cluster without it)."""
+    """Refuse in one line a cluster missing a worker that failed to start (dask-cuda only logs it)."""
     if not spec.workers:
         return
     try:
@@ -200,11 +179,8 @@ class Cuda(Kind, name="cuda", cluster_class="dask_cuda.LocalCUDACluster"):
 
     def spec(self, plan) -> ClusterSpec:
         resolved, family, proto = plan.resolved, plan.family, plan.transport
-        collection = plan.collection
         c = resolved.settings.cluster
         gpus = list(plan.gpus.value)
-        notes = list(plan.notes)
-
         pool, rmm = rmm_pool(c, family)
         kwargs = {
             "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)) or None,
@@ -224,20 +200,16 @@ class Cuda(Kind, name="cuda", cluster_class="dask_cuda.LocalCUDACluster"):
             kwargs["rmm_allocator_external_lib_list"] = list(c.rmm.external_libs)
         knobs = plan.gpu_knobs
         kwargs.update(knobs.options)
-        dask_config = dict(knobs.dask_config)
-        # dask-cuda's workers fail to start on a module they cannot import: those installed here
-        pre = [m for m in family.knobs.pre_import.get(collection or "session", ()) if _installed(m)]
+        pre = list(family.knobs.pre_import.get(plan.collection or "session", ()))
         if pre:
             kwargs["pre_import"] = pre
 
-        transports = knobs.transports
-        limit = plan.memory_limit.value
         choices = self.choices(
             plan,
             plan.layout.workers,
             plan.memory_limit,
             where={"gpus": plan.gpus},
-            transports=transports,
+            transports=knobs.transports,
             rmm=rmm,
             gpu_bytes=gpu_bytes(plan.facts, plan.gpus),
             rest=knobs.choices,
@@ -246,14 +218,14 @@ class Cuda(Kind, name="cuda", cluster_class="dask_cuda.LocalCUDACluster"):
             self,
             plan,
             workers=len(gpus),
-            memory_limit_bytes=limit,
+            memory_limit_bytes=plan.memory_limit.value,
             gpus=gpus,
-            transports=transports or {"selection": proto.transport_label()},
+            transports=knobs.transports or {"selection": proto.transport_label()},
             rmm=rmm,
             pre_import=pre,
-            notes=notes,
+            notes=list(plan.notes),
             kwargs=kwargs,
-            dask_config=dask_config,
+            dask_config=dict(knobs.dask_config),
             choices=choices,
         )
 
@@ -274,6 +246,8 @@ class Cuda(Kind, name="cuda", cluster_class="dask_cuda.LocalCUDACluster"):
         # dask-cuda gives its workers preload=[..., "dask_cuda.initialize"], which overrides
         # distributed.worker.preload: gpuscale's go in as the keyword, ahead of dask-cuda's
         given = {**spec.kwargs, "preload": [*worker_preloads(spec), *spec.kwargs.get("preload", [])]}
+        if "pre_import" in given:  # dask-cuda's workers fail to start on a module they cannot import
+            given["pre_import"] = [m for m in given["pre_import"] if _installed(m)]
         return start_here(spec.model_copy(update={"kwargs": given}), LocalCUDACluster, security, ready)
 
     def close(self, spec: ClusterSpec, cluster) -> None:

@@ -1,5 +1,4 @@
-"""An existing scheduler, named by its address or by Dask's scheduler file: connect, never
-start or stop workers."""
+"""An existing scheduler, named by its address or by Dask's scheduler file: connect, start nothing."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ from .kind import Kind
 
 
 def address_from_file(path, *, trusted: bool) -> str:
-    """The scheduler address in Dask's scheduler file. Unless ``trusted``, a file another user
-    can change is refused (:func:`gpuscale.trust.read_trusted`). Raises UserError."""
+    """The scheduler address in Dask's scheduler file (unless ``trusted``, only one of yours)."""
     p = pathlib.Path(path).expanduser()
     try:
         address = json.loads(trust.read_trusted(p, "scheduler file", trusted))["address"]
@@ -46,9 +44,8 @@ def address_from_file(path, *, trusted: bool) -> str:
 
 
 def answers(address: str, timeout_s: float = 2.0, tries: int = 3) -> bool:
-    """Whether anything still listens at the scheduler's address: True if any of ``tries``
-    connection attempts over about ``timeout_s`` seconds succeeds, or the address has no
-    host:port."""
+    """Whether anything still listens at the scheduler's address (any of ``tries`` connection
+    attempts over about ``timeout_s`` seconds; True for an address without host:port)."""
     parts = urlsplit(address if "://" in address else f"tcp://{address}")
     if not parts.hostname or not parts.port:
         return True
@@ -73,8 +70,7 @@ class _DropReconnect(logging.Filter):
 @contextlib.contextmanager
 def reconnect_reported() -> Iterator[None]:
     """Drop distributed's client's "Failed to reconnect to scheduler" line and the tracebacks
-    of its cut comms for the block: a run that loses its scheduler says so in one line
-    (:class:`gpuscale.errors.ClusterGone`)."""
+    of its cut comms for the block (the run says so in one line)."""
     logs = [logging.getLogger("distributed.client"), logging.getLogger("distributed.batched")]
     f = _DropReconnect()
     for log in logs:
@@ -150,14 +146,12 @@ class Existing(Kind, name="existing", cluster_class="distributed.Client (existin
                 warnings.simplefilter("always")
                 client = Client(**kwargs)
         except (OSError, TimeoutError) as e:
-            hint = (
-                ""
-                if spec.security == "tls"
-                else (
+            hint = ""
+            if spec.security != "tls":
+                hint = (
                     " (a `gpuscale cluster up` scheduler speaks TLS: give its "
                     "tls:// address with --credentials, or --scheduler-file)"
                 )
-            )
             raise UserError(
                 f"no scheduler answered at {spec.scheduler} within "
                 f"{spec.connect_timeout:g} s ({type(e).__name__}){hint}",
@@ -172,8 +166,7 @@ class Existing(Kind, name="existing", cluster_class="distributed.Client (existin
 
 
 def versions_differ(versions: dict, most: int = 4) -> str:
-    """One line from :meth:`distributed.Client.get_versions`: the packages whose versions
-    differ between this process, the scheduler and the workers (the first ``most`` of them)."""
+    """One line naming the first ``most`` packages whose versions differ between here and the cluster."""
     here = versions["client"]["packages"]
     there = [versions["scheduler"]["packages"], *(w["packages"] for w in versions["workers"].values())]
     parts = []

@@ -1,5 +1,4 @@
-"""A cluster kind: the small class that turns a cluster's plan into its cluster class's
-arguments, and starts that class over them."""
+"""A cluster kind: the class that turns a cluster's plan into arguments and starts the cluster."""
 
 from __future__ import annotations
 
@@ -9,8 +8,7 @@ from ..plan.memory import rmm_choice, rmm_rule
 
 
 class Kind:
-    """One kind of cluster: :meth:`spec` turns a :class:`gpuscale.plan.cluster.ClusterPlan`
-    into a :class:`gpuscale.cluster.ClusterSpec`, deciding nothing the plan decided;
+    """One kind of cluster: :meth:`spec` turns a plan into a :class:`gpuscale.cluster.ClusterSpec`;
     :meth:`start` starts (or joins) the cluster a spec describes."""
 
     name: ClassVar[str]
@@ -36,12 +34,8 @@ class Kind:
         gpu_bytes: list[int] = (),
         rest: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The choices of a kind that starts workers, in the order a record shows them: the
-        transports (``transports``: the UCX switches it sets), ``where`` the workers run (the
-        kind's GPUs, hosts or jobs), the ``workers`` and ``memory_limit`` it decided, the plan's
-        threads per worker, the RMM pool of the spec's ``rmm`` entry (None: no pool;
-        ``gpu_bytes``: its GPUs' memory where known, for the size per GPU), then the ``rest`` (how the
-        workers spill, their environment)."""
+        """The choices of a kind that starts workers, in the order a record shows them
+        (``gpu_bytes``: its GPUs' memory where known, for the RMM pool's size per GPU)."""
         resolved = plan.resolved
         pool = rmm["pool_size"] if rmm else None
         return {

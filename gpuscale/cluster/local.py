@@ -60,11 +60,9 @@ class Local(Kind, name="local", cluster_class="distributed.LocalCluster"):
 
 
 def start_here(spec: ClusterSpec, cluster_class, security=None, ready=None):
-    """``(cluster, client)``: ``cluster_class(**spec.kwargs)`` started on this machine
-    (:func:`gpuscale.cluster.construct`) under the spec's ``dask_config``, speaking TLS with
-    ``security`` (default: temporary credentials) when the spec does, and a client of it.
-    ``ready(client)`` runs before it returns; when it or the client fails, the cluster is
-    closed."""
+    """``(cluster, client)``: ``cluster_class(**spec.kwargs)`` started on this machine under the
+    spec's ``dask_config`` (TLS with ``security``, default temporary credentials, where the spec
+    says so), and a client of it; ``ready(client)`` runs before it returns."""
     import dask
     from distributed import Client
 

@@ -1,6 +1,5 @@
 """Dask's own log lines below ERROR go to a log file instead of stderr, in this process and
-in the worker processes of the clusters a session starts (:func:`in_worker`). The file is
-created with its first line.
+in the worker processes of the clusters a session starts (:func:`in_worker`).
 """
 
 from __future__ import annotations
@@ -23,10 +22,8 @@ class _ErrorsOnly(logging.Filter):
 
 
 class _LazyFile(logging.FileHandler):
-    """A file handler that makes the file's folder and opens it (appending) at the first line:
-    the folder one of this user's that no other user can change, the file opened never through
-    a link and never another user's (:func:`gpuscale.atomic.own_folder`, ``own_file``).
-    Where it cannot be, the lines are dropped and one line on stderr says why."""
+    """A file handler that makes the file's folder and opens the file at the first line, as
+    this user's own (:mod:`gpuscale.atomic`); where it cannot, one line on stderr says why."""
 
     def __init__(self, path: pathlib.Path):
         super().__init__(path, mode="a", encoding="utf-8", delay=True)
@@ -69,8 +66,7 @@ def _stderr_handlers(log: logging.Logger) -> list[logging.Handler]:
 
 
 def to_file(path: str | pathlib.Path, loggers: tuple[str, ...] = LOGGERS) -> Callable[[], None]:
-    """Send the log lines below ERROR of ``loggers`` (default Dask's) to ``path`` instead of
-    stderr in this process; returns the function that undoes it."""
+    """Send the log lines below ERROR of ``loggers`` to ``path`` instead of stderr; returns the undo."""
     handler = _LazyFile(pathlib.Path(path))
     undo: list[Callable[[], None]] = []
     for name in loggers:
@@ -92,8 +88,7 @@ def to_file(path: str | pathlib.Path, loggers: tuple[str, ...] = LOGGERS) -> Cal
 
 @contextlib.contextmanager
 def kept_off_stderr(path: str | pathlib.Path | None) -> Iterator[None]:
-    """:func:`to_file` for the block, with :data:`CONFIG_KEY` set for the clusters started in it
-    (None: nothing changes)."""
+    """:func:`to_file` for the block, with :data:`CONFIG_KEY` set for the clusters started in it."""
     if path is None:
         yield
         return
@@ -110,9 +105,7 @@ def kept_off_stderr(path: str | pathlib.Path | None) -> Iterator[None]:
 @contextlib.contextmanager
 def threads_warnings_to_file() -> Iterator[None]:
     """For a cluster whose worker runs in this process (:data:`CONFIG_KEY` set): the warnings
-    raised off the main thread (its tasks', its event loop's) go to the log file, as a worker
-    process's do (:func:`in_worker`); those of the main thread show as before. Restored at the
-    end of the block."""
+    raised off the main thread go to the log file, as a worker process's do, for the block."""
     import threading
     import warnings
 
@@ -141,8 +134,7 @@ def threads_warnings_to_file() -> Iterator[None]:
 
 def path_under(results_dir: str | pathlib.Path) -> pathlib.Path:
     """The log file of a session opened now: ``RESULTS_DIR/logs/<UTC time>-<pid>.log``; refused
-    (UserError) where its folder, as far as it exists, is another user's link or folder
-    (:func:`gpuscale.atomic.own_folder`; nothing is made here)."""
+    where its folder is another user's (:func:`gpuscale.atomic.own_folder`)."""
     import datetime
     import os
 
@@ -160,8 +152,7 @@ def written(path: pathlib.Path | None) -> str | None:
 
 
 def in_worker() -> None:
-    """In a worker process: :func:`to_file` to the file :data:`CONFIG_KEY` names, if any,
-    Python's warnings included."""
+    """In a worker process: :func:`to_file` to the file :data:`CONFIG_KEY` names, warnings included."""
     import dask
 
     path = dask.config.get(CONFIG_KEY, None)
@@ -170,70 +161,49 @@ def in_worker() -> None:
         to_file(path, (*LOGGERS, "py.warnings"))
 
 
-class _DropComputeFailed:
-    """A logging filter for ``distributed.worker``: drops "Compute Failed" (the client
-    reports the failure)."""
+def _comm_closed(record) -> bool:
+    from distributed.comm import CommClosedError
+
+    return isinstance(record.exc_info[1] if record.exc_info else None, CommClosedError)
+
+
+DROPPED = (
+    # the client reports the failure
+    ("distributed.worker", "Compute Failed", None),
+    # a heartbeat whose connection the scheduler closed: it is closing (its close reaches the
+    # worker next) or gone; a scheduler that stops answering still shows, as a failure to connect
+    ("distributed.worker", "Failed to communicate with scheduler during heartbeat", _comm_closed),
+    # a peer (the client fetching a result, or another worker) closed the connection while the
+    # worker sent it data: the peer reports its own failure; other errors of the send still show
+    ("distributed.worker", "failed during get data with", _comm_closed),
+    # the CancelledError of a task its client released while it ran
+    (
+        "distributed.worker.state_machine",
+        "Async instruction for",
+        lambda r: "CancelledError" in r.getMessage(),
+    ),
+)
+"""The worker's log lines :func:`quiet_task_failures` drops: (logger, start of the message, a
+further test of the record or None)."""
+
+
+class _Drop:
+    """A logging filter that drops the records whose message starts with ``start`` (and pass ``also``)."""
+
+    def __init__(self, start: str, also=None):
+        self.start, self.also = start, also
 
     def filter(self, record) -> bool:
-        return not str(record.msg).startswith("Compute Failed")
-
-
-class _DropCancelled:
-    """A logging filter for ``distributed.worker.state_machine``: drops the CancelledError of
-    a task its client released while it ran."""
-
-    def filter(self, record) -> bool:
-        return not (
-            str(record.msg).startswith("Async instruction for") and "CancelledError" in record.getMessage()
-        )
-
-
-class _DropHeartbeatToAClosedScheduler:
-    """A logging filter for ``distributed.worker``: drops the traceback of a heartbeat whose
-    connection the scheduler closed. The scheduler is closing (its close reaches the worker
-    next) or gone (the process that started it says so); a scheduler that stops answering
-    still shows, as a failure to connect."""
-
-    def filter(self, record) -> bool:
-        from distributed.comm import CommClosedError
-
-        exc = record.exc_info[1] if record.exc_info else None
-        return not (
-            str(record.msg).startswith("Failed to communicate with scheduler during heartbeat")
-            and isinstance(exc, CommClosedError)
-        )
-
-
-class _DropSendToAClosedPeer:
-    """A logging filter for ``distributed.worker``: drops the traceback of a worker whose peer
-    (the client fetching a result, or another worker) closed the connection while the worker
-    sent it data. The peer reports its own failure; a client interrupted mid-fetch closes its
-    connections on purpose. Other errors of the send still show."""
-
-    def filter(self, record) -> bool:
-        from distributed.comm import CommClosedError
-
-        exc = record.exc_info[1] if record.exc_info else None
-        return not (
-            str(record.msg).startswith("failed during get data with") and isinstance(exc, CommClosedError)
-        )
+        return not (str(record.msg).startswith(self.start) and (self.also is None or self.also(record)))
 
 
 def quiet_task_failures() -> Callable[[], None]:
-    """The filters above on their loggers; returns the function that removes those it added
-    (a cluster whose worker runs in this process: :func:`quiet_in_this_process`)."""
-    import logging
-
+    """The filters of :data:`DROPPED` on their loggers; returns the function that removes those it added."""
     added = []
-    for name, kind in (
-        ("distributed.worker", _DropComputeFailed),
-        ("distributed.worker", _DropHeartbeatToAClosedScheduler),
-        ("distributed.worker", _DropSendToAClosedPeer),
-        ("distributed.worker.state_machine", _DropCancelled),
-    ):
+    for name, start, also in DROPPED:
         log = logging.getLogger(name)
-        if not any(isinstance(f, kind) for f in log.filters):
-            f = kind()
+        if not any(isinstance(f, _Drop) and f.start == start for f in log.filters):
+            f = _Drop(start, also)
             log.addFilter(f)
             added.append((log, f))
 
@@ -246,9 +216,7 @@ def quiet_task_failures() -> Callable[[], None]:
 
 @contextlib.contextmanager
 def quiet_in_this_process() -> Iterator[None]:
-    """For a cluster whose worker runs in this process (no preload there): its task failures
-    quieted and its warnings sent to the log file as a worker process's are
-    (:func:`threads_warnings_to_file`), for the block only."""
+    """For a cluster whose worker runs in this process: its task failures and warnings quieted."""
     remove = quiet_task_failures()
     try:
         with threads_warnings_to_file():

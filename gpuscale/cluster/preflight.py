@@ -1,14 +1,11 @@
 """Preflight: before any work on a running cluster, check that it can run this client's
-work, or refuse in one line (:class:`~gpuscale.errors.UserError`) naming the host or worker
-pair and the fix. :func:`check`: every listed worker answers, its versions match the
-client's (:func:`packages`), a GPU family's worker sees a GPU, each host's interconnect is
-recorded (:func:`facts`, :func:`pairs`), and the bandwidth probe (:func:`probe`; see
-docs/decisions.md, rule ``bandwidth-probe.auto``) refuses a pair far under its
-:func:`expectation`.
+work (:func:`check`), or refuse in one line naming the host or worker pair and the fix. The
+bandwidth probe (:func:`probe`) follows docs/decisions.md, rule ``bandwidth-probe.auto``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from typing import Any
@@ -62,8 +59,7 @@ def _scheme(address: str) -> str:
 
 
 def _own_gpu(gpus: list[dict]) -> dict | None:
-    """The GPU a worker holds: the first of its ``CUDA_VISIBLE_DEVICES`` (dask-cuda puts each
-    worker's own GPU first); None without that variable or a match."""
+    """The GPU a worker holds: the first of its ``CUDA_VISIBLE_DEVICES``; None without one."""
     import os
 
     first = (os.environ.get("CUDA_VISIBLE_DEVICES") or "").split(",")[0].strip()
@@ -78,8 +74,7 @@ def _own_gpu(gpus: list[dict]) -> dict | None:
 
 
 def _worker_facts() -> dict[str, Any]:
-    """On a worker: its host name, the GPUs it sees with their NVLink peers, the GPU it holds
-    and the host's RDMA ports."""
+    """On a worker: its host name, the GPUs it sees, the GPU it holds and the host's RDMA ports."""
     import socket
 
     gs = machine.gpus()
@@ -112,8 +107,7 @@ def _active_ib(ports: list[dict]) -> list[dict]:
 
 
 def hosts(seen: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per host: its name, workers, the GPUs each worker sees, whether its GPUs are all
-    NVLink-connected (None under two), each GPU's NVLink peers, and its RDMA ports."""
+    """Per host: its name, workers, the GPUs each worker sees, its NVLink and its RDMA ports."""
     out: dict[str, dict[str, Any]] = {}
     for address, w in sorted(seen.items()):
         peers = w.get("nvlink_peers") or {}
@@ -139,8 +133,7 @@ def worker_gpus(seen: dict[str, dict[str, Any]]) -> dict[str, int | None]:
 
 
 def seen_from(checked: dict[str, Any] | None) -> dict[str, dict[str, Any]] | None:
-    """The per-worker facts :func:`transport` reads, back from a preflight's result (its
-    ``hosts`` and ``worker_gpus``); None without one."""
+    """The per-worker facts :func:`transport` reads, back from a preflight's result; None without one."""
     if not checked or "worker_gpus" not in checked:
         return None
     hs = checked.get("hosts") or {}
@@ -155,8 +148,7 @@ def seen_from(checked: dict[str, Any] | None) -> dict[str, dict[str, Any]] | Non
 
 
 def _nvlink_pair(a: dict | None, b: dict | None) -> bool | None:
-    """Whether the GPUs two workers of one host hold are NVLink peers; None when either holds
-    no known GPU."""
+    """Whether the GPUs two workers of one host hold are NVLink peers; None when not known."""
     if not a or not b or a.get("gpu") is None or b.get("gpu") is None:
         return None
     if a["gpu"] == b["gpu"]:
@@ -165,9 +157,8 @@ def _nvlink_pair(a: dict | None, b: dict | None) -> bool | None:
 
 
 def transport(a: str, b: str, seen: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The transport between workers ``a`` and ``b``: the address scheme (tcp / tls / ucx),
-    whether they share a host, NVLink between their GPUs (same host; None: no GPUs or not
-    known), InfiniBand ports active on both hosts (between hosts, ucx), and a short label."""
+    """The transport between workers ``a`` and ``b``: the address scheme, whether they share a
+    host, NVLink between their GPUs, InfiniBand active on both hosts, and a short label."""
     seen = seen or {}
     scheme, same = _scheme(a), _host(a) == _host(b)
     fa, fb = seen.get(a), seen.get(b)
@@ -186,8 +177,7 @@ def transport(a: str, b: str, seen: dict[str, dict[str, Any]] | None = None) -> 
 
 
 def expectation(a: str, b: str, seen: dict[str, dict[str, Any]], gpu: bool) -> tuple[float, str]:
-    """What moving a block from worker ``a`` to ``b`` should give at least, in bytes/s, and the
-    rule that says so (with its numbers)."""
+    """What moving a block from worker ``a`` to ``b`` should give at least, in bytes/s, and why."""
     t = transport(a, b, seen)
     if t["transport"] == "ucx":
         if t["same_host"]:
@@ -217,15 +207,20 @@ def expectation(a: str, b: str, seen: dict[str, dict[str, Any]], gpu: bool) -> t
 
 
 def probe_pairs(addresses: list[str]) -> list[tuple[str, str]]:
-    """The (from, to) worker pairs the probe times: one per pair of hosts (their first workers,
-    by address) and one within each host that has more than one worker."""
-    by_host: dict[str, list[str]] = {}
-    for a in sorted(addresses):
-        by_host.setdefault(_host(a), []).append(a)
-    names = sorted(by_host)
-    out = [(by_host[h][0], by_host[h][1]) for h in names if len(by_host[h]) > 1]
+    """The (from, to) worker pairs the probe times: one within each host, one per pair of hosts."""
+    by_host = _by_host(addresses)
+    names = list(by_host)
+    out = [(ws[0], ws[1]) for ws in by_host.values() if len(ws) > 1]
     out += [(by_host[h][0], by_host[k][0]) for i, h in enumerate(names) for k in names[i + 1 :]]
     return out
+
+
+def _by_host(addresses: list[str]) -> dict[str, list[str]]:
+    """The workers of each host, hosts and workers in order."""
+    out: dict[str, list[str]] = {}
+    for a in sorted(addresses):
+        out.setdefault(_host(a), []).append(a)
+    return dict(sorted(out.items()))
 
 
 def pairs(
@@ -236,8 +231,7 @@ def pairs(
 ) -> dict[str, Any]:
     """The record's ``cluster.pairs``: the transport between every two workers (up to
     :data:`PAIRS_BY_WORKER_UP_TO` workers), else between every two hosts and within each host,
-    with the probe's measurement where it timed that pair. ``seen``: what the preflight saw
-    (None: addresses only); ``source`` says where it came from."""
+    with the ``probe``'s measurement where it timed that pair."""
     source = source or ("preflight" if seen else "addresses")
     measured = {}
     for p in (probe or {}).get("pairs") or []:
@@ -246,16 +240,19 @@ def pairs(
             measured[frozenset((_host(p["from"]), _host(p["to"])))] = p["gib_s"]
     addresses = sorted(addresses)
     if len(addresses) <= PAIRS_BY_WORKER_UP_TO:
-        items = []
-        for i, a in enumerate(addresses):
-            for b in addresses[i + 1 :]:
-                t = transport(a, b, seen)
-                items.append({"between": [a, b], **t, "gib_s": measured.get(frozenset((a, b)))})
+        items = [
+            {"between": [a, b], **transport(a, b, seen), "gib_s": measured.get(frozenset((a, b)))}
+            for i, a in enumerate(addresses)
+            for b in addresses[i + 1 :]
+        ]
         return {"by": "worker", "from": source, "pairs": items}
-    by_host: dict[str, list[str]] = {}
-    for a in addresses:
-        by_host.setdefault(_host(a), []).append(a)
-    names = sorted(by_host)
+    by_host = _by_host(addresses)
+    names = list(by_host)
+
+    def entry(h: str, k: str, t: dict[str, Any], key: tuple[str, str]) -> dict[str, Any]:
+        n = [len(by_host[h]), len(by_host[k])]
+        return {"between": [h, k], "workers": n, **t, "gib_s": measured.get(frozenset(key))}
+
     items = []
     for i, h in enumerate(names):
         ws = by_host[h]
@@ -263,24 +260,8 @@ def pairs(
             t = transport(ws[0], ws[1], seen)
             nv = (seen or {}).get(ws[0], {}).get("nvlink_peers")
             t["nvlink"] = _nvlink_all(nv) if nv is not None else None
-            items.append(
-                {
-                    "between": [h, h],
-                    "workers": [len(ws), len(ws)],
-                    **t,
-                    "gib_s": measured.get(frozenset((ws[0], ws[1]))),
-                }
-            )
-        for k in names[i + 1 :]:
-            t = transport(ws[0], by_host[k][0], seen)
-            items.append(
-                {
-                    "between": [h, k],
-                    "workers": [len(ws), len(by_host[k])],
-                    **t,
-                    "gib_s": measured.get(frozenset((h, k))),
-                }
-            )
+            items.append(entry(h, h, t, (ws[0], ws[1])))
+        items += [entry(h, k, transport(ws[0], by_host[k][0], seen), (h, k)) for k in names[i + 1 :]]
     return {"by": "host", "from": source, "pairs": items}
 
 
@@ -295,9 +276,8 @@ def _probe_block(module: str, nbytes: int):
 async def _probe_fetch(
     key: str, source: str, tries: int, budget_s: float, timeout_s: float, dask_worker=None
 ) -> dict[str, Any]:
-    """On the pair's second worker: fetch ``key`` from ``source`` the way Dask moves a task's
-    input, ``tries`` times or until ``budget_s`` is spent; the seconds of each and the bytes,
-    or the error."""
+    """On the pair's second worker: fetch ``key`` from ``source`` as Dask moves a task's input,
+    ``tries`` times or until ``budget_s`` is spent; the seconds of each and the bytes, or the error."""
     import asyncio
 
     times: list[float] = []
@@ -366,10 +346,9 @@ def probe(
     budget_s: float = PROBE_BUDGET_S,
     timeout_s: float = PROBE_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """Time the pairs of :func:`probe_pairs` (the fastest of ``tries`` fetches of ``nbytes``,
-    within ``budget_s``) and refuse, in one line, a pair that cannot move the block within
-    ``timeout_s`` or moves it under 1/:data:`FAR_BELOW` of its expectation. Returns the
-    decision with what was measured."""
+    """Time the pairs of :func:`probe_pairs` and refuse, in one line, a pair that cannot move
+    the block or moves it under 1/:data:`FAR_BELOW` of its expectation; the decision with what
+    was measured."""
     from distributed import wait
 
     out = {**decision.record(), "block_bytes": nbytes, "tries": tries, "budget_s": budget_s, "pairs": []}
@@ -391,10 +370,8 @@ def probe(
             key=f"gpuscale-probe-{tag}-{len(blocks)}",
         )
     try:
-        try:
+        with contextlib.suppress(TimeoutError):  # its pairs are listed as not measured
             wait(list(blocks.values()), timeout=max(timeout_s, budget_s))
-        except TimeoutError:
-            pass  # its pairs are listed as not measured
         for src, dst in todo:
             entry: dict[str, Any] = {
                 "from": src,
@@ -464,10 +441,10 @@ def _refuse_slow(src: str, dst: str, nbytes: int, rate: float, expected: float, 
 
 
 def check(client, family, probe_setting: str = "auto", probe_source: str = "default") -> dict[str, Any]:
-    """Check the running cluster behind ``client`` for ``family``'s work; raise a one-line
-    :class:`UserError` naming the first host (or worker pair) that fails, else return what was
-    seen: per host its workers, GPUs, NVLink and RDMA ports, the packages compared, the
-    bandwidth probe (``probe_setting``: auto / on / off) and the seconds taken."""
+    """Check the running cluster behind ``client`` for ``family``'s work: every listed worker
+    answers, its versions match the client's, a GPU family's worker sees a GPU, and the
+    bandwidth probe passes; a one-line :class:`UserError` naming the first that fails, else
+    what was seen."""
     t0 = time.perf_counter()
     listed = _dask_compat.workers(client)
     names = packages(family)

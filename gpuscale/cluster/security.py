@@ -1,32 +1,27 @@
 """Who may talk to a cluster: TLS through distributed's :class:`~distributed.Security`.
 
-:func:`apply` decides whether a spec's cluster speaks TLS (``cluster.security``). Under
-``auto``: a cluster kept up for others or on other hosts gets temporary self-signed
-credentials (kept up: written to a 0600 PEM file :func:`beside` the scheduler file); a
-cluster of this process alone plain TCP on loopback; a running scheduler TLS when its
-address is ``tls://``, with credentials checked by :func:`check_credentials`. UCX has no TLS:
-a protected cluster over UCX is refused unless ``cluster.security`` is ``off``.
+:func:`apply` decides whether a spec's cluster speaks TLS (``cluster.security``): under
+``auto``, a cluster kept up for others or on other hosts does, with temporary self-signed
+credentials; a cluster of this process alone does not; a running scheduler does when its
+address is ``tls://``. UCX has no TLS.
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
-from typing import Any
 
 from .. import atomic, trust
 from ..decision import Decision
 from ..errors import UserError, missing_module
 
-MODES = ("auto", "tls", "off")
 REMOTE = ("ssh", "slurm", "srun")
 """Deploy targets whose processes run on other hosts: TLS by default, through a credentials file."""
 SUFFIX = ".tls.pem"
 
 
 def beside(scheduler_file: str | os.PathLike) -> pathlib.Path:
-    """The credentials file of the cluster whose scheduler file is ``scheduler_file``:
-    ``scheduler.json`` -> ``scheduler.tls.pem`` in the same folder."""
+    """The credentials file beside a scheduler file: ``scheduler.json`` -> ``scheduler.tls.pem``."""
     p = pathlib.Path(scheduler_file).expanduser()
     return p.with_name(p.stem + SUFFIX)
 
@@ -64,26 +59,23 @@ def apply(spec, resolved, proto, *, served: bool = False):
                 f"{setting}{'' if setting == 'tls' else ' for cluster up'})",
             )
         value = "tls"
-        rule = (
-            "set by you: "
-            if setting == "tls"
-            else "auto: a cluster kept up for other processes is protected: "
-        ) + (
-            "TLS with a temporary CA and certificate (distributed's Security.temporary)"
-            + (
+        why = "set by you" if setting == "tls" else "auto: a cluster kept up for other processes is protected"
+        if spec.kind in REMOTE and setting == "auto" and not served:
+            why = "auto: a cluster on other hosts is protected"
+        kept = ""
+        if served:
+            kept = (
                 ", written for clients to one file readable by its owner only (mode 0600) beside the "
                 "scheduler file"
-                if served
-                else ", held in memory by this process"
             )
-        )
-        if spec.kind in REMOTE and setting == "auto" and not served:
-            rule = "auto: a cluster on other hosts is protected: " + rule.split(" is protected: ", 1)[1]
         if spec.kind == "srun":
-            rule = rule.split(", held in memory")[0] + (
+            kept += (
                 ", written by rank 0 beside the scheduler file (mode "
                 "0600) before its scheduler listens, read there by every rank"
             )
+        rule = f"{why}: TLS with a temporary CA and certificate (distributed's Security.temporary)" + (
+            kept or ", held in memory by this process"
+        )
     else:
         value = "off"
         rule = (
@@ -93,17 +85,14 @@ def apply(spec, resolved, proto, *, served: bool = False):
     kwargs = dict(spec.kwargs)
     if value == "tls" and spec.kind not in REMOTE:  # the remote kinds set it at start
         kwargs["protocol"] = "tls"
+    return _secured(spec, value, source if setting != "auto" else "rule", rule, setting, kwargs=kwargs)
+
+
+def _secured(spec, value: str, source: str, rule: str, setting: str, **update):
+    """``spec`` with ``security`` = ``value``, the fields in ``update`` and the ``security`` choice."""
+    choice = Decision(value, source, rule, extra={"setting": setting})
     return spec.model_copy(
-        update={
-            "security": value,
-            "kwargs": kwargs,
-            "choices": {
-                **spec.choices,
-                "security": Decision(
-                    value, source if setting != "auto" else "rule", rule, extra={"setting": setting}
-                ),
-            },
-        }
+        update={"security": value, **update, "choices": {**spec.choices, "security": choice}}
     )
 
 
@@ -115,10 +104,8 @@ def _for_client(spec, resolved):
     scheme = address.split("://", 1)[0]
     creds, creds_source = None, None
     if c.credentials:
-        creds, creds_source = (
-            pathlib.Path(c.credentials).expanduser(),
-            resolved.sources.get("cluster.credentials", "flag"),
-        )
+        creds = pathlib.Path(c.credentials).expanduser()
+        creds_source = resolved.sources.get("cluster.credentials", "flag")
     elif resolved.settings.scheduler_file:
         near = beside(resolved.settings.scheduler_file)
         if near.exists():
@@ -130,19 +117,8 @@ def _for_client(spec, resolved):
                 f"{address} is not tls://",
                 "give its tls:// address (or --scheduler-file), or drop --security tls",
             )
-        return spec.model_copy(
-            update={
-                "security": "off",
-                "choices": {
-                    **spec.choices,
-                    "security": Decision(
-                        "off",
-                        "scheduler address",
-                        f"the scheduler's address is {scheme}://: no TLS",
-                        extra={"setting": setting},
-                    ),
-                },
-            }
+        return _secured(
+            spec, "off", "scheduler address", f"the scheduler's address is {scheme}://: no TLS", setting
         )
     if setting == "off":
         raise UserError(
@@ -162,27 +138,12 @@ def _for_client(spec, resolved):
             "wrote beside its scheduler file (or --scheduler-file PATH to find it there)",
         )
     check_credentials(creds, c.trust_files)
-    return spec.model_copy(
-        update={
-            "security": "tls",
-            "credentials": str(creds),
-            "choices": {
-                **spec.choices,
-                "security": Decision(
-                    "tls",
-                    "scheduler address",
-                    f"the scheduler's address is tls://: TLS with the credentials "
-                    f"in {creds} ({creds_source})",
-                    extra={"setting": setting},
-                ),
-            },
-        }
-    )
+    why = f"the scheduler's address is tls://: TLS with the credentials in {creds} ({creds_source})"
+    return _secured(spec, "tls", "scheduler address", why, setting, credentials=str(creds))
 
 
 def check_credentials(path: pathlib.Path, trusted: bool) -> None:
-    """Refuse, in one line, credentials that are missing, unreadable, not PEM
-    (:func:`check_pem`) or (unless ``trusted``) changeable by another user."""
+    """Refuse, in one line, credentials missing, unreadable, not PEM or (unless ``trusted``) not yours."""
     if not path.is_file():
         raise UserError(
             f"credentials file {path} does not exist",
@@ -200,8 +161,7 @@ def check_credentials(path: pathlib.Path, trusted: bool) -> None:
 
 
 def check_pem(path: pathlib.Path) -> None:
-    """Refuse, in one line, a credentials file that ``ssl`` cannot read as a CA certificate
-    and a certificate with its key."""
+    """Refuse, in one line, a credentials file that ``ssl`` cannot read as a CA, certificate and key."""
     import ssl
 
     try:
@@ -218,8 +178,7 @@ def check_pem(path: pathlib.Path) -> None:
 
 
 def load(path: str | os.PathLike):
-    """A client's :class:`~distributed.Security` from a credentials file (CA, certificate and
-    key in one PEM file), encryption required."""
+    """A client's :class:`~distributed.Security` from a credentials file, encryption required."""
     from distributed import Security
 
     p = str(pathlib.Path(path).expanduser())
@@ -227,8 +186,7 @@ def load(path: str | os.PathLike):
 
 
 def every_role(path: str | os.PathLike):
-    """A :class:`~distributed.Security` whose every role (scheduler, worker, client) reads the
-    credentials file at ``path``."""
+    """A :class:`~distributed.Security` whose every role reads the credentials file at ``path``."""
     from distributed import Security
 
     p = str(pathlib.Path(path).expanduser())
@@ -272,14 +230,8 @@ def temporary():
 
 
 def write(security, path: pathlib.Path) -> pathlib.Path:
-    """Write ``security``'s key and self-signed certificate (also its CA) to ``path``, created
-    with mode 0600, atomically and never through a link; returns ``path``."""
+    """Write ``security``'s key and certificate to ``path`` (mode 0600, atomically); returns ``path``."""
     pem = security.tls_client_key.strip() + "\n" + security.tls_client_cert.strip() + "\n"
     with atomic.written(path, replace=True, mode=0o600, what="credentials file") as (f, _):
         f.write(pem.encode())
     return path
-
-
-def describe(spec) -> dict[str, Any]:
-    """What a record says about security."""
-    return {"tls": spec.security == "tls", "credentials": spec.credentials}

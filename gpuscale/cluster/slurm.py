@@ -1,8 +1,6 @@
 """Clusters in SLURM jobs: dask-jobqueue's :class:`~dask_jobqueue.SLURMCluster`
 (``cluster.deploy: slurm``; docs/guide/beyond-one-host.md). The scheduler runs in this
-process; each job runs ``processes`` workers (GPU: ``dask cuda worker``, one per GPU). Under
-TLS the workers read the credentials file by its path, so it must be on a filesystem the
-compute nodes share.
+process; each job runs ``processes`` workers (GPU: ``dask cuda worker``, one per GPU).
 """
 
 from __future__ import annotations
@@ -184,8 +182,7 @@ class Slurm(Kind, name="slurm", cluster_class="dask_jobqueue.SLURMCluster"):
         return job.job_script().splitlines()
 
     def per_host(self, spec: ClusterSpec) -> dict[str, dict]:
-        """The scheduler on this machine, and what the workers on each job's node get (the
-        nodes are SLURM's choice)."""
+        """The scheduler on this machine, and what the workers on each job's node get."""
         kw = spec.kwargs
         gpu = kw.get("worker_command") == GPU_WORKER
         jobs = spec.choices["jobs"].value

@@ -1,8 +1,7 @@
 """A cluster made of the tasks of an ``srun``: dask-jobqueue's
 :class:`~dask_jobqueue.slurm.SLURMRunner` (``cluster.deploy: srun``;
 docs/guide/beyond-one-host.md). Rank 0 runs the scheduler, rank 1 the client, every further
-rank a worker; they meet through the scheduler file in the working folder. Under TLS, rank 0
-writes the credentials beside it before its scheduler listens.
+rank a worker; they meet through the scheduler file in the working folder.
 """
 
 from __future__ import annotations
@@ -45,8 +44,7 @@ def _runner_class():
 
 
 class _Closing:
-    """The runner as :func:`gpuscale.cluster.connect` closes it: stop the scheduler (every task
-    then exits), remove the credentials file rank 0 wrote."""
+    """The runner as :func:`gpuscale.cluster.connect` closes it, with the credentials rank 0 wrote."""
 
     def __init__(self, runner, credentials: pathlib.Path | None):
         self.runner, self.credentials = runner, credentials
@@ -154,9 +152,8 @@ class Srun(Kind, name="srun", cluster_class="dask_jobqueue.slurm.SLURMRunner"):
             )
 
         runner = construct(spec, make)
-        if (
-            sec is not None
-        ):  # SLURMRunner's own rpc to its scheduler has no credentials: its close would time out
+        # SLURMRunner's own rpc to its scheduler has no credentials: its close would time out
+        if sec is not None:
             from distributed import rpc
 
             runner.scheduler_comm = rpc(

@@ -1,8 +1,7 @@
 """Clusters over SSH: distributed's :func:`~distributed.deploy.ssh.SSHCluster`
 (``cluster.deploy: ssh``; docs/guide/beyond-one-host.md). The first host of
 ``cluster.ssh.hosts`` runs the scheduler, every other entry one worker process (GPU: a
-``CUDAWorker`` per GPU). Under TLS the remote processes get the credentials file's path, never
-key material, so it must be readable at the same path on every host.
+``CUDAWorker`` per GPU).
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ def _connect_options(ssh) -> dict:
 
 
 def tls_config(credentials: str) -> dict:
-    """Dask's configuration that makes every process SSHCluster starts speak TLS with the
-    credentials file at this path (the same path on every host)."""
+    """Dask's configuration that makes every process SSHCluster starts speak TLS with these credentials."""
     return {
         "distributed.comm.require-encryption": True,
         "distributed.comm.tls.ca-file": credentials,
@@ -62,9 +60,7 @@ class Ssh(Kind, name="ssh", cluster_class="distributed.deploy.ssh.SSHCluster"):
         gpu = plan.gpu_workers
         worker_class = "dask_cuda.CUDAWorker" if gpu else "distributed.Nanny"
         threads = plan.layout.threads.value
-        worker_options: dict = {}
-        if threads:
-            worker_options["nthreads"] = threads
+        worker_options: dict = {"nthreads": threads} if threads else {}
         if c.memory_limit != "auto":
             worker_options["memory_limit"] = c.memory_limit
         pool, rmm = rmm_pool(c, family) if gpu else (None, None)
@@ -167,43 +163,20 @@ class Ssh(Kind, name="ssh", cluster_class="distributed.deploy.ssh.SSHCluster"):
             return " ".join([*ssh, target, *argv])
 
         sched_opts = dict(kw["scheduler_options"], **({"protocol": protocol} if protocol else {}))
-        lines = [
-            on(
-                kw["hosts"][0],
-                kw["remote_python"],
-                "-m",
-                "distributed.cli.dask_spec",
-                "--spec",
-                shlex.quote(json.dumps({"cls": "distributed.Scheduler", "opts": sched_opts})),
-            )
+        spec_cli = (kw["remote_python"], "-m", "distributed.cli.dask_spec")
+        scheduler = json.dumps({"cls": "distributed.Scheduler", "opts": sched_opts})
+        worker = json.dumps({0: {"cls": kw["worker_class"], "opts": kw["worker_options"]}})
+        return [on(kw["hosts"][0], *spec_cli, "--spec", shlex.quote(scheduler))] + [
+            on(host, *spec_cli, "SCHEDULER_ADDRESS", "--spec", shlex.quote(worker))
+            for host in kw["hosts"][1:]
         ]
-        for host in kw["hosts"][1:]:
-            lines.append(
-                on(
-                    host,
-                    kw["remote_python"],
-                    "-m",
-                    "distributed.cli.dask_spec",
-                    "SCHEDULER_ADDRESS",
-                    "--spec",
-                    shlex.quote(json.dumps({0: {"cls": kw["worker_class"], "opts": kw["worker_options"]}})),
-                )
-            )
-        return lines
 
     def per_host(self, spec: ClusterSpec) -> dict[str, dict]:
-        """Per host of ``cluster.ssh.hosts`` (in their order): whether it runs the scheduler, its
-        worker entries, and what its workers get (:func:`gpuscale.cluster.per_host_entry`)."""
+        """Per host of ``cluster.ssh.hosts``: whether it runs the scheduler, and its workers."""
         kw = spec.kwargs
         hosts, opts, cls = kw["hosts"], kw["worker_options"], kw["worker_class"]
         gpu = cls == "dask_cuda.CUDAWorker"
-        out: dict[str, dict] = {}
-        for i, host in enumerate(hosts):
-            e = out.setdefault(host, {"scheduler": False, "worker_entries": 0})
-            if i == 0:
-                e["scheduler"] = True
-            else:
-                e["worker_entries"] += 1
+        out = {h: {"scheduler": h == hosts[0], "worker_entries": hosts[1:].count(h)} for h in hosts}
         threads = opts.get("nthreads") or (spec.choices.get("threads_per_worker") or {}).get("rule")
         for host, e in out.items():
             n = e["worker_entries"]

@@ -101,9 +101,6 @@ class Source:
         return d
 
 
-# ---------------------------------------------------------------------------------------
-# What is it?
-# ---------------------------------------------------------------------------------------
 def type_name(obj) -> str:
     top = type(obj).__module__.split(".")[0]
     return type(obj).__name__ if top == "builtins" else f"{top}.{type(obj).__name__}"
@@ -131,11 +128,10 @@ def detect_format(path: pathlib.Path) -> str:
         if any((path / m).exists() for m in ZARR_MARKERS):
             return "zarr"
         files = [p for p in path.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
-        if (path / "_metadata").exists() or any(
-            p.suffix.lower() in (".parquet", ".pq", ".parq") for p in files
-        ):
+        formats = {SUFFIXES.get(p.suffix.lower()) for p in files}
+        if (path / "_metadata").exists() or "parquet" in formats:
             return "parquet"
-        if any(p.suffix.lower() == ".csv" for p in files):
+        if "csv" in formats:
             return "csv"
         raise UserError(
             f"cannot tell what the folder {path} holds (no Parquet, CSV or Zarr files in it)",
@@ -223,10 +219,9 @@ def inspect_path(path, formats: tuple[str, ...] | None = None) -> Source:
 
 
 def unreadable(path, fmt: str, e: BaseException) -> UserError:
-    if fmt == "csv":
-        mismatch = _csv_dtype_mismatch(path, e)
-        if mismatch is not None:
-            return mismatch
+    mismatch = _csv_dtype_mismatch(path, e) if fmt == "csv" else None
+    if mismatch is not None:
+        return mismatch
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
     return UserError(
         f"cannot read {path} as {FORMAT_NAMES[fmt]}: {type(e).__name__}: {first[:300]}",
@@ -251,9 +246,7 @@ def _inspect_npy(p: pathlib.Path) -> Source:
             f"{p} holds several arrays (an .npz archive), not one .npy array",
             "save one array with numpy.save(path, x)",
         )
-    shape, dtype = a.shape, a.dtype
-    del a
-    return _file_array("npy", p, shape, dtype, file_bytes=p.stat().st_size)
+    return _file_array("npy", p, a.shape, a.dtype, file_bytes=p.stat().st_size)
 
 
 def _file_array(fmt: str, p: pathlib.Path, shape, dtype, **more) -> Source:
@@ -503,11 +496,8 @@ def _csv_dtype_mismatch(path, e: BaseException) -> UserError | None:
     text = str(e)
     if not text.startswith("Mismatched dtypes found"):
         return None
-    rows = []
-    for line in text.splitlines():
-        m = re.match(r"^\|\s*(.+?)\s*\|\s*(\S+)\s*\|\s*(\S+)\s*\|$", line)
-        if m and m.groups() != ("Column", "Found", "Expected"):
-            rows.append(m.groups())
+    matches = (re.match(r"^\|\s*(.+?)\s*\|\s*(\S+)\s*\|\s*(\S+)\s*\|$", line) for line in text.splitlines())
+    rows = [m.groups() for m in matches if m and m.groups() != ("Column", "Found", "Expected")]
     if not rows:
         return None
 
@@ -541,9 +531,6 @@ def _parquet_size(p: pathlib.Path) -> tuple[int | None, int | None]:
         return None, None
 
 
-# ---------------------------------------------------------------------------------------
-# Open on a family
-# ---------------------------------------------------------------------------------------
 def read_rows(fmt: str, path: str, start: int, stop: int, module: str):
     """Rows ``start:stop`` of a ``.npy`` (memory-mapped) or Zarr array, as ``module``'s array
     type (runs on a worker: the block goes straight to the device on the GPU family)."""
@@ -634,9 +621,6 @@ def check_finite(x, where: str) -> None:
     )
 
 
-# ---------------------------------------------------------------------------------------
-# --by / --agg
-# ---------------------------------------------------------------------------------------
 AGG_EXAMPLE = "--agg 'price:mean,max;qty:sum'"
 ESCAPE = "\\"
 """In ``--agg`` and ``--by`` a backslash makes the next character part of the column name: ``\\;``
@@ -646,16 +630,12 @@ a ``;`` (``--agg``'s separator of columns), ``\\,`` a ``,`` (``--by``'s), ``\\\\
 
 def split_escaped(text: str, sep: str) -> list[str]:
     """``text`` split at each ``sep`` not escaped (:data:`ESCAPE`); escapes kept (:func:`unescape`)."""
-    parts, cur, chars = [], [], iter(str(text))
-    for ch in chars:
-        if ch == ESCAPE:
-            cur.append(ch + next(chars, ""))
-        elif ch == sep:
-            parts.append("".join(cur))
-            cur = []
+    parts = [""]
+    for ch in _escaped_chars(str(text)):
+        if ch == sep:
+            parts.append("")
         else:
-            cur.append(ch)
-    parts.append("".join(cur))
+            parts[-1] += ch
     return parts
 
 
@@ -716,9 +696,6 @@ def parse_by(text: str) -> list[str]:
     return cols
 
 
-# ---------------------------------------------------------------------------------------
-# A run on user data: everything that can be checked before a cluster starts
-# ---------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class RunInputs:
     """What a run on the user's data takes, checked: the source (None: generated data), the
@@ -748,10 +725,8 @@ def host_fits(nbytes: int, what: str) -> None:
 def check_params(cls, params: dict[str, Any], data) -> None:
     """Before parsing: parameters that only describe generated data are refused on the user's
     (so ``--rows`` with ``--input`` names the real problem, not a clash with ``--cols``)."""
-    if data is None:
-        return
-    given = [k.replace("-", "_") for k, v in params.items() if v is not None]
-    _refuse_generation(cls, given)
+    if data is not None:
+        _refuse_generation(cls, [k.replace("-", "_") for k, v in params.items() if v is not None])
 
 
 def _refuse_generation(cls, given) -> None:
@@ -816,9 +791,7 @@ def check_run(
         if validate == "full" and source.nbytes:
             host_fits(3 * source.nbytes, source.label)
     out = (
-        outputs.check(output, overwrite, getattr(cls, "output_formats", ()), name)
-        if output is not None
-        else None
+        None if output is None else outputs.check(output, overwrite, getattr(cls, "output_formats", ()), name)
     )
     if out is not None and source is not None and source.path and out == pathlib.Path(source.path):
         raise UserError(f"--output {output} is the input file", "write the result to another path")

@@ -69,7 +69,6 @@ def _constants(dtype):
     return t(2.0), t(0.5)
 
 
-# -- vectorized (any NumPy-API array) -------------------------------------------------------
 def pgram_vectorized(t, y, f):
     """The formula with array calls; on CuPy blocks NumPy's functions dispatch to CuPy."""
     two, half = _constants(f.dtype)
@@ -94,7 +93,6 @@ def pgram_vectorized(t, y, f):
 pgram_vectorized.kernel = "NumPy-API array calls"
 
 
-# -- numba.njit (CPU) ------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
 def _cpu_kernel(dtype: str):
     import numba
@@ -119,7 +117,6 @@ def pgram_numba(t, y, f):
 pgram_numba.kernel = "numba.njit"
 
 
-# -- numba.cuda.jit (GPU, or the simulator) --------------------------------------------------
 @functools.lru_cache(maxsize=None)
 def _cuda_kernel(dtype: str):
     global cuda
@@ -159,7 +156,6 @@ def _pgram_numba_cuda_on_cupy(t, y, f):
 
 pgram_numba_cuda.kernel = _pgram_numba_cuda_on_cupy.kernel = "numba.cuda.jit"
 
-# -- CuPy RawKernel ----------------------------------------------------------------------------
 _CUDA_SOURCE = r"""
 extern "C" __global__ void lombscargle(const int n, const int nf, const T* __restrict__ t,
                                        const T* __restrict__ y, const T* __restrict__ f,
@@ -217,7 +213,6 @@ def pgram_cupy(t, y, f):
 
 pgram_cupy.kernel = "cupy.RawKernel"
 
-# -- which implementations a chunk type supports -----------------------------------------------
 impls_for = Dispatch("lombscargle_impls")
 
 

@@ -70,7 +70,6 @@ def _mean3x3_gpu(a, out, ninth):
                 out[i, j] = s * ninth
 
 
-# -- CPU ---------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
 def _cpu_kernel():
     import numba
@@ -88,7 +87,6 @@ def mean3x3_numba(a: np.ndarray) -> np.ndarray:
 mean3x3_numba.kernel = "numba.njit"
 
 
-# -- GPU ---------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
 def _cuda_kernel():
     global cuda
@@ -122,7 +120,6 @@ def mean3x3_cuda(a, stream=0, threads=THREADS, max_blocks=MAX_BLOCKS):
 mean3x3_cuda.kernel = "numba.cuda.jit"
 
 
-# -- by chunk type -----------------------------------------------------------------------
 smooth3x3 = Dispatch("smooth3x3")
 smooth3x3.register(np.ndarray)(mean3x3_numba)
 

@@ -17,8 +17,7 @@ from .workers import WorkerKnobs, worker_knobs
 @dataclass(frozen=True, slots=True)
 class ClusterPlan:
     """What the rules decided for one cluster before its kind turns it into arguments
-    (:class:`gpuscale.cluster.kind.Kind`): the kind, the transport, the worker layout and the
-    message interval and how results reach the client, with the settings and facts they came from."""
+    (:class:`gpuscale.cluster.kind.Kind`), with the settings and facts they came from."""
 
     kind: str
     """``local``, ``cuda``, ``existing``, ``ssh``, ``slurm`` or ``srun``."""
@@ -36,14 +35,10 @@ class ClusterPlan:
     """How the client fetches results (:mod:`gpuscale.wire.gather`)."""
     layout: Layout | None
     """None for a running cluster (``existing``): it has its own."""
-    tls: bool
-    """The cluster is to speak TLS (asked for, or kept up for other processes)."""
-    served: bool
     gpu_workers: bool
     """The workers are the family's GPU workers (one per GPU, dask-cuda's), wherever they run."""
     gpus: Decision | None = None
-    """The GPUs a GPU cluster started here takes, one worker each (:func:`choose_gpus`); None
-    for other kinds."""
+    """The GPUs a GPU cluster started here takes, one worker each; None for other kinds."""
     dashboard: Decision | None = None
     """The dashboard's address for a cluster started here (value None: no dashboard)."""
     memory_limit: Decision | None = None
@@ -51,8 +46,7 @@ class ClusterPlan:
     notes: tuple[str, ...] = ()
     """What the plan warns of: settings it ignores, GPUs that cannot carry what was asked."""
     gpu_knobs: WorkerKnobs | None = None
-    """What each GPU worker gets beyond its layout and pool (None: not GPU workers, or a
-    running cluster's)."""
+    """What each GPU worker gets beyond its layout and pool (None: no GPU workers started)."""
 
 
 def gpu_bytes(facts: Facts, gpus: Decision | None) -> list[int]:
@@ -72,10 +66,8 @@ def kind_of(resolved, family) -> str:
 
 
 def dashboard_choice(resolved, processes: Decision | None) -> Decision:
-    """The dashboard's address as you set it (or Dask's default), except that a run rule
-    ``processes.small-work`` puts in this process gets none where you set none: it would close
-    with the run before anyone opened it (a dashboard you set is kept, served over TCP on the
-    loopback)."""
+    """The dashboard's address as you set it (or Dask's default); none for a run that rule
+    ``processes.small-work`` puts in this process, where you set none."""
     source = resolved.sources.get("cluster.dashboard-address", "default")
     small = processes is not None and processes.rule_id == "processes.small-work" and not processes.value
     if small and source == "default":
@@ -96,9 +88,8 @@ def plan_cluster(
 ) -> ClusterPlan:
     """The plan of the cluster the resolved settings describe for ``family``'s ``collection``
     work on a machine of ``facts`` (None: this one). ``served``: a cluster kept up for other
-    processes (``cluster up``); ``gpus``: the GPUs a rule of the work picked
-    (:func:`gpuscale.runs.session.gpus_for_work`); ``estimate_bytes``: the planned memory of
-    the one run the cluster starts for (:func:`gpuscale.runs.session.processes_for_work`)."""
+    processes; ``gpus``: the GPUs a rule of the work picked; ``estimate_bytes``: the planned
+    memory of the one run the cluster starts for."""
     settings = resolved.settings
     kind = kind_of(resolved, family)
     facts = facts or Facts.here(gpus=kind == "cuda")
@@ -129,8 +120,6 @@ def plan_cluster(
         worker_ttl=liveness.choose(resolved, kind),
         gather=gather.choose(resolved, kind),
         layout=laid,
-        tls=tls,
-        served=served,
         gpu_workers=gpu_workers,
         gpus=gpus,
         dashboard=dashboard,
@@ -142,8 +131,7 @@ def plan_cluster(
 
 def _notes(resolved, kind: str, transport, gpus: Decision | None) -> tuple[str, ...]:
     """Warnings of a cluster started here: UCX switches a CPU cluster ignores; for a GPU
-    cluster, no visible GPU, or NVLink asked of one GPU or of GPUs it does not connect (NVLink
-    over a transport that does not switch transports is refused)."""
+    cluster, no visible GPU, or NVLink that cannot carry anything."""
     ucx = resolved.settings.cluster.ucx
     if kind == "local" and any(v is not None for v in (ucx.nvlink, ucx.infiniband, ucx.rdmacm)):
         return ("UCX transport switches apply to GPU clusters only; ignored here",)

@@ -35,11 +35,9 @@ class Where:
     """The cluster kind (``local``, ``cuda``, ``existing``, ``ssh``...)."""
     workers: int
     capacity_bytes: int | None
-    """Memory the engine has for the plan: this machine's available memory (CPU), the GPU's
-    (one GPU) or all GPUs' (several); None: unknown."""
+    """Memory the engine has for the plan (this machine's, or its GPUs'); None: unknown."""
     unavailable: str | None = None
-    """Why the family's engine cannot run here (cudf-polars not installed, a family whose
-    DataFrames are not cuDF); None: it can."""
+    """Why the family's engine cannot run here; None: it can."""
 
     @property
     def one_worker_bytes(self) -> int | None:
@@ -68,14 +66,13 @@ def decide(
     forced = setting == "polars"
     if where.unavailable is not None:
         return made("dask", "engine.unavailable", where.unavailable)
-    if where.kind not in LOCAL_KINDS and not where.on_device:
-        if not forced:
-            return made(
-                "dask",
-                "engine.hosts",
-                f"the CPU family on a {where.kind} cluster: Dask keeps the work on its workers, "
-                "Polars would run it in this process alone",
-            )
+    if where.kind not in LOCAL_KINDS and not where.on_device and not forced:
+        return made(
+            "dask",
+            "engine.hosts",
+            f"the CPU family on a {where.kind} cluster: Dask keeps the work on its workers, "
+            "Polars would run it in this process alone",
+        )
     if (
         not forced
         and reads_bytes is not None
@@ -113,14 +110,12 @@ def decide(
 
 
 IN_MEMORY_SHARE = 4
-"""cudf-polars runs a plan in memory where it reads at most 1/``IN_MEMORY_SHARE`` of the GPU's
-memory: its joins and group-bys hold their inputs and outputs at once."""
+"""cudf-polars runs a plan in memory where it reads at most 1/``IN_MEMORY_SHARE`` of the GPU's memory."""
 
 
 def executor(where: Where, reads_bytes: int | None) -> Decision:
-    """How cudf-polars runs a plan on one GPU: ``in-memory`` (each operation on whole tables)
-    where what the plan reads is known and small beside the GPU's memory, else ``streaming``
-    (in partitions, the engine's default, for data that may not fit)."""
+    """How cudf-polars runs a plan on one GPU: ``in-memory`` where what the plan reads is known
+    and small beside the GPU's memory, else ``streaming`` (in partitions)."""
     room = where.one_worker_bytes
     numbers = {"reads_bytes": reads_bytes, "capacity_bytes": room}
     if _in_memory(where, reads_bytes):

@@ -1,6 +1,5 @@
 """The worker layout, decided once per cluster: how many worker processes and how many threads
-each, from what you set, the family's threads per worker for the work's collection and the
-cores the workers get (the machine's facts)."""
+each, from what you set, the family's rule and the machine's facts."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ from ..errors import UserError
 
 SMALL_WORK_BYTES = 512 * 2**20
 """Planned memory at or under which a run on generated data gets one worker of this process's
-threads where you set no layout (rule ``processes.small-work``): worker processes take seconds
-to start, more than such a run's work (docs/decisions.md)."""
+threads where you set no layout (rule ``processes.small-work``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +37,8 @@ class Facts:
 
 def choose_gpus(resolved, facts: Facts, picked: Decision | None) -> Decision:
     """The GPUs a GPU cluster started here takes, one worker each: the ones you set (rule
-    ``gpus.set``; each must be visible), else the ones a rule of the work picked (``picked``,
-    rule ``gpus.work``), else every visible GPU (``gpus.visible``); the first ``--workers``
-    of them where you set the workers."""
+    ``gpus.set``), else those a rule of the work picked (``picked``, rule ``gpus.work``), else
+    every visible GPU; the first ``--workers`` of them where you set the workers."""
     c, src = resolved.settings.cluster, resolved.sources
     visible = [i for i, _ in facts.gpus]
     if c.gpus is not None:
@@ -78,8 +75,7 @@ def _per_gpu(resolved, gpus: Decision) -> Decision:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """Workers and threads per worker of one cluster. ``workers`` is None where the cluster kind
-    counts them itself (one per GPU, per host entry, per SLURM job)."""
+    """Workers and threads per worker of one cluster (``workers`` None: the kind counts them)."""
 
     threads: Decision
     workers: Decision | None = None
@@ -94,11 +90,9 @@ class Layout:
 def processes_choice(
     resolved, kind: str, family, *, served: bool, estimate_bytes: int | None
 ) -> Decision | None:
-    """Rules ``processes.*``: whether a CPU cluster started here runs its workers as processes.
-    ``cluster.processes`` yes / no as you set it; auto: this process's threads for a run whose
-    planned memory (``estimate_bytes``; None: no one run, as in a session) is at most
-    :data:`SMALL_WORK_BYTES` where you set no layout and nothing keeps the cluster up, else
-    processes. None where the cluster is not a CPU cluster started here."""
+    """Rules ``processes.*``: whether a CPU cluster started here runs its workers as processes
+    (``cluster.processes``; auto: not for a run of at most :data:`SMALL_WORK_BYTES` of planned
+    memory, ``estimate_bytes``). None where the cluster is not a CPU cluster started here."""
     if kind != "local":
         return None
     c, sources = resolved.settings.cluster, resolved.sources
@@ -123,25 +117,15 @@ def processes_choice(
         if estimate_bytes > SMALL_WORK_BYTES
         else None
     )
-    if why is not None:
-        return Decision(
-            True,
-            "rule",
-            f"auto: worker processes, as {why}",
-            "processes.small-work",
-            numbers,
-            documented=True,
+    if why is None:
+        rule = (
+            f"auto: the run's planned memory, {format_bytes(estimate_bytes)}, is at most "
+            f"{small}: one worker of this process's threads and no dashboard, "
+            "since worker processes take seconds to start"
         )
-    return Decision(
-        False,
-        "rule",
-        f"auto: the run's planned memory, {format_bytes(estimate_bytes)}, is at most "
-        f"{small}: one worker of this process's threads and no dashboard, "
-        "since worker processes take seconds to start",
-        "processes.small-work",
-        numbers,
-        documented=True,
-    )
+    else:
+        rule = f"auto: worker processes, as {why}"
+    return Decision(why is not None, "rule", rule, "processes.small-work", numbers, documented=True)
 
 
 def layout(
@@ -162,9 +146,8 @@ def layout(
     * ``srun``: the threads you set, else ``SLURM_CPUS_PER_TASK`` (1 when unset);
     * ``slurm``: a job's cores over its worker processes (dask-jobqueue's rule).
 
-    A running cluster (``existing``) has its own. ``processes``: rule ``processes.small-work``'s
-    decision puts one worker of every core's thread in this process; ``gpus``: the GPUs a
-    ``cuda`` cluster takes (:func:`choose_gpus`), one worker each."""
+    ``processes``: rule ``processes.small-work`` may put one worker in this process; ``gpus``:
+    the GPUs a ``cuda`` cluster takes, one worker each."""
     if kind not in _RULES:
         raise ValueError(f"a {kind!r} cluster has no layout of its own")
     c = resolved.settings.cluster

@@ -1,5 +1,4 @@
-"""The memory rules of a cluster's plan: each worker's memory limit, where and from what share
-of it workers spill, the RMM pool of GPU workers and how they spill device memory."""
+"""The memory rules of a cluster's plan: memory limits, spilling, and GPU workers' RMM pools."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import tempfile
 from typing import Any
 
 import dask.config
-from dask.utils import format_bytes
+from dask.utils import format_bytes, parse_bytes
 
 from .. import _dask_compat, machine, memory
 from ..decision import Decision
@@ -16,8 +15,7 @@ from ..errors import UserError
 
 
 def memory_choice(resolved, value: int | None, auto_rule: str, host: int) -> Decision:
-    """The memory limit per worker as chosen: ``value`` bytes; ``auto_rule`` (formatted with
-    ``host`` = the machine's memory and ``value``) says how ``auto`` came to it."""
+    """The memory limit per worker as chosen: ``value`` bytes; ``auto_rule`` says how ``auto`` came to it."""
     setting = resolved.settings.cluster.memory_limit
     source = resolved.sources.get("cluster.memory-limit", "default")
     extra = {"setting": setting}
@@ -32,8 +30,7 @@ def memory_choice(resolved, value: int | None, auto_rule: str, host: int) -> Dec
 
 
 def remote_memory_choice(resolved, each: str) -> Decision:
-    """The memory limit of workers started on other hosts, as set: ``auto`` is Dask's default
-    on ``each`` of them (``"host"``, ``"node"``), which this machine cannot work out."""
+    """The memory limit of workers started on other hosts, as set (``auto``: Dask's default on ``each``)."""
     setting = resolved.settings.cluster.memory_limit
     auto = setting == "auto"
     return Decision(
@@ -45,9 +42,8 @@ def remote_memory_choice(resolved, each: str) -> Decision:
 
 
 def spill_choices(family, limit: int | None, threads: int, worker_config: dict) -> dict:
-    """Where the workers spill and from what share of their memory (the spill target's rule is
-    :func:`gpuscale.memory.target_fraction`); a lowered target goes into ``worker_config``
-    (the spec's ``dask_config``, in force while the workers start)."""
+    """Where the workers spill and from what share of their memory; a lowered spill target
+    (:func:`gpuscale.memory.target_fraction`) goes into ``worker_config``."""
     if family.spill_to is None:
         return {
             "spill_to": Decision(
@@ -84,8 +80,7 @@ def spill_choices(family, limit: int | None, threads: int, worker_config: dict) 
 
 
 def spilling_choice(family) -> Decision:
-    """Where CPU workers on other hosts spill: their local directory, above the fractions of
-    their memory limit in this process's Dask config, which the deploy target hands to them."""
+    """Where CPU workers on other hosts spill, above the fractions in this process's Dask config."""
     if family.spill_to is None:
         return Decision(
             None, "family", f"the {family.name} family does not spill: data must fit", "spill.none"
@@ -105,8 +100,7 @@ def spilling_choice(family) -> Decision:
 
 def rmm_pool(c, family) -> tuple[Any, dict[str, Any] | None]:
     """(the RMM pool per GPU worker, the spec's ``rmm`` entry) from the cluster settings ``c``
-    (``auto``: the family's knob), for every kind that starts GPU workers; ``(None, None)``: no
-    pool."""
+    (``auto``: the family's knob); ``(None, None)``: no pool."""
     pool = c.rmm.pool_size
     source = "set by you"
     if pool == "auto":
@@ -123,9 +117,8 @@ def rmm_pool(c, family) -> tuple[Any, dict[str, Any] | None]:
 
 
 def rmm_rule(rmm: dict[str, Any] | None, gpu_bytes: list[int] = ()) -> str | None:
-    """How the RMM pool of the spec's ``rmm`` entry came about: its source, the size per GPU
-    where it is a share of GPUs of known memory (``gpu_bytes``), and CUDA's async allocator
-    where that is set; None without an entry."""
+    """How the RMM pool of the spec's ``rmm`` entry came about (``gpu_bytes``: for its size per
+    GPU); None without an entry."""
     if rmm is None:
         return None
     pool, rule = rmm["pool_size"], rmm["source"]
@@ -139,8 +132,7 @@ def rmm_rule(rmm: dict[str, Any] | None, gpu_bytes: list[int] = ()) -> str | Non
 
 
 def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> Decision:
-    """The RMM pool choice: ``pool`` as the cluster kind set it (None: no pool) and the rule
-    it gave, else why there is none."""
+    """The RMM pool choice: ``pool`` as the cluster kind set it and its ``rule``, else why there is none."""
     setting = resolved.settings.cluster.rmm.pool_size
     source = resolved.sources.get("cluster.rmm.pool-size", "default")
     if pool is not None:
@@ -158,8 +150,7 @@ def rmm_choice(resolved, family, pool: Any = None, rule: str | None = None) -> D
 
 
 def device_limit_choice(resolved, gpu_bytes: list[int]) -> Decision:
-    """Where GPU workers start spilling device -> host (dask-cuda's ``device_memory_limit``);
-    ``gpu_bytes``: the memory of the workers' GPUs where known here, else []."""
+    """Where GPU workers start spilling device -> host (``gpu_bytes``: their GPUs' memory, if known)."""
     c = resolved.settings.cluster
     src = resolved.sources.get("cluster.device-memory-limit", "default")
     device = min(gpu_bytes) if gpu_bytes else None
@@ -177,18 +168,9 @@ def device_limit_choice(resolved, gpu_bytes: list[int]) -> Decision:
             f"{f:g} of the device{at} (then to disk past the host memory limit)",
             "device-limit.dask-cuda",
         )
-    if device is None:
-        return Decision(
-            c.device_memory_limit,
-            src,
-            f"task outputs spill device -> host above {c.device_memory_limit}",
-            "device-limit.set",
-        )
+    above = c.device_memory_limit if device is None else f"{f:.3g} of the device{at}"
     return Decision(
-        c.device_memory_limit,
-        src,
-        f"task outputs spill device -> host above {f:.3g} of the device{at}",
-        "device-limit.set",
+        c.device_memory_limit, src, f"task outputs spill device -> host above {above}", "device-limit.set"
     )
 
 
@@ -201,8 +183,7 @@ SPILL_WAYS = {
 
 
 def device_spill_choice(resolved, family, collection, gpu_bytes: list[int]) -> Decision:
-    """How GPU workers spill (``cluster.device-spill``; auto: the family's knob for the work's
-    collection), or that they do not (``--device-memory-limit 0``)."""
+    """How GPU workers spill (``cluster.device-spill``; auto: the family's knob), or that they do not."""
     c = resolved.settings.cluster
     src = resolved.sources.get("cluster.device-spill", "default")
     if memory.device_spill_fraction(c.device_memory_limit, min(gpu_bytes) if gpu_bytes else None) is None:
@@ -235,8 +216,6 @@ def memory_setting(limit):
     """The memory-limit setting in the form distributed reads, or a UserError: a number is a
     fraction of this machine's memory when 0 < f <= 1, a byte count when whole and > 1 (0: no
     limit); other numbers, negative sizes and sizes over the machine's memory are refused."""
-    from dask.utils import parse_bytes
-
     if limit is None or (isinstance(limit, str) and limit.strip().lower() == "auto"):
         return limit
     if isinstance(limit, bool):
@@ -275,9 +254,8 @@ def memory_setting(limit):
 
 
 def memory_bytes(limit, threads: int, cores: int) -> int | None:
-    """Per-worker bytes of a memory-limit setting, as distributed reads it; refused (before
-    anything starts) when it is not one of :data:`MEMORY_LIMIT_FORMS`, below
-    :data:`MIN_WORKER_BYTES` or above this machine's memory."""
+    """Per-worker bytes of a memory-limit setting, as distributed reads it; refused when it is
+    not one of :data:`MEMORY_LIMIT_FORMS`, below :data:`MIN_WORKER_BYTES` or over the machine's."""
     setting = memory_setting(limit)
     try:
         value = _dask_compat.memory_limit_bytes(setting, threads, cores, logging.getLogger(__name__))
@@ -303,10 +281,7 @@ def memory_bytes(limit, threads: int, cores: int) -> int | None:
 
 def check_layout(workers: int, threads: int, cores: int, host: int) -> None:
     """Refuse, before anything starts, a layout a machine of ``cores`` usable cores and
-    ``host`` bytes of memory cannot hold: more than :data:`MAX_WORKERS_PER_CORE` worker
-    processes per core or fewer than :data:`MIN_WORKER_BYTES` of its memory each, more than
-    :data:`MAX_THREADS_PER_WORKER` threads per worker or :data:`MAX_THREADS_PER_CORE` threads
-    per core in all."""
+    ``host`` bytes of memory cannot hold (the limits ``MAX_*`` and :data:`MIN_WORKER_BYTES`)."""
     most = max(1, min(MAX_WORKERS_PER_CORE * cores, host // MIN_WORKER_BYTES))
     if workers > most:
         raise UserError(
@@ -340,9 +315,8 @@ def check_total(workers: int, limit: int | None, host: int) -> None:
 
 
 def memory_limit_choice(resolved, kind: str, layout, facts, gpus: Decision | None) -> Decision | None:
-    """The memory limit of each worker of a cluster started here (``local``: distributed's
-    share of the machine per worker; ``cuda``: the machine split over its GPU workers), after
-    refusing a layout or limits the machine cannot hold; None for other kinds."""
+    """The memory limit of each worker of a ``local`` or ``cuda`` cluster, after refusing a
+    layout or limits the machine cannot hold; None for other kinds."""
     c, host = resolved.settings.cluster, facts.memory_bytes
     if kind == "local":
         workers, threads, cores = layout.workers.value, layout.threads.value, layout.cores

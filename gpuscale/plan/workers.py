@@ -1,6 +1,5 @@
-"""What each GPU worker gets beyond its layout and pool, however it is started (a
-``LocalCUDACluster`` here, ``dask cuda worker`` over SSH or in SLURM jobs): the device memory
-limit, the way it spills, the UCX transports and the family's worker environment."""
+"""What each GPU worker gets beyond its layout and pool, however it is started: the device
+memory limit, the way it spills, the UCX transports and the family's worker environment."""
 
 from __future__ import annotations
 
@@ -16,9 +15,8 @@ from .memory import device_limit_choice, device_spill_choice
 
 @dataclasses.dataclass
 class WorkerKnobs:
-    """What a GPU worker gets beyond its pool, however it is started: ``options`` are keyword
-    arguments of ``LocalCUDACluster`` / ``CUDAWorker``, ``environ`` is set in each worker
-    process before it starts, ``choices`` say why."""
+    """What a GPU worker gets beyond its pool: ``options`` (keyword arguments of the worker
+    class), ``environ`` (set in each worker process) and ``choices`` (why)."""
 
     options: dict[str, Any]
     environ: dict[str, str]
@@ -32,9 +30,8 @@ class WorkerKnobs:
 
 
 def worker_knobs(resolved, family, collection, proto, gpu_bytes: list[int]) -> WorkerKnobs:
-    """The one rule for the device memory limit, the way workers spill, the UCX transports and
-    the family's worker environment, for every kind that starts GPU workers. ``gpu_bytes``:
-    the memory of the workers' GPUs when known here, else []."""
+    """The :class:`WorkerKnobs` of every kind that starts GPU workers (``gpu_bytes``: the memory
+    of the workers' GPUs when known here, else [])."""
     c = resolved.settings.cluster
     transports = {k: v for k, v in proto.transport_kwargs(c.ucx).items() if k.startswith("enable_")}
     options: dict[str, Any] = dict(transports)
@@ -75,8 +72,7 @@ def worker_knobs(resolved, family, collection, proto, gpu_bytes: list[int]) -> W
 
 
 def _device_limit_bytes(setting, gpu_bytes: list[int]) -> int | None:
-    """The device memory limit in bytes: a size as given, a share of the GPUs' memory where
-    they are known here; None otherwise (dask-cuda's default, no spilling, unknown GPUs)."""
+    """The device memory limit in bytes, where a size is given or the GPUs' memory is known here."""
     if isinstance(setting, str) and setting.strip().lower() not in ("default", "auto"):
         try:
             value = parse_bytes(setting)

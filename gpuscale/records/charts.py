@@ -26,13 +26,6 @@ if TYPE_CHECKING:
 CHARTS = {"speedup": "speedup.png", "time_vs_size": "time_vs_size.png", "spread": "spread.png"}
 
 
-def _memory_of(family: str) -> str | None:
-    for fam in backends.families():
-        if fam.name == family:
-            return fam.memory
-    return None
-
-
 def _ran(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["median_s"].notna()]
 
@@ -50,7 +43,8 @@ def speedup_rows(frame: pd.DataFrame) -> pd.DataFrame:
     fastest validated case of each side."""
     ran = _ran(frame)
     ran = ran[ran["valid"].fillna(False).astype(bool)].copy()
-    ran["memory"] = [_memory_of(f) for f in ran["family"]]
+    memory = {fam.name: fam.memory for fam in backends.families()}
+    ran["memory"] = [memory.get(f) for f in ran["family"]]
     out = []
     for (wl, size, proto), g in ran.groupby(["workload", "size", "protocol"], sort=False):
         host, dev = g[g["memory"] == "host"], g[g["memory"] == "device"]
@@ -106,18 +100,14 @@ def speedup(frame: pd.DataFrame) -> Figure | None:
     return fig
 
 
-def _series(frame: pd.DataFrame) -> pd.Series:
-    return (
-        frame["backend"] + " " + frame["protocol"] + " " + frame["workers"].astype("string").fillna("?") + "w"
-    )
-
-
 def time_vs_size(frame: pd.DataFrame) -> Figure | None:
     ran = _ran(frame)
     ran = ran[ran["estimate_bytes"].notna()].copy()
     if ran.empty:
         return None
-    ran["series"] = _series(ran)
+    ran["series"] = (
+        ran["backend"] + " " + ran["protocol"] + " " + ran["workers"].astype("string").fillna("?") + "w"
+    )
     names = list(dict.fromkeys(ran["workload"]))
     cols = min(3, len(names))
     nrows = math.ceil(len(names) / cols)

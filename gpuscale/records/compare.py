@@ -134,18 +134,11 @@ def within_run(ra, rb, confidence: float) -> dict[str, Any]:
     at 95 %), Welch's t interval on log times (:func:`welch`)."""
     a, b = clean_times(ra), clean_times(rb)
     est, lo, hi = hodges_lehmann(a, b, confidence)
+    side = {"unit": "repeats", "n": min(len(a), len(b))}
     if lo is None:
-        return {**welch(a, b, confidence), "unit": "repeats", "n": min(len(a), len(b))}
+        return {**welch(a, b, confidence), **side}
     se = (hi - lo) / (2 * _z(confidence))
-    return {
-        "est": est,
-        "lo": lo,
-        "hi": hi,
-        "se": se,
-        "unit": "repeats",
-        "n": min(len(a), len(b)),
-        "how": "ranks",
-    }
+    return {"est": est, "lo": lo, "hi": hi, "se": se, **side, "how": "ranks"}
 
 
 def welch(a: list[float], b: list[float], confidence: float) -> dict[str, Any]:
@@ -316,17 +309,9 @@ def compare(
     one_run = [s for s in stats_ if s["unit"] == "repeats"]
     estimated = between_run_variance([(s["est"], s["se"] ** 2 if s["se"] else None) for s in one_run])
     between = max(estimated, between_run**2)
+    stats_ = [widened(s, between, confidence) if s["unit"] == "repeats" else s for s in stats_]
     cases = [
-        _case(
-            k,
-            ra,
-            rb,
-            widened(s, between, confidence) if s["unit"] == "repeats" else s,
-            confidence,
-            margin,
-            fail_if_slower,
-            fail_if_inconclusive,
-        )
+        _case(k, ra, rb, s, confidence, margin, fail_if_slower, fail_if_inconclusive)
         for (k, ra, rb), s in zip(pairs, stats_)
     ]
     counts = {v: sum(c["verdict"] == v for c in cases) for v in VERDICTS}

@@ -34,9 +34,8 @@ FAMILY_KNOBS = {
     "split_out_budget_bytes": "a groupby result estimated under this stays in one partition",
     "split_every": "fan-in of tree reductions (None: all partials in one combine)",
     "groupby_concat_min_fraction": "a groupby runs per-worker (concatenate, aggregate once) when a "
-    "partition's "
-    "groups are at least this fraction of its rows (0: always; always too where "
-    "each worker runs one thread)",
+    "partition's groups are at least this fraction of its rows (0: always; always too where each "
+    "worker runs one thread)",
     "pre_import": "libraries each worker imports at start",
 }
 

@@ -141,13 +141,10 @@ class FitTable(Table):
                 if isinstance(cell, Text) and not cell.plain.strip():
                     continue
                 head = _text(console, column.header).plain if self.show_header else ""
-                yield (
-                    _break_paths(
-                        Text.assemble((f"{head}: " if head else "", "bold"), cell, overflow="fold"), width
-                    )
-                    if isinstance(cell, Text)
-                    else cell
-                )
+                if isinstance(cell, Text):
+                    label = (f"{head}: " if head else "", "bold")
+                    cell = _break_paths(Text.assemble(label, cell, overflow="fold"), width)
+                yield cell
             if self.show_header:
                 yield Text("")
         if self.caption:

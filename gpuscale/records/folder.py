@@ -54,13 +54,9 @@ def read_ledger(out: str | os.PathLike) -> dict[str, Any] | None:
 def write_ledger(out: str | os.PathLike, spec: dict[str, Any], cases: list[dict[str, Any]]) -> pathlib.Path:
     """Write the ledger atomically (a run cut short keeps every case it finished)."""
     d = atomic.own_folder(out, "bench folder")
-    body = json.dumps(
-        {"schema": LEDGER_SCHEMA, "schema_version": LEDGER_VERSION, "spec": spec, "cases": cases},
-        indent=1,
-        default=str,
-    )
+    ledger = {"schema": LEDGER_SCHEMA, "schema_version": LEDGER_VERSION, "spec": spec, "cases": cases}
     with atomic.written(d / LEDGER, replace=True, text=True) as (f, _):
-        f.write(body)
+        json.dump(ledger, f, indent=1, default=str)
     return d / LEDGER
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import itertools
 import json
 import os
 import shlex
@@ -48,12 +49,11 @@ def sweep_progress(description: str, total: int) -> Iterator[Callable[[dict], No
     """A bench sweep's cases (:data:`gpuscale.runs.bench.CaseProgress`): on an interactive
     terminal a rich progress bar on stderr whose description names the last case, else one
     line per case on stderr (logs of long GPU runs keep every case)."""
-    count = [0]
+    numbers = itertools.count(1)
     if not sys.stderr.isatty():
 
         def line(case):
-            count[0] += 1
-            text = case_line(count[0], total, case)
+            text = case_line(next(numbers), total, case)
             if text is not None:
                 sys.stderr.write(text + "\n")
                 sys.stderr.flush()
@@ -63,19 +63,17 @@ def sweep_progress(description: str, total: int) -> Iterator[Callable[[dict], No
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=True)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
-        console=console,
+        console=Console(stderr=True),
     ) as bar:
         task = bar.add_task(description, total=total)
 
         def advance(case):
-            count[0] += 1
-            text = case_line(count[0], total, case)
+            text = case_line(next(numbers), total, case)
             if case.get("status") != "skipped" and text is not None:
                 bar.console.print(escape(text))
             bar.update(
@@ -99,6 +97,14 @@ def grid(title: str, **kwargs) -> Table:
     )
 
 
+def pairs_table(title: str | None = None, **kwargs) -> Table:
+    """A table of (label in bold, value) rows without a header."""
+    t = Table(title=title, show_header=False, title_justify="left", **kwargs)
+    t.add_column(style="bold")
+    t.add_column()
+    return t
+
+
 def _fmt_s(x: float | None) -> str:
     return "-" if x is None else (f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.3f} s")
 
@@ -108,12 +114,9 @@ def dashboard_text(r) -> str:
     was during the run."""
     if r.dashboard_link_live:
         return f"{r.dashboard_link} (live)"
-    why = (
-        "its cluster has closed"
-        if r.dashboard_link_live is False
-        else "a running cluster's; it may still answer"
-    )
-    return f"{r.dashboard_link} (was, during the run: {why})"
+    if r.dashboard_link_live is False:
+        return f"{r.dashboard_link} (was, during the run: its cluster has closed)"
+    return f"{r.dashboard_link} (was, during the run: a running cluster's; it may still answer)"
 
 
 def result_table(r) -> Table:
@@ -192,13 +195,8 @@ def result_table(r) -> Table:
         t.add_row("  svd route", escape(f"{route['name']}: {route['reason']}"))
     for c in r.validation.get("checks", []):
         mark = "[green]ok[/green]" if c["ok"] else "[red]FAIL[/red]"
-        val = (
-            ""
-            if c.get("value") is None
-            else f" {c['value']:.3g}"
-            if isinstance(c["value"], float)
-            else f" {c['value']}"
-        )
+        v = c.get("value")
+        val = "" if v is None else f" {v:.3g}" if isinstance(v, float) else f" {v}"
         lim = "" if c.get("limit") is None else f" (limit {c['limit']})"
         t.add_row("  check", f"{mark} {escape(c['name'] + val + lim)}")
     for label, text in audit_lines(getattr(r, "audit", None)):
@@ -207,14 +205,10 @@ def result_table(r) -> Table:
         t.add_row("trace", f"{escape(r.trace)}  [dim](gpuscale trace summarize DIR)[/dim]")
     out = r.info.get("output")
     if out:
-        t.add_row(
-            "output",
-            escape(
-                f"{out['path']} ({out.get('holds', '')})"
-                if out.get("written")
-                else f"{out['path']}: NOT written ({out.get('why')})"
-            ),
-        )
+        text = f"{out['path']} ({out.get('holds', '')})"
+        if not out.get("written"):
+            text = f"{out['path']}: NOT written ({out.get('why')})"
+        t.add_row("output", escape(text))
     if r.path:
         t.add_row(
             "record",
@@ -235,6 +229,13 @@ def show_command(short_id: str, path: str) -> str:
 
 
 def result_html(r) -> str:
+    a = getattr(r, "audit", None)
+    audit = verdict(a) if a else "-"
+    if a and a["foreign_tasks"]:
+        audit = (
+            f"{a['foreign_tasks']} task(s) of another family than {a['expected']['family']}: "
+            + "; ".join(f"{f['prefix']}: {f['fix']}" for f in a["foreign"])
+        )
     rows = [
         ("workload", r.workload),
         ("backend", f"{r.backend} → {r.family}"),
@@ -244,16 +245,7 @@ def result_html(r) -> str:
         ("times", ", ".join(_fmt_s(x) for x in r.times_s)),
         ("params", ", ".join(f"{k}={v}" for k, v in r.params.items())),
         ("choices", "; ".join(f"{k}={v['value']} ({v['source']})" for k, v in r.choices.items())),
-        (
-            "backend audit",
-            "-"
-            if not getattr(r, "audit", None)
-            else verdict(r.audit)
-            if not r.audit["foreign_tasks"]
-            else f"{r.audit['foreign_tasks']} task(s) of another family than "
-            f"{r.audit['expected']['family']}: "
-            + "; ".join(f"{f['prefix']}: {f['fix']}" for f in r.audit["foreign"]),
-        ),
+        ("backend audit", audit),
         *([("dashboard", dashboard_text(r))] if r.dashboard_link else []),
         ("record", r.path or "(not written)"),
     ]
@@ -269,8 +261,7 @@ def session_html(s) -> str:
     """A session in a notebook: the dashboard as a link, and the worker / thread counts asked
     of the scheduler at render time (never raising: a lost scheduler shows as unreachable)."""
     link = s.dashboard_link
-    workers = threads = "-"
-    scheduler = "-"
+    workers = threads = scheduler = "-"
     if s.client is not None:
         scheduler = getattr(s.client.scheduler, "address", "-")
         if str(s.client.status) != "running":
@@ -300,9 +291,7 @@ def session_html(s) -> str:
 
 
 def spec_table(spec, resolved, selection) -> Table:
-    t = Table(title=f"cluster spec ({selection.reason})", show_header=False, title_justify="left")
-    t.add_column(style="bold")
-    t.add_column()
+    t = pairs_table(f"cluster spec ({selection.reason})")
     d = spec.model_dump(mode="json")
     for key in (
         "cls",
@@ -340,9 +329,7 @@ def spec_table(spec, resolved, selection) -> Table:
 
 
 def info_table(info: dict[str, Any]) -> Table:
-    t = Table(title="gpuscale info", show_header=False, title_justify="left")
-    t.add_column(style="bold")
-    t.add_column()
+    t = pairs_table("gpuscale info")
     cpu = info["hardware"]["cpu"]
     t.add_row("CPU", f"{cpu['model']}, {cpu['usable_cores']} usable of {cpu['cores']} cores")
     t.add_row("memory", format_bytes(cpu["memory_bytes"]))
@@ -356,17 +343,13 @@ def info_table(info: dict[str, Any]) -> Table:
         )
     gd = info.get("gpu_dashboard")
     if gd:
-        t.add_row(
-            "GPU dashboard",
-            escape(gd["message"]) if gd["available"] else f"[dim]{escape(gd['message'])}[/dim]",
-        )
+        message = escape(gd["message"])
+        t.add_row("GPU dashboard", message if gd["available"] else f"[dim]{message}[/dim]")
     for mod, st in info["stacks"].items():
         t.add_row(mod, (st["version"] or "installed") if st["importable"] else "[dim]not installed[/dim]")
     for fam in info["backends"]:
-        t.add_row(
-            f"backend {fam['name']}",
-            ("[green]usable[/green]: " if fam["usable"] else "[dim]unusable[/dim]: ") + escape(fam["why"]),
-        )
+        usable = "[green]usable[/green]" if fam["usable"] else "[dim]unusable[/dim]"
+        t.add_row(f"backend {fam['name']}", f"{usable}: {escape(fam['why'])}")
     for name, v in info["versions"].items():
         if name in ("dask", "distributed", "numpy", "pandas", "gpuscale", "python"):
             t.add_row(name, str(v))
@@ -404,69 +387,46 @@ MEMORY_VERDICT = {
 def memory_table(m: dict[str, Any], title: str) -> Table:
     """The memory check (:mod:`gpuscale.memory`): the estimate by part, the per-worker
     sum against the smallest worker, the verdict; after a run, what the workers held."""
-    t = Table(title=title, show_header=False, title_justify="left")
-    t.add_column(style="bold")
-    t.add_column()
-    t.add_row(
-        "estimate",
-        escape(
-            f"{format_bytes(m['estimate_bytes'])}: "
-            + " + ".join(f"{k} {format_bytes(v)}" for k, v in m["parts"].items())
-        ),
-    )
+    t = pairs_table(title)
+    parts = " + ".join(f"{k} {format_bytes(v)}" for k, v in m["parts"].items())
+    t.add_row("estimate", escape(f"{format_bytes(m['estimate_bytes'])}: {parts}"))
     if m.get("workers") and m.get("worker_limit_bytes"):
+        held = f"+ what cannot spill {format_bytes(m['held_bytes'])} " if m.get("held_bytes") else ""
+        text = (
+            f"baseline {format_bytes(m['baseline_bytes'])} + working set "
+            f"{format_bytes(m['working_set_bytes'])} {held}+ data {format_bytes(m['per_worker_bytes'])} "
+            f"against {format_bytes(m['usable_bytes'])} in memory of {format_bytes(m['worker_limit_bytes'])} "
+            f"({m['workers']} worker(s))"
+        )
         t.add_row(
-            "per worker",
-            escape(
-                f"baseline {format_bytes(m['baseline_bytes'])} + working set "
-                f"{format_bytes(m['working_set_bytes'])} "
-                + (f"+ what cannot spill {format_bytes(m['held_bytes'])} " if m.get("held_bytes") else "")
-                + f"+ data {format_bytes(m['per_worker_bytes'])} against {format_bytes(m['usable_bytes'])} "
-                "in memory "
-                f"of {format_bytes(m['worker_limit_bytes'])} ({m['workers']} worker(s))"
-            )
-            + ": "
-            + MEMORY_VERDICT.get(m.get("verdict"), str(m.get("verdict"))),
+            "per worker", escape(text) + ": " + MEMORY_VERDICT.get(m.get("verdict"), str(m.get("verdict")))
         )
         if m.get("spill_bytes_per_worker"):
-            t.add_row(
-                "spill",
-                escape(
-                    f"{format_bytes(m['spill_bytes_per_worker'])} per worker to "
-                    f"{m['budget'].get('spill_to') or 'nowhere (this family does not spill)'}"
-                    + (
-                        f", {format_bytes(m['budget']['spill_space'])} free per worker"
-                        if m["budget"].get("spill_space") is not None
-                        else ""
-                    )
-                ),
+            space = m["budget"].get("spill_space")
+            text = (
+                f"{format_bytes(m['spill_bytes_per_worker'])} per worker to "
+                f"{m['budget'].get('spill_to') or 'nowhere (this family does not spill)'}"
+                + (f", {format_bytes(space)} free per worker" if space is not None else "")
             )
+            t.add_row("spill", escape(text))
         t.add_row("baseline", escape(m.get("baseline_source", "")))
     t.add_row("rule", escape(m["rule"]))
     meas = m.get("measured")
     if meas and meas.get("peak_bytes"):
-        t.add_row(
-            "measured",
-            escape(
-                ("device allocations' " if meas.get("memory") == "device" else "")
-                + f"peak {format_bytes(meas['peak_bytes'])} per worker"
-                + (
-                    f" = {meas['peak_over_estimate']:g} x the estimate"
-                    if meas.get("peak_over_estimate")
-                    else ""
-                )
-                + f"; spilled {format_bytes(meas['spilled_bytes'])}"
-                + (" device -> host" if meas.get("memory") == "device" else "")
-            ),
+        device = meas.get("memory") == "device"
+        ratio = f" = {meas['peak_over_estimate']:g} x the estimate" if meas.get("peak_over_estimate") else ""
+        text = (
+            ("device allocations' " if device else "")
+            + f"peak {format_bytes(meas['peak_bytes'])} per worker{ratio}"
+            + f"; spilled {format_bytes(meas['spilled_bytes'])}"
+            + (" device -> host" if device else "")
         )
+        t.add_row("measured", escape(text))
     if not m.get("fits", True):
         t.add_row("override", escape(m["override"]))
     return t
 
 
-# ---------------------------------------------------------------------------------------
-# Backend audit (gpuscale.audit) and explain (gpuscale.runs.explain)
-# ---------------------------------------------------------------------------------------
 def audit_lines(a: dict[str, Any] | None) -> list[tuple[str, str]]:
     """(label, rich text) rows that summarize an audit inside other tables (the run summary)."""
     if not a:
@@ -488,63 +448,39 @@ def audit_lines(a: dict[str, Any] | None) -> list[tuple[str, str]]:
             f"{a['foreign_tasks']} task(s), {format_bytes(a['foreign_bytes'])}"
             + (" [red](strict: error)[/red]" if a.get("strict") else "")
         )
+
+    def held(f, tail: str) -> str:
+        return escape(
+            f"{f['prefix']} ({f['phase']}): {f['tasks']} task(s), "
+            f"{format_bytes(f['bytes'])} of {f['type']}{tail}"
+        )
+
     rows = [("audit", head)]
-    for f in a["foreign"]:
-        rows.append(
-            (
-                "  foreign",
-                escape(
-                    f"{f['prefix']} ({f['phase']}): {f['tasks']} task(s), "
-                    f"{format_bytes(f['bytes'])} of {f['type']}; fix: {f['fix']}"
-                ),
-            )
-        )
-    for f in a.get("allowed", []):
-        rows.append(
-            (
-                "  allowed",
-                escape(
-                    f"{f['prefix']} ({f['phase']}): {f['tasks']} task(s), "
-                    f"{format_bytes(f['bytes'])} of {f['type']}: {f['allowed']}"
-                ),
-            )
-        )
+    rows += [("  foreign", held(f, f"; fix: {f['fix']}")) for f in a["foreign"]]
+    rows += [("  allowed", held(f, f": {f['allowed']}")) for f in a.get("allowed", [])]
     for c in a.get("conversions", []):  # collections built from host objects, converted by the session
-        rows.append(
-            (
-                "  converted",
-                escape(
-                    f"{c['function'] or 'a collection'} at {c['where'] or '?'}: "
-                    f"{c['converted_blocks']} block(s) of {c['partitions'] or '?'}, "
-                    f"{format_bytes(c['bytes'])} of {c['from_type'] or 'host data'} "
-                    f"-> {c['to_module'] or '?'} on the workers (for you)"
-                    + (f": {c['why']}" if c.get("why") else "")
-                ),
-            )
+        text = (
+            f"{c['function'] or 'a collection'} at {c['where'] or '?'}: "
+            f"{c['converted_blocks']} block(s) of {c['partitions'] or '?'}, "
+            f"{format_bytes(c['bytes'])} of {c['from_type'] or 'host data'} "
+            f"-> {c['to_module'] or '?'} on the workers (for you)" + (f": {c['why']}" if c.get("why") else "")
         )
+        rows.append(("  converted", escape(text)))
     for f in a.get("fallbacks", []):  # calls the family could not run, run on the host
-        rows.append(
-            (
-                "  host fallback",
-                escape(
-                    f"{f['operation']} at {f['where']}: {f['partitions']} partition(s), "
-                    f"{format_bytes(f['bytes_to_host'])} to the host, "
-                    f"{format_bytes(f['bytes_to_device'])} back ({f['error']})"
-                ),
-            )
+        text = (
+            f"{f['operation']} at {f['where']}: {f['partitions']} partition(s), "
+            f"{format_bytes(f['bytes_to_host'])} to the host, "
+            f"{format_bytes(f['bytes_to_device'])} back ({f['error']})"
         )
+        rows.append(("  host fallback", escape(text)))
     if a["transfer_count"]:
         directions: dict[str, list[int]] = {}
         for c in a["transfers"]:
             d = directions.setdefault(c["direction"], [0, 0])
             d[0] += c["count"]
             d[1] += c["bytes"]
-        rows.append(
-            (
-                "  family changes",
-                escape(", ".join(f"{d}: {n} ({format_bytes(b)})" for d, (n, b) in directions.items())),
-            )
-        )
+        text = ", ".join(f"{d}: {n} ({format_bytes(b)})" for d, (n, b) in directions.items())
+        rows.append(("  family changes", escape(text)))
     return rows
 
 
@@ -563,13 +499,7 @@ def audit_table(a: dict[str, Any], source: str | None = None):
     changes."""
     from rich.console import Group
 
-    head = Table(
-        title=f"gpuscale backend audit{f': {escape(source)}' if source else ''}",
-        show_header=False,
-        title_justify="left",
-    )
-    head.add_column(style="bold")
-    head.add_column()
+    head = pairs_table(f"gpuscale backend audit{f': {escape(source)}' if source else ''}")
     head.add_row(
         "expected", escape(f"{a['expected']['family']} family ({' / '.join(a['expected']['modules'])})")
     )
@@ -585,15 +515,11 @@ def audit_table(a: dict[str, Any], source: str | None = None):
     rows = grid("task outputs by prefix")
     _add_columns(rows, "phase", "prefix", "type", "kind", "tasks", "bytes", "")
     for r in a["prefixes"]:
-        mark = (
-            "[red bold]FOREIGN[/red bold]"
-            if r["foreign"]
-            else "[yellow]allowed[/yellow]"
-            if r.get("allowed")
-            else "ok"
-            if r["chunk"]
-            else "[dim]not a chunk[/dim]"
-        )
+        mark = "ok" if r["chunk"] else "[dim]not a chunk[/dim]"
+        if r.get("allowed"):
+            mark = "[yellow]allowed[/yellow]"
+        if r["foreign"]:
+            mark = "[red bold]FOREIGN[/red bold]"
         rows.add_row(
             r["phase"],
             escape(r["prefix"]),
@@ -653,26 +579,18 @@ def per_host_table(per_host: dict[str, dict[str, Any]]):
     """A cluster on other hosts, host by host: what runs there and what its workers get."""
     present = [(k, title) for k, title in PER_HOST_COLUMNS if any(k in e for e in per_host.values())]
     t = grid("per host: what runs there and what its workers get")
-    t.add_column("host", overflow="fold")
-    t.add_column("runs", overflow="fold")
-    for _, title in present:
+    for title in ["host", "runs", *(title for _, title in present)]:
         t.add_column(title, overflow="fold")
     for host, e in per_host.items():
-        runs = ", ".join(
-            ([("scheduler")] if e.get("scheduler") else [])
-            + (
-                [f"{e['worker_entries']} worker entr{'y' if e['worker_entries'] == 1 else 'ies'}"]
-                if e.get("worker_entries")
-                else []
-            )
-        )
-        cells = []
-        for k, _ in present:
-            v = e.get(k)
-            cells.append(
-                "-" if k not in e else ("on" if v is True else "off" if v is False else _fmt_value(v))
-            )
-        t.add_row(escape(host), escape(runs), *(escape(c) for c in cells))
+        runs = ["scheduler"] if e.get("scheduler") else []
+        n = e.get("worker_entries")
+        if n:
+            runs.append(f"{n} worker entr{'y' if n == 1 else 'ies'}")
+        cells = [
+            "-" if k not in e else "on" if e[k] is True else "off" if e[k] is False else _fmt_value(e[k])
+            for k, _ in present
+        ]
+        t.add_row(escape(host), escape(", ".join(runs)), *(escape(c) for c in cells))
     return t
 
 
@@ -682,14 +600,9 @@ def explain_table(d: dict[str, Any], rules: bool = False):
     from rich.console import Group
 
     spec = d["cluster"]
-    head = Table(
-        title=f"gpuscale explain {escape(d['workload'])} on {d['family']} ({escape(d['backend'])}): "
-        "nothing started",
-        show_header=False,
-        title_justify="left",
+    head = pairs_table(
+        f"gpuscale explain {escape(d['workload'])} on {d['family']} ({escape(d['backend'])}): nothing started"
     )
-    head.add_column(style="bold")
-    head.add_column()
     head.add_row("params", escape(", ".join(f"{k}={v}" for k, v in d["params"].items())))
     head.add_row("backend", escape(d["reason"]))
     head.add_row(
@@ -700,17 +613,13 @@ def explain_table(d: dict[str, Any], rules: bool = False):
         ),
     )
     run = d["run"]
-    timed = (
-        f"{run['repeat']} timed repeat(s)"
-        if run["repeat"] != "auto"
-        else "timed repeats until the median's relative error <= {:g}% ({}..{} repeats, "
-        "at most {:g} s)".format(
-            run["auto_repeat"]["target_error"] * 100,
-            run["auto_repeat"]["min_repeats"],
-            run["auto_repeat"]["max_repeats"],
-            run["auto_repeat"]["max_time"],
+    timed = f"{run['repeat']} timed repeat(s)"
+    if run["repeat"] == "auto":
+        auto = run["auto_repeat"]
+        timed = (
+            f"timed repeats until the median's relative error <= {auto['target_error'] * 100:g}% "
+            f"({auto['min_repeats']}..{auto['max_repeats']} repeats, at most {auto['max_time']:g} s)"
         )
-    )
     head.add_row(
         "run",
         escape(
@@ -745,24 +654,18 @@ def explain_table(d: dict[str, Any], rules: bool = False):
             if rule:
                 said += [Text(name, style="bold", no_wrap=True), Padding(Text(rule), (0, 0, 0, 4))]
         knobs = Group(knobs, Text(""), *said)
-    mem = memory_table(d["memory"], "memory (estimate vs the planned workers)")
     parts = [head, knobs]
     if d.get("per_host"):
         parts.append(per_host_table(d["per_host"]))
-    parts.append(mem)
+    parts.append(memory_table(d["memory"], "memory (estimate vs the planned workers)"))
     if d.get("notes"):
-        notes = Table(show_header=False, box=None)
-        notes.add_column(style="bold")
-        notes.add_column()
+        notes = pairs_table(box=None)
         for n in d["notes"]:
             notes.add_row("note", escape(n))
         parts.append(notes)
     return Group(*parts)
 
 
-# ---------------------------------------------------------------------------------------
-# Bench folders (gpuscale bench / gpuscale results)
-# ---------------------------------------------------------------------------------------
 def bench_html(title: str, frame, charts: dict[str, str]) -> str:
     """report.html of a bench folder: the charts (``<img>`` of the PNGs beside it, by relative
     name) and the tidy table."""
@@ -801,20 +704,11 @@ def records_table(recs: list, title: str, base: str | None = None) -> Table:
     (``results show ID``; the path, relative to ``base``, in a wide terminal or ``--json``)."""
     apart = varying(r.params for r in recs)
     t = grid(escape(title))
-    for col, keep in (
-        ("id", True),
-        ("when (UTC)", False),
-        ("workload", False),
-        ("backend", False),
-        ("cluster", True),
-        ("median", True),
-        ("valid", True),
-    ):
-        t.add_column(col, no_wrap=keep)
+    for col in ("id", "when (UTC)", "workload", "backend", "cluster", "median", "valid"):
+        t.add_column(col, no_wrap=col not in ("when (UTC)", "workload", "backend"))
     for col in ("stdev", "repeats", "record"):
         t.add_column(col, no_wrap=col != "record", optional=True)
     for r in recs:
-        valid = "yes" if r.valid else "-" if r.valid is None else "[red]NO[/red]"
         t.add_row(
             r.short_id,
             r.timestamp[:16].replace("T", " "),
@@ -823,7 +717,7 @@ def records_table(recs: list, title: str, base: str | None = None) -> Table:
             escape(backend_label(r.backend, r.family)),
             cluster_label(r.protocol, workers_of(r)),
             _fmt_s(r.median_s),
-            valid,
+            "yes" if r.valid else "-" if r.valid is None else "[red]NO[/red]",
             _fmt_s(r.stdev_s),
             str(len(r.times_s)),
             escape(os.path.relpath(r.path, base) if base and r.path else r.path or ""),

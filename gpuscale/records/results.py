@@ -149,12 +149,7 @@ class Result(BaseModel):
 
     @classmethod
     def build(cls, **kw) -> "Result":
-        times = kw["times_s"]
-        kw.setdefault("median_s", statistics.median(times))
-        kw.setdefault("min_s", min(times))
-        kw.setdefault("stdev_s", spread(times)["stdev_s"])
-        kw.setdefault("iqr_s", spread(times)["iqr_s"])
-        return cls(**kw)
+        return cls(**{**summary(kw["times_s"]), **kw})
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
@@ -177,8 +172,7 @@ fielddocs.describe(Result)  # a field's docstring is its description
 def summary(times: list[float], disturbed: dict[int, str] | None = None) -> dict[str, float | None]:
     """median / min / stdev / IQR of the timed repeats, leaving out the ``disturbed`` ones
     (index -> why: workers lost or joined, tasks recomputed, other clients' tasks) while at
-    least one undisturbed repeat is
-    left; :func:`disturbed_info` says which were left out."""
+    least one undisturbed repeat is left; :func:`disturbed_info` says which were left out."""
     clean = [t for i, t in enumerate(times) if i not in (disturbed or {})] or list(times)
     return {"median_s": statistics.median(clean), "min_s": min(clean), **spread(clean)}
 
@@ -218,9 +212,7 @@ def link_live_after_run(r: Result) -> bool | None:
     """``dashboard_link_live`` of a record once its run is over: False when gpuscale started
     (and so closed) the cluster, None for a running cluster it only connected to, None
     without a link."""
-    if not r.dashboard_link:
-        return None
-    return None if (r.cluster or {}).get("kind") == "existing" else False
+    return None if not r.dashboard_link or (r.cluster or {}).get("kind") == "existing" else False
 
 
 RECORD_SPACE_BYTES = 1 << 20
@@ -257,8 +249,7 @@ def write(result: Result, results_dir: str | os.PathLike) -> pathlib.Path:
     which holds the record as one line of JSON so the caller can still show it."""
     d = pathlib.Path(results_dir).expanduser()
     stamp = result.timestamp.replace(":", "").replace("-", "").split(".")[0]
-    name = f"{stamp}-{result.workload}-{result.family}-{result.protocol}-{result.id}.json"
-    final = d / name
+    final = d / f"{stamp}-{result.workload}-{result.family}-{result.protocol}-{result.id}.json"
     result.path = str(final)
     try:
         atomic.own_folder(d, "results dir")  # as checked before the run: it may have changed since
@@ -270,14 +261,6 @@ def write(result: Result, results_dir: str | os.PathLike) -> pathlib.Path:
             str(d), getattr(e, "strerror", None) or str(e), json.dumps(result.to_dict(), default=str)
         ) from None
     return final
-
-
-def is_record(data: Any) -> bool:
-    return (
-        isinstance(data, dict)
-        and data.get("schema") == SCHEMA
-        and data.get("schema_version") == SCHEMA_VERSION
-    )
 
 
 def find(*paths: str | os.PathLike) -> list[Result]:
@@ -328,15 +311,15 @@ def _read(f: pathlib.Path, named: bool) -> Result | None:
         return None
     except ValueError as e:
         raise unreadable(f"not a record: {e}") from None
-    if not is_record(data):
-        if isinstance(data, dict) and data.get("schema") == SCHEMA:
-            raise unreadable(
-                f"a record of schema version {str(data.get('schema_version'))[:20]}; this "
-                f"gpuscale reads schema version {SCHEMA_VERSION}"
-            )
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         if named:
             raise UserError(f"{f} is not a gpuscale result record", "give a file written by `gpuscale run`")
         return None
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise unreadable(
+            f"a record of schema version {str(data.get('schema_version'))[:20]}; this "
+            f"gpuscale reads schema version {SCHEMA_VERSION}"
+        )
     try:
         r = Result.model_validate(data)
     except ValueError as e:  # edited by hand

@@ -5,8 +5,7 @@ case's size, e.g. ``n=400``), ``params`` (every parameter the record holds, as J
 ``backend``, ``family``, ``protocol``, ``workers`` (as the cluster ran, else as asked),
 ``repeats``, ``median_s``, ``stdev_s``, ``iqr_s``, ``min_s``, ``estimate_bytes`` (the
 workload's memory estimate: the case's data size), ``valid``, ``record`` (path, relative to the
-bench folder) and ``error``
-(one line; empty when the case ran and validated).
+bench folder) and ``error`` (one line; empty when the case ran and validated).
 """
 
 from __future__ import annotations
@@ -113,6 +112,7 @@ def record_row(r, case: dict[str, Any] | None = None) -> dict[str, Any]:
 def case_row(case: dict[str, Any]) -> dict[str, Any]:
     """A row for a case that left no record (it failed, or has not run yet)."""
     return {
+        **dict.fromkeys(COLUMNS),
         "case": case["id"],
         "workload": case["workload"],
         "size": case.get("size"),
@@ -122,13 +122,6 @@ def case_row(case: dict[str, Any]) -> dict[str, Any]:
         "protocol": case["protocol"],
         "workers": case.get("workers"),
         "repeats": 0,
-        "median_s": None,
-        "stdev_s": None,
-        "iqr_s": None,
-        "min_s": None,
-        "estimate_bytes": None,
-        "valid": None,
-        "record": None,
         "error": case.get("error")
         or ("not run yet" if case.get("status") is None else None)
         or (f"not run here: {case.get('why')}" if case.get("status") == "not here" else None),

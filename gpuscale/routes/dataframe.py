@@ -30,33 +30,6 @@ DECOMPOSE = {
 }
 
 
-def groupby_plan(
-    strategy: str,
-    split_out: int,
-    split_every: int,
-    shuffle_method: str | None,
-    groups: int,
-    groups_source: str,
-    result_bytes: int,
-    budget_bytes: int,
-    why: str,
-    source: str = "rule",
-) -> Decision:
-    """How a groupby runs (``value``: "per-worker", "tree" or "shuffle") and why, with the
-    result partitions, fan-in, shuffle and the estimate it used as its ``numbers`` (recorded as
-    the run's ``info.plan``)."""
-    numbers = {
-        "split_out": split_out,
-        "split_every": split_every,
-        "shuffle_method": shuffle_method,
-        "groups": groups,
-        "groups_source": groups_source,
-        "result_bytes": result_bytes,
-        "budget_bytes": budget_bytes,
-    }
-    return Decision(strategy, source, why, None, numbers)
-
-
 def count_groups(df, by: list[str]):
     """(lazy number of distinct ``by`` keys, how it is counted): Dask's ``nunique_approx`` on
     pandas partitions, an exact distinct count on others (Dask's HyperLogLog needs pandas)."""
@@ -67,9 +40,8 @@ def count_groups(df, by: list[str]):
         return key.nunique_approx(), "nunique_approx (HyperLogLog)"
     if len(by) == 1:
         return key.nunique(dropna=False), "an exact distinct count (nunique; HyperLogLog needs pandas)"
-    return key.drop_duplicates(split_out=1).shape[
-        0
-    ], "an exact distinct count (drop_duplicates; HyperLogLog needs pandas)"
+    distinct = key.drop_duplicates(split_out=1).shape[0]
+    return distinct, "an exact distinct count (drop_duplicates; HyperLogLog needs pandas)"
 
 
 def check_columns(df, by, agg, where: str = "the DataFrame") -> tuple[list[str], dict[str, list[str]]]:
@@ -108,8 +80,7 @@ def _normalize_agg(df, by: list[str], agg, where: str = "the DataFrame") -> dict
             raise UserError(
                 f"unknown aggregation(s) {bad} for column '{col}'", f"use: {', '.join(AGGREGATIONS)}"
             )
-        numeric = meta[col].dtype.kind in "biuf"
-        if not numeric and any(a in ("sum", "mean", "std", "var") for a in aggs):
+        if meta[col].dtype.kind not in "biuf" and any(a in ("sum", "mean", "std", "var") for a in aggs):
             raise UserError(
                 f"column '{col}' ({meta[col].dtype}) is not numeric and cannot be aggregated with {aggs}",
                 "use count/min/max/first/last for it",
@@ -151,14 +122,12 @@ def choose_groupby(
         source = f"estimated with {how}" if groups is None else source
         groups = int(est_groups) if groups is None else groups
         rows = int(est_rows) if rows is None else rows
-    width = len(by) + sum(len(a) for a in spec.values())
-    decomposable = all(a in DECOMPOSE for aggs in spec.values() for a in aggs)
     return decide_groupby(
         groups=groups,
         rows=rows,
         npartitions=df.npartitions,
-        width=width,
-        decomposable=decomposable,
+        width=len(by) + sum(len(a) for a in spec.values()),
+        decomposable=all(a in DECOMPOSE for aggs in spec.values() for a in aggs),
         family=fam,
         split_out=split_out,
         groups_source=source,
@@ -198,41 +167,41 @@ def decide_groupby(
     per-worker route is taken only where ``CONCAT_COPIES x worker_bytes`` (the frame's bytes
     per worker) fits ``room_bytes`` (what one worker's tasks may hold), and whatever the
     share of groups where ``threads`` (per worker) is 1. Raises UserError for a
-    ``split_out`` under 1."""
-    fam = family
-    knobs = fam.knobs
-    source = groups_source
+    ``split_out`` under 1.
+
+    The decision's ``value`` is "per-worker", "tree" or "shuffle"; its ``numbers`` (the run's
+    ``info.plan``) are the result partitions, fan-in, shuffle and the estimate it used."""
+    knobs = family.knobs
     result_bytes = groups * width * BYTES_PER_VALUE
     budget = knobs.split_out_budget_bytes
-    nparts = npartitions
-    split_every = knobs.split_every or max(2, nparts)
+    split_every = knobs.split_every or max(2, npartitions)
     size = f"estimated result {groups:,} groups x {width * BYTES_PER_VALUE} B = {result_bytes / 1e6:.3g} MB"
+
+    def plan(strategy: str, n: int, why: str, source: str = "rule") -> Decision:
+        numbers = {
+            "split_out": n,
+            "split_every": split_every,
+            "shuffle_method": knobs.shuffle_method if n > 1 else None,
+            "groups": groups,
+            "groups_source": groups_source,
+            "result_bytes": result_bytes,
+            "budget_bytes": budget,
+        }
+        return Decision(strategy, source, why, None, numbers)
+
     if split_out != "auto":
         n = int(split_out)
         if n < 1:
             raise UserError(f"split_out must be >= 1, got {n}", "use 1 for a tree reduction")
-        return groupby_plan(
-            "shuffle" if n > 1 else "tree",
-            n,
-            split_every,
-            knobs.shuffle_method if n > 1 else None,
-            groups,
-            source,
-            result_bytes,
-            budget,
-            f"split_out={n} set by you",
-            "flag",
-        )
+        return plan("shuffle" if n > 1 else "tree", n, f"split_out={n} set by you", "flag")
     if result_bytes > budget:
-        n = min(max(2, math.ceil(result_bytes / budget)), max(2, nparts))
+        n = min(max(2, math.ceil(result_bytes / budget)), max(2, npartitions))
         why = (
-            f"split_out={n}: {size} exceeds the {fam.name} budget of {budget / 1e6:.4g} MB: "
+            f"split_out={n}: {size} exceeds the {family.name} budget of {budget / 1e6:.4g} MB: "
             f"{knobs.shuffle_method or 'Dask default'} shuffle"
         )
-        return groupby_plan(
-            "shuffle", n, split_every, knobs.shuffle_method, groups, source, result_bytes, budget, why
-        )
-    per_part = max(1, rows // max(1, nparts))
+        return plan("shuffle", n, why)
+    per_part = max(1, rows // max(1, npartitions))
     fraction = min(groups, per_part) / per_part
     least = knobs.groupby_concat_min_fraction
     one_thread = threads == 1 and fraction < least
@@ -241,8 +210,8 @@ def decide_groupby(
     too_big = (
         worker_bytes is not None and room_bytes is not None and CONCAT_COPIES * worker_bytes > room_bytes
     )
-    if (nparts > 1 or least == 0) and fraction >= least and decomposable and not too_big:
-        under = f"split_out=1 ({size}, under the {fam.name} budget of {budget / 1e6:.4g} MB); per-worker: "
+    if (npartitions > 1 or least == 0) and fraction >= least and decomposable and not too_big:
+        under = f"split_out=1 ({size}, under the {family.name} budget of {budget / 1e6:.4g} MB); per-worker: "
         if one_thread:
             why = (
                 under
@@ -250,7 +219,7 @@ def decide_groupby(
             )
         elif least == 0:
             why = under + (
-                f"the {fam.name} family aggregates each worker's partitions in one task "
+                f"the {family.name} family aggregates each worker's partitions in one task "
                 f"(groupby_concat_min_fraction 0: Dask's tree costs more than the work there)"
             )
         else:
@@ -259,9 +228,9 @@ def decide_groupby(
                 f"as groups (>= {least:.0%}), so each worker concatenates its partitions and "
                 "aggregates once"
             )
-        return groupby_plan("per-worker", 1, split_every, None, groups, source, result_bytes, budget, why)
+        return plan("per-worker", 1, why)
     why = (
-        f"split_out=1: {size}, under the {fam.name} per-partition budget of "
+        f"split_out=1: {size}, under the {family.name} per-partition budget of "
         f"{budget / 1e6:.4g} MB: tree reduction (fan-in {split_every}), no shuffle"
     )
     if too_big and decomposable:
@@ -269,7 +238,7 @@ def decide_groupby(
             f"; not per-worker: concatenating a worker's {worker_bytes / 1e6:.4g} MB (x{CONCAT_COPIES}) "
             f"would not fit the {room_bytes / 1e6:.4g} MB its tasks may hold"
         )
-    return groupby_plan("tree", 1, split_every, None, groups, source, result_bytes, budget, why)
+    return plan("tree", 1, why)
 
 
 def groupby_agg(
@@ -299,7 +268,7 @@ def groupby_agg(
     Returns
     -------
     Routed
-        ``result`` (a Dask DataFrame) and the ``decision`` (:func:`groupby_plan`).
+        ``result`` (a Dask DataFrame) and the ``decision`` (:func:`decide_groupby`).
     """
     _dask_frame(df, "groupby_agg")
     by_list = [by] if isinstance(by, str) else list(by)
@@ -329,28 +298,29 @@ def groupby_agg(
     if n["shuffle_method"]:
         kwargs["shuffle_method"] = n["shuffle_method"]
     key = by_list[0] if len(by_list) == 1 else by_list
-    result = df.groupby(key, sort=sort).agg(spec, **kwargs)
-    return Routed(result, plan)
+    return Routed(df.groupby(key, sort=sort).agg(spec, **kwargs), plan)
 
 
 def _flat(col, agg) -> str:
     return f"{col}\x1f{agg}"
 
 
-def _partial(parts, by, spec):
+def _concat(parts):
+    """The frames ``parts`` as one (the one itself where there is one)."""
     from dask.dataframe.dispatch import concat
 
-    frame = concat(list(parts)) if len(parts) > 1 else parts[0]
+    return concat(list(parts)) if len(parts) > 1 else parts[0]
+
+
+def _partial(parts, by, spec):
     partial_spec = {c: sorted({p for a in aggs for p in DECOMPOSE[a][0]}) for c, aggs in spec.items()}
-    g = frame.groupby(by[0] if len(by) == 1 else by, sort=False).agg(partial_spec)
+    g = _concat(parts).groupby(by[0] if len(by) == 1 else by, sort=False).agg(partial_spec)
     g.columns = [_flat(c, a) for c, a in g.columns]
     return g
 
 
 def _combine(partials, by, spec, sort: bool = False):
-    from dask.dataframe.dispatch import concat
-
-    frame = concat(list(partials)) if len(partials) > 1 else partials[0]
+    frame = _concat(partials)
     how = {}
     for c, aggs in spec.items():
         for a in aggs:
@@ -361,13 +331,11 @@ def _combine(partials, by, spec, sort: bool = False):
     else:
         level = list(range(len(by))) if len(by) > 1 else 0
         g = frame.groupby(level=level, sort=sort).agg(how)
-    out = {}
-    for c, aggs in spec.items():
-        for a in aggs:
-            if a == "mean":
-                out[(c, a)] = g[_flat(c, "sum")] / g[_flat(c, "count")]
-            else:
-                out[(c, a)] = g[_flat(c, a)]
+    out = {
+        (c, a): g[_flat(c, "sum")] / g[_flat(c, "count")] if a == "mean" else g[_flat(c, a)]
+        for c, aggs in spec.items()
+        for a in aggs
+    }
     result = g[[]].copy() if hasattr(g, "copy") else g[[]]
     for i, col in enumerate(out.values()):
         result[f"{i}"] = col
@@ -398,8 +366,8 @@ _META_CACHE: dict = {}
 
 
 def _meta_of(fn, metas: list, *args):
-    """``fn(*metas, *args)``, the output meta of a hand-built route, computed once per (function,
-    the metas' types, columns, dtypes and index, ``args``)."""
+    """``fn([meta] for each of metas, *args)``, the output meta of a hand-built route, computed
+    once per (function, the metas' types, columns, dtypes and index, ``args``)."""
 
     def shape(m):
         return (
@@ -412,25 +380,18 @@ def _meta_of(fn, metas: list, *args):
 
     key = (fn.__module__, fn.__qualname__, tuple(shape(m) for m in metas), repr(args))
     if key not in _META_CACHE:
-        _META_CACHE[key] = fn(*metas, *args)
+        _META_CACHE[key] = fn(*[[m] for m in metas], *args)
     return _META_CACHE[key]
 
 
 def _whole(parts, by, spec, sort: bool = False):
     """All of the data on one worker: concatenate and aggregate once with the library's own
     aggregations (sorted by key if ``sort``; rule ``routes.one-task``)."""
-    from dask.dataframe.dispatch import concat
-
-    frame = concat(list(parts)) if len(parts) > 1 else parts[0]
-    return frame.groupby(by[0] if len(by) == 1 else by, sort=sort).agg(spec)
+    return _concat(parts).groupby(by[0] if len(by) == 1 else by, sort=sort).agg(spec)
 
 
-def _whole_meta(meta, by, spec):
-    return _whole([meta], by, spec)
-
-
-def _combined_meta(meta, by, spec):
-    return _combine([_partial([meta], by, spec)], by, spec)
+def _combined(parts, by, spec):
+    return _combine([_partial(parts, by, spec)], by, spec)
 
 
 def _per_worker_agg(df, by, spec, sort: bool = False):
@@ -443,13 +404,11 @@ def _per_worker_agg(df, by, spec, sort: bool = False):
     if one:
         dsk[(name, 0)] = (_whole, [keys[i] for i in groups[0]], by, spec, sort)
     else:
-        partials = []
-        for j, idx in enumerate(groups):
-            pkey = (f"{name}-partial", j)
+        partials = [(f"{name}-partial", j) for j in range(len(groups))]
+        for pkey, idx in zip(partials, groups):
             dsk[pkey] = (_partial, [keys[i] for i in idx], by, spec)
-            partials.append(pkey)
         dsk[(name, 0)] = (_combine, partials, by, spec, sort)
-    meta = _meta_of(_whole_meta if one else _combined_meta, [df._meta], by, spec)
+    meta = _meta_of(_whole if one else _combined, [df._meta], by, spec)
     return frame_of_task(dsk, meta, (name, 0), "gpuscale-groupby")
 
 
@@ -474,40 +433,21 @@ def one_single_thread_worker() -> str | None:
     return "one worker with one thread holds the cluster: one task (the library's own call) instead of Dask's"
 
 
-def _merge_meta(left, right, on, how):
-    return left.merge(right, on=on, how=how)
-
-
-def _sort_meta(meta, by, index: bool):
-    out = meta.sort_values(by)
-    return out.set_index(by) if index else out
-
-
 def _whole_merge(lefts, rights, on, how):
-    from dask.dataframe.dispatch import concat
-
-    left = concat(list(lefts)) if len(lefts) > 1 else lefts[0]
-    right = concat(list(rights)) if len(rights) > 1 else rights[0]
-    return left.merge(right, on=on, how=how)
+    return _concat(lefts).merge(_concat(rights), on=on, how=how)
 
 
 def _whole_sort(parts, by, index: bool):
-    from dask.dataframe.dispatch import concat
-
-    frame = concat(list(parts)) if len(parts) > 1 else parts[0]
-    out = frame.sort_values(by)
+    out = _concat(parts).sort_values(by)
     return out.set_index(by) if index else out
 
 
 def _one_task(name: str, func, frames, args, meta):
     """A one-partition Dask DataFrame whose one task is ``func(blocks of each frame..., *args)``,
     over the frames' futures when persisted (:func:`locality.graph_and_keys`)."""
-    dsk: dict = {}
-    block_keys = []
-    for f in frames:
-        g, keys = locality.graph_and_keys(f)
-        dsk.update(g)
-        block_keys.append(keys)
+    held = [locality.graph_and_keys(f) for f in frames]
+    dsk = {k: v for graph, _ in held for k, v in graph.items()}
+    block_keys = [keys for _, keys in held]
     token = tokenize(block_keys, args, [locality.memory_state(f) for f in frames])
     key = (f"{name}-{token}", 0)
     dsk[key] = (func, *[list(k) for k in block_keys], *args)
@@ -535,7 +475,7 @@ def merge(left, right, on, how: str = "inner", shuffle_method: str | None = None
     _dask_frame(right, "merge")
     why = one_single_thread_worker()
     if why:
-        meta = _meta_of(_merge_meta, [left._meta, right._meta], on, how)
+        meta = _meta_of(_whole_merge, [left._meta, right._meta], on, how)
         return routed(
             _one_task("gpuscale-merge", _whole_merge, [left, right], (on, how), meta), "one task", why
         )
@@ -553,7 +493,7 @@ def sort(df, by: str, *, index: bool = False, shuffle_method: str | None = None)
     _dask_frame(df, "sort")
     why = one_single_thread_worker()
     if why:
-        meta = _meta_of(_sort_meta, [df._meta], by, index)
+        meta = _meta_of(_whole_sort, [df._meta], by, index)
         return routed(_one_task("gpuscale-sort", _whole_sort, [df], (by, index), meta), "one task", why)
     res = (
         df.set_index(by, shuffle_method=shuffle_method)

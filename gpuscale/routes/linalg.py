@@ -49,6 +49,8 @@ TOLERANCE = {np.dtype("float64"): 1e-10, np.dtype("float32"): 1e-4}
 GRAM_ERROR_FACTOR = 4.0
 # CholeskyQR2 holds while cond(X) <= CHOLQR2_LIMIT * eps^-1/2 (1.3e7 in float64)
 CHOLQR2_LIMIT = 0.2
+EPS = float(np.finfo(np.float64).eps)
+"""Every route accumulates in float64, so float64's epsilon bounds its rounding."""
 
 
 def _route(name: str, why: str, numbers: dict[str, Any], asked: bool = False) -> Decision:
@@ -111,13 +113,7 @@ def _chol_upper(g):
 
 def _condition_from_eigenvalues(w) -> np.ndarray:
     """sqrt(lambda_max / lambda_min) of a descending spectrum, as a host float64 array."""
-    top = float(w[0])
-    low = float(w[-1])
-    if not math.isfinite(top) or top <= 0:
-        return np.array([math.inf])
-    if low <= 0 or not math.isfinite(low):
-        return np.array([math.inf])
-    return np.array([math.sqrt(top / low)])
+    return np.array([math.sqrt(condition_from_singular_values(w))])
 
 
 def _singular_values_of_gram(g, dtype):
@@ -144,11 +140,6 @@ audit.allow(
     "the condition estimate (one float64 on the host) that the client reads to choose the SVD route",
 )
 audit.allow("all_finite", "one bool on the host that the client reads to check CholeskyQR2 for breakdown")
-
-
-def _eps(dtype) -> float:
-    """Every route accumulates in float64, so float64's epsilon bounds its rounding."""
-    return float(np.finfo(np.float64).eps)
 
 
 def _prepare(x, notes: list[str]):
@@ -227,36 +218,29 @@ def _block_sum(
     )
     name = f"{fn.__name__.strip('_')}-sum-{token}"
     arg_keys = [a.__dask_keys__()[0][0] if a.ndim == 2 else a.__dask_keys__()[0] for a in args]
-    dsk: dict = {}
-    level = []
     if groups and all(t == 1 for t in threads):
         # one thread per worker: one task per worker's blocks
-        for j, idx in enumerate(groups):
-            key = (f"{name}-worker", j)
-            dsk[key] = (_sum_of, fn, [row_keys[i] for i in idx], *arg_keys)
-            level.append(key)
+        dsk = {
+            (f"{name}-worker", j): (_sum_of, fn, [row_keys[i] for i in idx], *arg_keys)
+            for j, idx in enumerate(groups)
+        }
     else:
-        for k, row_key in enumerate(row_keys):
-            key = (f"{name}-part", k)
-            dsk[key] = (fn, row_key, *arg_keys)
-            level.append(key)
+        dsk = {(f"{name}-part", k): (fn, row_key, *arg_keys) for k, row_key in enumerate(row_keys)}
+    level = list(dsk)
     if groups and 1 < len(groups) < len(level):
         # sum each worker's blocks where they are: one partial per worker crosses the network
-        level_by_worker = []
-        for j, idx in enumerate(groups):
-            key = (f"{name}-worker", j)
-            dsk[key] = (_sum_list, [level[i] for i in idx])
-            level_by_worker.append(key)
-        level = level_by_worker
+        tier = {(f"{name}-worker", j): (_sum_list, [level[i] for i in idx]) for j, idx in enumerate(groups)}
+        dsk.update(tier)
+        level = list(tier)
     fan = max(2, split_every or len(level))
     depth = 0
     while len(level) > 1:
-        nxt = []
-        for i in range(0, len(level), fan):
-            key = (f"{name}-tree{depth}", i // fan)
-            dsk[key] = (_sum_list, level[i : i + fan])
-            nxt.append(key)
-        level, depth = nxt, depth + 1
+        tier = {
+            (f"{name}-tree{depth}", i // fan): (_sum_list, level[i : i + fan])
+            for i in range(0, len(level), fan)
+        }
+        dsk.update(tier)
+        level, depth = list(tier), depth + 1
     total = dsk.pop(level[0]) if len(level) == 1 else (_sum_list, level)
     if then is None:
         dsk[(name, 0, 0)] = total
@@ -345,8 +329,7 @@ def _cholqr2_parts(x, g, split_every):
     r1_inv = _single(r1, np.linalg.inv, (n, n))
     g2 = _block_sum(x, _gram_of_product_block, r1_inv, split_every=split_every)
     r2 = _single(g2, _chol_upper, (n, n))
-    r = _one_task(np.matmul, [r2, r1], (n, n))
-    return r
+    return _one_task(np.matmul, [r2, r1], (n, n))
 
 
 def _cholqr2_route(r, x, compute_uv, dtype):
@@ -420,26 +403,24 @@ def svd(
     x = _prepare(x, notes)
     dtype = x.dtype
     tol = tol if tol is not None else TOLERANCE.get(np.dtype(dtype), 1e-10)
-    eps = _eps(dtype)
-    gram_max_cond = tol / (GRAM_ERROR_FACTOR * eps)
-    cholqr2_max_cond = CHOLQR2_LIMIT / math.sqrt(eps)
+    gram_max_cond = tol / (GRAM_ERROR_FACTOR * EPS)
+    cholqr2_max_cond = CHOLQR2_LIMIT / math.sqrt(EPS)
     limits = {
         "tol": tol,
-        "eps": eps,
+        "eps": EPS,
         "gram_max_condition": gram_max_cond,
         "cholqr2_max_condition": cholqr2_max_cond,
     }
 
-    if route == "tsqr":
-        s, u, vt = _tsqr_route(x, compute_uv, dtype)
-        return SVDResult(s, u, vt, _route("tsqr", "asked for", limits, asked=True), notes)
-    if route == "gram":
-        s, u, vt = _gram_route(x, gram(x, split_every), compute_uv, dtype)
-        return SVDResult(s, u, vt, _route("gram", "asked for", limits, asked=True), notes)
-    if route == "cholqr2":
-        r = _cholqr2_parts(x, gram(x, split_every), split_every)
-        s, u, vt = _cholqr2_route(r, x, compute_uv, dtype)
-        return SVDResult(s, u, vt, _route("cholqr2", "asked for", limits, asked=True), notes)
+    if route != "auto":
+        if route == "tsqr":
+            s, u, vt = _tsqr_route(x, compute_uv, dtype)
+        elif route == "gram":
+            s, u, vt = _gram_route(x, gram(x, split_every), compute_uv, dtype)
+        else:
+            r = _cholqr2_parts(x, gram(x, split_every), split_every)
+            s, u, vt = _cholqr2_route(r, x, compute_uv, dtype)
+        return SVDResult(s, u, vt, _route(route, "asked for", limits, asked=True), notes)
 
     n = x.shape[1]
     if compute_uv:
@@ -465,13 +446,10 @@ def svd(
         (s_gram,) = dask.persist(s_gram)
         cond = condition_from_singular_values(np.asarray(to_host(_fetch(s_gram))))
         g = None
-    predicted = GRAM_ERROR_FACTOR * eps * cond
+    predicted = GRAM_ERROR_FACTOR * EPS * cond
     nums = {**limits, "condition_estimate": cond, "gram_predicted_error": predicted}
     if predicted <= tol:
-        if compute_uv:
-            s, u, vt = _gram_route(x, g, True, dtype)
-        else:
-            s, u, vt = s_gram, None, None
+        s, u, vt = _gram_route(x, g, True, dtype) if compute_uv else (s_gram, None, None)
         why = (
             f"condition estimate {cond:.3g} from the Gram spectrum: predicted error "
             f"{predicted:.2g} x s_max <= tol {tol:g}, one pass suffices"

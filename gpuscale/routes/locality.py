@@ -126,6 +126,4 @@ def balance(groups: list[list[int]]) -> list[list[int]]:
     for g in kept:
         while spare and len(g) < target:
             g.append(spare.pop(0))
-    for i in spare:  # cannot happen: every group is full
-        min(kept, key=len).append(i)
     return [sorted(g) for g in kept if g]

@@ -39,11 +39,10 @@ def map_overlap(x, func: Callable, depth: int, boundary, dtype=None, **kwargs) -
     mode = PAD_MODES.get(boundary) if isinstance(boundary, str) else None
     known = mode is not None or isinstance(boundary, (int, float)) and not isinstance(boundary, bool)
     if one_chunk and known and depth > 0 and all(depth <= s for s in x.shape):
-        depths = (depth,) * x.ndim
         y = x.map_blocks(
             _pad_apply_trim,
             func,
-            depths,
+            (depth,) * x.ndim,
             mode,
             None if mode else boundary,
             kwargs,

@@ -16,12 +16,10 @@ The spec (``workflows/library.yaml``, ``workflows/tiny.yaml``)::
         grid: {dtype: [float32, float64]}   # more parameters, every combination
         params: {seed: 1}              # fixed parameters
 
-Cases are workloads x sizes x grid x backends x protocols x worker counts; one cluster (a
-:class:`~gpuscale.runs.session.Session`, the one ``gpuscale run`` would build) serves every case
-of one (backend, protocol, workers, collection). A failing case is recorded in the ledger
-(:mod:`gpuscale.records.folder`) with its one-line reason and the sweep goes on; the ledger is
-rewritten after each case, so a re-run into the same folder runs only the cases without a
-record. :func:`load_spec` checks everything that needs no cluster.
+Cases are workloads x sizes x grid x backends x protocols x worker counts; one cluster serves
+every case of one (backend, protocol, workers, collection). A failing case is recorded in the
+ledger (:mod:`gpuscale.records.folder`) and the sweep goes on; a re-run into the same folder
+runs only the cases without a record.
 """
 
 from __future__ import annotations
@@ -32,6 +30,7 @@ import itertools
 import json
 import os
 import pathlib
+import re
 from typing import Any, Callable, ContextManager, Iterator, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
@@ -74,10 +73,7 @@ class Spec(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        """A name, not a path: it names the default bench folder (``bench-NAME``) in the
-        working folder, which a name from a file must not leave."""
-        import re
-
+        """A name, not a path: it names the default bench folder (``bench-NAME``)."""
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}", v) or ".." in v:
             raise ValueError(
                 "must be a name of letters, digits, '.', '_' and '-' (no '/' or '..'), at most 80 "
@@ -87,19 +83,13 @@ class Spec(BaseModel):
 
 
 SWEEP_SETS = ("results_dir", "strict_backend", "in_cluster")
-"""Run keywords the sweep sets itself: its records go under ``--out``, a case's family is the
-one it names, and its runner stays in this process."""
+"""Run keywords the sweep sets itself (records under ``--out``, the runner in this process)."""
 
 
 def cluster_keywords() -> list[str]:
-    """The keywords ``cluster:`` may hold: every setting's, but those the spec has a key of its
-    own for (``backends`` for ``backend``) and :data:`SWEEP_SETS`."""
+    """The keywords ``cluster:`` may hold: every setting's but the spec's own and :data:`SWEEP_SETS`."""
     own = {k for k in config.KEYWORDS if k in Spec.model_fields or f"{k}s" in Spec.model_fields}
     return sorted(set(config.KEYWORDS) - own - set(SWEEP_SETS))
-
-
-def _where(loc) -> str:
-    return ".".join(shown(x, 80)[1:-1] if isinstance(x, str) else str(x) for x in loc) or "(top level)"
 
 
 def _spec_error(path: str, e: ValidationError) -> UserError:
@@ -107,7 +97,7 @@ def _spec_error(path: str, e: ValidationError) -> UserError:
     loc = list(err["loc"])
     if loc and loc[-1] in ("WorkloadSpec",):
         loc = loc[:-1]
-    where = _where(loc)
+    where = ".".join(shown(x, 80)[1:-1] if isinstance(x, str) else str(x) for x in loc) or "(top level)"
     if err["type"] == "extra_forbidden":
         parent = Spec if len(loc) == 1 else WorkloadSpec
         return UserError(
@@ -125,20 +115,8 @@ def _spec_error(path: str, e: ValidationError) -> UserError:
 
 
 def _id(case: dict[str, Any]) -> str:
-    body = {
-        k: case[k]
-        for k in (
-            "workload",
-            "params",
-            "backend",
-            "protocol",
-            "workers",
-            "cluster",
-            "repeat",
-            "warmup",
-            "memory_check",
-        )
-    }
+    """A case's id: a hash of what it runs, its labels (size, family, collection) left out."""
+    body = {k: v for k, v in case.items() if k not in ("size", "family", "collection")}
     return hashlib.sha1(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -178,7 +156,8 @@ def load_spec(path: str | os.PathLike) -> tuple[Spec, list[dict[str, Any]]]:
             "warmup / memory_check are top-level keys",
         )
     families = {}
-    for backend, protocol, workers in itertools.product(spec.backends, spec.protocols, spec.workers):
+    clusters = list(itertools.product(spec.backends, spec.protocols, spec.workers))
+    for backend, protocol, workers in clusters:
         try:
             _, selection, _ = session_mod.configure(
                 check=False, backend=backend, protocol=protocol, workers=workers, **spec.cluster
@@ -219,9 +198,7 @@ def load_spec(path: str | os.PathLike) -> tuple[Spec, list[dict[str, Any]]]:
                         e.fix,
                     ) from None
                 label = size_label({**size, **dict(zip(grid_keys, combo))})
-                for backend, protocol, workers in itertools.product(
-                    spec.backends, spec.protocols, spec.workers
-                ):
+                for backend, protocol, workers in clusters:
                     case = {
                         "workload": name,
                         "size": label,
@@ -242,11 +219,8 @@ def load_spec(path: str | os.PathLike) -> tuple[Spec, list[dict[str, Any]]]:
 
 
 CaseProgress = Callable[[str, int], ContextManager[Callable[[dict[str, Any]], None]]]
-"""How a caller watches the cases: ``progress(description, total)`` is a context manager
-around the sweep that yields the function called after each case with its ledger entry
-(status ``ok`` / ``failed`` / ``skipped``, error, record, median_s). Like the runner's
-:data:`gpuscale.runs.runner.Progress`, one level up; the CLI hands in
-:func:`gpuscale.records.report.sweep_progress`."""
+"""How a caller watches the cases: a context manager around the sweep yielding the function
+called after each case with its ledger entry (:func:`gpuscale.records.report.sweep_progress`)."""
 
 
 @contextlib.contextmanager
@@ -263,10 +237,8 @@ def run(
     spec_path: str | os.PathLike, out: str | os.PathLike, *, progress: CaseProgress | None = None
 ) -> dict[str, Any]:
     """Run the sweep of ``spec_path`` into ``out`` (resuming what is there), then write the
-    table, charts and report.html. Returns ``{"cases": [...], "ran", "skipped", "failed",
-    "not_here", "outputs": folder.redraw's answer}``: a group of cases whose backend or protocol
-    cannot run on this machine is ``not here`` (each case says why), not failed, and runs on a
-    machine that can (a re-run into the same folder)."""
+    table, charts and report.html: ``{"cases", "ran", "skipped", "failed", "not_here",
+    "outputs"}``. Cases that cannot run on this machine are ``not here``, not failed."""
     spec, cases = load_spec(spec_path)
     out = pathlib.Path(out)
     previous = folder.read_ledger(out) if out.exists() else None
@@ -321,13 +293,7 @@ def _run_group(spec, out, ledger, spec_dict, todo, backend, protocol, workers, c
         folder.write_ledger(out, spec_dict, ledger)
         return
     try:
-        s = session_mod.Session(
-            backend=backend,
-            protocol=protocol,
-            workers=workers,
-            collection=collection,
-            **{"results_dir": str(out), **spec.cluster},
-        )
+        s = session_mod.Session(collection=collection, results_dir=str(out), **where)
         s.__enter__()
     except Exception as e:  # noqa: BLE001 - the sweep goes on without this cluster
         why = f"cluster did not start: {_one_line(e)}"

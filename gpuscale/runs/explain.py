@@ -1,8 +1,4 @@
-"""``gpuscale explain``: what a run with the same arguments would do, starting nothing.
-
-The same configuration, workload choices, memory check and runner placement a run would use,
-every knob laid out as the record's ``explained`` section.
-"""
+"""``gpuscale explain``: what a run with the same arguments would do, starting nothing."""
 
 from __future__ import annotations
 
@@ -29,11 +25,9 @@ def explain(
     **params: Any,
 ) -> dict[str, Any]:
     """The plan of ``run(workload, ...)`` with the same arguments, starting nothing, as a plain
-    dict: settings and their sources, family, the cluster spec (as ``gpuscale cluster show``),
-    the workload's choices, every knob with its value, source and rule, where the runner would
-    run, the memory headroom and the audit settings. ``repeat`` / ``warmup`` /
-    ``memory_check`` / ``strict_backend`` / ``in_cluster`` go in ``cluster_settings`` like the
-    other settings; ``trace`` / ``output`` / ``dashboard`` only change where the runner runs."""
+    dict: settings, family, cluster spec, choices, every knob with its source and rule, where
+    the runner would run, the memory check and the audit. Run settings go in
+    ``cluster_settings``; ``trace`` / ``output`` / ``dashboard`` only change the runner's place."""
     cls = workloads.get(workload)
     p = cls.parse(params)
     settings = config.merge_keywords(cluster_settings, backend=backend, protocol=protocol)

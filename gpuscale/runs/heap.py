@@ -1,9 +1,5 @@
-"""Python's garbage collector around timed work, in this process and on workers.
-
-A full collection, then ``gc.freeze``, before the timed repeats (docs/benchmarks/cpu.md);
-``cluster up``'s warm-up freezes each worker's heap for good (docs/benchmarks/fixed-cost.md).
-These run on workers through ``client.run``: this module imports nothing of gpuscale's.
-"""
+"""Python's garbage collector around timed work, in this process and on workers through
+``client.run`` (docs/benchmarks/cpu.md, docs/benchmarks/fixed-cost.md): imports no gpuscale."""
 
 from __future__ import annotations
 
@@ -11,9 +7,8 @@ import gc
 
 
 def hold_heap() -> bool:
-    """A full collection, then ``gc.freeze`` unless this process froze its heap already (a
-    warmed worker: :func:`settle_heap`), whose collection then only visits what came after.
-    Returns whether it froze (what :func:`release_heap` undoes). Runs here and on workers."""
+    """A full collection, then ``gc.freeze`` unless this process froze its heap already
+    (:func:`settle_heap`); returns whether it froze (what :func:`release_heap` undoes)."""
     owned = gc.get_freeze_count() > 0
     gc.collect()
     if owned:
@@ -31,8 +26,7 @@ def release_heap(froze: bool | dict[str, bool] = True, dask_worker=None) -> None
 
 
 def settle_heap() -> None:
-    """For a worker kept up for later runs (``cluster up``'s warm-up): a full collection, then
-    its imports and state go to the collector's permanent generation for good, so every later
-    run's collection visits only what came after (docs/benchmarks/fixed-cost.md)."""
+    """For a worker kept up for later runs: a full collection, then ``gc.freeze`` for good
+    (docs/benchmarks/fixed-cost.md)."""
     gc.collect()
     gc.freeze()

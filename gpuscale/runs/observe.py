@@ -1,8 +1,6 @@
 """What a run tells the concerns that watch it: the :class:`Observer` hooks, the :class:`Step`
 each is given, the :class:`Run` and :class:`Outcome` they see, and the :class:`RunOptions` a run
-is asked with. The runner (:func:`gpuscale.runs.runner.execute`) calls its observers in the
-order of its list at each step.
-"""
+is asked with."""
 
 from __future__ import annotations
 
@@ -12,13 +10,11 @@ from typing import Any, Callable, ContextManager
 
 PREPARE, GENERATE, WARMUP, COMPUTE, VALIDATE = "prepare", "generate", "warmup", "compute", "validate"
 """The kinds of step, in the order a run takes them (also the trace's phase names)."""
-REPEATS = (WARMUP, COMPUTE)
 
 
 @dataclasses.dataclass
 class Step:
-    """One step of a run; ``name`` is what an interruption in it names
-    (:func:`gpuscale.errors.phase`)."""
+    """One step of a run; ``name`` is what an interruption in it names."""
 
     kind: str
     """:data:`PREPARE`, :data:`GENERATE`, :data:`WARMUP`, :data:`COMPUTE` or :data:`VALIDATE`."""
@@ -32,13 +28,12 @@ class Step:
 
     @property
     def repeat(self) -> bool:
-        return self.kind in REPEATS
+        return self.kind in (WARMUP, COMPUTE)
 
 
 Progress = Callable[[str, int], ContextManager[Callable[[], None]]]
 """How a caller watches the repeats: ``progress(description, total)`` is a context manager
-around them that yields the function called after each one (e.g.
-:class:`gpuscale.runs.progress.Tracker`)."""
+around them that yields the function called after each one (:class:`~.progress.Tracker`)."""
 
 
 @dataclasses.dataclass
@@ -98,22 +93,18 @@ class Outcome:
     audit: dict[str, Any] | None = None
     """The backend audit of generate + warm-up + timed repeats (:mod:`gpuscale.audit`)."""
     memory: dict[str, Any] | None = None
-    """The memory check (:func:`gpuscale.memory.check`), with ``measured``
-    (:class:`gpuscale.memory_measured.Watch`)."""
+    """The memory check (:func:`gpuscale.memory.check`), with ``measured``."""
     output: Any = None
     """The last repeat's result, persisted (a :class:`gpuscale.workloads.Output`)."""
     repeats: dict[str, Any] | None = None
     """How many timed repeats were taken and why they stopped (:meth:`repeats.Policy.describe`)."""
     disturbed: dict[int, str] = dataclasses.field(default_factory=dict)
-    """Timed repeats (index into ``times_s``) that were disturbed, and how
-    (:mod:`gpuscale.runs.watch`); the record leaves them out of the median."""
+    """Timed repeats (index into ``times_s``) that were disturbed, and how (:mod:`gpuscale.runs.watch`)."""
 
 
 class Observer:
-    """Hooks the runner calls on every observer of its list, in order; each default does
-    nothing, and ``failed`` is called only where ``start`` was. An observer keeps what it needs
-    of the :class:`Run`, never the run: its data and results must go with the outcome, not wait
-    for a garbage collection."""
+    """Hooks the runner calls on every observer of its list, in order (``failed`` only where
+    ``start`` was); an observer keeps what it needs of the :class:`Run`, never the run."""
 
     def start(self, run: Run) -> None:
         """The run is planned (``run.memory`` set), inside the prepare step, before the data exists."""
@@ -140,8 +131,7 @@ class Observer:
 
 @dataclasses.dataclass
 class RunOptions:
-    """How a workload is run, as :meth:`gpuscale.runs.session.Session.run` and ``gpuscale.run``
-    take it, through every layer. None: the setting's value."""
+    """How a workload is run (:meth:`~.session.Session.run`'s options); None: the setting's value."""
 
     repeat: int | str | None = None
     warmup: int | None = None

@@ -2,9 +2,8 @@
 time and what is left before validation (docs/reference/cli.md shows the lines).
 
 One :class:`Tracker` is active per CLI run (:func:`shown`); the runner tells it the plan
-(:func:`planned`) and its repeats. The phase is read from :func:`gpuscale.errors.phase`, so
-every phase of every workload is covered. On a terminal one line is redrawn in place;
-elsewhere one comes every :data:`EVERY_ENV` seconds.
+(:func:`planned`) and its repeats; the phase is :func:`gpuscale.errors.phase`'s. On a terminal
+one line is redrawn in place; elsewhere one comes every :data:`EVERY_ENV` seconds.
 """
 
 from __future__ import annotations
@@ -39,8 +38,8 @@ _current: "Tracker | None" = None
 
 
 BOUNDS = {EVERY_ENV: (0.1, 86_400.0), LARGE_ENV: (0.0, 2.0**60)}
-"""What each environment variable may be (seconds between lines: at least 0.1; bytes): a value
-outside is brought to the nearest bound, one that is no number (NaN, text) is the default."""
+"""What each environment variable may be: a value outside is brought to the nearest bound, one
+that is no number (NaN, text) is the default."""
 
 
 def _env_float(name: str, default: float) -> float:
@@ -78,7 +77,6 @@ class Tracker:
         self._tasks: tuple[float, str | None] = (0.0, None)
         self._cursor: int | None = None
 
-    # -- the runner's Progress protocol: its warm-up and timed repeats --------------------
     @contextlib.contextmanager
     def __call__(self, label: str, total: int) -> Iterator[Callable[[], None]]:
         self.label, self.total = label, total
@@ -86,8 +84,7 @@ class Tracker:
         yield self._advance
 
     def _start_pass(self) -> None:
-        """A run starts: its time, and the task-stream cursor (one round trip, outside the timed
-        windows) from which :meth:`in_pass` counts its finished tasks."""
+        """A run starts: its time, and the task-stream cursor :meth:`in_pass` counts from."""
         self.pass_t0 = time.monotonic()
         self._cursor, self._tasks = None, (0.0, None)
         if self.client is not None and (self.total is None or self.done < self.total):
@@ -99,16 +96,13 @@ class Tracker:
         self.done += 1
         self._start_pass()
         if self.large and self.done == 1:
-            left = self.left_s()
             self.write(
                 f"gpuscale: estimate: the first run took {duration(self.pass_s[0])}; the "
-                f"{self.total - self.done} left take about {duration(left or 0)}, then validation"
+                f"{self.total - self.done} left take about {duration(self.left_s() or 0)}, then validation"
             )
 
-    # -- what the runner says before the work -------------------------------------------
     def planned(self, client, name: str, memory: dict[str, Any], runs: int, validate: bool) -> None:
-        """Before the data is made: the client to ask for tasks, and for large work a line with
-        its size and runs."""
+        """Before the data is made: the client to ask, and for large work a line with its size."""
         self.client = client
         self._start_pass()
         data = int(memory.get("estimate_bytes") or 0)
@@ -125,7 +119,6 @@ class Tracker:
             "stderr where it is not a terminal"
         )
 
-    # -- what is shown --------------------------------------------------------------------
     def phase(self) -> str | None:
         phases = list(errors.OPEN_PHASES)
         if not phases:
@@ -142,8 +135,7 @@ class Tracker:
         return None if share is None else f"{share[0]:,} of {share[1]:,} tasks"
 
     def _share(self) -> tuple[int, int] | None:
-        """(finished, all) tasks of the run going on now, asked at most every
-        :data:`TASKS_EVERY_S` (None: no run, or the scheduler cannot say)."""
+        """(finished, all) tasks of the run going on now, asked at most every :data:`TASKS_EVERY_S`."""
         if (
             self.client is None
             or self._cursor is None
@@ -165,9 +157,8 @@ class Tracker:
         return said
 
     def left_s(self) -> float | None:
-        """Seconds left before validation: a run's time (the median of those measured, else the
-        current run's elapsed time over its share of finished tasks) times the runs not finished,
-        less the current run's elapsed time. None: nothing measured yet."""
+        """Seconds left before validation, from the runs measured or the current run's share of
+        finished tasks; None: nothing measured yet."""
         if self.total is None or self.done >= self.total:
             return None if self.total is None else 0.0
         now = time.monotonic() - (self.pass_t0 or self.t0)
@@ -206,8 +197,7 @@ def _tasks_now(dask_scheduler=None) -> tuple[int | None, int]:
     except Exception:  # noqa: BLE001 - a distributed without the cursor
         index = None
     groups = getattr(dask_scheduler, "task_groups", {}).values()  # counts per group: no walk over tasks
-    waiting = sum(tg.states.get(s, 0) for tg in groups for s in UNFINISHED)
-    return index, waiting
+    return index, sum(tg.states.get(s, 0) for tg in groups for s in UNFINISHED)
 
 
 @contextlib.contextmanager
@@ -216,8 +206,7 @@ def _silent(description: str, total: int) -> Iterator[Callable[[], None]]:
 
 
 class Repeats(Observer):
-    """Progress for a run: its plan told to the active tracker (:func:`planned`), then
-    ``progress`` (None shows nothing) around the repeats, advanced after each."""
+    """Progress for a run: its plan told to the active tracker, ``progress`` around the repeats."""
 
     def __init__(self, progress=None):
         self.progress = progress or _silent
@@ -242,11 +231,9 @@ class Repeats(Observer):
 
     def _close(self, exc: BaseException | None = None) -> None:
         held, self._open = self._open, None
-        if held is None:
-            return
-        if exc is None:
+        if held is not None and exc is None:
             held.close()
-        else:
+        elif held is not None:
             held.__exit__(type(exc), exc, exc.__traceback__)
 
 
@@ -262,10 +249,7 @@ def shown(stream=None) -> Iterator[Tracker]:
     global _current
     stream = stream or sys.stderr
     large = _env_float(LARGE_ENV, DEFAULT_LARGE_BYTES)
-    if stream.isatty():
-        show = _on_terminal(stream, large)
-    else:
-        show = _in_lines(stream, large, _env_float(EVERY_ENV, DEFAULT_EVERY_S))
+    show = _on_terminal(stream, large) if stream.isatty() else _in_lines(stream, large)
     outer = _current
     with show as tracker:
         _current = tracker
@@ -286,8 +270,7 @@ def _write_to(stream) -> Callable[[str], None]:
 
 @contextlib.contextmanager
 def _ticking(every: float, tick: Callable[[threading.Event], None]) -> Iterator[None]:
-    """Call ``tick(stop)`` every ``every`` seconds in a daemon thread until the block ends;
-    a tick that fails is skipped."""
+    """Call ``tick(stop)`` every ``every`` seconds in a daemon thread until the block ends."""
     stop = threading.Event()
 
     def loop():
@@ -305,8 +288,9 @@ def _ticking(every: float, tick: Callable[[threading.Event], None]) -> Iterator[
 
 
 @contextlib.contextmanager
-def _in_lines(stream, large: float, every: float) -> Iterator[Tracker]:
+def _in_lines(stream, large: float) -> Iterator[Tracker]:
     tracker = Tracker(_write_to(stream), large)
+    every = _env_float(EVERY_ENV, DEFAULT_EVERY_S)
 
     def tick(stop):
         text = tracker.line()

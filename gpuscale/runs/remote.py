@@ -24,8 +24,7 @@ from .session import Session, _pairs
 
 def placed(where: str, source: str, why: str, worker: str | None = None) -> Decision:
     """Where ``gpuscale run`` runs its runner: ``"client"`` (this process) or ``"cluster"`` (a
-    task on a worker, its address in ``numbers`` once placed), from the setting's source, and
-    why."""
+    task on a worker, its address in ``numbers`` once placed), and why."""
     return Decision(where, source, why, None, {"worker": worker})
 
 
@@ -40,9 +39,8 @@ def placement(
     resolved, spec, *, trace: Any = None, data: Any = None, output: Any = None, hooks: bool = False
 ) -> Decision:
     """Where ``api.run`` runs the runner, from ``run.in-cluster``: auto takes the cluster when
-    the run joins a running scheduler and writes no file but the record (no ``trace``,
-    ``output``, ``hooks``; ``data`` a path, not a collection here). ``true`` with any of those
-    raises a UserError naming it."""
+    the run joins a running scheduler and writes no file but the record; ``true`` where it
+    cannot raises a UserError naming why."""
     setting = resolved.settings.run.in_cluster
     source = resolved.sources.get("run.in-cluster", "default")
     if setting is False:
@@ -88,8 +86,7 @@ def placement(
 
 
 class NotServed(Exception):
-    """The cluster's workers cannot run this gpuscale's runner (not installed, another
-    version); ``api.run`` runs it in this process instead (or fails, when it was asked for)."""
+    """The cluster's workers cannot run this gpuscale's runner (not installed, another version)."""
 
 
 def run_in_cluster(
@@ -99,11 +96,9 @@ def run_in_cluster(
     options: RunOptions,
     params: dict[str, Any],
 ):
-    """Run ``session.record(workload, ...)`` with ``options``' data and validation level in a
-    task on a worker of the session's running cluster and return the record it built, not
-    written. The task secedes and opens its own client; it stops between repeats once this
-    process's client has gone. Raises :class:`NotServed` when the workers cannot run this
-    gpuscale."""
+    """Run ``session.record(workload, ...)`` in a task on a worker of the session's running
+    cluster and return the record it built, not written; :class:`NotServed` where the workers
+    cannot run this gpuscale."""
     age_s = _since_process_start()  # a fresh command: its interpreter, imports and settings
     t0 = time.perf_counter()
     _, client = existing.Existing().start(session.spec)
@@ -171,8 +166,7 @@ def run_in_cluster(
 
 
 def _since_process_start() -> float | None:
-    """Seconds since this process started (interpreter, imports, the command's settings), to
-    the kernel's clock tick; None where the system does not say (Linux's ``/proc`` does)."""
+    """Seconds since this process started; None where the system does not say (Linux does)."""
     with contextlib.suppress(Exception):
         with open("/proc/self/stat") as f:
             started = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime, in ticks
@@ -197,11 +191,10 @@ def _runner(request: dict[str, Any]):
     s.check_first = False  # its client ran the preflight
     p = request["placement"]
     s.placement = placed(p.value, p.source, p.rule, worker.address)
-    client_id = request["client"]
     with s:
 
         def cancelled() -> bool:
-            return not s.client.run_on_scheduler(_has_client, client_id)
+            return not s.client.run_on_scheduler(_has_client, request["client"])
 
         options = RunOptions(data=request["data"], validate=request["validate"], cancelled=cancelled)
         result = s.record(request["workload"], options, request["params"])
@@ -210,19 +203,17 @@ def _runner(request: dict[str, Any]):
 
 
 def _record(text: Any):
-    """The runner's record, read from JSON text (never an object to unpickle): a
-    :class:`~gpuscale.records.results.Result`."""
+    """The runner's record, read from JSON text (never an object to unpickle)."""
+    fix = "check that the cluster's workers run this version of gpuscale, or pass --no-in-cluster"
     if not isinstance(text, str):
         raise UserError(
-            f"the cluster's runner sent back a {type(text).__name__}, not a record's JSON text",
-            "check that the cluster's workers run this version of gpuscale, or pass --no-in-cluster",
+            f"the cluster's runner sent back a {type(text).__name__}, not a record's JSON text", fix
         )
     try:
         return results.Result.model_validate(json.loads(text))
     except ValueError as e:
         raise UserError(
-            f"the cluster's runner sent back a record that does not read as one ({shown(str(e), 120)})",
-            "check that the cluster's workers run this version of gpuscale, or pass --no-in-cluster",
+            f"the cluster's runner sent back a record that does not read as one ({shown(str(e), 120)})", fix
         ) from None
 
 

@@ -1,10 +1,8 @@
 """How many timed repeats a run takes: a fixed number, or ``auto`` (pyperf's idea).
 
 After each timed repeat the runner asks :meth:`Policy.stop` for the reason to stop, or None.
-Auto stops at ``target`` (at least ``min-repeats``, and the median's relative error, from
-order statistics that a stray slow repeat does not widen, <= ``target-error``),
-``max-repeats``, or ``max-time`` (settle waits included; also when one more repeat of the
-median's length would pass it). Settings: :class:`gpuscale.config.AutoRepeatSettings`.
+Auto stops once the median's relative error (from order statistics) is at most
+``target-error``, or at ``max-repeats`` or ``max-time`` (:class:`gpuscale.config.AutoRepeatSettings`).
 """
 
 from __future__ import annotations
@@ -92,27 +90,20 @@ class Policy:
             d["why"] = f"{self.repeat} repeat(s) asked"
             return d
         shown = "-" if err is None else f"{err * 100:.2f}%"
-        d.update(
-            target_error=self.target_error,
-            min_repeats=self.min_repeats,
-            max_repeats=self.max_repeats,
-            max_time_s=self.max_time_s,
-        )
+        target = f"target {self.target_error * 100:g}%"
+        d.update({k: v for k, v in dataclasses.asdict(self).items() if k != "repeat"})
         d["why"] = {
-            "target": f"relative error of the median {shown} <= target {self.target_error * 100:g}%",
-            "max-repeats": f"max-repeats {self.max_repeats} reached; relative error {shown} > "
-            f"target {self.target_error * 100:g}%",
-            "max-time": f"max-time {self.max_time_s:g} s reached (or the next repeat would pass "
-            f"it); relative error {shown} > target {self.target_error * 100:g}%",
+            "target": f"relative error of the median {shown} <= {target}",
+            "max-repeats": f"max-repeats {self.max_repeats} reached; relative error {shown} > {target}",
+            "max-time": f"max-time {self.max_time_s:g} s reached (or the next repeat would pass it); "
+            f"relative error {shown} > {target}",
         }[stopped]
         return d
 
 
 def policy(repeat: int | str, settings=None) -> Policy:
-    """The policy of ``repeat`` (a whole number or ``"auto"``) with ``settings``
-    (:class:`gpuscale.config.AutoRepeatSettings`; None: its defaults)."""
-    if settings is None:
-        settings = AutoRepeatSettings()
+    """The policy of ``repeat`` (a whole number or ``"auto"``) with ``settings`` (None: defaults)."""
+    settings = settings or AutoRepeatSettings()
     return Policy(
         "auto" if repeat == "auto" else int(repeat),
         target_error=settings.target_error,

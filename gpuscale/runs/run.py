@@ -44,14 +44,11 @@ def run(
 
     Workload parameters are keywords (``rows=...``); cluster settings go in
     ``cluster_settings`` (``{"workers": 2}``, the names of ``config.KEYWORDS``). ``trace``,
-    ``data``, ``validate``, ``output``, ``overwrite``: as :meth:`Session.run`, checked before
-    the cluster starts; ``strict_backend``: foreign chunks seen by the backend audit are an
-    error (exit 2). ``in_cluster`` (default: the ``run.in-cluster`` setting, ``"auto"``):
-    against a running scheduler, run the runner in a task on one of its workers and write the
-    record it returns here (:func:`gpuscale.runs.remote.placement`). ``on_ready(session)`` is
-    called once the cluster is up, before any work; ``hold(session, result)`` after the record
-    is written, with the cluster still running, which closes when it returns. ``progress``: how
-    to show the repeats of a runner in this process (:data:`gpuscale.runs.observe.Progress`).
+    ``data``, ``validate``, ``output``, ``overwrite``, ``strict_backend``, ``progress``: as
+    :meth:`Session.run`, checked before the cluster starts. ``in_cluster``: where the runner
+    runs (:func:`gpuscale.runs.remote.placement`). ``on_ready(session)`` is called once the
+    cluster is up; ``hold(session, result)`` after the record is written, the cluster closing
+    when it returns.
     """
 
     cls = workloads.get(workload)
@@ -94,7 +91,7 @@ def run(
     )
 
     try:
-        with existing.reconnect_reported() if s.spec.kind == "existing" else _nothing():
+        with existing.reconnect_reported() if s.spec.kind == "existing" else contextlib.nullcontext():
             return _run(s, cls, options, params, on_ready=on_ready, hold=hold)
     except (UserError, ClusterGone):
         raise
@@ -102,9 +99,6 @@ def run(
         if s.spec.kind != "existing" or existing.answers(s.spec.scheduler):
             raise
         raise ClusterGone(s.spec.scheduler, phase_of(e, "the run")) from e
-
-
-_nothing = contextlib.nullcontext
 
 
 def _run(s: Session, cls, options: RunOptions, params: dict[str, Any], *, on_ready, hold) -> results.Result:

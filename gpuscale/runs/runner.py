@@ -42,8 +42,7 @@ def _task_count(dask_scheduler=None) -> int:
 
 
 def _in_worker() -> bool:
-    """Whether this runs in a worker's task (the runner in the cluster), whose collector is its
-    worker's."""
+    """Whether this runs in a worker's task (the runner in the cluster)."""
     from distributed import get_worker
 
     try:
@@ -55,10 +54,9 @@ def _in_worker() -> bool:
 
 @contextlib.contextmanager
 def collector_held(client=None) -> Iterator[Callable[[], ContextManager[None]]]:
-    """For the timed repeats (docs/benchmarks/cpu.md): :func:`~.heap.hold_heap` here and, from a client
-    process, on ``client``'s workers. Yields ``paused``, a context without this process's
-    automatic collections that collects the youngest generation on its way out. The collector's
-    state is restored at the end."""
+    """For the timed repeats: :func:`~.heap.hold_heap` here and, from a client process, on
+    ``client``'s workers, undone at the end. Yields ``paused``, a context without automatic
+    collections that collects the youngest generation on its way out."""
     was = gc.isenabled()
     on_workers = None
     if client is not None and not _in_worker():
@@ -91,9 +89,8 @@ def task_count(client) -> int:
 
 
 def settle(client, baseline: int) -> bool:
-    """Wait until the scheduler holds no more tasks than ``baseline`` (the data alone); False
-    after :data:`SETTLE_TIMEOUT_S`. A result held only by a reference cycle is freed by one
-    garbage collection past ``GC_AFTER_S``, which a repeat with nothing to release never pays."""
+    """Wait until the scheduler holds no more tasks than ``baseline`` (the data alone), with one
+    garbage collection past ``GC_AFTER_S``; False after :data:`SETTLE_TIMEOUT_S`."""
     start = time.monotonic()
     collected = False
     delay = 0.002
@@ -110,9 +107,8 @@ def settle(client, baseline: int) -> bool:
 
 
 def _persisted(c) -> bool:
-    """True when every output key of a collection is already a future (nothing to submit). A
-    DataFrame's answer is read off its expression (a ``FromGraph`` of futures): asking another
-    expression for its keys would lower and optimize it whole, milliseconds per repeat."""
+    """True when every output key of a collection is already a future (nothing to submit); a
+    DataFrame's answer is read off its expression (:func:`gpuscale._dask_compat.frame_persisted`)."""
     held = _dask_compat.frame_persisted(c)
     if held is not None:
         return held
@@ -121,8 +117,7 @@ def _persisted(c) -> bool:
 
 def persist(client, obj):
     """Persist a collection, or every collection in a dict (other values pass through), leaving
-    those already persisted; a frame of one task over futures goes through ``client.submit``
-    (:func:`gpuscale._dask_compat.submitted`)."""
+    those already persisted (:func:`gpuscale._dask_compat.submitted` for one-task frames)."""
     if not isinstance(obj, dict):
         return persist(client, {None: obj})[None]
     out = dict(obj)
@@ -130,19 +125,13 @@ def persist(client, obj):
     for k, v in obj.items():
         if not dask.is_dask_collection(v) or _persisted(v):
             continue
-        done = _submitted(client, v)
+        done = _dask_compat.submitted(v, client)
         if done is None:
             keys.append(k)
         else:
             out[k] = done
     out.update(zip(keys, client.persist([obj[k] for k in keys]) if keys else []))
     return out
-
-
-def _submitted(client, collection):
-    """A one-task route's frame persisted through ``client.submit``, or None for any other
-    collection (:func:`gpuscale._dask_compat.submitted`)."""
-    return _dask_compat.submitted(collection, client)
 
 
 def _futures(obj) -> list:
@@ -153,10 +142,8 @@ def _futures(obj) -> list:
 
 def timed(client, family, build, marks: dict | None = None):
     """Time ``build()`` (a collection or a dict of them) until every result is in memory and
-    every device has finished: (seconds, persisted result). Each output block's task waits for
-    its device (:meth:`Family.synchronized`); where some output cannot, every worker's device is
-    synchronized after the wait. ``marks`` gets the wall clock (``time.time``, the task stream's)
-    at ``start``, ``built``, ``persisted``, ``in memory`` and ``synchronized``."""
+    every device has finished (:meth:`Family.synchronized`): (seconds, persisted result).
+    ``marks`` gets the wall clock (``time.time``) at each stage, ``start`` to ``synchronized``."""
     stamp = (lambda k: marks.__setitem__(k, time.time())) if marks is not None else (lambda k: None)
     t0 = time.perf_counter()
     stamp("start")
@@ -185,22 +172,16 @@ def _synchronized(family, obj):
         if not dask.is_dask_collection(c):
             return c
         wrapped = None if _persisted(c) else family.synchronized(c)
-        if wrapped is None:
-            whole = False
-            return c
-        return wrapped
+        whole = whole and wrapped is not None
+        return c if wrapped is None else wrapped
 
     if isinstance(obj, dict):
         return {k: one(v) for k, v in obj.items()}, whole
     return one(obj), whole
 
 
-# ---------------------------------------------------------------------------------------
-# Where a repeat's time went: compute on the workers, transfers, the rest
-# ---------------------------------------------------------------------------------------
 def stream_index(client) -> int | None:
-    """The scheduler's task-stream cursor (tasks recorded so far), or None where distributed
-    has none or the scheduler cannot be asked."""
+    """The scheduler's task-stream cursor (tasks recorded so far), or None where it has none."""
     try:
         return int(client.sync(client.scheduler.get_task_stream_index))
     except Exception:  # noqa: BLE001 - the split is extra: without a cursor the record says so
@@ -208,10 +189,8 @@ def stream_index(client) -> int | None:
 
 
 def time_split(client, cursors: list[int | None], end: int | None, elapsed: list[float]) -> dict[str, Any]:
-    """How each timed repeat's time splits, from the task stream between its cursors:
-    ``compute_s`` (some worker computing), ``transfer_s`` (some fetching, none computing) and
-    ``other_s`` (the rest: the graph, scheduling, round trips, the device synchronize). Medians
-    over the repeats, and each repeat's own."""
+    """How each timed repeat's time splits into ``compute_s``, ``transfer_s`` and ``other_s``,
+    from the task stream between its cursors: medians over the repeats, and each repeat's own."""
     if end is None or any(c is None for c in cursors) or not cursors:
         return {
             "available": False,
@@ -225,12 +204,9 @@ def time_split(client, cursors: list[int | None], end: int | None, elapsed: list
     per = []
     for i, t in enumerate(elapsed):
         recs = one_task_per_thread(records[bounds[i] - cursors[0] : bounds[i + 1] - cursors[0]])
-        comp = [
-            (s["start"], s["stop"]) for r in recs for s in r["startstops"] if s.get("action") == "compute"
-        ]
-        xfer = [
-            (s["start"], s["stop"]) for r in recs for s in r["startstops"] if s.get("action") == "transfer"
-        ]
+        spans = [(s.get("action"), s["start"], s["stop"]) for r in recs for s in r["startstops"]]
+        comp = [(a, b) for kind, a, b in spans if kind == "compute"]
+        xfer = [(a, b) for kind, a, b in spans if kind == "transfer"]
         c = min(length(union(comp)), t)
         x = min(length(minus(union(xfer), union(comp))), t - c)
         per.append(
@@ -243,13 +219,9 @@ def time_split(client, cursors: list[int | None], end: int | None, elapsed: list
                 "busy_s": sum(b - a for a, b in comp),
             }
         )
-    med = {
-        k: statistics.median(r[k] for r in per)
-        for k in ("elapsed_s", "compute_s", "transfer_s", "other_s", "tasks", "busy_s")
-    }
     return {
         "available": True,
-        **med,
+        **{k: statistics.median(r[k] for r in per) for k in per[0]},
         "repeats": per,
         "how": "the scheduler's task stream between each repeat's cursors: compute = wall time with a "
         "task computing on some worker; transfer = fetching with none computing; other = the rest "
@@ -264,9 +236,7 @@ AUDIT_SCOPE = (
 
 
 class PeakWatch(Observer):
-    """The outcome's ``memory.measured``: a :class:`gpuscale.memory_measured.Watch` from the
-    run's plan (peaks reset, spill counters read) to its end, read against the memory check's
-    estimate."""
+    """The outcome's ``memory.measured`` (:class:`gpuscale.memory_measured.Watch`)."""
 
     def start(self, run: Run) -> None:
         self.watch = memory_measured.Watch(run.client, run.family, run.ctx.memory)
@@ -278,15 +248,10 @@ class PeakWatch(Observer):
 
 
 class RunAudit(Observer):
-    """The backend audit of a run (the record's ``audit``): set up as the run is planned,
-    collected after generate (phase ``generate``) and after the timed repeats (phase
-    ``compute``, warm-ups included); validation is not audited."""
-
-    def __init__(self, scope: str):
-        self.scope = scope
+    """The backend audit of a run (the record's ``audit``; :data:`AUDIT_SCOPE`)."""
 
     def start(self, run: Run) -> None:
-        self.audit = Audit(run.client, run.family, scope=self.scope).start()
+        self.audit = Audit(run.client, run.family, scope=AUDIT_SCOPE).start()
 
     def after_step(self, step: Step, elapsed: float) -> None:
         if step.kind == GENERATE:
@@ -301,8 +266,7 @@ class RunAudit(Observer):
 
 
 class TimeSplit(Observer):
-    """The record's ``info.time_split`` (:func:`time_split`), from the task-stream cursor of
-    each timed repeat (:attr:`Step.cursor`)."""
+    """The record's ``info.time_split`` (:func:`time_split`)."""
 
     def start(self, run: Run) -> None:
         self.client = run.client
@@ -319,8 +283,7 @@ class TimeSplit(Observer):
 
 
 class TracePhases(Observer):
-    """The phases of a trace (:meth:`gpuscale.trace.Capture.phase`): prepare / generate / warmup
-    / compute / validate, a repeat's with its index."""
+    """The phases of a trace (:meth:`gpuscale.trace.Capture.phase`), a repeat's with its index."""
 
     def __init__(self, tracer):
         self.tracer = tracer
@@ -336,8 +299,7 @@ class Cancelled(Exception):
 
 
 class Cancellation(Observer):
-    """Asks ``cancelled()`` before each repeat and before validation; True stops the run there
-    with :class:`Cancelled`."""
+    """Asks ``cancelled()`` before each repeat and validation; True raises :class:`Cancelled`."""
 
     def __init__(self, cancelled: Callable[[], bool]):
         self.cancelled = cancelled
@@ -364,12 +326,11 @@ def default_observers(
     progress: Progress | None = None,
 ) -> list[Observer]:
     """What a run records and shows, in the order the runner calls them: the time split,
-    disturbances, the workers' peak memory (reset before the audit's set-up), the backend audit
-    (``audit``; :data:`AUDIT_SCOPE`), ``progress`` (:data:`Progress`), ``cancelled``
+    disturbances, peak memory, the backend audit (``audit``), ``progress``, ``cancelled``
     (:class:`Cancellation`) and the phases of ``tracer`` (a :class:`gpuscale.trace.Capture`)."""
     observers: list[Observer] = [TimeSplit(), _watch.Disturbances(), PeakWatch()]
     if audit:
-        observers.append(RunAudit(AUDIT_SCOPE))
+        observers.append(RunAudit())
     observers.append(_progress.Repeats(progress))
     if cancelled is not None:
         observers.append(Cancellation(cancelled))
@@ -388,10 +349,9 @@ def execute(
     memory_check: bool = True,
     observers: Sequence[Observer] | None = None,
 ) -> Outcome:
-    """Run ``workload``: the memory check (refusing what does not fit unless ``memory_check``
-    is False), generate, ``warmup`` warm-ups, the timed repeats (``repeat``: a whole number or a
-    :class:`gpuscale.runs.repeats.Policy`), validation, calling ``observers`` (default:
-    :func:`default_observers`) at each step."""
+    """Run ``workload``: the memory check (unless ``memory_check`` is False), generate,
+    ``warmup`` warm-ups, the timed repeats (a whole number or a :class:`~.repeats.Policy`),
+    validation, calling ``observers`` (default: :func:`default_observers`) at each step."""
     policy = repeat if isinstance(repeat, _repeats.Policy) else _repeats.policy(repeat)
     chosen = default_observers() if observers is None else list(observers)
     with warnings.catch_warnings():
@@ -406,21 +366,19 @@ class Runner(Run):
 
     observers: list[Observer] = dataclasses.field(default_factory=list)
     out: Output | None = None
-    """The last repeat's result (None from its release to the end of the next repeat, and once
-    the run has ended: the outcome holds it)."""
+    """The last repeat's result (None while a repeat runs, and once the outcome holds it)."""
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
     """The workload's ``info`` as its last build said it."""
     baseline: int = 0
     """Tasks on the scheduler once the data is persisted (what a settle waits to return to)."""
     unsettled: int = 0
-    """Repeats before which the scheduler did not settle within :data:`SETTLE_TIMEOUT_S`."""
+    """Repeats before which the scheduler did not settle."""
 
-    # -- the steps ------------------------------------------------------------------------
     def execute(self, memory_check: bool) -> Outcome:
         started: list[Observer] = []
         try:
             prepare = Step(PREPARE, "the memory check and the audit's set-up")
-            with self._step(prepare), self._measured(prepare):
+            with named_phase(prepare.name), self._measured(prepare):
                 self._plan(memory_check)
                 for o in self.observers:
                     o.start(self)
@@ -487,11 +445,10 @@ class Runner(Run):
         return outcome
 
     def _generate(self) -> tuple[Any, float]:
-        """The data (generated, or the user's) and the seconds it took; persisted unless the
-        run streams."""
+        """The data and the seconds it took; persisted unless the run streams."""
         wl, p, ctx = self.workload, self.p, self.ctx
         step = Step(GENERATE, "generate (loading the data)")
-        with self._step(step):
+        with named_phase(step.name):
             self._before(step)
             with self._measured(step):
                 if self.streamed:
@@ -509,13 +466,12 @@ class Runner(Run):
         return Step(WARMUP, f"warm-up {index + 1} of {self.warmup}", index, index + 1)
 
     def _timed(self, index: int) -> Step:
-        most = self.policy.most
-        of = f"{most}" if not self.policy.auto else f"at most {most}"
+        of = f"at most {self.policy.most}" if self.policy.auto else self.policy.most
         return Step(COMPUTE, f"timed repeat {index + 1} of {of}", index, self.warmup + index + 1)
 
     def _validate(self, outcome: Outcome, data) -> None:
         step = Step(VALIDATE, "validation")
-        with self._step(step):
+        with named_phase(step.name):
             self._before(step)
             with self._measured(step):
                 t0 = time.perf_counter()
@@ -529,7 +485,7 @@ class Runner(Run):
 
     def _repeat(self, step: Step, build, held=contextlib.nullcontext) -> float:
         """One repeat: the previous result released, the scheduler settled, the timed work."""
-        with self._step(step):
+        with named_phase(step.name):
             self.out = None
             self._before(step)
             if not settle(self.client, self.baseline):
@@ -543,15 +499,9 @@ class Runner(Run):
             self._after(step, elapsed)
         return elapsed
 
-    # -- what frames a step -------------------------------------------------------------------
-    def _step(self, step: Step) -> ContextManager[None]:
-        """The step named once: an interruption or a failure in it names it."""
-        return named_phase(step.name)
-
     @contextlib.contextmanager
     def _measured(self, step: Step) -> Iterator[None]:
-        """Around what a step measures: its dashboard span (none for prepare) and every
-        observer's ``measuring``."""
+        """Around what a step measures: its span (none for prepare), every observer's ``measuring``."""
         with contextlib.ExitStack() as stack:
             if step.kind != PREPARE:
                 stack.enter_context(span("gpuscale", self.workload.name, step.kind))

@@ -11,6 +11,7 @@ run ... --dashboard`` (:func:`hold` after the run), as plain functions free of c
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import pathlib
@@ -34,9 +35,6 @@ class _Terminated(BaseException):
     """Raised in the main thread by the SIGTERM handler :func:`hold` installs."""
 
 
-# ---------------------------------------------------------------------------------------
-# keep-alive
-# ---------------------------------------------------------------------------------------
 def scheduler_stopped(session) -> bool:
     """True once the session's scheduler has stopped (or its client lost it for good)."""
     cluster = getattr(session, "cluster", None)
@@ -45,20 +43,12 @@ def scheduler_stopped(session) -> bool:
     if status is not None and getattr(status, "name", str(status)) in ("closing", "closed", "failed"):
         return True
     client = getattr(session, "client", None)
-    if client is None:
-        return True
-    return str(getattr(client, "status", "running")) not in ("running", "newly-created")
+    return client is None or str(getattr(client, "status", "running")) not in ("running", "newly-created")
 
 
-def hold(
-    session, *, before: Callable[[], Any] | None = None, poll_s: float = 0.2, timeout_s: float | None = None
-) -> str:
-    """Block until Ctrl-C, SIGTERM or the scheduler stopping; return ``"interrupt"``,
-    ``"terminate"``, ``"scheduler stopped"`` (or ``"timeout"`` after ``timeout_s``).
-
-    ``before()`` runs first, inside the hold: a Ctrl-C during it counts as the stop. SIGTERM is
-    caught only while holding, and only in the main thread.
-    """
+def hold(session, *, before: Callable[[], Any] | None = None) -> str:
+    """Block until Ctrl-C, SIGTERM (in the main thread) or the scheduler stopping; return
+    ``"interrupt"``, ``"terminate"`` or ``"scheduler stopped"``. ``before()`` runs first."""
     previous = None
     main = threading.current_thread() is threading.main_thread()
     if main:
@@ -67,14 +57,11 @@ def hold(
             raise _Terminated()
 
         previous = signal.signal(signal.SIGTERM, _on_term)
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         if before is not None:
             before()
         while not scheduler_stopped(session):
-            if deadline is not None and time.monotonic() >= deadline:
-                return "timeout"
-            time.sleep(poll_s)
+            time.sleep(0.2)
         return "scheduler stopped"
     except KeyboardInterrupt:
         return "interrupt"
@@ -85,13 +72,9 @@ def hold(
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
-# ---------------------------------------------------------------------------------------
-# cluster up
-# ---------------------------------------------------------------------------------------
 def check_scheduler_file(path: str | os.PathLike, credentials: bool = False) -> pathlib.Path:
-    """The scheduler file's path (its folder resolved, never the file itself: a link there is
-    not followed), refused before anything starts if it cannot be written, or if a link or
-    another user's file sits where it, its lock or (``credentials``) its credentials go."""
+    """The scheduler file's path (its folder resolved, not the file), refused if it cannot be
+    written or a link or another user's file sits where it, its lock or its credentials go."""
     given = pathlib.Path(path).expanduser()
     p = given.absolute().parent.resolve() / given.name
     if p.is_dir() and not p.is_symlink():
@@ -132,10 +115,8 @@ def _answers(address: str, timeout_s: float = 1.0) -> bool:
 
 @contextlib.contextmanager
 def claim(path: pathlib.Path) -> Iterator[None]:
-    """Hold the scheduler file ``path`` for this process for the block, by a ``flock`` on a
-    hidden ``.NAME.lock`` beside it (released by the kernel if this process dies). Refuses in one
-    line a file another ``cluster up`` holds or whose scheduler still answers; takes over one
-    left by a cluster that is gone."""
+    """Hold the scheduler file ``path`` for the block by a ``flock`` on a hidden ``.NAME.lock``
+    beside it; refuses a file another ``cluster up`` holds or whose scheduler still answers."""
     import fcntl
 
     lock = _lock_path(path)
@@ -179,8 +160,7 @@ def claim(path: pathlib.Path) -> Iterator[None]:
 
 
 def write_scheduler_file(client, path: pathlib.Path) -> None:
-    """Dask's scheduler file (``scheduler_info()`` as JSON), written atomically, never through a
-    link, writable by its owner only (clients refuse one others can write: :mod:`gpuscale.trust`)."""
+    """Dask's scheduler file, written atomically, never through a link, writable by its owner only."""
     with atomic.written(
         path, replace=True, text=True, mode=0o644 & ~atomic.umask(), what="scheduler file"
     ) as (f, _):
@@ -194,30 +174,22 @@ def _remove_if(path: pathlib.Path, still_ours: Callable[[pathlib.Path], bool]) -
             path.unlink()
 
 
+@dataclasses.dataclass(eq=False)
 class Served:
     """A cluster ``up`` started: its open session and the scheduler file written (if any)."""
 
-    def __init__(
-        self,
-        session,
-        scheduler_file: pathlib.Path | None = None,
-        warm_up_s: float | None = None,
-        credentials: pathlib.Path | None = None,
-    ):
-        self.session = session
-        self.scheduler_file = scheduler_file
-        self.warm_up_s = warm_up_s
-        self.credentials = credentials
+    session: Any
+    scheduler_file: pathlib.Path | None = None
+    warm_up_s: float | None = None
+    credentials: pathlib.Path | None = None
 
     @property
     def address(self) -> str:
         return self.session.client.scheduler.address
 
     def describe(self) -> dict[str, Any]:
-        """What ``cluster up`` prints: addresses, link, the live worker / thread counts and the
-        layout's rule (:meth:`Family.layout_rule`)."""
+        """What ``cluster up`` prints: addresses, link, worker and thread counts, the layout's rule."""
         s = self.session
-
         workers = _workers(s.client)
         return {
             "scheduler": self.address,
@@ -238,8 +210,7 @@ class Served:
 
 
 def sigterm_as_interrupt():
-    """SIGTERM raises :class:`gpuscale.interrupts.Terminated` (a KeyboardInterrupt) in the main
-    thread for the block (so a cluster being started is closed, not orphaned)."""
+    """SIGTERM raises :class:`gpuscale.interrupts.Terminated` in the main thread for the block."""
     return interrupts.sigterm_raises()
 
 
@@ -271,15 +242,11 @@ def up(
     profile: str | None = None,
     collection: str | None = None,
     scheduler_file: str | os.PathLike | None = None,
-    start_timeout_s: float = 60,
-    warm_up: bool = True,
     **settings: Any,
 ) -> Iterator[Served]:
     """Start the cluster these settings describe and yield a :class:`Served` once every planned
-    worker has joined and, with ``warm_up``, warmed up (:meth:`gpuscale.backends.Family.warm_up`).
-    On exit remove the scheduler and credentials files (while still the ones written here) and
-    close what was started. Protected by default (:mod:`gpuscale.cluster.security`): TLS with
-    temporary credentials, written (mode 0600) beside the scheduler file, if any."""
+    worker has joined and warmed up; on exit remove the files written here and close it. TLS by
+    default (:mod:`gpuscale.cluster.security`), its credentials beside the scheduler file."""
     s = Session(profile=profile, collection=collection, served=True, **settings)
     if s.spec.kind == "existing":
         key = "scheduler" if s.resolved.settings.scheduler else "scheduler-file"
@@ -290,10 +257,9 @@ def up(
             "drop --scheduler (or use a profile without 'scheduler:'); to use a running "
             "cluster pass --scheduler to `gpuscale run` instead",
         )
-    path = (
-        check_scheduler_file(scheduler_file, credentials=s.spec.security == "tls") if scheduler_file else None
-    )
-    creds = security.beside(path) if path is not None and s.spec.security == "tls" else None
+    tls = s.spec.security == "tls"
+    path = check_scheduler_file(scheduler_file, credentials=tls) if scheduler_file else None
+    creds = security.beside(path) if path is not None and tls else None
     with contextlib.ExitStack() as stack:
         if path is not None:
             stack.enter_context(claim(path))
@@ -305,9 +271,9 @@ def up(
         stack.enter_context(s)
         s.client.register_plugin(detach.QuietOnClose())  # its own close is the end of this process
         if s.spec.workers:
-            s.client.wait_for_workers(s.spec.workers, timeout=start_timeout_s)
+            s.client.wait_for_workers(s.spec.workers, timeout=60)
         with deferred_stop():
-            warm = s.family.warm_up(s.client, worker_ready) if warm_up else None
+            warm = s.family.warm_up(s.client, worker_ready)
         address = s.client.scheduler.address
         if path is not None:
             write_scheduler_file(s.client, path)
@@ -315,12 +281,8 @@ def up(
         yield Served(s, path, warm, creds)
 
 
-# ---------------------------------------------------------------------------------------
-# cluster down
-# ---------------------------------------------------------------------------------------
 def address_from_file(path: str | os.PathLike, trusted: bool = False) -> str:
-    """The address in a scheduler file (:func:`gpuscale.cluster.existing.address_from_file`);
-    ``trusted``: also when another user can change it (``cluster.trust-files``)."""
+    """The address in a scheduler file (:func:`gpuscale.cluster.existing.address_from_file`)."""
     return existing.address_from_file(path, trusted=trusted)
 
 
@@ -332,12 +294,6 @@ def _in_flight(me: str, dask_scheduler=None) -> dict[str, Any]:
     return {"clients": clients, "tasks": sum(clients.values()), "processing": processing}
 
 
-def in_flight(client) -> dict[str, Any]:
-    """What runs hold on the scheduler ``client`` is connected to (other clients' tasks and
-    the tasks in progress): ``{"clients": {id: tasks}, "tasks": n, "processing": n}``."""
-    return client.run_on_scheduler(_in_flight, client.id)
-
-
 def down(
     address: str,
     *,
@@ -346,14 +302,11 @@ def down(
     credentials: str | os.PathLike | None = None,
     trusted: bool = False,
 ) -> dict[str, Any]:
-    """Stop the scheduler at ``address`` and its workers (``Client.shutdown()``); a ``tls://``
-    one with the ``credentials`` file, refused when another user can change it unless
-    ``trusted``.
-
-    Returns ``{"scheduler": address, "workers": n, "in_flight": {...}}``. Raises
+    """Stop the scheduler at ``address`` and its workers (``Client.shutdown()``), a ``tls://``
+    one with the ``credentials`` file (refused when another user can change it, unless
+    ``trusted``): ``{"scheduler": address, "workers": n, "in_flight": {...}}``. Raises
     :class:`UserError` when nothing answers within ``timeout_s`` and, unless ``force``, while
-    runs are in flight there (other clients' tasks, or tasks being processed).
-    """
+    runs are in flight there."""
     from distributed import Client
 
     if "://" not in address:
@@ -382,7 +335,7 @@ def down(
         ) from None
     try:
         workers = len(_workers(client))
-        busy = in_flight(client)
+        busy = client.run_on_scheduler(_in_flight, client.id)
         if not force and (busy["clients"] or busy["processing"]):
             raise UserError(
                 f"runs are in flight on the cluster at {address}: {len(busy['clients'])} "
@@ -399,7 +352,6 @@ def down(
 
 
 def worker_ready() -> None:
-    """On each worker of a cluster kept up, after its libraries' first use: the workload
-    registry loaded and the worker's heap settled for later runs."""
+    """On each worker of a cluster kept up: the workload registry loaded, the heap settled."""
     workloads.names()
     settle_heap()

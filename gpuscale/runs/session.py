@@ -47,10 +47,8 @@ def configure(
 ):
     """Resolve settings, select the family and build the cluster spec, starting nothing:
     ``(resolved, selection, spec)``. ``check``: fail now when the family or the protocol cannot
-    run here (the family's devices only where its workers start on this machine); ``served``:
-    the cluster is kept up for other processes (protected by default); ``work``: the workload
-    class, parsed parameters and the user's data source (None: generated data) of the one run
-    the cluster starts for (:func:`gpus_for_work`, :func:`processes_for_work`)."""
+    run here; ``served``: the cluster is kept up for other processes; ``work``: ``(cls, p,
+    source)`` of the one run the cluster starts for (:func:`gpus_for_work`)."""
     resolved = config.resolve(profile, config.keywords_to_nested(settings))
     selection = backends.select(resolved.settings.backend, collection, check=False)
     if check:
@@ -66,9 +64,8 @@ def configure(
 
 
 def one_gpu_choice(cls, gpus: list[int], resolved) -> Decision | None:
-    """Rule ``gpus.work``: the first of ``gpus`` for a workload that declares it gains nothing
-    from more (:attr:`gpuscale.workloads.Workload.one_gpu`), where you set neither the GPUs nor
-    the workers; None where the rule does not apply."""
+    """Rule ``gpus.work``: the first of ``gpus`` for a workload that gains nothing from more
+    (:attr:`gpuscale.workloads.Workload.one_gpu`); None where the rule does not apply."""
     c = resolved.settings.cluster
     if cls.one_gpu is None or len(gpus) < 2 or c.gpus is not None or c.workers is not None:
         return None
@@ -84,10 +81,8 @@ def one_gpu_choice(cls, gpus: list[int], resolved) -> Decision | None:
 
 
 def gpus_for_work(resolved, family, collection: str | None, spec, cls, p, source=None):
-    """``spec`` on the GPUs rule ``gpus.work`` picks for one run of ``cls`` with parameters
-    ``p`` on generated data (``source`` None) on a GPU cluster started here: one GPU where
-    :func:`one_gpu_choice` asks it and the memory check admits the run on it, else ``spec`` as
-    built."""
+    """``spec`` on the one GPU rule ``gpus.work`` (:func:`one_gpu_choice`) picks for a run of
+    ``cls`` on generated data, where the memory check admits the run on it; else ``spec``."""
     if spec.kind != "cuda" or source is not None:
         return spec
     one = one_gpu_choice(cls, list(spec.gpus), resolved)
@@ -102,10 +97,9 @@ def gpus_for_work(resolved, family, collection: str | None, spec, cls, p, source
 
 
 def processes_for_work(resolved, family, collection: str | None, spec, cls, p, source=None):
-    """``spec`` with the processes rule ``processes.small-work`` applied for one run of ``cls``
-    with parameters ``p`` on generated data or the user's ``source`` on a CPU cluster started
-    here: its workers as this process's threads where the run's planned memory is small
-    (:func:`gpuscale.plan.layout.processes_choice`); unknown for a source of unknown size."""
+    """``spec`` with rule ``processes.small-work`` applied for a run of ``cls`` on a CPU cluster
+    started here (:func:`gpuscale.plan.layout.processes_choice`); unchanged for a source of
+    unknown size."""
     if spec.kind != "local":
         return spec
     try:
@@ -126,9 +120,8 @@ def check_run(
     output: Any = None,
     overwrite: bool = False,
 ):
-    """Everything about a run of workload ``cls`` that needs no cluster: its parameters, then
-    the user's data, validation level and ``--output`` (:func:`gpuscale.data.inputs.check_run`).
-    Returns ``(params, inputs.RunInputs)``."""
+    """Check everything about a run of ``cls`` that needs no cluster: ``(params, RunInputs)``
+    (:func:`gpuscale.data.inputs.check_run`)."""
     inputs.check_params(cls, params, data)
     p = cls.parse(params)  # bad parameters fail before anything starts
     if data is not None and not cls.input_formats:
@@ -140,12 +133,12 @@ def check_run(
 
 
 def planned_memory(cls, p, family, spec) -> tuple[Any, Any, dict[str, Any]]:
-    """The memory check of a cluster not started yet (:func:`gpuscale.memory.planned`), the one
-    ``explain`` shows and ``run`` refuses by: ``(workload, context, verdict)``. A local CPU
-    cluster that does not fit gets ``need_limit_bytes``, the least ``--memory-limit`` the check
-    admits (:func:`least_limit`), or ``no_limit_fits_bytes``."""
+    """The memory check of a cluster not started yet: ``(workload, context, verdict)``. A local
+    CPU cluster that does not fit gets ``need_limit_bytes`` (:func:`least_limit`) or
+    ``no_limit_fits_bytes``."""
     wl, ctx, verdict = _planned_memory(cls, p, family, spec)
-    if not verdict["fits"] and not verdict.get("too_large") and _limit_settable(spec, family):
+    settable = spec.kind == "local" and not family.on_device and spec.memory_limit_bytes and spec.workers
+    if not verdict["fits"] and not verdict.get("too_large") and settable:
         top = int(machine.cpu().get("memory_bytes") or 0) // int(spec.workers)
         need = least_limit(cls, p, family, spec, top) if top else None
         if need:
@@ -163,15 +156,8 @@ def _planned_memory(cls, p, family, spec, source=None):
     return wl, ctx, memory.assess(wl, p, ctx, ctx.memory)
 
 
-def _limit_settable(spec, family) -> bool:
-    return (
-        spec.kind == "local" and not family.on_device and bool(spec.memory_limit_bytes) and bool(spec.workers)
-    )
-
-
 def with_limit(spec, family, limit: int):
-    """``spec`` with workers of ``limit`` bytes, its spill target's rule applied again
-    (:func:`gpuscale.memory.target_fraction`, as :func:`gpuscale.plan.memory.spill_choices`)."""
+    """``spec`` with workers of ``limit`` bytes, its spill target set again for them."""
     key = "distributed.worker.memory.target"
     target, _ = memory.target_fraction(limit, spec.threads_per_worker or 1, family)
     dask_config = {k: v for k, v in spec.dask_config.items() if k != key}
@@ -188,8 +174,8 @@ def with_limit(spec, family, limit: int):
 
 
 def least_limit(cls, p, family, spec, top: int) -> int | None:
-    """The least worker memory limit (whole MiB) at which the planned check admits the run
-    (partitions and plans follow the limit); None over ``top``, the most each worker may get."""
+    """The least worker memory limit (whole MiB) at which the planned check admits the run;
+    None over ``top``, the most each worker may get."""
 
     def fits(limit: int) -> bool:
         return _planned_memory(cls, p, family, with_limit(spec, family, limit))[2]["fits"]
@@ -215,11 +201,8 @@ def refuse_planned(cls, p, family, spec) -> None:
 
 
 class Session:
-    """A cluster built for one backend family, with that family's dask.config in scope.
-
-    Use as a context manager: the cluster is started on entry and closed on exit, error or
-    Ctrl-C; inside the block ``array.backend`` / ``dataframe.backend`` are the family's.
-    """
+    """A cluster built for one backend family, started and closed as a context manager; inside
+    the block ``array.backend`` / ``dataframe.backend`` are the family's."""
 
     def __init__(
         self,
@@ -252,32 +235,24 @@ class Session:
         self.cluster = None
         self.startup_s: float | None = None
         self.security = None
-        """A :class:`distributed.Security` to connect with instead of the spec's (a runner on a
-        worker uses its worker's); None: the spec's."""
+        """A :class:`distributed.Security` to connect with instead of the spec's (None: the spec's)."""
         self.preflight: dict[str, Any] | None = None
-        """What :mod:`gpuscale.cluster.preflight` saw on a running cluster this session joined
-        (recorded as ``cluster.preflight``); None: not checked (a cluster it started)."""
+        """The preflight of a running cluster this session joined (``cluster.preflight``); None: none."""
         self.topology: dict[str, Any] | None = None
-        """What the workers of a GPU or multi-host cluster this session started see
-        (:func:`_topology`), for the record's ``cluster.pairs``; None: not asked."""
+        """What the workers of a cluster this session started see (:func:`_topology`); None: not asked."""
         self.check_first = True
-        """Run the preflight when joining a running cluster (the runner sent into a cluster does
-        not: its client checked)."""
+        """Run the preflight when joining a running cluster (not in a runner sent into one)."""
         self.placement = None
-        """Where :meth:`run` runs the runner and why (:func:`gpuscale.runs.remote.placed`,
-        recorded as ``explained.cluster.runner``); None: in this process, not asked."""
+        """Where :meth:`run` runs the runner and why (:func:`gpuscale.runs.remote.placed`); None: here."""
         self.applied: dict[str, Decision] = {}
-        """The Dask settings this session applies to all work in its block, user code included
-        (:mod:`gpuscale.backends.session_knobs`), each with its source and rule; set on entry."""
+        """The Dask settings this session applies to its block (:mod:`gpuscale.backends.session_knobs`)."""
         self.dask_log = None
-        """The file Dask's log lines below ERROR go to while the session is open, instead of
-        stderr (:mod:`gpuscale.cluster.logs`); None: left as they are."""
+        """Where Dask logs below ERROR go while open (:mod:`gpuscale.cluster.logs`); None: stderr."""
         self._stack: contextlib.ExitStack | None = None
 
     @classmethod
     def planned(cls, resolved, selection, spec, collection: str | None = None) -> "Session":
-        """A session over :func:`configure`'s three values, made elsewhere (by the client of a
-        runner sent into the cluster)."""
+        """A session over :func:`configure`'s three values, made elsewhere (a runner's client)."""
         s = cls.__new__(cls)
         s._init(resolved, selection, spec, collection)
         return s
@@ -290,7 +265,6 @@ class Session:
     def family(self) -> backends.Family:
         return self.selection.family
 
-    # -- lifecycle ---------------------------------------------------------------------
     def __enter__(self) -> "Session":
         stack = contextlib.ExitStack()
         self._one_line = errors.one_line_errors()
@@ -300,10 +274,9 @@ class Session:
                 "connecting to the cluster" if self.spec.kind == "existing" else "the cluster's start-up"
             ):
                 t0 = time.perf_counter()
-                importing = None
-                if self.placement is None or self.placement.value != "cluster":
-                    # overlaps the cluster's start; a runner sent into the cluster needs none here
-                    importing = self.family.import_in_background(self.collection)
+                here = self.placement is None or self.placement.value != "cluster"
+                # overlaps the cluster's start; a runner sent into the cluster needs none here
+                importing = self.family.import_in_background(self.collection) if here else None
                 self.client, self.cluster = stack.enter_context(cluster.connect(self.spec, self.security))
                 if importing is not None:  # done before any code here imports from those packages
                     importing.join()
@@ -319,14 +292,13 @@ class Session:
                 ):
                     self.topology = _topology(self.client)
                 self.startup_s = time.perf_counter() - t0
-                served = self.spec.kwargs.get("dashboard_address", "") is not None  # None: no dashboard
-                self._dashboard_link = _ask_dashboard_link(self.client) if served else None
+                self._dashboard_link = None
+                if self.spec.kwargs.get("dashboard_address", "") is not None:  # None: no dashboard
+                    with contextlib.suppress(Exception):  # no dashboard link is not an error
+                        self._dashboard_link = getattr(self.client, "dashboard_link", None)
                 self.applied = session_plan(self.resolved, self.family)
-                stack.enter_context(
-                    dask.config.set(
-                        {**self.family.dask_config(), **session_knobs.dask_settings(self.applied)}
-                    )
-                )
+                knobs = {**self.family.dask_config(), **session_knobs.dask_settings(self.applied)}
+                stack.enter_context(dask.config.set(knobs))
                 session_knobs.entered(self.applied, stack)
                 self._host_scope = stack.enter_context(
                     host_collections.scope(self.family, self.settings.session.host_collections)
@@ -352,15 +324,13 @@ class Session:
 
     @property
     def dashboard_link(self) -> str | None:
-        """The dashboard's URL, read when the session opened (no round trip; it answers once a
-        running scheduler has gone); None when closed."""
+        """The dashboard's URL, read when the session opened; None when closed."""
         return getattr(self, "_dashboard_link", None) if self.client else None
 
     @property
     def fallbacks(self) -> list[dict[str, Any]]:
         """Every host fallback made in this session's block so far, in order
-        (:mod:`gpuscale.backends.fallback`: operation, your file:line, the family's error,
-        partitions); the audit's ``fallbacks`` adds the bytes moved. Empty under the CPU family."""
+        (:mod:`gpuscale.backends.fallback`); empty under the CPU family."""
         scope = getattr(self, "_host_scope", None)
         if scope is None:
             return []
@@ -369,15 +339,13 @@ class Session:
 
     @property
     def queries(self) -> list[dict[str, Any]]:
-        """Every Dask DataFrame collection computed in this session's block so far, in order:
-        the user's line, the engine that answered it and why (:mod:`gpuscale.engines`)."""
+        """Every Dask DataFrame collection computed in this block so far: line, engine and why."""
         route = getattr(self, "_route", None)
         return [q.as_dict() for q in route.queries] if route is not None else []
 
     def explain(self, collection) -> dict[str, Any]:
         """The engine a compute of ``collection`` (a Dask DataFrame, Series or scalar) would
-        take in this session, the rule and reason, and Polars' plan where it has one; nothing
-        runs."""
+        take in this session, with the rule and reason; nothing runs."""
         self._require_open()
         return self._route.explain(collection)
 
@@ -385,7 +353,6 @@ class Session:
         if self.client is None:
             raise UserError("this session is not open", "use it as `with gpuscale.session(...) as s:`")
 
-    # -- work -------------------------------------------------------------------------
     def run(
         self,
         workload: str,
@@ -407,19 +374,15 @@ class Session:
     ) -> results.Result:
         """Run a workload on this session's cluster: timed, validated and recorded.
 
-        The backend audit (:mod:`gpuscale.audit`) records the type of every task's output
-        during generate and the timed repeats (the record's ``audit``); ``audit=False`` skips
-        it. ``strict_backend`` (default: the ``run.strict-backend`` setting): chunks of another
-        family raise a UserError naming the task prefixes, counts, bytes and fixes, after the
-        record is written.
-
-        ``trace``: a new or empty folder to capture the run's trace into (:mod:`gpuscale.trace`).
-        ``data``: your own data instead of generated data (``svd``: a 2-D Dask array or a
-        ``.npy`` / Zarr path; ``groupby``: a Dask DataFrame or a Parquet / CSV path, with
-        ``by=`` and ``agg=``), moved to this session's backend. ``validate``: ``"off"``,
-        ``"fast"`` or ``"full"`` (default: the workload's). ``output``: write the result to this
-        file (``.parquet`` / ``.csv``, ``.npy`` / ``.npz``) once it validated, atomically; an
-        existing file only with ``overwrite=True``. ``progress``: how to show the repeats
+        The backend audit (:mod:`gpuscale.audit`, the record's ``audit``) records the type of
+        every task's output during generate and the timed repeats; ``audit=False`` skips it.
+        ``strict_backend`` (default: the ``run.strict-backend`` setting): chunks of another
+        family raise a UserError once the record is written. ``trace``: a new or empty folder to
+        capture the run's trace into (:mod:`gpuscale.trace`). ``data``: your own data instead of
+        generated data (a Dask collection or a file path), moved to this session's backend.
+        ``validate``: ``"off"``, ``"fast"`` or ``"full"`` (default: the workload's). ``output``:
+        write the validated result to this file, atomically; an existing one only with
+        ``overwrite=True``. ``progress``: how to show the repeats
         (:data:`gpuscale.runs.observe.Progress`; None shows nothing)."""
         options = RunOptions(
             repeat=repeat,
@@ -439,8 +402,7 @@ class Session:
         return self.run_with(workload, options, params)
 
     def run_with(self, workload: str, options: RunOptions, params: dict[str, Any]) -> results.Result:
-        """:meth:`run` with its options as one record and the workload's parameters as a dict
-        (what ``gpuscale.run`` passes on)."""
+        """:meth:`run` with its options as one record and the workload's parameters as a dict."""
         out_dir = options.results_dir or self.settings.results_dir
         if options.write:
             results.check_writable(out_dir)
@@ -453,9 +415,7 @@ class Session:
         return result
 
     def record(self, workload: str, options: RunOptions, params: dict[str, Any]) -> results.Result:
-        """:meth:`run_with` up to its record, which is neither written nor judged by
-        ``strict_backend`` (:func:`finish` does both): a runner in the cluster returns it to the
-        client that asked."""
+        """:meth:`run_with` up to its record, neither written nor judged (:func:`finish` does both)."""
         self._require_open()
         cls = workloads.get(workload)
         o = options
@@ -474,7 +434,7 @@ class Session:
                 "leave audit on (the default) or drop strict_backend",
             )
         ctx = workloads.Context(self.family, self.spec, self.client, data=user.source, validate=user.validate)
-        at_start = set(self._workers())
+        at_start = set(cluster.workers(self.client))
         built: list[results.Result] = []
         try:
             with contextlib.ExitStack() as stack:  # the trace folder is written on leaving
@@ -566,12 +526,9 @@ class Session:
         self, obj: Any, backend: str | None = None, *, chunks=None, npartitions: int | None = None
     ):
         """Your Dask array or DataFrame with this session's chunk type (NumPy <-> CuPy,
-        pandas <-> cuDF), or ``backend``'s (``"cpu"`` brings GPU data back); as it is when it
-        has that type already. Lazy: converts block by block when computed.
-
-        In-memory data (a NumPy array, a pandas frame) becomes a Dask collection whose every
-        task builds its block on the backend, so no task holds a host chunk; ``chunks`` /
-        ``npartitions`` default to the family's budgets."""
+        pandas <-> cuDF), or ``backend``'s; lazy, block by block. In-memory data (a NumPy array,
+        a pandas frame) becomes a Dask collection whose tasks build their blocks on the backend;
+        ``chunks`` / ``npartitions`` default to the family's budgets."""
         family = self.family if backend is None else backends.select(backend).family
         if not dask.is_dask_collection(obj) and hasattr(obj, "shape"):
             return convert.from_memory(obj, family, chunks=chunks, npartitions=npartitions)
@@ -582,9 +539,8 @@ class Session:
 
     @contextlib.contextmanager
     def audit(self, *, phase: str = "user", strict: bool = False):
-        """Audit the tasks that code inside the block runs on this session's cluster (see
-        :mod:`gpuscale.audit`). Yields the :class:`~gpuscale.audit.Audit`; after the block its
-        ``summary`` holds the audit (``gpuscale.report.audit_table(summary)`` renders it).
+        """Audit the tasks the block runs on this session's cluster (:mod:`gpuscale.audit`); yields
+        the :class:`~gpuscale.audit.Audit`, whose ``summary`` holds it after the block.
         ``strict=True``: chunks of another family raise a UserError on leaving the block."""
         self._require_open()
         with audit_mod.audit(self.client, self.family, phase=phase, strict=strict) as a:
@@ -592,10 +548,9 @@ class Session:
 
     @contextlib.contextmanager
     def trace(self, directory: str, *, phase: str = "user"):
-        """Capture a trace of any code run in the block into ``directory`` (the same folder as
-        ``run(..., trace=DIR)``, see :mod:`gpuscale.trace`); one phase named ``phase`` spans the
-        block. Yields the :class:`~gpuscale.trace.Capture`: ``.phase(name)`` marks more phases,
-        ``.summary`` holds the summary after the block. An error in the block writes nothing."""
+        """Capture a trace of the block into ``directory`` (:mod:`gpuscale.trace`), one phase
+        named ``phase`` spanning it; yields the :class:`~gpuscale.trace.Capture` (``.phase(name)``
+        marks more, ``.summary`` after the block). An error in the block writes nothing."""
         self._require_open()
         with self._capture(directory) as tracer, tracer.phase(phase):
             tracer.notes += [f"the session applied {k}" for k in session_knobs.described(self.applied)]
@@ -614,12 +569,9 @@ class Session:
             nvtx=self.family.nvtx_phases,
         )
 
-    def _workers(self) -> dict[str, dict[str, Any]]:
-        return cluster.workers(self.client) if self.client is not None else {}
-
     def _knobs(self, collection: str | None, info: dict[str, Any]) -> dict[str, Any]:
         """The family's knobs for ``collection`` as a record holds them: ``threads_per_worker``
-        is the cluster's (what ran), the family's own beside it as ``family_threads_per_worker``."""
+        is the cluster's, the family's own ``family_threads_per_worker``."""
         knobs = self.family.knobs.as_dict(collection)
         knobs["family_threads_per_worker"] = knobs["threads_per_worker"]
         running = info.get("running") or {}
@@ -630,12 +582,11 @@ class Session:
         return knobs
 
     def cluster_info(self, since: set[str] | None = None) -> dict[str, Any]:
-        """The planned spec plus what the running cluster actually has: its workers and threads,
-        the hosts with their workers (``hosts``), whether TLS is on; with ``since`` (the worker
-        addresses at the start of a run) the workers lost and joined during it."""
+        """The planned spec plus what the running cluster has (workers, threads, ``hosts``, TLS);
+        with ``since`` (the workers at a run's start) the workers lost and joined during it."""
         info = self.spec.model_dump(mode="json")
         if self.client is not None:
-            workers = self._workers()
+            workers = cluster.workers(self.client)
             info["running"] = {
                 "workers": len(workers),
                 "threads": sum(w.get("nthreads", 0) for w in workers.values()),
@@ -643,10 +594,8 @@ class Session:
             }
             hosts: dict[str, dict[str, Any]] = {}
             for addr, w in sorted(workers.items()):
-                h = hosts.setdefault(
-                    w.get("host") or addr.split("://")[-1].rsplit(":", 1)[0],
-                    {"workers": 0, "threads": 0, "addresses": []},
-                )
+                host = w.get("host") or addr.split("://")[-1].rsplit(":", 1)[0]
+                h = hosts.setdefault(host, {"workers": 0, "threads": 0, "addresses": []})
                 h["workers"] += 1
                 h["threads"] += w.get("nthreads", 0)
                 h["addresses"].append(addr)
@@ -665,8 +614,7 @@ class Session:
 
 
 def _workload_engine(name: str, source) -> Decision:
-    """The engine of a workload's run (rule ``engine.workload``): its own route's Dask plan,
-    on generated data or yours; the engine route serves the DataFrame code you write."""
+    """The engine of a workload's run (rule ``engine.workload``): its own route's Dask plan."""
     data = "your data" if source is not None else "generated data"
     return Decision(
         "dask",
@@ -679,14 +627,13 @@ def _workload_engine(name: str, source) -> Decision:
 
 
 def session_plan(resolved, family) -> dict[str, Decision]:
-    """The Dask settings a session of ``family`` applies to its block's work, from the resolved
-    settings (:func:`gpuscale.backends.session_knobs.plan`; ``explain`` asks the same)."""
+    """The Dask settings a session of ``family`` applies (:func:`gpuscale.backends.session_knobs.plan`)."""
     return session_knobs.plan(family, resolved.settings.session, resolved.sources)
 
 
 def _topology(client) -> dict[str, Any] | None:
     """What the workers see (hosts, NVLink, RDMA ports, the GPU each holds), for the record;
-    None when they cannot say (it names the transports, and never fails a run)."""
+    None when they cannot say."""
     try:
         seen = preflight.facts(client)
     except Exception:  # noqa: BLE001 - a record without the NVLink facts, not a failed run
@@ -697,8 +644,7 @@ def _topology(client) -> dict[str, Any] | None:
 def _pairs(
     addresses: list[str], checked: dict[str, Any] | None, topology: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The record's ``cluster.pairs`` (:func:`gpuscale.cluster.preflight.pairs`): the transport
-    per worker pair from what the preflight (or the started cluster's workers) saw."""
+    """The record's ``cluster.pairs`` (:func:`gpuscale.cluster.preflight.pairs`)."""
     seen = preflight.seen_from(checked)
     source = "preflight"
     if seen is None:
@@ -707,8 +653,7 @@ def _pairs(
 
 
 def _trace_not_written(result: results.Result, trace: str, e: BaseException) -> results.Result:
-    """``result`` kept, its trace not: ``info.trace`` says why (:func:`Session.run_with` ends
-    the run with one line once the record is written)."""
+    """``result`` kept, its trace not: ``info.trace`` says why."""
     why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
     result.trace = None
     result.info["trace"] = {
@@ -729,7 +674,7 @@ def _repeat(value: Any) -> int | str:
 
 def finish(result: results.Result, out_dir: str | None) -> results.Result:
     """Write the record under ``out_dir`` (None: not written), then raise
-    :func:`gpuscale.audit.strict_error` if its audit was strict and saw chunks of another family."""
+    :func:`gpuscale.audit.strict_error` where a strict audit saw chunks of another family."""
     if out_dir is not None:
         with phase("writing the record"):
             results.write(result, out_dir)
@@ -740,8 +685,7 @@ def finish(result: results.Result, out_dir: str | None) -> results.Result:
 
 
 def _write_output(workload, p, outcome, user) -> dict[str, Any]:
-    """Write ``--output`` from the last repeat's result unless it failed validation; what the
-    record's ``info`` says about it."""
+    """Write ``--output`` unless the result failed validation; what the record's ``info`` says."""
     if user.output is None:
         return {}
     if outcome.validation.valid is False:
@@ -752,13 +696,6 @@ def _write_output(workload, p, outcome, user) -> dict[str, Any]:
         return {"output": {**outputs.write(value, user.output, user.overwrite), "written": True}}
     except UserError as e:  # the disk filled, the file appeared: the measurement is kept all the same
         return {"output": {"path": str(user.output), "written": False, "why": str(e)}}
-
-
-def _ask_dashboard_link(client) -> str | None:
-    try:
-        return getattr(client, "dashboard_link", None)
-    except Exception:  # noqa: BLE001 - no dashboard link is not an error
-        return None
 
 
 def session(backend: str | None = None, protocol: str | None = None, **kw: Any) -> Session:

@@ -53,9 +53,7 @@ class Watch(SchedulerPlugin):
         if client == self.client:
             self.ours.update(tasks)
         else:
-            for k in tasks:
-                if k not in self.ours:
-                    self.theirs[k] = client
+            self.theirs.update((k, client) for k in tasks if k not in self.ours)
 
     def transition(self, key, start, finish, *args, stimulus_id: str | None = None, **kwargs) -> None:
         ours = key in self.ours
@@ -104,15 +102,6 @@ def _after_repeat(name: str | None, dask_scheduler=None) -> tuple[list[str], int
     return sorted(dask_scheduler.workers), index, len(plugin.running) if plugin is not None else 0
 
 
-def _workers(dask_scheduler=None) -> list[str]:
-    return sorted(dask_scheduler.workers)
-
-
-def worker_set(client) -> frozenset[str]:
-    """The workers the scheduler has now: a repeat during which they changed was disturbed."""
-    return frozenset(client.run_on_scheduler(_workers))
-
-
 def _changed(before: frozenset[str], after: frozenset[str]) -> str:
     lost, joined = len(before - after), len(after - before)
     return ", ".join(
@@ -123,8 +112,7 @@ def _changed(before: frozenset[str], after: frozenset[str]) -> str:
 
 
 def start(client) -> str | None:
-    """Put a :class:`Watch` for ``client`` on its scheduler; its name, or None where the
-    scheduler cannot take it (then nothing is watched, and :func:`stop` says so)."""
+    """Put a :class:`Watch` for ``client`` on its scheduler; its name, or None where it cannot."""
     name = f"gpuscale-watch-{uuid.uuid4().hex[:12]}"
     try:
         client.run_on_scheduler(_start, name, client.id)
@@ -134,8 +122,8 @@ def start(client) -> str | None:
 
 
 def after_repeat(client, name: str | None) -> tuple[frozenset[str], int | None, int]:
-    """After a timed repeat, in one call: the scheduler's workers, its task-stream cursor (None:
-    none) and how many other clients' tasks are processing (0 when not watched)."""
+    """The scheduler's workers, its task-stream cursor (None: none) and how many other clients'
+    tasks are processing (0 when not watched)."""
     workers, index, running = client.run_on_scheduler(_after_repeat, name)
     return frozenset(workers), index, running
 
@@ -144,15 +132,13 @@ STOP_AFTER_FAILURE_S = 5.0
 
 
 def stop(client, name: str | None, *, failed: bool = False) -> list[tuple[int, str, str]] | None:
-    """Take the watch off the scheduler and return its notes (None: nothing was watched).
-    ``failed``: the run is ending on an error, so a scheduler that has gone or does not answer
-    within :data:`STOP_AFTER_FAILURE_S` is left."""
+    """Take the watch off the scheduler and return its notes (None: nothing was watched);
+    ``failed``: a scheduler gone or silent for :data:`STOP_AFTER_FAILURE_S` is left."""
     if name is None or (failed and getattr(client, "status", "running") != "running"):
         return None
+    kw = {"callback_timeout": STOP_AFTER_FAILURE_S} if failed else {}
     try:
-        if failed:
-            return client.run_on_scheduler(_stop, name, callback_timeout=STOP_AFTER_FAILURE_S)
-        return client.run_on_scheduler(_stop, name)
+        return client.run_on_scheduler(_stop, name, **kw)
     except Exception:  # noqa: BLE001 - the cluster may be gone (a failing run cleans up here too)
         return None
 
@@ -170,26 +156,17 @@ def by_repeat(
                 if a <= at < b:
                     kinds[kind].append(what)
         still = running[i] if i < len(running) else 0
-        parts = []
-        if kinds["recomputed"]:
-            parts.append(f"{len(kinds['recomputed'])} task(s) recomputed{_prefixes(kinds['recomputed'])}")
-        if kinds["retried"]:
-            parts.append(f"{len(kinds['retried'])} task(s) erred and retried{_prefixes(kinds['retried'])}")
-        if kinds["foreign"] or still:
+        parts = [
+            f"{len(kinds[kind])} task(s) {did}{_prefixes(kinds[kind])}"
+            for kind, did in (("recomputed", "recomputed"), ("retried", "erred and retried"))
+            if kinds[kind]
+        ]
+        if kinds["foreign"]:
             clients = {c for c in kinds["foreign"] if c != "None"}
-            n = len(kinds["foreign"])
-            said = (
-                (
-                    f"{n} task(s) of {len(clients)} other client(s) ran"
-                    if clients
-                    else f"{n} task(s) of other clients ran"
-                )
-                if n
-                else ""
-            )
-            if still:
-                said += (", " if said else "") + f"{still} task(s) of other clients still running at its end"
-            parts.append(said)
+            of = f"{len(clients)} other client(s)" if clients else "other clients"
+            parts.append(f"{len(kinds['foreign'])} task(s) of {of} ran")
+        if still:
+            parts.append(f"{still} task(s) of other clients still running at its end")
         if parts:
             out[i] = ", ".join(parts)
     return out
@@ -229,9 +206,8 @@ def merge(*found: dict[int, str]) -> dict[int, str]:
 
 
 class Disturbances(Observer):
-    """What disturbed each timed repeat (the outcome's ``disturbed``, the record's
-    ``info.disturbance_checks``): the workers lost or joined, and the notes of a :class:`Watch`
-    placed from before generate (the data's keys are the run's too) to the end of the repeats."""
+    """What disturbed each timed repeat (the outcome's ``disturbed``): the workers lost or
+    joined, and the notes of a :class:`Watch` placed from before generate to the last repeat."""
 
     def start(self, run: Run) -> None:
         self.client = run.client
@@ -243,7 +219,7 @@ class Disturbances(Observer):
 
     def after_step(self, step: Step, elapsed: float) -> None:
         if step.kind == GENERATE:
-            self.workers = worker_set(self.client)
+            self.workers = after_repeat(self.client, None)[0]
         elif step.repeat:
             before = self.workers
             self.workers, after, still = after_repeat(self.client, self.name)

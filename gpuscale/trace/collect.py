@@ -32,9 +32,6 @@ CLOCK_NOTE_S = 0.01
 """A worker whose clock correction varies more than this during a window gets a note."""
 
 
-# ---------------------------------------------------------------------------------------
-# The folder
-# ---------------------------------------------------------------------------------------
 def check_dir(directory: str | os.PathLike) -> pathlib.Path:
     """Fail (UserError) unless ``directory`` can become a new trace folder: it must not exist
     or be an empty folder of this user's (never a link), and its nearest existing parent must
@@ -88,15 +85,11 @@ def _write_json(path: pathlib.Path, data: Any) -> None:
     _write_text(path, json.dumps(data, indent=1, default=str))
 
 
-# ---------------------------------------------------------------------------------------
-# Cluster side (run on the scheduler / workers; gpuscale must be importable there)
-# ---------------------------------------------------------------------------------------
+# Run on the scheduler / workers (gpuscale must be importable there)
 class MemorySampler(WorkerPlugin):
     """Samples its worker's process memory (and GPU device memory where the worker's system
-    monitor found a GPU, through ``distributed.diagnostics.nvml``) on the worker's event loop."""
-
-    def __init__(self, interval_s: float = 0.1):
-        self.interval_s = interval_s
+    monitor found a GPU, through ``distributed.diagnostics.nvml``) every 100 ms on the worker's
+    event loop."""
 
     def setup(self, worker):
         from tornado.ioloop import PeriodicCallback
@@ -109,7 +102,7 @@ class MemorySampler(WorkerPlugin):
         self.gpu_error: str | None = None
         self.delay_range = [worker.scheduler_delay, worker.scheduler_delay]
         self.sample()
-        self._callback = PeriodicCallback(self.sample, self.interval_s * 1000)
+        self._callback = PeriodicCallback(self.sample, 100)
         self._callback.start()
 
     def sample(self) -> None:
@@ -138,9 +131,8 @@ class MemorySampler(WorkerPlugin):
         return {"scheduler_delay_s": list(self.delay_range)}
 
     def teardown(self, worker):
-        cb = getattr(self, "_callback", None)
-        if cb is not None:
-            cb.stop()
+        if getattr(self, "_callback", None) is not None:
+            self._callback.stop()
 
 
 def _p2p_sent(worker) -> int:
@@ -175,12 +167,7 @@ def _scheduler_collect(start_index: int, t0: float, dask_scheduler=None) -> dict
     tasks = []
     for r in records:
         stops = [
-            {
-                "action": s["action"],
-                "start": s["start"],
-                "stop": s["stop"],
-                **({"source": s["source"]} if "source" in s else {}),
-            }
+            {k: s[k] for k in ("action", "start", "stop", "source") if k in s}
             for s in r.get("startstops", ())
             if s["stop"] >= t0
         ]
@@ -229,9 +216,6 @@ def _worker_collect(t0: float, plugin_name: str, dask_worker=None) -> dict[str, 
     }
 
 
-# ---------------------------------------------------------------------------------------
-# The capture
-# ---------------------------------------------------------------------------------------
 class Capture:
     """Trace everything the cluster of ``client`` does between ``__enter__`` and ``__exit__``
     into ``directory`` (see :mod:`gpuscale.trace`).
@@ -239,9 +223,7 @@ class Capture:
     ``workload``, ``backend``, ``family``, ``protocol`` and ``result_id`` only label the summary
     (:meth:`annotate` sets them later); ``nvtx=True`` pushes an NVTX range (domain ``gpuscale``)
     around every phase when the ``nvtx`` package is importable. After exit, ``summary`` holds
-    the :class:`~gpuscale.trace.Summary` and ``path`` the folder. ``report_mode`` is Bokeh's
-    resources mode of the performance report: ``"inline"`` (default: renders without internet)
-    or ``"cdn"`` (a smaller file that loads BokehJS from cdn.bokeh.org)."""
+    the :class:`~gpuscale.trace.Summary` and ``path`` the folder."""
 
     def __init__(
         self,
@@ -253,10 +235,6 @@ class Capture:
         family: str | None = None,
         protocol: str | None = None,
         nvtx: bool = False,
-        report: bool = True,
-        report_mode: str = "inline",
-        sample_interval: float = 0.1,
-        code: str | None = None,
     ):
         self.client = client
         self.path = check_dir(directory)
@@ -268,10 +246,6 @@ class Capture:
             "result_id": None,
         }
         self.nvtx = nvtx
-        self.report = report
-        self.report_mode = report_mode
-        self.sample_interval = sample_interval
-        self.code = code
         self.phases: list[dict[str, Any]] = []
         self.summary = None
         self.audit: dict[str, Any] | None = None
@@ -288,7 +262,6 @@ class Capture:
         self._collected: dict[str, Any] | None = None
         self._open = False
 
-    # -- labels and phases -------------------------------------------------------------
     def annotate(self, **labels: Any) -> None:
         """Set summary labels (workload, backend, family, protocol, result_id) before exit."""
         unknown = set(labels) - set(self.labels)
@@ -320,14 +293,13 @@ class Capture:
                     }
                 )
 
-    # -- lifecycle ---------------------------------------------------------------------
     def __enter__(self) -> "Capture":
         if self._open or self._collected is not None:
             raise RuntimeError("a Capture traces one window; make a new one")
         try:
             self._make_tmp()
             self._plugin = f"gpuscale-trace-{uuid.uuid4().hex[:8]}"
-            self.client.register_plugin(MemorySampler(self.sample_interval), name=self._plugin)
+            self.client.register_plugin(MemorySampler(), name=self._plugin)
             self._p2p0 = self.client.run(_worker_mark)
             self._mark = self._sync_clock()
             self.t0 = _dask_compat.clock() + self._offset
@@ -351,17 +323,18 @@ class Capture:
         self._plugin = None
         notes: list[str] = []
         report = None
-        if self.report:
-            try:
-                report = c.sync(
-                    c.scheduler.performance_report,
-                    start=self.t0,
-                    last_count=self._mark["monitor_count"],
-                    code=self.code or self._default_code(),
-                    mode=self.report_mode,
-                )
-            except Exception as e:  # noqa: BLE001 - e.g. bokeh missing on the scheduler
-                notes.append(f"performance report not written: {type(e).__name__}: {e}")
+        what = self.labels.get("workload")
+        code = f"gpuscale run {what} --trace {self.path}" if what else f"gpuscale trace capture: {self.path}"
+        try:
+            report = c.sync(
+                c.scheduler.performance_report,
+                start=self.t0,
+                last_count=self._mark["monitor_count"],
+                code=code,
+                mode="inline",
+            )
+        except Exception as e:  # noqa: BLE001 - e.g. bokeh missing on the scheduler
+            notes.append(f"performance report not written: {type(e).__name__}: {e}")
         self._collected = {"scheduler": sched, "workers": workers, "report": report, "notes": notes}
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -376,7 +349,6 @@ class Capture:
             self._discard()
             raise
 
-    # -- internals ---------------------------------------------------------------------
     def _sync_clock(self, rounds: int = 5) -> dict[str, Any]:
         """Offset of the scheduler's clock from ours, from the round trip with the smallest
         delay (as NTP does); 0 when the offset is within that round trip's uncertainty
@@ -392,10 +364,6 @@ class Capture:
         self._offset = 0.0 if abs(offset) <= rtt / 2 else offset
         self.clock = {"offset_s": self._offset, "measured_offset_s": offset, "round_trip_s": rtt}
         return mark
-
-    def _default_code(self) -> str:
-        what = self.labels.get("workload")
-        return f"gpuscale run {what} --trace {self.path}" if what else f"gpuscale trace capture: {self.path}"
 
     def _make_tmp(self) -> None:
         missing = []
@@ -442,11 +410,11 @@ class Capture:
         if col["report"] is not None:
             _write_text(tmp / "performance-report.html", col["report"])
             files["performance_report"] = "performance-report.html"
+        files.update(trace="trace.json", comm="comm.json", index="index.html", summary="summary.json")
         _write_json(
             tmp / "trace.json",
             events.chrome_trace(window, self.phases, tasks, transfers, workers, clock=self.clock),
         )
-        files["trace"] = "trace.json"
         comm = summary.comm_matrix(
             window,
             transfers,
@@ -454,9 +422,6 @@ class Capture:
             {a: w["p2p_sent"] - self._p2p0.get(a, {}).get("p2p_sent", 0) for a, w in col["workers"].items()},
         )
         _write_json(tmp / "comm.json", comm)
-        files["comm"] = "comm.json"
-        files["index"] = "index.html"
-        files["summary"] = "summary.json"
         notes = list(col["notes"]) + self.notes
         if col["scheduler"]["lost_tasks"]:
             notes.append(

@@ -111,10 +111,8 @@ def chrome_trace(
                 c = clip(s["start"], s["stop"], window)
                 if not c:
                     continue
-                item = (*c, (t["group"], s["action"], {"key": t["key"], "action": s["action"]}))
-                (by_thread.setdefault(t.get("thread"), []) if s["action"] == "compute" else other).append(
-                    item
-                )
+                into = by_thread.setdefault(t.get("thread"), []) if s["action"] == "compute" else other
+                into.append((*c, (t["group"], s["action"], {"key": t["key"], "action": s["action"]})))
         tid = 0
         for thread in sorted(by_thread, key=lambda x: (x is None, str(x))):
             for i, lane in enumerate(pack(by_thread[thread])):
@@ -128,23 +126,20 @@ def chrome_trace(
             ev.append(_meta("thread_name", pid, tid, name=f"other {i}"))
             ev.append(_meta("thread_sort_index", pid, tid, sort_index=tid))
             ev += [_x(f"{a} {g}", a, s, e, t0, pid, tid, args) for s, e, (g, a, args) in lane]
-        items = []
-        for tr in transfers.get(addr, ()):
-            c = clip(tr["start"], tr["stop"], window)
-            if c:
-                dur = max(tr["stop"] - tr["start"], 1e-9)
-                items.append(
-                    (
-                        *c,
-                        {
-                            "source": tr["source"],
-                            "destination": addr,
-                            "bytes": tr["bytes"],
-                            "keys": tr["keys"],
-                            "bandwidth_bytes_per_s": tr["bytes"] / dur,
-                        },
-                    )
-                )
+        items = [
+            (
+                *c,
+                {
+                    "source": tr["source"],
+                    "destination": addr,
+                    "bytes": tr["bytes"],
+                    "keys": tr["keys"],
+                    "bandwidth_bytes_per_s": tr["bytes"] / max(tr["stop"] - tr["start"], 1e-9),
+                },
+            )
+            for tr in transfers.get(addr, ())
+            if (c := clip(tr["start"], tr["stop"], window))
+        ]
         for i, lane in enumerate(pack(items)):
             tid += 1
             ev.append(_meta("thread_name", pid, tid, name=f"transfers in {i}"))

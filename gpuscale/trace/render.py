@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from ..audit import verdict
 from ..records.fit import FitTable as Table  # never cuts a value (see records.fit)
-from ..records.report import _fmt_s
+from ..records.report import _fmt_s, pairs_table
 from .summary import Summary
 
 
@@ -57,80 +57,54 @@ def summary_rows(s: Summary) -> list[tuple[str, str]]:
     ]
     if s.p2p_bytes_sent:
         rows.append(("P2P bytes sent", _fmt_bytes(s.p2p_bytes_sent)))
-    for kind, o in s.operations.items():
-        rows.append((f"  {kind}", f"{_fmt_s(o['seconds'])} ({o['share'] * 100:.1f}%), {o['tasks']} task(s)"))
-    for g in s.top_task_groups:
-        rows.append(
-            (
-                f"  group {g['name']}",
-                f"{_fmt_s(g['seconds'])} ({g['share'] * 100:.1f}%), {g['tasks']} task(s)",
-            )
+
+    def timed(o) -> str:
+        return f"{_fmt_s(o['seconds'])} ({o['share'] * 100:.1f}%), {o['tasks']} task(s)"
+
+    rows += [(f"  {kind}", timed(o)) for kind, o in s.operations.items()]
+    rows += [(f"  group {g['name']}", timed(g)) for g in s.top_task_groups]
+    rows += [
+        (
+            f"  {p.get('source_name') or p['source']} -> {p.get('destination_name') or p['destination']}",
+            f"{_fmt_bytes(p['bytes'])}, {p['transfers']} transfer(s), {_fmt_bw(p['bandwidth_bytes_per_s'])}",
         )
-    for p in s.pairs:
-        rows.append(
-            (
-                f"  {p.get('source_name') or p['source']} -> {p.get('destination_name') or p['destination']}",
-                f"{_fmt_bytes(p['bytes'])}, {p['transfers']} transfer(s), "
-                f"{_fmt_bw(p['bandwidth_bytes_per_s'])}",
-            )
-        )
+        for p in s.pairs
+    ]
     for addr, m in s.memory.items():
         text = f"host peak {_fmt_bytes(m.get('host_peak_bytes'))}"
         if "gpu_peak_bytes" in m:
             text += f", GPU peak {_fmt_bytes(m['gpu_peak_bytes'])}"
         rows.append((f"  memory {m.get('name', addr)}", text))
     for p in s.phases:
-        rows.append(
-            (
-                f"  phase {'  ' * p.get('depth', 0)}{p['name']}",
-                f"at {_fmt_s(p['start_s'])}, {_fmt_s(p['duration_s'])}",
-            )
-        )
+        indent = "  " * p.get("depth", 0)
+        rows.append((f"  phase {indent}{p['name']}", f"at {_fmt_s(p['start_s'])}, {_fmt_s(p['duration_s'])}"))
     a = getattr(s, "audit", None)
     if a:
-        rows.append(
-            (
-                "backend audit",
-                (f"clean: {a['tasks']} task output(s), none of another family than {a['expected']['family']}")
-                if verdict(a) == "clean"
-                else "nothing seen: 0 task outputs"
-                if verdict(a) == "nothing seen"
-                else (
-                    f"{a['foreign_tasks']} task(s), {format_bytes(a['foreign_bytes'])} of another family "
-                    "than "
-                    f"{a['expected']['family']} in " + ", ".join(sorted({f["prefix"] for f in a["foreign"]}))
-                )
-                + " (gpuscale audit report DIR)",
+        fam = a["expected"]["family"]
+        if verdict(a) == "clean":
+            text = f"clean: {a['tasks']} task output(s), none of another family than {fam}"
+        elif verdict(a) == "nothing seen":
+            text = "nothing seen: 0 task outputs"
+        else:
+            prefixes = ", ".join(sorted({f["prefix"] for f in a["foreign"]}))
+            text = (
+                f"{a['foreign_tasks']} task(s), {format_bytes(a['foreign_bytes'])} of another family than "
+                f"{fam} in {prefixes} (gpuscale audit report DIR)"
             )
-        )
-    for n in s.notes:
-        rows.append(("note", n))
-    return rows
+        rows.append(("backend audit", text))
+    return rows + [("note", n) for n in s.notes]
 
 
 def summary_table(s: Summary, path: str | None = None) -> Table:
-    t = Table(
-        title=f"gpuscale trace{f' {escape(path)}' if path else ''}", show_header=False, title_justify="left"
-    )
-    t.add_column(style="bold")
-    t.add_column()
+    t = pairs_table(f"gpuscale trace{f' {escape(path)}' if path else ''}")
     for k, v in summary_rows(s):
         t.add_row(escape(k), escape(v))
     return t
 
 
 def _cmp_value(x, unit: str) -> str:
-    if x is None:
-        return "-"
-    if unit == "s":
-        return _fmt_s(x)
-    if unit == "bytes":
-        return _fmt_bytes(x)
-    if unit == "bytes/s":
-        return _fmt_bw(x)
-    if unit == "ratio":
-        return f"{x * 100:.1f}%"
-    return str(x)
+    formats = {"s": _fmt_s, "bytes": _fmt_bytes, "bytes/s": _fmt_bw, "ratio": lambda v: f"{v * 100:.1f}%"}
+    return "-" if x is None else formats.get(unit, str)(x)
 
 
 def compare_table(c: dict[str, Any]) -> Table:
@@ -140,9 +114,7 @@ def compare_table(c: dict[str, Any]) -> Table:
     t.add_column(f"B: {escape(c['b'])}")
     t.add_column("B / A")
     for key, (va, vb) in c["about"].items():
-        t.add_row(
-            key, escape(str(va if va is not None else "-")), escape(str(vb if vb is not None else "-")), ""
-        )
+        t.add_row(key, *(escape(str(v if v is not None else "-")) for v in (va, vb)), "")
     for r in c["rows"]:
         t.add_row(
             r["label"],

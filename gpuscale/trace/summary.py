@@ -116,12 +116,6 @@ class Summary(BaseModel):
         return json.dumps(self.model_dump(mode="json", by_alias=True), indent=1, default=str)
 
 
-# ---------------------------------------------------------------------------------------
-# Intervals
-# ---------------------------------------------------------------------------------------
-# ---------------------------------------------------------------------------------------
-# Building
-# ---------------------------------------------------------------------------------------
 def comm_matrix(
     window: tuple[float, float],
     transfers: dict[str, list[dict]],
@@ -147,16 +141,8 @@ def comm_matrix(
     rows = []
     for (src, dst), p in sorted(pairs.items()):
         matrix[index[src]][index[dst]] = p["bytes"]
-        rows.append(
-            {
-                "source": src,
-                "destination": dst,
-                "bytes": p["bytes"],
-                "transfers": p["transfers"],
-                "busy_s": p["busy_s"],
-                "bandwidth_bytes_per_s": p["bytes"] / p["busy_s"] if p["busy_s"] > 0 else None,
-            }
-        )
+        bandwidth = p["bytes"] / p["busy_s"] if p["busy_s"] > 0 else None
+        rows.append({"source": src, "destination": dst, **p, "bandwidth_bytes_per_s": bandwidth})
     wall = window[1] - window[0]
     in_flight = length(union(spans))
     return {
@@ -216,9 +202,8 @@ def build(
     compute_u = union(compute_spans)
     task_thread_s = sum(e - s for s, e in compute_spans)
     threads = sum(int(w.get("nthreads") or 0) for w in workers.values())
-    transfer_u = union(transfer_spans)
     compute_s = length(compute_u)
-    transfer_s = length(minus(transfer_u, compute_u))
+    transfer_s = length(minus(union(transfer_spans), compute_u))
     top = sorted(groups.items(), key=lambda kv: -kv[1]["seconds"])[:TOP_GROUPS]
     ops = operations(groups, task_thread_s)
     notes = notes + [
@@ -227,7 +212,6 @@ def build(
         for kind, o in ops.items()
         if kind != "other" and o["share"] > SLOW_SHARE
     ]
-    mem = {a: {"name": workers.get(a, {}).get("name", a), **m} for a, m in sorted(memory.items())}
     busy = comm["transfer_busy_s"]
     return Summary(
         gpuscale_version=__version__,
@@ -243,13 +227,7 @@ def build(
         utilization=task_thread_s / (wall * threads) if wall > 0 and threads else 0.0,
         tasks=sum(g["tasks"] for g in groups.values()),
         top_task_groups=[
-            {
-                "name": k,
-                "seconds": v["seconds"],
-                "tasks": v["tasks"],
-                "share": v["seconds"] / task_thread_s if task_thread_s else 0.0,
-            }
-            for k, v in top
+            {"name": k, **v, "share": v["seconds"] / task_thread_s if task_thread_s else 0.0} for k, v in top
         ],
         bytes_moved=comm["bytes_moved"],
         transfers=comm["transfers"],
@@ -265,7 +243,7 @@ def build(
             }
             for p in comm["pairs"]
         ],
-        memory=mem,
+        memory={a: {"name": workers.get(a, {}).get("name", a), **m} for a, m in sorted(memory.items())},
         phases=[
             {
                 "name": p["name"],
@@ -306,9 +284,6 @@ def operations(groups: dict[str, dict[str, Any]], task_thread_s: float) -> dict[
     return dict(sorted(out.items(), key=lambda kv: -kv[1]["seconds"]))
 
 
-# ---------------------------------------------------------------------------------------
-# Reading and comparing
-# ---------------------------------------------------------------------------------------
 def _read(directory: str | os.PathLike) -> tuple[pathlib.Path, dict[str, Any]]:
     d = pathlib.Path(directory).expanduser()
     fix = "give a folder written by `gpuscale run ... --trace DIR` or Session.trace(DIR)"

@@ -12,8 +12,7 @@ SETTING = "cluster.gather"
 
 
 WAYS = {"direct": True, "scheduler": False, "dask": None}
-"""Each way a client can gather, as distributed's ``direct_to_workers`` (None: Dask's own,
-through the scheduler unless this process is a worker)."""
+"""Each way a client can gather, as distributed's ``direct_to_workers`` (None: Dask's own)."""
 
 
 def choose(resolved, kind: str) -> Decision:

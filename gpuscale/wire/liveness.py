@@ -21,8 +21,7 @@ STARTED_HERE = ("local", "cuda")
 
 
 def choose(resolved, kind: str) -> Decision:
-    """The seconds without a heartbeat after which the scheduler removes a worker (None:
-    Dask's own), for a cluster of ``kind``."""
+    """The seconds without a heartbeat after which the scheduler removes a worker (None: Dask's own)."""
     setting = resolved.settings.cluster.worker_ttl
     source = resolved.sources.get(SETTING, "default")
     if kind not in STARTED_HERE:

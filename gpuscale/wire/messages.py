@@ -1,7 +1,6 @@
 """The send interval of Dask's batched control streams (``distributed.batched.BatchedSend``),
-set by ``cluster.message-interval`` on every stream of a cluster gpuscale starts (preloads,
-and :func:`apply_workers` for dask-cuda's workers) and on this client's own streams on any
-cluster. See docs/decisions.md, rule ``message-interval.auto``.
+set by ``cluster.message-interval`` on every stream of a cluster gpuscale starts and on this
+client's own streams on any cluster. See docs/decisions.md, rule ``message-interval.auto``.
 """
 
 from __future__ import annotations
@@ -59,8 +58,7 @@ def choose(resolved, kind: str) -> Decision:
 
 
 def construct_config(seconds: float | None) -> dict[str, Any]:
-    """The Dask settings a cluster start runs under so its scheduler and workers set
-    ``seconds`` on their streams (this module as their preload); {} for Dask's own."""
+    """The Dask settings (this module as a preload) that set ``seconds`` on a started cluster's streams."""
     if seconds is None:
         return {}
     out: dict[str, Any] = {CONFIG_KEY: seconds}
@@ -78,8 +76,7 @@ def _set(stream, seconds: float) -> None:
 
 
 def _worker_streams(seconds: float):
-    """A scheduler plugin (named :data:`PLUGIN`): each worker's scheduler -> worker stream
-    gets ``seconds`` as the worker joins."""
+    """A scheduler plugin: each worker's scheduler -> worker stream gets ``seconds`` as it joins."""
     from distributed.diagnostics.plugin import SchedulerPlugin
 
     class WorkerStreams(SchedulerPlugin):
@@ -92,8 +89,7 @@ def _worker_streams(seconds: float):
 
 
 def dask_setup(server=None) -> None:
-    """Preload (scheduler and worker) of the clusters gpuscale starts: set the interval from
-    :data:`CONFIG_KEY` on the server's outgoing streams."""
+    """Preload of the clusters gpuscale starts: the interval of :data:`CONFIG_KEY` on outgoing streams."""
     seconds = dask.config.get(CONFIG_KEY, None)
     if seconds is None or server is None:
         return
@@ -114,8 +110,7 @@ def _scheduler_to_client(dask_scheduler=None, client_id: str = "", seconds: floa
 
 
 def apply_client(client, seconds: float | None) -> None:
-    """This client's two streams (client -> scheduler here, scheduler -> client on its
-    scheduler) at ``seconds``; None: Dask's own, nothing to do."""
+    """This client's two streams (to and from its scheduler) at ``seconds``; None: Dask's own."""
     if seconds is None or client is None:
         return
     _set(getattr(client, "scheduler_comm", None), seconds)
@@ -129,8 +124,7 @@ def _worker_stream(seconds: float, dask_worker=None) -> None:
 
 def apply_workers(client, seconds: float | None) -> None:
     """Each worker's worker -> scheduler stream at ``seconds``, set now through ``client.run``
-    (for workers the preload does not reach; a worker that restarts later loses it). Never
-    raises."""
+    (for workers the preload does not reach). Never raises."""
     if seconds is None or client is None:
         return
     with contextlib.suppress(Exception):

@@ -34,8 +34,7 @@ class Protocol:
 
     def keeps_sent_device_memory(self) -> bool:
         """Whether a process that received GPU buffers over this protocol, as installed here, keeps
-        the sender's device allocation mapped until it exits (a worker's whole RMM pool outliving
-        the worker)."""
+        the sender's device allocation mapped until it exits."""
         return False
 
     def transport_label(self) -> str:
@@ -80,9 +79,8 @@ def set_switches(ucx) -> dict[str, bool]:
 
 
 UCX_RELEASES_SENT_MEMORY = (1, 22)
-"""The first UCX release whose CUDA IPC transport closes the memory handles of what it received:
-before it, a process keeps every sender's allocation mapped until it exits ("UCX before 1.22
-keeps the workers' pools mapped" in docs/decisions.md)."""
+"""The first UCX release whose CUDA IPC transport closes the memory handles of what it received
+("UCX before 1.22 keeps the workers' pools mapped" in docs/decisions.md)."""
 
 
 def ucx_keeps_sent_memory(version: tuple[int, ...]) -> bool:
@@ -192,8 +190,7 @@ def choose(setting: str, source: str, family, kind: str, tls: bool) -> tuple[Pro
 def in_process(protocol: Decision, processes: Decision | None, tls: bool, dashboard: bool) -> Decision:
     """``protocol``, or in memory where the protocol is ``auto``, neither TLS nor a dashboard
     (``dashboard``: its address set) is asked for and rule ``processes.small-work`` runs the
-    one worker in this process: results reach the client without a copy through a socket
-    (rule ``protocol.in-process``). A dashboard keeps TCP on the loopback, where it is served."""
+    one worker in this process (rule ``protocol.in-process``)."""
     if protocol.source != "rule" or tls or dashboard or processes is None or processes.value:
         return protocol
     if processes.rule_id != "processes.small-work":
@@ -219,8 +216,7 @@ def get(name: str) -> Protocol:
 
 
 def of_address(address: str) -> Protocol:
-    """The protocol of a running scheduler's address: the registered one of its scheme, else
-    a bare :class:`Protocol` named by it."""
+    """The protocol of a running scheduler's address (a bare :class:`Protocol` if not registered)."""
     scheme = address.split("://", 1)[0]
     _load()
     return _PROTOCOLS.get(scheme) or Protocol(scheme, scheme)

@@ -52,7 +52,6 @@ def plan_square_chunk(
     rows: int,
     cols: int,
     itemsize: int,
-    name: str = "chunk",
     minimum: int = 1,
 ) -> int:
     """Side of square chunks: the flag, else min(family chunk budget capped by worker memory,
@@ -68,7 +67,7 @@ def plan_square_chunk(
             f"threads)) = {by_threads})" + (f", at least {minimum}" if minimum > 1 else "")
         )
 
-    return ctx.choose_size(name, given, ctx.knobs.chunk_bytes, BLOCK_COPIES, "chunk budget", rule)
+    return ctx.choose_size("chunk", given, ctx.knobs.chunk_bytes, BLOCK_COPIES, "chunk budget", rule)
 
 
 def plan_lanes(ctx: Context, given: int | None, lanes: int, lane_bytes: int, name: str) -> int:

@@ -48,6 +48,11 @@ class Check:
     limit: float | int | str | None = None
     detail: str = ""
 
+    @classmethod
+    def within(cls, name: str, value, limit, detail: str = "") -> Check:
+        """The check that ``value`` is at most ``limit``."""
+        return cls(name, value <= limit, value, limit, detail)
+
 
 @dataclasses.dataclass
 class Validation:

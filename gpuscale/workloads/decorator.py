@@ -191,10 +191,6 @@ def workload(
     return decorate
 
 
-unregister = registry.unregister  # remove a workload (a notebook's or a test's own)
-
-
-# ---------------------------------------------------------------------------------------
 def _register(cls: type[Workload], replace: bool) -> type[Workload]:
     registry.load_builtins()
     old = registry.registered(cls.name)
@@ -383,11 +379,8 @@ class FunctionWorkload(Workload):
 
     hooks: ClassVar[dict[str, Callable]] = {}
 
-    def _hook(self, hook: str):
-        return self.hooks.get(hook)
-
     def check(self, p) -> None:
-        fn = self._hook("check")
+        fn = self.hooks.get("check")
         if fn is None:
             return
         try:
@@ -398,23 +391,23 @@ class FunctionWorkload(Workload):
             raise UserError(f"{self.name}: {e}") from None
 
     def plan(self, p, ctx: Context) -> None:
-        if self._hook("plan"):
-            _call(self._hook("plan"), p, ctx)
+        if self.hooks.get("plan"):
+            _call(self.hooks["plan"], p, ctx)
 
     def estimate_bytes(self, p, ctx: Context) -> int:
-        fn = self._hook("estimate_bytes")
+        fn = self.hooks.get("estimate_bytes")
         return int(_call(fn, p, ctx)) if fn else 0
 
     def describe_data(self, p) -> dict:
-        fn = self._hook("describe_data")
+        fn = self.hooks.get("describe_data")
         return dict(_call(fn, p)) if fn else {}
 
     def generate(self, p, ctx: Context):
-        fn = self._hook("generate")
+        fn = self.hooks.get("generate")
         return _call(fn, p, ctx) if fn else None
 
     def compute(self, data, p, ctx: Context) -> Output:
-        value = _call(self._hook("compute"), data, p, ctx)
+        value = _call(self.hooks.get("compute"), data, p, ctx)
         if isinstance(value, Output):
             self._returned = "output"
             return value
@@ -427,4 +420,4 @@ class FunctionWorkload(Workload):
     def validate(self, out: Output, data, p, ctx: Context) -> Validation:
         returned = getattr(self, "_returned", "one")
         result = {"output": out, "dict": out.collections}.get(returned, out.collections.get("result"))
-        return as_validation(_call(self._hook("validate"), result, data, p, ctx), self.name)
+        return as_validation(_call(self.hooks.get("validate"), result, data, p, ctx), self.name)

@@ -146,7 +146,7 @@ class Groupby(Workload):
                 decomposable=True,
                 family=ctx.family,
                 split_out=p.split_out,
-                **_room(p, ctx),
+                **_room_for(p.rows * ROW_BYTES, ctx),
             ),
         )
 
@@ -159,15 +159,13 @@ class Groupby(Workload):
             return {"inputs": data, "intermediates": data, "results": data}
         data = p.rows * ROW_BYTES
         result = p.keys * RESULT_ROW_BYTES
-        strategy = ctx.value("groupby_strategy")
         parts = ctx.value("partitions") or 1
-        inter = min(data, result * parts) if strategy == "tree" else data
-        full = _full_check(p, ctx)
+        inter = min(data, result * parts) if ctx.value("groupby_strategy") == "tree" else data
         return {
             "inputs": data,
             "intermediates": inter,
             "results": result,
-            "validation": 2 * data if full else 0,
+            "validation": 2 * data if _full_check(p, ctx) else 0,
         }
 
     def streams(self, p, ctx: Context) -> str | None:
@@ -204,27 +202,14 @@ class Groupby(Workload):
 
     def compute(self, data, p, ctx: Context) -> Output:
         if isinstance(data, dict):  # the user's frame
-            res = routes.groupby_agg(
-                data["df"],
-                p.by,
-                p.agg,
-                groups=data["groups"],
-                rows=data["rows"],
-                split_out=p.split_out,
-                family=ctx.family,
-                **_room_for(data.get("bytes"), ctx),
-            )
+            df, groups, rows, nbytes = data["df"], data["groups"], data["rows"], data.get("bytes")
+            by, agg = p.by, p.agg
         else:
-            res = routes.groupby_agg(
-                data,
-                "key",
-                AGG,
-                groups=p.keys,
-                rows=p.rows,
-                split_out=p.split_out,
-                family=ctx.family,
-                **_room(p, ctx),
-            )
+            df, by, agg, groups, rows, nbytes = data, "key", AGG, p.keys, p.rows, p.rows * ROW_BYTES
+        room = _room_for(nbytes, ctx)
+        res = routes.groupby_agg(
+            df, by, agg, groups=groups, rows=rows, split_out=p.split_out, family=ctx.family, **room
+        )
         plan = res.decision
         _record_plan(ctx, p, plan)
         return Output(
@@ -235,14 +220,12 @@ class Groupby(Workload):
         if isinstance(data, dict):
             return _validate_user(out, data["df"], p, ctx.validate or "fast")
         level = ctx.validate
-        if level == "full" or (level is None and p.rows <= FULL_CHECK_ROWS):
+        if _full_check(p, ctx):
             got = _host_frame(out.collections["result"].compute())
-            checks: list[Check] = []
             if level == "full":
                 inputs.host_fits(self.host_bytes(p), "a pandas copy of the frame")
             frame = host_frame(data.compute())  # grouped by key: its row order does not matter
-            ref = frame.groupby("key").agg(AGG)
-            checks += _compare(got, ref, "all groups")
+            checks = _compare(got, frame.groupby("key").agg(AGG), "all groups")
             return Validation("full reference (pandas on the same data)", checks, level)
         # independent of the result: every key's count, the row count and the sampled keys'
         # rows, compared on the workers (:func:`_sampled_check`)
@@ -256,8 +239,10 @@ class Groupby(Workload):
         rows, n_got, n_counts, total, same, picked, subset = _sampled_check(
             data, out.collections["result"], sample, fan
         )
-        checks: list[Check] = [Check("counts sum to rows", total == rows == p.rows, total, p.rows)]
-        checks.append(Check("every group's count = value_counts(key)", same, n_got, n_counts))
+        checks = [
+            Check("counts sum to rows", total == rows == p.rows, total, p.rows),
+            Check("every group's count = value_counts(key)", same, n_got, n_counts),
+        ]
         ref = _host_frame(subset).groupby("key").agg(AGG)
         checks += _compare(_host_frame(picked), ref, f"{len(sample)} sampled groups")
         return Validation("all counts (value_counts) + sampled groups recomputed with pandas", checks, level)
@@ -277,8 +262,7 @@ class Groupby(Workload):
         routes.check_columns(source.meta, p.by, p.agg, where=source.label)
 
     def _plan_input(self, p, ctx: Context) -> None:
-        src = ctx.data
-        if src.format == "csv":
+        if ctx.data.format == "csv":
             ctx.choose(
                 "csv_blocksize",
                 ctx.knobs.partition_bytes,
@@ -288,7 +272,6 @@ class Groupby(Workload):
             )
 
     def from_data(self, source, p, ctx: Context):
-        import dask
         from distributed import wait
 
         notes: list[str] = []
@@ -375,18 +358,18 @@ def _sampled_check(data, result, sample: list[int], fan: int = 8):
     rdsk, rkeys = locality.graph_and_keys(result)
     dsk.update(rdsk)
     name = f"gpuscale-groupby-check-{tokenize(dkeys, rkeys, sample, locality.memory_state(data))}"
-    facts = []
-    for i, k in enumerate(dkeys):
-        dsk[(f"{name}-facts", i)] = (_facts, k, sample)
-        facts.append((f"{name}-facts", i))
+    tier = {(f"{name}-facts", i): (_facts, k, sample) for i, k in enumerate(dkeys)}
+    dsk.update(tier)
+    facts = list(tier)
     fan, level = max(2, fan), 0
     while len(facts) > fan:
         level += 1
-        groups = [facts[i : i + fan] for i in range(0, len(facts), fan)]
-        facts = []
-        for i, g in enumerate(groups):
-            dsk[(f"{name}-merge-{level}", i)] = (_merge_facts, g)
-            facts.append((f"{name}-merge-{level}", i))
+        tier = {
+            (f"{name}-merge-{level}", i // fan): (_merge_facts, facts[i : i + fan])
+            for i in range(0, len(facts), fan)
+        }
+        dsk.update(tier)
+        facts = list(tier)
     dsk[(name, 0)] = (_verdict, facts, rkeys, sample)
     (verdict,) = dask.compute(Delayed((name, 0), dsk))
     return verdict
@@ -427,13 +410,9 @@ def _verdict(facts, result_parts, sample):
         len(counts),
         int(got.sum()),
         bool(same),
-        _rows_of(result, sample),
+        result[result.index.isin(sample)],
         concat([f[2] for f in facts]),
     )
-
-
-def _rows_of(frame, keys):
-    return frame[frame.index.isin(keys)]
 
 
 def _sample_size(p, ctx: Context) -> int:
@@ -442,14 +421,8 @@ def _sample_size(p, ctx: Context) -> int:
     n = min(SAMPLE_GROUPS, p.keys)
     room = ctx.memory.task_room if ctx.memory is not None else None
     if room:
-        per_group = p.rows * ROW_BYTES / p.keys
-        n = min(n, max(1, int(room / 4 / per_group)))
+        n = min(n, max(1, int(room / 4 / (p.rows * ROW_BYTES / p.keys))))
     return n
-
-
-def _room(p, ctx: Context) -> dict[str, int | None]:
-    """:func:`_room_for` the generated frame."""
-    return _room_for(p.rows * ROW_BYTES, ctx)
 
 
 def _room_for(nbytes: int | None, ctx: Context) -> dict[str, int | None]:
@@ -505,7 +478,6 @@ def _validate_user(out: Output, df, p, level: str) -> Validation:
         frame = _host_frame(df.compute())
         checks = _compare_frame(got, frame, key, spec, "all groups")
         return Validation("full reference (pandas on the whole frame)", checks, "full")
-    checks: list[Check] = []
     sizes = (
         df[key].value_counts(split_out=1, sort=False) if len(by) == 1 else df.groupby(by).size(split_out=1)
     )
@@ -513,7 +485,7 @@ def _validate_user(out: Output, df, p, level: str) -> Validation:
     sizes, keyed, rows = dask.compute(sizes, keyed, df.shape[0])
     sizes = to_host(sizes).sort_index()
     total, keyed, rows = int(sizes.sum()), int(keyed), int(rows)
-    checks.append(
+    checks = [
         Check(
             "group counts sum to the rows",
             total == keyed,
@@ -523,7 +495,7 @@ def _validate_user(out: Output, df, p, level: str) -> Validation:
             if keyed != rows
             else "independent count (value_counts / groupby().size())",
         )
-    )
+    ]
     same = _same_index(sizes.index, got.index)
     checks.append(Check("same groups as the independent count", same, len(got), len(sizes)))
     if same:
@@ -544,8 +516,7 @@ def _validate_user(out: Output, df, p, level: str) -> Validation:
         values = picked.index.get_level_values(i) if len(by) > 1 else picked.index
         m = df[col].isin(list(pd.unique(np.asarray(values, dtype=object))))
         mask = m if mask is None else mask & m
-    subset = _host_frame(df[mask].compute()) if n else _host_frame(df._meta)
-    subset = subset.reset_index(drop=True)
+    subset = (_host_frame(df[mask].compute()) if n else _host_frame(df._meta)).reset_index(drop=True)
     checks += _compare_frame(picked, subset, key, spec, f"{n} sampled groups", only=picked.index)
     return Validation(
         f"all group counts (independent count) + {n} sampled groups recomputed with pandas", checks, "fast"

@@ -157,12 +157,8 @@ class Merge(Shuffling, Workload):
         y_res, y_ref = (float(v) for v in counts[4:])
         checks = [
             Check("rows = right keys below --rows", got_rows == expected_rows, got_rows, expected_rows),
-            Check(
-                "x = 7 key + 3 in every row (pairs the right left row)",
-                bad_x == 0,
-                bad_x,
-                0,
-                "mismatching rows",
+            Check.within(
+                "x = 7 key + 3 in every row (pairs the right left row)", bad_x, 0, "mismatching rows"
             ),
             Check("every key is a left key", outside == 0, outside, 0, "rows with key >= --rows"),
         ]

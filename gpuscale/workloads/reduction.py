@@ -66,8 +66,7 @@ def host_moments(x, axis):
         (1,) * x.numblocks[1] if axis in (None, 1) else x.chunks[1],
     )
     parts = host(x.map_blocks(_moments, axis=axis, new_axis=0, chunks=chunks, dtype=np.float64))
-    count, total, squares = parts.sum(axis=(1, 2) if axis is None else 1 + axis)
-    return count, total, squares
+    return parts.sum(axis=(1, 2) if axis is None else 1 + axis)
 
 
 def from_moments(op, count, total, squares):
