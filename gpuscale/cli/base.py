@@ -64,7 +64,6 @@ STOPPED_BY = {
     "interrupt": "stopped by Ctrl-C",
     "terminate": "stopped by SIGTERM",
     "scheduler stopped": "the scheduler was stopped (cluster down)",
-    "timeout": "timed out",
 }
 """Why a cluster held up (:func:`gpuscale.runs.serve.hold`) stopped, in words."""
 
