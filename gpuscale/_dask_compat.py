@@ -189,6 +189,15 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def parquet_reader(backend: str) -> Callable:
+    """``dd.read_parquet`` of the DataFrame backend named ``backend`` ("pandas", "cudf") without
+    setting ``dataframe.backend``, which is global: Dask's creation dispatch, which that setting
+    selects from."""
+    from dask.dataframe.dask_expr._backends import dataframe_creation_dispatch
+
+    return dataframe_creation_dispatch.dispatch(backend).read_parquet
+
+
 def _call_of(task, futures: dict):
     """``(wrappers, function, *arguments)`` for :func:`_apply` from a task ``(function,
     *arguments)`` inside any number of ``(wrapper, task)`` (:func:`finished_by`), with the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import dask.array as da
 import dask.bag as db
@@ -206,6 +207,32 @@ print("xml.dom.minidom" in sys.modules, fam.import_in_background("dataframe"),
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "None", "None"], out
+
+
+def test_a_pre_import_of_the_frame_library_reads_a_small_parquet_plan_in_the_thread(tmp_path):
+    """Where the list holds the family's frame library (a GPU session: cuDF), the thread then
+    reads a small Parquet file through Dask in the family's backend and optimizes a plan of it
+    (the first use of Dask's Parquet metadata and the library's, while the cluster starts),
+    and removes the file; a list without the library plans nothing."""
+    import subprocess
+    import sys
+
+    code = """
+import dataclasses, sys, threading
+from gpuscale import backends
+calls = set()
+threading.setprofile(lambda frame, event, arg: event == "call" and calls.add(frame.f_code.co_name))
+cpu = backends.select("cpu").family
+for modules in (("xml.dom.minidom",), ("pandas",)):
+    calls.clear()
+    fam = dataclasses.replace(cpu, knobs=dataclasses.replace(cpu.knobs, pre_import={"dataframe": modules}))
+    fam.import_in_background("dataframe").join(60)
+    print(sorted(calls & {"read_parquet", "optimize", "_first_plan"}))
+"""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.splitlines() == ["[]", "['_first_plan', 'optimize', 'read_parquet']"], out.stdout
+    assert list(tmp_path.iterdir()) == []
 
 
 FRESH_FINISHED = """

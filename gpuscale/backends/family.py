@@ -4,9 +4,11 @@ them and its :class:`Knobs`."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -200,8 +202,11 @@ class Family:
 
     def import_in_background(self, collection: str | None) -> threading.Thread | None:
         """Start importing ``knobs.pre_import[collection]`` in this process (to overlap a
-        cluster's start): :func:`import_in_thread`."""
-        return import_in_thread(self.knobs.pre_import.get(collection or "session", ()))
+        cluster's start): :func:`import_in_thread`; where that includes the frame library, a
+        small plan of it follows (:func:`_first_plan`, rule ``gpu.session-pre-import``)."""
+        modules = self.knobs.pre_import.get(collection or "session", ())
+        plan = functools.partial(_first_plan, self.dataframe_backend)
+        return import_in_thread(modules, then=plan if self.dataframe_module in modules else None)
 
     def chunk_module(self, collection: str) -> str:
         """This family's chunk library for ``collection`` ("array" or "dataframe")."""
@@ -264,27 +269,44 @@ class Family:
         return max(1, cores // tpw), tpw, f"{why} on {cores} cores", "layout.family"
 
 
-def import_in_thread(modules, name: str = "gpuscale-import") -> threading.Thread | None:
-    """Start importing ``modules`` (those not imported yet and installed) in a daemon thread
-    and return it; None: nothing to import. Errors are left to the real import. The caller
-    joins the thread before its own code may import from the same packages: an import of a
-    submodule beside the thread's can meet a module half-initialized."""
+def import_in_thread(modules, name: str = "gpuscale-import", then=None) -> threading.Thread | None:
+    """Start importing ``modules`` (those not imported yet and installed) in a daemon thread,
+    then ``then()``, and return it; None: nothing to do. Errors are left to the real
+    import. The caller joins the thread before its own code may import from the same packages:
+    an import of a submodule beside the thread's can meet a module half-initialized."""
     todo = [
         m for m in modules if m not in sys.modules and importlib.util.find_spec(m.split(".")[0]) is not None
     ]
-    if not todo:
+    if not todo and then is None:
         return None
 
     def _import():
-        for m in todo:
-            try:
+        try:
+            for m in todo:
                 importlib.import_module(m)
-            except Exception:  # noqa: BLE001 - reported by the import that needs it
-                return
+            if then is not None:
+                then()
+        except Exception:  # noqa: BLE001 - reported by the import or the plan that needs it
+            return
 
     t = threading.Thread(target=_import, name=name, daemon=True)
     t.start()
     return t
+
+
+def _first_plan(backend: str) -> None:
+    """Builds and optimizes a small Dask DataFrame plan over a Parquet file in ``backend``, in
+    this process: the first use of Dask's Parquet metadata, its optimizer and the frame
+    library's metadata (on cuDF, the CUDA context), paid while the cluster starts."""
+    import pandas as pd
+
+    with tempfile.TemporaryDirectory(prefix="gpuscale-") as folder:
+        day = pd.Timestamp("2024-01-01")
+        pd.DataFrame({"k": [1, 2, 1], "v": [0.5, 1.5, 2.5], "t": [day] * 3}).to_parquet(f"{folder}/0.parquet")
+        frame = _dask_compat.parquet_reader(backend)(folder)
+        frame = frame[frame.t <= day].assign(w=frame.v * 2)
+        frame.groupby("k").agg({"v": ["sum", "mean"], "w": "count"}).reset_index().optimize()
+        frame.merge(frame[["k", "w"]], on="k").optimize()
 
 
 def _warm_worker(array_module: str, dataframe_module: str, then=None) -> None:
