@@ -447,20 +447,20 @@ def read_csv_cudf(t: Translator, node) -> Lowered:
     if not all(os.path.isfile(f) for f in files) or any(f.endswith(COMPRESSED) for f in files):
         raise Untranslatable("read_csv", "no local uncompressed files")
     meta = _meta(node)
-    named = list(meta.dtypes.items()) if _is_frame_meta(meta) else [(meta.name, meta.dtype)]
-    for label, dtype in named:
-        if _dtype_kind(dtype) not in "fiubM":
-            # cuDF's reader gives text another missing-value flavour than the engine's answer
-            raise Untranslatable("read_csv", f"text column {label!r} under cuDF's reader")
-    return _scan_csv(t, node, user, files, dict(named), 1.0)
+    named = dict(meta.dtypes.items()) if _is_frame_meta(meta) else {meta.name: meta.dtype}
+    # cuDF's reader gives text another missing-value flavour than the engine's answer
+    return _scan_csv(t, node, user, files, named, 1.0, text="under cuDF's reader")
 
 
 def _labels(meta) -> list:
     return list(meta.columns) if _is_frame_meta(meta) else [meta.name]
 
 
-def _scan_csv(t: Translator, node, user: dict, files: list[str], dtypes: dict, share: float) -> Lowered:
-    """One Polars scan of ``files`` read as ``user``'s keywords ask, columns typed as ``dtypes``."""
+def _scan_csv(
+    t: Translator, node, user: dict, files: list[str], dtypes: dict, share: float, text=None
+) -> Lowered:
+    """One Polars scan of ``files`` read as ``user``'s keywords ask, columns typed as ``dtypes``;
+    ``text``: why a text column is not translated (None: it is)."""
     extra = sorted(k for k in set(user) - CSV_KEYWORDS if not (k == "storage_options" and not user[k]))
     if extra:
         raise Untranslatable("read_csv", f"keyword {extra[0]!r}")
@@ -475,6 +475,8 @@ def _scan_csv(t: Translator, node, user: dict, files: list[str], dtypes: dict, s
     for label in labels:
         if not isinstance(label, str) or label not in dtypes:
             raise Untranslatable("read_csv", f"column {label!r}")
+        if text and _dtype_kind(dtypes[label]) not in "fiubM":
+            raise Untranslatable("read_csv", f"text column {label!r} {text}")
         schema[label] = _csv_type(label, dtypes[label])
     lf = pl.scan_csv(
         files,
