@@ -52,6 +52,24 @@ def test_first_result_times_each_side_to_a_checked_answer(tmp_path):
     assert all(c["median_s"] > 0 and "start-up" in c["note"] for c in cells.values())
 
 
+def test_first_query_times_each_variants_first_and_warm_runs_in_fresh_sessions(tmp_path):
+    d = run_script(
+        tmp_path,
+        "first_query.py",
+        "--backend",
+        "cpu",
+        "--tpch-scale",
+        "0.01",
+        "--rounds",
+        "1",
+        "--data",
+        str(tmp_path / "data"),
+    )
+    cells = d["cells"]
+    assert [c["variant"] for c in cells] == ["defaults", "no-client-plan", "worker-read"]
+    assert all(len(c["runs"]) == 3 and all(r[3] >= r[2] > 0 for r in c["runs"]) for c in cells), cells
+
+
 def test_bench_vs_peer_smoke(tmp_path):
     d = run_script(tmp_path, "bench_vs_peer.py", "--smoke", "--rounds", "1")
     ran = [r for r in d["results"] if "skipped" not in r]
