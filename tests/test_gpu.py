@@ -448,3 +448,37 @@ def test_gpu_workers_run_gpuscales_preload_beside_dask_cudas():
         assert all("gpuscale.cluster.detach" in n and "dask_cuda.initialize" in n for n in names.values()), (
             names
         )
+
+
+def test_a_gpu_session_compiles_the_kernels_of_cudf_divisions_on_its_workers_as_it_opens(
+    tmp_path, monkeypatch
+):
+    # CuPy keeps compiled kernels in CUPY_CACHE_DIR: an empty one is a machine that has compiled none
+    kernels = tmp_path / "kernels"
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(kernels))
+
+    def wait_for_the_warm_up():
+        import threading
+
+        for t in threading.enumerate():
+            if t.name == "gpuscale-warm":
+                t.join(timeout=300)
+
+    def divide_as_a_query_does():
+        import cudf
+
+        frame = cudf.DataFrame({"sum": np.arange(1.0, 50_001.0), "count": np.arange(1, 50_001)})
+        (frame["sum"] / frame["count"]).sum()
+        (frame["count"] // frame["count"]).sum()
+        (frame.iloc[:0]["sum"] / frame.iloc[:0]["count"]).sum()
+
+    def compiled():
+        return sorted(p.name for p in kernels.rglob("*") if p.is_file())
+
+    with gpuscale.session(backend="gpu") as s:
+        s.client.run(wait_for_the_warm_up)
+        warmed = compiled()
+        s.client.run(divide_as_a_query_does)
+        after = compiled()
+    assert len(warmed) >= 6, warmed  # the two-pass all/any reductions and the elementwise checks
+    assert after == warmed, set(after) - set(warmed)

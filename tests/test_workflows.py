@@ -66,7 +66,7 @@ def test_first_query_times_each_variants_first_and_warm_runs_in_fresh_sessions(t
         str(tmp_path / "data"),
     )
     cells = d["cells"]
-    assert [c["variant"] for c in cells] == ["defaults", "no-client-plan", "worker-read"]
+    assert [c["variant"] for c in cells] == ["defaults", "no-client-plan", "no-worker-warm"]
     assert all(len(c["runs"]) == 3 and all(r[3] >= r[2] > 0 for r in c["runs"]) for c in cells), cells
     assert all(c["valid"] and c["diff"] is None for c in cells), cells  # each answer equals pandas'
 

@@ -7,10 +7,10 @@ writes it) runs three times, each split into build, optimize and compute, each a
 against pandas' (kept beside the data, as ``user_queries.py`` keeps it). The variants:
 
 * ``defaults``: the session as it is (rule ``gpu.session-pre-import``: a GPU session's client
-  imports cuDF and plans a small Parquet read as the cluster starts);
-* ``no-client-plan``: the same without the small plan;
-* ``worker-read``: the defaults, and each worker reads a small Parquet file in a thread as the
-  session opens (not what the session does).
+  imports cuDF and plans a small Parquet read as the cluster starts; rule ``gpu.frame-kernels``:
+  threads on each worker read a small Parquet file and run cuDF's divisions as it opens);
+* ``no-client-plan``: the defaults without the client's small plan;
+* ``no-worker-warm``: the defaults without the workers' threads.
 
     python workflows/first_query.py --backend gpu --data /tmp/qdata --tpch-scale 10 --rounds 3
     python workflows/first_query.py --backend cpu --tpch-scale 0.01 --rounds 1 --json fq.json
@@ -30,25 +30,7 @@ import time
 
 import harness
 
-VARIANTS = ("defaults", "no-client-plan", "worker-read")
-
-
-def _worker_read(library: str) -> None:
-    """Runs on each worker: a small Parquet file read by ``library`` in a thread."""
-    import tempfile
-    import threading
-
-    def read():
-        import pandas as pd
-
-        lib = __import__(library)
-        with tempfile.TemporaryDirectory() as folder:
-            pd.DataFrame({"i": [1, 2], "t": pd.to_datetime(["2024-01-01"] * 2)}).to_parquet(
-                f"{folder}/0.parquet"
-            )
-            lib.read_parquet(f"{folder}/0.parquet")
-
-    threading.Thread(target=read, daemon=True).start()
+VARIANTS = ("defaults", "no-client-plan", "no-worker-warm")
 
 
 def one(variant: str, backend: str, lineitem: str, answer: str) -> dict:
@@ -60,14 +42,15 @@ def one(variant: str, backend: str, lineitem: str, answer: str) -> dict:
 
     import gpuscale
     import gpuscale.backends.family as family
+    from gpuscale.backends import gpu
 
     if variant == "no-client-plan":
         family._first_plan = lambda backend: None
+    if variant == "no-worker-warm":
+        gpu.GpuFamily.warm_workers = family.Family.warm_workers
     t0 = time.perf_counter()
     with gpuscale.session(backend=backend, engine="dask") as s:
         opened = time.perf_counter() - t0
-        if variant == "worker-read":
-            s.client.run(_worker_read, s.family.dataframe_module)
         runs, diffs = [], []
         for _ in range(3):
             a = time.perf_counter()

@@ -200,6 +200,10 @@ class Family:
         self.synchronize(client)
         return time.perf_counter() - t0
 
+    def warm_workers(self, client, collection: str | None) -> None:
+        """Start, on each worker of a session that just opened, what pays the worker's first-use
+        costs in the background (for ``collection`` work; None: any). Nothing here."""
+
     def import_in_background(self, collection: str | None) -> threading.Thread | None:
         """Start importing ``knobs.pre_import[collection]`` in this process (to overlap a
         cluster's start): :func:`import_in_thread`; where that includes the frame library, a

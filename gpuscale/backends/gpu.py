@@ -6,6 +6,8 @@ docs/decisions.md, under the rule ids cited beside them.
 from __future__ import annotations
 
 import contextlib
+import tempfile
+import threading
 
 from .. import _dask_compat, machine
 from .convert import finished_by_type, to_host
@@ -141,6 +143,59 @@ class GpuFamily(Family):
 
     def device_watch(self, client, start: bool) -> dict[str, dict]:
         return client.run(_device_watch, start)
+
+    def warm_workers(self, client, collection: str | None) -> None:
+        # rule ``gpu.frame-kernels``: where the work's frames are cuDF's
+        if self.dataframe_module in self.knobs.pre_import.get(collection or "session", ()):
+            client.run(_warm_frames)
+
+
+DIVIDED = ("float64", "float32", "int64", "int32", "uint8")
+"""The column types whose divisions a worker runs as a session opens (:func:`_warm_frames`)."""
+
+
+def _warm_frames() -> None:
+    """Runs on each GPU worker as a session opens and returns at once: threads pay first-use
+    costs a query would otherwise pay (rule ``gpu.frame-kernels``). cuDF's division checks its
+    divisors and results with CuPy kernels, which CuPy compiles on a machine's first use of each
+    and keeps in its kernel cache (``CUPY_CACHE_DIR``): the two-pass ``all``/``any`` reductions
+    of columns of 2,048 rows and more take seconds each, so each gets a thread of its own."""
+    for target in (_read_and_divide, _reduce_all, _reduce_any):
+        threading.Thread(target=_quietly, args=(target,), name="gpuscale-warm", daemon=True).start()
+
+
+def _quietly(target) -> None:
+    with contextlib.suppress(Exception):  # a query that meets the same error reports it
+        target()
+
+
+def _read_and_divide() -> None:
+    """A small Parquet file read by cuDF, then its columns (and none of their rows) divided by
+    one another and by a number: the kernels of each pair of :data:`DIVIDED` types."""
+    import cudf
+    import pandas as pd
+
+    with tempfile.TemporaryDirectory(prefix="gpuscale-") as folder:
+        pd.DataFrame({d: pd.Series([1, 2, 3], dtype=d) for d in DIVIDED}).to_parquet(f"{folder}/0.parquet")
+        frame = cudf.read_parquet(f"{folder}/0.parquet")
+    for part in (frame, frame.iloc[:0]):
+        for a in DIVIDED:
+            for b in DIVIDED:
+                part[a] / part[b]
+                part[a] // part[b]
+            part[a] / 7.0
+
+
+def _reduce_all() -> None:
+    import cupy
+
+    cupy.all(cupy.ones(1 << 16, dtype=bool))
+
+
+def _reduce_any() -> None:
+    import cupy
+
+    cupy.any(cupy.zeros(1 << 16, dtype=bool))
 
 
 FAMILY = GpuFamily(

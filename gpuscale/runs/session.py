@@ -280,6 +280,7 @@ class Session:
                 self.client, self.cluster = stack.enter_context(cluster.connect(self.spec, self.security))
                 if importing is not None:  # done before any code here imports from those packages
                     importing.join()
+                self.family.warm_workers(self.client, self.collection)
                 if self.spec.kind == "existing" and self.check_first:
                     self.preflight = preflight.check(
                         self.client,
