@@ -450,7 +450,7 @@ def test_gpu_workers_run_gpuscales_preload_beside_dask_cudas():
         )
 
 
-def test_a_gpu_session_compiles_the_kernels_of_cudf_divisions_on_its_workers_as_it_opens(
+def test_a_gpu_session_compiles_the_kernels_of_cudf_divisions_as_it_opens(
     tmp_path, monkeypatch
 ):
     # CuPy keeps compiled kernels in CUPY_CACHE_DIR: an empty one is a machine that has compiled none

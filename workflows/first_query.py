@@ -49,7 +49,7 @@ def one(variant: str, backend: str, lineitem: str, answer: str) -> dict:
     if variant == "no-worker-warm":
         gpu.GpuFamily.warm_workers = family.Family.warm_workers
     t0 = time.perf_counter()
-    with gpuscale.session(backend=backend, engine="dask") as s:
+    with gpuscale.session(backend=backend, engine="dask"):
         opened = time.perf_counter() - t0
         runs, diffs = [], []
         for _ in range(3):

@@ -4,7 +4,6 @@ them and its :class:`Knobs`."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 import importlib.util
 import sys
@@ -206,11 +205,15 @@ class Family:
 
     def import_in_background(self, collection: str | None) -> threading.Thread | None:
         """Start importing ``knobs.pre_import[collection]`` in this process (to overlap a
-        cluster's start): :func:`import_in_thread`; where that includes the frame library, a
-        small plan of it follows (:func:`_first_plan`, rule ``gpu.session-pre-import``)."""
+        cluster's start): :func:`import_in_thread`; where that includes the frame library,
+        :meth:`first_here` follows (rule ``gpu.session-pre-import``)."""
         modules = self.knobs.pre_import.get(collection or "session", ())
-        plan = functools.partial(_first_plan, self.dataframe_backend)
-        return import_in_thread(modules, then=plan if self.dataframe_module in modules else None)
+        return import_in_thread(modules, then=self.first_here if self.dataframe_module in modules else None)
+
+    def first_here(self) -> None:
+        """The frame library's first uses in this process, after its import in a thread as the
+        cluster starts: a small Parquet plan through Dask (:func:`_first_plan`)."""
+        _first_plan(self.dataframe_backend)
 
     def chunk_module(self, collection: str) -> str:
         """This family's chunk library for ``collection`` ("array" or "dataframe")."""

@@ -147,55 +147,52 @@ class GpuFamily(Family):
     def warm_workers(self, client, collection: str | None) -> None:
         # rule ``gpu.frame-kernels``: where the work's frames are cuDF's
         if self.dataframe_module in self.knobs.pre_import.get(collection or "session", ()):
-            client.run(_warm_frames)
+            client.run(_first_frames_in_thread)
+
+    def first_here(self) -> None:
+        super().first_here()
+        first_frames()  # rule ``gpu.frame-kernels``
 
 
 DIVIDED = ("float64", "float32", "int64", "int32", "uint8")
-"""The column types whose divisions a worker runs as a session opens (:func:`_warm_frames`)."""
+"""The column types whose divisions :func:`first_frames` runs."""
 
 
-def _warm_frames() -> None:
-    """Runs on each GPU worker as a session opens and returns at once: threads pay first-use
-    costs a query would otherwise pay (rule ``gpu.frame-kernels``). cuDF's division checks its
-    divisors and results with CuPy kernels, which CuPy compiles on a machine's first use of each
-    and keeps in its kernel cache (``CUPY_CACHE_DIR``): the two-pass ``all``/``any`` reductions
-    of columns of 2,048 rows and more take seconds each, so each gets a thread of its own."""
-    for target in (_read_and_divide, _reduce_all, _reduce_any):
-        threading.Thread(target=_quietly, args=(target,), name="gpuscale-warm", daemon=True).start()
+def first_frames() -> None:
+    """cuDF's first uses that a query would otherwise pay (rule ``gpu.frame-kernels``): a small
+    Parquet file read, then divisions. cuDF's division checks its divisors and results with
+    CuPy kernels, which CuPy compiles on a machine's first use of each and keeps in its kernel
+    cache (``CUPY_CACHE_DIR``); later processes load them. So the columns of the file (three
+    rows, and none) are divided by one another and by a number, for each pair of
+    :data:`DIVIDED` types, and a column of 65,536 flags is reduced by ``all`` and ``any`` (the
+    two-pass reductions of columns over 1,024 rows). Errors are left to the query that meets
+    them."""
+    with contextlib.suppress(Exception):
+        import cudf
+        import cupy
+        import pandas as pd
+
+        with tempfile.TemporaryDirectory(prefix="gpuscale-") as folder:
+            pd.DataFrame({d: pd.Series([1, 2, 3], dtype=d) for d in DIVIDED}).to_parquet(
+                f"{folder}/0.parquet"
+            )
+            frame = cudf.read_parquet(f"{folder}/0.parquet")
+        for part in (frame, frame.iloc[:0]):
+            for a in DIVIDED:
+                for b in DIVIDED:
+                    part[a] / part[b]
+                    part[a] // part[b]
+                part[a] / 7.0
+        flags = cupy.ones(1 << 16, dtype=bool)
+        cupy.all(flags), cupy.any(flags)
+        del flags
+        cupy.get_default_memory_pool().free_all_blocks()
 
 
-def _quietly(target) -> None:
-    with contextlib.suppress(Exception):  # a query that meets the same error reports it
-        target()
-
-
-def _read_and_divide() -> None:
-    """A small Parquet file read by cuDF, then its columns (and none of their rows) divided by
-    one another and by a number: the kernels of each pair of :data:`DIVIDED` types."""
-    import cudf
-    import pandas as pd
-
-    with tempfile.TemporaryDirectory(prefix="gpuscale-") as folder:
-        pd.DataFrame({d: pd.Series([1, 2, 3], dtype=d) for d in DIVIDED}).to_parquet(f"{folder}/0.parquet")
-        frame = cudf.read_parquet(f"{folder}/0.parquet")
-    for part in (frame, frame.iloc[:0]):
-        for a in DIVIDED:
-            for b in DIVIDED:
-                part[a] / part[b]
-                part[a] // part[b]
-            part[a] / 7.0
-
-
-def _reduce_all() -> None:
-    import cupy
-
-    cupy.all(cupy.ones(1 << 16, dtype=bool))
-
-
-def _reduce_any() -> None:
-    import cupy
-
-    cupy.any(cupy.zeros(1 << 16, dtype=bool))
+def _first_frames_in_thread() -> None:
+    """Runs on each GPU worker as a session opens, and returns at once: :func:`first_frames` in
+    a thread, which no task waits for."""
+    threading.Thread(target=first_frames, name="gpuscale-warm", daemon=True).start()
 
 
 FAMILY = GpuFamily(
