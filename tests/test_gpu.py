@@ -450,9 +450,7 @@ def test_gpu_workers_run_gpuscales_preload_beside_dask_cudas():
         )
 
 
-def test_a_gpu_session_compiles_the_kernels_of_cudf_divisions_as_it_opens(
-    tmp_path, monkeypatch
-):
+def test_a_gpu_session_compiles_the_kernels_of_cudf_divisions_as_it_opens(tmp_path, monkeypatch):
     # CuPy keeps compiled kernels in CUPY_CACHE_DIR: an empty one is a machine that has compiled none
     kernels = tmp_path / "kernels"
     monkeypatch.setenv("CUPY_CACHE_DIR", str(kernels))

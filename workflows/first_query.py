@@ -8,7 +8,7 @@ against pandas' (kept beside the data, as ``user_queries.py`` keeps it). The var
 
 * ``defaults``: the session as it is (rule ``gpu.session-pre-import``: a GPU session's client
   imports cuDF and plans a small Parquet read as the cluster starts; rule ``gpu.frame-kernels``:
-  threads on each worker read a small Parquet file and run cuDF's divisions as it opens);
+  it and then a thread on each worker read a small Parquet file through cuDF and divide);
 * ``no-client-plan``: the defaults without the client's small plan;
 * ``no-worker-warm``: the defaults without the workers' threads.
 

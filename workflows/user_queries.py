@@ -462,10 +462,25 @@ def references(
         peak = suite.reference_peak * in_memory_bytes(suite, folder)
         available = psutil.virtual_memory().available
         n = min(reference_jobs(jobs, os.cpu_count() or 1, available, peak), len(missing))
+        fit = max(1, int(0.8 * available // peak)) if peak else n
+        if n > fit:
+            print(
+                f"--reference-jobs {n}: 4/5 of the available memory holds {fit} at {folder.name}'s "
+                f"measured peak ({peak / 2**30:.1f} GiB each)",
+                file=sys.stderr,
+            )
         t0 = time.perf_counter()
         if n > 1:
-            with _answer_processes(n) as pool:
-                list(pool.map(functools.partial(_answer, suite.name, str(folder)), missing))
+            import concurrent.futures.process
+
+            try:
+                with _answer_processes(n) as pool:
+                    list(pool.map(functools.partial(_answer, suite.name, str(folder)), missing))
+            except concurrent.futures.process.BrokenProcessPool:
+                raise SystemExit(
+                    f"pandas' answers on {folder.name}: a process of {n} ended abruptly (out of "
+                    f"memory?); the answers made are kept: give fewer --reference-jobs (0: as memory allows)"
+                ) from None
         else:
             for q in missing:
                 _answer(suite.name, str(folder), q)
