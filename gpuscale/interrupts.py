@@ -38,50 +38,88 @@ def interrupt_exit_code(exc: BaseException) -> int:
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
     """For the block, in the main thread: SIGTERM raises :class:`Terminated`, SIGHUP
-    :class:`HungUp` (unless ignored), Ctrl-C KeyboardInterrupt; the first signal decides, and a
-    block that does not end escalates (:func:`_escalate_later`). In another thread: a no-op."""
+    :class:`HungUp` (unless ignored), Ctrl-C KeyboardInterrupt; the first signal to arrive
+    decides (:class:`_Arrivals`), and a block that does not end escalates
+    (:func:`_escalate_later`). In another thread: a no-op."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    received: list[int] = []
+    ways: dict[int, tuple[type[BaseException], int]] = {signal.SIGTERM: (Terminated, EXIT_SIGTERM)}
+    if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # not under nohup
+        ways[signal.SIGHUP] = (HungUp, EXIT_SIGHUP)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        ways[signal.SIGINT] = (KeyboardInterrupt, EXIT_SIGINT)
+    arrivals = _Arrivals(ways)
+    first: list[int] = []  # the signal that decides
+    again: list[int] = []  # that signal, sent again after Python dropped its exception
 
-    def _raising(make: type[BaseException], code: int):
-        def handler(signum, frame):
-            received.append(signum)
-            if len(received) > 1:  # the first decides; its escalation still ends a block that hangs
-                return
+    def handler(signum, frame):
+        if again and signum == first[0]:
+            again.clear()
+        elif first:
+            return  # the first decides; its escalation still ends a block that hangs
+        else:
+            first.append(arrivals.first(signum))
             quiet_exit_logs()
-            _escalate_later(signum, code)
-            _raise_or_defer(make())
-
-        return handler
+            _escalate_later(first[0], ways[first[0]][1])
+        _raise_or_defer(ways[first[0]][0]())
 
     def _on_unraisable(unraisable):
         """A signal whose exception Python printed and dropped (raised in a ``__del__`` or a
         callback): send it again 50 ms later."""
-        exc = unraisable.exc_value
-        if received and isinstance(exc, (Terminated, KeyboardInterrupt)):
-            received.clear()
-            threading.Timer(0.05, os.kill, (os.getpid(), getattr(signal, signal_name(exc)))).start()
+        if first and isinstance(unraisable.exc_value, (Terminated, KeyboardInterrupt)):
+            again[:] = first
+            threading.Timer(0.05, os.kill, (os.getpid(), first[0])).start()
             return
         hook_before(unraisable)
 
     global _stand_down
     outer, _stand_down = _stand_down, threading.Event()
     hook_before, sys.unraisablehook = sys.unraisablehook, _on_unraisable
-    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raising(Terminated, EXIT_SIGTERM))}
-    if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # not under nohup
-        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _raising(HungUp, EXIT_SIGHUP))
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _raising(KeyboardInterrupt, EXIT_SIGINT))
+    previous = {sig: signal.signal(sig, handler) for sig in ways}
     try:
         yield
     finally:
         _stand_down.set()
         _stand_down = outer
-        for sig, handler in previous.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
         sys.unraisablehook = hook_before
+        arrivals.close()
+
+
+class _Arrivals:
+    """The order signals arrived in. Python runs the handlers of signals pending together in
+    the order of their numbers (SIGHUP before SIGTERM), so the handler that runs first reads
+    the numbers the C-level handler wrote to a wakeup pipe as each arrived. Where the process
+    has a wakeup fd already (an asyncio loop in the main thread), the order is the handlers'."""
+
+    def __init__(self, ways):
+        self.ways = ways
+        self.pipe: tuple[int, int] | None = os.pipe()
+        for fd in self.pipe:
+            os.set_blocking(fd, False)
+        self.before = signal.set_wakeup_fd(self.pipe[1], warn_on_full_buffer=False)
+        if self.before != -1:  # someone else's: theirs stays
+            signal.set_wakeup_fd(self.before)
+            self.close()
+
+    def first(self, signum: int) -> int:
+        """The first of this block's signals to arrive (``signum``, the handler's, if unknown)."""
+        with contextlib.suppress(OSError):
+            for n in os.read(self.pipe[0], 256) if self.pipe else b"":
+                if n in self.ways:
+                    return n
+        return signum
+
+    def close(self) -> None:
+        if self.pipe is None:
+            return
+        if self.before == -1:
+            signal.set_wakeup_fd(-1)
+        for fd in self.pipe:
+            os.close(fd)
+        self.pipe = None
 
 
 ESCALATE_AFTER_S = 15.0

@@ -1108,6 +1108,48 @@ def test_a_sigterm_inside_signals_deferred_is_raised_as_the_block_ends():
     assert reached_the_end
 
 
+SIGNALS_WHILE_BUSY = """
+import random, sys
+from gpuscale import interrupts
+values = [random.random() for _ in range(3_000_000)]
+try:
+    with interrupts.sigterm_raises():
+        print("ready", flush=True)
+        sys.stdin.readline()
+        sorted(values)  # one call in C holding the GIL: the signals wait for it together
+        print("not raised")
+except interrupts.Terminated as e:
+    print(type(e).__name__)
+"""
+
+
+def test_the_first_signal_decides_when_python_runs_the_handlers_in_another_order(tmp_path):
+    # pending together, Python runs SIGHUP's handler (1) before SIGTERM's (15)
+    script = tmp_path / "busy.py"
+    script.write_text(SIGNALS_WHILE_BUSY)
+    p = subprocess.Popen(
+        [sys.executable, str(script)],
+        env=_clean_environ(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        time.sleep(0.1)
+        os.kill(p.pid, signal.SIGTERM)
+        time.sleep(0.02)
+        os.kill(p.pid, signal.SIGHUP)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert out.strip() == "Terminated", (out, err)
+
+
 def test_written_leaves_nothing_when_the_block_fails_or_the_name_exists(tmp_path):
     from gpuscale import atomic
 
