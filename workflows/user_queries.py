@@ -462,7 +462,7 @@ def references(
         peak = suite.reference_peak * in_memory_bytes(suite, folder)
         available = psutil.virtual_memory().available
         n = min(reference_jobs(jobs, os.cpu_count() or 1, available, peak), len(missing))
-        fit = max(1, int(0.8 * available // peak)) if peak else n
+        fit = memory_holds(available, peak) or n
         if n > fit:
             print(
                 f"--reference-jobs {n}: 4/5 of the available memory holds {fit} at {folder.name}'s "
@@ -519,8 +519,13 @@ def reference_jobs(asked: int, cores: int, available: int, peak: float) -> int:
     if asked:
         return asked
     jobs = max(1, min(4, cores // 4))
-    fit = int(0.8 * available // peak) if peak else jobs
-    return max(1, min(jobs, fit))
+    return min(jobs, memory_holds(available, peak) or jobs)
+
+
+def memory_holds(available: int, peak: float) -> int | None:
+    """Processes of ``peak`` bytes each that 4/5 of ``available`` memory holds (at least one;
+    None: no peak measured)."""
+    return max(1, int(0.8 * available // peak)) if peak else None
 
 
 def in_memory_bytes(suite: queries.Suite, folder: pathlib.Path) -> int:

@@ -208,7 +208,12 @@ class Family:
         cluster's start): :func:`import_in_thread`; where that includes the frame library,
         :meth:`first_here` follows (rule ``gpu.session-pre-import``)."""
         modules = self.knobs.pre_import.get(collection or "session", ())
-        return import_in_thread(modules, then=self.first_here if self.dataframe_module in modules else None)
+        return import_in_thread(modules, then=self.first_here if self.frames_for(collection) else None)
+
+    def frames_for(self, collection: str | None) -> bool:
+        """Whether a cluster for ``collection`` work (None: any) imports the frame library as it
+        starts (``knobs.pre_import``): its first uses are then paid as it opens."""
+        return self.dataframe_module in self.knobs.pre_import.get(collection or "session", ())
 
     def first_here(self) -> None:
         """The frame library's first uses in this process, after its import in a thread as the

@@ -146,7 +146,7 @@ class GpuFamily(Family):
 
     def warm_workers(self, client, collection: str | None) -> None:
         # rule ``gpu.frame-kernels``: where the work's frames are cuDF's
-        if self.dataframe_module in self.knobs.pre_import.get(collection or "session", ()):
+        if self.frames_for(collection):
             client.run(_first_frames_in_thread)
 
     def first_here(self) -> None:
