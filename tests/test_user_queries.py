@@ -70,6 +70,7 @@ def test_every_query_of_both_suites_answers_as_pandas_in_plain_dask_and_a_sessio
         f"j{i}" for i in range(1, 6)
     ]
     assert sets["tpch", "0.01"] == sets["tpch", "0.01:single"] == [f"q{i}" for i in range(1, 23)]
+    assert {s["reference"] for s in d["sets"]} == {"pandas"}  # memory holds each set in pandas
     assert len(d["cells"]) == sum(len(v) for v in sets.values()) * len(SIDES)
     bad = {k: c for k, c in d["cells"].items() if not c.get("valid") or c.get("diff")}
     assert not bad
@@ -530,3 +531,42 @@ def test_answers_made_when_needed_are_made_only_for_the_queries_a_side_answers(s
     assert len(cells) == 5 and all(c["valid"] for c in cells.values())
     for f in folder.glob("answer-*.parquet"):  # the answers equal those made before any timing
         pd.testing.assert_frame_equal(pd.read_parquet(f), pd.read_parquet(data / folder.name / f.name))
+
+
+def test_duckdb_answers_equal_pandas_and_replace_them_only_when_asked(small_run, tmp_path):
+    """Where pandas cannot hold a data set, DuckDB's answers to the queries' SQL are the
+    reference: on the small sets they equal pandas' answers query by query, each records who
+    made it, and a run asking for the other engine makes every answer again."""
+    import shutil
+
+    import user_queries
+
+    _, _, data = small_run
+    for name in ("tpch-0.01", "h2o-join-20000"):
+        shutil.copytree(data / name, tmp_path / name)
+    cmd = [sys.executable, str(ROOT / "workflows" / "user_queries.py"), "--suites", "h2o-join,tpch",
+           "--h2o-rows", "20000", "--tpch-scale", "0.01", "--data", str(tmp_path),
+           "--prepare-only"]  # fmt: skip
+    proc = subprocess.run([*cmd, "--reference", "duckdb"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "DuckDB's answers to 22 queries of tpch-0.01" in proc.stderr
+    assert "DuckDB's answers to 5 queries of h2o-join-20000" in proc.stderr
+    made = sorted(tmp_path.glob("*/answer-*.parquet"))
+    assert len(made) == 27 and {user_queries.made_by(f) for f in made} == {"duckdb"}
+    for f in made:
+        pandas_answer = pd.read_parquet(data / f.parent.name / f.name)
+        assert queries.same_answer(pandas_answer, queries.KeptAnswer(f)) is None, f.name
+    again = subprocess.run([*cmd, "--reference", "pandas"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "pandas' answers to 22 queries" in again.stderr, again.stderr[-2000:]
+    assert {user_queries.made_by(f) for f in made} == {"pandas"}
+
+
+def test_the_reference_is_pandas_where_memory_holds_its_peak_else_duckdb():
+    import user_queries
+
+    gib = 2**30
+    assert user_queries.reference_maker("auto", 100 * gib, 80 * gib) == ("pandas", None)
+    by, why = user_queries.reference_maker("auto", 100 * gib, 81 * gib)
+    assert by == "duckdb" and "81 GiB" in why and "100 GiB available" in why
+    assert user_queries.reference_maker("pandas", gib, 81 * gib) == ("pandas", None)  # as asked
+    assert user_queries.reference_maker("duckdb", 100 * gib, gib) == ("duckdb", None)

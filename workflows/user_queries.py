@@ -5,7 +5,8 @@ Suites (workflows/queries/): the H2O db-benchmark questions (groupby q1-q10 and 
 on data generated to its published generators' specification, and analytic queries over
 TPC-H-shaped data from ``tpchgen-cli``. Each run of a query reads the tables it names from
 Parquet and is timed warm (``--warmup`` untimed runs, one by default, then ``--repeat`` timed
-runs; the median counts); every answer is checked against pandas on the same files. Each side
+runs; the median counts); every answer is checked against pandas on the same files (``--reference``:
+DuckDB's answers to the queries' SQL where pandas' would not fit in memory). Each side
 is opened once and runs every query (workflows/harness.py's Study), or, with ``--rounds N``,
 opened again in each of N rounds of alternating order, so that drift hits every side alike;
 ``--json`` is rewritten after every cell, so ``--resume`` continues a run cut short. A Dask
@@ -38,7 +39,7 @@ Dask's ``dataframe.shuffle.method`` on a plain side),
     python workflows/user_queries.py --h2o-rows 1e4 --tpch-scale 0.01 --sides dask-cpu,gpuscale-cpu
     python workflows/user_queries.py --sides gpuscale-gpu:gpus=1,gpuscale-gpu:gpus=2  # 1 GPU vs 2
 
-Exit 3 when any answer differs from pandas' (or a side failed a query), else 0; exit 2, before
+Exit 3 when any answer differs from the reference (or a side failed a query), else 0; exit 2, before
 any data is made, for a side that is not one or needs more GPUs than there are. Interrupted
 (Ctrl-C, or SIGINT from ``timeout -s INT``), it prints the tables of the cells measured so far,
 keeps them in ``--json``, and exits 130.
@@ -61,6 +62,8 @@ import dask
 import harness
 import pandas as pd
 import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
 import queries
 
 from gpuscale import interrupts
@@ -268,17 +271,25 @@ def open_side(name: str, hang_after: float | None = None):
 
         yield run
     elif base == "duckdb":
-        import duckdb
 
         def run(q, suite, folder):
-            con = duckdb.connect()
-            for t, p in globs(suite, folder).items():
-                con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{p}')")
+            con = duckdb_over(suite, folder)
             # the answer as DuckDB materializes it (Arrow), as Polars' side returns its own frame:
             # turning it into pandas is the check's work, not the engine's
             return con.sql(q.sql).to_arrow_table()
 
         yield run
+
+
+def duckdb_over(suite: queries.Suite, folder: pathlib.Path, spill: pathlib.Path | None = None):
+    """A DuckDB connection with a view of each of the data set's tables, spilling to ``spill``
+    (None: DuckDB's default)."""
+    import duckdb
+
+    con = duckdb.connect(config={"temp_directory": str(spill)} if spill else {})
+    for t, p in globs(suite, folder).items():
+        con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{p}')")
+    return con
 
 
 def _cudf_polars_dask(gpus: list[int] | None, protocol: str | None):
@@ -419,11 +430,16 @@ class Answers(Mapping):
     answer is a few GB). With ``make``, an answer not yet kept is made by ``make(key)`` when a
     check first asks for it."""
 
-    def __init__(self, files: dict[tuple[str, str, str], pathlib.Path], make=None):
-        self.files, self.make = files, make
+    def __init__(
+        self,
+        files: dict[tuple[str, str, str], pathlib.Path],
+        makers: dict[tuple[str, str], str] | None = None,
+        make=None,
+    ):
+        self.files, self.makers, self.make = files, makers or {}, make
 
     def __getitem__(self, key) -> queries.KeptAnswer:
-        if self.make is not None and not self.files[key].exists():
+        if self.make is not None and made_by(self.files[key]) != self.makers.get(key[:2], "pandas"):
             self.make(key)
         return queries.KeptAnswer(self.files[key])
 
@@ -435,62 +451,125 @@ class Answers(Mapping):
 
 
 def references(
-    sets, jobs: int = 0, needed: Container[tuple[str, str, str]] | None = None, when_needed: bool = False
+    sets,
+    jobs: int = 0,
+    needed: Container[tuple[str, str, str]] | None = None,
+    when_needed: bool = False,
+    maker: str = "auto",
 ) -> Answers:
-    """pandas' answer to every query (or to those ``needed``, by ``(suite, size, query)``: the
-    queries a resumed run still times), computed once per data set and kept beside its data;
-    ``jobs`` processes compute a data set's missing ones (0: :func:`reference_jobs` for that
-    set; each process holds the set's tables). ``when_needed``: none now; each is made when a
-    check first needs it (:func:`_answer_apart`), so a query no side answers costs none."""
+    """The reference answer to every query (or to those ``needed``, by ``(suite, size, query)``:
+    the queries a resumed run still times), computed once per data set and kept beside its data,
+    by the engine :func:`reference_maker` picks from ``maker``: pandas (``jobs`` processes
+    compute a data set's missing ones, 0: :func:`reference_jobs`; each process holds the set's
+    tables) or DuckDB on the queries' SQL, in this process. A kept answer another engine made is
+    made again. ``when_needed``: none now; each is made when a check first needs it
+    (:func:`_answer_apart`), so a query no side answers costs none."""
     files = {
         (suite.name, size, q.name): folder / f"answer-{q.name}.parquet"
         for suite, size, folder in sets
         for q in suite.queries
     }
+    available = psutil.virtual_memory().available
+    peaks = {(s.name, size): s.reference_peak * in_memory_bytes(s, folder) for s, size, folder in sets}
+    makers = {}
+    for suite, size, folder in sets:
+        makers[suite.name, size], why = reference_maker(maker, available, peaks[suite.name, size])
+        if why:
+            print(f"{folder.name}: {why}", file=sys.stderr)
     if when_needed:
         folders = {(suite.name, size): folder for suite, size, folder in sets}
-        return Answers(files, make=functools.partial(_answer_apart, folders))
+        return Answers(files, makers, make=functools.partial(_answer_apart, folders, makers))
     for suite, size, folder in sets:
+        by = makers[suite.name, size]
         missing = [
             q.name
             for q in suite.queries
             if (needed is None or (suite.name, size, q.name) in needed)
-            and not files[suite.name, size, q.name].exists()
+            and made_by(files[suite.name, size, q.name]) != by
         ]
         if not missing:
             continue
-        peak = suite.reference_peak * in_memory_bytes(suite, folder)
-        available = psutil.virtual_memory().available
-        n = min(reference_jobs(jobs, os.cpu_count() or 1, available, peak), len(missing))
-        fit = memory_holds(available, peak) or n
-        if n > fit:
-            print(
-                f"--reference-jobs {n}: 4/5 of the available memory holds {fit} at {folder.name}'s "
-                f"measured peak ({peak / 2**30:.1f} GiB each)",
-                file=sys.stderr,
-            )
         t0 = time.perf_counter()
-        if n > 1:
-            import concurrent.futures.process
-
-            try:
-                with _answer_processes(n) as pool:
-                    list(pool.map(functools.partial(_answer, suite.name, str(folder)), missing))
-            except concurrent.futures.process.BrokenProcessPool:
-                raise SystemExit(
-                    f"pandas' answers on {folder.name}: a process of {n} ended abruptly (out of "
-                    f"memory?); the answers made are kept: give fewer --reference-jobs (0: as memory allows)"
-                ) from None
-        else:
+        if by == "duckdb":
             for q in missing:
-                _answer(suite.name, str(folder), q)
-            _TABLES.clear()  # the tables are not held while the sides run
+                _answer_duckdb(suite.name, str(folder), q)
+            n = 1
+        else:
+            n = _answers_pandas(suite, folder, missing, jobs, available, peaks[suite.name, size])
+        took = time.perf_counter() - t0
         print(
-            f"pandas' answers to {len(missing)} queries of {folder.name} in {time.perf_counter() - t0:.1f} s "
+            f"{WHOSE[by]} answers to {len(missing)} queries of {folder.name} in {took:.1f} s "
             f"({n} process{'es' * (n > 1)})",
             file=sys.stderr,
         )
-    return Answers(files)
+    return Answers(files, makers)
+
+
+REFERENCES = ("auto", "pandas", "duckdb")
+"""``--reference``: who makes the answers every side is checked against."""
+WHOSE = {"pandas": "pandas'", "duckdb": "DuckDB's"}
+
+
+def reference_maker(asked: str, available: int, peak: float) -> tuple[str, str | None]:
+    """The engine that makes a data set's reference answers, and why where it is not the one
+    asked for: ``asked``, or for ``auto`` pandas where 4/5 of the ``available`` memory holds one
+    process at its ``peak``, else DuckDB, which runs the queries' SQL in its own memory limit
+    and spills the rest to disk (the larger scale factors)."""
+    if asked != "auto":
+        return asked, None
+    if peak <= 0.8 * available:
+        return "pandas", None
+    if importlib.util.find_spec("duckdb") is None:
+        harness.usage_error(
+            f"pandas' answers would hold {peak / 2**30:.0f} GiB at their peak, more than 4/5 of the "
+            f"{available / 2**30:.0f} GiB available: install duckdb (its answers are then the "
+            "reference) or give a smaller size"
+        )
+    return "duckdb", (
+        f"pandas' answers would hold {peak / 2**30:.0f} GiB at their peak, more than 4/5 of the "
+        f"{available / 2**30:.0f} GiB available: DuckDB's answers to the queries' SQL are the reference"
+    )
+
+
+MAKER = b"gpuscale.reference"
+"""The key of a kept answer's Parquet metadata naming the engine that made it."""
+
+
+def made_by(path: pathlib.Path) -> str | None:
+    """The engine that made the answer kept at ``path`` (None: none is kept)."""
+    if not path.exists():
+        return None
+    return (pq.read_schema(path).metadata or {}).get(MAKER, b"pandas").decode()
+
+
+def _answers_pandas(
+    suite, folder: pathlib.Path, missing: list[str], jobs: int, available: int, peak: float
+) -> int:
+    """pandas' answers to the ``missing`` queries of one data set; returns the processes used."""
+    n = min(reference_jobs(jobs, os.cpu_count() or 1, available, peak), len(missing))
+    fit = memory_holds(available, peak) or n
+    if n > fit:
+        print(
+            f"--reference-jobs {n}: 4/5 of the available memory holds {fit} at {folder.name}'s "
+            f"measured peak ({peak / 2**30:.1f} GiB each)",
+            file=sys.stderr,
+        )
+    if n > 1:
+        import concurrent.futures.process
+
+        try:
+            with _answer_processes(n) as pool:
+                list(pool.map(functools.partial(_answer, suite.name, str(folder)), missing))
+        except concurrent.futures.process.BrokenProcessPool:
+            raise SystemExit(
+                f"pandas' answers on {folder.name}: a process of {n} ended abruptly (out of "
+                f"memory?); the answers made are kept: give fewer --reference-jobs (0: as memory allows)"
+            ) from None
+    else:
+        for q in missing:
+            _answer(suite.name, str(folder), q)
+        _TABLES.clear()  # the tables are not held while the sides run
+    return n
 
 
 def _answer_processes(n: int):
@@ -500,16 +579,23 @@ def _answer_processes(n: int):
     return concurrent.futures.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
 
 
-def _answer_apart(folders: dict[tuple[str, str], pathlib.Path], key: tuple[str, str, str]) -> None:
-    """pandas' answer to one query, made in a process of its own, so that the data set's tables
-    are let go before the next side runs."""
+def _answer_apart(
+    folders: dict[tuple[str, str], pathlib.Path],
+    makers: dict[tuple[str, str], str],
+    key: tuple[str, str, str],
+) -> None:
+    """The reference answer to one query, made when a check first needs it: pandas' in a process
+    of its own, so that the data set's tables are let go before the next side runs; DuckDB's here."""
     suite_name, size, query = key
-    folder = folders[suite_name, size]
+    folder, by = folders[suite_name, size], makers[suite_name, size]
     t0 = time.perf_counter()
-    with _answer_processes(1) as pool:
-        pool.submit(_answer, suite_name, str(folder), query).result()
+    if by == "duckdb":
+        _answer_duckdb(suite_name, str(folder), query)
+    else:
+        with _answer_processes(1) as pool:
+            pool.submit(_answer, suite_name, str(folder), query).result()
     took = time.perf_counter() - t0
-    print(f"pandas' answer to {query} of {folder.name} made when needed in {took:.1f} s", file=sys.stderr)
+    print(f"{WHOSE[by]} answer to {query} of {folder.name} made when needed in {took:.1f} s", file=sys.stderr)
 
 
 def reference_jobs(asked: int, cores: int, available: int, peak: float) -> int:
@@ -550,10 +636,24 @@ def _answer(suite_name: str, folder: str, query: str) -> None:
         _TABLES.clear()
         _TABLES[folder] = {t: pd.read_parquet(p) for t, p in paths(suite, pathlib.Path(folder)).items()}
     (q,) = [q for q in suite.queries if q.name == query]
-    kept = pathlib.Path(folder) / f"answer-{q.name}.parquet"
+    _keep(queries.to_pandas(q.reference(_TABLES[folder])), pathlib.Path(folder), q.name, "pandas")
+
+
+def _answer_duckdb(suite_name: str, folder: str, query: str) -> None:
+    suite = queries.suites()[suite_name]
+    (q,) = [q for q in suite.queries if q.name == query]
+    con = duckdb_over(suite, pathlib.Path(folder), spill=pathlib.Path(folder) / ".duckdb-spill")
+    _keep(queries.to_pandas(con.sql(q.sql).to_arrow_table()), pathlib.Path(folder), q.name, "duckdb")
+
+
+def _keep(answer: pd.DataFrame, folder: pathlib.Path, query: str, by: str) -> None:
+    """``answer`` kept as ``folder/answer-QUERY.parquet``, its maker ``by`` in its metadata."""
+    kept = folder / f"answer-{query}.parquet"
     for stale in kept.parent.glob(f"{kept.stem}.*.npy"):  # fingerprints of an earlier answer
         stale.unlink()
-    queries.to_pandas(q.reference(_TABLES[folder])).to_parquet(kept.with_suffix(".part"))
+    table = pa.Table.from_pandas(answer)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), MAKER: by.encode()})
+    pq.write_table(table, kept.with_suffix(".part"))
     os.replace(kept.with_suffix(".part"), kept)  # a run cut short leaves no half-written answer
 
 
@@ -573,6 +673,7 @@ def run_all(args) -> dict:
         args.reference_jobs,
         None if args.prepare_only else todo,
         when_needed=args.answers == "when-needed" and not args.prepare_only,
+        maker=args.reference,
     )
     if args.prepare_only:
         return None
@@ -584,7 +685,12 @@ def run_all(args) -> dict:
         "machine": _machine(),
         "sets": _joined(
             [
-                {"suite": s.name, "size": z, "queries": [(q.name, q.title) for q in s.queries]}
+                {
+                    "suite": s.name,
+                    "size": z,
+                    "queries": [(q.name, q.title) for q in s.queries],
+                    "reference": refs.makers[s.name, z],
+                }
                 for s, z, _ in sets
             ],
             earlier["sets"],
@@ -738,9 +844,11 @@ def _table(d, s, sides, labels, ratios, what: str, title: str):
     rows.append(["total"] + [f"{totals[x]:.2f}" if totals[x] else "-" for x in sides] + [""] * len(ratios))
     rows.append(["geomean"] + [""] * len(sides) + [f"{m:.2f}" if m == m else "-" for m in means])
     widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
+    by = s.get("reference", "pandas")
     lines = [
         f"\n{s['suite']} {s['size']}: {title}, seconds (* wrong answer, E error, c Polars' CPU "
         "engine: not in ratios; ~ a ratio whose 95 % interval holds 1: not significant; . not measured)"
+        + ("" if by == "pandas" else f"; answers checked against {WHOSE[by]}, {WHOSE[by]} own against itself")
     ]
     for r in [head] + rows:
         lines.append("  ".join(str(v).rjust(w) for v, w in zip(r, widths)))
@@ -792,6 +900,13 @@ def main(argv=None) -> int:
         "as many as 4/5 of the available memory holds at the suite's measured peak each)",
     )
     ap.add_argument(
+        "--reference",
+        choices=REFERENCES,
+        default="auto",
+        help="who makes the answers every side is checked against (auto: pandas where 4/5 of the "
+        "available memory holds its peak on a data set, else DuckDB on the queries' SQL)",
+    )
+    ap.add_argument(
         "--answers",
         choices=("first", "when-needed"),
         default="first",
@@ -807,7 +922,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--prepare-only",
         action="store_true",
-        help="make the data sets and pandas' answers in --data, time nothing",
+        help="make the data sets and the reference answers in --data, time nothing",
     )
     args = ap.parse_args(argv)
     if args.print_only:

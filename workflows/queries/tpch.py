@@ -11,6 +11,7 @@ readers that take a glob)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import pathlib
 import shutil
@@ -63,9 +64,10 @@ def make(folder: str | os.PathLike, scale: float, layout: str = "multi") -> None
     folder.mkdir(parents=True, exist_ok=True)
     if layout == "multi":
         _tpchgen(folder, scale, "--parts", str(parts_for(scale)))
-        for name in TABLES:
-            for path in sorted((folder / name).glob("*.parquet")):
-                _rewrite(path, path)
+        files = [path for name in TABLES for path in sorted((folder / name).glob("*.parquet"))]
+        # Arrow reads, casts and writes outside the GIL: one thread per core rewrites the files
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            list(pool.map(_rewrite, files, files))
     elif layout == "single":
         raw = folder / "raw"
         _tpchgen(raw, scale)
