@@ -83,6 +83,23 @@ def test_every_tpch_query_runs_on_cudf_polars_on_the_gpu_worker(gpu_session, tpc
     assert executor.startswith("in-memory (engine.in-memory"), executor
 
 
+def test_a_fresh_sessions_first_query_on_the_streaming_executor_answers_as_pandas(tpch_data, monkeypatch):
+    # every read counts as large beside the GPU: the plan runs in partitions, while the worker's
+    # first streaming plan may still run in its warm-up thread
+    from gpuscale.plan import engine
+
+    monkeypatch.setattr(engine, "IN_MEMORY_SHARE", 10**15)
+    (query,) = [x for x in tpch.QUERIES if x.name == "q3"]
+    with gpuscale.session(backend="gpu") as s:
+        got = query.dask(
+            {t: dd.read_parquet(queries.table_path(tpch_data, t)) for t in tpch.TABLES}
+        ).compute()
+        (q,) = s.queries
+    assert (q["engine"], q["executor"].split(" ")[0]) == ("polars-gpu", "streaming"), q
+    want = query.reference({t: pd.read_parquet(queries.table_path(tpch_data, t)) for t in tpch.TABLES})
+    assert queries.same_answer(got, queries.to_pandas(want)) is None
+
+
 @pytest.mark.parametrize("name", list(SNIPPETS))
 def test_a_translated_collection_gives_dask_cudfs_answer(gpu_session, files, name):
     def make():

@@ -6,6 +6,7 @@ answers (:func:`gpuscale.engines.answer.build`), in the library of the collectio
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any
 
 import polars as pl
@@ -22,6 +23,9 @@ def on_cpu(plans: list[answer.Plan]) -> list[Any]:
 
 _GPU_ENGINES: dict[str, Any] = {}
 """This worker process's GPU engines, by executor, each made by the first plan that needs it."""
+_ENGINES_LOCK = threading.Lock()
+_WARMING: dict[str, threading.Thread] = {}
+"""The executors whose first plan runs in a thread of this worker (:func:`warm_gpu_worker`)."""
 
 
 def on_gpu_worker(plans: list[answer.Plan], executor: str = "streaming") -> list[Any]:
@@ -29,25 +33,40 @@ def on_gpu_worker(plans: list[answer.Plan], executor: str = "streaming") -> list
     (``in-memory`` or ``streaming``; raising where it cannot run one) in the worker's RMM
     memory; the answers in the metadata's library (cuDF)."""
     engine = _gpu_engine(executor)
+    warming = _WARMING.get(executor)
+    if warming is not None:  # its first plan runs once at a time
+        warming.join()
     return [answer.build(p.lf.collect(engine=engine), p) for p in plans]
 
 
 def warm_gpu_worker() -> None:
     """Runs in a task on a GPU worker when the session opens: cudf-polars imported and one
-    small plan run on each executor, so that the user's first query does not pay for them."""
-    for executor in ("in-memory", "streaming"):
+    small plan run in memory (the executor of a plan the GPU holds, rule ``engine.in-memory``),
+    so that the user's first query does not pay for them; the streaming executor's first plan,
+    which takes longer, then runs in a thread that no task waits for."""
+    _first_plan("in-memory")
+    _WARMING["streaming"] = t = threading.Thread(
+        target=_first_plan, args=("streaming",), name="gpuscale-warm", daemon=True
+    )
+    t.start()
+
+
+def _first_plan(executor: str) -> None:
+    """One small plan on ``executor``; an error is left to the query that meets it."""
+    with contextlib.suppress(Exception):
         pl.LazyFrame({"a": [1, 2]}).group_by("a").agg(pl.len()).collect(engine=_gpu_engine(executor))
 
 
 def _gpu_engine(executor: str):
-    if executor not in _GPU_ENGINES:
-        options: dict[str, Any] = {"raise_on_fail": True, "executor": executor}
-        with contextlib.suppress(ImportError):
-            import rmm
+    with _ENGINES_LOCK:
+        if executor not in _GPU_ENGINES:
+            options: dict[str, Any] = {"raise_on_fail": True, "executor": executor}
+            with contextlib.suppress(ImportError):
+                import rmm
 
-            options["memory_resource"] = rmm.mr.get_current_device_resource()
-        _GPU_ENGINES[executor] = pl.GPUEngine(**options)
-    return _GPU_ENGINES[executor]
+                options["memory_resource"] = rmm.mr.get_current_device_resource()
+            _GPU_ENGINES[executor] = pl.GPUEngine(**options)
+        return _GPU_ENGINES[executor]
 
 
 class GpuWorkers:
