@@ -356,7 +356,19 @@ def _nullable(*nodes) -> bool:
 
 def missing(expr: pl.Expr, kind: str) -> pl.Expr:
     """pandas' ``isna``: null, and NaN for floats."""
-    return (expr.is_null() | expr.is_nan()) if kind == "f" else expr.is_null()
+    return (expr.is_null() | ~_not_nan(expr)) if kind == "f" else expr.is_null()
+
+
+def _not_nan(expr: pl.Expr) -> pl.Expr:
+    """True where a float is not NaN (null where it is null), as finite or infinite: Polars'
+    ``is_nan``, ``is_not_nan`` and ``fill_nan`` give wrong answers on cudf-polars' streaming
+    executor (docs/decisions.md, ``engine.streaming``)."""
+    return expr.is_finite() | expr.is_infinite()
+
+
+def nan_to_null(expr: pl.Expr) -> pl.Expr:
+    """A float's NaN as null, as pandas skips both (:func:`_not_nan`)."""
+    return pl.when(_not_nan(expr)).then(expr)
 
 
 # ---------------------------------------------------------------------------------------
@@ -862,7 +874,7 @@ def fillna(t: Translator, node) -> Lowered:
         raise Untranslatable("fillna", "only a Series filled with one value is translated")
     e = x.expr
     if _kind_of(node.operand("frame")) == "f":
-        e = e.fill_nan(None)
+        e = nan_to_null(e)
     return replace(x, expr=e.fill_null(literal(value)))
 
 
@@ -1471,7 +1483,7 @@ def _agg(func: str, e: pl.Expr, kind: str) -> pl.Expr:
     if func in ("sum", "mean", "std", "var", "median", "prod") and kind in "so":
         raise Untranslatable(f"{func} of text", "not translated")
     if kind == "f" and func not in ("size", "count"):
-        e = e.fill_nan(None)
+        e = nan_to_null(e)
     if func == "sum":
         return e.sum()
     if func == "mean":
@@ -1481,7 +1493,7 @@ def _agg(func: str, e: pl.Expr, kind: str) -> pl.Expr:
     if func == "max":
         return e.max()
     if func == "count":
-        return e.count() if kind != "f" else e.fill_nan(None).count()
+        return e.count() if kind != "f" else nan_to_null(e).count()
     if func == "size":
         return pl.len()
     if func == "nunique":
