@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import datetime as _dt
+import functools
 import importlib
 import itertools
 import numbers
@@ -356,14 +357,16 @@ def _nullable(*nodes) -> bool:
 
 def missing(expr: pl.Expr, kind: str) -> pl.Expr:
     """pandas' ``isna``: null, and NaN for floats."""
-    return (expr.is_null() | ~_not_nan(expr)) if kind == "f" else expr.is_null()
+    # not ~(x <= inf), which Polars writes as x > inf: true for NaN in Polars' order, false on cuDF
+    return ~_not_nan(expr).fill_null(False) if kind == "f" else expr.is_null()
 
 
 def _not_nan(expr: pl.Expr) -> pl.Expr:
-    """True where a float is not NaN (null where it is null), as finite or infinite: Polars'
-    ``is_nan``, ``is_not_nan`` and ``fill_nan`` give wrong answers on cudf-polars' streaming
-    executor (docs/decisions.md, ``engine.streaming``)."""
-    return expr.is_finite() | expr.is_infinite()
+    """True where a float is not NaN (null where it is null), as no greater than infinity (NaN
+    is not, in IEEE's order and in Polars' alike): Polars' ``is_nan``, ``is_not_nan`` and
+    ``fill_nan`` give wrong answers on cudf-polars' streaming executor (docs/decisions.md,
+    ``engine.streaming``)."""
+    return expr <= float("inf")
 
 
 def nan_to_null(expr: pl.Expr) -> pl.Expr:
@@ -790,9 +793,17 @@ def binop(t: Translator, node) -> Lowered:
         a, b = (_as_time(u, w) for u, w in ((a, node.operand("right")), (b, node.operand("left"))))
 
         nullable = _nullable(node.operand("left"), node.operand("right"))
+        # Polars' order puts NaN above every number and equal to itself; pandas', cuDF's and
+        # cudf-polars' (IEEE's) compare it with nothing
+        operands = (node.operand("left"), node.operand("right"))
+        floats = [_is_expr(o) and _kind_of(o) == "f" and not _on_cudf(node) for o in operands]
 
         def fn(x, y):
-            return op(x, y) if nullable else op(x, y).fill_null(when_missing)
+            r = op(x, y)
+            if any(floats):
+                nan_free = [_not_nan(e).fill_null(True) for e, f in zip((x, y), floats) if f]
+                r = pl.when(functools.reduce(operator.and_, nan_free)).then(r).otherwise(when_missing)
+            return r if nullable else r.fill_null(when_missing)
     else:
         fn = BINARY[name]
         if name == "Add" and "s" in {_kind_of(x) for x in node.operands if _is_expr(x)}:
@@ -1252,7 +1263,19 @@ def sort_values(t: Translator, node) -> Lowered:
     asc = p["ascending"] if isinstance(p["ascending"], list) else [p["ascending"]] * len(by)
     m = materialize(t, x)
     keys = [m.expr_of(b) if isinstance(x, Frame) else m.columns[0][1] for b in by]
+    keys = _nan_as_missing(node.operand("frame"), by if isinstance(x, Frame) else [None], keys)
     return _as(x, _sorted(t, m, keys, [not a for a in asc], p.get("na_position", "last") == "last"))
+
+
+def _nan_as_missing(frame, labels: list, keys: list[pl.Expr]) -> list[pl.Expr]:
+    """Sort keys with a float's NaN as null: pandas places NaN where it places missing values,
+    Polars above every number (``labels``: the keys' columns of ``frame``, None for a Series)."""
+    meta = _meta(frame)
+    columns = list(getattr(meta, "columns", ()))
+    dtypes = [
+        meta.dtype if label is None else meta[label].dtype if label in columns else None for label in labels
+    ]
+    return [nan_to_null(k) if d is not None and _dtype_kind(d) == "f" else k for k, d in zip(keys, dtypes)]
 
 
 def _sorted(t: Translator, m: Frame, keys: list[pl.Expr], descending: list[bool], nulls_last=True, n=None):
@@ -1284,10 +1307,9 @@ def nlargest(t: Translator, node) -> Lowered:
     if isinstance(x, Value):
         raise Untranslatable("nlargest", "of a scalar")
     m = materialize(t, x)
-    if isinstance(x, Column):
-        keys = [m.columns[0][1]]
-    else:
-        keys = [m.expr_of(c) for c in (cols if isinstance(cols, list) else [cols])]
+    labels = [None] if isinstance(x, Column) else cols if isinstance(cols, list) else [cols]
+    keys = [m.columns[0][1]] if isinstance(x, Column) else [m.expr_of(c) for c in labels]
+    keys = _nan_as_missing(node.operand("frame"), labels, keys)
     return _as(x, _sorted(t, m, keys, [largest] * len(keys), True, n))
 
 
