@@ -463,3 +463,27 @@ def test_the_translator_reads_only_local_files_it_can_list(tmp_path):
     with pytest.raises(Untranslatable, match="hive-partitioned"):
         Translator().lower(df.expr)
     assert pathlib.Path(folder / "a.parquet").exists()
+
+
+def test_the_engine_choice_counts_the_workers_of_the_real_cluster_it_runs_on(files):
+    """A session's engine choice reads its cluster, not a setting: three workers it starts (the
+    CPU family's Polars in this process), and a running cluster of three worker processes it
+    joins, whose workers Polars in this process would leave idle (Dask runs the plan there)."""
+    from distributed import LocalCluster
+
+    def asked(s):
+        df, _ = _tables(files)
+        coll = df[df.x > 2].groupby("g").y.sum()
+        explained = s.explain(coll)
+        answer = coll.compute()
+        ran = s.queries[-1]
+        assert (ran["engine"], ran["rule_id"]) == (explained["engine"], explained["rule_id"])
+        assert answer.sum() == LEFT[LEFT.x > 2].y.sum()
+        return ran["engine"], ran["rule_id"], explained["numbers"]["workers"], explained["numbers"]["kind"]
+
+    with gpuscale.session(backend="cpu", workers=3, threads_per_worker=1) as s:
+        assert asked(s) == ("polars", "engine.polars", 3, "local")
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
+        with gpuscale.session(backend="cpu", scheduler=lc.scheduler_address) as s:
+            assert asked(s) == ("dask", "engine.hosts", 3, "existing")
+        assert lc.status.name == "running"
