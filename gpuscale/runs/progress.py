@@ -29,6 +29,9 @@ DEFAULT_LARGE_BYTES = 8 * 2**30
 """Planned data (bytes, per pass) from which a run says its size and estimate before the work."""
 TASKS_EVERY_S = 2.0
 """Seconds between two asks of the scheduler for a pass's tasks."""
+NO_TASKS_AGAIN_S = 0.2
+"""Seconds before the scheduler is asked again when a pass had no tasks yet (a run asked as it
+starts, before its graph is submitted, shows its share from its next line on)."""
 UNFINISHED = ("waiting", "queued", "processing", "no-worker")
 """Task states of a task not finished yet."""
 OUTER = "the run"
@@ -147,13 +150,15 @@ class Tracker:
             return said
         if getattr(self.client, "status", "running") != "running":  # closing: not asked
             return None
+        again = TASKS_EVERY_S
         try:
             index, waiting = self.client.run_on_scheduler(_tasks_now)
             finished = index - self._cursor
             said = (finished, finished + waiting) if index is not None and finished + waiting else None
+            again = TASKS_EVERY_S if said else NO_TASKS_AGAIN_S
         except Exception:  # noqa: BLE001 - a scheduler that cannot be asked: no share shown
             said = None
-        self._tasks = (time.monotonic(), said)
+        self._tasks = (time.monotonic() - TASKS_EVERY_S + again, said)
         return said
 
     def left_s(self) -> float | None:
